@@ -1,0 +1,54 @@
+# Kerf's front door. Every target works on a fresh Debian machine as root:
+# `make test` and `make demo` install what they need first (`make deps`,
+# a no-op once done).
+
+SHELL := /usr/bin/env bash -o pipefail
+GO ?= go
+STATICCHECK_VERSION ?= v0.8.2
+# Test flags: add e.g. TESTFLAGS=-run=TestSmoke.
+TESTFLAGS ?=
+
+.PHONY: all deps generate verify-generated build test unit bench lint demo clean
+
+all: build
+
+## deps: install apt packages and build the control plane into bin/ (idempotent)
+deps:
+	@hack/apt.sh
+	@hack/controlplane.sh
+
+## generate: regenerate committed generated code (BPF objects)
+generate:
+	$(GO) generate ./bpf/...
+
+verify-generated:
+	@hack/verify-generated.sh
+
+## build: static binaries into bin/ (the Dockerfile runs the same script)
+build:
+	@hack/build.sh bin
+
+## test: vet, generated-code drift, unit, kernel and control-plane tests
+test: deps
+	$(GO) vet ./...
+	@hack/verify-generated.sh
+	@hack/controlplane.sh --check
+	KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -count=1 $(TESTFLAGS) ./...
+
+## bench: benchmarks (figures, never pass/fail)
+bench: deps
+	$(GO) test -run='^$$' -bench=. -benchmem $(TESTFLAGS) ./...
+
+## lint: gofmt, go vet, staticcheck (pinned, through the module proxy)
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+## demo: run Kerf's local sandbox until Ctrl-C
+demo: deps build
+	bin/kerf-sandbox controlplane
+
+clean:
+	rm -f bin/kerf-agent bin/kerf-leader bin/kerf-sandbox

@@ -1,0 +1,50 @@
+// Command kerf-agent is Kerf's node agent (a DaemonSet): it reads each
+// container's CFS throttling counters and OOM kills from the kernel, exports
+// them as Prometheus metrics and streams them to kerf-leader.
+// See docs/ and DESIGN.md section 5.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/kerf-dev/kerf/internal/endpoints"
+)
+
+func main() {
+	fs := flag.NewFlagSet("kerf-agent", flag.ContinueOnError)
+	metricsAddr := fs.String("metrics-addr", ":9400", "address of the /metrics, /healthz and /readyz endpoints")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: kerf-agent [flags]\n\n"+
+			"Kerf's node agent: reads CFS throttling counters and OOM kills per container\n"+
+			"from the kernel, exports them as metrics and streams them to kerf-leader.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	log.Info("kerf-agent starting", "metricsAddr", *metricsAddr)
+	if err := endpoints.New(reg, nil).Serve(ctx, *metricsAddr); err != nil {
+		log.Error("kerf-agent stopped", "err", err)
+		os.Exit(1)
+	}
+	log.Info("kerf-agent stopped")
+}

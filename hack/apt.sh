@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Kerf's build and tests need, once.
+# A second run only checks (dpkg-query) and does nothing.
+set -euo pipefail
+
+# clang/llvm/libbpf-dev/bpftool: make generate (BPF objects, vmlinux.h).
+# prometheus: the PromQL tests run a real Prometheus.
+# iproute2, util-linux, procps: the kernel tests (cgroups, processes).
+PACKAGES=(clang llvm libbpf-dev bpftool prometheus iproute2 util-linux procps git make)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+	status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+	[ "$status" = "install ok installed" ] || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	echo "apt packages: installed"
+	exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+	echo "apt packages missing: ${missing[*]}; run 'make deps' as root (or install them)" >&2
+	exit 1
+fi
+echo "apt packages: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "apt packages: installed"

@@ -1,0 +1,222 @@
+// Package controlplane starts a real etcd and kube-apiserver for tests and the
+// demo: the binaries that `make deps` builds from the Go module proxy and
+// caches under bin/, run by controller-runtime's envtest on free loopback
+// ports in a temporary directory.
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Versions of the control plane that `make deps` builds (hack/controlplane.sh).
+const (
+	KubernetesVersion = "v1.37.2"
+	EtcdVersion       = "v3.6.16"
+)
+
+// RequireEnv names the environment variable that turns a missing control
+// plane from a skipped test into a failed one. `make test` sets it, and so
+// does CI (CI=true), so the real control plane is never skipped silently.
+const RequireEnv = "KERF_REQUIRE_CONTROLPLANE"
+
+// ControlPlane is a running etcd + kube-apiserver with clients for it.
+type ControlPlane struct {
+	// Config reaches the apiserver as a cluster administrator.
+	Config *rest.Config
+	// Client is a controller-runtime client with Kerf's scheme.
+	Client client.Client
+	// Clientset is a typed client-go clientset.
+	Clientset kubernetes.Interface
+	// Kubeconfig is the path of a kubeconfig file for the same administrator.
+	Kubeconfig string
+
+	env      *envtest.Environment
+	dir      string
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Options configure Start.
+type Options struct {
+	// BinDir is the bin/ directory that holds k8s-<version>/ and
+	// etcd-<version>/. Empty means the bin/ of the repository this package
+	// sits in, or $KERF_BIN_DIR.
+	BinDir string
+	// CRDDirs are directories of CRD manifests to install. Empty means the
+	// repository's manifests/crd when it exists.
+	CRDDirs []string
+	// Output, when set, receives the logs of etcd and kube-apiserver.
+	Output *os.File
+}
+
+// Binaries returns the paths of the etcd and kube-apiserver binaries under
+// binDir, and an error naming the first one that is missing.
+func Binaries(binDir string) (etcd, apiserver string, err error) {
+	etcd = filepath.Join(binDir, "etcd-"+EtcdVersion, "etcd")
+	apiserver = filepath.Join(binDir, "k8s-"+KubernetesVersion, "kube-apiserver")
+	for _, p := range []string{etcd, apiserver} {
+		if _, statErr := os.Stat(p); statErr != nil {
+			return etcd, apiserver, fmt.Errorf("control plane binary %s: %w (run 'make deps' to build it)", p, statErr)
+		}
+	}
+	return etcd, apiserver, nil
+}
+
+// RepoRoot returns the directory of the repository's go.mod, found by walking
+// up from the working directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Start starts etcd and kube-apiserver, installs Kerf's CRDs when they exist
+// and returns the running control plane. Stop it with Stop.
+func Start(opts Options) (*ControlPlane, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	binDir := opts.BinDir
+	if binDir == "" {
+		binDir = os.Getenv("KERF_BIN_DIR")
+	}
+	if binDir == "" {
+		binDir = filepath.Join(root, "bin")
+	}
+	etcdPath, apiserverPath, err := Binaries(binDir)
+	if err != nil {
+		return nil, err
+	}
+	crdDirs := opts.CRDDirs
+	if crdDirs == nil {
+		if st, err := os.Stat(filepath.Join(root, "manifests", "crd")); err == nil && st.IsDir() {
+			crdDirs = []string{filepath.Join(root, "manifests", "crd")}
+		}
+	}
+
+	dir, err := os.MkdirTemp("", "kerf-controlplane-")
+	if err != nil {
+		return nil, fmt.Errorf("create control plane directory: %w", err)
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:        crdDirs,
+		ErrorIfCRDPathMissing:    len(opts.CRDDirs) > 0,
+		ControlPlaneStartTimeout: 60 * time.Second,
+		ControlPlaneStopTimeout:  30 * time.Second,
+		Scheme:                   Scheme,
+	}
+	env.ControlPlane.Etcd = &envtest.Etcd{}
+	env.ControlPlane.Etcd.Path = etcdPath
+	env.ControlPlane.Etcd.DataDir = filepath.Join(dir, "etcd")
+	api := env.ControlPlane.GetAPIServer()
+	api.Path = apiserverPath
+	api.CertDir = filepath.Join(dir, "pki")
+	if opts.Output != nil {
+		api.Out, api.Err = opts.Output, opts.Output
+		env.ControlPlane.Etcd.Out, env.ControlPlane.Etcd.Err = opts.Output, opts.Output
+	}
+	for _, d := range []string{env.ControlPlane.Etcd.DataDir, api.CertDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+
+	cfg, err := env.Start()
+	if err != nil {
+		_ = env.Stop()
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("start etcd and kube-apiserver: %w", err)
+	}
+	cp := &ControlPlane{Config: cfg, env: env, dir: dir}
+	if err := cp.connect(); err != nil {
+		_ = cp.Stop()
+		return nil, err
+	}
+	return cp, nil
+}
+
+func (cp *ControlPlane) connect() error {
+	var err error
+	if cp.Client, err = client.New(cp.Config, client.Options{Scheme: Scheme}); err != nil {
+		return fmt.Errorf("controller-runtime client: %w", err)
+	}
+	if cp.Clientset, err = kubernetes.NewForConfig(cp.Config); err != nil {
+		return fmt.Errorf("clientset: %w", err)
+	}
+	cp.Kubeconfig = filepath.Join(cp.dir, "kubeconfig")
+	if err := os.WriteFile(cp.Kubeconfig, cp.env.KubeConfig, 0o600); err != nil {
+		return fmt.Errorf("write kubeconfig: %w", err)
+	}
+	return nil
+}
+
+// Dir is the temporary directory that holds the control plane's data,
+// certificates and kubeconfig; Stop removes it.
+func (cp *ControlPlane) Dir() string { return cp.dir }
+
+// Stop stops kube-apiserver and etcd and removes their directory. Calling
+// it again returns the first call's result.
+func (cp *ControlPlane) Stop() error {
+	cp.stopOnce.Do(func() {
+		cp.stopErr = cp.env.Stop()
+		if err := os.RemoveAll(cp.dir); err != nil && cp.stopErr == nil {
+			cp.stopErr = err
+		}
+	})
+	return cp.stopErr
+}
+
+// Required reports whether a missing control plane must fail the test rather
+// than skip it: under `make test` and in CI.
+func Required() bool {
+	return os.Getenv(RequireEnv) != "" || os.Getenv("CI") == "true"
+}
+
+// StartForTest starts a control plane for t and stops it when t ends. Where
+// the binaries are missing the test is skipped with the reason, or fails
+// when Required says a skip is not allowed.
+func StartForTest(t testing.TB, opts ...func(*Options)) *ControlPlane {
+	t.Helper()
+	var o Options
+	for _, f := range opts {
+		f(&o)
+	}
+	cp, err := Start(o)
+	if err != nil {
+		var pathErr *os.PathError
+		if errors.As(err, &pathErr) && !Required() {
+			t.Skipf("real control plane not available: %v", err)
+		}
+		t.Fatalf("start control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := cp.Stop(); err != nil {
+			t.Errorf("stop control plane: %v", err)
+		}
+	})
+	return cp
+}

@@ -1,0 +1,15 @@
+package controlplane
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+)
+
+// Scheme holds the Kubernetes types and, as they are added, Kerf's API
+// types; the harness's client uses it.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
+}
