@@ -1,0 +1,298 @@
+package cgroup
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// ErrMalformed is matched (errors.Is) by every error about a cgroup file's
+// content: a non-numeric value, a missing or repeated key, a truncated line
+// or an overflow.
+var ErrMalformed = errors.New("malformed cgroup file")
+
+// malformedError is a content error; its message says what is wrong and
+// where, and it matches ErrMalformed.
+type malformedError struct{ msg string }
+
+func (e *malformedError) Error() string        { return e.msg }
+func (e *malformedError) Is(target error) bool { return target == ErrMalformed }
+
+func malformed(format string, args ...any) error {
+	return &malformedError{msg: fmt.Sprintf(format, args...)}
+}
+
+// CPUStat holds the CFS bandwidth counters of cpu.stat, the same on v1 and
+// v2. They are cumulative since the cgroup was created.
+type CPUStat struct {
+	// Periods is nr_periods: enforcement periods in which the cgroup had
+	// runnable tasks.
+	Periods uint64
+	// Throttled is nr_throttled: periods in which the cgroup hit its quota.
+	Throttled uint64
+	// ThrottledTime is the total time tasks were throttled: v2's
+	// throttled_usec or v1's throttled_time (nanoseconds).
+	ThrottledTime time.Duration
+}
+
+// ParseCPUStat parses the content of cpu.stat, v1 or v2. It needs
+// nr_periods, nr_throttled, and throttled_usec (v2) or throttled_time (v1);
+// other keys are ignored. On error s is left unchanged.
+func ParseCPUStat(data []byte, s *CPUStat) error {
+	const (
+		periods = 1 << iota
+		throttled
+		usec
+		nsec
+	)
+	var seen uint8
+	var out CPUStat
+	sc := kvScanner{data: data}
+	for sc.next() {
+		var bit uint8
+		switch string(sc.key) {
+		case "nr_periods":
+			bit = periods
+		case "nr_throttled":
+			bit = throttled
+		case "throttled_usec":
+			bit = usec
+		case "throttled_time":
+			bit = nsec
+		default:
+			continue
+		}
+		if seen&bit != 0 {
+			return sc.malformed("repeated key")
+		}
+		seen |= bit
+		v, err := sc.uint()
+		if err != nil {
+			return err
+		}
+		switch bit {
+		case periods:
+			out.Periods = v
+		case throttled:
+			out.Throttled = v
+		case usec:
+			if v > math.MaxInt64/uint64(time.Microsecond) {
+				return sc.malformed("value overflows a duration")
+			}
+			out.ThrottledTime = time.Duration(v) * time.Microsecond
+		case nsec:
+			if v > math.MaxInt64 {
+				return sc.malformed("value overflows a duration")
+			}
+			out.ThrottledTime = time.Duration(v)
+		}
+	}
+	if sc.err != nil {
+		return sc.err
+	}
+	switch {
+	case seen&periods == 0:
+		return malformed("missing key nr_periods")
+	case seen&throttled == 0:
+		return malformed("missing key nr_throttled")
+	case seen&(usec|nsec) == 0:
+		return malformed("missing key throttled_usec (v2) or throttled_time (v1)")
+	case seen&(usec|nsec) == usec|nsec:
+		return malformed("both throttled_usec (v2) and throttled_time (v1) present")
+	}
+	*s = out
+	return nil
+}
+
+// MemoryEvents holds the OOM counters of cgroup v2's memory.events. They
+// are cumulative and include the cgroup's descendants.
+type MemoryEvents struct {
+	// OOM is oom: times the cgroup's memory limit was hit and reclaim failed.
+	OOM uint64
+	// OOMKill is oom_kill: processes in the cgroup killed by an OOM killer.
+	OOMKill uint64
+	// OOMGroupKill is oom_group_kill: group OOM kills (memory.oom.group).
+	// Older kernels lack the key; it then reads zero.
+	OOMGroupKill uint64
+}
+
+// ParseMemoryEvents parses the content of memory.events. It needs oom and
+// oom_kill; other keys are ignored. On error e is left unchanged.
+func ParseMemoryEvents(data []byte, e *MemoryEvents) error {
+	const (
+		oom = 1 << iota
+		oomKill
+		oomGroupKill
+	)
+	var seen uint8
+	var out MemoryEvents
+	sc := kvScanner{data: data}
+	for sc.next() {
+		var bit uint8
+		var dst *uint64
+		switch string(sc.key) {
+		case "oom":
+			bit, dst = oom, &out.OOM
+		case "oom_kill":
+			bit, dst = oomKill, &out.OOMKill
+		case "oom_group_kill":
+			bit, dst = oomGroupKill, &out.OOMGroupKill
+		default:
+			continue
+		}
+		if seen&bit != 0 {
+			return sc.malformed("repeated key")
+		}
+		seen |= bit
+		v, err := sc.uint()
+		if err != nil {
+			return err
+		}
+		*dst = v
+	}
+	if sc.err != nil {
+		return sc.err
+	}
+	switch {
+	case seen&oom == 0:
+		return malformed("missing key oom")
+	case seen&oomKill == 0:
+		return malformed("missing key oom_kill")
+	}
+	*e = out
+	return nil
+}
+
+// OOMControl holds cgroup v1's memory.oom_control.
+type OOMControl struct {
+	// KillDisabled is oom_kill_disable: the OOM killer is off for the
+	// cgroup, whose tasks then wait at the limit instead.
+	KillDisabled bool
+	// UnderOOM is under_oom: the cgroup is at its limit right now.
+	UnderOOM bool
+	// OOMKill is oom_kill: processes in the cgroup killed by the OOM killer.
+	OOMKill uint64
+}
+
+// ParseOOMControl parses the content of memory.oom_control. It needs
+// oom_kill_disable, under_oom and oom_kill (Linux 4.13 and later); other
+// keys are ignored. On error c is left unchanged.
+func ParseOOMControl(data []byte, c *OOMControl) error {
+	const (
+		killDisable = 1 << iota
+		underOOM
+		oomKill
+	)
+	var seen uint8
+	var out OOMControl
+	sc := kvScanner{data: data}
+	for sc.next() {
+		var bit uint8
+		switch string(sc.key) {
+		case "oom_kill_disable":
+			bit = killDisable
+		case "under_oom":
+			bit = underOOM
+		case "oom_kill":
+			bit = oomKill
+		default:
+			continue
+		}
+		if seen&bit != 0 {
+			return sc.malformed("repeated key")
+		}
+		seen |= bit
+		v, err := sc.uint()
+		if err != nil {
+			return err
+		}
+		switch bit {
+		case killDisable:
+			out.KillDisabled = v != 0
+		case underOOM:
+			out.UnderOOM = v != 0
+		case oomKill:
+			out.OOMKill = v
+		}
+	}
+	if sc.err != nil {
+		return sc.err
+	}
+	switch {
+	case seen&killDisable == 0:
+		return malformed("missing key oom_kill_disable")
+	case seen&underOOM == 0:
+		return malformed("missing key under_oom")
+	case seen&oomKill == 0:
+		return malformed("missing key oom_kill (Linux 4.13 or later)")
+	}
+	*c = out
+	return nil
+}
+
+// kvScanner walks the "key value\n" lines of a flat-keyed cgroup file
+// without allocating. Empty lines are skipped; every line must end with a
+// newline, as the kernel writes them, so a cut-off read is caught.
+type kvScanner struct {
+	data     []byte
+	line     int
+	key, val []byte
+	err      error
+}
+
+// next moves to the next line; it returns false at the end or on error.
+func (s *kvScanner) next() bool {
+	for len(s.data) > 0 {
+		s.line++
+		i := bytes.IndexByte(s.data, '\n')
+		if i < 0 {
+			s.err = malformed("line %d: truncated: no newline at end of %q", s.line, quoteBytes(s.data))
+			return false
+		}
+		line := s.data[:i]
+		s.data = s.data[i+1:]
+		if len(line) == 0 {
+			continue
+		}
+		j := bytes.IndexByte(line, ' ')
+		if j <= 0 || j == len(line)-1 {
+			s.err = malformed("line %d: %q: want \"key value\"", s.line, quoteBytes(line))
+			return false
+		}
+		s.key, s.val = line[:j], line[j+1:]
+		return true
+	}
+	return false
+}
+
+// uint parses the current value as a decimal uint64.
+func (s *kvScanner) uint() (uint64, error) {
+	var v uint64
+	for _, c := range s.val {
+		if c < '0' || c > '9' {
+			return 0, s.malformed("not a decimal integer")
+		}
+		d := uint64(c - '0')
+		if v > (math.MaxUint64-d)/10 {
+			return 0, s.malformed("value overflows uint64")
+		}
+		v = v*10 + d
+	}
+	return v, nil
+}
+
+// malformed returns an error about the current line.
+func (s *kvScanner) malformed(what string) error {
+	return malformed("line %d: %s %q: %s", s.line, quoteBytes(s.key), quoteBytes(s.val), what)
+}
+
+// quoteBytes returns b as a string of at most 64 bytes for an error message.
+func quoteBytes(b []byte) string {
+	const max = 64
+	if len(b) > max {
+		return string(b[:max]) + "..."
+	}
+	return string(b)
+}
