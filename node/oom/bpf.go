@@ -1,0 +1,90 @@
+package oom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/kerf-dev/kerf/bpf"
+	"github.com/kerf-dev/kerf/cgroup"
+)
+
+// bpfSource reads kills from the BPF tracer and finds each victim's cgroup
+// by id in the memory hierarchy (v1) or the unified one (v2).
+type bpfSource struct {
+	tracer *bpf.OOMTracer
+	memory cgroup.Mount
+	ids    *cgroup.IDIndex
+	// unified is set when ids indexes the v2 tree: then the event's
+	// CgroupID, not its MemcgID, names the victim's own cgroup.
+	unified bool
+}
+
+func openBPF(opts Options) (Source, error) {
+	memory, ok := opts.Hierarchy.Controller("memory")
+	if !ok {
+		return nil, errors.New("the memory cgroup controller is not mounted")
+	}
+	dir, err := memory.Join(opts.Root)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := cgroup.NewIDIndex(dir)
+	if err != nil && !errors.Is(err, cgroup.ErrGone) {
+		return nil, fmt.Errorf("index cgroups under %s: %w", dir, err)
+	}
+	if ids == nil {
+		// The subtree does not exist yet (no pods): index the whole
+		// hierarchy; lookups rescan on a miss.
+		if ids, err = cgroup.NewIDIndex(memory.Path); err != nil {
+			return nil, fmt.Errorf("index cgroups under %s: %w", memory.Path, err)
+		}
+	}
+	tracer, err := bpf.NewOOMTracer(bpf.OOMTracerOptions{Hook: bpf.Hook(opts.BPFHook)})
+	if err != nil {
+		return nil, err
+	}
+	return &bpfSource{tracer: tracer, memory: memory, ids: ids, unified: memory.Version == 2}, nil
+}
+
+func (s *bpfSource) Name() string   { return KindBPF }
+func (s *bpfSource) Detail() string { return string(s.tracer.Hook()) }
+
+func (s *bpfSource) Run(ctx context.Context, emit func(Kill)) error {
+	stop := context.AfterFunc(ctx, func() { _ = s.tracer.Close() })
+	defer stop()
+	var ev bpf.OOMEvent
+	for {
+		if err := s.tracer.ReadEvent(&ev); err != nil {
+			if errors.Is(err, os.ErrClosed) && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		k := Kill{
+			Source:   KindBPF,
+			Time:     ev.Time(),
+			KernelNS: ev.KtimeNS,
+			PID:      int(ev.TGID),
+			Comm:     ev.Comm,
+			CgroupID: ev.MemcgID,
+			Count:    1,
+		}
+		if k.PID == 0 {
+			k.PID = int(ev.PID)
+		}
+		if s.unified {
+			k.CgroupID = ev.CgroupID
+		}
+		if dir, ok := s.ids.Lookup(k.CgroupID); ok {
+			if p, err := s.memory.Rel(dir); err == nil {
+				k.Cgroup = p
+			}
+		}
+		resolve(&k)
+		emit(k)
+	}
+}
+
+func (s *bpfSource) Close() error { return s.tracer.Close() }
