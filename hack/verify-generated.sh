@@ -7,7 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 generated() {
-	find bpf api manifests/crd \( -name '*_bpfel.go' -o -name '*_bpfel.o' \
+	local dirs=()
+	for d in bpf api manifests/crd; do [ -d "$d" ] && dirs+=("$d"); done
+	[ ${#dirs[@]} -gt 0 ] || return 0
+	find "${dirs[@]}" \( -name '*_bpfel.go' -o -name '*_bpfel.o' \
 		-o -name 'zz_generated*.go' -o -name '*.pb.go' -o -path 'manifests/crd/*.yaml' \) \
 		-type f 2>/dev/null | LC_ALL=C sort | xargs -r sha256sum
 }
