@@ -11,17 +11,22 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/kerf-dev/kerf/internal/endpoints"
+	"github.com/kerf-dev/kerf/node"
+	"github.com/kerf-dev/kerf/node/oom"
 )
 
 func main() {
 	fs := flag.NewFlagSet("kerf-agent", flag.ContinueOnError)
 	metricsAddr := fs.String("metrics-addr", ":9400", "address of the /metrics, /healthz and /readyz endpoints")
+	oomSource := fs.String("oom-source", oom.KindAuto, "where OOM kills come from: "+strings.Join(oom.Kinds, ", ")+" (auto: the best the node allows)")
+	cgroupRoot := fs.String("cgroup-root", "", "cgroup path of the kubelet's pods, e.g. /kubepods (default: found)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: kerf-agent [flags]\n\n"+
 			"Kerf's node agent: reads CFS throttling counters and OOM kills per container\n"+
@@ -42,9 +47,19 @@ func main() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	log.Info("kerf-agent starting", "metricsAddr", *metricsAddr)
-	if err := endpoints.New(reg, nil).Serve(ctx, *metricsAddr); err != nil {
-		log.Error("kerf-agent stopped", "err", err)
+	agent, err := node.New(node.Config{OOMSource: *oomSource, CgroupRoot: *cgroupRoot}, log, reg)
+	if err != nil {
+		log.Error("kerf-agent cannot start", "err", err)
 		os.Exit(1)
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- agent.Run(ctx) }()
+	go func() { errc <- endpoints.New(reg, nil).Serve(ctx, *metricsAddr) }()
+	for range 2 {
+		if err := <-errc; err != nil {
+			log.Error("kerf-agent stopped", "err", err)
+			os.Exit(1)
+		}
 	}
 	log.Info("kerf-agent stopped")
 }

@@ -1,0 +1,72 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kerf-dev/kerf/node/oom"
+)
+
+// Config is the agent's configuration, from kerf-agent's flags.
+type Config struct {
+	// OOMSource is one of oom.Kinds: auto, bpf, cgroup or kmsg.
+	OOMSource string
+	// CgroupRoot is the kubelet's --cgroup-root subtree of pods, e.g.
+	// /kubepods; empty finds it.
+	CgroupRoot string
+}
+
+// Agent is kerf-agent: today it runs the OOM source and counts the kills it
+// resolves to containers.
+type Agent struct {
+	log     *slog.Logger
+	source  oom.Source
+	counts  *oom.Counts
+	kills   *prometheus.CounterVec
+	sources *prometheus.GaugeVec
+}
+
+// New opens the OOM source cfg asks for (the best one the node allows, for
+// auto), logs why better ones were not taken and registers the agent's
+// metrics with reg.
+func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Agent, error) {
+	src, skipped, err := oom.Open(cfg.OOMSource, oom.Options{Root: cfg.CgroupRoot})
+	for _, e := range skipped {
+		log.Warn("OOM source unavailable", "err", e)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open OOM source: %w", err)
+	}
+	a := &Agent{
+		log:    log,
+		source: src,
+		counts: oom.NewCounts(),
+		kills: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kerf_agent_oom_kills_total",
+			Help: "OOM kills the agent's OOM source delivered, by whether they resolved to a pod container.",
+		}, []string{"source", "resolved"}),
+		sources: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kerf_agent_oom_source",
+			Help: "The OOM source in use (1), with how it works here.",
+		}, []string{"source", "detail"}),
+	}
+	reg.MustRegister(a.kills, a.sources)
+	a.sources.WithLabelValues(src.Name(), src.Detail()).Set(1)
+	log.Info("OOM source chosen", "source", src.Name(), "detail", src.Detail(), "asked", cfg.OOMSource)
+	return a, nil
+}
+
+// Run runs the agent until ctx is done.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.source.Close()
+	return a.source.Run(ctx, func(k oom.Kill) {
+		a.counts.Observe(k)
+		resolved := k.ContainerID != ""
+		a.kills.WithLabelValues(k.Source, fmt.Sprint(resolved)).Add(float64(k.Count))
+		a.log.Info("OOM kill", "source", k.Source, "pid", k.PID, "comm", k.Comm, "cgroup", k.Cgroup,
+			"podUID", k.PodUID, "containerID", k.ContainerID, "count", k.Count, "kernelNS", k.KernelNS)
+	})
+}
