@@ -8,7 +8,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # Test flags: add e.g. TESTFLAGS=-run=TestSmoke.
 TESTFLAGS ?=
 
-.PHONY: all deps generate verify-generated build test unit bench lint demo clean
+.PHONY: all deps generate vmlinux verify-generated build test unit bench lint demo clean
 
 all: build
 
@@ -20,6 +20,10 @@ deps:
 ## generate: regenerate committed generated code (BPF objects)
 generate:
 	$(GO) generate ./bpf/...
+
+## vmlinux: refresh bpf/include/vmlinux.h from this kernel's BTF (not part of generate)
+vmlinux:
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/include/vmlinux.h
 
 verify-generated:
 	@hack/verify-generated.sh
