@@ -21,6 +21,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/kerf-dev/kerf/cgroup"
 )
 
 // helperEnv selects a helper mode when the test binary re-executes itself.
@@ -144,33 +146,34 @@ type testCgroup struct {
 // when tb ends.
 func newMemoryCgroup(tb testing.TB) testCgroup {
 	tb.Helper()
-	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	h, err := cgroup.Detect()
 	require.NoError(tb, err)
-	mounts := parseCgroupMounts(mountinfo)
+	memory, hasMemory := h.Controller("memory")
+	v2, hasV2 := h.Unified()
 	name := fmt.Sprintf("kerf-bpftest-%d-%08x", os.Getpid(), rand.Uint32())
 	limit := strconv.Itoa(victimLimit)
 
 	var cg testCgroup
 	switch {
-	case mounts.memory.point != "":
-		cg.dir = filepath.Join(mounts.memory.point, name)
+	case hasMemory && memory.Version == 1:
+		cg.dir = filepath.Join(memory.Path, name)
 		require.NoError(tb, os.Mkdir(cg.dir, 0o755))
 		tb.Cleanup(func() { removeCgroup(tb, cg.dir) })
 		writeFile(tb, filepath.Join(cg.dir, "memory.limit_in_bytes"), limit)
 		if _, err := os.Stat(filepath.Join(cg.dir, "memory.memsw.limit_in_bytes")); err == nil {
 			writeFile(tb, filepath.Join(cg.dir, "memory.memsw.limit_in_bytes"), limit)
 		}
-		if mounts.v2.point != "" {
-			cg.v2dir = filepath.Join(mounts.v2.point, name)
+		if hasV2 {
+			cg.v2dir = filepath.Join(v2.Path, name)
 			require.NoError(tb, os.Mkdir(cg.v2dir, 0o755))
 			tb.Cleanup(func() { removeCgroup(tb, cg.v2dir) })
 		}
-	case mounts.v2.point != "":
-		subtree, err := os.ReadFile(filepath.Join(mounts.v2.point, "cgroup.subtree_control"))
+	case hasV2:
+		subtree, err := os.ReadFile(filepath.Join(v2.Path, "cgroup.subtree_control"))
 		if err != nil || !slices.Contains(strings.Fields(string(subtree)), "memory") {
-			tb.Skipf("cgroup v2 at %s does not delegate the memory controller (cgroup.subtree_control: %q, %v)", mounts.v2.point, subtree, err)
+			tb.Skipf("cgroup v2 at %s does not delegate the memory controller (cgroup.subtree_control: %q, %v)", v2.Path, subtree, err)
 		}
-		cg.dir = filepath.Join(mounts.v2.point, name)
+		cg.dir = filepath.Join(v2.Path, name)
 		require.NoError(tb, os.Mkdir(cg.dir, 0o755))
 		tb.Cleanup(func() { removeCgroup(tb, cg.dir) })
 		cg.v2dir = cg.dir
@@ -181,7 +184,7 @@ func newMemoryCgroup(tb testing.TB) testCgroup {
 	default:
 		tb.Skip("no cgroup memory controller mounted (neither v1 memory nor cgroup2)")
 	}
-	cg.ino, err = inode(cg.dir)
+	cg.ino, err = cgroup.CgroupID(cg.dir)
 	require.NoError(tb, err)
 	return cg
 }
@@ -320,17 +323,17 @@ func TestOOMTracerReportsKillWithVictimCgroups(t *testing.T) {
 
 			// The v2 id is the inode of the victim's directory in the cgroup2
 			// mount (on a v1 host the memory cgroup lives elsewhere).
-			mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+			h, err := cgroup.Detect()
 			require.NoError(t, err)
-			if v2 := parseCgroupMounts(mountinfo).v2; v2.point != "" {
+			if v2, ok := h.Unified(); ok {
 				v2Path, _ := parseProcCgroup(procCgroups)
-				dir, ok := v2.dir(v2Path)
-				require.True(t, ok, "cgroup %q not under mount %+v", v2Path, v2)
-				ino, err := inode(dir)
+				dir, err := v2.Join(v2Path)
+				require.NoError(t, err)
+				ino, err := cgroup.CgroupID(dir)
 				require.NoError(t, err)
 				assert.Equal(t, ino, ev.CgroupID, "cgroup id is the inode of %s", dir)
 				require.NotEmpty(t, cg.v2dir)
-				ino, err = inode(cg.v2dir)
+				ino, err = cgroup.CgroupID(cg.v2dir)
 				require.NoError(t, err)
 				assert.Equal(t, ino, ev.CgroupID, "cgroup id is the inode of %s", cg.v2dir)
 			}
@@ -393,7 +396,7 @@ func TestOOMTracerReportsVictimKilledByAnotherProcess(t *testing.T) {
 			assert.Equal(t, truncComm(filepath.Base(os.Args[0])), ev.Comm)
 			var v2ino uint64
 			if cg.v2dir != "" {
-				v2ino, err = inode(cg.v2dir)
+				v2ino, err = cgroup.CgroupID(cg.v2dir)
 				require.NoError(t, err)
 			}
 			switch {

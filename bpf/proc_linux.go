@@ -11,8 +11,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
-	"golang.org/x/sys/unix"
+	"github.com/kerf-dev/kerf/cgroup"
 )
 
 // procResolver fills the fields of an OOMEvent that the BPF program could not
@@ -21,22 +22,29 @@ import (
 type procResolver struct {
 	// procRoot is the procfs mount that shows the victims' pid namespace.
 	procRoot string
-	// mountinfo lists the mounts in which cgroup paths are looked up.
-	mountinfo string
+	// hierarchy returns the cgroup mounts in which cgroup paths are looked
+	// up, detected on first use and remembered, error included.
+	hierarchy func() (*cgroup.Hierarchy, error)
 }
 
-func newProcResolver(procRoot string) procResolver {
+// newProcResolver returns a resolver reading procRoot (default /proc) that
+// detects the cgroup mounts with opts the first time it is used.
+func newProcResolver(procRoot string, opts ...cgroup.Option) procResolver {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	return procResolver{procRoot: procRoot, mountinfo: "/proc/self/mountinfo"}
+	return procResolver{
+		procRoot:  procRoot,
+		hierarchy: sync.OnceValues(func() (*cgroup.Hierarchy, error) { return cgroup.Detect(opts...) }),
+	}
 }
 
 // resolve fills ev.TGID, ev.Comm (when empty), ev.CgroupID and ev.MemcgID
 // from /proc/<ev.PID>. An id whose hierarchy is not mounted stays zero. It
-// fails, leaving the ids it could not trust zero, when the victim is gone or
-// has begun exiting on a v1 memory hierarchy, where proc(5) shows exiting
-// tasks in the root cgroup.
+// fails, leaving the ids it could not trust zero, when the victim is gone,
+// when the cgroup mounts cannot be detected, or when the victim has begun
+// exiting on a v1 memory hierarchy, where proc(5) shows exiting tasks in the
+// root cgroup.
 func (r procResolver) resolve(ev *OOMEvent) error {
 	if err := r.resolveVictim(ev); err != nil {
 		return fmt.Errorf("resolve OOM victim %d from %s: %w", ev.PID, r.procRoot, err)
@@ -62,29 +70,33 @@ func (r procResolver) resolveVictim(ev *OOMEvent) error {
 		ev.Comm = strings.TrimSuffix(string(comm), "\n")
 	}
 
-	mountinfo, err := os.ReadFile(r.mountinfo)
+	h, err := r.hierarchy()
 	if err != nil {
 		return err
 	}
-	mounts := parseCgroupMounts(mountinfo)
 	cgroups, err := os.ReadFile(filepath.Join(dir, "cgroup"))
 	if err != nil {
 		return err
 	}
 	v2Path, memPath := parseProcCgroup(cgroups)
 
+	// A cgroup path the mount does not show (outside its root) leaves the
+	// id zero, as an unmounted hierarchy does.
+	v2, hasV2 := h.Unified()
 	var v2Dir string
-	if v2Path != "" && mounts.v2.point != "" {
-		if d, ok := mounts.v2.dir(v2Path); ok {
+	if v2Path != "" && hasV2 {
+		if d, err := v2.Join(v2Path); err == nil {
 			v2Dir = d
-			if ev.CgroupID, err = inode(v2Dir); err != nil {
+			if ev.CgroupID, err = cgroup.CgroupID(v2Dir); err != nil {
 				return err
 			}
 		}
 	}
 
+	// Controller prefers a v1 memory tree over the v2 one.
+	memory, hasMemory := h.Controller("memory")
 	switch {
-	case memPath != "" && mounts.memory.point != "":
+	case memPath != "" && hasMemory && memory.Version == 1:
 		// Read the flags after the cgroup file: a task that was not yet
 		// exiting then was not exiting when the file was read either.
 		stat, err := os.ReadFile(filepath.Join(dir, "stat"))
@@ -98,13 +110,13 @@ func (r procResolver) resolveVictim(ev *OOMEvent) error {
 		if flags&pfExiting != 0 {
 			return fmt.Errorf("victim is exiting: its v1 memory cgroup is no longer shown")
 		}
-		if d, ok := mounts.memory.dir(memPath); ok {
-			if ev.MemcgID, err = inode(d); err != nil {
+		if d, err := memory.Join(memPath); err == nil {
+			if ev.MemcgID, err = cgroup.CgroupID(d); err != nil {
 				return err
 			}
 		}
 	case v2Dir != "":
-		if ev.MemcgID, err = inode(memoryDomain(mounts.v2.point, v2Dir)); err != nil {
+		if ev.MemcgID, err = cgroup.CgroupID(memoryDomain(v2, v2Dir)); err != nil {
 			return err
 		}
 	}
@@ -174,92 +186,16 @@ func parseProcCgroup(data []byte) (v2, memory string) {
 	return v2, memory
 }
 
-// cgroupMount is a mounted cgroup hierarchy: root is the cgroup shown at
-// point (mountinfo(5) fields 4 and 5).
-type cgroupMount struct {
-	root, point string
-}
-
-// dir returns the directory of the cgroup at path p (as /proc/<pid>/cgroup
-// names it) under the mount, and false when the mount does not show it.
-func (m cgroupMount) dir(p string) (string, bool) {
-	rel, ok := strings.CutPrefix(p, m.root)
-	if !ok || (rel != "" && m.root != "/" && !strings.HasPrefix(rel, "/")) {
-		return "", false
-	}
-	return filepath.Join(m.point, rel), true
-}
-
-type cgroupMounts struct {
-	v2, memory cgroupMount
-}
-
-// parseCgroupMounts finds the first cgroup2 mount and the first v1 mount
-// with the memory controller in mountinfo(5) data.
-func parseCgroupMounts(data []byte) cgroupMounts {
-	var mounts cgroupMounts
-	for line := range strings.Lines(string(data)) {
-		pre, post, ok := strings.Cut(strings.TrimSuffix(line, "\n"), " - ")
-		if !ok {
-			continue
-		}
-		fields, postFields := strings.Fields(pre), strings.Fields(post)
-		if len(fields) < 5 || len(postFields) < 3 {
-			continue
-		}
-		m := cgroupMount{root: unescapeMountinfo(fields[3]), point: unescapeMountinfo(fields[4])}
-		switch postFields[0] {
-		case "cgroup2":
-			if mounts.v2.point == "" {
-				mounts.v2 = m
-			}
-		case "cgroup":
-			if mounts.memory.point == "" && slices.Contains(strings.Split(postFields[2], ","), "memory") {
-				mounts.memory = m
-			}
-		}
-	}
-	return mounts
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // memoryDomain returns the cgroup v2 directory that holds dir's memory
 // controller state: dir itself when its cgroup.controllers lists memory,
-// else the nearest such ancestor, else the root at mountPoint.
-func memoryDomain(mountPoint, dir string) string {
-	for d := dir; d != mountPoint && strings.HasPrefix(d, mountPoint); d = path.Dir(d) {
+// else the nearest such ancestor, else the top of the mount m. (The cgroup
+// package's Mount.Controllers only knows the mount's top directory.)
+func memoryDomain(m cgroup.Mount, dir string) string {
+	for d := dir; d != m.Path && strings.HasPrefix(d, m.Path); d = path.Dir(d) {
 		controllers, err := os.ReadFile(filepath.Join(d, "cgroup.controllers"))
 		if err == nil && slices.Contains(strings.Fields(string(controllers)), "memory") {
 			return d
 		}
 	}
-	return mountPoint
-}
-
-// inode returns the inode number of path, which for a cgroup directory is
-// its cgroup id.
-func inode(path string) (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return 0, fmt.Errorf("stat %s: %w", path, err)
-	}
-	return st.Ino, nil
+	return m.Path
 }

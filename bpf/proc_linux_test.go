@@ -10,75 +10,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kerf-dev/kerf/cgroup"
 )
-
-// mountinfoHybrid is a cgroup v1 host with the v2 hierarchy at unified
-// (systemd "hybrid" layout), as on Kerf's CI machine.
-const mountinfoHybrid = `22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
-31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
-32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
-35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
-40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
-41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
-`
-
-// mountinfoV2 is a cgroup v2 host (systemd "unified" layout).
-const mountinfoV2 = `24 1 253:0 / / rw,relatime shared:1 - xfs /dev/mapper/root rw
-35 24 0:30 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
-`
-
-// mountinfoContainer is a container whose cgroup namespace root is its pod's
-// cgroup, with a space escaped in a mount point.
-const mountinfoContainer = `900 800 0:30 /kubepods/pod1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw
-901 800 0:31 / /host\040cgroup/memory rw - cgroup cgroup rw,memory,hugetlb
-`
-
-func TestParseCgroupMountsFindsV2AndV1Memory(t *testing.T) {
-	tests := []struct {
-		name      string
-		mountinfo string
-		want      cgroupMounts
-	}{
-		{"hybrid", mountinfoHybrid, cgroupMounts{
-			v2:     cgroupMount{root: "/", point: "/sys/fs/cgroup/unified"},
-			memory: cgroupMount{root: "/", point: "/sys/fs/cgroup/memory"},
-		}},
-		{"v2 only", mountinfoV2, cgroupMounts{
-			v2: cgroupMount{root: "/", point: "/sys/fs/cgroup"},
-		}},
-		{"namespaced root and escaped space", mountinfoContainer, cgroupMounts{
-			v2:     cgroupMount{root: "/kubepods/pod1", point: "/sys/fs/cgroup"},
-			memory: cgroupMount{root: "/", point: "/host cgroup/memory"},
-		}},
-		{"garbage", "no separator here\n - cgroup2\n", cgroupMounts{}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, parseCgroupMounts([]byte(tt.mountinfo)))
-		})
-	}
-}
-
-func TestCgroupMountDirJoinsPathsUnderItsRoot(t *testing.T) {
-	tests := []struct {
-		mount  cgroupMount
-		path   string
-		want   string
-		wantOK bool
-	}{
-		{cgroupMount{"/", "/sys/fs/cgroup"}, "/", "/sys/fs/cgroup", true},
-		{cgroupMount{"/", "/sys/fs/cgroup"}, "/kubepods/burstable/pod1/c1", "/sys/fs/cgroup/kubepods/burstable/pod1/c1", true},
-		{cgroupMount{"/kubepods/pod1", "/sys/fs/cgroup"}, "/kubepods/pod1/c1", "/sys/fs/cgroup/c1", true},
-		{cgroupMount{"/kubepods/pod1", "/sys/fs/cgroup"}, "/kubepods/pod1", "/sys/fs/cgroup", true},
-		{cgroupMount{"/kubepods/pod1", "/sys/fs/cgroup"}, "/kubepods/pod12/c1", "", false},
-		{cgroupMount{"/kubepods/pod1", "/sys/fs/cgroup"}, "/system.slice", "", false},
-	}
-	for _, tt := range tests {
-		got, ok := tt.mount.dir(tt.path)
-		assert.Equal(t, tt.wantOK, ok, "%+v %s", tt.mount, tt.path)
-		assert.Equal(t, tt.want, got, "%+v %s", tt.mount, tt.path)
-	}
-}
 
 func TestParseProcCgroupFindsV2AndMemoryLines(t *testing.T) {
 	tests := []struct {
@@ -123,19 +57,32 @@ func newFakeHost(t *testing.T) fakeHost {
 	for _, dir := range []string{h.proc, filepath.Join(h.v2, "pod", "c1"), filepath.Join(h.memory, "pod", "c1")} {
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 	}
+	require.NoError(t, os.WriteFile(filepath.Join(h.v2, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(h.v2, "pod", "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(h.v2, "pod", "c1", "cgroup.controllers"), []byte("cpu\n"), 0o644))
 	return h
 }
 
-func (h fakeHost) mountinfo(t *testing.T, withMemory bool) string {
-	data := "41 31 0:38 / " + h.v2 + " rw - cgroup2 cgroup2 rw\n"
-	if withMemory {
-		data += "35 31 0:32 / " + h.memory + " rw - cgroup cgroup rw,memory\n"
+// resolver returns a resolver for the fake host whose mountinfo holds the
+// given lines, each with its mount point under the host's root.
+func (h fakeHost) resolver(t *testing.T, mounts ...string) procResolver {
+	var data string
+	for _, m := range mounts {
+		data += m + "\n"
 	}
-	path := filepath.Join(h.root, "mountinfo")
+	path := filepath.Join(t.TempDir(), "mountinfo")
 	require.NoError(t, os.WriteFile(path, []byte(data), 0o644))
-	return path
+	return newProcResolver(h.proc, cgroup.WithMountinfo(path))
+}
+
+// v2Mount and memoryMount are the fake host's mountinfo lines for its v2
+// hierarchy (showing the cgroup root) and its v1 memory hierarchy.
+func (h fakeHost) v2Mount(root string) string {
+	return "41 31 0:38 " + root + " " + h.v2 + " rw - cgroup2 cgroup2 rw"
+}
+
+func (h fakeHost) memoryMount() string {
+	return "35 31 0:32 / " + h.memory + " rw - cgroup cgroup rw,memory"
 }
 
 func (h fakeHost) process(t *testing.T, pid, status, stat, comm, cgroup string) {
@@ -151,41 +98,53 @@ func TestProcResolverFillsVictimFromProc(t *testing.T) {
 	h.process(t, "77", "Name:\tjava\nTgid:\t70\n", "77 (java) R 1 77 77 0 -1 4194560 25 0 0 0\n", "java\n", "4:memory:/pod/c1\n0::/pod/c1\n")
 	// An exiting task (PF_EXITING in stat flags) shows "/" on v1.
 	h.process(t, "88", "Name:\tjava\nTgid:\t88\n", "88 (java) R 1 88 88 0 -1 4194564 25 0 0 0\n", "java\n", "4:memory:/\n0::/pod/c1\n")
-	c1v2, err := inode(filepath.Join(h.v2, "pod", "c1"))
+	c1v2, err := cgroup.CgroupID(filepath.Join(h.v2, "pod", "c1"))
 	require.NoError(t, err)
-	podV2, err := inode(filepath.Join(h.v2, "pod"))
+	podV2, err := cgroup.CgroupID(filepath.Join(h.v2, "pod"))
 	require.NoError(t, err)
-	c1Memory, err := inode(filepath.Join(h.memory, "pod", "c1"))
+	c1Memory, err := cgroup.CgroupID(filepath.Join(h.memory, "pod", "c1"))
 	require.NoError(t, err)
 
 	t.Run("v1 memory hierarchy mounted", func(t *testing.T) {
-		r := procResolver{procRoot: h.proc, mountinfo: h.mountinfo(t, true)}
+		r := h.resolver(t, h.memoryMount(), h.v2Mount("/"))
 		ev := OOMEvent{PID: 77}
 		require.NoError(t, r.resolve(&ev))
 		assert.Equal(t, OOMEvent{PID: 77, TGID: 70, Comm: "java", CgroupID: c1v2, MemcgID: c1Memory}, ev)
 	})
 	t.Run("v2 only: memcg is the nearest cgroup with memory enabled", func(t *testing.T) {
-		r := procResolver{procRoot: h.proc, mountinfo: h.mountinfo(t, false)}
+		r := h.resolver(t, h.v2Mount("/"))
 		ev := OOMEvent{PID: 77, Comm: "from-kernel"}
 		require.NoError(t, r.resolve(&ev))
 		assert.Equal(t, OOMEvent{PID: 77, TGID: 70, Comm: "from-kernel", CgroupID: c1v2, MemcgID: podV2}, ev)
 	})
+	t.Run("v2 mount showing another subtree: ids stay zero", func(t *testing.T) {
+		r := h.resolver(t, h.v2Mount("/other"))
+		ev := OOMEvent{PID: 77}
+		require.NoError(t, r.resolve(&ev))
+		assert.Equal(t, OOMEvent{PID: 77, TGID: 70, Comm: "java"}, ev)
+	})
 	t.Run("victim exiting on v1: memcg unknown, not root", func(t *testing.T) {
-		r := procResolver{procRoot: h.proc, mountinfo: h.mountinfo(t, true)}
+		r := h.resolver(t, h.memoryMount(), h.v2Mount("/"))
 		ev := OOMEvent{PID: 88}
 		assert.ErrorContains(t, r.resolve(&ev), "exiting")
 		assert.Equal(t, OOMEvent{PID: 88, TGID: 88, Comm: "java", CgroupID: c1v2}, ev)
 	})
 	t.Run("victim exiting on v2: zombies keep their cgroup", func(t *testing.T) {
-		r := procResolver{procRoot: h.proc, mountinfo: h.mountinfo(t, false)}
+		r := h.resolver(t, h.v2Mount("/"))
 		ev := OOMEvent{PID: 88}
 		require.NoError(t, r.resolve(&ev))
 		assert.Equal(t, OOMEvent{PID: 88, TGID: 88, Comm: "java", CgroupID: c1v2, MemcgID: podV2}, ev)
 	})
 	t.Run("victim gone", func(t *testing.T) {
-		r := procResolver{procRoot: h.proc, mountinfo: h.mountinfo(t, true)}
+		r := h.resolver(t, h.memoryMount(), h.v2Mount("/"))
 		ev := OOMEvent{PID: 78}
 		assert.ErrorContains(t, r.resolve(&ev), "resolve OOM victim 78")
+	})
+	t.Run("cgroup mounts undetectable: ids stay zero", func(t *testing.T) {
+		r := newProcResolver(h.proc, cgroup.WithMountinfo(filepath.Join(h.root, "no-mountinfo")))
+		ev := OOMEvent{PID: 77}
+		assert.ErrorContains(t, r.resolve(&ev), "detect cgroups")
+		assert.Equal(t, OOMEvent{PID: 77, TGID: 70, Comm: "java"}, ev)
 	})
 }
 
