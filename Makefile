@@ -17,9 +17,10 @@ deps:
 	@hack/apt.sh
 	@hack/controlplane.sh
 
-## generate: regenerate committed generated code (BPF objects)
+## generate: regenerate committed generated code (BPF objects, deepcopy, CRDs)
 generate:
 	$(GO) generate ./bpf/...
+	@hack/controller-gen.sh
 
 ## vmlinux: refresh bpf/include/vmlinux.h from this kernel's BTF (not part of generate)
 vmlinux:

@@ -38,7 +38,7 @@ func TestSmokeTalksToRealAPIServer(t *testing.T) {
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "kerf.local/kerf-workload:1"}}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "kerf.local/kerf-workload:1"}}},
 			},
 		},
 	}

@@ -1,0 +1,64 @@
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The guardrails' defaults (docs/design.md section 2). The CRD schema
+// carries the same values in +kubebuilder:default markers, and a test
+// against the real apiserver checks that the two agree.
+const (
+	DefaultWatchDuration           = 30 * time.Minute
+	DefaultOOMKills          int32 = 1
+	DefaultRestarts          int32 = 3
+	DefaultThrottlingRatio         = "0.25"
+	DefaultCooldown                = 24 * time.Hour
+	DefaultRestoreTo               = RestorePrevious
+	DefaultBackoffTimePeriod       = 10 * time.Minute
+	DefaultMultiplyByTurn    int32 = 1
+	DefaultMaxAttempts       int32 = 1
+	DefaultTimeZone                = "UTC"
+)
+
+// SetDefaults fills the fields left empty with the same defaults the
+// apiserver applies, for a spec that did not come through it (a test, a
+// spec built in code).
+func (s *PolicySpec) SetDefaults() {
+	for i := range s.Guardrails.FreezeWindows {
+		if s.Guardrails.FreezeWindows[i].TimeZone == "" {
+			s.Guardrails.FreezeWindows[i].TimeZone = DefaultTimeZone
+		}
+	}
+	r := &s.Guardrails.Rollback
+	if r.WatchDuration == nil {
+		r.WatchDuration = &metav1.Duration{Duration: DefaultWatchDuration}
+	}
+	if r.OOMKills == nil {
+		r.OOMKills = ptrTo(DefaultOOMKills)
+	}
+	if r.Restarts == nil {
+		r.Restarts = ptrTo(DefaultRestarts)
+	}
+	if r.ThrottlingRatio == "" {
+		r.ThrottlingRatio = DefaultThrottlingRatio
+	}
+	if r.Cooldown == nil {
+		r.Cooldown = &metav1.Duration{Duration: DefaultCooldown}
+	}
+	if r.RestoreTo == "" {
+		r.RestoreTo = DefaultRestoreTo
+	}
+	if r.Backoff.TimePeriod == nil {
+		r.Backoff.TimePeriod = &metav1.Duration{Duration: DefaultBackoffTimePeriod}
+	}
+	if r.Backoff.MultiplyByTurn == 0 {
+		r.Backoff.MultiplyByTurn = DefaultMultiplyByTurn
+	}
+	if r.Backoff.MaxAttempts == 0 {
+		r.Backoff.MaxAttempts = DefaultMaxAttempts
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

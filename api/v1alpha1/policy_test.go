@@ -1,0 +1,226 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// defaultedRollback is spec.guardrails.rollback with every default of
+// docs/design.md section 2.
+func defaultedRollback() v1alpha1.RollbackGuardrails {
+	return v1alpha1.RollbackGuardrails{
+		WatchDuration:            &metav1.Duration{Duration: 30 * time.Minute},
+		OOMKills:                 ptr.To[int32](1),
+		Restarts:                 ptr.To[int32](3),
+		ThrottlingRatio:          "0.25",
+		Cooldown:                 &metav1.Duration{Duration: 24 * time.Hour},
+		RestoreTo:                v1alpha1.RestorePrevious,
+		AdoptionThresholdPercent: 0,
+		Backoff: v1alpha1.Backoff{
+			TimePeriod:     &metav1.Duration{Duration: 10 * time.Minute},
+			MultiplyByTurn: 1,
+			MaxAttempts:    1,
+		},
+	}
+}
+
+// TestPolicyDefaultsAreApplied creates policies that leave the guardrails
+// out at every level, as a user's YAML would, and checks that the apiserver
+// fills in every default of the design.
+func TestPolicyDefaultsAreApplied(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		kind string
+		spec string
+	}{
+		{name: "no spec", kind: "RightsizingPolicy", spec: ""},
+		{name: "empty spec", kind: "RightsizingPolicy", spec: `{}`},
+		{name: "empty guardrails", kind: "RightsizingPolicy", spec: `guardrails: {}`},
+		{name: "empty rollback", kind: "RightsizingPolicy", spec: `guardrails: {rollback: {}}`},
+		{name: "empty backoff", kind: "RightsizingPolicy", spec: `guardrails: {rollback: {backoff: {}}}`},
+		{name: "cluster policy without spec", kind: "ClusterRightsizingPolicy", spec: ""},
+		{name: "cluster policy with empty guardrails", kind: "ClusterRightsizingPolicy", spec: `guardrails: {}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := fromYAML(t, tc.kind, uniqueName("defaults"), tc.spec)
+			require.NoError(t, create(t, obj))
+
+			var spec v1alpha1.PolicySpec
+			if tc.kind == "ClusterRightsizingPolicy" {
+				var got v1alpha1.ClusterRightsizingPolicy
+				require.NoError(t, controlPlane(t).Client.Get(ctx, client.ObjectKeyFromObject(obj), &got))
+				spec = got.Spec
+			} else {
+				var got v1alpha1.RightsizingPolicy
+				require.NoError(t, controlPlane(t).Client.Get(ctx, client.ObjectKeyFromObject(obj), &got))
+				spec = got.Spec
+			}
+			assert.Equal(t, int32(0), spec.Weight)
+			assert.False(t, spec.Guardrails.Paused)
+			assert.Empty(t, spec.Guardrails.FreezeWindows)
+			assert.Equal(t, defaultedRollback(), spec.Guardrails.Rollback)
+		})
+	}
+}
+
+// TestPolicyDefaultsKeepExplicitValues checks that defaulting fills only
+// what is missing: explicit values, zeros included, stay as written.
+func TestPolicyDefaultsKeepExplicitValues(t *testing.T) {
+	obj := fromYAML(t, "RightsizingPolicy", uniqueName("explicit"), `
+weight: 7
+guardrails:
+  paused: true
+  freezeWindows:
+  - {schedule: "0 9 * * 1-5", duration: 8h}
+  - {schedule: "30 22 * * *", duration: 90m, timeZone: Europe/Paris}
+  rollback:
+    oomKills: 0
+    restarts: 0
+    cooldown: "0"
+    throttlingRatio: "1"
+    backoff: {maxAttempts: 3}
+`)
+	require.NoError(t, create(t, obj))
+	var got v1alpha1.RightsizingPolicy
+	require.NoError(t, controlPlane(t).Client.Get(context.Background(), client.ObjectKeyFromObject(obj), &got))
+
+	want := defaultedRollback()
+	want.OOMKills = ptr.To[int32](0)
+	want.Restarts = ptr.To[int32](0)
+	want.Cooldown = &metav1.Duration{}
+	want.ThrottlingRatio = "1"
+	want.Backoff.MaxAttempts = 3
+	assert.Equal(t, want, got.Spec.Guardrails.Rollback)
+	assert.Equal(t, int32(7), got.Spec.Weight)
+	assert.True(t, got.Spec.Guardrails.Paused)
+	assert.Equal(t, []v1alpha1.FreezeWindow{
+		{Schedule: "0 9 * * 1-5", Duration: metav1.Duration{Duration: 8 * time.Hour}, TimeZone: "UTC"},
+		{Schedule: "30 22 * * *", Duration: metav1.Duration{Duration: 90 * time.Minute}, TimeZone: "Europe/Paris"},
+	}, got.Spec.Guardrails.FreezeWindows)
+}
+
+// TestSetDefaultsMatchesTheAPIServer checks that PolicySpec.SetDefaults
+// gives a spec built in Go the same values the apiserver gives a stored one.
+func TestSetDefaultsMatchesTheAPIServer(t *testing.T) {
+	ctx := context.Background()
+	p := &v1alpha1.ClusterRightsizingPolicy{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("godefaults")}}
+	p.Spec.Guardrails.FreezeWindows = []v1alpha1.FreezeWindow{{Schedule: "0 0 * * *", Duration: metav1.Duration{Duration: time.Hour}}}
+	require.NoError(t, create(t, p))
+	var got v1alpha1.ClusterRightsizingPolicy
+	require.NoError(t, controlPlane(t).Client.Get(ctx, client.ObjectKeyFromObject(p), &got))
+
+	var local v1alpha1.PolicySpec
+	local.Guardrails.FreezeWindows = []v1alpha1.FreezeWindow{{Schedule: "0 0 * * *", Duration: metav1.Duration{Duration: time.Hour}}}
+	local.SetDefaults()
+	assert.Equal(t, got.Spec, local)
+	assert.Equal(t, defaultedRollback(), local.Guardrails.Rollback)
+}
+
+// TestAdmissionRefusesBadPolicies sends policies with one bad field each and
+// checks that the apiserver refuses them with a message naming the field.
+func TestAdmissionRefusesBadPolicies(t *testing.T) {
+	const rb = "spec.guardrails.rollback."
+	for _, tc := range []struct {
+		name      string
+		kind      string // RightsizingPolicy when empty
+		spec      string
+		wantField string
+		wantMsg   string
+	}{
+		{"throttling ratio zero", "", `guardrails: {rollback: {throttlingRatio: "0"}}`, rb + "throttlingRatio", "decimal string in (0, 1]"},
+		{"throttling ratio zero point zero", "", `guardrails: {rollback: {throttlingRatio: "0.000"}}`, rb + "throttlingRatio", "decimal string in (0, 1]"},
+		{"throttling ratio above one", "", `guardrails: {rollback: {throttlingRatio: "1.5"}}`, rb + "throttlingRatio", "decimal string in (0, 1]"},
+		{"throttling ratio just above one", "", `guardrails: {rollback: {throttlingRatio: "1.01"}}`, rb + "throttlingRatio", "decimal string in (0, 1]"},
+		{"throttling ratio negative", "", `guardrails: {rollback: {throttlingRatio: "-0.1"}}`, rb + "throttlingRatio", "decimal string in (0, 1]"},
+		{"throttling ratio not a number", "", `guardrails: {rollback: {throttlingRatio: "abc"}}`, rb + "throttlingRatio", "decimal string in (0, 1]"},
+		{"throttling ratio percent", "", `guardrails: {rollback: {throttlingRatio: "25%"}}`, rb + "throttlingRatio", "decimal string in (0, 1]"},
+		{"throttling ratio as a number", "", `guardrails: {rollback: {throttlingRatio: 0.25}}`, rb + "throttlingRatio", "string"},
+		{"negative oom kills", "", `guardrails: {rollback: {oomKills: -1}}`, rb + "oomKills", "greater than or equal to 0"},
+		{"negative restarts", "", `guardrails: {rollback: {restarts: -2}}`, rb + "restarts", "greater than or equal to 0"},
+		{"max attempts zero", "", `guardrails: {rollback: {backoff: {maxAttempts: 0}}}`, rb + "backoff.maxAttempts", "greater than or equal to 1"},
+		{"multiply by turn zero", "", `guardrails: {rollback: {backoff: {multiplyByTurn: 0}}}`, rb + "backoff.multiplyByTurn", "greater than or equal to 1"},
+		{"adoption threshold above 100", "", `guardrails: {rollback: {adoptionThresholdPercent: 101}}`, rb + "adoptionThresholdPercent", "less than or equal to 100"},
+		{"adoption threshold negative", "", `guardrails: {rollback: {adoptionThresholdPercent: -1}}`, rb + "adoptionThresholdPercent", "greater than or equal to 0"},
+		{"watch duration unparsable", "", `guardrails: {rollback: {watchDuration: soon}}`, rb + "watchDuration", "positive duration"},
+		{"watch duration without unit", "", `guardrails: {rollback: {watchDuration: "30"}}`, rb + "watchDuration", "positive duration"},
+		{"watch duration zero", "", `guardrails: {rollback: {watchDuration: 0s}}`, rb + "watchDuration", "positive duration"},
+		{"watch duration negative", "", `guardrails: {rollback: {watchDuration: -5m}}`, rb + "watchDuration", "positive duration"},
+		{"watch duration in days", "", `guardrails: {rollback: {watchDuration: 1d}}`, rb + "watchDuration", "positive duration"},
+		{"cooldown unparsable", "", `guardrails: {rollback: {cooldown: one day}}`, rb + "cooldown", "duration such as 24h"},
+		{"cooldown negative", "", `guardrails: {rollback: {cooldown: -1h}}`, rb + "cooldown", "duration such as 24h"},
+		{"backoff time period unparsable", "", `guardrails: {rollback: {backoff: {timePeriod: 10 minutes}}}`, rb + "backoff.timePeriod", "positive duration"},
+		{"backoff time period zero", "", `guardrails: {rollback: {backoff: {timePeriod: 0m}}}`, rb + "backoff.timePeriod", "positive duration"},
+		{"unknown restore target", "", `guardrails: {rollback: {restoreTo: Yesterday}}`, rb + "restoreTo", `supported values: "Previous", "LastHealthy", "Manifest"`},
+		{"negative weight", "", `weight: -1`, "spec.weight", "greater than or equal to 0"},
+		{"workload kind kerf cannot manage", "", `selector: {kinds: [CronJob]}`, "spec.selector.kinds[0]", `supported values: "Deployment", "StatefulSet", "DaemonSet"`},
+		{"freeze window cron with 4 fields", "", `guardrails: {freezeWindows: [{schedule: "0 9 * *", duration: 1h}]}`, "spec.guardrails.freezeWindows[0].schedule", "cron schedule of 5 space-separated fields"},
+		{"freeze window cron with 6 fields", "", `guardrails: {freezeWindows: [{schedule: "0 0 9 * * *", duration: 1h}]}`, "spec.guardrails.freezeWindows[0].schedule", "cron schedule of 5 space-separated fields"},
+		{"freeze window cron with garbage", "", `guardrails: {freezeWindows: [{schedule: "every monday", duration: 1h}]}`, "spec.guardrails.freezeWindows[0].schedule", "cron schedule of 5 space-separated fields"},
+		{"freeze window without schedule", "", `guardrails: {freezeWindows: [{duration: 1h}]}`, "spec.guardrails.freezeWindows[0].schedule", "Required value"},
+		{"freeze window duration unparsable", "", `guardrails: {freezeWindows: [{schedule: "0 9 * * *", duration: all day}]}`, "spec.guardrails.freezeWindows[0].duration", "positive duration"},
+		{"freeze window without duration", "", `guardrails: {freezeWindows: [{schedule: "0 9 * * *"}]}`, "spec.guardrails.freezeWindows[0].duration", "Required value"},
+		{"freeze window time zone not a name", "", `guardrails: {freezeWindows: [{schedule: "0 9 * * *", duration: 1h, timeZone: "+02:00"}]}`, "spec.guardrails.freezeWindows[0].timeZone", "IANA time zone"},
+		{"freeze window time zone unknown", "", `guardrails: {freezeWindows: [{schedule: "0 9 * * *", duration: 1h, timeZone: Mars/Olympus_Mons}]}`, "spec.guardrails.freezeWindows[0].timeZone", "unknown time zone Mars/Olympus_Mons"},
+		{"freeze window time zone Local", "", `guardrails: {freezeWindows: [{schedule: "0 9 * * *", duration: 1h, timeZone: Local}]}`, "spec.guardrails.freezeWindows[0].timeZone", "IANA time zone"},
+		{"namespace selector on a namespaced policy", "", `selector: {namespaceSelector: {matchLabels: {team: a}}}`, "spec.selector.namespaceSelector", "selects only in its own namespace"},
+		{"cluster policy with bad ratio", "ClusterRightsizingPolicy", `guardrails: {rollback: {throttlingRatio: "2"}}`, rb + "throttlingRatio", "decimal string in (0, 1]"},
+		{"cluster policy with negative oom kills", "ClusterRightsizingPolicy", `guardrails: {rollback: {oomKills: -1}}`, rb + "oomKills", "greater than or equal to 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kind := tc.kind
+			if kind == "" {
+				kind = "RightsizingPolicy"
+			}
+			err := create(t, fromYAML(t, kind, uniqueName("bad"), tc.spec))
+			require.Error(t, err, "the apiserver accepted a bad %s", kind)
+			assert.True(t, apierrors.IsInvalid(err), "want an Invalid error, got %v", err)
+			assert.Contains(t, err.Error(), tc.wantField+":", "the message names the field")
+			assert.Contains(t, err.Error(), tc.wantMsg)
+			t.Log(err)
+		})
+	}
+}
+
+// TestAdmissionAcceptsGoodPolicyValues checks the edges of the rules from
+// the allowed side: the validation is no stricter than the design.
+func TestAdmissionAcceptsGoodPolicyValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kind string // RightsizingPolicy when empty
+		spec string
+	}{
+		{"throttling ratio one", "", `guardrails: {rollback: {throttlingRatio: "1"}}`},
+		{"throttling ratio one point zero", "", `guardrails: {rollback: {throttlingRatio: "1.0"}}`},
+		{"throttling ratio small", "", `guardrails: {rollback: {throttlingRatio: "0.001"}}`},
+		{"zero counts turn signals off", "", `guardrails: {rollback: {oomKills: 0, restarts: 0}}`},
+		{"compound durations", "", `guardrails: {rollback: {watchDuration: 1h30m, cooldown: 36h, backoff: {timePeriod: 90s}}}`},
+		{"fractional duration", "", `guardrails: {rollback: {watchDuration: 1.5h}}`},
+		{"zero cooldown", "", `guardrails: {rollback: {cooldown: "0"}}`},
+		{"zero cooldown with unit", "", `guardrails: {rollback: {cooldown: 0s}}`},
+		{"adoption threshold 100", "", `guardrails: {rollback: {adoptionThresholdPercent: 100}}`},
+		{"every restore target", "", `guardrails: {rollback: {restoreTo: LastHealthy}}`},
+		{"cron with ranges, steps and names", "", `guardrails: {freezeWindows: [{schedule: "*/15 9-17 1,15 JAN-DEC MON-FRI", duration: 45m, timeZone: America/Argentina/Buenos_Aires}]}`},
+		{"time zone with offset name", "", `guardrails: {freezeWindows: [{schedule: "0 0 * * 0", duration: 1h, timeZone: Etc/GMT+5}]}`},
+		{"all workload kinds", "", `selector: {kinds: [Deployment, StatefulSet, DaemonSet], workloadSelector: {matchLabels: {app: web}}}`},
+		{"namespace selector on a cluster policy", "ClusterRightsizingPolicy", `selector: {namespaceSelector: {matchExpressions: [{key: team, operator: In, values: [a, b]}]}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kind := tc.kind
+			if kind == "" {
+				kind = "RightsizingPolicy"
+			}
+			assert.NoError(t, create(t, fromYAML(t, kind, uniqueName("good"), tc.spec)))
+		})
+	}
+}

@@ -1,0 +1,265 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RightsizingPolicy selects workloads in its own namespace and sets their
+// guardrails (docs/design.md section 2). Without a matching policy a
+// workload's changes are not applied, watched or rolled back.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=kerf
+// +kubebuilder:printcolumn:name="Weight",type=integer,JSONPath=`.spec.weight`
+// +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.guardrails.paused`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule=`!has(self.spec) || !has(self.spec.selector) || !has(self.spec.selector.namespaceSelector)`,message="a RightsizingPolicy selects only in its own namespace; use a ClusterRightsizingPolicy to select namespaces",fieldPath=".spec.selector.namespaceSelector"
+type RightsizingPolicy struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec selects workloads and sets the guardrails.
+	// +kubebuilder:default={}
+	// +optional
+	Spec PolicySpec `json:"spec"`
+	// Status is what the leader saw of the policy.
+	// +optional
+	Status PolicyStatus `json:"status,omitempty"`
+}
+
+// RightsizingPolicyList is a list of RightsizingPolicies.
+// +kubebuilder:object:root=true
+type RightsizingPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the policies.
+	Items []RightsizingPolicy `json:"items"`
+}
+
+// ClusterRightsizingPolicy selects workloads in any namespace and sets their
+// guardrails. A RightsizingPolicy of equal weight beats it. Kerf ships one
+// named default that selects everything.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,categories=kerf
+// +kubebuilder:printcolumn:name="Weight",type=integer,JSONPath=`.spec.weight`
+// +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.guardrails.paused`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterRightsizingPolicy struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec selects workloads and sets the guardrails.
+	// +kubebuilder:default={}
+	// +optional
+	Spec PolicySpec `json:"spec"`
+	// Status is what the leader saw of the policy.
+	// +optional
+	Status PolicyStatus `json:"status,omitempty"`
+}
+
+// ClusterRightsizingPolicyList is a list of ClusterRightsizingPolicies.
+// +kubebuilder:object:root=true
+type ClusterRightsizingPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the policies.
+	Items []ClusterRightsizingPolicy `json:"items"`
+}
+
+// PolicySpec is the spec of RightsizingPolicy and ClusterRightsizingPolicy.
+type PolicySpec struct {
+	// Selector picks the workloads the policy governs; omitted, it picks
+	// every workload in its scope.
+	// +optional
+	Selector PolicySelector `json:"selector,omitempty"`
+	// Weight orders policies that select the same workload: the highest
+	// wins, then a RightsizingPolicy over a ClusterRightsizingPolicy, then
+	// the oldest.
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Weight int32 `json:"weight,omitempty"`
+	// Guardrails say when changes may be applied and when they roll back.
+	// +kubebuilder:default={}
+	// +optional
+	Guardrails Guardrails `json:"guardrails,omitempty"`
+}
+
+// PolicySelector picks workloads. Every part that is set must match; a part
+// omitted matches everything.
+type PolicySelector struct {
+	// NamespaceSelector picks namespaces by label (ClusterRightsizingPolicy
+	// only).
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// WorkloadSelector picks workloads by their own labels.
+	// +optional
+	WorkloadSelector *metav1.LabelSelector `json:"workloadSelector,omitempty"`
+	// Kinds limits the policy to these workload kinds.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=3
+	// +optional
+	Kinds []WorkloadKind `json:"kinds,omitempty"`
+}
+
+// Guardrails say when changes may be applied and when they roll back.
+// Pause and freeze windows block applies, never rollbacks.
+type Guardrails struct {
+	// Paused blocks every apply (phase Blocked, reason Paused).
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+	// FreezeWindows block applies while one is open (phase Blocked, reason
+	// FreezeWindow).
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	FreezeWindows []FreezeWindow `json:"freezeWindows,omitempty"`
+	// Rollback sets the health watch's thresholds and what follows a
+	// rollback.
+	// +kubebuilder:default={}
+	// +optional
+	Rollback RollbackGuardrails `json:"rollback,omitempty"`
+}
+
+// FreezeWindow is a recurring time during which no change is applied.
+type FreezeWindow struct {
+	// Schedule is when the window opens, a cron expression of 5 fields
+	// (minute hour day-of-month month day-of-week), such as "0 9 * * 1-5".
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[ ]*[-0-9A-Za-z*?,/#]+([ ]+[-0-9A-Za-z*?,/#]+){4}[ ]*$')`,message="must be a cron schedule of 5 space-separated fields (minute hour day-of-month month day-of-week), such as '0 9 * * 1-5'"
+	Schedule string `json:"schedule"`
+	// Duration is how long the window stays open, such as 2h.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$') && duration(self) > duration('0s')`,message="must be a positive duration such as 2h or 90m (units ns, us, ms, s, m, h)"
+	Duration metav1.Duration `json:"duration"`
+	// TimeZone is the IANA time zone of the schedule, such as Europe/Paris.
+	// The apiserver refuses a zone its time zone database does not know
+	// (kube-apiserver embeds Go's); the leader checks again with its own.
+	// +kubebuilder:default=UTC
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[A-Za-z][-A-Za-z0-9_+]*(/[-A-Za-z0-9_+]+)*$') && self != 'Local'`,message="must be an IANA time zone name such as UTC or Europe/Paris"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[A-Za-z][-A-Za-z0-9_+]*(/[-A-Za-z0-9_+]+)*$') || self == 'Local' || timestamp('2000-01-01T00:00:00Z').getHours(self) >= 0`,message="must be a time zone of the IANA database such as UTC or Europe/Paris"
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+}
+
+// RestoreTarget says which values a rollback restores.
+// +kubebuilder:validation:Enum=Previous;LastHealthy;Manifest
+type RestoreTarget string
+
+// The restore targets.
+const (
+	// RestorePrevious restores the values the change replaced.
+	RestorePrevious RestoreTarget = "Previous"
+	// RestoreLastHealthy restores the last values that passed a health
+	// watch (status.lastHealthy), or the previous ones when there are none.
+	RestoreLastHealthy RestoreTarget = "LastHealthy"
+	// RestoreManifest restores the values the workload's own manifest
+	// declares, without Kerf's changes.
+	RestoreManifest RestoreTarget = "Manifest"
+)
+
+// RollbackGuardrails are the health watch's thresholds and what follows a
+// rollback (docs/design.md sections 3 and 4). Every field is optional; the
+// defaults are in defaults.go and in the schema.
+type RollbackGuardrails struct {
+	// WatchDuration is how long the health watch lasts after a change.
+	// +kubebuilder:default="30m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$') && duration(self) > duration('0s')`,message="must be a positive duration such as 30m or 1h30m (units ns, us, ms, s, m, h)"
+	// +optional
+	WatchDuration *metav1.Duration `json:"watchDuration,omitempty"`
+	// OOMKills is the count of OOM kills since the change that rolls memory
+	// back; 0 turns the signal off.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	OOMKills *int32 `json:"oomKills,omitempty"`
+	// Restarts is the count of container restarts since the change that
+	// rolls every touched resource back; 0 turns the signal off.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Restarts *int32 `json:"restarts,omitempty"`
+	// ThrottlingRatio is the CFS throttling ratio (throttled periods over
+	// periods) that rolls CPU back: a decimal string in (0, 1].
+	// +kubebuilder:default="0.25"
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^(0([.][0-9]+)?|1([.]0+)?)$') && double(self) > 0.0`,message="must be a decimal string in (0, 1], such as '0.25'"
+	// +optional
+	ThrottlingRatio string `json:"throttlingRatio,omitempty"`
+	// Cooldown is how long decreases of a rolled-back resource stay blocked
+	// after the rollback; 0 turns cooldowns off.
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^(0|([0-9]+([.][0-9]+)?(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) >= duration('0s')`,message="must be a duration such as 24h or 0 (units ns, us, ms, s, m, h)"
+	// +optional
+	Cooldown *metav1.Duration `json:"cooldown,omitempty"`
+	// RestoreTo says which values a rollback restores: Previous,
+	// LastHealthy or Manifest.
+	// +kubebuilder:default=Previous
+	// +optional
+	RestoreTo RestoreTarget `json:"restoreTo,omitempty"`
+	// AdoptionThresholdPercent is the share of the workload's pods that must
+	// run the applied values for the watch to end Healthy; 0 skips the
+	// check.
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	AdoptionThresholdPercent int32 `json:"adoptionThresholdPercent,omitempty"`
+	// Backoff says when the same values may be tried again after a
+	// rollback.
+	// +kubebuilder:default={}
+	// +optional
+	Backoff Backoff `json:"backoff,omitempty"`
+}
+
+// Backoff says when the same values may be tried again after a rollback:
+// turn n backs off for timePeriod × multiplyByTurn × n, and after
+// maxAttempts turns the values are failedPermanent.
+type Backoff struct {
+	// TimePeriod is the base backoff.
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$') && duration(self) > duration('0s')`,message="must be a positive duration such as 10m (units ns, us, ms, s, m, h)"
+	// +optional
+	TimePeriod *metav1.Duration `json:"timePeriod,omitempty"`
+	// MultiplyByTurn multiplies the backoff by the turn number.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MultiplyByTurn int32 `json:"multiplyByTurn,omitempty"`
+	// MaxAttempts is how many times the same values are tried; 1 means they
+	// are never applied again after a rollback.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxAttempts int32 `json:"maxAttempts,omitempty"`
+}
+
+// PolicyStatus is what the leader saw of a policy.
+type PolicyStatus struct {
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Fingerprint identifies the policy's guardrails; recommendations
+	// record it when the policy is chosen.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Fingerprint string `json:"fingerprint,omitempty"`
+}

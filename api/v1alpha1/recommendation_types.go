@@ -1,0 +1,482 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RightsizingRecommendation asks Kerf to apply CPU and memory values to one
+// workload, then watch it and roll back when the change proves harmful
+// (docs/design.md sections 2 to 4). A recommender (a person, a script,
+// another tool) writes the spec; Kerf's leader writes the status.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rsr,categories=kerf
+// +kubebuilder:printcolumn:name="Workload",type=string,JSONPath=`.spec.targetRef.name`,description="The workload the values are for"
+// +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.strategy`,description="How the values reach the pods"
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`,description="Where the recommendation is in its life"
+// +kubebuilder:printcolumn:name="HealthWatch",type=string,JSONPath=`.status.conditions[?(@.type=="HealthWatch")].reason`,description="The health watch's verdict"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RightsizingRecommendation struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the change asked for.
+	Spec RightsizingRecommendationSpec `json:"spec"`
+	// Status is what Kerf did with it.
+	// +optional
+	Status RightsizingRecommendationStatus `json:"status,omitempty"`
+}
+
+// RightsizingRecommendationList is a list of RightsizingRecommendations.
+// +kubebuilder:object:root=true
+type RightsizingRecommendationList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the recommendations.
+	Items []RightsizingRecommendation `json:"items"`
+}
+
+// RightsizingRecommendationSpec is the change a recommender asks for.
+type RightsizingRecommendationSpec struct {
+	// TargetRef is the workload, in the recommendation's namespace.
+	TargetRef TargetRef `json:"targetRef"`
+	// Strategy says how the values reach the pods: InPlace, Rollout or
+	// Deferred.
+	Strategy Strategy `json:"strategy"`
+	// Containers are the values per container; a container not listed is
+	// left alone.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	Containers []ContainerResources `json:"containers"`
+	// HPA coordinates the HorizontalPodAutoscaler that targets the workload:
+	// when CPU requests change, its CPU utilization target moves so that the
+	// absolute target (utilization × request) stays the same.
+	// +optional
+	HPA *HPACoordination `json:"hpa,omitempty"`
+}
+
+// TargetRef names a workload Kerf can manage.
+type TargetRef struct {
+	// APIVersion is the workload's API version; only apps/v1.
+	// +kubebuilder:validation:Enum=apps/v1
+	// +kubebuilder:default="apps/v1"
+	// +optional
+	APIVersion string `json:"apiVersion,omitempty"`
+	// Kind is Deployment, StatefulSet or DaemonSet.
+	Kind WorkloadKind `json:"kind"`
+	// Name is the workload's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// HPACoordination says whether and which HorizontalPodAutoscaler follows a
+// CPU requests change.
+type HPACoordination struct {
+	// Coordinate turns the coordination on (the default once hpa is set).
+	// +kubebuilder:default=true
+	// +optional
+	Coordinate bool `json:"coordinate"`
+	// Name is the HorizontalPodAutoscaler's name; empty means the one whose
+	// scaleTargetRef is the workload.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Name string `json:"name,omitempty"`
+}
+
+// Phase is where a recommendation is in its life.
+// +kubebuilder:validation:Enum=Pending;Applied;Watching;Healthy;RolledBack;Blocked;Failed
+type Phase string
+
+// The phases (docs/design.md section 2).
+const (
+	// PhasePending is a recommendation not acted on yet.
+	PhasePending Phase = "Pending"
+	// PhaseApplied means the values were written and the watch has not
+	// started.
+	PhaseApplied Phase = "Applied"
+	// PhaseWatching means the health watch runs.
+	PhaseWatching Phase = "Watching"
+	// PhaseHealthy means the watch ended without a breach.
+	PhaseHealthy Phase = "Healthy"
+	// PhaseRolledBack means a breach rolled the change back.
+	PhaseRolledBack Phase = "RolledBack"
+	// PhaseBlocked means the change is not applied; status.reason says why.
+	PhaseBlocked Phase = "Blocked"
+	// PhaseFailed means the change could not be applied.
+	PhaseFailed Phase = "Failed"
+)
+
+// Reasons for phase Blocked, in status.reason.
+const (
+	ReasonPaused          = "Paused"
+	ReasonFreezeWindow    = "FreezeWindow"
+	ReasonCooldown        = "Cooldown"
+	ReasonSameValues      = "SameValues"
+	ReasonFailedPermanent = "FailedPermanent"
+	ReasonNoPolicy        = "NoPolicy"
+)
+
+// Condition types on a recommendation.
+const (
+	// ConditionApplied is true once the values were written.
+	ConditionApplied = "Applied"
+	// ConditionHealthWatch carries the health watch's state in its reason.
+	ConditionHealthWatch = "HealthWatch"
+)
+
+// Reasons of the HealthWatch condition (docs/design.md section 3).
+const (
+	HealthWatchWatching               = "Watching"
+	HealthWatchHealthy                = "Healthy"
+	HealthWatchOOMKills               = "OOMKills"
+	HealthWatchRestarts               = "Restarts"
+	HealthWatchThrottling             = "Throttling"
+	HealthWatchNotAdopted             = "NotAdopted"
+	HealthWatchThrottlingNotEvaluated = "ThrottlingNotEvaluated"
+)
+
+// RollbackStateAnnotation is the workload annotation that mirrors
+// status.rollback as JSON (docs/design.md section 4).
+const RollbackStateAnnotation = "kerf.dev/rollback-state"
+
+// RightsizingRecommendationStatus is what Kerf did with a recommendation.
+type RightsizingRecommendationStatus struct {
+	// Phase is where the recommendation is in its life.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// Reason is a CamelCase word saying why the phase is what it is; for
+	// Blocked one of Paused, FreezeWindow, Cooldown, SameValues,
+	// FailedPermanent, NoPolicy.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message says the same for people.
+	// +kubebuilder:validation:MaxLength=32768
+	// +optional
+	Message string `json:"message,omitempty"`
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions are Applied and HealthWatch (reasons Watching, Healthy,
+	// OOMKills, Restarts, Throttling, NotAdopted, ThrottlingNotEvaluated).
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+	// Policy is the policy that governs the workload, chosen by weight.
+	// +optional
+	Policy *PolicyReference `json:"policy,omitempty"`
+	// Change is the change being watched, or the last one.
+	// +optional
+	Change *Change `json:"change,omitempty"`
+	// LastHealthy are the last values that passed a health watch, the
+	// target of restoreTo LastHealthy.
+	// +optional
+	LastHealthy *HealthyValues `json:"lastHealthy,omitempty"`
+	// Rollback is the backoff state machine (docs/design.md section 4).
+	// +optional
+	Rollback *RollbackState `json:"rollback,omitempty"`
+	// Cooldowns block decreases of a resource until a time, after a
+	// rollback of that resource.
+	// +listType=map
+	// +listMapKey=resource
+	// +kubebuilder:validation:MaxItems=2
+	// +optional
+	Cooldowns []Cooldown `json:"cooldowns,omitempty"`
+	// RolledBackFingerprints are the value fingerprints of changes rolled
+	// back; they are not applied again unless the backoff allows it.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:items:MaxLength=128
+	// +optional
+	RolledBackFingerprints []string `json:"rolledBackFingerprints,omitempty"`
+	// History are Kerf's actions on the workload, oldest first; the newest
+	// 100 are kept.
+	// +kubebuilder:validation:MaxItems=100
+	// +optional
+	History []Action `json:"history,omitempty"`
+}
+
+// PolicyKind is the kind of a policy.
+// +kubebuilder:validation:Enum=RightsizingPolicy;ClusterRightsizingPolicy
+type PolicyKind string
+
+// The policy kinds.
+const (
+	PolicyKindNamespaced PolicyKind = "RightsizingPolicy"
+	PolicyKindCluster    PolicyKind = "ClusterRightsizingPolicy"
+)
+
+// PolicyReference names the policy chosen for a workload. A
+// RightsizingPolicy is in the recommendation's namespace.
+type PolicyReference struct {
+	// Kind is RightsizingPolicy or ClusterRightsizingPolicy.
+	Kind PolicyKind `json:"kind"`
+	// Name is the policy's name.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Fingerprint is the policy's fingerprint when it was chosen.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Fingerprint string `json:"fingerprint,omitempty"`
+}
+
+// Change is a change Kerf applied and watches: everything a leader that
+// takes over needs to resume the watch with its original start and
+// baselines, and to roll it back.
+type Change struct {
+	// AppliedAt is when the change was applied: T0, the watch's start.
+	AppliedAt metav1.Time `json:"appliedAt"`
+	// Strategy is the strategy that applied it; a rollback uses the same.
+	Strategy Strategy `json:"strategy"`
+	// Resources are the resources the change touched: cpu, memory or both.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
+	// +optional
+	Resources []ResourceName `json:"resources,omitempty"`
+	// Containers are the previous and applied values per container.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Containers []ContainerChange `json:"containers,omitempty"`
+	// Touched are the objects the change wrote: resized pods, the patched
+	// workload, the HPA.
+	// +kubebuilder:validation:MaxItems=1024
+	// +optional
+	Touched []TouchedObject `json:"touched,omitempty"`
+	// HPA is the coordinated HPA's previous and applied CPU target.
+	// +optional
+	HPA *HPAChange `json:"hpa,omitempty"`
+	// ValueFingerprint identifies the applied values.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	ValueFingerprint string `json:"valueFingerprint,omitempty"`
+	// PolicyFingerprint identifies the policy in force when applied.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	PolicyFingerprint string `json:"policyFingerprint,omitempty"`
+	// ThrottlingBaselines are the CFS counters at the start of the
+	// throttling window, per pod and container (docs/design.md section 3).
+	// +kubebuilder:validation:MaxItems=4096
+	// +optional
+	ThrottlingBaselines []ThrottlingBaseline `json:"throttlingBaselines,omitempty"`
+}
+
+// ContainerChange is one container's values before and after a change.
+type ContainerChange struct {
+	// Name is the container's name.
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Previous are the values before the change.
+	// +optional
+	Previous Resources `json:"previous,omitempty"`
+	// Applied are the values the change applied.
+	// +optional
+	Applied Resources `json:"applied,omitempty"`
+}
+
+// TouchedObject names an object a change wrote, with the resourceVersion
+// Kerf's write produced.
+type TouchedObject struct {
+	// Kind is the object's kind, such as Pod, Deployment or
+	// HorizontalPodAutoscaler.
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind"`
+	// Name is the object's name.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Namespace is the object's namespace; empty means the recommendation's.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// ResourceVersion is the object's resourceVersion after Kerf's write.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+}
+
+// HPAChange is a coordinated HPA's CPU utilization target before and after.
+type HPAChange struct {
+	// Name is the HorizontalPodAutoscaler's name.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// PreviousTargetCPUUtilization is the target before, in percent.
+	// +kubebuilder:validation:Minimum=1
+	PreviousTargetCPUUtilization int32 `json:"previousTargetCPUUtilization"`
+	// AppliedTargetCPUUtilization is the target applied, in percent.
+	// +kubebuilder:validation:Minimum=1
+	AppliedTargetCPUUtilization int32 `json:"appliedTargetCPUUtilization"`
+}
+
+// ThrottlingBaseline is one container's CFS counters (cpu.stat nr_periods
+// and nr_throttled) at a point in time.
+type ThrottlingBaseline struct {
+	// Pod is the pod's name.
+	// +kubebuilder:validation:MaxLength=253
+	Pod string `json:"pod"`
+	// PodUID is the pod's UID; it tells a recreated pod of the same name
+	// (a StatefulSet's) from the one the baseline was taken on.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	PodUID string `json:"podUID,omitempty"`
+	// Container is the container's name.
+	// +kubebuilder:validation:MaxLength=63
+	Container string `json:"container"`
+	// Periods is nr_periods.
+	// +kubebuilder:validation:Minimum=0
+	Periods int64 `json:"periods"`
+	// Throttled is nr_throttled.
+	// +kubebuilder:validation:Minimum=0
+	Throttled int64 `json:"throttled"`
+	// At is when the counters were read.
+	At metav1.Time `json:"at"`
+}
+
+// HealthyValues are values that passed a health watch.
+type HealthyValues struct {
+	// At is when the watch ended healthy.
+	At metav1.Time `json:"at"`
+	// ValueFingerprint identifies the values.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	ValueFingerprint string `json:"valueFingerprint,omitempty"`
+	// Containers are the values per container.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Containers []ContainerResources `json:"containers"`
+}
+
+// BackoffState is a state of the rollback backoff state machine
+// (docs/design.md section 4).
+// +kubebuilder:validation:Enum=monitoring;monitoringSucceeded;rollingBack;backingOff;backedOff;failedPermanent
+type BackoffState string
+
+// The backoff states: monitoring → monitoringSucceeded | rollingBack →
+// backingOff → backedOff | failedPermanent.
+const (
+	BackoffMonitoring          BackoffState = "monitoring"
+	BackoffMonitoringSucceeded BackoffState = "monitoringSucceeded"
+	BackoffRollingBack         BackoffState = "rollingBack"
+	BackoffBackingOff          BackoffState = "backingOff"
+	BackoffBackedOff           BackoffState = "backedOff"
+	BackoffFailedPermanent     BackoffState = "failedPermanent"
+)
+
+// RollbackState is the backoff state machine for one value fingerprint.
+type RollbackState struct {
+	// State is the machine's state.
+	State BackoffState `json:"state"`
+	// Turn is the current attempt, counted from 1.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Turn int32 `json:"turn,omitempty"`
+	// Expiry is when backingOff ends: timePeriod × multiplyByTurn × turn
+	// after it began.
+	// +optional
+	Expiry *metav1.Time `json:"expiry,omitempty"`
+	// Fingerprint is the value fingerprint the machine is about.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Turns are the turns so far, oldest first.
+	// +kubebuilder:validation:MaxItems=100
+	// +optional
+	Turns []BackoffTurn `json:"turns,omitempty"`
+}
+
+// BackoffTurn is one attempt of the same values.
+type BackoffTurn struct {
+	// Turn is the attempt's number, from 1.
+	// +kubebuilder:validation:Minimum=1
+	Turn int32 `json:"turn"`
+	// StartedAt is when the attempt's change was applied.
+	StartedAt metav1.Time `json:"startedAt"`
+	// EndedAt is when the attempt ended; absent while it runs.
+	// +optional
+	EndedAt *metav1.Time `json:"endedAt,omitempty"`
+	// Outcome is how it ended, such as Healthy or RolledBack.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Outcome string `json:"outcome,omitempty"`
+	// Reason is the breach that ended it, such as OOMKills.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// Cooldown blocks decreases of one resource until a time.
+type Cooldown struct {
+	// Resource is cpu or memory.
+	Resource ResourceName `json:"resource"`
+	// Until is when decreases are allowed again.
+	Until metav1.Time `json:"until"`
+}
+
+// ActionType is the type of an action in the history.
+// +kubebuilder:validation:Enum=applied;rolled_back;failed;healthy;blocked
+type ActionType string
+
+// The action types; the same words label kerf_actions_total{type}.
+const (
+	ActionApplied    ActionType = "applied"
+	ActionRolledBack ActionType = "rolled_back"
+	ActionFailed     ActionType = "failed"
+	ActionHealthy    ActionType = "healthy"
+	ActionBlocked    ActionType = "blocked"
+)
+
+// Action is one thing Kerf did to a workload.
+type Action struct {
+	// Time is when it happened.
+	Time metav1.Time `json:"time"`
+	// Type is applied, rolled_back, failed, healthy or blocked.
+	Type ActionType `json:"type"`
+	// Reason is a CamelCase word, such as OOMKills or RollbackError.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message says what happened, for people.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Resources are the resources the action touched.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
+	// +optional
+	Resources []ResourceName `json:"resources,omitempty"`
+	// Containers are the old and new values per container.
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Containers []ContainerValueChange `json:"containers,omitempty"`
+	// Figures are the figures that crossed a threshold, such as
+	// "oomKills 2 ≥ 1".
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=256
+	// +optional
+	Figures []string `json:"figures,omitempty"`
+}
+
+// ContainerValueChange is one container's old and new values in an action.
+type ContainerValueChange struct {
+	// Name is the container's name.
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Old are the values before the action.
+	// +optional
+	Old Resources `json:"old,omitempty"`
+	// New are the values after it.
+	// +optional
+	New Resources `json:"new,omitempty"`
+}
