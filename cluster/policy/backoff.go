@@ -1,0 +1,267 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// The reasons of the six Kubernetes Events the backoff state machine emits
+// (docs/design.md section 4).
+const (
+	// EventMonitoringStarted: a change was applied and its turn began.
+	EventMonitoringStarted = "MonitoringStarted"
+	// EventMonitoringSucceeded: the health watch ended without a breach.
+	EventMonitoringSucceeded = "MonitoringSucceeded"
+	// EventRollingBackStarted: a breach started a rollback.
+	EventRollingBackStarted = "RollingBackStarted"
+	// EventBackoffTurnCompleted: a backoff expired and turns remain, so the
+	// same values may be tried again.
+	EventBackoffTurnCompleted = "BackoffTurnCompleted"
+	// EventBackoffExhausted: a backoff expired on the last turn; the values
+	// are failedPermanent.
+	EventBackoffExhausted = "BackoffExhausted"
+	// EventStateCleared: no policy resolved any more, so the state was
+	// dropped.
+	EventStateCleared = "StateCleared"
+)
+
+// The outcomes recorded on a BackoffTurn when it ends.
+const (
+	// OutcomeHealthy: the turn's health watch ended without a breach.
+	OutcomeHealthy = "Healthy"
+	// OutcomeRolledBack: a breach rolled the turn's change back.
+	OutcomeRolledBack = "RolledBack"
+)
+
+// maxTurns is how many turns status.rollback.turns keeps (its MaxItems).
+const maxTurns = 100
+
+// StartMonitoring moves st to monitoring for the values identified by
+// fingerprint when they have just been applied, and opens a turn
+// (docs/design.md section 4). The same fingerprint coming back from
+// backedOff starts the next turn; any other fingerprint, or the same one
+// after monitoringSucceeded, starts over at turn 1 and forgets the old
+// turns. Calling it again while already monitoring the fingerprint changes
+// nothing and emits nothing, so a reconciler may repeat itself.
+//
+// Values in rollingBack, backingOff or failedPermanent may not start: that
+// is an error, which CheckApply prevents by blocking them. st holds one
+// fingerprint at a time, so starting other values drops the backoff of the
+// previous ones; those stay blocked as SameValues.
+func StartMonitoring(now time.Time, st *v1alpha1.RollbackState, fingerprint string) ([]string, error) {
+	if st.Fingerprint == fingerprint {
+		switch st.State {
+		case v1alpha1.BackoffMonitoring:
+			return nil, nil
+		case v1alpha1.BackoffBackedOff:
+			st.State = v1alpha1.BackoffMonitoring
+			st.Turn++
+			st.Expiry = nil
+			st.Turns = appendTurn(st.Turns, v1alpha1.BackoffTurn{Turn: st.Turn, StartedAt: metav1.NewTime(now)})
+			return []string{EventMonitoringStarted}, nil
+		case v1alpha1.BackoffRollingBack, v1alpha1.BackoffBackingOff, v1alpha1.BackoffFailedPermanent:
+			return nil, illegal(st, v1alpha1.BackoffMonitoring)
+		}
+	}
+	*st = v1alpha1.RollbackState{
+		State:       v1alpha1.BackoffMonitoring,
+		Turn:        1,
+		Fingerprint: fingerprint,
+		Turns:       []v1alpha1.BackoffTurn{{Turn: 1, StartedAt: metav1.NewTime(now)}},
+	}
+	return []string{EventMonitoringStarted}, nil
+}
+
+// MonitoringSucceeded moves st from monitoring to monitoringSucceeded when
+// the health watch ends without a breach, and closes the turn as Healthy
+// (docs/design.md section 4). Repeating it changes nothing.
+func MonitoringSucceeded(now time.Time, st *v1alpha1.RollbackState) ([]string, error) {
+	switch st.State {
+	case v1alpha1.BackoffMonitoringSucceeded:
+		return nil, nil
+	case v1alpha1.BackoffMonitoring:
+	default:
+		return nil, illegal(st, v1alpha1.BackoffMonitoringSucceeded)
+	}
+	st.State = v1alpha1.BackoffMonitoringSucceeded
+	endTurn(st, now, OutcomeHealthy, "")
+	return []string{EventMonitoringSucceeded}, nil
+}
+
+// RollingBack moves st from monitoring to rollingBack when a breach starts
+// a rollback, and closes the turn as RolledBack with the breach's reason,
+// such as OOMKills (docs/design.md section 4). Repeating it changes
+// nothing, so a leader that takes over mid-rollback does not announce a
+// second one.
+func RollingBack(now time.Time, st *v1alpha1.RollbackState, reason string) ([]string, error) {
+	switch st.State {
+	case v1alpha1.BackoffRollingBack:
+		return nil, nil
+	case v1alpha1.BackoffMonitoring:
+	default:
+		return nil, illegal(st, v1alpha1.BackoffRollingBack)
+	}
+	st.State = v1alpha1.BackoffRollingBack
+	endTurn(st, now, OutcomeRolledBack, reason)
+	return []string{EventRollingBackStarted}, nil
+}
+
+// BackingOff moves st from rollingBack to backingOff once the rollback is
+// done, with the expiry now + timePeriod × multiplyByTurn × turn, rounded
+// up to the second (docs/design.md section 4). It emits no event. Repeating
+// it keeps the first expiry.
+func BackingOff(now time.Time, st *v1alpha1.RollbackState, backoff v1alpha1.Backoff) ([]string, error) {
+	switch st.State {
+	case v1alpha1.BackoffBackingOff:
+		return nil, nil
+	case v1alpha1.BackoffRollingBack:
+	default:
+		return nil, illegal(st, v1alpha1.BackoffBackingOff)
+	}
+	st.State = v1alpha1.BackoffBackingOff
+	expiry := metav1.NewTime(ceilSecond(now.Add(BackoffDuration(backoff, st.Turn))))
+	st.Expiry = &expiry
+	return nil, nil
+}
+
+// Advance ends a backoff whose expiry has come (now ≥ expiry): st becomes
+// backedOff when turns remain (turn < maxAttempts), so the same values may
+// start a fresh turn, and failedPermanent otherwise (docs/design.md section
+// 4). In any other state, or before the expiry, it changes nothing. A
+// backingOff state without an expiry counts as expired.
+func Advance(now time.Time, st *v1alpha1.RollbackState, backoff v1alpha1.Backoff) (changed bool, events []string) {
+	if st.State != v1alpha1.BackoffBackingOff || (st.Expiry != nil && now.Before(st.Expiry.Time)) {
+		return false, nil
+	}
+	if st.Turn < withDefaults(backoff).MaxAttempts {
+		st.State = v1alpha1.BackoffBackedOff
+		return true, []string{EventBackoffTurnCompleted}
+	}
+	st.State = v1alpha1.BackoffFailedPermanent
+	return true, []string{EventBackoffExhausted}
+}
+
+// ClearForNoPolicy drops the backoff state when no policy resolves for the
+// workload any more (docs/design.md section 2: without a policy changes
+// are not watched or rolled back). Cooldowns and rolled-back fingerprints
+// stay: they record harm already done, and keep blocking those values when
+// a policy comes back. It emits StateCleared when there was a state.
+func ClearForNoPolicy(status *v1alpha1.RightsizingRecommendationStatus) []string {
+	if status.Rollback == nil {
+		return nil
+	}
+	status.Rollback = nil
+	return []string{EventStateCleared}
+}
+
+// BackoffDuration is how long turn backs off: timePeriod × multiplyByTurn ×
+// turn (docs/design.md section 4), with the defaults for fields left empty.
+// It saturates instead of overflowing.
+func BackoffDuration(backoff v1alpha1.Backoff, turn int32) time.Duration {
+	b := withDefaults(backoff)
+	d := b.TimePeriod.Duration
+	for _, f := range []int64{max(int64(b.MultiplyByTurn), 1), max(int64(turn), 1)} {
+		if d > 0 && f > math.MaxInt64/int64(d) {
+			return math.MaxInt64
+		}
+		d *= time.Duration(f)
+	}
+	return d
+}
+
+// Describe gives the Kubernetes Event type (Normal or Warning) and message
+// for one of the Event* reasons, after the transition that emitted it.
+func Describe(reason string, st *v1alpha1.RollbackState) (eventType, message string) {
+	if st == nil {
+		st = &v1alpha1.RollbackState{}
+	}
+	switch reason {
+	case EventMonitoringStarted:
+		return corev1.EventTypeNormal, fmt.Sprintf("watching values %s, turn %d", st.Fingerprint, st.Turn)
+	case EventMonitoringSucceeded:
+		return corev1.EventTypeNormal, fmt.Sprintf("values %s passed the health watch on turn %d", st.Fingerprint, st.Turn)
+	case EventRollingBackStarted:
+		why := ""
+		if n := len(st.Turns); n > 0 && st.Turns[n-1].Reason != "" {
+			why = " after " + st.Turns[n-1].Reason
+		}
+		return corev1.EventTypeWarning, fmt.Sprintf("rolling back values %s on turn %d%s", st.Fingerprint, st.Turn, why)
+	case EventBackoffTurnCompleted:
+		return corev1.EventTypeNormal, fmt.Sprintf("backoff after turn %d of values %s is over; they may be applied again", st.Turn, st.Fingerprint)
+	case EventBackoffExhausted:
+		return corev1.EventTypeWarning, fmt.Sprintf("values %s were rolled back on each of %d turns; they will not be applied again", st.Fingerprint, st.Turn)
+	case EventStateCleared:
+		return corev1.EventTypeNormal, "no policy selects the workload any more; its rollback state was cleared"
+	}
+	return corev1.EventTypeNormal, reason
+}
+
+// AnnotationValue is the JSON of st mirrored in the workload annotation
+// kerf.dev/rollback-state (v1alpha1.RollbackStateAnnotation, docs/design.md
+// section 4); empty for a nil st, meaning the annotation is removed.
+func AnnotationValue(st *v1alpha1.RollbackState) (string, error) {
+	if st == nil {
+		return "", nil
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return "", fmt.Errorf("encode %s: %w", v1alpha1.RollbackStateAnnotation, err)
+	}
+	return string(b), nil
+}
+
+// ParseAnnotation reads a kerf.dev/rollback-state annotation back; an
+// empty value is no state.
+func ParseAnnotation(value string) (*v1alpha1.RollbackState, error) {
+	if value == "" {
+		return nil, nil
+	}
+	st := &v1alpha1.RollbackState{}
+	if err := json.Unmarshal([]byte(value), st); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", v1alpha1.RollbackStateAnnotation, err)
+	}
+	return st, nil
+}
+
+// withDefaults fills the backoff fields left empty (docs/design.md section
+// 2 defaults).
+func withDefaults(b v1alpha1.Backoff) v1alpha1.Backoff {
+	spec := v1alpha1.PolicySpec{Guardrails: v1alpha1.Guardrails{Rollback: v1alpha1.RollbackGuardrails{Backoff: b}}}
+	spec.SetDefaults()
+	return spec.Guardrails.Rollback.Backoff
+}
+
+// endTurn closes the open turn, the last one.
+func endTurn(st *v1alpha1.RollbackState, now time.Time, outcome, reason string) {
+	if n := len(st.Turns); n > 0 && st.Turns[n-1].EndedAt == nil {
+		ended := metav1.NewTime(now)
+		st.Turns[n-1].EndedAt = &ended
+		st.Turns[n-1].Outcome = outcome
+		st.Turns[n-1].Reason = reason
+	}
+}
+
+// appendTurn adds a turn, keeping the newest maxTurns.
+func appendTurn(turns []v1alpha1.BackoffTurn, t v1alpha1.BackoffTurn) []v1alpha1.BackoffTurn {
+	turns = append(turns, t)
+	if len(turns) > maxTurns {
+		turns = append([]v1alpha1.BackoffTurn(nil), turns[len(turns)-maxTurns:]...)
+	}
+	return turns
+}
+
+// illegal is the error for a transition the machine does not have.
+func illegal(st *v1alpha1.RollbackState, to v1alpha1.BackoffState) error {
+	from := string(st.State)
+	if from == "" {
+		from = "no state"
+	}
+	return fmt.Errorf("rollback state of values %s: %s → %s is not a transition of the backoff state machine (docs/design.md section 4)", st.Fingerprint, from, to)
+}

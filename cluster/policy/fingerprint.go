@@ -1,0 +1,131 @@
+package policy
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"math/big"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// Fingerprint identifies a policy spec, for status.policy.fingerprint and
+// status.change.policyFingerprint (docs/design.md section 2): the first 16
+// hex digits of the SHA-256 of its canonical JSON after SetDefaults. A spec
+// that did not change keeps its fingerprint, whether or not its defaults
+// were spelled out, its durations were written as 60m or 1h, or its sets
+// (kinds, selector expressions and their values) were reordered; any other
+// change gives a new one.
+func Fingerprint(spec v1alpha1.PolicySpec) string {
+	s := spec.DeepCopy()
+	s.SetDefaults()
+	s.Selector.NamespaceSelector = canonicalSelector(s.Selector.NamespaceSelector)
+	s.Selector.WorkloadSelector = canonicalSelector(s.Selector.WorkloadSelector)
+	slices.Sort(s.Selector.Kinds)
+	return digest(s)
+}
+
+// canonicalSelector sorts what Kubernetes treats as sets and folds an empty
+// selector, which matches everything, into nil, which does too.
+func canonicalSelector(s *metav1.LabelSelector) *metav1.LabelSelector {
+	if s == nil || (len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0) {
+		return nil
+	}
+	for i := range s.MatchExpressions {
+		slices.Sort(s.MatchExpressions[i].Values)
+	}
+	slices.SortFunc(s.MatchExpressions, func(a, b metav1.LabelSelectorRequirement) int {
+		return cmp.Or(
+			cmp.Compare(a.Key, b.Key),
+			cmp.Compare(a.Operator, b.Operator),
+			cmp.Compare(strings.Join(a.Values, "\x00"), strings.Join(b.Values, "\x00")),
+		)
+	})
+	return s
+}
+
+// ValueFingerprint identifies a set of recommended values, for
+// status.change.valueFingerprint and status.rolledBackFingerprints
+// (docs/design.md section 4: the same values are not applied again after a
+// rollback). It does not depend on the order of the containers nor on how
+// a quantity is spelled ("1000m" and "1", "1Gi" and "1073741824" are the
+// same), but an absent value differs from a zero one, since absent leaves
+// the workload's own value in place.
+func ValueFingerprint(containers []v1alpha1.ContainerResources) string {
+	type values struct {
+		CPU    string `json:"cpu,omitempty"`
+		Memory string `json:"memory,omitempty"`
+	}
+	type container struct {
+		Name     string  `json:"name"`
+		Requests *values `json:"requests,omitempty"`
+		Limits   *values `json:"limits,omitempty"`
+	}
+	canon := func(v *v1alpha1.ResourceValues) *values {
+		if v == nil || (v.CPU == nil && v.Memory == nil) {
+			return nil
+		}
+		return &values{CPU: canonicalQuantity(v.CPU), Memory: canonicalQuantity(v.Memory)}
+	}
+	out := make([]container, 0, len(containers))
+	for _, c := range containers {
+		out = append(out, container{Name: c.Name, Requests: canon(c.Requests), Limits: canon(c.Limits)})
+	}
+	slices.SortStableFunc(out, func(a, b container) int { return cmp.Compare(a.Name, b.Name) })
+	return digest(out)
+}
+
+// canonicalQuantity writes q's exact value as a plain decimal without
+// trailing zeros ("1", "0.25", "1073741824"); nil, for absent, is "".
+func canonicalQuantity(q *resource.Quantity) string {
+	if q == nil {
+		return ""
+	}
+	c := q.DeepCopy() // AsDec converts in place: work on a copy
+	d := c.AsDec()
+	unscaled := new(big.Int).Set(d.UnscaledBig())
+	scale := int64(d.Scale()) // value = unscaled × 10^-scale
+	ten := big.NewInt(10)
+	if unscaled.Sign() == 0 {
+		return "0"
+	}
+	for rem := new(big.Int); ; {
+		q, r := new(big.Int).QuoRem(unscaled, ten, rem)
+		if r.Sign() != 0 {
+			break
+		}
+		unscaled, scale = q, scale-1
+	}
+	if scale <= 0 {
+		return unscaled.Mul(unscaled, new(big.Int).Exp(ten, big.NewInt(-scale), nil)).String()
+	}
+	neg := unscaled.Sign() < 0
+	digits := new(big.Int).Abs(unscaled).String()
+	if int64(len(digits)) <= scale {
+		digits = strings.Repeat("0", int(scale)-len(digits)+1) + digits
+	}
+	cut := len(digits) - int(scale)
+	s := digits[:cut] + "." + digits[cut:]
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
+
+// digest is the first 16 hex digits of the SHA-256 of v's JSON.
+func digest(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// The values hashed here are plain structs of strings, numbers and
+		// quantities, which always marshal.
+		panic("policy: fingerprint: " + err.Error())
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16]
+}

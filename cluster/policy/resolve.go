@@ -1,0 +1,175 @@
+package policy
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// Workload is what policy resolution needs to know of a Deployment,
+// StatefulSet or DaemonSet.
+type Workload struct {
+	// Kind is the workload's kind.
+	Kind v1alpha1.WorkloadKind
+	// Namespace is the workload's namespace.
+	Namespace string
+	// Name is the workload's name.
+	Name string
+	// Labels are the workload's own labels (not its pod template's).
+	Labels map[string]string
+}
+
+// Resolved is the policy chosen for a workload.
+type Resolved struct {
+	// Ref names the policy and carries its fingerprint, as recorded in the
+	// recommendation's status.policy.
+	Ref v1alpha1.PolicyReference
+	// Namespace is a RightsizingPolicy's namespace; empty for a
+	// ClusterRightsizingPolicy.
+	Namespace string
+	// Spec is a copy of the policy's spec with SetDefaults applied.
+	Spec v1alpha1.PolicySpec
+}
+
+// candidate is a policy of either kind, as ranking sees it.
+type candidate struct {
+	kind    v1alpha1.PolicyKind
+	ns      string
+	name    string
+	created metav1.Time
+	spec    *v1alpha1.PolicySpec
+}
+
+// label names the policy the way kubectl users know it, for errors.
+func (c candidate) label() string {
+	if c.kind == v1alpha1.PolicyKindNamespaced {
+		return fmt.Sprintf("%s %s/%s", c.kind, c.ns, c.name)
+	}
+	return fmt.Sprintf("%s %s", c.kind, c.name)
+}
+
+// Resolve chooses the policy that governs w (docs/design.md section 2), or
+// returns nil, nil when none selects it: the workload's changes are then
+// not applied, watched or rolled back (phase Blocked, reason NoPolicy).
+//
+// A RightsizingPolicy selects only in its own namespace (admission refuses
+// a namespaceSelector on it; one set anyway is ignored); a
+// ClusterRightsizingPolicy's namespaceSelector is matched against
+// namespaceLabels. The workloadSelector is matched against w.Labels, and
+// kinds, when not empty, must list w.Kind. A nil selector matches
+// everything. Policies being deleted do not count.
+//
+// Among the policies that select w the highest spec.weight wins; at equal
+// weight a RightsizingPolicy beats a ClusterRightsizingPolicy; then the
+// oldest (creationTimestamp) wins, then the name that sorts first.
+//
+// A selector that does not parse, on a policy that ranks above the one that
+// would win, is an error naming the policy and the field: Resolve then
+// chooses nothing rather than let a weaker policy govern in the broken
+// one's place. Broken policies ranked below the winner do not matter.
+func Resolve(w Workload, namespaceLabels map[string]string, namespaced []v1alpha1.RightsizingPolicy, cluster []v1alpha1.ClusterRightsizingPolicy) (*Resolved, error) {
+	var cands []candidate
+	for i := range namespaced {
+		p := &namespaced[i]
+		if p.DeletionTimestamp != nil || p.Namespace != w.Namespace {
+			continue
+		}
+		cands = append(cands, candidate{v1alpha1.PolicyKindNamespaced, p.Namespace, p.Name, p.CreationTimestamp, &p.Spec})
+	}
+	for i := range cluster {
+		p := &cluster[i]
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		cands = append(cands, candidate{v1alpha1.PolicyKindCluster, "", p.Name, p.CreationTimestamp, &p.Spec})
+	}
+	slices.SortFunc(cands, rank)
+
+	var errs []error
+	var best *candidate
+	for i := range cands {
+		ok, err := selects(cands[i], w, namespaceLabels)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ok {
+			best = &cands[i]
+			break
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if best == nil {
+		return nil, nil
+	}
+	spec := best.spec.DeepCopy()
+	spec.SetDefaults()
+	return &Resolved{
+		Ref:       v1alpha1.PolicyReference{Kind: best.kind, Name: best.name, Fingerprint: Fingerprint(*spec)},
+		Namespace: best.ns,
+		Spec:      *spec,
+	}, nil
+}
+
+// rank orders candidates best first: weight descending, namespaced before
+// cluster, oldest first, name ascending (docs/design.md section 2).
+func rank(a, b candidate) int {
+	if c := cmp.Compare(b.spec.Weight, a.spec.Weight); c != 0 {
+		return c
+	}
+	if a.kind != b.kind {
+		if a.kind == v1alpha1.PolicyKindNamespaced {
+			return -1
+		}
+		return 1
+	}
+	if c := a.created.Time.Compare(b.created.Time); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.name, b.name)
+}
+
+// selects reports whether c's selector picks w. Parts are checked in the
+// order kinds, namespaces, workload labels, so a broken selector only
+// matters on a policy that could still select w.
+func selects(c candidate, w Workload, namespaceLabels map[string]string) (bool, error) {
+	sel := c.spec.Selector
+	if len(sel.Kinds) > 0 && !slices.Contains(sel.Kinds, w.Kind) {
+		return false, nil
+	}
+	if c.kind == v1alpha1.PolicyKindCluster {
+		ok, err := matches(sel.NamespaceSelector, namespaceLabels)
+		if err != nil {
+			return false, fmt.Errorf("%s: spec.selector.namespaceSelector: %w", c.label(), err)
+		}
+		if !ok {
+			return false, nil
+		}
+	}
+	ok, err := matches(sel.WorkloadSelector, w.Labels)
+	if err != nil {
+		return false, fmt.Errorf("%s: spec.selector.workloadSelector: %w", c.label(), err)
+	}
+	return ok, nil
+}
+
+// matches applies a label selector; nil matches everything (the apimachinery
+// helper would match nothing).
+func matches(s *metav1.LabelSelector, set map[string]string) (bool, error) {
+	if s == nil {
+		return true, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(s)
+	if err != nil {
+		return false, err
+	}
+	return sel.Matches(labels.Set(set)), nil
+}
