@@ -1,0 +1,319 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// DefaultResizeTimeout is how long an in-place resize may stay Deferred or
+// InProgress before it counts as failed, when Applier.ResizeTimeout is 0.
+const DefaultResizeTimeout = 2 * time.Minute
+
+// Reasons of a Failure.
+const (
+	// FailureInfeasible: the kubelet refuses the resize (PodResizePending,
+	// reason Infeasible); it is not retried.
+	FailureInfeasible = "Infeasible"
+	// FailureDeferred: the resize stayed PodResizePending, reason Deferred,
+	// for the resize timeout or longer.
+	FailureDeferred = "Deferred"
+	// FailureInProgress: the resize stayed PodResizeInProgress for the
+	// resize timeout or longer.
+	FailureInProgress = "InProgress"
+	// FailureRejected: the apiserver refused the resize, for instance
+	// because it would change the pod's QoS class or exceed the node's
+	// allocatable resources.
+	FailureRejected = "Rejected"
+)
+
+// Errors callers can test for with errors.Is. Errors from the apiserver are
+// wrapped as they come, so apierrors.IsConflict and apierrors.IsNotFound
+// work on what Plan, Apply and Restore return.
+var (
+	// ErrUnsupportedKind: the target is not an apps/v1 Deployment,
+	// StatefulSet or DaemonSet.
+	ErrUnsupportedKind = errors.New("unsupported workload kind")
+	// ErrContainerNotFound: the recommendation names a container the pod
+	// template does not have.
+	ErrContainerNotFound = errors.New("container not in the pod template")
+	// ErrInvalidValues: the values would give a container a request above
+	// its limit.
+	ErrInvalidValues = errors.New("invalid values")
+	// ErrQOSClassChange: an InPlace change would change the pods' QoS
+	// class, which Kubernetes does not allow in place.
+	ErrQOSClassChange = errors.New("in-place resize cannot change the QoS class")
+)
+
+// Applier writes recommendation values to workloads, pods and HPAs.
+type Applier struct {
+	// Client reads and patches workloads, ReplicaSets, pods and HPAs.
+	Client client.Client
+	// Clientset writes the pods/resize subresource.
+	Clientset kubernetes.Interface
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// ResizeTimeout is how long an in-place resize may stay Deferred or
+	// InProgress before it is a Failure; 0 means DefaultResizeTimeout.
+	ResizeTimeout time.Duration
+}
+
+// Result is what an Apply or Restore did.
+type Result struct {
+	// Touched are the objects that carry the values: the patched
+	// workload, the pods whose spec runs them, the HPA. An object already
+	// carrying them is listed as if this call had written it, so calling
+	// again with the same inputs reports the same objects.
+	Touched []v1alpha1.TouchedObject
+	// Failed are the pods whose resize failed for good.
+	Failed []Failure
+	// Pending are the pods whose resize the kubelet has not finished yet;
+	// the caller looks again later.
+	Pending []string
+	// Notes say what was left alone and why, for events and messages.
+	Notes []string
+}
+
+// Failure is a pod whose in-place resize failed.
+type Failure struct {
+	// Pod is the pod's name.
+	Pod string
+	// Reason is Infeasible, Deferred, InProgress or Rejected.
+	Reason string
+	// Message is the kubelet's or apiserver's message.
+	Message string
+}
+
+func (a *Applier) now() time.Time {
+	if a.Now == nil {
+		return time.Now()
+	}
+	return a.Now()
+}
+
+func (a *Applier) resizeTimeout() time.Duration {
+	if a.ResizeTimeout <= 0 {
+		return DefaultResizeTimeout
+	}
+	return a.ResizeTimeout
+}
+
+// Workload reads the recommendation's target and returns it with the values
+// it runs now, per container of its pod template. For the InPlace strategy
+// a value is the one every running pod of the workload agrees on (in-place
+// resizes and the webhook make pods differ from the template), else the
+// template's; for Rollout and Deferred it is the template's. These are the
+// values Plan records as previous.
+func (a *Applier) Workload(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (client.Object, []v1alpha1.ContainerResources, error) {
+	obj, tmpl, err := a.workload(ctx, rsr)
+	if err != nil {
+		return nil, nil, err
+	}
+	current, err := a.currentValues(ctx, obj, tmpl, rsr.Spec.Strategy)
+	if err != nil {
+		return nil, nil, err
+	}
+	return obj, current, nil
+}
+
+// workload reads the target and returns it with a pointer to its template.
+func (a *Applier) workload(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (client.Object, *corev1.PodTemplateSpec, error) {
+	ref := rsr.Spec.TargetRef
+	if ref.APIVersion != "" && ref.APIVersion != appsv1.SchemeGroupVersion.String() {
+		return nil, nil, fmt.Errorf("%w: apiVersion %q (only apps/v1)", ErrUnsupportedKind, ref.APIVersion)
+	}
+	var obj client.Object
+	var tmpl *corev1.PodTemplateSpec
+	switch ref.Kind {
+	case v1alpha1.KindDeployment:
+		d := &appsv1.Deployment{}
+		obj, tmpl = d, &d.Spec.Template
+	case v1alpha1.KindStatefulSet:
+		s := &appsv1.StatefulSet{}
+		obj, tmpl = s, &s.Spec.Template
+	case v1alpha1.KindDaemonSet:
+		d := &appsv1.DaemonSet{}
+		obj, tmpl = d, &d.Spec.Template
+	default:
+		return nil, nil, fmt.Errorf("%w: kind %q (Deployment, StatefulSet or DaemonSet)", ErrUnsupportedKind, ref.Kind)
+	}
+	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: rsr.Namespace, Name: ref.Name}, obj); err != nil {
+		return nil, nil, fmt.Errorf("get %s %s/%s: %w", ref.Kind, rsr.Namespace, ref.Name, err)
+	}
+	return obj, tmpl, nil
+}
+
+// currentValues returns the values the workload runs now per template
+// container (see Workload).
+func (a *Applier) currentValues(ctx context.Context, obj client.Object, tmpl *corev1.PodTemplateSpec, strategy v1alpha1.Strategy) ([]v1alpha1.ContainerResources, error) {
+	out := make([]v1alpha1.ContainerResources, 0, len(tmpl.Spec.Containers))
+	for i := range tmpl.Spec.Containers {
+		out = append(out, containerValues(&tmpl.Spec.Containers[i]))
+	}
+	if strategy != v1alpha1.StrategyInPlace {
+		return out, nil
+	}
+	pods, err := a.pods(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	if len(pods) == 0 {
+		return out, nil
+	}
+	for i := range out {
+		for _, f := range fields {
+			if q, ok := agreedValue(pods, out[i].Name, f); ok {
+				f.set(&out[i].Requests, &out[i].Limits, q)
+			}
+		}
+	}
+	return out, nil
+}
+
+// agreedValue returns the field's value in the named container when every
+// pod has the container with the same value (absent counts as a value).
+func agreedValue(pods []corev1.Pod, container string, f field) (*resource.Quantity, bool) {
+	var first *resource.Quantity
+	for i := range pods {
+		c := podContainer(&pods[i], container)
+		if c == nil {
+			return nil, false
+		}
+		q := f.getReq(&c.Resources)
+		if i == 0 {
+			first = q
+		} else if !sameQuantity(first, q) {
+			return nil, false
+		}
+	}
+	return first, true
+}
+
+// Apply makes change.Applied run with the change's strategy (the one Plan
+// recorded from the recommendation; a leader finishing an interrupted apply
+// uses what was recorded) and moves the coordinated HPA's target. It returns
+// what carries the values and, for InPlace, the pods still resizing and
+// those whose resize failed. A conflict on the workload or the HPA is
+// returned (apierrors.IsConflict) for the caller to retry.
+func (a *Applier) Apply(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, change *v1alpha1.Change) (*Result, error) {
+	if change == nil {
+		return nil, errors.New("apply: no change")
+	}
+	strategy := change.Strategy
+	if strategy == "" {
+		strategy = rsr.Spec.Strategy
+	}
+	res := &Result{}
+	if err := a.write(ctx, rsr, strategy, appliedTargets(change), change.AppliedAt.Time, false, res); err != nil {
+		return nil, fmt.Errorf("apply to %s %s/%s: %w", rsr.Spec.TargetRef.Kind, rsr.Namespace, rsr.Spec.TargetRef.Name, err)
+	}
+	switch {
+	case change.HPA != nil:
+		if err := a.moveHPA(ctx, rsr, change.HPA.Name, change.HPA.PreviousTargetCPUUtilization, change.HPA.AppliedTargetCPUUtilization, res); err != nil {
+			return nil, err
+		}
+	case coordinates(rsr) && changesCPURequests(change):
+		if note, err := a.whyNoHPA(ctx, rsr); err != nil {
+			return nil, err
+		} else if note != "" {
+			res.Notes = append(res.Notes, note)
+		}
+	}
+	return res, nil
+}
+
+// Restore puts values back, per container and only for the given resources,
+// with the strategy that applied the change: pods are resized back for
+// InPlace, the pod template is patched back for Rollout and Deferred
+// (docs/design.md section 4). Only the fields the change applied are
+// written; a field absent from values is removed from the template (it had
+// no value before), while a resize leaves it, since Kubernetes cannot
+// remove a value in place. A container absent from values is left alone.
+// The coordinated HPA's target goes back to its previous value when cpu is
+// restored.
+func (a *Applier) Restore(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, change *v1alpha1.Change, values []v1alpha1.ContainerResources, resources []v1alpha1.ResourceName) (*Result, error) {
+	if change == nil {
+		return nil, errors.New("restore: no change")
+	}
+	strategy := change.Strategy
+	if strategy == "" {
+		strategy = rsr.Spec.Strategy
+	}
+	res := &Result{}
+	if err := a.write(ctx, rsr, strategy, restoreTargets(change, values, resources), time.Time{}, true, res); err != nil {
+		return nil, fmt.Errorf("restore %s %s/%s: %w", rsr.Spec.TargetRef.Kind, rsr.Namespace, rsr.Spec.TargetRef.Name, err)
+	}
+	if change.HPA != nil && slices.Contains(resources, v1alpha1.ResourceCPU) {
+		if err := a.moveHPA(ctx, rsr, change.HPA.Name, change.HPA.AppliedTargetCPUUtilization, change.HPA.PreviousTargetCPUUtilization, res); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// write makes the targets run on the workload with the strategy. since is
+// the earliest time a resize could have started (the change's appliedAt),
+// zero when unknown. restore says the call undoes a change: Deferred then
+// patches the template back whatever the update strategy.
+func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, strategy v1alpha1.Strategy, targets []target, since time.Time, restore bool, res *Result) error {
+	obj, tmpl, err := a.workload(ctx, rsr)
+	if err != nil {
+		return err
+	}
+	if len(targets) == 0 {
+		return nil
+	}
+	kind := string(rsr.Spec.TargetRef.Kind)
+	switch strategy {
+	case v1alpha1.StrategyInPlace:
+		return a.resizePods(ctx, obj, targets, since, res)
+	case v1alpha1.StrategyRollout:
+		return a.patchTemplate(ctx, kind, obj, tmpl, targets, res)
+	case v1alpha1.StrategyDeferred:
+		if restore || onDelete(obj) {
+			return a.patchTemplate(ctx, kind, obj, tmpl, targets, res)
+		}
+		res.Notes = append(res.Notes, fmt.Sprintf("pod template of %s %s left as is: with strategy Deferred the admission webhook gives new pods the values", kind, obj.GetName()))
+		return nil
+	default:
+		return fmt.Errorf("unknown strategy %q (InPlace, Rollout or Deferred)", strategy)
+	}
+}
+
+// onDelete reports whether the workload replaces pods only when they are
+// deleted (StatefulSet or DaemonSet updateStrategy OnDelete): Deferred
+// patches such a template, since nothing rolls it out.
+func onDelete(obj client.Object) bool {
+	switch w := obj.(type) {
+	case *appsv1.StatefulSet:
+		return w.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType
+	case *appsv1.DaemonSet:
+		return w.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
+	}
+	return false
+}
+
+// coordinates reports whether the recommendation asks for HPA coordination.
+func coordinates(rsr *v1alpha1.RightsizingRecommendation) bool {
+	return rsr.Spec.HPA != nil && rsr.Spec.HPA.Coordinate
+}
+
+// changesCPURequests reports whether the change sets a cpu request.
+func changesCPURequests(change *v1alpha1.Change) bool {
+	for _, cc := range change.Containers {
+		if cc.Applied.Requests != nil && cc.Applied.Requests.CPU != nil {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,353 @@
+package apply
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// revisionAnnotation is the revision the deployment controller writes on
+// its ReplicaSets.
+const revisionAnnotation = "deployment.kubernetes.io/revision"
+
+// pods returns the workload's running pods, sorted by name: for a
+// Deployment those of its current ReplicaSet, for a StatefulSet or a
+// DaemonSet its own. A pod counts when the owner is its controller, it is
+// Running and it is not being deleted.
+func (a *Applier) pods(ctx context.Context, obj client.Object) ([]corev1.Pod, error) {
+	switch w := obj.(type) {
+	case *appsv1.Deployment:
+		rs, err := a.currentReplicaSet(ctx, w)
+		if err != nil || rs == nil {
+			return nil, err
+		}
+		return a.ownedPods(ctx, rs.Namespace, rs.Spec.Selector, rs.UID)
+	case *appsv1.StatefulSet:
+		return a.ownedPods(ctx, w.Namespace, w.Spec.Selector, w.UID)
+	case *appsv1.DaemonSet:
+		return a.ownedPods(ctx, w.Namespace, w.Spec.Selector, w.UID)
+	}
+	return nil, fmt.Errorf("%w: %T", ErrUnsupportedKind, obj)
+}
+
+// currentReplicaSet returns the Deployment's current ReplicaSet: the one it
+// controls whose template is the Deployment's (ignoring the
+// pod-template-hash label, as the deployment controller compares them);
+// failing that, the highest revision, then the newest. Nil when the
+// Deployment has none.
+func (a *Applier) currentReplicaSet(ctx context.Context, d *appsv1.Deployment) (*appsv1.ReplicaSet, error) {
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("selector of Deployment %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	var list appsv1.ReplicaSetList
+	if err := a.Client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, fmt.Errorf("list ReplicaSets of Deployment %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	var owned []*appsv1.ReplicaSet
+	for i := range list.Items {
+		rs := &list.Items[i]
+		if ref := metav1.GetControllerOf(rs); ref != nil && ref.UID == d.UID && rs.DeletionTimestamp == nil {
+			owned = append(owned, rs)
+		}
+	}
+	for _, rs := range owned {
+		if sameTemplateIgnoringHash(&rs.Spec.Template, &d.Spec.Template) {
+			return rs, nil
+		}
+	}
+	if len(owned) == 0 {
+		return nil, nil
+	}
+	return slices.MaxFunc(owned, func(x, y *appsv1.ReplicaSet) int {
+		rx, _ := strconv.ParseInt(x.Annotations[revisionAnnotation], 10, 64)
+		ry, _ := strconv.ParseInt(y.Annotations[revisionAnnotation], 10, 64)
+		if c := cmp.Compare(rx, ry); c != 0 {
+			return c
+		}
+		return x.CreationTimestamp.Compare(y.CreationTimestamp.Time)
+	}), nil
+}
+
+func sameTemplateIgnoringHash(a, b *corev1.PodTemplateSpec) bool {
+	a, b = a.DeepCopy(), b.DeepCopy()
+	delete(a.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
+	delete(b.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
+	if len(a.Labels) == 0 {
+		a.Labels = nil
+	}
+	if len(b.Labels) == 0 {
+		b.Labels = nil
+	}
+	return apiequality.Semantic.DeepEqual(a, b)
+}
+
+// ownedPods lists the running, not deleted pods that match the selector
+// and whose controller has the UID.
+func (a *Applier) ownedPods(ctx context.Context, ns string, selector *metav1.LabelSelector, owner types.UID) ([]corev1.Pod, error) {
+	sel, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil {
+		return nil, fmt.Errorf("pod selector: %w", err)
+	}
+	var list corev1.PodList
+	if err := a.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, fmt.Errorf("list pods in %s: %w", ns, err)
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		ref := metav1.GetControllerOf(&p)
+		if ref == nil || ref.UID != owner || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(x, y corev1.Pod) int { return cmp.Compare(x.Name, y.Name) })
+	return out, nil
+}
+
+func podContainer(p *corev1.Pod, name string) *corev1.Container {
+	for i := range p.Spec.Containers {
+		if p.Spec.Containers[i].Name == name {
+			return &p.Spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+// resizePods resizes every running pod of the workload to the targets
+// through the pods/resize subresource, then reports each pod: carrying the
+// values (Touched), still resizing (Pending) or failed (Failed).
+func (a *Applier) resizePods(ctx context.Context, obj client.Object, targets []target, since time.Time, res *Result) error {
+	pods, err := a.pods(ctx, obj)
+	if err != nil {
+		return err
+	}
+	for i := range pods {
+		if !slices.ContainsFunc(targets, func(t target) bool { return podContainer(&pods[i], t.name) != nil }) {
+			res.Notes = append(res.Notes, fmt.Sprintf("pod %s runs none of the containers to resize; left as is", pods[i].Name))
+			continue
+		}
+		p, failure, err := a.resizePod(ctx, &pods[i], targets, res)
+		if err != nil {
+			return err
+		}
+		if failure != nil {
+			res.Failed = append(res.Failed, *failure)
+			continue
+		}
+		if p == nil { // deleted or stopped meanwhile
+			continue
+		}
+		res.Touched = append(res.Touched, v1alpha1.TouchedObject{Kind: "Pod", Name: p.Name, ResourceVersion: p.ResourceVersion})
+		res.Notes = append(res.Notes, restartNotes(p, targets)...)
+		pending, failure := a.resizeState(p, targets, since)
+		switch {
+		case failure != nil:
+			res.Failed = append(res.Failed, *failure)
+		case pending:
+			res.Pending = append(res.Pending, p.Name)
+		}
+	}
+	return nil
+}
+
+// resizePod writes the targets to one pod unless its spec already holds
+// them, retrying on conflict with a fresh read (a resize touches only the
+// resources, so nothing of another writer is lost). It returns the pod as
+// it is now, nil when it is gone, going or no longer running, or a Failure
+// when the apiserver refuses the resize.
+func (a *Applier) resizePod(ctx context.Context, pod *corev1.Pod, targets []target, res *Result) (*corev1.Pod, *Failure, error) {
+	pods := a.Clientset.CoreV1().Pods(pod.Namespace)
+	cur, out := pod, (*corev1.Pod)(nil)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		desired, changed := resized(cur, targets)
+		if !changed {
+			out = cur
+			return nil
+		}
+		p, err := pods.UpdateResize(ctx, cur.Name, desired, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			fresh, getErr := pods.Get(ctx, cur.Name, metav1.GetOptions{})
+			if getErr != nil {
+				return getErr
+			}
+			if fresh.DeletionTimestamp != nil || fresh.Status.Phase != corev1.PodRunning {
+				out = nil // going away or no longer running: not resized
+				return nil
+			}
+			cur = fresh
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		out = p
+		return nil
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil, nil
+	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
+		return nil, &Failure{Pod: pod.Name, Reason: FailureRejected, Message: err.Error()}, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("resize pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	case out == nil:
+		return nil, nil, nil
+	}
+	for _, t := range targets {
+		c := podContainer(out, t.name)
+		if c == nil {
+			res.Notes = append(res.Notes, fmt.Sprintf("pod %s has no container %s; left as is", out.Name, t.name))
+			continue
+		}
+		for _, f := range t.fieldsInOrder() {
+			if t.values[f] == nil && f.getReq(&c.Resources) != nil {
+				res.Notes = append(res.Notes, fmt.Sprintf("pod %s container %s keeps %s %s: a value cannot be removed in place",
+					out.Name, t.name, f, f.getReq(&c.Resources).String()))
+			}
+		}
+	}
+	return out, nil, nil
+}
+
+// resized returns a copy of the pod with the targets written into its
+// containers' resources, and whether anything changed. A nil target value
+// (remove) is skipped: the apiserver forbids removing a value in place.
+func resized(pod *corev1.Pod, targets []target) (*corev1.Pod, bool) {
+	out := pod.DeepCopy()
+	changed := false
+	for _, t := range targets {
+		c := podContainer(out, t.name)
+		if c == nil {
+			continue
+		}
+		for f, want := range t.values {
+			if want == nil || sameQuantity(f.getReq(&c.Resources), want) {
+				continue
+			}
+			f.setReq(&c.Resources, want)
+			changed = true
+		}
+	}
+	return out, changed
+}
+
+// restartNotes notes the containers the kubelet restarts to resize them:
+// those whose resizePolicy for a resource the targets set is
+// RestartContainer. The resize goes ahead; the note tells people why the
+// container restarts.
+func restartNotes(p *corev1.Pod, targets []target) []string {
+	var notes []string
+	for _, t := range targets {
+		c := podContainer(p, t.name)
+		if c == nil {
+			continue
+		}
+		for _, res := range t.resources() {
+			for _, rp := range c.ResizePolicy {
+				if string(rp.ResourceName) == string(res) && rp.RestartPolicy == corev1.RestartContainer {
+					notes = append(notes, fmt.Sprintf("pod %s container %s restarts to resize %s (resizePolicy RestartContainer)", p.Name, c.Name, res))
+				}
+			}
+		}
+	}
+	return notes
+}
+
+// resizeState reads how far the kubelet got with the pod's resize
+// (KEP-1287 conditions): PodResizePending reason Infeasible fails at once;
+// PodResizePending reason Deferred and PodResizeInProgress fail once they
+// have lasted the resize timeout, counted from the condition's
+// lastTransitionTime but not before since. A condition observed for an
+// older generation of the pod is not about this resize. Without a
+// condition the resize is still pending while the kubelet has not observed
+// the pod's generation or its status reports other values than the spec.
+func (a *Applier) resizeState(p *corev1.Pod, targets []target, since time.Time) (pending bool, failure *Failure) {
+	now, timeout := a.now(), a.resizeTimeout()
+	timedOut := func(c corev1.PodCondition) (time.Duration, bool) {
+		start := c.LastTransitionTime.Time
+		if start.Before(since) {
+			start = since
+		}
+		d := now.Sub(start)
+		return d, d >= timeout
+	}
+	var pendingCond, inProgressCond *corev1.PodCondition
+	for i := range p.Status.Conditions {
+		c := &p.Status.Conditions[i]
+		if c.Status != corev1.ConditionTrue || (c.ObservedGeneration != 0 && c.ObservedGeneration < p.Generation) {
+			continue
+		}
+		switch c.Type {
+		case corev1.PodResizePending:
+			pendingCond = c
+		case corev1.PodResizeInProgress:
+			inProgressCond = c
+		}
+	}
+	if c := pendingCond; c != nil {
+		if c.Reason == corev1.PodReasonInfeasible {
+			return false, &Failure{Pod: p.Name, Reason: FailureInfeasible, Message: c.Message}
+		}
+		if d, ok := timedOut(*c); ok {
+			return false, &Failure{Pod: p.Name, Reason: FailureDeferred,
+				Message: fmt.Sprintf("resize pending (%s) for %s, timeout %s: %s", c.Reason, d.Round(time.Second), timeout, c.Message)}
+		}
+		pending = true
+	}
+	if c := inProgressCond; c != nil {
+		if d, ok := timedOut(*c); ok {
+			msg := fmt.Sprintf("resize in progress for %s, timeout %s", d.Round(time.Second), timeout)
+			if c.Reason != "" || c.Message != "" {
+				msg += fmt.Sprintf(": %s %s", c.Reason, c.Message)
+			}
+			return false, &Failure{Pod: p.Name, Reason: FailureInProgress, Message: msg}
+		}
+		pending = true
+	}
+	if pending {
+		return true, nil
+	}
+	if p.Status.ObservedGeneration != 0 && p.Status.ObservedGeneration < p.Generation {
+		return true, nil
+	}
+	return !statusMatchesSpec(p, targets), nil
+}
+
+// statusMatchesSpec reports whether the pod's container statuses report
+// the spec's values for every field the targets set (a value the status
+// does not report is not compared).
+func statusMatchesSpec(p *corev1.Pod, targets []target) bool {
+	for _, t := range targets {
+		c := podContainer(p, t.name)
+		if c == nil {
+			continue
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name != t.name || cs.Resources == nil {
+				continue
+			}
+			for f := range t.values {
+				got := f.getReq(cs.Resources)
+				if got != nil && !sameQuantity(got, f.getReq(&c.Resources)) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,145 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// Plan computes the change to record in status.change before acting
+// (docs/design.md section 2: recorded first, a leader that takes over knows
+// what to finish and what to restore). For each container the
+// recommendation names whose values differ from what runs now (see
+// Workload), it records the previous and applied values of the fields the
+// recommendation sets; Resources are the resources whose requests or limits
+// differ. When spec.hpa coordinates and the pod's cpu requests change, the
+// HPA's previous and new targets are recorded too. AppliedAt is the
+// Applier's clock. Plan returns a nil change when nothing differs, and an
+// error when the values cannot run: a container the template lacks, a
+// request above its limit, an InPlace change of QoS class.
+func (a *Applier) Plan(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (*v1alpha1.Change, error) {
+	obj, tmpl, err := a.workload(ctx, rsr)
+	if err != nil {
+		return nil, fmt.Errorf("plan: %w", err)
+	}
+	ref := rsr.Spec.TargetRef
+	current, err := a.currentValues(ctx, obj, tmpl, rsr.Spec.Strategy)
+	if err != nil {
+		return nil, fmt.Errorf("plan for %s %s/%s: %w", ref.Kind, rsr.Namespace, ref.Name, err)
+	}
+	change := &v1alpha1.Change{AppliedAt: metav1.NewTime(a.now()), Strategy: rsr.Spec.Strategy}
+	for _, c := range rsr.Spec.Containers {
+		cur := findContainer(current, c.Name)
+		if cur == nil {
+			return nil, fmt.Errorf("plan for %s %s/%s: %w: %q", ref.Kind, rsr.Namespace, ref.Name, ErrContainerNotFound, c.Name)
+		}
+		cc := v1alpha1.ContainerChange{Name: c.Name}
+		differs := false
+		for _, f := range fields {
+			want := f.get(c.Requests, c.Limits)
+			if want == nil {
+				continue
+			}
+			have := f.get(cur.Requests, cur.Limits)
+			f.set(&cc.Previous.Requests, &cc.Previous.Limits, have)
+			f.set(&cc.Applied.Requests, &cc.Applied.Limits, want)
+			if !sameQuantity(have, want) {
+				differs = true
+				if !slices.Contains(change.Resources, f.res) {
+					change.Resources = append(change.Resources, f.res)
+				}
+			}
+		}
+		if differs {
+			change.Containers = append(change.Containers, cc)
+		}
+	}
+	if len(change.Containers) == 0 {
+		return nil, nil
+	}
+	slices.Sort(change.Resources)
+
+	// The pod spec as it runs now and as it will run, to check the values.
+	before := specWith(&tmpl.Spec, current)
+	after := before.DeepCopy()
+	for _, t := range appliedTargets(change) {
+		c := specContainer(after, t.name)
+		for f, q := range t.values {
+			f.setReq(&c.Resources, q)
+		}
+		if err := checkRequestsWithinLimits(t.name, c.Resources); err != nil {
+			return nil, fmt.Errorf("plan for %s %s/%s: %w", ref.Kind, rsr.Namespace, ref.Name, err)
+		}
+	}
+	if rsr.Spec.Strategy == v1alpha1.StrategyInPlace {
+		qb, okb := qosClass(before)
+		qa, oka := qosClass(after)
+		if okb && oka && qb != qa {
+			return nil, fmt.Errorf("plan for %s %s/%s: %w: from %s to %s (use strategy Rollout or Deferred)",
+				ref.Kind, rsr.Namespace, ref.Name, ErrQOSClassChange, qb, qa)
+		}
+	}
+
+	if coordinates(rsr) && slices.Contains(change.Resources, v1alpha1.ResourceCPU) {
+		oldMilli, newMilli := cpuRequestMilli(before), cpuRequestMilli(after)
+		if oldMilli > 0 && newMilli > 0 && oldMilli != newMilli {
+			hpa, _, err := a.findHPA(ctx, rsr)
+			if err != nil {
+				return nil, fmt.Errorf("plan for %s %s/%s: %w", ref.Kind, rsr.Namespace, ref.Name, err)
+			}
+			if hpa != nil {
+				prev := *hpa.Spec.Metrics[cpuUtilizationMetric(hpa)].Resource.Target.AverageUtilization
+				if next := hpaTarget(prev, oldMilli, newMilli); next != prev {
+					change.HPA = &v1alpha1.HPAChange{Name: hpa.Name, PreviousTargetCPUUtilization: prev, AppliedTargetCPUUtilization: next}
+				}
+			}
+		}
+	}
+	return change, nil
+}
+
+// specWith returns a copy of the pod spec whose containers hold the given
+// cpu and memory values.
+func specWith(spec *corev1.PodSpec, values []v1alpha1.ContainerResources) *corev1.PodSpec {
+	out := spec.DeepCopy()
+	for i := range out.Containers {
+		c := &out.Containers[i]
+		v := findContainer(values, c.Name)
+		if v == nil {
+			continue
+		}
+		for _, f := range fields {
+			f.setReq(&c.Resources, f.get(v.Requests, v.Limits))
+		}
+	}
+	return out
+}
+
+func specContainer(spec *corev1.PodSpec, name string) *corev1.Container {
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == name {
+			return &spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+// cpuRequestMilli is the pod's cpu request in millicores as the HPA sees
+// it: the sum over its (non-init) containers, a container without a
+// request counting its limit, as the apiserver defaults it.
+func cpuRequestMilli(spec *corev1.PodSpec) int64 {
+	var sum int64
+	for _, c := range spec.Containers {
+		if q, ok := c.Resources.Requests[corev1.ResourceCPU]; ok {
+			sum += q.MilliValue()
+		} else if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
+			sum += q.MilliValue()
+		}
+	}
+	return sum
+}

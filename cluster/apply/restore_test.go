@@ -1,0 +1,150 @@
+package apply_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/apply"
+)
+
+func TestRestoreOfMemoryOnlyLeavesCPUAsApplied(t *testing.T) {
+	// requests.cpu stays at 750m, limits.memory goes back to 512Mi.
+	memoryRestored := requirements("750m", "256Mi", "1", "512Mi")
+	cases := []struct {
+		name     string
+		kind     v1alpha1.WorkloadKind
+		strategy v1alpha1.Strategy
+		onDelete bool
+	}{
+		{"InPlace resizes the pods back", v1alpha1.KindDeployment, v1alpha1.StrategyInPlace, false},
+		{"Rollout patches the template back", v1alpha1.KindDeployment, v1alpha1.StrategyRollout, false},
+		{"Deferred on OnDelete patches the template back", v1alpha1.KindStatefulSet, v1alpha1.StrategyDeferred, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			w := e.createWorkload(tc.kind, "web", workloadOpts{onDelete: tc.onDelete})
+			e.createHPA("web", w, cpuUtilization(60))
+			rsr := e.rsr(w, tc.strategy, values("app", "750m", "", "", "768Mi"))
+			rsr.Spec.HPA = &v1alpha1.HPACoordination{Coordinate: true}
+			change, err := e.applier.Plan(e.ctx, rsr)
+			require.NoError(t, err)
+			require.NotNil(t, change.HPA)
+			_, err = e.applier.Apply(e.ctx, rsr, change)
+			require.NoError(t, err)
+			applied, _ := e.hpaTarget("web")
+
+			// An OOM rollback restores memory only.
+			res, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+			require.NoError(t, err)
+			assert.Empty(t, res.Failed)
+
+			tmpl := templateOf(e.reread(w.obj))
+			if tc.strategy == v1alpha1.StrategyInPlace {
+				assertResources(t, appBefore, resourcesOf(&tmpl.Spec, "app"), "the template was never changed")
+				for _, p := range w.pods {
+					assertResources(t, memoryRestored, resourcesOf(&e.pod(p.Name).Spec, "app"), p.Name)
+					assertResources(t, sidecarNow, resourcesOf(&e.pod(p.Name).Spec, "sidecar"), p.Name)
+				}
+			} else {
+				assertResources(t, memoryRestored, resourcesOf(&tmpl.Spec, "app"))
+				assertResources(t, sidecarNow, resourcesOf(&tmpl.Spec, "sidecar"))
+			}
+			got, hpaRV := e.hpaTarget("web")
+			assert.Equal(t, applied, got, "the HPA goes back only with cpu")
+			assert.NotContains(t, touchedNames(res), "HorizontalPodAutoscaler/web")
+
+			// Idempotent: a second restore writes nothing.
+			before := e.resourceVersions(w)
+			again, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+			require.NoError(t, err)
+			assert.Equal(t, res, again)
+			assert.Equal(t, before, e.resourceVersions(w))
+
+			// A restart rollback then restores cpu too, and the HPA with it.
+			_, err = e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceCPU})
+			require.NoError(t, err)
+			got, rvAfter := e.hpaTarget("web")
+			assert.Equal(t, int32(60), got)
+			assert.NotEqual(t, hpaRV, rvAfter)
+			if tc.strategy == v1alpha1.StrategyInPlace {
+				for _, p := range w.pods {
+					assertResources(t, appBefore, resourcesOf(&e.pod(p.Name).Spec, "app"), p.Name)
+				}
+			} else {
+				assertResources(t, appBefore, resourcesOf(&templateOf(e.reread(w.obj)).Spec, "app"))
+			}
+		})
+	}
+}
+
+func TestRestoreOfDeferredOnARollingWorkloadWritesNothingWhenTheTemplateHasThePreviousValues(t *testing.T) {
+	e := newEnv(t)
+	w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{})
+	rsr := e.rsr(w, v1alpha1.StrategyDeferred, values("app", "750m", "", "", "768Mi"))
+	change, err := e.applier.Plan(e.ctx, rsr)
+	require.NoError(t, err)
+	_, err = e.applier.Apply(e.ctx, rsr, change)
+	require.NoError(t, err)
+	before := e.resourceVersions(w)
+
+	res, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), change.Resources)
+	require.NoError(t, err)
+	assert.Equal(t, before, e.resourceVersions(w))
+	assert.Equal(t, []string{"Deployment/web"}, touchedNames(res), "the template carries the restored values")
+}
+
+func TestRestoreRemovesAValueTheWorkloadDidNotHave(t *testing.T) {
+	noCPULimit := appContainer()
+	delete(noCPULimit.Resources.Limits, corev1.ResourceCPU)
+	for _, strategy := range []v1alpha1.Strategy{v1alpha1.StrategyRollout, v1alpha1.StrategyInPlace} {
+		t.Run(string(strategy), func(t *testing.T) {
+			e := newEnv(t)
+			w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{pods: 1, containers: []corev1.Container{noCPULimit}})
+			rsr := e.rsr(w, strategy, values("app", "", "", "2", ""))
+			change, err := e.applier.Plan(e.ctx, rsr)
+			require.NoError(t, err)
+			require.Nil(t, change.Containers[0].Previous.Limits, "there was no cpu limit")
+			_, err = e.applier.Apply(e.ctx, rsr, change)
+			require.NoError(t, err)
+
+			res, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceCPU})
+			require.NoError(t, err)
+			if strategy == v1alpha1.StrategyRollout {
+				assertResources(t, noCPULimit.Resources, resourcesOf(&templateOf(e.reread(w.obj)).Spec, "app"), "the limit is removed")
+				return
+			}
+			// Kubernetes cannot remove a limit in place: the pod keeps it, and says so.
+			limits := resourcesOf(&e.pod(w.pods[0].Name).Spec, "app").Limits
+			assert.Equal(t, "2", limits.Cpu().String())
+			require.Len(t, res.Notes, 1)
+			assert.Contains(t, res.Notes[0], "cannot be removed in place")
+		})
+	}
+}
+
+func TestRestoreToOtherValuesWritesOnlyTheFieldsTheChangeApplied(t *testing.T) {
+	e := newEnv(t)
+	w := e.createWorkload(v1alpha1.KindDaemonSet, "agent", workloadOpts{})
+	rsr := e.rsr(w, v1alpha1.StrategyRollout, values("app", "750m", "", "", "768Mi"))
+	change, err := e.applier.Plan(e.ctx, rsr)
+	require.NoError(t, err)
+	_, err = e.applier.Apply(e.ctx, rsr, change)
+	require.NoError(t, err)
+
+	// restoreTo LastHealthy: values that also name fields the change did
+	// not apply (requests.memory) and a container it did not touch.
+	lastHealthy := []v1alpha1.ContainerResources{
+		values("app", "600m", "1Gi", "", "640Mi"),
+		values("sidecar", "1", "1Gi", "", ""),
+	}
+	_, err = e.applier.Restore(e.ctx, rsr, change, lastHealthy, change.Resources)
+	require.NoError(t, err)
+	tmpl := templateOf(e.reread(w.obj))
+	assertResources(t, requirements("600m", "256Mi", "1", "640Mi"), resourcesOf(&tmpl.Spec, "app"))
+	assertResources(t, sidecarNow, resourcesOf(&tmpl.Spec, "sidecar"))
+}
