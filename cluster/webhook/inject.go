@@ -1,0 +1,664 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// Path is the URL path of the pod-mutating AdmissionReview v1 endpoint.
+const Path = "/mutate-pods"
+
+// InjectedAnnotation marks a pod the webhook changed. Its value is
+// "<recommendation name>/<value fingerprint>", or
+// "<recommendation name>/generation-<n>" when the recommendation's status
+// records no fingerprint.
+const InjectedAnnotation = "kerf.dev/injected"
+
+// Results of an admission review, the values of
+// kerf_webhook_injections_total{result}.
+const (
+	// ResultInjected: the pod got the applied values of at least one
+	// container.
+	ResultInjected = "injected"
+	// ResultUnchanged: an active recommendation matched, but the pod already
+	// has its values or has none of its containers.
+	ResultUnchanged = "unchanged"
+	// ResultGuarded: every container that would change was left as it was,
+	// because the values would have made the pod invalid.
+	ResultGuarded = "guarded"
+	// ResultNoWorkload: the pod has no controller of a kind Kerf manages.
+	ResultNoWorkload = "no_workload"
+	// ResultNoRecommendation: no recommendation targets the pod's workload.
+	ResultNoRecommendation = "no_recommendation"
+	// ResultInactive: the recommendation is not in a phase or strategy whose
+	// values new pods get (rolled back, pending, blocked, failed, Rollout).
+	ResultInactive = "inactive"
+	// ResultIgnored: the review was not a pod CREATE.
+	ResultIgnored = "ignored"
+	// ResultError: an internal error; the pod was allowed unchanged.
+	ResultError = "error"
+)
+
+// Reasons a container is left as it was, the values of
+// kerf_webhook_skipped_containers_total{reason}.
+const (
+	// SkipLimitBelowRequest: a limit would be below its request.
+	SkipLimitBelowRequest = "limit_below_request"
+	// SkipPodResources: the pod-level resources (spec.resources) would be
+	// exceeded by the containers.
+	SkipPodResources = "pod_resources_exceeded"
+)
+
+// DefaultTimeout bounds the work of one review, below the configuration's
+// timeoutSeconds so that the webhook answers before the apiserver gives up.
+const DefaultTimeout = 3 * time.Second
+
+// maxReviewBytes bounds a review's body; the apiserver refuses objects
+// larger than 3 MiB, and a review carries one object.
+const maxReviewBytes = 8 << 20
+
+// Injector is the admission logic: an http.Handler for the AdmissionReview
+// v1 endpoint (Path) that gives a new pod the values its workload's
+// recommendation applied.
+type Injector struct {
+	// Reader reads ReplicaSets (metadata only) and
+	// RightsizingRecommendations; in the leader, the manager's cache.
+	Reader client.Reader
+	// LiveReader, when set, is asked when Reader does not find a pod's
+	// ReplicaSet: a cache may not yet have seen one just created.
+	LiveReader client.Reader
+	// Timeout bounds the work of one review; zero means DefaultTimeout.
+	Timeout time.Duration
+
+	log        *slog.Logger
+	errors     prometheus.Counter
+	injections *prometheus.CounterVec
+	skipped    *prometheus.CounterVec
+}
+
+// NewInjector returns an Injector reading through r, with its metrics
+// registered with reg (when not nil) and logging to log (slog.Default when
+// nil).
+func NewInjector(r client.Reader, reg prometheus.Registerer, log *slog.Logger) *Injector {
+	if log == nil {
+		log = slog.Default()
+	}
+	in := &Injector{
+		Reader: r,
+		log:    log.With("component", "webhook"),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kerf_webhook_errors_total",
+			Help: "Pod admission reviews the webhook could not complete; each pod was allowed unchanged (fail open).",
+		}),
+		injections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kerf_webhook_injections_total",
+			Help: "Pod admission reviews by result: injected, unchanged, guarded, no_workload, no_recommendation, inactive, ignored, error.",
+		}, []string{"result"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kerf_webhook_skipped_containers_total",
+			Help: "Containers left unchanged because the applied values would make the pod invalid, by reason.",
+		}, []string{"reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(in.errors, in.injections, in.skipped)
+	}
+	return in
+}
+
+// ServeHTTP answers one AdmissionReview v1. A review it cannot read gets
+// HTTP 400, which the apiserver treats as a failed call and, with
+// failurePolicy Ignore, admits the pod unchanged.
+func (in *Injector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "admission reviews are POSTed", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewBytes+1))
+	if err == nil && len(body) > maxReviewBytes {
+		err = fmt.Errorf("body larger than %d bytes", maxReviewBytes)
+	}
+	var review admissionv1.AdmissionReview
+	if err == nil {
+		if err = json.Unmarshal(body, &review); err == nil && review.Request == nil {
+			err = errors.New("no request in the AdmissionReview")
+		}
+	}
+	if err != nil {
+		in.errors.Inc()
+		in.injections.WithLabelValues(ResultError).Inc()
+		in.log.Error("unreadable admission review", "err", err)
+		http.Error(w, "read AdmissionReview: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+
+	resp := in.Review(r.Context(), review.Request)
+	out, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"},
+		Response: resp,
+	})
+	if err != nil {
+		// Not expected: the response is plain data. The apiserver admits
+		// the pod unchanged on a 500.
+		in.errors.Inc()
+		in.log.Error("encode admission response", "err", err)
+		http.Error(w, "encode AdmissionReview", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if _, err := w.Write(out); err != nil {
+		in.log.Warn("write admission response", "err", err)
+	}
+}
+
+// Review decides one admission request. It always allows the pod; the
+// response carries a JSONPatch when the pod gets values. Any internal error
+// (a failed read, a timeout, a panic) is logged and counted, and the pod is
+// allowed unchanged.
+func (in *Injector) Review(ctx context.Context, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse) {
+	resp = &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	log := in.log.With("namespace", req.Namespace, "pod", podName(req), "uid", string(req.UID))
+	defer func() {
+		if p := recover(); p != nil {
+			in.errors.Inc()
+			in.injections.WithLabelValues(ResultError).Inc()
+			log.Error("panic in pod admission; allowing the pod unchanged", "panic", fmt.Sprint(p))
+			resp = &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+		}
+	}()
+
+	podsGVR := metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
+	if req.Operation != admissionv1.Create || req.Resource != podsGVR || req.SubResource != "" {
+		in.injections.WithLabelValues(ResultIgnored).Inc()
+		return resp
+	}
+	timeout := in.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	d, err := in.decide(ctx, req)
+	if err != nil {
+		in.errors.Inc()
+		in.injections.WithLabelValues(ResultError).Inc()
+		log.Error("pod admission failed; allowing the pod unchanged", "err", err)
+		return resp
+	}
+	in.injections.WithLabelValues(d.result).Inc()
+	for _, s := range d.skips {
+		in.skipped.WithLabelValues(s.reason).Inc()
+		log.Warn("container left unchanged: the applied values would make the pod invalid",
+			"recommendation", d.recommendation, "container", s.container, "reason", s.reason, "detail", s.detail)
+	}
+	if d.result != ResultInjected {
+		return resp
+	}
+	resp.Patch = d.patch
+	pt := admissionv1.PatchTypeJSONPatch
+	resp.PatchType = &pt
+	log.Info("injected applied values", "recommendation", d.recommendation, "workload", d.workload,
+		"containers", d.containers, "annotation", d.annotation)
+	return resp
+}
+
+// podName is the pod's name for logs; a pod created with generateName has
+// none yet at admission.
+func podName(req *admissionv1.AdmissionRequest) string {
+	if req.Name != "" {
+		return req.Name
+	}
+	var meta struct {
+		Metadata struct {
+			Name         string `json:"name"`
+			GenerateName string `json:"generateName"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(req.Object.Raw, &meta) != nil {
+		return ""
+	}
+	if meta.Metadata.Name != "" {
+		return meta.Metadata.Name
+	}
+	return meta.Metadata.GenerateName + "*"
+}
+
+// decision is what Review does with a pod.
+type decision struct {
+	result         string
+	recommendation string
+	workload       string
+	annotation     string
+	containers     []string
+	skips          []skip
+	patch          []byte
+}
+
+// skip is a container left as it was.
+type skip struct {
+	container, reason, detail string
+}
+
+// workloadRef is a pod's workload.
+type workloadRef struct {
+	kind v1alpha1.WorkloadKind
+	name string
+}
+
+func (w workloadRef) String() string { return string(w.kind) + "/" + w.name }
+
+func (in *Injector) decide(ctx context.Context, req *admissionv1.AdmissionRequest) (decision, error) {
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return decision{}, fmt.Errorf("decode pod: %w", err)
+	}
+	ns := req.Namespace
+	if ns == "" {
+		ns = pod.Namespace
+	}
+	wl, ok, err := in.workload(ctx, ns, &pod)
+	if err != nil {
+		return decision{}, err
+	}
+	if !ok {
+		return decision{result: ResultNoWorkload}, nil
+	}
+	d := decision{workload: wl.String()}
+	rsr, found, err := in.recommendation(ctx, ns, wl)
+	if err != nil {
+		return decision{}, err
+	}
+	if !found {
+		d.result = ResultNoRecommendation
+		return d, nil
+	}
+	d.recommendation = rsr.Name
+	values, touched, ok := AppliedValues(rsr)
+	if !ok {
+		d.result = ResultInactive
+		return d, nil
+	}
+	changes, skips := inject(&pod, values, touched)
+	d.skips = skips
+	switch {
+	case len(changes) > 0:
+		d.result = ResultInjected
+	case len(skips) > 0:
+		d.result = ResultGuarded
+		return d, nil
+	default:
+		d.result = ResultUnchanged
+		return d, nil
+	}
+	d.annotation = rsr.Name + "/" + fingerprint(rsr)
+	d.patch, err = jsonPatch(&pod, changes, d.annotation)
+	if err != nil {
+		return decision{}, err
+	}
+	for _, c := range changes {
+		d.containers = append(d.containers, pod.Spec.Containers[c.index].Name)
+	}
+	return d, nil
+}
+
+// workload follows the pod's controller chain to a workload Kerf manages:
+// Pod → ReplicaSet → Deployment, Pod → StatefulSet, Pod → DaemonSet.
+func (in *Injector) workload(ctx context.Context, ns string, pod *corev1.Pod) (workloadRef, bool, error) {
+	owner := metav1.GetControllerOfNoCopy(pod)
+	if owner == nil || !isApps(owner.APIVersion) {
+		return workloadRef{}, false, nil
+	}
+	switch owner.Kind {
+	case "StatefulSet":
+		return workloadRef{v1alpha1.KindStatefulSet, owner.Name}, true, nil
+	case "DaemonSet":
+		return workloadRef{v1alpha1.KindDaemonSet, owner.Name}, true, nil
+	case "ReplicaSet":
+	default:
+		return workloadRef{}, false, nil
+	}
+	rs, found, err := in.replicaSet(ctx, client.ObjectKey{Namespace: ns, Name: owner.Name}, owner.UID)
+	if err != nil || !found {
+		return workloadRef{}, false, err
+	}
+	d := metav1.GetControllerOfNoCopy(rs)
+	if d == nil || d.Kind != "Deployment" || !isApps(d.APIVersion) {
+		return workloadRef{}, false, nil
+	}
+	return workloadRef{v1alpha1.KindDeployment, d.Name}, true, nil
+}
+
+// replicaSet reads a ReplicaSet's metadata, asking LiveReader when Reader
+// does not have it (or has an older one of the same name).
+func (in *Injector) replicaSet(ctx context.Context, key client.ObjectKey, uid types.UID) (*metav1.PartialObjectMetadata, bool, error) {
+	readers := []client.Reader{in.Reader}
+	if in.LiveReader != nil {
+		readers = append(readers, in.LiveReader)
+	}
+	var lastErr error
+	for _, r := range readers {
+		rs := &metav1.PartialObjectMetadata{}
+		rs.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
+		err := r.Get(ctx, key, rs)
+		switch {
+		case apierrors.IsNotFound(err):
+			lastErr = err
+			continue
+		case err != nil:
+			return nil, false, fmt.Errorf("get ReplicaSet %s: %w", key, err)
+		case uid != "" && rs.UID != uid:
+			lastErr = fmt.Errorf("ReplicaSet %s has UID %s, the pod's owner reference %s", key, rs.UID, uid)
+			continue
+		}
+		return rs, true, nil
+	}
+	if in.LiveReader == nil {
+		// Only a cache was asked: the ReplicaSet may exist and be unseen
+		// yet, so this is a possible missed injection, counted as an error.
+		return nil, false, fmt.Errorf("get ReplicaSet %s: %w", key, lastErr)
+	}
+	// The apiserver itself does not have it: the pod's owner is gone.
+	return nil, false, nil
+}
+
+// isApps reports whether apiVersion is of the apps group.
+func isApps(apiVersion string) bool {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	return err == nil && gv.Group == appsv1.GroupName
+}
+
+// recommendation finds the recommendation in ns whose targetRef is wl. When
+// several do, an active one wins, and among active ones the most recently
+// applied (then the first by name), which is the one whose values the
+// leader wrote last.
+func (in *Injector) recommendation(ctx context.Context, ns string, wl workloadRef) (*v1alpha1.RightsizingRecommendation, bool, error) {
+	var list v1alpha1.RightsizingRecommendationList
+	if err := in.Reader.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return nil, false, fmt.Errorf("list RightsizingRecommendations in %s: %w", ns, err)
+	}
+	var matches []*v1alpha1.RightsizingRecommendation
+	for i := range list.Items {
+		r := &list.Items[i]
+		ref := r.Spec.TargetRef
+		if ref.Kind != wl.kind || ref.Name != wl.name || !(ref.APIVersion == "" || ref.APIVersion == "apps/v1") {
+			continue
+		}
+		if r.DeletionTimestamp != nil {
+			continue
+		}
+		matches = append(matches, r)
+	}
+	if len(matches) == 0 {
+		return nil, false, nil
+	}
+	sort.SliceStable(matches, func(i, j int) bool {
+		a, b := matches[i], matches[j]
+		if aa, ba := Active(a), Active(b); aa != ba {
+			return aa
+		}
+		if ta, tb := appliedAt(a), appliedAt(b); !ta.Equal(tb) {
+			return ta.After(tb)
+		}
+		return a.Name < b.Name
+	})
+	if len(matches) > 1 {
+		names := make([]string, len(matches))
+		for i, m := range matches {
+			names[i] = m.Name
+		}
+		in.log.Warn("several recommendations target one workload; using the most recently applied",
+			"namespace", ns, "workload", wl.String(), "recommendations", names, "chosen", matches[0].Name)
+	}
+	return matches[0], true, nil
+}
+
+func appliedAt(r *v1alpha1.RightsizingRecommendation) time.Time {
+	if r.Status.Change == nil {
+		return time.Time{}
+	}
+	return r.Status.Change.AppliedAt.Time
+}
+
+// Active reports whether new pods of r's workload get r's values: its phase
+// is Applied, Watching or Healthy and its strategy InPlace or Deferred
+// (docs/design.md section 2). A rolled-back, pending, blocked or failed
+// recommendation is never active (section 4: after a rollback the webhook
+// stops giving its values to new pods), nor is one applied by Rollout,
+// whose values reach pods through the template.
+func Active(r *v1alpha1.RightsizingRecommendation) bool {
+	switch r.Status.Phase {
+	case v1alpha1.PhaseApplied, v1alpha1.PhaseWatching, v1alpha1.PhaseHealthy:
+	default:
+		return false
+	}
+	if !webhookStrategy(r.Spec.Strategy) {
+		return false
+	}
+	if c := r.Status.Change; c != nil && c.Strategy != "" && !webhookStrategy(c.Strategy) {
+		return false
+	}
+	return true
+}
+
+func webhookStrategy(s v1alpha1.Strategy) bool {
+	return s == v1alpha1.StrategyInPlace || s == v1alpha1.StrategyDeferred
+}
+
+// AppliedValues returns the values new pods of an active recommendation's
+// workload get, by container name, and the resources they may touch (nil:
+// any). The values are status.change.containers[].applied, what the leader
+// applied, when the status records them; else spec.containers, unless the
+// status describes an older generation of the spec. ok is false when r is
+// not Active or no values can be trusted.
+func AppliedValues(r *v1alpha1.RightsizingRecommendation) (values map[string]v1alpha1.Resources, touched map[corev1.ResourceName]bool, ok bool) {
+	if !Active(r) {
+		return nil, nil, false
+	}
+	if c := r.Status.Change; c != nil && len(c.Containers) > 0 {
+		values = make(map[string]v1alpha1.Resources, len(c.Containers))
+		for _, cc := range c.Containers {
+			values[cc.Name] = cc.Applied
+		}
+		if len(c.Resources) > 0 {
+			touched = make(map[corev1.ResourceName]bool, len(c.Resources))
+			for _, res := range c.Resources {
+				touched[corev1.ResourceName(res)] = true
+			}
+		}
+		return values, touched, true
+	}
+	if g := r.Status.ObservedGeneration; g != 0 && g != r.Generation {
+		return nil, nil, false
+	}
+	values = make(map[string]v1alpha1.Resources, len(r.Spec.Containers))
+	for _, c := range r.Spec.Containers {
+		values[c.Name] = v1alpha1.Resources{Requests: c.Requests, Limits: c.Limits}
+	}
+	return values, nil, true
+}
+
+// fingerprint names the injected values in InjectedAnnotation.
+func fingerprint(r *v1alpha1.RightsizingRecommendation) string {
+	if c := r.Status.Change; c != nil && c.ValueFingerprint != "" {
+		return c.ValueFingerprint
+	}
+	return fmt.Sprintf("generation-%d", r.Generation)
+}
+
+// containerChange is a container of a pod and the resources it gets.
+type containerChange struct {
+	index     int // in spec.containers
+	resources corev1.ResourceRequirements
+}
+
+// inject computes, without changing pod, the resources of each of its
+// containers (spec.containers, by name) that values change, setting only
+// the CPU and memory requests and limits values give (and touched allows,
+// when not nil). A container whose limit would fall below its request is
+// skipped; so is every container when the pod-level resources
+// (spec.resources) would be exceeded. Kubernetes would refuse either pod.
+func inject(pod *corev1.Pod, values map[string]v1alpha1.Resources, touched map[corev1.ResourceName]bool) ([]containerChange, []skip) {
+	var changes []containerChange
+	var skips []skip
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		v, ok := values[c.Name]
+		if !ok {
+			continue
+		}
+		res := *c.Resources.DeepCopy()
+		changed := setValues(&res.Requests, v.Requests, touched)
+		changed = setValues(&res.Limits, v.Limits, touched) || changed
+		if !changed {
+			continue
+		}
+		if name, detail, bad := limitBelowRequest(res); bad {
+			skips = append(skips, skip{c.Name, SkipLimitBelowRequest, fmt.Sprintf("%s: %s", name, detail)})
+			continue
+		}
+		changes = append(changes, containerChange{index: i, resources: res})
+	}
+	if len(changes) > 0 && pod.Spec.Resources != nil {
+		if detail, bad := podResourcesExceeded(pod, changes); bad {
+			for _, ch := range changes {
+				skips = append(skips, skip{pod.Spec.Containers[ch.index].Name, SkipPodResources, detail})
+			}
+			changes = nil
+		}
+	}
+	return changes, skips
+}
+
+// setValues sets the CPU and memory quantities of v in *list and reports
+// whether that changed anything.
+func setValues(list *corev1.ResourceList, v *v1alpha1.ResourceValues, touched map[corev1.ResourceName]bool) bool {
+	if v == nil {
+		return false
+	}
+	changed := false
+	set := func(name corev1.ResourceName, q *resource.Quantity) {
+		if q == nil || (touched != nil && !touched[name]) {
+			return
+		}
+		if old, ok := (*list)[name]; ok && old.Cmp(*q) == 0 {
+			return
+		}
+		if *list == nil {
+			*list = corev1.ResourceList{}
+		}
+		(*list)[name] = q.DeepCopy()
+		changed = true
+	}
+	set(corev1.ResourceCPU, v.CPU)
+	set(corev1.ResourceMemory, v.Memory)
+	return changed
+}
+
+// limitBelowRequest reports the first CPU or memory limit below its
+// request.
+func limitBelowRequest(res corev1.ResourceRequirements) (corev1.ResourceName, string, bool) {
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		l, hasL := res.Limits[name]
+		r, hasR := res.Requests[name]
+		if hasL && hasR && l.Cmp(r) < 0 {
+			return name, fmt.Sprintf("limit %s < request %s", l.String(), r.String()), true
+		}
+	}
+	return "", "", false
+}
+
+// podResourcesExceeded checks the changed containers against the pod-level
+// resources: the requests of the regular and sidecar containers may not sum
+// above the pod's request, and no container limit may exceed the pod's.
+func podResourcesExceeded(pod *corev1.Pod, changes []containerChange) (string, bool) {
+	podRes := pod.Spec.Resources
+	resOf := make([]corev1.ResourceRequirements, len(pod.Spec.Containers))
+	for i, c := range pod.Spec.Containers {
+		resOf[i] = c.Resources
+	}
+	for _, ch := range changes {
+		resOf[ch.index] = ch.resources
+	}
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if podReq, ok := podRes.Requests[name]; ok {
+			var sum resource.Quantity
+			for _, r := range resOf {
+				if q, ok := r.Requests[name]; ok {
+					sum.Add(q)
+				}
+			}
+			for _, c := range pod.Spec.InitContainers {
+				if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+					if q, ok := c.Resources.Requests[name]; ok {
+						sum.Add(q)
+					}
+				}
+			}
+			if sum.Cmp(podReq) > 0 {
+				return fmt.Sprintf("containers request %s %s, above the pod's %s", sum.String(), name, podReq.String()), true
+			}
+		}
+		if podLim, ok := podRes.Limits[name]; ok {
+			for _, ch := range changes {
+				if q, ok := ch.resources.Limits[name]; ok && q.Cmp(podLim) > 0 {
+					return fmt.Sprintf("container %s limit %s %s, above the pod's %s",
+						pod.Spec.Containers[ch.index].Name, name, q.String(), podLim.String()), true
+				}
+			}
+		}
+	}
+	return "", false
+}
+
+// patchOp is one RFC 6902 operation.
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
+}
+
+// jsonPatch writes the changes as a JSONPatch: each changed container's
+// resources replaced whole ("add" creates or replaces an object member),
+// and InjectedAnnotation set.
+func jsonPatch(pod *corev1.Pod, changes []containerChange, annotation string) ([]byte, error) {
+	ops := make([]patchOp, 0, len(changes)+1)
+	for _, ch := range changes {
+		ops = append(ops, patchOp{Op: "add", Path: fmt.Sprintf("/spec/containers/%d/resources", ch.index), Value: ch.resources})
+	}
+	if pod.Annotations == nil {
+		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{InjectedAnnotation: annotation}})
+	} else {
+		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(InjectedAnnotation), Value: annotation})
+	}
+	b, err := json.Marshal(ops)
+	if err != nil {
+		return nil, fmt.Errorf("encode JSONPatch: %w", err)
+	}
+	return b, nil
+}
+
+// escapePointer escapes a JSON Pointer reference token (RFC 6901).
+func escapePointer(s string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+}
