@@ -1,31 +1,47 @@
 // Command kerf-leader is Kerf's cluster-level leader (a Deployment with one
 // elected replica): it applies rightsizing recommendations, runs the health
 // watch over the workloads they touch and rolls harmful changes back.
-// See docs/ and DESIGN.md sections 2-4.
+// See docs/ and docs/design.md sections 2-4.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // freeze windows name IANA time zones; the image has no zoneinfo
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kerf-dev/kerf/internal/endpoints"
+	"github.com/kerf-dev/kerf/cluster"
 )
 
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
 func main() {
+	host, _ := os.Hostname()
 	fs := flag.NewFlagSet("kerf-leader", flag.ContinueOnError)
-	metricsAddr := fs.String("metrics-addr", ":9401", "address of the /metrics, /healthz and /readyz endpoints")
+	metricsAddr := fs.String("metrics-addr", ":9401", "address of the /metrics, /healthz and /readyz endpoints (ready while leading)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "kerf-system"), "namespace of the leader Lease")
+	leaseName := fs.String("lease-name", "kerf-leader", "name of the coordination.k8s.io Lease the replicas compete for")
+	identity := fs.String("identity", envOr("POD_NAME", host), "this replica's name in the Lease")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: kerf-leader [flags]\n\n"+
 			"Kerf's leader: applies rightsizing recommendations, watches the health of\n"+
-			"each change and rolls harmful changes back.\n\nFlags:\n")
+			"each change and rolls harmful changes back. Every replica runs; the one\n"+
+			"holding the Lease acts, and exits the moment it loses it.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -35,16 +51,39 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	log.Info("kerf-leader starting", "metricsAddr", *metricsAddr)
-	if err := endpoints.New(reg, nil).Serve(ctx, *metricsAddr); err != nil {
+	if err := run(log, *kubeconfig, *metricsAddr, cluster.Config{Namespace: *namespace, LeaseName: *leaseName, Identity: *identity}); err != nil {
 		log.Error("kerf-leader stopped", "err", err)
 		os.Exit(1)
 	}
 	log.Info("kerf-leader stopped")
+}
+
+func run(log *slog.Logger, kubeconfig, metricsAddr string, cfg cluster.Config) error {
+	var restConfig *rest.Config
+	var err error
+	if kubeconfig != "" {
+		restConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		restConfig, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	ln, err := net.Listen("tcp", metricsAddr)
+	if err != nil {
+		return fmt.Errorf("listen on --metrics-addr %s: %w", metricsAddr, err)
+	}
+	cfg.Listener = ln
+	leader, err := cluster.New(cfg, restConfig, log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log.Info("kerf-leader starting", "identity", cfg.Identity, "lease", cfg.Namespace+"/"+cfg.LeaseName, "metricsAddr", metricsAddr)
+	err = leader.Run(ctx)
+	if errors.Is(err, cluster.ErrLeadershipLost) {
+		return fmt.Errorf("%w: exiting so that only the new leader acts", err)
+	}
+	return err
 }

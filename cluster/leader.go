@@ -1,0 +1,220 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/apply"
+	"github.com/kerf-dev/kerf/internal/endpoints"
+)
+
+// ErrLeadershipLost is returned by Run when the leader's Lease was lost:
+// the process must exit so that it never acts beside the new leader.
+var ErrLeadershipLost = errors.New("leader election lost")
+
+// Config configures a leader replica.
+type Config struct {
+	// Namespace holds the Lease (the namespace Kerf runs in).
+	Namespace string
+	// LeaseName is the coordination.k8s.io Lease the replicas compete for.
+	LeaseName string
+	// Identity names this replica in the Lease (its pod name).
+	Identity string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune the election; zero
+	// means 15 s, 10 s and 2 s.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Listener serves /metrics, /healthz and /readyz (ready while leading).
+	// Nil serves nothing.
+	Listener net.Listener
+	// WatchNamespaces, when set, limits the leader to recommendations,
+	// policies and workloads in these namespaces; empty means all.
+	WatchNamespaces []string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// AfterRecord is passed to the reconciler (tests only).
+	AfterRecord func(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation)
+}
+
+// Scheme holds the types the leader reads and writes.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(Scheme))
+}
+
+// Leader is one kerf-leader replica. Every replica runs; the one that holds
+// the Lease applies and rolls back.
+type Leader struct {
+	cfg      Config
+	log      *slog.Logger
+	mgr      manager.Manager
+	registry *prometheus.Registry
+	// Metrics are the replica's metrics, on its own registry.
+	Metrics *Metrics
+}
+
+// New builds a leader replica for the cluster restConfig reaches.
+func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error) {
+	if cfg.Namespace == "" || cfg.LeaseName == "" || cfg.Identity == "" {
+		return nil, fmt.Errorf("leader config: namespace (%q), lease name (%q) and identity (%q) must be set", cfg.Namespace, cfg.LeaseName, cfg.Identity)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	dur := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	dur(&cfg.LeaseDuration, 15*time.Second)
+	dur(&cfg.RenewDeadline, 10*time.Second)
+	dur(&cfg.RetryPeriod, 2*time.Second)
+	// The Lease client gives up on a request well before the renew
+	// deadline, so one hung request cannot cost the lease.
+	leaseConfig := rest.CopyConfig(restConfig)
+	leaseConfig.Timeout = max(cfg.RenewDeadline/2, time.Second)
+	leaseClient, err := kubernetes.NewForConfig(leaseConfig)
+	if err != nil {
+		return nil, fmt.Errorf("lease client: %w", err)
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.LeaseName},
+		Client:     leaseClient.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+	}
+	var cacheOpts cache.Options
+	if len(cfg.WatchNamespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range cfg.WatchNamespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Cache:                               cacheOpts,
+		Scheme:                              Scheme,
+		Logger:                              logr.FromSlogHandler(log.Handler()),
+		Metrics:                             metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:              "0",
+		LeaderElection:                      true,
+		LeaderElectionID:                    cfg.LeaseName,
+		LeaderElectionNamespace:             cfg.Namespace,
+		LeaderElectionReleaseOnCancel:       true,
+		LeaderElectionResourceLockInterface: lock,
+		LeaseDuration:                       &cfg.LeaseDuration,
+		RenewDeadline:                       &cfg.RenewDeadline,
+		RetryPeriod:                         &cfg.RetryPeriod,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build manager: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("clientset: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	l := &Leader{cfg: cfg, log: log, mgr: mgr, registry: reg, Metrics: NewMetrics(reg)}
+
+	rec := &RecommendationReconciler{
+		Client:      mgr.GetClient(),
+		Applier:     &apply.Applier{Client: mgr.GetClient(), Clientset: cs, Now: cfg.Now},
+		Recorder:    mgr.GetEventRecorder("kerf-leader"),
+		Metrics:     l.Metrics,
+		Now:         cfg.Now,
+		AfterRecord: cfg.AfterRecord,
+	}
+	// A policy change can change what every recommendation in its scope
+	// may do.
+	allInScope := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		var list v1alpha1.RightsizingRecommendationList
+		if err := mgr.GetClient().List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+			log.Error("list recommendations for a policy change", "err", err)
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(list.Items))
+		for _, r := range list.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&r)})
+		}
+		return reqs
+	})
+	err = ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.RightsizingRecommendation{}).
+		Watches(&v1alpha1.RightsizingPolicy{}, allInScope).
+		Watches(&v1alpha1.ClusterRightsizingPolicy{}, allInScope).
+		// Replicas in one process (tests) each build this controller.
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
+		Complete(rec)
+	if err != nil {
+		return nil, fmt.Errorf("build recommendation controller: %w", err)
+	}
+	return l, nil
+}
+
+// Leading reports whether this replica holds the Lease.
+func (l *Leader) Leading() bool {
+	select {
+	case <-l.mgr.Elected():
+		return true
+	default:
+		return false
+	}
+}
+
+// Manager is the replica's controller-runtime manager.
+func (l *Leader) Manager() manager.Manager { return l.mgr }
+
+// Registry is the replica's metrics registry.
+func (l *Leader) Registry() *prometheus.Registry { return l.registry }
+
+// Run runs the replica until ctx is done (nil) or the Lease is lost
+// (ErrLeadershipLost): then it has stopped acting and the caller must exit.
+func (l *Leader) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if l.cfg.Listener != nil {
+		srv := endpoints.New(prometheus.Gatherers{l.registry}, l.Leading)
+		go func() {
+			if err := srv.ServeListener(ctx, l.cfg.Listener); err != nil {
+				l.log.Error("endpoints stopped", "err", err)
+			}
+		}()
+	}
+	go func() {
+		select {
+		case <-l.mgr.Elected():
+			l.log.Info("leading", "identity", l.cfg.Identity, "lease", l.cfg.Namespace+"/"+l.cfg.LeaseName)
+		case <-ctx.Done():
+		}
+	}()
+	err := l.mgr.Start(ctx)
+	if err != nil && err.Error() == ErrLeadershipLost.Error() {
+		return ErrLeadershipLost
+	}
+	return err
+}

@@ -1,0 +1,318 @@
+package cluster
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+var (
+	cpOnce sync.Once
+	cp     *controlplane.ControlPlane
+	cpErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cp != nil {
+		_ = cp.Stop()
+	}
+	os.Exit(code)
+}
+
+// controlPlane starts one real apiserver for the package.
+func controlPlane(t *testing.T) *controlplane.ControlPlane {
+	t.Helper()
+	cpOnce.Do(func() { cp, cpErr = controlplane.Start(controlplane.Options{}) })
+	if cpErr != nil {
+		if !controlplane.Required() {
+			t.Skipf("real control plane not available: %v", cpErr)
+		}
+		t.Fatalf("start control plane: %v", cpErr)
+	}
+	return cp
+}
+
+var nsCounter atomic.Int32
+
+// namespace creates a fresh namespace for one test.
+func namespace(t *testing.T, c client.Client) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kerf-leader-test-"}}
+	require.NoError(t, c.Create(context.Background(), ns))
+	nsCounter.Add(1)
+	return ns.Name
+}
+
+// testLeader runs one leader replica until the test ends or stop is called.
+type testLeader struct {
+	*Leader
+	stop func()
+	done chan error
+}
+
+func startLeader(t *testing.T, ns, identity string, cfg Config) *testLeader {
+	t.Helper()
+	cfg.Namespace, cfg.LeaseName, cfg.Identity = ns, "kerf-leader", identity
+	cfg.WatchNamespaces = []string{ns}
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 3*time.Second, 2*time.Second, 200*time.Millisecond
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	l, err := New(cfg, cp.Config, log.With("identity", identity))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	tl := &testLeader{Leader: l, stop: cancel, done: make(chan error, 1)}
+	go func() { tl.done <- l.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-tl.done
+	})
+	return tl
+}
+
+func deployment(ns, name string, cpu, mem string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "app", Image: "kerf.local/kerf-workload:1",
+					Resources: corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)},
+						Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)},
+					},
+				}}},
+			},
+		},
+	}
+}
+
+func q(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
+
+func recommendation(ns, name, target string, strategy v1alpha1.Strategy, cpu, mem string) *v1alpha1.RightsizingRecommendation {
+	return &v1alpha1.RightsizingRecommendation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.RightsizingRecommendationSpec{
+			TargetRef: v1alpha1.TargetRef{APIVersion: "apps/v1", Kind: v1alpha1.KindDeployment, Name: target},
+			Strategy:  strategy,
+			Containers: []v1alpha1.ContainerResources{{
+				Name:     "app",
+				Requests: &v1alpha1.ResourceValues{CPU: q(cpu), Memory: q(mem)},
+				Limits:   &v1alpha1.ResourceValues{CPU: q(cpu), Memory: q(mem)},
+			}},
+		},
+	}
+}
+
+func namespacedPolicy(ns string, paused bool) *v1alpha1.RightsizingPolicy {
+	p := &v1alpha1.RightsizingPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "guard"}}
+	p.Spec.Guardrails.Paused = paused
+	return p
+}
+
+func getRSR(t *testing.T, c client.Client, ns, name string) *v1alpha1.RightsizingRecommendation {
+	t.Helper()
+	var rsr v1alpha1.RightsizingRecommendation
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &rsr))
+	return &rsr
+}
+
+func waitPhase(t *testing.T, c client.Client, ns, name string, phase v1alpha1.Phase, reason string) *v1alpha1.RightsizingRecommendation {
+	t.Helper()
+	var rsr *v1alpha1.RightsizingRecommendation
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, name)
+		return rsr.Status.Phase == phase && (reason == "" || rsr.Status.Reason == reason)
+	}, 30*time.Second, 50*time.Millisecond, "phase %s/%s never reached", phase, reason)
+	return rsr
+}
+
+func eventsFor(t *testing.T, c client.Client, ns, name, reason string) []eventsv1.Event {
+	t.Helper()
+	var list eventsv1.EventList
+	require.NoError(t, c.List(context.Background(), &list, client.InNamespace(ns)))
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Name == name && e.Reason == reason {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func historyOf(rsr *v1alpha1.RightsizingRecommendation, typ v1alpha1.ActionType) []v1alpha1.Action {
+	var out []v1alpha1.Action
+	for _, a := range rsr.Status.History {
+		if a.Type == typ {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func TestRecommendationWithoutPolicyIsBlocked(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
+	startLeader(t, ns, "a", Config{})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
+	assert.Contains(t, rsr.Status.Message, "no RightsizingPolicy or ClusterRightsizingPolicy selects Deployment web")
+	assert.Nil(t, rsr.Status.Change, "nothing is applied without a policy")
+	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", v1alpha1.ReasonNoPolicy)) == 1 }, 10*time.Second, 50*time.Millisecond)
+
+	var dep appsv1.Deployment
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
+	assert.Equal(t, "500m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String(), "the template is untouched")
+}
+
+func TestRolloutIsAppliedAndRecorded(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
+	require.NoError(t, c.Create(ctx, namespacedPolicy(ns, false)))
+	l := startLeader(t, ns, "a", Config{})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseApplied, "")
+	require.NotNil(t, rsr.Status.Change)
+	ch := rsr.Status.Change
+	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, ch.Resources, "only cpu differs")
+	require.Len(t, ch.Containers, 1)
+	assert.Equal(t, "500m", ch.Containers[0].Previous.Requests.CPU.String())
+	assert.Equal(t, "250m", ch.Containers[0].Applied.Requests.CPU.String())
+	assert.NotEmpty(t, ch.ValueFingerprint)
+	assert.NotEmpty(t, ch.PolicyFingerprint)
+	require.NotNil(t, rsr.Status.Policy)
+	assert.Equal(t, "guard", rsr.Status.Policy.Name)
+	assert.Len(t, historyOf(rsr, v1alpha1.ActionApplied), 1)
+
+	var dep appsv1.Deployment
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
+	assert.Equal(t, "250m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String())
+	assert.Equal(t, "256Mi", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Memory().String())
+
+	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", "Applied")) == 1 }, 10*time.Second, 50*time.Millisecond)
+	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("applied", "Rollout", "memory")))
+}
+
+func TestPausedPolicyBlocksUntilUnpaused(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
+	p := namespacedPolicy(ns, true)
+	require.NoError(t, c.Create(ctx, p))
+	startLeader(t, ns, "a", Config{})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
+	assert.Len(t, historyOf(rsr, v1alpha1.ActionBlocked), 1)
+
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(p), p))
+	p.Spec.Guardrails.Paused = false
+	require.NoError(t, c.Update(ctx, p))
+	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseApplied, "")
+	assert.ElementsMatch(t, []v1alpha1.ResourceName{"cpu", "memory"}, rsr.Status.Change.Resources)
+}
+
+// TestOnlyOneReplicaLeadsAndLosingTheLeaseStopsIt runs two replicas: one
+// leads, and when its Lease is taken from it, it stops with
+// ErrLeadershipLost (kerf-leader then exits) and the other takes over.
+func TestOnlyOneReplicaLeadsAndLosingTheLeaseStopsIt(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	a := startLeader(t, ns, "a", Config{})
+	require.Eventually(t, a.Leading, 15*time.Second, 50*time.Millisecond)
+	b := startLeader(t, ns, "b", Config{})
+	time.Sleep(time.Second)
+	assert.False(t, b.Leading(), "two replicas lead at once")
+
+	// Another holder takes the Lease, as after a partition.
+	var lease coordinationv1.Lease
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, &lease))
+	lease.Spec.HolderIdentity = ptr.To("intruder")
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(time.Hour)}
+	require.NoError(t, c.Update(ctx, &lease))
+	select {
+	case err := <-a.done:
+		a.done <- err // for the cleanup
+		assert.ErrorIs(t, err, ErrLeadershipLost)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the replica that lost its Lease kept running")
+	}
+}
+
+// TestFailoverMidApplyAppliesOnce stops the leader right after it recorded
+// a change and before it applied it, as a crash would; the other replica
+// takes over and finishes that change: applied once, recorded once.
+func TestFailoverMidApplyAppliesOnce(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
+	require.NoError(t, c.Create(ctx, namespacedPolicy(ns, false)))
+
+	recorded := make(chan struct{})
+	var a *testLeader
+	a = startLeader(t, ns, "a", Config{AfterRecord: func(context.Context, *v1alpha1.RightsizingRecommendation) {
+		close(recorded)
+		a.stop() // the leader dies between recording and applying
+	}})
+	require.Eventually(t, a.Leading, 15*time.Second, 50*time.Millisecond)
+	b := startLeader(t, ns, "b", Config{})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	select {
+	case <-recorded:
+	case <-time.After(30 * time.Second):
+		t.Fatal("leader a never recorded the change")
+	}
+	var dep appsv1.Deployment
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
+	assert.Equal(t, "500m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String(), "a stopped before applying")
+	recordedAt := getRSR(t, c, ns, "web").Status.Change.AppliedAt
+
+	require.Eventually(t, b.Leading, 15*time.Second, 50*time.Millisecond)
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseApplied, "")
+	assert.Equal(t, recordedAt, rsr.Status.Change.AppliedAt, "b finished a's change instead of planning a new one")
+	assert.Len(t, historyOf(rsr, v1alpha1.ActionApplied), 1, "recorded once")
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
+	assert.Equal(t, "250m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String())
+	assert.Equal(t, int64(2), dep.Generation, "the template was patched once")
+	time.Sleep(500 * time.Millisecond)
+	assert.Len(t, eventsFor(t, c, ns, "web", "Applied"), 1)
+	total := testutil.ToFloat64(a.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu")) +
+		testutil.ToFloat64(b.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu"))
+	assert.Equal(t, 1.0, total)
+}
