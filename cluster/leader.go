@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
+	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 )
 
@@ -54,10 +56,27 @@ type Config struct {
 	// WatchNamespaces, when set, limits the leader to recommendations,
 	// policies and workloads in these namespaces; empty means all.
 	WatchNamespaces []string
+	// Webhook, when its Listener is set, serves the mutating admission
+	// webhook on every replica (leading or not).
+	Webhook WebhookConfig
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// AfterRecord is passed to the reconciler (tests only).
 	AfterRecord func(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation)
+}
+
+// WebhookConfig configures the admission webhook every replica serves.
+type WebhookConfig struct {
+	// Listener serves HTTPS; nil serves no webhook.
+	Listener net.Listener
+	// CertDir holds tls.crt and tls.key supplied by the user (reloaded when
+	// they change). Empty means a self-managed certificate.
+	CertDir string
+	// Cert says where the self-managed certificate lives and whom it
+	// serves; ConfigName is the MutatingWebhookConfiguration whose
+	// caBundle it keeps current.
+	Cert       webhook.CertOptions
+	ConfigName string
 }
 
 // Scheme holds the types the leader reads and writes.
@@ -71,10 +90,11 @@ func init() {
 // Leader is one kerf-leader replica. Every replica runs; the one that holds
 // the Lease applies and rolls back.
 type Leader struct {
-	cfg      Config
-	log      *slog.Logger
-	mgr      manager.Manager
-	registry *prometheus.Registry
+	cfg        Config
+	restConfig *rest.Config
+	log        *slog.Logger
+	mgr        manager.Manager
+	registry   *prometheus.Registry
 	// Metrics are the replica's metrics, on its own registry.
 	Metrics *Metrics
 }
@@ -139,7 +159,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	l := &Leader{cfg: cfg, log: log, mgr: mgr, registry: reg, Metrics: NewMetrics(reg)}
+	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, mgr: mgr, registry: reg, Metrics: NewMetrics(reg)}
 
 	rec := &RecommendationReconciler{
 		Client:      mgr.GetClient(),
@@ -205,6 +225,19 @@ func (l *Leader) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	if l.cfg.Webhook.Listener != nil {
+		tlsConfig, err := l.webhookTLS(ctx)
+		if err != nil {
+			return err
+		}
+		in := webhook.NewInjector(l.mgr.GetCache(), l.registry, l.log)
+		in.LiveReader = l.mgr.GetAPIReader()
+		go func() {
+			if err := webhook.ServeListener(ctx, l.cfg.Webhook.Listener, tlsConfig, webhook.Mux(in)); err != nil {
+				l.log.Error("webhook stopped", "err", err)
+			}
+		}()
+	}
 	go func() {
 		select {
 		case <-l.mgr.Elected():
@@ -217,4 +250,28 @@ func (l *Leader) Run(ctx context.Context) error {
 		return ErrLeadershipLost
 	}
 	return err
+}
+
+// webhookTLS returns the webhook's TLS configuration: the user's files, or a
+// self-managed certificate shared by every replica through a Secret.
+func (l *Leader) webhookTLS(ctx context.Context) (*tls.Config, error) {
+	w := l.cfg.Webhook
+	if w.CertDir != "" {
+		fc, err := webhook.NewFileCertificate(w.CertDir, l.log)
+		if err != nil {
+			return nil, fmt.Errorf("webhook certificate in %s: %w", w.CertDir, err)
+		}
+		return webhook.TLSConfig(fc.GetCertificate), nil
+	}
+	// The manager's client reads from a cache that is not started yet.
+	c, err := client.New(l.restConfig, client.Options{Scheme: Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("webhook certificate client: %w", err)
+	}
+	sc, err := webhook.NewSelfManagedCertificate(ctx, c, w.Cert, w.ConfigName, l.log)
+	if err != nil {
+		return nil, fmt.Errorf("self-managed webhook certificate: %w", err)
+	}
+	go sc.Run(ctx, time.Hour)
+	return webhook.TLSConfig(sc.GetCertificate), nil
 }

@@ -2,8 +2,12 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -23,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -315,4 +320,37 @@ func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 	total := testutil.ToFloat64(a.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu")) +
 		testutil.ToFloat64(b.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu"))
 	assert.Equal(t, 1.0, total)
+}
+
+// TestEveryReplicaServesTheWebhook starts two replicas with a self-managed
+// certificate: both serve the webhook over TLS with a certificate the
+// shared CA signed, whichever of them leads.
+func TestEveryReplicaServesTheWebhook(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	cert := webhook.CertOptions{Namespace: ns, ServiceName: "kerf-webhook", SecretName: "kerf-webhook-cert", ExtraHosts: []string{"127.0.0.1"}}
+	var addrs []string
+	for _, id := range []string{"a", "b"} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addrs = append(addrs, ln.Addr().String())
+		startLeader(t, ns, id, Config{Webhook: WebhookConfig{Listener: ln, Cert: cert, ConfigName: "kerf-test-absent"}})
+	}
+	var secret corev1.Secret
+	require.Eventually(t, func() bool {
+		return c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "kerf-webhook-cert"}, &secret) == nil
+	}, 15*time.Second, 50*time.Millisecond)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(secret.Data["ca.crt"]))
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	for _, addr := range addrs {
+		require.Eventually(t, func() bool {
+			resp, err := hc.Get("https://" + addr + "/healthz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		}, 15*time.Second, 100*time.Millisecond, "replica at %s does not serve the webhook", addr)
+	}
 }

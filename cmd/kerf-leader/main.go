@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/cluster/webhook"
 )
 
 func envOr(name, def string) string {
@@ -37,6 +38,11 @@ func main() {
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "kerf-system"), "namespace of the leader Lease")
 	leaseName := fs.String("lease-name", "kerf-leader", "name of the coordination.k8s.io Lease the replicas compete for")
 	identity := fs.String("identity", envOr("POD_NAME", host), "this replica's name in the Lease")
+	webhookAddr := fs.String("webhook-addr", ":9443", "HTTPS address of the mutating admission webhook, served by every replica (empty: none)")
+	webhookCertDir := fs.String("webhook-cert-dir", "", "directory with tls.crt and tls.key for the webhook (default: a self-managed certificate)")
+	webhookService := fs.String("webhook-service", "kerf-webhook", "Service the apiserver calls the webhook through (names the self-managed certificate)")
+	webhookSecret := fs.String("webhook-secret", "kerf-webhook-cert", "Secret that holds the self-managed certificate, shared by the replicas")
+	webhookConfig := fs.String("webhook-config", "kerf", "MutatingWebhookConfiguration whose caBundle the self-managed certificate keeps current")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: kerf-leader [flags]\n\n"+
 			"Kerf's leader: applies rightsizing recommendations, watches the health of\n"+
@@ -51,14 +57,20 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := run(log, *kubeconfig, *metricsAddr, cluster.Config{Namespace: *namespace, LeaseName: *leaseName, Identity: *identity}); err != nil {
+	cfg := cluster.Config{Namespace: *namespace, LeaseName: *leaseName, Identity: *identity}
+	cfg.Webhook = cluster.WebhookConfig{
+		CertDir:    *webhookCertDir,
+		Cert:       webhook.CertOptions{Namespace: *namespace, ServiceName: *webhookService, SecretName: *webhookSecret},
+		ConfigName: *webhookConfig,
+	}
+	if err := run(log, *kubeconfig, *metricsAddr, *webhookAddr, cfg); err != nil {
 		log.Error("kerf-leader stopped", "err", err)
 		os.Exit(1)
 	}
 	log.Info("kerf-leader stopped")
 }
 
-func run(log *slog.Logger, kubeconfig, metricsAddr string, cfg cluster.Config) error {
+func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, cfg cluster.Config) error {
 	var restConfig *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -74,6 +86,11 @@ func run(log *slog.Logger, kubeconfig, metricsAddr string, cfg cluster.Config) e
 		return fmt.Errorf("listen on --metrics-addr %s: %w", metricsAddr, err)
 	}
 	cfg.Listener = ln
+	if webhookAddr != "" {
+		if cfg.Webhook.Listener, err = net.Listen("tcp", webhookAddr); err != nil {
+			return fmt.Errorf("listen on --webhook-addr %s: %w", webhookAddr, err)
+		}
+	}
 	leader, err := cluster.New(cfg, restConfig, log)
 	if err != nil {
 		return err
