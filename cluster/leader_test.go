@@ -21,6 +21,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -353,4 +354,131 @@ func TestEveryReplicaServesTheWebhook(t *testing.T) {
 			return resp.StatusCode == http.StatusOK
 		}, 15*time.Second, 100*time.Millisecond, "replica at %s does not serve the webhook", addr)
 	}
+}
+
+// runningPod creates the Deployment's current ReplicaSet and one Running
+// pod of it, as the controller-manager and a kubelet would (none runs in
+// these tests), and returns the pod.
+func runningPod(t *testing.T, c client.Client, dep *appsv1.Deployment) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	labels := map[string]string{"app": dep.Name, "pod-template-hash": "h1"}
+	tmpl := *dep.Spec.Template.DeepCopy()
+	tmpl.Labels = labels
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: dep.Name + "-h1", Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
+		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
+	}
+	require.NoError(t, c.Create(ctx, rs))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: dep.Name + "-h1-x", Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}},
+		Spec: *tmpl.Spec.DeepCopy(),
+	}
+	pod.Spec.NodeName = node(t, c)
+	require.NoError(t, c.Create(ctx, pod))
+	res := pod.Spec.Containers[0].Resources.DeepCopy()
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ObservedGeneration: pod.Generation,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Resources: res,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
+	require.NoError(t, c.Status().Update(ctx, pod))
+	return pod
+}
+
+// node makes sure the Node the test pods run on exists, with room for
+// them: the apiserver checks a resize against the node's allocatable.
+func node(t *testing.T, c client.Client) string {
+	t.Helper()
+	ctx := context.Background()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+	if err := c.Create(ctx, n); err != nil {
+		require.True(t, apierrors.IsAlreadyExists(err), "create node: %v", err)
+		return n.Name
+	}
+	room := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	n.Status = corev1.NodeStatus{Capacity: room, Allocatable: room}
+	require.NoError(t, c.Status().Update(ctx, n))
+	return n.Name
+}
+
+// kubeletReports writes what a kubelet would after a resize: either the
+// values it now runs, or a PodResizePending condition with reason.
+func kubeletReports(t *testing.T, c client.Client, pod *corev1.Pod, pendingReason string) {
+	t.Helper()
+	ctx := context.Background()
+	t.Cleanup(func() {
+		if t.Failed() {
+			var l v1alpha1.RightsizingRecommendationList
+			_ = c.List(ctx, &l, client.InNamespace(pod.Namespace))
+			for _, r := range l.Items {
+				t.Logf("recommendation %s: %s %s: %s", r.Name, r.Status.Phase, r.Status.Reason, r.Status.Message)
+			}
+		}
+	})
+	require.Eventually(t, func() bool {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+		return pod.Generation > 1 // the resize reached the pod
+	}, 20*time.Second, 50*time.Millisecond, "the pod was never resized")
+	pod.Status.ObservedGeneration = pod.Generation
+	if pendingReason != "" {
+		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
+			Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: pendingReason,
+			Message: "Node didn't have enough capacity: cpu, requested: 64000, capacity: 2000", ObservedGeneration: pod.Generation,
+			LastTransitionTime: metav1.Now(),
+		})
+	} else {
+		pod.Status.ContainerStatuses[0].Resources = pod.Spec.Containers[0].Resources.DeepCopy()
+	}
+	require.NoError(t, c.Status().Update(ctx, pod))
+}
+
+func TestInPlaceResizesRunningPodsAndWaitsForTheKubelet(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	pod := runningPod(t, c, dep)
+	require.NoError(t, c.Create(ctx, namespacedPolicy(ns, false)))
+	startLeader(t, ns, "a", Config{})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "256Mi")))
+
+	kubeletReports(t, c, pod, "")
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseApplied, "")
+	assert.Equal(t, "250m", pod.Spec.Containers[0].Resources.Requests.Cpu().String(), "resized in place")
+	assert.Contains(t, touchedKinds(rsr), "Pod")
+	var got appsv1.Deployment
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), &got))
+	assert.Equal(t, "500m", got.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String(), "InPlace leaves the template alone")
+}
+
+func TestInfeasibleResizeFailsWithTheReason(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	pod := runningPod(t, c, dep)
+	require.NoError(t, c.Create(ctx, namespacedPolicy(ns, false)))
+	l := startLeader(t, ns, "a", Config{})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "1", "256Mi")))
+
+	kubeletReports(t, c, pod, corev1.PodReasonInfeasible)
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseFailed, "Infeasible")
+	assert.Contains(t, rsr.Status.Message, "Node didn't have enough capacity")
+	failed := historyOf(rsr, v1alpha1.ActionFailed)
+	require.Len(t, failed, 1)
+	assert.Equal(t, "Infeasible", failed[0].Reason)
+	assert.Empty(t, historyOf(rsr, v1alpha1.ActionApplied))
+	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", "ApplyFailed")) == 1 }, 10*time.Second, 50*time.Millisecond)
+	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("failed", "Infeasible", "cpu")))
+}
+
+func touchedKinds(rsr *v1alpha1.RightsizingRecommendation) []string {
+	var kinds []string
+	for _, o := range rsr.Status.Change.Touched {
+		kinds = append(kinds, o.Kind)
+	}
+	return kinds
 }
