@@ -297,20 +297,24 @@ func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 		a.stop() // the leader dies between recording and applying
 	}})
 	require.Eventually(t, a.Leading, 15*time.Second, 50*time.Millisecond)
-	b := startLeader(t, ns, "b", Config{})
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
 	select {
 	case <-recorded:
 	case <-time.After(30 * time.Second):
 		t.Fatal("leader a never recorded the change")
 	}
+	err := <-a.done // a has stopped acting
+	a.done <- err   // for the cleanup
 	var dep appsv1.Deployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
 	assert.Equal(t, "500m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String(), "a stopped before applying")
-	recordedAt := getRSR(t, c, ns, "web").Status.Change.AppliedAt
+	rsr := getRSR(t, c, ns, "web")
+	require.NotNil(t, rsr.Status.Change, "a recorded the change")
+	recordedAt := rsr.Status.Change.AppliedAt
 
+	b := startLeader(t, ns, "b", Config{})
 	require.Eventually(t, b.Leading, 15*time.Second, 50*time.Millisecond)
-	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseApplied, "")
+	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseApplied, "")
 	assert.Equal(t, recordedAt, rsr.Status.Change.AppliedAt, "b finished a's change instead of planning a new one")
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionApplied), 1, "recorded once")
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
