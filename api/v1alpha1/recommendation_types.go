@@ -186,6 +186,10 @@ type RightsizingRecommendationStatus struct {
 	// Rollback is the backoff state machine (docs/design.md section 4).
 	// +optional
 	Rollback *RollbackState `json:"rollback,omitempty"`
+	// Breach is the breach of the current change, once the health watch
+	// saw one: what the rollback restores and why.
+	// +optional
+	Breach *Breach `json:"breach,omitempty"`
 	// Cooldowns block decreases of a resource until a time, after a
 	// rollback of that resource.
 	// +listType=map
@@ -271,6 +275,12 @@ type Change struct {
 	// +kubebuilder:validation:MaxItems=4096
 	// +optional
 	ThrottlingBaselines []ThrottlingBaseline `json:"throttlingBaselines,omitempty"`
+	// RestartBaselines are the containers' restart counts at appliedAt, so
+	// that restarts count from the change on; pods created later count in
+	// full (docs/design.md section 3).
+	// +kubebuilder:validation:MaxItems=4096
+	// +optional
+	RestartBaselines []RestartBaseline `json:"restartBaselines,omitempty"`
 }
 
 // ContainerChange is one container's values before and after a change.
@@ -317,6 +327,47 @@ type HPAChange struct {
 	// AppliedTargetCPUUtilization is the target applied, in percent.
 	// +kubebuilder:validation:Minimum=1
 	AppliedTargetCPUUtilization int32 `json:"appliedTargetCPUUtilization"`
+}
+
+// RestartBaseline is one container's restart count when a change was
+// applied.
+type RestartBaseline struct {
+	// Pod is the pod's name.
+	// +kubebuilder:validation:MaxLength=253
+	Pod string `json:"pod"`
+	// PodUID is the pod's UID, so a pod recreated with the same name does
+	// not inherit the baseline.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	PodUID string `json:"podUID,omitempty"`
+	// Container is the container's name.
+	// +kubebuilder:validation:MaxLength=63
+	Container string `json:"container"`
+	// RestartCount is status.containerStatuses[].restartCount then.
+	// +kubebuilder:validation:Minimum=0
+	RestartCount int32 `json:"restartCount"`
+}
+
+// Breach is the health-watch breach a rollback is restoring from.
+type Breach struct {
+	// Reason is OOMKills, Restarts or Throttling.
+	// +kubebuilder:validation:Enum=OOMKills;Restarts;Throttling
+	Reason string `json:"reason"`
+	// At is when the breach was seen.
+	At metav1.Time `json:"at"`
+	// Resources are the resources the rollback restores.
+	// +kubebuilder:validation:MaxItems=2
+	// +optional
+	Resources []ResourceName `json:"resources,omitempty"`
+	// Figures are the figures that crossed a threshold, e.g.
+	// "oomKills 2 ≥ 1".
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Figures []string `json:"figures,omitempty"`
+	// Restored is set once the restore was written; until then a leader
+	// that takes over finishes it.
+	// +optional
+	Restored bool `json:"restored,omitempty"`
 }
 
 // ThrottlingBaseline is one container's CFS counters (cpu.stat nr_periods
