@@ -39,8 +39,8 @@ func New(gatherer prometheus.Gatherer, ready func() bool) *Server {
 	return s
 }
 
-// Handle adds a handler for pattern (net/http.ServeMux syntax).
-func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+// Mux is the server's mux, for packages that register their own routes.
+func (s *Server) Mux() *http.ServeMux { return s.mux }
 
 // Serve listens on addr and serves until ctx is done, then shuts down
 // gracefully. It returns once the listener is closed.

@@ -1,0 +1,134 @@
+package audit
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// position places an action in the API's order: time, newest first; then
+// namespace and recommendation name; then, among one recommendation's
+// actions of the same time, the later-recorded first.
+//
+// Seq counts the actions of the same recommendation and the same time that
+// were recorded after this one, rather than giving its index in
+// status.history: the leader trims the oldest entries once there are 100,
+// which shifts every index but leaves Seq alone, so a cursor taken before a
+// trim still points at the same action after it.
+type position struct {
+	Time      time.Time
+	Namespace string
+	Name      string
+	Seq       int
+}
+
+// compare orders a before b (negative) when a comes first in the API's
+// order, that is, when a is newer.
+func (a position) compare(b position) int {
+	if c := b.Time.Compare(a.Time); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Name, b.Name); c != 0 {
+		return c
+	}
+	return a.Seq - b.Seq
+}
+
+// cursorVersion is the version of the continue token's layout.
+const cursorVersion = 1
+
+// cursor is the continue token before base64: the last entry of a page.
+type cursor struct {
+	V         int    `json:"v"`
+	Time      string `json:"t"`
+	Namespace string `json:"ns"`
+	Name      string `json:"n"`
+	Seq       int    `json:"s"`
+}
+
+// encode returns the opaque continue token that resumes after p.
+func (p position) encode() string {
+	b, _ := json.Marshal(cursor{V: cursorVersion, Time: p.Time.UTC().Format(time.RFC3339Nano), Namespace: p.Namespace, Name: p.Name, Seq: p.Seq})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodePosition reads a continue token made by encode.
+func decodePosition(s string) (position, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return position{}, errors.New("not base64url")
+	}
+	var c cursor
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return position{}, errors.New("not a cursor")
+	}
+	if c.V != cursorVersion {
+		return position{}, fmt.Errorf("version %d, want %d", c.V, cursorVersion)
+	}
+	t, err := time.Parse(time.RFC3339Nano, c.Time)
+	if err != nil || c.Namespace == "" || c.Name == "" || c.Seq < 0 {
+		return position{}, errors.New("incomplete cursor")
+	}
+	return position{Time: t, Namespace: c.Namespace, Name: c.Name, Seq: c.Seq}, nil
+}
+
+// ref is one action of one recommendation, placed in the order; the page's
+// entries are built from refs only once the page is cut.
+type ref struct {
+	rsr *v1alpha1.RightsizingRecommendation
+	i   int // index in status.history
+	pos position
+}
+
+// appendRefs appends the actions of rsr that keep accepts (nil: all).
+func appendRefs(refs []ref, rsr *v1alpha1.RightsizingRecommendation, keep func(*v1alpha1.Action, position) bool) []ref {
+	type instant struct {
+		sec  int64
+		nsec int
+	}
+	h := rsr.Status.History
+	seen := make(map[instant]int, len(h))
+	for i := len(h) - 1; i >= 0; i-- {
+		a := &h[i]
+		at := instant{a.Time.Unix(), a.Time.Nanosecond()}
+		p := position{Time: a.Time.Time, Namespace: rsr.Namespace, Name: rsr.Name, Seq: seen[at]}
+		seen[at]++
+		if keep == nil || keep(a, p) {
+			refs = append(refs, ref{rsr: rsr, i: i, pos: p})
+		}
+	}
+	return refs
+}
+
+// sortRefs puts refs in the API's order.
+func sortRefs(refs []ref) {
+	slices.SortFunc(refs, func(a, b ref) int { return a.pos.compare(b.pos) })
+}
+
+// entry builds the API's view of the action.
+func (r ref) entry() Entry {
+	a := &r.rsr.Status.History[r.i]
+	return Entry{
+		Time:           a.Time,
+		Type:           a.Type,
+		Reason:         a.Reason,
+		Message:        a.Message,
+		Resources:      nonNil(a.Resources),
+		Containers:     nonNil(a.Containers),
+		Figures:        nonNil(a.Figures),
+		Namespace:      r.rsr.Namespace,
+		Recommendation: r.rsr.Name,
+		Workload:       Workload{Kind: r.rsr.Spec.TargetRef.Kind, Name: r.rsr.Spec.TargetRef.Name},
+	}
+}
