@@ -1,0 +1,60 @@
+package watch
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// BenchmarkEvaluate decides the watch of a workload of 20 pods × 2 changed
+// containers, each with 120 counter samples (10 s apart) in a MemorySource
+// and an OOM kill in one pod: with the MemorySource as ThrottlingSource
+// (sums in place) and through Counters (samples copied out).
+func BenchmarkEvaluate(b *testing.B) {
+	ch := change(v1alpha1.StrategyInPlace, bothDown)
+	ch.Containers = append(ch.Containers, v1alpha1.ContainerChange{
+		Name:     "sidecar",
+		Previous: values{reqCPU: "100m", reqMem: "64Mi"}.resources(),
+		Applied:  values{reqCPU: "50m", reqMem: "64Mi"}.resources(),
+	})
+	side := func(p *corev1.Pod) {
+		rr := values{reqCPU: "50m", reqMem: "64Mi"}.requirements()
+		p.Spec.Containers[1].Resources = *rr.DeepCopy()
+		containerStatus(p, "sidecar").Resources = &rr
+	}
+	m := NewMemorySource()
+	pods := make([]corev1.Pod, 20)
+	for i := range pods {
+		pods[i] = newPod(fmt.Sprintf("web-%d", i), bothDown, side, restarts("app", 1))
+		for _, c := range []string{"app", "sidecar"} {
+			s := make([]CounterSample, 120)
+			for j := range s {
+				s[j] = CounterSample{PodUID: pods[i].UID, Container: c, Started: started, At: after(time.Minute + time.Duration(j)*10*time.Second),
+					Periods: uint64(100000 + 100*j), Throttled: uint64(1000 + 5*j)}
+			}
+			m.AddSamples(s...)
+		}
+	}
+	m.AddOOMKill(pods[7].UID, "app", after(5*time.Minute))
+	now := after(21 * time.Minute)
+	for _, src := range []struct {
+		name string
+		src  ThrottlingSource
+	}{{"MemorySource", m}, {"Counters", Counters(m)}} {
+		b.Run(src.name, func(b *testing.B) {
+			in := Input{Change: ch, Pods: pods, RestartBaselines: RestartBaselines(pods), Kernel: m, Throttling: src.src,
+				Guardrails: guardrails(func(g *v1alpha1.RollbackGuardrails) { g.OOMKills = new(int32(2)) })}
+			if v := Evaluate(now, in); v.State != StateWatching || !v.ThrottlingEvaluated {
+				b.Fatalf("unexpected verdict: %+v", v)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				Evaluate(now, in)
+			}
+		})
+	}
+}

@@ -1,0 +1,64 @@
+// Package watch is the health watch's rules (docs/design.md section 3): after
+// a change is applied at T0 it decides, from the workload's pods and the
+// kernel's signals, whether the change breached a guardrail (and which
+// resources to restore), is still being watched, ended healthy, or ended
+// without enough pods running the applied values.
+//
+// Evaluate is pure: it reads no clock and writes nothing. The caller passes
+// the time it decides at, the change from status.change, the policy's
+// rollback guardrails, the workload's pods, the restart baselines captured
+// at T0 and the signal sources. The sources are small interfaces:
+// KernelSource for OOM kills the agents saw, ThrottlingSource for the CFS
+// throttling sums per container name. MemorySource is an in-process source
+// of both, fed by tests and by the agents' stream, that tells subscribers
+// which pod a new signal is about so the leader evaluates at once.
+//
+// Decisions where the design is silent:
+//
+//   - Adoption (Adopted): for InPlace a pod is adopted when, for every
+//     container the change changed, status.containerStatuses[].resources
+//     holds the applied value of every request and limit of a touched
+//     resource (status.resources absent means not adopted: the kubelet
+//     reports it for running containers and, since Kubernetes 1.33, the
+//     values a stopped container will restart with); for Rollout and
+//     Deferred (and any other strategy) the pod's spec must hold them. A
+//     pod without one of the changed containers is not adopted, nor is any
+//     pod for a change without applied values. Quantities compare by
+//     amount (250m equals 0.25), exactly, as cluster/apply does.
+//   - Signals come only from the containers the change changed, and each
+//     signal only from the containers where its resource changed (a request
+//     or limit of it differs between previous and applied values): an OOM
+//     kill in a container whose memory the change did not move cannot be
+//     cured by restoring memory. Restarts count in every changed container.
+//   - Restarts: restartCount minus the baseline captured at T0 (never below
+//     zero) for pods created at or before T0; pods created after T0 count
+//     in full whatever the baselines say. A pod or container with no
+//     baseline counts in full (RestartBaselines records 0 for containers
+//     without a status, so a pod that existed at T0 is always present).
+//     restartCount has no timestamps, so restarts after the watch's end are
+//     counted if the watch is evaluated late.
+//   - OOM kills per (pod, container): max(kernel count, status count). The
+//     status count is the terminations with reason OOMKilled that finished
+//     after T0 and at or before the watch's end, among state.terminated and
+//     lastState.terminated (one termination seen in both is counted once):
+//     the kubelet shows at most the two newest, so it is 0, 1 or 2 even
+//     when restartCount rose more; the kernel count covers kills the status
+//     folded away, and restarts it does not explain still count as
+//     restarts. Without kernel data for a container, the status count
+//     alone.
+//   - Throttling (see ThrottlingSource and Counters): per container name
+//     over [T0+2m, min(now, end)], evaluated for a name once its Σ Δperiods
+//     ≥ 300; the ratio is compared exactly (rational arithmetic against the
+//     decimal string) and shown truncated, never rounded across the
+//     threshold. The signal counts as evaluated only when every container
+//     whose cpu changed has a ratio; a container without a CPU limit has no
+//     CFS periods and is never evaluated, which the message says.
+//   - Several breaches at once: the reason is the first of Restarts,
+//     OOMKills, Throttling (widest restore first); Restore is the union of
+//     the breached signals' restores, so an OOM kill and throttling together
+//     restore both memory and cpu; Figures lists every crossing figure.
+//   - At or after the watch's end a breach (of signals up to the end) still
+//     wins; otherwise adoption is checked: the adopted share of the current
+//     pods (not terminated, not being deleted), compared ≥
+//     adoptionThresholdPercent; with no current pod the share is 0.
+package watch

@@ -1,0 +1,605 @@
+package watch
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+var (
+	cpuOnly   = []v1alpha1.ResourceName{v1alpha1.ResourceCPU}
+	memOnly   = []v1alpha1.ResourceName{v1alpha1.ResourceMemory}
+	cpuAndMem = []v1alpha1.ResourceName{v1alpha1.ResourceCPU, v1alpha1.ResourceMemory}
+)
+
+// started is when the test containers that run through the window started.
+var started = t0.Add(-time.Hour)
+
+func TestThrottlingWindowStartsAtTwoMinutes(t *testing.T) {
+	pod := newPod("web-1", cpuDown)
+	tests := []struct {
+		name      string
+		now       time.Duration
+		points    []point
+		state     State
+		evaluated bool
+		message   string
+		nextCheck time.Time
+	}{
+		{
+			name:      "at 1m59s the window is not open",
+			now:       time.Minute + 59*time.Second,
+			points:    []point{{0, 0, 0}, {time.Minute, 5000, 5000}},
+			state:     StateWatching,
+			message:   "ThrottlingNotEvaluated: the throttling window opens at T0+2m0s (2026-12-01T10:02:00Z)",
+			nextCheck: after(2 * time.Minute),
+		},
+		{
+			name:      "at 2m the window is open but empty",
+			now:       2 * time.Minute,
+			points:    []point{{0, 0, 0}, {2 * time.Minute, 5000, 5000}},
+			state:     StateWatching,
+			message:   "ThrottlingNotEvaluated: container app only 0 of 300 periods since T0+2m0s",
+			nextCheck: after(30 * time.Minute),
+		},
+		{
+			name: "throttling up to 2m does not count, the sample at 2m is the start",
+			now:  10 * time.Minute,
+			points: []point{
+				{time.Minute + 59*time.Second, 10000, 5000},
+				{2 * time.Minute, 10400, 5400},
+				{10 * time.Minute, 11600, 5400},
+			},
+			state:     StateWatching,
+			evaluated: true,
+			message:   "throttlingRatio 0.00 < 0.25 (container app, 1200 periods)",
+			nextCheck: after(30 * time.Minute),
+		},
+		{
+			name: "without a sample at 2m the one at 1m59s is the start",
+			now:  10 * time.Minute,
+			points: []point{
+				{time.Minute + 59*time.Second, 10000, 5000},
+				{2*time.Minute + time.Second, 10400, 5400},
+				{10 * time.Minute, 11600, 5400},
+			},
+			state:     StateBreached,
+			evaluated: true,
+			message:   "throttlingRatio 0.25 ≥ 0.25 (container app, 1600 periods)",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := NewMemorySource()
+			feed(m, pod, "app", started, tt.points...)
+			v := Evaluate(after(tt.now), Input{
+				Change:     change(v1alpha1.StrategyInPlace, cpuDown),
+				Pods:       []corev1.Pod{pod},
+				Throttling: Counters(m),
+			})
+			assert.Equal(t, tt.state, v.State)
+			assert.True(t, v.ThrottlingApplies)
+			assert.Equal(t, tt.evaluated, v.ThrottlingEvaluated)
+			assert.Contains(t, v.Message, tt.message)
+			assert.Equal(t, tt.nextCheck, v.NextCheck)
+		})
+	}
+}
+
+func TestThrottlingNeeds300Periods(t *testing.T) {
+	pod := newPod("web-1", cpuDown)
+	tests := []struct {
+		name      string
+		periods   uint64
+		state     State
+		evaluated bool
+		message   string
+	}{
+		{"299 periods, all throttled, are not evaluated", 299, StateWatching, false,
+			"ThrottlingNotEvaluated: container app only 299 of 300 periods since T0+2m0s"},
+		{"300 periods are", 300, StateBreached, true,
+			"Throttling breach since the change applied at 2026-12-01T10:00:00Z: roll back cpu; 1 of 1 pods adopted; restarts 0 < 3; throttlingRatio 1.00 ≥ 0.25 (container app, 300 periods)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := NewMemorySource()
+			feed(m, pod, "app", started, point{2 * time.Minute, 1000, 100}, point{5 * time.Minute, 1000 + tt.periods, 100 + tt.periods})
+			v := Evaluate(after(5*time.Minute), Input{
+				Change:     change(v1alpha1.StrategyInPlace, cpuDown),
+				Pods:       []corev1.Pod{pod},
+				Throttling: Counters(m),
+			})
+			assert.Equal(t, tt.state, v.State)
+			assert.Equal(t, tt.evaluated, v.ThrottlingEvaluated)
+			assert.Contains(t, v.Message, tt.message)
+		})
+	}
+}
+
+func TestThrottlingRatioAtThreshold(t *testing.T) {
+	tests := []struct {
+		name      string
+		ratio     string
+		throttled uint64
+		state     State
+		figure    string
+	}{
+		{"just below", "0.25", 299, StateWatching, "throttlingRatio 0.24 < 0.25 (container app, 1200 periods)"},
+		{"exactly at", "0.25", 300, StateBreached, "throttlingRatio 0.25 ≥ 0.25 (container app, 1200 periods)"},
+		{"exactly at a ratio a float cannot hold", "0.3", 360, StateBreached, "throttlingRatio 0.30 ≥ 0.3 (container app, 1200 periods)"},
+		{"just below it", "0.3", 359, StateWatching, "throttlingRatio 0.29 < 0.3 (container app, 1200 periods)"},
+		{"a finer threshold shows more decimals", "0.2505", 301, StateBreached, "throttlingRatio 0.2508 ≥ 0.2505 (container app, 1200 periods)"},
+		{"just below a finer threshold", "0.2505", 300, StateWatching, "throttlingRatio 0.2500 < 0.2505 (container app, 1200 periods)"},
+		{"a ratio of 1", "1", 1200, StateBreached, "throttlingRatio 1.00 ≥ 1 (container app, 1200 periods)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := newPod("web-1", cpuDown)
+			m := NewMemorySource()
+			feed(m, pod, "app", started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 1200, tt.throttled})
+			v := Evaluate(after(10*time.Minute), Input{
+				Change:     change(v1alpha1.StrategyInPlace, cpuDown),
+				Guardrails: guardrails(func(g *v1alpha1.RollbackGuardrails) { g.ThrottlingRatio = tt.ratio }),
+				Pods:       []corev1.Pod{pod},
+				Throttling: Counters(m),
+			})
+			assert.Equal(t, tt.state, v.State)
+			assert.Contains(t, v.Message, tt.figure)
+			if tt.state == StateBreached {
+				assert.Equal(t, v1alpha1.HealthWatchThrottling, v.Reason)
+				assert.Equal(t, cpuOnly, v.Restore)
+			}
+		})
+	}
+}
+
+func TestOOMKillsIgnoredWhenTheChangeTouchedOnlyCPU(t *testing.T) {
+	pod := newPod("web-1", cpuDown, lastTerminated("app", "OOMKilled", "c1", after(time.Minute)))
+	m := NewMemorySource()
+	m.AddOOMKill(pod.UID, "app", after(time.Minute))
+	m.AddOOMKill(pod.UID, "app", after(2*time.Minute))
+
+	cpu := Evaluate(after(3*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, cpuDown), Pods: []corev1.Pod{pod}, Kernel: m})
+	assert.Equal(t, StateWatching, cpu.State)
+	assert.NotContains(t, cpu.Message, "oomKills")
+
+	memPod := newPod("web-1", memDown, lastTerminated("app", "OOMKilled", "c1", after(time.Minute)))
+	mem := Evaluate(after(3*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, memDown), Pods: []corev1.Pod{memPod}, Kernel: m})
+	assert.Equal(t, StateBreached, mem.State)
+	assert.Equal(t, []string{"oomKills 2 ≥ 1"}, mem.Figures)
+	assert.Equal(t, memOnly, mem.Restore)
+}
+
+func TestOOMKillsAreMaxOfKernelAndStatus(t *testing.T) {
+	tests := []struct {
+		name   string
+		opts   []func(*corev1.Pod)
+		kernel []time.Duration // kill times after t0; nil: no kernel data
+		known  bool
+		want   string
+	}{
+		{"kernel sees more kills than status", []func(*corev1.Pod){lastTerminated("app", "OOMKilled", "c1", after(5*time.Minute))},
+			[]time.Duration{time.Minute, 3 * time.Minute, 5 * time.Minute}, true, "oomKills 3 ≥ 1 (pod web-1 container app: 3 (kernel 3, status 1))"},
+		{"status sees a kill the kernel source missed", []func(*corev1.Pod){lastTerminated("app", "OOMKilled", "c1", after(5*time.Minute))},
+			nil, true, "oomKills 1 ≥ 1 (pod web-1 container app: 1 (kernel 0, status 1))"},
+		{"no kernel data: status alone", []func(*corev1.Pod){lastTerminated("app", "OOMKilled", "c1", after(5*time.Minute))},
+			nil, false, "oomKills 1 ≥ 1 (pod web-1 container app: 1 (status; no kernel data))"},
+		{"a kill the status shows twice counts once", []func(*corev1.Pod){
+			terminated("app", "OOMKilled", "c1", after(5*time.Minute)), lastTerminated("app", "OOMKilled", "c1", after(5*time.Minute))},
+			nil, false, "oomKills 1 ≥ 1"},
+		{"state and lastState are two kills", []func(*corev1.Pod){
+			terminated("app", "OOMKilled", "c2", after(6*time.Minute)), lastTerminated("app", "OOMKilled", "c1", after(5*time.Minute))},
+			nil, false, "oomKills 2 ≥ 1"},
+		{"a kill at or before T0 does not count", []func(*corev1.Pod){lastTerminated("app", "OOMKilled", "c1", t0)},
+			[]time.Duration{0, -time.Minute}, true, "oomKills 0 < 1"},
+		{"another reason is no OOM kill", []func(*corev1.Pod){lastTerminated("app", "Error", "c1", after(5*time.Minute))},
+			nil, false, "oomKills 0 < 1"},
+		{"an OOM kill of an unchanged container does not count", []func(*corev1.Pod){lastTerminated("sidecar", "OOMKilled", "c1", after(5*time.Minute))},
+			nil, false, "oomKills 0 < 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := newPod("web-1", memDown, tt.opts...)
+			m := NewMemorySource()
+			for _, d := range tt.kernel {
+				m.AddOOMKill(pod.UID, "app", after(d))
+			}
+			if tt.known && len(tt.kernel) == 0 {
+				feed(m, pod, "app", started, point{time.Minute, 0, 0})
+			}
+			v := Evaluate(after(10*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, memDown), Pods: []corev1.Pod{pod}, Kernel: m})
+			assert.Contains(t, v.Message, tt.want)
+		})
+	}
+}
+
+func TestOOMKillsAfterTheWatchEndDoNotCount(t *testing.T) {
+	pod := newPod("web-1", memDown, lastTerminated("app", "OOMKilled", "c1", after(30*time.Minute+time.Second)))
+	m := NewMemorySource()
+	m.AddOOMKill(pod.UID, "app", after(30*time.Minute+time.Second))
+	v := Evaluate(after(31*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, memDown), Pods: []corev1.Pod{pod}, Kernel: m})
+	assert.Equal(t, StateHealthy, v.State)
+
+	m.AddOOMKill(pod.UID, "app", after(30*time.Minute))
+	v = Evaluate(after(31*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, memDown), Pods: []corev1.Pod{pod}, Kernel: m})
+	assert.Equal(t, StateBreached, v.State, "a kill at the end still counts when evaluated late")
+}
+
+func TestRestartsCountIncreasesSinceT0(t *testing.T) {
+	ch := change(v1alpha1.StrategyInPlace, cpuDown)
+	old := newPod("web-1", cpuDown, restarts("app", 5))
+	baselines := map[ContainerKey]int32{{old.UID, "app"}: 3, {old.UID, "sidecar"}: 0}
+	tests := []struct {
+		name  string
+		pods  []corev1.Pod
+		state State
+		want  string
+	}{
+		{"restarts before T0 do not count", []corev1.Pod{old}, StateWatching, "restarts 2 < 3 (pod web-1 container app: 2)"},
+		{"a pod created after T0 counts in full", []corev1.Pod{old, newPod("web-2", cpuDown, createdAt(after(time.Minute)), restarts("app", 1))},
+			StateBreached, "restarts 3 ≥ 3 (pod web-1 container app: 2, pod web-2 container app: 1)"},
+		{"in full even when a baseline was captured for it", []corev1.Pod{newPod("web-1", cpuDown, createdAt(after(time.Second)), restarts("app", 5))},
+			StateBreached, "restarts 5 ≥ 3"},
+		{"a pod without a baseline counts in full", []corev1.Pod{old, newPod("web-3", cpuDown, restarts("app", 1))},
+			StateBreached, "restarts 3 ≥ 3"},
+		{"a restartCount below its baseline counts 0", []corev1.Pod{newPod("web-1", cpuDown, restarts("app", 1))},
+			StateWatching, "restarts 0 < 3"},
+		{"restarts of an unchanged container do not count", []corev1.Pod{newPod("web-1", cpuDown, restarts("app", 3), restarts("sidecar", 9))},
+			StateWatching, "restarts 0 < 3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Evaluate(after(5*time.Minute), Input{Change: ch, Pods: tt.pods, RestartBaselines: baselines})
+			assert.Equal(t, tt.state, v.State)
+			assert.Contains(t, v.Message, tt.want)
+			if tt.state == StateBreached {
+				assert.Equal(t, v1alpha1.HealthWatchRestarts, v.Reason)
+				assert.Equal(t, cpuOnly, v.Restore)
+			}
+		})
+	}
+}
+
+func TestThrottlingCounterResetMidWindow(t *testing.T) {
+	pod := newPod("web-1", cpuDown)
+	restarted := after(5*time.Minute + 30*time.Second)
+	tests := []struct {
+		name string
+		feed func(m *MemorySource)
+	}{
+		{"a drop in one series is a reset", func(m *MemorySource) {
+			feed(m, pod, "app", time.Time{},
+				point{2 * time.Minute, 10000, 0}, point{5 * time.Minute, 10600, 100},
+				point{6 * time.Minute, 200, 200}, point{10 * time.Minute, 800, 400})
+		}},
+		{"a new container instance starts from zero", func(m *MemorySource) {
+			feed(m, pod, "app", started, point{2 * time.Minute, 10000, 0}, point{5 * time.Minute, 10600, 100})
+			feed(m, pod, "app", restarted, point{6 * time.Minute, 200, 200}, point{10 * time.Minute, 800, 400})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := NewMemorySource()
+			tt.feed(m)
+			v := Evaluate(after(10*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, cpuDown), Pods: []corev1.Pod{pod}, Throttling: Counters(m)})
+			assert.Equal(t, StateBreached, v.State)
+			// 600 + 200 + 600 periods, 100 + 200 + 200 throttled.
+			assert.Equal(t, []string{"throttlingRatio 0.35 ≥ 0.25 (container app, 1400 periods)"}, v.Figures)
+		})
+	}
+}
+
+func TestThrottlingContainerBornAfterWindowStart(t *testing.T) {
+	tests := []struct {
+		name    string
+		started time.Time
+		state   State
+		message string
+	}{
+		{"started after the window start: counts from zero", after(5 * time.Minute), StateBreached,
+			"throttlingRatio 0.50 ≥ 0.25 (container app, 400 periods)"},
+		{"started at the window start: counts from zero", after(2 * time.Minute), StateBreached,
+			"throttlingRatio 0.50 ≥ 0.25 (container app, 400 periods)"},
+		{"started before it, first seen after: the first sample is the baseline", after(time.Minute), StateWatching,
+			"container app only 0 of 300 periods"},
+		{"start unknown: the first sample is the baseline", time.Time{}, StateWatching,
+			"container app only 0 of 300 periods"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := newPod("web-2", cpuDown, createdAt(after(time.Minute)))
+			m := NewMemorySource()
+			feed(m, pod, "app", tt.started, point{6 * time.Minute, 400, 200})
+			v := Evaluate(after(6*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, cpuDown), Pods: []corev1.Pod{pod}, Throttling: Counters(m)})
+			assert.Equal(t, tt.state, v.State)
+			assert.Contains(t, v.Message, tt.message)
+		})
+	}
+}
+
+func TestThrottlingSumsContainerNameOverPodsAndReportsTheWorst(t *testing.T) {
+	ch := change(v1alpha1.StrategyInPlace, cpuDown)
+	ch.Containers = append(ch.Containers, v1alpha1.ContainerChange{
+		Name:     "sidecar",
+		Previous: values{reqCPU: "100m", limCPU: "1"}.resources(),
+		Applied:  values{reqCPU: "100m", limCPU: "200m"}.resources(),
+	})
+	side := func(p *corev1.Pod) {
+		rr := values{reqCPU: "100m", reqMem: "64Mi", limCPU: "200m"}.requirements()
+		p.Spec.Containers[1].Resources = rr
+		containerStatus(p, "sidecar").Resources = ptr.To(rr)
+	}
+	a, b := newPod("web-1", cpuDown, side), newPod("web-2", cpuDown, side)
+	m := NewMemorySource()
+	// app: 200/1000 in one pod, 100/1000 in the other: 0.15 overall, although
+	// one pod alone is at 0.2.
+	feed(m, a, "app", started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 1000, 200})
+	feed(m, b, "app", started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 1000, 100})
+	// sidecar: 0.3 and 0.4 over 500 periods each.
+	feed(m, a, "sidecar", started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 500, 150})
+	feed(m, b, "sidecar", started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 500, 200})
+
+	v := Evaluate(after(10*time.Minute), Input{Change: ch, Pods: []corev1.Pod{a, b}, Throttling: Counters(m)})
+	require.Equal(t, StateBreached, v.State)
+	assert.Equal(t, []string{"throttlingRatio 0.35 ≥ 0.25 (container sidecar, 1000 periods)"}, v.Figures)
+	assert.Contains(t, v.Message, "throttlingRatio 0.15 < 0.25 (container app, 2000 periods)")
+	assert.True(t, v.ThrottlingEvaluated)
+}
+
+func TestNonAdoptedPodsAreIgnored(t *testing.T) {
+	ch := change(v1alpha1.StrategyRollout, bothDown)
+	harmful := func(app values) corev1.Pod {
+		return newPod("web-1", app, restarts("app", 7), lastTerminated("app", "OOMKilled", "c1", after(4*time.Minute)))
+	}
+	for _, tt := range []struct {
+		name  string
+		pod   corev1.Pod
+		state State
+	}{
+		{"a pod of the old template", harmful(before), StateWatching},
+		{"the same pod adopted", harmful(bothDown), StateBreached},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := NewMemorySource()
+			m.AddOOMKill(tt.pod.UID, "app", after(4*time.Minute))
+			feed(m, tt.pod, "app", started, point{2 * time.Minute, 0, 0}, point{5 * time.Minute, 1000, 900})
+			v := Evaluate(after(5*time.Minute), Input{Change: ch, Pods: []corev1.Pod{tt.pod}, Kernel: m, Throttling: Counters(m),
+				RestartBaselines: map[ContainerKey]int32{{tt.pod.UID, "app"}: 0}})
+			assert.Equal(t, tt.state, v.State)
+			if tt.state == StateWatching {
+				assert.Contains(t, v.Message, "restarts 0 < 3; oomKills 0 < 1")
+				assert.Contains(t, v.Message, "0 of 1 pods adopted")
+			}
+		})
+	}
+}
+
+func TestAdoptionThresholdDecidesNotAdoptedAtTheEnd(t *testing.T) {
+	ch := change(v1alpha1.StrategyRollout, cpuDown)
+	pods := []corev1.Pod{newPod("a", cpuDown), newPod("b", cpuDown), newPod("c", before), newPod("d", before),
+		newPod("gone", before, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }),
+		newPod("leaving", before, func(p *corev1.Pod) { p.DeletionTimestamp = ptr.To(metav1.NewTime(t0)) })}
+	tests := []struct {
+		name      string
+		threshold int32
+		pods      []corev1.Pod
+		now       time.Duration
+		state     State
+		message   string
+	}{
+		{"0 is not checked", 0, pods[2:4], 30 * time.Minute, StateHealthy, "no breach in 30m0s since 2026-12-01T10:00:00Z; 0 of 2 pods adopted"},
+		{"half adopted meets 50%", 50, pods, 30 * time.Minute, StateHealthy, "2 of 4 pods adopted"},
+		{"half adopted misses 51%", 51, pods, 30 * time.Minute, StateNotAdopted,
+			"no breach in 30m0s, but only 2 of 4 pods (50%) run the applied values, below adoptionThresholdPercent 51"},
+		{"no pods at all", 1, nil, 30 * time.Minute, StateNotAdopted, "only 0 pods (there are none) run the applied values"},
+		{"not decided before the end", 100, pods, 29*time.Minute + 59*time.Second, StateWatching, "watching until 2026-12-01T10:30:00Z"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Evaluate(after(tt.now), Input{Change: ch, Pods: tt.pods,
+				Guardrails: guardrails(func(g *v1alpha1.RollbackGuardrails) { g.AdoptionThresholdPercent = tt.threshold })})
+			assert.Equal(t, tt.state, v.State)
+			assert.Equal(t, string(tt.state), v.Reason)
+			assert.Contains(t, v.Message, tt.message)
+			assert.Empty(t, v.Restore)
+		})
+	}
+}
+
+func TestWatchDurationEndIsHealthy(t *testing.T) {
+	pod := newPod("web-1", cpuDown)
+	ten := guardrails(func(g *v1alpha1.RollbackGuardrails) { g.WatchDuration = &metav1.Duration{Duration: 10 * time.Minute} })
+	tests := []struct {
+		name      string
+		g         v1alpha1.RollbackGuardrails
+		now       time.Duration
+		state     State
+		nextCheck time.Time
+	}{
+		{"default 30m: watching at 29m59s", v1alpha1.RollbackGuardrails{}, 29*time.Minute + 59*time.Second, StateWatching, after(30 * time.Minute)},
+		{"default 30m: healthy at 30m", v1alpha1.RollbackGuardrails{}, 30 * time.Minute, StateHealthy, time.Time{}},
+		{"10m: watching at 9m59s", ten, 9*time.Minute + 59*time.Second, StateWatching, after(10 * time.Minute)},
+		{"10m: healthy at 10m", ten, 10 * time.Minute, StateHealthy, time.Time{}},
+		{"10m: healthy when evaluated late", ten, 2 * time.Hour, StateHealthy, time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Evaluate(after(tt.now), Input{Change: change(v1alpha1.StrategyInPlace, cpuDown), Guardrails: tt.g, Pods: []corev1.Pod{pod}})
+			assert.Equal(t, tt.state, v.State)
+			assert.Equal(t, tt.nextCheck, v.NextCheck)
+			assert.Empty(t, v.Figures)
+		})
+	}
+}
+
+func TestNoThrottlingSourceStillRunsOtherRules(t *testing.T) {
+	ch := change(v1alpha1.StrategyInPlace, bothDown)
+	quiet := Evaluate(after(10*time.Minute), Input{Change: ch, Pods: []corev1.Pod{newPod("web-1", bothDown)}})
+	assert.Equal(t, StateWatching, quiet.State)
+	assert.True(t, quiet.ThrottlingApplies)
+	assert.False(t, quiet.ThrottlingEvaluated)
+	assert.Contains(t, quiet.Message, "ThrottlingNotEvaluated: no throttling source is configured")
+	assert.Equal(t, after(30*time.Minute), quiet.NextCheck, "without a source T0+2m changes nothing")
+
+	end := Evaluate(after(30*time.Minute), Input{Change: ch, Pods: []corev1.Pod{newPod("web-1", bothDown)}})
+	assert.Equal(t, StateHealthy, end.State)
+	assert.Contains(t, end.Message, "ThrottlingNotEvaluated: no throttling source is configured")
+
+	oom := Evaluate(after(10*time.Minute), Input{Change: ch,
+		Pods: []corev1.Pod{newPod("web-1", bothDown, lastTerminated("app", "OOMKilled", "c1", after(3*time.Minute)))}})
+	assert.Equal(t, StateBreached, oom.State)
+	assert.Equal(t, v1alpha1.HealthWatchOOMKills, oom.Reason)
+	assert.Equal(t, memOnly, oom.Restore)
+	assert.False(t, oom.ThrottlingEvaluated)
+}
+
+func TestThrottlingNotEvaluatedSaysWhy(t *testing.T) {
+	pod := newPod("web-1", cpuDown)
+	tests := []struct {
+		name    string
+		g       v1alpha1.RollbackGuardrails
+		src     ThrottlingSource
+		now     time.Duration
+		message string
+	}{
+		{"a source error", v1alpha1.RollbackGuardrails{}, failing{}, 5 * time.Minute,
+			"ThrottlingNotEvaluated: read the throttling window: prometheus unreachable"},
+		{"a ratio outside the schema", guardrails(func(g *v1alpha1.RollbackGuardrails) { g.ThrottlingRatio = "1.5" }), Counters(NewMemorySource()), 5 * time.Minute,
+			`ThrottlingNotEvaluated: spec.guardrails.rollback.throttlingRatio "1.5" is not a decimal string in (0, 1] such as "0.25"`},
+		{"a watch shorter than 2m", guardrails(func(g *v1alpha1.RollbackGuardrails) { g.WatchDuration = &metav1.Duration{Duration: time.Minute} }),
+			Counters(NewMemorySource()), 5 * time.Minute, "ThrottlingNotEvaluated: the watch ends before the throttling window opens at T0+2m0s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Evaluate(after(tt.now), Input{Change: change(v1alpha1.StrategyInPlace, cpuDown), Guardrails: tt.g, Pods: []corev1.Pod{pod}, Throttling: tt.src})
+			assert.NotEqual(t, StateBreached, v.State)
+			assert.True(t, v.ThrottlingApplies)
+			assert.False(t, v.ThrottlingEvaluated)
+			assert.Contains(t, v.Message, tt.message)
+		})
+	}
+}
+
+type failing struct{}
+
+func (failing) ThrottleWindows([]*corev1.Pod, []string, time.Time, time.Time) (map[string]ThrottleWindow, error) {
+	return nil, errors.New("prometheus unreachable")
+}
+
+func TestZeroThresholdsDisableSignals(t *testing.T) {
+	harmful := newPod("web-1", bothDown, restarts("app", 9), lastTerminated("app", "OOMKilled", "c1", after(4*time.Minute)))
+	m := NewMemorySource()
+	m.AddOOMKill(harmful.UID, "app", after(4*time.Minute))
+	feed(m, harmful, "app", started, point{2 * time.Minute, 0, 0}, point{5 * time.Minute, 1000, 1000})
+	off := int32(0)
+	tests := []struct {
+		name    string
+		g       func(*v1alpha1.RollbackGuardrails)
+		reason  string
+		figures []string
+	}{
+		{"all on", nil, v1alpha1.HealthWatchRestarts, []string{"restarts 9 ≥ 3", "oomKills 1 ≥ 1", "throttlingRatio 1.00 ≥ 0.25 (container app, 1000 periods)"}},
+		{"restarts 0", func(g *v1alpha1.RollbackGuardrails) { g.Restarts = &off }, v1alpha1.HealthWatchOOMKills,
+			[]string{"oomKills 1 ≥ 1", "throttlingRatio 1.00 ≥ 0.25 (container app, 1000 periods)"}},
+		{"restarts and oomKills 0", func(g *v1alpha1.RollbackGuardrails) { g.Restarts, g.OOMKills = &off, &off }, v1alpha1.HealthWatchThrottling,
+			[]string{"throttlingRatio 1.00 ≥ 0.25 (container app, 1000 periods)"}},
+		{"all 0", func(g *v1alpha1.RollbackGuardrails) { g.Restarts, g.OOMKills, g.ThrottlingRatio = &off, &off, "0" }, v1alpha1.HealthWatchWatching, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Evaluate(after(5*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, bothDown), Guardrails: guardrails(tt.g),
+				Pods: []corev1.Pod{harmful}, Kernel: m, Throttling: Counters(m)})
+			assert.Equal(t, tt.reason, v.Reason)
+			assert.Equal(t, tt.figures, v.Figures)
+			if tt.reason == v1alpha1.HealthWatchWatching {
+				assert.False(t, v.ThrottlingApplies)
+				assert.NotContains(t, v.Message, "ThrottlingNotEvaluated")
+				assert.NotContains(t, v.Message, "restarts")
+				assert.NotContains(t, v.Message, "oomKills")
+			}
+		})
+	}
+}
+
+func TestSeveralBreachesAtOnce(t *testing.T) {
+	tests := []struct {
+		name     string
+		applied  values
+		restarts int32
+		reason   string
+		restore  []v1alpha1.ResourceName
+		figures  []string
+	}{
+		{"restarts win and restore everything touched", bothDown, 3, v1alpha1.HealthWatchRestarts, cpuAndMem,
+			[]string{"restarts 3 ≥ 3", "oomKills 1 ≥ 1", "throttlingRatio 0.90 ≥ 0.25 (container app, 1000 periods)"}},
+		{"OOM before throttling, both restored", bothDown, 1, v1alpha1.HealthWatchOOMKills, cpuAndMem,
+			[]string{"oomKills 1 ≥ 1", "throttlingRatio 0.90 ≥ 0.25 (container app, 1000 periods)"}},
+		{"restarts of a memory change restore memory only", memDown, 3, v1alpha1.HealthWatchRestarts, memOnly,
+			[]string{"restarts 3 ≥ 3", "oomKills 1 ≥ 1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := newPod("web-1", tt.applied, restarts("app", tt.restarts), lastTerminated("app", "OOMKilled", "c1", after(4*time.Minute)))
+			m := NewMemorySource()
+			feed(m, pod, "app", started, point{2 * time.Minute, 0, 0}, point{5 * time.Minute, 1000, 900})
+			v := Evaluate(after(5*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, tt.applied), Pods: []corev1.Pod{pod},
+				RestartBaselines: map[ContainerKey]int32{{pod.UID, "app"}: 0}, Throttling: Counters(m)})
+			assert.Equal(t, StateBreached, v.State)
+			assert.Equal(t, tt.reason, v.Reason)
+			assert.Equal(t, tt.restore, v.Restore)
+			assert.Equal(t, tt.figures, v.Figures)
+			assert.True(t, v.NextCheck.IsZero())
+		})
+	}
+}
+
+func TestBreachAtTheEndWinsOverHealthy(t *testing.T) {
+	pod := newPod("web-1", memDown, lastTerminated("app", "OOMKilled", "c1", after(29*time.Minute)))
+	v := Evaluate(after(30*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, memDown), Pods: []corev1.Pod{pod},
+		Guardrails: guardrails(func(g *v1alpha1.RollbackGuardrails) { g.AdoptionThresholdPercent = 100 })})
+	assert.Equal(t, StateBreached, v.State)
+	assert.Equal(t, "OOMKills breach since the change applied at 2026-12-01T10:00:00Z: roll back memory; 1 of 1 pods adopted; restarts 0 < 3; oomKills 1 ≥ 1 (pod web-1 container app: 1 (status; no kernel data))", v.Message)
+}
+
+func TestEvaluateWithoutChange(t *testing.T) {
+	v := Evaluate(t0, Input{})
+	assert.Equal(t, StateWatching, v.State)
+	assert.Contains(t, v.Message, "nothing to watch")
+}
+
+func TestRestoreFor(t *testing.T) {
+	tests := []struct {
+		reason  string
+		touched []v1alpha1.ResourceName
+		want    []v1alpha1.ResourceName
+	}{
+		{v1alpha1.HealthWatchOOMKills, cpuAndMem, memOnly},
+		{v1alpha1.HealthWatchOOMKills, cpuOnly, nil},
+		{v1alpha1.HealthWatchThrottling, cpuAndMem, cpuOnly},
+		{v1alpha1.HealthWatchThrottling, memOnly, nil},
+		{v1alpha1.HealthWatchRestarts, []v1alpha1.ResourceName{v1alpha1.ResourceMemory, v1alpha1.ResourceCPU}, cpuAndMem},
+		{v1alpha1.HealthWatchRestarts, memOnly, memOnly},
+		{v1alpha1.HealthWatchHealthy, cpuAndMem, nil},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, RestoreFor(tt.reason, tt.touched), "%s of %v", tt.reason, tt.touched)
+	}
+}
+
+func TestRestartBaselinesRecordEveryContainer(t *testing.T) {
+	pending := newPod("web-2", cpuDown, func(p *corev1.Pod) { p.Status = corev1.PodStatus{Phase: corev1.PodPending} })
+	got := RestartBaselines([]corev1.Pod{newPod("web-1", cpuDown, restarts("app", 4), restarts("sidecar", 1)), pending})
+	assert.Equal(t, map[ContainerKey]int32{
+		{types.UID("uid-web-1"), "app"}: 4, {types.UID("uid-web-1"), "sidecar"}: 1,
+		{types.UID("uid-web-2"), "app"}: 0, {types.UID("uid-web-2"), "sidecar"}: 0,
+	}, got)
+}
