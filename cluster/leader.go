@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -31,6 +32,8 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
+	"github.com/kerf-dev/kerf/cluster/audit"
+	"github.com/kerf-dev/kerf/cluster/watch"
 	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 )
@@ -56,13 +59,17 @@ type Config struct {
 	// WatchNamespaces, when set, limits the leader to recommendations,
 	// policies and workloads in these namespaces; empty means all.
 	WatchNamespaces []string
+	// Kernel gives OOM kill counts from the agents (nil: pod status only).
+	Kernel watch.KernelSource
+	// Throttling gives CFS counters (nil: throttling not evaluated).
+	Throttling watch.ThrottlingSource
 	// Webhook, when its Listener is set, serves the mutating admission
 	// webhook on every replica (leading or not).
 	Webhook WebhookConfig
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// AfterRecord is passed to the reconciler (tests only).
-	AfterRecord func(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation)
+	// AfterRecord and AfterBreach are passed to the reconciler (tests only).
+	AfterRecord, AfterBreach func(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation)
 }
 
 // WebhookConfig configures the admission webhook every replica serves.
@@ -168,6 +175,10 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		Metrics:     l.Metrics,
 		Now:         cfg.Now,
 		AfterRecord: cfg.AfterRecord,
+		AfterBreach: cfg.AfterBreach,
+		Kernel:      cfg.Kernel,
+		Throttling:  cfg.Throttling,
+		Log:         log,
 	}
 	// A policy change can change what every recommendation in its scope
 	// may do.
@@ -187,6 +198,8 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		For(&v1alpha1.RightsizingRecommendation{}).
 		Watches(&v1alpha1.RightsizingPolicy{}, allInScope).
 		Watches(&v1alpha1.ClusterRightsizingPolicy{}, allInScope).
+		// A pod status update is a health signal: act on it at once.
+		Watches(&corev1.Pod{}, allInScope).
 		// Replicas in one process (tests) each build this controller.
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
 		Complete(rec)
@@ -219,6 +232,7 @@ func (l *Leader) Run(ctx context.Context) error {
 	defer cancel()
 	if l.cfg.Listener != nil {
 		srv := endpoints.New(prometheus.Gatherers{l.registry}, l.Leading)
+		audit.New(l.mgr.GetCache()).Register(srv.Mux())
 		go func() {
 			if err := srv.ServeListener(ctx, l.cfg.Listener); err != nil {
 				l.log.Error("endpoints stopped", "err", err)

@@ -159,6 +159,20 @@ func waitPhase(t *testing.T, c client.Client, ns, name string, phase v1alpha1.Ph
 	return rsr
 }
 
+// waitApplied waits until the change was applied: the Applied condition is
+// true (the phase is Applied, or already Watching).
+func waitApplied(t *testing.T, c client.Client, ns, name string) *v1alpha1.RightsizingRecommendation {
+	t.Helper()
+	var rsr *v1alpha1.RightsizingRecommendation
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, name)
+		cond := condition(rsr, v1alpha1.ConditionApplied)
+		return cond != nil && cond.Status == metav1.ConditionTrue &&
+			(rsr.Status.Phase == v1alpha1.PhaseApplied || rsr.Status.Phase == v1alpha1.PhaseWatching)
+	}, 30*time.Second, 50*time.Millisecond, "the change was never applied")
+	return rsr
+}
+
 func eventsFor(t *testing.T, c client.Client, ns, name, reason string) []eventsv1.Event {
 	t.Helper()
 	var list eventsv1.EventList
@@ -209,7 +223,7 @@ func TestRolloutIsAppliedAndRecorded(t *testing.T) {
 	l := startLeader(t, ns, "a", Config{})
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
 
-	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseApplied, "")
+	rsr := waitApplied(t, c, ns, "web")
 	require.NotNil(t, rsr.Status.Change)
 	ch := rsr.Status.Change
 	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, ch.Resources, "only cpu differs")
@@ -248,7 +262,7 @@ func TestPausedPolicyBlocksUntilUnpaused(t *testing.T) {
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(p), p))
 	p.Spec.Guardrails.Paused = false
 	require.NoError(t, c.Update(ctx, p))
-	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseApplied, "")
+	rsr = waitApplied(t, c, ns, "web")
 	assert.ElementsMatch(t, []v1alpha1.ResourceName{"cpu", "memory"}, rsr.Status.Change.Resources)
 }
 
@@ -314,12 +328,19 @@ func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 
 	b := startLeader(t, ns, "b", Config{})
 	require.Eventually(t, b.Leading, 15*time.Second, 50*time.Millisecond)
-	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseApplied, "")
+	rsr = waitApplied(t, c, ns, "web")
 	assert.Equal(t, recordedAt, rsr.Status.Change.AppliedAt, "b finished a's change instead of planning a new one")
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionApplied), 1, "recorded once")
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
 	assert.Equal(t, "250m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String())
-	assert.Equal(t, int64(2), dep.Generation, "the template was patched once")
+	// Generations: created, the template patched once, and the
+	// kerf.dev/rollback-state annotation written when the watch started (a
+	// Deployment counts annotation changes in its generation too).
+	require.Eventually(t, func() bool {
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
+		return dep.Annotations[v1alpha1.RollbackStateAnnotation] != ""
+	}, 10*time.Second, 20*time.Millisecond, "the watch never started")
+	assert.Equal(t, int64(3), dep.Generation, "the template was patched once")
 	time.Sleep(500 * time.Millisecond)
 	assert.Len(t, eventsFor(t, c, ns, "web", "Applied"), 1)
 	total := testutil.ToFloat64(a.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu")) +
@@ -449,7 +470,7 @@ func TestInPlaceResizesRunningPodsAndWaitsForTheKubelet(t *testing.T) {
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "256Mi")))
 
 	kubeletReports(t, c, pod, "")
-	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseApplied, "")
+	rsr := waitApplied(t, c, ns, "web")
 	assert.Equal(t, "250m", pod.Spec.Containers[0].Resources.Requests.Cpu().String(), "resized in place")
 	assert.Contains(t, touchedKinds(rsr), "Pod")
 	var got appsv1.Deployment

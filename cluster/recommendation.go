@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
 	"github.com/kerf-dev/kerf/cluster/policy"
+	"github.com/kerf-dev/kerf/cluster/watch"
 )
 
 // historyLimit is how many actions status.history keeps (design section 2).
@@ -52,11 +54,21 @@ type RecommendationReconciler struct {
 	Applier  *apply.Applier
 	Recorder events.EventRecorder
 	Metrics  *Metrics
+	// Kernel gives the agents' OOM kill counts; nil counts only what pod
+	// status shows.
+	Kernel watch.KernelSource
+	// Throttling gives CFS counters; nil leaves throttling not evaluated.
+	Throttling watch.ThrottlingSource
+	// Log is the leader's logger.
+	Log *slog.Logger
 	// Now is the clock; tests inject theirs.
 	Now func() time.Time
 	// AfterRecord, when set, runs after a change is recorded in status and
 	// before it is applied; the failover test stops a leader there.
 	AfterRecord func(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation)
+	// AfterBreach, when set, runs after a breach is recorded and before
+	// the restore; the failover test stops a leader there.
+	AfterBreach func(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation)
 }
 
 // Reconcile is one pass over one recommendation.
@@ -82,12 +94,15 @@ func (r *RecommendationReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		c != nil && c.Status != metav1.ConditionTrue && c.Reason == AppliedReasonApplying {
 		return r.finish(ctx, &rsr, resolved)
 	}
+	if res, handled, err := r.health(ctx, &rsr, resolved); handled {
+		return res, err
+	}
 	if rsr.Status.ObservedGeneration == rsr.Generation && rsr.Status.Phase != "" &&
 		rsr.Status.Phase != v1alpha1.PhasePending && rsr.Status.Phase != v1alpha1.PhaseBlocked {
 		return ctrl.Result{}, nil // this generation was acted on; the health watch takes it from here
 	}
 
-	_, running, err := r.Applier.Workload(ctx, &rsr)
+	workload, running, err := r.Applier.Workload(ctx, &rsr)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("read workload of %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
@@ -114,6 +129,13 @@ func (r *RecommendationReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	}
 	change.PolicyFingerprint = resolved.Ref.Fingerprint
 	change.ValueFingerprint = policy.ValueFingerprint(rsr.Spec.Containers)
+	pods, err := r.workloadPods(ctx, workload)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// Restarts count from the change on (design section 3).
+	change.RestartBaselines = restartBaselines(pods)
+	rsr.Status.Breach = nil
 
 	// Record the change before acting, conditional on resourceVersion: of
 	// two leaders only one records it, and whoever finds it later knows

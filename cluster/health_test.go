@@ -1,0 +1,236 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/policy"
+)
+
+// policyWith is a namespaced policy with a short watch, for tests that
+// run the watch to its end in real time.
+func policyWith(ns string, watchFor time.Duration, mutate func(*v1alpha1.RollbackGuardrails)) *v1alpha1.RightsizingPolicy {
+	p := namespacedPolicy(ns, false)
+	p.Spec.Guardrails.Rollback.WatchDuration = &metav1.Duration{Duration: watchFor}
+	if mutate != nil {
+		mutate(&p.Spec.Guardrails.Rollback)
+	}
+	return p
+}
+
+// adoptedPod creates a Running pod of the Deployment's new template (as the
+// controller-manager would after a Rollout; none runs here) and returns it.
+func adoptedPod(t *testing.T, c client.Client, dep *appsv1.Deployment, name string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), dep))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: name, Labels: dep.Spec.Template.Labels},
+		Spec:       *dep.Spec.Template.Spec.DeepCopy(),
+	}
+	pod.Spec.NodeName = node(t, c)
+	require.NoError(t, c.Create(ctx, pod))
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ObservedGeneration: pod.Generation,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Resources: pod.Spec.Containers[0].Resources.DeepCopy(),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
+	require.NoError(t, c.Status().Update(ctx, pod))
+	return pod
+}
+
+// oomKilled writes what a kubelet reports after the container was
+// OOM-killed and restarted. Status times have one-second resolution and a
+// termination counts when it finished after appliedAt, so it waits for the
+// next second first.
+func oomKilled(t *testing.T, c client.Client, pod *corev1.Pod, reason string) {
+	t.Helper()
+	ctx := context.Background()
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+	cs := &pod.Status.ContainerStatuses[0]
+	cs.RestartCount++
+	cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 137, Reason: reason, StartedAt: metav1.NewTime(time.Now().Add(-time.Second)), FinishedAt: metav1.Now()}}
+	require.NoError(t, c.Status().Update(ctx, pod))
+}
+
+func templateResources(t *testing.T, c client.Client, dep *appsv1.Deployment) *corev1.ResourceRequirements {
+	t.Helper()
+	var got appsv1.Deployment
+	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(dep), &got))
+	return &got.Spec.Template.Spec.Containers[0].Resources
+}
+
+func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	l := startLeader(t, ns, "a", Config{})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := adoptedPod(t, c, dep, "web-new-1")
+
+	oomKilled(t, c, pod, "OOMKilled")
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, "web")
+		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
+	}, 20*time.Second, 50*time.Millisecond)
+
+	res := templateResources(t, c, dep)
+	assert.Equal(t, "256Mi", res.Requests.Memory().String(), "memory restored")
+	assert.Equal(t, "250m", res.Requests.Cpu().String(), "cpu, not breached, stays applied")
+	rb := historyOf(rsr, v1alpha1.ActionRolledBack)
+	require.Len(t, rb, 1)
+	assert.Equal(t, v1alpha1.HealthWatchOOMKills, rb[0].Reason)
+	assert.Equal(t, []v1alpha1.ResourceName{"memory"}, rb[0].Resources)
+	assert.Contains(t, rb[0].Figures, "oomKills 1 ≥ 1")
+	require.Len(t, rb[0].Containers, 1)
+	assert.Equal(t, "128Mi", rb[0].Containers[0].Old.Requests.Memory.String())
+	assert.Equal(t, "256Mi", rb[0].Containers[0].New.Requests.Memory.String())
+
+	c1 := condition(rsr, v1alpha1.ConditionHealthWatch)
+	require.NotNil(t, c1)
+	assert.Equal(t, v1alpha1.HealthWatchOOMKills, c1.Reason)
+	require.Len(t, rsr.Status.Cooldowns, 1)
+	assert.Equal(t, v1alpha1.ResourceName("memory"), rsr.Status.Cooldowns[0].Resource)
+	assert.Contains(t, rsr.Status.RolledBackFingerprints, rsr.Status.Change.ValueFingerprint)
+	require.NotNil(t, rsr.Status.Rollback)
+	assert.Equal(t, v1alpha1.BackoffBackingOff, rsr.Status.Rollback.State)
+
+	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "cpu")))
+	require.Eventually(t, func() bool {
+		return len(eventsFor(t, c, ns, "web", "RolledBack")) == 2 // on the RSR and on the Deployment
+	}, 10*time.Second, 50*time.Millisecond)
+	var got appsv1.Deployment
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), &got))
+	var mirrored v1alpha1.RollbackState
+	require.NoError(t, json.Unmarshal([]byte(got.Annotations[v1alpha1.RollbackStateAnnotation]), &mirrored))
+	assert.Equal(t, v1alpha1.BackoffBackingOff, mirrored.State)
+}
+
+func TestRestartsRollBackEveryTouchedResourceEvenWhenPaused(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	p := policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.Restarts = ptrTo[int32](2) })
+	require.NoError(t, c.Create(ctx, p))
+	l := startLeader(t, ns, "a", Config{})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := adoptedPod(t, c, dep, "web-new-1")
+
+	// A pause holds applies back, never a rollback.
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(p), p))
+	p.Spec.Guardrails.Paused = true
+	require.NoError(t, c.Update(ctx, p))
+
+	oomKilled(t, c, pod, "Error")
+	time.Sleep(300 * time.Millisecond)
+	assert.Equal(t, v1alpha1.PhaseWatching, getRSR(t, c, ns, "web").Status.Phase, "one restart of two allowed")
+	oomKilled(t, c, pod, "Error")
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, "web")
+		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
+	}, 20*time.Second, 50*time.Millisecond)
+	res := templateResources(t, c, dep)
+	assert.Equal(t, "256Mi", res.Requests.Memory().String())
+	assert.Equal(t, "500m", res.Requests.Cpu().String())
+	assert.Contains(t, historyOf(rsr, v1alpha1.ActionRolledBack)[0].Figures, "restarts 2 ≥ 2")
+	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "Restarts", "cpu")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "Restarts", "memory")))
+	assert.Len(t, rsr.Status.Cooldowns, 2, "both resources cool down after a restart rollback")
+}
+
+func TestWatchEndsHealthy(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	require.NoError(t, c.Create(ctx, policyWith(ns, 2*time.Second, nil)))
+	startLeader(t, ns, "a", Config{})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	adoptedPod(t, c, dep, "web-new-1")
+
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseHealthy, "")
+	require.NotNil(t, rsr.Status.LastHealthy)
+	assert.Equal(t, rsr.Status.Change.ValueFingerprint, rsr.Status.LastHealthy.ValueFingerprint)
+	assert.Len(t, historyOf(rsr, v1alpha1.ActionHealthy), 1)
+	assert.Equal(t, v1alpha1.BackoffMonitoringSucceeded, rsr.Status.Rollback.State)
+	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", policy.EventMonitoringSucceeded)) == 1 }, 10*time.Second, 50*time.Millisecond)
+	assert.Len(t, eventsFor(t, c, ns, "web", policy.EventMonitoringStarted), 1)
+}
+
+// TestFailoverMidRollbackRestoresOnce stops the leader right after it marked
+// the recommendation RolledBack; the other replica finishes the restore and
+// the rollback is recorded once.
+func TestFailoverMidRollbackRestoresOnce(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	marked := make(chan struct{})
+	var a *testLeader
+	a = startLeader(t, ns, "a", Config{AfterBreach: func(context.Context, *v1alpha1.RightsizingRecommendation) {
+		close(marked)
+		a.stop()
+	}})
+	require.Eventually(t, a.Leading, 15*time.Second, 50*time.Millisecond)
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := adoptedPod(t, c, dep, "web-new-1")
+	oomKilled(t, c, pod, "OOMKilled")
+	select {
+	case <-marked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("leader a never marked the breach")
+	}
+	err := <-a.done
+	a.done <- err
+	assert.Equal(t, "128Mi", templateResources(t, c, dep).Requests.Memory().String(), "a stopped before restoring")
+
+	b := startLeader(t, ns, "b", Config{})
+	var rsr *v1alpha1.RightsizingRecommendation
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, "web")
+		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
+	}, 30*time.Second, 50*time.Millisecond)
+	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String())
+	assert.Len(t, historyOf(rsr, v1alpha1.ActionRolledBack), 1)
+	time.Sleep(500 * time.Millisecond)
+	total := testutil.ToFloat64(a.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory")) +
+		testutil.ToFloat64(b.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"))
+	assert.Equal(t, 1.0, total, "rolled back once")
+}
+
+func condition(rsr *v1alpha1.RightsizingRecommendation, typ string) *metav1.Condition {
+	for i := range rsr.Status.Conditions {
+		if rsr.Status.Conditions[i].Type == typ {
+			return &rsr.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
