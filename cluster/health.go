@@ -80,7 +80,7 @@ func (r *RecommendationReconciler) startWatch(ctx context.Context, rsr *v1alpha1
 		return ctrl.Result{}, fmt.Errorf("start watch of %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
 	r.stateEvents(ctx, rsr, evs)
-	return ctrl.Result{Requeue: true}, nil
+	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 }
 
 // watch evaluates the rules once and acts on the verdict.
@@ -369,7 +369,6 @@ func restartBaselines(pods []corev1.Pod) []v1alpha1.RestartBaseline {
 	}
 	return out
 }
-
 
 func restoredChanges(c *v1alpha1.Change, values []v1alpha1.ContainerResources, resources []v1alpha1.ResourceName) []v1alpha1.ContainerValueChange {
 	byName := map[string]v1alpha1.ContainerResources{}
