@@ -16,6 +16,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/policy"
+	"github.com/kerf-dev/kerf/cluster/watch"
 )
 
 // policyWith is a namespaced policy with a short watch, for tests that
@@ -234,3 +235,29 @@ func condition(rsr *v1alpha1.RightsizingRecommendation, typ string) *metav1.Cond
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestKernelOOMKillRollsBackBeforePodStatus feeds an OOM kill the way an
+// agent's stream will (the kernel saw it; pod status shows nothing, as for
+// a kill that did not restart the container): the leader acts on the
+// signal alone.
+func TestKernelOOMKillRollsBackBeforePodStatus(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	kernel := watch.NewMemorySource()
+	startLeader(t, ns, "a", Config{Kernel: kernel})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := adoptedPod(t, c, dep, "web-new-1")
+	time.Sleep(200 * time.Millisecond) // the pod reaches the leader's cache
+
+	kernel.AddOOMKill(pod.UID, "app", time.Now())
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	require.NotNil(t, rsr.Status.Breach)
+	assert.Contains(t, rsr.Status.Breach.Figures, "oomKills 1 ≥ 1")
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+	assert.Zero(t, pod.Status.ContainerStatuses[0].RestartCount, "pod status never showed the kill")
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -25,10 +26,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
@@ -182,7 +185,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 	// A policy change can change what every recommendation in its scope
 	// may do.
-	allInScope := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+	inScope := func(ctx context.Context, o client.Object) []reconcile.Request {
 		var list v1alpha1.RightsizingRecommendationList
 		if err := mgr.GetClient().List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
 			log.Error("list recommendations for a policy change", "err", err)
@@ -193,8 +196,35 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&r)})
 		}
 		return reqs
-	})
-	err = ctrl.NewControllerManagedBy(mgr).
+	}
+	allInScope := handler.EnqueueRequestsFromMapFunc(inScope)
+	bld := ctrl.NewControllerManagedBy(mgr)
+	// An agent's signal (an OOM kill, new counters) about a pod is acted on
+	// as soon as it arrives, like a pod status update.
+	if signals := signalSources(cfg.Kernel, cfg.Throttling); len(signals) > 0 {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podUIDIndex, func(o client.Object) []string {
+			return []string{string(o.GetUID())}
+		}); err != nil {
+			return nil, fmt.Errorf("index pods by UID: %w", err)
+		}
+		ch := make(chan event.GenericEvent, 4096)
+		for _, s := range signals {
+			s.OnSignal(func(sig watch.Signal) {
+				select {
+				case ch <- event.GenericEvent{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: sig.PodUID}}}:
+				default: // full: the watch's periodic look catches up
+				}
+			})
+		}
+		bld = bld.WatchesRawSource(source.Channel(ch, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var pods corev1.PodList
+			if err := mgr.GetClient().List(ctx, &pods, client.MatchingFields{podUIDIndex: string(o.GetUID())}); err != nil || len(pods.Items) == 0 {
+				return nil
+			}
+			return inScope(ctx, &pods.Items[0])
+		})))
+	}
+	err = bld.
 		For(&v1alpha1.RightsizingRecommendation{}).
 		Watches(&v1alpha1.RightsizingPolicy{}, allInScope).
 		Watches(&v1alpha1.ClusterRightsizingPolicy{}, allInScope).
@@ -288,4 +318,26 @@ func (l *Leader) webhookTLS(ctx context.Context) (*tls.Config, error) {
 	}
 	go sc.Run(ctx, time.Hour)
 	return webhook.TLSConfig(sc.GetCertificate), nil
+}
+
+// podUIDIndex indexes cached pods by UID, to find the pod an agent's signal
+// is about.
+const podUIDIndex = "metadata.uid"
+
+// signaler is a signal source that tells when it has news about a pod.
+type signaler interface {
+	OnSignal(func(watch.Signal)) (cancel func())
+}
+
+// signalSources returns the distinct sources among srcs that signal.
+func signalSources(srcs ...any) []signaler {
+	var out []signaler
+	for _, s := range srcs {
+		sg, ok := s.(signaler)
+		if !ok || slices.ContainsFunc(out, func(o signaler) bool { return o == sg }) {
+			continue
+		}
+		out = append(out, sg)
+	}
+	return out
 }
