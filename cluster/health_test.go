@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -260,4 +261,49 @@ func TestKernelOOMKillRollsBackBeforePodStatus(t *testing.T) {
 	assert.Contains(t, rsr.Status.Breach.Figures, "oomKills 1 ≥ 1")
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 	assert.Zero(t, pod.Status.ContainerStatuses[0].RestartCount, "pod status never showed the kill")
+}
+
+// TestThrottlingRollsBackCPU runs the throttling rule on counters fed as the
+// agents' stream will: the leader's clock is moved three minutes on (past
+// T0+2m), and 400 periods with 200 throttled make a ratio of 0.5.
+func TestThrottlingRollsBackCPU(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	src := watch.NewMemorySource()
+	l := startLeader(t, ns, "a", Config{Now: now, Kernel: src, Throttling: src})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	t0 := rsr.Status.Change.AppliedAt.Time
+	pod := adoptedPod(t, c, dep, "web-new-1")
+	time.Sleep(200 * time.Millisecond)
+
+	offset.Store(int64(3 * time.Minute))
+	windowStart := t0.Add(watch.ThrottlingDelay)
+	src.AddSamples(
+		watch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: windowStart.Add(-time.Second), Periods: 100, Throttled: 10},
+		watch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: now(), Periods: 500, Throttled: 210},
+	)
+	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, "web")
+		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
+	}, 20*time.Second, 50*time.Millisecond)
+	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, rsr.Status.Breach.Resources)
+	assert.Contains(t, rsr.Status.Breach.Figures[0], "throttlingRatio 0.5")
+	assert.Equal(t, "500m", templateResources(t, c, dep).Requests.Cpu().String(), "cpu restored")
+	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "Throttling", "cpu")))
+
+	// CPU decreases are now in cooldown.
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(rsr), rsr))
+	rsr.Spec.Containers[0].Requests.CPU = q("200m")
+	rsr.Spec.Containers[0].Limits.CPU = q("200m")
+	require.NoError(t, c.Update(ctx, rsr))
+	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonCooldown)
+	assert.Equal(t, "500m", templateResources(t, c, dep).Requests.Cpu().String(), "the decrease was not applied")
 }
