@@ -10,8 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -306,4 +308,87 @@ func TestThrottlingRollsBackCPU(t *testing.T) {
 	require.NoError(t, c.Update(ctx, rsr))
 	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonCooldown)
 	assert.Equal(t, "500m", templateResources(t, c, dep).Requests.Cpu().String(), "the decrease was not applied")
+}
+
+// TestFailedRestoreIsRetriedUntilItSucceeds makes the apiserver itself
+// refuse the restore (a ValidatingAdmissionPolicy denies putting the
+// memory back) until the test lifts it: the failure is recorded as a
+// failed action with reason RollbackError, the restore is retried, and
+// once allowed the rollback completes and is recorded once.
+func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	l := startLeader(t, ns, "a", Config{})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := adoptedPod(t, c, dep, "web-new-1")
+
+	deny := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-restore-" + ns},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptrTo(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}},
+				}}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: `object.spec.template.spec.containers.all(c, !has(c.resources.requests) || !('memory' in c.resources.requests) || c.resources.requests['memory'] != '256Mi')`,
+				Message:    "test: memory may not go back to 256Mi yet",
+			}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-restore-" + ns},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        deny.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}},
+		},
+	}
+	require.NoError(t, c.Create(ctx, deny))
+	require.NoError(t, c.Create(ctx, binding))
+	t.Cleanup(func() { _ = c.Delete(ctx, binding); _ = c.Delete(ctx, deny) })
+	// The apiserver loads new policies asynchronously: wait until it refuses.
+	require.Eventually(t, func() bool {
+		probe := deployment(ns, "probe", "500m", "128Mi")
+		if err := c.Create(ctx, probe); err != nil {
+			return false
+		}
+		defer c.Delete(ctx, probe)
+		probe.Spec.Template.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = resource.MustParse("256Mi")
+		probe.Spec.Template.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("256Mi")
+		return c.Update(ctx, probe) != nil
+	}, 15*time.Second, 100*time.Millisecond, "the admission policy never took effect")
+
+	oomKilled(t, c, pod, "OOMKilled")
+	var rsr *v1alpha1.RightsizingRecommendation
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, "web")
+		for _, a := range historyOf(rsr, v1alpha1.ActionFailed) {
+			if a.Reason == ReasonRollbackError {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 50*time.Millisecond, "the failed restore was not recorded")
+	assert.Equal(t, v1alpha1.PhaseRolledBack, rsr.Status.Phase, "marked RolledBack before restoring")
+	assert.False(t, rsr.Status.Breach.Restored)
+	assert.Contains(t, historyOf(rsr, v1alpha1.ActionFailed)[0].Message, "memory may not go back to 256Mi yet")
+	assert.Equal(t, "128Mi", templateResources(t, c, dep).Requests.Memory().String())
+
+	require.NoError(t, c.Delete(ctx, binding))
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, "web")
+		return rsr.Status.Breach.Restored
+	}, 30*time.Second, 100*time.Millisecond, "the restore never succeeded")
+	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String())
+	assert.Len(t, historyOf(rsr, v1alpha1.ActionRolledBack), 1)
+	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory")))
+	assert.GreaterOrEqual(t, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("failed", ReasonRollbackError, "memory")), 1.0)
 }
