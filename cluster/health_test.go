@@ -35,7 +35,7 @@ func policyWith(ns string, watchFor time.Duration, mutate func(*v1alpha1.Rollbac
 
 // adoptedPod creates a Running pod of the Deployment's new template (as the
 // controller-manager would after a Rollout; none runs here) and returns it.
-func adoptedPod(t *testing.T, c client.Client, dep *appsv1.Deployment, name string) *corev1.Pod {
+func adoptedPod(t testing.TB, c client.Client, dep *appsv1.Deployment, name string) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), dep))

@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 }
 
 // controlPlane starts one real apiserver for the package.
-func controlPlane(t *testing.T) *controlplane.ControlPlane {
+func controlPlane(t testing.TB) *controlplane.ControlPlane {
 	t.Helper()
 	cpOnce.Do(func() { cp, cpErr = controlplane.Start(controlplane.Options{}) })
 	if cpErr != nil {
@@ -62,7 +62,7 @@ func controlPlane(t *testing.T) *controlplane.ControlPlane {
 var nsCounter atomic.Int32
 
 // namespace creates a fresh namespace for one test.
-func namespace(t *testing.T, c client.Client) string {
+func namespace(t testing.TB, c client.Client) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kerf-leader-test-"}}
 	require.NoError(t, c.Create(context.Background(), ns))
@@ -77,7 +77,7 @@ type testLeader struct {
 	done chan error
 }
 
-func startLeader(t *testing.T, ns, identity string, cfg Config) *testLeader {
+func startLeader(t testing.TB, ns, identity string, cfg Config) *testLeader {
 	t.Helper()
 	cfg.Namespace, cfg.LeaseName, cfg.Identity = ns, "kerf-leader", identity
 	cfg.WatchNamespaces = []string{ns}
@@ -142,14 +142,14 @@ func namespacedPolicy(ns string, paused bool) *v1alpha1.RightsizingPolicy {
 	return p
 }
 
-func getRSR(t *testing.T, c client.Client, ns, name string) *v1alpha1.RightsizingRecommendation {
+func getRSR(t testing.TB, c client.Client, ns, name string) *v1alpha1.RightsizingRecommendation {
 	t.Helper()
 	var rsr v1alpha1.RightsizingRecommendation
 	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &rsr))
 	return &rsr
 }
 
-func waitPhase(t *testing.T, c client.Client, ns, name string, phase v1alpha1.Phase, reason string) *v1alpha1.RightsizingRecommendation {
+func waitPhase(t testing.TB, c client.Client, ns, name string, phase v1alpha1.Phase, reason string) *v1alpha1.RightsizingRecommendation {
 	t.Helper()
 	var rsr *v1alpha1.RightsizingRecommendation
 	require.Eventually(t, func() bool {
@@ -413,7 +413,7 @@ func runningPod(t *testing.T, c client.Client, dep *appsv1.Deployment) *corev1.P
 
 // node makes sure the Node the test pods run on exists, with room for
 // them: the apiserver checks a resize against the node's allocatable.
-func node(t *testing.T, c client.Client) string {
+func node(t testing.TB, c client.Client) string {
 	t.Helper()
 	ctx := context.Background()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}

@@ -1,0 +1,83 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/watch"
+)
+
+// BenchmarkSignalToRollbackRequest measures the leader's decision latency
+// on a real apiserver: from an agent's OOM-kill signal (fed to the
+// in-process source the stream will feed) to the moment the leader has
+// recorded the breach and sends the restore request. Twenty workloads are
+// watched; each gets one kill. It reports p50 and p99 in milliseconds.
+func BenchmarkSignalToRollbackRequest(b *testing.B) {
+	c := controlPlane(b).Client
+	ctx := context.Background()
+	ns := namespace(b, c)
+	const n = 20
+	src := watch.NewMemorySource()
+	var mu sync.Mutex
+	decided := map[string]time.Time{}
+	startLeader(b, ns, "a", Config{Kernel: src, AfterBreach: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
+		mu.Lock()
+		decided[rsr.Name] = time.Now()
+		mu.Unlock()
+	}})
+	if err := c.Create(ctx, policyWith(ns, time.Hour, nil)); err != nil {
+		b.Fatal(err)
+	}
+	pods := make([]types.UID, n)
+	for i := range n {
+		name := fmt.Sprintf("web-%d", i)
+		dep := deployment(ns, name, "500m", "256Mi")
+		if err := c.Create(ctx, dep); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Create(ctx, recommendation(ns, name, name, v1alpha1.StrategyRollout, "500m", "128Mi")); err != nil {
+			b.Fatal(err)
+		}
+		waitPhase(b, c, ns, name, v1alpha1.PhaseWatching, "")
+		pods[i] = adoptedPod(b, c, dep, name+"-new").UID
+	}
+	time.Sleep(time.Second) // the pods reach the leader's cache
+	b.ResetTimer()
+	sent := make([]time.Time, n)
+	for i := range n {
+		sent[i] = time.Now()
+		src.AddOOMKill(pods[i], "app", sent[i])
+		time.Sleep(50 * time.Millisecond)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		done := len(decided)
+		mu.Unlock()
+		if done == n {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.StopTimer()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(decided) != n {
+		b.Fatalf("%d of %d breaches decided", len(decided), n)
+	}
+	lat := make([]float64, n)
+	for i := range n {
+		lat[i] = float64(decided[fmt.Sprintf("web-%d", i)].Sub(sent[i]).Microseconds()) / 1000
+	}
+	slices.Sort(lat)
+	b.ReportMetric(lat[n/2], "p50-ms")
+	b.ReportMetric(lat[n*99/100], "p99-ms")
+	b.Logf("signal -> rollback request over %d workloads: p50 %.1f ms, p99 %.1f ms, max %.1f ms", n, lat[n/2], lat[n*99/100], lat[n-1])
+}
