@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -240,6 +241,11 @@ func (r *RecommendationReconciler) restore(ctx context.Context, rsr *v1alpha1.Ri
 // restoreFailed records a failed restore (once per distinct error) and
 // returns the error, so the restore is retried with exponential backoff.
 func (r *RecommendationReconciler) restoreFailed(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, cause error) (ctrl.Result, error) {
+	if apierrors.IsConflict(cause) {
+		// Optimistic concurrency (e.g. the workload's annotation was just
+		// written): read again and retry; not a failure.
+		return ctrl.Result{}, fmt.Errorf("restore %s/%s: %w", rsr.Namespace, rsr.Name, cause)
+	}
 	msg := cause.Error()
 	h := rsr.Status.History
 	if len(h) == 0 || h[len(h)-1].Type != v1alpha1.ActionFailed || h[len(h)-1].Message != msg {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -379,7 +380,9 @@ func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 	}, 20*time.Second, 50*time.Millisecond, "the failed restore was not recorded")
 	assert.Equal(t, v1alpha1.PhaseRolledBack, rsr.Status.Phase, "marked RolledBack before restoring")
 	assert.False(t, rsr.Status.Breach.Restored)
-	assert.Contains(t, historyOf(rsr, v1alpha1.ActionFailed)[0].Message, "memory may not go back to 256Mi yet")
+	for _, a := range historyOf(rsr, v1alpha1.ActionFailed) {
+		assert.Contains(t, a.Message, "memory may not go back to 256Mi yet", "only the refusal is a failure, not a conflict")
+	}
 	assert.Equal(t, "128Mi", templateResources(t, c, dep).Requests.Memory().String())
 
 	require.NoError(t, c.Delete(ctx, binding))
@@ -391,4 +394,70 @@ func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionRolledBack), 1)
 	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory")))
 	assert.GreaterOrEqual(t, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("failed", ReasonRollbackError, "memory")), 1.0)
+}
+
+// TestBackoffRunEndsFailedPermanent runs the backoff of design section 4
+// with timePeriod 10s, multiplyByTurn 1 and maxAttempts 2 on the leader's
+// injected clock: the values are rolled back, tried again once their turn
+// expired, rolled back again, and after the second expiry are
+// failedPermanent.
+func TestBackoffRunEndsFailedPermanent(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
+		g.Cooldown = &metav1.Duration{}
+		g.Backoff = v1alpha1.Backoff{TimePeriod: &metav1.Duration{Duration: 10 * time.Second}, MultiplyByTurn: 1, MaxAttempts: 2}
+	})))
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	src := watch.NewMemorySource()
+	startLeader(t, ns, "a", Config{Now: now, Kernel: src})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
+	// poke makes the leader look now, as the expiry's timer would.
+	poke := func(i int) {
+		var r v1alpha1.RightsizingRecommendation
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &r))
+		if r.Annotations == nil {
+			r.Annotations = map[string]string{}
+		}
+		r.Annotations["test/poke"] = fmt.Sprint(i)
+		require.NoError(t, c.Update(ctx, &r))
+	}
+	waitState := func(state v1alpha1.BackoffState, turn int32) *v1alpha1.RightsizingRecommendation {
+		var rsr *v1alpha1.RightsizingRecommendation
+		require.Eventually(t, func() bool {
+			rsr = getRSR(t, c, ns, "web")
+			st := rsr.Status.Rollback
+			return st != nil && st.State == state && st.Turn == turn
+		}, 20*time.Second, 50*time.Millisecond, "never reached %s in turn %d", state, turn)
+		return rsr
+	}
+
+	for turn := int32(1); turn <= 2; turn++ {
+		waitState(v1alpha1.BackoffMonitoring, turn)
+		pod := adoptedPod(t, c, dep, fmt.Sprintf("web-turn-%d", turn))
+		time.Sleep(200 * time.Millisecond)
+		src.AddOOMKill(pod.UID, "app", now())
+		rsr := waitState(v1alpha1.BackoffBackingOff, turn)
+		require.NotNil(t, rsr.Status.Rollback.Expiry)
+		// Status times have one-second resolution and the expiry is
+		// rounded up to the second.
+		wait := rsr.Status.Rollback.Expiry.Sub(rsr.Status.Breach.At.Time)
+		want := time.Duration(turn) * 10 * time.Second
+		assert.True(t, wait >= want && wait <= want+2*time.Second, "expiry = timePeriod × multiplyByTurn × turn: %s after the breach, want %s", wait, want)
+		assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String(), "turn %d rolled back", turn)
+		offset.Add(int64(time.Duration(turn)*10*time.Second + time.Second))
+		poke(int(turn))
+	}
+	rsr := waitState(v1alpha1.BackoffFailedPermanent, 2)
+	assert.Len(t, historyOf(rsr, v1alpha1.ActionRolledBack), 2)
+	assert.Len(t, historyOf(rsr, v1alpha1.ActionApplied), 2, "the same values were tried once more")
+	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", policy.EventBackoffExhausted)) == 1 }, 10*time.Second, 50*time.Millisecond)
+	assert.Len(t, eventsFor(t, c, ns, "web", policy.EventBackoffTurnCompleted), 1)
+	poke(3)
+	time.Sleep(500 * time.Millisecond)
+	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String(), "never applied a third time")
 }

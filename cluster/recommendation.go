@@ -98,7 +98,7 @@ func (r *RecommendationReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return res, err
 	}
 	if rsr.Status.ObservedGeneration == rsr.Generation && rsr.Status.Phase != "" &&
-		rsr.Status.Phase != v1alpha1.PhasePending && rsr.Status.Phase != v1alpha1.PhaseBlocked {
+		rsr.Status.Phase != v1alpha1.PhasePending && rsr.Status.Phase != v1alpha1.PhaseBlocked && !freshTurn(&rsr) {
 		return ctrl.Result{}, nil // this generation was acted on; the health watch takes it from here
 	}
 
@@ -316,4 +316,13 @@ func joinResources(rs []v1alpha1.ResourceName) string {
 		s[i] = string(r)
 	}
 	return strings.Join(s, " and ")
+}
+
+// freshTurn reports whether the backoff has let the rolled-back values
+// try again: its turn expired with turns left (state backedOff) for the
+// values the recommendation still asks for (design section 4).
+func freshTurn(rsr *v1alpha1.RightsizingRecommendation) bool {
+	st := rsr.Status.Rollback
+	return rsr.Status.Phase == v1alpha1.PhaseRolledBack && st != nil && st.State == v1alpha1.BackoffBackedOff &&
+		st.Fingerprint == policy.ValueFingerprint(rsr.Spec.Containers)
 }
