@@ -461,3 +461,40 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String(), "never applied a third time")
 }
+
+// TestInPlaceOOMRollbackResizesPodsBack applies a memory decrease in place,
+// sees the container OOM-killed and resizes the pod back: restored only
+// once the kubelet reports the old values again.
+func TestInPlaceOOMRollbackResizesPodsBack(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	pod := runningPod(t, c, dep)
+	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	l := startLeader(t, ns, "a", Config{})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "500m", "128Mi")))
+
+	kubeletReports(t, c, pod, "")
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	oomKilled(t, c, pod, "OOMKilled")
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	require.Eventually(t, func() bool {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+		return pod.Spec.Containers[0].Resources.Requests.Memory().String() == "256Mi"
+	}, 20*time.Second, 50*time.Millisecond, "the pod was never resized back")
+	assert.False(t, getRSR(t, c, ns, "web").Status.Breach.Restored, "restored only once the kubelet runs the values")
+
+	// The kubelet runs the old values again.
+	pod.Status.ObservedGeneration = pod.Generation
+	pod.Status.ContainerStatuses[0].Resources = pod.Spec.Containers[0].Resources.DeepCopy()
+	require.NoError(t, c.Status().Update(ctx, pod))
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, "web")
+		return rsr.Status.Breach.Restored
+	}, 20*time.Second, 50*time.Millisecond)
+	assert.Equal(t, "500m", pod.Spec.Containers[0].Resources.Requests.Cpu().String())
+	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String(), "the template was never changed")
+	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory")))
+}
