@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,32 +31,22 @@ import (
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
-var (
-	cpOnce sync.Once
-	cp     *controlplane.ControlPlane
-	cpErr  error
-)
+// shared is the package's one control plane: a start costs seconds.
+var shared controlplane.Shared
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if cp != nil {
-		_ = cp.Stop()
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { shared.Main(m) }
 
-// controlPlane starts one real apiserver for the package.
+// controlPlane returns the package's control plane, starting it on first
+// use; where the binaries are missing the test is skipped, unless
+// controlplane.Required says it must run.
 func controlPlane(t testing.TB) *controlplane.ControlPlane {
 	t.Helper()
-	cpOnce.Do(func() { cp, cpErr = controlplane.Start(controlplane.Options{}) })
-	if cpErr != nil {
-		if !controlplane.Required() {
-			t.Skipf("real control plane not available: %v", cpErr)
-		}
-		t.Fatalf("start control plane: %v", cpErr)
-	}
+	cp = shared.Get(t)
 	return cp
 }
+
+// cp is the package's control plane once a test has asked for it.
+var cp *controlplane.ControlPlane
 
 var nsCounter atomic.Int32
 

@@ -2,9 +2,7 @@ package apply_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,48 +24,20 @@ import (
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
-// One control plane serves every test in the package: a start costs seconds.
-var (
-	cpOnce sync.Once
-	cp     *controlplane.ControlPlane
-	cpErr  error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if cp != nil {
-		if err := cp.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stop control plane: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
 // nodeName is the node the tests' pods are bound to.
 const nodeName = "node-1"
 
-// controlPlane returns the package's control plane, starting it (and
-// registering the node the pods run on) on first use. Where the binaries
-// are missing the test is skipped, unless controlplane.Required says it
-// must run.
-func controlPlane(t *testing.T) *controlplane.ControlPlane {
+// shared is the package's one control plane: a start costs seconds.
+var shared = controlplane.Shared{Setup: func(cp *controlplane.ControlPlane) error { return createNode(context.Background(), cp) }}
+
+func TestMain(m *testing.M) { shared.Main(m) }
+
+// controlPlane returns the package's control plane, starting it on first
+// use; where the binaries are missing the test is skipped, unless
+// controlplane.Required says it must run.
+func controlPlane(t testing.TB) *controlplane.ControlPlane {
 	t.Helper()
-	cpOnce.Do(func() {
-		cp, cpErr = controlplane.Start(controlplane.Options{})
-		if cpErr != nil {
-			return
-		}
-		cpErr = createNode(context.Background(), cp)
-	})
-	if cpErr != nil {
-		var pathErr *os.PathError
-		if errors.As(cpErr, &pathErr) && !controlplane.Required() {
-			t.Skipf("real control plane not available: %v", cpErr)
-		}
-		t.Fatalf("start control plane: %v", cpErr)
-	}
-	return cp
+	return shared.Get(t)
 }
 
 // createNode registers a Linux node with 4 cpus and 8Gi allocatable: the

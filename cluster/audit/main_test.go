@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -25,49 +24,36 @@ var (
 	now = t0.Add(2 * time.Hour)
 )
 
-// env is the package's one control plane and the fixture written to it.
+// env is the fixture written to the package's control plane.
 var env struct {
 	cp       *controlplane.ControlPlane
 	cache    cache.Cache
 	nsA, nsB string
-	err      error
 }
 
-// TestMain starts one real apiserver for the package, writes the fixture
-// recommendations through the status subresource and starts an informer
-// cache on them, as the leader reads them.
-func TestMain(m *testing.M) {
-	ctx, cancel := context.WithCancel(context.Background())
-	env.err = setUp(ctx)
-	code := m.Run()
-	cancel()
-	if env.cp != nil {
-		_ = env.cp.Stop()
-	}
-	os.Exit(code)
-}
+// shared is the package's one real apiserver; on first use it writes the
+// fixture recommendations through the status subresource and starts an
+// informer cache on them, as the leader reads them.
+var shared = controlplane.Shared{Setup: setUp, Teardown: func() { stopCache() }}
+
+// stopCache stops the fixture's informer cache.
+var stopCache = func() {}
+
+func TestMain(m *testing.M) { shared.Main(m) }
 
 // need skips or fails the test when the control plane or the fixture is
 // missing (controlplane.Required says which).
 func need(t *testing.T) {
 	t.Helper()
-	if env.err == nil {
-		return
-	}
-	var pathErr *os.PathError
-	if errors.As(env.err, &pathErr) && !controlplane.Required() {
-		t.Skipf("real control plane not available: %v", env.err)
-	}
-	t.Fatalf("set up: %v", env.err)
+	shared.Get(t)
 }
 
-func setUp(ctx context.Context) error {
-	cp, err := controlplane.Start(controlplane.Options{})
-	if err != nil {
-		return err
-	}
+func setUp(cp *controlplane.ControlPlane) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	stopCache = cancel
 	env.cp = cp
 	c := cp.Client
+	var err error
 	if env.nsA, err = createNamespace(ctx, c, "kerf-audit-a-"); err != nil {
 		return err
 	}

@@ -207,11 +207,7 @@ func StartForTest(t testing.TB, opts ...func(*Options)) *ControlPlane {
 	}
 	cp, err := Start(o)
 	if err != nil {
-		var pathErr *os.PathError
-		if errors.As(err, &pathErr) && !Required() {
-			t.Skipf("real control plane not available: %v", err)
-		}
-		t.Fatalf("start control plane: %v", err)
+		skipOrFail(t, err)
 	}
 	t.Cleanup(func() {
 		if err := cp.Stop(); err != nil {
