@@ -1,0 +1,265 @@
+package promql
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kerf-dev/kerf/cluster/watch"
+)
+
+const prometheusBin = "/usr/bin/prometheus"
+
+// series is one container instance's counters as cadvisor serves them.
+type series struct {
+	namespace, pod, container string
+	periods, throttled        uint64
+}
+
+// countersAt is what the exporter serves at its n-th scrape: p1/app +100
+// periods and +25 throttled a scrape; p1/side never throttled; p2/app
+// resets at scrape 4; p3/app is born at scrape 3; the same pod name in
+// another namespace and the pod-level series must not count.
+func countersAt(n uint64) []series {
+	s := []series{
+		{"ns", "p1", "app", 1000 + 100*n, 200 + 25*n},
+		{"ns", "p1", "side", 50 * n, 0},
+		{"ns", "p1", "", 99999 * n, 99999 * n},
+		{"other", "p1", "app", 77777 * n, 77777 * n},
+	}
+	if n < 4 {
+		s = append(s, series{"ns", "p2", "app", 2000 + 100*n, 500 + 10*n})
+	} else {
+		s = append(s, series{"ns", "p2", "app", 100 * (n - 3), 30 * (n - 3)})
+	}
+	if n >= 3 {
+		s = append(s, series{"ns", "p3", "app", 100 * (n - 2), 40 * (n - 2)})
+	}
+	return s
+}
+
+// exporter serves countersAt with explicit timestamps, so the samples
+// Prometheus stores are exactly the ones it records in mem.
+type exporter struct {
+	mu     sync.Mutex
+	served []time.Time
+	mem    *watch.MemorySource
+	born   map[string]time.Time
+}
+
+func podUID(pod string) types.UID { return types.UID("uid-" + pod) }
+
+func (e *exporter) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	at := time.Now().Truncate(time.Millisecond)
+	if n := len(e.served); n > 0 && !at.After(e.served[n-1]) {
+		at = e.served[n-1].Add(time.Millisecond)
+	}
+	all := countersAt(uint64(len(e.served)))
+	e.served = append(e.served, at)
+	var b strings.Builder
+	for _, m := range []string{PeriodsMetric, ThrottledMetric} {
+		fmt.Fprintf(&b, "# TYPE %s counter\n", m)
+		for _, s := range all {
+			v := s.periods
+			if m == ThrottledMetric {
+				v = s.throttled
+			}
+			fmt.Fprintf(&b, "%s{namespace=%q,pod=%q,container=%q,id=%q} %d %d\n",
+				m, s.namespace, s.pod, s.container, "/"+s.namespace+"/"+s.pod+"/"+s.container, v, at.UnixMilli())
+		}
+	}
+	for _, s := range all {
+		if s.namespace != "ns" || s.container == "" {
+			continue
+		}
+		key := s.pod + "/" + s.container
+		if _, ok := e.born[key]; !ok {
+			e.born[key] = at
+		}
+		var started time.Time
+		if !e.born[key].Equal(e.served[0]) {
+			// Appeared after the first scrape: born then.
+			started = e.born[key]
+		}
+		e.mem.AddSamples(watch.CounterSample{
+			PodUID: podUID(s.pod), Container: s.container, Started: started,
+			At: at, Periods: s.periods, Throttled: s.throttled,
+		})
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	_, _ = w.Write([]byte(b.String()))
+}
+
+func (e *exporter) scrapes() []time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]time.Time(nil), e.served...)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startPrometheus runs the real Prometheus scraping target every second
+// and returns its URL once it is ready; it is killed in t.Cleanup.
+func startPrometheus(t *testing.T, target string) string {
+	t.Helper()
+	if _, err := os.Stat(prometheusBin); err != nil {
+		t.Skipf("needs a real Prometheus at %s (make deps installs it): %v", prometheusBin, err)
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "prometheus.yml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: cadvisor
+    static_configs:
+      - targets: [%q]
+`, target)), 0o600))
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	var logs bytes.Buffer
+	cmd := exec.Command(prometheusBin,
+		"--config.file="+cfg,
+		"--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr,
+		"--log.level=warn")
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("prometheus output:\n%s", logs.String())
+		}
+	})
+	url := "http://" + addr
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(url + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return url
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "prometheus not ready after 10s: %v", err)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func pods(namespace string, names ...string) []*corev1.Pod {
+	out := make([]*corev1.Pod, len(names))
+	for i, n := range names {
+		out[i] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: n, UID: podUID(n)}}
+	}
+	return out
+}
+
+func TestThrottleWindowsMatchAgentsStreamOnRealPrometheus(t *testing.T) {
+	exp := &exporter{mem: watch.NewMemorySource(), born: map[string]time.Time{}}
+	srv := httptest.NewServer(exp)
+	t.Cleanup(srv.Close)
+	url := startPrometheus(t, strings.TrimPrefix(srv.URL, "http://"))
+
+	// Scrape 6 starting means scrape 5 was stored (one scrape loop).
+	require.Eventually(t, func() bool { return len(exp.scrapes()) >= 7 }, 15*time.Second, 50*time.Millisecond)
+	at := exp.scrapes()
+
+	reg := prometheus.NewRegistry()
+	src, err := New(Config{URL: url}, reg)
+	require.NoError(t, err)
+	agents := watch.Counters(exp.mem)
+	// The odd name proves the quoting parses; it has no series.
+	all := pods("ns", "p1", "p2", "p3", "p9", `we"ird\.*|`)
+	containers := []string{"app", "side", "db"}
+
+	tests := []struct {
+		name     string
+		from, to time.Time
+		want     map[string]watch.ThrottleWindow
+	}{
+		{
+			// p1 +300/+75; p2 +100, reset to 100, +100: +300/+70; p3 born
+			// after from: 300/120 from zero.
+			name: "window between samples excludes later samples",
+			from: at[2], to: at[5].Add(300 * time.Millisecond),
+			want: map[string]watch.ThrottleWindow{
+				"app":  {Periods: 900, Throttled: 265},
+				"side": {Periods: 150},
+			},
+		},
+		{
+			name: "window ends exactly at a sample",
+			from: at[2].Add(-time.Millisecond), to: at[4],
+			want: map[string]watch.ThrottleWindow{
+				"app":  {Periods: 300 + 300 + 200, Throttled: 75 + 50 + 80},
+				"side": {Periods: 150},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := src.ThrottleWindows(all, containers, tt.from, tt.to)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+			fromAgents, err := agents.ThrottleWindows(all, containers, tt.from, tt.to)
+			require.NoError(t, err)
+			assert.Equal(t, fromAgents, got, "PromQL and the agents' stream must agree")
+		})
+	}
+	assert.Equal(t, 2.0, testutil.ToFloat64(src.queries.WithLabelValues(resultOK)))
+
+	t.Run("pod without series leaves names out", func(t *testing.T) {
+		got, err := src.ThrottleWindows(pods("ns", "p9"), containers, at[2], at[5])
+		require.NoError(t, err)
+		assert.Empty(t, got)
+		assert.Equal(t, 1.0, testutil.ToFloat64(src.queries.WithLabelValues(resultEmpty)))
+	})
+}
+
+func TestThrottleWindowsPrometheusDownIsAnError(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	src, err := New(Config{URL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), Timeout: time.Second}, reg)
+	require.NoError(t, err)
+	now := time.Now()
+	got, err := src.ThrottleWindows(pods("ns", "p1"), []string{"app"}, now.Add(-time.Minute), now)
+	require.Error(t, err)
+	assert.Nil(t, got)
+	assert.Equal(t, 1.0, testutil.ToFloat64(src.queries.WithLabelValues(resultError)))
+	assert.Equal(t, 0.0, testutil.ToFloat64(src.queries.WithLabelValues(resultOK)))
+}
+
+func TestSelectorQuotesLabelValues(t *testing.T) {
+	got := Selector(`n"s`, []string{"a.b", `c\d`}, []string{"app"}, 1500*time.Microsecond)
+	assert.Equal(t, `{__name__=~"container_cpu_cfs_periods_total|container_cpu_cfs_throttled_periods_total",`+
+		`namespace="n\"s",pod=~"a\\.b|c\\\\d",container=~"app"}[2ms]`, got)
+}
+
+func TestNewRejectsEmptyURL(t *testing.T) {
+	_, err := New(Config{}, nil)
+	assert.ErrorContains(t, err, "health.metricsURL")
+}
