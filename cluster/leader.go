@@ -62,6 +62,10 @@ type Config struct {
 	// WatchNamespaces, when set, limits the leader to recommendations,
 	// policies and workloads in these namespaces; empty means all.
 	WatchNamespaces []string
+	// Registry, when set, is the registry the replica's metrics go to (so
+	// parts built before it, such as a PromQL source, share it); nil means
+	// a new one.
+	Registry *prometheus.Registry
 	// Kernel gives OOM kill counts from the agents (nil: pod status only).
 	Kernel watch.KernelSource
 	// Throttling gives CFS counters (nil: throttling not evaluated).
@@ -167,7 +171,10 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err != nil {
 		return nil, fmt.Errorf("clientset: %w", err)
 	}
-	reg := prometheus.NewRegistry()
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, mgr: mgr, registry: reg, Metrics: NewMetrics(reg)}
 

@@ -19,7 +19,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/cluster/promql"
 	"github.com/kerf-dev/kerf/cluster/webhook"
 )
 
@@ -42,6 +45,7 @@ func main() {
 	webhookCertDir := fs.String("webhook-cert-dir", "", "directory with tls.crt and tls.key for the webhook (default: a self-managed certificate)")
 	webhookService := fs.String("webhook-service", "kerf-webhook", "Service the apiserver calls the webhook through (names the self-managed certificate)")
 	webhookSecret := fs.String("webhook-secret", "kerf-webhook-cert", "Secret that holds the self-managed certificate, shared by the replicas")
+	metricsURL := fs.String("metrics-url", "", "Prometheus-compatible URL to read CPU throttling from (health.metricsURL; empty: not from Prometheus)")
 	webhookConfig := fs.String("webhook-config", "kerf", "MutatingWebhookConfiguration whose caBundle the self-managed certificate keeps current")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: kerf-leader [flags]\n\n"+
@@ -57,7 +61,15 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	cfg := cluster.Config{Namespace: *namespace, LeaseName: *leaseName, Identity: *identity}
+	cfg := cluster.Config{Namespace: *namespace, LeaseName: *leaseName, Identity: *identity, Registry: prometheus.NewRegistry()}
+	if *metricsURL != "" {
+		src, err := promql.New(promql.Config{URL: *metricsURL}, cfg.Registry)
+		if err != nil {
+			log.Error("--metrics-url", "err", err)
+			os.Exit(2)
+		}
+		cfg.Throttling = src
+	}
 	cfg.Webhook = cluster.WebhookConfig{
 		CertDir:    *webhookCertDir,
 		Cert:       webhook.CertOptions{Namespace: *namespace, ServiceName: *webhookService, SecretName: *webhookSecret},
