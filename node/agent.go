@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/node/oom"
 )
 
@@ -17,16 +19,21 @@ type Config struct {
 	// CgroupRoot is the kubelet's --cgroup-root subtree of pods, e.g.
 	// /kubepods; empty finds it.
 	CgroupRoot string
+	// Interval is how often containers' cpu.stat is sampled; 0 means 1 s.
+	Interval time.Duration
 }
 
-// Agent is kerf-agent: today it runs the OOM source and counts the kills it
-// resolves to containers.
+// Agent is kerf-agent: today it runs the OOM source, counts the kills it
+// resolves to containers and samples the cpu.stat of the containers its
+// Sampler is given.
 type Agent struct {
-	log     *slog.Logger
-	source  oom.Source
-	counts  *oom.Counts
-	kills   *prometheus.CounterVec
-	sources *prometheus.GaugeVec
+	log      *slog.Logger
+	interval time.Duration
+	sampler  *Sampler // nil when the node's cgroups could not be read
+	source   oom.Source
+	counts   *oom.Counts
+	kills    *prometheus.CounterVec
+	sources  *prometheus.GaugeVec
 }
 
 // New opens the OOM source cfg asks for (the best one the node allows, for
@@ -41,9 +48,10 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Agent, error
 		return nil, fmt.Errorf("open OOM source: %w", err)
 	}
 	a := &Agent{
-		log:    log,
-		source: src,
-		counts: oom.NewCounts(),
+		log:      log,
+		interval: cfg.Interval,
+		source:   src,
+		counts:   oom.NewCounts(),
 		kills: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kerf_agent_oom_kills_total",
 			Help: "OOM kills the agent's OOM source delivered, by whether they resolved to a pod container.",
@@ -53,15 +61,51 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Agent, error
 			Help: "The OOM source in use (1), with how it works here.",
 		}, []string{"source", "detail"}),
 	}
+	if a.interval <= 0 {
+		a.interval = time.Second
+	}
 	reg.MustRegister(a.kills, a.sources)
 	a.sources.WithLabelValues(src.Name(), src.Detail()).Set(1)
 	log.Info("OOM source chosen", "source", src.Name(), "detail", src.Detail(), "asked", cfg.OOMSource)
+	if h, err := cgroup.Detect(); err != nil {
+		log.Warn("cpu.stat sampling disabled", "err", err)
+	} else {
+		a.sampler = NewSampler(h)
+		reg.MustRegister(NewCollector(a.sampler, a.counts))
+	}
 	return a, nil
+}
+
+// Sampler returns the agent's sampler, for pod discovery to Set the
+// containers to sample; nil when the node's cgroups could not be read.
+func (a *Agent) Sampler() *Sampler { return a.sampler }
+
+// sample runs a sampling pass every interval until ctx is done.
+func (a *Agent) sample(ctx context.Context) {
+	t := time.NewTicker(a.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if p := a.sampler.Sample(now); p.Err != nil {
+				a.log.Debug("cpu.stat sampling pass had errors", "errors", p.Errors, "err", p.Err)
+			}
+		}
+	}
 }
 
 // Run runs the agent until ctx is done.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.source.Close()
+	if a.sampler != nil {
+		defer a.sampler.Close()
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); a.sample(sctx) }()
+		defer func() { cancel(); <-done }()
+	}
 	return a.source.Run(ctx, func(k oom.Kill) {
 		a.counts.Observe(k)
 		resolved := k.ContainerID != ""

@@ -1,0 +1,96 @@
+package node
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeOOM is an OOM count source keyed by memory cgroup path.
+type fakeOOM map[string]uint64
+
+func (f fakeOOM) Count(cgroup string) uint64 { return f[cgroup] }
+
+func TestCollectorExportsCadvisorSeriesAndHealth(t *testing.T) {
+	f := newFixtureTree(t)
+	f.write(t, "/kubepods/a", 100, 40, 2_500_000_000)
+	f.write(t, "/kubepods/b", 7, 0, 0)
+	s := NewSampler(f.h)
+	defer s.Close()
+	b := container("b", "/kubepods/b")
+	b.Namespace, b.Pod, b.PodUID = "jobs", "batch-1", "1f0e4a1c-7a8f-4f3c-9d2e-1a2b3c4d5e6f"
+	require.NoError(t, s.Set([]Container{container("a", "/kubepods/a"), b, container("new", "/kubepods/new")}))
+	s.Sample(time.Unix(1, 0)) // "new" has no cgroup: gone
+	c := NewCollector(s, fakeOOM{"/kubepods/a": 3})
+
+	want := `
+# HELP container_cpu_cfs_periods_total Number of elapsed enforcement period intervals.
+# TYPE container_cpu_cfs_periods_total counter
+container_cpu_cfs_periods_total{container="a",namespace="default",pod="web-0"} 100
+container_cpu_cfs_periods_total{container="b",namespace="jobs",pod="batch-1"} 7
+# HELP container_cpu_cfs_throttled_periods_total Number of throttled period intervals.
+# TYPE container_cpu_cfs_throttled_periods_total counter
+container_cpu_cfs_throttled_periods_total{container="a",namespace="default",pod="web-0"} 40
+container_cpu_cfs_throttled_periods_total{container="b",namespace="jobs",pod="batch-1"} 0
+# HELP container_cpu_cfs_throttled_seconds_total Total time duration the container has been throttled.
+# TYPE container_cpu_cfs_throttled_seconds_total counter
+container_cpu_cfs_throttled_seconds_total{container="a",namespace="default",pod="web-0"} 2.5
+container_cpu_cfs_throttled_seconds_total{container="b",namespace="jobs",pod="batch-1"} 0
+# HELP container_oom_events_total Count of out of memory events observed for the container.
+# TYPE container_oom_events_total counter
+container_oom_events_total{container="a",namespace="default",pod="web-0"} 3
+container_oom_events_total{container="b",namespace="jobs",pod="batch-1"} 0
+container_oom_events_total{container="new",namespace="default",pod="web-0"} 0
+# HELP kerf_agent_cgroups_gone_total Tracked containers whose cgroup was found removed.
+# TYPE kerf_agent_cgroups_gone_total counter
+kerf_agent_cgroups_gone_total 1
+# HELP kerf_agent_read_errors_total Failed opens and reads of cpu.stat, other than of a removed cgroup.
+# TYPE kerf_agent_read_errors_total counter
+kerf_agent_read_errors_total 0
+# HELP kerf_agent_samples_total cpu.stat readings the sampler made.
+# TYPE kerf_agent_samples_total counter
+kerf_agent_samples_total 2
+# HELP kerf_agent_tracked_containers Containers the sampler tracks.
+# TYPE kerf_agent_tracked_containers gauge
+kerf_agent_tracked_containers 3
+`
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want)))
+	problems, err := testutil.CollectAndLint(c)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+
+	// Once Set drops the gone and removed containers their series go.
+	require.NoError(t, s.Set([]Container{container("a", "/kubepods/a")}))
+	assert.Equal(t, 1, testutil.CollectAndCount(c, "container_cpu_cfs_periods_total"))
+	assert.Equal(t, 1, testutil.CollectAndCount(c, "container_oom_events_total"))
+	assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP kerf_agent_tracked_containers Containers the sampler tracks.
+# TYPE kerf_agent_tracked_containers gauge
+kerf_agent_tracked_containers 1
+`), "kerf_agent_tracked_containers"))
+}
+
+func TestCollectorExportsNewestOfTwoContainersWithTheSameLabels(t *testing.T) {
+	f := newFixtureTree(t)
+	f.write(t, "/kubepods/old", 50, 0, 0)
+	f.write(t, "/kubepods/new", 2, 0, 0)
+	s := NewSampler(f.h)
+	defer s.Close()
+	old := container("app", "/kubepods/old")
+	recreated := container("app", "/kubepods/new")
+	recreated.PodUID = "9a5e4a1c-7a8f-4f3c-9d2e-1a2b3c4d5e6f"
+	require.NoError(t, s.Set([]Container{old, recreated}))
+	s.Sample(time.Unix(1, 0))
+	c := NewCollector(s, nil)
+	require.Equal(t, 1, testutil.CollectAndCount(c, "container_cpu_cfs_periods_total"))
+	assert.Equal(t, 0, testutil.CollectAndCount(c, "container_oom_events_total"), "no OOM source, no OOM series")
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP container_cpu_cfs_periods_total Number of elapsed enforcement period intervals.
+# TYPE container_cpu_cfs_periods_total counter
+container_cpu_cfs_periods_total{container="app",namespace="default",pod="web-0"} 2
+`), "container_cpu_cfs_periods_total"))
+}

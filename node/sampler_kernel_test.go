@@ -1,0 +1,361 @@
+package node
+
+// Tests and benchmarks on the real kernel: they create cgroups in the v1 cpu
+// hierarchy, so they need root (CI runs as root) and skip with the reason
+// otherwise.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kerf-dev/kerf/cgroup"
+)
+
+// kernelTree is a temporary parent cgroup in this machine's v1 cpu
+// hierarchy.
+type kernelTree struct {
+	h      *cgroup.Hierarchy
+	m      cgroup.Mount
+	parent string // directory
+}
+
+// newKernelTree makes kerf-sampler-<rand> in the v1 cpu hierarchy, removed
+// with its children when the test ends, or skips the test.
+func newKernelTree(tb testing.TB) *kernelTree {
+	tb.Helper()
+	if uid := os.Geteuid(); uid != 0 {
+		tb.Skipf("needs root to create cgroups: running as uid %d", uid)
+	}
+	h, err := cgroup.Detect()
+	if err != nil {
+		tb.Skipf("cannot read this machine's cgroups: %v", err)
+	}
+	m, ok := h.Controller("cpu")
+	if !ok || m.Version != 1 {
+		tb.Skipf("needs the cgroup v1 cpu controller (cgroup mode %s)", h.Mode)
+	}
+	k := &kernelTree{h: h, m: m, parent: filepath.Join(m.Path, fmt.Sprintf("kerf-sampler-%08x", rand.Uint32()))}
+	require.NoError(tb, os.Mkdir(k.parent, 0o755))
+	tb.Cleanup(func() { removeCgroup(tb, k.parent) })
+	return k
+}
+
+// add makes a child cgroup and returns a container whose cgroup it is; it is
+// removed (before the parent) when the test ends.
+func (k *kernelTree) add(tb testing.TB, name string) (Container, string) {
+	tb.Helper()
+	dir := filepath.Join(k.parent, name)
+	require.NoError(tb, os.Mkdir(dir, 0o755))
+	tb.Cleanup(func() { removeCgroup(tb, dir) })
+	p, err := k.m.Rel(dir)
+	require.NoError(tb, err)
+	c := container(name, p)
+	c.Pod = "pod-" + name
+	return c, dir
+}
+
+// removeCgroup kills what runs in dir and removes it.
+func removeCgroup(tb testing.TB, dir string) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
+			for _, f := range strings.Fields(string(procs)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		err := syscall.Rmdir(dir)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Errorf("remove cgroup %s: %v", dir, err)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func writeFile(tb testing.TB, dir, name, value string) {
+	tb.Helper()
+	require.NoError(tb, os.WriteFile(filepath.Join(dir, name), []byte(value), 0), "write %s to %s", value, name)
+}
+
+// readCPUStat parses dir's cpu.stat with a plain read.
+func readCPUStat(t *testing.T, dir string) cgroup.CPUStat {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	require.NoError(t, err)
+	var s cgroup.CPUStat
+	require.NoError(t, cgroup.ParseCPUStat(data, &s))
+	return s
+}
+
+func TestKernelSamplerSeesThrottlingOfABusyLoop(t *testing.T) {
+	k := newKernelTree(t)
+	const n = 4
+	var cs []Container
+	var dirs []string
+	for i := range n {
+		c, dir := k.add(t, fmt.Sprintf("c%d", i))
+		cs, dirs = append(cs, c), append(dirs, dir)
+	}
+	busy := dirs[0]
+	writeFile(t, busy, "cpu.cfs_period_us", "100000")
+	writeFile(t, busy, "cpu.cfs_quota_us", "20000") // 20% of a CPU
+
+	s := NewSampler(k.h)
+	defer s.Close()
+	require.NoError(t, s.Set(cs))
+	require.Equal(t, Pass{Read: n, Changed: n}, s.Sample(time.Now()))
+
+	cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
+	require.NoError(t, cmd.Start())
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	writeFile(t, busy, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
+	time.Sleep(2 * time.Second)
+	p := s.Sample(time.Now())
+	assert.Equal(t, Pass{Read: n, Changed: 1}, p, "only the busy cgroup changed")
+	changed := s.Changed(nil)
+	require.Len(t, changed, 1)
+	assert.Equal(t, cs[0].Key(), changed[0].Key)
+	assert.Positive(t, changed[0].Throttled)
+
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	killed = true
+	// With the loop dead the period timer stops after at most two more
+	// periods; then the counters hold still and the sampler must agree with
+	// a plain read of the file.
+	for range 20 {
+		time.Sleep(100 * time.Millisecond)
+		if s.Sample(time.Now()).Changed == 0 {
+			break
+		}
+	}
+	latest := map[ContainerKey]Sample{}
+	for _, smp := range s.Latest(nil) {
+		latest[smp.Key] = smp
+	}
+	require.Len(t, latest, n)
+	for i, c := range cs {
+		want := readCPUStat(t, dirs[i])
+		got := latest[c.Key()]
+		assert.Equal(t, want, cgroup.CPUStat{Periods: got.Periods, Throttled: got.Throttled, ThrottledTime: got.ThrottledTime}, c.Name)
+	}
+	b := latest[cs[0].Key()]
+	t.Logf("busy loop at 20%% quota for 2 s: %+v", b)
+	assert.Positive(t, b.Throttled)
+	assert.Positive(t, b.ThrottledTime)
+	assert.Zero(t, latest[cs[1].Key()].Periods, "an idle cgroup has no periods")
+
+	// The collector exports the same values under the container's labels.
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(s, fakeOOM{cs[0].CgroupPath: 1}))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	type series struct{ name, ns, pod, container string }
+	got := map[series]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			v := m.GetCounter().GetValue()
+			if m.GetGauge() != nil {
+				v = m.GetGauge().GetValue()
+			}
+			got[series{mf.GetName(), l["namespace"], l["pod"], l["container"]}] = v
+		}
+	}
+	for i, c := range cs {
+		want := readCPUStat(t, dirs[i])
+		at := func(name string) float64 { return got[series{name, c.Namespace, c.Pod, c.Name}] }
+		assert.Equal(t, float64(want.Periods), at("container_cpu_cfs_periods_total"), c.Name)
+		assert.Equal(t, float64(want.Throttled), at("container_cpu_cfs_throttled_periods_total"), c.Name)
+		assert.Equal(t, want.ThrottledTime.Seconds(), at("container_cpu_cfs_throttled_seconds_total"), c.Name)
+	}
+	assert.Equal(t, float64(1), got[series{"container_oom_events_total", cs[0].Namespace, cs[0].Pod, cs[0].Name}])
+	assert.Equal(t, float64(n), got[series{name: "kerf_agent_tracked_containers"}])
+	assert.Zero(t, got[series{name: "kerf_agent_read_errors_total"}])
+}
+
+func TestKernelSamplerDropsRemovedCgroupWithoutError(t *testing.T) {
+	k := newKernelTree(t)
+	a, _ := k.add(t, "a")
+	b, bdir := k.add(t, "b")
+	s := NewSampler(k.h)
+	defer s.Close()
+	require.NoError(t, s.Set([]Container{a, b}))
+	require.Equal(t, Pass{Read: 2, Changed: 2}, s.Sample(time.Now()))
+
+	removeCgroup(t, bdir)
+	p := s.Sample(time.Now())
+	assert.Equal(t, Pass{Read: 1, Gone: 1}, p)
+	assert.Len(t, s.Latest(nil), 2, "a gone container keeps its last sample until the next Set")
+	require.NoError(t, s.Set([]Container{a, b}), "discovery may list it once more")
+	assert.Equal(t, []string{"a"}, keysOf(s.Latest(nil)))
+	assert.Equal(t, Pass{Read: 1, Gone: 1}, s.Sample(time.Now()))
+	require.NoError(t, s.Set([]Container{a}))
+	assert.Equal(t, SamplerStats{Samples: 4, Gone: 2, Tracked: 1}, s.Stats())
+}
+
+func TestKernelSamplerPassDoesNotAllocate(t *testing.T) {
+	k := newKernelTree(t)
+	var cs []Container
+	for i := range 20 {
+		c, _ := k.add(t, fmt.Sprintf("c%02d", i))
+		cs = append(cs, c)
+	}
+	s := NewSampler(k.h)
+	defer s.Close()
+	require.NoError(t, s.Set(cs))
+	s.Sample(time.Now())
+	now := time.Now()
+	assert.Zero(t, testing.AllocsPerRun(100, func() { s.Sample(now) }))
+}
+
+// sampler330 makes 330 real cgroups, the containers of a node with 110
+// pods (docs/design.md section 5), and a sampler tracking them.
+func sampler330(b *testing.B) (*Sampler, []Container) {
+	b.Helper()
+	k := newKernelTree(b)
+	cs := make([]Container, 0, 330)
+	for i := range 330 {
+		c, _ := k.add(b, fmt.Sprintf("c%03d", i))
+		c.Pod, c.Name = fmt.Sprintf("pod-%03d", i/3), fmt.Sprintf("c%d", i%3)
+		c.PodUID = fmt.Sprintf("%032x", i/3)
+		cs = append(cs, c)
+	}
+	s := NewSampler(k.h)
+	b.Cleanup(func() { s.Close() })
+	require.NoError(b, s.Set(cs))
+	require.Equal(b, 330, s.Sample(time.Now()).Read)
+	return s, cs
+}
+
+// BenchmarkSamplePass330 is one sampling pass over 330 real cgroups.
+func BenchmarkSamplePass330(b *testing.B) {
+	s, _ := sampler330(b)
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		if p := s.Sample(now); p.Read != 330 {
+			b.Fatalf("pass read %d of 330: %v", p.Read, p.Err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*330), "ns/container")
+}
+
+// BenchmarkAgentBudget330 runs the agent's sampling as it runs on a node
+// with 330 containers: a pass every second for 10 s and a scrape (gather and
+// text encoding) after each, and reports the CPU time used as a percentage
+// of one core (and per pass, scrape included) and the process's peak and
+// current RSS, for the budget of
+// docs/design.md section 5 (≤ 1% of a core, ≤ 30 MiB). Run it with
+// -benchtime=1x; the RSS includes the test binary's own.
+func BenchmarkAgentBudget330(b *testing.B) {
+	const (
+		interval = time.Second
+		passes   = 10
+	)
+	s, _ := sampler330(b)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(s, fakeOOM{}))
+	for b.Loop() {
+		scrape(b, reg)
+		cpu0, wall0 := cpuTime(b), time.Now()
+		t := time.NewTicker(interval)
+		for range passes {
+			now := <-t.C
+			if p := s.Sample(now); p.Read != 330 {
+				b.Fatalf("pass read %d of 330: %v", p.Read, p.Err)
+			}
+			scrape(b, reg)
+		}
+		t.Stop()
+		cpu, wall := cpuTime(b)-cpu0, time.Since(wall0)
+		b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "%core")
+		b.ReportMetric(float64(cpu.Microseconds())/passes, "cpu-µs/pass")
+	}
+	b.ReportMetric(procStatusMiB(b, "VmHWM"), "MiB-maxRSS")
+	b.ReportMetric(procStatusMiB(b, "VmRSS"), "MiB-RSS")
+}
+
+// cpuTime returns the process's user plus system CPU time.
+func cpuTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procStatusMiB returns a kB field of /proc/self/status in MiB.
+func procStatusMiB(tb testing.TB, field string) float64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				tb.Fatalf("parse %s in /proc/self/status: %v", field, err)
+			}
+			return kb / 1024
+		}
+	}
+	tb.Fatalf("no %s in /proc/self/status", field)
+	return 0
+}
+
+// BenchmarkScrape330 is one scrape of the collector over 330 real cgroups:
+// gather and text encoding.
+func BenchmarkScrape330(b *testing.B) {
+	s, _ := sampler330(b)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(s, fakeOOM{}))
+	b.ReportAllocs()
+	for b.Loop() {
+		scrape(b, reg)
+	}
+}
+
+// scrape gathers reg and encodes it as Prometheus' text format does for a
+// scrape of /metrics.
+func scrape(b *testing.B, reg *prometheus.Registry) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
