@@ -230,11 +230,19 @@ func (s *filesSource) check(emit func(Kill)) {
 var recheckAfter = []time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond}
 
 func (s *filesSource) Run(ctx context.Context, emit func(Kill)) error {
+	// Wake epoll_wait when ctx ends; the write must be over before Close
+	// may close the eventfd (its number could be reused).
+	stopfd, woken := s.stopfd, make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
+		defer close(woken)
 		var one = [8]byte{1}
-		_, _ = unix.Write(s.stopfd, one[:])
+		_, _ = unix.Write(stopfd, one[:])
 	})
-	defer stop()
+	defer func() {
+		if !stop() {
+			<-woken
+		}
+	}()
 	events := make([]unix.EpollEvent, 64)
 	buf := make([]byte, 4096)
 	lastScan := time.Now()
