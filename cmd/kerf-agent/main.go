@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -26,6 +27,7 @@ func main() {
 	fs := flag.NewFlagSet("kerf-agent", flag.ContinueOnError)
 	metricsAddr := fs.String("metrics-addr", ":9400", "address of the /metrics, /healthz and /readyz endpoints")
 	oomSource := fs.String("oom-source", oom.KindAuto, "where OOM kills come from: "+strings.Join(oom.Kinds, ", ")+" (auto: the best the node allows)")
+	interval := fs.Duration("interval", time.Second, "how often every container's cpu.stat is sampled")
 	cgroupRoot := fs.String("cgroup-root", "", "cgroup path of the kubelet's pods, e.g. /kubepods (default: found)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: kerf-agent [flags]\n\n"+
@@ -47,7 +49,11 @@ func main() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	log.Info("kerf-agent starting", "metricsAddr", *metricsAddr)
-	agent, err := node.New(node.Config{OOMSource: *oomSource, CgroupRoot: *cgroupRoot}, log, reg)
+	if *interval <= 0 {
+		log.Error("kerf-agent cannot start", "err", fmt.Sprintf("--interval %s: must be positive", *interval))
+		os.Exit(2)
+	}
+	agent, err := node.New(node.Config{OOMSource: *oomSource, CgroupRoot: *cgroupRoot, Interval: *interval}, log, reg)
 	if err != nil {
 		log.Error("kerf-agent cannot start", "err", err)
 		os.Exit(1)
