@@ -18,6 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/node/oom"
@@ -29,6 +34,10 @@ func main() {
 	oomSource := fs.String("oom-source", oom.KindAuto, "where OOM kills come from: "+strings.Join(oom.Kinds, ", ")+" (auto: the best the node allows)")
 	interval := fs.Duration("interval", time.Second, "how often every container's cpu.stat is sampled")
 	cgroupRoot := fs.String("cgroup-root", "", "cgroup path of the kubelet's pods, e.g. /kubepods (default: found)")
+	cgroupDriver := fs.String("cgroup-driver", string(cgroup.DriverCgroupfs), "the kubelet's cgroup driver: cgroupfs or systemd")
+	kubeletRoot := fs.String("kubelet-cgroup-root", "/", "the kubelet's --cgroup-root")
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name, whose pods are sampled (empty: no pod discovery)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for pod discovery (default: in-cluster configuration)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: kerf-agent [flags]\n\n"+
 			"Kerf's node agent: reads CFS throttling counters and OOM kills per container\n"+
@@ -49,6 +58,11 @@ func main() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	log.Info("kerf-agent starting", "metricsAddr", *metricsAddr)
+	driver := cgroup.Driver(*cgroupDriver)
+	if driver != cgroup.DriverCgroupfs && driver != cgroup.DriverSystemd {
+		log.Error("kerf-agent cannot start", "err", fmt.Sprintf("--cgroup-driver %q: must be cgroupfs or systemd", *cgroupDriver))
+		os.Exit(2)
+	}
 	if *interval <= 0 {
 		log.Error("kerf-agent cannot start", "err", fmt.Sprintf("--interval %s: must be positive", *interval))
 		os.Exit(2)
@@ -58,14 +72,41 @@ func main() {
 		log.Error("kerf-agent cannot start", "err", err)
 		os.Exit(1)
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- agent.Run(ctx) }()
 	go func() { errc <- endpoints.New(reg, nil).Serve(ctx, *metricsAddr) }()
-	for range 2 {
+	workers := 2
+	if *nodeName != "" && agent.Sampler() != nil {
+		cs, err := clientset(*kubeconfig)
+		if err != nil {
+			log.Error("kerf-agent cannot start", "err", err)
+			os.Exit(1)
+		}
+		d := &node.Discovery{Layout: cgroup.Layout{Driver: driver, Root: *kubeletRoot}, Sampler: agent.Sampler(), Log: log}
+		go func() { errc <- d.RunInformer(ctx, cs, *nodeName) }()
+		workers++
+	} else {
+		log.Warn("no pod discovery: --node-name is empty or cgroups were not found; no container is sampled")
+	}
+	for range workers {
 		if err := <-errc; err != nil {
 			log.Error("kerf-agent stopped", "err", err)
 			os.Exit(1)
 		}
 	}
 	log.Info("kerf-agent stopped")
+}
+
+func clientset(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	return kubernetes.NewForConfig(cfg)
 }
