@@ -17,10 +17,11 @@ deps:
 	@hack/apt.sh
 	@hack/controlplane.sh
 
-## generate: regenerate committed generated code (BPF objects, deepcopy, CRDs)
+## generate: regenerate committed generated code (BPF objects, deepcopy, CRDs, protobuf)
 generate:
 	$(GO) generate ./bpf/...
 	@hack/controller-gen.sh
+	@hack/protoc.sh
 
 ## vmlinux: refresh bpf/include/vmlinux.h from this kernel's BTF (not part of generate)
 vmlinux:

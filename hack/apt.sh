@@ -5,8 +5,9 @@ set -euo pipefail
 
 # clang/llvm/libbpf-dev/bpftool: make generate (BPF objects, vmlinux.h).
 # prometheus: the PromQL tests run a real Prometheus.
+# protobuf-compiler: make generate (api/stream/v1).
 # iproute2, util-linux, procps: the kernel tests (cgroups, processes).
-PACKAGES=(clang llvm libbpf-dev bpftool prometheus iproute2 util-linux procps git make)
+PACKAGES=(clang llvm libbpf-dev bpftool protobuf-compiler prometheus iproute2 util-linux procps git make)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
