@@ -69,6 +69,21 @@ func oomKilled(t *testing.T, c client.Client, pod *corev1.Pod, reason string) {
 	require.NoError(t, c.Status().Update(ctx, pod))
 }
 
+// watchedWeb creates the Deployment web (500m, 256Mi) and policy in ns,
+// starts leader "a" with cfg, asks for cpu and mem with strategy Rollout
+// and returns once the change is watched.
+func watchedWeb(t *testing.T, c client.Client, ns string, policy *v1alpha1.RightsizingPolicy, cfg Config, cpu, mem string) (*appsv1.Deployment, *testLeader) {
+	t.Helper()
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	require.NoError(t, c.Create(ctx, policy))
+	l := startLeader(t, ns, "a", cfg)
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, cpu, mem)))
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	return dep, l
+}
+
 func templateResources(t *testing.T, c client.Client, dep *appsv1.Deployment) *corev1.ResourceRequirements {
 	t.Helper()
 	var got appsv1.Deployment
@@ -80,12 +95,7 @@ func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
-	l := startLeader(t, ns, "a", Config{})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
-	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	dep, l := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{}, "250m", "128Mi")
 	pod := adoptedPod(t, c, dep, "web-new-1")
 
 	oomKilled(t, c, pod, "OOMKilled")
@@ -132,13 +142,8 @@ func TestRestartsRollBackEveryTouchedResourceEvenWhenPaused(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
 	p := policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.Restarts = ptrTo[int32](2) })
-	require.NoError(t, c.Create(ctx, p))
-	l := startLeader(t, ns, "a", Config{})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
-	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	dep, l := watchedWeb(t, c, ns, p, Config{}, "250m", "128Mi")
 	pod := adoptedPod(t, c, dep, "web-new-1")
 
 	// A pause holds applies back, never a rollback.
@@ -167,13 +172,7 @@ func TestRestartsRollBackEveryTouchedResourceEvenWhenPaused(t *testing.T) {
 func TestWatchEndsHealthy(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
-	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, policyWith(ns, 2*time.Second, nil)))
-	startLeader(t, ns, "a", Config{})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
-	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	dep, _ := watchedWeb(t, c, ns, policyWith(ns, 2*time.Second, nil), Config{}, "250m", "128Mi")
 	adoptedPod(t, c, dep, "web-new-1")
 
 	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseHealthy, "")
@@ -248,13 +247,8 @@ func TestKernelOOMKillRollsBackBeforePodStatus(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
 	kernel := watch.NewMemorySource()
-	startLeader(t, ns, "a", Config{Kernel: kernel})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
-	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	dep, _ := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Kernel: kernel}, "500m", "128Mi")
 	pod := adoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond) // the pod reaches the leader's cache
 
@@ -320,12 +314,7 @@ func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
-	l := startLeader(t, ns, "a", Config{})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
-	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	dep, l := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{}, "500m", "128Mi")
 	pod := adoptedPod(t, c, dep, "web-new-1")
 
 	deny := &admissionregistrationv1.ValidatingAdmissionPolicy{
