@@ -1,0 +1,226 @@
+package stream
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"k8s.io/apimachinery/pkg/types"
+
+	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
+	"github.com/kerf-dev/kerf/cluster/watch"
+)
+
+// malformedError is a message that breaks the protocol; it closes the
+// stream.
+type malformedError struct {
+	code   codes.Code
+	reason string
+	msg    string
+}
+
+func (e *malformedError) Error() string { return e.reason + ": " + e.msg }
+
+func malformed(reason, format string, args ...any) error {
+	return &malformedError{code: codes.InvalidArgument, reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+// container is one indexed container instance on a stream, with its
+// absolute counters (the sum of the deltas received).
+type container struct {
+	podUID     types.UID
+	name       string
+	started    time.Time
+	lastNs     uint64
+	periods    uint64
+	throttled  uint64
+	throttleNs uint64
+	onNode     bool
+}
+
+// ingest is one stream's state: the index table of the protocol (see
+// streamv1.Counters) and the highest acknowledged OOM seq.
+type ingest struct {
+	s    *Server
+	node string
+	// table holds the live indexes; used every index given an identity
+	// since the last snapshot, since indexes are never reused.
+	table map[uint32]*container
+	used  map[uint32]struct{}
+	// onNode caches pods found on the node: a bound pod never moves.
+	onNode map[types.UID]struct{}
+	// anchorNs and anchorAt map kernel time to wall time.
+	anchored bool
+	anchorNs uint64
+	anchorAt time.Time
+	ackedSeq uint64
+}
+
+func newIngest(s *Server, node string) *ingest {
+	return &ingest{
+		s:      s,
+		node:   node,
+		table:  map[uint32]*container{},
+		used:   map[uint32]struct{}{},
+		onNode: map[types.UID]struct{}{},
+	}
+}
+
+// podOnNode reports whether the pod is on the stream's node, and the
+// reason to drop the report when not.
+func (in *ingest) podOnNode(uid types.UID) (bool, string) {
+	if _, ok := in.onNode[uid]; ok {
+		return true, ""
+	}
+	pod, ok := in.s.cfg.Pods.PodByUID(uid)
+	if !ok {
+		return false, DropPodUnknown
+	}
+	if pod.Spec.NodeName != in.node {
+		return false, DropPodNotOnNode
+	}
+	in.onNode[uid] = struct{}{}
+	return true, ""
+}
+
+// wall turns a kernel time into a wall time (see the package doc).
+func (in *ingest) wall(ns uint64) time.Time {
+	if ns == 0 || !in.anchored {
+		return in.s.cfg.Now()
+	}
+	return in.anchorAt.Add(time.Duration(int64(ns - in.anchorNs)))
+}
+
+// counters ingests one sampling pass.
+func (in *ingest) counters(c *streamv1.Counters) error {
+	if !in.anchored && c.GetKernelNs() != 0 {
+		in.anchored, in.anchorNs, in.anchorAt = true, c.GetKernelNs(), in.s.cfg.Now()
+	}
+	if c.GetSnapshot() {
+		clear(in.table)
+		clear(in.used)
+	}
+	var samples []watch.CounterSample
+	for _, cc := range c.GetContainers() {
+		idx := cc.GetIndex()
+		ns := c.GetKernelNs() + cc.GetKernelNsDelta()
+		if ns < c.GetKernelNs() {
+			return malformed("counters_backwards", "index %d: kernel_ns_delta overflows", idx)
+		}
+		e, known := in.table[idx]
+		if cc.GetPodUid() != "" || cc.GetContainer() != "" {
+			if _, reused := in.used[idx]; reused {
+				return malformed("index_reused", "index %d was already given an identity on this stream", idx)
+			}
+			if cc.GetPodUid() == "" || cc.GetContainer() == "" {
+				return malformed("missing_identity", "index %d: the first sample needs both pod_uid and container", idx)
+			}
+			if len(in.table) >= in.s.cfg.MaxContainers {
+				return &malformedError{code: codes.ResourceExhausted, reason: "too_many_containers",
+					msg: fmt.Sprintf("more than %d containers indexed on one stream", in.s.cfg.MaxContainers)}
+			}
+			in.used[idx] = struct{}{}
+			e = &container{
+				podUID:     types.UID(cc.GetPodUid()),
+				name:       cc.GetContainer(),
+				lastNs:     ns,
+				periods:    cc.GetPeriods(),
+				throttled:  cc.GetThrottled(),
+				throttleNs: cc.GetThrottledNs(),
+			}
+			if cc.GetStartedAtUnixNs() != 0 {
+				e.started = time.Unix(0, cc.GetStartedAtUnixNs())
+			}
+			in.table[idx] = e
+		} else {
+			if !known {
+				return malformed("unknown_index", "index %d has no identity on this stream", idx)
+			}
+			if ns < e.lastNs {
+				return malformed("counters_backwards", "index %d: sample time went backwards", idx)
+			}
+			var ok1, ok2, ok3 bool
+			e.periods, ok1 = add(e.periods, cc.GetPeriods())
+			e.throttled, ok2 = add(e.throttled, cc.GetThrottled())
+			e.throttleNs, ok3 = add(e.throttleNs, cc.GetThrottledNs())
+			if !ok1 || !ok2 || !ok3 {
+				return malformed("counters_backwards", "index %d: counters overflow (a restarted container needs a new index)", idx)
+			}
+			e.lastNs = ns
+		}
+		if e.throttled > e.periods {
+			return malformed("counters_inconsistent", "index %d: throttled %d exceeds periods %d", idx, e.throttled, e.periods)
+		}
+		if !e.onNode {
+			var reason string
+			if e.onNode, reason = in.podOnNode(e.podUID); !e.onNode {
+				in.s.metrics.dropped.WithLabelValues(reason).Inc()
+				continue
+			}
+		}
+		samples = append(samples, watch.CounterSample{
+			PodUID:    e.podUID,
+			Container: e.name,
+			Started:   e.started,
+			At:        in.wall(ns),
+			Periods:   e.periods,
+			Throttled: e.throttled,
+		})
+	}
+	for _, idx := range c.GetGone() {
+		delete(in.table, idx)
+	}
+	if len(samples) > 0 {
+		in.s.cfg.Memory.AddSamples(samples...)
+		in.s.metrics.samples.Add(float64(len(samples)))
+	}
+	return nil
+}
+
+// add returns a+b and false when the sum overflows.
+func add(a, b uint64) (uint64, bool) {
+	s := a + b
+	return s, s >= a
+}
+
+// oom ingests one OOM event and returns the seq to acknowledge. A resent
+// event (seq already acknowledged on this stream) is acknowledged again
+// without being counted twice.
+func (in *ingest) oom(ev *streamv1.OOMEvent) (uint64, error) {
+	if ev.GetSeq() == 0 {
+		return 0, malformed("missing_seq", "oom_event.seq must be at least 1")
+	}
+	if ev.GetSeq() <= in.ackedSeq {
+		return in.ackedSeq, nil
+	}
+	if ev.GetPodUid() == "" || ev.GetContainer() == "" {
+		return 0, malformed("missing_identity", "oom_event needs pod_uid and container")
+	}
+	if ev.GetCount() > DefaultMaxOOMCount {
+		return 0, malformed("oom_count_too_large", "oom_event.count %d exceeds %d", ev.GetCount(), DefaultMaxOOMCount)
+	}
+	uid := types.UID(ev.GetPodUid())
+	if ok, reason := in.podOnNode(uid); !ok {
+		in.s.metrics.dropped.WithLabelValues(reason).Inc()
+	} else {
+		at := in.wall(ev.GetKernelNs())
+		for range max(ev.GetCount(), 1) {
+			in.s.cfg.Memory.AddOOMKill(uid, ev.GetContainer(), at)
+		}
+	}
+	in.ackedSeq = ev.GetSeq()
+	return in.ackedSeq, nil
+}
+
+// containerEvent checks a container event. The leader learns of
+// terminations from the apiserver too, so the event is only checked for
+// now, not stored.
+func (in *ingest) containerEvent(ev *streamv1.ContainerEvent) error {
+	if ev.GetPodUid() == "" || ev.GetContainer() == "" {
+		return malformed("missing_identity", "container_event needs pod_uid and container")
+	}
+	if ok, reason := in.podOnNode(types.UID(ev.GetPodUid())); !ok {
+		in.s.metrics.dropped.WithLabelValues(reason).Inc()
+	}
+	return nil
+}

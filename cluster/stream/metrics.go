@@ -1,0 +1,44 @@
+package stream
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Reasons for kerf_stream_dropped_reports_total.
+const (
+	// DropPodNotOnNode is a report about a pod on another node than the
+	// agent's.
+	DropPodNotOnNode = "pod_not_on_node"
+	// DropPodUnknown is a report about a pod the leader's cache does not
+	// hold.
+	DropPodUnknown = "pod_unknown"
+)
+
+// metrics are the stream's metrics (docs/design.md section 7).
+type metrics struct {
+	connected prometheus.Gauge
+	samples   prometheus.Counter
+	dropped   *prometheus.CounterVec
+	errors    *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kerf_stream_connected_agents",
+			Help: "Node agents with an open, authenticated stream to this leader.",
+		}),
+		samples: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kerf_stream_samples_total",
+			Help: "Counter samples ingested from the agents' streams.",
+		}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kerf_stream_dropped_reports_total",
+			Help: "Reports from agents that were dropped, by reason (pod_not_on_node, pod_unknown).",
+		}, []string{"reason"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kerf_stream_errors_total",
+			Help: "Streams the leader closed or refused, by reason.",
+		}, []string{"reason"}),
+	}
+	reg.MustRegister(m.connected, m.samples, m.dropped, m.errors)
+	return m
+}

@@ -1,0 +1,387 @@
+package stream
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
+	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+const (
+	testNamespace = "kerf-system"
+	testAudience  = "kerf-leader"
+)
+
+var shared controlplane.Shared
+
+func TestMain(m *testing.M) { shared.Main(m) }
+
+// fixture is a leader's stream server on 127.0.0.1 in front of a real
+// apiserver, with an agent pod on node-a and workload pods on node-a and
+// node-b.
+type fixture struct {
+	srv     *Server
+	memory  *watch.MemorySource
+	leading *atomic.Bool
+	addr    string
+	creds   credentials.TransportCredentials
+
+	podA, podB types.UID
+	// agentToken is bound to the agent pod on node-a; wrongAudience is
+	// the same but for another audience; otherSA is another service
+	// account's.
+	// unbound is the agent service account's but bound to no pod.
+	agentToken, wrongAudience, otherSA, unbound string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	cp := shared.Get(t)
+	cs := cp.Clientset
+	ctx := t.Context()
+	f := &fixture{memory: watch.NewMemorySource(), leading: &atomic.Bool{}}
+	f.leading.Store(true)
+
+	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for _, sa := range []string{"kerf-agent", "other"} {
+		_, err := cs.CoreV1().ServiceAccounts(testNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	agent := createPod(t, cs, "kerf-agent-a", "node-a", "kerf-agent")
+	f.podA = createPod(t, cs, "app-a", "node-a", "").UID
+	f.podB = createPod(t, cs, "app-b", "node-b", "").UID
+
+	f.agentToken = createToken(t, cs, "kerf-agent", testAudience, agent)
+	f.wrongAudience = createToken(t, cs, "kerf-agent", "someone-else", agent)
+	f.otherSA = createToken(t, cs, "other", testAudience, nil)
+	f.unbound = createToken(t, cs, "kerf-agent", testAudience, nil)
+
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	informer := factory.Core().V1().Pods().Informer()
+	pods, err := NewPodIndex(informer)
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	factory.Start(stop)
+	t.Cleanup(func() { close(stop); factory.Shutdown() })
+	require.True(t, cache.WaitForCacheSync(ctx.Done(), informer.HasSynced))
+
+	f.srv, err = New(Config{
+		Audience:                testAudience,
+		ServiceAccountNamespace: testNamespace,
+		ServiceAccountName:      "kerf-agent",
+		Clientset:               cs,
+		Pods:                    pods,
+		Memory:                  f.memory,
+		Leading:                 f.leading.Load,
+		Registerer:              prometheus.NewRegistry(),
+		Log:                     slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	require.NoError(t, err)
+
+	serverTLS, pool := selfSigned(t)
+	g := NewGRPCServer(f.srv, serverTLS)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	f.addr = lis.Addr().String()
+	f.creds = credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13})
+	return f
+}
+
+func createPod(t *testing.T, cs kubernetes.Interface, name, node, sa string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace},
+		Spec: corev1.PodSpec{
+			NodeName:                     node,
+			ServiceAccountName:           sa,
+			AutomountServiceAccountToken: ptr.To(false),
+			Containers:                   []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}
+	pod, err := cs.CoreV1().Pods(testNamespace).Create(t.Context(), pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return pod
+}
+
+// createToken requests a token for a service account, bound to pod when
+// pod is not nil.
+func createToken(t *testing.T, cs kubernetes.Interface, sa, audience string, pod *corev1.Pod) string {
+	t.Helper()
+	req := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		Audiences:         []string{audience},
+		ExpirationSeconds: ptr.To[int64](600),
+	}}
+	if pod != nil {
+		req.Spec.BoundObjectRef = &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(testNamespace).CreateToken(t.Context(), sa, req, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return tr.Status.Token
+}
+
+// selfSigned returns a server TLS config for 127.0.0.1 and a pool that
+// trusts it.
+func selfSigned(t *testing.T) (*tls.Config, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "kerf-leader"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		MinVersion:   tls.VersionTLS13,
+	}, pool
+}
+
+// connect opens a stream with token (none when empty).
+func (f *fixture) connect(t *testing.T, token string) grpc.BidiStreamingClient[streamv1.AgentMessage, streamv1.LeaderMessage] {
+	t.Helper()
+	conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(f.creds))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	st, err := streamv1.NewStreamClient(conn).Connect(ctx)
+	require.NoError(t, err)
+	return st
+}
+
+// send sends msgs, ignoring errors: the server may already have closed
+// the stream, which Recv reports.
+func send(st grpc.BidiStreamingClient[streamv1.AgentMessage, streamv1.LeaderMessage], msgs ...*streamv1.AgentMessage) {
+	for _, m := range msgs {
+		if st.Send(m) != nil {
+			return
+		}
+	}
+}
+
+// closedWith reads until the stream ends and returns its status code.
+func closedWith(t *testing.T, st grpc.BidiStreamingClient[streamv1.AgentMessage, streamv1.LeaderMessage]) codes.Code {
+	t.Helper()
+	for {
+		_, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return codes.OK
+		}
+		if err != nil {
+			return status.Code(err)
+		}
+	}
+}
+
+func hello(node string) *streamv1.AgentMessage {
+	return &streamv1.AgentMessage{Body: &streamv1.AgentMessage_Hello{Hello: &streamv1.Hello{NodeName: node, BootId: "boot-1", FullSnapshot: true}}}
+}
+
+func counters(kernelNs uint64, cs ...*streamv1.ContainerCounters) *streamv1.AgentMessage {
+	return &streamv1.AgentMessage{Body: &streamv1.AgentMessage_Counters{Counters: &streamv1.Counters{KernelNs: kernelNs, Containers: cs}}}
+}
+
+func oom(seq uint64, pod types.UID, container string) *streamv1.AgentMessage {
+	return &streamv1.AgentMessage{Body: &streamv1.AgentMessage_OomEvent{OomEvent: &streamv1.OOMEvent{Seq: seq, PodUid: string(pod), Container: container, KernelNs: 5e9, Count: 1}}}
+}
+
+func recvAck(t *testing.T, st grpc.BidiStreamingClient[streamv1.AgentMessage, streamv1.LeaderMessage]) uint64 {
+	t.Helper()
+	msg, err := st.Recv()
+	require.NoError(t, err)
+	require.NotNil(t, msg.GetAck(), "want an Ack, got %v", msg)
+	return msg.GetAck().GetOomSeq()
+}
+
+func TestStream(t *testing.T) {
+	f := newFixture(t)
+	past, future := time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+
+	t.Run("IngestsReportsAboutPodsOnTheAgentsNode", func(t *testing.T) {
+		st := f.connect(t, f.agentToken)
+		send(st,
+			hello("node-a"),
+			counters(1e9, &streamv1.ContainerCounters{Index: 1, PodUid: string(f.podA), Container: "app", StartedAtUnixNs: 1, Periods: 100, Throttled: 10}),
+			counters(2e9, &streamv1.ContainerCounters{Index: 1, Periods: 50, Throttled: 5}),
+			oom(7, f.podA, "app"),
+		)
+		assert.Equal(t, uint64(7), recvAck(t, st))
+		assert.Equal(t, 1.0, testutil.ToFloat64(f.srv.metrics.connected))
+
+		kills, ok := f.memory.OOMKills(f.podA, "app", past, future)
+		assert.True(t, ok)
+		assert.Equal(t, 1, kills)
+		samples, err := f.memory.Samples([]types.UID{f.podA}, past, future)
+		require.NoError(t, err)
+		require.Len(t, samples, 2)
+		assert.Equal(t, uint64(150), samples[1].Periods, "deltas are summed into absolute counters")
+		assert.Equal(t, uint64(15), samples[1].Throttled)
+		assert.Equal(t, time.Second, samples[1].At.Sub(samples[0].At), "kernel distances are kept")
+		assert.Equal(t, 2.0, testutil.ToFloat64(f.srv.metrics.samples))
+
+		send(st, oom(7, f.podA, "app"))
+		assert.Equal(t, uint64(7), recvAck(t, st), "a resent event is acknowledged again")
+		kills, _ = f.memory.OOMKills(f.podA, "app", past, future)
+		assert.Equal(t, 1, kills, "a resent event is not counted twice")
+
+		require.NoError(t, st.CloseSend())
+		assert.Equal(t, codes.OK, closedWith(t, st))
+	})
+
+	t.Run("DropsReportsAboutPodsOnOtherNodes", func(t *testing.T) {
+		notOnNode := f.srv.metrics.dropped.WithLabelValues(DropPodNotOnNode)
+		unknown := f.srv.metrics.dropped.WithLabelValues(DropPodUnknown)
+		before, beforeUnknown := testutil.ToFloat64(notOnNode), testutil.ToFloat64(unknown)
+		st := f.connect(t, f.agentToken)
+		send(st,
+			hello("node-a"),
+			counters(1e9,
+				&streamv1.ContainerCounters{Index: 1, PodUid: string(f.podB), Container: "app", Periods: 100, Throttled: 10},
+				&streamv1.ContainerCounters{Index: 2, PodUid: "no-such-pod", Container: "app", Periods: 100, Throttled: 10},
+			),
+			oom(1, f.podB, "app"),
+		)
+		assert.Equal(t, uint64(1), recvAck(t, st), "a dropped OOM event is still acknowledged")
+		assert.Equal(t, before+2, testutil.ToFloat64(notOnNode))
+		assert.Equal(t, beforeUnknown+1, testutil.ToFloat64(unknown))
+		_, ok := f.memory.OOMKills(f.podB, "app", past, future)
+		assert.False(t, ok, "nothing about the node-b pod is ingested")
+	})
+
+	t.Run("SnapshotRestartsTheIndexTable", func(t *testing.T) {
+		st := f.connect(t, f.agentToken)
+		first := &streamv1.ContainerCounters{Index: 1, PodUid: string(f.podA), Container: "snap", Periods: 10}
+		snapshot := counters(2e9, first)
+		snapshot.GetCounters().Snapshot = true
+		send(st, hello("node-a"), counters(1e9, first), snapshot, oom(1, f.podA, "snap"))
+		assert.Equal(t, uint64(1), recvAck(t, st), "an index given again in a snapshot is not a reuse")
+	})
+
+	t.Run("LosingLeadershipEndsOpenStreams", func(t *testing.T) {
+		st := f.connect(t, f.agentToken)
+		send(st, hello("node-a"), oom(1, f.podA, "lead"))
+		assert.Equal(t, uint64(1), recvAck(t, st))
+		f.leading.Store(false)
+		defer f.leading.Store(true)
+		send(st, oom(2, f.podA, "lead"))
+		assert.Equal(t, codes.Unavailable, closedWith(t, st))
+	})
+
+	many := make([]*streamv1.ContainerCounters, DefaultMaxContainers+1)
+	for i := range many {
+		many[i] = &streamv1.ContainerCounters{Index: uint32(i), PodUid: string(f.podA), Container: "many"}
+	}
+	tests := []struct {
+		name       string
+		token      string
+		notLeading bool
+		msgs       []*streamv1.AgentMessage
+		want       codes.Code
+		reason     string
+	}{
+		{name: "HelloClaimingAnotherNodeIsDenied", token: f.agentToken, msgs: []*streamv1.AgentMessage{hello("node-b")},
+			want: codes.PermissionDenied, reason: "node_mismatch"},
+		{name: "GarbageTokenIsUnauthenticated", token: "garbage", msgs: []*streamv1.AgentMessage{hello("node-a")},
+			want: codes.Unauthenticated, reason: "unauthenticated"},
+		{name: "WrongAudienceIsUnauthenticated", token: f.wrongAudience, msgs: []*streamv1.AgentMessage{hello("node-a")},
+			want: codes.Unauthenticated, reason: "unauthenticated"},
+		{name: "MissingTokenIsUnauthenticated", msgs: []*streamv1.AgentMessage{hello("node-a")},
+			want: codes.Unauthenticated, reason: "unauthenticated"},
+		{name: "AnotherServiceAccountIsDenied", token: f.otherSA, msgs: []*streamv1.AgentMessage{hello("node-a")},
+			want: codes.PermissionDenied, reason: "wrong_service_account"},
+		{name: "TokenNotBoundToAPodIsDenied", token: f.unbound, msgs: []*streamv1.AgentMessage{hello("node-a")},
+			want: codes.PermissionDenied, reason: "token_not_pod_bound"},
+		{name: "FirstMessageMustBeHello", token: f.agentToken, msgs: []*streamv1.AgentMessage{counters(1)},
+			want: codes.InvalidArgument, reason: "no_hello"},
+		{name: "UnknownIndexIsInvalid", token: f.agentToken,
+			msgs: []*streamv1.AgentMessage{hello("node-a"), counters(1, &streamv1.ContainerCounters{Index: 9, Periods: 1})},
+			want: codes.InvalidArgument, reason: "unknown_index"},
+		{name: "IndexReuseIsInvalid", token: f.agentToken,
+			msgs: []*streamv1.AgentMessage{hello("node-a"),
+				counters(1, &streamv1.ContainerCounters{Index: 3, PodUid: string(f.podA), Container: "reuse"}),
+				counters(2, &streamv1.ContainerCounters{Index: 3, PodUid: string(f.podA), Container: "reuse"})},
+			want: codes.InvalidArgument, reason: "index_reused"},
+		{name: "CountersGoingBackwardsAreInvalid", token: f.agentToken,
+			msgs: []*streamv1.AgentMessage{hello("node-a"),
+				counters(1, &streamv1.ContainerCounters{Index: 4, PodUid: string(f.podA), Container: "back", Periods: 10}),
+				counters(2, &streamv1.ContainerCounters{Index: 4, Periods: ^uint64(0)})},
+			want: codes.InvalidArgument, reason: "counters_backwards"},
+		{name: "TooManyContainersAreRefused", token: f.agentToken,
+			msgs: []*streamv1.AgentMessage{hello("node-a"), counters(1, many...)},
+			want: codes.ResourceExhausted, reason: "too_many_containers"},
+		{name: "NotLeadingIsUnavailable", token: f.agentToken, notLeading: true, msgs: []*streamv1.AgentMessage{hello("node-a")},
+			want: codes.Unavailable, reason: "not_leader"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.leading.Store(!tt.notLeading)
+			defer f.leading.Store(true)
+			errs := f.srv.metrics.errors.WithLabelValues(tt.reason)
+			before := testutil.ToFloat64(errs)
+			st := f.connect(t, tt.token)
+			send(st, tt.msgs...)
+			assert.Equal(t, tt.want, closedWith(t, st))
+			assert.Equal(t, before+1, testutil.ToFloat64(errs), "kerf_stream_errors_total{reason=%q}", tt.reason)
+		})
+	}
+
+	t.Run("OversizedMessageIsRefused", func(t *testing.T) {
+		st := f.connect(t, f.agentToken)
+		big := &streamv1.AgentMessage{Body: &streamv1.AgentMessage_OomEvent{OomEvent: &streamv1.OOMEvent{Seq: 1, PodUid: string(f.podA), Container: "app", Comm: string(make([]byte, DefaultMaxMessageBytes+1))}}}
+		send(st, hello("node-a"), big)
+		assert.Equal(t, codes.ResourceExhausted, closedWith(t, st))
+	})
+
+	t.Run("ClosedStreamsLeaveNoConnectedAgents", func(t *testing.T) {
+		assert.Eventually(t, func() bool { return testutil.ToFloat64(f.srv.metrics.connected) == 0 }, 10*time.Second, 50*time.Millisecond)
+	})
+}
