@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -36,6 +37,7 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
 	"github.com/kerf-dev/kerf/cluster/audit"
+	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/watch"
 	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/internal/endpoints"
@@ -70,6 +72,10 @@ type Config struct {
 	Kernel watch.KernelSource
 	// Throttling gives CFS counters (nil: throttling not evaluated).
 	Throttling watch.ThrottlingSource
+	// Stream, when its Listener is set, serves the agents' stream on the
+	// leader; the agents' counters and OOM kills then feed the watch
+	// (Kernel and Throttling, when nil, become the stream's source).
+	Stream StreamConfig
 	// Webhook, when its Listener is set, serves the mutating admission
 	// webhook on every replica (leading or not).
 	Webhook WebhookConfig
@@ -77,6 +83,20 @@ type Config struct {
 	Now func() time.Time
 	// AfterRecord and AfterBreach are passed to the reconciler (tests only).
 	AfterRecord, AfterBreach func(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation)
+}
+
+// StreamConfig configures the agents' stream, which only the leader serves
+// (docs/design.md section 6).
+type StreamConfig struct {
+	// Listener serves gRPC over TLS; nil serves no stream.
+	Listener net.Listener
+	// TLS is the server's TLS configuration (required with Listener).
+	TLS *tls.Config
+	// Audience is the audience the agents' tokens must carry.
+	Audience string
+	// ServiceAccountNamespace and ServiceAccountName name the agents'
+	// service account.
+	ServiceAccountNamespace, ServiceAccountName string
 }
 
 // WebhookConfig configures the admission webhook every replica serves.
@@ -111,6 +131,7 @@ type Leader struct {
 	registry   *prometheus.Registry
 	// Metrics are the replica's metrics, on its own registry.
 	Metrics *Metrics
+	stream  *stream.Server
 }
 
 // New builds a leader replica for the cluster restConfig reaches.
@@ -178,6 +199,36 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, mgr: mgr, registry: reg, Metrics: NewMetrics(reg)}
 
+	var streamSrv *stream.Server
+	if cfg.Stream.Listener != nil {
+		if cfg.Stream.TLS == nil {
+			return nil, errors.New("stream: a listener without TLS (agents send their tokens on it)")
+		}
+		mem := watch.NewMemorySource()
+		if cfg.Kernel == nil {
+			cfg.Kernel = mem
+		}
+		if cfg.Throttling == nil {
+			cfg.Throttling = mem
+		}
+		streamSrv, err = stream.New(stream.Config{
+			Audience:                cfg.Stream.Audience,
+			ServiceAccountNamespace: cfg.Stream.ServiceAccountNamespace,
+			ServiceAccountName:      cfg.Stream.ServiceAccountName,
+			Clientset:               cs,
+			Pods:                    cachedPods{mgr.GetClient()},
+			Memory:                  mem,
+			Leading:                 l.Leading,
+			Registerer:              reg,
+			Log:                     log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("stream: %w", err)
+		}
+		l.stream = streamSrv
+	}
+	l.cfg = cfg
+
 	rec := &RecommendationReconciler{
 		Client:      mgr.GetClient(),
 		Applier:     &apply.Applier{Client: mgr.GetClient(), Clientset: cs, Now: cfg.Now},
@@ -208,12 +259,15 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	bld := ctrl.NewControllerManagedBy(mgr)
 	// An agent's signal (an OOM kill, new counters) about a pod is acted on
 	// as soon as it arrives, like a pod status update.
-	if signals := signalSources(cfg.Kernel, cfg.Throttling); len(signals) > 0 {
+	signals := signalSources(cfg.Kernel, cfg.Throttling)
+	if len(signals) > 0 || streamSrv != nil {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podUIDIndex, func(o client.Object) []string {
 			return []string{string(o.GetUID())}
 		}); err != nil {
 			return nil, fmt.Errorf("index pods by UID: %w", err)
 		}
+	}
+	if len(signals) > 0 {
 		ch := make(chan event.GenericEvent, 4096)
 		for _, s := range signals {
 			s.OnSignal(func(sig watch.Signal) {
@@ -289,6 +343,15 @@ func (l *Leader) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	if l.stream != nil {
+		gs := stream.NewGRPCServer(l.stream, l.cfg.Stream.TLS)
+		go func() {
+			if err := gs.Serve(l.cfg.Stream.Listener); err != nil {
+				l.log.Error("stream stopped", "err", err)
+			}
+		}()
+		defer gs.Stop()
+	}
 	go func() {
 		select {
 		case <-l.mgr.Elected():
@@ -347,4 +410,18 @@ func signalSources(srcs ...any) []signaler {
 		out = append(out, sg)
 	}
 	return out
+}
+
+// cachedPods finds pods by UID in the leader's cache.
+type cachedPods struct{ c client.Reader }
+
+// PodByUID returns the cached pod with the UID.
+func (p cachedPods) PodByUID(uid types.UID) (*corev1.Pod, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var pods corev1.PodList
+	if err := p.c.List(ctx, &pods, client.MatchingFields{podUIDIndex: string(uid)}); err != nil || len(pods.Items) == 0 {
+		return nil, false
+	}
+	return &pods.Items[0], true
 }

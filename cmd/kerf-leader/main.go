@@ -45,6 +45,10 @@ func main() {
 	webhookCertDir := fs.String("webhook-cert-dir", "", "directory with tls.crt and tls.key for the webhook (default: a self-managed certificate)")
 	webhookService := fs.String("webhook-service", "kerf-webhook", "Service the apiserver calls the webhook through (names the self-managed certificate)")
 	webhookSecret := fs.String("webhook-secret", "kerf-webhook-cert", "Secret that holds the self-managed certificate, shared by the replicas")
+	streamAddr := fs.String("stream-addr", "", "gRPC address of the agents' stream, served by the leader (empty: none)")
+	streamCertDir := fs.String("stream-cert-dir", "", "directory with tls.crt and tls.key for the stream (required with --stream-addr)")
+	agentAudience := fs.String("agent-audience", "kerf-leader", "audience the agents' service-account tokens must carry")
+	agentSA := fs.String("agent-service-account", "kerf-agent", "the agents' service account, in --namespace")
 	metricsURL := fs.String("metrics-url", "", "Prometheus-compatible URL to read CPU throttling from (health.metricsURL; empty: not from Prometheus)")
 	webhookConfig := fs.String("webhook-config", "kerf", "MutatingWebhookConfiguration whose caBundle the self-managed certificate keeps current")
 	fs.Usage = func() {
@@ -69,6 +73,24 @@ func main() {
 			os.Exit(2)
 		}
 		cfg.Throttling = src
+	}
+	if *streamAddr != "" {
+		if *streamCertDir == "" {
+			log.Error("--stream-addr needs --stream-cert-dir: agents send their tokens on it, so it is TLS only")
+			os.Exit(2)
+		}
+		fc, err := webhook.NewFileCertificate(*streamCertDir, log)
+		if err != nil {
+			log.Error("--stream-cert-dir", "err", err)
+			os.Exit(2)
+		}
+		ln, err := net.Listen("tcp", *streamAddr)
+		if err != nil {
+			log.Error("--stream-addr", "err", err)
+			os.Exit(2)
+		}
+		cfg.Stream = cluster.StreamConfig{Listener: ln, TLS: webhook.TLSConfig(fc.GetCertificate),
+			Audience: *agentAudience, ServiceAccountNamespace: *namespace, ServiceAccountName: *agentSA}
 	}
 	cfg.Webhook = cluster.WebhookConfig{
 		CertDir:    *webhookCertDir,

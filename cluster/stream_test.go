@@ -1,0 +1,66 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
+	"github.com/kerf-dev/kerf/cluster/webhook"
+)
+
+// TestOnlyTheLeaderServesTheStream runs two replicas with the stream on:
+// the leader answers an agent (here one without a token, which it refuses
+// as unauthenticated) and the other replica tells it to go elsewhere.
+func TestOnlyTheLeaderServesTheStream(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	certPEM, keyPEM, caPEM, err := webhook.EnsureSelfManagedCert(ctx, c, webhook.CertOptions{
+		Namespace: ns, ServiceName: "kerf-leader", SecretName: "kerf-stream-cert", ExtraHosts: []string{"127.0.0.1"}})
+	require.NoError(t, err)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	require.NoError(t, err)
+	serverTLS := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+
+	replicas := map[string]*testLeader{}
+	addrs := map[string]string{}
+	for _, id := range []string{"a", "b"} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addrs[id] = ln.Addr().String()
+		replicas[id] = startLeader(t, ns, id, Config{Stream: StreamConfig{Listener: ln, TLS: serverTLS,
+			Audience: "kerf-leader", ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}})
+		if id == "a" {
+			require.Eventually(t, replicas[id].Leading, 15*time.Second, 50*time.Millisecond)
+		}
+	}
+
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(caPEM))
+	connect := func(addr string) codes.Code {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})))
+		require.NoError(t, err)
+		defer conn.Close()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		st, err := streamv1.NewStreamClient(conn).Connect(cctx)
+		require.NoError(t, err)
+		_ = st.Send(&streamv1.AgentMessage{Body: &streamv1.AgentMessage_Hello{Hello: &streamv1.Hello{NodeName: "node-a"}}})
+		_, err = st.Recv()
+		require.Error(t, err)
+		return status.Code(err)
+	}
+	assert.Equal(t, codes.Unauthenticated, connect(addrs["a"]), "the leader serves, and refuses an agent without a token")
+	assert.Equal(t, codes.Unavailable, connect(addrs["b"]), "a replica that does not lead sends agents elsewhere")
+}
