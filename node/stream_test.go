@@ -1,0 +1,334 @@
+package node
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/kerf-dev/kerf/cluster/stream"
+	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/node/oom"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+const streamTestNamespace = "kerf-system"
+
+// leaderFixture is what the leader's stream servers of a test share: a
+// real apiserver with the agent's service account, an agent pod and an app
+// pod on node-a, the agent's bound token in a file, and a TLS identity.
+type leaderFixture struct {
+	cs        kubernetes.Interface
+	pods      stream.Pods
+	serverTLS *tls.Config
+	clientTLS *tls.Config
+	tokenFile string
+	app       types.UID
+}
+
+func newLeaderFixture(t *testing.T) *leaderFixture {
+	t.Helper()
+	cp := controlplane.StartForTest(t)
+	cs := cp.Clientset
+	ctx := t.Context()
+	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: streamTestNamespace}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cs.CoreV1().ServiceAccounts(streamTestNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "kerf-agent"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	agent := createStreamTestPod(t, cs, "kerf-agent-a", "kerf-agent")
+	app := createStreamTestPod(t, cs, "app-a", "")
+
+	tr, err := cs.CoreV1().ServiceAccounts(streamTestNamespace).CreateToken(ctx, "kerf-agent", &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		Audiences:         []string{"kerf-leader"},
+		ExpirationSeconds: ptr.To[int64](600),
+		BoundObjectRef:    &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: agent.Name, UID: agent.UID},
+	}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(tr.Status.Token), 0o600))
+
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	informer := factory.Core().V1().Pods().Informer()
+	pods, err := stream.NewPodIndex(informer)
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	factory.Start(stop)
+	t.Cleanup(func() { close(stop); factory.Shutdown() })
+	require.True(t, cache.WaitForCacheSync(ctx.Done(), informer.HasSynced))
+
+	serverTLS, pool := selfSignedLeader(t)
+	return &leaderFixture{
+		cs:        cs,
+		pods:      pods,
+		serverTLS: serverTLS,
+		clientTLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13},
+		tokenFile: tokenFile,
+		app:       app.UID,
+	}
+}
+
+func createStreamTestPod(t *testing.T, cs kubernetes.Interface, name, sa string) *corev1.Pod {
+	t.Helper()
+	pod, err := cs.CoreV1().Pods(streamTestNamespace).Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: streamTestNamespace},
+		Spec: corev1.PodSpec{
+			NodeName:                     "node-a",
+			ServiceAccountName:           sa,
+			AutomountServiceAccountToken: ptr.To(false),
+			Containers:                   []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return pod
+}
+
+// selfSignedLeader returns a server TLS config for 127.0.0.1 and a pool
+// that trusts it.
+func selfSignedLeader(t *testing.T) (*tls.Config, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "kerf-leader"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		MinVersion:   tls.VersionTLS13,
+	}, pool
+}
+
+// leader is one running leader stream server.
+type leader struct {
+	memory *watch.MemorySource
+	grpc   *grpc.Server
+	addr   string
+}
+
+// start runs a leader's stream server with a new MemorySource on addr
+// ("127.0.0.1:0" for any port).
+func (f *leaderFixture) start(t *testing.T, addr string) *leader {
+	t.Helper()
+	memory := watch.NewMemorySource()
+	srv, err := stream.New(stream.Config{
+		Audience:                "kerf-leader",
+		ServiceAccountNamespace: streamTestNamespace,
+		ServiceAccountName:      "kerf-agent",
+		Clientset:               f.cs,
+		Pods:                    f.pods,
+		Memory:                  memory,
+		Leading:                 func() bool { return true },
+		Log:                     slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	require.NoError(t, err)
+	g := stream.NewGRPCServer(srv, f.serverTLS)
+	lis, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	return &leader{memory: memory, grpc: g, addr: lis.Addr().String()}
+}
+
+// client returns a running stream client for addr; it stops with t.
+func (f *leaderFixture) client(t *testing.T, addr string, maxOOM int) *StreamClient {
+	t.Helper()
+	c, err := NewStreamClient(StreamConfig{
+		Addr:           addr,
+		TLS:            f.clientTLS,
+		TokenFile:      f.tokenFile,
+		NodeName:       "node-a",
+		OOMSource:      oom.KindCgroup,
+		MaxBufferedOOM: maxOOM,
+		MinBackoff:     50 * time.Millisecond,
+		MaxBackoff:     200 * time.Millisecond,
+		Registerer:     prometheus.NewRegistry(),
+		Log:            slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	require.NoError(t, err)
+	ctx := t.Context()
+	done := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(done) }()
+	t.Cleanup(func() { <-done })
+	return c
+}
+
+// latestSample returns the newest sample of the app container, and false
+// when there is none.
+func latestSample(m *watch.MemorySource, pod types.UID) (watch.CounterSample, bool) {
+	now := time.Now()
+	ss, _ := m.Samples([]types.UID{pod}, now.Add(-time.Hour), now.Add(time.Hour))
+	if len(ss) == 0 {
+		return watch.CounterSample{}, false
+	}
+	return ss[len(ss)-1], true
+}
+
+func kills(m *watch.MemorySource, pod types.UID, container string) int {
+	now := time.Now()
+	n, _ := m.OOMKills(pod, container, now.Add(-time.Hour), now.Add(time.Hour))
+	return n
+}
+
+const (
+	eventually = 10 * time.Second
+	tick       = 20 * time.Millisecond
+)
+
+func TestStreamClientAgainstTheLeader(t *testing.T) {
+	f := newLeaderFixture(t)
+	app := string(f.app)
+	key := ContainerKey{PodUID: app, Name: "app"}
+
+	t.Run("CountersArriveWithTheirValues", func(t *testing.T) {
+		l := f.start(t, "127.0.0.1:0")
+		c := f.client(t, l.addr, 0)
+		c.Counters([]Sample{{Key: key, At: time.Now(), Periods: 100, Throttled: 10, ThrottledTime: time.Second}})
+		require.Eventually(t, func() bool {
+			s, ok := latestSample(l.memory, f.app)
+			return ok && s.Periods == 100 && s.Throttled == 10
+		}, eventually, tick)
+		assert.Equal(t, StreamConnected, c.State())
+
+		// A later pass is sent as increments; the leader adds them up.
+		c.Counters([]Sample{{Key: key, At: time.Now(), Periods: 150, Throttled: 25, ThrottledTime: 2 * time.Second}})
+		require.Eventually(t, func() bool {
+			s, ok := latestSample(l.memory, f.app)
+			return ok && s.Periods == 150 && s.Throttled == 25
+		}, eventually, tick)
+		assert.Equal(t, 2.0, testutil.ToFloat64(c.sent))
+
+		// Counters going back mean a restarted container: a new index
+		// with absolute values, not a (refused) negative increment.
+		c.Counters([]Sample{{Key: key, At: time.Now(), Periods: 5, Throttled: 1}})
+		require.Eventually(t, func() bool {
+			s, ok := latestSample(l.memory, f.app)
+			return ok && s.Periods == 5 && s.Throttled == 1
+		}, eventually, tick)
+		assert.Equal(t, StreamConnected, c.State(), "the leader kept the stream open")
+	})
+
+	t.Run("OOMKillArrivesOnceAndIsAcknowledged", func(t *testing.T) {
+		l := f.start(t, "127.0.0.1:0")
+		c := f.client(t, l.addr, 0)
+		c.OOM(oom.Kill{Source: "cgroup", KernelNS: 5e9, PID: 42, Comm: "app", Count: 1}, app, "app")
+		require.Eventually(t, func() bool { return c.bufferedOOM() == 0 }, eventually, tick, "the ack empties the buffer")
+		assert.Equal(t, 1, kills(l.memory, f.app, "app"))
+		time.Sleep(200 * time.Millisecond)
+		assert.Equal(t, 1, kills(l.memory, f.app, "app"), "the kill is not sent again")
+	})
+
+	t.Run("BuffersWhileTheLeaderIsDownAndDrainsOnReconnect", func(t *testing.T) {
+		l := f.start(t, "127.0.0.1:0")
+		c := f.client(t, l.addr, 0)
+		c.Counters([]Sample{{Key: key, At: time.Now(), Periods: 100, Throttled: 10}})
+		require.Eventually(t, func() bool { _, ok := latestSample(l.memory, f.app); return ok }, eventually, tick)
+
+		l.grpc.Stop()
+		require.Eventually(t, func() bool { return c.State() != StreamConnected }, eventually, tick)
+		c.Counters([]Sample{{Key: key, At: time.Now(), Periods: 200, Throttled: 20}})
+		c.OOM(oom.Kill{Source: "cgroup", Count: 1}, app, "app")
+		c.Counters([]Sample{{Key: key, At: time.Now(), Periods: 300, Throttled: 30}})
+		time.Sleep(300 * time.Millisecond) // a few failed reconnects
+		assert.Equal(t, 1, c.bufferedOOM(), "the OOM event is kept")
+
+		l2 := f.start(t, l.addr)
+		require.Eventually(t, func() bool { return c.bufferedOOM() == 0 }, eventually, tick)
+		assert.Equal(t, 1, kills(l2.memory, f.app, "app"))
+		require.Eventually(t, func() bool {
+			s, ok := latestSample(l2.memory, f.app)
+			return ok && s.Periods == 300 && s.Throttled == 30
+		}, eventually, tick)
+		now := time.Now()
+		ss, err := l2.memory.Samples([]types.UID{f.app}, now.Add(-time.Hour), now.Add(time.Hour))
+		require.NoError(t, err)
+		assert.Len(t, ss, 1, "the newest counters won: only they were sent")
+		assert.Equal(t, StreamConnected, c.State())
+	})
+
+	t.Run("BufferKeepsTheNewestOOMEventsAndCountsDrops", func(t *testing.T) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := lis.Addr().String()
+		require.NoError(t, lis.Close())
+
+		c := f.client(t, addr, 3)
+		containers := []string{"c1", "c2", "c3", "c4", "c5"}
+		for _, name := range containers {
+			c.OOM(oom.Kill{Source: "cgroup", Count: 1}, app, name)
+		}
+		assert.Equal(t, 3, c.bufferedOOM())
+		assert.Equal(t, 2.0, testutil.ToFloat64(c.drops))
+
+		l := f.start(t, addr)
+		require.Eventually(t, func() bool { return c.bufferedOOM() == 0 }, eventually, tick)
+		for i, name := range containers {
+			want := 0
+			if i >= 2 {
+				want = 1
+			}
+			assert.Equal(t, want, kills(l.memory, f.app, name), name)
+		}
+	})
+}
+
+func TestStreamClientConfigNamesTheBadField(t *testing.T) {
+	good := StreamConfig{Addr: "127.0.0.1:1", TLS: &tls.Config{MinVersion: tls.VersionTLS13}, TokenFile: "/token", NodeName: "node-a"}
+	tests := []struct {
+		name  string
+		edit  func(*StreamConfig)
+		field string
+	}{
+		{"NoAddr", func(c *StreamConfig) { c.Addr = "" }, "Addr"},
+		{"NoTLS", func(c *StreamConfig) { c.TLS = nil }, "TLS"},
+		{"NoToken", func(c *StreamConfig) { c.TokenFile = "" }, "TokenFile"},
+		{"NoNode", func(c *StreamConfig) { c.NodeName = "" }, "NodeName"},
+		{"BadOOMSource", func(c *StreamConfig) { c.OOMSource = "dmesg" }, "OOMSource"},
+		{"BackoffInverted", func(c *StreamConfig) { c.MinBackoff, c.MaxBackoff = time.Second, time.Millisecond }, "MaxBackoff"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := good
+			tt.edit(&cfg)
+			_, err := NewStreamClient(cfg)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.field)
+		})
+	}
+	c, err := NewStreamClient(good)
+	require.NoError(t, err)
+	assert.Equal(t, StreamDisconnected, c.State())
+}
