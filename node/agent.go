@@ -34,7 +34,17 @@ type Agent struct {
 	counts   *oom.Counts
 	kills    *prometheus.CounterVec
 	sources  *prometheus.GaugeVec
+	stream   *StreamClient // nil without a leader to stream to
+	changed  []Sample      // reused by every pass
 }
+
+// OOMSource names the OOM source in use: bpf, cgroup or kmsg.
+func (a *Agent) OOMSource() string { return a.source.Name() }
+
+// SetStream makes the agent send each pass's changed counters and every
+// OOM kill resolved to a tracked container to the leader. Call it before
+// Run.
+func (a *Agent) SetStream(c *StreamClient) { a.stream = c }
 
 // New opens the OOM source cfg asks for (the best one the node allows, for
 // auto), logs why better ones were not taken and registers the agent's
@@ -92,6 +102,10 @@ func (a *Agent) sample(ctx context.Context) {
 			if p := a.sampler.Sample(now); p.Err != nil {
 				a.log.Debug("cpu.stat sampling pass had errors", "errors", p.Errors, "err", p.Err)
 			}
+			if a.stream != nil {
+				a.changed = a.sampler.Changed(a.changed[:0])
+				a.stream.Counters(a.changed)
+			}
 		}
 	}
 }
@@ -112,5 +126,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.kills.WithLabelValues(k.Source, fmt.Sprint(resolved)).Add(float64(k.Count))
 		a.log.Info("OOM kill", "source", k.Source, "pid", k.PID, "comm", k.Comm, "cgroup", k.Cgroup,
 			"podUID", k.PodUID, "containerID", k.ContainerID, "count", k.Count, "kernelNS", k.KernelNS)
+		if a.stream != nil && a.sampler != nil {
+			if c, ok := a.sampler.ByCgroup(k.Cgroup); ok {
+				a.stream.OOM(k, c.PodUID, c.Name)
+			}
+		}
 	})
 }

@@ -344,3 +344,17 @@ func (e *tracked) close() {
 		e.r = nil
 	}
 }
+
+// ByCgroup returns the tracked container whose cgroup path is p: the OOM
+// sources report kills by cgroup, and under the kubelet's layouts a
+// container's memory and cpu cgroups share one path.
+func (s *Sampler) ByCgroup(p string) (Container, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.entries {
+		if e.c.CgroupPath == p {
+			return e.c, true
+		}
+	}
+	return Container{}, false
+}

@@ -6,6 +6,9 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -37,6 +40,9 @@ func main() {
 	cgroupDriver := fs.String("cgroup-driver", string(cgroup.DriverCgroupfs), "the kubelet's cgroup driver: cgroupfs or systemd")
 	kubeletRoot := fs.String("kubelet-cgroup-root", "/", "the kubelet's --cgroup-root")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name, whose pods are sampled (empty: no pod discovery)")
+	leaderAddr := fs.String("leader-addr", "", "the leader's stream address, host:port (empty: no stream)")
+	leaderCA := fs.String("leader-ca", "", "CA certificate file that signed the leader's stream certificate")
+	tokenFile := fs.String("token-file", "/var/run/secrets/kerf/token", "projected service-account token (audience: the leader's) sent on the stream")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for pod discovery (default: in-cluster configuration)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: kerf-agent [flags]\n\n"+
@@ -72,10 +78,26 @@ func main() {
 		log.Error("kerf-agent cannot start", "err", err)
 		os.Exit(1)
 	}
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- agent.Run(ctx) }()
 	go func() { errc <- endpoints.New(reg, nil).Serve(ctx, *metricsAddr) }()
 	workers := 2
+	if *leaderAddr != "" {
+		tlsConfig, err := leaderTLS(*leaderCA)
+		if err != nil {
+			log.Error("kerf-agent cannot start", "err", err)
+			os.Exit(2)
+		}
+		sc, err := node.NewStreamClient(node.StreamConfig{Addr: *leaderAddr, TLS: tlsConfig, TokenFile: *tokenFile,
+			NodeName: *nodeName, OOMSource: agent.OOMSource(), Registerer: reg, Log: log})
+		if err != nil {
+			log.Error("kerf-agent cannot start", "err", err)
+			os.Exit(2)
+		}
+		agent.SetStream(sc)
+		go func() { errc <- ignoreCanceled(sc.Run(ctx)) }()
+		workers++
+	}
 	if *nodeName != "" && agent.Sampler() != nil {
 		cs, err := clientset(*kubeconfig)
 		if err != nil {
@@ -109,4 +131,29 @@ func clientset(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
 	}
 	return kubernetes.NewForConfig(cfg)
+}
+
+// leaderTLS trusts the CA in caFile (the system roots when empty).
+func leaderTLS(caFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile == "" {
+		return cfg, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--leader-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--leader-ca %s: no PEM certificate in it", caFile)
+	}
+	cfg.RootCAs = pool
+	return cfg, nil
+}
+
+func ignoreCanceled(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }
