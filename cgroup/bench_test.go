@@ -5,12 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kerf-dev/kerf/test/kerneltest"
 )
 
 // BenchmarkReadCPUStat reads and parses one real cgroup's cpu.stat.
 func BenchmarkReadCPUStat(b *testing.B) {
 	_, m := v1Controller(b, "cpu")
-	r, err := OpenCPUStat(makeCgroup(b, m.Path))
+	r, err := OpenCPUStat(kerneltest.MakeCgroup(b, m.Path))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -29,14 +31,14 @@ func BenchmarkReadCPUStat(b *testing.B) {
 func BenchmarkReadCPUStat500(b *testing.B) {
 	const n = 500
 	_, m := v1Controller(b, "cpu")
-	parent := makeCgroup(b, m.Path)
+	parent := kerneltest.MakeCgroup(b, m.Path)
 	readers := make([]*CPUStatReader, n)
 	for i := range readers {
 		dir := filepath.Join(parent, fmt.Sprintf("c%03d", i))
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { removeCgroup(b, dir) })
+		b.Cleanup(func() { kerneltest.RemoveCgroup(b, dir) })
 		r, err := OpenCPUStat(dir)
 		if err != nil {
 			b.Fatal(err)

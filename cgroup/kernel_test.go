@@ -5,18 +5,14 @@ package cgroup
 
 import (
 	"encoding/binary"
-	"errors"
-	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/kerf-dev/kerf/test/kerneltest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -43,43 +39,6 @@ func v1Controller(tb testing.TB, controller string) (*Hierarchy, Mount) {
 	return h, m
 }
 
-// makeCgroup creates a cgroup under the directory parent and removes it when
-// the test ends, killing any process left in it.
-func makeCgroup(tb testing.TB, parent string) string {
-	tb.Helper()
-	dir := filepath.Join(parent, fmt.Sprintf("kerf-test-%d-%08x", os.Getpid(), rand.Uint32()))
-	require.NoError(tb, os.Mkdir(dir, 0o755))
-	tb.Cleanup(func() { removeCgroup(tb, dir) })
-	return dir
-}
-
-func removeCgroup(tb testing.TB, dir string) {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
-			for _, f := range strings.Fields(string(procs)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
-			}
-		}
-		err := syscall.Rmdir(dir)
-		if err == nil || errors.Is(err, syscall.ENOENT) {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Errorf("remove cgroup %s: %v", dir, err)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func writeCgroupFile(tb testing.TB, dir, name, value string) {
-	tb.Helper()
-	require.NoError(tb, os.WriteFile(filepath.Join(dir, name), []byte(value), 0), "write %s to %s", value, name)
-}
-
 // cgroupPath returns the cgroup path of dir, a directory of mount m.
 func cgroupPath(tb testing.TB, m Mount, dir string) string {
 	tb.Helper()
@@ -90,14 +49,14 @@ func cgroupPath(tb testing.TB, m Mount, dir string) string {
 
 func TestKernelCPUStatCountsThrottlingOfABusyLoop(t *testing.T) {
 	h, m := v1Controller(t, "cpu")
-	dir := makeCgroup(t, m.Path)
+	dir := kerneltest.MakeCgroup(t, m.Path)
 	cg := cgroupPath(t, m, dir)
 	p, err := h.Path("cpu", cg)
 	require.NoError(t, err)
 	require.Equal(t, dir, p)
 	const period = 100 * time.Millisecond
-	writeCgroupFile(t, dir, "cpu.cfs_period_us", "100000")
-	writeCgroupFile(t, dir, "cpu.cfs_quota_us", "20000") // 20% of a CPU
+	kerneltest.WriteFile(t, dir, "cpu.cfs_period_us", "100000")
+	kerneltest.WriteFile(t, dir, "cpu.cfs_quota_us", "20000") // 20% of a CPU
 
 	r, err := h.OpenCPUStat(cg)
 	require.NoError(t, err)
@@ -115,7 +74,7 @@ func TestKernelCPUStatCountsThrottlingOfABusyLoop(t *testing.T) {
 			_ = cmd.Wait()
 		}
 	})
-	writeCgroupFile(t, dir, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
+	kerneltest.WriteFile(t, dir, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
 	start := time.Now()
 	time.Sleep(3 * time.Second)
 	elapsed := time.Since(start)
@@ -151,7 +110,7 @@ func TestKernelCPUStatCountsThrottlingOfABusyLoop(t *testing.T) {
 
 func TestKernelReaderReportsRemovedCgroupAsGone(t *testing.T) {
 	_, m := v1Controller(t, "cpu")
-	dir := makeCgroup(t, m.Path)
+	dir := kerneltest.MakeCgroup(t, m.Path)
 	r, err := OpenCPUStat(dir)
 	require.NoError(t, err)
 	defer r.Close()
@@ -170,7 +129,7 @@ func TestKernelReaderReportsRemovedCgroupAsGone(t *testing.T) {
 
 func TestKernelOOMControlReadsAV1MemoryCgroup(t *testing.T) {
 	h, m := v1Controller(t, "memory")
-	dir := makeCgroup(t, m.Path)
+	dir := kerneltest.MakeCgroup(t, m.Path)
 
 	kills, err := h.OpenOOMKills(cgroupPath(t, m, dir))
 	require.NoError(t, err)
@@ -192,7 +151,7 @@ func TestKernelOOMControlReadsAV1MemoryCgroup(t *testing.T) {
 	assert.Equal(t, OOMControl{}, c)
 
 	// Writing 1 to memory.oom_control turns the OOM killer off (v1 only).
-	writeCgroupFile(t, dir, "memory.oom_control", "1")
+	kerneltest.WriteFile(t, dir, "memory.oom_control", "1")
 	require.NoError(t, r.Read(&c))
 	assert.Equal(t, OOMControl{KillDisabled: true}, c)
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = r.Read(&c) }))
@@ -206,8 +165,8 @@ func TestKernelIDIndexMapsCgroupIDsToPaths(t *testing.T) {
 	}
 	for name, m := range trees {
 		t.Run(name, func(t *testing.T) {
-			parent := makeCgroup(t, m.Path)
-			a := makeCgroup(t, parent)
+			parent := kerneltest.MakeCgroup(t, m.Path)
+			a := kerneltest.MakeCgroup(t, parent)
 			x, err := NewIDIndex(parent)
 			require.NoError(t, err)
 			assert.Equal(t, 2, x.Len())
@@ -218,7 +177,7 @@ func TestKernelIDIndexMapsCgroupIDsToPaths(t *testing.T) {
 			assert.True(t, ok)
 			assert.Equal(t, a, p)
 
-			b := makeCgroup(t, parent)
+			b := kerneltest.MakeCgroup(t, parent)
 			idB, err := CgroupID(b)
 			require.NoError(t, err)
 			p, ok = x.Lookup(idB)

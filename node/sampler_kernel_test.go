@@ -5,7 +5,6 @@ package node
 // otherwise.
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -24,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/test/kerneltest"
 )
 
 // kernelTree is a temporary parent cgroup in this machine's v1 cpu
@@ -51,7 +51,7 @@ func newKernelTree(tb testing.TB) *kernelTree {
 	}
 	k := &kernelTree{h: h, m: m, parent: filepath.Join(m.Path, fmt.Sprintf("kerf-sampler-%08x", rand.Uint32()))}
 	require.NoError(tb, os.Mkdir(k.parent, 0o755))
-	tb.Cleanup(func() { removeCgroup(tb, k.parent) })
+	tb.Cleanup(func() { kerneltest.RemoveCgroup(tb, k.parent) })
 	return k
 }
 
@@ -61,40 +61,12 @@ func (k *kernelTree) add(tb testing.TB, name string) (Container, string) {
 	tb.Helper()
 	dir := filepath.Join(k.parent, name)
 	require.NoError(tb, os.Mkdir(dir, 0o755))
-	tb.Cleanup(func() { removeCgroup(tb, dir) })
+	tb.Cleanup(func() { kerneltest.RemoveCgroup(tb, dir) })
 	p, err := k.m.Rel(dir)
 	require.NoError(tb, err)
 	c := container(name, p)
 	c.Pod = "pod-" + name
 	return c, dir
-}
-
-// removeCgroup kills what runs in dir and removes it.
-func removeCgroup(tb testing.TB, dir string) {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
-			for _, f := range strings.Fields(string(procs)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
-			}
-		}
-		err := syscall.Rmdir(dir)
-		if err == nil || errors.Is(err, syscall.ENOENT) {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Errorf("remove cgroup %s: %v", dir, err)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func writeFile(tb testing.TB, dir, name, value string) {
-	tb.Helper()
-	require.NoError(tb, os.WriteFile(filepath.Join(dir, name), []byte(value), 0), "write %s to %s", value, name)
 }
 
 // readCPUStat parses dir's cpu.stat with a plain read.
@@ -117,8 +89,8 @@ func TestKernelSamplerSeesThrottlingOfABusyLoop(t *testing.T) {
 		cs, dirs = append(cs, c), append(dirs, dir)
 	}
 	busy := dirs[0]
-	writeFile(t, busy, "cpu.cfs_period_us", "100000")
-	writeFile(t, busy, "cpu.cfs_quota_us", "20000") // 20% of a CPU
+	kerneltest.WriteFile(t, busy, "cpu.cfs_period_us", "100000")
+	kerneltest.WriteFile(t, busy, "cpu.cfs_quota_us", "20000") // 20% of a CPU
 
 	s := NewSampler(k.h)
 	defer s.Close()
@@ -134,7 +106,7 @@ func TestKernelSamplerSeesThrottlingOfABusyLoop(t *testing.T) {
 			_ = cmd.Wait()
 		}
 	})
-	writeFile(t, busy, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
+	kerneltest.WriteFile(t, busy, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
 	time.Sleep(2 * time.Second)
 	p := s.Sample(time.Now())
 	assert.Equal(t, Pass{Read: n, Changed: 1}, p, "only the busy cgroup changed")
@@ -212,7 +184,7 @@ func TestKernelSamplerDropsRemovedCgroupWithoutError(t *testing.T) {
 	require.NoError(t, s.Set([]Container{a, b}))
 	require.Equal(t, Pass{Read: 2, Changed: 2}, s.Sample(time.Now()))
 
-	removeCgroup(t, bdir)
+	kerneltest.RemoveCgroup(t, bdir)
 	p := s.Sample(time.Now())
 	assert.Equal(t, Pass{Read: 1, Gone: 1}, p)
 	assert.Len(t, s.Latest(nil), 2, "a gone container keeps its last sample until the next Set")

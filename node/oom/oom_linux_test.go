@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/test/kerneltest"
 )
 
 // childEnv makes the test binary a process that waits for a byte on stdin
@@ -71,7 +72,7 @@ func memoryCgroup(t testing.TB, h *cgroup.Hierarchy) (root, p, dir string) {
 	require.NoError(t, os.MkdirAll(dirs[0], 0o755))
 	t.Cleanup(func() {
 		for _, dir := range dirs { // deepest first
-			removeCgroup(t, dir)
+			kerneltest.RemoveCgroup(t, dir)
 		}
 	})
 	dir = dirs[0]
@@ -84,16 +85,6 @@ func memoryCgroup(t testing.TB, h *cgroup.Hierarchy) (root, p, dir string) {
 		_ = os.WriteFile(filepath.Join(dir, "memory.memsw.limit_in_bytes"), limit, 0)
 	}
 	return root, p, dir
-}
-
-func removeCgroup(t testing.TB, dir string) {
-	for range 50 {
-		if err := os.Remove(dir); err == nil || os.IsNotExist(err) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Errorf("remove cgroup %s", dir)
 }
 
 // oomKill runs a child in dir that allocates past the limit and returns its

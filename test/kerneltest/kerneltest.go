@@ -1,0 +1,58 @@
+// Package kerneltest holds helpers for tests on the real kernel: cgroups
+// made and removed around a test.
+package kerneltest
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// MakeCgroup creates a cgroup directory under parent and removes it when
+// the test ends (RemoveCgroup).
+func MakeCgroup(tb testing.TB, parent string) string {
+	tb.Helper()
+	dir := filepath.Join(parent, fmt.Sprintf("kerf-test-%d-%08x", os.Getpid(), rand.Uint32()))
+	require.NoError(tb, os.Mkdir(dir, 0o755))
+	tb.Cleanup(func() { RemoveCgroup(tb, dir) })
+	return dir
+}
+
+// RemoveCgroup kills every process left in the cgroup at dir and removes
+// it, retrying for up to 5 s while the kernel lets the processes go.
+func RemoveCgroup(tb testing.TB, dir string) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
+			for _, f := range strings.Fields(string(procs)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		err := syscall.Rmdir(dir)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Errorf("remove cgroup %s: %v", dir, err)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// WriteFile writes value to the cgroup file name in dir.
+func WriteFile(tb testing.TB, dir, name, value string) {
+	tb.Helper()
+	require.NoError(tb, os.WriteFile(filepath.Join(dir, name), []byte(value), 0), "write %s to %s", value, name)
+}
