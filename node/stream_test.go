@@ -1,14 +1,8 @@
 package node
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,19 +14,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/watch"
 	"github.com/kerf-dev/kerf/node/oom"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
 const streamTestNamespace = "kerf-system"
@@ -58,17 +51,12 @@ func newLeaderFixture(t *testing.T) *leaderFixture {
 	require.NoError(t, err)
 	_, err = cs.CoreV1().ServiceAccounts(streamTestNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "kerf-agent"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	agent := createStreamTestPod(t, cs, "kerf-agent-a", "kerf-agent")
-	app := createStreamTestPod(t, cs, "app-a", "")
+	agent := streamtest.CreatePod(t, cs, streamTestNamespace, "kerf-agent-a", "node-a", "kerf-agent")
+	app := streamtest.CreatePod(t, cs, streamTestNamespace, "app-a", "node-a", "")
 
-	tr, err := cs.CoreV1().ServiceAccounts(streamTestNamespace).CreateToken(ctx, "kerf-agent", &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
-		Audiences:         []string{"kerf-leader"},
-		ExpirationSeconds: ptr.To[int64](600),
-		BoundObjectRef:    &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: agent.Name, UID: agent.UID},
-	}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	token := streamtest.CreateToken(t, cs, streamTestNamespace, "kerf-agent", "kerf-leader", agent)
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	require.NoError(t, os.WriteFile(tokenFile, []byte(tr.Status.Token), 0o600))
+	require.NoError(t, os.WriteFile(tokenFile, []byte(token), 0o600))
 
 	factory := informers.NewSharedInformerFactory(cs, 0)
 	informer := factory.Core().V1().Pods().Informer()
@@ -79,7 +67,7 @@ func newLeaderFixture(t *testing.T) *leaderFixture {
 	t.Cleanup(func() { close(stop); factory.Shutdown() })
 	require.True(t, cache.WaitForCacheSync(ctx.Done(), informer.HasSynced))
 
-	serverTLS, pool := selfSignedLeader(t)
+	serverTLS, pool := streamtest.SelfSigned(t)
 	return &leaderFixture{
 		cs:        cs,
 		pods:      pods,
@@ -88,48 +76,6 @@ func newLeaderFixture(t *testing.T) *leaderFixture {
 		tokenFile: tokenFile,
 		app:       app.UID,
 	}
-}
-
-func createStreamTestPod(t *testing.T, cs kubernetes.Interface, name, sa string) *corev1.Pod {
-	t.Helper()
-	pod, err := cs.CoreV1().Pods(streamTestNamespace).Create(t.Context(), &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: streamTestNamespace},
-		Spec: corev1.PodSpec{
-			NodeName:                     "node-a",
-			ServiceAccountName:           sa,
-			AutomountServiceAccountToken: ptr.To(false),
-			Containers:                   []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
-		},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	return pod
-}
-
-// selfSignedLeader returns a server TLS config for 127.0.0.1 and a pool
-// that trusts it.
-func selfSignedLeader(t *testing.T) (*tls.Config, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "kerf-leader"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &tls.Config{
-		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
-		MinVersion:   tls.VersionTLS13,
-	}, pool
 }
 
 // leader is one running leader stream server.

@@ -2,16 +2,10 @@ package stream
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -26,18 +20,16 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
 	"github.com/kerf-dev/kerf/cluster/watch"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
 const (
@@ -81,14 +73,14 @@ func newFixture(t *testing.T) *fixture {
 		_, err := cs.CoreV1().ServiceAccounts(testNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	agent := createPod(t, cs, "kerf-agent-a", "node-a", "kerf-agent")
-	f.podA = createPod(t, cs, "app-a", "node-a", "").UID
-	f.podB = createPod(t, cs, "app-b", "node-b", "").UID
+	agent := streamtest.CreatePod(t, cs, testNamespace, "kerf-agent-a", "node-a", "kerf-agent")
+	f.podA = streamtest.CreatePod(t, cs, testNamespace, "app-a", "node-a", "").UID
+	f.podB = streamtest.CreatePod(t, cs, testNamespace, "app-b", "node-b", "").UID
 
-	f.agentToken = createToken(t, cs, "kerf-agent", testAudience, agent)
-	f.wrongAudience = createToken(t, cs, "kerf-agent", "someone-else", agent)
-	f.otherSA = createToken(t, cs, "other", testAudience, nil)
-	f.unbound = createToken(t, cs, "kerf-agent", testAudience, nil)
+	f.agentToken = streamtest.CreateToken(t, cs, testNamespace, "kerf-agent", testAudience, agent)
+	f.wrongAudience = streamtest.CreateToken(t, cs, testNamespace, "kerf-agent", "someone-else", agent)
+	f.otherSA = streamtest.CreateToken(t, cs, testNamespace, "other", testAudience, nil)
+	f.unbound = streamtest.CreateToken(t, cs, testNamespace, "kerf-agent", testAudience, nil)
 
 	factory := informers.NewSharedInformerFactory(cs, 0)
 	informer := factory.Core().V1().Pods().Informer()
@@ -112,7 +104,7 @@ func newFixture(t *testing.T) *fixture {
 	})
 	require.NoError(t, err)
 
-	serverTLS, pool := selfSigned(t)
+	serverTLS, pool := streamtest.SelfSigned(t)
 	g := NewGRPCServer(f.srv, serverTLS)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -121,65 +113,6 @@ func newFixture(t *testing.T) *fixture {
 	f.addr = lis.Addr().String()
 	f.creds = credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13})
 	return f
-}
-
-func createPod(t *testing.T, cs kubernetes.Interface, name, node, sa string) *corev1.Pod {
-	t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace},
-		Spec: corev1.PodSpec{
-			NodeName:                     node,
-			ServiceAccountName:           sa,
-			AutomountServiceAccountToken: ptr.To(false),
-			Containers:                   []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
-		},
-	}
-	pod, err := cs.CoreV1().Pods(testNamespace).Create(t.Context(), pod, metav1.CreateOptions{})
-	require.NoError(t, err)
-	return pod
-}
-
-// createToken requests a token for a service account, bound to pod when
-// pod is not nil.
-func createToken(t *testing.T, cs kubernetes.Interface, sa, audience string, pod *corev1.Pod) string {
-	t.Helper()
-	req := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
-		Audiences:         []string{audience},
-		ExpirationSeconds: ptr.To[int64](600),
-	}}
-	if pod != nil {
-		req.Spec.BoundObjectRef = &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(testNamespace).CreateToken(t.Context(), sa, req, metav1.CreateOptions{})
-	require.NoError(t, err)
-	return tr.Status.Token
-}
-
-// selfSigned returns a server TLS config for 127.0.0.1 and a pool that
-// trusts it.
-func selfSigned(t *testing.T) (*tls.Config, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "kerf-leader"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &tls.Config{
-		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
-		MinVersion:   tls.VersionTLS13,
-	}, pool
 }
 
 // connect opens a stream with token (none when empty).
