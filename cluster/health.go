@@ -440,26 +440,8 @@ func manifestValues(w client.Object) ([]v1alpha1.ContainerResources, bool) {
 		return nil, false
 	}
 	var out []v1alpha1.ContainerResources
-	for _, c := range m.Spec.Template.Spec.Containers {
-		cr := v1alpha1.ContainerResources{Name: c.Name}
-		if v, ok := resourceValues(c.Resources.Requests); ok {
-			cr.Requests = v
-		}
-		if v, ok := resourceValues(c.Resources.Limits); ok {
-			cr.Limits = v
-		}
-		out = append(out, cr)
+	for i := range m.Spec.Template.Spec.Containers {
+		out = append(out, apply.ContainerValues(&m.Spec.Template.Spec.Containers[i]))
 	}
 	return out, len(out) > 0
-}
-
-func resourceValues(l corev1.ResourceList) (*v1alpha1.ResourceValues, bool) {
-	var v v1alpha1.ResourceValues
-	if q, ok := l[corev1.ResourceCPU]; ok {
-		v.CPU = &q
-	}
-	if q, ok := l[corev1.ResourceMemory]; ok {
-		v.Memory = &q
-	}
-	return &v, v.CPU != nil || v.Memory != nil
 }

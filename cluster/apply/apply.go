@@ -158,7 +158,7 @@ func (a *Applier) workload(ctx context.Context, rsr *v1alpha1.RightsizingRecomme
 func (a *Applier) currentValues(ctx context.Context, obj client.Object, tmpl *corev1.PodTemplateSpec, strategy v1alpha1.Strategy) ([]v1alpha1.ContainerResources, error) {
 	out := make([]v1alpha1.ContainerResources, 0, len(tmpl.Spec.Containers))
 	for i := range tmpl.Spec.Containers {
-		out = append(out, containerValues(&tmpl.Spec.Containers[i]))
+		out = append(out, ContainerValues(&tmpl.Spec.Containers[i]))
 	}
 	if strategy != v1alpha1.StrategyInPlace {
 		return out, nil

@@ -115,9 +115,9 @@ func sameQuantity(a, b *resource.Quantity) bool {
 	return a.Cmp(*b) == 0
 }
 
-// containerValues converts a container's requirements to Kerf's values,
+// ContainerValues converts a container's requirements to Kerf's values,
 // keeping cpu and memory only.
-func containerValues(c *corev1.Container) v1alpha1.ContainerResources {
+func ContainerValues(c *corev1.Container) v1alpha1.ContainerResources {
 	cr := v1alpha1.ContainerResources{Name: c.Name}
 	for _, f := range fields {
 		f.set(&cr.Requests, &cr.Limits, f.getReq(&c.Resources))
@@ -221,30 +221,26 @@ func restoreTargets(change *v1alpha1.Change, values []v1alpha1.ContainerResource
 // PreviousValues returns the values a change replaced, per container: the
 // values a rollback with restoreTo Previous passes to Restore.
 func PreviousValues(change *v1alpha1.Change) []v1alpha1.ContainerResources {
-	out := make([]v1alpha1.ContainerResources, 0, len(change.Containers))
-	for _, cc := range change.Containers {
-		c := v1alpha1.ContainerResources{Name: cc.Name}
-		if cc.Previous.Requests != nil {
-			c.Requests = cc.Previous.Requests.DeepCopy()
-		}
-		if cc.Previous.Limits != nil {
-			c.Limits = cc.Previous.Limits.DeepCopy()
-		}
-		out = append(out, c)
-	}
-	return out
+	return changeValues(change, func(cc *v1alpha1.ContainerChange) v1alpha1.Resources { return cc.Previous })
 }
 
 // AppliedValues returns the values a change applied, per container.
 func AppliedValues(change *v1alpha1.Change) []v1alpha1.ContainerResources {
+	return changeValues(change, func(cc *v1alpha1.ContainerChange) v1alpha1.Resources { return cc.Applied })
+}
+
+// changeValues copies one side of each container's change.
+func changeValues(change *v1alpha1.Change, side func(*v1alpha1.ContainerChange) v1alpha1.Resources) []v1alpha1.ContainerResources {
 	out := make([]v1alpha1.ContainerResources, 0, len(change.Containers))
-	for _, cc := range change.Containers {
+	for i := range change.Containers {
+		cc := &change.Containers[i]
+		r := side(cc)
 		c := v1alpha1.ContainerResources{Name: cc.Name}
-		if cc.Applied.Requests != nil {
-			c.Requests = cc.Applied.Requests.DeepCopy()
+		if r.Requests != nil {
+			c.Requests = r.Requests.DeepCopy()
 		}
-		if cc.Applied.Limits != nil {
-			c.Limits = cc.Applied.Limits.DeepCopy()
+		if r.Limits != nil {
+			c.Limits = r.Limits.DeepCopy()
 		}
 		out = append(out, c)
 	}
