@@ -86,7 +86,7 @@ func (r *RecommendationReconciler) startWatch(ctx context.Context, rsr *v1alpha1
 
 // watch evaluates the rules once and acts on the verdict.
 func (r *RecommendationReconciler) watch(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, resolved *policy.Resolved) (ctrl.Result, error) {
-	workload, _, err := r.Applier.Workload(ctx, rsr)
+	workload, err := r.Applier.Target(ctx, rsr)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("read workload of %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
@@ -230,7 +230,7 @@ func (r *RecommendationReconciler) restore(ctx context.Context, rsr *v1alpha1.Ri
 	}
 	figures := joinFigures(b.Figures)
 	r.Recorder.Eventf(rsr, nil, corev1.EventTypeWarning, "RolledBack", "Rollback", "%s: %s", msg, figures)
-	if w, _, err := r.Applier.Workload(ctx, rsr); err == nil {
+	if w, err := r.Applier.Target(ctx, rsr); err == nil {
 		r.Recorder.Eventf(w, rsr, corev1.EventTypeWarning, "RolledBack", "Rollback", "kerf: %s: %s", msg, figures)
 	}
 	r.Metrics.count(v1alpha1.ActionRolledBack, b.Reason, b.Resources)
@@ -272,7 +272,7 @@ func (r *RecommendationReconciler) restoreValues(ctx context.Context, rsr *v1alp
 			return lh.Containers, nil
 		}
 	case v1alpha1.RestoreManifest:
-		w, _, err := r.Applier.Workload(ctx, rsr)
+		w, err := r.Applier.Target(ctx, rsr)
 		if err != nil {
 			return nil, err
 		}
@@ -319,7 +319,7 @@ func (r *RecommendationReconciler) stateEvents(ctx context.Context, rsr *v1alpha
 
 // annotate writes status.rollback to the workload's annotation.
 func (r *RecommendationReconciler) annotate(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) error {
-	w, _, err := r.Applier.Workload(ctx, rsr)
+	w, err := r.Applier.Target(ctx, rsr)
 	if err != nil {
 		return err
 	}

@@ -267,7 +267,7 @@ func (r *RecommendationReconciler) resolvePolicy(ctx context.Context, rsr *v1alp
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: rsr.Namespace}, &ns); err != nil {
 		return nil, fmt.Errorf("read namespace %s: %w", rsr.Namespace, err)
 	}
-	workload, _, err := r.Applier.Workload(ctx, rsr)
+	workload, err := r.Applier.Target(ctx, rsr)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("read workload of %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}

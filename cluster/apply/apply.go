@@ -126,6 +126,13 @@ func (a *Applier) Workload(ctx context.Context, rsr *v1alpha1.RightsizingRecomme
 	return obj, current, nil
 }
 
+// Target reads the recommendation's workload alone, without working out the
+// values that run (which, for InPlace, lists its pods).
+func (a *Applier) Target(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (client.Object, error) {
+	obj, _, err := a.workload(ctx, rsr)
+	return obj, err
+}
+
 // workload reads the target and returns it with a pointer to its template.
 func (a *Applier) workload(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (client.Object, *corev1.PodTemplateSpec, error) {
 	ref := rsr.Spec.TargetRef
