@@ -7,7 +7,9 @@ set -euo pipefail
 # prometheus: the PromQL tests run a real Prometheus.
 # protobuf-compiler: make generate (api/stream/v1).
 # iproute2, util-linux, procps: the kernel tests (cgroups, processes).
-PACKAGES=(clang llvm libbpf-dev bpftool protobuf-compiler prometheus iproute2 util-linux procps git make)
+# containerd, runc, containernetworking-plugins, iptables, conntrack: the
+# one-node sandbox cluster (kerf-sandbox) and the end-to-end tests.
+PACKAGES=(clang llvm libbpf-dev bpftool protobuf-compiler prometheus iproute2 util-linux procps git make containerd runc containernetworking-plugins iptables conntrack ethtool socat)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

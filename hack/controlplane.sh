@@ -9,7 +9,7 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 # Kubernetes binaries to build from k8s.io/kubernetes/cmd/<name>.
-K8S_BINARIES=${K8S_BINARIES:-kube-apiserver kube-controller-manager kube-scheduler kubectl}
+K8S_BINARIES=${K8S_BINARIES:-kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy}
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 kdir=$root/bin/k8s-$K8S_VERSION
