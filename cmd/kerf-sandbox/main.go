@@ -1,7 +1,7 @@
-// Command kerf-sandbox runs Kerf's local sandbox. Today it runs a real
-// control plane (etcd + kube-apiserver built by `make deps`) in the
-// foreground until Ctrl-C; the one-node cluster of DESIGN.md section 9 grows
-// here.
+// Command kerf-sandbox runs Kerf's local sandbox: a real one-node
+// Kubernetes cluster on this machine (DESIGN.md section 9; `up`, `down`,
+// `status`, logic in internal/sandbox), or just a real control plane in the
+// foreground until Ctrl-C (`controlplane`).
 package main
 
 import (
@@ -21,7 +21,12 @@ func usage() {
 	fmt.Fprint(os.Stderr, `Usage: kerf-sandbox <command> [flags]
 
 Commands:
+  up             start a real one-node cluster (or reuse the healthy one running)
+  down           stop it and remove every trace of it
+  status         show each component, the node and the kubeconfig
   controlplane   run etcd and kube-apiserver on loopback until Ctrl-C
+
+Exit codes: 0 ok, 1 failure, 2 usage.
 
 Run 'kerf-sandbox <command> -h' for a command's flags.
 `)
@@ -35,6 +40,12 @@ func main() {
 	switch os.Args[1] {
 	case "controlplane":
 		os.Exit(runControlPlane(os.Args[2:]))
+	case "up":
+		os.Exit(runUp(os.Args[2:]))
+	case "down":
+		os.Exit(runDown(os.Args[2:]))
+	case "status":
+		os.Exit(runStatus(os.Args[2:]))
 	case "-h", "-help", "--help", "help":
 		usage()
 	default:
