@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -63,6 +64,11 @@ type CertOptions struct {
 	// ExtraHosts are further DNS names or IP addresses the serving
 	// certificate covers.
 	ExtraHosts []string
+	// CAConfigMap, when set, names a ConfigMap in Namespace where a
+	// SelfManagedCertificate publishes the CA bundle (key ca.crt), for
+	// clients other than the apiserver: the agents verify the leader's
+	// stream certificate with it.
+	CAConfigMap string
 	// CAValidity is how long a new CA is valid; zero means DefaultCAValidity.
 	CAValidity time.Duration
 	// CertValidity is how long a new serving certificate is valid; zero
@@ -404,12 +410,17 @@ type SelfManagedCertificate struct {
 
 	cert atomic.Pointer[tls.Certificate]
 	ca   atomic.Pointer[[]byte]
+	// published is whether the last patch (caBundle, CA ConfigMap)
+	// succeeded.
+	published atomic.Bool
 }
 
 // NewSelfManagedCertificate ensures the certificate (see
 // EnsureSelfManagedCert) and, when webhookConfigName is not empty, patches
-// that MutatingWebhookConfiguration's caBundle. A failed patch is logged,
-// not returned: the webhook fails open until Run patches it.
+// that MutatingWebhookConfiguration's caBundle, and when opts.CAConfigMap is
+// set, publishes the CA bundle there. A failed patch is logged, not
+// returned: the webhook fails open (and clients of the ConfigMap wait)
+// until Run patches it.
 func NewSelfManagedCertificate(ctx context.Context, c client.Client, opts CertOptions, webhookConfigName string, log *slog.Logger) (*SelfManagedCertificate, error) {
 	if log == nil {
 		log = slog.Default()
@@ -419,7 +430,8 @@ func NewSelfManagedCertificate(ctx context.Context, c client.Client, opts CertOp
 		return nil, err
 	}
 	if err := s.patch(ctx); err != nil {
-		s.log.Warn("caBundle not patched; the apiserver cannot reach the webhook until it is", "webhookConfiguration", webhookConfigName, "err", err)
+		s.log.Warn("CA bundle not published; clients cannot verify the certificate until it is",
+			"webhookConfiguration", webhookConfigName, "caConfigMap", opts.CAConfigMap, "err", err)
 	}
 	return s, nil
 }
@@ -443,10 +455,57 @@ func (s *SelfManagedCertificate) ensure(ctx context.Context) error {
 }
 
 func (s *SelfManagedCertificate) patch(ctx context.Context) error {
-	if s.webhookConfig == "" {
-		return nil
+	var err error
+	if s.webhookConfig != "" {
+		err = PatchCABundle(ctx, s.c, s.webhookConfig, s.CABundle())
 	}
-	return PatchCABundle(ctx, s.c, s.webhookConfig, s.CABundle())
+	if s.opts.CAConfigMap != "" {
+		err = errors.Join(err, PublishCA(ctx, s.c, s.opts.Namespace, s.opts.CAConfigMap, s.CABundle()))
+	}
+	s.published.Store(err == nil)
+	return err
+}
+
+// CAConfigMapKey is the key of the CA bundle in the ConfigMap PublishCA
+// writes (the name clients mount it under).
+const CAConfigMapKey = "ca.crt"
+
+// PublishCA sets caPEM as key ca.crt of the ConfigMap namespace/name,
+// creating the ConfigMap when absent. It writes only when the bundle
+// differs, and retries on conflicts, so replicas may all call it.
+func PublishCA(ctx context.Context, c client.Client, namespace, name string, caPEM []byte) error {
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	racing := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
+	err := retry.OnError(retry.DefaultRetry, racing, func() error {
+		var cm corev1.ConfigMap
+		err := c.Get(ctx, key, &cm)
+		if apierrors.IsNotFound(err) {
+			cm = corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{
+					Namespace: namespace, Name: name,
+					Labels: map[string]string{"app.kubernetes.io/name": "kerf", "app.kubernetes.io/managed-by": "kerf"},
+				},
+				Data: map[string]string{CAConfigMapKey: string(caPEM)},
+			}
+			return c.Create(ctx, &cm)
+		}
+		if err != nil {
+			return err
+		}
+		if cm.Data[CAConfigMapKey] == string(caPEM) {
+			return nil
+		}
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data[CAConfigMapKey] = string(caPEM)
+		// The resourceVersion read above makes the update conditional.
+		return c.Update(ctx, &cm)
+	})
+	if err != nil {
+		return fmt.Errorf("publish CA bundle in ConfigMap %s: %w", key, err)
+	}
+	return nil
 }
 
 // CABundle returns the CA bundle in PEM that verifies the serving
@@ -464,13 +523,13 @@ func (s *SelfManagedCertificate) GetCertificate(*tls.ClientHelloInfo) (*tls.Cert
 	return s.cert.Load(), nil
 }
 
-// Run re-ensures the certificate and the caBundle every interval until ctx
-// ends, retrying sooner (from 5s, doubling) after a failure. Each replica
-// runs it; the Secret keeps them agreeing.
+// Run re-ensures the certificate, the caBundle and the CA ConfigMap every
+// interval until ctx ends, retrying sooner (from 5s, doubling) after a
+// failure. Each replica runs it; the Secret keeps them agreeing.
 func (s *SelfManagedCertificate) Run(ctx context.Context, interval time.Duration) {
 	const firstRetry = 5 * time.Second
 	wait := interval
-	if s.webhookConfig != "" && !bytes.Equal(s.currentCABundle(ctx), s.CABundle()) {
+	if !s.published.Load() || s.webhookConfig != "" && !bytes.Equal(s.currentCABundle(ctx), s.CABundle()) {
 		wait = firstRetry
 	}
 	retry := firstRetry
@@ -488,7 +547,7 @@ func (s *SelfManagedCertificate) Run(ctx context.Context, interval time.Duration
 			return
 		}
 		if err != nil {
-			s.log.Warn("refresh webhook certificate", "err", err, "retryIn", retry)
+			s.log.Warn("refresh self-managed certificate", "err", err, "retryIn", retry)
 			wait, retry = retry, min(2*retry, interval)
 			continue
 		}

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,10 +15,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 	_ "time/tzdata" // freeze windows name IANA time zones; the image has no zoneinfo
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -46,7 +49,10 @@ func main() {
 	webhookService := fs.String("webhook-service", "kerf-webhook", "Service the apiserver calls the webhook through (names the self-managed certificate)")
 	webhookSecret := fs.String("webhook-secret", "kerf-webhook-cert", "Secret that holds the self-managed certificate, shared by the replicas")
 	streamAddr := fs.String("stream-addr", "", "gRPC address of the agents' stream, served by the leader (empty: none)")
-	streamCertDir := fs.String("stream-cert-dir", "", "directory with tls.crt and tls.key for the stream (required with --stream-addr)")
+	streamCertDir := fs.String("stream-cert-dir", "", "directory with tls.crt and tls.key for the stream (default: a self-managed certificate)")
+	streamService := fs.String("stream-service", "kerf-leader", "Service the agents reach the stream through (names the self-managed certificate)")
+	streamSecret := fs.String("stream-secret", "kerf-leader-cert", "Secret that holds the stream's self-managed certificate, shared by the replicas")
+	streamCAConfigMap := fs.String("stream-ca-configmap", "kerf-leader-ca", "ConfigMap where the stream's self-managed CA bundle is published (key ca.crt) for the agents")
 	agentAudience := fs.String("agent-audience", "kerf-leader", "audience the agents' service-account tokens must carry")
 	agentSA := fs.String("agent-service-account", "kerf-agent", "the agents' service account, in --namespace")
 	metricsURL := fs.String("metrics-url", "", "Prometheus-compatible URL to read CPU throttling from (health.metricsURL; empty: not from Prometheus)")
@@ -74,37 +80,43 @@ func main() {
 		}
 		cfg.Throttling = src
 	}
+	// The stream is TLS only (agents send their tokens on it): the user's
+	// certificate, or a self-managed one whose CA the agents read from
+	// --stream-ca-configmap (docs/install.md).
+	var streamCert *webhook.CertOptions
 	if *streamAddr != "" {
-		if *streamCertDir == "" {
-			log.Error("--stream-addr needs --stream-cert-dir: agents send their tokens on it, so it is TLS only")
-			os.Exit(2)
-		}
-		fc, err := webhook.NewFileCertificate(*streamCertDir, log)
-		if err != nil {
-			log.Error("--stream-cert-dir", "err", err)
-			os.Exit(2)
-		}
 		ln, err := net.Listen("tcp", *streamAddr)
 		if err != nil {
 			log.Error("--stream-addr", "err", err)
 			os.Exit(2)
 		}
-		cfg.Stream = cluster.StreamConfig{Listener: ln, TLS: webhook.TLSConfig(fc.GetCertificate),
+		cfg.Stream = cluster.StreamConfig{Listener: ln,
 			Audience: *agentAudience, ServiceAccountNamespace: *namespace, ServiceAccountName: *agentSA}
+		if *streamCertDir != "" {
+			fc, err := webhook.NewFileCertificate(*streamCertDir, log)
+			if err != nil {
+				log.Error("--stream-cert-dir", "err", err)
+				os.Exit(2)
+			}
+			cfg.Stream.TLS = webhook.TLSConfig(fc.GetCertificate)
+		} else {
+			streamCert = &webhook.CertOptions{Namespace: *namespace, ServiceName: *streamService,
+				SecretName: *streamSecret, CAConfigMap: *streamCAConfigMap}
+		}
 	}
 	cfg.Webhook = cluster.WebhookConfig{
 		CertDir:    *webhookCertDir,
 		Cert:       webhook.CertOptions{Namespace: *namespace, ServiceName: *webhookService, SecretName: *webhookSecret},
 		ConfigName: *webhookConfig,
 	}
-	if err := run(log, *kubeconfig, *metricsAddr, *webhookAddr, cfg); err != nil {
+	if err := run(log, *kubeconfig, *metricsAddr, *webhookAddr, streamCert, cfg); err != nil {
 		log.Error("kerf-leader stopped", "err", err)
 		os.Exit(1)
 	}
 	log.Info("kerf-leader stopped")
 }
 
-func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, cfg cluster.Config) error {
+func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, streamCert *webhook.CertOptions, cfg cluster.Config) error {
 	var restConfig *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -125,16 +137,38 @@ func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, cfg clus
 			return fmt.Errorf("listen on --webhook-addr %s: %w", webhookAddr, err)
 		}
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if streamCert != nil {
+		if cfg.Stream.TLS, err = selfManagedTLS(ctx, restConfig, *streamCert, log); err != nil {
+			return fmt.Errorf("stream certificate: %w", err)
+		}
+	}
 	leader, err := cluster.New(cfg, restConfig, log)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	log.Info("kerf-leader starting", "identity", cfg.Identity, "lease", cfg.Namespace+"/"+cfg.LeaseName, "metricsAddr", metricsAddr)
 	err = leader.Run(ctx)
 	if errors.Is(err, cluster.ErrLeadershipLost) {
 		return fmt.Errorf("%w: exiting so that only the new leader acts", err)
 	}
 	return err
+}
+
+// selfManagedTLS serves a self-managed certificate kept in a Secret shared by
+// the replicas, renewed before it expires, with its CA bundle published in
+// opts.CAConfigMap.
+func selfManagedTLS(ctx context.Context, restConfig *rest.Config, opts webhook.CertOptions, log *slog.Logger) (*tls.Config, error) {
+	// Secrets are read from the apiserver, not a cache (EnsureSelfManagedCert).
+	c, err := client.New(restConfig, client.Options{Scheme: cluster.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	sc, err := webhook.NewSelfManagedCertificate(ctx, c, opts, "", log)
+	if err != nil {
+		return nil, err
+	}
+	go sc.Run(ctx, time.Hour)
+	return webhook.TLSConfig(sc.GetCertificate), nil
 }

@@ -1,0 +1,402 @@
+// Package manifests_test checks what `kubectl apply -k manifests/` installs
+// against a real kube-apiserver: every object is accepted, the RBAC lets
+// kerf-leader do its job through real calls made as its service account,
+// and kerf-agent cannot write anything.
+package manifests_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/cluster/webhook"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+const (
+	namespace = "kerf-system"
+	leaderSA  = "system:serviceaccount:kerf-system:kerf-leader"
+	agentSA   = "system:serviceaccount:kerf-system:kerf-agent"
+)
+
+var shared controlplane.Shared
+
+func TestMain(m *testing.M) { shared.Main(m) }
+
+func kubectl(t *testing.T) string {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	require.NoError(t, err)
+	p := filepath.Join(root, "bin", "k8s-"+controlplane.KubernetesVersion, "kubectl")
+	if _, err := os.Stat(p); err != nil {
+		if controlplane.Required() {
+			t.Fatalf("kubectl: %v (make deps builds it)", err)
+		}
+		t.Skipf("kubectl not available: %v (make deps builds it)", err)
+	}
+	return p
+}
+
+// rendered is `kubectl kustomize manifests/`.
+func rendered(t *testing.T) []byte {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	require.NoError(t, err)
+	out, err := exec.Command(kubectl(t), "kustomize", filepath.Join(root, "manifests")).Output()
+	require.NoError(t, err, "kubectl kustomize manifests/")
+	return out
+}
+
+// objects decodes the rendered manifests.
+func objects(t *testing.T, y []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(y), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		err := dec.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		require.NoError(t, err)
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}
+
+// object finds the rendered object of kind and name, decoded into into.
+func object(t *testing.T, objs []*unstructured.Unstructured, kind, name string, into any) {
+	t.Helper()
+	for _, u := range objs {
+		if u.GetKind() == kind && u.GetName() == name {
+			b, err := yaml.Marshal(u.Object)
+			require.NoError(t, err)
+			require.NoError(t, yaml.UnmarshalStrict(b, into), "%s %s", kind, name)
+			return
+		}
+	}
+	t.Fatalf("no %s %s in manifests/", kind, name)
+}
+
+// apply runs `kubectl apply -f -` (client-side, as `kubectl apply -k`) on
+// the rendered manifests.
+func apply(t *testing.T, cp *controlplane.ControlPlane, y []byte) string {
+	t.Helper()
+	cmd := exec.Command(kubectl(t), "--kubeconfig", cp.Kubeconfig, "apply", "-f", "-")
+	cmd.Stdin = bytes.NewReader(y)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "kubectl apply:\n%s", out)
+	return string(out)
+}
+
+// installed applies the manifests once for the package's tests.
+func installed(t *testing.T) (*controlplane.ControlPlane, []*unstructured.Unstructured) {
+	t.Helper()
+	cp := shared.Get(t)
+	y := rendered(t)
+	apply(t, cp, y)
+	return cp, objects(t, y)
+}
+
+func TestEveryObjectIsAcceptedByTheAPIServer(t *testing.T) {
+	cp := shared.Get(t)
+	y := rendered(t)
+	objs := objects(t, y)
+	// The CRDs, the namespace, both service accounts and their RBAC, the
+	// leader's Deployment, PDB and two Services, the webhook, the agent's
+	// DaemonSet and the default policy.
+	kinds := map[string]int{}
+	for _, u := range objs {
+		kinds[u.GetKind()]++
+	}
+	assert.Equal(t, map[string]int{
+		"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 2,
+		"ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1,
+		"Deployment": 1, "PodDisruptionBudget": 1, "Service": 2,
+		"MutatingWebhookConfiguration": 1, "DaemonSet": 1, "ClusterRightsizingPolicy": 1,
+	}, kinds)
+
+	out := apply(t, cp, y)
+	versions := func() map[string]string {
+		v := map[string]string{}
+		for _, u := range objs {
+			live := &unstructured.Unstructured{}
+			live.SetGroupVersionKind(u.GroupVersionKind())
+			require.NoError(t, cp.Client.Get(context.Background(), client.ObjectKeyFromObject(u), live),
+				"%s %s is in the apiserver after apply:\n%s", u.GetKind(), u.GetName(), out)
+			v[u.GetKind()+"/"+u.GetName()] = live.GetResourceVersion()
+		}
+		return v
+	}
+	before := versions()
+	// A second apply fails on nothing and writes nothing (kubectl may still
+	// say "configured" for a PodDisruptionBudget: its selector is patched
+	// by replacement, a no-op the apiserver does not store).
+	apply(t, cp, y)
+	assert.Equal(t, before, versions(), "a re-apply is a no-op")
+}
+
+func TestTheDefaultPolicyGovernsEveryWorkloadWithTheDesignDefaults(t *testing.T) {
+	cp, _ := installed(t)
+	var p v1alpha1.ClusterRightsizingPolicy
+	require.NoError(t, cp.Client.Get(context.Background(), client.ObjectKey{Name: "default"}, &p))
+	r := p.Spec.Guardrails.Rollback
+	assert.Equal(t, 30*time.Minute, r.WatchDuration.Duration)
+	assert.Equal(t, int32(1), *r.OOMKills)
+	assert.Equal(t, int32(3), *r.Restarts)
+	assert.Equal(t, "0.25", r.ThrottlingRatio)
+	assert.Equal(t, 24*time.Hour, r.Cooldown.Duration)
+	assert.Equal(t, v1alpha1.RestorePrevious, r.RestoreTo)
+	assert.Equal(t, int32(1), r.Backoff.MaxAttempts)
+	assert.False(t, p.Spec.Guardrails.Paused)
+	assert.Empty(t, p.Spec.Selector.Kinds, "every workload kind")
+}
+
+func TestTheWebhookManifestIsTheLeadersConfiguration(t *testing.T) {
+	var got admissionregistrationv1.MutatingWebhookConfiguration
+	object(t, objects(t, rendered(t)), "MutatingWebhookConfiguration", "kerf", &got)
+	want := webhook.Configuration("kerf", namespace, "kerf-webhook", nil)
+	assert.Equal(t, want.Webhooks, got.Webhooks)
+	assert.Equal(t, want.Name, got.Name)
+}
+
+// can runs `kubectl auth can-i` as user and returns its answer. resource
+// is [group-qualified] resource[/name], with a subresource after a colon
+// (pods:resize).
+func can(t *testing.T, cp *controlplane.ControlPlane, user, verb, resource, ns string) bool {
+	t.Helper()
+	resource, sub, _ := strings.Cut(resource, ":")
+	args := []string{"--kubeconfig", cp.Kubeconfig, "auth", "can-i", verb, resource, "--as", user}
+	if sub != "" {
+		args = append(args, "--subresource", sub)
+	}
+	if ns != "" {
+		args = append(args, "-n", ns)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(kubectl(t), args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	answer := strings.TrimSpace(string(out))
+	if err != nil && answer != "no" {
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.Bytes())
+	}
+	return answer == "yes"
+}
+
+func TestLeaderRBACAllowsWhatTheLeaderDoesAndNoMore(t *testing.T) {
+	cp, _ := installed(t)
+	for _, c := range []struct {
+		verb, resource, ns string
+		allowed            bool
+	}{
+		{"watch", "rightsizingrecommendations.kerf.dev", "", true},
+		{"update", "rightsizingrecommendations.kerf.dev:status", "default", true},
+		{"update", "rightsizingrecommendations.kerf.dev", "default", false}, // status only
+		{"list", "clusterrightsizingpolicies.kerf.dev", "", true},
+		{"list", "rightsizingpolicies.kerf.dev", "", true},
+		{"watch", "pods", "", true},
+		{"update", "pods:resize", "default", true},
+		{"update", "pods", "default", false},
+		{"delete", "pods", "default", false},
+		{"list", "namespaces", "", true},
+		{"patch", "deployments.apps", "default", true},
+		{"patch", "statefulsets.apps", "default", true},
+		{"patch", "daemonsets.apps", "default", true},
+		{"watch", "replicasets.apps", "", true},
+		{"patch", "replicasets.apps", "default", false},
+		{"patch", "horizontalpodautoscalers.autoscaling", "default", true},
+		{"create", "events", "default", true},
+		{"create", "events.events.k8s.io", "default", true},
+		{"create", "tokenreviews.authentication.k8s.io", "", true},
+		{"update", "mutatingwebhookconfigurations.admissionregistration.k8s.io/kerf", "", true},
+		{"update", "mutatingwebhookconfigurations.admissionregistration.k8s.io/other", "", false},
+		{"update", "leases.coordination.k8s.io/kerf-leader", namespace, true},
+		{"update", "leases.coordination.k8s.io/kerf-leader", "default", false},
+		{"get", "secrets/kerf-webhook-cert", namespace, true},
+		{"update", "secrets/kerf-leader-cert", namespace, true},
+		{"get", "secrets/other", namespace, false},
+		{"list", "secrets", namespace, false},
+		{"get", "secrets", "default", false},
+		{"update", "configmaps/kerf-leader-ca", namespace, true},
+		{"get", "configmaps/other", namespace, false},
+	} {
+		assert.Equal(t, c.allowed, can(t, cp, leaderSA, c.verb, c.resource, c.ns), "kerf-leader %s %s in %q", c.verb, c.resource, c.ns)
+	}
+}
+
+// as returns clients that act as user.
+func as(t *testing.T, cp *controlplane.ControlPlane, user string) (client.Client, kubernetes.Interface) {
+	t.Helper()
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}}
+	c, err := client.New(cfg, client.Options{Scheme: cluster.Scheme})
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	return c, cs
+}
+
+// TestTheLeaderManagesItsCertificatesAsItsServiceAccount makes the calls
+// kerf-leader makes at start, as its service account: the stream's
+// self-managed certificate with its CA published for the agents, the
+// webhook's with the caBundle patched, and a TokenReview.
+func TestTheLeaderManagesItsCertificatesAsItsServiceAccount(t *testing.T) {
+	cp, objs := installed(t)
+	ctx := context.Background()
+	c, cs := as(t, cp, leaderSA)
+
+	// The stream, as cmd/kerf-leader sets it up by default.
+	stream, err := webhook.NewSelfManagedCertificate(ctx, c, webhook.CertOptions{Namespace: namespace,
+		ServiceName: "kerf-leader", SecretName: "kerf-leader-cert", CAConfigMap: "kerf-leader-ca"}, "", nil)
+	require.NoError(t, err)
+	var cm corev1.ConfigMap
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "kerf-leader-ca"}, &cm))
+	require.NotEmpty(t, cm.Data[webhook.CAConfigMapKey])
+
+	// The agent verifies it as its DaemonSet says: the ConfigMap's CA and
+	// --leader-server-name.
+	var ds appsv1.DaemonSet
+	object(t, objs, "DaemonSet", "kerf-agent", &ds)
+	serverName := flagValue(t, ds.Spec.Template.Spec.Containers[0].Args, "--leader-server-name")
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM([]byte(cm.Data[webhook.CAConfigMapKey])))
+	leaf, err := stream.GetCertificate(nil)
+	require.NoError(t, err)
+	_, err = leaf.Leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: serverName})
+	assert.NoError(t, err, "the stream certificate verifies as %s with the published CA", serverName)
+	assert.Equal(t, "/etc/kerf/leader-ca/"+webhook.CAConfigMapKey, flagValue(t, ds.Spec.Template.Spec.Containers[0].Args, "--leader-ca"))
+
+	// A renewal by another replica is published again.
+	require.NoError(t, webhook.PublishCA(ctx, c, namespace, "kerf-leader-ca", []byte("other")))
+	require.NoError(t, webhook.PublishCA(ctx, c, namespace, "kerf-leader-ca", stream.CABundle()))
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "kerf-leader-ca"}, &cm))
+	assert.Equal(t, string(stream.CABundle()), cm.Data[webhook.CAConfigMapKey])
+
+	// The webhook: its own Secret and the caBundle of its configuration,
+	// which a re-apply of the manifests keeps.
+	wh, err := webhook.NewSelfManagedCertificate(ctx, c, webhook.CertOptions{Namespace: namespace,
+		ServiceName: "kerf-webhook", SecretName: "kerf-webhook-cert"}, "kerf", nil)
+	require.NoError(t, err)
+	require.NoError(t, webhook.PatchCABundle(ctx, c, "kerf", wh.CABundle()))
+	apply(t, cp, rendered(t))
+	var cfg admissionregistrationv1.MutatingWebhookConfiguration
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "kerf"}, &cfg))
+	assert.Equal(t, wh.CABundle(), cfg.Webhooks[0].ClientConfig.CABundle, "a re-apply keeps the leader's caBundle")
+
+	// The stream's authentication.
+	_, err = cs.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: "x"}}, metav1.CreateOptions{})
+	assert.NoError(t, err)
+
+	// The TLS configuration the stream serves with, end to end.
+	tlsCfg := webhook.TLSConfig(stream.GetCertificate)
+	cert, err := tlsCfg.GetCertificate(&tls.ClientHelloInfo{ServerName: serverName})
+	require.NoError(t, err)
+	assert.NotNil(t, cert)
+}
+
+func flagValue(t *testing.T, args []string, name string) string {
+	t.Helper()
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("no %s in %v", name, args)
+	return ""
+}
+
+func TestTheAgentCannotWriteAnything(t *testing.T) {
+	cp, _ := installed(t)
+	_, cs := as(t, cp, agentSA)
+	// Reviews every service account may make about itself.
+	self := map[string]bool{"selfsubjectaccessreviews": true, "selfsubjectrulesreviews": true, "selfsubjectreviews": true}
+	for _, ns := range []string{namespace, "default"} {
+		r, err := cs.AuthorizationV1().SelfSubjectRulesReviews().Create(context.Background(),
+			&authzv1.SelfSubjectRulesReview{Spec: authzv1.SelfSubjectRulesReviewSpec{Namespace: ns}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		require.False(t, r.Status.Incomplete, r.Status.EvaluationError)
+		for _, rule := range r.Status.ResourceRules {
+			if slices.ContainsFunc(rule.Resources, func(r string) bool { return self[r] }) {
+				continue
+			}
+			for _, v := range rule.Verbs {
+				assert.Contains(t, []string{"get", "list", "watch"}, v, "kerf-agent may %s %v in %s", v, rule.Resources, ns)
+			}
+			assert.NotContains(t, rule.Resources, "secrets", "kerf-agent reads no Secret")
+		}
+	}
+	assert.True(t, can(t, cp, agentSA, "watch", "pods", ""), "the informer fallback watches pods")
+	assert.False(t, can(t, cp, agentSA, "get", "secrets", namespace))
+	assert.False(t, can(t, cp, agentSA, "get", "configmaps", namespace), "the CA reaches it as a volume")
+}
+
+func TestTheAgentDialsTheLeaderServiceByIPAndPortName(t *testing.T) {
+	objs := objects(t, rendered(t))
+	var ds appsv1.DaemonSet
+	object(t, objs, "DaemonSet", "kerf-agent", &ds)
+	var svc corev1.Service
+	object(t, objs, "Service", "kerf-leader", &svc)
+	args := ds.Spec.Template.Spec.Containers[0].Args
+	assert.Equal(t, "$(KERF_LEADER_SERVICE_HOST):$(KERF_LEADER_SERVICE_PORT_STREAM)", flagValue(t, args, "--leader-addr"))
+	assert.True(t, slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "stream" }),
+		"the Service's port named stream sets KERF_LEADER_SERVICE_PORT_STREAM")
+	assert.Equal(t, "kerf-leader."+namespace+".svc", flagValue(t, args, "--leader-server-name"))
+	spec := ds.Spec.Template.Spec
+	assert.Equal(t, "system-node-critical", spec.PriorityClassName)
+	assert.Contains(t, spec.Tolerations, corev1.Toleration{Operator: corev1.TolerationOpExists}, "tolerates every taint")
+	sc := spec.Containers[0].SecurityContext
+	assert.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop)
+	assert.NotContains(t, sc.Capabilities.Add, corev1.Capability("SYS_ADMIN"))
+	assert.False(t, ptr.Deref(sc.Privileged, false))
+	var token bool
+	for _, v := range spec.Volumes {
+		if v.Projected != nil {
+			for _, s := range v.Projected.Sources {
+				token = token || s.ServiceAccountToken != nil && s.ServiceAccountToken.Audience == "kerf-leader"
+			}
+		}
+	}
+	assert.True(t, token, "a projected token with the leader's audience")
+
+	var dep appsv1.Deployment
+	object(t, objs, "Deployment", "kerf-leader", &dep)
+	assert.Equal(t, int32(2), *dep.Spec.Replicas)
+	lc := dep.Spec.Template.Spec.Containers[0]
+	assert.True(t, *dep.Spec.Template.Spec.SecurityContext.RunAsNonRoot)
+	assert.True(t, *lc.SecurityContext.ReadOnlyRootFilesystem)
+	assert.Equal(t, "/readyz", lc.ReadinessProbe.HTTPGet.Path)
+	var wsvc corev1.Service
+	object(t, objs, "Service", "kerf-webhook", &wsvc)
+	assert.True(t, wsvc.Spec.PublishNotReadyAddresses, "every replica serves the webhook")
+	assert.False(t, svc.Spec.PublishNotReadyAddresses, "the stream reaches the leader only")
+}
