@@ -2,11 +2,16 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/node/oom"
@@ -21,29 +26,58 @@ type Config struct {
 	CgroupRoot string
 	// Interval is how often containers' cpu.stat is sampled; 0 means 1 s.
 	Interval time.Duration
+	// Discovery is where the node's pods come from: auto, kubelet or
+	// apiserver (DiscoveryModes); empty means auto.
+	Discovery string
+	// PodsAPISocket is the kubelet's Pods API socket; empty means
+	// DefaultPodsAPISocket.
+	PodsAPISocket string
+	// NodeName is the agent's node, whose pods the apiserver informer
+	// watches; the kubelet's Pods API needs none.
+	NodeName string
+	// Layout is how the kubelet names container cgroups.
+	Layout cgroup.Layout
+	// Kube returns the apiserver client of the informer; it is called
+	// only when the informer is the source. Nil means no informer.
+	Kube func() (kubernetes.Interface, error)
 }
 
-// Agent is kerf-agent: today it runs the OOM source, counts the kills it
-// resolves to containers and samples the cpu.stat of the containers its
-// Sampler is given.
+// Agent is kerf-agent (docs/design.md section 5): it discovers the pods of
+// its node, samples their containers' cpu.stat, runs the OOM source and
+// counts the kills it resolves to containers, and streams all of it to the
+// leader when given a StreamClient.
 type Agent struct {
-	log      *slog.Logger
-	interval time.Duration
-	sampler  *Sampler // nil when the node's cgroups could not be read
-	source   oom.Source
-	counts   *oom.Counts
-	kills    *prometheus.CounterVec
-	sources  *prometheus.GaugeVec
-	stream   *StreamClient // nil without a leader to stream to
-	changed  []Sample      // reused by every pass
+	log       *slog.Logger
+	interval  time.Duration
+	sampler   *Sampler // nil when the node's cgroups could not be read
+	source    oom.Source
+	counts    *oom.Counts
+	kills     *prometheus.CounterVec
+	sources   *prometheus.GaugeVec
+	discovery *Discovery // nil without pod discovery
+	pods      PodSource  // nil without pod discovery
+	events    *prometheus.CounterVec
+	// discoveryGauge is kerf_agent_discovery{source}.
+	discoveryGauge *prometheus.GaugeVec
+	stream         *StreamClient // nil without a leader to stream to
+	changed        []Sample      // reused by every pass
 }
 
 // OOMSource names the OOM source in use: bpf, cgroup or kmsg.
 func (a *Agent) OOMSource() string { return a.source.Name() }
 
+// Discovery names the pod discovery source in use: kubelet, apiserver, or
+// "" for none.
+func (a *Agent) Discovery() string {
+	if a.pods == nil {
+		return ""
+	}
+	return a.pods.Name()
+}
+
 // SetStream makes the agent send each pass's changed counters and every
-// OOM kill resolved to a tracked container to the leader. Call it before
-// Run.
+// OOM kill resolved to a tracked container to the leader; Run runs c.
+// Call it before Run.
 func (a *Agent) SetStream(c *StreamClient) { a.stream = c }
 
 // New opens the OOM source cfg asks for (the best one the node allows, for
@@ -83,7 +117,106 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Agent, error
 		a.sampler = NewSampler(h)
 		reg.MustRegister(NewCollector(a.sampler, a.counts))
 	}
+	if err := a.chooseDiscovery(cfg, reg); err != nil {
+		_ = a.source.Close()
+		return nil, err
+	}
 	return a, nil
+}
+
+// chooseDiscovery picks the pod source cfg asks for (design section 5: the
+// kubelet's Pods API, else the apiserver informer), logs it and reports it
+// as kerf_agent_discovery{source}.
+func (a *Agent) chooseDiscovery(cfg Config, reg prometheus.Registerer) error {
+	mode := cfg.Discovery
+	if mode == "" {
+		mode = DiscoveryAuto
+	}
+	if !slices.Contains(DiscoveryModes, mode) {
+		return fmt.Errorf("--discovery %q: must be one of %s", cfg.Discovery, strings.Join(DiscoveryModes, ", "))
+	}
+	socket := cfg.PodsAPISocket
+	if socket == "" {
+		socket = DefaultPodsAPISocket
+	}
+	a.discoveryGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kerf_agent_discovery",
+		Help: "The pod discovery source in use (1): kubelet (the kubelet's Pods API) or apiserver (an informer); 0 for the other.",
+	}, []string{"source"})
+	a.events = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kerf_agent_container_events_total",
+		Help: "Container restarts and terminations pod discovery saw, by termination reason (none: a restart count change alone).",
+	}, []string{"reason"})
+	gauge := a.discoveryGauge
+	reg.MustRegister(gauge, a.events)
+	for _, s := range []string{DiscoveryKubelet, DiscoveryAPIServer} {
+		gauge.WithLabelValues(s).Set(0)
+	}
+	if a.sampler == nil {
+		a.log.Warn("no pod discovery: the node's cgroups were not found, so no container is sampled")
+		return nil
+	}
+	informer := func() (PodSource, error) {
+		switch {
+		case cfg.NodeName == "":
+			return nil, errors.New("--discovery=apiserver: the node name is empty (set --node-name or NODE_NAME)")
+		case cfg.Kube == nil:
+			return nil, errors.New("--discovery=apiserver: no apiserver client")
+		}
+		cs, err := cfg.Kube()
+		if err != nil {
+			return nil, fmt.Errorf("--discovery=apiserver: %w", err)
+		}
+		return &InformerPods{Clientset: cs, NodeName: cfg.NodeName, Log: a.log}, nil
+	}
+	var why error
+	switch mode {
+	case DiscoveryKubelet:
+		if err := ProbePodsAPI(context.Background(), socket, 0); err != nil {
+			a.log.Warn("the kubelet's Pods API does not answer yet; watching it anyway (--discovery=kubelet)", "err", err)
+		}
+		a.pods = &KubeletPods{Socket: socket, Log: a.log}
+	case DiscoveryAPIServer:
+		src, err := informer()
+		if err != nil {
+			return err
+		}
+		a.pods = src
+	case DiscoveryAuto:
+		if why = ProbePodsAPI(context.Background(), socket, 0); why == nil {
+			a.pods = &KubeletPods{Socket: socket, Log: a.log}
+			break
+		}
+		if cfg.NodeName == "" || cfg.Kube == nil {
+			a.log.Warn("no pod discovery: the kubelet's Pods API does not answer and the informer needs a node name and an apiserver client; no container is sampled",
+				"podsAPIErr", why)
+			return nil
+		}
+		src, err := informer()
+		if err != nil {
+			return err
+		}
+		a.pods = src
+	}
+	a.discovery = &Discovery{Layout: cfg.Layout, Sampler: a.sampler, Log: a.log, Events: a.containerEvent}
+	gauge.WithLabelValues(a.pods.Name()).Set(1)
+	a.log.Info("pod discovery chosen", "source", a.pods.Name(), "asked", mode, "podsAPISocket", socket,
+		"node", cfg.NodeName, "podsAPIErr", why)
+	return nil
+}
+
+// containerEvent logs and counts a container restart or termination that
+// pod discovery saw.
+func (a *Agent) containerEvent(ev ContainerEvent) {
+	reason := "none"
+	attrs := []any{"namespace", ev.Namespace, "pod", ev.Pod, "podUID", ev.PodUID, "container", ev.Container,
+		"restartCount", ev.RestartCount}
+	if t := ev.Terminated; t != nil {
+		reason = t.Reason
+		attrs = append(attrs, "reason", t.Reason, "exitCode", t.ExitCode, "finishedAt", t.FinishedAt.Time)
+	}
+	a.events.WithLabelValues(reason).Inc()
+	a.log.Info("container event", attrs...)
 }
 
 // Sampler returns the agent's sampler, for pod discovery to Set the
@@ -110,16 +243,54 @@ func (a *Agent) sample(ctx context.Context) {
 	}
 }
 
-// Run runs the agent until ctx is done.
+// Run runs the agent until ctx is done: pod discovery, sampling, the
+// stream and the OOM source. It returns the first error of a part that
+// stops by itself.
 func (a *Agent) Run(ctx context.Context) error {
-	defer a.source.Close()
-	if a.sampler != nil {
-		defer a.sampler.Close()
-		sctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); a.sample(sctx) }()
-		defer func() { cancel(); <-done }()
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+		if a.sampler != nil {
+			_ = a.sampler.Close()
+		}
+		_ = a.source.Close()
+	}()
+	errc := make(chan error, 3)
+	goRun := func(name string, run func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
 	}
+	if a.sampler != nil {
+		goRun("sampling", func(ctx context.Context) error { a.sample(ctx); return nil })
+	}
+	if a.discovery != nil {
+		goRun("pod discovery", func(ctx context.Context) error { return a.discovery.Run(ctx, a.pods) })
+	}
+	if a.stream != nil {
+		goRun("stream", a.stream.Run)
+	}
+	err := a.runOOM(ctx)
+	select {
+	case e := <-errc:
+		return e
+	default:
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// runOOM runs the OOM source until ctx is done.
+func (a *Agent) runOOM(ctx context.Context) error {
 	return a.source.Run(ctx, func(k oom.Kill) {
 		a.counts.Observe(k)
 		resolved := k.ContainerID != ""

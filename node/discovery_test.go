@@ -95,6 +95,93 @@ func TestInformerDiscoverySeesOnlyItsNodesPods(t *testing.T) {
 func TestInformerDiscoveryNeedsANodeName(t *testing.T) {
 	d := &Discovery{Log: testLog()}
 	assert.ErrorContains(t, d.RunInformer(context.Background(), nil, ""), "node name is empty")
+	assert.ErrorContains(t, (&InformerPods{NodeName: "n"}).Run(context.Background(), nil), "no apiserver client")
 }
 
 func testLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// withStatus returns a copy of p whose app container has restarted
+// restarts times, the last run ended as last (nil: none).
+func withStatus(p *corev1.Pod, restarts int32, last *corev1.ContainerStateTerminated) *corev1.Pod {
+	p = p.DeepCopy()
+	p.Status.ContainerStatuses[0].RestartCount = restarts
+	if last != nil {
+		p.Status.ContainerStatuses[0].LastTerminationState.Terminated = last
+	}
+	return p
+}
+
+func TestDiscoveryReportsRestartsAndTerminationsAfterTheBaseline(t *testing.T) {
+	h, err := cgroup.Detect()
+	require.NoError(t, err)
+	s := NewSampler(h)
+	defer s.Close()
+	var got []ContainerEvent
+	d := &Discovery{Layout: cgroup.Layout{Driver: cgroup.DriverCgroupfs}, Sampler: s, Log: testLog(),
+		Events: func(ev ContainerEvent) { got = append(got, ev) }}
+	web := podOn("n1", "web", "6f1c9e2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b", true)
+	oomKilled := &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137, ContainerID: "containerd://aaa",
+		FinishedAt: metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
+	errored := &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1, ContainerID: "containerd://bbb",
+		FinishedAt: metav1.NewTime(time.Date(2026, 1, 2, 3, 9, 0, 0, time.UTC))}
+
+	d.update([]*corev1.Pod{withStatus(web, 2, oomKilled)})
+	assert.Empty(t, got, "what the first set holds happened before the agent looked")
+	assert.Equal(t, 1, s.Stats().Tracked)
+
+	d.update([]*corev1.Pod{withStatus(web, 2, oomKilled)})
+	assert.Empty(t, got, "an unchanged status is no event")
+
+	d.update([]*corev1.Pod{withStatus(web, 3, errored)})
+	require.Len(t, got, 1)
+	assert.Equal(t, ContainerEvent{Namespace: "default", Pod: "web", PodUID: string(web.UID), Container: "app",
+		RestartCount: 3, Terminated: errored}, got[0])
+
+	// The kubelet shows a run's end in state.terminated, then in
+	// lastState once the container runs again: one event for it.
+	got = nil
+	ended := withStatus(web, 3, errored)
+	ended.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: oomKilled.DeepCopy()}
+	ended.Status.ContainerStatuses[0].State.Terminated.ContainerID = "containerd://ccc"
+	d.update([]*corev1.Pod{ended})
+	require.Len(t, got, 1)
+	assert.Equal(t, "OOMKilled", got[0].Terminated.Reason)
+	assert.Equal(t, int32(137), got[0].Terminated.ExitCode)
+	restarted := withStatus(web, 4, ended.Status.ContainerStatuses[0].State.Terminated)
+	d.update([]*corev1.Pod{restarted})
+	require.Len(t, got, 2)
+	assert.Nil(t, got[1].Terminated, "the same termination moved to lastState is not reported again")
+	assert.Equal(t, int32(4), got[1].RestartCount)
+
+	got = nil
+	other := podOn("n1", "new", "7f1c9e2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b", true)
+	d.update([]*corev1.Pod{restarted, other})
+	assert.Empty(t, got, "a new pod that has not restarted is no event")
+}
+
+// TestInformerPodsWaitsForTheFullSet checks the informer hands discovery
+// the whole set first: the pods that exist before it starts are the
+// baseline, not events.
+func TestInformerPodsWaitsForTheFullSet(t *testing.T) {
+	cp := controlplane.StartForTest(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, name := range []string{"a", "b", "c"} {
+		p := podOn("node-a", name, "", true)
+		p.UID = ""
+		_, err := cp.Clientset.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	calls := make(chan int, 10)
+	src := &InformerPods{Clientset: cp.Clientset, NodeName: "node-a", Log: testLog()}
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, func(p []*corev1.Pod) { calls <- len(p) }) }()
+	select {
+	case n := <-calls:
+		assert.Equal(t, 3, n, "the first call has every pod")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pods after 10s")
+	}
+	cancel()
+	require.NoError(t, <-done)
+}

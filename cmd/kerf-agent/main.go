@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -39,11 +38,15 @@ func main() {
 	cgroupRoot := fs.String("cgroup-root", "", "cgroup path of the kubelet's pods, e.g. /kubepods (default: found)")
 	cgroupDriver := fs.String("cgroup-driver", string(cgroup.DriverCgroupfs), "the kubelet's cgroup driver: cgroupfs or systemd")
 	kubeletRoot := fs.String("kubelet-cgroup-root", "/", "the kubelet's --cgroup-root")
-	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name, whose pods are sampled (empty: no pod discovery)")
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name: the apiserver discovery watches its pods, the stream reports it (required with --leader-addr or --discovery=apiserver)")
 	leaderAddr := fs.String("leader-addr", "", "the leader's stream address, host:port (empty: no stream)")
 	leaderCA := fs.String("leader-ca", "", "CA certificate file that signed the leader's stream certificate")
+	leaderServerName := fs.String("leader-server-name", "", "name the leader's stream certificate is verified against (default: the host of --leader-addr), e.g. kerf-leader.kerf-system.svc when dialling the Service's IP")
 	tokenFile := fs.String("token-file", "/var/run/secrets/kerf/token", "projected service-account token (audience: the leader's) sent on the stream")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for pod discovery (default: in-cluster configuration)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for the apiserver pod discovery (default: in-cluster configuration)")
+	discovery := fs.String("discovery", node.DiscoveryAuto, "where the node's pods come from: "+strings.Join(node.DiscoveryModes, ", ")+
+		" (auto: the kubelet's Pods API when its socket answers, else an apiserver informer on --node-name's pods)")
+	podsAPISocket := fs.String("pods-api-socket", node.DefaultPodsAPISocket, "the kubelet's Pods API socket (<kubelet --root-dir>/pods-api/pods-api.sock)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: kerf-agent [flags]\n\n"+
 			"Kerf's node agent: reads CFS throttling counters and OOM kills per container\n"+
@@ -73,21 +76,21 @@ func main() {
 		log.Error("kerf-agent cannot start", "err", fmt.Sprintf("--interval %s: must be positive", *interval))
 		os.Exit(2)
 	}
-	agent, err := node.New(node.Config{OOMSource: *oomSource, CgroupRoot: *cgroupRoot, Interval: *interval}, log, reg)
+	agent, err := node.New(node.Config{OOMSource: *oomSource, CgroupRoot: *cgroupRoot, Interval: *interval,
+		Discovery: *discovery, PodsAPISocket: *podsAPISocket, NodeName: *nodeName,
+		Layout: cgroup.Layout{Driver: driver, Root: *kubeletRoot},
+		Kube:   func() (kubernetes.Interface, error) { return clientset(*kubeconfig) }}, log, reg)
 	if err != nil {
 		log.Error("kerf-agent cannot start", "err", err)
 		os.Exit(1)
 	}
-	errc := make(chan error, 4)
-	go func() { errc <- agent.Run(ctx) }()
-	go func() { errc <- endpoints.New(reg, nil).Serve(ctx, *metricsAddr) }()
-	workers := 2
 	if *leaderAddr != "" {
 		tlsConfig, err := leaderTLS(*leaderCA)
 		if err != nil {
 			log.Error("kerf-agent cannot start", "err", err)
 			os.Exit(2)
 		}
+		tlsConfig.ServerName = *leaderServerName
 		sc, err := node.NewStreamClient(node.StreamConfig{Addr: *leaderAddr, TLS: tlsConfig, TokenFile: *tokenFile,
 			NodeName: *nodeName, OOMSource: agent.OOMSource(), Registerer: reg, Log: log})
 		if err != nil {
@@ -95,22 +98,11 @@ func main() {
 			os.Exit(2)
 		}
 		agent.SetStream(sc)
-		go func() { errc <- ignoreCanceled(sc.Run(ctx)) }()
-		workers++
 	}
-	if *nodeName != "" && agent.Sampler() != nil {
-		cs, err := clientset(*kubeconfig)
-		if err != nil {
-			log.Error("kerf-agent cannot start", "err", err)
-			os.Exit(1)
-		}
-		d := &node.Discovery{Layout: cgroup.Layout{Driver: driver, Root: *kubeletRoot}, Sampler: agent.Sampler(), Log: log}
-		go func() { errc <- d.RunInformer(ctx, cs, *nodeName) }()
-		workers++
-	} else {
-		log.Warn("no pod discovery: --node-name is empty or cgroups were not found; no container is sampled")
-	}
-	for range workers {
+	errc := make(chan error, 2)
+	go func() { errc <- agent.Run(ctx) }()
+	go func() { errc <- endpoints.New(reg, nil).Serve(ctx, *metricsAddr) }()
+	for range 2 {
 		if err := <-errc; err != nil {
 			log.Error("kerf-agent stopped", "err", err)
 			os.Exit(1)
@@ -149,11 +141,4 @@ func leaderTLS(caFile string) (*tls.Config, error) {
 	}
 	cfg.RootCAs = pool
 	return cfg, nil
-}
-
-func ignoreCanceled(err error) error {
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
 }

@@ -1,0 +1,331 @@
+package chain
+
+// The whole chain of design sections 3, 5 and 6, every part real: pods on
+// a real apiserver whose containers are real cgroups (one throttled by a
+// 20 ms / 100 ms CFS quota under a busy loop, one with room to spare) →
+// kerf-agent as cmd/kerf-agent wires it (node.New, the apiserver pod
+// discovery, the sampler, the stream client, the endpoints' /metrics) →
+// the leader's stream server (TLS, TokenReview) and its MemorySource; and
+// at the same time a real Prometheus scraping the agent's /metrics. The
+// health watch's two throttling sources, PromQL (cluster/promql) and the
+// agents' stream (the MemorySource), must give the same ratio over the same
+// window.
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"math"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/cluster/promql"
+	"github.com/kerf-dev/kerf/cluster/stream"
+	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/internal/endpoints"
+	"github.com/kerf-dev/kerf/node"
+	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kerneltest"
+	"github.com/kerf-dev/kerf/test/streamtest"
+)
+
+var shared controlplane.Shared
+
+func TestMain(m *testing.M) { shared.Main(m) }
+
+const (
+	nodeName       = "chain-node"
+	agentNamespace = "kerf-system"
+	agentSA        = "kerf-agent"
+	audience       = "kerf-leader"
+	appNamespace   = "chain"
+
+	// interval is the agent's sampling interval and Prometheus' scrape
+	// interval.
+	interval = time.Second
+	// cfsPeriod is the CFS period of both test containers.
+	cfsPeriod = 100 * time.Millisecond
+	// window is the throttling window compared: long enough for the
+	// 300 periods the health watch needs (design section 3).
+	window = 32 * time.Second
+	// threshold is the default policy's throttlingRatio.
+	threshold = 0.25
+)
+
+// periodsPerInterval is the tolerance between the two sources, one
+// sampling interval's worth of CFS periods: interval / cfsPeriod, plus one
+// for a period that straddles a sample. Why one interval: Prometheus stores
+// the agent's latest sample at its scrape time, the stream stores it at
+// its sampling time, so at each end of the window the two sources read
+// either the same sample or PromQL the one before; with both clocks
+// ticking every interval the phase between them is fixed, so at the two
+// ends the lag is the same or differs by one sample, and the increases
+// over the window differ by at most one interval's periods. A busy
+// container counts every period, and a throttled period is a period, so
+// the same bound holds for the throttled counts.
+const periodsPerInterval = float64(interval/cfsPeriod) + 1
+
+func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
+	if _, err := os.Stat(prometheusBin); err != nil {
+		t.Skipf("needs a real Prometheus at %s (make deps installs it): %v", prometheusBin, err)
+	}
+	cpuMount := cpuHierarchy(t)
+	cp := shared.Get(t)
+	cs := cp.Clientset
+	ctx := t.Context()
+
+	// The agent's identity: a pod of its service account on the node and
+	// a token bound to it with the leader's audience.
+	for _, ns := range []string{agentNamespace, appNamespace} {
+		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	_, err := cs.CoreV1().ServiceAccounts(agentNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agentSA}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	agentPod := streamtest.CreatePod(t, cs, agentNamespace, "kerf-agent-chain", nodeName, agentSA)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(t, cs, agentNamespace, agentSA, audience, agentPod)), 0o600))
+
+	// The workload: two running pods whose containers are real cgroups
+	// where the kubelet with this layout would put them.
+	layout := cgroup.Layout{Driver: cgroup.DriverCgroupfs, Root: fmt.Sprintf("/kerf-chain-%08x", mrand.Uint32())}
+	throttled := runningPod(t, cs, "throttled")
+	idle := runningPod(t, cs, "idle")
+	throttledDir := containerCgroup(t, cpuMount, layout, throttled)
+	idleDir := containerCgroup(t, cpuMount, layout, idle)
+	kerneltest.WriteFile(t, throttledDir, "cpu.cfs_period_us", strconv.Itoa(int(cfsPeriod.Microseconds())))
+	kerneltest.WriteFile(t, throttledDir, "cpu.cfs_quota_us", "20000") // 20% of a CPU
+	kerneltest.WriteFile(t, idleDir, "cpu.cfs_period_us", strconv.Itoa(int(cfsPeriod.Microseconds())))
+	kerneltest.WriteFile(t, idleDir, "cpu.cfs_quota_us", "200000") // two CPUs: never throttled
+	// A busy loop, and a light load that runs in most periods.
+	runIn(t, throttledDir, "while :; do :; done")
+	runIn(t, idleDir, "while :; do sleep 0.03; done")
+
+	// The leader's end: stream server over TLS with TokenReview, the
+	// pods from an informer, samples into a MemorySource.
+	memory := watch.NewMemorySource()
+	addr, pool := startLeader(t, cs, memory)
+
+	// The agent, wired as cmd/kerf-agent wires it.
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	reg := prometheus.NewRegistry()
+	agent, err := node.New(node.Config{
+		OOMSource:  "auto",
+		CgroupRoot: layout.Root + "/kubepods",
+		Interval:   interval,
+		Discovery:  node.DiscoveryAPIServer,
+		NodeName:   nodeName,
+		Layout:     layout,
+		Kube:       func() (kubernetes.Interface, error) { return cs, nil },
+	}, log, reg)
+	require.NoError(t, err)
+	assert.Equal(t, node.DiscoveryAPIServer, agent.Discovery())
+	sc, err := node.NewStreamClient(node.StreamConfig{Addr: addr, TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13},
+		TokenFile: tokenFile, NodeName: nodeName, OOMSource: agent.OOMSource(), Registerer: reg, Log: log})
+	require.NoError(t, err)
+	agent.SetStream(sc)
+	metricsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	actx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- agent.Run(actx) }()
+	go func() { done <- endpoints.New(reg, nil).ServeListener(actx, metricsLn) }()
+	t.Cleanup(func() {
+		stop()
+		for range 2 {
+			assert.NoError(t, <-done)
+		}
+	})
+
+	// Prometheus scrapes the agent's /metrics every interval.
+	promURL := startPrometheus(t, metricsLn.Addr().String())
+
+	// Both sources have both containers: the window starts at the next
+	// whole interval after that.
+	pods := []*corev1.Pod{throttled, idle}
+	require.Eventually(t, func() bool {
+		s, err := memory.Samples([]types.UID{throttled.UID, idle.UID}, time.Now().Add(-time.Minute), time.Now())
+		return err == nil && len(s) >= 4
+	}, 30*time.Second, 100*time.Millisecond, "no samples of both pods reached the leader")
+	src, err := promql.New(promql.Config{URL: promURL}, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		now := time.Now()
+		w, err := src.ThrottleWindows(pods, []string{"app"}, now.Add(-time.Minute), now)
+		return err == nil && w["app"].Periods > 0
+	}, 30*time.Second, 200*time.Millisecond, "Prometheus has no samples of the containers")
+	from := time.Now().Add(interval / 2)
+	to := from.Add(window)
+	// Both sources hold the window once a scrape and a stream sample past
+	// its end are in.
+	time.Sleep(time.Until(to.Add(2*interval + interval/2)))
+
+	for _, tc := range []struct {
+		pod       *corev1.Pod
+		throttled bool
+	}{{throttled, true}, {idle, false}} {
+		t.Run(tc.pod.Name, func(t *testing.T) {
+			p := []*corev1.Pod{tc.pod}
+			fromProm, err := src.ThrottleWindows(p, []string{"app"}, from, to)
+			require.NoError(t, err)
+			fromStream, err := memory.ThrottleWindows(p, []string{"app"}, from, to)
+			require.NoError(t, err)
+			pw, sw := fromProm["app"], fromStream["app"]
+			t.Logf("%s over %v: PromQL %v/%v periods throttled (ratio %.4f), agents' stream %v/%v (ratio %.4f); tolerance %v periods",
+				tc.pod.Name, window, pw.Throttled, pw.Periods, ratio(pw), sw.Throttled, sw.Periods, ratio(sw), periodsPerInterval)
+			require.Positive(t, pw.Periods, "PromQL saw no periods")
+			require.Positive(t, sw.Periods, "the stream saw no periods")
+			assert.InDelta(t, sw.Periods, pw.Periods, periodsPerInterval, "periods differ by more than one sampling interval's worth")
+			assert.InDelta(t, sw.Throttled, pw.Throttled, periodsPerInterval, "throttled periods differ by more than one sampling interval's worth")
+			if tc.throttled {
+				assert.GreaterOrEqual(t, sw.Periods, 300.0, "the window must hold the 300 periods the health watch needs")
+				assert.Greater(t, ratio(pw), threshold, "PromQL ratio")
+				assert.Greater(t, ratio(sw), threshold, "stream ratio")
+			} else {
+				assert.Less(t, ratio(pw), 0.01, "PromQL ratio")
+				assert.Less(t, ratio(sw), 0.01, "stream ratio")
+			}
+		})
+	}
+}
+
+func ratio(w watch.ThrottleWindow) float64 {
+	if w.Periods == 0 {
+		return math.NaN()
+	}
+	return w.Throttled / w.Periods
+}
+
+// cpuHierarchy returns the v1 cpu controller's mount, or skips the test.
+func cpuHierarchy(t *testing.T) cgroup.Mount {
+	t.Helper()
+	if uid := os.Geteuid(); uid != 0 {
+		t.Skipf("needs root to create cgroups: running as uid %d", uid)
+	}
+	h, err := cgroup.Detect()
+	if err != nil {
+		t.Skipf("cannot read this machine's cgroups: %v", err)
+	}
+	m, ok := h.Controller("cpu")
+	if !ok || m.Version != 1 {
+		t.Skipf("needs the cgroup v1 cpu controller (cgroup mode %s)", h.Mode)
+	}
+	return m
+}
+
+// runningPod creates a pod on the node with one container, app, and gives
+// it the status of a running container with a fresh containerd id.
+func runningPod(t *testing.T, cs kubernetes.Interface, name string) *corev1.Pod {
+	t.Helper()
+	ctx := t.Context()
+	p, err := cs.CoreV1().Pods(appNamespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: appNamespace, Name: name},
+		Spec:       corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "app", Image: "kerf.local/kerf-workload:1"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	id := make([]byte, 32)
+	_, _ = rand.Read(id)
+	p.Status.Phase = corev1.PodRunning
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name:        "app",
+		Image:       "kerf.local/kerf-workload:1",
+		ContainerID: "containerd://" + hex.EncodeToString(id),
+		Ready:       true,
+		State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}},
+	}}
+	p, err = cs.CoreV1().Pods(appNamespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	return p
+}
+
+// containerCgroup makes the pod's app container's cgroup, and the
+// kubelet's parents of it, in the cpu hierarchy, and returns its
+// directory; the test's cleanup removes those it made, children first.
+func containerCgroup(t *testing.T, m cgroup.Mount, l cgroup.Layout, p *corev1.Pod) string {
+	t.Helper()
+	rel, err := l.ContainerDir(cgroup.PodCgroup{UID: string(p.UID), QoS: cgroup.QoSClass(p.Status.QOSClass)}, p.Status.ContainerStatuses[0].ContainerID)
+	require.NoError(t, err)
+	dir := m.Path
+	for _, part := range strings.Split(strings.Trim(rel, "/"), "/") {
+		dir = filepath.Join(dir, part)
+		err := os.Mkdir(dir, 0o755)
+		if os.IsExist(err) {
+			continue // a parent another container made, removed after it
+		}
+		require.NoError(t, err)
+		d := dir
+		t.Cleanup(func() { kerneltest.RemoveCgroup(t, d) })
+	}
+	return dir
+}
+
+// runIn starts script under /bin/sh in the cgroup at dir; it is killed
+// when the test ends.
+func runIn(t *testing.T, dir, script string) {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", script)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	kerneltest.WriteFile(t, dir, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
+}
+
+// startLeader serves the leader's stream on 127.0.0.1 with a self-signed
+// certificate, and returns its address and a pool that trusts it.
+func startLeader(t *testing.T, cs kubernetes.Interface, memory *watch.MemorySource) (string, *x509.CertPool) {
+	t.Helper()
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	informer := factory.Core().V1().Pods().Informer()
+	pods, err := stream.NewPodIndex(informer)
+	require.NoError(t, err)
+	stopInformers := make(chan struct{})
+	factory.Start(stopInformers)
+	t.Cleanup(func() { close(stopInformers); factory.Shutdown() })
+	require.True(t, cache.WaitForCacheSync(t.Context().Done(), informer.HasSynced))
+	var leading atomic.Bool
+	leading.Store(true)
+	srv, err := stream.New(stream.Config{
+		Audience:                audience,
+		ServiceAccountNamespace: agentNamespace,
+		ServiceAccountName:      agentSA,
+		Clientset:               cs,
+		Pods:                    pods,
+		Memory:                  memory,
+		Leading:                 leading.Load,
+		Registerer:              prometheus.NewRegistry(),
+		Log:                     slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	require.NoError(t, err)
+	serverTLS, pool := streamtest.SelfSigned(t)
+	g := stream.NewGRPCServer(srv, serverTLS)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	return lis.Addr().String(), pool
+}
