@@ -8,7 +8,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # Test flags: add e.g. TESTFLAGS=-run=TestSmoke.
 TESTFLAGS ?=
 
-.PHONY: all deps generate vmlinux verify-generated build test unit bench lint demo clean
+.PHONY: all deps generate vmlinux verify-generated build images test unit bench lint demo clean
 
 all: build
 
@@ -34,6 +34,10 @@ verify-generated:
 build:
 	@hack/build.sh bin
 
+## images: image archives (docker-archive, no Docker) into bin/images/ for `ctr images import`
+images:
+	$(GO) run hack/images.go bin/images
+
 ## test: vet, generated-code drift, unit, kernel and control-plane tests
 test: deps
 	$(GO) vet ./...
@@ -52,9 +56,9 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-## demo: run Kerf's local sandbox until Ctrl-C
+## demo: a real one-node cluster, Kerf installed from manifests/, three real rollbacks narrated; Ctrl-C tears it down
 demo: deps build
-	bin/kerf-sandbox controlplane
+	bin/kerf-sandbox demo
 
 clean:
 	rm -f bin/kerf-agent bin/kerf-leader bin/kerf-sandbox

@@ -21,6 +21,7 @@ func usage() {
 	fmt.Fprint(os.Stderr, `Usage: kerf-sandbox <command> [flags]
 
 Commands:
+  demo           up, install Kerf, run three real rollbacks, narrate them; down on Ctrl-C
   up             start a real one-node cluster (or reuse the healthy one running)
   down           stop it and remove every trace of it
   status         show each component, the node and the kubeconfig
@@ -42,6 +43,8 @@ func main() {
 		os.Exit(runControlPlane(os.Args[2:]))
 	case "up":
 		os.Exit(runUp(os.Args[2:]))
+	case "demo":
+		os.Exit(runDemo(os.Args[2:]))
 	case "down":
 		os.Exit(runDown(os.Args[2:]))
 	case "status":

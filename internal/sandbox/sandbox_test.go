@@ -55,6 +55,10 @@ func TestUpRunsPodsAndDownLeavesNothing(t *testing.T) {
 	if _, err := resolve(Options{StateDir: "/var/tmp/x"}); err != nil {
 		skipOrFail(t, "sandbox binaries not available: %v", err)
 	}
+	// Other test packages bring sandboxes up too: one at a time.
+	unlock, err := Lock(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(unlock)
 	if err := checkPorts(); err != nil {
 		skipOrFail(t, "another sandbox seems to run on this machine: %v", err)
 	}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/internal/sandbox"
+	"github.com/kerf-dev/kerf/internal/scenario"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+// demoNamespace holds the demo's workloads.
+const demoNamespace = "kerf-demo"
+
+func runDemo(args []string) int {
+	fs := flag.NewFlagSet("kerf-sandbox demo", flag.ContinueOnError)
+	stateDir := fs.String("state-dir", sandbox.DefaultStateDir, "directory for all of the sandbox's state (on a real disk, not overlayfs or tmpfs)")
+	keep := fs.Bool("keep", false, "leave the sandbox running on exit (kerf-sandbox down removes it)")
+	only := fs.String("scenario", "all", "which scenario to run: oom, throttling, restarts or all")
+	if code := parse(fs, args); code >= 0 {
+		return code
+	}
+	dir, ok := absStateDir(*stateDir)
+	if !ok {
+		return 2
+	}
+	switch *only {
+	case "all", "oom", "throttling", "restarts":
+	default:
+		fmt.Fprintf(os.Stderr, "--scenario %q: must be oom, throttling, restarts or all\n", *only)
+		return 2
+	}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kerf-sandbox demo runs from a checkout of Kerf (it builds the images from it): %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	say := func(format string, args ...any) {
+		fmt.Printf("%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	teardown := func() int {
+		if *keep {
+			say("the sandbox keeps running: kerf-sandbox down --state-dir %s removes it", dir)
+			return 0
+		}
+		say("tearing the sandbox down ...")
+		if err := sandbox.Down(context.Background(), dir, log); err != nil {
+			fmt.Fprintf(os.Stderr, "kerf-sandbox down: %v\n", err)
+			return 1
+		}
+		say("done: nothing of the sandbox is left")
+		return 0
+	}
+
+	fmt.Println("Kerf demo: a real one-node cluster on this machine, Kerf installed from manifests/, three real rollbacks.")
+	in, err := scenario.Install(ctx, scenario.InstallOptions{RepoRoot: root, StateDir: dir, Log: log, Say: say})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "\nthe demo could not set up: %v\n", err)
+		teardown()
+		return 1
+	}
+	e := &scenario.Env{Client: in.Client, Namespace: demoNamespace, Out: os.Stdout}
+	if err := freshNamespace(ctx, in.Client, demoNamespace); err != nil {
+		fmt.Fprintf(os.Stderr, "namespace %s: %v\n", demoNamespace, err)
+		teardown()
+		return 1
+	}
+
+	type step struct {
+		key, title, story string
+		run               func(context.Context, scenario.Options) (*scenario.Result, error)
+	}
+	steps := []step{
+		{"oom", "1. A memory decrease that gets OOM-killed (InPlace)",
+			"The workload's memory limit goes from 256Mi to 96Mi in place; then it allocates 160 MiB. The kernel OOM-kills it, the agent's BPF tracer sees the kill, the leader puts 256Mi back in place.",
+			e.OOM},
+		{"throttling", "2. A CPU decrease that throttles (InPlace; the 2-minute, 300-period rule)",
+			"The workload burns 400 millicores; its CPU limit goes from 1 to 100m. The kernel throttles it in most periods. The rule waits two minutes after the change, then 300 periods, and rolls the CPU back: about two and a half minutes.",
+			e.Throttling},
+		{"restarts", "3. A change followed by crash restarts (Rollout)",
+			"Both requests change through a rollout, and the HPA target follows. The new pod then crashes three times: every touched resource and the HPA target are rolled back.",
+			func(ctx context.Context, o scenario.Options) (*scenario.Result, error) {
+				o.HPA = true
+				return e.Restarts(ctx, o)
+			}},
+	}
+	failed := false
+	for _, s := range steps {
+		if *only != "all" && *only != s.key {
+			continue
+		}
+		fmt.Printf("\n== %s\n   %s\n\n", s.title, s.story)
+		r, err := s.run(ctx, scenario.Options{})
+		if err != nil {
+			failed = true
+			fmt.Fprintf(os.Stderr, "\n   this scenario failed: %v\n   leader logs: kubectl -n %s logs -l app.kubernetes.io/component=leader; node logs: %s/logs\n", err, scenario.KerfNamespace, dir)
+			if errors.Is(err, context.Canceled) {
+				break
+			}
+			continue
+		}
+		fmt.Printf("\n   timeline (what the kernel, the agent, the kubelet and the leader saw and did):\n")
+		r.Timeline.Print(os.Stdout)
+		if !r.Signal.IsZero() && !r.RolledBack.IsZero() {
+			fmt.Printf("   harm first visible → recommendation RolledBack: %.2f s; → kernel enforcing the old values: %.2f s\n",
+				r.RolledBack.Sub(r.Signal).Seconds(), r.KernelRestored.Sub(r.Signal).Seconds())
+		}
+	}
+
+	leaderURL, _ := e.LeaderURL(ctx)
+	fmt.Printf(`
+== Look around
+
+  export KUBECONFIG=%s
+  alias kubectl=%s
+  kubectl get rsr -A
+  kubectl -n %s describe rsr oom-demo
+  kubectl -n %s get events --field-selector type=Warning
+  curl -s %s/v1/audit?type=rolled_back        # the audit API (the elected leader)
+  curl -s %s/metrics | grep kerf_actions_total
+
+The cluster stays up until Ctrl-C.
+`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, demoNamespace, leaderURL, leaderURL)
+	if ctx.Err() == nil {
+		<-ctx.Done()
+	}
+	fmt.Println()
+	code := teardown()
+	if failed {
+		return 1
+	}
+	return code
+}
+
+// freshNamespace deletes what an earlier demo left in ns and creates it
+// again.
+func freshNamespace(ctx context.Context, c client.Client, ns string) error {
+	obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	if err := c.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return scenario.Poll(ctx, 2*time.Minute, 250*time.Millisecond, "namespace "+ns+" to be recreated", func(ctx context.Context) (bool, error) {
+		err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		if apierrors.IsAlreadyExists(err) {
+			return false, nil // still terminating
+		}
+		return err == nil, err
+	})
+}

@@ -1,0 +1,304 @@
+// Package scenario runs Kerf's end-to-end scenarios on a real cluster: a
+// workload is changed, made to misbehave for real (OOM kill, CPU throttling,
+// crash restarts), and Kerf is expected to roll the change back. `make demo`
+// narrates them for people; test/e2e runs them and asserts the end states.
+//
+// A scenario talks to the cluster through the apiserver, to the workload
+// through its HTTP control endpoint on the pod network, to the agent and the
+// leader through their /metrics, and to the kernel through the pods' cgroup
+// files on this machine (the cluster is one node: this one).
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/cgroup"
+)
+
+// WorkloadImage is the image of kerf-workload, the program scenarios make
+// misbehave (internal/images builds it).
+const WorkloadImage = "kerf.local/kerf-workload:dev"
+
+// KerfNamespace is where manifests/ installs Kerf.
+const KerfNamespace = "kerf-system"
+
+// Env is what a scenario needs from the cluster.
+type Env struct {
+	// Client reads and writes the cluster; its scheme knows Kerf's API.
+	Client client.Client
+	// Namespace is where the scenario creates its workload and policy; it
+	// must exist.
+	Namespace string
+	// CgroupRoot is where this machine mounts cgroup v1 controllers
+	// (default /sys/fs/cgroup).
+	CgroupRoot string
+	// Layout is how the node's kubelet names pod cgroups (default cgroupfs,
+	// root /).
+	Layout cgroup.Layout
+	// Out receives the narration (nil: none).
+	Out io.Writer
+	// HTTP reaches pods on the pod network (nil: a client with a 5 s
+	// timeout).
+	HTTP *http.Client
+
+	mu sync.Mutex
+}
+
+func (e *Env) cgroupRoot() string {
+	if e.CgroupRoot == "" {
+		return "/sys/fs/cgroup"
+	}
+	return e.CgroupRoot
+}
+
+func (e *Env) httpClient() *http.Client {
+	if e.HTTP == nil {
+		return &http.Client{Timeout: 5 * time.Second}
+	}
+	return e.HTTP
+}
+
+// Say narrates one step.
+func (e *Env) Say(format string, args ...any) {
+	if e.Out == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fmt.Fprintf(e.Out, "  %s  "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+// Mark is one entry of a scenario's timeline.
+type Mark struct {
+	// At is when it happened (or was first seen).
+	At time.Time
+	// Who saw or did it: kernel, agent, kubelet, leader or scenario.
+	Who string
+	// What happened.
+	What string
+}
+
+// Timeline is what the kernel, the agent, the kubelet and the leader saw and
+// did during a scenario, in time order once sorted.
+type Timeline []Mark
+
+// Print writes the timeline relative to its first mark.
+func (t Timeline) Print(w io.Writer) {
+	if len(t) == 0 {
+		return
+	}
+	sorted := append(Timeline(nil), t...)
+	sortMarks(sorted)
+	t0 := sorted[0].At
+	for _, m := range sorted {
+		fmt.Fprintf(w, "    %+9.3fs  %-8s %s\n", m.At.Sub(t0).Seconds(), m.Who, m.What)
+	}
+}
+
+func sortMarks(t Timeline) {
+	for i := 1; i < len(t); i++ {
+		for j := i; j > 0 && t[j].At.Before(t[j-1].At); j-- {
+			t[j], t[j-1] = t[j-1], t[j]
+		}
+	}
+}
+
+// Poll calls cond every interval until it returns true, returns an error, or
+// timeout passes; what names the wait in the error.
+func Poll(ctx context.Context, timeout, interval time.Duration, what string, cond func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		ok, err := cond(ctx)
+		if err != nil {
+			last = err
+		} else if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
+			}
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-time.After(interval):
+		}
+	}
+}
+
+// RunningPods returns the workload's pods (matching sel) that run, are
+// ready and are not being deleted.
+func (e *Env) RunningPods(ctx context.Context, sel map[string]string) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := e.Client.List(ctx, &list, client.InNamespace(e.Namespace), client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(sel)}); err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		ready := false
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+		if ready {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// ContainerDir returns the cgroup directory of a pod's container under the
+// v1 controller ctrl (cpu, memory), on this machine.
+func (e *Env) ContainerDir(pod *corev1.Pod, container, ctrl string) (string, error) {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != container || cs.ContainerID == "" {
+			continue
+		}
+		layout := e.Layout
+		if layout.Driver == "" {
+			layout.Driver = cgroup.DriverCgroupfs
+		}
+		rel, err := layout.ContainerDir(cgroup.PodCgroup{UID: string(pod.UID), QoS: cgroup.QoSClass(pod.Status.QOSClass)}, cs.ContainerID)
+		if err != nil {
+			return "", err
+		}
+		return filepath.Join(e.cgroupRoot(), ctrl, rel), nil
+	}
+	return "", fmt.Errorf("pod %s/%s: container %q has no containerID yet", pod.Namespace, pod.Name, container)
+}
+
+// Limits are a container's limits as the kernel enforces them.
+type Limits struct {
+	// MemoryBytes is memory.limit_in_bytes.
+	MemoryBytes int64
+	// CPUQuotaMicros is cpu.cfs_quota_us (-1: none); CPUPeriodMicros is
+	// cpu.cfs_period_us.
+	CPUQuotaMicros, CPUPeriodMicros int64
+	// CPUShares is cpu.shares, which the CPU request sets.
+	CPUShares int64
+}
+
+// CPUMillis is the quota as millicores (-1: none).
+func (l Limits) CPUMillis() int64 {
+	if l.CPUQuotaMicros < 0 || l.CPUPeriodMicros == 0 {
+		return -1
+	}
+	return l.CPUQuotaMicros * 1000 / l.CPUPeriodMicros
+}
+
+// KernelLimits reads a container's limits from its cgroup files.
+func (e *Env) KernelLimits(pod *corev1.Pod, container string) (Limits, error) {
+	var l Limits
+	mem, err := e.ContainerDir(pod, container, "memory")
+	if err != nil {
+		return l, err
+	}
+	cpu, err := e.ContainerDir(pod, container, "cpu")
+	if err != nil {
+		return l, err
+	}
+	for _, f := range []struct {
+		path string
+		into *int64
+	}{
+		{filepath.Join(mem, "memory.limit_in_bytes"), &l.MemoryBytes},
+		{filepath.Join(cpu, "cpu.cfs_quota_us"), &l.CPUQuotaMicros},
+		{filepath.Join(cpu, "cpu.cfs_period_us"), &l.CPUPeriodMicros},
+		{filepath.Join(cpu, "cpu.shares"), &l.CPUShares},
+	} {
+		raw, err := os.ReadFile(f.path)
+		if err != nil {
+			return l, err
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+		if err != nil {
+			return l, fmt.Errorf("%s: %w", f.path, err)
+		}
+		*f.into = v
+	}
+	return l, nil
+}
+
+// WaitKernelLimits waits until the container of every running pod matching
+// sel has the given limits in its cgroup (memory in bytes, cpu in
+// millicores; 0 leaves one unchecked) and returns when it saw them.
+func (e *Env) WaitKernelLimits(ctx context.Context, sel map[string]string, container string, memory, cpuMillis int64, timeout time.Duration) (time.Time, error) {
+	var seen time.Time
+	err := Poll(ctx, timeout, 20*time.Millisecond, fmt.Sprintf("the kernel to enforce memory=%d cpu=%dm on %s", memory, cpuMillis, container), func(ctx context.Context) (bool, error) {
+		pods, err := e.RunningPods(ctx, sel)
+		if err != nil || len(pods) == 0 {
+			return false, err
+		}
+		for i := range pods {
+			l, err := e.KernelLimits(&pods[i], container)
+			if err != nil {
+				return false, err
+			}
+			if memory != 0 && l.MemoryBytes != memory || cpuMillis != 0 && l.CPUMillis() != cpuMillis {
+				return false, nil
+			}
+		}
+		seen = time.Now()
+		return true, nil
+	})
+	return seen, err
+}
+
+// Control sends a command to the workload's HTTP control endpoint in pod:
+// POST /<verb>?<query>.
+func (e *Env) Control(ctx context.Context, pod *corev1.Pod, verb, query string) error {
+	if pod.Status.PodIP == "" {
+		return fmt.Errorf("pod %s has no IP yet", pod.Name)
+	}
+	url := fmt.Sprintf("http://%s:8080/%s", pod.Status.PodIP, verb)
+	if query != "" {
+		url += "?" + query
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := e.httpClient().Do(req)
+	if err != nil {
+		if verb == "crash" || verb == "alloc" {
+			// The process may die before it answers; that is the point.
+			return nil
+		}
+		return fmt.Errorf("POST %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("POST %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// quantity parses a quantity the scenarios spell as constants.
+func quantity(s string) *resource.Quantity {
+	q := resource.MustParse(s)
+	return &q
+}
+
+// now is a metav1 time helper for objects the scenarios create.
+func now() metav1.Time { return metav1.NewTime(time.Now()) }

@@ -1,0 +1,164 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/internal/images"
+	"github.com/kerf-dev/kerf/internal/sandbox"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+// InstallOptions say where the sandbox lives and what to build.
+type InstallOptions struct {
+	// RepoRoot is the repository (manifests/, cmd/, bin/).
+	RepoRoot string
+	// StateDir is the sandbox's state directory.
+	StateDir string
+	// ImageDir receives the image archives (default <RepoRoot>/bin/images,
+	// reused when the binaries did not change).
+	ImageDir string
+	// Log receives progress.
+	Log *slog.Logger
+	// Say narrates the steps for people (nil: none).
+	Say func(format string, args ...any)
+}
+
+// Installed is a sandbox running Kerf from manifests/.
+type Installed struct {
+	// Cluster is the sandbox.
+	Cluster *sandbox.Cluster
+	// Client reaches it as the administrator, with Kerf's API.
+	Client client.Client
+	// Kubectl is the kubectl binary of `make deps`.
+	Kubectl string
+}
+
+// Install builds Kerf's images, brings the sandbox up (or reuses it),
+// imports the images and applies manifests/ with `kubectl apply -k`, the
+// way a user installs Kerf, then waits for the agent and the leader.
+func Install(ctx context.Context, opts InstallOptions) (*Installed, error) {
+	say := opts.Say
+	if say == nil {
+		say = func(string, ...any) {}
+	}
+	if opts.ImageDir == "" {
+		opts.ImageDir = filepath.Join(opts.RepoRoot, "bin", "images")
+	}
+	step := func(what string) func() {
+		say("%s ...", what)
+		start := time.Now()
+		return func() { say("%s: done in %.1f s", what, time.Since(start).Seconds()) }
+	}
+
+	done := step("building images from this checkout (kerf-agent, kerf-leader, kerf-workload, pause)")
+	archives, err := images.Build(ctx, images.Options{RepoRoot: opts.RepoRoot, OutDir: opts.ImageDir, Log: opts.Log})
+	if err != nil {
+		return nil, fmt.Errorf("build images: %w", err)
+	}
+	done()
+	var pause string
+	for _, a := range archives {
+		if a.Ref == sandbox.PauseImageRef {
+			pause = a.Path
+		}
+	}
+
+	done = step("bringing up the one-node cluster (etcd, apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy) in " + opts.StateDir)
+	c, err := sandbox.Up(ctx, sandbox.Options{StateDir: opts.StateDir, PauseImage: pause, Log: opts.Log})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox up (logs in %s/logs): %w", opts.StateDir, err)
+	}
+	done()
+
+	done = step("importing the images into containerd")
+	for _, a := range archives {
+		if a.Ref == sandbox.PauseImageRef {
+			continue
+		}
+		if err := c.ImportImage(ctx, a.Path); err != nil {
+			return nil, fmt.Errorf("import %s: %w", a.Ref, err)
+		}
+	}
+	done()
+
+	cl, err := client.New(c.Config, client.Options{Scheme: controlplane.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	in := &Installed{Cluster: c, Client: cl, Kubectl: filepath.Join(opts.RepoRoot, "bin", "k8s-"+controlplane.KubernetesVersion, "kubectl")}
+
+	done = step("installing Kerf: kubectl apply -k manifests/")
+	// The CRDs must be established before the default policy is accepted:
+	// apply again until everything is.
+	var out []byte
+	err = Poll(ctx, time.Minute, time.Second, "kubectl apply -k manifests/", func(ctx context.Context) (bool, error) {
+		out, err = in.Run(ctx, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(opts.RepoRoot, "manifests"))
+		return err == nil, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w\n%s", err, out)
+	}
+	done()
+
+	done = step("waiting for the agent and the elected leader")
+	env := &Env{Client: cl}
+	if err := Poll(ctx, 3*time.Minute, 250*time.Millisecond, "a running kerf-agent and a ready (elected) kerf-leader", func(ctx context.Context) (bool, error) {
+		agents, err := env.KerfPods(ctx, "kerf-agent")
+		if err != nil || len(agents) == 0 || !podReady(agents[0].Status.Conditions) {
+			return false, err
+		}
+		if _, err := env.LeaderPod(ctx); err != nil {
+			return false, err
+		}
+		// The agent streams to the leader once it found it.
+		m, err := env.AgentMetrics(ctx)
+		if err != nil {
+			return false, err
+		}
+		return Sum(m, "kerf_agent_stream_state", map[string]string{"state": "connected"}) == 1, nil
+	}); err != nil {
+		describe, _ := in.Run(ctx, "-n", KerfNamespace, "get", "pods,events", "-o", "wide")
+		return nil, fmt.Errorf("%w\n%s\n(logs: kubectl -n %s logs; node logs in %s/logs)", err, describe, KerfNamespace, opts.StateDir)
+	}
+	done()
+	return in, nil
+}
+
+// Run runs kubectl against the sandbox and returns its combined output.
+func (in *Installed) Run(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, in.Kubectl, append([]string{"--kubeconfig", in.Cluster.Kubeconfig}, args...)...)
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(b.String()))
+	}
+	return b.Bytes(), err
+}
+
+// Logs returns the logs of a Kerf component's pods (kubectl logs), for
+// failure messages.
+// component is agent or leader.
+func (in *Installed) Logs(ctx context.Context, component string) string {
+	out, _ := in.Run(ctx, "-n", KerfNamespace, "logs", "--tail=60", "--prefix", "-l", "app.kubernetes.io/component="+component)
+	return string(out)
+}
+
+func podReady(conds []corev1.PodCondition) bool {
+	for _, c := range conds {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

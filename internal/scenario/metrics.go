@@ -1,0 +1,143 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The ports manifests/ gives Kerf's metrics endpoints.
+const (
+	AgentMetricsPort  = 9400
+	LeaderMetricsPort = 9401
+)
+
+// Series is one sample of a scraped metric family.
+type Series struct {
+	Labels map[string]string
+	Value  float64
+}
+
+// Scrape reads a /metrics page and returns its families by name.
+func (e *Env) Scrape(ctx context.Context, url string) (map[string][]Series, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := e.httpClient().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	out := make(map[string][]Series, len(families))
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			s := Series{Labels: map[string]string{}}
+			for _, l := range m.GetLabel() {
+				s.Labels[l.GetName()] = l.GetValue()
+			}
+			s.Value = value(f.GetType(), m)
+			out[name] = append(out[name], s)
+		}
+	}
+	return out, nil
+}
+
+func value(t dto.MetricType, m *dto.Metric) float64 {
+	switch t {
+	case dto.MetricType_COUNTER:
+		return m.GetCounter().GetValue()
+	case dto.MetricType_GAUGE:
+		return m.GetGauge().GetValue()
+	case dto.MetricType_UNTYPED:
+		return m.GetUntyped().GetValue()
+	}
+	return 0
+}
+
+// Sum adds the values of the family's series whose labels include match.
+func Sum(families map[string][]Series, name string, match map[string]string) float64 {
+	var sum float64
+	for _, s := range families[name] {
+		ok := true
+		for k, v := range match {
+			if s.Labels[k] != v {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			sum += s.Value
+		}
+	}
+	return sum
+}
+
+// KerfPods returns the running pods of Kerf's component ("kerf-agent" or
+// "kerf-leader"), found by the owner name prefix manifests/ gives them.
+func (e *Env) KerfPods(ctx context.Context, component string) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := e.Client.List(ctx, &list, client.InNamespace(KerfNamespace)); err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if strings.HasPrefix(p.Name, component+"-") && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Status.PodIP != "" {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// AgentMetrics scrapes the agent on the node (the sandbox has one).
+func (e *Env) AgentMetrics(ctx context.Context) (map[string][]Series, error) {
+	pods, err := e.KerfPods(ctx, "kerf-agent")
+	if err != nil {
+		return nil, err
+	}
+	if len(pods) == 0 {
+		return nil, fmt.Errorf("no running kerf-agent pod in %s", KerfNamespace)
+	}
+	return e.Scrape(ctx, fmt.Sprintf("http://%s:%d/metrics", pods[0].Status.PodIP, AgentMetricsPort))
+}
+
+// LeaderPod returns the replica that holds the leader Lease (the ready
+// one: readiness follows leadership).
+func (e *Env) LeaderPod(ctx context.Context) (*corev1.Pod, error) {
+	pods, err := e.KerfPods(ctx, "kerf-leader")
+	if err != nil {
+		return nil, err
+	}
+	for i := range pods {
+		for _, c := range pods[i].Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return &pods[i], nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("no ready kerf-leader pod in %s (%d running)", KerfNamespace, len(pods))
+}
+
+// LeaderURL is the base URL of the leading replica's metrics and audit API.
+func (e *Env) LeaderURL(ctx context.Context) (string, error) {
+	p, err := e.LeaderPod(ctx)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("http://%s:%d", p.Status.PodIP, LeaderMetricsPort), nil
+}

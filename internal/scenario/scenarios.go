@@ -1,0 +1,485 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// Mi is a mebibyte.
+const Mi = 1 << 20
+
+// Result is what a scenario saw.
+type Result struct {
+	// Workload is the workload the scenario changed.
+	Workload Workload
+	// Timeline is what each part saw and did.
+	Timeline Timeline
+	// RSR is the recommendation once rolled back.
+	RSR *v1alpha1.RightsizingRecommendation
+	// Before, Applied and Restored are the kernel's limits of the
+	// workload's container: before the change, once it was applied, and
+	// after the rollback.
+	Before, Applied, Restored Limits
+	// Changed is when the recommendation was created; Signal is when the
+	// harm was first visible (the agent's metric or the pod status,
+	// whichever was first); RolledBack is when the recommendation read
+	// RolledBack; KernelRestored is when the kernel enforced the old
+	// values again.
+	Changed, Signal, RolledBack, KernelRestored time.Time
+	// HPATarget is the HPA's CPU utilization target before the change,
+	// after the apply and after the rollback (Restarts scenario with an
+	// HPA only).
+	HPATarget [3]int32
+}
+
+// Options change how a scenario runs.
+type Options struct {
+	// MidWatch runs once the change is watched, before the workload is made
+	// to misbehave (the tests kill the leader there).
+	MidWatch func(ctx context.Context) error
+	// HPA makes the Restarts scenario coordinate a HorizontalPodAutoscaler.
+	HPA bool
+}
+
+// WatchDuration is the scenarios' health watch: long enough for the
+// throttling rule (2 minutes, then 300 periods).
+const WatchDuration = 10 * time.Minute
+
+// OOMWorkload is the OOM scenario's workload.
+var OOMWorkload = Workload{Name: "oom-demo", CPURequest: "50m", CPULimit: "500m", MemoryRequest: "64Mi", MemoryLimit: "256Mi"}
+
+// OOM decreases the workload's memory in place, makes it allocate more than
+// the new limit so the kernel OOM-kills it, and expects Kerf to put the old
+// memory back in place.
+func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
+	w := OOMWorkload
+	r := &Result{Workload: w}
+	if err := e.EnsurePolicy(ctx, WatchDuration); err != nil {
+		return r, err
+	}
+	pod, err := e.Deploy(ctx, w)
+	if err != nil {
+		return r, err
+	}
+	if r.Before, err = e.KernelLimits(pod, Container); err != nil {
+		return r, err
+	}
+	r.mark("kernel", "memory.limit_in_bytes %d MiB", r.Before.MemoryBytes/Mi)
+
+	e.Say("recommending memory 48Mi request / 96Mi limit, in place")
+	r.Changed = time.Now()
+	r.mark("scenario", "RightsizingRecommendation: memory limit 256Mi → 96Mi, InPlace")
+	if _, err := e.Recommend(ctx, w, v1alpha1.StrategyInPlace, v1alpha1.ContainerResources{
+		Requests: &v1alpha1.ResourceValues{Memory: quantity("48Mi")},
+		Limits:   &v1alpha1.ResourceValues{Memory: quantity("96Mi")},
+	}, nil); err != nil {
+		return r, err
+	}
+	if err := e.applied(ctx, r, w, 96*Mi, 0); err != nil {
+		return r, err
+	}
+	if opts.MidWatch != nil {
+		if err := opts.MidWatch(ctx); err != nil {
+			return r, err
+		}
+	}
+
+	labels := map[string]string{"namespace": e.Namespace, "pod": pod.Name, "container": Container}
+	before, err := e.agentCounter(ctx, "container_oom_events_total", labels)
+	if err != nil {
+		return r, err
+	}
+	e.Say("asking the workload to allocate 160 MiB: over its new 96 MiB limit")
+	r.mark("scenario", "POST /alloc?mib=160")
+	if err := e.Control(ctx, pod, "alloc", "mib=160"); err != nil {
+		return r, err
+	}
+	var agentSaw, kubeletSaw bool
+	err = Poll(ctx, 2*time.Minute, 20*time.Millisecond, "the OOM kill to be seen and rolled back", func(ctx context.Context) (bool, error) {
+		if !agentSaw {
+			if n, err := e.agentCounter(ctx, "container_oom_events_total", labels); err == nil && n > before {
+				agentSaw = true
+				r.signal(time.Now())
+				r.mark("agent", "container_oom_events_total %g → %g", before, n)
+			}
+		}
+		if !kubeletSaw {
+			var p corev1.Pod
+			if err := e.Client.Get(ctx, client.ObjectKeyFromObject(pod), &p); err == nil {
+				for _, cs := range p.Status.ContainerStatuses {
+					if t := cs.LastTerminationState.Terminated; cs.Name == Container && t != nil && t.Reason == "OOMKilled" {
+						kubeletSaw = true
+						r.signal(time.Now())
+						r.mark("kubelet", "pod status: container terminated, reason OOMKilled, exit code %d (finishedAt %s, whole seconds)", t.ExitCode, t.FinishedAt.Format("15:04:05"))
+					}
+				}
+			}
+		}
+		rsr, err := e.RSR(ctx, w.Name)
+		if err != nil {
+			return false, err
+		}
+		if rsr.Status.Phase == v1alpha1.PhaseRolledBack && r.RolledBack.IsZero() {
+			r.RolledBack = time.Now()
+			r.mark("scenario", "recommendation reads RolledBack (%s)", rsr.Status.Reason)
+		}
+		return agentSaw && kubeletSaw && !r.RolledBack.IsZero(), nil
+	})
+	if err != nil {
+		return r, err
+	}
+	return r, e.restored(ctx, r, w, v1alpha1.HealthWatchOOMKills, r.Before.MemoryBytes, 0)
+}
+
+// ThrottleWorkload is the throttling scenario's workload: it burns 400
+// millicores.
+var ThrottleWorkload = Workload{Name: "throttle-demo", CPURequest: "50m", CPULimit: "1", MemoryRequest: "32Mi", MemoryLimit: "64Mi",
+	Args: []string{"--burn-millicores=400"}}
+
+// Throttling decreases the CPU limit of a workload that burns 400
+// millicores to 100 millicores in place. The kernel throttles it in nearly
+// every period; after the two minutes the rule waits and 300 more periods,
+// Kerf puts the old limit back.
+func (e *Env) Throttling(ctx context.Context, opts Options) (*Result, error) {
+	w := ThrottleWorkload
+	r := &Result{Workload: w}
+	if err := e.EnsurePolicy(ctx, WatchDuration); err != nil {
+		return r, err
+	}
+	pod, err := e.Deploy(ctx, w)
+	if err != nil {
+		return r, err
+	}
+	if r.Before, err = e.KernelLimits(pod, Container); err != nil {
+		return r, err
+	}
+	r.mark("kernel", "cpu.cfs_quota_us %d per %d µs (%d millicores)", r.Before.CPUQuotaMicros, r.Before.CPUPeriodMicros, r.Before.CPUMillis())
+
+	e.Say("recommending a CPU limit of 100m (from 1), in place; the workload keeps burning 400m")
+	r.Changed = time.Now()
+	r.mark("scenario", "RightsizingRecommendation: cpu limit 1 → 100m, InPlace")
+	if _, err := e.Recommend(ctx, w, v1alpha1.StrategyInPlace, v1alpha1.ContainerResources{
+		Limits: &v1alpha1.ResourceValues{CPU: quantity("100m")},
+	}, nil); err != nil {
+		return r, err
+	}
+	if err := e.applied(ctx, r, w, 0, 100); err != nil {
+		return r, err
+	}
+	if opts.MidWatch != nil {
+		if err := opts.MidWatch(ctx); err != nil {
+			return r, err
+		}
+	}
+	labels := map[string]string{"namespace": e.Namespace, "pod": pod.Name, "container": Container}
+	p0, _ := e.agentCounter(ctx, "container_cpu_cfs_periods_total", labels)
+	t0, _ := e.agentCounter(ctx, "container_cpu_cfs_throttled_periods_total", labels)
+	e.Say("the kernel throttles it now; the rule counts from 2 minutes after the change, once 300 periods are in the window")
+	windowOpen := r.Applied2m()
+	var saidThrottled, saidWindow, said300 bool
+	var pw, tw float64 // counters at the window start
+	err = Poll(ctx, 6*time.Minute, 250*time.Millisecond, "the throttling rollback", func(ctx context.Context) (bool, error) {
+		p, err1 := e.agentCounter(ctx, "container_cpu_cfs_periods_total", labels)
+		t, err2 := e.agentCounter(ctx, "container_cpu_cfs_throttled_periods_total", labels)
+		if err1 == nil && err2 == nil && p > p0 {
+			if !saidThrottled && (t-t0)/(p-p0) >= 0.25 && p-p0 >= 10 {
+				saidThrottled = true
+				r.signal(time.Now())
+				r.mark("agent", "throttled %g of %g periods since the change (%.0f%%)", t-t0, p-p0, 100*(t-t0)/(p-p0))
+				e.Say("the agent sees %.0f%% of periods throttled", 100*(t-t0)/(p-p0))
+			}
+			if !saidWindow && time.Now().After(windowOpen) {
+				saidWindow = true
+				pw, tw = p, t
+				r.mark("leader", "the throttling window opens (T0 + 2m)")
+				e.Say("two minutes after the change: the window opens")
+			}
+			if saidWindow && !said300 && p-pw >= 300 {
+				said300 = true
+				r.mark("agent", "300 periods in the window, %g of them throttled: the rule can decide", t-tw)
+				e.Say("300 periods in the window (%.0f%% throttled)", 100*(t-tw)/(p-pw))
+			}
+		}
+		rsr, err := e.RSR(ctx, w.Name)
+		if err != nil {
+			return false, err
+		}
+		if rsr.Status.Phase == v1alpha1.PhaseRolledBack {
+			r.RolledBack = time.Now()
+			r.mark("scenario", "recommendation reads RolledBack (%s)", rsr.Status.Reason)
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return r, err
+	}
+	return r, e.restored(ctx, r, w, v1alpha1.HealthWatchThrottling, 0, r.Before.CPUMillis())
+}
+
+// Applied2m is when the throttling window opens: two minutes after the
+// change was applied (the first leader mark "applied").
+func (r *Result) Applied2m() time.Time {
+	if r.RSR != nil && r.RSR.Status.Change != nil && !r.RSR.Status.Change.AppliedAt.IsZero() {
+		return r.RSR.Status.Change.AppliedAt.Add(2 * time.Minute)
+	}
+	return r.Changed.Add(2 * time.Minute)
+}
+
+// RestartWorkload is the restarts scenario's workload.
+var RestartWorkload = Workload{Name: "restart-demo", CPURequest: "50m", CPULimit: "500m", MemoryRequest: "64Mi", MemoryLimit: "128Mi"}
+
+// Restarts changes both resources of a workload through a rollout, then
+// makes the new pod crash three times, and expects Kerf to roll both back
+// (and the HPA target with them, when opts.HPA).
+func (e *Env) Restarts(ctx context.Context, opts Options) (*Result, error) {
+	w := RestartWorkload
+	r := &Result{Workload: w}
+	if err := e.EnsurePolicy(ctx, WatchDuration); err != nil {
+		return r, err
+	}
+	if _, err := e.Deploy(ctx, w); err != nil {
+		return r, err
+	}
+	pod, err := e.WaitPod(ctx, w, time.Minute)
+	if err != nil {
+		return r, err
+	}
+	if r.Before, err = e.KernelLimits(pod, Container); err != nil {
+		return r, err
+	}
+	r.mark("kernel", "cpu.shares %d, memory.limit_in_bytes %d MiB", r.Before.CPUShares, r.Before.MemoryBytes/Mi)
+	var hpa *v1alpha1.HPACoordination
+	if opts.HPA {
+		if err := e.Client.Create(ctx, hpaFor(e.Namespace, w.Name, 60)); err != nil {
+			return r, fmt.Errorf("create HorizontalPodAutoscaler: %w", err)
+		}
+		r.HPATarget[0] = 60
+		hpa = &v1alpha1.HPACoordination{Coordinate: true}
+	}
+
+	e.Say("recommending cpu request 100m and memory request 96Mi, by a rollout")
+	r.Changed = time.Now()
+	r.mark("scenario", "RightsizingRecommendation: requests cpu 50m → 100m, memory 64Mi → 96Mi, Rollout")
+	if _, err := e.Recommend(ctx, w, v1alpha1.StrategyRollout, v1alpha1.ContainerResources{
+		Requests: &v1alpha1.ResourceValues{CPU: quantity("100m"), Memory: quantity("96Mi")},
+	}, hpa); err != nil {
+		return r, err
+	}
+	if _, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseWatching, "", time.Minute); err != nil {
+		return r, err
+	}
+	if err := Poll(ctx, 2*time.Minute, 50*time.Millisecond, "the new pod with cpu request 100m", func(ctx context.Context) (bool, error) {
+		pods, err := e.RunningPods(ctx, w.Selector())
+		if err != nil || len(pods) != 1 {
+			return false, err
+		}
+		if pods[0].Spec.Containers[0].Resources.Requests.Cpu().MilliValue() != 100 {
+			return false, nil
+		}
+		pod = &pods[0]
+		return true, nil
+	}); err != nil {
+		return r, err
+	}
+	if r.Applied, err = e.KernelLimits(pod, Container); err != nil {
+		return r, err
+	}
+	r.mark("kernel", "new pod: cpu.shares %d", r.Applied.CPUShares)
+	if opts.HPA {
+		if r.HPATarget[1], err = e.hpaTarget(ctx, w.Name); err != nil {
+			return r, err
+		}
+		r.mark("leader", "HPA CPU utilization target %d%% → %d%%", r.HPATarget[0], r.HPATarget[1])
+	}
+	if opts.MidWatch != nil {
+		if err := opts.MidWatch(ctx); err != nil {
+			return r, err
+		}
+	}
+
+	for i := int32(1); i <= 3; i++ {
+		e.Say("crash %d of 3: POST /crash?code=1", i)
+		r.mark("scenario", "POST /crash?code=1 (%d of 3)", i)
+		if err := e.Control(ctx, pod, "crash", "code=1"); err != nil {
+			return r, err
+		}
+		if err := Poll(ctx, 2*time.Minute, 50*time.Millisecond, fmt.Sprintf("restart %d", i), func(ctx context.Context) (bool, error) {
+			var p corev1.Pod
+			if err := e.Client.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+				return false, err
+			}
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.Name != Container || cs.RestartCount < i {
+					continue
+				}
+				if i == 3 {
+					return true, nil
+				}
+				// The next crash needs the container back up.
+				if cs.Ready {
+					*pod = p
+					return true, nil
+				}
+			}
+			return false, nil
+		}); err != nil {
+			return r, err
+		}
+		r.mark("kubelet", "restartCount %d", i)
+		if i == 3 {
+			r.signal(time.Now())
+		}
+	}
+	rsr, seen, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts, time.Minute)
+	if err != nil {
+		return r, err
+	}
+	r.RSR, r.RolledBack = rsr, seen
+	r.mark("scenario", "recommendation reads RolledBack (%s)", rsr.Status.Reason)
+	if err := Poll(ctx, 2*time.Minute, 50*time.Millisecond, "a pod with the manifest's requests again", func(ctx context.Context) (bool, error) {
+		pods, err := e.RunningPods(ctx, w.Selector())
+		if err != nil || len(pods) != 1 {
+			return false, err
+		}
+		c := pods[0].Spec.Containers[0].Resources.Requests
+		if c.Cpu().MilliValue() != 50 || c.Memory().Value() != 64*Mi {
+			return false, nil
+		}
+		pod = &pods[0]
+		return true, nil
+	}); err != nil {
+		return r, err
+	}
+	if r.Restored, err = e.KernelLimits(pod, Container); err != nil {
+		return r, err
+	}
+	r.KernelRestored = time.Now()
+	r.mark("kernel", "new pod: cpu.shares %d, memory.limit_in_bytes %d MiB", r.Restored.CPUShares, r.Restored.MemoryBytes/Mi)
+	if opts.HPA {
+		if err := Poll(ctx, 30*time.Second, 50*time.Millisecond, "the HPA target back at 60%", func(ctx context.Context) (bool, error) {
+			t, err := e.hpaTarget(ctx, w.Name)
+			r.HPATarget[2] = t
+			return err == nil && t == r.HPATarget[0], err
+		}); err != nil {
+			return r, err
+		}
+		r.mark("leader", "HPA CPU utilization target back to %d%%", r.HPATarget[2])
+	}
+	r.Timeline = append(r.Timeline, e.leaderMarks(ctx, w.Name)...)
+	return r, nil
+}
+
+// applied waits for the change to be watched and enforced by the kernel.
+func (e *Env) applied(ctx context.Context, r *Result, w Workload, memory, cpuMillis int64) error {
+	rsr, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseWatching, "", time.Minute)
+	if err != nil {
+		return err
+	}
+	r.RSR = rsr
+	at, err := e.WaitKernelLimits(ctx, w.Selector(), Container, memory, cpuMillis, time.Minute)
+	if err != nil {
+		return err
+	}
+	pods, err := e.RunningPods(ctx, w.Selector())
+	if err != nil || len(pods) == 0 {
+		return fmt.Errorf("the workload's pod is gone after the resize: %v", err)
+	}
+	if r.Applied, err = e.KernelLimits(&pods[0], Container); err != nil {
+		return err
+	}
+	r.Timeline = append(r.Timeline, Mark{At: at, Who: "kernel", What: fmt.Sprintf("enforces the change: memory.limit_in_bytes %d MiB, %d millicores", r.Applied.MemoryBytes/Mi, r.Applied.CPUMillis())})
+	e.Say("the kernel enforces the new values (pod resized in place, no restart)")
+	return nil
+}
+
+// restored waits for the old values in the kernel and records the end
+// state.
+func (e *Env) restored(ctx context.Context, r *Result, w Workload, reason string, memory, cpuMillis int64) error {
+	rsr, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseRolledBack, reason, time.Minute)
+	if err != nil {
+		return err
+	}
+	at, err := e.WaitKernelLimits(ctx, w.Selector(), Container, memory, cpuMillis, time.Minute)
+	if err != nil {
+		return err
+	}
+	r.KernelRestored = at
+	pods, err := e.RunningPods(ctx, w.Selector())
+	if err != nil || len(pods) == 0 {
+		return fmt.Errorf("the workload's pod is gone after the rollback: %v", err)
+	}
+	if r.Restored, err = e.KernelLimits(&pods[0], Container); err != nil {
+		return err
+	}
+	// Re-read: the rollback's history entry is written with the phase,
+	// the restore may finish just after.
+	if rsr, err = e.RSR(ctx, w.Name); err != nil {
+		return err
+	}
+	r.RSR = rsr
+	r.Timeline = append(r.Timeline, Mark{At: at, Who: "kernel", What: fmt.Sprintf("enforces the old values again: memory.limit_in_bytes %d MiB, %d millicores", r.Restored.MemoryBytes/Mi, r.Restored.CPUMillis())})
+	r.Timeline = append(r.Timeline, e.leaderMarks(ctx, w.Name)...)
+	e.Say("rolled back (%s): the kernel enforces the old values again", reason)
+	return nil
+}
+
+func (r *Result) mark(who, format string, args ...any) {
+	r.Timeline = append(r.Timeline, Mark{At: time.Now(), Who: who, What: fmt.Sprintf(format, args...)})
+}
+
+func (r *Result) signal(at time.Time) {
+	if r.Signal.IsZero() || at.Before(r.Signal) {
+		r.Signal = at
+	}
+}
+
+// agentCounter sums a counter of the agent's /metrics over the series that
+// match labels.
+func (e *Env) agentCounter(ctx context.Context, name string, labels map[string]string) (float64, error) {
+	m, err := e.AgentMetrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return Sum(m, name, labels), nil
+}
+
+func hpaFor(ns, name string, target int32) *autoscalingv2.HorizontalPodAutoscaler {
+	return &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
+			MinReplicas:    ptr.To[int32](1),
+			MaxReplicas:    1,
+			Metrics: []autoscalingv2.MetricSpec{{
+				Type: autoscalingv2.ResourceMetricSourceType,
+				Resource: &autoscalingv2.ResourceMetricSource{
+					Name:   corev1.ResourceCPU,
+					Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: ptr.To(target)},
+				},
+			}},
+		},
+	}
+}
+
+func (e *Env) hpaTarget(ctx context.Context, name string) (int32, error) {
+	var h autoscalingv2.HorizontalPodAutoscaler
+	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: name}, &h); err != nil {
+		return 0, err
+	}
+	for _, m := range h.Spec.Metrics {
+		if m.Resource != nil && m.Resource.Name == corev1.ResourceCPU && m.Resource.Target.AverageUtilization != nil {
+			return *m.Resource.Target.AverageUtilization, nil
+		}
+	}
+	return 0, fmt.Errorf("HPA %s has no CPU utilization target", name)
+}

@@ -1,0 +1,159 @@
+// Package e2e runs Kerf's end-to-end scenarios on a real one-node cluster
+// (internal/sandbox): Kerf is built into images, installed with
+// `kubectl apply -k manifests/`, and real workloads are OOM-killed,
+// throttled and crashed after a change (internal/scenario). The tests assert
+// the end states in the apiserver, in Kerf's metrics and in the kernel.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/internal/sandbox"
+	"github.com/kerf-dev/kerf/internal/scenario"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+var (
+	setupOnce sync.Once
+	installed *scenario.Installed
+	setupErr  error
+	skipWhy   string
+	stateDir  string
+	unlock    func()
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if stateDir != "" {
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		if err := sandbox.Down(context.Background(), stateDir, log); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: sandbox down: %v\n", err)
+			code = 1
+		}
+	}
+	if unlock != nil {
+		unlock()
+	}
+	os.Exit(code)
+}
+
+// cluster returns the sandbox with Kerf installed, bringing it up for the
+// first test that asks; it skips (or, under make test, fails) where the
+// machine cannot run it.
+func cluster(t *testing.T) *scenario.Installed {
+	t.Helper()
+	setupOnce.Do(setup)
+	if skipWhy != "" {
+		if controlplane.Required() {
+			t.Fatal(skipWhy)
+		}
+		t.Skip(skipWhy)
+	}
+	if setupErr != nil {
+		t.Fatalf("setting up the sandbox with Kerf: %v", setupErr)
+	}
+	return installed
+}
+
+func setup() {
+	if os.Geteuid() != 0 {
+		skipWhy = "the sandbox cluster needs root (mounts, cgroups, bridge, iptables)"
+		return
+	}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		setupErr = err
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if unlock, err = sandbox.Lock(ctx); err != nil {
+		setupErr = err
+		return
+	}
+	if stateDir, err = os.MkdirTemp("/var/tmp", "kerf-e2e-"); err != nil {
+		setupErr = err
+		return
+	}
+	_ = os.Remove(stateDir) // Up creates it
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	say := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "e2e %s: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	}
+	installed, setupErr = scenario.Install(ctx, scenario.InstallOptions{RepoRoot: root, StateDir: stateDir, Log: log, Say: say})
+}
+
+// env returns a scenario environment in a fresh namespace.
+func env(t *testing.T, in *scenario.Installed) *scenario.Env {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-" + strings.ToLower(t.Name()[4:min(len(t.Name()), 20)]) + "-"}}
+	ns.GenerateName = strings.NewReplacer("_", "-", "/", "-").Replace(ns.GenerateName)
+	if err := in.Client.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	e := &scenario.Env{Client: in.Client, Namespace: ns.Name, Out: testWriter{t}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("leader logs:\n%s", in.Logs(context.Background(), "leader"))
+			t.Logf("agent logs:\n%s", in.Logs(context.Background(), "agent"))
+		}
+	})
+	return e
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// events returns the Warning events with reason about the object named name
+// of kind in the namespace.
+func events(ctx context.Context, c client.Client, ns, kind, name, reason string) ([]corev1.Event, error) {
+	var list corev1.EventList
+	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	var out []corev1.Event
+	for _, ev := range list.Items {
+		if ev.InvolvedObject.Kind == kind && ev.InvolvedObject.Name == name && ev.Reason == reason && ev.Type == corev1.EventTypeWarning {
+			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
+
+// httpGet returns the body of a GET that answered 200.
+func httpGet(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	return string(body), nil
+}

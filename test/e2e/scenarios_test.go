@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/internal/scenario"
+)
+
+// rolledBack checks what every rollback leaves behind: one rolled_back
+// action with the reason, the resources and the figures; a Warning event on
+// the recommendation and on the Deployment; and the leader's metric.
+func rolledBack(t *testing.T, in *scenario.Installed, e *scenario.Env, r *scenario.Result, reason string, resources ...v1alpha1.ResourceName) {
+	t.Helper()
+	ctx := t.Context()
+	rsr := r.RSR
+	require.NotNil(t, rsr)
+	assert.Equal(t, v1alpha1.PhaseRolledBack, rsr.Status.Phase)
+	rb := scenario.History(rsr, v1alpha1.ActionRolledBack)
+	require.Len(t, rb, 1, "exactly one rollback: %+v", rsr.Status.History)
+	assert.Equal(t, reason, rb[0].Reason)
+	assert.ElementsMatch(t, resources, rb[0].Resources)
+	assert.NotEmpty(t, rb[0].Figures, "the figures that crossed the threshold")
+	require.Len(t, scenario.History(rsr, v1alpha1.ActionApplied), 1)
+	require.NotNil(t, rsr.Status.Breach)
+	assert.True(t, rsr.Status.Breach.Restored)
+
+	require.NoError(t, scenario.Poll(ctx, 30*time.Second, 100*time.Millisecond, "the RolledBack events", func(ctx context.Context) (bool, error) {
+		onRSR, err := events(ctx, e.Client, e.Namespace, "RightsizingRecommendation", rsr.Name, "RolledBack")
+		if err != nil {
+			return false, err
+		}
+		onWorkload, err := events(ctx, e.Client, e.Namespace, "Deployment", rsr.Name, "RolledBack")
+		if err != nil {
+			return false, err
+		}
+		return len(onRSR) == 1 && len(onWorkload) == 1, nil
+	}))
+
+	// The leader that rolled back counted it; after a failover the metric
+	// restarts at 0 in the new process, so it is summed over the replicas.
+	var total float64
+	pods, err := e.KerfPods(ctx, "kerf-leader")
+	require.NoError(t, err)
+	for _, p := range pods {
+		m, err := e.Scrape(ctx, fmt.Sprintf("http://%s:%d/metrics", p.Status.PodIP, scenario.LeaderMetricsPort))
+		require.NoError(t, err)
+		for _, res := range resources {
+			total += scenario.Sum(m, "kerf_actions_total", map[string]string{"type": "rolled_back", "reason": reason, "resource": string(res)})
+		}
+	}
+	assert.GreaterOrEqual(t, total, float64(len(resources)), "kerf_actions_total{type=rolled_back,reason=%s}", reason)
+
+	// The audit API on the leader lists it.
+	url, err := e.LeaderURL(ctx)
+	require.NoError(t, err)
+	page, err := httpGet(ctx, fmt.Sprintf("%s/v1/workloads/%s/Deployment/%s/history", url, e.Namespace, rsr.Name))
+	require.NoError(t, err)
+	assert.Contains(t, page, "rolled_back")
+
+	var b strings.Builder
+	r.Timeline.Print(&b)
+	t.Logf("timeline:\n%s", b.String())
+}
+
+func TestOOMKillRollsBackMemoryInPlace(t *testing.T) {
+	t.Parallel()
+	in := cluster(t)
+	e := env(t, in)
+	ctx := t.Context()
+	r, err := e.OOM(ctx, scenario.Options{})
+	require.NoError(t, err)
+
+	rolledBack(t, in, e, r, v1alpha1.HealthWatchOOMKills, v1alpha1.ResourceMemory)
+	assert.EqualValues(t, 256*scenario.Mi, r.Before.MemoryBytes, "memory.limit_in_bytes before the change")
+	assert.EqualValues(t, 96*scenario.Mi, r.Applied.MemoryBytes, "memory.limit_in_bytes once applied in place")
+	assert.EqualValues(t, 256*scenario.Mi, r.Restored.MemoryBytes, "memory.limit_in_bytes after the rollback")
+	assert.Equal(t, r.Before.CPUQuotaMicros, r.Restored.CPUQuotaMicros, "CPU untouched")
+	assert.Contains(t, strings.Join(scenario.History(r.RSR, v1alpha1.ActionRolledBack)[0].Figures, ","), "oomKills")
+
+	// A new pod must not get the rolled-back values from the webhook.
+	pods, err := e.RunningPods(ctx, r.Workload.Selector())
+	require.NoError(t, err)
+	require.Len(t, pods, 1)
+	old := pods[0]
+	require.NoError(t, e.Client.Delete(ctx, &old))
+	var fresh *corev1.Pod
+	require.NoError(t, scenario.Poll(ctx, 2*time.Minute, 100*time.Millisecond, "the replacement pod", func(ctx context.Context) (bool, error) {
+		pods, err := e.RunningPods(ctx, r.Workload.Selector())
+		if err != nil || len(pods) != 1 || pods[0].UID == old.UID {
+			return false, err
+		}
+		fresh = &pods[0]
+		return true, nil
+	}))
+	assert.Equal(t, "256Mi", fresh.Spec.Containers[0].Resources.Limits.Memory().String(), "the webhook must not inject rolled-back values")
+	l, err := e.KernelLimits(fresh, scenario.Container)
+	require.NoError(t, err)
+	assert.EqualValues(t, 256*scenario.Mi, l.MemoryBytes)
+}
+
+// TestThrottlingRollsBackCPUAtTheRealDefaults runs the throttling rule as
+// shipped: two minutes after the change, then 300 periods. The leader's pod
+// is deleted mid-watch: the other replica takes over the watch and rolls
+// back exactly once.
+func TestThrottlingRollsBackCPUAtTheRealDefaults(t *testing.T) {
+	t.Parallel()
+	in := cluster(t)
+	e := env(t, in)
+	ctx := t.Context()
+	var killed string
+	r, err := e.Throttling(ctx, scenario.Options{MidWatch: func(ctx context.Context) error {
+		p, err := e.LeaderPod(ctx)
+		if err != nil {
+			return err
+		}
+		killed = p.Name
+		e.Say("deleting the leader's pod %s mid-watch", p.Name)
+		if err := e.Client.Delete(ctx, p, client.GracePeriodSeconds(0)); err != nil {
+			return err
+		}
+		return scenario.Poll(ctx, 2*time.Minute, 100*time.Millisecond, "a new leader", func(ctx context.Context) (bool, error) {
+			n, err := e.LeaderPod(ctx)
+			return err == nil && n.Name != killed, nil
+		})
+	}})
+	require.NoError(t, err)
+	rolledBack(t, in, e, r, v1alpha1.HealthWatchThrottling, v1alpha1.ResourceCPU)
+	assert.EqualValues(t, 1000, r.Before.CPUMillis(), "cpu.cfs_quota_us before: 1 core")
+	assert.EqualValues(t, 100, r.Applied.CPUMillis(), "cpu.cfs_quota_us once applied: 100m")
+	assert.EqualValues(t, 1000, r.Restored.CPUMillis(), "cpu.cfs_quota_us after the rollback")
+	assert.Equal(t, r.Before.MemoryBytes, r.Restored.MemoryBytes, "memory untouched")
+	leader, err := e.LeaderPod(ctx)
+	require.NoError(t, err)
+	assert.NotEqual(t, killed, leader.Name)
+	// The rule's own figures: at least 2 minutes after T0, ≥ 300 periods.
+	rb := scenario.History(r.RSR, v1alpha1.ActionRolledBack)[0]
+	assert.GreaterOrEqual(t, rb.Time.Sub(r.RSR.Status.Change.AppliedAt.Time), 2*time.Minute)
+	assert.Contains(t, strings.Join(rb.Figures, ","), "throttling")
+}
+
+func TestRestartsRollBackEveryTouchedResourceByRollout(t *testing.T) {
+	t.Parallel()
+	in := cluster(t)
+	e := env(t, in)
+	r, err := e.Restarts(t.Context(), scenario.Options{HPA: true})
+	require.NoError(t, err)
+	rolledBack(t, in, e, r, v1alpha1.HealthWatchRestarts, v1alpha1.ResourceCPU, v1alpha1.ResourceMemory)
+	assert.EqualValues(t, 51, r.Before.CPUShares, "cpu.shares of a 50m request")
+	assert.EqualValues(t, 102, r.Applied.CPUShares, "cpu.shares of a 100m request")
+	assert.EqualValues(t, 51, r.Restored.CPUShares, "cpu.shares after the rollback")
+	assert.Equal(t, [3]int32{60, 30, 60}, r.HPATarget, "HPA CPU utilization target: before, applied, rolled back")
+}
+
+// TestAgentMetricsAgreeWithCPUStat compares the agent's cadvisor-named
+// counters with the container's own cpu.stat.
+func TestAgentMetricsAgreeWithCPUStat(t *testing.T) {
+	t.Parallel()
+	in := cluster(t)
+	e := env(t, in)
+	ctx := t.Context()
+	w := scenario.Workload{Name: "cpustat", CPURequest: "10m", CPULimit: "200m", MemoryRequest: "16Mi", MemoryLimit: "32Mi", Args: []string{"--burn-millicores=300"}}
+	pod, err := e.Deploy(ctx, w)
+	require.NoError(t, err)
+	dir, err := e.ContainerDir(pod, scenario.Container, "cpu")
+	require.NoError(t, err)
+	labels := map[string]string{"namespace": e.Namespace, "pod": pod.Name, "container": scenario.Container}
+
+	m, err := e.AgentMetrics(ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, scenario.Sum(m, "kerf_agent_discovery", map[string]string{"source": "kubelet"}), "the agent discovers pods through the kubelet's Pods API")
+
+	require.NoError(t, scenario.Poll(ctx, 30*time.Second, 500*time.Millisecond, "throttled periods in the agent's metrics", func(ctx context.Context) (bool, error) {
+		m, err := e.AgentMetrics(ctx)
+		return err == nil && scenario.Sum(m, "container_cpu_cfs_throttled_periods_total", labels) > 20, err
+	}))
+	// The agent's figure is at most one sampling interval (1 s) older than
+	// the file: read the agent, the kernel, the agent again; the kernel's
+	// count lies between the two agent reads give or take one interval's
+	// periods (10 at the 100 ms period).
+	a1, err := e.AgentMetrics(ctx)
+	require.NoError(t, err)
+	stat := readCPUStat(t, filepath.Join(dir, "cpu.stat"))
+	a2, err := e.AgentMetrics(ctx)
+	require.NoError(t, err)
+	for _, c := range []struct{ metric, field string }{
+		{"container_cpu_cfs_periods_total", "nr_periods"},
+		{"container_cpu_cfs_throttled_periods_total", "nr_throttled"},
+	} {
+		lo, hi := scenario.Sum(a1, c.metric, labels), scenario.Sum(a2, c.metric, labels)
+		k := float64(stat[c.field])
+		assert.GreaterOrEqual(t, k, lo, "%s: kernel %s=%g ≥ the agent's earlier %g", c.metric, c.field, k, lo)
+		assert.LessOrEqual(t, k, hi+12, "%s: kernel %s=%g ≤ the agent's later %g + one interval", c.metric, c.field, k, hi)
+	}
+	thr := scenario.Sum(a2, "container_cpu_cfs_throttled_seconds_total", labels)
+	assert.InDelta(t, float64(stat["throttled_time"])/1e9, thr, 1.0, "container_cpu_cfs_throttled_seconds_total against throttled_time")
+}
+
+func readCPUStat(t *testing.T, path string) map[string]int64 {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	out := map[string]int64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 {
+			v, err := strconv.ParseInt(f[1], 10, 64)
+			require.NoError(t, err)
+			out[f[0]] = v
+		}
+	}
+	return out
+}
