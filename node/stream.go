@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
@@ -57,6 +58,14 @@ const maxCountersPerMessage = 500
 // maxOOMCount is the largest OOMEvent.count the leader accepts
 // (cluster/stream DefaultMaxOOMCount); larger counts are split.
 const maxOOMCount = 1000
+
+// Keepalive of the connection to the leader; cluster/stream's
+// KeepaliveTime and KeepaliveTimeout, which the leader's enforcement policy
+// allows.
+const (
+	keepaliveTime    = 30 * time.Second
+	keepaliveTimeout = 10 * time.Second
+)
 
 // stableStream is how long a stream must stay open for the backoff to start
 // again from its minimum.
@@ -210,8 +219,10 @@ func oomSourceEnum(s string) (streamv1.OOMSource, error) {
 		return streamv1.OOMSource_OOM_SOURCE_CGROUP, nil
 	case oom.KindKmsg:
 		return streamv1.OOMSource_OOM_SOURCE_KMSG, nil
+	case oom.KindOff:
+		return streamv1.OOMSource_OOM_SOURCE_OFF, nil
 	}
-	return 0, fmt.Errorf("stream client config: OOMSource %q: want one of bpf, cgroup, kmsg or empty", s)
+	return 0, fmt.Errorf("stream client config: OOMSource %q: want one of bpf, cgroup, kmsg, off or empty", s)
 }
 
 // Counters records one sampling pass (typically Sampler.Changed): the
@@ -362,7 +373,13 @@ func (c *StreamClient) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read token: %w", err)
 	}
-	cc, err := grpc.NewClient(c.cfg.Addr, grpc.WithTransportCredentials(credentials.NewTLS(c.cfg.TLS)))
+	cc, err := grpc.NewClient(c.cfg.Addr,
+		grpc.WithTransportCredentials(credentials.NewTLS(c.cfg.TLS)),
+		// Within the leader's enforcement policy (cluster/stream
+		// KeepaliveTime): a leader gone without closing the connection is
+		// noticed in under a minute.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+	)
 	if err != nil {
 		return fmt.Errorf("dial leader %s: %w", c.cfg.Addr, err)
 	}
@@ -381,6 +398,11 @@ func (c *StreamClient) connect(ctx context.Context) error {
 		BootId:       c.cfg.BootID,
 		OomSource:    source,
 		FullSnapshot: true,
+		// The leader anchors the stream's kernel times at the Hello's
+		// arrival, so buffered counters keep their times.
+		KernelNs: c.clk.ns(time.Now()),
+		// The incarnation: OOM seqs are unique within it.
+		StartedAtUnixNs: c.clk.at.UnixNano(),
 	}}})
 	if err != nil {
 		return fmt.Errorf("send hello: %w", recvCause(st, err))

@@ -1,11 +1,15 @@
 package node
 
 import (
+	"context"
 	"crypto/tls"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/watch"
 	"github.com/kerf-dev/kerf/node/oom"
@@ -40,6 +46,8 @@ type leaderFixture struct {
 	clientTLS *tls.Config
 	tokenFile string
 	app       types.UID
+	// stops stop the clients, in the order started.
+	stops []func()
 }
 
 func newLeaderFixture(t *testing.T) *leaderFixture {
@@ -83,13 +91,40 @@ type leader struct {
 	memory *watch.MemorySource
 	grpc   *grpc.Server
 	addr   string
+	reg    *prometheus.Registry
+}
+
+// resent returns the leader's kerf_stream_oom_events_resent_total.
+func (l *leader) resent(t *testing.T) float64 {
+	t.Helper()
+	n, err := testutil.GatherAndCount(l.reg, "kerf_stream_oom_events_resent_total")
+	require.NoError(t, err)
+	if n == 0 {
+		return 0
+	}
+	mfs, err := l.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "kerf_stream_oom_events_resent_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 // start runs a leader's stream server with a new MemorySource on addr
 // ("127.0.0.1:0" for any port).
 func (f *leaderFixture) start(t *testing.T, addr string) *leader {
 	t.Helper()
-	memory := watch.NewMemorySource()
+	return f.startReplica(t, addr, func() bool { return true })
+}
+
+// startReplica runs a leader replica's stream server that serves while
+// leading says so, as kerf-leader does with its Lease.
+func (f *leaderFixture) startReplica(t *testing.T, addr string, leading func() bool) *leader {
+	t.Helper()
+	memory := watch.NewMemorySource(watch.WithCompaction(watch.DefaultRecent))
+	reg := prometheus.NewRegistry()
 	srv, err := stream.New(stream.Config{
 		Audience:                "kerf-leader",
 		ServiceAccountNamespace: streamTestNamespace,
@@ -97,7 +132,8 @@ func (f *leaderFixture) start(t *testing.T, addr string) *leader {
 		Clientset:               f.cs,
 		Pods:                    f.pods,
 		Memory:                  memory,
-		Leading:                 func() bool { return true },
+		Leading:                 leading,
+		Registerer:              reg,
 		Log:                     slog.New(slog.NewTextHandler(t.Output(), nil)),
 	})
 	require.NoError(t, err)
@@ -106,7 +142,7 @@ func (f *leaderFixture) start(t *testing.T, addr string) *leader {
 	require.NoError(t, err)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
-	return &leader{memory: memory, grpc: g, addr: lis.Addr().String()}
+	return &leader{memory: memory, grpc: g, addr: lis.Addr().String(), reg: reg}
 }
 
 // client returns a running stream client for addr; it stops with t.
@@ -125,10 +161,11 @@ func (f *leaderFixture) client(t *testing.T, addr string, maxOOM int) *StreamCli
 		Log:            slog.New(slog.NewTextHandler(t.Output(), nil)),
 	})
 	require.NoError(t, err)
-	ctx := t.Context()
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { _ = c.Run(ctx); close(done) }()
 	t.Cleanup(func() { <-done })
+	f.stops = append(f.stops, func() { cancel(); <-done })
 	return c
 }
 
@@ -147,6 +184,13 @@ func kills(m *watch.MemorySource, pod types.UID, container string) int {
 	now := time.Now()
 	n, _ := m.OOMKills(pod, container, now.Add(-time.Hour), now.Add(time.Hour))
 	return n
+}
+
+// monoNow returns CLOCK_MONOTONIC, the clock of kernel timestamps.
+func monoNow(t *testing.T) uint64 {
+	var ts unix.Timespec
+	require.NoError(t, unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts))
+	return uint64(ts.Nano())
 }
 
 const (
@@ -190,7 +234,7 @@ func TestStreamClientAgainstTheLeader(t *testing.T) {
 	t.Run("OOMKillArrivesOnceAndIsAcknowledged", func(t *testing.T) {
 		l := f.start(t, "127.0.0.1:0")
 		c := f.client(t, l.addr, 0)
-		c.OOM(oom.Kill{Source: "cgroup", KernelNS: 5e9, PID: 42, Comm: "app", Count: 1}, app, "app")
+		c.OOM(oom.Kill{Source: "cgroup", KernelNS: monoNow(t), PID: 42, Comm: "app", Count: 1}, app, "app")
 		require.Eventually(t, func() bool { return c.bufferedOOM() == 0 }, eventually, tick, "the ack empties the buffer")
 		assert.Equal(t, 1, kills(l.memory, f.app, "app"))
 		time.Sleep(200 * time.Millisecond)
@@ -277,4 +321,157 @@ func TestStreamClientConfigNamesTheBadField(t *testing.T) {
 	c, err := NewStreamClient(good)
 	require.NoError(t, err)
 	assert.Equal(t, StreamDisconnected, c.State())
+}
+
+// forwarder is the leader Service of the cluster, on loopback: it forwards
+// each new connection to the ready (leading) replica's stream port, as the
+// Service's endpoints follow the replicas' readiness; connections already
+// open stay where they are.
+type forwarder struct {
+	addr   string
+	target atomic.Pointer[string]
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+// cut closes every forwarded connection.
+func (f *forwarder) cut() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.conns {
+		_ = c.Close()
+	}
+	f.conns = nil
+}
+
+func newForwarder(t *testing.T) *forwarder {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lis.Close() })
+	f := &forwarder{addr: lis.Addr().String()}
+	go func() {
+		for {
+			in, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			target := f.target.Load()
+			if target == nil {
+				_ = in.Close() // no ready endpoint: refused
+				continue
+			}
+			out, err := net.Dial("tcp", *target)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			f.mu.Lock()
+			f.conns = append(f.conns, in, out)
+			f.mu.Unlock()
+			go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
+			go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
+		}
+	}()
+	return f
+}
+
+func (f *forwarder) routeTo(addr string) { f.target.Store(&addr) }
+func (f *forwarder) noEndpoint()         { f.target.Store(nil) }
+
+// TestStreamFollowsLeaderFailover runs two leader replicas behind a
+// Service-like forwarder. The leader is stopped mid-stream (it lost its
+// Lease); one OOM kill happens while no replica leads and one just after
+// the other takes over: the new leader counts each once, counters go on,
+// and a resent event (its ack lost) is acknowledged but not counted again.
+func TestStreamFollowsLeaderFailover(t *testing.T) {
+	f := newLeaderFixture(t)
+	app := string(f.app)
+	key := ContainerKey{PodUID: app, Name: "app"}
+	var leadingA, leadingB atomic.Bool
+	a := f.startReplica(t, "127.0.0.1:0", leadingA.Load)
+	b := f.startReplica(t, "127.0.0.1:0", leadingB.Load)
+	svc := newForwarder(t)
+	leadingA.Store(true)
+	svc.routeTo(a.addr)
+
+	c := f.client(t, svc.addr, 0)
+	mono := monoNow(t)
+	c.Counters([]Sample{{Key: key, At: time.Now(), Periods: 100, Throttled: 10}})
+	c.OOM(oom.Kill{Source: "cgroup", KernelNS: mono, CgroupID: 1, Count: 1}, app, "app")
+	require.Eventually(t, func() bool { return kills(a.memory, f.app, "app") == 1 && c.bufferedOOM() == 0 }, eventually, tick)
+
+	// A loses its Lease and stops; for a while no replica leads.
+	leadingA.Store(false)
+	svc.noEndpoint()
+	a.grpc.Stop()
+	require.Eventually(t, func() bool { return c.State() != StreamConnected }, eventually, tick)
+	c.OOM(oom.Kill{Source: "cgroup", KernelNS: monoNow(t), CgroupID: 1, Count: 1}, app, "app")
+	c.Counters([]Sample{{Key: key, At: time.Now(), Periods: 200, Throttled: 30}})
+	time.Sleep(300 * time.Millisecond) // reconnects are refused meanwhile
+	assert.Equal(t, 1, c.bufferedOOM(), "the kill waits for a leader")
+
+	// B takes over; the Service routes to it.
+	leadingB.Store(true)
+	svc.routeTo(b.addr)
+	c.OOM(oom.Kill{Source: "cgroup", KernelNS: monoNow(t), CgroupID: 1, Count: 1}, app, "app")
+	require.Eventually(t, func() bool { return c.bufferedOOM() == 0 }, eventually, tick)
+	assert.Equal(t, 2, kills(b.memory, f.app, "app"), "the new leader counts the two kills it was sent, once each")
+	assert.Equal(t, 1, kills(a.memory, f.app, "app"), "the old leader counted the one before the failover")
+	require.Eventually(t, func() bool {
+		s, ok := latestSample(b.memory, f.app)
+		return ok && s.Periods == 200 && s.Throttled == 30
+	}, eventually, tick)
+
+	// The counters go on from where they were: B's window over them is
+	// the increase since the snapshot, never negative.
+	c.Counters([]Sample{{Key: key, At: time.Now(), Periods: 260, Throttled: 31}})
+	require.Eventually(t, func() bool { s, _ := latestSample(b.memory, f.app); return s.Periods == 260 }, eventually, tick)
+	now := time.Now()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: f.app}}
+	w, err := b.memory.ThrottleWindows([]*corev1.Pod{pod}, []string{"app"}, now.Add(-time.Hour), now.Add(time.Hour))
+	require.NoError(t, err)
+	assert.Equal(t, watch.ThrottleWindow{Periods: 60, Throttled: 1}, w["app"])
+
+	// An event whose ack was lost is sent again on the next stream: B
+	// acknowledges it and does not count it twice.
+	c.mu.Lock()
+	c.ooms = append(c.ooms, &streamv1.OOMEvent{Seq: c.seq, PodUid: app, Container: "app", KernelNs: monoNow(t), CgroupId: 1, Count: 1})
+	c.mu.Unlock()
+	svc.cut() // the stream drops; the agent reconnects to B
+	require.Eventually(t, func() bool { return c.bufferedOOM() == 0 }, eventually, tick)
+	assert.Equal(t, 2, kills(b.memory, f.app, "app"), "the resent event is not counted again")
+	assert.Equal(t, 1.0, b.resent(t))
+}
+
+// TestAgentRestartKeepsCountsRight restarts the agent (a new StreamClient,
+// a new incarnation whose OOM seqs start at 1 again) against one leader:
+// its absolute counters continue the container's series (no reset, no
+// negative throttling), and its first kill is counted, not taken for the
+// old incarnation's seq 1.
+func TestAgentRestartKeepsCountsRight(t *testing.T) {
+	f := newLeaderFixture(t)
+	app := string(f.app)
+	key := ContainerKey{PodUID: app, Name: "app"}
+	l := f.start(t, "127.0.0.1:0")
+	start := time.Now()
+
+	old := f.client(t, l.addr, 0)
+	old.Counters([]Sample{{Key: key, At: time.Now(), Periods: 1000, Throttled: 100}})
+	old.OOM(oom.Kill{Source: "cgroup", KernelNS: monoNow(t), Count: 1}, app, "app")
+	require.Eventually(t, func() bool { return old.bufferedOOM() == 0 && kills(l.memory, f.app, "app") == 1 }, eventually, tick)
+	f.stops[0]()
+
+	restarted := f.client(t, l.addr, 0)
+	restarted.Counters([]Sample{{Key: key, At: time.Now(), Periods: 1100, Throttled: 104}})
+	restarted.OOM(oom.Kill{Source: "cgroup", KernelNS: monoNow(t), Count: 1}, app, "app")
+	require.Eventually(t, func() bool { return restarted.bufferedOOM() == 0 }, eventually, tick)
+	assert.Equal(t, 2, kills(l.memory, f.app, "app"), "the new incarnation's seq 1 is a new kill")
+	assert.Equal(t, 0.0, l.resent(t))
+	require.Eventually(t, func() bool { s, _ := latestSample(l.memory, f.app); return s.Periods == 1100 }, eventually, tick)
+
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: f.app}}
+	w, err := l.memory.ThrottleWindows([]*corev1.Pod{pod}, []string{"app"}, start.Add(-time.Minute), time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	assert.Equal(t, watch.ThrottleWindow{Periods: 100, Throttled: 4}, w["app"], "the absolute counters continue the series")
 }

@@ -7,10 +7,23 @@
 // Decisions where the design is silent:
 //
 //   - Kernel timestamps (CLOCK_MONOTONIC on the node) become wall times by
-//     anchoring the first Counters pass of a stream to the leader's clock;
-//     later times keep their kernel distances. An OOM event that arrives
-//     before the first pass, or that has no kernel time, is stamped with
-//     the leader's clock.
+//     anchoring the Hello's kernel_ns to the leader's clock at its arrival
+//     (the first Counters pass when an older agent sends none); later times
+//     keep their kernel distances, so counters buffered during an outage
+//     keep their times. An OOM event without a kernel time, or before any
+//     anchor, is stamped with the leader's clock.
+//   - OOM events count once per agent incarnation (node, Hello.started_at)
+//     and seq, across that agent's streams: an event resent because its
+//     ack was lost is acknowledged again and counted in
+//     kerf_stream_oom_events_resent_total, not in the watch. A restarted
+//     agent is a new incarnation. A new leader starts with no state and
+//     counts what it is sent.
+//   - The leader follows each node's container instances: a snapshot
+//     replaces the set, and instances it no longer lists, like those the
+//     agent says are gone, are marked gone in the MemorySource, which
+//     drops them once no window can read them.
+//   - Keepalive: agents ping every KeepaliveTime, the server allows it and
+//     pings quiet agents itself.
 //   - A report about a pod that is not on the agent's node, or that the
 //     leader's pod cache does not know, is dropped and counted, never an
 //     error: the cache may lag a new pod. OOM events that are dropped are

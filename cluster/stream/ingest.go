@@ -43,6 +43,9 @@ type container struct {
 type ingest struct {
 	s    *Server
 	node string
+	// agent is the stream's agent incarnation, shared by its streams; nil
+	// when the agent did not say when it started.
+	agent *incarnation
 	// table holds the live indexes; used every index given an identity
 	// since the last snapshot, since indexes are never reused.
 	table map[uint32]*container
@@ -56,14 +59,19 @@ type ingest struct {
 	ackedSeq uint64
 }
 
-func newIngest(s *Server, node string) *ingest {
-	return &ingest{
+func newIngest(s *Server, node string, hello *streamv1.Hello) *ingest {
+	in := &ingest{
 		s:      s,
 		node:   node,
 		table:  map[uint32]*container{},
 		used:   map[uint32]struct{}{},
 		onNode: map[types.UID]struct{}{},
+		agent:  s.incarnation(node, hello.GetStartedAtUnixNs()),
 	}
+	if ns := hello.GetKernelNs(); ns != 0 {
+		in.anchored, in.anchorNs, in.anchorAt = true, ns, s.cfg.Now()
+	}
+	return in
 }
 
 // podOnNode reports whether the pod is on the stream's node, and the
@@ -101,6 +109,7 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 		clear(in.used)
 	}
 	var samples []watch.CounterSample
+	var listed []instanceKey
 	for _, cc := range c.GetContainers() {
 		idx := cc.GetIndex()
 		ns := c.GetKernelNs() + cc.GetKernelNsDelta()
@@ -158,6 +167,7 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 				continue
 			}
 		}
+		listed = append(listed, instanceKey{e.podUID, e.name, e.started.UnixNano()})
 		samples = append(samples, watch.CounterSample{
 			PodUID:    e.podUID,
 			Container: e.name,
@@ -167,13 +177,18 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 			Throttled: e.throttled,
 		})
 	}
+	var gone []instanceKey
 	for _, idx := range c.GetGone() {
+		if e, ok := in.table[idx]; ok && e.onNode {
+			gone = append(gone, instanceKey{e.podUID, e.name, e.started.UnixNano()})
+		}
 		delete(in.table, idx)
 	}
 	if len(samples) > 0 {
 		in.s.cfg.Memory.AddSamples(samples...)
 		in.s.metrics.samples.Add(float64(len(samples)))
 	}
+	in.s.nodeContainers(in.node, c.GetSnapshot(), listed, gone)
 	return nil
 }
 
@@ -184,13 +199,21 @@ func add(a, b uint64) (uint64, bool) {
 }
 
 // oom ingests one OOM event and returns the seq to acknowledge. A resent
-// event (seq already acknowledged on this stream) is acknowledged again
-// without being counted twice.
+// event (seq already acknowledged on this stream, or counted on an earlier
+// stream of the same agent incarnation) is acknowledged again without
+// being counted twice.
 func (in *ingest) oom(ev *streamv1.OOMEvent) (uint64, error) {
 	if ev.GetSeq() == 0 {
 		return 0, malformed("missing_seq", "oom_event.seq must be at least 1")
 	}
 	if ev.GetSeq() <= in.ackedSeq {
+		return in.ackedSeq, nil
+	}
+	if in.agent != nil && !in.agent.count(ev.GetSeq()) {
+		// Counted on an earlier stream of the same agent, whose ack was
+		// lost: acknowledge again, count once.
+		in.s.metrics.resent.Inc()
+		in.ackedSeq = ev.GetSeq()
 		return in.ackedSeq, nil
 	}
 	if ev.GetPodUid() == "" || ev.GetContainer() == "" {

@@ -16,6 +16,7 @@ const (
 type metrics struct {
 	connected prometheus.Gauge
 	samples   prometheus.Counter
+	resent    prometheus.Counter
 	dropped   *prometheus.CounterVec
 	errors    *prometheus.CounterVec
 }
@@ -30,6 +31,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "kerf_stream_samples_total",
 			Help: "Counter samples ingested from the agents' streams.",
 		}),
+		resent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kerf_stream_oom_events_resent_total",
+			Help: "OOM events an agent sent again after a reconnect, acknowledged and not counted twice.",
+		}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kerf_stream_dropped_reports_total",
 			Help: "Reports from agents that were dropped, by reason (pod_not_on_node, pod_unknown).",
@@ -39,6 +44,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Streams the leader closed or refused, by reason.",
 		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.connected, m.samples, m.dropped, m.errors)
+	reg.MustRegister(m.connected, m.samples, m.resent, m.dropped, m.errors)
 	return m
 }

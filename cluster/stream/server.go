@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"k8s.io/client-go/kubernetes"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
@@ -28,6 +30,18 @@ const (
 	DefaultMaxMessageBytes = 4 << 20
 	// DefaultMaxOOMCount is the largest OOMEvent.count the leader accepts.
 	DefaultMaxOOMCount = 1000
+)
+
+// Keepalive of the stream's connections: the agent pings the leader every
+// KeepaliveTime and gives up after KeepaliveTimeout without an answer, so
+// a leader that vanished without closing the connection (a node lost, a
+// partition) is noticed in under a minute rather than after the kernel's
+// TCP timeout; the server accepts pings that often.
+const (
+	// KeepaliveTime is how often the agent pings an open stream.
+	KeepaliveTime = 30 * time.Second
+	// KeepaliveTimeout is how long a ping may go unanswered.
+	KeepaliveTimeout = 10 * time.Second
 )
 
 // apiTimeout bounds each apiserver call made while a stream opens.
@@ -80,6 +94,9 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	reviews reviewCache
+
+	nodesMu sync.Mutex
+	nodes   map[string]*nodeState
 }
 
 // New returns a Server for cfg, or an error naming the missing field.
@@ -118,7 +135,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = DefaultMaxMessageBytes
 	}
-	return &Server{cfg: cfg, log: cfg.Log, metrics: newMetrics(cfg.Registerer)}, nil
+	return &Server{cfg: cfg, log: cfg.Log, metrics: newMetrics(cfg.Registerer), nodes: map[string]*nodeState{}}, nil
 }
 
 // NewGRPCServer returns a gRPC server with srv registered, TLS from
@@ -131,6 +148,12 @@ func NewGRPCServer(srv *Server, tlsConfig *tls.Config) *grpc.Server {
 	g := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsConfig)),
 		grpc.MaxRecvMsgSize(srv.cfg.MaxMessageBytes),
+		// Agents ping every KeepaliveTime on an open stream; a ping more
+		// often than half of it is abuse (GOAWAY "too_many_pings").
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveTime / 2}),
+		// The leader pings a quiet agent too, so a stream to a vanished
+		// node ends (and its gauge drops) within two minutes.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * KeepaliveTime, Timeout: KeepaliveTimeout}),
 	)
 	streamv1.RegisterStreamServer(g, srv)
 	return g
@@ -159,11 +182,12 @@ func (s *Server) Connect(st grpc.BidiStreamingServer[streamv1.AgentMessage, stre
 		return s.refuse(codes.PermissionDenied, "node_mismatch", "hello.node_name %q is not the node %q of agent pod %s", hello.GetNodeName(), a.node, a.pod)
 	}
 	log := s.log.With("node", a.node, "agentPod", a.pod, "bootID", hello.GetBootId())
-	log.Info("agent connected", "agentVersion", hello.GetAgentVersion(), "oomSource", hello.GetOomSource().String())
+	log.Info("agent connected", "agentVersion", hello.GetAgentVersion(), "oomSource", hello.GetOomSource().String(),
+		"agentStart", time.Unix(0, hello.GetStartedAtUnixNs()))
 	s.metrics.connected.Inc()
 	defer s.metrics.connected.Dec()
 
-	in := newIngest(s, a.node)
+	in := newIngest(s, a.node, hello)
 	for {
 		msg, err := st.Recv()
 		if err != nil {

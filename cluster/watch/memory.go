@@ -32,33 +32,123 @@ type Signal struct {
 	Kind SignalKind
 }
 
+// Defaults of the MemorySource's retention (see MemorySource).
+const (
+	// DefaultRecent is the recent span of WithCompaction for the leader:
+	// every sample that new is kept, so a window that opens now finds its
+	// exact start value. The
+	// health watch asks for a throttling window when it opens (its next
+	// check) and then at least every 30 s, well within it.
+	DefaultRecent = 30 * time.Second
+	// DefaultPinTTL is how long a window start that was asked for is kept
+	// exact without being asked for again.
+	DefaultPinTTL = 10 * time.Minute
+	// maxPins bounds the window starts kept per pod: one per watch that
+	// covers the pod, and a pod is in few watches at once.
+	maxPins = 8
+)
+
+// MemoryOption changes a MemorySource's retention.
+type MemoryOption func(*MemorySource)
+
+// WithCompaction makes the MemorySource compact each container instance's
+// samples as they arrive, keeping every sample of the last recent (by
+// sample time) and, before that, only what a window can read (see
+// MemorySource). The leader's stream ingest uses it with DefaultRecent;
+// without it every sample is kept until Prune or ForgetPod, which suits
+// tests that feed a history first and ask about it afterwards.
+func WithCompaction(recent time.Duration) MemoryOption {
+	return func(m *MemorySource) { m.recent, m.keepAll = int64(max(recent, 0)), false }
+}
+
+// WithPinTTL sets how long a window start that was asked for is kept exact
+// without being asked for again (DefaultPinTTL).
+func WithPinTTL(d time.Duration) MemoryOption {
+	return func(m *MemorySource) { m.pinTTL = int64(d) }
+}
+
 // MemorySource keeps OOM kills and counter samples in memory and serves
 // them as a KernelSource, a CounterSource and a ThrottlingSource (the same
-// sums as Counters(m), computed in place). Tests feed it, and so does the ingest of the agents'
-// stream (docs/design.md section 6). It is safe for concurrent use.
+// sums as Counters(m), computed in place). Tests feed it, and so does the
+// ingest of the agents' stream (docs/design.md section 6). It is safe for
+// concurrent use.
 //
-// It keeps every sample until Prune or ForgetPod drops it, which is
-// simple but costs about 50 bytes per sample: the ingest should prune to
-// the oldest running watch's window start.
+// With WithCompaction its memory stays bounded by the containers, not by
+// time: as samples arrive it compacts each container instance's series to what a window can
+// read, so that every window the health watch asks for gives the same sums
+// as with every sample kept. It keeps, per instance:
+//
+//   - every sample of the last recent (by sample time, from the newest
+//     sample seen) and the one before, so a window that opens now
+//     finds its start value;
+//   - around every pinned time of the pod, the sample at or before it and
+//     the next: a window's start (from) is pinned whenever a window is
+//     asked for, and so is an end older than the recent samples; a pin not
+//     asked for again within DefaultPinTTL is dropped;
+//   - both samples of every counter drop (a reset, handled as increase()
+//     does), and the newest sample.
+//
+// Between two kept samples the counters only grow, so the increase over
+// them is the sum of the increases of the samples dropped in between. An
+// instance marked Gone (its cgroup is gone, or its node's agent no longer
+// lists it) is dropped once its newest sample is older than the recent
+// samples and every pin: it adds nothing to any window that can still be
+// asked for; a pod is dropped with its last instance, with its OOM kills
+// once they are older too.
 type MemorySource struct {
 	mu   sync.Mutex
 	pods map[types.UID]*podSignals
 	subs map[int]func(Signal)
 	next int
+
+	recent, pinTTL int64
+	keepAll        bool
+	// newest is the newest sample time seen, in Unix ns: the clock of the
+	// retention, so that compaction follows the data, not a wall clock.
+	newest int64
+	// gone queues the instances marked gone, oldest mark first.
+	gone []goneRef
+}
+
+type goneRef struct {
+	pod types.UID
+	s   *series
 }
 
 // podSignals are one pod's signals.
 type podSignals struct {
-	// kills are the OOM kill times per container, oldest first.
-	kills map[string][]time.Time
-	// series are the samples per container instance, oldest first.
-	series map[instance][]CounterSample
+	// kills are the OOM kills, oldest first.
+	kills []kill
+	// series are the pod's container instances.
+	series []*series
+	// pins are the times windows were asked from, with when they were
+	// last asked for (sample time).
+	pins []pin
 }
 
-// instance is one run of a container: its name and start (startKey).
-type instance struct {
+type kill struct {
 	container string
-	started   int64
+	at        time.Time
+}
+
+type pin struct{ at, asked int64 }
+
+// series is one run of a container (one cgroup): its name, start and
+// samples, oldest first.
+type series struct {
+	container string
+	started   time.Time
+	points    []reading
+	// kept is the length after the last compaction; the next runs when
+	// the series has grown by a quarter.
+	kept int
+	gone bool
+}
+
+// reading is one sample's time (Unix ns) and counters.
+type reading struct {
+	at                 int64
+	periods, throttled uint64
 }
 
 // startKey makes a map key of a start time: time.Time values of the same
@@ -72,8 +162,13 @@ func startKey(t time.Time) int64 {
 
 // NewMemorySource returns an empty MemorySource for the health watch's
 // signals (docs/design.md section 3).
-func NewMemorySource() *MemorySource {
-	return &MemorySource{pods: map[types.UID]*podSignals{}, subs: map[int]func(Signal){}}
+func NewMemorySource(opts ...MemoryOption) *MemorySource {
+	m := &MemorySource{pods: map[types.UID]*podSignals{}, subs: map[int]func(Signal){},
+		keepAll: true, pinTTL: int64(DefaultPinTTL), newest: math.MinInt64}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
 }
 
 // OnSignal calls fn for every OOM kill added, and once per pod for every
@@ -98,45 +193,99 @@ func (m *MemorySource) OnSignal(fn func(Signal)) (cancel func()) {
 func (m *MemorySource) AddOOMKill(podUID types.UID, container string, at time.Time) {
 	m.mu.Lock()
 	p := m.pod(podUID)
-	k := p.kills[container]
-	i, _ := slices.BinarySearchFunc(k, at, time.Time.Compare)
-	p.kills[container] = slices.Insert(k, i, at)
+	i, _ := slices.BinarySearchFunc(p.kills, at, func(k kill, t time.Time) int { return k.at.Compare(t) })
+	for i < len(p.kills) && p.kills[i].at.Equal(at) {
+		i++
+	}
+	p.kills = slices.Insert(p.kills, i, kill{container, at})
 	subs := m.subscribers()
 	m.mu.Unlock()
 	notify(subs, Signal{PodUID: podUID, Kind: SignalOOMKill})
 }
 
 // AddSamples records counter samples for the throttling rule
-// (docs/design.md section 3) and signals their pods. A second sample of an instance at the
-// same time replaces the first (the newest counters win); samples may
-// arrive out of order.
+// (docs/design.md section 3) and signals their pods. A second sample of an
+// instance at the same time replaces the first (the newest counters win);
+// samples may arrive out of order. A sample of an instance marked Gone
+// brings it back.
 func (m *MemorySource) AddSamples(samples ...CounterSample) {
 	var seen []types.UID
 	m.mu.Lock()
-	for _, s := range samples {
-		p := m.pod(s.PodUID)
-		key := instance{s.Container, startKey(s.Started)}
-		series := p.series[key]
-		if n := len(series); n == 0 || series[n-1].At.Before(s.At) {
-			series = append(series, s)
+	var last types.UID
+	var p *podSignals
+	for i := range samples {
+		s := &samples[i]
+		if p == nil || s.PodUID != last {
+			p, last = m.pod(s.PodUID), s.PodUID
+		}
+		sr := p.instance(s.Container, s.Started)
+		sr.gone = false
+		at := s.At.UnixNano()
+		m.newest = max(m.newest, at)
+		pt := reading{at: at, periods: s.Periods, throttled: s.Throttled}
+		if n := len(sr.points); n == 0 || sr.points[n-1].at < at {
+			if n == cap(sr.points) && !m.keepAll {
+				// Grow by a quarter, not double: the series is compacted
+				// at that length.
+				sr.points = slices.Grow(sr.points, max(4, n/4))
+			}
+			sr.points = append(sr.points, pt)
 		} else {
-			i, found := slices.BinarySearchFunc(series, s.At, func(x CounterSample, t time.Time) int { return x.At.Compare(t) })
+			j, found := slices.BinarySearchFunc(sr.points, at, func(x reading, t int64) int { return cmpInt(x.at, t) })
 			if found {
-				series[i] = s
+				sr.points[j] = pt
 			} else {
-				series = slices.Insert(series, i, s)
+				sr.points = slices.Insert(sr.points, j, pt)
 			}
 		}
-		p.series[key] = series
+		if !m.keepAll && len(sr.points) >= sr.kept+max(8, sr.kept/4) {
+			m.compact(p, sr)
+		}
 		if !slices.Contains(seen, s.PodUID) {
 			seen = append(seen, s.PodUID)
 		}
 	}
+	m.sweepGone()
 	subs := m.subscribers()
 	m.mu.Unlock()
 	for _, uid := range seen {
 		notify(subs, Signal{PodUID: uid, Kind: SignalCounters})
 	}
+}
+
+// Gone marks a container instance whose cgroup is gone, so it is dropped
+// once no window can read it (see MemorySource). An unknown instance is
+// ignored.
+func (m *MemorySource) Gone(podUID types.UID, container string, started time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[podUID]
+	if p == nil {
+		return
+	}
+	key := startKey(started)
+	for _, sr := range p.series {
+		if sr.container == container && startKey(sr.started) == key && !sr.gone {
+			sr.gone = true
+			if !m.keepAll {
+				m.gone = append(m.gone, goneRef{podUID, sr})
+			}
+		}
+	}
+}
+
+// Len returns how many pods and container instances are kept, and their
+// samples.
+func (m *MemorySource) Len() (pods, instances, samples int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.pods {
+		instances += len(p.series)
+		for _, sr := range p.series {
+			samples += len(sr.points)
+		}
+	}
+	return len(m.pods), instances, samples
 }
 
 // OOMKills implements KernelSource: the kills in (from, to]. ok is true
@@ -149,18 +298,257 @@ func (m *MemorySource) OOMKills(podUID types.UID, container string, from, to tim
 	if p == nil {
 		return 0, false
 	}
-	k, ok := p.kills[container]
+	n, ok := 0, false
+	for _, k := range p.kills {
+		if k.container == container {
+			ok = true
+			if k.at.After(from) && !k.at.After(to) {
+				n++
+			}
+		}
+	}
 	if !ok {
-		for key := range p.series {
-			if key.container == container {
+		for _, sr := range p.series {
+			if sr.container == container {
 				ok = true
 				break
 			}
 		}
 	}
-	lo, _ := slices.BinarySearchFunc(k, from, cmpAfter)
-	hi, _ := slices.BinarySearchFunc(k, to, cmpAfter)
-	return hi - lo, ok
+	return n, ok
+}
+
+// Samples implements CounterSource (docs/design.md section 3). It pins
+// from for the pods (see MemorySource).
+func (m *MemorySource) Samples(podUIDs []types.UID, from, to time.Time) ([]CounterSample, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, uid := range podUIDs {
+		if p := m.pods[uid]; p != nil {
+			m.pinWindow(p, from, to)
+			for _, sr := range p.series {
+				i, j := window(sr.points, from, to)
+				n += j - i
+			}
+		}
+	}
+	out := make([]CounterSample, 0, n)
+	for _, uid := range podUIDs {
+		if p := m.pods[uid]; p != nil {
+			for _, sr := range p.series {
+				i, j := window(sr.points, from, to)
+				for _, pt := range sr.points[i:j] {
+					out = append(out, sr.sample(uid, pt))
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// ThrottleWindows implements ThrottlingSource over the stored samples, as
+// Counters(m) does. It pins from for the pods (see MemorySource).
+func (m *MemorySource) ThrottleWindows(pods []*corev1.Pod, containers []string, from, to time.Time) (map[string]ThrottleWindow, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]ThrottleWindow, len(containers))
+	var run []CounterSample
+	for _, pod := range pods {
+		p := m.pods[pod.UID]
+		if p == nil {
+			continue
+		}
+		m.pinWindow(p, from, to)
+		for _, sr := range p.series {
+			if slices.Contains(containers, sr.container) {
+				i, j := window(sr.points, from, to)
+				run = run[:0]
+				for _, pt := range sr.points[i:j] {
+					run = append(run, sr.sample(pod.UID, pt))
+				}
+				addIncrease(out, run, from, to)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (sr *series) sample(uid types.UID, pt reading) CounterSample {
+	return CounterSample{PodUID: uid, Container: sr.container, Started: sr.started,
+		At: time.Unix(0, pt.at).UTC(), Periods: pt.periods, Throttled: pt.throttled}
+}
+
+// window returns the bounds of the points of a series (oldest first) that
+// a window [from, to] reads: the latest at or before from, and those in
+// (from, to].
+func window(points []reading, from, to time.Time) (i, j int) {
+	i = firstAfter(points, from.UnixNano())
+	j = firstAfter(points, to.UnixNano())
+	return min(max(i-1, 0), j), j
+}
+
+// firstAfter returns the index of the first reading after t.
+func firstAfter(points []reading, t int64) int {
+	i, _ := slices.BinarySearchFunc(points, t, func(x reading, t int64) int {
+		if x.at > t {
+			return 1
+		}
+		return -1
+	})
+	return i
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// pinWindow pins from, and to when it is older than the recent samples,
+// for the pod; m.mu is held.
+func (m *MemorySource) pinWindow(p *podSignals, from, to time.Time) {
+	if m.keepAll {
+		return
+	}
+	p.pin(from.UnixNano(), m.newest)
+	if t := to.UnixNano(); t < m.horizon() {
+		p.pin(t, m.newest)
+	}
+}
+
+func (p *podSignals) pin(at, now int64) {
+	for i := range p.pins {
+		if p.pins[i].at == at {
+			p.pins[i].asked = now
+			return
+		}
+	}
+	if len(p.pins) >= maxPins {
+		oldest := 0
+		for i := range p.pins {
+			if p.pins[i].asked < p.pins[oldest].asked {
+				oldest = i
+			}
+		}
+		p.pins = slices.Delete(p.pins, oldest, oldest+1)
+	}
+	p.pins = append(p.pins, pin{at: at, asked: now})
+}
+
+// horizon is the time from which every sample is kept; m.mu is held.
+func (m *MemorySource) horizon() int64 {
+	if m.newest == math.MinInt64 {
+		return math.MinInt64
+	}
+	return m.newest - m.recent
+}
+
+// expirePins drops the pod's pins not asked for within the pin TTL; m.mu
+// is held.
+func (m *MemorySource) expirePins(p *podSignals) {
+	p.pins = slices.DeleteFunc(p.pins, func(x pin) bool { return x.asked < m.newest-m.pinTTL })
+}
+
+// compact drops the samples of sr that no window can read (see
+// MemorySource); m.mu is held.
+func (m *MemorySource) compact(p *podSignals, sr *series) {
+	m.expirePins(p)
+	pts := sr.points
+	n := len(pts)
+	keep := make([]bool, n)
+	keep[n-1] = true
+	h := firstAfter(pts, m.horizon()-1) // first at or after the horizon
+	for i := max(h-1, 0); i < n; i++ {
+		keep[i] = true
+	}
+	for _, pn := range p.pins {
+		i := firstAfter(pts, pn.at)
+		if i > 0 {
+			keep[i-1] = true
+		}
+		if i < n {
+			keep[i] = true
+		}
+	}
+	for i := 1; i < h; i++ {
+		if pts[i].periods < pts[i-1].periods || pts[i].throttled < pts[i-1].throttled {
+			keep[i-1], keep[i] = true, true
+		}
+	}
+	out := pts[:0]
+	for i, pt := range pts {
+		if keep[i] {
+			out = append(out, pt)
+		}
+	}
+	clear(pts[len(out):])
+	if cap(out) > 2*len(out)+8 {
+		out = slices.Clip(slices.Clone(out))
+	}
+	sr.points, sr.kept = out, len(out)
+}
+
+// sweepGone drops the instances marked gone that no window can read any
+// more, and pods left without instances; m.mu is held.
+func (m *MemorySource) sweepGone() {
+	h := m.horizon()
+	for range min(len(m.gone), 16) {
+		g := m.gone[0]
+		pts := g.s.points
+		if len(pts) > 0 && pts[len(pts)-1].at >= h {
+			return // newer marks are no older
+		}
+		m.gone = m.gone[1:]
+		p := m.pods[g.pod]
+		if p == nil || !g.s.gone {
+			continue
+		}
+		m.expirePins(p)
+		last := int64(math.MinInt64)
+		if len(pts) > 0 {
+			last = pts[len(pts)-1].at
+		}
+		if slices.ContainsFunc(p.pins, func(x pin) bool { return x.at < last }) {
+			// A window that starts before its last sample reads it: look
+			// again once the pin has expired.
+			m.gone = append(m.gone, g)
+			continue
+		}
+		p.series = slices.DeleteFunc(p.series, func(s *series) bool { return s == g.s })
+		if len(p.series) == 0 && (len(p.kills) == 0 || p.kills[len(p.kills)-1].at.UnixNano() < h) {
+			delete(m.pods, g.pod)
+		}
+	}
+	if len(m.gone) == 0 && cap(m.gone) > 1024 {
+		m.gone = nil
+	}
+}
+
+// Prune drops what no watch that starts at or after before needs: OOM
+// kills at or before it, and samples older than each instance's latest
+// sample at or before it (that one stays: it is a window's start value).
+func (m *MemorySource) Prune(before time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := before.UnixNano()
+	for _, p := range m.pods {
+		i, _ := slices.BinarySearchFunc(p.kills, before, func(k kill, t time.Time) int { return cmpAfter(k.at, t) })
+		if i > 0 {
+			p.kills = slices.Clone(p.kills[i:])
+		}
+		p.pins = slices.DeleteFunc(p.pins, func(x pin) bool { return x.at < b })
+		for _, sr := range p.series {
+			if i := firstAfter(sr.points, b); i > 1 {
+				sr.points = slices.Clone(sr.points[i-1:])
+				sr.kept = len(sr.points)
+			}
+		}
+	}
 }
 
 // cmpAfter orders t against x so that a binary search for x finds the first
@@ -170,85 +558,6 @@ func cmpAfter(t, x time.Time) int {
 		return 1
 	}
 	return -1
-}
-
-// Samples implements CounterSource (docs/design.md section 3).
-func (m *MemorySource) Samples(podUIDs []types.UID, from, to time.Time) ([]CounterSample, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	n := 0
-	for _, uid := range podUIDs {
-		if p := m.pods[uid]; p != nil {
-			for _, series := range p.series {
-				i, j := window(series, from, to)
-				n += j - i
-			}
-		}
-	}
-	out := make([]CounterSample, 0, n)
-	for _, uid := range podUIDs {
-		if p := m.pods[uid]; p != nil {
-			for _, series := range p.series {
-				i, j := window(series, from, to)
-				out = append(out, series[i:j]...)
-			}
-		}
-	}
-	return out, nil
-}
-
-// ThrottleWindows implements ThrottlingSource over the stored samples, as
-// Counters(m) does, without copying them.
-func (m *MemorySource) ThrottleWindows(pods []*corev1.Pod, containers []string, from, to time.Time) (map[string]ThrottleWindow, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make(map[string]ThrottleWindow, len(containers))
-	for _, pod := range pods {
-		p := m.pods[pod.UID]
-		if p == nil {
-			continue
-		}
-		for key, series := range p.series {
-			if slices.Contains(containers, key.container) {
-				i, j := window(series, from, to)
-				addIncrease(out, series[i:j], from, to)
-			}
-		}
-	}
-	return out, nil
-}
-
-// window returns the bounds of the samples of series (oldest first) that a
-// window [from, to] reads: the latest at or before from, and those in
-// (from, to].
-func window(series []CounterSample, from, to time.Time) (i, j int) {
-	i, _ = slices.BinarySearchFunc(series, from, func(x CounterSample, t time.Time) int { return cmpAfter(x.At, t) })
-	j, _ = slices.BinarySearchFunc(series, to, func(x CounterSample, t time.Time) int { return cmpAfter(x.At, t) })
-	return min(max(i-1, 0), j), j
-}
-
-// Prune drops what no watch that starts at or after before needs: OOM
-// kills at or before it, and samples older than each instance's latest
-// sample at or before it (that one stays: it is a window's start value).
-func (m *MemorySource) Prune(before time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, p := range m.pods {
-		for c, k := range p.kills {
-			i, _ := slices.BinarySearchFunc(k, before, cmpAfter)
-			if i == len(k) {
-				delete(p.kills, c)
-			} else if i > 0 {
-				p.kills[c] = slices.Clone(k[i:])
-			}
-		}
-		for key, series := range p.series {
-			i, _ := slices.BinarySearchFunc(series, before, func(x CounterSample, t time.Time) int { return cmpAfter(x.At, t) })
-			if i > 1 {
-				p.series[key] = slices.Clone(series[i-1:])
-			}
-		}
-	}
 }
 
 // ForgetPod drops everything recorded for a pod, once no watch counts it
@@ -263,10 +572,23 @@ func (m *MemorySource) ForgetPod(podUID types.UID) {
 func (m *MemorySource) pod(uid types.UID) *podSignals {
 	p := m.pods[uid]
 	if p == nil {
-		p = &podSignals{kills: map[string][]time.Time{}, series: map[instance][]CounterSample{}}
+		p = &podSignals{}
 		m.pods[uid] = p
 	}
 	return p
+}
+
+// instance returns the pod's series of a container instance, creating it.
+func (p *podSignals) instance(container string, started time.Time) *series {
+	key := startKey(started)
+	for _, sr := range p.series {
+		if sr.container == container && startKey(sr.started) == key {
+			return sr
+		}
+	}
+	sr := &series{container: container, started: started}
+	p.series = append(p.series, sr)
+	return sr
 }
 
 // subscribers returns the current subscribers; m.mu is held.

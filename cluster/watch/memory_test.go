@@ -1,13 +1,18 @@
 package watch
 
 import (
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
 )
 
 func TestMemorySourceSignalsEachPodOnce(t *testing.T) {
@@ -139,4 +144,125 @@ func TestMemorySourceConcurrentUse(t *testing.T) {
 	got, err := m.Samples([]types.UID{"a", "b", "c", "d"}, t0, after(time.Hour))
 	require.NoError(t, err)
 	assert.Len(t, got, 4*500)
+}
+
+// TestMemorySourceCompactionKeepsEveryWindowExact feeds two sources the
+// same samples in real time order, one compacting and one keeping every
+// sample, while three watches ask for their windows as the health watch
+// does (from the window's opening, and once after the end): the sums, the
+// OOM kills and Evaluate's verdicts must be equal at every step, with
+// counter resets, a restarted container and a deleted pod on the way.
+func TestMemorySourceCompactionKeepsEveryWindowExact(t *testing.T) {
+	const step, steps = time.Second, 2700
+	compact := NewMemorySource(WithCompaction(DefaultRecent), WithPinTTL(5*time.Minute))
+	full := NewMemorySource()
+	var pods []corev1.Pod
+	for _, name := range []string{"web-1", "web-2", "web-3", "web-4"} {
+		pods = append(pods, newPod(name, cpuDown))
+	}
+	podPtrs := []*corev1.Pod{&pods[0], &pods[1], &pods[2], &pods[3]}
+	containers := []string{"app", "sidecar"}
+	type inst struct {
+		started            time.Time
+		periods, throttled uint64
+	}
+	state := map[string]*inst{}
+	start := after(-time.Hour)
+	for _, p := range pods {
+		for _, c := range containers {
+			state[string(p.UID)+"/"+c] = &inst{started: start}
+		}
+	}
+	watches := []time.Duration{100 * step, 600 * step, 1200 * step} // T0 - t0
+	const watchFor = 15 * time.Minute
+	rng := rand.New(rand.NewPCG(7, 8))
+	deleted := false
+	for i := range steps {
+		now := after(time.Duration(i) * step)
+		var batch []CounterSample
+		for pi, p := range pods {
+			if deleted && pi == 3 {
+				continue
+			}
+			for _, c := range containers {
+				s := state[string(p.UID)+"/"+c]
+				switch {
+				case pi == 1 && c == "app" && i == 700: // a reset within the instance
+					s.periods, s.throttled = 0, 0
+				case pi == 2 && c == "sidecar" && i == 900: // a restart: a new instance
+					compact.Gone(p.UID, c, s.started)
+					full.Gone(p.UID, c, s.started)
+					s.started, s.periods, s.throttled = now.Add(-500*time.Millisecond), 0, 0
+				}
+				if rng.IntN(3) == 0 {
+					continue // unchanged: the agent sends nothing
+				}
+				d := uint64(rng.IntN(12))
+				s.periods += d
+				s.throttled += d * uint64(rng.IntN(3)) / 2
+				batch = append(batch, CounterSample{PodUID: p.UID, Container: c, Started: s.started, At: now, Periods: s.periods, Throttled: s.throttled})
+			}
+		}
+		if i%300 == 150 {
+			compact.AddOOMKill(pods[i%4].UID, "app", now)
+			full.AddOOMKill(pods[i%4].UID, "app", now)
+		}
+		compact.AddSamples(batch...)
+		full.AddSamples(batch...)
+		if i == 1500 { // web-4 is deleted after its last samples
+			deleted = true
+			for _, c := range containers {
+				compact.Gone(pods[3].UID, c, start)
+				full.Gone(pods[3].UID, c, start)
+			}
+		}
+
+		for wi, w := range watches {
+			from, end := after(w+ThrottlingDelay), after(w+watchFor)
+			if now.Before(from) || now.After(end.Add(time.Minute)) {
+				continue
+			}
+			to := now
+			if end.Before(now) {
+				to = end
+			}
+			got, err := compact.ThrottleWindows(podPtrs, containers, from, to)
+			require.NoError(t, err)
+			want, err := full.ThrottleWindows(podPtrs, containers, from, to)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "watch %d at step %d", wi, i)
+			for _, p := range pods {
+				gotN, gotOK := compact.OOMKills(p.UID, "app", after(w), to)
+				wantN, wantOK := full.OOMKills(p.UID, "app", after(w), to)
+				require.Equal(t, []any{wantN, wantOK}, []any{gotN, gotOK}, "watch %d at step %d pod %s", wi, i, p.Name)
+			}
+			if i%20 == 0 {
+				in := Input{Change: change(v1alpha1.StrategyRollout, cpuDown), Pods: pods[:3], Guardrails: guardrails(nil)}
+				in.Change.AppliedAt = metav1.NewTime(after(w))
+				in.Kernel, in.Throttling = compact, compact
+				gotV := Evaluate(now, in)
+				in.Kernel, in.Throttling = full, full
+				require.Equal(t, Evaluate(now, in), gotV, "watch %d at step %d", wi, i)
+			}
+		}
+	}
+	_, _, fullSamples := full.Len()
+	pods2, instances, kept := compact.Len()
+	assert.Equal(t, 3, pods2, "the deleted pod is dropped")
+	assert.Equal(t, 6, instances, "the restarted container's old instance is dropped")
+	assert.Less(t, kept, fullSamples/20, "compaction keeps a small part of %d samples", fullSamples)
+	t.Logf("kept %d of %d samples", kept, fullSamples)
+}
+
+func TestMemorySourceCompactionKeepsTheRecentSamples(t *testing.T) {
+	m := NewMemorySource(WithCompaction(10 * time.Second))
+	for i := range 100 {
+		m.AddSamples(CounterSample{PodUID: "a", Container: "app", At: after(time.Duration(i) * time.Second), Periods: uint64(i)})
+	}
+	got, err := m.Samples([]types.UID{"a"}, after(89*time.Second), after(time.Hour))
+	require.NoError(t, err)
+	require.NotEmpty(t, got)
+	assert.Equal(t, after(89*time.Second), got[0].At, "the sample at a window start within the recent span")
+	_, _, kept := m.Len()
+	assert.Less(t, kept, 30)
 }

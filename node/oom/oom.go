@@ -66,10 +66,14 @@ const (
 	KindBPF    = "bpf"
 	KindCgroup = "cgroup"
 	KindKmsg   = "kmsg"
+	// KindOff reports no kill at all: the leader then sees OOM kills only
+	// in pod status, the kubelet's path (a baseline for benchmarks, or a
+	// choice where the agent must not read the kernel's OOM events).
+	KindOff = "off"
 )
 
 // Kinds lists the valid values of --oom-source.
-var Kinds = []string{KindAuto, KindBPF, KindCgroup, KindKmsg}
+var Kinds = []string{KindAuto, KindBPF, KindCgroup, KindKmsg, KindOff}
 
 // Options configure the sources.
 type Options struct {
@@ -131,6 +135,8 @@ func Open(kind string, opts Options) (Source, []error, error) {
 	case KindKmsg:
 		s, err := openKmsg(opts)
 		return s, nil, err
+	case KindOff:
+		return offSource{}, nil, nil
 	case KindAuto, "":
 		var skipped []error
 		for _, k := range []string{KindBPF, KindCgroup, KindKmsg} {
@@ -158,4 +164,16 @@ func resolve(k *Kill) {
 func isDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
+}
+
+// offSource is --oom-source=off: it delivers nothing.
+type offSource struct{}
+
+func (offSource) Name() string   { return KindOff }
+func (offSource) Detail() string { return "no OOM source: kills are seen in pod status only" }
+func (offSource) Close() error   { return nil }
+
+func (offSource) Run(ctx context.Context, _ func(Kill)) error {
+	<-ctx.Done()
+	return nil
 }

@@ -39,6 +39,9 @@ const (
 	OOMSource_OOM_SOURCE_CGROUP OOMSource = 2
 	// OOM_SOURCE_KMSG is the kernel log read from /dev/kmsg.
 	OOMSource_OOM_SOURCE_KMSG OOMSource = 3
+	// OOM_SOURCE_OFF means the agent reports no OOM kills (--oom-source=off):
+	// the leader sees them in pod status only.
+	OOMSource_OOM_SOURCE_OFF OOMSource = 4
 )
 
 // Enum value maps for OOMSource.
@@ -48,12 +51,14 @@ var (
 		1: "OOM_SOURCE_BPF",
 		2: "OOM_SOURCE_CGROUP",
 		3: "OOM_SOURCE_KMSG",
+		4: "OOM_SOURCE_OFF",
 	}
 	OOMSource_value = map[string]int32{
 		"OOM_SOURCE_UNSPECIFIED": 0,
 		"OOM_SOURCE_BPF":         1,
 		"OOM_SOURCE_CGROUP":      2,
 		"OOM_SOURCE_KMSG":        3,
+		"OOM_SOURCE_OFF":         4,
 	}
 )
 
@@ -223,9 +228,19 @@ type Hello struct {
 	// (first start, or its buffer dropped counters while the leader was
 	// unreachable): the leader replaces what it holds for this node with what
 	// follows instead of merging it.
-	FullSnapshot  bool `protobuf:"varint,5,opt,name=full_snapshot,json=fullSnapshot,proto3" json:"full_snapshot,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FullSnapshot bool `protobuf:"varint,5,opt,name=full_snapshot,json=fullSnapshot,proto3" json:"full_snapshot,omitempty"`
+	// KernelNs is when the agent sent the Hello, in CLOCK_MONOTONIC
+	// nanoseconds: the leader maps the stream's kernel times to its own clock
+	// at the Hello's arrival, so counters buffered during an outage keep
+	// their times.
+	KernelNs uint64 `protobuf:"varint,6,opt,name=kernel_ns,json=kernelNs,proto3" json:"kernel_ns,omitempty"`
+	// StartedAtUnixNs is when the agent process started, in Unix
+	// nanoseconds. With the node it names the agent's incarnation: OOMEvent
+	// seqs are unique within one, so the leader counts an event resent after
+	// a reconnect once, and a restarted agent (seqs from 1 again) anew.
+	StartedAtUnixNs int64 `protobuf:"varint,7,opt,name=started_at_unix_ns,json=startedAtUnixNs,proto3" json:"started_at_unix_ns,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -291,6 +306,20 @@ func (x *Hello) GetFullSnapshot() bool {
 		return x.FullSnapshot
 	}
 	return false
+}
+
+func (x *Hello) GetKernelNs() uint64 {
+	if x != nil {
+		return x.KernelNs
+	}
+	return 0
+}
+
+func (x *Hello) GetStartedAtUnixNs() int64 {
+	if x != nil {
+		return x.StartedAtUnixNs
+	}
+	return 0
 }
 
 // Counters is one sampling pass over the node's containers.
@@ -938,14 +967,16 @@ const file_api_stream_v1_stream_proto_rawDesc = "" +
 	"\bcounters\x18\x02 \x01(\v2\x18.kerf.stream.v1.CountersH\x00R\bcounters\x127\n" +
 	"\toom_event\x18\x03 \x01(\v2\x18.kerf.stream.v1.OOMEventH\x00R\boomEvent\x12I\n" +
 	"\x0fcontainer_event\x18\x04 \x01(\v2\x1e.kerf.stream.v1.ContainerEventH\x00R\x0econtainerEventB\x06\n" +
-	"\x04body\"\xc1\x01\n" +
+	"\x04body\"\x8b\x02\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12#\n" +
 	"\ragent_version\x18\x02 \x01(\tR\fagentVersion\x12\x17\n" +
 	"\aboot_id\x18\x03 \x01(\tR\x06bootId\x128\n" +
 	"\n" +
 	"oom_source\x18\x04 \x01(\x0e2\x19.kerf.stream.v1.OOMSourceR\toomSource\x12#\n" +
-	"\rfull_snapshot\x18\x05 \x01(\bR\ffullSnapshot\"\x9a\x01\n" +
+	"\rfull_snapshot\x18\x05 \x01(\bR\ffullSnapshot\x12\x1b\n" +
+	"\tkernel_ns\x18\x06 \x01(\x04R\bkernelNs\x12+\n" +
+	"\x12started_at_unix_ns\x18\a \x01(\x03R\x0fstartedAtUnixNs\"\x9a\x01\n" +
 	"\bCounters\x12\x1b\n" +
 	"\tkernel_ns\x18\x01 \x01(\x04R\bkernelNs\x12A\n" +
 	"\n" +
@@ -989,12 +1020,13 @@ const file_api_stream_v1_stream_proto_rawDesc = "" +
 	"\x03Ack\x12\x17\n" +
 	"\aoom_seq\x18\x01 \x01(\x04R\x06oomSeq\" \n" +
 	"\x06Resync\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason*g\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason*{\n" +
 	"\tOOMSource\x12\x1a\n" +
 	"\x16OOM_SOURCE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eOOM_SOURCE_BPF\x10\x01\x12\x15\n" +
 	"\x11OOM_SOURCE_CGROUP\x10\x02\x12\x13\n" +
-	"\x0fOOM_SOURCE_KMSG\x10\x032T\n" +
+	"\x0fOOM_SOURCE_KMSG\x10\x03\x12\x12\n" +
+	"\x0eOOM_SOURCE_OFF\x10\x042T\n" +
 	"\x06Stream\x12J\n" +
 	"\aConnect\x12\x1c.kerf.stream.v1.AgentMessage\x1a\x1d.kerf.stream.v1.LeaderMessage(\x010\x01B1Z/github.com/kerf-dev/kerf/api/stream/v1;streamv1b\x06proto3"
 

@@ -1,0 +1,180 @@
+package stream
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
+	"github.com/kerf-dev/kerf/cluster/watch"
+)
+
+// The leader-ingest benchmark's cluster (docs/design.md section 10):
+// 3,000 agents with 50 pods of 2 containers each, 300,000 containers.
+const (
+	benchNodes         = 3000
+	benchPodsPerNode   = 50
+	benchContainersPer = 2
+	benchPerNode       = benchPodsPerNode * benchContainersPer
+)
+
+// benchCluster is a leader's stream Server over a real pod cache (the
+// informer's indexer with the UID index, filled directly) holding every
+// pod, with one ingest per simulated agent stream after its Hello.
+type benchCluster struct {
+	srv     *Server
+	memory  *watch.MemorySource
+	streams []*ingest
+	// snapshot and pass are each stream's first Counters (identities and
+	// absolute values) and a later one (index and increments), encoded.
+	snapshot, pass [][]byte
+}
+
+func newBenchCluster(b *testing.B, nodes int) *benchCluster {
+	b.Helper()
+	informer := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Pod{}, 0, cache.Indexers{})
+	pods, err := NewPodIndex(informer)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// TokenReviews ran when the streams opened; the ingest never calls the
+	// apiserver.
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := &benchCluster{memory: watch.NewMemorySource(watch.WithCompaction(watch.DefaultRecent))}
+	c.srv, err = New(Config{Audience: "kerf-leader", ServiceAccountNamespace: "kerf-system", ServiceAccountName: "kerf-agent",
+		Clientset: cs, Pods: pods, Memory: c.memory, Leading: func() bool { return true },
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const boot = uint64(1_234_567_890_123_456)
+	for n := range nodes {
+		node := fmt.Sprintf("node-%04d", n)
+		snap := &streamv1.Counters{KernelNs: boot, Snapshot: true}
+		pass := &streamv1.Counters{KernelNs: boot + uint64(time.Second)}
+		for p := range benchPodsPerNode {
+			uid := types.UID(fmt.Sprintf("6f1c2b3a-9d4e-4f5a-%04x-%012x", n, p))
+			err := informer.GetStore().Add(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid, Namespace: "app", Name: fmt.Sprintf("web-%d-%d", n, p)},
+				Spec: corev1.PodSpec{NodeName: node}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for k := range benchContainersPer {
+				i := uint32(p*benchContainersPer + k)
+				snap.Containers = append(snap.Containers, &streamv1.ContainerCounters{
+					Index: i, PodUid: string(uid), Container: []string{"app", "sidecar"}[k],
+					StartedAtUnixNs: 1_790_000_000_000_000_000 + int64(i)*1_000_000_007,
+					KernelNsDelta:   uint64(i) * 2_900,
+					Periods:         864_000 + uint64(i)*17, Throttled: 12_000 + uint64(i), ThrottledNs: 93_000_000_000 + uint64(i)*1_000_003,
+				})
+				cc := &streamv1.ContainerCounters{Index: i, KernelNsDelta: uint64(i) * 2_900, Periods: 10}
+				if i%10 == 0 {
+					cc.Throttled, cc.ThrottledNs = 2, 7_500_000
+				}
+				pass.Containers = append(pass.Containers, cc)
+			}
+		}
+		c.snapshot = append(c.snapshot, marshal(b, snap))
+		c.pass = append(c.pass, marshal(b, pass))
+		c.streams = append(c.streams, newIngest(c.srv, node, &streamv1.Hello{NodeName: node, KernelNs: boot, StartedAtUnixNs: 1}))
+	}
+	return c
+}
+
+func marshal(b *testing.B, c *streamv1.Counters) []byte {
+	b.Helper()
+	out, err := proto.Marshal(&streamv1.AgentMessage{Body: &streamv1.AgentMessage_Counters{Counters: c}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// ingest decodes one encoded AgentMessage of a stream and ingests it, as
+// Connect does after the stream's authentication.
+func (c *benchCluster) ingest(b *testing.B, stream int, msg []byte, pass int) {
+	var m streamv1.AgentMessage
+	if err := proto.Unmarshal(msg, &m); err != nil {
+		b.Fatal(err)
+	}
+	counters := m.GetCounters()
+	counters.KernelNs += uint64(pass) * uint64(time.Second)
+	if err := c.streams[stream].counters(counters); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkIngest300kContainers measures the leader's ingest on one core
+// (GOMAXPROCS=1): decoding each agent's pass of 100 changed containers and
+// ingesting it (index table, pod-on-node check, MemorySource with
+// compaction), round robin over 3,000 streams after their snapshots. It
+// reports samples/s, and the encoded bytes per sample of a pass (wire-B/
+// sample: the index, the time offset and the increases of one container).
+func BenchmarkIngest300kContainers(b *testing.B) {
+	c := newBenchCluster(b, benchNodes)
+	for s := range c.streams {
+		c.ingest(b, s, c.snapshot[s], 0)
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		s := i % benchNodes
+		c.ingest(b, s, c.pass[s], 1+i/benchNodes)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)*benchPerNode/b.Elapsed().Seconds(), "samples/s")
+	b.ReportMetric(float64(len(c.pass[0]))/benchPerNode, "wire-B/sample")
+	b.ReportMetric(float64(len(c.snapshot[0]))/benchPerNode, "snapshot-B/sample")
+}
+
+// BenchmarkIngestMemoryPerContainer measures the leader's memory per
+// tracked container: the heap in use after a GC, less before, over
+// 300,000 containers once their streams have sent a snapshot and 45 passes
+// one second apart of every container changed (the worst case: the
+// MemorySource then holds its full recent span of 30 s), stream tables and
+// MemorySource together.
+func BenchmarkIngestMemoryPerContainer(b *testing.B) {
+	const passes = 45
+	for range b.N {
+		b.StopTimer()
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		c := newBenchCluster(b, benchNodes)
+		// The fixture's pod cache and encoded messages are not the
+		// leader's per-container cost; measure from here.
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		for s := range c.streams {
+			c.ingest(b, s, c.snapshot[s], 0)
+		}
+		for p := 1; p <= passes; p++ {
+			for s := range c.streams {
+				c.ingest(b, s, c.pass[s], p)
+			}
+		}
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		_, instances, samples := c.memory.Len()
+		b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse))/float64(benchNodes*benchPerNode), "B/container")
+		b.ReportMetric(float64(samples)/float64(instances), "samples/container")
+		runtime.KeepAlive(c)
+	}
+}
