@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -55,10 +56,15 @@ type Config struct {
 	LeaseName string
 	// Identity names this replica in the Lease (its pod name).
 	Identity string
+	// PodName, when set, is this replica's pod in Namespace: while leading
+	// it carries the label LeaderPodLabel, which the kerf-leader Service
+	// selects so the agents' streams reach the leader.
+	PodName string
 	// LeaseDuration, RenewDeadline and RetryPeriod tune the election; zero
 	// means 15 s, 10 s and 2 s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	// Listener serves /metrics, /healthz and /readyz (ready while leading).
+	// Listener serves /metrics, /healthz and /readyz (ready once the
+	// replica's caches are synced: it serves the webhook and can take over).
 	// Nil serves nothing.
 	Listener net.Listener
 	// WatchNamespaces, when set, limits the leader to recommendations,
@@ -97,6 +103,11 @@ type StreamConfig struct {
 	// ServiceAccountNamespace and ServiceAccountName name the agents'
 	// service account.
 	ServiceAccountNamespace, ServiceAccountName string
+	// CadvisorFallback makes the agents' CFS counters the health watch's
+	// throttling input when Config.Throttling is nil (health.cadvisorFallback,
+	// off by default: docs/design.md section 3). OOM kills from the agents
+	// are used either way.
+	CadvisorFallback bool
 }
 
 // WebhookConfig configures the admission webhook every replica serves.
@@ -132,6 +143,8 @@ type Leader struct {
 	// Metrics are the replica's metrics, on its own registry.
 	Metrics *Metrics
 	stream  *stream.Server
+	// synced is set once the caches are synced: the replica is ready.
+	synced atomic.Bool
 }
 
 // New builds a leader replica for the cluster restConfig reaches.
@@ -204,11 +217,11 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		if cfg.Stream.TLS == nil {
 			return nil, errors.New("stream: a listener without TLS (agents send their tokens on it)")
 		}
-		mem := watch.NewMemorySource()
+		mem := watch.NewMemorySource(watch.WithCompaction(watch.DefaultRecent))
 		if cfg.Kernel == nil {
 			cfg.Kernel = mem
 		}
-		if cfg.Throttling == nil {
+		if cfg.Throttling == nil && cfg.Stream.CadvisorFallback {
 			cfg.Throttling = mem
 		}
 		streamSrv, err = stream.New(stream.Config{
@@ -322,7 +335,7 @@ func (l *Leader) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if l.cfg.Listener != nil {
-		srv := endpoints.New(prometheus.Gatherers{l.registry}, l.Leading)
+		srv := endpoints.New(prometheus.Gatherers{l.registry}, l.synced.Load)
 		audit.New(l.mgr.GetCache()).Register(srv.Mux())
 		go func() {
 			if err := srv.ServeListener(ctx, l.cfg.Listener); err != nil {
@@ -352,10 +365,30 @@ func (l *Leader) Run(ctx context.Context) error {
 		}()
 		defer gs.Stop()
 	}
+	if l.cfg.PodName != "" {
+		if err := l.unmarkOwnPod(ctx); err != nil {
+			return err
+		}
+		defer func() {
+			// Best effort: a leader that stops leaves the label to the
+			// next one to clear, and is not Ready meanwhile.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			_ = l.unmarkOwnPod(ctx)
+		}()
+	}
+	go func() {
+		if l.mgr.GetCache().WaitForCacheSync(ctx) {
+			l.synced.Store(true)
+		}
+	}()
 	go func() {
 		select {
 		case <-l.mgr.Elected():
 			l.log.Info("leading", "identity", l.cfg.Identity, "lease", l.cfg.Namespace+"/"+l.cfg.LeaseName)
+			if l.cfg.PodName != "" {
+				l.markLeaderPod(ctx)
+			}
 		case <-ctx.Done():
 		}
 	}()

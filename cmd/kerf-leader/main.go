@@ -39,11 +39,12 @@ func envOr(name, def string) string {
 func main() {
 	host, _ := os.Hostname()
 	fs := flag.NewFlagSet("kerf-leader", flag.ContinueOnError)
-	metricsAddr := fs.String("metrics-addr", ":9401", "address of the /metrics, /healthz and /readyz endpoints (ready while leading)")
+	metricsAddr := fs.String("metrics-addr", ":9401", "address of the /metrics, /healthz and /readyz endpoints, and of the audit API")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "kerf-system"), "namespace of the leader Lease")
 	leaseName := fs.String("lease-name", "kerf-leader", "name of the coordination.k8s.io Lease the replicas compete for")
 	identity := fs.String("identity", envOr("POD_NAME", host), "this replica's name in the Lease")
+	podName := fs.String("pod-name", os.Getenv("POD_NAME"), "this replica's pod in --namespace, labeled "+cluster.LeaderPodLabel+"=true while it leads (the kerf-leader Service selects it; empty: no label)")
 	webhookAddr := fs.String("webhook-addr", ":9443", "HTTPS address of the mutating admission webhook, served by every replica (empty: none)")
 	webhookCertDir := fs.String("webhook-cert-dir", "", "directory with tls.crt and tls.key for the webhook (default: a self-managed certificate)")
 	webhookService := fs.String("webhook-service", "kerf-webhook", "Service the apiserver calls the webhook through (names the self-managed certificate)")
@@ -55,6 +56,7 @@ func main() {
 	streamCAConfigMap := fs.String("stream-ca-configmap", "kerf-leader-ca", "ConfigMap where the stream's self-managed CA bundle is published (key ca.crt) for the agents")
 	agentAudience := fs.String("agent-audience", "kerf-leader", "audience the agents' service-account tokens must carry")
 	agentSA := fs.String("agent-service-account", "kerf-agent", "the agents' service account, in --namespace")
+	cadvisorFallback := fs.Bool("cadvisor-fallback", false, "read CPU throttling from the agents' stream when --metrics-url is not set (health.cadvisorFallback)")
 	metricsURL := fs.String("metrics-url", "", "Prometheus-compatible URL to read CPU throttling from (health.metricsURL; empty: not from Prometheus)")
 	webhookConfig := fs.String("webhook-config", "kerf", "MutatingWebhookConfiguration whose caBundle the self-managed certificate keeps current")
 	fs.Usage = func() {
@@ -71,7 +73,7 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	cfg := cluster.Config{Namespace: *namespace, LeaseName: *leaseName, Identity: *identity, Registry: prometheus.NewRegistry()}
+	cfg := cluster.Config{Namespace: *namespace, LeaseName: *leaseName, Identity: *identity, PodName: *podName, Registry: prometheus.NewRegistry()}
 	if *metricsURL != "" {
 		src, err := promql.New(promql.Config{URL: *metricsURL}, cfg.Registry)
 		if err != nil {
@@ -90,7 +92,7 @@ func main() {
 			log.Error("--stream-addr", "err", err)
 			os.Exit(2)
 		}
-		cfg.Stream = cluster.StreamConfig{Listener: ln,
+		cfg.Stream = cluster.StreamConfig{Listener: ln, CadvisorFallback: *cadvisorFallback,
 			Audience: *agentAudience, ServiceAccountNamespace: *namespace, ServiceAccountName: *agentSA}
 		if *streamCertDir != "" {
 			fc, err := webhook.NewFileCertificate(*streamCertDir, log)
