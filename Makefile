@@ -8,7 +8,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # Test flags: add e.g. TESTFLAGS=-run=TestSmoke.
 TESTFLAGS ?=
 
-.PHONY: all deps generate vmlinux verify-generated build images test unit bench lint demo clean
+.PHONY: all deps generate vmlinux verify-generated build images test unit bench bench-e2e lint demo clean
 
 all: build
 
@@ -43,11 +43,15 @@ test: deps
 	$(GO) vet ./...
 	@hack/verify-generated.sh
 	@hack/controlplane.sh --check
-	KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -count=1 $(TESTFLAGS) ./...
+	KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -count=1 -timeout 30m $(TESTFLAGS) ./...
 
-## bench: benchmarks (figures, never pass/fail)
+## bench: benchmarks (figures, never pass/fail); the sandbox's are in bench-e2e
 bench: deps
-	$(GO) test -run='^$$' -bench=. -benchmem $(TESTFLAGS) ./...
+	$(GO) test -run='^$$' -bench=. -benchmem $(TESTFLAGS) $$($(GO) list ./... | grep -v /test/e2e)
+
+## bench-e2e: kernel OOM kill → rollback on the real sandbox cluster, agent path and kubelet-status path (about 10 minutes)
+bench-e2e: deps
+	KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -run='^$$' -bench=OOMKillToRollback -benchtime=1x -timeout 45m -v ./test/e2e/
 
 ## lint: gofmt, go vet, staticcheck (pinned, through the module proxy)
 lint:

@@ -91,7 +91,7 @@ func Install(ctx context.Context, opts InstallOptions) (*Installed, error) {
 	}
 	done()
 
-	cl, err := client.New(c.Config, client.Options{Scheme: controlplane.Scheme})
+	cl, err := client.NewWithWatch(c.Config, client.Options{Scheme: controlplane.Scheme})
 	if err != nil {
 		return nil, err
 	}

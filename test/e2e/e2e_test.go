@@ -53,7 +53,7 @@ func TestMain(m *testing.M) {
 // cluster returns the sandbox with Kerf installed, bringing it up for the
 // first test that asks; it skips (or, under make test, fails) where the
 // machine cannot run it.
-func cluster(t *testing.T) *scenario.Installed {
+func cluster(t testing.TB) *scenario.Installed {
 	t.Helper()
 	setupOnce.Do(setup)
 	if skipWhy != "" {

@@ -1,0 +1,307 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/bpf"
+	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/internal/scenario"
+)
+
+// benchKills is how many OOM kills each path measures.
+const benchKills = 20
+
+// BenchmarkOOMKillToRollback measures, on the real cluster, the time from
+// the kernel's OOM kill (the BPF event's own kernel timestamp, from a
+// tracer this benchmark runs on the host) to
+//   - decided: the recommendation reads RolledBack (the leader's first
+//     write of the rollback),
+//   - request: the pod's spec carries the old memory limit again (the
+//     pods/resize request reached the apiserver), and
+//   - restored: the kernel enforces the old limit in the pod's cgroup,
+//
+// over benchKills kills with the agent's OOM source on (auto: BPF) and the
+// same with --oom-source=off, where the leader learns of the kill from pod
+// status only: the kubelet's path, the baseline. Run it with make bench-e2e.
+func BenchmarkOOMKillToRollback(b *testing.B) {
+	in := cluster(b)
+	ctx := b.Context()
+	tracer, err := bpf.NewOOMTracer(bpf.OOMTracerOptions{})
+	if err != nil {
+		b.Fatalf("the benchmark times kills with its own BPF tracer: %v", err)
+	}
+	defer tracer.Close()
+	kills := newKillLog(tracer)
+
+	for _, path := range []struct{ name, source string }{{"agent", "auto"}, {"kubelet", "off"}} {
+		if err := setAgentOOMSource(ctx, in, path.source); err != nil {
+			b.Fatal(err)
+		}
+		e := benchEnv(b, in, "bench-"+path.name)
+		var decided, request, restored []time.Duration
+		for i := range benchKills {
+			m, err := oneKill(ctx, e, kills, fmt.Sprintf("kill-%02d", i))
+			if err != nil {
+				b.Fatalf("%s path, kill %d: %v", path.name, i, err)
+			}
+			decided, request, restored = append(decided, m[0]), append(request, m[1]), append(restored, m[2])
+		}
+		for _, s := range []struct {
+			what string
+			d    []time.Duration
+		}{{"decided", decided}, {"request", request}, {"restored", restored}} {
+			p50, p99 := percentile(s.d, 50), percentile(s.d, 99)
+			b.ReportMetric(p50.Seconds()*1000, path.name+"-"+s.what+"-p50-ms")
+			b.ReportMetric(p99.Seconds()*1000, path.name+"-"+s.what+"-p99-ms")
+			b.Logf("%-7s kill → %-8s n=%d p50 %7.1f ms  p99 %7.1f ms  max %7.1f ms", path.name, s.what, len(s.d),
+				p50.Seconds()*1000, p99.Seconds()*1000, slices.Max(s.d).Seconds()*1000)
+		}
+	}
+	if err := setAgentOOMSource(ctx, in, "auto"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func benchEnv(b *testing.B, in *scenario.Installed, ns string) *scenario.Env {
+	b.Helper()
+	if err := in.Client.Create(b.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		b.Fatal(err)
+	}
+	e := &scenario.Env{Client: in.Client, Namespace: ns}
+	if err := e.EnsurePolicy(b.Context(), scenario.WatchDuration); err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
+// oneKill deploys a workload, decreases its memory in place, OOM-kills it
+// and returns the three latencies from the kill.
+func oneKill(ctx context.Context, e *scenario.Env, kills *killLog, name string) ([3]time.Duration, error) {
+	var out [3]time.Duration
+	w := scenario.OOMWorkload
+	w.Name = name
+	if _, err := e.Deploy(ctx, w); err != nil {
+		return out, err
+	}
+	if _, err := e.Recommend(ctx, w, v1alpha1.StrategyInPlace, v1alpha1.ContainerResources{
+		Limits: &v1alpha1.ResourceValues{Memory: resourceQuantity("96Mi")},
+	}, nil); err != nil {
+		return out, err
+	}
+	if _, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseWatching, "", time.Minute); err != nil {
+		return out, err
+	}
+	if _, err := e.WaitKernelLimits(ctx, w.Selector(), scenario.Container, 96*scenario.Mi, 0, time.Minute); err != nil {
+		return out, err
+	}
+	pods, err := e.RunningPods(ctx, w.Selector())
+	if err != nil || len(pods) != 1 {
+		return out, fmt.Errorf("want one running pod: %v", err)
+	}
+	pod := pods[0]
+	dir, err := e.ContainerDir(&pod, scenario.Container, "memory")
+	if err != nil {
+		return out, err
+	}
+	memcg, err := cgroup.CgroupID(dir)
+	if err != nil {
+		return out, err
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	var tDecided, tRequest, tRestored time.Time
+	var errs [3]error
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		tDecided, errs[0] = firstSeen(wctx, e, &v1alpha1.RightsizingRecommendationList{}, func(o client.Object) bool {
+			r := o.(*v1alpha1.RightsizingRecommendation)
+			return r.Name == w.Name && r.Status.Phase == v1alpha1.PhaseRolledBack
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		tRequest, errs[1] = firstSeen(wctx, e, &corev1.PodList{}, func(o client.Object) bool {
+			p := o.(*corev1.Pod)
+			return p.UID == pod.UID && p.Spec.Containers[0].Resources.Limits.Memory().Value() == 256*scenario.Mi
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		tRestored, errs[2] = podCgroupRestored(wctx, filepath.Dir(dir), 256*scenario.Mi)
+	}()
+	time.Sleep(200 * time.Millisecond) // the watches are open
+	if err := e.Control(ctx, &pod, "alloc", "mib=160"); err != nil {
+		return out, err
+	}
+	kill, err := kills.wait(wctx, memcg)
+	wg.Wait()
+	if err != nil {
+		return out, err
+	}
+	if err := errors.Join(errs[:]...); err != nil {
+		return out, err
+	}
+	t0 := kill.Time()
+	out = [3]time.Duration{tDecided.Sub(t0), tRequest.Sub(t0), tRestored.Sub(t0)}
+	// The workload is done with: keep the node's pod count low.
+	return out, e.Client.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace, Name: w.Name}})
+}
+
+// firstSeen watches list's kind in the namespace and returns when an
+// object first satisfied cond, as this process received it.
+func firstSeen(ctx context.Context, e *scenario.Env, list client.ObjectList, cond func(client.Object) bool) (time.Time, error) {
+	wc, ok := e.Client.(client.WithWatch)
+	if !ok {
+		return time.Time{}, fmt.Errorf("the client cannot watch")
+	}
+	w, err := wc.Watch(ctx, list, client.InNamespace(e.Namespace))
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer w.Stop()
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return time.Time{}, fmt.Errorf("watch of %T ended", list)
+			}
+			at := time.Now()
+			if o, ok := ev.Object.(client.Object); ok && cond(o) {
+				return at, nil
+			}
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("watching %T: %w", list, ctx.Err())
+		}
+	}
+}
+
+// podCgroupRestored polls the memory cgroups of the pod's containers every
+// millisecond and returns when one enforces limit: the container restarted
+// after the kill or resized in place, whichever the kubelet did.
+func podCgroupRestored(ctx context.Context, podDir string, limit int64) (time.Time, error) {
+	want := strconv.FormatInt(limit, 10)
+	for {
+		entries, _ := os.ReadDir(podDir)
+		for _, d := range entries {
+			if !d.IsDir() {
+				continue
+			}
+			raw, err := os.ReadFile(filepath.Join(podDir, d.Name(), "memory.limit_in_bytes"))
+			if err == nil && strings.TrimSpace(string(raw)) == want {
+				return time.Now(), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("no container of %s enforces %s bytes: %w", podDir, want, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// killLog keeps the OOM kills the host's BPF tracer reports, by memory
+// cgroup id.
+type killLog struct {
+	mu     sync.Mutex
+	byID   map[uint64]bpf.OOMEvent
+	notify chan struct{}
+}
+
+func newKillLog(t *bpf.OOMTracer) *killLog {
+	k := &killLog{byID: map[uint64]bpf.OOMEvent{}, notify: make(chan struct{}, 1)}
+	go func() {
+		var ev bpf.OOMEvent
+		for t.ReadEvent(&ev) == nil {
+			k.mu.Lock()
+			if _, seen := k.byID[ev.MemcgID]; !seen {
+				k.byID[ev.MemcgID] = ev
+			}
+			k.mu.Unlock()
+			select {
+			case k.notify <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return k
+}
+
+func (k *killLog) wait(ctx context.Context, memcg uint64) (bpf.OOMEvent, error) {
+	for {
+		k.mu.Lock()
+		ev, ok := k.byID[memcg]
+		k.mu.Unlock()
+		if ok {
+			return ev, nil
+		}
+		select {
+		case <-k.notify:
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return ev, fmt.Errorf("no OOM kill in memory cgroup %d: %w", memcg, ctx.Err())
+		}
+	}
+}
+
+// setAgentOOMSource rolls the agent DaemonSet out with --oom-source and
+// waits until the new agent streams to the leader.
+func setAgentOOMSource(ctx context.Context, in *scenario.Installed, source string) error {
+	var ds appsv1.DaemonSet
+	if err := in.Client.Get(ctx, client.ObjectKey{Namespace: scenario.KerfNamespace, Name: "kerf-agent"}, &ds); err != nil {
+		return err
+	}
+	c := &ds.Spec.Template.Spec.Containers[0]
+	args := slices.DeleteFunc(slices.Clone(c.Args), func(a string) bool { return strings.HasPrefix(a, "--oom-source=") })
+	args = append(args, "--oom-source="+source)
+	if slices.Equal(args, c.Args) {
+		return nil
+	}
+	c.Args = args
+	if err := in.Client.Update(ctx, &ds); err != nil {
+		return err
+	}
+	e := &scenario.Env{Client: in.Client}
+	return scenario.Poll(ctx, 3*time.Minute, 250*time.Millisecond, "the agent with --oom-source="+source, func(ctx context.Context) (bool, error) {
+		pods, err := e.KerfPods(ctx, "kerf-agent")
+		if err != nil || len(pods) != 1 || !slices.Contains(pods[0].Spec.Containers[0].Args, "--oom-source="+source) {
+			return false, err
+		}
+		m, err := e.AgentMetrics(ctx)
+		if err != nil {
+			return false, nil
+		}
+		return scenario.Sum(m, "kerf_agent_stream_state", map[string]string{"state": "connected"}) == 1, nil
+	})
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(0, min(len(s)-1, i-1))]
+}
+
+func resourceQuantity(s string) *resource.Quantity {
+	q := resource.MustParse(s)
+	return &q
+}
