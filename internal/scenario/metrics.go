@@ -116,22 +116,25 @@ func (e *Env) AgentMetrics(ctx context.Context) (map[string][]Series, error) {
 	return e.Scrape(ctx, fmt.Sprintf("http://%s:%d/metrics", pods[0].Status.PodIP, AgentMetricsPort))
 }
 
-// LeaderPod returns the replica that holds the leader Lease (the ready
-// one: readiness follows leadership).
+// LeaderPod returns the replica that holds the Lease: the one whose pod
+// carries the label kerf.dev/leader=true (cluster.LeaderPodLabel), as the
+// kerf-leader Service selects it.
 func (e *Env) LeaderPod(ctx context.Context) (*corev1.Pod, error) {
 	pods, err := e.KerfPods(ctx, "kerf-leader")
 	if err != nil {
 		return nil, err
 	}
 	for i := range pods {
-		for _, c := range pods[i].Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				return &pods[i], nil
-			}
+		if pods[i].Labels[leaderLabel] == "true" && podReady(pods[i].Status.Conditions) {
+			return &pods[i], nil
 		}
 	}
-	return nil, fmt.Errorf("no ready kerf-leader pod in %s (%d running)", KerfNamespace, len(pods))
+	return nil, fmt.Errorf("no ready kerf-leader pod labeled %s=true in %s (%d running)", leaderLabel, KerfNamespace, len(pods))
 }
+
+// leaderLabel is cluster.LeaderPodLabel (not imported: the scenarios see
+// Kerf from outside, as a user does).
+const leaderLabel = "kerf.dev/leader"
 
 // LeaderURL is the base URL of the leading replica's metrics and audit API.
 func (e *Env) LeaderURL(ctx context.Context) (string, error) {
