@@ -67,6 +67,13 @@ func runDemo(args []string) int {
 		return 0
 	}
 
+	// Tests bring sandboxes up too; one at a time on a machine.
+	unlock, err := sandbox.Lock(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kerf-sandbox demo: %v\n", err)
+		return 1
+	}
+	defer unlock()
 	fmt.Println("Kerf demo: a real one-node cluster on this machine, Kerf installed from manifests/, three real rollbacks.")
 	in, err := scenario.Install(ctx, scenario.InstallOptions{RepoRoot: root, StateDir: dir, Log: log, Say: say})
 	if err != nil {
