@@ -342,7 +342,10 @@ func parseMountinfoLine(line string) (mountinfoEntry, error) {
 	if len(fields) < 10 || sep < 0 || len(fields)-sep != 4 {
 		return mountinfoEntry{}, fmt.Errorf("malformed mountinfo line %q: want \"id parent major:minor root mountpoint options [optional...] - fstype source superoptions\"", truncate(line))
 	}
-	if !strings.Contains(fields[2], ":") || !strings.HasPrefix(fields[3], "/") || !strings.HasPrefix(fields[4], "/") {
+	// The root is a path within the filesystem, except on pseudo
+	// filesystems: a bind mount of a namespace file (nsfs, as CNI and
+	// containerd make under /run/netns) has the root "net:[4026532401]".
+	if !strings.Contains(fields[2], ":") || fields[3] == "" || !strings.HasPrefix(fields[4], "/") {
 		return mountinfoEntry{}, fmt.Errorf("malformed mountinfo line %q: bad major:minor, root or mount point", truncate(line))
 	}
 	return mountinfoEntry{

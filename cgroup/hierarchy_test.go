@@ -208,6 +208,14 @@ func TestParseMountinfoLine(t *testing.T) {
 			line: `31 1 0:45 / /x\9y\400 rw - tmpfs tmpfs rw`,
 			want: mountinfoEntry{root: "/", mountPoint: `/x\9y\400`, fsType: "tmpfs", superOptions: "rw"},
 		},
+		{
+			// containerd and CNI bind-mount network namespaces; the root of
+			// an nsfs mount is not a path.
+			name: "namespace file bind mount",
+			line: "47 27 0:4 net:[4026532401] /var/lib/kerf-sandbox/containerd/netns/cni-1 rw shared:5 - nsfs nsfs rw",
+			want: mountinfoEntry{root: "net:[4026532401]", mountPoint: "/var/lib/kerf-sandbox/containerd/netns/cni-1", fsType: "nsfs", superOptions: "rw"},
+		},
+		{name: "empty root", line: "27 25 0:27  /sys rw - cgroup cgroup rw", wantErr: true},
 		{name: "no separator", line: "27 25 0:27 / /sys/fs/cgroup/cpu rw shared:11 cgroup cgroup rw,cpu", wantErr: true},
 		{name: "too few fields after separator", line: "27 25 0:27 / /sys/fs/cgroup/cpu rw shared:11 - cgroup rw,cpu", wantErr: true},
 		{name: "too many fields after separator", line: "27 25 0:27 / /sys rw - cgroup cgroup rw extra", wantErr: true},
