@@ -51,14 +51,23 @@ func BenchmarkOOMKillToRollback(b *testing.B) {
 	kills := newKillLog(tracer)
 
 	for _, path := range []struct{ name, source string }{{"agent", "auto"}, {"kubelet", "off"}} {
+		if only := os.Getenv("KERF_BENCH_PATH"); only != "" && only != path.name {
+			continue
+		}
 		if err := setAgentOOMSource(ctx, in, path.source); err != nil {
 			b.Fatal(err)
 		}
 		e := benchEnv(b, in, "bench-"+path.name)
 		var decided, request, restored []time.Duration
 		for i := range benchKills {
-			m, err := oneKill(ctx, e, kills, fmt.Sprintf("kill-%02d", i))
+			name := fmt.Sprintf("kill-%02d", i)
+			m, err := oneKill(ctx, e, kills, name)
 			if err != nil {
+				rsr, _ := e.RSR(ctx, name)
+				b.Logf("recommendation status: %+v", rsr.Status)
+				pods, _ := in.Run(ctx, "-n", e.Namespace, "get", "pods", "-o", "yaml")
+				b.Logf("pods:\n%s", pods)
+				b.Logf("leader logs:\n%s", in.Logs(ctx, "leader"))
 				b.Fatalf("%s path, kill %d: %v", path.name, i, err)
 			}
 			decided, request, restored = append(decided, m[0]), append(request, m[1]), append(restored, m[2])
