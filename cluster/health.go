@@ -105,6 +105,7 @@ func (r *RecommendationReconciler) watch(ctx context.Context, rsr *v1alpha1.Righ
 		Pods:             pods,
 		RestartBaselines: baselines,
 		Kernel:           r.Kernel,
+		Statuses:         r.Statuses,
 		Throttling:       r.Throttling,
 	}
 	v := watch.Evaluate(now, in)

@@ -76,11 +76,16 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Kernel gives OOM kill counts from the agents (nil: pod status only).
 	Kernel watch.KernelSource
+	// Statuses gives the container restarts and terminations the agents
+	// saw in the kubelet's Pods API before pod status (nil: pod status
+	// only).
+	Statuses watch.AgentStatusSource
 	// Throttling gives CFS counters (nil: throttling not evaluated).
 	Throttling watch.ThrottlingSource
 	// Stream, when its Listener is set, serves the agents' stream on the
-	// leader; the agents' counters and OOM kills then feed the watch
-	// (Kernel and Throttling, when nil, become the stream's source).
+	// leader; the agents' counters, OOM kills and container events then
+	// feed the watch (Kernel, Statuses and Throttling, when nil, become the
+	// stream's source).
 	Stream StreamConfig
 	// Webhook, when its Listener is set, serves the mutating admission
 	// webhook on every replica (leading or not).
@@ -224,6 +229,10 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		if cfg.Throttling == nil && cfg.Stream.CadvisorFallback {
 			cfg.Throttling = mem
 		}
+		statuses := watch.NewAgentStatuses(0)
+		if cfg.Statuses == nil {
+			cfg.Statuses = statuses
+		}
 		streamSrv, err = stream.New(stream.Config{
 			Audience:                cfg.Stream.Audience,
 			ServiceAccountNamespace: cfg.Stream.ServiceAccountNamespace,
@@ -231,6 +240,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 			Clientset:               cs,
 			Pods:                    cachedPods{mgr.GetClient()},
 			Memory:                  mem,
+			Statuses:                statuses,
 			Leading:                 l.Leading,
 			Registerer:              reg,
 			Log:                     log,
@@ -251,6 +261,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		AfterRecord: cfg.AfterRecord,
 		AfterBreach: cfg.AfterBreach,
 		Kernel:      cfg.Kernel,
+		Statuses:    cfg.Statuses,
 		Throttling:  cfg.Throttling,
 		Log:         log,
 	}
@@ -270,9 +281,10 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 	allInScope := handler.EnqueueRequestsFromMapFunc(inScope)
 	bld := ctrl.NewControllerManagedBy(mgr)
-	// An agent's signal (an OOM kill, new counters) about a pod is acted on
+	// An agent's signal (an OOM kill, a container event, new counters)
+	// about a pod is acted on
 	// as soon as it arrives, like a pod status update.
-	signals := signalSources(cfg.Kernel, cfg.Throttling)
+	signals := signalSources(cfg.Kernel, cfg.Statuses, cfg.Throttling)
 	if len(signals) > 0 || streamSrv != nil {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podUIDIndex, func(o client.Object) []string {
 			return []string{string(o.GetUID())}

@@ -57,6 +57,9 @@ type RecommendationReconciler struct {
 	// Kernel gives the agents' OOM kill counts; nil counts only what pod
 	// status shows.
 	Kernel watch.KernelSource
+	// Statuses gives the container restarts and terminations the agents
+	// saw before pod status; nil counts only what pod status shows.
+	Statuses watch.AgentStatusSource
 	// Throttling gives CFS counters; nil leaves throttling not evaluated.
 	Throttling watch.ThrottlingSource
 	// Log is the leader's logger.

@@ -75,8 +75,9 @@ func (a *Agent) Discovery() string {
 	return a.pods.Name()
 }
 
-// SetStream makes the agent send each pass's changed counters and every
-// OOM kill resolved to a tracked container to the leader; Run runs c.
+// SetStream makes the agent send each pass's changed counters, every OOM
+// kill resolved to a tracked container and every container restart or
+// termination pod discovery sees to the leader; Run runs c.
 // Call it before Run.
 func (a *Agent) SetStream(c *StreamClient) { a.stream = c }
 
@@ -206,7 +207,8 @@ func (a *Agent) chooseDiscovery(cfg Config, reg prometheus.Registerer) error {
 }
 
 // containerEvent logs and counts a container restart or termination that
-// pod discovery saw.
+// pod discovery saw, and forwards it to the leader, which can act on it
+// before the apiserver has the pod status (docs/design.md section 3).
 func (a *Agent) containerEvent(ev ContainerEvent) {
 	reason := "none"
 	attrs := []any{"namespace", ev.Namespace, "pod", ev.Pod, "podUID", ev.PodUID, "container", ev.Container,
@@ -217,6 +219,9 @@ func (a *Agent) containerEvent(ev ContainerEvent) {
 	}
 	a.events.WithLabelValues(reason).Inc()
 	a.log.Info("container event", attrs...)
+	if a.stream != nil {
+		a.stream.ContainerEvent(ev)
+	}
 }
 
 // Sampler returns the agent's sampler, for pod discovery to Set the

@@ -30,6 +30,9 @@ const (
 	// DefaultMaxBufferedOOM is how many unacknowledged OOM events the
 	// client keeps.
 	DefaultMaxBufferedOOM = 10000
+	// DefaultMaxBufferedEvents is how many unacknowledged container events
+	// the client keeps.
+	DefaultMaxBufferedEvents = 10000
 	// DefaultMinBackoff is the first wait before a reconnect.
 	DefaultMinBackoff = 500 * time.Millisecond
 	// DefaultMaxBackoff is the longest wait before a reconnect.
@@ -92,6 +95,9 @@ type StreamConfig struct {
 	// MaxBufferedOOM bounds the unacknowledged OOM events kept; past it the
 	// oldest is dropped and counted. Zero means DefaultMaxBufferedOOM.
 	MaxBufferedOOM int
+	// MaxBufferedEvents bounds the unacknowledged container events kept,
+	// like MaxBufferedOOM. Zero means DefaultMaxBufferedEvents.
+	MaxBufferedEvents int
 	// MinBackoff and MaxBackoff bound the wait, with jitter, between
 	// reconnects; zero means DefaultMinBackoff and DefaultMaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
@@ -105,9 +111,9 @@ type StreamConfig struct {
 // StreamClient is the agent's end of the stream to the leader
 // (docs/design.md sections 5 and 6). While the leader is unreachable it
 // keeps the latest counters of each container (newest win) and every
-// unacknowledged OOM event (bounded, oldest dropped), and on each connect
-// sends a Hello, a full snapshot and the OOM events again. It is safe for
-// concurrent use.
+// unacknowledged OOM event and container event (each bounded, oldest
+// dropped), and on each connect sends a Hello, a full snapshot and the
+// unacknowledged events again. It is safe for concurrent use.
 type StreamClient struct {
 	cfg  StreamConfig
 	log  *slog.Logger
@@ -121,12 +127,15 @@ type StreamClient struct {
 	removed map[ContainerKey]struct{}
 	ooms    []*streamv1.OOMEvent // unacknowledged, by seq
 	seq     uint64
+	events  []*streamv1.ContainerEvent // unacknowledged, by seq
+	evSeq   uint64
 	resync  bool
 
-	sent    prometheus.Counter
-	drops   prometheus.Counter
-	stateG  *prometheus.GaugeVec
-	connErr prometheus.Counter
+	sent       prometheus.Counter
+	drops      prometheus.Counter
+	eventDrops prometheus.Counter
+	stateG     *prometheus.GaugeVec
+	connErr    prometheus.Counter
 }
 
 // NewStreamClient returns a client for cfg, or an error naming the field
@@ -141,14 +150,17 @@ func NewStreamClient(cfg StreamConfig) (*StreamClient, error) {
 		return nil, errors.New("stream client config: TokenFile is required")
 	case cfg.NodeName == "":
 		return nil, errors.New("stream client config: NodeName is required")
-	case cfg.MaxBufferedOOM < 0 || cfg.MinBackoff < 0 || cfg.MaxBackoff < 0:
-		return nil, errors.New("stream client config: MaxBufferedOOM, MinBackoff and MaxBackoff must not be negative")
+	case cfg.MaxBufferedOOM < 0 || cfg.MaxBufferedEvents < 0 || cfg.MinBackoff < 0 || cfg.MaxBackoff < 0:
+		return nil, errors.New("stream client config: MaxBufferedOOM, MaxBufferedEvents, MinBackoff and MaxBackoff must not be negative")
 	}
 	if _, err := oomSourceEnum(cfg.OOMSource); err != nil {
 		return nil, err
 	}
 	if cfg.MaxBufferedOOM == 0 {
 		cfg.MaxBufferedOOM = DefaultMaxBufferedOOM
+	}
+	if cfg.MaxBufferedEvents == 0 {
+		cfg.MaxBufferedEvents = DefaultMaxBufferedEvents
 	}
 	if cfg.MinBackoff == 0 {
 		cfg.MinBackoff = DefaultMinBackoff
@@ -186,6 +198,10 @@ func NewStreamClient(cfg StreamConfig) (*StreamClient, error) {
 			Name: "kerf_agent_stream_buffer_drops_total",
 			Help: "Unacknowledged OOM events dropped, oldest first, because the buffer was full.",
 		}),
+		eventDrops: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kerf_agent_stream_container_event_drops_total",
+			Help: "Unacknowledged container events dropped, oldest first, because the buffer was full.",
+		}),
 		stateG: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kerf_agent_stream_state",
 			Help: "1 for the stream's current state (connected, connecting, disconnected), 0 for the others.",
@@ -199,7 +215,11 @@ func NewStreamClient(cfg StreamConfig) (*StreamClient, error) {
 		Name: "kerf_agent_stream_buffered_oom_events",
 		Help: "OOM events kept until the leader acknowledges them.",
 	}, func() float64 { return float64(c.bufferedOOM()) })
-	for _, m := range []prometheus.Collector{c.sent, c.drops, c.stateG, c.connErr, buffered} {
+	bufferedEvents := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kerf_agent_stream_buffered_container_events",
+		Help: "Container events kept until the leader acknowledges them.",
+	}, func() float64 { return float64(c.bufferedEvents()) })
+	for _, m := range []prometheus.Collector{c.sent, c.drops, c.eventDrops, c.stateG, c.connErr, buffered, bufferedEvents} {
 		if err := cfg.Registerer.Register(m); err != nil {
 			return nil, fmt.Errorf("register stream metrics: %w", err)
 		}
@@ -286,6 +306,48 @@ func (c *StreamClient) OOM(k oom.Kill, podUID, container string) {
 	c.notify()
 }
 
+// ContainerEvent records a container restart or termination that pod
+// discovery saw, for the leader to act on before the apiserver has the pod
+// status (docs/design.md section 3). It is kept until the leader
+// acknowledges it; past MaxBufferedEvents unacknowledged events the oldest
+// is dropped and counted.
+func (c *StreamClient) ContainerEvent(ev ContainerEvent) {
+	msg := &streamv1.ContainerEvent{
+		PodUid:       ev.PodUID,
+		Container:    ev.Container,
+		RestartCount: ev.RestartCount,
+		KernelNs:     c.clk.ns(time.Now()),
+	}
+	if t := ev.Terminated; t != nil {
+		msg.Terminated = &streamv1.Termination{
+			Reason:           t.Reason,
+			ExitCode:         t.ExitCode,
+			FinishedAtUnixNs: unixNs(t.FinishedAt.Time),
+			ContainerId:      t.ContainerID,
+			StartedAtUnixNs:  unixNs(t.StartedAt.Time),
+		}
+	}
+	c.mu.Lock()
+	c.evSeq++
+	msg.Seq = c.evSeq
+	c.events = append(c.events, msg)
+	if over := len(c.events) - c.cfg.MaxBufferedEvents; over > 0 {
+		c.events = slices.Delete(c.events, 0, over)
+		c.eventDrops.Add(float64(over))
+		c.log.Warn("container event buffer full, dropped the oldest", "dropped", over, "max", c.cfg.MaxBufferedEvents)
+	}
+	c.mu.Unlock()
+	c.notify()
+}
+
+// unixNs returns t in Unix nanoseconds, 0 for the zero time.
+func unixNs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
 // State returns "connected", "connecting" or "disconnected".
 func (c *StreamClient) State() string {
 	c.mu.Lock()
@@ -311,6 +373,14 @@ func (c *StreamClient) bufferedOOM() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.ooms)
+}
+
+// bufferedEvents returns how many container events await an
+// acknowledgement.
+func (c *StreamClient) bufferedEvents() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.events)
 }
 
 func (c *StreamClient) notify() {
@@ -351,12 +421,14 @@ func (c *StreamClient) Run(ctx context.Context) error {
 }
 
 // conn is one stream's state: the index table of the protocol (see
-// streamv1.Counters) and the highest OOM seq sent on it.
+// streamv1.Counters) and the highest OOM and container event seqs sent on
+// it.
 type conn struct {
-	st      grpc.BidiStreamingClient[streamv1.AgentMessage, streamv1.LeaderMessage]
-	index   map[ContainerKey]*indexed
-	next    uint32
-	sentSeq uint64
+	st        grpc.BidiStreamingClient[streamv1.AgentMessage, streamv1.LeaderMessage]
+	index     map[ContainerKey]*indexed
+	next      uint32
+	sentSeq   uint64
+	sentEvSeq uint64
 }
 
 // indexed is a container's index on a stream and what was last sent for it.
@@ -458,7 +530,7 @@ func (c *StreamClient) receive(st grpc.BidiStreamingClient[streamv1.AgentMessage
 		}
 		switch b := msg.GetBody().(type) {
 		case *streamv1.LeaderMessage_Ack:
-			c.ack(b.Ack.GetOomSeq())
+			c.ack(b.Ack.GetOomSeq(), b.Ack.GetEventSeq())
 		case *streamv1.LeaderMessage_Resync:
 			c.log.Info("leader asked for a snapshot", "reason", b.Resync.GetReason())
 			c.mu.Lock()
@@ -469,19 +541,24 @@ func (c *StreamClient) receive(st grpc.BidiStreamingClient[streamv1.AgentMessage
 	}
 }
 
-// ack drops the OOM events up to seq.
-func (c *StreamClient) ack(seq uint64) {
+// ack drops the OOM events up to oomSeq and the container events up to
+// eventSeq.
+func (c *StreamClient) ack(oomSeq, eventSeq uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(c.ooms, seq+1, func(e *streamv1.OOMEvent, s uint64) int {
+	i, _ := slices.BinarySearchFunc(c.ooms, oomSeq+1, func(e *streamv1.OOMEvent, s uint64) int {
 		return cmpUint(e.GetSeq(), s)
 	})
 	c.ooms = slices.Delete(c.ooms, 0, i)
+	j, _ := slices.BinarySearchFunc(c.events, eventSeq+1, func(e *streamv1.ContainerEvent, s uint64) int {
+		return cmpUint(e.GetSeq(), s)
+	})
+	c.events = slices.Delete(c.events, 0, j)
 }
 
 // flush sends what changed since the last flush on s: a snapshot when one
-// is due, else the changed containers; then the OOM events not yet sent
-// on s.
+// is due, else the changed containers; then the OOM events and container
+// events not yet sent on s.
 func (c *StreamClient) flush(s *conn) error {
 	c.mu.Lock()
 	snapshot := c.resync
@@ -513,6 +590,10 @@ func (c *StreamClient) flush(s *conn) error {
 		return cmpUint(e.GetSeq(), seq)
 	})
 	ooms = append(ooms, c.ooms[i:]...)
+	j, _ := slices.BinarySearchFunc(c.events, s.sentEvSeq+1, func(e *streamv1.ContainerEvent, seq uint64) int {
+		return cmpUint(e.GetSeq(), seq)
+	})
+	events := slices.Clone(c.events[j:])
 	c.mu.Unlock()
 
 	if snapshot {
@@ -533,6 +614,12 @@ func (c *StreamClient) flush(s *conn) error {
 			return fmt.Errorf("send OOM event %d: %w", ev.GetSeq(), err)
 		}
 		s.sentSeq = ev.GetSeq()
+	}
+	for _, ev := range events {
+		if err := s.st.Send(&streamv1.AgentMessage{Body: &streamv1.AgentMessage_ContainerEvent{ContainerEvent: ev}}); err != nil {
+			return fmt.Errorf("send container event %d: %w", ev.GetSeq(), err)
+		}
+		s.sentEvSeq = ev.GetSeq()
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -88,25 +89,34 @@ func newLeaderFixture(t *testing.T) *leaderFixture {
 
 // leader is one running leader stream server.
 type leader struct {
-	memory *watch.MemorySource
-	grpc   *grpc.Server
-	addr   string
-	reg    *prometheus.Registry
+	memory   *watch.MemorySource
+	statuses *watch.AgentStatuses
+	grpc     *grpc.Server
+	addr     string
+	reg      *prometheus.Registry
 }
 
 // resent returns the leader's kerf_stream_oom_events_resent_total.
 func (l *leader) resent(t *testing.T) float64 {
 	t.Helper()
-	n, err := testutil.GatherAndCount(l.reg, "kerf_stream_oom_events_resent_total")
-	require.NoError(t, err)
-	if n == 0 {
-		return 0
-	}
+	return l.counter(t, "kerf_stream_oom_events_resent_total", "")
+}
+
+// counter returns the value of a leader's counter, of the series whose
+// only label has value label ("" for a counter without labels); 0 when
+// absent.
+func (l *leader) counter(t *testing.T, name, label string) float64 {
+	t.Helper()
 	mfs, err := l.reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
-		if mf.GetName() == "kerf_stream_oom_events_resent_total" {
-			return mf.GetMetric()[0].GetCounter().GetValue()
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 0 && label == "" || len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
+				return m.GetCounter().GetValue()
+			}
 		}
 	}
 	return 0
@@ -124,6 +134,7 @@ func (f *leaderFixture) start(t *testing.T, addr string) *leader {
 func (f *leaderFixture) startReplica(t *testing.T, addr string, leading func() bool) *leader {
 	t.Helper()
 	memory := watch.NewMemorySource(watch.WithCompaction(watch.DefaultRecent))
+	statuses := watch.NewAgentStatuses(0)
 	reg := prometheus.NewRegistry()
 	srv, err := stream.New(stream.Config{
 		Audience:                "kerf-leader",
@@ -132,6 +143,7 @@ func (f *leaderFixture) startReplica(t *testing.T, addr string, leading func() b
 		Clientset:               f.cs,
 		Pods:                    f.pods,
 		Memory:                  memory,
+		Statuses:                statuses,
 		Leading:                 leading,
 		Registerer:              reg,
 		Log:                     slog.New(slog.NewTextHandler(t.Output(), nil)),
@@ -142,7 +154,7 @@ func (f *leaderFixture) startReplica(t *testing.T, addr string, leading func() b
 	require.NoError(t, err)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
-	return &leader{memory: memory, grpc: g, addr: lis.Addr().String(), reg: reg}
+	return &leader{memory: memory, statuses: statuses, grpc: g, addr: lis.Addr().String(), reg: reg}
 }
 
 // client returns a running stream client for addr; it stops with t.
@@ -474,4 +486,83 @@ func TestAgentRestartKeepsCountsRight(t *testing.T) {
 	w, err := l.memory.ThrottleWindows([]*corev1.Pod{pod}, []string{"app"}, start.Add(-time.Minute), time.Now().Add(time.Minute))
 	require.NoError(t, err)
 	assert.Equal(t, watch.ThrottleWindow{Periods: 100, Throttled: 4}, w["app"], "the absolute counters continue the series")
+}
+
+// oomKilledEvent is what pod discovery reports when the kubelet's Pods API
+// shows the app container OOM-killed and restarted for the n-th time.
+func oomKilledEvent(app string, n int32, finished time.Time) ContainerEvent {
+	return ContainerEvent{Namespace: streamTestNamespace, Pod: "app-a", PodUID: app, Container: "app", RestartCount: n,
+		Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137, ContainerID: fmt.Sprintf("containerd://run-%d", n),
+			StartedAt: metav1.NewTime(finished.Add(-time.Second)), FinishedAt: metav1.NewTime(finished)}}
+}
+
+// TestContainerEventsSurviveALeaderOutage records container events while
+// no leader answers: they wait in the agent's buffer, reach the next
+// leader with their restart counts and terminations, are acknowledged and
+// leave the buffer; one resent because its ack was lost changes nothing.
+// Past MaxBufferedEvents the oldest are dropped and counted.
+func TestContainerEventsSurviveALeaderOutage(t *testing.T) {
+	f := newLeaderFixture(t)
+	app := string(f.app)
+
+	l := f.start(t, "127.0.0.1:0")
+	svc := newForwarder(t)
+	svc.routeTo(l.addr)
+	c := f.client(t, svc.addr, 0)
+	finished := time.Now().Add(-time.Minute).Truncate(time.Second)
+	c.ContainerEvent(oomKilledEvent(app, 1, finished))
+	require.Eventually(t, func() bool { return c.bufferedEvents() == 0 }, eventually, tick, "the ack empties the buffer")
+	got, ok := l.statuses.AgentStatus(f.app, "app")
+	require.True(t, ok)
+	assert.Equal(t, int32(1), got.RestartCount)
+	require.Len(t, got.Terminations, 1)
+	assert.Equal(t, watch.Termination{ContainerID: "containerd://run-1", Reason: "OOMKilled", ExitCode: 137,
+		StartedAt: finished.Add(-time.Second), FinishedAt: finished}, got.Terminations[0])
+
+	svc.noEndpoint()
+	l.grpc.Stop()
+	require.Eventually(t, func() bool { return c.State() != StreamConnected }, eventually, tick)
+	c.ContainerEvent(oomKilledEvent(app, 2, finished.Add(10*time.Second)))
+	c.ContainerEvent(ContainerEvent{PodUID: app, Container: "app", RestartCount: 3})
+	time.Sleep(300 * time.Millisecond) // a few failed reconnects
+	assert.Equal(t, 2, c.bufferedEvents(), "the events are kept")
+
+	l2 := f.start(t, "127.0.0.1:0")
+	svc.routeTo(l2.addr)
+	require.Eventually(t, func() bool { return c.bufferedEvents() == 0 }, eventually, tick)
+	got, _ = l2.statuses.AgentStatus(f.app, "app")
+	assert.Equal(t, int32(3), got.RestartCount)
+	require.Len(t, got.Terminations, 1, "the new leader has what it was sent")
+	assert.Equal(t, "containerd://run-2", got.Terminations[0].ContainerID)
+	assert.Equal(t, 2.0, l2.counter(t, "kerf_stream_container_events_total", "new"))
+
+	// An event whose ack was lost is sent again on the next stream to the
+	// same leader: acknowledged, and the leader's view does not change.
+	c.mu.Lock()
+	c.events = append(c.events, &streamv1.ContainerEvent{Seq: c.evSeq, PodUid: app, Container: "app", RestartCount: 3,
+		Terminated: &streamv1.Termination{Reason: "OOMKilled", ContainerId: "containerd://run-2", FinishedAtUnixNs: finished.Add(10 * time.Second).UnixNano()}})
+	c.mu.Unlock()
+	svc.cut()
+	require.Eventually(t, func() bool { return c.bufferedEvents() == 0 }, eventually, tick)
+	assert.Equal(t, 1.0, l2.counter(t, "kerf_stream_container_events_total", "known"), "the resent event")
+	assert.Equal(t, 2.0, l2.counter(t, "kerf_stream_container_events_total", "new"))
+	got, _ = l2.statuses.AgentStatus(f.app, "app")
+	assert.Equal(t, int32(3), got.RestartCount)
+	assert.Len(t, got.Terminations, 1, "the run is held once")
+
+	t.Run("TheBufferIsBounded", func(t *testing.T) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := lis.Addr().String()
+		require.NoError(t, lis.Close())
+		c, err := NewStreamClient(StreamConfig{Addr: addr, TLS: f.clientTLS, TokenFile: f.tokenFile, NodeName: "node-a",
+			MaxBufferedEvents: 2, Registerer: prometheus.NewRegistry()})
+		require.NoError(t, err)
+		for n := range int32(5) {
+			c.ContainerEvent(ContainerEvent{PodUID: app, Container: "app", RestartCount: n + 1})
+		}
+		assert.Equal(t, 2, c.bufferedEvents())
+		assert.Equal(t, 3.0, testutil.ToFloat64(c.eventDrops))
+		assert.Equal(t, []int32{4, 5}, []int32{c.events[0].GetRestartCount(), c.events[1].GetRestartCount()}, "the newest are kept")
+	})
 }

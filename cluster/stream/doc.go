@@ -28,6 +28,12 @@
 //     leader's pod cache does not know, is dropped and counted, never an
 //     error: the cache may lag a new pod. OOM events that are dropped are
 //     still acknowledged, so the agent does not resend them forever.
+//   - Container events (restarts and terminations the agent saw in the
+//     kubelet's Pods API) have a seq of their own, acknowledged per stream
+//     (Ack.event_seq). They need no dedup across streams: applying one
+//     twice to watch.AgentStatuses (the highest restart count, each run
+//     once) changes nothing. One about a container the pod's spec does not
+//     name is dropped and counted like one about another node's pod.
 //   - A malformed message closes the stream with InvalidArgument; too many
 //     containers on one stream closes it with ResourceExhausted.
 //   - Only the elected leader serves: Connect returns Unavailable when the

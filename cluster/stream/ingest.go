@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
@@ -57,6 +58,8 @@ type ingest struct {
 	anchorNs uint64
 	anchorAt time.Time
 	ackedSeq uint64
+	// ackedEventSeq is the highest acknowledged ContainerEvent seq.
+	ackedEventSeq uint64
 }
 
 func newIngest(s *Server, node string, hello *streamv1.Hello) *ingest {
@@ -235,15 +238,77 @@ func (in *ingest) oom(ev *streamv1.OOMEvent) (uint64, error) {
 	return in.ackedSeq, nil
 }
 
-// containerEvent checks a container event. The leader learns of
-// terminations from the apiserver too, so the event is only checked for
-// now, not stored.
-func (in *ingest) containerEvent(ev *streamv1.ContainerEvent) error {
-	if ev.GetPodUid() == "" || ev.GetContainer() == "" {
-		return malformed("missing_identity", "container_event needs pod_uid and container")
+// Bounds of a container event's strings: far above what the kubelet
+// reports, low enough that no agent fills the leader with them.
+const (
+	maxReasonBytes      = 256
+	maxContainerIDBytes = 512
+)
+
+// containerEvent ingests one container event and returns the seq to
+// acknowledge. An event about a pod that is not on the node, or a
+// container its spec does not name, is dropped, counted and acknowledged.
+// Applying an event twice (resent after a reconnect) changes nothing in
+// watch.AgentStatuses, so events need no deduplication across streams.
+func (in *ingest) containerEvent(ev *streamv1.ContainerEvent) (uint64, error) {
+	switch {
+	case ev.GetSeq() == 0:
+		return 0, malformed("missing_seq", "container_event.seq must be at least 1")
+	case ev.GetSeq() <= in.ackedEventSeq:
+		return in.ackedEventSeq, nil
+	case ev.GetPodUid() == "" || ev.GetContainer() == "":
+		return 0, malformed("missing_identity", "container_event needs pod_uid and container")
+	case ev.GetRestartCount() < 0:
+		return 0, malformed("negative_restart_count", "container_event.restart_count %d is negative", ev.GetRestartCount())
 	}
-	if ok, reason := in.podOnNode(types.UID(ev.GetPodUid())); !ok {
+	var term *watch.Termination
+	if t := ev.GetTerminated(); t != nil {
+		switch {
+		case len(t.GetReason()) > maxReasonBytes:
+			return 0, malformed("field_too_long", "container_event.terminated.reason is longer than %d bytes", maxReasonBytes)
+		case len(t.GetContainerId()) > maxContainerIDBytes:
+			return 0, malformed("field_too_long", "container_event.terminated.container_id is longer than %d bytes", maxContainerIDBytes)
+		case t.GetFinishedAtUnixNs() <= 0:
+			return 0, malformed("missing_finished_at", "container_event.terminated.finished_at_unix_ns must be set")
+		}
+		term = &watch.Termination{ContainerID: t.GetContainerId(), Reason: t.GetReason(), ExitCode: t.GetExitCode(),
+			FinishedAt: time.Unix(0, t.GetFinishedAtUnixNs())}
+		if ns := t.GetStartedAtUnixNs(); ns > 0 {
+			term.StartedAt = time.Unix(0, ns)
+		}
+	}
+	in.ackedEventSeq = ev.GetSeq()
+	uid := types.UID(ev.GetPodUid())
+	if ok, reason := in.podOnNode(uid); !ok {
 		in.s.metrics.dropped.WithLabelValues(reason).Inc()
+		return in.ackedEventSeq, nil
 	}
-	return nil
+	if !in.hasContainer(uid, ev.GetContainer()) {
+		in.s.metrics.dropped.WithLabelValues(DropContainerUnknown).Inc()
+		return in.ackedEventSeq, nil
+	}
+	result := "known"
+	if in.s.cfg.Statuses != nil && in.s.cfg.Statuses.Add(watch.ContainerEvent{PodUID: uid, Container: ev.GetContainer(),
+		RestartCount: ev.GetRestartCount(), Terminated: term, At: in.wall(ev.GetKernelNs())}) {
+		result = "new"
+	}
+	in.s.metrics.events.WithLabelValues(result).Inc()
+	return in.ackedEventSeq, nil
+}
+
+// hasContainer reports whether the pod's spec names the container, among
+// its containers and init containers.
+func (in *ingest) hasContainer(uid types.UID, name string) bool {
+	pod, ok := in.s.cfg.Pods.PodByUID(uid)
+	if !ok {
+		return false
+	}
+	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -10,6 +10,9 @@ const (
 	// DropPodUnknown is a report about a pod the leader's cache does not
 	// hold.
 	DropPodUnknown = "pod_unknown"
+	// DropContainerUnknown is a container event about a container the
+	// pod's spec does not name.
+	DropContainerUnknown = "container_unknown"
 )
 
 // metrics are the stream's metrics (docs/design.md section 7).
@@ -17,6 +20,7 @@ type metrics struct {
 	connected prometheus.Gauge
 	samples   prometheus.Counter
 	resent    prometheus.Counter
+	events    *prometheus.CounterVec
 	dropped   *prometheus.CounterVec
 	errors    *prometheus.CounterVec
 }
@@ -35,15 +39,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "kerf_stream_oom_events_resent_total",
 			Help: "OOM events an agent sent again after a reconnect, acknowledged and not counted twice.",
 		}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kerf_stream_container_events_total",
+			Help: "Container events (restarts, terminations) ingested from the agents, by whether they told the leader something new (new) or not (known: seen before, or resent).",
+		}, []string{"result"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kerf_stream_dropped_reports_total",
-			Help: "Reports from agents that were dropped, by reason (pod_not_on_node, pod_unknown).",
+			Help: "Reports from agents that were dropped, by reason (pod_not_on_node, pod_unknown, container_unknown).",
 		}, []string{"reason"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kerf_stream_errors_total",
 			Help: "Streams the leader closed or refused, by reason.",
 		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.connected, m.samples, m.resent, m.dropped, m.errors)
+	reg.MustRegister(m.connected, m.samples, m.resent, m.events, m.dropped, m.errors)
 	return m
 }

@@ -64,6 +64,10 @@ type Config struct {
 	Pods Pods
 	// Memory receives the samples and OOM kills.
 	Memory *watch.MemorySource
+	// Statuses receives the container events (restarts, terminations the
+	// agents saw in the kubelet's Pods API); nil checks and acknowledges
+	// them only.
+	Statuses *watch.AgentStatuses
 	// Leading reports whether this replica is the elected leader; only the
 	// leader serves.
 	Leading func() bool
@@ -209,7 +213,10 @@ func (s *Server) Connect(st grpc.BidiStreamingServer[streamv1.AgentMessage, stre
 				reply = &streamv1.LeaderMessage{Body: &streamv1.LeaderMessage_Ack{Ack: &streamv1.Ack{OomSeq: seq}}}
 			}
 		case *streamv1.AgentMessage_ContainerEvent:
-			err = in.containerEvent(b.ContainerEvent)
+			var seq uint64
+			if seq, err = in.containerEvent(b.ContainerEvent); err == nil {
+				reply = &streamv1.LeaderMessage{Body: &streamv1.LeaderMessage_Ack{Ack: &streamv1.Ack{EventSeq: seq}}}
+			}
 		default:
 			err = malformed("empty_message", "message has no body")
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -45,11 +46,12 @@ func TestMain(m *testing.M) { shared.Main(m) }
 // apiserver, with an agent pod on node-a and workload pods on node-a and
 // node-b.
 type fixture struct {
-	srv     *Server
-	memory  *watch.MemorySource
-	leading *atomic.Bool
-	addr    string
-	creds   credentials.TransportCredentials
+	srv      *Server
+	memory   *watch.MemorySource
+	statuses *watch.AgentStatuses
+	leading  *atomic.Bool
+	addr     string
+	creds    credentials.TransportCredentials
 
 	podA, podB types.UID
 	// agentToken is bound to the agent pod on node-a; wrongAudience is
@@ -64,7 +66,7 @@ func newFixture(t *testing.T) *fixture {
 	cp := shared.Get(t)
 	cs := cp.Clientset
 	ctx := t.Context()
-	f := &fixture{memory: watch.NewMemorySource(), leading: &atomic.Bool{}}
+	f := &fixture{memory: watch.NewMemorySource(), statuses: watch.NewAgentStatuses(0), leading: &atomic.Bool{}}
 	f.leading.Store(true)
 
 	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}}, metav1.CreateOptions{})
@@ -98,6 +100,7 @@ func newFixture(t *testing.T) *fixture {
 		Clientset:               cs,
 		Pods:                    pods,
 		Memory:                  f.memory,
+		Statuses:                f.statuses,
 		Leading:                 f.leading.Load,
 		Registerer:              prometheus.NewRegistry(),
 		Log:                     slog.New(slog.NewTextHandler(t.Output(), nil)),
@@ -167,6 +170,24 @@ func oom(seq uint64, pod types.UID, container string) *streamv1.AgentMessage {
 	return &streamv1.AgentMessage{Body: &streamv1.AgentMessage_OomEvent{OomEvent: &streamv1.OOMEvent{Seq: seq, PodUid: string(pod), Container: container, KernelNs: 5e9, Count: 1}}}
 }
 
+func containerEvent(seq uint64, pod types.UID, container string, restarts int32, reason string) *streamv1.AgentMessage {
+	ev := &streamv1.ContainerEvent{Seq: seq, PodUid: string(pod), Container: container, RestartCount: restarts, KernelNs: 5e9}
+	if reason != "" {
+		ev.Terminated = &streamv1.Termination{Reason: reason, ExitCode: 137, ContainerId: "containerd://run-" + fmt.Sprint(restarts),
+			FinishedAtUnixNs: time.Now().UnixNano()}
+	}
+	return &streamv1.AgentMessage{Body: &streamv1.AgentMessage_ContainerEvent{ContainerEvent: ev}}
+}
+
+// recvEventAck reads an Ack and returns its event_seq.
+func recvEventAck(t *testing.T, st grpc.BidiStreamingClient[streamv1.AgentMessage, streamv1.LeaderMessage]) uint64 {
+	t.Helper()
+	msg, err := st.Recv()
+	require.NoError(t, err)
+	require.NotNil(t, msg.GetAck(), "want an Ack, got %v", msg)
+	return msg.GetAck().GetEventSeq()
+}
+
 func recvAck(t *testing.T, st grpc.BidiStreamingClient[streamv1.AgentMessage, streamv1.LeaderMessage]) uint64 {
 	t.Helper()
 	msg, err := st.Recv()
@@ -230,6 +251,51 @@ func TestStream(t *testing.T) {
 		assert.False(t, ok, "nothing about the node-b pod is ingested")
 	})
 
+	t.Run("ContainerEventsAreKeptAndAcknowledged", func(t *testing.T) {
+		var signals atomic.Int32
+		cancel := f.statuses.OnSignal(func(watch.Signal) { signals.Add(1) })
+		defer cancel()
+		st := f.connect(t, f.agentToken)
+		send(st, hello("node-a"), containerEvent(1, f.podA, "app", 1, "OOMKilled"))
+		assert.Equal(t, uint64(1), recvEventAck(t, st))
+		got, ok := f.statuses.AgentStatus(f.podA, "app")
+		require.True(t, ok)
+		assert.Equal(t, int32(1), got.RestartCount)
+		require.Len(t, got.Terminations, 1)
+		assert.Equal(t, "OOMKilled", got.Terminations[0].Reason)
+		assert.Equal(t, "containerd://run-1", got.Terminations[0].ContainerID)
+
+		send(st, containerEvent(1, f.podA, "app", 1, "OOMKilled"))
+		assert.Equal(t, uint64(1), recvEventAck(t, st), "a resent event is acknowledged again")
+		// The same event on a new stream (its ack was lost) changes
+		// nothing either.
+		st2 := f.connect(t, f.agentToken)
+		send(st2, hello("node-a"), containerEvent(1, f.podA, "app", 1, "OOMKilled"))
+		assert.Equal(t, uint64(1), recvEventAck(t, st2))
+		got, _ = f.statuses.AgentStatus(f.podA, "app")
+		assert.Len(t, got.Terminations, 1, "one run, however often it is sent")
+		assert.Equal(t, int32(1), signals.Load(), "only the first event told the watch something new")
+		assert.Equal(t, 1.0, testutil.ToFloat64(f.srv.metrics.events.WithLabelValues("new")))
+		assert.Equal(t, 1.0, testutil.ToFloat64(f.srv.metrics.events.WithLabelValues("known")))
+	})
+
+	t.Run("DropsContainerEventsAboutOtherNodesPods", func(t *testing.T) {
+		notOnNode := f.srv.metrics.dropped.WithLabelValues(DropPodNotOnNode)
+		unknownContainer := f.srv.metrics.dropped.WithLabelValues(DropContainerUnknown)
+		before, beforeContainer := testutil.ToFloat64(notOnNode), testutil.ToFloat64(unknownContainer)
+		st := f.connect(t, f.agentToken)
+		send(st, hello("node-a"), containerEvent(1, f.podB, "app", 5, "OOMKilled"))
+		assert.Equal(t, uint64(1), recvEventAck(t, st), "a dropped event is still acknowledged")
+		send(st, containerEvent(2, f.podA, "no-such-container", 5, "OOMKilled"))
+		assert.Equal(t, uint64(2), recvEventAck(t, st))
+		assert.Equal(t, before+1, testutil.ToFloat64(notOnNode))
+		assert.Equal(t, beforeContainer+1, testutil.ToFloat64(unknownContainer))
+		_, ok := f.statuses.AgentStatus(f.podB, "app")
+		assert.False(t, ok, "nothing about the node-b pod is kept")
+		_, ok = f.statuses.AgentStatus(f.podA, "no-such-container")
+		assert.False(t, ok, "nothing about a container the pod does not have is kept")
+	})
+
 	t.Run("SnapshotRestartsTheIndexTable", func(t *testing.T) {
 		st := f.connect(t, f.agentToken)
 		first := &streamv1.ContainerCounters{Index: 1, PodUid: string(f.podA), Container: "snap", Periods: 10}
@@ -288,6 +354,16 @@ func TestStream(t *testing.T) {
 				counters(1, &streamv1.ContainerCounters{Index: 4, PodUid: string(f.podA), Container: "back", Periods: 10}),
 				counters(2, &streamv1.ContainerCounters{Index: 4, Periods: ^uint64(0)})},
 			want: codes.InvalidArgument, reason: "counters_backwards"},
+		{name: "ContainerEventWithoutSeqIsInvalid", token: f.agentToken,
+			msgs: []*streamv1.AgentMessage{hello("node-a"), containerEvent(0, f.podA, "app", 1, "")},
+			want: codes.InvalidArgument, reason: "missing_seq"},
+		{name: "NegativeRestartCountIsInvalid", token: f.agentToken,
+			msgs: []*streamv1.AgentMessage{hello("node-a"), containerEvent(1, f.podA, "app", -1, "")},
+			want: codes.InvalidArgument, reason: "negative_restart_count"},
+		{name: "TerminationWithoutFinishTimeIsInvalid", token: f.agentToken,
+			msgs: []*streamv1.AgentMessage{hello("node-a"), {Body: &streamv1.AgentMessage_ContainerEvent{ContainerEvent: &streamv1.ContainerEvent{
+				Seq: 1, PodUid: string(f.podA), Container: "app", Terminated: &streamv1.Termination{Reason: "Error"}}}}},
+			want: codes.InvalidArgument, reason: "missing_finished_at"},
 		{name: "TooManyContainersAreRefused", token: f.agentToken,
 			msgs: []*streamv1.AgentMessage{hello("node-a"), counters(1, many...)},
 			want: codes.ResourceExhausted, reason: "too_many_containers"},

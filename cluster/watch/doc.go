@@ -8,8 +8,10 @@
 // the time it decides at, the change from status.change, the policy's
 // rollback guardrails, the workload's pods, the restart baselines captured
 // at T0 and the signal sources. The sources are small interfaces:
-// KernelSource for OOM kills the agents saw, ThrottlingSource for the CFS
-// throttling sums per container name. MemorySource is an in-process source
+// KernelSource for OOM kills the agents saw, AgentStatusSource for the
+// container restarts and terminations the agents saw in the kubelet's Pods
+// API before the apiserver had them (AgentStatuses keeps them),
+// ThrottlingSource for the CFS throttling sums per container name. MemorySource is an in-process source
 // of both, fed by tests and by the agents' stream, that tells subscribers
 // which pod a new signal is about so the leader evaluates at once.
 //
@@ -46,6 +48,13 @@
 //     folded away, and restarts it does not explain still count as
 //     restarts. Without kernel data for a container, the status count
 //     alone.
+//   - The agents' view of a container's status (AgentStatusSource) is an
+//     earlier copy of pod status, so it can make a count arrive sooner but
+//     never count twice: restartCount is the higher of the two; the status
+//     OOM count takes each run that ended OOMKilled once wherever it shows
+//     (the same container id, or without one the same finish time to the
+//     second, as the apiserver keeps status times), including runs pod
+//     status folded away that the agent saw.
 //   - Throttling (see ThrottlingSource and Counters): per container name
 //     over [T0+2m, min(now, end)], evaluated for a name once its Σ Δperiods
 //     ≥ 300; the ratio is compared exactly (rational arithmetic against the

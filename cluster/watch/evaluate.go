@@ -90,6 +90,10 @@ type Input struct {
 	RestartBaselines map[ContainerKey]int32
 	// Kernel gives the agents' OOM kill counts; nil: status counts only.
 	Kernel KernelSource
+	// Statuses gives the container statuses the agents saw in the
+	// kubelet's Pods API before the apiserver had them; nil: pod status
+	// only.
+	Statuses AgentStatusSource
 	// Throttling gives the throttling window; nil: throttling is not
 	// evaluated, and the message says so.
 	Throttling ThrottlingSource
@@ -205,7 +209,7 @@ func Evaluate(now time.Time, in Input) Verdict {
 	var parts []string // the signals' figures, for the message
 	breached := map[string]string{}
 	if thr := *g.Restarts; thr > 0 && len(anyNames) > 0 {
-		n, detail := countRestarts(adopted, anyNames, t0, in.RestartBaselines)
+		n, detail := countRestarts(adopted, anyNames, t0, in.RestartBaselines, in.Statuses)
 		fig := countFigure("restarts", n, thr)
 		if n >= int(thr) {
 			breached[v1alpha1.HealthWatchRestarts] = fig
@@ -213,7 +217,7 @@ func Evaluate(now time.Time, in Input) Verdict {
 		parts = append(parts, fig+detail)
 	}
 	if thr := *g.OOMKills; thr > 0 && len(memNames) > 0 {
-		n, detail := countOOMKills(adopted, memNames, t0, bound, in.Kernel)
+		n, detail := countOOMKills(adopted, memNames, t0, bound, in.Kernel, in.Statuses)
 		fig := countFigure("oomKills", n, thr)
 		if n >= int(thr) {
 			breached[v1alpha1.HealthWatchOOMKills] = fig
@@ -279,24 +283,43 @@ func countFigure(name string, n int, thr int32) string {
 }
 
 // countRestarts sums the restarts since t0 of the named containers of the
-// adopted pods, with up to three pods' details for the message.
-func countRestarts(adopted []*corev1.Pod, names []string, t0 time.Time, baselines map[ContainerKey]int32) (int, string) {
+// adopted pods, with up to three pods' details for the message. A
+// container's restartCount is the higher of pod status' and the agents'
+// (one counter seen twice, the agents' view first).
+func countRestarts(adopted []*corev1.Pod, names []string, t0 time.Time, baselines map[ContainerKey]int32, statuses AgentStatusSource) (int, string) {
 	total := 0
 	var detail details
 	for _, p := range adopted {
 		createdAfter := p.CreationTimestamp.After(t0)
 		for _, name := range names {
 			cs := containerStatus(p, name)
-			if cs == nil {
+			count, known := int32(0), cs != nil
+			if known {
+				count = cs.RestartCount
+			}
+			ahead := false
+			if statuses != nil {
+				if as, ok := statuses.AgentStatus(p.UID, name); ok {
+					known = true
+					if as.RestartCount > count {
+						count, ahead = as.RestartCount, true
+					}
+				}
+			}
+			if !known {
 				continue
 			}
-			n := int(cs.RestartCount)
+			n := int(count)
 			if b, ok := baselines[ContainerKey{p.UID, name}]; ok && !createdAfter {
 				n -= int(b)
 			}
 			if n > 0 {
 				total += n
-				detail.add(p.Name, name, fmt.Sprint(n))
+				what := fmt.Sprint(n)
+				if ahead {
+					what += " (agent, ahead of pod status)"
+				}
+				detail.add(p.Name, name, what)
 			}
 		}
 	}
@@ -304,16 +327,21 @@ func countRestarts(adopted []*corev1.Pod, names []string, t0 time.Time, baseline
 }
 
 // countOOMKills sums max(kernel, status) OOM kills in (t0, to] of the named
-// containers of the adopted pods, with up to three pods' details.
-func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, kernel KernelSource) (int, string) {
+// containers of the adopted pods, with up to three pods' details. The
+// status count covers the terminations pod status shows and those the
+// agents saw first, each run once.
+func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, kernel KernelSource, statuses AgentStatusSource) (int, string) {
 	total := 0
 	var detail details
 	for _, p := range adopted {
 		for _, name := range names {
-			st := 0
-			if cs := containerStatus(p, name); cs != nil {
-				st = statusOOMKills(cs, t0, to)
+			var as *AgentStatus
+			if statuses != nil {
+				if s, ok := statuses.AgentStatus(p.UID, name); ok {
+					as = &s
+				}
 			}
+			st, fromAgent := statusOOMKills(containerStatus(p, name), as, t0, to)
 			kn, known := 0, false
 			if kernel != nil {
 				kn, known = kernel.OOMKills(p.UID, name, t0, to)
@@ -321,10 +349,14 @@ func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, kern
 			n := max(st, kn)
 			if n > 0 {
 				total += n
+				agent := ""
+				if fromAgent > 0 {
+					agent = fmt.Sprintf(", %d seen by the agent ahead of pod status", fromAgent)
+				}
 				if known {
-					detail.add(p.Name, name, fmt.Sprintf("%d (kernel %d, status %d)", n, kn, st))
+					detail.add(p.Name, name, fmt.Sprintf("%d (kernel %d, status %d%s)", n, kn, st, agent))
 				} else {
-					detail.add(p.Name, name, fmt.Sprintf("%d (status; no kernel data)", n))
+					detail.add(p.Name, name, fmt.Sprintf("%d (status%s; no kernel data)", n, agent))
 				}
 			}
 		}
@@ -332,24 +364,39 @@ func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, kern
 	return total, detail.String()
 }
 
-// statusOOMKills counts the container's terminations with reason OOMKilled
-// that finished in (from, to], in state.terminated and lastState.terminated
-// (the kubelet shows the two newest), one termination seen in both counted
-// once.
-func statusOOMKills(cs *corev1.ContainerStatus, from, to time.Time) int {
-	n := 0
-	var counted *corev1.ContainerStateTerminated
-	for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
-		if t == nil || t.Reason != oomKilledReason || !t.FinishedAt.After(from) || t.FinishedAt.After(to) {
-			continue
+// statusOOMKills counts the container's runs that ended with reason
+// OOMKilled in (from, to]: in pod status' state.terminated and
+// lastState.terminated (the kubelet shows the two newest) and in the
+// terminations the agents saw (cs and as may be nil), each run counted
+// once wherever it shows. fromAgent is how many of them only the agents
+// saw.
+func statusOOMKills(cs *corev1.ContainerStatus, as *AgentStatus, from, to time.Time) (n, fromAgent int) {
+	var counted []Termination
+	add := func(t Termination) bool {
+		if t.Reason != oomKilledReason || !t.FinishedAt.After(from) || t.FinishedAt.After(to) ||
+			slices.ContainsFunc(counted, func(c Termination) bool { return sameRun(&c, &t) }) {
+			return false
 		}
-		if counted != nil && counted.ContainerID == t.ContainerID && counted.FinishedAt.Equal(&t.FinishedAt) {
-			continue
-		}
-		counted = t
-		n++
+		counted = append(counted, t)
+		return true
 	}
-	return n
+	if cs != nil {
+		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+			if t != nil && add(Termination{ContainerID: t.ContainerID, Reason: t.Reason, ExitCode: t.ExitCode,
+				StartedAt: t.StartedAt.Time, FinishedAt: t.FinishedAt.Time}) {
+				n++
+			}
+		}
+	}
+	if as != nil {
+		for _, t := range as.Terminations {
+			if add(t) {
+				n++
+				fromAgent++
+			}
+		}
+	}
+	return n, fromAgent
 }
 
 // throttling is the throttling signal's evaluation.

@@ -198,7 +198,8 @@ type AgentMessage_OomEvent struct {
 }
 
 type AgentMessage_ContainerEvent struct {
-	// ContainerEvent is a container termination the agent saw.
+	// ContainerEvent is a container restart or termination the agent saw;
+	// the leader acknowledges it by seq.
 	ContainerEvent *ContainerEvent `protobuf:"bytes,4,opt,name=container_event,json=containerEvent,proto3,oneof"`
 }
 
@@ -638,7 +639,12 @@ func (x *OOMEvent) GetCount() uint64 {
 }
 
 // ContainerEvent is a container status change that the agent saw before the
-// leader could (the kubelet's local Pods API is ahead of the apiserver).
+// leader could (the kubelet's local Pods API is ahead of the apiserver): a
+// new restart count, a new termination, or both. The agent keeps it until
+// the leader acknowledges its seq (Ack.event_seq) and resends it after a
+// reconnect; the leader's view of a container only ever takes the highest
+// restart count and adds terminations it does not hold yet, so an event
+// applied twice changes nothing.
 type ContainerEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// PodUID is the pod's UID.
@@ -647,8 +653,16 @@ type ContainerEvent struct {
 	Container string `protobuf:"bytes,2,opt,name=container,proto3" json:"container,omitempty"`
 	// RestartCount is the container's restart count after the change.
 	RestartCount int32 `protobuf:"varint,3,opt,name=restart_count,json=restartCount,proto3" json:"restart_count,omitempty"`
-	// Terminated is how the container's last run ended.
-	Terminated    *Termination `protobuf:"bytes,4,opt,name=terminated,proto3" json:"terminated,omitempty"`
+	// Terminated is the termination first seen with this event; unset when
+	// only the restart count changed.
+	Terminated *Termination `protobuf:"bytes,4,opt,name=terminated,proto3" json:"terminated,omitempty"`
+	// Seq numbers the agent's container events, from 1, strictly increasing
+	// across reconnects for as long as the agent runs (a sequence of its own,
+	// apart from OOMEvent.seq).
+	Seq uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// KernelNs is when the agent saw the change, in CLOCK_MONOTONIC
+	// nanoseconds (see Hello.kernel_ns).
+	KernelNs      uint64 `protobuf:"varint,6,opt,name=kernel_ns,json=kernelNs,proto3" json:"kernel_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -711,8 +725,22 @@ func (x *ContainerEvent) GetTerminated() *Termination {
 	return nil
 }
 
+func (x *ContainerEvent) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ContainerEvent) GetKernelNs() uint64 {
+	if x != nil {
+		return x.KernelNs
+	}
+	return 0
+}
+
 // Termination is how a container's run ended, as in the container status'
-// lastState.terminated.
+// state.terminated or lastState.terminated.
 type Termination struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Reason is the runtime's reason, for example "OOMKilled" or "Error".
@@ -721,8 +749,15 @@ type Termination struct {
 	ExitCode int32 `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
 	// FinishedAtUnixNs is when the run ended, in Unix nanoseconds.
 	FinishedAtUnixNs int64 `protobuf:"varint,3,opt,name=finished_at_unix_ns,json=finishedAtUnixNs,proto3" json:"finished_at_unix_ns,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// ContainerID is the run's container id ("containerd://<id>"); with
+	// finished_at it identifies the run, so the leader counts a termination
+	// that pod status shows later once.
+	ContainerId string `protobuf:"bytes,4,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	// StartedAtUnixNs is when the run started, in Unix nanoseconds; zero when
+	// unknown.
+	StartedAtUnixNs int64 `protobuf:"varint,5,opt,name=started_at_unix_ns,json=startedAtUnixNs,proto3" json:"started_at_unix_ns,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Termination) Reset() {
@@ -772,6 +807,20 @@ func (x *Termination) GetExitCode() int32 {
 func (x *Termination) GetFinishedAtUnixNs() int64 {
 	if x != nil {
 		return x.FinishedAtUnixNs
+	}
+	return 0
+}
+
+func (x *Termination) GetContainerId() string {
+	if x != nil {
+		return x.ContainerId
+	}
+	return ""
+}
+
+func (x *Termination) GetStartedAtUnixNs() int64 {
+	if x != nil {
+		return x.StartedAtUnixNs
 	}
 	return 0
 }
@@ -850,7 +899,7 @@ type isLeaderMessage_Body interface {
 }
 
 type LeaderMessage_Ack struct {
-	// Ack acknowledges OOM events.
+	// Ack acknowledges OOM events and container events.
 	Ack *Ack `protobuf:"bytes,1,opt,name=ack,proto3,oneof"`
 }
 
@@ -863,12 +912,15 @@ func (*LeaderMessage_Ack) isLeaderMessage_Body() {}
 
 func (*LeaderMessage_Resync) isLeaderMessage_Body() {}
 
-// Ack acknowledges every OOM event up to and including oom_seq; the agent
-// may drop them.
+// Ack acknowledges every OOM event up to and including oom_seq and every
+// container event up to and including event_seq; the agent may drop them.
+// Zero acknowledges nothing of that kind.
 type Ack struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// OOMSeq is the highest acknowledged OOMEvent.seq.
-	OomSeq        uint64 `protobuf:"varint,1,opt,name=oom_seq,json=oomSeq,proto3" json:"oom_seq,omitempty"`
+	OomSeq uint64 `protobuf:"varint,1,opt,name=oom_seq,json=oomSeq,proto3" json:"oom_seq,omitempty"`
+	// EventSeq is the highest acknowledged ContainerEvent.seq.
+	EventSeq      uint64 `protobuf:"varint,2,opt,name=event_seq,json=eventSeq,proto3" json:"event_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -906,6 +958,13 @@ func (*Ack) Descriptor() ([]byte, []int) {
 func (x *Ack) GetOomSeq() uint64 {
 	if x != nil {
 		return x.OomSeq
+	}
+	return 0
+}
+
+func (x *Ack) GetEventSeq() uint64 {
+	if x != nil {
+		return x.EventSeq
 	}
 	return 0
 }
@@ -1001,24 +1060,29 @@ const file_api_stream_v1_stream_proto_rawDesc = "" +
 	"\x03pid\x18\x05 \x01(\rR\x03pid\x12\x12\n" +
 	"\x04comm\x18\x06 \x01(\tR\x04comm\x12\x1b\n" +
 	"\tcgroup_id\x18\a \x01(\x04R\bcgroupId\x12\x14\n" +
-	"\x05count\x18\b \x01(\x04R\x05count\"\xa9\x01\n" +
+	"\x05count\x18\b \x01(\x04R\x05count\"\xd8\x01\n" +
 	"\x0eContainerEvent\x12\x17\n" +
 	"\apod_uid\x18\x01 \x01(\tR\x06podUid\x12\x1c\n" +
 	"\tcontainer\x18\x02 \x01(\tR\tcontainer\x12#\n" +
 	"\rrestart_count\x18\x03 \x01(\x05R\frestartCount\x12;\n" +
 	"\n" +
 	"terminated\x18\x04 \x01(\v2\x1b.kerf.stream.v1.TerminationR\n" +
-	"terminated\"q\n" +
+	"terminated\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x1b\n" +
+	"\tkernel_ns\x18\x06 \x01(\x04R\bkernelNs\"\xc1\x01\n" +
 	"\vTermination\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12-\n" +
-	"\x13finished_at_unix_ns\x18\x03 \x01(\x03R\x10finishedAtUnixNs\"r\n" +
+	"\x13finished_at_unix_ns\x18\x03 \x01(\x03R\x10finishedAtUnixNs\x12!\n" +
+	"\fcontainer_id\x18\x04 \x01(\tR\vcontainerId\x12+\n" +
+	"\x12started_at_unix_ns\x18\x05 \x01(\x03R\x0fstartedAtUnixNs\"r\n" +
 	"\rLeaderMessage\x12'\n" +
 	"\x03ack\x18\x01 \x01(\v2\x13.kerf.stream.v1.AckH\x00R\x03ack\x120\n" +
 	"\x06resync\x18\x02 \x01(\v2\x16.kerf.stream.v1.ResyncH\x00R\x06resyncB\x06\n" +
-	"\x04body\"\x1e\n" +
+	"\x04body\";\n" +
 	"\x03Ack\x12\x17\n" +
-	"\aoom_seq\x18\x01 \x01(\x04R\x06oomSeq\" \n" +
+	"\aoom_seq\x18\x01 \x01(\x04R\x06oomSeq\x12\x1b\n" +
+	"\tevent_seq\x18\x02 \x01(\x04R\beventSeq\" \n" +
 	"\x06Resync\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason*{\n" +
 	"\tOOMSource\x12\x1a\n" +

@@ -1,0 +1,211 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/webhook"
+	agentnode "github.com/kerf-dev/kerf/node"
+	"github.com/kerf-dev/kerf/test/streamtest"
+)
+
+// agentLeader is a leader serving the agents' stream in ns over TLS, and a
+// real node agent's StreamClient connected to it with a projected token of
+// the kerf-agent service account bound to an agent pod on the test node.
+type agentLeader struct {
+	dep      *appsv1.Deployment
+	leader   *testLeader
+	agent    *agentnode.StreamClient
+	registry *prometheus.Registry
+}
+
+// watchedWebWithAgent is watchedWeb with the stream on and an agent
+// connected; it returns once the change is watched and the agent's
+// stream is open.
+func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.RightsizingPolicy) *agentLeader {
+	t.Helper()
+	ctx := context.Background()
+	cs := controlPlane(t).Clientset
+	nodeName := node(t, c)
+	certPEM, keyPEM, caPEM, err := webhook.EnsureSelfManagedCert(ctx, c, webhook.CertOptions{
+		Namespace: ns, ServiceName: "kerf-leader", SecretName: "kerf-stream-cert", ExtraHosts: []string{"127.0.0.1"}})
+	require.NoError(t, err)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	require.NoError(t, err)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+
+	require.NoError(t, c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kerf-agent"}}))
+	agentPod := streamtest.CreatePod(t, cs, ns, "kerf-agent-node-1", nodeName, "kerf-agent")
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(t, cs, ns, "kerf-agent", "kerf-leader", agentPod)), 0o600))
+
+	dep, l := watchedWeb(t, c, ns, p, Config{Stream: StreamConfig{Listener: lis,
+		TLS:      &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		Audience: "kerf-leader", ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}}, "250m", "128Mi")
+	require.Eventually(t, l.Leading, 15*time.Second, 50*time.Millisecond)
+
+	reg := prometheus.NewRegistry()
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(caPEM))
+	agent, err := agentnode.NewStreamClient(agentnode.StreamConfig{
+		Addr: lis.Addr().String(), TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		TokenFile: tokenFile, NodeName: nodeName, MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		Registerer: reg, Log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = agent.Run(runCtx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, func() bool { return agent.State() == agentnode.StreamConnected }, 15*time.Second, 20*time.Millisecond)
+	return &agentLeader{dep: dep, leader: l, agent: agent, registry: reg}
+}
+
+// agentSees is what the agent's pod discovery reports when the kubelet's
+// Pods API shows the app container of pod restarted for the n-th time,
+// after a run that ended with reason (none when empty).
+func agentSees(pod *corev1.Pod, n int32, reason, runID string, finished time.Time) agentnode.ContainerEvent {
+	ev := agentnode.ContainerEvent{Namespace: pod.Namespace, Pod: pod.Name, PodUID: string(pod.UID), Container: "app", RestartCount: n}
+	if reason != "" {
+		ev.Terminated = &corev1.ContainerStateTerminated{Reason: reason, ExitCode: 137, ContainerID: runID,
+			StartedAt: metav1.NewTime(finished.Add(-time.Second)), FinishedAt: metav1.NewTime(finished)}
+	}
+	return ev
+}
+
+// TestAgentRestartsRollBackBeforePodStatus sends restarts the way the
+// agent sees them in the kubelet's Pods API, through a real stream: the
+// leader rolls back every touched resource while the apiserver's pod
+// status still shows no restart.
+func TestAgentRestartsRollBackBeforePodStatus(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	a := watchedWebWithAgent(t, c, ns, policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.OOMKills = ptrTo[int32](5) }))
+	pod := adoptedPod(t, c, a.dep, "web-new-1")
+	time.Sleep(200 * time.Millisecond) // the pod reaches the leader's cache
+
+	finished := time.Now()
+	sent := time.Now()
+	for n := int32(1); n <= 3; n++ {
+		a.agent.ContainerEvent(agentSees(pod, n, "Error", fmt.Sprintf("containerd://run-%d", n), finished))
+	}
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
+	t.Logf("agent container events → RolledBack seen by the test: %v (pod status: never)", time.Since(sent))
+	require.NotNil(t, rsr.Status.Breach)
+	assert.Contains(t, rsr.Status.Breach.Figures, "restarts 3 ≥ 3")
+	assert.Equal(t, []v1alpha1.ResourceName{"cpu", "memory"}, rsr.Status.Breach.Resources)
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+	assert.Zero(t, pod.Status.ContainerStatuses[0].RestartCount, "pod status never showed a restart")
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, "web")
+		return rsr.Status.Breach.Restored
+	}, 20*time.Second, 50*time.Millisecond)
+	res := templateResources(t, c, a.dep)
+	assert.Equal(t, "500m", res.Requests.Cpu().String())
+	assert.Equal(t, "256Mi", res.Requests.Memory().String())
+}
+
+// TestAgentOOMKilledTerminationRollsBackMemoryBeforePodStatus sends one
+// termination with reason OOMKilled as the agent sees it: the leader rolls
+// back memory while the apiserver's pod status shows nothing, and no
+// kernel OOM event was sent (--oom-source=off on the node, say).
+func TestAgentOOMKilledTerminationRollsBackMemoryBeforePodStatus(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	a := watchedWebWithAgent(t, c, ns, policyWith(ns, time.Hour, nil))
+	pod := adoptedPod(t, c, a.dep, "web-new-1")
+	time.Sleep(200 * time.Millisecond)
+
+	sent := time.Now()
+	a.agent.ContainerEvent(agentSees(pod, 1, "OOMKilled", "containerd://run-1", sent))
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	t.Logf("agent OOMKilled termination → RolledBack seen by the test: %v (pod status: never)", time.Since(sent))
+	assert.Equal(t, []string{"oomKills 1 ≥ 1"}, rsr.Status.Breach.Figures)
+	assert.Equal(t, []v1alpha1.ResourceName{"memory"}, rsr.Status.Breach.Resources)
+	cond := condition(rsr, v1alpha1.ConditionHealthWatch)
+	require.NotNil(t, cond)
+	assert.Contains(t, cond.Message, "oomKills 1 ≥ 1 (pod web-new-1 container app: 1 (status, 1 seen by the agent ahead of pod status; no kernel data))")
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+	assert.Nil(t, pod.Status.ContainerStatuses[0].LastTerminationState.Terminated, "pod status never showed the kill")
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, "web")
+		return rsr.Status.Breach.Restored
+	}, 20*time.Second, 50*time.Millisecond)
+	res := templateResources(t, c, a.dep)
+	assert.Equal(t, "256Mi", res.Requests.Memory().String(), "memory restored")
+	assert.Equal(t, "250m", res.Requests.Cpu().String(), "cpu, not breached, stays applied")
+}
+
+// TestPodStatusCatchingUpWithTheAgentCountsOnce sends a restart after an
+// OOM kill through the agent, then writes the same restart and
+// termination into pod status as the kubelet would a moment later: with
+// thresholds of two, counting either twice would roll back. A second kill
+// the agent sees then breaches both signals with counts of exactly two.
+func TestPodStatusCatchingUpWithTheAgentCountsOnce(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	a := watchedWebWithAgent(t, c, ns, policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
+		g.OOMKills, g.Restarts = ptrTo[int32](2), ptrTo[int32](2)
+	}))
+	pod := adoptedPod(t, c, a.dep, "web-new-1")
+	time.Sleep(200 * time.Millisecond)
+
+	// A termination counts when it finished after T0, which has
+	// one-second resolution: wait for the next second. The Pods API shows
+	// times finer than the apiserver's seconds.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+	first := time.Now()
+	a.agent.ContainerEvent(agentSees(pod, 1, "OOMKilled", "containerd://run-1", first))
+	require.Eventually(t, func() bool { return a.acknowledged(t) }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // the leader evaluates on the signal
+	assert.Equal(t, v1alpha1.PhaseWatching, getRSR(t, c, ns, "web").Status.Phase, "one restart and one kill of two allowed")
+
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+	cs := &pod.Status.ContainerStatuses[0]
+	cs.RestartCount = 1
+	cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137,
+		ContainerID: "containerd://run-1", StartedAt: metav1.NewTime(first.Add(-time.Second)), FinishedAt: metav1.NewTime(first)}}
+	require.NoError(t, c.Status().Update(ctx, pod))
+	time.Sleep(time.Second) // the leader sees the pod update and evaluates
+	assert.Equal(t, v1alpha1.PhaseWatching, getRSR(t, c, ns, "web").Status.Phase, "one restart and one kill, each counted once")
+
+	second := time.Now()
+	a.agent.ContainerEvent(agentSees(pod, 2, "OOMKilled", "containerd://run-2", second))
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
+	assert.Equal(t, []string{"restarts 2 ≥ 2", "oomKills 2 ≥ 2"}, rsr.Status.Breach.Figures)
+}
+
+// acknowledged reports whether the leader acknowledged every container
+// event the agent sent: it has stored them and signalled their pods.
+func (a *agentLeader) acknowledged(t *testing.T) bool {
+	t.Helper()
+	mfs, err := a.registry.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "kerf_agent_stream_buffered_container_events" {
+			return mf.GetMetric()[0].GetGauge().GetValue() == 0
+		}
+	}
+	return false
+}
