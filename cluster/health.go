@@ -198,8 +198,16 @@ func (r *RecommendationReconciler) restore(ctx context.Context, rsr *v1alpha1.Ri
 		return r.restoreFailed(ctx, rsr, err)
 	}
 	res, err := r.Applier.Restore(ctx, rsr, change, values, b.Resources)
+	gone := ""
 	if err != nil {
-		return r.restoreFailed(ctx, rsr, err)
+		if _, terr := r.Applier.Target(ctx, rsr); !apierrors.IsNotFound(terr) {
+			return r.restoreFailed(ctx, rsr, err)
+		}
+		// The workload was deleted: its changed values run nowhere any
+		// more, so the rollback is over. Cooldowns and fingerprints are
+		// still recorded, for a workload created again with that name.
+		gone = fmt.Sprintf("; %s %s/%s is gone, nothing left to restore", rsr.Spec.TargetRef.Kind, rsr.Namespace, rsr.Spec.TargetRef.Name)
+		res = &apply.Result{}
 	}
 	if len(res.Failed) > 0 {
 		f := res.Failed[0]
@@ -222,7 +230,7 @@ func (r *RecommendationReconciler) restore(ctx context.Context, rsr *v1alpha1.Ri
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("back off %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
-	msg := fmt.Sprintf("%s rolled back to %s values after %s", joinResources(b.Resources), g.RestoreTo, b.Reason)
+	msg := fmt.Sprintf("%s rolled back to %s values after %s%s", joinResources(b.Resources), g.RestoreTo, b.Reason, gone)
 	rsr.Status.Message = msg
 	addHistory(rsr, v1alpha1.Action{Time: metav1.NewTime(now), Type: v1alpha1.ActionRolledBack, Reason: b.Reason,
 		Message: msg, Resources: b.Resources, Containers: restoredChanges(change, values, b.Resources), Figures: b.Figures})

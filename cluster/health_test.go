@@ -487,3 +487,36 @@ func TestInPlaceOOMRollbackResizesPodsBack(t *testing.T) {
 	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String(), "the template was never changed")
 	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory")))
 }
+
+// A workload deleted while its rollback runs leaves nothing to restore: the
+// rollback ends, says so, and is not retried as an error.
+func TestRollbackOfADeletedWorkloadEnds(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	startLeader(t, ns, "a", Config{AfterBreach: func(ctx context.Context, _ *v1alpha1.RightsizingRecommendation) {
+		require.NoError(t, c.Delete(ctx, dep))
+		// The leader reads the workload from its cache: wait until the
+		// deletion is there, as it would be in a real cluster soon after.
+		time.Sleep(500 * time.Millisecond)
+	}})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := adoptedPod(t, c, dep, "web-new-1")
+	oomKilled(t, c, pod, "OOMKilled")
+
+	var rsr *v1alpha1.RightsizingRecommendation
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, "web")
+		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
+	}, 30*time.Second, 50*time.Millisecond)
+	assert.Equal(t, v1alpha1.PhaseRolledBack, rsr.Status.Phase)
+	rb := historyOf(rsr, v1alpha1.ActionRolledBack)
+	require.Len(t, rb, 1)
+	assert.Contains(t, rb[0].Message, "Deployment "+ns+"/web is gone, nothing left to restore")
+	assert.Empty(t, historyOf(rsr, v1alpha1.ActionFailed), "a deleted workload is no restore failure")
+	assert.Contains(t, rsr.Status.RolledBackFingerprints, rsr.Status.Change.ValueFingerprint)
+}
