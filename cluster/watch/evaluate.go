@@ -217,7 +217,7 @@ func Evaluate(now time.Time, in Input) Verdict {
 		parts = append(parts, fig+detail)
 	}
 	if thr := *g.OOMKills; thr > 0 && len(memNames) > 0 {
-		n, detail := countOOMKills(adopted, memNames, t0, bound, in.Kernel, in.Statuses)
+		n, detail := countOOMKills(adopted, memNames, t0, bound, in.RestartBaselines, in.Kernel, in.Statuses)
 		fig := countFigure("oomKills", n, thr)
 		if n >= int(thr) {
 			breached[v1alpha1.HealthWatchOOMKills] = fig
@@ -330,7 +330,7 @@ func countRestarts(adopted []*corev1.Pod, names []string, t0 time.Time, baseline
 // containers of the adopted pods, with up to three pods' details. The
 // status count covers the terminations pod status shows and those the
 // agents saw first, each run once.
-func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, kernel KernelSource, statuses AgentStatusSource) (int, string) {
+func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, baselines map[ContainerKey]int32, kernel KernelSource, statuses AgentStatusSource) (int, string) {
 	total := 0
 	var detail details
 	for _, p := range adopted {
@@ -341,7 +341,24 @@ func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, kern
 					as = &s
 				}
 			}
-			st, fromAgent := statusOOMKills(containerStatus(p, name), as, t0, to)
+			cs := containerStatus(p, name)
+			// Status times are whole seconds, so a run that ended in T0's
+			// own second may have ended before or after the change. The
+			// restart count settles it for the newest ended run: above its
+			// baseline at T0, the container restarted since, so that run
+			// ended after the change was recorded.
+			restarted := false
+			if b, ok := baselines[ContainerKey{p.UID, name}]; ok && !p.CreationTimestamp.After(t0) {
+				count := int32(0)
+				if cs != nil {
+					count = cs.RestartCount
+				}
+				if as != nil {
+					count = max(count, as.RestartCount)
+				}
+				restarted = count > b
+			}
+			st, fromAgent := statusOOMKills(cs, as, t0, to, restarted)
 			kn, known := 0, false
 			if kernel != nil {
 				kn, known = kernel.OOMKills(p.UID, name, t0, to)
@@ -368,12 +385,15 @@ func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, kern
 // OOMKilled in (from, to]: in pod status' state.terminated and
 // lastState.terminated (the kubelet shows the two newest) and in the
 // terminations the agents saw (cs and as may be nil), each run counted
-// once wherever it shows. fromAgent is how many of them only the agents
-// saw.
-func statusOOMKills(cs *corev1.ContainerStatus, as *AgentStatus, from, to time.Time) (n, fromAgent int) {
+// once wherever it shows. With restarted (the container restarted since
+// the change), lastState's run also counts when it ended in from's own
+// second. fromAgent is how many of them only the agents saw.
+func statusOOMKills(cs *corev1.ContainerStatus, as *AgentStatus, from, to time.Time, restarted bool) (n, fromAgent int) {
 	var counted []Termination
-	add := func(t Termination) bool {
-		if t.Reason != oomKilledReason || !t.FinishedAt.After(from) || t.FinishedAt.After(to) ||
+	add := func(t Termination, sameSecondOK bool) bool {
+		after := t.FinishedAt.After(from) ||
+			sameSecondOK && t.FinishedAt.Truncate(time.Second).Equal(from.Truncate(time.Second))
+		if t.Reason != oomKilledReason || !after || t.FinishedAt.After(to) ||
 			slices.ContainsFunc(counted, func(c Termination) bool { return sameRun(&c, &t) }) {
 			return false
 		}
@@ -381,16 +401,16 @@ func statusOOMKills(cs *corev1.ContainerStatus, as *AgentStatus, from, to time.T
 		return true
 	}
 	if cs != nil {
-		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+		for i, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
 			if t != nil && add(Termination{ContainerID: t.ContainerID, Reason: t.Reason, ExitCode: t.ExitCode,
-				StartedAt: t.StartedAt.Time, FinishedAt: t.FinishedAt.Time}) {
+				StartedAt: t.StartedAt.Time, FinishedAt: t.FinishedAt.Time}, i == 1 && restarted) {
 				n++
 			}
 		}
 	}
 	if as != nil {
 		for _, t := range as.Terminations {
-			if add(t) {
+			if add(t, false) {
 				n++
 				fromAgent++
 			}

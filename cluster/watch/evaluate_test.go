@@ -222,6 +222,31 @@ func TestOOMKillsAreMaxOfKernelAndStatus(t *testing.T) {
 	}
 }
 
+// Status times are whole seconds: a kill in T0's own second counts when the
+// container restarted since its baseline at T0 (the run ended after the
+// change was recorded), and not otherwise.
+func TestOOMKillInTheSecondOfT0CountsOnceTheContainerRestarted(t *testing.T) {
+	base := map[ContainerKey]int32{}
+	for _, tt := range []struct {
+		name     string
+		restarts int32
+		want     string
+	}{
+		{"restarted since T0", 1, "oomKills 1 ≥ 1"},
+		{"no restart since T0: the run may have ended before the change", 0, "oomKills 0 < 1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := newPod("web-1", memDown, lastTerminated("app", "OOMKilled", "c1", t0.Add(400*time.Millisecond).Truncate(time.Second)), restarts("app", tt.restarts))
+			base[ContainerKey{pod.UID, "app"}] = 0
+			in := Input{Change: change(v1alpha1.StrategyInPlace, memDown), Pods: []corev1.Pod{pod}, RestartBaselines: base}
+			// T0 as the leader holds it in memory, with its sub-second part.
+			in.Change.AppliedAt = metav1.NewTime(t0.Add(300 * time.Millisecond))
+			v := Evaluate(after(10*time.Second), in)
+			assert.Contains(t, v.Message, tt.want)
+		})
+	}
+}
+
 func TestOOMKillsAfterTheWatchEndDoNotCount(t *testing.T) {
 	pod := newPod("web-1", memDown, lastTerminated("app", "OOMKilled", "c1", after(30*time.Minute+time.Second)))
 	m := NewMemorySource()
