@@ -10,8 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kerf-dev/kerf/internal/images"
 	"github.com/kerf-dev/kerf/internal/sandbox"
@@ -91,6 +93,12 @@ func Install(ctx context.Context, opts InstallOptions) (*Installed, error) {
 	}
 	done()
 
+	// controller-runtime's client logs through its own global logger.
+	if opts.Log != nil {
+		ctrllog.SetLogger(logr.FromSlogHandler(opts.Log.Handler()))
+	} else {
+		ctrllog.SetLogger(logr.Discard())
+	}
 	cl, err := client.NewWithWatch(c.Config, client.Options{Scheme: controlplane.Scheme})
 	if err != nil {
 		return nil, err
