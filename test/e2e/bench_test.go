@@ -71,6 +71,10 @@ func BenchmarkOOMKillToRollback(b *testing.B) {
 				b.Fatalf("%s path, kill %d: %v", path.name, i, err)
 			}
 			decided, request, restored = append(decided, m[0]), append(request, m[1]), append(restored, m[2])
+			if rsr, err := e.RSR(ctx, name); err == nil && rsr.Status.Breach != nil {
+				b.Logf("%s %s: decided %6.1f ms, request %6.1f ms, restored %6.1f ms: %s", path.name, name,
+					m[0].Seconds()*1000, m[1].Seconds()*1000, m[2].Seconds()*1000, strings.Join(rsr.Status.Breach.Figures, "; "))
+			}
 		}
 		for _, s := range []struct {
 			what string
