@@ -94,19 +94,33 @@ func (in *ingest) podOnNode(uid types.UID) (bool, string) {
 	return true, ""
 }
 
-// wall turns a kernel time into a wall time (see the package doc).
+// wall turns a kernel time that just arrived into a wall time (see the
+// package doc). Every arrival bounds the mapping: a kernel time cannot map
+// later than the moment it reached the leader, so the anchor moves to the
+// earliest mapping any arrival allows (the transit and processing delay of
+// the Hello, a TokenReview included, would otherwise put every later time
+// that much in the future, and the health watch counts no kill "after now").
 func (in *ingest) wall(ns uint64) time.Time {
-	if ns == 0 || !in.anchored {
-		return in.s.cfg.Now()
+	now := in.s.cfg.Now()
+	if ns == 0 {
+		return now
 	}
-	return in.anchorAt.Add(time.Duration(int64(ns - in.anchorNs)))
+	if !in.anchored {
+		in.anchored, in.anchorNs, in.anchorAt = true, ns, now
+		return now
+	}
+	at := in.anchorAt.Add(time.Duration(int64(ns - in.anchorNs)))
+	if at.After(now) {
+		in.anchorNs, in.anchorAt = ns, now
+		return now
+	}
+	return at
 }
 
 // counters ingests one sampling pass.
 func (in *ingest) counters(c *streamv1.Counters) error {
-	if !in.anchored && c.GetKernelNs() != 0 {
-		in.anchored, in.anchorNs, in.anchorAt = true, c.GetKernelNs(), in.s.cfg.Now()
-	}
+	// The pass's own time tightens the kernel-to-wall mapping.
+	in.wall(c.GetKernelNs())
 	if c.GetSnapshot() {
 		clear(in.table)
 		clear(in.used)

@@ -202,8 +202,12 @@ func TestStream(t *testing.T) {
 
 	t.Run("IngestsReportsAboutPodsOnTheAgentsNode", func(t *testing.T) {
 		st := f.connect(t, f.agentToken)
+		// The agent says hello at kernel time 3 s and sends two passes it
+		// sampled before (at 1 s and 2 s), as after an outage.
+		h := hello("node-a")
+		h.GetHello().KernelNs = 3e9
 		send(st,
-			hello("node-a"),
+			h,
 			counters(1e9, &streamv1.ContainerCounters{Index: 1, PodUid: string(f.podA), Container: "app", StartedAtUnixNs: 1, Periods: 100, Throttled: 10}),
 			counters(2e9, &streamv1.ContainerCounters{Index: 1, Periods: 50, Throttled: 5}),
 			oom(7, f.podA, "app"),
@@ -229,6 +233,22 @@ func TestStream(t *testing.T) {
 
 		require.NoError(t, st.CloseSend())
 		assert.Equal(t, codes.OK, closedWith(t, st))
+	})
+
+	t.Run("AKillNeverMapsAfterItArrived", func(t *testing.T) {
+		// The Hello was anchored late (its transit and the TokenReview
+		// came between): mapped through it alone, the kill (kernel 5 s,
+		// Hello at 1 s) would land 4 s after it arrived, and a health watch
+		// evaluating at once would not count it.
+		start := time.Now()
+		st := f.connect(t, f.agentToken)
+		h := hello("node-a")
+		h.GetHello().KernelNs = 1e9
+		send(st, h, oom(100, f.podA, "app"))
+		assert.Equal(t, uint64(100), recvAck(t, st))
+		kills, _ := f.memory.OOMKills(f.podA, "app", start, time.Now())
+		assert.Equal(t, 1, kills, "the kill is counted by a watch evaluating when it arrives")
+		require.NoError(t, st.CloseSend())
 	})
 
 	t.Run("DropsReportsAboutPodsOnOtherNodes", func(t *testing.T) {
