@@ -30,6 +30,14 @@ const (
 	// DefaultMaxBufferedOOM is how many unacknowledged OOM events the
 	// client keeps.
 	DefaultMaxBufferedOOM = 10000
+	// DefaultOOMReplay is how long an acknowledged OOM event is kept and
+	// sent again to every new stream: a leader that takes over learns the
+	// kills its predecessor acknowledged (a health watch counts kills since
+	// its change, up to its watchDuration: 30 minutes by default).
+	DefaultOOMReplay = 2 * time.Hour
+	// DefaultMaxReplayOOM bounds the acknowledged OOM events kept for
+	// replay; past it the oldest go.
+	DefaultMaxReplayOOM = 1000
 	// DefaultMaxBufferedEvents is how many unacknowledged container events
 	// the client keeps.
 	DefaultMaxBufferedEvents = 10000
@@ -126,10 +134,13 @@ type StreamClient struct {
 	dirty   map[ContainerKey]struct{}
 	removed map[ContainerKey]struct{}
 	ooms    []*streamv1.OOMEvent // unacknowledged, by seq
-	seq     uint64
-	events  []*streamv1.ContainerEvent // unacknowledged, by seq
-	evSeq   uint64
-	resync  bool
+	// replay are acknowledged OOM events younger than DefaultOOMReplay,
+	// by seq, sent again at the start of every stream.
+	replay []*streamv1.OOMEvent
+	seq    uint64
+	events []*streamv1.ContainerEvent // unacknowledged, by seq
+	evSeq  uint64
+	resync bool
 
 	sent       prometheus.Counter
 	drops      prometheus.Counter
@@ -424,10 +435,12 @@ func (c *StreamClient) Run(ctx context.Context) error {
 // streamv1.Counters) and the highest OOM and container event seqs sent on
 // it.
 type conn struct {
-	st        grpc.BidiStreamingClient[streamv1.AgentMessage, streamv1.LeaderMessage]
-	index     map[ContainerKey]*indexed
-	next      uint32
-	sentSeq   uint64
+	st      grpc.BidiStreamingClient[streamv1.AgentMessage, streamv1.LeaderMessage]
+	index   map[ContainerKey]*indexed
+	next    uint32
+	sentSeq uint64
+	// replayed is set once the replay events went out on this stream.
+	replayed  bool
 	sentEvSeq uint64
 }
 
@@ -549,16 +562,35 @@ func (c *StreamClient) ack(oomSeq, eventSeq uint64) {
 	i, _ := slices.BinarySearchFunc(c.ooms, oomSeq+1, func(e *streamv1.OOMEvent, s uint64) int {
 		return cmpUint(e.GetSeq(), s)
 	})
+	c.replay = append(c.replay, c.ooms[:i]...)
 	c.ooms = slices.Delete(c.ooms, 0, i)
+	c.pruneReplay()
 	j, _ := slices.BinarySearchFunc(c.events, eventSeq+1, func(e *streamv1.ContainerEvent, s uint64) int {
 		return cmpUint(e.GetSeq(), s)
 	})
 	c.events = slices.Delete(c.events, 0, j)
 }
 
+// pruneReplay drops replay events older than DefaultOOMReplay (by their
+// kernel time) and the oldest past DefaultMaxReplayOOM. c.mu is held.
+func (c *StreamClient) pruneReplay() {
+	if over := len(c.replay) - DefaultMaxReplayOOM; over > 0 {
+		c.replay = slices.Delete(c.replay, 0, over)
+	}
+	now := c.clk.ns(time.Now())
+	keep := uint64(DefaultOOMReplay.Nanoseconds())
+	i := 0
+	for i < len(c.replay) && c.replay[i].GetKernelNs() != 0 && now > keep && c.replay[i].GetKernelNs() < now-keep {
+		i++
+	}
+	c.replay = slices.Delete(c.replay, 0, i)
+}
+
 // flush sends what changed since the last flush on s: a snapshot when one
 // is due, else the changed containers; then the OOM events and container
-// events not yet sent on s.
+// events not yet sent on s. A new stream first gets the acknowledged OOM
+// events kept for replay: a leader that saw them acknowledges them again
+// without counting them twice, a new leader counts them.
 func (c *StreamClient) flush(s *conn) error {
 	c.mu.Lock()
 	snapshot := c.resync
@@ -586,6 +618,10 @@ func (c *StreamClient) flush(s *conn) error {
 	}
 	clear(c.dirty)
 	var ooms []*streamv1.OOMEvent
+	if !s.replayed {
+		s.replayed = true
+		ooms = append(ooms, c.replay...)
+	}
 	i, _ := slices.BinarySearchFunc(c.ooms, s.sentSeq+1, func(e *streamv1.OOMEvent, seq uint64) int {
 		return cmpUint(e.GetSeq(), seq)
 	})

@@ -428,7 +428,8 @@ func TestStreamFollowsLeaderFailover(t *testing.T) {
 	svc.routeTo(b.addr)
 	c.OOM(oom.Kill{Source: "cgroup", KernelNS: monoNow(t), CgroupID: 1, Count: 1}, app, "app")
 	require.Eventually(t, func() bool { return c.bufferedOOM() == 0 }, eventually, tick)
-	assert.Equal(t, 2, kills(b.memory, f.app, "app"), "the new leader counts the two kills it was sent, once each")
+	assert.Equal(t, 3, kills(b.memory, f.app, "app"),
+		"the new leader counts the kill A acknowledged (replayed to every new stream) and the two after it, once each")
 	assert.Equal(t, 1, kills(a.memory, f.app, "app"), "the old leader counted the one before the failover")
 	require.Eventually(t, func() bool {
 		s, ok := latestSample(b.memory, f.app)
@@ -452,8 +453,10 @@ func TestStreamFollowsLeaderFailover(t *testing.T) {
 	c.mu.Unlock()
 	svc.cut() // the stream drops; the agent reconnects to B
 	require.Eventually(t, func() bool { return c.bufferedOOM() == 0 }, eventually, tick)
-	assert.Equal(t, 2, kills(b.memory, f.app, "app"), "the resent event is not counted again")
-	assert.Equal(t, 1.0, b.resent(t))
+	assert.Equal(t, 3, kills(b.memory, f.app, "app"), "neither the replayed events nor the resent one are counted again")
+	// The new stream replays the three acknowledged kills first (B counted
+	// them: resent); the resent one comes after seq 3 on the same stream.
+	assert.Equal(t, 3.0, b.resent(t))
 }
 
 // TestAgentRestartKeepsCountsRight restarts the agent (a new StreamClient,
