@@ -1,10 +1,13 @@
 package stream
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -39,7 +42,13 @@ type benchCluster struct {
 	// snapshot and pass are each stream's first Counters (identities and
 	// absolute values) and a later one (index and increments), encoded.
 	snapshot, pass [][]byte
+	// now is the leader's clock: the benchmark runs passes faster than
+	// the agents' 1 s, so the clock follows the passes (see ingest).
+	now time.Time
 }
+
+// benchStart is the leader's clock when the streams open.
+var benchStart = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
 func newBenchCluster(b *testing.B, nodes int) *benchCluster {
 	b.Helper()
@@ -54,9 +63,9 @@ func newBenchCluster(b *testing.B, nodes int) *benchCluster {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := &benchCluster{memory: watch.NewMemorySource(watch.WithCompaction(watch.DefaultRecent))}
+	c := &benchCluster{memory: watch.NewMemorySource(watch.WithCompaction(watch.DefaultRecent)), now: benchStart}
 	c.srv, err = New(Config{Audience: "kerf-leader", ServiceAccountNamespace: "kerf-system", ServiceAccountName: "kerf-agent",
-		Clientset: cs, Pods: pods, Memory: c.memory, Leading: func() bool { return true },
+		Clientset: cs, Pods: pods, Memory: c.memory, Leading: func() bool { return true }, Now: func() time.Time { return c.now },
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
@@ -105,14 +114,19 @@ func marshal(b *testing.B, c *streamv1.Counters) []byte {
 }
 
 // ingest decodes one encoded AgentMessage of a stream and ingests it, as
-// Connect does after the stream's authentication.
+// Connect does after the stream's authentication. Passes are a second
+// apart with up to 1 ms of jitter, as an agent's ticker and reads have,
+// so that the leader's time encoding pays for it; the leader's clock reads
+// the pass's time plus 2 ms of transit when it arrives.
 func (c *benchCluster) ingest(b *testing.B, stream int, msg []byte, pass int) {
 	var m streamv1.AgentMessage
 	if err := proto.Unmarshal(msg, &m); err != nil {
 		b.Fatal(err)
 	}
 	counters := m.GetCounters()
-	counters.KernelNs += uint64(pass) * uint64(time.Second)
+	offset := time.Duration(pass)*time.Second + time.Duration(pass*7919%1000)*time.Microsecond
+	counters.KernelNs += uint64(offset)
+	c.now = benchStart.Add(offset + 2*time.Millisecond)
 	if err := c.streams[stream].counters(counters); err != nil {
 		b.Fatal(err)
 	}
@@ -141,6 +155,11 @@ func BenchmarkIngest300kContainers(b *testing.B) {
 	b.ReportMetric(float64(len(c.pass[0]))/benchPerNode, "wire-B/sample")
 	b.ReportMetric(float64(len(c.snapshot[0]))/benchPerNode, "snapshot-B/sample")
 }
+
+// heapProfile names a file for BenchmarkIngestMemoryPerContainer's heap
+// profile, written while the leader's state is still live (-memprofile
+// writes at exit, when it is gone): go tool pprof -sample_index=inuse_space.
+var heapProfile = flag.String("ingest.heapprofile", "", "write the leader's live heap profile after the memory benchmark's passes to this file")
 
 // BenchmarkIngestMemoryPerContainer measures the leader's memory per
 // tracked container: the heap in use after a GC, less before, over
@@ -172,9 +191,24 @@ func BenchmarkIngestMemoryPerContainer(b *testing.B) {
 		b.StopTimer()
 		runtime.GC()
 		runtime.ReadMemStats(&after)
+		if *heapProfile != "" {
+			writeHeapProfile(b, *heapProfile)
+		}
 		_, instances, samples := c.memory.Len()
 		b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse))/float64(benchNodes*benchPerNode), "B/container")
 		b.ReportMetric(float64(samples)/float64(instances), "samples/container")
 		runtime.KeepAlive(c)
+	}
+}
+
+func writeHeapProfile(b *testing.B, path string) {
+	b.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatalf("write heap profile %s: %v", path, err)
 	}
 }

@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"encoding/binary"
 	"math"
 	"slices"
 	"sync"
@@ -95,6 +96,10 @@ func WithPinTTL(d time.Duration) MemoryOption {
 // samples and every pin: it adds nothing to any window that can still be
 // asked for; a pod is dropped with its last instance, with its OOM kills
 // once they are older too.
+//
+// Samples are stored encoded, a few bytes each (see cursor): at one sample
+// a second, the 30 s of recent samples of a container take about 200 B
+// (docs/design.md section 10: ≤ 1 KiB per tracked container).
 type MemorySource struct {
 	mu   sync.Mutex
 	pods map[types.UID]*podSignals
@@ -108,6 +113,8 @@ type MemorySource struct {
 	newest int64
 	// gone queues the instances marked gone, oldest mark first.
 	gone []goneRef
+	// scratch holds a series' decoded readings while m.mu is held.
+	scratch []reading
 }
 
 type goneRef struct {
@@ -117,13 +124,42 @@ type goneRef struct {
 
 // podSignals are one pod's signals.
 type podSignals struct {
-	// kills are the OOM kills, oldest first.
-	kills []kill
 	// series are the pod's container instances.
 	series []*series
+	// rare holds what few pods have, nil until the pod has some: most
+	// pods are in no watch and see no OOM kill.
+	rare *podRare
+}
+
+// podRare are a pod's OOM kills and pins.
+type podRare struct {
+	// kills are the OOM kills, oldest first.
+	kills []kill
 	// pins are the times windows were asked from, with when they were
 	// last asked for (sample time).
 	pins []pin
+}
+
+func (p *podSignals) kills() []kill {
+	if p.rare == nil {
+		return nil
+	}
+	return p.rare.kills
+}
+
+func (p *podSignals) pins() []pin {
+	if p.rare == nil {
+		return nil
+	}
+	return p.rare.pins
+}
+
+// more returns p.rare, creating it.
+func (p *podSignals) more() *podRare {
+	if p.rare == nil {
+		p.rare = &podRare{}
+	}
+	return p.rare
 }
 
 type kill struct {
@@ -134,14 +170,23 @@ type kill struct {
 type pin struct{ at, asked int64 }
 
 // series is one run of a container (one cgroup): its name, start and
-// samples, oldest first.
+// samples, oldest first, encoded in buf (see cursor) with the newest
+// decoded beside it, so that appending one costs no decoding.
 type series struct {
 	container string
-	started   time.Time
-	points    []reading
-	// kept is the length after the last compaction; the next runs when
-	// the series has grown by a quarter.
-	kept int
+	// started is the start's startKey.
+	started int64
+	// last is the newest sample, and lastDelta the time from the one
+	// before it to it: the cursor after buf.
+	last      reading
+	lastDelta int64
+	buf       []byte
+	// n is the number of samples in buf, and lastOff where the newest
+	// one's encoding starts.
+	n, lastOff uint32
+	// kept is n after the last compaction; the next runs when the series
+	// has grown by a quarter.
+	kept uint32
 	gone bool
 }
 
@@ -149,6 +194,185 @@ type series struct {
 type reading struct {
 	at                 int64
 	periods, throttled uint64
+}
+
+// maxEncoded bounds the bytes of one encoded reading: three varints.
+const maxEncoded = 3 * binary.MaxVarintLen64
+
+// cursor encodes and decodes a series' readings, each as three varints
+// relative to the one before: the change of the time step (a delta of
+// deltas, a byte or two for an agent that samples at a steady interval),
+// and the increases of the counters (a byte or two per second of CFS
+// periods). The differences wrap around, so any int64 time and uint64
+// counters come back exactly, a counter reset included. The first reading
+// is relative to zero.
+type cursor struct {
+	prev  reading
+	delta int64
+	any   bool
+}
+
+// put appends r's encoding to buf.
+func (c *cursor) put(buf []byte, r reading) []byte {
+	d := r.at - c.prev.at
+	buf = binary.AppendVarint(buf, d-c.delta)
+	buf = binary.AppendVarint(buf, int64(r.periods-c.prev.periods))
+	buf = binary.AppendVarint(buf, int64(r.throttled-c.prev.throttled))
+	c.advance(r, d)
+	return buf
+}
+
+// next decodes the reading at the start of buf and returns it with its
+// length; n is 0 when buf holds no whole reading.
+func (c *cursor) next(buf []byte) (r reading, n int) {
+	dod, n1 := binary.Varint(buf)
+	dp, n2 := binary.Varint(buf[max(n1, 0):])
+	dt, n3 := binary.Varint(buf[max(n1, 0)+max(n2, 0):])
+	if n1 <= 0 || n2 <= 0 || n3 <= 0 {
+		return reading{}, 0
+	}
+	d := c.delta + dod
+	r = reading{at: c.prev.at + d, periods: c.prev.periods + uint64(dp), throttled: c.prev.throttled + uint64(dt)}
+	c.advance(r, d)
+	return r, n1 + n2 + n3
+}
+
+func (c *cursor) advance(r reading, d int64) {
+	if !c.any {
+		d = 0 // the first reading's time is absolute, not a step
+	}
+	c.prev, c.delta, c.any = r, d, true
+}
+
+// tail is the cursor after sr's newest reading.
+func (sr *series) tail() cursor {
+	return cursor{prev: sr.last, delta: sr.lastDelta, any: sr.n > 0}
+}
+
+// readings appends sr's readings at or before to (Unix ns), oldest first,
+// to dst.
+func (sr *series) readings(dst []reading, to int64) []reading {
+	var c cursor
+	for b := sr.buf; len(b) > 0; {
+		r, n := c.next(b)
+		if n == 0 || r.at > to {
+			break
+		}
+		dst = append(dst, r)
+		b = b[n:]
+	}
+	return dst
+}
+
+// push appends r, newer than sr's newest reading; room is how many more
+// readings to make space for when buf must grow.
+func (sr *series) push(r reading, room int) {
+	if cap(sr.buf)-len(sr.buf) < maxEncoded {
+		perReading := len(sr.buf)/max(int(sr.n), 1) + 1
+		sr.buf = regrow(sr.buf, len(sr.buf)+maxEncoded+max(room, 1)*perReading)
+	}
+	c := sr.tail()
+	off := len(sr.buf)
+	sr.buf = c.put(sr.buf, r)
+	sr.last, sr.lastDelta, sr.lastOff, sr.n = r, c.delta, uint32(off), sr.n+1
+}
+
+// replaceLast replaces sr's newest reading by r of the same time.
+func (sr *series) replaceLast(r reading) {
+	c := sr.tail()
+	if sr.n > 1 {
+		// Step back over the newest reading: its encoding holds the
+		// differences from the one before.
+		b := sr.buf[sr.lastOff:]
+		dod, n1 := binary.Varint(b)
+		dp, n2 := binary.Varint(b[n1:])
+		dt, _ := binary.Varint(b[n1+n2:])
+		c.prev = reading{at: sr.last.at - sr.lastDelta, periods: sr.last.periods - uint64(dp), throttled: sr.last.throttled - uint64(dt)}
+		c.delta = sr.lastDelta - dod
+	} else {
+		c = cursor{}
+	}
+	sr.buf = c.put(sr.buf[:sr.lastOff], r)
+	sr.last, sr.lastDelta = r, c.delta
+}
+
+// store replaces sr's readings by pts (oldest first), which must not share
+// memory with sr.buf.
+func (sr *series) store(pts []reading) {
+	var c cursor
+	buf := sr.buf[:0]
+	off := 0
+	for _, r := range pts {
+		off = len(buf)
+		buf = c.put(buf, r)
+	}
+	if cap(buf) > 2*len(buf)+64 {
+		buf = regrow(buf, len(buf))
+	}
+	sr.buf, sr.n, sr.lastOff = buf, uint32(len(pts)), uint32(off)
+	sr.last, sr.lastDelta = c.prev, c.delta
+}
+
+// dropOld is compact for a pod without pins, in the common case: it drops
+// the readings before the latest one older than horizon, decoding only
+// those, and reports whether it could (not when the counters drop among
+// them, nor when the first kept reading's encoding would not fit in
+// place). The readings from the second kept one on keep their encoding,
+// since the cursor before each is unchanged.
+func (sr *series) dropOld(horizon int64) bool {
+	var c cursor
+	var a, b reading // the newest reading older than horizon, and the next
+	k := -1          // a's index
+	off, tail := 0, -1
+	for i := 0; off < len(sr.buf); i++ {
+		r, n := c.next(sr.buf[off:])
+		if n == 0 {
+			return false
+		}
+		off += n
+		if r.at >= horizon {
+			b, tail = r, off
+			break
+		}
+		if k >= 0 && (r.periods < a.periods || r.throttled < a.throttled) {
+			return false // a reset: keep both sides
+		}
+		a, k = r, i
+	}
+	switch {
+	case k <= 0:
+		return true // nothing older to drop
+	case tail < 0:
+		sr.store([]reading{a}) // all older: the newest alone
+		return true
+	}
+	var head [2 * maxEncoded]byte
+	var hc cursor
+	h := hc.put(head[:0], a)
+	bOff := len(h)
+	h = hc.put(h, b)
+	if len(h) > tail {
+		return false
+	}
+	n := copy(sr.buf[len(h):], sr.buf[tail:])
+	copy(sr.buf, h)
+	sr.buf = sr.buf[:len(h)+n]
+	if sr.lastOff >= uint32(tail) {
+		sr.lastOff = sr.lastOff - uint32(tail) + uint32(len(h))
+	} else {
+		sr.lastOff = uint32(bOff) // b is the newest
+	}
+	sr.n -= uint32(k)
+	if cap(sr.buf) > 2*len(sr.buf)+64 {
+		sr.buf = regrow(sr.buf, len(sr.buf))
+	}
+	return true
+}
+
+// regrow returns buf's bytes in a new slice with room for at least size
+// bytes; the capacity is the allocation's size class, so none is wasted.
+func regrow(buf []byte, size int) []byte {
+	return append(slices.Grow([]byte(nil), max(size, len(buf))), buf...)
 }
 
 // startKey makes a map key of a start time: time.Time values of the same
@@ -193,11 +417,12 @@ func (m *MemorySource) OnSignal(fn func(Signal)) (cancel func()) {
 func (m *MemorySource) AddOOMKill(podUID types.UID, container string, at time.Time) {
 	m.mu.Lock()
 	p := m.pod(podUID)
-	i, _ := slices.BinarySearchFunc(p.kills, at, func(k kill, t time.Time) int { return k.at.Compare(t) })
-	for i < len(p.kills) && p.kills[i].at.Equal(at) {
+	r := p.more()
+	i, _ := slices.BinarySearchFunc(r.kills, at, func(k kill, t time.Time) int { return k.at.Compare(t) })
+	for i < len(r.kills) && r.kills[i].at.Equal(at) {
 		i++
 	}
-	p.kills = slices.Insert(p.kills, i, kill{container, at})
+	r.kills = slices.Insert(r.kills, i, kill{container, at})
 	subs := m.subscribers()
 	m.mu.Unlock()
 	notify(subs, Signal{PodUID: podUID, Kind: SignalOOMKill})
@@ -209,7 +434,10 @@ func (m *MemorySource) AddOOMKill(podUID types.UID, container string, at time.Ti
 // samples may arrive out of order. A sample of an instance marked Gone
 // brings it back.
 func (m *MemorySource) AddSamples(samples ...CounterSample) {
+	// seen are the pods of the samples, each once; their signals pointers
+	// are compared, not their UIDs.
 	var seen []types.UID
+	var seenPods []*podSignals
 	m.mu.Lock()
 	var last types.UID
 	var p *podSignals
@@ -217,32 +445,38 @@ func (m *MemorySource) AddSamples(samples ...CounterSample) {
 		s := &samples[i]
 		if p == nil || s.PodUID != last {
 			p, last = m.pod(s.PodUID), s.PodUID
+			if !slices.Contains(seenPods, p) {
+				seen, seenPods = append(seen, s.PodUID), append(seenPods, p)
+			}
 		}
 		sr := p.instance(s.Container, s.Started)
 		sr.gone = false
 		at := s.At.UnixNano()
 		m.newest = max(m.newest, at)
 		pt := reading{at: at, periods: s.Periods, throttled: s.Throttled}
-		if n := len(sr.points); n == 0 || sr.points[n-1].at < at {
-			if n == cap(sr.points) && !m.keepAll {
-				// Grow by a quarter, not double: the series is compacted
-				// at that length.
-				sr.points = slices.Grow(sr.points, max(4, n/4))
+		next := sr.kept + max(8, sr.kept/4) // the length that is compacted
+		switch {
+		case sr.n == 0 || sr.last.at < at:
+			room := int(next - min(sr.n, next))
+			if m.keepAll {
+				room = int(sr.n/4 + 8)
 			}
-			sr.points = append(sr.points, pt)
-		} else {
-			j, found := slices.BinarySearchFunc(sr.points, at, func(x reading, t int64) int { return cmpInt(x.at, t) })
+			sr.push(pt, room)
+		case sr.last.at == at:
+			sr.replaceLast(pt)
+		default:
+			pts := sr.readings(m.scratch[:0], math.MaxInt64)
+			j, found := slices.BinarySearchFunc(pts, at, func(x reading, t int64) int { return cmpInt(x.at, t) })
 			if found {
-				sr.points[j] = pt
+				pts[j] = pt
 			} else {
-				sr.points = slices.Insert(sr.points, j, pt)
+				pts = slices.Insert(pts, j, pt)
 			}
+			sr.store(pts)
+			m.scratch = pts
 		}
-		if !m.keepAll && len(sr.points) >= sr.kept+max(8, sr.kept/4) {
+		if !m.keepAll && sr.n >= next {
 			m.compact(p, sr)
-		}
-		if !slices.Contains(seen, s.PodUID) {
-			seen = append(seen, s.PodUID)
 		}
 	}
 	m.sweepGone()
@@ -265,7 +499,7 @@ func (m *MemorySource) Gone(podUID types.UID, container string, started time.Tim
 	}
 	key := startKey(started)
 	for _, sr := range p.series {
-		if sr.container == container && startKey(sr.started) == key && !sr.gone {
+		if sr.container == container && sr.started == key && !sr.gone {
 			sr.gone = true
 			if !m.keepAll {
 				m.gone = append(m.gone, goneRef{podUID, sr})
@@ -282,7 +516,7 @@ func (m *MemorySource) Len() (pods, instances, samples int) {
 	for _, p := range m.pods {
 		instances += len(p.series)
 		for _, sr := range p.series {
-			samples += len(sr.points)
+			samples += int(sr.n)
 		}
 	}
 	return len(m.pods), instances, samples
@@ -299,7 +533,7 @@ func (m *MemorySource) OOMKills(podUID types.UID, container string, from, to tim
 		return 0, false
 	}
 	n, ok := 0, false
-	for _, k := range p.kills {
+	for _, k := range p.kills() {
 		if k.container == container {
 			ok = true
 			if k.at.After(from) && !k.at.After(to) {
@@ -323,25 +557,32 @@ func (m *MemorySource) OOMKills(podUID types.UID, container string, from, to tim
 func (m *MemorySource) Samples(podUIDs []types.UID, from, to time.Time) ([]CounterSample, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	// Decode every window first, so that out is made at its size.
+	type span struct {
+		uid  types.UID
+		sr   *series
+		i, j int
+	}
+	var spans []span
+	pts := m.scratch[:0]
 	n := 0
 	for _, uid := range podUIDs {
 		if p := m.pods[uid]; p != nil {
 			m.pinWindow(p, from, to)
 			for _, sr := range p.series {
-				i, j := window(sr.points, from, to)
-				n += j - i
+				k := len(pts)
+				pts = sr.readings(pts, to.UnixNano())
+				i := max(k+firstAfter(pts[k:], from.UnixNano())-1, k)
+				spans = append(spans, span{uid, sr, i, len(pts)})
+				n += len(pts) - i
 			}
 		}
 	}
+	m.scratch = pts
 	out := make([]CounterSample, 0, n)
-	for _, uid := range podUIDs {
-		if p := m.pods[uid]; p != nil {
-			for _, sr := range p.series {
-				i, j := window(sr.points, from, to)
-				for _, pt := range sr.points[i:j] {
-					out = append(out, sr.sample(uid, pt))
-				}
-			}
+	for _, sp := range spans {
+		for _, pt := range pts[sp.i:sp.j] {
+			out = append(out, sp.sr.sample(sp.uid, pt))
 		}
 	}
 	return out, nil
@@ -362,9 +603,8 @@ func (m *MemorySource) ThrottleWindows(pods []*corev1.Pod, containers []string, 
 		m.pinWindow(p, from, to)
 		for _, sr := range p.series {
 			if slices.Contains(containers, sr.container) {
-				i, j := window(sr.points, from, to)
 				run = run[:0]
-				for _, pt := range sr.points[i:j] {
+				for _, pt := range m.window(sr, from, to) {
 					run = append(run, sr.sample(pod.UID, pt))
 				}
 				addIncrease(out, run, from, to)
@@ -375,17 +615,21 @@ func (m *MemorySource) ThrottleWindows(pods []*corev1.Pod, containers []string, 
 }
 
 func (sr *series) sample(uid types.UID, pt reading) CounterSample {
-	return CounterSample{PodUID: uid, Container: sr.container, Started: sr.started,
+	var started time.Time
+	if sr.started != math.MinInt64 {
+		started = time.Unix(0, sr.started).UTC()
+	}
+	return CounterSample{PodUID: uid, Container: sr.container, Started: started,
 		At: time.Unix(0, pt.at).UTC(), Periods: pt.periods, Throttled: pt.throttled}
 }
 
-// window returns the bounds of the points of a series (oldest first) that
-// a window [from, to] reads: the latest at or before from, and those in
-// (from, to].
-func window(points []reading, from, to time.Time) (i, j int) {
-	i = firstAfter(points, from.UnixNano())
-	j = firstAfter(points, to.UnixNano())
-	return min(max(i-1, 0), j), j
+// window returns the readings of a series that a window [from, to] reads,
+// oldest first: the latest at or before from, and those in (from, to]. They
+// stay valid until m.scratch is used again; m.mu is held.
+func (m *MemorySource) window(sr *series, from, to time.Time) []reading {
+	m.scratch = sr.readings(m.scratch[:0], to.UnixNano())
+	i := firstAfter(m.scratch, from.UnixNano())
+	return m.scratch[max(i-1, 0):]
 }
 
 // firstAfter returns the index of the first reading after t.
@@ -422,22 +666,23 @@ func (m *MemorySource) pinWindow(p *podSignals, from, to time.Time) {
 }
 
 func (p *podSignals) pin(at, now int64) {
-	for i := range p.pins {
-		if p.pins[i].at == at {
-			p.pins[i].asked = now
+	r := p.more()
+	for i := range r.pins {
+		if r.pins[i].at == at {
+			r.pins[i].asked = now
 			return
 		}
 	}
-	if len(p.pins) >= maxPins {
+	if len(r.pins) >= maxPins {
 		oldest := 0
-		for i := range p.pins {
-			if p.pins[i].asked < p.pins[oldest].asked {
+		for i := range r.pins {
+			if r.pins[i].asked < r.pins[oldest].asked {
 				oldest = i
 			}
 		}
-		p.pins = slices.Delete(p.pins, oldest, oldest+1)
+		r.pins = slices.Delete(r.pins, oldest, oldest+1)
 	}
-	p.pins = append(p.pins, pin{at: at, asked: now})
+	r.pins = append(r.pins, pin{at: at, asked: now})
 }
 
 // horizon is the time from which every sample is kept; m.mu is held.
@@ -451,14 +696,21 @@ func (m *MemorySource) horizon() int64 {
 // expirePins drops the pod's pins not asked for within the pin TTL; m.mu
 // is held.
 func (m *MemorySource) expirePins(p *podSignals) {
-	p.pins = slices.DeleteFunc(p.pins, func(x pin) bool { return x.asked < m.newest-m.pinTTL })
+	if p.rare != nil {
+		p.rare.pins = slices.DeleteFunc(p.rare.pins, func(x pin) bool { return x.asked < m.newest-m.pinTTL })
+	}
 }
 
 // compact drops the samples of sr that no window can read (see
 // MemorySource); m.mu is held.
 func (m *MemorySource) compact(p *podSignals, sr *series) {
 	m.expirePins(p)
-	pts := sr.points
+	if len(p.pins()) == 0 && sr.dropOld(m.horizon()) {
+		sr.kept = sr.n
+		return
+	}
+	pts := sr.readings(m.scratch[:0], math.MaxInt64)
+	m.scratch = pts
 	n := len(pts)
 	keep := make([]bool, n)
 	keep[n-1] = true
@@ -466,7 +718,7 @@ func (m *MemorySource) compact(p *podSignals, sr *series) {
 	for i := max(h-1, 0); i < n; i++ {
 		keep[i] = true
 	}
-	for _, pn := range p.pins {
+	for _, pn := range p.pins() {
 		i := firstAfter(pts, pn.at)
 		if i > 0 {
 			keep[i-1] = true
@@ -486,11 +738,8 @@ func (m *MemorySource) compact(p *podSignals, sr *series) {
 			out = append(out, pt)
 		}
 	}
-	clear(pts[len(out):])
-	if cap(out) > 2*len(out)+8 {
-		out = slices.Clip(slices.Clone(out))
-	}
-	sr.points, sr.kept = out, len(out)
+	sr.store(out)
+	sr.kept = sr.n
 }
 
 // sweepGone drops the instances marked gone that no window can read any
@@ -499,8 +748,7 @@ func (m *MemorySource) sweepGone() {
 	h := m.horizon()
 	for range min(len(m.gone), 16) {
 		g := m.gone[0]
-		pts := g.s.points
-		if len(pts) > 0 && pts[len(pts)-1].at >= h {
+		if g.s.n > 0 && g.s.last.at >= h {
 			return // newer marks are no older
 		}
 		m.gone = m.gone[1:]
@@ -510,17 +758,17 @@ func (m *MemorySource) sweepGone() {
 		}
 		m.expirePins(p)
 		last := int64(math.MinInt64)
-		if len(pts) > 0 {
-			last = pts[len(pts)-1].at
+		if g.s.n > 0 {
+			last = g.s.last.at
 		}
-		if slices.ContainsFunc(p.pins, func(x pin) bool { return x.at < last }) {
+		if slices.ContainsFunc(p.pins(), func(x pin) bool { return x.at < last }) {
 			// A window that starts before its last sample reads it: look
 			// again once the pin has expired.
 			m.gone = append(m.gone, g)
 			continue
 		}
 		p.series = slices.DeleteFunc(p.series, func(s *series) bool { return s == g.s })
-		if len(p.series) == 0 && (len(p.kills) == 0 || p.kills[len(p.kills)-1].at.UnixNano() < h) {
+		if kills := p.kills(); len(p.series) == 0 && (len(kills) == 0 || kills[len(kills)-1].at.UnixNano() < h) {
 			delete(m.pods, g.pod)
 		}
 	}
@@ -537,15 +785,19 @@ func (m *MemorySource) Prune(before time.Time) {
 	defer m.mu.Unlock()
 	b := before.UnixNano()
 	for _, p := range m.pods {
-		i, _ := slices.BinarySearchFunc(p.kills, before, func(k kill, t time.Time) int { return cmpAfter(k.at, t) })
-		if i > 0 {
-			p.kills = slices.Clone(p.kills[i:])
+		if r := p.rare; r != nil {
+			i, _ := slices.BinarySearchFunc(r.kills, before, func(k kill, t time.Time) int { return cmpAfter(k.at, t) })
+			if i > 0 {
+				r.kills = slices.Clone(r.kills[i:])
+			}
+			r.pins = slices.DeleteFunc(r.pins, func(x pin) bool { return x.at < b })
 		}
-		p.pins = slices.DeleteFunc(p.pins, func(x pin) bool { return x.at < b })
 		for _, sr := range p.series {
-			if i := firstAfter(sr.points, b); i > 1 {
-				sr.points = slices.Clone(sr.points[i-1:])
-				sr.kept = len(sr.points)
+			pts := sr.readings(m.scratch[:0], math.MaxInt64)
+			m.scratch = pts
+			if i := firstAfter(pts, b); i > 1 {
+				sr.store(pts[i-1:])
+				sr.kept = sr.n
 			}
 		}
 	}
@@ -582,11 +834,11 @@ func (m *MemorySource) pod(uid types.UID) *podSignals {
 func (p *podSignals) instance(container string, started time.Time) *series {
 	key := startKey(started)
 	for _, sr := range p.series {
-		if sr.container == container && startKey(sr.started) == key {
+		if sr.container == container && sr.started == key {
 			return sr
 		}
 	}
-	sr := &series{container: container, started: started}
+	sr := &series{container: container, started: key}
 	p.series = append(p.series, sr)
 	return sr
 }

@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -265,4 +266,157 @@ func TestMemorySourceCompactionKeepsTheRecentSamples(t *testing.T) {
 	assert.Equal(t, after(89*time.Second), got[0].At, "the sample at a window start within the recent span")
 	_, _, kept := m.Len()
 	assert.Less(t, kept, 30)
+}
+
+// TestMemorySourceKeepsExtremeValuesExactly stores samples at the ends of
+// the int64 time and uint64 counter ranges, out of order, replaced and
+// with counters that drop, and reads every one back as it was given.
+func TestMemorySourceKeepsExtremeValuesExactly(t *testing.T) {
+	at := func(ns int64) time.Time { return time.Unix(0, ns).UTC() }
+	s := func(ns int64, p, th uint64) CounterSample {
+		return CounterSample{PodUID: "a", Container: "app", At: at(ns), Periods: p, Throttled: th}
+	}
+	tests := []struct {
+		name string
+		add  [][]CounterSample // calls of AddSamples
+		want []CounterSample
+	}{
+		{
+			name: "the ends of the ranges",
+			add: [][]CounterSample{{
+				s(math.MinInt64, math.MaxUint64, math.MaxUint64), s(-1, 0, 0), s(0, math.MaxUint64, 1),
+				s(1, 1, math.MaxUint64), s(math.MaxInt64-1, 0, 0), s(math.MaxInt64, math.MaxUint64, math.MaxUint64),
+			}},
+			want: []CounterSample{
+				s(math.MinInt64, math.MaxUint64, math.MaxUint64), s(-1, 0, 0), s(0, math.MaxUint64, 1),
+				s(1, 1, math.MaxUint64), s(math.MaxInt64-1, 0, 0), s(math.MaxInt64, math.MaxUint64, math.MaxUint64),
+			},
+		},
+		{
+			name: "out of order, the newest counters of a time win",
+			add: [][]CounterSample{
+				{s(10e9, 100, 1), s(30e9, 300, 3), s(20e9, 200, 2)},
+				{s(30e9, 310, 4)},             // replaces the newest
+				{s(20e9, 5, 0), s(5e9, 1, 1)}, // replaces a middle one, and a new oldest
+				{s(40e9, 400, 40)},
+				{s(40e9, 401, 41), s(40e9, 402, 42)},
+			},
+			want: []CounterSample{s(5e9, 1, 1), s(10e9, 100, 1), s(20e9, 5, 0), s(30e9, 310, 4), s(40e9, 402, 42)},
+		},
+		{
+			name: "a single sample replaced",
+			add:  [][]CounterSample{{s(7, 1, 1)}, {s(7, 2, 2)}, {s(7, math.MaxUint64, 3)}},
+			want: []CounterSample{s(7, math.MaxUint64, 3)},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := NewMemorySource()
+			for _, batch := range tt.add {
+				m.AddSamples(batch...)
+			}
+			got, err := m.Samples([]types.UID{"a"}, at(math.MinInt64), at(math.MaxInt64))
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+			_, _, n := m.Len()
+			assert.Equal(t, len(tt.want), n)
+		})
+	}
+}
+
+// TestMemorySourceCompactionMatchesEveryRecentWindow feeds a compacting and
+// a keep-everything source the same jittered, gapped, sometimes repeated
+// and resetting samples, and asks both, now and then, for windows that
+// open anywhere in the recent span, and for the newest sample: the sums
+// and the samples read must be the same. Pins expire quickly, so most
+// compactions find a pod without pins.
+func TestMemorySourceCompactionMatchesEveryRecentWindow(t *testing.T) {
+	const recent = 20 * time.Second
+	compact := NewMemorySource(WithCompaction(recent), WithPinTTL(3*time.Second))
+	full := NewMemorySource()
+	rng := rand.New(rand.NewPCG(11, 12))
+	web1, web2 := newPod("web-1", cpuDown), newPod("web-2", cpuDown)
+	pods := []*corev1.Pod{&web1, &web2}
+	containers := []string{"app", "sidecar"}
+	type counters struct{ periods, throttled uint64 }
+	state := map[string]*counters{}
+	now := after(0)
+	for step := range 3000 {
+		now = now.Add(time.Second + time.Duration(rng.IntN(600_000_000)) - 300*time.Millisecond)
+		if rng.IntN(50) == 0 {
+			now = now.Add(time.Duration(rng.IntN(40)) * time.Second) // the agent was away
+		}
+		var batch []CounterSample
+		for _, p := range pods {
+			for _, c := range containers {
+				k := string(p.UID) + "/" + c
+				if state[k] == nil {
+					state[k] = &counters{periods: math.MaxUint32 - 50, throttled: 1 << 40}
+				}
+				st := state[k]
+				if rng.IntN(4) == 0 {
+					continue
+				}
+				if rng.IntN(200) == 0 {
+					st.periods, st.throttled = 0, 0 // a reset
+				}
+				d := uint64(rng.IntN(1000))
+				st.periods += d
+				st.throttled += d / uint64(1+rng.IntN(4))
+				batch = append(batch, CounterSample{PodUID: p.UID, Container: c, Started: after(-time.Hour), At: now,
+					Periods: st.periods, Throttled: st.throttled})
+				if rng.IntN(30) == 0 { // sent again with newer counters
+					st.periods++
+					batch = append(batch, CounterSample{PodUID: p.UID, Container: c, Started: after(-time.Hour), At: now,
+						Periods: st.periods, Throttled: st.throttled})
+				}
+			}
+		}
+		compact.AddSamples(batch...)
+		full.AddSamples(batch...)
+		if rng.IntN(10) != 0 {
+			continue
+		}
+		from := now.Add(-time.Duration(rng.Int64N(int64(recent))))
+		got, err := compact.ThrottleWindows(pods, containers, from, now)
+		require.NoError(t, err)
+		want, err := full.ThrottleWindows(pods, containers, from, now)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "window from %s at step %d", from, step)
+		gotS, err := compact.Samples([]types.UID{pods[0].UID, pods[1].UID}, now, now)
+		require.NoError(t, err)
+		wantS, err := full.Samples([]types.UID{pods[0].UID, pods[1].UID}, now, now)
+		require.NoError(t, err)
+		require.Equal(t, wantS, gotS, "the newest samples at step %d", step)
+	}
+	_, _, kept := compact.Len()
+	_, _, all := full.Len()
+	assert.Less(t, kept, all/20, "compaction keeps a small part of %d samples", all)
+}
+
+// TestMemorySourceCompactionAfterAGapKeepsTheNewestReplaceable compacts a
+// series whose newest sample comes after a gap longer than the recent
+// span, then receives that sample again with newer counters.
+func TestMemorySourceCompactionAfterAGapKeepsTheNewestReplaceable(t *testing.T) {
+	m := NewMemorySource(WithCompaction(10 * time.Second))
+	s := func(at time.Duration, p uint64) CounterSample {
+		return CounterSample{PodUID: "a", Container: "app", At: after(at), Periods: p, Throttled: p / 2}
+	}
+	for i := range 6 {
+		m.AddSamples(s(time.Duration(i)*time.Second, uint64(10*i)))
+	}
+	// Irregular steps, so that the newest sample's encoding changes length
+	// when it is re-encoded behind the kept one.
+	m.AddSamples(s(60*time.Second, 60))
+	const gap = 100*time.Second + 12345
+	m.AddSamples(s(gap, 1000)) // the eighth sample: compacted
+	_, _, n := m.Len()
+	require.Equal(t, 2, n, "the newest and the one before the recent span")
+	m.AddSamples(s(gap, 1001))
+	m.AddSamples(s(gap+time.Second, 1010))
+
+	got, err := m.Samples([]types.UID{"a"}, after(-time.Hour), after(time.Hour))
+	require.NoError(t, err)
+	t.Log(got)
+	assert.Equal(t, []CounterSample{s(60*time.Second, 60), s(gap, 1001), s(gap+time.Second, 1010)}, got)
 }
