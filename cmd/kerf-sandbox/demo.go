@@ -82,6 +82,14 @@ func runDemo(args []string) int {
 		return 1
 	}
 	e := &scenario.Env{Client: in.Client, Namespace: demoNamespace, Out: os.Stdout}
+	// The demo's own BPF tracer gives the timelines the kernel's time of
+	// each OOM kill.
+	if kills, err := scenario.NewKillLog(); err != nil {
+		say("no BPF tracer for the timelines (%v): they start at what the agent and the kubelet report", err)
+	} else {
+		defer kills.Close()
+		e.Kills = kills
+	}
 	if err := freshNamespace(ctx, in.Client, demoNamespace); err != nil {
 		fmt.Fprintf(os.Stderr, "namespace %s: %v\n", demoNamespace, err)
 		teardown()

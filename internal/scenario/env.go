@@ -55,6 +55,9 @@ type Env struct {
 	// HTTP reaches pods on the pod network (nil: a client with a 5 s
 	// timeout).
 	HTTP *http.Client
+	// Kills, when set, gives the kernel's own time of OOM kills (a BPF
+	// tracer on this machine) for the timelines.
+	Kills *KillLog
 
 	mu sync.Mutex
 }

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cgroup"
 )
 
 // Mi is a mebibyte.
@@ -30,11 +31,15 @@ type Result struct {
 	// after the rollback.
 	Before, Applied, Restored Limits
 	// Changed is when the recommendation was created; Signal is when the
-	// harm was first visible (the agent's metric or the pod status,
-	// whichever was first); RolledBack is when the recommendation read
+	// harm was first visible (the kernel's OOM kill when Env.Kills saw it,
+	// else the agent's metric or the pod status, whichever was first); RolledBack is when the recommendation read
 	// RolledBack; KernelRestored is when the kernel enforced the old
 	// values again.
 	Changed, Signal, RolledBack, KernelRestored time.Time
+	// kernelKill and kernelWhat are the kernel's own OOM kill, when a
+	// KillLog saw it.
+	kernelKill time.Time
+	kernelWhat string
 	// HPATarget is the HPA's CPU utilization target before the change,
 	// after the apply and after the rollback (Restarts scenario with an
 	// HPA only).
@@ -98,6 +103,30 @@ func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return r, err
 	}
+	if e.Kills != nil {
+		pods, err := e.RunningPods(ctx, w.Selector())
+		if err != nil || len(pods) == 0 {
+			return r, fmt.Errorf("the workload's pod is gone before the kill: %v", err)
+		}
+		dir, err := e.ContainerDir(&pods[0], Container, "memory")
+		if err != nil {
+			return r, err
+		}
+		memcg, err := cgroup.CgroupID(dir)
+		if err != nil {
+			return r, err
+		}
+		go func() {
+			kctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			if ev, err := e.Kills.Wait(kctx, memcg); err == nil {
+				e.mu.Lock()
+				r.kernelKill = ev.Time()
+				r.kernelWhat = fmt.Sprintf("OOM kill of pid %d (%s), BPF timestamp", ev.TGID, ev.Comm)
+				e.mu.Unlock()
+			}
+		}()
+	}
 	e.Say("asking the workload to allocate 160 MiB: over its new 96 MiB limit")
 	r.mark("scenario", "POST /alloc?mib=160")
 	if err := e.Control(ctx, pod, "alloc", "mib=160"); err != nil {
@@ -137,7 +166,14 @@ func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return r, err
 	}
-	return r, e.restored(ctx, r, w, v1alpha1.HealthWatchOOMKills, r.Before.MemoryBytes, 0)
+	err = e.restored(ctx, r, w, v1alpha1.HealthWatchOOMKills, r.Before.MemoryBytes, 0)
+	e.mu.Lock()
+	if !r.kernelKill.IsZero() {
+		r.Timeline = append(r.Timeline, Mark{At: r.kernelKill, Who: "kernel", What: r.kernelWhat})
+		r.signal(r.kernelKill)
+	}
+	e.mu.Unlock()
+	return r, err
 }
 
 // ThrottleWorkload is the throttling scenario's workload: it burns 400

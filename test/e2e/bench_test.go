@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/bpf"
 	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/internal/scenario"
 )
@@ -43,12 +42,11 @@ const benchKills = 20
 func BenchmarkOOMKillToRollback(b *testing.B) {
 	in := cluster(b)
 	ctx := b.Context()
-	tracer, err := bpf.NewOOMTracer(bpf.OOMTracerOptions{})
+	kills, err := scenario.NewKillLog()
 	if err != nil {
 		b.Fatalf("the benchmark times kills with its own BPF tracer: %v", err)
 	}
-	defer tracer.Close()
-	kills := newKillLog(tracer)
+	defer kills.Close()
 
 	for _, path := range []struct{ name, source string }{{"agent", "auto"}, {"kubelet", "off"}} {
 		if only := os.Getenv("KERF_BENCH_PATH"); only != "" && only != path.name {
@@ -106,7 +104,7 @@ func benchEnv(b *testing.B, in *scenario.Installed, ns string) *scenario.Env {
 
 // oneKill deploys a workload, decreases its memory in place, OOM-kills it
 // and returns the three latencies from the kill.
-func oneKill(ctx context.Context, e *scenario.Env, kills *killLog, name string) ([3]time.Duration, error) {
+func oneKill(ctx context.Context, e *scenario.Env, kills *scenario.KillLog, name string) ([3]time.Duration, error) {
 	var out [3]time.Duration
 	w := scenario.OOMWorkload
 	w.Name = name
@@ -166,7 +164,7 @@ func oneKill(ctx context.Context, e *scenario.Env, kills *killLog, name string) 
 	if err := e.Control(ctx, &pod, "alloc", "mib=160"); err != nil {
 		return out, err
 	}
-	kill, err := kills.wait(wctx, memcg)
+	kill, err := kills.Wait(wctx, memcg)
 	wg.Wait()
 	if err != nil {
 		return out, err
@@ -228,50 +226,6 @@ func podCgroupRestored(ctx context.Context, podDir string, limit int64) (time.Ti
 		case <-ctx.Done():
 			return time.Time{}, fmt.Errorf("no container of %s enforces %s bytes: %w", podDir, want, ctx.Err())
 		case <-time.After(time.Millisecond):
-		}
-	}
-}
-
-// killLog keeps the OOM kills the host's BPF tracer reports, by memory
-// cgroup id.
-type killLog struct {
-	mu     sync.Mutex
-	byID   map[uint64]bpf.OOMEvent
-	notify chan struct{}
-}
-
-func newKillLog(t *bpf.OOMTracer) *killLog {
-	k := &killLog{byID: map[uint64]bpf.OOMEvent{}, notify: make(chan struct{}, 1)}
-	go func() {
-		var ev bpf.OOMEvent
-		for t.ReadEvent(&ev) == nil {
-			k.mu.Lock()
-			if _, seen := k.byID[ev.MemcgID]; !seen {
-				k.byID[ev.MemcgID] = ev
-			}
-			k.mu.Unlock()
-			select {
-			case k.notify <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return k
-}
-
-func (k *killLog) wait(ctx context.Context, memcg uint64) (bpf.OOMEvent, error) {
-	for {
-		k.mu.Lock()
-		ev, ok := k.byID[memcg]
-		k.mu.Unlock()
-		if ok {
-			return ev, nil
-		}
-		select {
-		case <-k.notify:
-		case <-time.After(50 * time.Millisecond):
-		case <-ctx.Done():
-			return ev, fmt.Errorf("no OOM kill in memory cgroup %d: %w", memcg, ctx.Err())
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,8 +81,15 @@ func TestOOMKillRollsBackMemoryInPlace(t *testing.T) {
 	in := cluster(t)
 	e := env(t, in)
 	ctx := t.Context()
+	kills, err := scenario.NewKillLog()
+	require.NoError(t, err, "a BPF tracer times the kernel's kill")
+	defer kills.Close()
+	e.Kills = kills
 	r, err := e.OOM(ctx, scenario.Options{})
 	require.NoError(t, err)
+	require.True(t, slices.ContainsFunc(r.Timeline, func(m scenario.Mark) bool { return m.Who == "kernel" && strings.HasPrefix(m.What, "OOM kill of pid") }),
+		"the timeline has the kernel's kill")
+	assert.False(t, r.RolledBack.Before(r.Signal), "rolled back after the kill")
 
 	rolledBack(t, in, e, r, v1alpha1.HealthWatchOOMKills, v1alpha1.ResourceMemory)
 	assert.EqualValues(t, 256*scenario.Mi, r.Before.MemoryBytes, "memory.limit_in_bytes before the change")
