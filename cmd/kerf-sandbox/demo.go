@@ -131,8 +131,12 @@ func runDemo(args []string) int {
 		}
 		fmt.Printf("\n   timeline (what the kernel, the agent, the kubelet and the leader saw and did):\n")
 		r.Timeline.Print(os.Stdout)
-		if !r.Signal.IsZero() && !r.RolledBack.IsZero() {
-			fmt.Printf("   harm first visible → recommendation RolledBack: %.2f s; → kernel enforcing the old values: %.2f s\n",
+		switch {
+		case s.key == "throttling":
+			fmt.Printf("   change → recommendation RolledBack: %.0f s (the rule waits 2 minutes, then 300 periods)\n",
+				r.RolledBack.Sub(r.Changed).Seconds())
+		case !r.Signal.IsZero() && !r.RolledBack.IsZero():
+			fmt.Printf("   harm first seen → recommendation RolledBack: %.2f s; → kernel enforcing the old values: %.2f s\n",
 				r.RolledBack.Sub(r.Signal).Seconds(), r.KernelRestored.Sub(r.Signal).Seconds())
 		}
 	}

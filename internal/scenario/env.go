@@ -90,7 +90,8 @@ func (e *Env) Say(format string, args ...any) {
 type Mark struct {
 	// At is when it happened (or was first seen).
 	At time.Time
-	// Who saw or did it: kernel, agent, kubelet, leader or scenario.
+	// Who saw or did it: kernel, agent, kubelet, leader, rule (a time the
+	// health watch's rules name) or scenario.
 	Who string
 	// What happened.
 	What string

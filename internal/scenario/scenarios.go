@@ -236,7 +236,7 @@ func (e *Env) Throttling(ctx context.Context, opts Options) (*Result, error) {
 			if !saidWindow && time.Now().After(windowOpen) {
 				saidWindow = true
 				pw, tw = p, t
-				r.mark("leader", "the throttling window opens (T0 + 2m)")
+				r.mark("rule", "the throttling window opens (T0 + 2m)")
 				e.Say("two minutes after the change: the window opens")
 			}
 			if saidWindow && !said300 && p-pw >= 300 {
