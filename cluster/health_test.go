@@ -16,12 +16,26 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/policy"
 	"github.com/kerf-dev/kerf/cluster/watch"
 )
+
+// update reads obj, applies mutate and writes it back, again on a conflict
+// (the leader writes the status of the same objects meanwhile).
+func update(t *testing.T, c client.Client, obj client.Object, mutate func()) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate()
+		return c.Update(context.Background(), obj)
+	}))
+}
 
 // policyWith is a namespaced policy with a short watch, for tests that
 // run the watch to its end in real time.
@@ -141,15 +155,12 @@ func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
 func TestRestartsRollBackEveryTouchedResourceEvenWhenPaused(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
-	ctx := context.Background()
 	p := policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.Restarts = ptrTo[int32](2) })
 	dep, l := watchedWeb(t, c, ns, p, Config{}, "250m", "128Mi")
 	pod := adoptedPod(t, c, dep, "web-new-1")
 
 	// A pause holds applies back, never a rollback.
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(p), p))
-	p.Spec.Guardrails.Paused = true
-	require.NoError(t, c.Update(ctx, p))
+	update(t, c, p, func() { p.Spec.Guardrails.Paused = true })
 
 	oomKilled(t, c, pod, "Error")
 	time.Sleep(300 * time.Millisecond)
@@ -297,10 +308,10 @@ func TestThrottlingRollsBackCPU(t *testing.T) {
 	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "Throttling", "cpu")))
 
 	// CPU decreases are now in cooldown.
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(rsr), rsr))
-	rsr.Spec.Containers[0].Requests.CPU = q("200m")
-	rsr.Spec.Containers[0].Limits.CPU = q("200m")
-	require.NoError(t, c.Update(ctx, rsr))
+	update(t, c, rsr, func() {
+		rsr.Spec.Containers[0].Requests.CPU = q("200m")
+		rsr.Spec.Containers[0].Limits.CPU = q("200m")
+	})
 	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonCooldown)
 	assert.Equal(t, "500m", templateResources(t, c, dep).Requests.Cpu().String(), "the decrease was not applied")
 }
@@ -406,14 +417,19 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 	startLeader(t, ns, "a", Config{Now: now, Kernel: src})
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
 	// poke makes the leader look now, as the expiry's timer would.
+	// The leader writes the status meanwhile: a conflict is retried.
 	poke := func(i int) {
-		var r v1alpha1.RightsizingRecommendation
-		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &r))
-		if r.Annotations == nil {
-			r.Annotations = map[string]string{}
-		}
-		r.Annotations["test/poke"] = fmt.Sprint(i)
-		require.NoError(t, c.Update(ctx, &r))
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var r v1alpha1.RightsizingRecommendation
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &r); err != nil {
+				return err
+			}
+			if r.Annotations == nil {
+				r.Annotations = map[string]string{}
+			}
+			r.Annotations["test/poke"] = fmt.Sprint(i)
+			return c.Update(ctx, &r)
+		}))
 	}
 	waitState := func(state v1alpha1.BackoffState, turn int32) *v1alpha1.RightsizingRecommendation {
 		var rsr *v1alpha1.RightsizingRecommendation

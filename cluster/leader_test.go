@@ -248,9 +248,7 @@ func TestPausedPolicyBlocksUntilUnpaused(t *testing.T) {
 	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionBlocked), 1)
 
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(p), p))
-	p.Spec.Guardrails.Paused = false
-	require.NoError(t, c.Update(ctx, p))
+	update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
 	rsr = waitApplied(t, c, ns, "web")
 	assert.ElementsMatch(t, []v1alpha1.ResourceName{"cpu", "memory"}, rsr.Status.Change.Resources)
 }

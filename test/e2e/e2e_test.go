@@ -107,6 +107,11 @@ func env(t *testing.T, in *scenario.Installed) *scenario.Env {
 	e := &scenario.Env{Client: in.Client, Namespace: ns.Name, Out: testWriter{t}}
 	t.Cleanup(func() {
 		if t.Failed() {
+			ctx := context.Background()
+			rsrs, _ := in.Run(ctx, "-n", e.Namespace, "get", "rsr,pods,events", "-o", "yaml")
+			t.Logf("recommendations, pods and events in %s:\n%s", e.Namespace, rsrs)
+			kerf, _ := in.Run(ctx, "-n", scenario.KerfNamespace, "get", "pods,lease", "-o", "wide", "-L", "kerf.dev/leader")
+			t.Logf("Kerf:\n%s", kerf)
 			t.Logf("leader logs:\n%s", in.Logs(context.Background(), "leader"))
 			t.Logf("agent logs:\n%s", in.Logs(context.Background(), "agent"))
 		}

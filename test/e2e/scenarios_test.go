@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/internal/scenario"
@@ -135,8 +134,10 @@ func TestThrottlingRollsBackCPUAtTheRealDefaults(t *testing.T) {
 			return err
 		}
 		killed = p.Name
+		// A plain delete, as a rollout or a drain does: the pod gets
+		// SIGTERM and its grace period.
 		e.Say("deleting the leader's pod %s mid-watch", p.Name)
-		if err := e.Client.Delete(ctx, p, client.GracePeriodSeconds(0)); err != nil {
+		if err := e.Client.Delete(ctx, p); err != nil {
 			return err
 		}
 		return scenario.Poll(ctx, 2*time.Minute, 100*time.Millisecond, "a new leader", func(ctx context.Context) (bool, error) {
