@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/node/oom"
@@ -37,9 +37,10 @@ type Config struct {
 	NodeName string
 	// Layout is how the kubelet names container cgroups.
 	Layout cgroup.Layout
-	// Kube returns the apiserver client of the informer; it is called
-	// only when the informer is the source. Nil means no informer.
-	Kube func() (kubernetes.Interface, error)
+	// Kube returns the apiserver configuration of the informer (its
+	// client is NewPodClient's); it is called only when the informer is
+	// the source. Nil means no informer.
+	Kube func() (*rest.Config, error)
 }
 
 // Agent is kerf-agent (docs/design.md section 5): it discovers the pods of
@@ -164,11 +165,15 @@ func (a *Agent) chooseDiscovery(cfg Config, reg prometheus.Registerer) error {
 		case cfg.Kube == nil:
 			return nil, errors.New("--discovery=apiserver: no apiserver client")
 		}
-		cs, err := cfg.Kube()
+		kc, err := cfg.Kube()
 		if err != nil {
 			return nil, fmt.Errorf("--discovery=apiserver: %w", err)
 		}
-		return &InformerPods{Clientset: cs, NodeName: cfg.NodeName, Log: a.log}, nil
+		client, err := NewPodClient(kc)
+		if err != nil {
+			return nil, fmt.Errorf("--discovery=apiserver: %w", err)
+		}
+		return &InformerPods{Client: client, NodeName: cfg.NodeName, Log: a.log}, nil
 	}
 	var why error
 	switch mode {

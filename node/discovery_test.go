@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -66,7 +67,9 @@ func TestInformerDiscoverySeesOnlyItsNodesPods(t *testing.T) {
 	defer s.Close()
 	d := &Discovery{Layout: cgroup.Layout{Driver: cgroup.DriverCgroupfs}, Sampler: s, Log: testLog()}
 	done := make(chan error, 1)
-	go func() { done <- d.RunInformer(ctx, cp.Clientset, "node-a") }()
+	client, err := NewPodClient(cp.Config)
+	require.NoError(t, err)
+	go func() { done <- d.RunInformer(ctx, client, "node-a") }()
 
 	create := func(node, name string) *corev1.Pod {
 		p := podOn(node, name, "", true)
@@ -172,16 +175,71 @@ func TestInformerPodsWaitsForTheFullSet(t *testing.T) {
 		_, err := cp.Clientset.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	calls := make(chan int, 10)
-	src := &InformerPods{Clientset: cp.Clientset, NodeName: "node-a", Log: testLog()}
+	calls := make(chan []*corev1.Pod, 10)
+	client, err := NewPodClient(cp.Config)
+	require.NoError(t, err)
+	src := &InformerPods{Client: client, NodeName: "node-a", Log: testLog()}
 	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, func(p []*corev1.Pod) { calls <- len(p) }) }()
+	go func() { done <- src.Run(ctx, func(p []*corev1.Pod) { calls <- slices.Clone(p) }) }()
 	select {
-	case n := <-calls:
-		assert.Equal(t, 3, n, "the first call has every pod")
+	case pods := <-calls:
+		require.Len(t, pods, 3, "the first call has every pod")
+		for _, p := range pods {
+			assert.NotEmpty(t, p.UID)
+			assert.Empty(t, p.ManagedFields, "the cache holds trimmed pods")
+			assert.Empty(t, p.Spec.Containers, "the cache holds trimmed pods")
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no pods after 10s")
 	}
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// TestTrimmedPodsGiveTheSameContainersAndEvents checks the pod caches'
+// trimming keeps all discovery reads: the same containers and cgroups, and
+// the same events, less the termination message.
+func TestTrimmedPodsGiveTheSameContainersAndEvents(t *testing.T) {
+	layout := cgroup.Layout{Driver: cgroup.DriverCgroupfs}
+	web := podOn("n1", "web", "6f1c9e2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b", true)
+	web.Labels = map[string]string{"app": "web"}
+	web.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate}}
+	web.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "sidecar", ContainerID: testContainerID,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+	killed := withStatus(web, 1, &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137, Message: "a long message",
+		ContainerID: "containerd://aaa", StartedAt: metav1.Now(), FinishedAt: metav1.Now()})
+
+	for _, p := range []*corev1.Pod{web, killed} {
+		full, err := Containers([]*corev1.Pod{p}, layout)
+		require.NoError(t, err)
+		trimmed, err := Containers([]*corev1.Pod{trimPod(p)}, layout)
+		require.NoError(t, err)
+		assert.Len(t, full, 2)
+		assert.Equal(t, full, trimmed)
+	}
+	tp := trimPod(killed)
+	assert.Empty(t, tp.ManagedFields)
+	assert.Empty(t, tp.Labels)
+	assert.Empty(t, tp.Spec.Containers)
+
+	events := func(trim bool) []ContainerEvent {
+		h, err := cgroup.Detect()
+		require.NoError(t, err)
+		s := NewSampler(h)
+		defer s.Close()
+		var got []ContainerEvent
+		d := &Discovery{Layout: layout, Sampler: s, Log: testLog(), Events: func(ev ContainerEvent) { got = append(got, ev) }}
+		for _, p := range []*corev1.Pod{web, killed} {
+			if trim {
+				p = trimPod(p)
+			}
+			d.update([]*corev1.Pod{p})
+		}
+		return got
+	}
+	want := events(false)
+	require.Len(t, want, 1)
+	want[0].Terminated = want[0].Terminated.DeepCopy()
+	want[0].Terminated.Message = ""
+	assert.Equal(t, want, events(true))
 }

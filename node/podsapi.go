@@ -169,7 +169,7 @@ func (k *KubeletPods) watch(ctx context.Context, client podsv1alpha1.PodsClient,
 			if err != nil {
 				return fmt.Errorf("watch pods: %s event: %w", ev.GetType(), err)
 			}
-			pods[p.UID] = p
+			pods[p.UID] = trimPod(p)
 		case podsv1alpha1.EventType_DELETED:
 			p, err := decodePod(ev.GetPod())
 			if err != nil {

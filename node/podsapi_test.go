@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 func TestDecodePodReadsTheKubeletsEncoding(t *testing.T) {
@@ -54,7 +54,7 @@ func agentForDiscovery() *Agent { return &Agent{log: testLog(), sampler: &Sample
 func TestChooseDiscovery(t *testing.T) {
 	absent := filepath.Join(t.TempDir(), "pods-api.sock")
 	// The informer does not run here: an unconnected client will do.
-	kube := func() (kubernetes.Interface, error) { return &kubernetes.Clientset{}, nil }
+	kube := func() (*rest.Config, error) { return &rest.Config{Host: "https://127.0.0.1:1"}, nil }
 	tests := []struct {
 		name    string
 		cfg     Config

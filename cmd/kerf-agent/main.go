@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -79,7 +78,7 @@ func main() {
 	agent, err := node.New(node.Config{OOMSource: *oomSource, CgroupRoot: *cgroupRoot, Interval: *interval,
 		Discovery: *discovery, PodsAPISocket: *podsAPISocket, NodeName: *nodeName,
 		Layout: cgroup.Layout{Driver: driver, Root: *kubeletRoot},
-		Kube:   func() (kubernetes.Interface, error) { return clientset(*kubeconfig) }}, log, reg)
+		Kube:   func() (*rest.Config, error) { return restConfig(*kubeconfig) }}, log, reg)
 	if err != nil {
 		log.Error("kerf-agent cannot start", "err", err)
 		os.Exit(1)
@@ -111,7 +110,8 @@ func main() {
 	log.Info("kerf-agent stopped")
 }
 
-func clientset(kubeconfig string) (kubernetes.Interface, error) {
+// restConfig reads kubeconfig, or the in-cluster configuration when empty.
+func restConfig(kubeconfig string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -122,7 +122,7 @@ func clientset(kubeconfig string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
 	}
-	return kubernetes.NewForConfig(cfg)
+	return cfg, nil
 }
 
 // leaderTLS trusts the CA in caFile (the system roots when empty).

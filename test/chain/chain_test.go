@@ -39,6 +39,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kerf-dev/kerf/cgroup"
@@ -139,7 +140,7 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 		Discovery:  node.DiscoveryAPIServer,
 		NodeName:   nodeName,
 		Layout:     layout,
-		Kube:       func() (kubernetes.Interface, error) { return cs, nil },
+		Kube:       func() (*rest.Config, error) { return cp.Config, nil },
 	}, log, reg)
 	require.NoError(t, err)
 	assert.Equal(t, node.DiscoveryAPIServer, agent.Discovery())
