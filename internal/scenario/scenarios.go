@@ -411,8 +411,27 @@ func (e *Env) Restarts(ctx context.Context, opts Options) (*Result, error) {
 		}
 		r.mark("leader", "HPA CPU utilization target back to %d%%", r.HPATarget[2])
 	}
+	if r.RSR, err = e.waitRestored(ctx, w.Name); err != nil {
+		return r, err
+	}
 	r.Timeline = append(r.Timeline, e.leaderMarks(ctx, w.Name)...)
 	return r, nil
+}
+
+// waitRestored waits until the leader recorded the rollback as done
+// (status.breach.restored, with its rolled_back action): the phase reads
+// RolledBack first, the record follows the restore.
+func (e *Env) waitRestored(ctx context.Context, name string) (*v1alpha1.RightsizingRecommendation, error) {
+	var rsr *v1alpha1.RightsizingRecommendation
+	err := Poll(ctx, time.Minute, 50*time.Millisecond, "the rollback of "+name+" to be recorded as restored", func(ctx context.Context) (bool, error) {
+		r, err := e.RSR(ctx, name)
+		if err != nil {
+			return false, err
+		}
+		rsr = r
+		return r.Status.Breach != nil && r.Status.Breach.Restored, nil
+	})
+	return rsr, err
 }
 
 // applied waits for the change to be watched and enforced by the kernel.
@@ -457,9 +476,9 @@ func (e *Env) restored(ctx context.Context, r *Result, w Workload, reason string
 	if r.Restored, err = e.KernelLimits(&pods[0], Container); err != nil {
 		return err
 	}
-	// Re-read: the rollback's history entry is written with the phase,
-	// the restore may finish just after.
-	if rsr, err = e.RSR(ctx, w.Name); err != nil {
+	// The rollback's history entry is written once the restore is done,
+	// after the phase.
+	if rsr, err = e.waitRestored(ctx, w.Name); err != nil {
 		return err
 	}
 	r.RSR = rsr
