@@ -1,14 +1,9 @@
 package promql
 
 import (
-	"bytes"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,9 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/test/promtest"
 )
-
-const prometheusBin = "/usr/bin/prometheus"
 
 // series is one container instance's counters as cadvisor serves them.
 type series struct {
@@ -115,62 +109,6 @@ func (e *exporter) scrapes() []time.Time {
 	return append([]time.Time(nil), e.served...)
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// startPrometheus runs the real Prometheus scraping target every second
-// and returns its URL once it is ready; it is killed in t.Cleanup.
-func startPrometheus(t *testing.T, target string) string {
-	t.Helper()
-	if _, err := os.Stat(prometheusBin); err != nil {
-		t.Skipf("needs a real Prometheus at %s (make deps installs it): %v", prometheusBin, err)
-	}
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "prometheus.yml")
-	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-scrape_configs:
-  - job_name: cadvisor
-    static_configs:
-      - targets: [%q]
-`, target)), 0o600))
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	var logs bytes.Buffer
-	cmd := exec.Command(prometheusBin,
-		"--config.file="+cfg,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
-		"--log.level=warn")
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("prometheus output:\n%s", logs.String())
-		}
-	})
-	url := "http://" + addr
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get(url + "/-/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url
-			}
-		}
-		require.True(t, time.Now().Before(deadline), "prometheus not ready after 10s: %v", err)
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func pods(namespace string, names ...string) []*corev1.Pod {
 	out := make([]*corev1.Pod, len(names))
 	for i, n := range names {
@@ -183,7 +121,7 @@ func TestThrottleWindowsMatchAgentsStreamOnRealPrometheus(t *testing.T) {
 	exp := &exporter{mem: watch.NewMemorySource(), born: map[string]time.Time{}}
 	srv := httptest.NewServer(exp)
 	t.Cleanup(srv.Close)
-	url := startPrometheus(t, strings.TrimPrefix(srv.URL, "http://"))
+	url := promtest.Start(t, strings.TrimPrefix(srv.URL, "http://"), time.Second)
 
 	// Scrape 6 starting means scrape 5 was stored (one scrape loop).
 	require.Eventually(t, func() bool { return len(exp.scrapes()) >= 7 }, 15*time.Second, 50*time.Millisecond)
@@ -243,7 +181,7 @@ func TestThrottleWindowsMatchAgentsStreamOnRealPrometheus(t *testing.T) {
 
 func TestThrottleWindowsPrometheusDownIsAnError(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	src, err := New(Config{URL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), Timeout: time.Second}, reg)
+	src, err := New(Config{URL: "http://" + promtest.FreeAddr(t), Timeout: time.Second}, reg)
 	require.NoError(t, err)
 	now := time.Now()
 	got, err := src.ThrottleWindows(pods("ns", "p1"), []string{"app"}, now.Add(-time.Minute), now)

@@ -11,10 +11,8 @@ import (
 	"bufio"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"log/slog"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -23,26 +21,21 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/kerf-dev/kerf/cgroup"
-	"github.com/kerf-dev/kerf/cluster/stream"
-	"github.com/kerf-dev/kerf/cluster/watch"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kerneltest"
+	"github.com/kerf-dev/kerf/test/leadertest"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
@@ -120,7 +113,8 @@ func BenchmarkAgentProcessBudget330(b *testing.B) {
 		busyLoop(b, ds)
 	}
 
-	addr, caFile := startBudgetLeader(b, cs)
+	leader := leadertest.Start(b, cs, leadertest.Options{Audience: budgetAudience, Namespace: budgetNamespace, ServiceAccount: budgetAgentSA})
+	addr, caFile := leader.Addr, leader.CAFile
 	tokenFile := filepath.Join(b.TempDir(), "token")
 	require.NoError(b, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(b, cs, budgetNamespace, budgetAgentSA, budgetAudience, agentPod)), 0o600))
 	args := []string{
@@ -277,44 +271,6 @@ func budgetPod(b *testing.B, cs kubernetes.Interface, i int) *corev1.Pod {
 	p, err = cs.CoreV1().Pods(budgetNamespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 	require.NoError(b, err)
 	return p
-}
-
-// startBudgetLeader serves the leader's stream on 127.0.0.1 (TLS,
-// TokenReview of the agent's bound token, pods from an informer, samples
-// into a MemorySource) and returns its address and its CA's PEM file.
-func startBudgetLeader(b *testing.B, cs kubernetes.Interface) (string, string) {
-	b.Helper()
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	informer := factory.Core().V1().Pods().Informer()
-	pods, err := stream.NewPodIndex(informer)
-	require.NoError(b, err)
-	stopInformers := make(chan struct{})
-	factory.Start(stopInformers)
-	b.Cleanup(func() { close(stopInformers); factory.Shutdown() })
-	require.True(b, cache.WaitForCacheSync(b.Context().Done(), informer.HasSynced))
-	var leading atomic.Bool
-	leading.Store(true)
-	srv, err := stream.New(stream.Config{
-		Audience:                budgetAudience,
-		ServiceAccountNamespace: budgetNamespace,
-		ServiceAccountName:      budgetAgentSA,
-		Clientset:               cs,
-		Pods:                    pods,
-		Memory:                  watch.NewMemorySource(),
-		Leading:                 leading.Load,
-		Registerer:              prometheus.NewRegistry(),
-		Log:                     slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	require.NoError(b, err)
-	serverTLS, _ := streamtest.SelfSigned(b)
-	caFile := filepath.Join(b.TempDir(), "leader-ca.pem")
-	require.NoError(b, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: serverTLS.Certificates[0].Certificate[0]}), 0o600))
-	g := stream.NewGRPCServer(srv, serverTLS)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(b, err)
-	go func() { _ = g.Serve(lis) }()
-	b.Cleanup(g.Stop)
-	return lis.Addr().String(), caFile
 }
 
 // buildAgent builds kerf-agent as hack/build.sh does (static, stripped)

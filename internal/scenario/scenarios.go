@@ -67,15 +67,8 @@ var OOMWorkload = Workload{Name: "oom-demo", CPURequest: "50m", CPULimit: "500m"
 // memory back in place.
 func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 	w := OOMWorkload
-	r := &Result{Workload: w}
-	if err := e.EnsurePolicy(ctx, WatchDuration); err != nil {
-		return r, err
-	}
-	pod, err := e.Deploy(ctx, w)
+	r, pod, err := e.begin(ctx, w)
 	if err != nil {
-		return r, err
-	}
-	if r.Before, err = e.KernelLimits(pod, Container); err != nil {
 		return r, err
 	}
 	r.mark("kernel", "memory.limit_in_bytes %d MiB", r.Before.MemoryBytes/Mi)
@@ -187,15 +180,8 @@ var ThrottleWorkload = Workload{Name: "throttle-demo", CPURequest: "50m", CPULim
 // Kerf puts the old limit back.
 func (e *Env) Throttling(ctx context.Context, opts Options) (*Result, error) {
 	w := ThrottleWorkload
-	r := &Result{Workload: w}
-	if err := e.EnsurePolicy(ctx, WatchDuration); err != nil {
-		return r, err
-	}
-	pod, err := e.Deploy(ctx, w)
+	r, pod, err := e.begin(ctx, w)
 	if err != nil {
-		return r, err
-	}
-	if r.Before, err = e.KernelLimits(pod, Container); err != nil {
 		return r, err
 	}
 	r.mark("kernel", "cpu.cfs_quota_us %d per %d µs (%d millicores)", r.Before.CPUQuotaMicros, r.Before.CPUPeriodMicros, r.Before.CPUMillis())
@@ -262,6 +248,21 @@ func (e *Env) Throttling(ctx context.Context, opts Options) (*Result, error) {
 	return r, e.restored(ctx, r, w, v1alpha1.HealthWatchThrottling, 0, r.Before.CPUMillis())
 }
 
+// begin runs a scenario's first steps: the policy, the workload running,
+// and the kernel's limits of its container before any change.
+func (e *Env) begin(ctx context.Context, w Workload) (*Result, *corev1.Pod, error) {
+	r := &Result{Workload: w}
+	if err := e.EnsurePolicy(ctx, WatchDuration); err != nil {
+		return r, nil, err
+	}
+	pod, err := e.Deploy(ctx, w)
+	if err != nil {
+		return r, nil, err
+	}
+	r.Before, err = e.KernelLimits(pod, Container)
+	return r, pod, err
+}
+
 // Applied2m is when the throttling window opens: two minutes after the
 // change was applied (the first leader mark "applied").
 func (r *Result) Applied2m() time.Time {
@@ -279,18 +280,8 @@ var RestartWorkload = Workload{Name: "restart-demo", CPURequest: "50m", CPULimit
 // (and the HPA target with them, when opts.HPA).
 func (e *Env) Restarts(ctx context.Context, opts Options) (*Result, error) {
 	w := RestartWorkload
-	r := &Result{Workload: w}
-	if err := e.EnsurePolicy(ctx, WatchDuration); err != nil {
-		return r, err
-	}
-	if _, err := e.Deploy(ctx, w); err != nil {
-		return r, err
-	}
-	pod, err := e.WaitPod(ctx, w, time.Minute)
+	r, pod, err := e.begin(ctx, w)
 	if err != nil {
-		return r, err
-	}
-	if r.Before, err = e.KernelLimits(pod, Container); err != nil {
 		return r, err
 	}
 	r.mark("kernel", "cpu.shares %d, memory.limit_in_bytes %d MiB", r.Before.CPUShares, r.Before.MemoryBytes/Mi)

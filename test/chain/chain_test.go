@@ -15,7 +15,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -27,7 +26,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,19 +35,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/cluster/promql"
-	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/watch"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kerneltest"
+	"github.com/kerf-dev/kerf/test/leadertest"
+	"github.com/kerf-dev/kerf/test/promtest"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
@@ -90,9 +87,6 @@ const (
 const periodsPerInterval = float64(interval/cfsPeriod) + 1
 
 func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
-	if _, err := os.Stat(prometheusBin); err != nil {
-		t.Skipf("needs a real Prometheus at %s (make deps installs it): %v", prometheusBin, err)
-	}
 	cpuMount := cpuHierarchy(t)
 	cp := shared.Get(t)
 	cs := cp.Clientset
@@ -128,7 +122,8 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 	// The leader's end: stream server over TLS with TokenReview, the
 	// pods from an informer, samples into a MemorySource.
 	memory := watch.NewMemorySource()
-	addr, pool := startLeader(t, cs, memory)
+	leader := leadertest.Start(t, cs, leadertest.Options{Audience: audience, Namespace: agentNamespace, ServiceAccount: agentSA, Memory: memory, Log: t.Output()})
+	addr, pool := leader.Addr, leader.Pool
 
 	// The agent, wired as cmd/kerf-agent wires it.
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -162,7 +157,7 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 	})
 
 	// Prometheus scrapes the agent's /metrics every interval.
-	promURL := startPrometheus(t, metricsLn.Addr().String())
+	promURL := promtest.Start(t, metricsLn.Addr().String(), interval)
 
 	// Both sources have both containers: the window starts at the next
 	// whole interval after that.
@@ -294,39 +289,4 @@ func runIn(t *testing.T, dir, script string) {
 		_ = cmd.Wait()
 	})
 	kerneltest.WriteFile(t, dir, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
-}
-
-// startLeader serves the leader's stream on 127.0.0.1 with a self-signed
-// certificate, and returns its address and a pool that trusts it.
-func startLeader(t *testing.T, cs kubernetes.Interface, memory *watch.MemorySource) (string, *x509.CertPool) {
-	t.Helper()
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	informer := factory.Core().V1().Pods().Informer()
-	pods, err := stream.NewPodIndex(informer)
-	require.NoError(t, err)
-	stopInformers := make(chan struct{})
-	factory.Start(stopInformers)
-	t.Cleanup(func() { close(stopInformers); factory.Shutdown() })
-	require.True(t, cache.WaitForCacheSync(t.Context().Done(), informer.HasSynced))
-	var leading atomic.Bool
-	leading.Store(true)
-	srv, err := stream.New(stream.Config{
-		Audience:                audience,
-		ServiceAccountNamespace: agentNamespace,
-		ServiceAccountName:      agentSA,
-		Clientset:               cs,
-		Pods:                    pods,
-		Memory:                  memory,
-		Leading:                 leading.Load,
-		Registerer:              prometheus.NewRegistry(),
-		Log:                     slog.New(slog.NewTextHandler(t.Output(), nil)),
-	})
-	require.NoError(t, err)
-	serverTLS, pool := streamtest.SelfSigned(t)
-	g := stream.NewGRPCServer(srv, serverTLS)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	return lis.Addr().String(), pool
 }

@@ -1,0 +1,93 @@
+// Package leadertest serves the leader's side of the agents' stream for
+// tests: the real stream server (TLS, TokenReview of the agent's bound
+// token against a real apiserver, pods from an informer) on a loopback
+// port, feeding a MemorySource.
+package leadertest
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kerf-dev/kerf/cluster/stream"
+	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/test/streamtest"
+)
+
+// Options say whom the stream accepts and where samples go.
+type Options struct {
+	// Audience is the audience the agents' tokens must carry.
+	Audience string
+	// Namespace and ServiceAccount name the agents' service account.
+	Namespace, ServiceAccount string
+	// Memory receives the samples and OOM kills (nil: a new one).
+	Memory *watch.MemorySource
+	// Log receives the server's log (nil: discarded).
+	Log io.Writer
+}
+
+// Stream is a running leader stream.
+type Stream struct {
+	// Addr is its host:port.
+	Addr string
+	// Pool trusts its certificate; CAFile holds the same as PEM (for
+	// kerf-agent --leader-ca).
+	Pool   *x509.CertPool
+	CAFile string
+	// Memory is where what the agents send lands.
+	Memory *watch.MemorySource
+}
+
+// Start serves the stream until the test ends.
+func Start(t testing.TB, cs kubernetes.Interface, opts Options) *Stream {
+	t.Helper()
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	informer := factory.Core().V1().Pods().Informer()
+	pods, err := stream.NewPodIndex(informer)
+	require.NoError(t, err)
+	stopInformers := make(chan struct{})
+	factory.Start(stopInformers)
+	t.Cleanup(func() { close(stopInformers); factory.Shutdown() })
+	require.True(t, cache.WaitForCacheSync(t.Context().Done(), informer.HasSynced))
+	if opts.Memory == nil {
+		opts.Memory = watch.NewMemorySource()
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	var leading atomic.Bool
+	leading.Store(true)
+	srv, err := stream.New(stream.Config{
+		Audience:                opts.Audience,
+		ServiceAccountNamespace: opts.Namespace,
+		ServiceAccountName:      opts.ServiceAccount,
+		Clientset:               cs,
+		Pods:                    pods,
+		Memory:                  opts.Memory,
+		Leading:                 leading.Load,
+		Registerer:              prometheus.NewRegistry(),
+		Log:                     slog.New(slog.NewTextHandler(opts.Log, nil)),
+	})
+	require.NoError(t, err)
+	serverTLS, pool := streamtest.SelfSigned(t)
+	caFile := filepath.Join(t.TempDir(), "leader-ca.pem")
+	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: serverTLS.Certificates[0].Certificate[0]}), 0o600))
+	g := stream.NewGRPCServer(srv, serverTLS)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	return &Stream{Addr: lis.Addr().String(), Pool: pool, CAFile: caFile, Memory: opts.Memory}
+}
