@@ -23,7 +23,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -303,6 +302,3 @@ func quantity(s string) *resource.Quantity {
 	q := resource.MustParse(s)
 	return &q
 }
-
-// now is a metav1 time helper for objects the scenarios create.
-func now() metav1.Time { return metav1.NewTime(time.Now()) }

@@ -451,8 +451,7 @@ func (e *Env) applied(ctx context.Context, r *Result, w Workload, memory, cpuMil
 // restored waits for the old values in the kernel and records the end
 // state.
 func (e *Env) restored(ctx context.Context, r *Result, w Workload, reason string, memory, cpuMillis int64) error {
-	rsr, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseRolledBack, reason, time.Minute)
-	if err != nil {
+	if _, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseRolledBack, reason, time.Minute); err != nil {
 		return err
 	}
 	at, err := e.WaitKernelLimits(ctx, w.Selector(), Container, memory, cpuMillis, time.Minute)
@@ -469,10 +468,9 @@ func (e *Env) restored(ctx context.Context, r *Result, w Workload, reason string
 	}
 	// The rollback's history entry is written once the restore is done,
 	// after the phase.
-	if rsr, err = e.waitRestored(ctx, w.Name); err != nil {
+	if r.RSR, err = e.waitRestored(ctx, w.Name); err != nil {
 		return err
 	}
-	r.RSR = rsr
 	r.Timeline = append(r.Timeline, Mark{At: at, Who: "kernel", What: fmt.Sprintf("enforces the old values again: memory.limit_in_bytes %d MiB, %d millicores", r.Restored.MemoryBytes/Mi, r.Restored.CPUMillis())})
 	r.Timeline = append(r.Timeline, e.leaderMarks(ctx, w.Name)...)
 	e.Say("rolled back (%s): the kernel enforces the old values again", reason)
