@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -560,13 +561,13 @@ func (c *StreamClient) ack(oomSeq, eventSeq uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	i, _ := slices.BinarySearchFunc(c.ooms, oomSeq+1, func(e *streamv1.OOMEvent, s uint64) int {
-		return cmpUint(e.GetSeq(), s)
+		return cmp.Compare(e.GetSeq(), s)
 	})
 	c.replay = append(c.replay, c.ooms[:i]...)
 	c.ooms = slices.Delete(c.ooms, 0, i)
 	c.pruneReplay()
 	j, _ := slices.BinarySearchFunc(c.events, eventSeq+1, func(e *streamv1.ContainerEvent, s uint64) int {
-		return cmpUint(e.GetSeq(), s)
+		return cmp.Compare(e.GetSeq(), s)
 	})
 	c.events = slices.Delete(c.events, 0, j)
 }
@@ -623,11 +624,11 @@ func (c *StreamClient) flush(s *conn) error {
 		ooms = append(ooms, c.replay...)
 	}
 	i, _ := slices.BinarySearchFunc(c.ooms, s.sentSeq+1, func(e *streamv1.OOMEvent, seq uint64) int {
-		return cmpUint(e.GetSeq(), seq)
+		return cmp.Compare(e.GetSeq(), seq)
 	})
 	ooms = append(ooms, c.ooms[i:]...)
 	j, _ := slices.BinarySearchFunc(c.events, s.sentEvSeq+1, func(e *streamv1.ContainerEvent, seq uint64) int {
-		return cmpUint(e.GetSeq(), seq)
+		return cmp.Compare(e.GetSeq(), seq)
 	})
 	events := slices.Clone(c.events[j:])
 	c.mu.Unlock()
@@ -658,16 +659,6 @@ func (c *StreamClient) flush(s *conn) error {
 		s.sentEvSeq = ev.GetSeq()
 	}
 	return nil
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // counters encodes samples for stream s (the protocol's rules, see

@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"cmp"
 	"encoding/binary"
 	"math"
 	"slices"
@@ -466,7 +467,7 @@ func (m *MemorySource) AddSamples(samples ...CounterSample) {
 			sr.replaceLast(pt)
 		default:
 			pts := sr.readings(m.scratch[:0], math.MaxInt64)
-			j, found := slices.BinarySearchFunc(pts, at, func(x reading, t int64) int { return cmpInt(x.at, t) })
+			j, found := slices.BinarySearchFunc(pts, at, func(x reading, t int64) int { return cmp.Compare(x.at, t) })
 			if found {
 				pts[j] = pt
 			} else {
@@ -641,16 +642,6 @@ func firstAfter(points []reading, t int64) int {
 		return -1
 	})
 	return i
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // pinWindow pins from, and to when it is older than the recent samples,

@@ -72,15 +72,25 @@ Stop it and remove everything: kerf-sandbox down --state-dir %s
 	return 0
 }
 
-func runDown(args []string) int {
-	fs := flag.NewFlagSet("kerf-sandbox down", flag.ContinueOnError)
+// stateDirOnly parses the flags of a command whose only flag is
+// --state-dir and returns the directory, or the exit code to leave with.
+func stateDirOnly(name string, args []string) (string, int) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	stateDir := fs.String("state-dir", sandbox.DefaultStateDir, "the sandbox's state directory")
 	if code := parse(fs, args); code >= 0 {
-		return code
+		return "", code
 	}
 	dir, ok := absStateDir(*stateDir)
 	if !ok {
-		return 2
+		return "", 2
+	}
+	return dir, -1
+}
+
+func runDown(args []string) int {
+	dir, code := stateDirOnly("kerf-sandbox down", args)
+	if code >= 0 {
+		return code
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := sandbox.Down(context.Background(), dir, log); err != nil {
@@ -91,14 +101,9 @@ func runDown(args []string) int {
 }
 
 func runStatus(args []string) int {
-	fs := flag.NewFlagSet("kerf-sandbox status", flag.ContinueOnError)
-	stateDir := fs.String("state-dir", sandbox.DefaultStateDir, "the sandbox's state directory")
-	if code := parse(fs, args); code >= 0 {
+	dir, code := stateDirOnly("kerf-sandbox status", args)
+	if code >= 0 {
 		return code
-	}
-	dir, ok := absStateDir(*stateDir)
-	if !ok {
-		return 2
 	}
 	st, err := sandbox.Status(context.Background(), dir)
 	if err != nil {
