@@ -154,16 +154,7 @@ func (e *Env) RunningPods(ctx context.Context, sel map[string]string) ([]corev1.
 	}
 	var out []corev1.Pod
 	for _, p := range list.Items {
-		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
-			continue
-		}
-		ready := false
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				ready = true
-			}
-		}
-		if ready {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(p.Status.Conditions) {
 			out = append(out, p)
 		}
 	}
