@@ -195,10 +195,11 @@ func TestAgentMetricsAgreeWithCPUStat(t *testing.T) {
 		m, err := e.AgentMetrics(ctx)
 		return err == nil && scenario.Sum(m, "container_cpu_cfs_throttled_periods_total", labels) > 20, err
 	}))
-	// The agent's figure is at most one sampling interval (1 s) older than
+	// The agent's figure is about one sampling interval (1 s) older than
 	// the file: read the agent, the kernel, the agent again; the kernel's
-	// count lies between the two agent reads give or take one interval's
-	// periods (10 at the 100 ms period).
+	// count lies between the two agent reads give or take an interval's
+	// periods (10 at the 100 ms period). The bound allows two intervals: on
+	// a loaded machine a pass can come late.
 	a1, err := e.AgentMetrics(ctx)
 	require.NoError(t, err)
 	stat := readCPUStat(t, filepath.Join(dir, "cpu.stat"))
@@ -211,7 +212,7 @@ func TestAgentMetricsAgreeWithCPUStat(t *testing.T) {
 		lo, hi := scenario.Sum(a1, c.metric, labels), scenario.Sum(a2, c.metric, labels)
 		k := float64(stat[c.field])
 		assert.GreaterOrEqual(t, k, lo, "%s: kernel %s=%g ≥ the agent's earlier %g", c.metric, c.field, k, lo)
-		assert.LessOrEqual(t, k, hi+12, "%s: kernel %s=%g ≤ the agent's later %g + one interval", c.metric, c.field, k, hi)
+		assert.LessOrEqual(t, k, hi+22, "%s: kernel %s=%g ≤ the agent's later %g + two intervals", c.metric, c.field, k, hi)
 	}
 	thr := scenario.Sum(a2, "container_cpu_cfs_throttled_seconds_total", labels)
 	assert.InDelta(t, float64(stat["throttled_time"])/1e9, thr, 1.0, "container_cpu_cfs_throttled_seconds_total against throttled_time")
