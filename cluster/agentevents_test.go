@@ -68,7 +68,7 @@ func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.R
 	agent, err := agentnode.NewStreamClient(agentnode.StreamConfig{
 		Addr: lis.Addr().String(), TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		TokenFile: tokenFile, NodeName: nodeName, MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-		Registerer: reg, Log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Registerer: reg, Log: slog.New(slog.NewTextHandler(streamtest.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)

@@ -146,7 +146,7 @@ func (f *leaderFixture) startReplica(t *testing.T, addr string, leading func() b
 		Statuses:                statuses,
 		Leading:                 leading,
 		Registerer:              reg,
-		Log:                     slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Log:                     slog.New(slog.NewTextHandler(streamtest.LogWriter(t), nil)),
 	})
 	require.NoError(t, err)
 	g := stream.NewGRPCServer(srv, f.serverTLS)
@@ -170,7 +170,7 @@ func (f *leaderFixture) client(t *testing.T, addr string, maxOOM int) *StreamCli
 		MinBackoff:     50 * time.Millisecond,
 		MaxBackoff:     200 * time.Millisecond,
 		Registerer:     prometheus.NewRegistry(),
-		Log:            slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Log:            slog.New(slog.NewTextHandler(streamtest.LogWriter(t), nil)),
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())

@@ -103,7 +103,7 @@ func newFixture(t *testing.T) *fixture {
 		Statuses:                f.statuses,
 		Leading:                 f.leading.Load,
 		Registerer:              prometheus.NewRegistry(),
-		Log:                     slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Log:                     slog.New(slog.NewTextHandler(streamtest.LogWriter(t), nil)),
 	})
 	require.NoError(t, err)
 

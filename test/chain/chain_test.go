@@ -122,11 +122,11 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 	// The leader's end: stream server over TLS with TokenReview, the
 	// pods from an informer, samples into a MemorySource.
 	memory := watch.NewMemorySource()
-	leader := leadertest.Start(t, cs, leadertest.Options{Audience: audience, Namespace: agentNamespace, ServiceAccount: agentSA, Memory: memory, Log: t.Output()})
+	leader := leadertest.Start(t, cs, leadertest.Options{Audience: audience, Namespace: agentNamespace, ServiceAccount: agentSA, Memory: memory, Log: streamtest.LogWriter(t)})
 	addr, pool := leader.Addr, leader.Pool
 
 	// The agent, wired as cmd/kerf-agent wires it.
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(slog.NewTextHandler(streamtest.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	reg := prometheus.NewRegistry()
 	agent, err := node.New(node.Config{
 		OOMSource:  "auto",

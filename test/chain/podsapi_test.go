@@ -30,6 +30,7 @@ import (
 	"github.com/kerf-dev/kerf/internal/sandbox"
 	"github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
 // sandboxStateEnv names a sandbox state directory to use (a sandbox
@@ -66,7 +67,7 @@ func upSandbox(t *testing.T, ctx context.Context) (*sandbox.Cluster, string) {
 	}
 	archives, err := images.Build(ctx, images.Options{RepoRoot: root, OutDir: t.TempDir(), Images: []images.Image{pause, workload}})
 	require.NoError(t, err)
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(slog.NewTextHandler(streamtest.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	stateDir := os.Getenv(sandboxStateEnv)
 	if stateDir == "" {
 		// Other test packages bring sandboxes up too: one at a time.
@@ -130,7 +131,7 @@ func TestKubeletPodsAPIDiscoversContainersAndSeesOOMKillsFirst(t *testing.T) {
 	sampler := node.NewSampler(h)
 	defer sampler.Close()
 	var evs events
-	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	log := slog.New(slog.NewTextHandler(streamtest.LogWriter(t), nil))
 	d := &node.Discovery{Layout: cgroup.Layout{Driver: cgroup.DriverCgroupfs}, Sampler: sampler, Log: log, Events: evs.add}
 	dctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

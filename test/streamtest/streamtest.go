@@ -10,8 +10,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"io"
 	"math/big"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,4 +83,33 @@ func CreateToken(t testing.TB, cs kubernetes.Interface, namespace, sa, audience 
 	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(t.Context(), sa, req, metav1.CreateOptions{})
 	require.NoError(t, err)
 	return tr.Status.Token
+}
+
+// LogWriter is t.Output() for loggers of servers a test starts: their
+// goroutines may still log while the test ends (a stream handler saying
+// goodbye), which testing does not allow, so writes stop once the test's
+// cleanups run.
+func LogWriter(t testing.TB) io.Writer {
+	w := &logWriter{out: t.Output()}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.done = true
+	})
+	return w
+}
+
+type logWriter struct {
+	mu   sync.Mutex
+	out  io.Writer
+	done bool
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return len(p), nil
+	}
+	return w.out.Write(p)
 }
