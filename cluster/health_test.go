@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,6 +24,14 @@ import (
 	"github.com/kerf-dev/kerf/cluster/policy"
 	"github.com/kerf-dev/kerf/cluster/watch"
 )
+
+// counts waits until counter reads want: the leader counts an action just
+// after the status update that records it.
+func counts(t *testing.T, counter prometheus.Counter, want float64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return testutil.ToFloat64(counter) == want }, 10*time.Second, 20*time.Millisecond,
+		"the counter reads %v, want %v", testutil.ToFloat64(counter), want)
+}
 
 // update reads obj, applies mutate and writes it back, again on a conflict
 // (the leader writes the status of the same objects meanwhile).
@@ -140,7 +149,7 @@ func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
 	require.NotNil(t, rsr.Status.Rollback)
 	assert.Equal(t, v1alpha1.BackoffBackingOff, rsr.Status.Rollback.State)
 
-	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory")))
+	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
 	assert.Equal(t, 0.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "cpu")))
 	require.Eventually(t, func() bool {
 		return len(eventsFor(t, c, ns, "web", "RolledBack")) == 2 // on the RSR and on the Deployment
@@ -175,8 +184,8 @@ func TestRestartsRollBackEveryTouchedResourceEvenWhenPaused(t *testing.T) {
 	assert.Equal(t, "256Mi", res.Requests.Memory().String())
 	assert.Equal(t, "500m", res.Requests.Cpu().String())
 	assert.Contains(t, historyOf(rsr, v1alpha1.ActionRolledBack)[0].Figures, "restarts 2 ≥ 2")
-	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "Restarts", "cpu")))
-	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "Restarts", "memory")))
+	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Restarts", "cpu"), 1)
+	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Restarts", "memory"), 1)
 	assert.Len(t, rsr.Status.Cooldowns, 2, "both resources cool down after a restart rollback")
 }
 
@@ -305,7 +314,7 @@ func TestThrottlingRollsBackCPU(t *testing.T) {
 	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, rsr.Status.Breach.Resources)
 	assert.Contains(t, rsr.Status.Breach.Figures[0], "throttlingRatio 0.5")
 	assert.Equal(t, "500m", templateResources(t, c, dep).Requests.Cpu().String(), "cpu restored")
-	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "Throttling", "cpu")))
+	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Throttling", "cpu"), 1)
 
 	// CPU decreases are now in cooldown.
 	update(t, c, rsr, func() {
@@ -392,7 +401,7 @@ func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond, "the restore never succeeded")
 	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String())
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionRolledBack), 1)
-	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory")))
+	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
 	assert.GreaterOrEqual(t, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("failed", ReasonRollbackError, "memory")), 1.0)
 }
 
@@ -501,7 +510,7 @@ func TestInPlaceOOMRollbackResizesPodsBack(t *testing.T) {
 	}, 20*time.Second, 50*time.Millisecond)
 	assert.Equal(t, "500m", pod.Spec.Containers[0].Resources.Requests.Cpu().String())
 	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String(), "the template was never changed")
-	assert.Equal(t, 1.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory")))
+	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
 }
 
 // A workload deleted while its rollback runs leaves nothing to restore: the
