@@ -309,11 +309,7 @@ func (c *StreamClient) OOM(k oom.Kill, podUID, container string) {
 			Count:     n,
 		})
 	}
-	if over := len(c.ooms) - c.cfg.MaxBufferedOOM; over > 0 {
-		c.ooms = slices.Delete(c.ooms, 0, over)
-		c.drops.Add(float64(over))
-		c.log.Warn("OOM event buffer full, dropped the oldest", "dropped", over, "max", c.cfg.MaxBufferedOOM)
-	}
+	c.ooms = dropOldest(c, c.ooms, c.cfg.MaxBufferedOOM, c.drops, "OOM event")
 	c.mu.Unlock()
 	c.notify()
 }
@@ -343,13 +339,31 @@ func (c *StreamClient) ContainerEvent(ev ContainerEvent) {
 	c.evSeq++
 	msg.Seq = c.evSeq
 	c.events = append(c.events, msg)
-	if over := len(c.events) - c.cfg.MaxBufferedEvents; over > 0 {
-		c.events = slices.Delete(c.events, 0, over)
-		c.eventDrops.Add(float64(over))
-		c.log.Warn("container event buffer full, dropped the oldest", "dropped", over, "max", c.cfg.MaxBufferedEvents)
-	}
+	c.events = dropOldest(c, c.events, c.cfg.MaxBufferedEvents, c.eventDrops, "container event")
 	c.mu.Unlock()
 	c.notify()
+}
+
+// seqd is a buffered message: OOM events and container events, by seq.
+type seqd interface{ GetSeq() uint64 }
+
+// firstAfter returns the index of the first message of buf (ordered by
+// seq) whose seq is above seq.
+func firstAfter[T seqd](buf []T, seq uint64) int {
+	i, _ := slices.BinarySearchFunc(buf, seq+1, func(e T, s uint64) int { return cmp.Compare(e.GetSeq(), s) })
+	return i
+}
+
+// dropOldest keeps the newest limit messages of buf, counting and logging
+// the dropped ones. c.mu is held.
+func dropOldest[T seqd](c *StreamClient, buf []T, limit int, drops prometheus.Counter, what string) []T {
+	over := len(buf) - limit
+	if over <= 0 {
+		return buf
+	}
+	drops.Add(float64(over))
+	c.log.Warn(what+" buffer full, dropped the oldest", "dropped", over, "max", limit)
+	return slices.Delete(buf, 0, over)
 }
 
 // unixNs returns t in Unix nanoseconds, 0 for the zero time.
@@ -560,15 +574,11 @@ func (c *StreamClient) receive(st grpc.BidiStreamingClient[streamv1.AgentMessage
 func (c *StreamClient) ack(oomSeq, eventSeq uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(c.ooms, oomSeq+1, func(e *streamv1.OOMEvent, s uint64) int {
-		return cmp.Compare(e.GetSeq(), s)
-	})
+	i := firstAfter(c.ooms, oomSeq)
 	c.replay = append(c.replay, c.ooms[:i]...)
 	c.ooms = slices.Delete(c.ooms, 0, i)
 	c.pruneReplay()
-	j, _ := slices.BinarySearchFunc(c.events, eventSeq+1, func(e *streamv1.ContainerEvent, s uint64) int {
-		return cmp.Compare(e.GetSeq(), s)
-	})
+	j := firstAfter(c.events, eventSeq)
 	c.events = slices.Delete(c.events, 0, j)
 }
 
@@ -623,13 +633,9 @@ func (c *StreamClient) flush(s *conn) error {
 		s.replayed = true
 		ooms = append(ooms, c.replay...)
 	}
-	i, _ := slices.BinarySearchFunc(c.ooms, s.sentSeq+1, func(e *streamv1.OOMEvent, seq uint64) int {
-		return cmp.Compare(e.GetSeq(), seq)
-	})
+	i := firstAfter(c.ooms, s.sentSeq)
 	ooms = append(ooms, c.ooms[i:]...)
-	j, _ := slices.BinarySearchFunc(c.events, s.sentEvSeq+1, func(e *streamv1.ContainerEvent, seq uint64) int {
-		return cmp.Compare(e.GetSeq(), seq)
-	})
+	j := firstAfter(c.events, s.sentEvSeq)
 	events := slices.Clone(c.events[j:])
 	c.mu.Unlock()
 
