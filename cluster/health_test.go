@@ -216,9 +216,9 @@ func TestFailoverMidRollbackRestoresOnce(t *testing.T) {
 	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
 	marked := make(chan struct{})
 	var a *testLeader
-	a = startLeader(t, ns, "a", Config{AfterBreach: func(context.Context, *v1alpha1.RightsizingRecommendation) {
+	a = startLeader(t, ns, "a", Config{AfterBreach: func(ctx context.Context, _ *v1alpha1.RightsizingRecommendation) {
 		close(marked)
-		a.stop()
+		a.crash(ctx) // the leader dies between marking and restoring
 	}})
 	require.Eventually(t, a.Leading, 15*time.Second, 50*time.Millisecond)
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))

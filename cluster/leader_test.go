@@ -66,6 +66,19 @@ type testLeader struct {
 	done chan error
 }
 
+// crash stops the leader from inside one of its reconciles and returns only
+// once that reconcile's context is cancelled, so the reconcile does nothing
+// more, as after a crash. The manager cancels its controllers' contexts
+// some time after Run's context ends, not at once.
+func (tl *testLeader) crash(ctx context.Context) {
+	tl.stop()
+	select {
+	case <-ctx.Done():
+	case <-time.After(30 * time.Second):
+		panic("the reconcile's context outlived the stopped leader by 30s")
+	}
+}
+
 func startLeader(t testing.TB, ns, identity string, cfg Config) *testLeader {
 	t.Helper()
 	cfg.Namespace, cfg.LeaseName, cfg.Identity = ns, "kerf-leader", identity
@@ -293,9 +306,9 @@ func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 
 	recorded := make(chan struct{})
 	var a *testLeader
-	a = startLeader(t, ns, "a", Config{AfterRecord: func(context.Context, *v1alpha1.RightsizingRecommendation) {
+	a = startLeader(t, ns, "a", Config{AfterRecord: func(ctx context.Context, _ *v1alpha1.RightsizingRecommendation) {
 		close(recorded)
-		a.stop() // the leader dies between recording and applying
+		a.crash(ctx) // the leader dies between recording and applying
 	}})
 	require.Eventually(t, a.Leading, 15*time.Second, 50*time.Millisecond)
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
