@@ -273,23 +273,22 @@ func budgetPod(b *testing.B, cs kubernetes.Interface, i int) *corev1.Pod {
 	return p
 }
 
-// buildAgent builds kerf-agent as hack/build.sh does (static, stripped)
+// buildAgent builds kerf-agent with hack/build.sh, as its image has it,
 // into a temporary directory and returns its path.
 func buildAgent(b *testing.B) string {
 	b.Helper()
 	repo, err := controlplane.RepoRoot()
 	require.NoError(b, err)
-	bin := filepath.Join(b.TempDir(), "kerf-agent")
-	args := []string{"build", "-trimpath", "-ldflags", "-s -w", "-o", bin}
-	if os.Getenv(budgetProfile) != "" {
-		args = append(args, "-tags", "kerfpprof")
-	}
-	cmd := exec.Command("go", append(args, "./cmd/kerf-agent")...)
+	dir := b.TempDir()
+	cmd := exec.Command(filepath.Join(repo, "hack", "build.sh"), dir, "kerf-agent")
 	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = os.Environ()
+	if os.Getenv(budgetProfile) != "" {
+		cmd.Env = append(cmd.Env, "KERF_BUILD_TAGS=kerfpprof")
+	}
 	out, err := cmd.CombinedOutput()
-	require.NoError(b, err, "go build ./cmd/kerf-agent: %s", out)
-	return bin
+	require.NoError(b, err, "hack/build.sh kerf-agent: %s", out)
+	return filepath.Join(dir, "kerf-agent")
 }
 
 // agentProcess is a running kerf-agent child.

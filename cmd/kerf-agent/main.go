@@ -100,7 +100,7 @@ func main() {
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- agent.Run(ctx) }()
-	go func() { errc <- endpoints.New(reg, nil).Serve(ctx, *metricsAddr) }()
+	go func() { errc <- endpoints.New(reg, nil, endpoints.Uncompressed()).Serve(ctx, *metricsAddr) }()
 	for range 2 {
 		if err := <-errc; err != nil {
 			log.Error("kerf-agent stopped", "err", err)

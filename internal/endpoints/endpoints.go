@@ -21,11 +21,26 @@ type Server struct {
 	ready func() bool
 }
 
+// Option changes how a Server serves.
+type Option func(*promhttp.HandlerOpts)
+
+// Uncompressed serves /metrics without gzip or zstd whatever the scraper
+// accepts. The agent uses it: a node's series are a few hundred KB on the
+// pod network, and the gzip encoder held 2-3 MiB of the agent's heap
+// between scrapes (docs/agent.md, Budget).
+func Uncompressed() Option {
+	return func(o *promhttp.HandlerOpts) { o.DisableCompression = true }
+}
+
 // New returns a Server that exposes gatherer on /metrics and reports ready
 // while ready returns true (nil means always ready).
-func New(gatherer prometheus.Gatherer, ready func() bool) *Server {
+func New(gatherer prometheus.Gatherer, ready func() bool, opts ...Option) *Server {
 	s := &Server{mux: http.NewServeMux(), ready: ready}
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	var ho promhttp.HandlerOpts
+	for _, o := range opts {
+		o(&ho)
+	}
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, ho))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
