@@ -72,8 +72,9 @@ func columnNames(table metav1.Table) []string {
 func TestPrinterColumns(t *testing.T) {
 	ctx := context.Background()
 	c := controlPlane(t).Client
-	const ns = "printer-columns"
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	created := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "printer-columns-"}}
+	require.NoError(t, c.Create(ctx, created))
+	ns := created.Name
 
 	rsr := fullRecommendation("web")
 	rsr.Namespace = ns

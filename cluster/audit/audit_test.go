@@ -243,10 +243,9 @@ func TestAuditDefaultLimitIs100(t *testing.T) {
 	require.NoError(t, err)
 	rsr := recommendation(ns, "busy", v1alpha1.KindDeployment, "busy")
 	rsr.Status.History = busyHistory(100)
-	require.NoError(t, createRecommendation(ctx, env.cp.Client, rsr))
 	rsr2 := recommendation(ns, "busy2", v1alpha1.KindDeployment, "busy2")
 	rsr2.Status.History = busyHistory(5)
-	require.NoError(t, createRecommendation(ctx, env.cp.Client, rsr2))
+	scratch(t, rsr, rsr2)
 
 	for _, rd := range readers(t) {
 		t.Run(rd.name, func(t *testing.T) {
@@ -258,6 +257,23 @@ func TestAuditDefaultLimitIs100(t *testing.T) {
 			assert.Empty(t, rest.Continue)
 		})
 	}
+}
+
+// scratch creates recommendations outside the fixture's namespaces, waits
+// until every reader has them, and deletes them when the test ends: the
+// tests that read every namespace on one page then see the fixture only,
+// whatever ran before them (go test -count=N).
+func scratch(t *testing.T, rsrs ...*v1alpha1.RightsizingRecommendation) {
+	t.Helper()
+	ctx := context.Background()
+	for _, rsr := range rsrs {
+		require.NoError(t, createRecommendation(ctx, env.cp.Client, rsr))
+		t.Cleanup(func() {
+			require.NoError(t, env.cp.Client.Delete(ctx, rsr))
+			settle(t)
+		})
+	}
+	settle(t)
 }
 
 // busyHistory is n actions a minute apart, a day before the fixture's,
@@ -300,8 +316,7 @@ func TestCursorSurvivesHistoryTrim(t *testing.T) {
 			for i := 85; i < 95; i++ { // busy 85 to 94 share one second
 				rsr.Status.History[i].Time = at(85 - 24*60)
 			}
-			require.NoError(t, createRecommendation(ctx, env.cp.Client, rsr))
-			settle(t)
+			scratch(t, rsr)
 
 			first := getPage(t, rd.url+"/v1/audit?limit=10&namespace="+ns)
 			require.Equal(t, busy(99, 90), msgs(first), "90 to 94 are one second, newest recorded first")

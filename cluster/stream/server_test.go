@@ -33,10 +33,7 @@ import (
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
-const (
-	testNamespace = "kerf-system"
-	testAudience  = "kerf-leader"
-)
+const testAudience = "kerf-leader"
 
 var shared controlplane.Shared
 
@@ -69,8 +66,11 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{memory: watch.NewMemorySource(), statuses: watch.NewAgentStatuses(0), leading: &atomic.Bool{}}
 	f.leading.Store(true)
 
-	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}}, metav1.CreateOptions{})
+	// A namespace of its own, as kerf-system would be: the fixture can be
+	// built again on the same control plane (go test -count=N).
+	created, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kerf-system-"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	testNamespace := created.Name
 	for _, sa := range []string{"kerf-agent", "other"} {
 		_, err := cs.CoreV1().ServiceAccounts(testNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
 		require.NoError(t, err)

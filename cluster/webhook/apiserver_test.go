@@ -105,8 +105,9 @@ func startWebhook(t *testing.T) *webhookEnv {
 // injected.
 func (e *webhookEnv) waitUntilCalled(t *testing.T) {
 	t.Helper()
-	owner := e.workload(t, "probe", v1alpha1.KindDeployment)
-	e.recommendation(t, "probe", v1alpha1.KindDeployment, v1alpha1.StrategyInPlace,
+	name := uniqueName("probe")
+	owner := e.workload(t, name, v1alpha1.KindDeployment)
+	e.recommendation(t, name, v1alpha1.KindDeployment, v1alpha1.StrategyInPlace,
 		[]v1alpha1.ContainerResources{{Name: "app", Requests: &v1alpha1.ResourceValues{CPU: q("150m")}}},
 		v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseApplied})
 	require.Eventually(t, func() bool {
