@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -230,7 +231,7 @@ func (r *RecommendationReconciler) restore(ctx context.Context, rsr *v1alpha1.Ri
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("back off %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
-	msg := fmt.Sprintf("%s rolled back to %s values after %s%s", joinResources(b.Resources), g.RestoreTo, b.Reason, gone)
+	msg := fmt.Sprintf("%s rolled back to %s values after %s%s%s", joinResources(b.Resources), g.RestoreTo, b.Reason, gone, leftPods(res.Left))
 	rsr.Status.Message = msg
 	addHistory(rsr, v1alpha1.Action{Time: metav1.NewTime(now), Type: v1alpha1.ActionRolledBack, Reason: b.Reason,
 		Message: msg, Resources: b.Resources, Containers: restoredChanges(change, values, b.Resources), Figures: b.Figures})
@@ -245,6 +246,19 @@ func (r *RecommendationReconciler) restore(ctx context.Context, rsr *v1alpha1.Ri
 	r.Metrics.count(v1alpha1.ActionRolledBack, b.Reason, b.Resources)
 	r.stateEvents(ctx, rsr, evs)
 	return ctrl.Result{RequeueAfter: backoffRequeue(rsr, now)}, nil
+}
+
+// leftPods says which pods keep the changed values after a Deferred restore
+// (apply.Result.Left) and why, or nothing when none do.
+func leftPods(left []apply.Failure) string {
+	if len(left) == 0 {
+		return ""
+	}
+	msgs := make([]string, 0, len(left))
+	for _, f := range left {
+		msgs = append(msgs, fmt.Sprintf("pod %s: %s: %s", f.Pod, f.Reason, f.Message))
+	}
+	return "; not resized back, these keep the changed values until they are recreated: " + strings.Join(msgs, "; ")
 }
 
 // restoreFailed records a failed restore (once per distinct error) and

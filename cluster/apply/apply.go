@@ -82,6 +82,10 @@ type Result struct {
 	Pending []string
 	// Notes say what was left alone and why, for events and messages.
 	Notes []string
+	// Left are the pods a Deferred restore could not resize back in
+	// place (the apiserver or the kubelet refused): they keep the changed
+	// values until they are recreated, when the template's come back.
+	Left []Failure
 }
 
 // Failure is a pod whose in-place resize failed.
@@ -242,7 +246,8 @@ func (a *Applier) Apply(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 // Restore puts values back, per container and only for the given resources,
 // with the strategy that applied the change: pods are resized back for
 // InPlace, the pod template is patched back for Rollout and Deferred
-// (docs/design.md section 4). Only the fields the change applied are
+// (docs/design.md section 4), and for Deferred the pods that started with
+// the values are resized back too (Result.Left: those that cannot be). Only the fields the change applied are
 // written; a field absent from values is removed from the template (it had
 // no value before), while a resize leaves it, since Kubernetes cannot
 // remove a value in place. A container absent from values is left alone.
@@ -271,7 +276,8 @@ func (a *Applier) Restore(ctx context.Context, rsr *v1alpha1.RightsizingRecommen
 // write makes the targets run on the workload with the strategy. since is
 // the earliest time a resize could have started (the change's appliedAt),
 // zero when unknown. restore says the call undoes a change: Deferred then
-// patches the template back whatever the update strategy.
+// patches the template back whatever the update strategy, and resizes back
+// the pods that started with the values.
 func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, strategy v1alpha1.Strategy, targets []target, since time.Time, restore bool, res *Result) error {
 	obj, tmpl, err := a.workload(ctx, rsr)
 	if err != nil {
@@ -287,7 +293,13 @@ func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 	case v1alpha1.StrategyRollout:
 		return a.patchTemplate(ctx, kind, obj, tmpl, targets, res)
 	case v1alpha1.StrategyDeferred:
-		if restore || onDelete(obj) {
+		if restore {
+			if err := a.patchTemplate(ctx, kind, obj, tmpl, targets, res); err != nil {
+				return err
+			}
+			return a.resizeBack(ctx, obj, targets, since, res)
+		}
+		if onDelete(obj) {
 			return a.patchTemplate(ctx, kind, obj, tmpl, targets, res)
 		}
 		res.Notes = append(res.Notes, fmt.Sprintf("pod template of %s %s left as is: with strategy Deferred the admission webhook gives new pods the values", kind, obj.GetName()))
@@ -295,6 +307,26 @@ func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 	default:
 		return fmt.Errorf("unknown strategy %q (InPlace, Rollout or Deferred)", strategy)
 	}
+}
+
+// resizeBack resizes back in place the running pods that run other values
+// than the targets: with Deferred, the pods the webhook gave the changed
+// values to when they started. Nothing else would change them: their
+// template never had the values, and an OOM-killed container restarts
+// with its pod's limits. A pod whose resize is refused for good (a change
+// of QoS class, Infeasible, or a resize that stays Deferred or InProgress
+// past ResizeTimeout) goes to res.Left: it keeps the values until it is
+// recreated, and the caller says so.
+func (a *Applier) resizeBack(ctx context.Context, obj client.Object, targets []target, since time.Time, res *Result) error {
+	pods := &Result{}
+	if err := a.resizePods(ctx, obj, targets, since, pods); err != nil {
+		return err
+	}
+	res.Touched = append(res.Touched, pods.Touched...)
+	res.Pending = append(res.Pending, pods.Pending...)
+	res.Notes = append(res.Notes, pods.Notes...)
+	res.Left = append(res.Left, pods.Failed...)
+	return nil
 }
 
 // onDelete reports whether the workload replaces pods only when they are

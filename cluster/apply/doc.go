@@ -35,7 +35,13 @@
 //     patch of the named containers' resources carrying the resourceVersion
 //     read; a conflict is returned. Restore patches the template for
 //     Deferred whatever the update strategy, as design section 4 says; with
-//     the previous values that is no write on a rolling workload.
+//     the previous values that is no write on a rolling workload. It also
+//     resizes back in place the pods that started with the values (the
+//     webhook gave them), since nothing else would: an OOM-killed container
+//     restarts with its pod's limits. A pod that cannot be resized back
+//     (QoS class, Infeasible, or stuck past ResizeTimeout) is in
+//     Result.Left, not Failed: it keeps the values until it is recreated,
+//     and the leader says so in the rollback's message.
 //   - The HPA target keeps utilization × request: new = round(old × old
 //     request / new request), where the request is the sum of the pod's
 //     containers' cpu requests (a missing request counts its limit), as the

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
@@ -94,8 +95,89 @@ func TestRestoreOfDeferredOnARollingWorkloadWritesNothingWhenTheTemplateHasThePr
 
 	res, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), change.Resources)
 	require.NoError(t, err)
-	assert.Equal(t, before, e.resourceVersions(w))
-	assert.Equal(t, []string{"Deployment/web"}, touchedNames(res), "the template carries the restored values")
+	assert.Equal(t, before, e.resourceVersions(w), "no pod started with the values")
+	assert.Equal(t, []string{"Deployment/web", "Pod/web-0", "Pod/web-1"}, touchedNames(res), "the template and the pods carry the restored values")
+	assert.Empty(t, res.Pending)
+	assert.Empty(t, res.Left)
+}
+
+// injectedPod creates a running pod of the workload's current ReplicaSet
+// with the app container's resources as the webhook would have given them.
+func (e *env) injectedPod(w *workload, name string, app corev1.ResourceRequirements) *corev1.Pod {
+	tmpl := templateOf(w.owner)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: e.ns, Name: name, Labels: tmpl.Labels,
+			OwnerReferences: []metav1.OwnerReference{controllerRef(w.owner, kindOf(w.owner))},
+		},
+		Spec: *tmpl.Spec.DeepCopy(),
+	}
+	pod.Spec.NodeName = nodeName
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == "app" {
+			pod.Spec.Containers[i].Resources = app
+		}
+	}
+	require.NoError(e.t, e.cp.Client.Create(e.ctx, pod))
+	return e.kubeletReports(name)
+}
+
+// TestRestoreOfDeferredResizesBackThePodsThatStartedWithTheValues: a pod
+// the webhook gave a Deferred change's values to keeps them after the
+// template goes back, and an OOM-killed container restarts with its pod's
+// limits, so the restore resizes that pod back in place, only the restored
+// resource, and leaves the pods that run the template's values alone.
+func TestRestoreOfDeferredResizesBackThePodsThatStartedWithTheValues(t *testing.T) {
+	e := newEnv(t)
+	w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{})
+	rsr := e.rsr(w, v1alpha1.StrategyDeferred, values("app", "750m", "", "", "768Mi"))
+	change, err := e.applier.Plan(e.ctx, rsr)
+	require.NoError(t, err)
+	_, err = e.applier.Apply(e.ctx, rsr, change)
+	require.NoError(t, err)
+	started := e.injectedPod(w, "web-started", requirements("750m", "256Mi", "1", "768Mi"))
+	before := e.resourceVersions(w)
+
+	// An OOM rollback restores memory only.
+	res, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+	require.NoError(t, err)
+	assert.Empty(t, res.Failed)
+	assert.Empty(t, res.Left)
+	assert.Equal(t, []string{started.Name}, res.Pending, "until the kubelet reports the resize")
+	assertResources(t, requirements("750m", "256Mi", "1", "512Mi"), resourcesOf(&e.pod(started.Name).Spec, "app"), "memory back, cpu as it started")
+	assertResources(t, sidecarContainer().Resources, resourcesOf(&e.pod(started.Name).Spec, "sidecar"))
+	assert.Equal(t, before, e.resourceVersions(w), "the template and the other pods already had the values")
+
+	e.kubeletReports(started.Name)
+	res, err = e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+	require.NoError(t, err)
+	assert.Empty(t, res.Pending)
+	assert.Contains(t, touchedNames(res), "Pod/"+started.Name)
+}
+
+// TestRestoreOfDeferredLeavesAPodItCannotResizeBack: a pod that started
+// Guaranteed with a Deferred change's values cannot go back to Burstable in
+// place (Kubernetes keeps a pod's QoS class); the restore does not fail on
+// it, it reports the pod in Left.
+func TestRestoreOfDeferredLeavesAPodItCannotResizeBack(t *testing.T) {
+	e := newEnv(t)
+	w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{containers: []corev1.Container{appContainer()}})
+	rsr := e.rsr(w, v1alpha1.StrategyDeferred, values("app", "1", "512Mi", "", ""))
+	change, err := e.applier.Plan(e.ctx, rsr)
+	require.NoError(t, err)
+	_, err = e.applier.Apply(e.ctx, rsr, change)
+	require.NoError(t, err)
+	guaranteed := e.injectedPod(w, "web-guaranteed", requirements("1", "512Mi", "1", "512Mi"))
+	require.Equal(t, corev1.PodQOSGuaranteed, guaranteed.Status.QOSClass)
+
+	res, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+	require.NoError(t, err)
+	assert.Empty(t, res.Failed, "the rollback is not failed for it")
+	require.Len(t, res.Left, 1)
+	assert.Equal(t, guaranteed.Name, res.Left[0].Pod)
+	assert.Equal(t, apply.FailureRejected, res.Left[0].Reason)
+	assert.Contains(t, res.Left[0].Message, "QOS")
+	assertResources(t, requirements("1", "512Mi", "1", "512Mi"), resourcesOf(&e.pod(guaranteed.Name).Spec, "app"), "left as it started")
 }
 
 func TestRestoreRemovesAValueTheWorkloadDidNotHave(t *testing.T) {

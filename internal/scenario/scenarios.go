@@ -22,6 +22,8 @@ const Mi = 1 << 20
 type Result struct {
 	// Workload is the workload the scenario changed.
 	Workload Workload
+	// Pod is the pod the scenario made misbehave (OOM scenario).
+	Pod string
 	// Timeline is what each part saw and did.
 	Timeline Timeline
 	// RSR is the recommendation once rolled back.
@@ -53,6 +55,10 @@ type Options struct {
 	MidWatch func(ctx context.Context) error
 	// HPA makes the Restarts scenario coordinate a HorizontalPodAutoscaler.
 	HPA bool
+	// Deferred makes the OOM scenario recommend with strategy Deferred: the
+	// running pod keeps its values, the scenario deletes it, and its
+	// replacement starts with the new ones from the webhook.
+	Deferred bool
 }
 
 // WatchDuration is the scenarios' health watch: long enough for the
@@ -64,7 +70,8 @@ var OOMWorkload = Workload{Name: "oom-demo", CPURequest: "50m", CPULimit: "500m"
 
 // OOM decreases the workload's memory in place, makes it allocate more than
 // the new limit so the kernel OOM-kills it, and expects Kerf to put the old
-// memory back in place.
+// memory back in place. With opts.Deferred the decrease reaches a new pod
+// through the webhook instead, and the rollback resizes that pod back.
 func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 	w := OOMWorkload
 	r, pod, err := e.begin(ctx, w)
@@ -73,16 +80,27 @@ func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 	}
 	r.mark("kernel", "memory.limit_in_bytes %d MiB", r.Before.MemoryBytes/Mi)
 
-	e.Say("recommending memory 48Mi request / 96Mi limit, in place")
+	strategy := v1alpha1.StrategyInPlace
+	if opts.Deferred {
+		strategy = v1alpha1.StrategyDeferred
+	}
+	e.Say("recommending memory 48Mi request / 96Mi limit, %s", strategy)
 	r.Changed = time.Now()
-	r.mark("scenario", "RightsizingRecommendation: memory limit 256Mi → 96Mi, InPlace")
-	if _, err := e.Recommend(ctx, w, v1alpha1.StrategyInPlace, v1alpha1.ContainerResources{
+	r.mark("scenario", "RightsizingRecommendation: memory limit 256Mi → 96Mi, %s", strategy)
+	if _, err := e.Recommend(ctx, w, strategy, v1alpha1.ContainerResources{
 		Requests: &v1alpha1.ResourceValues{Memory: quantity("48Mi")},
 		Limits:   &v1alpha1.ResourceValues{Memory: quantity("96Mi")},
 	}, nil); err != nil {
 		return r, err
 	}
-	if err := e.applied(ctx, r, w, 96*Mi, 0); err != nil {
+	how := "pod resized in place, no restart"
+	if opts.Deferred {
+		how = "in the new pod, from the webhook"
+		if pod, err = e.replaced(ctx, r, w, pod); err != nil {
+			return r, err
+		}
+	}
+	if err := e.applied(ctx, r, w, 96*Mi, 0, how); err != nil {
 		return r, err
 	}
 	if opts.MidWatch != nil {
@@ -120,6 +138,7 @@ func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 			}
 		}()
 	}
+	r.Pod = pod.Name
 	e.Say("asking the workload to allocate 160 MiB: over its new 96 MiB limit")
 	r.mark("scenario", "POST /alloc?mib=160")
 	if err := e.Control(ctx, pod, "alloc", "mib=160"); err != nil {
@@ -197,7 +216,7 @@ func (e *Env) Throttling(ctx context.Context, opts Options) (*Result, error) {
 	}, nil); err != nil {
 		return r, err
 	}
-	if err := e.applied(ctx, r, w, 0, 100); err != nil {
+	if err := e.applied(ctx, r, w, 0, 100, "pod resized in place, no restart"); err != nil {
 		return r, err
 	}
 	if opts.MidWatch != nil {
@@ -428,8 +447,44 @@ func (e *Env) waitRestored(ctx context.Context, name string) (*v1alpha1.Rightsiz
 	return rsr, err
 }
 
-// applied waits for the change to be watched and enforced by the kernel.
-func (e *Env) applied(ctx context.Context, r *Result, w Workload, memory, cpuMillis int64) error {
+// replaced waits for a Deferred change to be watched, checks the running
+// pod kept its values, deletes it and returns its replacement, which the
+// webhook gave the new values.
+func (e *Env) replaced(ctx context.Context, r *Result, w Workload, pod *corev1.Pod) (*corev1.Pod, error) {
+	if _, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseWatching, "", time.Minute); err != nil {
+		return nil, err
+	}
+	l, err := e.KernelLimits(pod, Container)
+	if err != nil {
+		return nil, err
+	}
+	if l != r.Before {
+		return nil, fmt.Errorf("pod %s changed before it was recreated (Deferred): %+v, was %+v", pod.Name, l, r.Before)
+	}
+	e.Say("the running pod keeps its values (Deferred); deleting it: its replacement starts with the new ones")
+	r.mark("scenario", "pod %s deleted; it ran memory.limit_in_bytes %d MiB still", pod.Name, l.MemoryBytes/Mi)
+	if err := e.Client.Delete(ctx, pod); err != nil {
+		return nil, err
+	}
+	var fresh *corev1.Pod
+	err = Poll(ctx, 2*time.Minute, 50*time.Millisecond, "the replacement pod", func(ctx context.Context) (bool, error) {
+		pods, err := e.RunningPods(ctx, w.Selector())
+		if err != nil || len(pods) != 1 || pods[0].UID == pod.UID {
+			return false, err
+		}
+		fresh = &pods[0]
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.mark("kubelet", "replacement pod %s running", fresh.Name)
+	return fresh, nil
+}
+
+// applied waits for the change to be watched and enforced by the kernel;
+// how says how the values got there, for the narration.
+func (e *Env) applied(ctx context.Context, r *Result, w Workload, memory, cpuMillis int64, how string) error {
 	rsr, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseWatching, "", time.Minute)
 	if err != nil {
 		return err
@@ -447,7 +502,7 @@ func (e *Env) applied(ctx context.Context, r *Result, w Workload, memory, cpuMil
 		return err
 	}
 	r.Timeline = append(r.Timeline, Mark{At: at, Who: "kernel", What: fmt.Sprintf("enforces the change: memory.limit_in_bytes %d MiB, %d millicores", r.Applied.MemoryBytes/Mi, r.Applied.CPUMillis())})
-	e.Say("the kernel enforces the new values (pod resized in place, no restart)")
+	e.Say("the kernel enforces the new values (%s)", how)
 	return nil
 }
 

@@ -13,7 +13,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/internal/scenario"
@@ -116,6 +118,39 @@ func TestOOMKillRollsBackMemoryInPlace(t *testing.T) {
 	l, err := e.KernelLimits(fresh, scenario.Container)
 	require.NoError(t, err)
 	assert.EqualValues(t, 256*scenario.Mi, l.MemoryBytes)
+}
+
+// TestDeferredOOMKillResizesTheStartedPodBack: a Deferred memory decrease
+// leaves the running pod alone; its replacement starts with the new limit
+// from the webhook and is OOM-killed. The template never had the values,
+// and the killed container restarts with its pod's limit, so the rollback
+// resizes that pod back in place: the same pod, the old limit in the
+// kernel.
+func TestDeferredOOMKillResizesTheStartedPodBack(t *testing.T) {
+	t.Parallel()
+	in := cluster(t)
+	e := env(t, in)
+	ctx := t.Context()
+	r, err := e.OOM(ctx, scenario.Options{Deferred: true})
+	require.NoError(t, err)
+
+	rolledBack(t, in, e, r, v1alpha1.HealthWatchOOMKills, v1alpha1.ResourceMemory)
+	assert.EqualValues(t, 256*scenario.Mi, r.Before.MemoryBytes, "memory.limit_in_bytes before the change")
+	assert.EqualValues(t, 96*scenario.Mi, r.Applied.MemoryBytes, "memory.limit_in_bytes of the pod that started after the change")
+	assert.EqualValues(t, 256*scenario.Mi, r.Restored.MemoryBytes, "memory.limit_in_bytes after the rollback")
+	rb := scenario.History(r.RSR, v1alpha1.ActionRolledBack)[0]
+	assert.NotContains(t, rb.Message, "not resized back")
+	assert.Equal(t, v1alpha1.StrategyDeferred, r.RSR.Status.Change.Strategy)
+
+	pods, err := e.RunningPods(ctx, r.Workload.Selector())
+	require.NoError(t, err)
+	require.Len(t, pods, 1)
+	started := pods[0]
+	assert.Equal(t, r.Pod, started.Name, "resized back in place, not recreated")
+	assert.Equal(t, "256Mi", started.Spec.Containers[0].Resources.Limits.Memory().String())
+	var dep appsv1.Deployment
+	require.NoError(t, e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: r.Workload.Name}, &dep))
+	assert.Equal(t, "256Mi", dep.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().String(), "the template never had the values")
 }
 
 // TestThrottlingRollsBackCPUAtTheRealDefaults runs the throttling rule as
