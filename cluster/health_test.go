@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -544,4 +545,58 @@ func TestRollbackOfADeletedWorkloadEnds(t *testing.T) {
 	assert.Contains(t, rb[0].Message, "Deployment "+ns+"/web is gone, nothing left to restore")
 	assert.Empty(t, historyOf(rsr, v1alpha1.ActionFailed), "a deleted workload is no restore failure")
 	assert.Contains(t, rsr.Status.RolledBackFingerprints, rsr.Status.Change.ValueFingerprint)
+}
+
+// TestDeferredRollbackNamesAPodItCannotResizeBack: a Deferred change with
+// requests equal to limits made the pods that started with it Guaranteed.
+// Its OOM rollback puts the memory request back, which would make such a
+// pod Burstable, and Kubernetes keeps a pod's QoS class: the apiserver
+// refuses the resize. The rollback still completes, and its message names
+// the pod that keeps the changed values.
+func TestDeferredRollbackNamesAPodItCannotResizeBack(t *testing.T) {
+	c := controlPlane(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	dep.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("128Mi")}
+	require.NoError(t, c.Create(ctx, dep))
+	old := runningPod(t, c, dep) // Burstable, as the template
+	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	startLeader(t, ns, "a", Config{})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyDeferred, "500m", "256Mi")))
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+
+	// A pod of the same ReplicaSet starts, and the webhook gives it the values.
+	started := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-h1-started", Labels: old.Labels, OwnerReferences: old.OwnerReferences},
+		Spec:       *old.Spec.DeepCopy(),
+	}
+	started.Spec.Containers[0].Resources.Requests = started.Spec.Containers[0].Resources.Limits.DeepCopy()
+	require.NoError(t, c.Create(ctx, started))
+	started.Status = corev1.PodStatus{Phase: corev1.PodRunning, ObservedGeneration: started.Generation,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Resources: started.Spec.Containers[0].Resources.DeepCopy(),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
+	require.NoError(t, c.Status().Update(ctx, started))
+	require.Equal(t, corev1.PodQOSGuaranteed, started.Status.QOSClass)
+
+	oomKilled(t, c, started, "OOMKilled")
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	var rsr *v1alpha1.RightsizingRecommendation
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, "web")
+		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
+	}, 20*time.Second, 50*time.Millisecond, "the rollback never completed")
+	rb := historyOf(rsr, v1alpha1.ActionRolledBack)
+	require.Len(t, rb, 1)
+	assert.Contains(t, rb[0].Message, "not resized back, these keep the changed values until they are recreated: pod web-h1-started: Rejected")
+	assert.NotContains(t, rb[0].Message, old.Name)
+	assert.Empty(t, historyOf(rsr, v1alpha1.ActionFailed), "the rollback did not fail on it")
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(started), started))
+	assert.Equal(t, "256Mi", started.Spec.Containers[0].Resources.Requests.Memory().String(), "left as it started")
+	require.Eventually(t, func() bool {
+		// One on the recommendation, one on the Deployment: both are web.
+		evs := eventsFor(t, c, ns, "web", "RolledBack")
+		return len(evs) == 2 && strings.Contains(evs[0].Note, "web-h1-started") && strings.Contains(evs[1].Note, "web-h1-started")
+	}, 10*time.Second, 50*time.Millisecond, "the Warning events name the pod")
 }
