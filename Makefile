@@ -67,7 +67,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-## demo: a real one-node cluster, Kerf installed from manifests/, three real rollbacks narrated; Ctrl-C tears it down
+## demo: a real one-node cluster, Kerf installed from manifests/, four real rollbacks narrated; Ctrl-C tears it down
 demo: deps build
 	bin/kerf-sandbox demo
 

@@ -28,7 +28,7 @@ func runDemo(args []string) int {
 	fs := flag.NewFlagSet("kerf-sandbox demo", flag.ContinueOnError)
 	stateDir := fs.String("state-dir", sandbox.DefaultStateDir, "directory for all of the sandbox's state (on a real disk, not overlayfs or tmpfs)")
 	keep := fs.Bool("keep", false, "leave the sandbox running on exit (kerf-sandbox down removes it)")
-	only := fs.String("scenario", "all", "which scenario to run: oom, throttling, restarts or all")
+	only := fs.String("scenario", "all", "which scenario to run: oom, throttling, restarts, deferred or all")
 	if code := parse(fs, args); code >= 0 {
 		return code
 	}
@@ -37,9 +37,9 @@ func runDemo(args []string) int {
 		return 2
 	}
 	switch *only {
-	case "all", "oom", "throttling", "restarts":
+	case "all", "oom", "throttling", "restarts", "deferred":
 	default:
-		fmt.Fprintf(os.Stderr, "--scenario %q: must be oom, throttling, restarts or all\n", *only)
+		fmt.Fprintf(os.Stderr, "--scenario %q: must be oom, throttling, restarts, deferred or all\n", *only)
 		return 2
 	}
 	root, err := controlplane.RepoRoot()
@@ -113,8 +113,16 @@ func runDemo(args []string) int {
 				o.HPA = true
 				return e.Restarts(ctx, o)
 			}},
+		{"deferred", "4. A memory decrease for the next pod start that gets OOM-killed (Deferred)",
+			"The running pod keeps 256Mi; the demo deletes it and its replacement starts with 96Mi from the webhook, then allocates 160 MiB. The kernel OOM-kills it; the leader stops the webhook's injection and resizes that pod back to 256Mi in place.",
+			func(ctx context.Context, o scenario.Options) (*scenario.Result, error) {
+				o.Deferred = true
+				return e.OOM(ctx, o)
+			}},
 	}
 	failed := false
+	describe := scenario.OOMWorkload.Name // the first recommendation that rolled back
+	ran := false
 	for _, s := range steps {
 		if *only != "all" && *only != s.key {
 			continue
@@ -128,6 +136,9 @@ func runDemo(args []string) int {
 				break
 			}
 			continue
+		}
+		if !ran {
+			describe, ran = r.Workload.Name, true
 		}
 		fmt.Printf("\n   timeline (what the kernel, the agent, the kubelet and the leader saw and did):\n")
 		r.Timeline.Print(os.Stdout)
@@ -148,13 +159,13 @@ func runDemo(args []string) int {
   export KUBECONFIG=%s
   alias kubectl=%s
   kubectl get rsr -A
-  kubectl -n %s describe rsr oom-demo
+  kubectl -n %s describe rsr %s
   kubectl -n %s get events --field-selector type=Warning
   curl -s %s/v1/audit?type=rolled_back        # the audit API (the elected leader)
   curl -s %s/metrics | grep kerf_actions_total
 
 The cluster stays up until Ctrl-C.
-`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, demoNamespace, leaderURL, leaderURL)
+`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, describe, demoNamespace, leaderURL, leaderURL)
 	if ctx.Err() == nil {
 		<-ctx.Done()
 	}

@@ -65,7 +65,8 @@ type Options struct {
 // throttling rule (2 minutes, then 300 periods).
 const WatchDuration = 10 * time.Minute
 
-// OOMWorkload is the OOM scenario's workload.
+// OOMWorkload is the OOM scenario's workload (named deferred-demo with
+// Options.Deferred).
 var OOMWorkload = Workload{Name: "oom-demo", CPURequest: "50m", CPULimit: "500m", MemoryRequest: "64Mi", MemoryLimit: "256Mi"}
 
 // OOM decreases the workload's memory in place, makes it allocate more than
@@ -74,6 +75,9 @@ var OOMWorkload = Workload{Name: "oom-demo", CPURequest: "50m", CPULimit: "500m"
 // through the webhook instead, and the rollback resizes that pod back.
 func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 	w := OOMWorkload
+	if opts.Deferred {
+		w.Name = "deferred-demo"
+	}
 	r, pod, err := e.begin(ctx, w)
 	if err != nil {
 		return r, err
