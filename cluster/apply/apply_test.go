@@ -247,10 +247,7 @@ func TestPlanForInPlaceTakesPreviousValuesFromTheRunningPods(t *testing.T) {
 	w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{})
 	// An earlier in-place change left both pods at 600m.
 	first := e.rsr(w, v1alpha1.StrategyInPlace, values("app", "600m", "", "", ""))
-	change, err := e.applier.Plan(e.ctx, first)
-	require.NoError(t, err)
-	_, err = e.applier.Apply(e.ctx, first, change)
-	require.NoError(t, err)
+	e.planAndApply(first)
 
 	_, running, err := e.applier.Workload(e.ctx, first)
 	require.NoError(t, err)

@@ -108,10 +108,7 @@ func TestInPlaceResizeReportsTheKubeletsVerdict(t *testing.T) {
 			e.applier.ResizeTimeout = tc.timeout
 			w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{pods: 1})
 			rsr := e.rsr(w, v1alpha1.StrategyInPlace, values("app", "750m", "", "", "768Mi"))
-			change, err := e.applier.Plan(e.ctx, rsr)
-			require.NoError(t, err)
-			_, err = e.applier.Apply(e.ctx, rsr, change)
-			require.NoError(t, err)
+			change := e.planAndApply(rsr)
 
 			name := w.pods[0].Name
 			e.kubeletStatus(name, tc.status)

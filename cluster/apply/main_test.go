@@ -317,6 +317,17 @@ func (e *env) kubeletStatus(name string, mutate func(*corev1.Pod)) *corev1.Pod {
 	return pod
 }
 
+// planAndApply plans the recommendation's change and applies it, as the
+// leader does, and returns the change.
+func (e *env) planAndApply(rsr *v1alpha1.RightsizingRecommendation) *v1alpha1.Change {
+	e.t.Helper()
+	change, err := e.applier.Plan(e.ctx, rsr)
+	require.NoError(e.t, err)
+	_, err = e.applier.Apply(e.ctx, rsr, change)
+	require.NoError(e.t, err)
+	return change
+}
+
 // pod reads a pod back.
 func (e *env) pod(name string) *corev1.Pod {
 	p, err := e.cp.Clientset.CoreV1().Pods(e.ns).Get(e.ctx, name, metav1.GetOptions{})

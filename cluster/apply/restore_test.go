@@ -87,10 +87,7 @@ func TestRestoreOfDeferredOnARollingWorkloadWritesNothingWhenTheTemplateHasThePr
 	e := newEnv(t)
 	w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{})
 	rsr := e.rsr(w, v1alpha1.StrategyDeferred, values("app", "750m", "", "", "768Mi"))
-	change, err := e.applier.Plan(e.ctx, rsr)
-	require.NoError(t, err)
-	_, err = e.applier.Apply(e.ctx, rsr, change)
-	require.NoError(t, err)
+	change := e.planAndApply(rsr)
 	before := e.resourceVersions(w)
 
 	res, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), change.Resources)
@@ -131,10 +128,7 @@ func TestRestoreOfDeferredResizesBackThePodsThatStartedWithTheValues(t *testing.
 	e := newEnv(t)
 	w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{})
 	rsr := e.rsr(w, v1alpha1.StrategyDeferred, values("app", "750m", "", "", "768Mi"))
-	change, err := e.applier.Plan(e.ctx, rsr)
-	require.NoError(t, err)
-	_, err = e.applier.Apply(e.ctx, rsr, change)
-	require.NoError(t, err)
+	change := e.planAndApply(rsr)
 	started := e.injectedPod(w, "web-started", requirements("750m", "256Mi", "1", "768Mi"))
 	before := e.resourceVersions(w)
 
@@ -163,10 +157,7 @@ func TestRestoreOfDeferredLeavesAPodItCannotResizeBack(t *testing.T) {
 	e := newEnv(t)
 	w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{containers: []corev1.Container{appContainer()}})
 	rsr := e.rsr(w, v1alpha1.StrategyDeferred, values("app", "1", "512Mi", "", ""))
-	change, err := e.applier.Plan(e.ctx, rsr)
-	require.NoError(t, err)
-	_, err = e.applier.Apply(e.ctx, rsr, change)
-	require.NoError(t, err)
+	change := e.planAndApply(rsr)
 	guaranteed := e.injectedPod(w, "web-guaranteed", requirements("1", "512Mi", "1", "512Mi"))
 	require.Equal(t, corev1.PodQOSGuaranteed, guaranteed.Status.QOSClass)
 
@@ -213,10 +204,7 @@ func TestRestoreToOtherValuesWritesOnlyTheFieldsTheChangeApplied(t *testing.T) {
 	e := newEnv(t)
 	w := e.createWorkload(v1alpha1.KindDaemonSet, "agent", workloadOpts{})
 	rsr := e.rsr(w, v1alpha1.StrategyRollout, values("app", "750m", "", "", "768Mi"))
-	change, err := e.applier.Plan(e.ctx, rsr)
-	require.NoError(t, err)
-	_, err = e.applier.Apply(e.ctx, rsr, change)
-	require.NoError(t, err)
+	change := e.planAndApply(rsr)
 
 	// restoreTo LastHealthy: values that also name fields the change did
 	// not apply (requests.memory) and a container it did not touch.
@@ -224,7 +212,7 @@ func TestRestoreToOtherValuesWritesOnlyTheFieldsTheChangeApplied(t *testing.T) {
 		values("app", "600m", "1Gi", "", "640Mi"),
 		values("sidecar", "1", "1Gi", "", ""),
 	}
-	_, err = e.applier.Restore(e.ctx, rsr, change, lastHealthy, change.Resources)
+	_, err := e.applier.Restore(e.ctx, rsr, change, lastHealthy, change.Resources)
 	require.NoError(t, err)
 	tmpl := templateOf(e.reread(w.obj))
 	assertResources(t, requirements("600m", "256Mi", "1", "640Mi"), resourcesOf(&tmpl.Spec, "app"))
