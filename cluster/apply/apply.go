@@ -246,8 +246,9 @@ func (a *Applier) Apply(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 // Restore puts values back, per container and only for the given resources,
 // with the strategy that applied the change: pods are resized back for
 // InPlace, the pod template is patched back for Rollout and Deferred
-// (docs/design.md section 4), and for Deferred the pods that started with
-// the values are resized back too (Result.Left: those that cannot be). Only the fields the change applied are
+// (docs/design.md section 4), and for Deferred, or Rollout on an OnDelete
+// workload, the pods that started with the values are resized back too
+// (Result.Left: those that cannot be). Only the fields the change applied are
 // written; a field absent from values is removed from the template (it had
 // no value before), while a resize leaves it, since Kubernetes cannot
 // remove a value in place. A container absent from values is left alone.
@@ -276,8 +277,9 @@ func (a *Applier) Restore(ctx context.Context, rsr *v1alpha1.RightsizingRecommen
 // write makes the targets run on the workload with the strategy. since is
 // the earliest time a resize could have started (the change's appliedAt),
 // zero when unknown. restore says the call undoes a change: Deferred then
-// patches the template back whatever the update strategy, and resizes back
-// the pods that started with the values.
+// patches the template back whatever the update strategy, and Deferred, or
+// Rollout on an OnDelete workload, resizes back the pods that started with
+// the values.
 func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, strategy v1alpha1.Strategy, targets []target, since time.Time, restore bool, res *Result) error {
 	obj, tmpl, err := a.workload(ctx, rsr)
 	if err != nil {
@@ -291,7 +293,15 @@ func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 	case v1alpha1.StrategyInPlace:
 		return a.resizePods(ctx, obj, targets, since, res)
 	case v1alpha1.StrategyRollout:
-		return a.patchTemplate(ctx, kind, obj, tmpl, targets, res)
+		if err := a.patchTemplate(ctx, kind, obj, tmpl, targets, res); err != nil {
+			return err
+		}
+		if restore && onDelete(obj) {
+			// Nothing replaces the pods that started from the changed
+			// template.
+			return a.resizeBack(ctx, obj, targets, since, res)
+		}
+		return nil
 	case v1alpha1.StrategyDeferred:
 		if restore {
 			if err := a.patchTemplate(ctx, kind, obj, tmpl, targets, res); err != nil {
@@ -311,9 +321,10 @@ func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 
 // resizeBack resizes back in place the running pods that run other values
 // than the targets: with Deferred, the pods the webhook gave the changed
-// values to when they started. Nothing else would change them: their
-// template never had the values, and an OOM-killed container restarts
-// with its pod's limits. A pod whose resize is refused for good (a change
+// values to when they started; with Rollout on an OnDelete workload, the
+// pods that started from the changed template. Nothing else would change
+// them (the template never had the values, or nothing rolls it out), and
+// an OOM-killed container restarts with its pod's limits. A pod whose resize is refused for good (a change
 // of QoS class, Infeasible, or a resize that stays Deferred or InProgress
 // past ResizeTimeout) goes to res.Left: it keeps the values until it is
 // recreated, and the caller says so.

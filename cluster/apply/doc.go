@@ -38,7 +38,9 @@
 //     the previous values that is no write on a rolling workload. It also
 //     resizes back in place the pods that started with the values (the
 //     webhook gave them), since nothing else would: an OOM-killed container
-//     restarts with its pod's limits. A pod that cannot be resized back
+//     restarts with its pod's limits. So does the restore of a Rollout on
+//     an OnDelete workload, whose pods from the changed template nothing
+//     replaces. A pod that cannot be resized back
 //     (QoS class, Infeasible, or stuck past ResizeTimeout) is in
 //     Result.Left, not Failed: it keeps the values until it is recreated,
 //     and the leader says so in the rollback's message.

@@ -149,6 +149,31 @@ func TestRestoreOfDeferredResizesBackThePodsThatStartedWithTheValues(t *testing.
 	assert.Contains(t, touchedNames(res), "Pod/"+started.Name)
 }
 
+// TestRestoreOfRolloutOnOnDeleteResizesBackThePodsOfTheChangedTemplate:
+// on an OnDelete StatefulSet, a pod recreated after a Rollout change runs
+// the changed template, and nothing replaces it when the template goes
+// back, so the restore resizes it back in place.
+func TestRestoreOfRolloutOnOnDeleteResizesBackThePodsOfTheChangedTemplate(t *testing.T) {
+	e := newEnv(t)
+	w := e.createWorkload(v1alpha1.KindStatefulSet, "db", workloadOpts{onDelete: true})
+	rsr := e.rsr(w, v1alpha1.StrategyRollout, values("app", "750m", "", "", "768Mi"))
+	change := e.planAndApply(rsr)
+	recreated := e.createPod(e.reread(w.obj), "db-recreated", true)
+	assertResources(t, requirements("750m", "256Mi", "1", "768Mi"), resourcesOf(&recreated.Spec, "app"), "it started from the changed template")
+	before := e.resourceVersions(w)
+
+	res, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+	require.NoError(t, err)
+	assert.Empty(t, res.Left)
+	assert.Equal(t, []string{recreated.Name}, res.Pending, "until the kubelet reports the resize")
+	assertResources(t, requirements("750m", "256Mi", "1", "512Mi"), resourcesOf(&e.pod(recreated.Name).Spec, "app"))
+	assertResources(t, requirements("750m", "256Mi", "1", "512Mi"), resourcesOf(&templateOf(e.reread(w.obj)).Spec, "app"))
+	after := e.resourceVersions(w)
+	delete(before, "workload")
+	delete(after, "workload")
+	assert.Equal(t, before, after, "the pods of the old template already had the values")
+}
+
 // TestRestoreOfDeferredLeavesAPodItCannotResizeBack: a pod that started
 // Guaranteed with a Deferred change's values cannot go back to Burstable in
 // place (Kubernetes keeps a pod's QoS class); the restore does not fail on
