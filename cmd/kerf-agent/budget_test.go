@@ -141,7 +141,7 @@ func BenchmarkAgentProcessBudget330(b *testing.B) {
 			b.Logf("agent pid %d, scrape every %v: %.3f%% of a core (%v CPU in %v), VmRSS %.1f MiB (anonymous %.1f, file %.1f: the binary's pages), VmHWM %.1f MiB; Go heap in use %.1f MiB, stacks %.1f MiB, runtime total %.1f MiB, GOGC=%s GOMEMLIMIT=%s",
 				a.cmd.Process.Pid, scrape, 100*cpu.Seconds()/wall.Seconds(), cpu, wall.Round(time.Millisecond), rss, anon, file, hwm,
 				m["go_memstats_heap_inuse_bytes"]/(1<<20), m["go_memstats_stack_inuse_bytes"]/(1<<20), m["go_memstats_sys_bytes"]/(1<<20),
-				envOr("GOGC", "100"), envOr("GOMEMLIMIT", "none"))
+				envOr("GOGC", fmt.Sprintf("%d (the agent's default)", defaultGCPercent)), envOr("GOMEMLIMIT", "none"))
 		})
 	}
 }
