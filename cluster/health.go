@@ -248,8 +248,9 @@ func (r *RecommendationReconciler) restore(ctx context.Context, rsr *v1alpha1.Ri
 	return ctrl.Result{RequeueAfter: backoffRequeue(rsr, now)}, nil
 }
 
-// leftPods says which pods keep the changed values after a Deferred restore
-// (apply.Result.Left) and why, or nothing when none do.
+// leftPods says which pods keep the changed values after a restore could
+// not resize them back (apply.Result.Left) and why, or nothing when none
+// do.
 func leftPods(left []apply.Failure) string {
 	if len(left) == 0 {
 		return ""

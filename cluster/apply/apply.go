@@ -82,9 +82,10 @@ type Result struct {
 	Pending []string
 	// Notes say what was left alone and why, for events and messages.
 	Notes []string
-	// Left are the pods a Deferred restore could not resize back in
-	// place (the apiserver or the kubelet refused): they keep the changed
-	// values until they are recreated, when the template's come back.
+	// Left are the pods a restore could not resize back in place (the
+	// apiserver or the kubelet refused; Deferred, or Rollout on an
+	// OnDelete workload): they keep the changed values until they are
+	// recreated, when the template's come back.
 	Left []Failure
 }
 
@@ -248,8 +249,8 @@ func (a *Applier) Apply(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 // InPlace, the pod template is patched back for Rollout and Deferred
 // (docs/design.md section 4), and for Deferred, or Rollout on an OnDelete
 // workload, the pods that started with the values are resized back too
-// (Result.Left: those that cannot be). Only the fields the change applied are
-// written; a field absent from values is removed from the template (it had
+// (Result.Left: those that cannot be). Only the fields the change applied
+// are written; a field absent from values is removed from the template (it had
 // no value before), while a resize leaves it, since Kubernetes cannot
 // remove a value in place. A container absent from values is left alone.
 // The coordinated HPA's target goes back to its previous value when cpu is
@@ -324,10 +325,11 @@ func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 // values to when they started; with Rollout on an OnDelete workload, the
 // pods that started from the changed template. Nothing else would change
 // them (the template never had the values, or nothing rolls it out), and
-// an OOM-killed container restarts with its pod's limits. A pod whose resize is refused for good (a change
-// of QoS class, Infeasible, or a resize that stays Deferred or InProgress
-// past ResizeTimeout) goes to res.Left: it keeps the values until it is
-// recreated, and the caller says so.
+// an OOM-killed container restarts with its pod's limits. A pod whose
+// resize is refused for good (a change of QoS class, Infeasible, or a
+// resize that stays Deferred or InProgress past ResizeTimeout) goes to
+// res.Left: it keeps the values until it is recreated, and the caller says
+// so.
 func (a *Applier) resizeBack(ctx context.Context, obj client.Object, targets []target, since time.Time, res *Result) error {
 	pods := &Result{}
 	if err := a.resizePods(ctx, obj, targets, since, pods); err != nil {
