@@ -250,8 +250,8 @@ func (a *Applier) Apply(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 // (docs/design.md section 4), and for Deferred, or Rollout on an OnDelete
 // workload, the pods that started with the values are resized back too
 // (Result.Left: those that cannot be). Only the fields the change applied
-// are written; a field absent from values is removed from the template (it had
-// no value before), while a resize leaves it, since Kubernetes cannot
+// are written; a field absent from values is removed from the template (it
+// had no value before), while a resize leaves it, since Kubernetes cannot
 // remove a value in place. A container absent from values is left alone.
 // The coordinated HPA's target goes back to its previous value when cpu is
 // restored.
