@@ -2,6 +2,7 @@ package node
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // OOMCounts gives a container's OOM kill count by its memory cgroup path;
@@ -67,16 +68,20 @@ type seriesKey struct{ namespace, pod, container string }
 // once, every tracked container's OOM count, and the sampler's health.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	type series struct {
-		c   Container
-		s   Sample
-		ok  bool
-		seq uint64
+		c      Container
+		labels []*dto.LabelPair
+		s      Sample
+		ok     bool
+		seq    uint64
 	}
 	var list []series
 	byKey := map[seriesKey]int{}
 	c.sampler.each(func(e *tracked) {
 		k := seriesKey{e.c.Namespace, e.c.Pod, e.c.Name}
-		s := series{c: e.c, s: e.last, ok: e.sampled, seq: e.seq}
+		if e.labels == nil {
+			e.labels = labelPairs(e.c)
+		}
+		s := series{c: e.c, labels: e.labels, s: e.last, ok: e.sampled, seq: e.seq}
 		if i, dup := byKey[k]; dup {
 			if list[i].seq < s.seq {
 				list[i] = s
@@ -87,21 +92,63 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		list = append(list, s)
 	})
 	stats := c.sampler.Stats()
+	// One allocation for every container series of this scrape.
+	counters := make([]counter, 0, 4*len(list))
+	send := func(d *prometheus.Desc, labels []*dto.LabelPair, v float64) {
+		counters = append(counters, counter{desc: d, labels: labels, value: v})
+		ch <- &counters[len(counters)-1]
+	}
 	for _, s := range list {
-		lv := []string{s.c.Namespace, s.c.Pod, s.c.Name}
 		if s.ok {
-			ch <- prometheus.MustNewConstMetric(c.periods, prometheus.CounterValue, float64(s.s.Periods), lv...)
-			ch <- prometheus.MustNewConstMetric(c.throttledPeriods, prometheus.CounterValue, float64(s.s.Throttled), lv...)
-			ch <- prometheus.MustNewConstMetric(c.throttledSeconds, prometheus.CounterValue, s.s.ThrottledTime.Seconds(), lv...)
+			send(c.periods, s.labels, float64(s.s.Periods))
+			send(c.throttledPeriods, s.labels, float64(s.s.Throttled))
+			send(c.throttledSeconds, s.labels, s.s.ThrottledTime.Seconds())
 		}
 		if c.oom != nil {
 			// Keyed by the memory cgroup path: under the kubelet's layouts
 			// it is the container's cpu cgroup path too.
-			ch <- prometheus.MustNewConstMetric(c.oomEvents, prometheus.CounterValue, float64(c.oom.Count(s.c.CgroupPath)), lv...)
+			send(c.oomEvents, s.labels, float64(c.oom.Count(s.c.CgroupPath)))
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(stats.Samples))
 	ch <- prometheus.MustNewConstMetric(c.readErrors, prometheus.CounterValue, float64(stats.ReadErrors))
 	ch <- prometheus.MustNewConstMetric(c.gone, prometheus.CounterValue, float64(stats.Gone))
 	ch <- prometheus.MustNewConstMetric(c.tracked, prometheus.GaugeValue, float64(stats.Tracked))
+}
+
+// Label names of labelPairs, sorted as the registry wants them.
+var (
+	labelContainer = "container"
+	labelNamespace = "namespace"
+	labelPod       = "pod"
+)
+
+// labelPairs are c's values of containerLabels, sorted by name, as
+// prometheus.MakeLabelPairs makes them.
+func labelPairs(c Container) []*dto.LabelPair {
+	return []*dto.LabelPair{
+		{Name: &labelContainer, Value: &c.Name},
+		{Name: &labelNamespace, Value: &c.Namespace},
+		{Name: &labelPod, Value: &c.Pod},
+	}
+}
+
+// counter is a const counter whose label pairs are made once per container
+// rather than at every scrape, as prometheus.MustNewConstMetric would: a
+// scrape of 330 containers allocated about 22,000 times. The registry only
+// reads the pairs, so scrapes share them.
+type counter struct {
+	desc   *prometheus.Desc
+	labels []*dto.LabelPair
+	value  float64
+}
+
+// Desc is the counter's descriptor.
+func (m *counter) Desc() *prometheus.Desc { return m.desc }
+
+// Write fills out with the counter's labels and value.
+func (m *counter) Write(out *dto.Metric) error {
+	out.Label = m.labels
+	out.Counter = &dto.Counter{Value: &m.value}
+	return nil
 }

@@ -2,10 +2,13 @@ package node
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -93,4 +96,55 @@ func TestCollectorExportsNewestOfTwoContainersWithTheSameLabels(t *testing.T) {
 # TYPE container_cpu_cfs_periods_total counter
 container_cpu_cfs_periods_total{container="app",namespace="default",pod="web-0"} 2
 `), "container_cpu_cfs_periods_total"))
+}
+
+// TestCollectorScrapesShareLabelPairsAndSeeNewValues: the label pairs of a
+// container are made once and shared by every scrape, including scrapes
+// running at once with a sampling pass (go test -race), while the values
+// follow the samples.
+func TestCollectorScrapesShareLabelPairsAndSeeNewValues(t *testing.T) {
+	f := newFixtureTree(t)
+	f.write(t, "/kubepods/a", 100, 40, 0)
+	s := NewSampler(f.h)
+	defer s.Close()
+	require.NoError(t, s.Set([]Container{container("a", "/kubepods/a")}))
+	s.Sample(time.Unix(1, 0))
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(s, fakeOOM{}))
+	periods := func() *dto.Metric {
+		t.Helper()
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "container_cpu_cfs_periods_total" {
+				require.Len(t, mf.Metric, 1)
+				return mf.Metric[0]
+			}
+		}
+		t.Fatal("no container_cpu_cfs_periods_total")
+		return nil
+	}
+	first := periods()
+	assert.Equal(t, 100.0, first.GetCounter().GetValue())
+
+	f.write(t, "/kubepods/a", 250, 41, 0)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			mfs, err := reg.Gather()
+			assert.NoError(t, err)
+			assert.NotEmpty(t, mfs)
+		})
+	}
+	s.Sample(time.Unix(2, 0))
+	wg.Wait()
+
+	second := periods()
+	assert.Equal(t, 250.0, second.GetCounter().GetValue())
+	require.Len(t, second.Label, 3)
+	for i, l := range second.Label {
+		assert.Same(t, first.Label[i], l, "label pair %s is made once", l.GetName())
+	}
+	assert.Equal(t, []string{"container", "namespace", "pod"}, []string{second.Label[0].GetName(), second.Label[1].GetName(), second.Label[2].GetName()})
+	assert.Equal(t, []string{"a", "default", "web-0"}, []string{second.Label[0].GetValue(), second.Label[1].GetValue(), second.Label[2].GetValue()})
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/kerf-dev/kerf/cgroup"
 )
 
@@ -102,6 +104,9 @@ type tracked struct {
 	sampled bool   // last holds a reading
 	changed bool   // last changed in the latest pass
 	gone    bool   // the cgroup was removed; r is closed
+	// labels are the Collector's label pairs of c, made at its first
+	// scrape and shared by every scrape after.
+	labels []*dto.LabelPair
 }
 
 // Sampler reads the cpu.stat of a set of containers through files it keeps
