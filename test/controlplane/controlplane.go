@@ -117,9 +117,16 @@ func Start(opts Options) (*ControlPlane, error) {
 		}
 	}
 
-	dir, err := os.MkdirTemp("", "kerf-controlplane-")
+	if _, err := ReapOrphans(os.TempDir()); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("create control plane directory: %w", err)
+	}
+	if err := writeOwner(dir); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("record the control plane's owner: %w", err)
 	}
 	env := &envtest.Environment{
 		CRDDirectoryPaths:        crdDirs,
