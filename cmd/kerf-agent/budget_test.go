@@ -100,7 +100,7 @@ func BenchmarkAgentProcessBudget330(b *testing.B) {
 			require.NoError(b, err)
 			var ds []string
 			for _, m := range mounts {
-				ds = append(ds, makeCgroup(b, m.Path, rel))
+				ds = append(ds, kerneltest.MakeCgroupPath(b, m.Path, rel))
 			}
 			dirs = append(dirs, ds)
 		}
@@ -172,25 +172,6 @@ func budgetCgroups(b *testing.B) (string, []cgroup.Mount) {
 		}
 	}
 	return fmt.Sprintf("/kerf-budget-%08x", mrand.Uint32()), mounts
-}
-
-// makeCgroup makes the cgroup rel (and the parents it lacks) under the
-// mount at mountPath and returns its directory; the benchmark's cleanup
-// removes those it made, children first.
-func makeCgroup(b *testing.B, mountPath, rel string) string {
-	b.Helper()
-	dir := mountPath
-	for _, part := range strings.Split(strings.Trim(rel, "/"), "/") {
-		dir = filepath.Join(dir, part)
-		err := os.Mkdir(dir, 0o755)
-		if os.IsExist(err) {
-			continue // a parent another container made, removed after it
-		}
-		require.NoError(b, err)
-		d := dir
-		b.Cleanup(func() { kerneltest.RemoveCgroup(b, d) })
-	}
-	return dir
 }
 
 // busyLoop runs a shell busy loop in the cgroups ds (one per hierarchy);

@@ -25,7 +25,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -264,18 +263,7 @@ func containerCgroup(t *testing.T, m cgroup.Mount, l cgroup.Layout, p *corev1.Po
 	t.Helper()
 	rel, err := l.ContainerDir(cgroup.PodCgroup{UID: string(p.UID), QoS: cgroup.QoSClass(p.Status.QOSClass)}, p.Status.ContainerStatuses[0].ContainerID)
 	require.NoError(t, err)
-	dir := m.Path
-	for _, part := range strings.Split(strings.Trim(rel, "/"), "/") {
-		dir = filepath.Join(dir, part)
-		err := os.Mkdir(dir, 0o755)
-		if os.IsExist(err) {
-			continue // a parent another container made, removed after it
-		}
-		require.NoError(t, err)
-		d := dir
-		t.Cleanup(func() { kerneltest.RemoveCgroup(t, d) })
-	}
-	return dir
+	return kerneltest.MakeCgroupPath(t, m.Path, rel)
 }
 
 // runIn starts script under /bin/sh in the cgroup at dir; it is killed

@@ -27,6 +27,27 @@ func MakeCgroup(tb testing.TB, parent string) string {
 	return dir
 }
 
+// MakeCgroupPath creates the cgroup rel (a path such as
+// /kubepods/burstable/pod<uid>/<id>) under the mount at mountPath, with the
+// parents it lacks, and returns its directory. The test's cleanup removes
+// the directories it made, children first; a parent that already existed,
+// or that another call made, is left to whoever made it.
+func MakeCgroupPath(tb testing.TB, mountPath, rel string) string {
+	tb.Helper()
+	dir := mountPath
+	for _, part := range strings.Split(strings.Trim(rel, "/"), "/") {
+		dir = filepath.Join(dir, part)
+		err := os.Mkdir(dir, 0o755)
+		if os.IsExist(err) {
+			continue
+		}
+		require.NoError(tb, err)
+		d := dir
+		tb.Cleanup(func() { RemoveCgroup(tb, d) })
+	}
+	return dir
+}
+
 // RemoveCgroup kills every process left in the cgroup at dir and removes
 // it, retrying for up to 5 s while the kernel lets the processes go.
 func RemoveCgroup(tb testing.TB, dir string) {
