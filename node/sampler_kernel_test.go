@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/test/cgrouptest"
 	"github.com/kerf-dev/kerf/test/kerneltest"
 )
 
@@ -38,17 +39,7 @@ type kernelTree struct {
 // with its children when the test ends, or skips the test.
 func newKernelTree(tb testing.TB) *kernelTree {
 	tb.Helper()
-	if uid := os.Geteuid(); uid != 0 {
-		tb.Skipf("needs root to create cgroups: running as uid %d", uid)
-	}
-	h, err := cgroup.Detect()
-	if err != nil {
-		tb.Skipf("cannot read this machine's cgroups: %v", err)
-	}
-	m, ok := h.Controller("cpu")
-	if !ok || m.Version != 1 {
-		tb.Skipf("needs the cgroup v1 cpu controller (cgroup mode %s)", h.Mode)
-	}
+	h, m := cgrouptest.V1Controller(tb, "cpu")
 	k := &kernelTree{h: h, m: m, parent: filepath.Join(m.Path, fmt.Sprintf("kerf-sampler-%08x", rand.Uint32()))}
 	require.NoError(tb, os.Mkdir(k.parent, 0o755))
 	tb.Cleanup(func() { kerneltest.RemoveCgroup(tb, k.parent) })

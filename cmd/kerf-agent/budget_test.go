@@ -33,6 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/test/cgrouptest"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kerneltest"
 	"github.com/kerf-dev/kerf/test/leadertest"
@@ -152,20 +153,10 @@ func BenchmarkAgentProcessBudget330(b *testing.B) {
 // is left alone) and the mounts it makes cgroups in, the cpu one first.
 func budgetCgroups(b *testing.B) (string, []cgroup.Mount) {
 	b.Helper()
-	if uid := os.Geteuid(); uid != 0 {
-		b.Skipf("needs root to create cgroups: running as uid %d", uid)
-	}
-	h, err := cgroup.Detect()
-	if err != nil {
-		b.Skipf("cannot read this machine's cgroups: %v", err)
-	}
 	var mounts []cgroup.Mount
 	seen := map[string]bool{}
 	for _, ctrl := range []string{"cpu", "cpuacct", "memory"} {
-		m, ok := h.Controller(ctrl)
-		if !ok || m.Version != 1 {
-			b.Skipf("needs the cgroup v1 %s controller (cgroup mode %s)", ctrl, h.Mode)
-		}
+		_, m := cgrouptest.V1Controller(b, ctrl)
 		if !seen[m.Path] { // cpu,cpuacct may share a mount
 			seen[m.Path] = true
 			mounts = append(mounts, m)

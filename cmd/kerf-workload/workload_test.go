@@ -22,7 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/test/cgrouptest"
 	"github.com/kerf-dev/kerf/test/kerneltest"
 )
 
@@ -171,17 +171,7 @@ func TestAllocKeepsTouchedMemoryAndFreeReturnsIt(t *testing.T) {
 // skips the test.
 func v1Cgroup(t *testing.T, controller string) string {
 	t.Helper()
-	if uid := os.Geteuid(); uid != 0 {
-		t.Skipf("needs root to create cgroups: running as uid %d", uid)
-	}
-	h, err := cgroup.Detect()
-	if err != nil {
-		t.Skipf("cannot read this machine's cgroups: %v", err)
-	}
-	m, ok := h.Controller(controller)
-	if !ok || m.Version != 1 {
-		t.Skipf("needs the cgroup v1 %s controller (cgroup mode %s)", controller, h.Mode)
-	}
+	_, m := cgrouptest.V1Controller(t, controller)
 	return kerneltest.MakeCgroup(t, m.Path)
 }
 

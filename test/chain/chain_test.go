@@ -42,6 +42,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/watch"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/node"
+	"github.com/kerf-dev/kerf/test/cgrouptest"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kerneltest"
 	"github.com/kerf-dev/kerf/test/leadertest"
@@ -217,17 +218,7 @@ func ratio(w watch.ThrottleWindow) float64 {
 // cpuHierarchy returns the v1 cpu controller's mount, or skips the test.
 func cpuHierarchy(t *testing.T) cgroup.Mount {
 	t.Helper()
-	if uid := os.Geteuid(); uid != 0 {
-		t.Skipf("needs root to create cgroups: running as uid %d", uid)
-	}
-	h, err := cgroup.Detect()
-	if err != nil {
-		t.Skipf("cannot read this machine's cgroups: %v", err)
-	}
-	m, ok := h.Controller("cpu")
-	if !ok || m.Version != 1 {
-		t.Skipf("needs the cgroup v1 cpu controller (cgroup mode %s)", h.Mode)
-	}
+	_, m := cgrouptest.V1Controller(t, "cpu")
 	return m
 }
 
