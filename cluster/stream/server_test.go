@@ -179,21 +179,13 @@ func containerEvent(seq uint64, pod types.UID, container string, restarts int32,
 	return &streamv1.AgentMessage{Body: &streamv1.AgentMessage_ContainerEvent{ContainerEvent: ev}}
 }
 
-// recvEventAck reads an Ack and returns its event_seq.
-func recvEventAck(t *testing.T, st grpc.BidiStreamingClient[streamv1.AgentMessage, streamv1.LeaderMessage]) uint64 {
+// recvAck reads the next message, which must be an Ack, and returns it.
+func recvAck(t *testing.T, st grpc.BidiStreamingClient[streamv1.AgentMessage, streamv1.LeaderMessage]) *streamv1.Ack {
 	t.Helper()
 	msg, err := st.Recv()
 	require.NoError(t, err)
 	require.NotNil(t, msg.GetAck(), "want an Ack, got %v", msg)
-	return msg.GetAck().GetEventSeq()
-}
-
-func recvAck(t *testing.T, st grpc.BidiStreamingClient[streamv1.AgentMessage, streamv1.LeaderMessage]) uint64 {
-	t.Helper()
-	msg, err := st.Recv()
-	require.NoError(t, err)
-	require.NotNil(t, msg.GetAck(), "want an Ack, got %v", msg)
-	return msg.GetAck().GetOomSeq()
+	return msg.GetAck()
 }
 
 func TestStream(t *testing.T) {
@@ -212,7 +204,7 @@ func TestStream(t *testing.T) {
 			counters(2e9, &streamv1.ContainerCounters{Index: 1, Periods: 50, Throttled: 5}),
 			oom(7, f.podA, "app"),
 		)
-		assert.Equal(t, uint64(7), recvAck(t, st))
+		assert.Equal(t, uint64(7), recvAck(t, st).GetOomSeq())
 		assert.Equal(t, 1.0, testutil.ToFloat64(f.srv.metrics.connected))
 
 		kills, ok := f.memory.OOMKills(f.podA, "app", past, future)
@@ -227,7 +219,7 @@ func TestStream(t *testing.T) {
 		assert.Equal(t, 2.0, testutil.ToFloat64(f.srv.metrics.samples))
 
 		send(st, oom(7, f.podA, "app"))
-		assert.Equal(t, uint64(7), recvAck(t, st), "a resent event is acknowledged again")
+		assert.Equal(t, uint64(7), recvAck(t, st).GetOomSeq(), "a resent event is acknowledged again")
 		kills, _ = f.memory.OOMKills(f.podA, "app", past, future)
 		assert.Equal(t, 1, kills, "a resent event is not counted twice")
 
@@ -245,7 +237,7 @@ func TestStream(t *testing.T) {
 		h := hello("node-a")
 		h.GetHello().KernelNs = 1e9
 		send(st, h, oom(100, f.podA, "app"))
-		assert.Equal(t, uint64(100), recvAck(t, st))
+		assert.Equal(t, uint64(100), recvAck(t, st).GetOomSeq())
 		kills, _ := f.memory.OOMKills(f.podA, "app", start, time.Now())
 		assert.Equal(t, 1, kills, "the kill is counted by a watch evaluating when it arrives")
 		require.NoError(t, st.CloseSend())
@@ -264,7 +256,7 @@ func TestStream(t *testing.T) {
 			),
 			oom(1, f.podB, "app"),
 		)
-		assert.Equal(t, uint64(1), recvAck(t, st), "a dropped OOM event is still acknowledged")
+		assert.Equal(t, uint64(1), recvAck(t, st).GetOomSeq(), "a dropped OOM event is still acknowledged")
 		assert.Equal(t, before+2, testutil.ToFloat64(notOnNode))
 		assert.Equal(t, beforeUnknown+1, testutil.ToFloat64(unknown))
 		_, ok := f.memory.OOMKills(f.podB, "app", past, future)
@@ -277,7 +269,7 @@ func TestStream(t *testing.T) {
 		defer cancel()
 		st := f.connect(t, f.agentToken)
 		send(st, hello("node-a"), containerEvent(1, f.podA, "app", 1, "OOMKilled"))
-		assert.Equal(t, uint64(1), recvEventAck(t, st))
+		assert.Equal(t, uint64(1), recvAck(t, st).GetEventSeq())
 		got, ok := f.statuses.AgentStatus(f.podA, "app")
 		require.True(t, ok)
 		assert.Equal(t, int32(1), got.RestartCount)
@@ -286,12 +278,12 @@ func TestStream(t *testing.T) {
 		assert.Equal(t, "containerd://run-1", got.Terminations[0].ContainerID)
 
 		send(st, containerEvent(1, f.podA, "app", 1, "OOMKilled"))
-		assert.Equal(t, uint64(1), recvEventAck(t, st), "a resent event is acknowledged again")
+		assert.Equal(t, uint64(1), recvAck(t, st).GetEventSeq(), "a resent event is acknowledged again")
 		// The same event on a new stream (its ack was lost) changes
 		// nothing either.
 		st2 := f.connect(t, f.agentToken)
 		send(st2, hello("node-a"), containerEvent(1, f.podA, "app", 1, "OOMKilled"))
-		assert.Equal(t, uint64(1), recvEventAck(t, st2))
+		assert.Equal(t, uint64(1), recvAck(t, st2).GetEventSeq())
 		got, _ = f.statuses.AgentStatus(f.podA, "app")
 		assert.Len(t, got.Terminations, 1, "one run, however often it is sent")
 		assert.Equal(t, int32(1), signals.Load(), "only the first event told the watch something new")
@@ -305,9 +297,9 @@ func TestStream(t *testing.T) {
 		before, beforeContainer := testutil.ToFloat64(notOnNode), testutil.ToFloat64(unknownContainer)
 		st := f.connect(t, f.agentToken)
 		send(st, hello("node-a"), containerEvent(1, f.podB, "app", 5, "OOMKilled"))
-		assert.Equal(t, uint64(1), recvEventAck(t, st), "a dropped event is still acknowledged")
+		assert.Equal(t, uint64(1), recvAck(t, st).GetEventSeq(), "a dropped event is still acknowledged")
 		send(st, containerEvent(2, f.podA, "no-such-container", 5, "OOMKilled"))
-		assert.Equal(t, uint64(2), recvEventAck(t, st))
+		assert.Equal(t, uint64(2), recvAck(t, st).GetEventSeq())
 		assert.Equal(t, before+1, testutil.ToFloat64(notOnNode))
 		assert.Equal(t, beforeContainer+1, testutil.ToFloat64(unknownContainer))
 		_, ok := f.statuses.AgentStatus(f.podB, "app")
@@ -322,13 +314,13 @@ func TestStream(t *testing.T) {
 		snapshot := counters(2e9, first)
 		snapshot.GetCounters().Snapshot = true
 		send(st, hello("node-a"), counters(1e9, first), snapshot, oom(1, f.podA, "snap"))
-		assert.Equal(t, uint64(1), recvAck(t, st), "an index given again in a snapshot is not a reuse")
+		assert.Equal(t, uint64(1), recvAck(t, st).GetOomSeq(), "an index given again in a snapshot is not a reuse")
 	})
 
 	t.Run("LosingLeadershipEndsOpenStreams", func(t *testing.T) {
 		st := f.connect(t, f.agentToken)
 		send(st, hello("node-a"), oom(1, f.podA, "lead"))
-		assert.Equal(t, uint64(1), recvAck(t, st))
+		assert.Equal(t, uint64(1), recvAck(t, st).GetOomSeq())
 		f.leading.Store(false)
 		defer f.leading.Store(true)
 		send(st, oom(2, f.podA, "lead"))
