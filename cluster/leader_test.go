@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -279,12 +280,18 @@ func TestOnlyOneReplicaLeadsAndLosingTheLeaseStopsIt(t *testing.T) {
 	time.Sleep(time.Second)
 	assert.False(t, b.Leading(), "two replicas lead at once")
 
-	// Another holder takes the Lease, as after a partition.
-	var lease coordinationv1.Lease
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, &lease))
-	lease.Spec.HolderIdentity = ptr.To("intruder")
-	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(time.Hour)}
-	require.NoError(t, c.Update(ctx, &lease))
+	// Another holder takes the Lease, as after a partition. The leader
+	// renews it every 200 ms, so a write may meet a newer version: read
+	// it again and retry.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var lease coordinationv1.Lease
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, &lease); err != nil {
+			return err
+		}
+		lease.Spec.HolderIdentity = ptr.To("intruder")
+		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(time.Hour)}
+		return c.Update(ctx, &lease)
+	}))
 	select {
 	case err := <-a.done:
 		a.done <- err // for the cleanup
