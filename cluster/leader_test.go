@@ -23,7 +23,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -273,25 +272,19 @@ func TestPausedPolicyBlocksUntilUnpaused(t *testing.T) {
 func TestOnlyOneReplicaLeadsAndLosingTheLeaseStopsIt(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
-	ctx := context.Background()
 	a := startLeader(t, ns, "a", Config{})
 	require.Eventually(t, a.Leading, 15*time.Second, 50*time.Millisecond)
 	b := startLeader(t, ns, "b", Config{})
 	time.Sleep(time.Second)
 	assert.False(t, b.Leading(), "two replicas lead at once")
 
-	// Another holder takes the Lease, as after a partition. The leader
-	// renews it every 200 ms, so a write may meet a newer version: read
-	// it again and retry.
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var lease coordinationv1.Lease
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, &lease); err != nil {
-			return err
-		}
+	// Another holder takes the Lease, as after a partition (update
+	// retries on conflict: the leader renews the Lease every 200 ms).
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kerf-leader"}}
+	update(t, c, lease, func() {
 		lease.Spec.HolderIdentity = ptr.To("intruder")
 		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(time.Hour)}
-		return c.Update(ctx, &lease)
-	}))
+	})
 	select {
 	case err := <-a.done:
 		a.done <- err // for the cleanup
