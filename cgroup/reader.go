@@ -29,13 +29,17 @@ type file struct {
 	buf  []byte
 }
 
-func openFile(dir, name string) (file, error) {
+func openFile(dir, name string) (file, error) { return openFileSize(dir, name, 512) }
+
+// openFileSize opens a file whose content is usually under size bytes, so
+// its first read does not grow the buffer.
+func openFileSize(dir, name string, size int) (file, error) {
 	path := filepath.Join(dir, name)
 	f, err := os.Open(path)
 	if err != nil {
 		return file{}, gone(err)
 	}
-	return file{f: f, fd: int(f.Fd()), path: path, buf: make([]byte, 512)}, nil
+	return file{f: f, fd: int(f.Fd()), path: path, buf: make([]byte, size)}, nil
 }
 
 // read returns the file's current content, valid until the next read.

@@ -23,6 +23,7 @@ const (
 )
 
 func TestFixtureContainersResolveToTheirCounters(t *testing.T) {
+	const mi = 1 << 20
 	tests := []struct {
 		fixture     string
 		layout      Layout
@@ -30,51 +31,64 @@ func TestFixtureContainersResolveToTheirCounters(t *testing.T) {
 		containerID string
 		cpu         CPUStat
 		oomKills    uint64
+		usage       Usage
 	}{
 		{
 			fixture: "unified-systemd-containerd", layout: Layout{Driver: DriverSystemd},
 			pod: PodCgroup{UID: uidB, QoS: QoSBurstable}, containerID: "containerd://" + fixtureApp,
-			cpu: CPUStat{Periods: 4210, Throttled: 987, ThrottledTime: 45612345 * time.Microsecond}, oomKills: 2,
+			cpu: CPUStat{Periods: 4210, Throttled: 987, ThrottledTime: 45612345 * time.Microsecond, Usage: 5316541 * time.Microsecond}, oomKills: 2,
+			usage: Usage{CPU: 5316541 * time.Microsecond, Memory: 256 * mi, WorkingSet: 216 * mi, Peak: 384 * mi, PeakAvailable: true},
 		},
 		{
 			fixture: "unified-systemd-containerd", layout: Layout{Driver: DriverSystemd},
 			pod: PodCgroup{UID: uidG, QoS: QoSGuaranteed}, containerID: "containerd://" + fixtureDB,
-			cpu: CPUStat{Periods: 9000, Throttled: 12, ThrottledTime: 3400 * time.Microsecond},
+			cpu:   CPUStat{Periods: 9000, Throttled: 12, ThrottledTime: 3400 * time.Microsecond, Usage: 98765432 * time.Microsecond},
+			usage: Usage{CPU: 98765432 * time.Microsecond, Memory: 1024 * mi, WorkingSet: 924 * mi, Peak: 1152 * mi, PeakAvailable: true},
 		},
 		{
 			fixture: "unified-cgroupfs-crio", layout: Layout{Driver: DriverCgroupfs, Root: "/k8s"},
 			pod: PodCgroup{UID: uidE, QoS: QoSBestEffort}, containerID: "cri-o://" + fixtureJob,
-			cpu: CPUStat{Periods: 120}, oomKills: 4,
+			cpu: CPUStat{Periods: 120, Usage: 120 * time.Millisecond}, oomKills: 4,
+			// This node's kernel (5.15) has no memory.peak.
+			usage: Usage{CPU: 120 * time.Millisecond, Memory: 8 * mi, WorkingSet: 7 * mi},
 		},
 		{
 			fixture: "unified-cgroupfs-crio", layout: Layout{Driver: DriverCgroupfs, Root: "/k8s"},
 			pod: PodCgroup{UID: uidB, QoS: QoSBurstable}, containerID: "cri-o://" + fixtureApp,
-			cpu: CPUStat{Periods: 300, Throttled: 299, ThrottledTime: 12 * time.Second},
+			cpu:   CPUStat{Periods: 300, Throttled: 299, ThrottledTime: 12 * time.Second, Usage: 30 * time.Second},
+			usage: Usage{CPU: 30 * time.Second, Memory: 512 * mi, WorkingSet: 512 * mi},
 		},
 		{
 			fixture: "legacy-systemd-docker", layout: Layout{Driver: DriverSystemd},
 			pod: PodCgroup{UID: uidB, QoS: QoSBurstable}, containerID: "docker://" + fixtureApp,
 			cpu: CPUStat{Periods: 1500, Throttled: 750, ThrottledTime: 2500 * time.Millisecond}, oomKills: 1,
+			usage: Usage{CPU: 31415926535, Memory: 200 * mi, WorkingSet: 180 * mi, Peak: 300 * mi, PeakAvailable: true},
 		},
 		{
 			fixture: "legacy-systemd-docker", layout: Layout{Driver: DriverSystemd},
 			pod: PodCgroup{UID: uidE, QoS: QoSBestEffort}, containerID: "docker://" + fixtureJob,
-			cpu: CPUStat{Periods: 10},
+			cpu:   CPUStat{Periods: 10},
+			usage: Usage{CPU: time.Millisecond, Memory: 4 * mi, Peak: 4 * mi, PeakAvailable: true},
 		},
 		{
 			fixture: "legacy-cgroupfs-containerd", layout: Layout{Driver: DriverCgroupfs},
 			pod: PodCgroup{UID: uidG, QoS: QoSGuaranteed}, containerID: "containerd://" + fixtureDB,
-			cpu: CPUStat{Periods: 77, Throttled: 7, ThrottledTime: 700 * time.Microsecond},
+			cpu:   CPUStat{Periods: 77, Throttled: 7, ThrottledTime: 700 * time.Microsecond},
+			usage: Usage{CPU: 77 * time.Second, Memory: 2048 * mi, WorkingSet: 1536 * mi, Peak: 3072 * mi, PeakAvailable: true},
 		},
 		{
 			fixture: "legacy-cgroupfs-containerd", layout: Layout{Driver: DriverCgroupfs},
 			pod: PodCgroup{UID: uidB, QoS: QoSBurstable}, containerID: "containerd://" + fixtureApp,
 			cpu: CPUStat{Periods: 600, Throttled: 300, ThrottledTime: 1000}, oomKills: 6,
+			usage: Usage{CPU: 600 * time.Millisecond, Memory: 100 * mi, WorkingSet: 90 * mi, Peak: 150 * mi, PeakAvailable: true},
 		},
 		{
 			fixture: "hybrid-systemd-crio", layout: Layout{Driver: DriverSystemd},
 			pod: PodCgroup{UID: uidG, QoS: QoSGuaranteed}, containerID: "cri-o://" + fixtureDB,
 			cpu: CPUStat{Periods: 31, Throttled: 3, ThrottledTime: 42 * time.Microsecond}, oomKills: 2,
+			// total_inactive_file (50 MiB) was read after usage fell to 48
+			// MiB: the working set clamps at zero.
+			usage: Usage{CPU: 4200 * time.Millisecond, Memory: 48 * mi, Peak: 64 * mi, PeakAvailable: true},
 		},
 	}
 	for _, tt := range tests {
@@ -96,6 +110,13 @@ func TestFixtureContainersResolveToTheirCounters(t *testing.T) {
 			n, err := oom.OOMKills()
 			require.NoError(t, err)
 			assert.Equal(t, tt.oomKills, n)
+
+			usage, err := h.OpenUsage(cg)
+			require.NoError(t, err)
+			defer usage.Close()
+			var u Usage
+			require.NoError(t, usage.Read(&u))
+			assert.Equal(t, tt.usage, u)
 
 			uid, id, ok := ParseContainerPath(cpu.Path())
 			require.True(t, ok, cpu.Path())

@@ -35,18 +35,64 @@ type CPUStat struct {
 	// ThrottledTime is the total time tasks were throttled: v2's
 	// throttled_usec or v1's throttled_time (nanoseconds).
 	ThrottledTime time.Duration
+	// Usage is v2's usage_usec: the CPU time the cgroup's tasks consumed.
+	// It is zero on v1, whose cpu.stat has no usage (cpuacct.usage has it;
+	// see UsageReader).
+	Usage time.Duration
 }
 
 // ParseCPUStat parses the content of cpu.stat, v1 or v2. It needs
 // nr_periods, nr_throttled, and throttled_usec (v2) or throttled_time (v1);
-// other keys are ignored. On error s is left unchanged.
+// it reads usage_usec (v2) when present; other keys are ignored. On error s
+// is left unchanged.
 func ParseCPUStat(data []byte, s *CPUStat) error {
-	const (
-		periods = 1 << iota
-		throttled
-		usec
-		nsec
-	)
+	out, seen, err := scanCPUStat(data)
+	if err != nil {
+		return err
+	}
+	switch {
+	case seen&cpuStatPeriods == 0:
+		return malformed("missing key nr_periods")
+	case seen&cpuStatThrottled == 0:
+		return malformed("missing key nr_throttled")
+	case seen&(cpuStatUsec|cpuStatNsec) == 0:
+		return malformed("missing key throttled_usec (v2) or throttled_time (v1)")
+	case seen&(cpuStatUsec|cpuStatNsec) == cpuStatUsec|cpuStatNsec:
+		return malformed("both throttled_usec (v2) and throttled_time (v1) present")
+	}
+	*s = out
+	return nil
+}
+
+// ParseCPUStatUsage parses usage_usec out of cgroup v2's cpu.stat into d.
+// Unlike ParseCPUStat it does not need the CFS counters, which v2 shows only
+// where the cpu controller is enabled; usage_usec is always there. Other
+// keys are ignored, but a repeated or malformed known key is an error. On
+// error d is left unchanged.
+func ParseCPUStatUsage(data []byte, d *time.Duration) error {
+	out, seen, err := scanCPUStat(data)
+	if err != nil {
+		return err
+	}
+	if seen&cpuStatUsage == 0 {
+		return malformed("missing key usage_usec")
+	}
+	*d = out.Usage
+	return nil
+}
+
+// The keys of cpu.stat that scanCPUStat reads, as bits of its seen set.
+const (
+	cpuStatPeriods = 1 << iota
+	cpuStatThrottled
+	cpuStatUsec
+	cpuStatNsec
+	cpuStatUsage
+)
+
+// scanCPUStat reads the known keys of cpu.stat and says which it saw; the
+// callers decide which are required.
+func scanCPUStat(data []byte) (CPUStat, uint8, error) {
 	var seen uint8
 	var out CPUStat
 	sc := kvScanner{data: data}
@@ -54,53 +100,144 @@ func ParseCPUStat(data []byte, s *CPUStat) error {
 		var bit uint8
 		switch string(sc.key) {
 		case "nr_periods":
-			bit = periods
+			bit = cpuStatPeriods
 		case "nr_throttled":
-			bit = throttled
+			bit = cpuStatThrottled
 		case "throttled_usec":
-			bit = usec
+			bit = cpuStatUsec
 		case "throttled_time":
-			bit = nsec
+			bit = cpuStatNsec
+		case "usage_usec":
+			bit = cpuStatUsage
 		default:
 			continue
 		}
 		if seen&bit != 0 {
-			return sc.malformed("repeated key")
+			return CPUStat{}, 0, sc.malformed("repeated key")
 		}
 		seen |= bit
 		v, err := sc.uint()
 		if err != nil {
-			return err
+			return CPUStat{}, 0, err
 		}
 		switch bit {
-		case periods:
+		case cpuStatPeriods:
 			out.Periods = v
-		case throttled:
+		case cpuStatThrottled:
 			out.Throttled = v
-		case usec:
+		case cpuStatUsec, cpuStatUsage:
 			if v > math.MaxInt64/uint64(time.Microsecond) {
-				return sc.malformed("value overflows a duration")
+				return CPUStat{}, 0, sc.malformed("value overflows a duration")
 			}
-			out.ThrottledTime = time.Duration(v) * time.Microsecond
-		case nsec:
+			if bit == cpuStatUsec {
+				out.ThrottledTime = time.Duration(v) * time.Microsecond
+			} else {
+				out.Usage = time.Duration(v) * time.Microsecond
+			}
+		case cpuStatNsec:
 			if v > math.MaxInt64 {
-				return sc.malformed("value overflows a duration")
+				return CPUStat{}, 0, sc.malformed("value overflows a duration")
 			}
 			out.ThrottledTime = time.Duration(v)
 		}
 	}
 	if sc.err != nil {
+		return CPUStat{}, 0, sc.err
+	}
+	return out, seen, nil
+}
+
+// ParseValue parses a cgroup file that holds one decimal number and a
+// newline, as the kernel writes cpuacct.usage, memory.usage_in_bytes,
+// memory.max_usage_in_bytes (v1), memory.current and memory.peak (v2). On
+// error v is left unchanged.
+func ParseValue(data []byte, v *uint64) error {
+	n := len(data)
+	if n == 0 {
+		return malformed("empty: want a decimal integer and a newline")
+	}
+	if data[n-1] != '\n' {
+		return malformed("truncated: no newline at end of %q", quoteBytes(data))
+	}
+	digits := data[:n-1]
+	if len(digits) == 0 {
+		return malformed("empty value: want a decimal integer")
+	}
+	var x uint64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return malformed("value %q: not a decimal integer", quoteBytes(digits))
+		}
+		d := uint64(c - '0')
+		if x > (math.MaxUint64-d)/10 {
+			return malformed("value %q: overflows uint64", quoteBytes(digits))
+		}
+		x = x*10 + d
+	}
+	*v = x
+	return nil
+}
+
+// ParseCPUAcctUsage parses cgroup v1's cpuacct.usage, the CPU time in
+// nanoseconds the cgroup's tasks consumed, into d. On error d is left
+// unchanged.
+func ParseCPUAcctUsage(data []byte, d *time.Duration) error {
+	var v uint64
+	if err := ParseValue(data, &v); err != nil {
+		return err
+	}
+	if v > math.MaxInt64 {
+		return malformed("value %d: overflows a duration", v)
+	}
+	*d = time.Duration(v)
+	return nil
+}
+
+// MemoryStat holds the key of memory.stat that the working set needs.
+type MemoryStat struct {
+	// InactiveFile is the page cache on the inactive LRU list of the cgroup
+	// and its descendants, which the kernel reclaims first: v2's
+	// inactive_file, v1's total_inactive_file (v1's inactive_file counts
+	// the cgroup alone, while memory.usage_in_bytes counts its
+	// descendants too).
+	InactiveFile uint64
+}
+
+// ParseMemoryStatV1 parses cgroup v1's memory.stat. It needs
+// total_inactive_file; other keys are ignored. On error s is left unchanged.
+func ParseMemoryStatV1(data []byte, s *MemoryStat) error {
+	return parseMemoryStat(data, "total_inactive_file", s)
+}
+
+// ParseMemoryStatV2 parses cgroup v2's memory.stat. It needs inactive_file;
+// other keys are ignored. On error s is left unchanged.
+func ParseMemoryStatV2(data []byte, s *MemoryStat) error {
+	return parseMemoryStat(data, "inactive_file", s)
+}
+
+func parseMemoryStat(data []byte, inactiveFile string, s *MemoryStat) error {
+	var seen bool
+	var out MemoryStat
+	sc := kvScanner{data: data}
+	for sc.next() {
+		if string(sc.key) != inactiveFile {
+			continue
+		}
+		if seen {
+			return sc.malformed("repeated key")
+		}
+		seen = true
+		v, err := sc.uint()
+		if err != nil {
+			return err
+		}
+		out.InactiveFile = v
+	}
+	if sc.err != nil {
 		return sc.err
 	}
-	switch {
-	case seen&periods == 0:
-		return malformed("missing key nr_periods")
-	case seen&throttled == 0:
-		return malformed("missing key nr_throttled")
-	case seen&(usec|nsec) == 0:
-		return malformed("missing key throttled_usec (v2) or throttled_time (v1)")
-	case seen&(usec|nsec) == usec|nsec:
-		return malformed("both throttled_usec (v2) and throttled_time (v1) present")
+	if !seen {
+		return malformed("missing key %s", inactiveFile)
 	}
 	*s = out
 	return nil

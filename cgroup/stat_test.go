@@ -23,7 +23,7 @@ func TestParseCPUStatReadsBothVersions(t *testing.T) {
 		name, in string
 		want     CPUStat
 	}{
-		{"v2", cpuStatV2, CPUStat{Periods: 4210, Throttled: 987, ThrottledTime: 45612345 * time.Microsecond}},
+		{"v2", cpuStatV2, CPUStat{Periods: 4210, Throttled: 987, ThrottledTime: 45612345 * time.Microsecond, Usage: 5316541 * time.Microsecond}},
 		{"v1", cpuStatV1, CPUStat{Periods: 1500, Throttled: 750, ThrottledTime: 2500 * time.Millisecond}},
 		{"v1 minimal, old kernel without bursts", "nr_periods 1\nnr_throttled 0\nthrottled_time 0\n", CPUStat{Periods: 1}},
 		{"keys in any order", "throttled_usec 1\nnr_throttled 2\nnr_periods 3\n", CPUStat{Periods: 3, Throttled: 2, ThrottledTime: time.Microsecond}},
@@ -76,6 +76,8 @@ func TestParseCPUStatRejectsMalformedContent(t *testing.T) {
 		{"usec overflows duration", "nr_periods 1\nnr_throttled 1\nthrottled_usec 9223372036854776\n", "overflows a duration"},
 		{"ns overflows duration", "nr_periods 1\nnr_throttled 1\nthrottled_time 9223372036854775808\n", "overflows a duration"},
 		{"repeated key", "nr_periods 1\nnr_periods 2\nnr_throttled 1\nthrottled_usec 1\n", "line 2: nr_periods \"2\": repeated key"},
+		{"repeated usage_usec", "usage_usec 1\nusage_usec 2\nnr_periods 1\nnr_throttled 1\nthrottled_usec 1\n", "line 2: usage_usec \"2\": repeated key"},
+		{"usage_usec overflows duration", "usage_usec 9223372036854776\nnr_periods 1\nnr_throttled 1\nthrottled_usec 1\n", "line 1: usage_usec \"9223372036854776\": value overflows a duration"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,6 +170,314 @@ func TestParsersDoNotAllocate(t *testing.T) {
 		_ = ParseCPUStat(cpuV2, &s)
 		_ = ParseMemoryEvents(mem, &e)
 		_ = ParseOOMControl(oom, &c)
+	})
+	assert.Zero(t, allocs)
+}
+
+// memoryStatV1 is this development VM's root /sys/fs/cgroup/memory/memory.stat
+// (Linux 6.18, cgroup v1): the cgroup's own counters, then total_* ones that
+// include its descendants.
+const memoryStatV1 = `cache 17252352
+rss 11403264
+rss_huge 0
+shmem 9084928
+mapped_file 7626752
+dirty 557056
+writeback 0
+workingset_refault_anon 0
+workingset_refault_file 899
+swap 0
+swapcached 0
+pgpgin 39104
+pgpgout 32146
+pgfault 45259
+pgmajfault 0
+inactive_anon 0
+active_anon 1531904
+inactive_file 1413120
+active_file 6754304
+unevictable 18948096
+hierarchical_memory_limit 9223372036854771712
+hierarchical_memsw_limit 9223372036854771712
+total_cache 3808702464
+total_rss 214925312
+total_rss_huge 0
+total_shmem 9084928
+total_mapped_file 52953088
+total_dirty 773971968
+total_writeback 0
+total_workingset_refault_anon 0
+total_workingset_refault_file 11197
+total_swap 0
+total_swapcached 0
+total_pgpgin 17158942
+total_pgpgout 16657590
+total_pgfault 18692019
+total_pgmajfault 740
+total_inactive_anon 203337728
+total_active_anon 1626112
+total_inactive_file 2066391040
+total_active_file 1733230592
+total_unevictable 18948096
+`
+
+// memoryStatV2 is a cgroup v2 memory.stat in Linux 6.18's format (key order
+// of mm/memcontrol.c memory_stats[] and memcg_vm_event_stat[], with swap,
+// zswap and THP configured), the same as the unified-systemd-containerd
+// fixture's Guaranteed container.
+const memoryStatV2 = `anon 964689920
+file 106954752
+kernel 2097152
+kernel_stack 163840
+pagetables 425984
+sec_pagetables 0
+percpu 11520
+sock 0
+vmalloc 0
+shmem 0
+zswap 0
+zswapped 0
+file_mapped 1048576
+file_dirty 8192
+file_writeback 0
+swapcached 0
+anon_thp 0
+file_thp 0
+shmem_thp 0
+inactive_anon 964689920
+active_anon 65536
+inactive_file 104857600
+active_file 2097152
+unevictable 0
+slab_reclaimable 612344
+slab_unreclaimable 533120
+slab 1145464
+workingset_refault_anon 0
+workingset_refault_file 7
+workingset_activate_anon 0
+workingset_activate_file 0
+workingset_restore_anon 0
+workingset_restore_file 0
+workingset_nodereclaim 0
+pgdemote_kswapd 0
+pgdemote_direct 0
+pgdemote_khugepaged 0
+pgdemote_proactive 0
+pgscan 0
+pgsteal 0
+pswpin 0
+pswpout 0
+pgscan_kswapd 0
+pgscan_direct 0
+pgscan_khugepaged 0
+pgscan_proactive 0
+pgsteal_kswapd 0
+pgsteal_direct 0
+pgsteal_khugepaged 0
+pgsteal_proactive 0
+pgfault 184362
+pgmajfault 11
+pgrefill 0
+pgactivate 512
+pgdeactivate 0
+pglazyfree 0
+pglazyfreed 0
+swpin_zero 0
+swpout_zero 0
+zswpin 0
+zswpout 0
+zswpwb 0
+thp_fault_alloc 0
+thp_collapse_alloc 0
+thp_swpout 0
+thp_swpout_fallback 0
+`
+
+func TestParseCPUStatUsageNeedsOnlyUsage(t *testing.T) {
+	tests := []struct {
+		name, in  string
+		want      time.Duration
+		wantInErr string
+	}{
+		{name: "full v2", in: cpuStatV2, want: 5316541 * time.Microsecond},
+		{name: "cpu controller not enabled: no CFS counters", in: "usage_usec 7\nuser_usec 5\nsystem_usec 2\n", want: 7 * time.Microsecond},
+		{name: "max", in: "usage_usec 9223372036854775\n", want: 9223372036854775 * time.Microsecond},
+		{name: "v1 cpu.stat has no usage", in: cpuStatV1, wantInErr: "missing key usage_usec"},
+		{name: "empty", in: "", wantInErr: "missing key usage_usec"},
+		{name: "repeated", in: "usage_usec 1\nusage_usec 1\n", wantInErr: `line 2: usage_usec "1": repeated key`},
+		{name: "overflows a duration", in: "usage_usec 9223372036854776\n", wantInErr: "overflows a duration"},
+		{name: "overflows uint64", in: "usage_usec 18446744073709551616\n", wantInErr: "overflows uint64"},
+		{name: "non-numeric", in: "usage_usec 1e6\n", wantInErr: `line 1: usage_usec "1e6": not a decimal integer`},
+		{name: "a known key malformed", in: "usage_usec 1\nnr_periods x\n", wantInErr: `line 2: nr_periods "x"`},
+		{name: "truncated", in: "usage_usec 12", wantInErr: "truncated"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := time.Duration(42)
+			err := ParseCPUStatUsage([]byte(tt.in), &d)
+			if tt.wantInErr != "" {
+				require.Error(t, err)
+				assert.ErrorIs(t, err, ErrMalformed)
+				assert.Contains(t, err.Error(), tt.wantInErr)
+				assert.Equal(t, time.Duration(42), d, "a failed parse leaves the destination alone")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, d)
+		})
+	}
+}
+
+func TestParseValueReadsOneNumberAndANewline(t *testing.T) {
+	tests := []struct {
+		name, in  string
+		want      uint64
+		wantInErr string
+	}{
+		{name: "memory.current", in: "268435456\n", want: 268435456},
+		{name: "zero", in: "0\n", want: 0},
+		{name: "max uint64", in: maxUint64Text + "\n", want: 1<<64 - 1},
+		{name: "empty", in: "", wantInErr: "empty"},
+		{name: "only a newline", in: "\n", wantInErr: "empty value"},
+		{name: "no newline", in: "4096", wantInErr: `truncated: no newline at end of "4096"`},
+		{name: "overflow", in: "18446744073709551616\n", wantInErr: `value "18446744073709551616": overflows uint64`},
+		{name: "memory.max's max is not a value here", in: "max\n", wantInErr: `value "max": not a decimal integer`},
+		{name: "negative", in: "-1\n", wantInErr: "not a decimal integer"},
+		{name: "two lines", in: "1\n2\n", wantInErr: "not a decimal integer"},
+		{name: "trailing space", in: "1 \n", wantInErr: "not a decimal integer"},
+		{name: "carriage return", in: "1\r\n", wantInErr: "not a decimal integer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := uint64(42)
+			err := ParseValue([]byte(tt.in), &v)
+			if tt.wantInErr != "" {
+				require.Error(t, err)
+				assert.ErrorIs(t, err, ErrMalformed)
+				assert.Contains(t, err.Error(), tt.wantInErr)
+				assert.Equal(t, uint64(42), v)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, v)
+		})
+	}
+}
+
+func TestParseCPUAcctUsageIsNanoseconds(t *testing.T) {
+	var d time.Duration
+	require.NoError(t, ParseCPUAcctUsage([]byte("31415926535\n"), &d))
+	assert.Equal(t, 31415926535*time.Nanosecond, d)
+	require.NoError(t, ParseCPUAcctUsage([]byte("9223372036854775807\n"), &d))
+	assert.Equal(t, time.Duration(1<<63-1), d)
+
+	d = 42
+	err := ParseCPUAcctUsage([]byte("9223372036854775808\n"), &d)
+	assert.ErrorIs(t, err, ErrMalformed)
+	assert.Contains(t, err.Error(), "overflows a duration")
+	err = ParseCPUAcctUsage([]byte("12 34\n"), &d)
+	assert.ErrorIs(t, err, ErrMalformed)
+	assert.Equal(t, time.Duration(42), d)
+}
+
+func TestParseMemoryStatTakesTheHierarchicalInactiveFile(t *testing.T) {
+	tests := []struct {
+		name      string
+		parse     func([]byte, *MemoryStat) error
+		in        string
+		want      uint64
+		wantInErr string
+	}{
+		{name: "v1: total_inactive_file, not the cgroup's own inactive_file", parse: ParseMemoryStatV1, in: memoryStatV1, want: 2066391040},
+		{name: "v2", parse: ParseMemoryStatV2, in: memoryStatV2, want: 104857600},
+		{name: "v1 minimal", parse: ParseMemoryStatV1, in: "total_inactive_file 1\n", want: 1},
+		{name: "v2 minimal", parse: ParseMemoryStatV2, in: "inactive_file 0\n"},
+		{name: "v2 max", parse: ParseMemoryStatV2, in: "inactive_file " + maxUint64Text + "\n", want: 1<<64 - 1},
+		{name: "v1 file read as v2 takes its local inactive_file", parse: ParseMemoryStatV2, in: memoryStatV1, want: 1413120},
+		{name: "v2 file read as v1", parse: ParseMemoryStatV1, in: memoryStatV2, wantInErr: "missing key total_inactive_file"},
+		{name: "v1 missing key", parse: ParseMemoryStatV1, in: "cache 1\ninactive_file 1\n", wantInErr: "missing key total_inactive_file"},
+		{name: "v2 missing key", parse: ParseMemoryStatV2, in: "anon 1\nfile 1\n", wantInErr: "missing key inactive_file"},
+		{name: "v2 empty", parse: ParseMemoryStatV2, in: "", wantInErr: "missing key inactive_file"},
+		{name: "v1 repeated key", parse: ParseMemoryStatV1, in: "total_inactive_file 1\ntotal_inactive_file 2\n", wantInErr: `line 2: total_inactive_file "2": repeated key`},
+		{name: "v2 repeated key", parse: ParseMemoryStatV2, in: "inactive_file 1\nactive_file 1\ninactive_file 1\n", wantInErr: `line 3: inactive_file "1": repeated key`},
+		{name: "v2 overflow", parse: ParseMemoryStatV2, in: "inactive_file 18446744073709551616\n", wantInErr: "overflows uint64"},
+		{name: "v1 non-numeric", parse: ParseMemoryStatV1, in: "total_inactive_file 1k\n", wantInErr: `line 1: total_inactive_file "1k": not a decimal integer`},
+		{name: "v2 truncated", parse: ParseMemoryStatV2, in: "anon 1\ninactive_file 12", wantInErr: "line 2: truncated"},
+		{name: "v2 malformed line", parse: ParseMemoryStatV2, in: "inactive_file 1\nanon\n", wantInErr: `line 2: "anon": want "key value"`},
+		{name: "unknown keys ignored, even non-numeric", parse: ParseMemoryStatV2, in: "future x y\ninactive_file 5\n", want: 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := MemoryStat{InactiveFile: 42}
+			err := tt.parse([]byte(tt.in), &s)
+			if tt.wantInErr != "" {
+				require.Error(t, err)
+				assert.ErrorIs(t, err, ErrMalformed)
+				assert.Contains(t, err.Error(), tt.wantInErr)
+				assert.Equal(t, MemoryStat{InactiveFile: 42}, s)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, MemoryStat{InactiveFile: tt.want}, s)
+		})
+	}
+}
+
+func TestRealMemoryStatFilesHaveTheirFullKeySet(t *testing.T) {
+	assert.Equal(t, 42, strings.Count(memoryStatV1, "\n"))
+	assert.Equal(t, 66, strings.Count(memoryStatV2, "\n"))
+}
+
+func TestWorkingSetIsUsageLessInactiveFileClampedAtZero(t *testing.T) {
+	tests := []struct {
+		name                string
+		usage, inactive, ws uint64
+	}{
+		{"cadvisor's rule", 268435456, 41943040, 226492416},
+		{"no inactive cache", 100, 0, 100},
+		{"all of it inactive cache", 4096, 4096, 0},
+		{"inactive_file read after a drop in usage", 50331648, 52428800, 0},
+		{"max", 1<<64 - 1, 1, 1<<64 - 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.ws, WorkingSet(tt.usage, tt.inactive))
+		})
+	}
+}
+
+func TestIntervalPeakUsesTheKernelPeakOnlyWhenItGrew(t *testing.T) {
+	const mi = 1 << 20
+	tests := []struct {
+		name       string
+		prev, cur  Usage
+		sampledMax uint64
+		want       uint64
+	}{
+		{"first report: the peak since creation", Usage{}, Usage{Memory: 10 * mi, Peak: 300 * mi, PeakAvailable: true}, 20 * mi, 300 * mi},
+		{"peak grew within the interval", Usage{Peak: 300 * mi, PeakAvailable: true}, Usage{Memory: 10 * mi, Peak: 310 * mi, PeakAvailable: true}, 200 * mi, 310 * mi},
+		{"peak reached before: the samples", Usage{Peak: 300 * mi, PeakAvailable: true}, Usage{Memory: 10 * mi, Peak: 300 * mi, PeakAvailable: true}, 120 * mi, 120 * mi},
+		{"peak reached before, usage above the samples", Usage{Peak: 300 * mi, PeakAvailable: true}, Usage{Memory: 150 * mi, Peak: 300 * mi, PeakAvailable: true}, 120 * mi, 150 * mi},
+		{"no peak file (v2 before 5.19)", Usage{Memory: 80 * mi}, Usage{Memory: 90 * mi}, 100 * mi, 100 * mi},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, IntervalPeak(tt.prev, tt.cur, tt.sampledMax))
+		})
+	}
+}
+
+func TestUsageParsersDoNotAllocate(t *testing.T) {
+	v1, v2, cpu, val := []byte(memoryStatV1), []byte(memoryStatV2), []byte(cpuStatV2), []byte("31415926535\n")
+	var s MemoryStat
+	var d time.Duration
+	var v uint64
+	allocs := testing.AllocsPerRun(100, func() {
+		_ = ParseMemoryStatV1(v1, &s)
+		_ = ParseMemoryStatV2(v2, &s)
+		_ = ParseCPUStatUsage(cpu, &d)
+		_ = ParseCPUAcctUsage(val, &d)
+		_ = ParseValue(val, &v)
 	})
 	assert.Zero(t, allocs)
 }
