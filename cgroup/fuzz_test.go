@@ -2,8 +2,10 @@ package cgroup
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // checkParse holds what every parser promises: no panic, and either a
@@ -50,6 +52,82 @@ func FuzzParseOOMControl(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkParse(t, ParseOOMControl, data)
+	})
+}
+
+func FuzzParseCPUStatUsage(f *testing.F) {
+	for _, s := range []string{cpuStatV2, cpuStatV1, "usage_usec 1\n", "usage_usec 9223372036854776\n", "usage_usec 1\nusage_usec 1\n", "usage_usec 1"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkParse(t, ParseCPUStatUsage, data)
+		var d time.Duration
+		if ParseCPUStatUsage(data, &d) == nil && d < 0 {
+			t.Fatalf("negative usage %v", d)
+		}
+		// cpu.stat's two parsers agree on usage_usec.
+		var s CPUStat
+		if ParseCPUStat(data, &s) == nil && s.Usage != d {
+			t.Fatalf("ParseCPUStat read usage %v, ParseCPUStatUsage %v", s.Usage, d)
+		}
+	})
+}
+
+func FuzzParseValue(f *testing.F) {
+	for _, s := range []string{"0\n", "268435456\n", maxUint64Text + "\n", "18446744073709551616\n", "", "\n", "12", "max\n", "1\n2\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkParse(t, ParseValue, data)
+		var v uint64
+		if ParseValue(data, &v) == nil {
+			if got := strconv.FormatUint(v, 10) + "\n"; strings.TrimLeft(string(data), "0") != strings.TrimLeft(got, "0") {
+				t.Fatalf("%q parsed to %d", data, v)
+			}
+		}
+	})
+}
+
+func FuzzParseCPUAcctUsage(f *testing.F) {
+	for _, s := range []string{"31415926535\n", "9223372036854775807\n", "9223372036854775808\n", "0\n", "1 2\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkParse(t, ParseCPUAcctUsage, data)
+		var d time.Duration
+		if ParseCPUAcctUsage(data, &d) == nil && d < 0 {
+			t.Fatalf("negative usage %v", d)
+		}
+	})
+}
+
+// fuzzMemoryStat checks a memory.stat parser and the working set made from
+// its result: never above the usage.
+func fuzzMemoryStat(t *testing.T, parse func([]byte, *MemoryStat) error, data []byte, usage uint64) {
+	checkParse(t, parse, data)
+	var s MemoryStat
+	if parse(data, &s) == nil {
+		if ws := WorkingSet(usage, s.InactiveFile); ws > usage || (s.InactiveFile <= usage && ws+s.InactiveFile != usage) {
+			t.Fatalf("working set %d from usage %d and inactive file %d", ws, usage, s.InactiveFile)
+		}
+	}
+}
+
+func FuzzParseMemoryStatV1(f *testing.F) {
+	for _, s := range []string{memoryStatV1, memoryStatV2, "total_inactive_file 1\n", "total_inactive_file 1\ntotal_inactive_file 1\n", "inactive_file 1\n", "total_inactive_file 18446744073709551616\n"} {
+		f.Add([]byte(s), uint64(1<<30))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, usage uint64) {
+		fuzzMemoryStat(t, ParseMemoryStatV1, data, usage)
+	})
+}
+
+func FuzzParseMemoryStatV2(f *testing.F) {
+	for _, s := range []string{memoryStatV2, memoryStatV1, "inactive_file 1\n", "inactive_file 1\ninactive_file 1\n", "anon 1\n", "inactive_file 1"} {
+		f.Add([]byte(s), uint64(1<<30))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, usage uint64) {
+		fuzzMemoryStat(t, ParseMemoryStatV2, data, usage)
 	})
 }
 

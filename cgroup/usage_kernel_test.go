@@ -1,0 +1,197 @@
+package cgroup
+
+// The usage readers on real cgroup v1 controllers: a child process burns CPU
+// and allocates memory in a cgroup, and the readers must agree with the
+// kernel's own files and with /proc.
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kerf-dev/kerf/test/kerneltest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// usageHelperEnv makes the test binary run usageHelper instead of the
+	// tests.
+	usageHelperEnv = "KERF_CGROUP_USAGE_HELPER"
+	helperAlloc    = 64 << 20
+	helperBurn     = 200 * time.Millisecond
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(usageHelperEnv) == "1" {
+		usageHelper()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// usageHelper waits for a line on stdin (its parent has moved it into the
+// cgroup by then), allocates and touches helperAlloc bytes, burns helperBurn
+// of CPU time, says "done" and holds the memory until stdin closes.
+func usageHelper() {
+	in := bufio.NewReader(os.Stdin)
+	if _, err := in.ReadString('\n'); err != nil {
+		os.Exit(2)
+	}
+	buf := make([]byte, helperAlloc)
+	for i := 0; i < len(buf); i += 4096 {
+		buf[i] = 1
+	}
+	start := processCPU()
+	for processCPU()-start < helperBurn {
+		for range 100000 {
+			buf[0]++
+		}
+	}
+	fmt.Println("done")
+	_, _ = io.Copy(io.Discard, in)
+	runtime.KeepAlive(buf)
+}
+
+// processCPU returns the CPU time this process has used, all threads.
+func processCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts); err != nil {
+		panic(err)
+	}
+	return time.Duration(ts.Nano())
+}
+
+// procCPU returns utime+stime of pid from /proc/<pid>/stat.
+func procCPU(t *testing.T, pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err)
+	// Fields after the command (which may hold spaces) start at state.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, err := strconv.ParseUint(f[11], 10, 64)
+	require.NoError(t, err)
+	stime, err := strconv.ParseUint(f[12], 10, 64)
+	require.NoError(t, err)
+	const clockTicks = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// procStatusKB returns a "Name:   123 kB" field of /proc/<pid>/status in bytes.
+func procStatusKB(t *testing.T, pid int, name string) uint64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			require.NoError(t, err)
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", name, pid)
+	return 0
+}
+
+// readKernelFile reads a cgroup file with a plain read, apart from the readers.
+func readKernelFile(t *testing.T, dir, name string) []byte {
+	data, err := os.ReadFile(filepath.Join(dir, name))
+	require.NoError(t, err)
+	return data
+}
+
+func TestKernelUsageOfABusyProcessMatchesTheKernel(t *testing.T) {
+	h, cpuacct := v1Controller(t, "cpuacct")
+	_, mem := v1Controller(t, "memory")
+	cpuDir := kerneltest.MakeCgroup(t, cpuacct.Path)
+	cg := cgroupPath(t, cpuacct, cpuDir)
+	memDir := kerneltest.MakeCgroupPath(t, mem.Path, cg)
+
+	r, err := h.OpenUsage(cg)
+	require.NoError(t, err)
+	defer r.Close()
+	var before Usage
+	require.NoError(t, r.Read(&before))
+	assert.Equal(t, Usage{PeakAvailable: true}, before, "a new cgroup has used nothing")
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), usageHelperEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	pid := cmd.Process.Pid
+	kerneltest.WriteFile(t, cpuDir, "cgroup.procs", strconv.Itoa(pid))
+	kerneltest.WriteFile(t, memDir, "cgroup.procs", strconv.Itoa(pid))
+	_, err = io.WriteString(stdin, "go\n")
+	require.NoError(t, err)
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "done\n", line)
+
+	var u Usage
+	require.NoError(t, r.Read(&u))
+	t.Logf("after burning %v and touching %d MiB: %+v", helperBurn, helperAlloc>>20, u)
+
+	// CPU: at least the burn, at most what the process used in all (its
+	// start ran in the parent cgroup), and what cpuacct.usage says.
+	var kernelCPU time.Duration
+	require.NoError(t, ParseCPUAcctUsage(readKernelFile(t, cpuDir, "cpuacct.usage"), &kernelCPU))
+	assert.GreaterOrEqual(t, u.CPU, helperBurn-5*time.Millisecond)
+	assert.LessOrEqual(t, u.CPU, procCPU(t, pid)+20*time.Millisecond, "the cgroup holds only the helper")
+	assert.GreaterOrEqual(t, kernelCPU, u.CPU)
+	assert.InDelta(t, kernelCPU, u.CPU, float64(10*time.Millisecond))
+
+	// Memory: the touched pages are anonymous, never inactive file cache,
+	// so the working set holds them all; the peak holds the usage.
+	var kernelMem, kernelPeak uint64
+	var kernelStat MemoryStat
+	require.NoError(t, ParseValue(readKernelFile(t, memDir, "memory.usage_in_bytes"), &kernelMem))
+	require.NoError(t, ParseMemoryStatV1(readKernelFile(t, memDir, "memory.stat"), &kernelStat))
+	require.NoError(t, ParseValue(readKernelFile(t, memDir, "memory.max_usage_in_bytes"), &kernelPeak))
+	const slack = 1 << 20
+	assert.GreaterOrEqual(t, u.WorkingSet, uint64(helperAlloc))
+	assert.LessOrEqual(t, u.WorkingSet, u.Memory)
+	assert.LessOrEqual(t, u.WorkingSet, procStatusKB(t, pid, "VmRSS")+16<<20, "the working set is the helper's resident memory and its kernel memory")
+	assert.GreaterOrEqual(t, procStatusKB(t, pid, "RssAnon"), uint64(helperAlloc))
+	assert.InDelta(t, kernelMem, u.Memory, slack)
+	assert.InDelta(t, WorkingSet(kernelMem, kernelStat.InactiveFile), u.WorkingSet, slack)
+	assert.True(t, u.PeakAvailable)
+	assert.GreaterOrEqual(t, u.Peak, u.Memory)
+	assert.GreaterOrEqual(t, kernelPeak, u.Peak)
+	assert.InDelta(t, kernelPeak, u.Peak, slack)
+	assert.Equal(t, u.Peak, IntervalPeak(before, u, u.Memory), "the peak grew in this interval")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = r.Read(&u) }))
+
+	// With the helper gone its memory is uncharged, but the peak stays:
+	// the next interval's peak comes from the samples.
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	var after Usage
+	require.NoError(t, r.Read(&after))
+	t.Logf("after the helper exited: %+v", after)
+	assert.Less(t, after.Memory, uint64(helperAlloc))
+	assert.Equal(t, u.Peak, after.Peak)
+	assert.GreaterOrEqual(t, after.CPU, u.CPU)
+	assert.Equal(t, after.Memory, IntervalPeak(u, after, 0))
+
+	kerneltest.RemoveCgroup(t, cpuDir)
+	kerneltest.RemoveCgroup(t, memDir)
+	err = r.Read(&after)
+	assert.ErrorIs(t, err, ErrGone)
+	assert.NotErrorIs(t, err, ErrMalformed)
+	_, err = h.OpenUsage(cg)
+	assert.ErrorIs(t, err, ErrGone)
+}
