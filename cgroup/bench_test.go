@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/kerf-dev/kerf/test/kerneltest"
 )
@@ -124,5 +125,119 @@ func BenchmarkParseContainerPath(b *testing.B) {
 		if _, _, ok := ParseContainerPath(p); !ok {
 			b.Fatal("no match")
 		}
+	}
+}
+
+// usageCgroups makes n real v1 cgroups, each in the cpuacct and the memory
+// tree, and opens a UsageReader on each.
+func usageCgroups(b *testing.B, n int) []*UsageReader {
+	h, cpuacct := v1Controller(b, "cpuacct")
+	_, mem := v1Controller(b, "memory")
+	parent := cgroupPath(b, cpuacct, kerneltest.MakeCgroup(b, cpuacct.Path))
+	kerneltest.MakeCgroupPath(b, mem.Path, parent)
+	readers := make([]*UsageReader, n)
+	for i := range readers {
+		cg := fmt.Sprintf("%s/c%03d", parent, i)
+		kerneltest.MakeCgroupPath(b, cpuacct.Path, cg)
+		kerneltest.MakeCgroupPath(b, mem.Path, cg)
+		r, err := h.OpenUsage(cg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { r.Close() })
+		readers[i] = r
+	}
+	return readers
+}
+
+// BenchmarkReadUsage reads one real v1 cgroup's usage: cpuacct.usage,
+// memory.usage_in_bytes, memory.stat and memory.max_usage_in_bytes.
+func BenchmarkReadUsage(b *testing.B) {
+	r := usageCgroups(b, 1)[0]
+	var u Usage
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := r.Read(&u); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReadUsage500 is one usage pass over 500 real v1 cgroups, beside
+// BenchmarkReadCPUStat500's throttling pass.
+func BenchmarkReadUsage500(b *testing.B) {
+	const n = 500
+	readers := usageCgroups(b, n)
+	var u Usage
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, r := range readers {
+			if err := r.Read(&u); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/read")
+}
+
+// BenchmarkReadUsageFiles500 is a usage pass over 500 fixture cgroups of
+// regular files in each version's format; it needs no root and measures
+// the readers and parsers apart from the kernel's cgroup code.
+func BenchmarkReadUsageFiles500(b *testing.B) {
+	const n = 500
+	for _, version := range []int{1, 2} {
+		b.Run(fmt.Sprintf("v%d", version), func(b *testing.B) {
+			root := b.TempDir()
+			m := Mount{Version: version}
+			readers := make([]*UsageReader, n)
+			for i := range readers {
+				dir := filepath.Join(root, fmt.Sprintf("c%03d", i))
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					b.Fatal(err)
+				}
+				writeUsageFiles(b, dir, version, true)
+				r, err := OpenUsageAt(m, dir, m, dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { r.Close() })
+				readers[i] = r
+			}
+			var u Usage
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, r := range readers {
+					if err := r.Read(&u); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/read")
+		})
+	}
+}
+
+func BenchmarkParseUsage(b *testing.B) {
+	var d time.Duration
+	var s MemoryStat
+	for _, bm := range []struct {
+		name, data string
+		parse      func([]byte) error
+	}{
+		{"cpuacct.usage", "31415926535\n", func(data []byte) error { return ParseCPUAcctUsage(data, &d) }},
+		{"cpu.stat usage_usec", cpuStatV2, func(data []byte) error { return ParseCPUStatUsage(data, &d) }},
+		{"memory.stat v1", memoryStatV1, func(data []byte) error { return ParseMemoryStatV1(data, &s) }},
+		{"memory.stat v2", memoryStatV2, func(data []byte) error { return ParseMemoryStatV2(data, &s) }},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			data := []byte(bm.data)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				if err := bm.parse(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

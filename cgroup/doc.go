@@ -11,7 +11,8 @@
 //     BPF reports it) to a path.
 //   - Counters: CPUStatReader, MemoryEventsReader and OOMControlReader keep
 //     a cgroup file open and re-read it with pread into their own buffer, so
-//     a sampling pass does not allocate.
+//     a sampling pass does not allocate. UsageReader does the same for a
+//     container's CPU usage, memory working set and peak.
 //
 // Cgroup paths (as in /proc/<pid>/cgroup) start with "/" and are relative to
 // a hierarchy's root; Hierarchy.Path turns one into a file system directory.
