@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster/policy"
 	"github.com/kerf-dev/kerf/cluster/watch"
 )
 
@@ -201,8 +200,8 @@ func TestWatchEndsHealthy(t *testing.T) {
 	assert.Equal(t, rsr.Status.Change.ValueFingerprint, rsr.Status.LastHealthy.ValueFingerprint)
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionHealthy), 1)
 	assert.Equal(t, v1alpha1.BackoffMonitoringSucceeded, rsr.Status.Rollback.State)
-	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", policy.EventMonitoringSucceeded)) == 1 }, 10*time.Second, 50*time.Millisecond)
-	assert.Len(t, eventsFor(t, c, ns, "web", policy.EventMonitoringStarted), 1)
+	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", v1alpha1.EventMonitoringSucceeded)) == 1 }, 10*time.Second, 50*time.Millisecond)
+	assert.Len(t, eventsFor(t, c, ns, "web", v1alpha1.EventMonitoringStarted), 1)
 }
 
 // TestFailoverMidRollbackRestoresOnce stops the leader right after it marked
@@ -382,7 +381,7 @@ func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 	require.Eventually(t, func() bool {
 		rsr = getRSR(t, c, ns, "web")
 		for _, a := range historyOf(rsr, v1alpha1.ActionFailed) {
-			if a.Reason == ReasonRollbackError {
+			if a.Reason == v1alpha1.ReasonRollbackError {
 				return true
 			}
 		}
@@ -403,7 +402,7 @@ func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String())
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionRolledBack), 1)
 	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
-	assert.GreaterOrEqual(t, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("failed", ReasonRollbackError, "memory")), 1.0)
+	assert.GreaterOrEqual(t, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("failed", v1alpha1.ReasonRollbackError, "memory")), 1.0)
 }
 
 // TestBackoffRunEndsFailedPermanent runs the backoff of design section 4
@@ -470,8 +469,8 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 	rsr := waitState(v1alpha1.BackoffFailedPermanent, 2)
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionRolledBack), 2)
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionApplied), 2, "the same values were tried once more")
-	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", policy.EventBackoffExhausted)) == 1 }, 10*time.Second, 50*time.Millisecond)
-	assert.Len(t, eventsFor(t, c, ns, "web", policy.EventBackoffTurnCompleted), 1)
+	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", v1alpha1.EventBackoffExhausted)) == 1 }, 10*time.Second, 50*time.Millisecond)
+	assert.Len(t, eventsFor(t, c, ns, "web", v1alpha1.EventBackoffTurnCompleted), 1)
 	poke(3)
 	time.Sleep(500 * time.Millisecond)
 	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String(), "never applied a third time")
