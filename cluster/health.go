@@ -182,11 +182,8 @@ func (c *reconcileContext) breach(ctx context.Context, v watch.Verdict) (ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if c.r.AfterBreach != nil {
-		c.r.AfterBreach(ctx, rsr)
-		if ctx.Err() != nil {
-			return ctrl.Result{}, ctx.Err()
-		}
+	if err := c.hook(ctx, c.r.AfterBreach); err != nil {
+		return ctrl.Result{}, err
 	}
 	return c.restore(ctx)
 }

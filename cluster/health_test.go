@@ -114,9 +114,7 @@ func TestFailoverMidRollbackRestoresOnce(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
 	// The leader dies between marking and restoring.
 	a := startCrashingLeader(t, ns, func(cfg *Config, crash func(context.Context, *v1alpha1.RightsizingRecommendation)) {
 		cfg.AfterBreach = crash
@@ -285,12 +283,10 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
+	dep := web(t, c, ns, policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
 		g.Cooldown = &metav1.Duration{}
 		g.Backoff = v1alpha1.Backoff{TimePeriod: &metav1.Duration{Duration: 10 * time.Second}, MultiplyByTurn: 1, MaxAttempts: 2}
-	})))
+	}))
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	src := watch.NewMemorySource()
@@ -382,9 +378,7 @@ func TestRollbackOfADeletedWorkloadEnds(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
 	startLeader(t, ns, "a", Config{AfterBreach: func(ctx context.Context, _ *v1alpha1.RightsizingRecommendation) {
 		require.NoError(t, c.Delete(ctx, dep))
 		// The leader reads the workload from its cache: wait until the

@@ -342,15 +342,23 @@ func oomKilled(t *testing.T, c client.Client, pod *corev1.Pod, reason string) {
 	require.NoError(t, c.Status().Update(ctx, pod))
 }
 
+// web creates the Deployment web (500m, 256Mi) and policy p in ns, and
+// returns the Deployment.
+func web(t testing.TB, c client.Client, ns string, p *v1alpha1.RightsizingPolicy) *appsv1.Deployment {
+	t.Helper()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(context.Background(), dep))
+	require.NoError(t, c.Create(context.Background(), p))
+	return dep
+}
+
 // watchedWeb creates the Deployment web (500m, 256Mi) and policy in ns,
 // starts leader "a" with cfg, asks for cpu and mem with strategy Rollout
 // and returns once the change is watched.
 func watchedWeb(t *testing.T, c client.Client, ns string, policy *v1alpha1.RightsizingPolicy, cfg Config, cpu, mem string) (*appsv1.Deployment, *testLeader) {
 	t.Helper()
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, policy))
+	dep := web(t, c, ns, policy)
 	l := startLeader(t, ns, "a", cfg)
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, cpu, mem)))
 	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
@@ -428,10 +436,8 @@ func markRunning(t testing.TB, c client.Client, pod *corev1.Pod) {
 func inPlaceWeb(t *testing.T, c client.Client, ns string, p *v1alpha1.RightsizingPolicy, cpu, mem string) (*appsv1.Deployment, *corev1.Pod, *testLeader) {
 	t.Helper()
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
+	dep := web(t, c, ns, p)
 	pod := runningPod(t, c, dep)
-	require.NoError(t, c.Create(ctx, p))
 	l := startLeader(t, ns, "a", Config{})
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, cpu, mem)))
 	return dep, pod, l

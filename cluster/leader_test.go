@@ -45,8 +45,7 @@ func TestRolloutIsAppliedAndRecorded(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
-	require.NoError(t, c.Create(ctx, namespacedPolicy(ns, false)))
+	web(t, c, ns, namespacedPolicy(ns, false))
 	l := startLeader(t, ns, "a", Config{})
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
 
@@ -126,8 +125,7 @@ func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
-	require.NoError(t, c.Create(ctx, namespacedPolicy(ns, false)))
+	web(t, c, ns, namespacedPolicy(ns, false))
 
 	// The leader dies between recording and applying.
 	a := startCrashingLeader(t, ns, func(cfg *Config, crash func(context.Context, *v1alpha1.RightsizingRecommendation)) {

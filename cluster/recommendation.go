@@ -136,11 +136,8 @@ func (c *reconcileContext) plan(ctx context.Context) (ctrl.Result, error) {
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if c.r.AfterRecord != nil {
-		c.r.AfterRecord(ctx, rsr)
-		if ctx.Err() != nil {
-			return ctrl.Result{}, ctx.Err()
-		}
+	if err := c.hook(ctx, c.r.AfterRecord); err != nil {
+		return ctrl.Result{}, err
 	}
 	return c.finish(ctx)
 }
