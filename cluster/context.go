@@ -132,17 +132,6 @@ func (c *reconcileContext) workloadGone(ctx context.Context, cause error) bool {
 	return apierrors.IsNotFound(err)
 }
 
-// hook runs a test's hook (AfterRecord, AfterBreach), when set, after the
-// step it follows was recorded. It returns the context's error when the
-// hook stopped the leader, so the pass does nothing more.
-func (c *reconcileContext) hook(ctx context.Context, h func(context.Context, *v1alpha1.RightsizingRecommendation)) error {
-	if h == nil {
-		return nil
-	}
-	h(ctx, c.rsr)
-	return ctx.Err()
-}
-
 // workloadPods lists the pods the workload's selector selects.
 func workloadPods(ctx context.Context, cl client.Client, w client.Object) ([]corev1.Pod, error) {
 	var sel *metav1.LabelSelector

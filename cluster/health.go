@@ -178,11 +178,9 @@ func (c *reconcileContext) breach(ctx context.Context, v watch.Verdict) (ctrl.Re
 		},
 		conditions:      []metav1.Condition{newCondition(v1alpha1.ConditionHealthWatch, metav1.ConditionFalse, v.Reason, v.Message)},
 		rollbackChanged: true, backoff: evs,
+		hook: c.r.AfterBreach,
 	})
 	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := c.hook(ctx, c.r.AfterBreach); err != nil {
 		return ctrl.Result{}, err
 	}
 	return c.restore(ctx)

@@ -33,8 +33,8 @@ func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
 	pod := adoptedPod(t, c, dep, "web-new-1")
 
 	oomKilled(t, c, pod, "OOMKilled")
-	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
-	rsr = waitRestored(t, c, ns, "web")
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr := waitRestored(t, c, ns, "web")
 
 	res := templateResources(t, c, dep)
 	assert.Equal(t, "256Mi", res.Requests.Memory().String(), "memory restored")
@@ -81,8 +81,8 @@ func TestRestartsRollBackEveryTouchedResourceEvenWhenPaused(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	assert.Equal(t, v1alpha1.PhaseWatching, getRSR(t, c, ns, "web").Status.Phase, "one restart of two allowed")
 	oomKilled(t, c, pod, "Error")
-	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
-	rsr = waitRestored(t, c, ns, "web")
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
+	rsr := waitRestored(t, c, ns, "web")
 	res := templateResources(t, c, dep)
 	assert.Equal(t, "256Mi", res.Requests.Memory().String())
 	assert.Equal(t, "500m", res.Requests.Cpu().String())
@@ -178,7 +178,7 @@ func TestThrottlingRollsBackCPU(t *testing.T) {
 		watch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: windowStart.Add(-time.Second), Periods: 100, Throttled: 10},
 		watch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: now(), Periods: 500, Throttled: 210},
 	)
-	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
 	rsr = waitRestored(t, c, ns, "web")
 	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, rsr.Status.Breach.Resources)
 	assert.Contains(t, rsr.Status.Breach.Figures[0], "throttlingRatio 0.5")

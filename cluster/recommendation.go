@@ -126,6 +126,7 @@ func (c *reconcileContext) plan(ctx context.Context) (ctrl.Result, error) {
 	// exactly what to finish and what to restore.
 	err = c.record(ctx, outcome{
 		doing:     "record change of",
+		hook:      c.r.AfterRecord,
 		setReason: true, observe: true,
 		status: func(st *v1alpha1.RightsizingRecommendationStatus) {
 			st.Breach, st.Change = nil, change
@@ -134,9 +135,6 @@ func (c *reconcileContext) plan(ctx context.Context) (ctrl.Result, error) {
 			fmt.Sprintf("applying %s with strategy %s", joinResources(change.Resources), change.Strategy))},
 	})
 	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := c.hook(ctx, c.r.AfterRecord); err != nil {
 		return ctrl.Result{}, err
 	}
 	return c.finish(ctx)

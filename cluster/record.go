@@ -51,6 +51,10 @@ type outcome struct {
 	// it returned) are emitted and its state is mirrored on the workload.
 	rollbackChanged bool
 	backoff         []string
+	// hook, when set, is a test's hook (AfterRecord, AfterBreach) run once
+	// the outcome is written; when it stops the leader, record returns the
+	// context's error and the pass does nothing more.
+	hook func(context.Context, *v1alpha1.RightsizingRecommendation)
 }
 
 // kubeEvent is a Kubernetes Event an outcome emits.
@@ -70,7 +74,8 @@ func newCondition(typ string, status metav1.ConditionStatus, reason, msg string)
 // record writes the outcome: phase, reason and message, the other status
 // fields, the conditions and the history entry, then the status update
 // (conditional on resourceVersion), and only once that succeeded the
-// Events, the backoff state's mirror and kerf_actions_total.
+// Events, the backoff state's mirror and kerf_actions_total; last the
+// outcome's test hook.
 func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 	rsr, st := c.rsr, &c.rsr.Status
 	if o.phase != "" {
@@ -125,6 +130,10 @@ func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 	}
 	if o.action != nil {
 		c.r.Metrics.count(o.action)
+	}
+	if o.hook != nil {
+		o.hook(ctx, rsr)
+		return ctx.Err()
 	}
 	return nil
 }
