@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,10 +17,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster/webhook"
 	agentnode "github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
@@ -44,11 +43,7 @@ func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.R
 	ctx := context.Background()
 	cs := controlPlane(t).Clientset
 	nodeName := node(t, c)
-	certPEM, keyPEM, caPEM, err := webhook.EnsureSelfManagedCert(ctx, c, webhook.CertOptions{
-		Namespace: ns, ServiceName: "kerf-leader", SecretName: "kerf-stream-cert", ExtraHosts: []string{"127.0.0.1"}})
-	require.NoError(t, err)
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	require.NoError(t, err)
+	serverTLS, pool := streamTLS(t, c, ns)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 
@@ -57,14 +52,11 @@ func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.R
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(t, cs, ns, "kerf-agent", "kerf-leader", agentPod)), 0o600))
 
-	dep, l := watchedWeb(t, c, ns, p, Config{Stream: StreamConfig{Listener: lis,
-		TLS:      &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+	dep, l := watchedWeb(t, c, ns, p, Config{Stream: StreamConfig{Listener: lis, TLS: serverTLS,
 		Audience: "kerf-leader", ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}}, "250m", "128Mi")
 	require.Eventually(t, l.Leading, 15*time.Second, 50*time.Millisecond)
 
 	reg := prometheus.NewRegistry()
-	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM(caPEM))
 	agent, err := agentnode.NewStreamClient(agentnode.StreamConfig{
 		Addr: lis.Addr().String(), TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		TokenFile: tokenFile, NodeName: nodeName, MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
@@ -99,7 +91,7 @@ func TestAgentRestartsRollBackBeforePodStatus(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	a := watchedWebWithAgent(t, c, ns, policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.OOMKills = ptrTo[int32](5) }))
+	a := watchedWebWithAgent(t, c, ns, policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.OOMKills = ptr.To[int32](5) }))
 	pod := adoptedPod(t, c, a.dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond) // the pod reaches the leader's cache
 
@@ -166,7 +158,7 @@ func TestPodStatusCatchingUpWithTheAgentCountsOnce(t *testing.T) {
 	ns := namespace(t, c)
 	ctx := context.Background()
 	a := watchedWebWithAgent(t, c, ns, policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
-		g.OOMKills, g.Restarts = ptrTo[int32](2), ptrTo[int32](2)
+		g.OOMKills, g.Restarts = ptr.To[int32](2), ptr.To[int32](2)
 	}))
 	pod := adoptedPod(t, c, a.dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond)

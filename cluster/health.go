@@ -7,12 +7,10 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,33 +25,29 @@ import (
 // signals that arrive without an event (none should).
 const watchRecheck = 30 * time.Second
 
-// ReasonRollbackError is the reason of a failed action recorded when a
-// restore fails; the restore is retried with exponential backoff.
-const ReasonRollbackError = "RollbackError"
-
 // health runs the part of a recommendation's life after its change was
 // applied: the watch, the rollback and the backoff (design sections 3 and
 // 4). It returns handled=false when there is nothing for it to do.
-func (r *RecommendationReconciler) health(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, resolved *policy.Resolved) (ctrl.Result, bool, error) {
-	st := &rsr.Status
-	current := st.ObservedGeneration == rsr.Generation
+func (c *reconcileContext) health(ctx context.Context) (ctrl.Result, bool, error) {
+	st := &c.rsr.Status
+	current := st.ObservedGeneration == c.rsr.Generation
 	switch {
 	case st.Breach != nil && !st.Breach.Restored:
 		// Marked RolledBack but not restored yet (or a leader stopped
 		// half-way): finish the restore. Pause and freeze windows never
 		// hold a rollback back.
-		res, err := r.restore(ctx, rsr, resolved)
+		res, err := c.restore(ctx)
 		return res, true, err
 	case !current:
 		return ctrl.Result{}, false, nil // a new generation: plan it
-	case st.Phase == v1alpha1.PhaseApplied && st.Change != nil && !hasWatchEnded(rsr):
-		res, err := r.startWatch(ctx, rsr)
+	case st.Phase == v1alpha1.PhaseApplied && st.Change != nil && !hasWatchEnded(c.rsr):
+		res, err := c.startWatch(ctx)
 		return res, true, err
 	case st.Phase == v1alpha1.PhaseWatching && st.Change != nil:
-		res, err := r.watch(ctx, rsr, resolved)
+		res, err := c.watch(ctx)
 		return res, true, err
 	case st.Rollback != nil && st.Rollback.State == v1alpha1.BackoffBackingOff:
-		res, err := r.advanceBackoff(ctx, rsr, resolved)
+		res, err := c.advanceBackoff(ctx)
 		return res, true, err
 	}
 	return ctrl.Result{}, false, nil
@@ -65,64 +59,63 @@ func hasWatchEnded(rsr *v1alpha1.RightsizingRecommendation) bool {
 }
 
 // startWatch moves an applied change into the watch.
-func (r *RecommendationReconciler) startWatch(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (ctrl.Result, error) {
-	now := r.Now()
+func (c *reconcileContext) startWatch(ctx context.Context) (ctrl.Result, error) {
+	rsr := c.rsr
 	if rsr.Status.Rollback == nil {
 		rsr.Status.Rollback = &v1alpha1.RollbackState{}
 	}
-	evs, err := policy.StartMonitoring(now, rsr.Status.Rollback, rsr.Status.Change.ValueFingerprint)
+	evs, err := policy.StartMonitoring(c.now, rsr.Status.Rollback, rsr.Status.Change.ValueFingerprint)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("start monitoring %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
-	rsr.Status.Phase = v1alpha1.PhaseWatching
-	rsr.Status.Breach = nil
-	setCondition(rsr, v1alpha1.ConditionHealthWatch, metav1.ConditionTrue, v1alpha1.HealthWatchWatching,
-		fmt.Sprintf("watching since %s", rsr.Status.Change.AppliedAt.UTC().Format(time.RFC3339)), now)
-	if err := r.Client.Status().Update(ctx, rsr); err != nil {
-		return ctrl.Result{}, fmt.Errorf("start watch of %s/%s: %w", rsr.Namespace, rsr.Name, err)
+	err = c.record(ctx, outcome{
+		doing:  "start watch of",
+		phase:  v1alpha1.PhaseWatching,
+		status: func(st *v1alpha1.RightsizingRecommendationStatus) { st.Breach = nil },
+		conditions: []metav1.Condition{newCondition(v1alpha1.ConditionHealthWatch, metav1.ConditionTrue, v1alpha1.HealthWatchWatching,
+			fmt.Sprintf("watching since %s", rsr.Status.Change.AppliedAt.UTC().Format(time.RFC3339)))},
+		rollbackChanged: true, backoff: evs,
+	})
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	r.stateEvents(ctx, rsr, evs)
 	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 }
 
 // watch evaluates the rules once and acts on the verdict.
-func (r *RecommendationReconciler) watch(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, resolved *policy.Resolved) (ctrl.Result, error) {
-	workload, err := r.Applier.Target(ctx, rsr)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("read workload of %s/%s: %w", rsr.Namespace, rsr.Name, err)
-	}
-	pods, err := r.workloadPods(ctx, workload)
+func (c *reconcileContext) watch(ctx context.Context) (ctrl.Result, error) {
+	rsr := c.rsr
+	pods, err := c.pods(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	now := r.Now()
 	baselines := map[watch.ContainerKey]int32{}
 	for _, b := range rsr.Status.Change.RestartBaselines {
 		baselines[watch.ContainerKey{PodUID: types.UID(b.PodUID), Container: b.Container}] = b.RestartCount
 	}
 	in := watch.Input{
 		Change:           rsr.Status.Change,
-		Guardrails:       resolved.Spec.Guardrails.Rollback,
+		Guardrails:       c.resolved.Spec.Guardrails.Rollback,
 		Pods:             pods,
 		RestartBaselines: baselines,
-		Kernel:           r.Kernel,
-		Statuses:         r.Statuses,
-		Throttling:       r.Throttling,
+		Kernel:           c.r.Kernel,
+		Statuses:         c.r.Statuses,
+		Throttling:       c.r.Throttling,
 	}
-	v := watch.Evaluate(now, in)
+	v := watch.Evaluate(c.now, in)
 	switch v.State {
 	case watch.StateBreached:
-		return r.breach(ctx, rsr, resolved, v, now)
+		return c.breach(ctx, v)
 	case watch.StateHealthy:
-		return r.healthy(ctx, rsr, v, now)
+		return c.healthy(ctx, v)
 	case watch.StateNotAdopted:
-		setCondition(rsr, v1alpha1.ConditionHealthWatch, metav1.ConditionFalse, v1alpha1.HealthWatchNotAdopted, v.Message, now)
-		rsr.Status.Phase = v1alpha1.PhaseApplied
-		if err := r.Client.Status().Update(ctx, rsr); err != nil {
-			return ctrl.Result{}, fmt.Errorf("record adoption of %s/%s: %w", rsr.Namespace, rsr.Name, err)
-		}
-		r.Recorder.Eventf(rsr, nil, corev1.EventTypeWarning, v1alpha1.HealthWatchNotAdopted, "Watch", "%s", v.Message)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, c.record(ctx, outcome{
+			doing:      "record adoption of",
+			phase:      v1alpha1.PhaseApplied,
+			conditions: []metav1.Condition{newCondition(v1alpha1.ConditionHealthWatch, metav1.ConditionFalse, v1alpha1.HealthWatchNotAdopted, v.Message)},
+			events: []kubeEvent{{typ: corev1.EventTypeWarning, reason: v1alpha1.HealthWatchNotAdopted, action: v1alpha1.EventActionWatch,
+				note: v.Message}},
+		})
 	}
 	reason := v1alpha1.HealthWatchWatching
 	if v.ThrottlingApplies && !v.ThrottlingEvaluated {
@@ -130,79 +123,83 @@ func (r *RecommendationReconciler) watch(ctx context.Context, rsr *v1alpha1.Righ
 	}
 	// The message carries live figures; rewriting status for each would
 	// cost a write per signal, so the condition follows the reason.
-	c := meta.FindStatusCondition(rsr.Status.Conditions, v1alpha1.ConditionHealthWatch)
-	if c == nil || c.Reason != reason {
-		setCondition(rsr, v1alpha1.ConditionHealthWatch, metav1.ConditionTrue, reason, v.Message, now)
-		if err := r.Client.Status().Update(ctx, rsr); err != nil {
-			return ctrl.Result{}, fmt.Errorf("record watch of %s/%s: %w", rsr.Namespace, rsr.Name, err)
+	cond := meta.FindStatusCondition(rsr.Status.Conditions, v1alpha1.ConditionHealthWatch)
+	if cond == nil || cond.Reason != reason {
+		err := c.record(ctx, outcome{
+			doing:      "record watch of",
+			conditions: []metav1.Condition{newCondition(v1alpha1.ConditionHealthWatch, metav1.ConditionTrue, reason, v.Message)},
+		})
+		if err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	next := watchRecheck
 	if !v.NextCheck.IsZero() {
-		next = min(max(v.NextCheck.Sub(now), 10*time.Millisecond), watchRecheck)
+		next = min(max(v.NextCheck.Sub(c.now), 10*time.Millisecond), watchRecheck)
 	}
 	return ctrl.Result{RequeueAfter: next}, nil
 }
 
 // healthy ends a watch without a breach.
-func (r *RecommendationReconciler) healthy(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, v watch.Verdict, now time.Time) (ctrl.Result, error) {
-	change := rsr.Status.Change
-	evs, err := policy.MonitoringSucceeded(now, rsr.Status.Rollback)
+func (c *reconcileContext) healthy(ctx context.Context, v watch.Verdict) (ctrl.Result, error) {
+	rsr, change := c.rsr, c.rsr.Status.Change
+	evs, err := policy.MonitoringSucceeded(c.now, rsr.Status.Rollback)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("end watch of %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
-	rsr.Status.Phase = v1alpha1.PhaseHealthy
-	rsr.Status.LastHealthy = &v1alpha1.HealthyValues{At: metav1.NewTime(now), ValueFingerprint: change.ValueFingerprint,
-		Containers: apply.AppliedValues(change)}
-	setCondition(rsr, v1alpha1.ConditionHealthWatch, metav1.ConditionTrue, v1alpha1.HealthWatchHealthy, v.Message, now)
-	addHistory(rsr, v1alpha1.Action{Time: metav1.NewTime(now), Type: v1alpha1.ActionHealthy, Reason: v1alpha1.HealthWatchHealthy,
-		Message: v.Message, Resources: change.Resources})
-	if err := r.Client.Status().Update(ctx, rsr); err != nil {
-		return ctrl.Result{}, fmt.Errorf("record healthy watch of %s/%s: %w", rsr.Namespace, rsr.Name, err)
-	}
-	r.stateEvents(ctx, rsr, evs)
-	r.Metrics.count(v1alpha1.ActionHealthy, v1alpha1.HealthWatchHealthy, change.Resources)
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, c.record(ctx, outcome{
+		doing: "record healthy watch of",
+		phase: v1alpha1.PhaseHealthy,
+		status: func(st *v1alpha1.RightsizingRecommendationStatus) {
+			st.LastHealthy = &v1alpha1.HealthyValues{At: metav1.NewTime(c.now), ValueFingerprint: change.ValueFingerprint,
+				Containers: apply.AppliedValues(change)}
+		},
+		conditions: []metav1.Condition{newCondition(v1alpha1.ConditionHealthWatch, metav1.ConditionTrue, v1alpha1.HealthWatchHealthy, v.Message)},
+		action: &v1alpha1.Action{Type: v1alpha1.ActionHealthy, Reason: v1alpha1.HealthWatchHealthy,
+			Message: v.Message, Resources: change.Resources},
+		rollbackChanged: true, backoff: evs,
+	})
 }
 
 // breach marks the recommendation RolledBack, conditional on its
 // resourceVersion, before anything is restored: from then on the webhook
 // gives the values to no new pod, and of two leaders only one decides.
-func (r *RecommendationReconciler) breach(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, resolved *policy.Resolved, v watch.Verdict, now time.Time) (ctrl.Result, error) {
-	evs, err := policy.RollingBack(now, rsr.Status.Rollback, v.Reason)
+func (c *reconcileContext) breach(ctx context.Context, v watch.Verdict) (ctrl.Result, error) {
+	rsr := c.rsr
+	evs, err := policy.RollingBack(c.now, rsr.Status.Rollback, v.Reason)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("roll back %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
-	rsr.Status.Phase = v1alpha1.PhaseRolledBack
-	rsr.Status.Reason, rsr.Status.Message = v.Reason, v.Message
-	rsr.Status.Breach = &v1alpha1.Breach{Reason: v.Reason, At: metav1.NewTime(now), Resources: v.Restore, Figures: v.Figures}
-	setCondition(rsr, v1alpha1.ConditionHealthWatch, metav1.ConditionFalse, v.Reason, v.Message, now)
-	if err := r.Client.Status().Update(ctx, rsr); err != nil {
-		return ctrl.Result{}, fmt.Errorf("mark %s/%s rolled back: %w", rsr.Namespace, rsr.Name, err)
+	err = c.record(ctx, outcome{
+		doing: "record breach of",
+		phase: v1alpha1.PhaseRolledBack, setReason: true, reason: v.Reason, message: v.Message,
+		status: func(st *v1alpha1.RightsizingRecommendationStatus) {
+			st.Breach = &v1alpha1.Breach{Reason: v.Reason, At: metav1.NewTime(c.now), Resources: v.Restore, Figures: v.Figures}
+		},
+		conditions:      []metav1.Condition{newCondition(v1alpha1.ConditionHealthWatch, metav1.ConditionFalse, v.Reason, v.Message)},
+		rollbackChanged: true, backoff: evs,
+		hook: c.r.AfterBreach,
+	})
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	r.stateEvents(ctx, rsr, evs)
-	if r.AfterBreach != nil {
-		r.AfterBreach(ctx, rsr)
-		if ctx.Err() != nil {
-			return ctrl.Result{}, ctx.Err()
-		}
-	}
-	return r.restore(ctx, rsr, resolved)
+	return c.restore(ctx)
 }
 
 // restore puts the breached resources back and records the rollback once,
 // in the status update that marks the breach restored.
-func (r *RecommendationReconciler) restore(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, resolved *policy.Resolved) (ctrl.Result, error) {
+func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
+	rsr := c.rsr
 	b, change := rsr.Status.Breach, rsr.Status.Change
-	values, err := r.restoreValues(ctx, rsr, resolved)
+	values, err := c.restoreValues(ctx)
 	if err != nil {
-		return r.restoreFailed(ctx, rsr, err)
+		return c.restoreFailed(ctx, err)
 	}
-	res, err := r.Applier.Restore(ctx, rsr, change, values, b.Resources)
+	res, err := c.r.Applier.Restore(ctx, rsr, change, values, b.Resources)
 	gone := ""
 	if err != nil {
-		if _, terr := r.Applier.Target(ctx, rsr); !apierrors.IsNotFound(terr) {
-			return r.restoreFailed(ctx, rsr, err)
+		if !c.workloadGone(ctx, err) {
+			return c.restoreFailed(ctx, err)
 		}
 		// The workload was deleted: its changed values run nowhere any
 		// more, so the rollback is over. Cooldowns and fingerprints are
@@ -212,40 +209,45 @@ func (r *RecommendationReconciler) restore(ctx context.Context, rsr *v1alpha1.Ri
 	}
 	if len(res.Failed) > 0 {
 		f := res.Failed[0]
-		return r.restoreFailed(ctx, rsr, fmt.Errorf("pod %s: %s: %s", f.Pod, f.Reason, f.Message))
+		return c.restoreFailed(ctx, fmt.Errorf("pod %s: %s: %s", f.Pod, f.Reason, f.Message))
 	}
 	if len(res.Pending) > 0 {
 		return ctrl.Result{RequeueAfter: pendingRequeue}, nil
 	}
 
-	now := r.Now()
-	g := resolved.Spec.Guardrails.Rollback
-	b.Restored = true
-	if g.Cooldown != nil && g.Cooldown.Duration > 0 {
-		for _, res := range b.Resources {
-			policy.AddCooldown(&rsr.Status, res, now.Add(g.Cooldown.Duration))
-		}
-	}
-	policy.AddRolledBackFingerprint(&rsr.Status, change.ValueFingerprint)
-	evs, err := policy.BackingOff(now, rsr.Status.Rollback, g.Backoff)
+	g := c.resolved.Spec.Guardrails.Rollback
+	evs, err := policy.BackingOff(c.now, rsr.Status.Rollback, g.Backoff)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("back off %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
 	msg := fmt.Sprintf("%s rolled back to %s values after %s%s%s", joinResources(b.Resources), g.RestoreTo, b.Reason, gone, leftPods(res.Left))
-	rsr.Status.Message = msg
-	addHistory(rsr, v1alpha1.Action{Time: metav1.NewTime(now), Type: v1alpha1.ActionRolledBack, Reason: b.Reason,
-		Message: msg, Resources: b.Resources, Containers: restoredChanges(change, values, b.Resources), Figures: b.Figures})
-	if err := r.Client.Status().Update(ctx, rsr); err != nil {
-		return ctrl.Result{}, fmt.Errorf("record rollback of %s/%s: %w", rsr.Namespace, rsr.Name, err)
-	}
 	figures := joinFigures(b.Figures)
-	r.Recorder.Eventf(rsr, nil, corev1.EventTypeWarning, "RolledBack", "Rollback", "%s: %s", msg, figures)
-	if w, err := r.Applier.Target(ctx, rsr); err == nil {
-		r.Recorder.Eventf(w, rsr, corev1.EventTypeWarning, "RolledBack", "Rollback", "kerf: %s: %s", msg, figures)
+	err = c.record(ctx, outcome{
+		doing: "record rollback of",
+		// The phase and reason stay those the breach recorded.
+		setReason: true, reason: rsr.Status.Reason, message: msg,
+		status: func(st *v1alpha1.RightsizingRecommendationStatus) {
+			b.Restored = true
+			if g.Cooldown != nil && g.Cooldown.Duration > 0 {
+				for _, res := range b.Resources {
+					policy.AddCooldown(st, res, c.now.Add(g.Cooldown.Duration))
+				}
+			}
+			policy.AddRolledBackFingerprint(st, change.ValueFingerprint)
+		},
+		action: &v1alpha1.Action{Type: v1alpha1.ActionRolledBack, Reason: b.Reason, Message: msg, Resources: b.Resources,
+			Containers: restoredChanges(change, values, b.Resources), Figures: b.Figures},
+		events: []kubeEvent{
+			{typ: corev1.EventTypeWarning, reason: v1alpha1.EventRolledBack, action: v1alpha1.EventActionRollback, note: msg + ": " + figures},
+			{typ: corev1.EventTypeWarning, reason: v1alpha1.EventRolledBack, action: v1alpha1.EventActionRollback, note: "kerf: " + msg + ": " + figures,
+				onWorkload: true},
+		},
+		rollbackChanged: true, backoff: evs,
+	})
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	r.Metrics.count(v1alpha1.ActionRolledBack, b.Reason, b.Resources)
-	r.stateEvents(ctx, rsr, evs)
-	return ctrl.Result{RequeueAfter: backoffRequeue(rsr, now)}, nil
+	return ctrl.Result{RequeueAfter: backoffRequeue(rsr, c.now)}, nil
 }
 
 // leftPods says which pods keep the changed values after a restore could
@@ -264,7 +266,8 @@ func leftPods(left []apply.Failure) string {
 
 // restoreFailed records a failed restore (once per distinct error) and
 // returns the error, so the restore is retried with exponential backoff.
-func (r *RecommendationReconciler) restoreFailed(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, cause error) (ctrl.Result, error) {
+func (c *reconcileContext) restoreFailed(ctx context.Context, cause error) (ctrl.Result, error) {
+	rsr := c.rsr
 	if apierrors.IsConflict(cause) {
 		// Optimistic concurrency (e.g. the workload's annotation was just
 		// written): read again and retry; not a failure.
@@ -273,12 +276,17 @@ func (r *RecommendationReconciler) restoreFailed(ctx context.Context, rsr *v1alp
 	msg := cause.Error()
 	h := rsr.Status.History
 	if len(h) == 0 || h[len(h)-1].Type != v1alpha1.ActionFailed || h[len(h)-1].Message != msg {
-		now := r.Now()
-		addHistory(rsr, v1alpha1.Action{Time: metav1.NewTime(now), Type: v1alpha1.ActionFailed, Reason: ReasonRollbackError,
-			Message: msg, Resources: rsr.Status.Breach.Resources})
-		if err := r.Client.Status().Update(ctx, rsr); err == nil {
-			r.Recorder.Eventf(rsr, nil, corev1.EventTypeWarning, ReasonRollbackError, "Rollback", "restore failed, retrying: %s", msg)
-			r.Metrics.count(v1alpha1.ActionFailed, ReasonRollbackError, rsr.Status.Breach.Resources)
+		err := c.record(ctx, outcome{
+			doing: "record failed restore of",
+			action: &v1alpha1.Action{Type: v1alpha1.ActionFailed, Reason: v1alpha1.ReasonRollbackError,
+				Message: msg, Resources: rsr.Status.Breach.Resources},
+			events: []kubeEvent{{typ: corev1.EventTypeWarning, reason: v1alpha1.ReasonRollbackError, action: v1alpha1.EventActionRollback,
+				note: "restore failed, retrying: " + msg}},
+		})
+		if err != nil {
+			// The restore's error is returned all the same: the retry
+			// records the failure again.
+			c.r.Log.Debug("record failed restore", "recommendation", rsr.Namespace+"/"+rsr.Name, "err", err)
 		}
 	}
 	return ctrl.Result{}, fmt.Errorf("restore %s/%s: %w", rsr.Namespace, rsr.Name, cause)
@@ -289,14 +297,15 @@ func (r *RecommendationReconciler) restoreFailed(ctx context.Context, rsr *v1alp
 // last change that ended healthy (Previous when none did); Manifest, the
 // workload's pod template as its owner last applied it
 // (kubectl.kubernetes.io/last-applied-configuration), Previous without it.
-func (r *RecommendationReconciler) restoreValues(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, resolved *policy.Resolved) ([]v1alpha1.ContainerResources, error) {
-	switch resolved.Spec.Guardrails.Rollback.RestoreTo {
+func (c *reconcileContext) restoreValues(ctx context.Context) ([]v1alpha1.ContainerResources, error) {
+	rsr := c.rsr
+	switch c.resolved.Spec.Guardrails.Rollback.RestoreTo {
 	case v1alpha1.RestoreLastHealthy:
 		if lh := rsr.Status.LastHealthy; lh != nil && len(lh.Containers) > 0 {
 			return lh.Containers, nil
 		}
 	case v1alpha1.RestoreManifest:
-		w, err := r.Applier.Target(ctx, rsr)
+		w, err := c.workload(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -308,17 +317,12 @@ func (r *RecommendationReconciler) restoreValues(ctx context.Context, rsr *v1alp
 }
 
 // advanceBackoff moves backingOff on when its expiry passes.
-func (r *RecommendationReconciler) advanceBackoff(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, resolved *policy.Resolved) (ctrl.Result, error) {
-	now := r.Now()
-	changed, evs := policy.Advance(now, rsr.Status.Rollback, resolved.Spec.Guardrails.Rollback.Backoff)
+func (c *reconcileContext) advanceBackoff(ctx context.Context) (ctrl.Result, error) {
+	changed, evs := policy.Advance(c.now, c.rsr.Status.Rollback, c.resolved.Spec.Guardrails.Rollback.Backoff)
 	if !changed {
-		return ctrl.Result{RequeueAfter: backoffRequeue(rsr, now)}, nil
+		return ctrl.Result{RequeueAfter: backoffRequeue(c.rsr, c.now)}, nil
 	}
-	if err := r.Client.Status().Update(ctx, rsr); err != nil {
-		return ctrl.Result{}, fmt.Errorf("advance backoff of %s/%s: %w", rsr.Namespace, rsr.Name, err)
-	}
-	r.stateEvents(ctx, rsr, evs)
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, c.record(ctx, outcome{doing: "advance backoff of", rollbackChanged: true, backoff: evs})
 }
 
 func backoffRequeue(rsr *v1alpha1.RightsizingRecommendation, now time.Time) time.Duration {
@@ -326,67 +330,6 @@ func backoffRequeue(rsr *v1alpha1.RightsizingRecommendation, now time.Time) time
 		return max(st.Expiry.Sub(now), 10*time.Millisecond)
 	}
 	return 0
-}
-
-// stateEvents emits the backoff state machine's events and mirrors its
-// state, which every caller has just changed, in the workload's
-// kerf.dev/rollback-state annotation.
-func (r *RecommendationReconciler) stateEvents(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, reasons []string) {
-	for _, reason := range reasons {
-		typ, msg := policy.Describe(reason, rsr.Status.Rollback)
-		r.Recorder.Eventf(rsr, nil, typ, reason, "Backoff", "%s", msg)
-	}
-	if err := r.annotate(ctx, rsr); err != nil {
-		r.Log.Error("mirror rollback state on the workload", "recommendation", rsr.Namespace+"/"+rsr.Name, "err", err)
-	}
-}
-
-// annotate writes status.rollback to the workload's annotation.
-func (r *RecommendationReconciler) annotate(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) error {
-	w, err := r.Applier.Target(ctx, rsr)
-	if err != nil {
-		return err
-	}
-	val, err := policy.AnnotationValue(rsr.Status.Rollback)
-	if err != nil {
-		return err
-	}
-	var v any = val
-	if val == "" {
-		v = nil // removes it
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{v1alpha1.RollbackStateAnnotation: v}}})
-	if err != nil {
-		return err
-	}
-	return r.Client.Patch(ctx, w, client.RawPatch(types.MergePatchType, patch))
-}
-
-// workloadPods lists the pods the workload's selector selects.
-func (r *RecommendationReconciler) workloadPods(ctx context.Context, w client.Object) ([]corev1.Pod, error) {
-	var sel *metav1.LabelSelector
-	switch o := w.(type) {
-	case *appsv1.Deployment:
-		sel = o.Spec.Selector
-	case *appsv1.StatefulSet:
-		sel = o.Spec.Selector
-	case *appsv1.DaemonSet:
-		sel = o.Spec.Selector
-	default:
-		return nil, fmt.Errorf("workload %T has no pod selector", w)
-	}
-	s, err := metav1.LabelSelectorAsSelector(sel)
-	if err != nil {
-		return nil, fmt.Errorf("selector of %s: %w", w.GetName(), err)
-	}
-	if s.Empty() {
-		s = labels.Nothing()
-	}
-	var list corev1.PodList
-	if err := r.Client.List(ctx, &list, client.InNamespace(w.GetNamespace()), client.MatchingLabelsSelector{Selector: s}); err != nil {
-		return nil, fmt.Errorf("list pods of %s/%s: %w", w.GetNamespace(), w.GetName(), err)
-	}
-	return list.Items, nil
 }
 
 // restartBaselines are the pods' restart counts now, per container.

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,101 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster/policy"
 	"github.com/kerf-dev/kerf/cluster/watch"
 )
-
-// counts waits until counter reads want: the leader counts an action just
-// after the status update that records it.
-func counts(t *testing.T, counter prometheus.Counter, want float64) {
-	t.Helper()
-	require.Eventually(t, func() bool { return testutil.ToFloat64(counter) == want }, 10*time.Second, 20*time.Millisecond,
-		"the counter reads %v, want %v", testutil.ToFloat64(counter), want)
-}
-
-// update reads obj, applies mutate and writes it back, again on a conflict
-// (the leader writes the status of the same objects meanwhile).
-func update(t *testing.T, c client.Client, obj client.Object, mutate func()) {
-	t.Helper()
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
-			return err
-		}
-		mutate()
-		return c.Update(context.Background(), obj)
-	}))
-}
-
-// policyWith is a namespaced policy with a short watch, for tests that
-// run the watch to its end in real time.
-func policyWith(ns string, watchFor time.Duration, mutate func(*v1alpha1.RollbackGuardrails)) *v1alpha1.RightsizingPolicy {
-	p := namespacedPolicy(ns, false)
-	p.Spec.Guardrails.Rollback.WatchDuration = &metav1.Duration{Duration: watchFor}
-	if mutate != nil {
-		mutate(&p.Spec.Guardrails.Rollback)
-	}
-	return p
-}
-
-// adoptedPod creates a Running pod of the Deployment's new template (as the
-// controller-manager would after a Rollout; none runs here) and returns it.
-func adoptedPod(t testing.TB, c client.Client, dep *appsv1.Deployment, name string) *corev1.Pod {
-	t.Helper()
-	ctx := context.Background()
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), dep))
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: name, Labels: dep.Spec.Template.Labels},
-		Spec:       *dep.Spec.Template.Spec.DeepCopy(),
-	}
-	pod.Spec.NodeName = node(t, c)
-	require.NoError(t, c.Create(ctx, pod))
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ObservedGeneration: pod.Generation,
-		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Resources: pod.Spec.Containers[0].Resources.DeepCopy(),
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
-	require.NoError(t, c.Status().Update(ctx, pod))
-	return pod
-}
-
-// oomKilled writes what a kubelet reports after the container was
-// OOM-killed and restarted. Status times have one-second resolution and a
-// termination counts when it finished after appliedAt, so it waits for the
-// next second first.
-func oomKilled(t *testing.T, c client.Client, pod *corev1.Pod, reason string) {
-	t.Helper()
-	ctx := context.Background()
-	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
-	cs := &pod.Status.ContainerStatuses[0]
-	cs.RestartCount++
-	cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-		ExitCode: 137, Reason: reason, StartedAt: metav1.NewTime(time.Now().Add(-time.Second)), FinishedAt: metav1.Now()}}
-	require.NoError(t, c.Status().Update(ctx, pod))
-}
-
-// watchedWeb creates the Deployment web (500m, 256Mi) and policy in ns,
-// starts leader "a" with cfg, asks for cpu and mem with strategy Rollout
-// and returns once the change is watched.
-func watchedWeb(t *testing.T, c client.Client, ns string, policy *v1alpha1.RightsizingPolicy, cfg Config, cpu, mem string) (*appsv1.Deployment, *testLeader) {
-	t.Helper()
-	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, policy))
-	l := startLeader(t, ns, "a", cfg)
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, cpu, mem)))
-	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	return dep, l
-}
-
-func templateResources(t *testing.T, c client.Client, dep *appsv1.Deployment) *corev1.ResourceRequirements {
-	t.Helper()
-	var got appsv1.Deployment
-	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(dep), &got))
-	return &got.Spec.Template.Spec.Containers[0].Resources
-}
 
 func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
 	c := controlPlane(t).Client
@@ -123,11 +33,8 @@ func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
 	pod := adoptedPod(t, c, dep, "web-new-1")
 
 	oomKilled(t, c, pod, "OOMKilled")
-	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
-	require.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, "web")
-		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
-	}, 20*time.Second, 50*time.Millisecond)
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr := waitRestored(t, c, ns, "web")
 
 	res := templateResources(t, c, dep)
 	assert.Equal(t, "256Mi", res.Requests.Memory().String(), "memory restored")
@@ -152,9 +59,7 @@ func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
 
 	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
 	assert.Equal(t, 0.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "cpu")))
-	require.Eventually(t, func() bool {
-		return len(eventsFor(t, c, ns, "web", "RolledBack")) == 2 // on the RSR and on the Deployment
-	}, 10*time.Second, 50*time.Millisecond)
+	waitEvents(t, c, ns, "web", "RolledBack", 2) // on the RSR and on the Deployment
 	var got appsv1.Deployment
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), &got))
 	var mirrored v1alpha1.RollbackState
@@ -165,7 +70,7 @@ func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
 func TestRestartsRollBackEveryTouchedResourceEvenWhenPaused(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
-	p := policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.Restarts = ptrTo[int32](2) })
+	p := policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.Restarts = ptr.To[int32](2) })
 	dep, l := watchedWeb(t, c, ns, p, Config{}, "250m", "128Mi")
 	pod := adoptedPod(t, c, dep, "web-new-1")
 
@@ -176,11 +81,8 @@ func TestRestartsRollBackEveryTouchedResourceEvenWhenPaused(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	assert.Equal(t, v1alpha1.PhaseWatching, getRSR(t, c, ns, "web").Status.Phase, "one restart of two allowed")
 	oomKilled(t, c, pod, "Error")
-	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
-	require.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, "web")
-		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
-	}, 20*time.Second, 50*time.Millisecond)
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
+	rsr := waitRestored(t, c, ns, "web")
 	res := templateResources(t, c, dep)
 	assert.Equal(t, "256Mi", res.Requests.Memory().String())
 	assert.Equal(t, "500m", res.Requests.Cpu().String())
@@ -201,8 +103,8 @@ func TestWatchEndsHealthy(t *testing.T) {
 	assert.Equal(t, rsr.Status.Change.ValueFingerprint, rsr.Status.LastHealthy.ValueFingerprint)
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionHealthy), 1)
 	assert.Equal(t, v1alpha1.BackoffMonitoringSucceeded, rsr.Status.Rollback.State)
-	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", policy.EventMonitoringSucceeded)) == 1 }, 10*time.Second, 50*time.Millisecond)
-	assert.Len(t, eventsFor(t, c, ns, "web", policy.EventMonitoringStarted), 1)
+	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", v1alpha1.EventMonitoringSucceeded)) == 1 }, 10*time.Second, 50*time.Millisecond)
+	assert.Len(t, eventsFor(t, c, ns, "web", v1alpha1.EventMonitoringStarted), 1)
 }
 
 // TestFailoverMidRollbackRestoresOnce stops the leader right after it marked
@@ -212,35 +114,20 @@ func TestFailoverMidRollbackRestoresOnce(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
-	marked := make(chan struct{})
-	var a *testLeader
-	a = startLeader(t, ns, "a", Config{AfterBreach: func(ctx context.Context, _ *v1alpha1.RightsizingRecommendation) {
-		close(marked)
-		a.crash(ctx) // the leader dies between marking and restoring
-	}})
-	require.Eventually(t, a.Leading, 15*time.Second, 50*time.Millisecond)
+	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
+	// The leader dies between marking and restoring.
+	a := startCrashingLeader(t, ns, func(cfg *Config, crash func(context.Context, *v1alpha1.RightsizingRecommendation)) {
+		cfg.AfterBreach = crash
+	})
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
 	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
 	pod := adoptedPod(t, c, dep, "web-new-1")
 	oomKilled(t, c, pod, "OOMKilled")
-	select {
-	case <-marked:
-	case <-time.After(30 * time.Second):
-		t.Fatal("leader a never marked the breach")
-	}
-	err := <-a.done
-	a.done <- err
+	a.waitCrashed(t, "marked the breach")
 	assert.Equal(t, "128Mi", templateResources(t, c, dep).Requests.Memory().String(), "a stopped before restoring")
 
 	b := startLeader(t, ns, "b", Config{})
-	var rsr *v1alpha1.RightsizingRecommendation
-	require.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, "web")
-		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
-	}, 30*time.Second, 50*time.Millisecond)
+	rsr := waitRestored(t, c, ns, "web")
 	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String())
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionRolledBack), 1)
 	time.Sleep(500 * time.Millisecond)
@@ -248,17 +135,6 @@ func TestFailoverMidRollbackRestoresOnce(t *testing.T) {
 		testutil.ToFloat64(b.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"))
 	assert.Equal(t, 1.0, total, "rolled back once")
 }
-
-func condition(rsr *v1alpha1.RightsizingRecommendation, typ string) *metav1.Condition {
-	for i := range rsr.Status.Conditions {
-		if rsr.Status.Conditions[i].Type == typ {
-			return &rsr.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-func ptrTo[T any](v T) *T { return &v }
 
 // TestKernelOOMKillRollsBackBeforePodStatus feeds an OOM kill the way an
 // agent's stream will (the kernel saw it; pod status shows nothing, as for
@@ -287,16 +163,11 @@ func TestKernelOOMKillRollsBackBeforePodStatus(t *testing.T) {
 func TestThrottlingRollsBackCPU(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
-	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	src := watch.NewMemorySource()
-	l := startLeader(t, ns, "a", Config{Now: now, Kernel: src, Throttling: src})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
-	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	dep, l := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Now: now, Kernel: src, Throttling: src}, "250m", "256Mi")
+	rsr := getRSR(t, c, ns, "web")
 	t0 := rsr.Status.Change.AppliedAt.Time
 	pod := adoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond)
@@ -307,11 +178,8 @@ func TestThrottlingRollsBackCPU(t *testing.T) {
 		watch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: windowStart.Add(-time.Second), Periods: 100, Throttled: 10},
 		watch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: now(), Periods: 500, Throttled: 210},
 	)
-	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
-	require.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, "web")
-		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
-	}, 20*time.Second, 50*time.Millisecond)
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
+	rsr = waitRestored(t, c, ns, "web")
 	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, rsr.Status.Breach.Resources)
 	assert.Contains(t, rsr.Status.Breach.Figures[0], "throttlingRatio 0.5")
 	assert.Equal(t, "500m", templateResources(t, c, dep).Requests.Cpu().String(), "cpu restored")
@@ -341,7 +209,7 @@ func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 	deny := &admissionregistrationv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "deny-restore-" + ns},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptrTo(admissionregistrationv1.Fail),
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
 				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
@@ -382,7 +250,7 @@ func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 	require.Eventually(t, func() bool {
 		rsr = getRSR(t, c, ns, "web")
 		for _, a := range historyOf(rsr, v1alpha1.ActionFailed) {
-			if a.Reason == ReasonRollbackError {
+			if a.Reason == v1alpha1.ReasonRollbackError {
 				return true
 			}
 		}
@@ -403,7 +271,7 @@ func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String())
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionRolledBack), 1)
 	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
-	assert.GreaterOrEqual(t, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("failed", ReasonRollbackError, "memory")), 1.0)
+	assert.GreaterOrEqual(t, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("failed", v1alpha1.ReasonRollbackError, "memory")), 1.0)
 }
 
 // TestBackoffRunEndsFailedPermanent runs the backoff of design section 4
@@ -415,12 +283,10 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
+	dep := web(t, c, ns, policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
 		g.Cooldown = &metav1.Duration{}
 		g.Backoff = v1alpha1.Backoff{TimePeriod: &metav1.Duration{Duration: 10 * time.Second}, MultiplyByTurn: 1, MaxAttempts: 2}
-	})))
+	}))
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	src := watch.NewMemorySource()
@@ -470,8 +336,8 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 	rsr := waitState(v1alpha1.BackoffFailedPermanent, 2)
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionRolledBack), 2)
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionApplied), 2, "the same values were tried once more")
-	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", policy.EventBackoffExhausted)) == 1 }, 10*time.Second, 50*time.Millisecond)
-	assert.Len(t, eventsFor(t, c, ns, "web", policy.EventBackoffTurnCompleted), 1)
+	waitEvents(t, c, ns, "web", v1alpha1.EventBackoffExhausted, 1)
+	assert.Len(t, eventsFor(t, c, ns, "web", v1alpha1.EventBackoffTurnCompleted), 1)
 	poke(3)
 	time.Sleep(500 * time.Millisecond)
 	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String(), "never applied a third time")
@@ -484,17 +350,12 @@ func TestInPlaceOOMRollbackResizesPodsBack(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	pod := runningPod(t, c, dep)
-	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
-	l := startLeader(t, ns, "a", Config{})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "500m", "128Mi")))
+	dep, pod, l := inPlaceWeb(t, c, ns, policyWith(ns, time.Hour, nil), "500m", "128Mi")
 
 	kubeletReports(t, c, pod, "")
 	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
 	oomKilled(t, c, pod, "OOMKilled")
-	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
 	require.Eventually(t, func() bool {
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 		return pod.Spec.Containers[0].Resources.Requests.Memory().String() == "256Mi"
@@ -505,10 +366,7 @@ func TestInPlaceOOMRollbackResizesPodsBack(t *testing.T) {
 	pod.Status.ObservedGeneration = pod.Generation
 	pod.Status.ContainerStatuses[0].Resources = pod.Spec.Containers[0].Resources.DeepCopy()
 	require.NoError(t, c.Status().Update(ctx, pod))
-	require.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, "web")
-		return rsr.Status.Breach.Restored
-	}, 20*time.Second, 50*time.Millisecond)
+	waitRestored(t, c, ns, "web")
 	assert.Equal(t, "500m", pod.Spec.Containers[0].Resources.Requests.Cpu().String())
 	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String(), "the template was never changed")
 	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
@@ -520,9 +378,7 @@ func TestRollbackOfADeletedWorkloadEnds(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
 	startLeader(t, ns, "a", Config{AfterBreach: func(ctx context.Context, _ *v1alpha1.RightsizingRecommendation) {
 		require.NoError(t, c.Delete(ctx, dep))
 		// The leader reads the workload from its cache: wait until the
@@ -534,11 +390,7 @@ func TestRollbackOfADeletedWorkloadEnds(t *testing.T) {
 	pod := adoptedPod(t, c, dep, "web-new-1")
 	oomKilled(t, c, pod, "OOMKilled")
 
-	var rsr *v1alpha1.RightsizingRecommendation
-	require.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, "web")
-		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
-	}, 30*time.Second, 50*time.Millisecond)
+	rsr := waitRestored(t, c, ns, "web")
 	assert.Equal(t, v1alpha1.PhaseRolledBack, rsr.Status.Phase)
 	rb := historyOf(rsr, v1alpha1.ActionRolledBack)
 	require.Len(t, rb, 1)
@@ -574,19 +426,12 @@ func TestDeferredRollbackNamesAPodItCannotResizeBack(t *testing.T) {
 	}
 	started.Spec.Containers[0].Resources.Requests = started.Spec.Containers[0].Resources.Limits.DeepCopy()
 	require.NoError(t, c.Create(ctx, started))
-	started.Status = corev1.PodStatus{Phase: corev1.PodRunning, ObservedGeneration: started.Generation,
-		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Resources: started.Spec.Containers[0].Resources.DeepCopy(),
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
-	require.NoError(t, c.Status().Update(ctx, started))
+	markRunning(t, c, started)
 	require.Equal(t, corev1.PodQOSGuaranteed, started.Status.QOSClass)
 
 	oomKilled(t, c, started, "OOMKilled")
 	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
-	var rsr *v1alpha1.RightsizingRecommendation
-	require.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, "web")
-		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
-	}, 20*time.Second, 50*time.Millisecond, "the rollback never completed")
+	rsr := waitRestored(t, c, ns, "web")
 	rb := historyOf(rsr, v1alpha1.ActionRolledBack)
 	require.Len(t, rb, 1)
 	assert.Contains(t, rb[0].Message, "not resized back, these keep the changed values until they are recreated: pod web-h1-started: Rejected")

@@ -4,12 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,184 +15,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/webhook"
-	"github.com/kerf-dev/kerf/test/controlplane"
 )
-
-// shared is the package's one control plane: a start costs seconds.
-var shared controlplane.Shared
-
-func TestMain(m *testing.M) { shared.Main(m) }
-
-// controlPlane returns the package's control plane, starting it on first
-// use; where the binaries are missing the test is skipped, unless
-// controlplane.Required says it must run.
-func controlPlane(t testing.TB) *controlplane.ControlPlane {
-	t.Helper()
-	cp = shared.Get(t)
-	return cp
-}
-
-// cp is the package's control plane once a test has asked for it.
-var cp *controlplane.ControlPlane
-
-var nsCounter atomic.Int32
-
-// namespace creates a fresh namespace for one test.
-func namespace(t testing.TB, c client.Client) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kerf-leader-test-"}}
-	require.NoError(t, c.Create(context.Background(), ns))
-	nsCounter.Add(1)
-	return ns.Name
-}
-
-// testLeader runs one leader replica until the test ends or stop is called.
-type testLeader struct {
-	*Leader
-	stop func()
-	done chan error
-}
-
-// crash stops the leader from inside one of its reconciles and returns only
-// once that reconcile's context is cancelled, so the reconcile does nothing
-// more, as after a crash. The manager cancels its controllers' contexts
-// some time after Run's context ends, not at once.
-func (tl *testLeader) crash(ctx context.Context) {
-	tl.stop()
-	select {
-	case <-ctx.Done():
-	case <-time.After(30 * time.Second):
-		panic("the reconcile's context outlived the stopped leader by 30s")
-	}
-}
-
-func startLeader(t testing.TB, ns, identity string, cfg Config) *testLeader {
-	t.Helper()
-	cfg.Namespace, cfg.LeaseName, cfg.Identity = ns, "kerf-leader", identity
-	cfg.WatchNamespaces = []string{ns}
-	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 3*time.Second, 2*time.Second, 200*time.Millisecond
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	l, err := New(cfg, cp.Config, log.With("identity", identity))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	tl := &testLeader{Leader: l, stop: cancel, done: make(chan error, 1)}
-	go func() { tl.done <- l.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-tl.done
-	})
-	return tl
-}
-
-func deployment(ns, name string, cpu, mem string) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "app", Image: "kerf.local/kerf-workload:1",
-					Resources: corev1.ResourceRequirements{
-						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)},
-						Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)},
-					},
-				}}},
-			},
-		},
-	}
-}
-
-func q(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
-
-func recommendation(ns, name, target string, strategy v1alpha1.Strategy, cpu, mem string) *v1alpha1.RightsizingRecommendation {
-	return &v1alpha1.RightsizingRecommendation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.RightsizingRecommendationSpec{
-			TargetRef: v1alpha1.TargetRef{APIVersion: "apps/v1", Kind: v1alpha1.KindDeployment, Name: target},
-			Strategy:  strategy,
-			Containers: []v1alpha1.ContainerResources{{
-				Name:     "app",
-				Requests: &v1alpha1.ResourceValues{CPU: q(cpu), Memory: q(mem)},
-				Limits:   &v1alpha1.ResourceValues{CPU: q(cpu), Memory: q(mem)},
-			}},
-		},
-	}
-}
-
-func namespacedPolicy(ns string, paused bool) *v1alpha1.RightsizingPolicy {
-	p := &v1alpha1.RightsizingPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "guard"}}
-	p.Spec.Guardrails.Paused = paused
-	return p
-}
-
-func getRSR(t testing.TB, c client.Client, ns, name string) *v1alpha1.RightsizingRecommendation {
-	t.Helper()
-	var rsr v1alpha1.RightsizingRecommendation
-	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &rsr))
-	return &rsr
-}
-
-func waitPhase(t testing.TB, c client.Client, ns, name string, phase v1alpha1.Phase, reason string) *v1alpha1.RightsizingRecommendation {
-	t.Helper()
-	var rsr *v1alpha1.RightsizingRecommendation
-	require.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, name)
-		return rsr.Status.Phase == phase && (reason == "" || rsr.Status.Reason == reason)
-	}, 30*time.Second, 50*time.Millisecond, "phase %s/%s never reached", phase, reason)
-	return rsr
-}
-
-// waitApplied waits until the change was applied: the Applied condition is
-// true (the phase is Applied, or already Watching).
-func waitApplied(t *testing.T, c client.Client, ns, name string) *v1alpha1.RightsizingRecommendation {
-	t.Helper()
-	var rsr *v1alpha1.RightsizingRecommendation
-	require.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, name)
-		cond := condition(rsr, v1alpha1.ConditionApplied)
-		return cond != nil && cond.Status == metav1.ConditionTrue &&
-			(rsr.Status.Phase == v1alpha1.PhaseApplied || rsr.Status.Phase == v1alpha1.PhaseWatching)
-	}, 30*time.Second, 50*time.Millisecond, "the change was never applied")
-	return rsr
-}
-
-func eventsFor(t *testing.T, c client.Client, ns, name, reason string) []eventsv1.Event {
-	t.Helper()
-	var list eventsv1.EventList
-	require.NoError(t, c.List(context.Background(), &list, client.InNamespace(ns)))
-	var out []eventsv1.Event
-	for _, e := range list.Items {
-		if e.Regarding.Name == name && e.Reason == reason {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-func historyOf(rsr *v1alpha1.RightsizingRecommendation, typ v1alpha1.ActionType) []v1alpha1.Action {
-	var out []v1alpha1.Action
-	for _, a := range rsr.Status.History {
-		if a.Type == typ {
-			out = append(out, a)
-		}
-	}
-	return out
-}
 
 func TestRecommendationWithoutPolicyIsBlocked(t *testing.T) {
 	c := controlPlane(t).Client
@@ -220,8 +45,7 @@ func TestRolloutIsAppliedAndRecorded(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
-	require.NoError(t, c.Create(ctx, namespacedPolicy(ns, false)))
+	web(t, c, ns, namespacedPolicy(ns, false))
 	l := startLeader(t, ns, "a", Config{})
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
 
@@ -301,24 +125,14 @@ func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
-	require.NoError(t, c.Create(ctx, namespacedPolicy(ns, false)))
+	web(t, c, ns, namespacedPolicy(ns, false))
 
-	recorded := make(chan struct{})
-	var a *testLeader
-	a = startLeader(t, ns, "a", Config{AfterRecord: func(ctx context.Context, _ *v1alpha1.RightsizingRecommendation) {
-		close(recorded)
-		a.crash(ctx) // the leader dies between recording and applying
-	}})
-	require.Eventually(t, a.Leading, 15*time.Second, 50*time.Millisecond)
+	// The leader dies between recording and applying.
+	a := startCrashingLeader(t, ns, func(cfg *Config, crash func(context.Context, *v1alpha1.RightsizingRecommendation)) {
+		cfg.AfterRecord = crash
+	})
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
-	select {
-	case <-recorded:
-	case <-time.After(30 * time.Second):
-		t.Fatal("leader a never recorded the change")
-	}
-	err := <-a.done // a has stopped acting
-	a.done <- err   // for the cleanup
+	a.waitCrashed(t, "recorded the change")
 	var dep appsv1.Deployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
 	assert.Equal(t, "500m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String(), "a stopped before applying")
@@ -381,93 +195,11 @@ func TestEveryReplicaServesTheWebhook(t *testing.T) {
 	}
 }
 
-// runningPod creates the Deployment's current ReplicaSet and one Running
-// pod of it, as the controller-manager and a kubelet would (none runs in
-// these tests), and returns the pod.
-func runningPod(t *testing.T, c client.Client, dep *appsv1.Deployment) *corev1.Pod {
-	t.Helper()
-	ctx := context.Background()
-	labels := map[string]string{"app": dep.Name, "pod-template-hash": "h1"}
-	tmpl := *dep.Spec.Template.DeepCopy()
-	tmpl.Labels = labels
-	rs := &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: dep.Name + "-h1", Labels: labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
-		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
-	}
-	require.NoError(t, c.Create(ctx, rs))
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: dep.Name + "-h1-x", Labels: labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}},
-		Spec: *tmpl.Spec.DeepCopy(),
-	}
-	pod.Spec.NodeName = node(t, c)
-	require.NoError(t, c.Create(ctx, pod))
-	res := pod.Spec.Containers[0].Resources.DeepCopy()
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ObservedGeneration: pod.Generation,
-		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Resources: res,
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
-	require.NoError(t, c.Status().Update(ctx, pod))
-	return pod
-}
-
-// node makes sure the Node the test pods run on exists, with room for
-// them: the apiserver checks a resize against the node's allocatable.
-func node(t testing.TB, c client.Client) string {
-	t.Helper()
-	ctx := context.Background()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
-	if err := c.Create(ctx, n); err != nil {
-		require.True(t, apierrors.IsAlreadyExists(err), "create node: %v", err)
-		return n.Name
-	}
-	room := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}
-	n.Status = corev1.NodeStatus{Capacity: room, Allocatable: room}
-	require.NoError(t, c.Status().Update(ctx, n))
-	return n.Name
-}
-
-// kubeletReports writes what a kubelet would after a resize: either the
-// values it now runs, or a PodResizePending condition with reason.
-func kubeletReports(t *testing.T, c client.Client, pod *corev1.Pod, pendingReason string) {
-	t.Helper()
-	ctx := context.Background()
-	t.Cleanup(func() {
-		if t.Failed() {
-			var l v1alpha1.RightsizingRecommendationList
-			_ = c.List(ctx, &l, client.InNamespace(pod.Namespace))
-			for _, r := range l.Items {
-				t.Logf("recommendation %s: %s %s: %s", r.Name, r.Status.Phase, r.Status.Reason, r.Status.Message)
-			}
-		}
-	})
-	require.Eventually(t, func() bool {
-		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
-		return pod.Generation > 1 // the resize reached the pod
-	}, 20*time.Second, 50*time.Millisecond, "the pod was never resized")
-	pod.Status.ObservedGeneration = pod.Generation
-	if pendingReason != "" {
-		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
-			Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: pendingReason,
-			Message: "Node didn't have enough capacity: cpu, requested: 64000, capacity: 2000", ObservedGeneration: pod.Generation,
-			LastTransitionTime: metav1.Now(),
-		})
-	} else {
-		pod.Status.ContainerStatuses[0].Resources = pod.Spec.Containers[0].Resources.DeepCopy()
-	}
-	require.NoError(t, c.Status().Update(ctx, pod))
-}
-
 func TestInPlaceResizesRunningPodsAndWaitsForTheKubelet(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	pod := runningPod(t, c, dep)
-	require.NoError(t, c.Create(ctx, namespacedPolicy(ns, false)))
-	startLeader(t, ns, "a", Config{})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "256Mi")))
+	dep, pod, _ := inPlaceWeb(t, c, ns, namespacedPolicy(ns, false), "250m", "256Mi")
 
 	kubeletReports(t, c, pod, "")
 	rsr := waitApplied(t, c, ns, "web")
@@ -481,13 +213,7 @@ func TestInPlaceResizesRunningPodsAndWaitsForTheKubelet(t *testing.T) {
 func TestInfeasibleResizeFailsWithTheReason(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
-	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	pod := runningPod(t, c, dep)
-	require.NoError(t, c.Create(ctx, namespacedPolicy(ns, false)))
-	l := startLeader(t, ns, "a", Config{})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "1", "256Mi")))
+	_, pod, l := inPlaceWeb(t, c, ns, namespacedPolicy(ns, false), "1", "256Mi")
 
 	kubeletReports(t, c, pod, corev1.PodReasonInfeasible)
 	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseFailed, "Infeasible")
@@ -496,7 +222,7 @@ func TestInfeasibleResizeFailsWithTheReason(t *testing.T) {
 	require.Len(t, failed, 1)
 	assert.Equal(t, "Infeasible", failed[0].Reason)
 	assert.Empty(t, historyOf(rsr, v1alpha1.ActionApplied))
-	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", "ApplyFailed")) == 1 }, 10*time.Second, 50*time.Millisecond)
+	waitEvents(t, c, ns, "web", "ApplyFailed", 1)
 	counts(t, l.Metrics.Actions.WithLabelValues("failed", "Infeasible", "cpu"), 1)
 }
 

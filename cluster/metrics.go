@@ -25,14 +25,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// count adds one action per resource; an action that touched no resource
-// (a block before anything was planned) counts once with resource "".
-func (m *Metrics) count(t v1alpha1.ActionType, reason string, resources []v1alpha1.ResourceName) {
-	if len(resources) == 0 {
-		m.Actions.WithLabelValues(string(t), reason, "").Inc()
+// count adds one per resource the action touched; an action that touched
+// no resource (a block before anything was planned) counts once with
+// resource "".
+func (m *Metrics) count(a *v1alpha1.Action) {
+	if len(a.Resources) == 0 {
+		m.Actions.WithLabelValues(string(a.Type), a.Reason, "").Inc()
 		return
 	}
-	for _, r := range resources {
-		m.Actions.WithLabelValues(string(t), reason, string(r)).Inc()
+	for _, r := range a.Resources {
+		m.Actions.WithLabelValues(string(a.Type), a.Reason, string(r)).Inc()
 	}
 }

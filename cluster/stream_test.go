@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"net"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
-	"github.com/kerf-dev/kerf/cluster/webhook"
 )
 
 // TestOnlyTheLeaderServesTheStream runs two replicas with the stream on:
@@ -26,12 +24,7 @@ func TestOnlyTheLeaderServesTheStream(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	certPEM, keyPEM, caPEM, err := webhook.EnsureSelfManagedCert(ctx, c, webhook.CertOptions{
-		Namespace: ns, ServiceName: "kerf-leader", SecretName: "kerf-stream-cert", ExtraHosts: []string{"127.0.0.1"}})
-	require.NoError(t, err)
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	require.NoError(t, err)
-	serverTLS := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	serverTLS, pool := streamTLS(t, c, ns)
 
 	replicas := map[string]*testLeader{}
 	addrs := map[string]string{}
@@ -46,8 +39,6 @@ func TestOnlyTheLeaderServesTheStream(t *testing.T) {
 		}
 	}
 
-	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM(caPEM))
 	connect := func(addr string) codes.Code {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})))
 		require.NoError(t, err)

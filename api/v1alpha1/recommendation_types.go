@@ -143,6 +143,75 @@ const (
 	HealthWatchThrottlingNotEvaluated = "ThrottlingNotEvaluated"
 )
 
+// Reasons of the Applied condition.
+const (
+	// AppliedReasonApplying marks a change recorded in status.change whose
+	// apply has not finished: a leader that finds it finishes that change
+	// (the apply is idempotent) rather than planning a new one.
+	AppliedReasonApplying = "Applying"
+	// AppliedReasonApplied means the values run (or, for InPlace and
+	// Deferred, new pods get them from the webhook).
+	AppliedReasonApplied = "Applied"
+	// AppliedReasonAlreadyRunning means the values already ran: nothing
+	// was changed and there is nothing to watch.
+	AppliedReasonAlreadyRunning = "AlreadyRunning"
+	// AppliedReasonBlocked means a guardrail holds the apply back.
+	AppliedReasonBlocked = "Blocked"
+)
+
+// ReasonRollbackError is the reason of a failed action, and of its Event,
+// recorded when a restore fails; the restore is retried with exponential
+// backoff.
+const ReasonRollbackError = "RollbackError"
+
+// Reasons of the Kubernetes Events the leader emits about a change, beside
+// ReasonNoPolicy, ReasonRollbackError and HealthWatchNotAdopted, which name
+// their Events too (docs/design.md section 7).
+const (
+	// EventApplied: the change was applied.
+	EventApplied = "Applied"
+	// EventApplyFailed: a pod's in-place resize failed for good.
+	EventApplyFailed = "ApplyFailed"
+	// EventBlocked: a guardrail holds the apply back.
+	EventBlocked = "Blocked"
+	// EventRolledBack: a breach was rolled back; emitted on the
+	// recommendation and on its workload.
+	EventRolledBack = "RolledBack"
+)
+
+// The reasons of the six Kubernetes Events the backoff state machine emits
+// (docs/design.md section 4).
+const (
+	// EventMonitoringStarted: a change was applied and its turn began.
+	EventMonitoringStarted = "MonitoringStarted"
+	// EventMonitoringSucceeded: the health watch ended without a breach.
+	EventMonitoringSucceeded = "MonitoringSucceeded"
+	// EventRollingBackStarted: a breach started a rollback.
+	EventRollingBackStarted = "RollingBackStarted"
+	// EventBackoffTurnCompleted: a backoff expired and turns remain, so the
+	// same values may be tried again.
+	EventBackoffTurnCompleted = "BackoffTurnCompleted"
+	// EventBackoffExhausted: a backoff expired on the last turn; the values
+	// are failedPermanent.
+	EventBackoffExhausted = "BackoffExhausted"
+	// EventStateCleared: no policy resolved any more, so the state was
+	// dropped.
+	EventStateCleared = "StateCleared"
+)
+
+// The actions of the leader's Kubernetes Events: which part of a
+// recommendation's life emitted them.
+const (
+	// EventActionApply: planning, blocking and applying a change.
+	EventActionApply = "Apply"
+	// EventActionWatch: the health watch.
+	EventActionWatch = "Watch"
+	// EventActionRollback: restoring the values after a breach.
+	EventActionRollback = "Rollback"
+	// EventActionBackoff: the backoff state machine.
+	EventActionBackoff = "Backoff"
+)
+
 // RollbackStateAnnotation is the workload annotation that mirrors
 // status.rollback as JSON (docs/design.md section 4).
 const RollbackStateAnnotation = "kerf.dev/rollback-state"
@@ -466,6 +535,14 @@ type BackoffTurn struct {
 	// +optional
 	Reason string `json:"reason,omitempty"`
 }
+
+// The outcomes recorded on a BackoffTurn when it ends.
+const (
+	// OutcomeHealthy: the turn's health watch ended without a breach.
+	OutcomeHealthy = "Healthy"
+	// OutcomeRolledBack: a breach rolled the turn's change back.
+	OutcomeRolledBack = "RolledBack"
+)
 
 // Cooldown blocks decreases of one resource until a time.
 type Cooldown struct {

@@ -12,34 +12,6 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 )
 
-// The reasons of the six Kubernetes Events the backoff state machine emits
-// (docs/design.md section 4).
-const (
-	// EventMonitoringStarted: a change was applied and its turn began.
-	EventMonitoringStarted = "MonitoringStarted"
-	// EventMonitoringSucceeded: the health watch ended without a breach.
-	EventMonitoringSucceeded = "MonitoringSucceeded"
-	// EventRollingBackStarted: a breach started a rollback.
-	EventRollingBackStarted = "RollingBackStarted"
-	// EventBackoffTurnCompleted: a backoff expired and turns remain, so the
-	// same values may be tried again.
-	EventBackoffTurnCompleted = "BackoffTurnCompleted"
-	// EventBackoffExhausted: a backoff expired on the last turn; the values
-	// are failedPermanent.
-	EventBackoffExhausted = "BackoffExhausted"
-	// EventStateCleared: no policy resolved any more, so the state was
-	// dropped.
-	EventStateCleared = "StateCleared"
-)
-
-// The outcomes recorded on a BackoffTurn when it ends.
-const (
-	// OutcomeHealthy: the turn's health watch ended without a breach.
-	OutcomeHealthy = "Healthy"
-	// OutcomeRolledBack: a breach rolled the turn's change back.
-	OutcomeRolledBack = "RolledBack"
-)
-
 // maxTurns is how many turns status.rollback.turns keeps (its MaxItems).
 const maxTurns = 100
 
@@ -65,7 +37,7 @@ func StartMonitoring(now time.Time, st *v1alpha1.RollbackState, fingerprint stri
 			st.Turn++
 			st.Expiry = nil
 			st.Turns = appendTurn(st.Turns, v1alpha1.BackoffTurn{Turn: st.Turn, StartedAt: metav1.NewTime(now)})
-			return []string{EventMonitoringStarted}, nil
+			return []string{v1alpha1.EventMonitoringStarted}, nil
 		case v1alpha1.BackoffRollingBack, v1alpha1.BackoffBackingOff, v1alpha1.BackoffFailedPermanent:
 			return nil, illegal(st, v1alpha1.BackoffMonitoring)
 		}
@@ -76,7 +48,7 @@ func StartMonitoring(now time.Time, st *v1alpha1.RollbackState, fingerprint stri
 		Fingerprint: fingerprint,
 		Turns:       []v1alpha1.BackoffTurn{{Turn: 1, StartedAt: metav1.NewTime(now)}},
 	}
-	return []string{EventMonitoringStarted}, nil
+	return []string{v1alpha1.EventMonitoringStarted}, nil
 }
 
 // MonitoringSucceeded moves st from monitoring to monitoringSucceeded when
@@ -91,8 +63,8 @@ func MonitoringSucceeded(now time.Time, st *v1alpha1.RollbackState) ([]string, e
 		return nil, illegal(st, v1alpha1.BackoffMonitoringSucceeded)
 	}
 	st.State = v1alpha1.BackoffMonitoringSucceeded
-	endTurn(st, now, OutcomeHealthy, "")
-	return []string{EventMonitoringSucceeded}, nil
+	endTurn(st, now, v1alpha1.OutcomeHealthy, "")
+	return []string{v1alpha1.EventMonitoringSucceeded}, nil
 }
 
 // RollingBack moves st from monitoring to rollingBack when a breach starts
@@ -109,8 +81,8 @@ func RollingBack(now time.Time, st *v1alpha1.RollbackState, reason string) ([]st
 		return nil, illegal(st, v1alpha1.BackoffRollingBack)
 	}
 	st.State = v1alpha1.BackoffRollingBack
-	endTurn(st, now, OutcomeRolledBack, reason)
-	return []string{EventRollingBackStarted}, nil
+	endTurn(st, now, v1alpha1.OutcomeRolledBack, reason)
+	return []string{v1alpha1.EventRollingBackStarted}, nil
 }
 
 // BackingOff moves st from rollingBack to backingOff once the rollback is
@@ -142,10 +114,10 @@ func Advance(now time.Time, st *v1alpha1.RollbackState, backoff v1alpha1.Backoff
 	}
 	if st.Turn < withDefaults(backoff).MaxAttempts {
 		st.State = v1alpha1.BackoffBackedOff
-		return true, []string{EventBackoffTurnCompleted}
+		return true, []string{v1alpha1.EventBackoffTurnCompleted}
 	}
 	st.State = v1alpha1.BackoffFailedPermanent
-	return true, []string{EventBackoffExhausted}
+	return true, []string{v1alpha1.EventBackoffExhausted}
 }
 
 // ClearForNoPolicy drops the backoff state when no policy resolves for the
@@ -158,7 +130,7 @@ func ClearForNoPolicy(status *v1alpha1.RightsizingRecommendationStatus) []string
 		return nil
 	}
 	status.Rollback = nil
-	return []string{EventStateCleared}
+	return []string{v1alpha1.EventStateCleared}
 }
 
 // BackoffDuration is how long turn backs off: timePeriod × multiplyByTurn ×
@@ -183,21 +155,21 @@ func Describe(reason string, st *v1alpha1.RollbackState) (eventType, message str
 		st = &v1alpha1.RollbackState{}
 	}
 	switch reason {
-	case EventMonitoringStarted:
+	case v1alpha1.EventMonitoringStarted:
 		return corev1.EventTypeNormal, fmt.Sprintf("watching values %s, turn %d", st.Fingerprint, st.Turn)
-	case EventMonitoringSucceeded:
+	case v1alpha1.EventMonitoringSucceeded:
 		return corev1.EventTypeNormal, fmt.Sprintf("values %s passed the health watch on turn %d", st.Fingerprint, st.Turn)
-	case EventRollingBackStarted:
+	case v1alpha1.EventRollingBackStarted:
 		why := ""
 		if n := len(st.Turns); n > 0 && st.Turns[n-1].Reason != "" {
 			why = " after " + st.Turns[n-1].Reason
 		}
 		return corev1.EventTypeWarning, fmt.Sprintf("rolling back values %s on turn %d%s", st.Fingerprint, st.Turn, why)
-	case EventBackoffTurnCompleted:
+	case v1alpha1.EventBackoffTurnCompleted:
 		return corev1.EventTypeNormal, fmt.Sprintf("backoff after turn %d of values %s is over; they may be applied again", st.Turn, st.Fingerprint)
-	case EventBackoffExhausted:
+	case v1alpha1.EventBackoffExhausted:
 		return corev1.EventTypeWarning, fmt.Sprintf("values %s were rolled back on each of %d turns; they will not be applied again", st.Fingerprint, st.Turn)
-	case EventStateCleared:
+	case v1alpha1.EventStateCleared:
 		return corev1.EventTypeNormal, "no policy selects the workload any more; its rollback state was cleared"
 	}
 	return corev1.EventTypeNormal, reason

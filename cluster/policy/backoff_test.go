@@ -35,13 +35,13 @@ func TestBackoffFullRunEndsFailedPermanent(t *testing.T) {
 	}{
 		{"apply starts turn 1", 0,
 			func(now time.Time) ([]string, error) { return StartMonitoring(now, st, fp) },
-			[]string{EventMonitoringStarted}, v1alpha1.BackoffMonitoring, 1, ""},
+			[]string{v1alpha1.EventMonitoringStarted}, v1alpha1.BackoffMonitoring, 1, ""},
 		{"an OOM kill rolls back", time.Minute,
 			func(now time.Time) ([]string, error) {
 				AddRolledBackFingerprint(status, fp)
 				return RollingBack(now, st, v1alpha1.HealthWatchOOMKills)
 			},
-			[]string{EventRollingBackStarted}, v1alpha1.BackoffRollingBack, 1, v1alpha1.ReasonSameValues},
+			[]string{v1alpha1.EventRollingBackStarted}, v1alpha1.BackoffRollingBack, 1, v1alpha1.ReasonSameValues},
 		{"the restore is done: back off 10s", time.Minute + 5*time.Second,
 			func(now time.Time) ([]string, error) { return BackingOff(now, st, backoff) },
 			nil, v1alpha1.BackoffBackingOff, 1, v1alpha1.ReasonSameValues},
@@ -50,19 +50,19 @@ func TestBackoffFullRunEndsFailedPermanent(t *testing.T) {
 			nil, v1alpha1.BackoffBackingOff, 1, v1alpha1.ReasonSameValues},
 		{"at the expiry turns remain: backed off", time.Minute + 15*time.Second,
 			func(now time.Time) ([]string, error) { _, ev := Advance(now, st, backoff); return ev, nil },
-			[]string{EventBackoffTurnCompleted}, v1alpha1.BackoffBackedOff, 1, ""},
+			[]string{v1alpha1.EventBackoffTurnCompleted}, v1alpha1.BackoffBackedOff, 1, ""},
 		{"the same values start turn 2", 2 * time.Minute,
 			func(now time.Time) ([]string, error) { return StartMonitoring(now, st, fp) },
-			[]string{EventMonitoringStarted}, v1alpha1.BackoffMonitoring, 2, ""},
+			[]string{v1alpha1.EventMonitoringStarted}, v1alpha1.BackoffMonitoring, 2, ""},
 		{"restarts roll turn 2 back", 3 * time.Minute,
 			func(now time.Time) ([]string, error) { return RollingBack(now, st, v1alpha1.HealthWatchRestarts) },
-			[]string{EventRollingBackStarted}, v1alpha1.BackoffRollingBack, 2, v1alpha1.ReasonSameValues},
+			[]string{v1alpha1.EventRollingBackStarted}, v1alpha1.BackoffRollingBack, 2, v1alpha1.ReasonSameValues},
 		{"turn 2 backs off 20s", 3 * time.Minute,
 			func(now time.Time) ([]string, error) { return BackingOff(now, st, backoff) },
 			nil, v1alpha1.BackoffBackingOff, 2, v1alpha1.ReasonSameValues},
 		{"at the expiry no turn remains: failed permanently", 3*time.Minute + 20*time.Second,
 			func(now time.Time) ([]string, error) { _, ev := Advance(now, st, backoff); return ev, nil },
-			[]string{EventBackoffExhausted}, v1alpha1.BackoffFailedPermanent, 2, v1alpha1.ReasonFailedPermanent},
+			[]string{v1alpha1.EventBackoffExhausted}, v1alpha1.BackoffFailedPermanent, 2, v1alpha1.ReasonFailedPermanent},
 		{"nothing moves afterwards", time.Hour,
 			func(now time.Time) ([]string, error) { _, ev := Advance(now, st, backoff); return ev, nil },
 			nil, v1alpha1.BackoffFailedPermanent, 2, v1alpha1.ReasonFailedPermanent},
@@ -91,8 +91,8 @@ func TestBackoffFullRunEndsFailedPermanent(t *testing.T) {
 
 	assert.Equal(t, mt(t0.Add(3*time.Minute+20*time.Second)), st.Expiry)
 	assert.Equal(t, []v1alpha1.BackoffTurn{
-		{Turn: 1, StartedAt: metav1.NewTime(t0), EndedAt: mt(t0.Add(time.Minute)), Outcome: OutcomeRolledBack, Reason: v1alpha1.HealthWatchOOMKills},
-		{Turn: 2, StartedAt: metav1.NewTime(t0.Add(2 * time.Minute)), EndedAt: mt(t0.Add(3 * time.Minute)), Outcome: OutcomeRolledBack, Reason: v1alpha1.HealthWatchRestarts},
+		{Turn: 1, StartedAt: metav1.NewTime(t0), EndedAt: mt(t0.Add(time.Minute)), Outcome: v1alpha1.OutcomeRolledBack, Reason: v1alpha1.HealthWatchOOMKills},
+		{Turn: 2, StartedAt: metav1.NewTime(t0.Add(2 * time.Minute)), EndedAt: mt(t0.Add(3 * time.Minute)), Outcome: v1alpha1.OutcomeRolledBack, Reason: v1alpha1.HealthWatchRestarts},
 	}, st.Turns)
 
 	got, err := AnnotationValue(st)
@@ -158,11 +158,11 @@ func TestAdvanceAtTheExpiry(t *testing.T) {
 		wantEvents  []string
 	}{
 		{"a nanosecond before", expiry.Add(-time.Nanosecond), 1, 2, mt(expiry), false, v1alpha1.BackoffBackingOff, nil},
-		{"at the expiry with turns left", expiry, 1, 2, mt(expiry), true, v1alpha1.BackoffBackedOff, []string{EventBackoffTurnCompleted}},
-		{"after the expiry on the last turn", expiry.Add(time.Hour), 2, 2, mt(expiry), true, v1alpha1.BackoffFailedPermanent, []string{EventBackoffExhausted}},
-		{"default maxAttempts 1 never retries", expiry, 1, 0, mt(expiry), true, v1alpha1.BackoffFailedPermanent, []string{EventBackoffExhausted}},
-		{"maxAttempts lowered below the turn", expiry, 3, 2, mt(expiry), true, v1alpha1.BackoffFailedPermanent, []string{EventBackoffExhausted}},
-		{"no expiry counts as expired", expiry, 1, 2, nil, true, v1alpha1.BackoffBackedOff, []string{EventBackoffTurnCompleted}},
+		{"at the expiry with turns left", expiry, 1, 2, mt(expiry), true, v1alpha1.BackoffBackedOff, []string{v1alpha1.EventBackoffTurnCompleted}},
+		{"after the expiry on the last turn", expiry.Add(time.Hour), 2, 2, mt(expiry), true, v1alpha1.BackoffFailedPermanent, []string{v1alpha1.EventBackoffExhausted}},
+		{"default maxAttempts 1 never retries", expiry, 1, 0, mt(expiry), true, v1alpha1.BackoffFailedPermanent, []string{v1alpha1.EventBackoffExhausted}},
+		{"maxAttempts lowered below the turn", expiry, 3, 2, mt(expiry), true, v1alpha1.BackoffFailedPermanent, []string{v1alpha1.EventBackoffExhausted}},
+		{"no expiry counts as expired", expiry, 1, 2, nil, true, v1alpha1.BackoffBackedOff, []string{v1alpha1.EventBackoffTurnCompleted}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -190,7 +190,7 @@ func TestAdvanceOutsideBackingOffChangesNothing(t *testing.T) {
 
 func TestStartMonitoringTurns(t *testing.T) {
 	now := at("2026-12-01T10:00:00Z")
-	earlier := []v1alpha1.BackoffTurn{{Turn: 1, StartedAt: metav1.NewTime(epoch), EndedAt: mt(epoch), Outcome: OutcomeRolledBack}}
+	earlier := []v1alpha1.BackoffTurn{{Turn: 1, StartedAt: metav1.NewTime(epoch), EndedAt: mt(epoch), Outcome: v1alpha1.OutcomeRolledBack}}
 	tests := []struct {
 		name       string
 		st         v1alpha1.RollbackState
@@ -199,15 +199,15 @@ func TestStartMonitoringTurns(t *testing.T) {
 		wantTurns  int
 		wantEvents []string
 	}{
-		{"first values", v1alpha1.RollbackState{}, "a", 1, 1, []string{EventMonitoringStarted}},
+		{"first values", v1alpha1.RollbackState{}, "a", 1, 1, []string{v1alpha1.EventMonitoringStarted}},
 		{"same values back from backedOff take the next turn",
-			v1alpha1.RollbackState{State: v1alpha1.BackoffBackedOff, Turn: 1, Fingerprint: "a", Expiry: mt(epoch), Turns: earlier}, "a", 2, 2, []string{EventMonitoringStarted}},
+			v1alpha1.RollbackState{State: v1alpha1.BackoffBackedOff, Turn: 1, Fingerprint: "a", Expiry: mt(epoch), Turns: earlier}, "a", 2, 2, []string{v1alpha1.EventMonitoringStarted}},
 		{"new values reset to turn 1",
-			v1alpha1.RollbackState{State: v1alpha1.BackoffBackedOff, Turn: 1, Fingerprint: "a", Turns: earlier}, "b", 1, 1, []string{EventMonitoringStarted}},
+			v1alpha1.RollbackState{State: v1alpha1.BackoffBackedOff, Turn: 1, Fingerprint: "a", Turns: earlier}, "b", 1, 1, []string{v1alpha1.EventMonitoringStarted}},
 		{"new values while others fail permanently",
-			v1alpha1.RollbackState{State: v1alpha1.BackoffFailedPermanent, Turn: 3, Fingerprint: "a", Turns: earlier}, "b", 1, 1, []string{EventMonitoringStarted}},
+			v1alpha1.RollbackState{State: v1alpha1.BackoffFailedPermanent, Turn: 3, Fingerprint: "a", Turns: earlier}, "b", 1, 1, []string{v1alpha1.EventMonitoringStarted}},
 		{"same values after they succeeded start over",
-			v1alpha1.RollbackState{State: v1alpha1.BackoffMonitoringSucceeded, Turn: 2, Fingerprint: "a", Turns: earlier}, "a", 1, 1, []string{EventMonitoringStarted}},
+			v1alpha1.RollbackState{State: v1alpha1.BackoffMonitoringSucceeded, Turn: 2, Fingerprint: "a", Turns: earlier}, "a", 1, 1, []string{v1alpha1.EventMonitoringStarted}},
 		{"already monitoring the same values: nothing to do",
 			v1alpha1.RollbackState{State: v1alpha1.BackoffMonitoring, Turn: 2, Fingerprint: "a", Turns: earlier}, "a", 2, 1, nil},
 	}
@@ -262,9 +262,9 @@ func TestMonitoringEndsTheTurn(t *testing.T) {
 	require.NoError(t, err)
 	events, err := MonitoringSucceeded(t0.Add(30*time.Minute), st)
 	require.NoError(t, err)
-	assert.Equal(t, []string{EventMonitoringSucceeded}, events)
+	assert.Equal(t, []string{v1alpha1.EventMonitoringSucceeded}, events)
 	assert.Equal(t, v1alpha1.BackoffMonitoringSucceeded, st.State)
-	assert.Equal(t, []v1alpha1.BackoffTurn{{Turn: 1, StartedAt: metav1.NewTime(t0), EndedAt: mt(t0.Add(30 * time.Minute)), Outcome: OutcomeHealthy}}, st.Turns)
+	assert.Equal(t, []v1alpha1.BackoffTurn{{Turn: 1, StartedAt: metav1.NewTime(t0), EndedAt: mt(t0.Add(30 * time.Minute)), Outcome: v1alpha1.OutcomeHealthy}}, st.Turns)
 }
 
 func TestIllegalTransitionsAreErrors(t *testing.T) {
@@ -328,7 +328,7 @@ func TestClearForNoPolicyKeepsWhatBlocksHarm(t *testing.T) {
 		Cooldowns:              cooldowns,
 		RolledBackFingerprints: []string{"f"},
 	}
-	assert.Equal(t, []string{EventStateCleared}, ClearForNoPolicy(status))
+	assert.Equal(t, []string{v1alpha1.EventStateCleared}, ClearForNoPolicy(status))
 	assert.Nil(t, status.Rollback)
 	assert.Equal(t, cooldowns, status.Cooldowns)
 	assert.Equal(t, []string{"f"}, status.RolledBackFingerprints)
@@ -369,12 +369,12 @@ func TestDescribeEvents(t *testing.T) {
 		wantType string
 		wantMsg  string
 	}{
-		{EventMonitoringStarted, corev1.EventTypeNormal, "watching values 0123456789abcdef, turn 2"},
-		{EventMonitoringSucceeded, corev1.EventTypeNormal, "passed the health watch on turn 2"},
-		{EventRollingBackStarted, corev1.EventTypeWarning, "rolling back values 0123456789abcdef on turn 2 after OOMKills"},
-		{EventBackoffTurnCompleted, corev1.EventTypeNormal, "may be applied again"},
-		{EventBackoffExhausted, corev1.EventTypeWarning, "on each of 2 turns; they will not be applied again"},
-		{EventStateCleared, corev1.EventTypeNormal, "no policy selects the workload"},
+		{v1alpha1.EventMonitoringStarted, corev1.EventTypeNormal, "watching values 0123456789abcdef, turn 2"},
+		{v1alpha1.EventMonitoringSucceeded, corev1.EventTypeNormal, "passed the health watch on turn 2"},
+		{v1alpha1.EventRollingBackStarted, corev1.EventTypeWarning, "rolling back values 0123456789abcdef on turn 2 after OOMKills"},
+		{v1alpha1.EventBackoffTurnCompleted, corev1.EventTypeNormal, "may be applied again"},
+		{v1alpha1.EventBackoffExhausted, corev1.EventTypeWarning, "on each of 2 turns; they will not be applied again"},
+		{v1alpha1.EventStateCleared, corev1.EventTypeNormal, "no policy selects the workload"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {

@@ -1,0 +1,160 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/policy"
+)
+
+// reconcileContext is what one pass over one recommendation works on,
+// after Argo Rollouts' rolloutContext: the recommendation, the policy that
+// governs it and the clock reading, taken once at the start of the pass,
+// and the workload and its pods, read on first use and never again in the
+// pass. Every status write of the pass goes through its record.
+type reconcileContext struct {
+	r *RecommendationReconciler
+	// rsr is the recommendation; record writes its status.
+	rsr *v1alpha1.RightsizingRecommendation
+	// resolved is the governing policy, nil when none selects the workload.
+	resolved *policy.Resolved
+	// now is the pass's one clock reading.
+	now time.Time
+
+	// The workload and its pods, filled by loadWorkload.
+	workloadRead, podsRead bool
+	workloadObj            client.Object
+	workloadErr            error
+	podList                []corev1.Pod
+	podsErr                error
+}
+
+// newContext reads the recommendation and resolves its policy. It returns
+// nil, with no error, when there is nothing to reconcile: the
+// recommendation is gone or being deleted.
+func (r *RecommendationReconciler) newContext(ctx context.Context, req ctrl.Request) (*reconcileContext, error) {
+	var rsr v1alpha1.RightsizingRecommendation
+	if err := r.Client.Get(ctx, req.NamespacedName, &rsr); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	if rsr.DeletionTimestamp != nil {
+		return nil, nil
+	}
+	c := &reconcileContext{r: r, rsr: &rsr, now: r.Now()}
+	resolved, err := c.resolvePolicy(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.resolved = resolved
+	return c, nil
+}
+
+// resolvePolicy finds the policy that governs the recommendation's
+// workload, or nil. A workload that does not exist (yet) is selected by its
+// kind, namespace and name alone.
+func (c *reconcileContext) resolvePolicy(ctx context.Context) (*policy.Resolved, error) {
+	rsr := c.rsr
+	var ns corev1.Namespace
+	if err := c.r.Client.Get(ctx, client.ObjectKey{Name: rsr.Namespace}, &ns); err != nil {
+		return nil, fmt.Errorf("read namespace %s: %w", rsr.Namespace, err)
+	}
+	workload, err := c.workload(ctx)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("read workload of %s/%s: %w", rsr.Namespace, rsr.Name, err)
+	}
+	w := policy.Workload{Kind: rsr.Spec.TargetRef.Kind, Namespace: rsr.Namespace, Name: rsr.Spec.TargetRef.Name}
+	if workload != nil {
+		w.Labels = workload.GetLabels()
+	}
+	var namespaced v1alpha1.RightsizingPolicyList
+	if err := c.r.Client.List(ctx, &namespaced, client.InNamespace(rsr.Namespace)); err != nil {
+		return nil, fmt.Errorf("list RightsizingPolicies in %s: %w", rsr.Namespace, err)
+	}
+	var cluster v1alpha1.ClusterRightsizingPolicyList
+	if err := c.r.Client.List(ctx, &cluster); err != nil {
+		return nil, fmt.Errorf("list ClusterRightsizingPolicies: %w", err)
+	}
+	return policy.Resolve(w, ns.Labels, namespaced.Items, cluster.Items)
+}
+
+// workload returns the recommendation's workload (see loadWorkload).
+func (c *reconcileContext) workload(ctx context.Context) (client.Object, error) {
+	c.loadWorkload(ctx, false)
+	return c.workloadObj, c.workloadErr
+}
+
+// pods returns the pods the workload's selector selects (see
+// loadWorkload).
+func (c *reconcileContext) pods(ctx context.Context) ([]corev1.Pod, error) {
+	c.loadWorkload(ctx, true)
+	if c.workloadErr != nil {
+		return nil, fmt.Errorf("read workload of %s/%s: %w", c.rsr.Namespace, c.rsr.Name, c.workloadErr)
+	}
+	return c.podList, c.podsErr
+}
+
+// loadWorkload is the one place a pass reads the workload and, when
+// withPods, lists its pods: each at most once, the outcome (an error too,
+// not found included) kept for the rest of the pass.
+func (c *reconcileContext) loadWorkload(ctx context.Context, withPods bool) {
+	if !c.workloadRead {
+		c.workloadRead = true
+		c.workloadObj, c.workloadErr = c.r.Applier.Target(ctx, c.rsr)
+	}
+	if withPods && !c.podsRead && c.workloadErr == nil {
+		c.podsRead = true
+		c.podList, c.podsErr = workloadPods(ctx, c.r.Client, c.workloadObj)
+	}
+}
+
+// workloadGone reports whether the workload no longer exists. A restore
+// that failed on something not found asks it: the workload may have been
+// deleted since the pass read it, and then it is read once more.
+func (c *reconcileContext) workloadGone(ctx context.Context, cause error) bool {
+	if _, err := c.workload(ctx); apierrors.IsNotFound(err) {
+		return true
+	}
+	if !apierrors.IsNotFound(cause) {
+		return false
+	}
+	c.workloadRead, c.podsRead = false, false
+	_, err := c.workload(ctx)
+	return apierrors.IsNotFound(err)
+}
+
+// workloadPods lists the pods the workload's selector selects.
+func workloadPods(ctx context.Context, cl client.Client, w client.Object) ([]corev1.Pod, error) {
+	var sel *metav1.LabelSelector
+	switch o := w.(type) {
+	case *appsv1.Deployment:
+		sel = o.Spec.Selector
+	case *appsv1.StatefulSet:
+		sel = o.Spec.Selector
+	case *appsv1.DaemonSet:
+		sel = o.Spec.Selector
+	default:
+		return nil, fmt.Errorf("workload %T has no pod selector", w)
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return nil, fmt.Errorf("selector of %s: %w", w.GetName(), err)
+	}
+	if s.Empty() {
+		s = labels.Nothing()
+	}
+	var list corev1.PodList
+	if err := cl.List(ctx, &list, client.InNamespace(w.GetNamespace()), client.MatchingLabelsSelector{Selector: s}); err != nil {
+		return nil, fmt.Errorf("list pods of %s/%s: %w", w.GetNamespace(), w.GetName(), err)
+	}
+	return list.Items, nil
+}

@@ -1,0 +1,170 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/policy"
+)
+
+// historyLimit is how many actions status.history keeps (design section 2).
+const historyLimit = 100
+
+// outcome is one transition of a recommendation: what one status write
+// records, and what is said about it once that write succeeded. record
+// writes it whole, so status, history, Events and kerf_actions_total never
+// disagree.
+type outcome struct {
+	// doing names the write in its error, such as "record apply of".
+	doing string
+	// phase, when set, replaces status.phase.
+	phase v1alpha1.Phase
+	// setReason makes reason and message replace status.reason and
+	// status.message (empty ones clear them); without it they stay.
+	setReason       bool
+	reason, message string
+	// observe marks the outcome as acting on this generation:
+	// status.observedGeneration becomes it and status.policy the governing
+	// policy (none without one).
+	observe bool
+	// status sets the other status fields the transition changes.
+	status func(st *v1alpha1.RightsizingRecommendationStatus)
+	// conditions are set with the recommendation's generation and the
+	// pass's clock; removeConditions are the types removed.
+	conditions       []metav1.Condition
+	removeConditions []string
+	// action, when set, is added to status.history at the pass's clock and
+	// counted in kerf_actions_total by its type, reason and resources.
+	action *v1alpha1.Action
+	// events are emitted after the write.
+	events []kubeEvent
+	// rollbackChanged says the transition moved the backoff state machine
+	// (status.rollback): after the write its Events (backoff, the reasons
+	// it returned) are emitted and its state is mirrored on the workload.
+	rollbackChanged bool
+	backoff         []string
+	// hook, when set, is a test's hook (AfterRecord, AfterBreach) run once
+	// the outcome is written; when it stops the leader, record returns the
+	// context's error and the pass does nothing more.
+	hook func(context.Context, *v1alpha1.RightsizingRecommendation)
+}
+
+// kubeEvent is a Kubernetes Event an outcome emits.
+type kubeEvent struct {
+	typ, reason, action, note string
+	// onWorkload emits it about the workload, related to the
+	// recommendation, instead of about the recommendation; it is left out
+	// when the workload cannot be read.
+	onWorkload bool
+}
+
+// newCondition builds a condition of an outcome.
+func newCondition(typ string, status metav1.ConditionStatus, reason, msg string) metav1.Condition {
+	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg}
+}
+
+// record writes the outcome: phase, reason and message, the other status
+// fields, the conditions and the history entry, then the status update
+// (conditional on resourceVersion), and only once that succeeded the
+// Events, the backoff state's mirror and kerf_actions_total; last the
+// outcome's test hook.
+func (c *reconcileContext) record(ctx context.Context, o outcome) error {
+	rsr, st := c.rsr, &c.rsr.Status
+	if o.phase != "" {
+		st.Phase = o.phase
+	}
+	if o.setReason {
+		st.Reason, st.Message = o.reason, o.message
+	}
+	if o.observe {
+		st.ObservedGeneration = rsr.Generation
+		st.Policy = nil
+		if c.resolved != nil {
+			st.Policy = &c.resolved.Ref
+		}
+	}
+	if o.status != nil {
+		o.status(st)
+	}
+	for _, cond := range o.conditions {
+		cond.ObservedGeneration, cond.LastTransitionTime = rsr.Generation, metav1.NewTime(c.now)
+		meta.SetStatusCondition(&st.Conditions, cond)
+	}
+	for _, typ := range o.removeConditions {
+		meta.RemoveStatusCondition(&st.Conditions, typ)
+	}
+	if o.action != nil {
+		a := *o.action
+		a.Time = metav1.NewTime(c.now)
+		addHistory(rsr, a)
+	}
+	if err := c.r.Client.Status().Update(ctx, rsr); err != nil {
+		return fmt.Errorf("%s %s/%s: %w", o.doing, rsr.Namespace, rsr.Name, err)
+	}
+
+	for _, e := range o.events {
+		if !e.onWorkload {
+			c.r.Recorder.Eventf(rsr, nil, e.typ, e.reason, e.action, "%s", e.note)
+			continue
+		}
+		if w, err := c.workload(ctx); err == nil {
+			c.r.Recorder.Eventf(w, rsr, e.typ, e.reason, e.action, "%s", e.note)
+		}
+	}
+	if o.rollbackChanged {
+		for _, reason := range o.backoff {
+			typ, msg := policy.Describe(reason, st.Rollback)
+			c.r.Recorder.Eventf(rsr, nil, typ, reason, v1alpha1.EventActionBackoff, "%s", msg)
+		}
+		if err := c.annotate(ctx); err != nil {
+			c.r.Log.Error("mirror rollback state on the workload", "recommendation", rsr.Namespace+"/"+rsr.Name, "err", err)
+		}
+	}
+	if o.action != nil {
+		c.r.Metrics.count(o.action)
+	}
+	if o.hook != nil {
+		o.hook(ctx, rsr)
+		return ctx.Err()
+	}
+	return nil
+}
+
+// addHistory appends an action and keeps the newest historyLimit.
+func addHistory(rsr *v1alpha1.RightsizingRecommendation, a v1alpha1.Action) {
+	h := append(rsr.Status.History, a)
+	if len(h) > historyLimit {
+		h = slices.Clone(h[len(h)-historyLimit:])
+	}
+	rsr.Status.History = h
+}
+
+// annotate writes status.rollback to the workload's
+// kerf.dev/rollback-state annotation.
+func (c *reconcileContext) annotate(ctx context.Context) error {
+	w, err := c.workload(ctx)
+	if err != nil {
+		return err
+	}
+	val, err := policy.AnnotationValue(c.rsr.Status.Rollback)
+	if err != nil {
+		return err
+	}
+	var v any = val
+	if val == "" {
+		v = nil // removes it
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{v1alpha1.RollbackStateAnnotation: v}}})
+	if err != nil {
+		return err
+	}
+	return c.r.Client.Patch(ctx, w, client.RawPatch(types.MergePatchType, patch))
+}
