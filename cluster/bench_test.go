@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/cluster/signals"
 )
 
 // BenchmarkSignalToRollbackRequest measures the leader's decision latency
@@ -24,10 +24,10 @@ func BenchmarkSignalToRollbackRequest(b *testing.B) {
 	ctx := context.Background()
 	ns := namespace(b, c)
 	const n = 20
-	src := watch.NewMemorySource()
+	src := signals.NewKernel()
 	var mu sync.Mutex
 	decided := map[string]time.Time{}
-	startLeader(b, ns, "a", Config{Kernel: src, AfterBreach: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
+	startLeader(b, ns, "a", Config{Signals: kernelOnly(src), AfterBreach: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
 		mu.Lock()
 		decided[rsr.Name] = time.Now()
 		mu.Unlock()

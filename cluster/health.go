@@ -19,8 +19,8 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/policy"
-	"github.com/kerf-dev/kerf/cluster/watch"
 )
 
 // watchRecheck bounds how long a running watch goes without a look, for
@@ -96,11 +96,11 @@ func (r *RecommendationReconciler) watch(ctx context.Context, rsr *v1alpha1.Righ
 		return ctrl.Result{}, err
 	}
 	now := r.Now()
-	baselines := map[watch.ContainerKey]int32{}
+	baselines := map[healthwatch.ContainerKey]int32{}
 	for _, b := range rsr.Status.Change.RestartBaselines {
-		baselines[watch.ContainerKey{PodUID: types.UID(b.PodUID), Container: b.Container}] = b.RestartCount
+		baselines[healthwatch.ContainerKey{PodUID: types.UID(b.PodUID), Container: b.Container}] = b.RestartCount
 	}
-	in := watch.Input{
+	in := healthwatch.Input{
 		Change:           rsr.Status.Change,
 		Guardrails:       resolved.Spec.Guardrails.Rollback,
 		Pods:             pods,
@@ -109,13 +109,13 @@ func (r *RecommendationReconciler) watch(ctx context.Context, rsr *v1alpha1.Righ
 		Statuses:         r.Statuses,
 		Throttling:       r.Throttling,
 	}
-	v := watch.Evaluate(now, in)
+	v := healthwatch.Evaluate(now, in)
 	switch v.State {
-	case watch.StateBreached:
+	case healthwatch.StateBreached:
 		return r.breach(ctx, rsr, resolved, v, now)
-	case watch.StateHealthy:
+	case healthwatch.StateHealthy:
 		return r.healthy(ctx, rsr, v, now)
-	case watch.StateNotAdopted:
+	case healthwatch.StateNotAdopted:
 		setCondition(rsr, v1alpha1.ConditionHealthWatch, metav1.ConditionFalse, v1alpha1.HealthWatchNotAdopted, v.Message, now)
 		rsr.Status.Phase = v1alpha1.PhaseApplied
 		if err := r.Client.Status().Update(ctx, rsr); err != nil {
@@ -145,7 +145,7 @@ func (r *RecommendationReconciler) watch(ctx context.Context, rsr *v1alpha1.Righ
 }
 
 // healthy ends a watch without a breach.
-func (r *RecommendationReconciler) healthy(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, v watch.Verdict, now time.Time) (ctrl.Result, error) {
+func (r *RecommendationReconciler) healthy(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, v healthwatch.Verdict, now time.Time) (ctrl.Result, error) {
 	change := rsr.Status.Change
 	evs, err := policy.MonitoringSucceeded(now, rsr.Status.Rollback)
 	if err != nil {
@@ -168,7 +168,7 @@ func (r *RecommendationReconciler) healthy(ctx context.Context, rsr *v1alpha1.Ri
 // breach marks the recommendation RolledBack, conditional on its
 // resourceVersion, before anything is restored: from then on the webhook
 // gives the values to no new pod, and of two leaders only one decides.
-func (r *RecommendationReconciler) breach(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, resolved *policy.Resolved, v watch.Verdict, now time.Time) (ctrl.Result, error) {
+func (r *RecommendationReconciler) breach(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, resolved *policy.Resolved, v healthwatch.Verdict, now time.Time) (ctrl.Result, error) {
 	evs, err := policy.RollingBack(now, rsr.Status.Rollback, v.Reason)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("roll back %s/%s: %w", rsr.Namespace, rsr.Name, err)

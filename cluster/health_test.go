@@ -22,8 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/policy"
-	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/cluster/signals"
 )
 
 // counts waits until counter reads want: the leader counts an action just
@@ -268,8 +269,8 @@ func TestKernelOOMKillRollsBackBeforePodStatus(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	kernel := watch.NewMemorySource()
-	dep, _ := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Kernel: kernel}, "500m", "128Mi")
+	kernel := signals.NewKernel()
+	dep, _ := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Signals: kernelOnly(kernel)}, "500m", "128Mi")
 	pod := adoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond) // the pod reaches the leader's cache
 
@@ -293,8 +294,8 @@ func TestThrottlingRollsBackCPU(t *testing.T) {
 	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	src := watch.NewMemorySource()
-	l := startLeader(t, ns, "a", Config{Now: now, Kernel: src, Throttling: src})
+	src := signals.NewKernel()
+	l := startLeader(t, ns, "a", Config{Now: now, Signals: kernelOnly(src), Throttling: src})
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
 	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
 	t0 := rsr.Status.Change.AppliedAt.Time
@@ -302,10 +303,10 @@ func TestThrottlingRollsBackCPU(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 
 	offset.Store(int64(3 * time.Minute))
-	windowStart := t0.Add(watch.ThrottlingDelay)
+	windowStart := t0.Add(healthwatch.ThrottlingDelay)
 	src.AddSamples(
-		watch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: windowStart.Add(-time.Second), Periods: 100, Throttled: 10},
-		watch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: now(), Periods: 500, Throttled: 210},
+		healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: windowStart.Add(-time.Second), Periods: 100, Throttled: 10},
+		healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: now(), Periods: 500, Throttled: 210},
 	)
 	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
 	require.Eventually(t, func() bool {
@@ -423,8 +424,8 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 	})))
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	src := watch.NewMemorySource()
-	startLeader(t, ns, "a", Config{Now: now, Kernel: src})
+	src := signals.NewKernel()
+	startLeader(t, ns, "a", Config{Now: now, Signals: kernelOnly(src)})
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
 	// poke makes the leader look now, as the expiry's timer would.
 	// The leader writes the status meanwhile: a conflict is retried.
@@ -599,4 +600,9 @@ func TestDeferredRollbackNamesAPodItCannotResizeBack(t *testing.T) {
 		evs := eventsFor(t, c, ns, "web", "RolledBack")
 		return len(evs) == 2 && strings.Contains(evs[0].Note, "web-h1-started") && strings.Contains(evs[1].Note, "web-h1-started")
 	}, 10*time.Second, 50*time.Millisecond, "the Warning events name the pod")
+}
+
+// kernelOnly returns the leader's signal stores around a test's Kernel.
+func kernelOnly(k *signals.Kernel) *signals.Stores {
+	return &signals.Stores{Kernel: k, Statuses: signals.NewAgentStatuses(0)}
 }

@@ -1,4 +1,4 @@
-package watch
+package healthwatch
 
 import (
 	"fmt"
@@ -394,7 +394,7 @@ func statusOOMKills(cs *corev1.ContainerStatus, as *AgentStatus, from, to time.T
 		after := t.FinishedAt.After(from) ||
 			sameSecondOK && t.FinishedAt.Truncate(time.Second).Equal(from.Truncate(time.Second))
 		if t.Reason != oomKilledReason || !after || t.FinishedAt.After(to) ||
-			slices.ContainsFunc(counted, func(c Termination) bool { return sameRun(&c, &t) }) {
+			slices.ContainsFunc(counted, func(c Termination) bool { return c.SameRun(&t) }) {
 			return false
 		}
 		counted = append(counted, t)
