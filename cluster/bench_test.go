@@ -81,3 +81,28 @@ func BenchmarkSignalToRollbackRequest(b *testing.B) {
 	b.ReportMetric(lat[n*99/100], "p99-ms")
 	b.Logf("signal -> rollback request over %d workloads: p50 %.1f ms, p99 %.1f ms, max %.1f ms", n, lat[n/2], lat[n*99/100], lat[n-1])
 }
+
+// BenchmarkPodUpdateFanOut measures what one pod status update costs the
+// leader on a real apiserver with 500 watched recommendations in one
+// namespace (each of its own Deployment): the reconciles up to the breach
+// decision of the pod's workload's recommendation, and the time to it; and
+// the reconciles a pod update of a workload without a recommendation
+// causes.
+func BenchmarkPodUpdateFanOut(b *testing.B) {
+	f := newFanout(b, 500)
+	time.Sleep(2 * time.Second) // the pods reach the leader's cache
+	base := settledReconciles(b, 2*time.Second)
+	f.restart(b, f.orphan)
+	afterOrphan := settledReconciles(b, 2*time.Second)
+	b.ResetTimer()
+	sent := f.restart(b, f.pods[250])
+	decided := f.untilBreach(b, "web-250")
+	atDecision := reconciles(b)
+	b.StopTimer()
+	all := settledReconciles(b, 2*time.Second)
+	b.ReportMetric(afterOrphan-base, "orphan-reconciles")
+	b.ReportMetric(atDecision-afterOrphan, "reconciles-to-breach")
+	b.ReportMetric(float64(decided.Sub(sent).Microseconds())/1000, "ms-to-breach")
+	b.Logf("orphan pod update: %.0f reconciles; watched pod update: %.0f reconciles up to the breach decision (%.0f until quiet), breach after %.1f ms",
+		afterOrphan-base, atDecision-afterOrphan, all-afterOrphan, float64(decided.Sub(sent).Microseconds())/1000)
+}
