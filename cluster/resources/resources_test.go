@@ -100,8 +100,12 @@ func TestMoved(t *testing.T) {
 	cc := func(prev, applied v1alpha1.Resources) *v1alpha1.ContainerChange {
 		return &v1alpha1.ContainerChange{Name: "app", Previous: prev, Applied: applied}
 	}
-	reqCPU := func(s string) v1alpha1.Resources { return v1alpha1.Resources{Requests: &v1alpha1.ResourceValues{CPU: q(s)}} }
-	limMem := func(s string) v1alpha1.Resources { return v1alpha1.Resources{Limits: &v1alpha1.ResourceValues{Memory: q(s)}} }
+	reqCPU := func(s string) v1alpha1.Resources {
+		return v1alpha1.Resources{Requests: &v1alpha1.ResourceValues{CPU: q(s)}}
+	}
+	limMem := func(s string) v1alpha1.Resources {
+		return v1alpha1.Resources{Limits: &v1alpha1.ResourceValues{Memory: q(s)}}
+	}
 	cases := []struct {
 		name   string
 		change *v1alpha1.ContainerChange
