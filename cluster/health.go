@@ -7,12 +7,10 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +19,8 @@ import (
 	"github.com/kerf-dev/kerf/cluster/apply"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/policy"
+	"github.com/kerf-dev/kerf/cluster/resources"
+	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
 // watchRecheck bounds how long a running watch goes without a look, for
@@ -153,7 +153,7 @@ func (r *RecommendationReconciler) healthy(ctx context.Context, rsr *v1alpha1.Ri
 	}
 	rsr.Status.Phase = v1alpha1.PhaseHealthy
 	rsr.Status.LastHealthy = &v1alpha1.HealthyValues{At: metav1.NewTime(now), ValueFingerprint: change.ValueFingerprint,
-		Containers: apply.AppliedValues(change)}
+		Containers: resources.Applied(change)}
 	setCondition(rsr, v1alpha1.ConditionHealthWatch, metav1.ConditionTrue, v1alpha1.HealthWatchHealthy, v.Message, now)
 	addHistory(rsr, v1alpha1.Action{Time: metav1.NewTime(now), Type: v1alpha1.ActionHealthy, Reason: v1alpha1.HealthWatchHealthy,
 		Message: v.Message, Resources: change.Resources})
@@ -304,7 +304,7 @@ func (r *RecommendationReconciler) restoreValues(ctx context.Context, rsr *v1alp
 			return v, nil
 		}
 	}
-	return apply.PreviousValues(rsr.Status.Change), nil
+	return resources.Previous(rsr.Status.Change), nil
 }
 
 // advanceBackoff moves backingOff on when its expiry passes.
@@ -362,31 +362,13 @@ func (r *RecommendationReconciler) annotate(ctx context.Context, rsr *v1alpha1.R
 	return r.Client.Patch(ctx, w, client.RawPatch(types.MergePatchType, patch))
 }
 
-// workloadPods lists the pods the workload's selector selects.
+// workloadPods lists the workload's pods (workload.Pods).
 func (r *RecommendationReconciler) workloadPods(ctx context.Context, w client.Object) ([]corev1.Pod, error) {
-	var sel *metav1.LabelSelector
-	switch o := w.(type) {
-	case *appsv1.Deployment:
-		sel = o.Spec.Selector
-	case *appsv1.StatefulSet:
-		sel = o.Spec.Selector
-	case *appsv1.DaemonSet:
-		sel = o.Spec.Selector
-	default:
-		return nil, fmt.Errorf("workload %T has no pod selector", w)
-	}
-	s, err := metav1.LabelSelectorAsSelector(sel)
+	wl, err := workload.From(w)
 	if err != nil {
-		return nil, fmt.Errorf("selector of %s: %w", w.GetName(), err)
+		return nil, err
 	}
-	if s.Empty() {
-		s = labels.Nothing()
-	}
-	var list corev1.PodList
-	if err := r.Client.List(ctx, &list, client.InNamespace(w.GetNamespace()), client.MatchingLabelsSelector{Selector: s}); err != nil {
-		return nil, fmt.Errorf("list pods of %s/%s: %w", w.GetNamespace(), w.GetName(), err)
-	}
-	return list.Items, nil
+	return workload.Pods(ctx, r.Client, wl)
 }
 
 // restartBaselines are the pods' restart counts now, per container.
@@ -465,7 +447,7 @@ func manifestValues(w client.Object) ([]v1alpha1.ContainerResources, bool) {
 	}
 	var out []v1alpha1.ContainerResources
 	for i := range m.Spec.Template.Spec.Containers {
-		out = append(out, apply.ContainerValues(&m.Spec.Template.Spec.Containers[i]))
+		out = append(out, resources.ContainerValues(&m.Spec.Template.Spec.Containers[i]))
 	}
 	return out, len(out) > 0
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/resources"
 )
 
 // The health watch's fixed figures (docs/design.md section 3).
@@ -176,8 +177,8 @@ func Evaluate(now time.Time, in Input) Verdict {
 	var memNames, cpuNames, anyNames []string
 	for i := range ch.Containers {
 		cc := &ch.Containers[i]
-		mem := slices.Contains(ch.Resources, v1alpha1.ResourceMemory) && changed(cc, v1alpha1.ResourceMemory)
-		cpu := slices.Contains(ch.Resources, v1alpha1.ResourceCPU) && changed(cc, v1alpha1.ResourceCPU)
+		mem := slices.Contains(ch.Resources, v1alpha1.ResourceMemory) && resources.Moved(cc, v1alpha1.ResourceMemory)
+		cpu := slices.Contains(ch.Resources, v1alpha1.ResourceCPU) && resources.Moved(cc, v1alpha1.ResourceCPU)
 		if mem {
 			memNames = append(memNames, cc.Name)
 		}
