@@ -55,6 +55,15 @@ func settledReconciles(t testing.TB, quiet time.Duration) float64 {
 	return last
 }
 
+// toBreach returns the reconciles since base up to a breach decision, the
+// deciding one included: AfterBreach runs inside that reconcile, which the
+// metric counts only once it returns, and the controller runs one reconcile
+// at a time (controller-runtime's default).
+func toBreach(t testing.TB, base float64) float64 {
+	t.Helper()
+	return reconciles(t) - base + 1
+}
+
 // ownedPod creates what the Deployment's controller would (none runs here):
 // a ReplicaSet it controls and a Running pod of its template that the
 // ReplicaSet controls, so the pod's owner chain leads to the Deployment.
@@ -179,5 +188,5 @@ func TestAPodUpdateReconcilesItsWorkloadsRecommendationOnly(t *testing.T) {
 	f.untilBreach(t, "web-3")
 	// The breach's own writes (status, the restore) come back as events
 	// of web-3 itself; count only the reconciles up to the decision.
-	require.Equal(t, 1.0, reconciles(t)-afterOrphan, "reconciles up to the breach decision")
+	require.Equal(t, 1.0, toBreach(t, afterOrphan), "reconciles up to the breach decision")
 }

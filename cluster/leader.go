@@ -22,17 +22,11 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
@@ -249,55 +243,8 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		Throttling:  cfg.Throttling,
 		Log:         log,
 	}
-	// A policy change can change what every recommendation in its scope
-	// may do.
-	inScope := func(ctx context.Context, o client.Object) []reconcile.Request {
-		var list v1alpha1.RightsizingRecommendationList
-		if err := mgr.GetClient().List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
-			log.Error("list recommendations for a policy change", "err", err)
-			return nil
-		}
-		reqs := make([]reconcile.Request, 0, len(list.Items))
-		for _, r := range list.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&r)})
-		}
-		return reqs
-	}
-	allInScope := handler.EnqueueRequestsFromMapFunc(inScope)
-	bld := ctrl.NewControllerManagedBy(mgr)
-	// An agent's signal (an OOM kill, a container event, new counters)
-	// about a pod is acted on
-	// as soon as it arrives, like a pod status update.
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podUIDIndex, func(o client.Object) []string {
-		return []string{string(o.GetUID())}
-	}); err != nil {
-		return nil, fmt.Errorf("index pods by UID: %w", err)
-	}
-	ch := make(chan event.GenericEvent, 4096)
-	sig.Subscribe(func(sg signals.Signal) {
-		select {
-		case ch <- event.GenericEvent{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: sg.PodUID}}}:
-		default: // full: the watch's periodic look catches up
-		}
-	})
-	bld = bld.WatchesRawSource(source.Channel(ch, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		var pods corev1.PodList
-		if err := mgr.GetClient().List(ctx, &pods, client.MatchingFields{podUIDIndex: string(o.GetUID())}); err != nil || len(pods.Items) == 0 {
-			return nil
-		}
-		return inScope(ctx, &pods.Items[0])
-	})))
-	err = bld.
-		For(&v1alpha1.RightsizingRecommendation{}).
-		Watches(&v1alpha1.RightsizingPolicy{}, allInScope).
-		Watches(&v1alpha1.ClusterRightsizingPolicy{}, allInScope).
-		// A pod status update is a health signal: act on it at once.
-		Watches(&corev1.Pod{}, allInScope).
-		// Replicas in one process (tests) each build this controller.
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
-		Complete(rec)
-	if err != nil {
-		return nil, fmt.Errorf("build recommendation controller: %w", err)
+	if err := rec.SetupWithManager(mgr, sig); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
@@ -411,10 +358,6 @@ func (l *Leader) webhookTLS(ctx context.Context) (*tls.Config, error) {
 	go sc.Run(ctx, time.Hour)
 	return webhook.TLSConfig(sc.GetCertificate), nil
 }
-
-// podUIDIndex indexes cached pods by UID, to find the pod an agent's signal
-// is about.
-const podUIDIndex = "metadata.uid"
 
 // cachedPods finds pods by UID in the leader's cache.
 type cachedPods struct{ c client.Reader }
