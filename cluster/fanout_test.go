@@ -11,7 +11,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -64,33 +63,6 @@ func toBreach(t testing.TB, base float64) float64 {
 	return reconciles(t) - base + 1
 }
 
-// ownedPod creates what the Deployment's controller would (none runs here):
-// a ReplicaSet it controls and a Running pod of its template that the
-// ReplicaSet controls, so the pod's owner chain leads to the Deployment.
-func ownedPod(t testing.TB, c client.Client, dep *appsv1.Deployment, name string) *corev1.Pod {
-	t.Helper()
-	ctx := context.Background()
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), dep))
-	rs := &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: name + "-rs", Labels: dep.Spec.Template.Labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
-		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: dep.Spec.Selector, Template: dep.Spec.Template},
-	}
-	require.NoError(t, c.Create(ctx, rs))
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: name, Labels: dep.Spec.Template.Labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}},
-		Spec: *dep.Spec.Template.Spec.DeepCopy(),
-	}
-	pod.Spec.NodeName = node(t, c)
-	require.NoError(t, c.Create(ctx, pod))
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ObservedGeneration: pod.Generation,
-		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Resources: pod.Spec.Containers[0].Resources.DeepCopy(),
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
-	require.NoError(t, c.Status().Update(ctx, pod))
-	return pod
-}
-
 // fanout is n watched recommendations web-0 … web-(n-1) in one namespace,
 // each of its own Deployment with one pod, and a Deployment "orphan" with a
 // pod and no recommendation.
@@ -131,7 +103,7 @@ func newFanout(t testing.TB, n int) *fanout {
 	}
 	orphan := deployment(ns, "orphan", "500m", "256Mi")
 	require.NoError(t, c.Create(ctx, orphan))
-	f.orphan = ownedPod(t, c, orphan, "orphan-1")
+	f.orphan = adoptedPod(t, c, orphan, "orphan-1")
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -141,7 +113,7 @@ func newFanout(t testing.TB, n int) *fanout {
 	// rollout would.
 	for i := range n {
 		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("web-%d", i)}}
-		f.pods = append(f.pods, ownedPod(t, c, dep, dep.Name+"-new"))
+		f.pods = append(f.pods, adoptedPod(t, c, dep, dep.Name+"-new"))
 	}
 	return f
 }

@@ -10,7 +10,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster/healthwatch"
 )
 
 // t0 is when the changes in these tests were applied.
@@ -132,19 +131,6 @@ func lastTerminated(container, reason, id string, finished time.Time) func(*core
 	}
 }
 
-// terminated sets a container's state.terminated.
-func terminated(container, reason, id string, finished time.Time) func(*corev1.Pod) {
-	return func(p *corev1.Pod) {
-		containerStatus(p, container).State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-			Reason: reason, ContainerID: id, ExitCode: 137, FinishedAt: metav1.NewTime(finished)}}
-	}
-}
-
-// statusRuns sets app's status resources, as the kubelet reports what runs.
-func statusRuns(v values) func(*corev1.Pod) {
-	return func(p *corev1.Pod) { containerStatus(p, "app").Resources = ptr.To(v.requirements()) }
-}
-
 // guardrails returns the default guardrails changed by fn.
 func guardrails(fn func(*v1alpha1.RollbackGuardrails)) v1alpha1.RollbackGuardrails {
 	var g v1alpha1.RollbackGuardrails
@@ -152,21 +138,6 @@ func guardrails(fn func(*v1alpha1.RollbackGuardrails)) v1alpha1.RollbackGuardrai
 		fn(&g)
 	}
 	return g
-}
-
-// point is a sample of a series at t0 + at.
-type point struct {
-	at                 time.Duration
-	periods, throttled uint64
-}
-
-// feed adds a series of samples of one container instance to m.
-func feed(m *Kernel, pod corev1.Pod, container string, started time.Time, points ...point) {
-	s := make([]healthwatch.CounterSample, len(points))
-	for i, p := range points {
-		s[i] = healthwatch.CounterSample{PodUID: pod.UID, Container: container, Started: started, At: after(p.at), Periods: p.periods, Throttled: p.throttled}
-	}
-	m.AddSamples(s...)
 }
 
 // containerStatus returns the pod's status of the named container, or nil.
