@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/cluster/signals"
 )
 
 // BenchmarkSignalToRollbackRequest measures the leader's decision latency
@@ -24,10 +24,10 @@ func BenchmarkSignalToRollbackRequest(b *testing.B) {
 	ctx := context.Background()
 	ns := namespace(b, c)
 	const n = 20
-	src := watch.NewMemorySource()
+	src := signals.NewKernel()
 	var mu sync.Mutex
 	decided := map[string]time.Time{}
-	startLeader(b, ns, "a", Config{Kernel: src, AfterBreach: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
+	startLeader(b, ns, "a", Config{Signals: kernelOnly(src), AfterBreach: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
 		mu.Lock()
 		decided[rsr.Name] = time.Now()
 		mu.Unlock()
@@ -80,4 +80,29 @@ func BenchmarkSignalToRollbackRequest(b *testing.B) {
 	b.ReportMetric(lat[n/2], "p50-ms")
 	b.ReportMetric(lat[n*99/100], "p99-ms")
 	b.Logf("signal -> rollback request over %d workloads: p50 %.1f ms, p99 %.1f ms, max %.1f ms", n, lat[n/2], lat[n*99/100], lat[n-1])
+}
+
+// BenchmarkPodUpdateFanOut measures what one pod status update costs the
+// leader on a real apiserver with 500 watched recommendations in one
+// namespace (each of its own Deployment): the reconciles up to the breach
+// decision of the pod's workload's recommendation, and the time to it; and
+// the reconciles a pod update of a workload without a recommendation
+// causes.
+func BenchmarkPodUpdateFanOut(b *testing.B) {
+	f := newFanout(b, 500)
+	time.Sleep(2 * time.Second) // the pods reach the leader's cache
+	base := settledReconciles(b, 2*time.Second)
+	f.restart(b, f.orphan)
+	afterOrphan := settledReconciles(b, 2*time.Second)
+	b.ResetTimer()
+	sent := f.restart(b, f.pods[250])
+	decided := f.untilBreach(b, "web-250")
+	toDecision := toBreach(b, afterOrphan)
+	b.StopTimer()
+	all := settledReconciles(b, 2*time.Second)
+	b.ReportMetric(afterOrphan-base, "orphan-reconciles")
+	b.ReportMetric(toDecision, "reconciles-to-breach")
+	b.ReportMetric(float64(decided.Sub(sent).Microseconds())/1000, "ms-to-breach")
+	b.Logf("orphan pod update: %.0f reconciles; watched pod update: %.0f reconciles up to the breach decision (%.0f until quiet), breach after %.1f ms",
+		afterOrphan-base, toDecision, all-afterOrphan, float64(decided.Sub(sent).Microseconds())/1000)
 }

@@ -5,16 +5,14 @@ import (
 	"fmt"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/policy"
+	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
 // reconcileContext is what one pass over one recommendation works on,
@@ -132,29 +130,11 @@ func (c *reconcileContext) workloadGone(ctx context.Context, cause error) bool {
 	return apierrors.IsNotFound(err)
 }
 
-// workloadPods lists the pods the workload's selector selects.
+// workloadPods lists the pods the workload owns (workload.Pods).
 func workloadPods(ctx context.Context, cl client.Client, w client.Object) ([]corev1.Pod, error) {
-	var sel *metav1.LabelSelector
-	switch o := w.(type) {
-	case *appsv1.Deployment:
-		sel = o.Spec.Selector
-	case *appsv1.StatefulSet:
-		sel = o.Spec.Selector
-	case *appsv1.DaemonSet:
-		sel = o.Spec.Selector
-	default:
-		return nil, fmt.Errorf("workload %T has no pod selector", w)
-	}
-	s, err := metav1.LabelSelectorAsSelector(sel)
+	wl, err := workload.From(w)
 	if err != nil {
-		return nil, fmt.Errorf("selector of %s: %w", w.GetName(), err)
+		return nil, err
 	}
-	if s.Empty() {
-		s = labels.Nothing()
-	}
-	var list corev1.PodList
-	if err := cl.List(ctx, &list, client.InNamespace(w.GetNamespace()), client.MatchingLabelsSelector{Selector: s}); err != nil {
-		return nil, fmt.Errorf("list pods of %s/%s: %w", w.GetNamespace(), w.GetName(), err)
-	}
-	return list.Items, nil
+	return workload.Pods(ctx, cl, wl)
 }

@@ -17,8 +17,9 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/policy"
-	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/cluster/resources"
 )
 
 // watchRecheck bounds how long a running watch goes without a look, for
@@ -89,11 +90,11 @@ func (c *reconcileContext) watch(ctx context.Context) (ctrl.Result, error) {
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	baselines := map[watch.ContainerKey]int32{}
+	baselines := map[healthwatch.ContainerKey]int32{}
 	for _, b := range rsr.Status.Change.RestartBaselines {
-		baselines[watch.ContainerKey{PodUID: types.UID(b.PodUID), Container: b.Container}] = b.RestartCount
+		baselines[healthwatch.ContainerKey{PodUID: types.UID(b.PodUID), Container: b.Container}] = b.RestartCount
 	}
-	in := watch.Input{
+	in := healthwatch.Input{
 		Change:           rsr.Status.Change,
 		Guardrails:       c.resolved.Spec.Guardrails.Rollback,
 		Pods:             pods,
@@ -102,13 +103,13 @@ func (c *reconcileContext) watch(ctx context.Context) (ctrl.Result, error) {
 		Statuses:         c.r.Statuses,
 		Throttling:       c.r.Throttling,
 	}
-	v := watch.Evaluate(c.now, in)
+	v := healthwatch.Evaluate(c.now, in)
 	switch v.State {
-	case watch.StateBreached:
+	case healthwatch.StateBreached:
 		return c.breach(ctx, v)
-	case watch.StateHealthy:
+	case healthwatch.StateHealthy:
 		return c.healthy(ctx, v)
-	case watch.StateNotAdopted:
+	case healthwatch.StateNotAdopted:
 		return ctrl.Result{}, c.record(ctx, outcome{
 			doing:      "record adoption of",
 			phase:      v1alpha1.PhaseApplied,
@@ -141,7 +142,7 @@ func (c *reconcileContext) watch(ctx context.Context) (ctrl.Result, error) {
 }
 
 // healthy ends a watch without a breach.
-func (c *reconcileContext) healthy(ctx context.Context, v watch.Verdict) (ctrl.Result, error) {
+func (c *reconcileContext) healthy(ctx context.Context, v healthwatch.Verdict) (ctrl.Result, error) {
 	rsr, change := c.rsr, c.rsr.Status.Change
 	evs, err := policy.MonitoringSucceeded(c.now, rsr.Status.Rollback)
 	if err != nil {
@@ -152,7 +153,7 @@ func (c *reconcileContext) healthy(ctx context.Context, v watch.Verdict) (ctrl.R
 		phase: v1alpha1.PhaseHealthy,
 		status: func(st *v1alpha1.RightsizingRecommendationStatus) {
 			st.LastHealthy = &v1alpha1.HealthyValues{At: metav1.NewTime(c.now), ValueFingerprint: change.ValueFingerprint,
-				Containers: apply.AppliedValues(change)}
+				Containers: resources.Applied(change)}
 		},
 		conditions: []metav1.Condition{newCondition(v1alpha1.ConditionHealthWatch, metav1.ConditionTrue, v1alpha1.HealthWatchHealthy, v.Message)},
 		action: &v1alpha1.Action{Type: v1alpha1.ActionHealthy, Reason: v1alpha1.HealthWatchHealthy,
@@ -164,7 +165,7 @@ func (c *reconcileContext) healthy(ctx context.Context, v watch.Verdict) (ctrl.R
 // breach marks the recommendation RolledBack, conditional on its
 // resourceVersion, before anything is restored: from then on the webhook
 // gives the values to no new pod, and of two leaders only one decides.
-func (c *reconcileContext) breach(ctx context.Context, v watch.Verdict) (ctrl.Result, error) {
+func (c *reconcileContext) breach(ctx context.Context, v healthwatch.Verdict) (ctrl.Result, error) {
 	rsr := c.rsr
 	evs, err := policy.RollingBack(c.now, rsr.Status.Rollback, v.Reason)
 	if err != nil {
@@ -313,7 +314,7 @@ func (c *reconcileContext) restoreValues(ctx context.Context) ([]v1alpha1.Contai
 			return v, nil
 		}
 	}
-	return apply.PreviousValues(rsr.Status.Change), nil
+	return resources.Previous(rsr.Status.Change), nil
 }
 
 // advanceBackoff moves backingOff on when its expiry passes.
@@ -408,7 +409,7 @@ func manifestValues(w client.Object) ([]v1alpha1.ContainerResources, bool) {
 	}
 	var out []v1alpha1.ContainerResources
 	for i := range m.Spec.Template.Spec.Containers {
-		out = append(out, apply.ContainerValues(&m.Spec.Template.Spec.Containers[i]))
+		out = append(out, resources.ContainerValues(&m.Spec.Template.Spec.Containers[i]))
 	}
 	return out, len(out) > 0
 }

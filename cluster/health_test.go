@@ -22,7 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
+	"github.com/kerf-dev/kerf/cluster/signals"
 )
 
 func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
@@ -144,8 +145,8 @@ func TestKernelOOMKillRollsBackBeforePodStatus(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	kernel := watch.NewMemorySource()
-	dep, _ := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Kernel: kernel}, "500m", "128Mi")
+	kernel := signals.NewKernel()
+	dep, _ := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Signals: kernelOnly(kernel)}, "500m", "128Mi")
 	pod := adoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond) // the pod reaches the leader's cache
 
@@ -165,18 +166,18 @@ func TestThrottlingRollsBackCPU(t *testing.T) {
 	ns := namespace(t, c)
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	src := watch.NewMemorySource()
-	dep, l := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Now: now, Kernel: src, Throttling: src}, "250m", "256Mi")
+	src := signals.NewKernel()
+	dep, l := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Now: now, Signals: kernelOnly(src), Throttling: src}, "250m", "256Mi")
 	rsr := getRSR(t, c, ns, "web")
 	t0 := rsr.Status.Change.AppliedAt.Time
 	pod := adoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond)
 
 	offset.Store(int64(3 * time.Minute))
-	windowStart := t0.Add(watch.ThrottlingDelay)
+	windowStart := t0.Add(healthwatch.ThrottlingDelay)
 	src.AddSamples(
-		watch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: windowStart.Add(-time.Second), Periods: 100, Throttled: 10},
-		watch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: now(), Periods: 500, Throttled: 210},
+		healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: windowStart.Add(-time.Second), Periods: 100, Throttled: 10},
+		healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: now(), Periods: 500, Throttled: 210},
 	)
 	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
 	rsr = waitRestored(t, c, ns, "web")
@@ -289,8 +290,8 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 	}))
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	src := watch.NewMemorySource()
-	startLeader(t, ns, "a", Config{Now: now, Kernel: src})
+	src := signals.NewKernel()
+	startLeader(t, ns, "a", Config{Now: now, Signals: kernelOnly(src)})
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
 	// poke makes the leader look now, as the expiry's timer would.
 	// The leader writes the status meanwhile: a conflict is retried.
@@ -444,4 +445,9 @@ func TestDeferredRollbackNamesAPodItCannotResizeBack(t *testing.T) {
 		evs := eventsFor(t, c, ns, "web", "RolledBack")
 		return len(evs) == 2 && strings.Contains(evs[0].Note, "web-h1-started") && strings.Contains(evs[1].Note, "web-h1-started")
 	}, 10*time.Second, 50*time.Millisecond, "the Warning events name the pod")
+}
+
+// kernelOnly returns the leader's signal stores around a test's Kernel.
+func kernelOnly(k *signals.Kernel) *signals.Stores {
+	return &signals.Stores{Kernel: k, Statuses: signals.NewAgentStatuses(0)}
 }

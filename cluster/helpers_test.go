@@ -310,15 +310,24 @@ func policyWith(ns string, watchFor time.Duration, mutate func(*v1alpha1.Rollbac
 	return p
 }
 
-// adoptedPod creates a Running pod of the Deployment's new template (as the
-// controller-manager would after a Rollout; none runs here) and returns it.
+// adoptedPod creates what the Deployment's controller would after a
+// Rollout (none runs here): a ReplicaSet it controls and a Running pod of
+// its new template that the ReplicaSet controls, so that the pod's owner
+// chain leads to the Deployment; it returns the pod.
 func adoptedPod(t testing.TB, c client.Client, dep *appsv1.Deployment, name string) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), dep))
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: name + "-rs", Labels: dep.Spec.Template.Labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
+		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: dep.Spec.Selector, Template: dep.Spec.Template},
+	}
+	require.NoError(t, c.Create(ctx, rs))
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: name, Labels: dep.Spec.Template.Labels},
-		Spec:       *dep.Spec.Template.Spec.DeepCopy(),
+		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: name, Labels: dep.Spec.Template.Labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}},
+		Spec: *dep.Spec.Template.Spec.DeepCopy(),
 	}
 	pod.Spec.NodeName = node(t, c)
 	require.NoError(t, c.Create(ctx, pod))

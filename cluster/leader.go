@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -23,23 +22,18 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
 	"github.com/kerf-dev/kerf/cluster/audit"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
+	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
-	"github.com/kerf-dev/kerf/cluster/watch"
 	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 )
@@ -74,18 +68,17 @@ type Config struct {
 	// parts built before it, such as a PromQL source, share it); nil means
 	// a new one.
 	Registry *prometheus.Registry
-	// Kernel gives OOM kill counts from the agents (nil: pod status only).
-	Kernel watch.KernelSource
-	// Statuses gives the container restarts and terminations the agents
-	// saw in the kubelet's Pods API before pod status (nil: pod status
-	// only).
-	Statuses watch.AgentStatusSource
-	// Throttling gives CFS counters (nil: throttling not evaluated).
-	Throttling watch.ThrottlingSource
+	// Signals are the stores of what the agents report (OOM kills, CFS
+	// counters, container events): the stream writes them and the health
+	// watch reads them, evaluating a pod's watch as soon as one signals it.
+	// Nil means signals.New().
+	Signals *signals.Stores
+	// Throttling gives CFS counters (nil: throttling not evaluated): a
+	// PromQL source, or Signals.Kernel when the agents' counters are the
+	// throttling input (health.cadvisorFallback, docs/design.md section 3).
+	Throttling healthwatch.ThrottlingSource
 	// Stream, when its Listener is set, serves the agents' stream on the
-	// leader; the agents' counters, OOM kills and container events then
-	// feed the watch (Kernel, Statuses and Throttling, when nil, become the
-	// stream's source).
+	// leader, feeding Signals.
 	Stream StreamConfig
 	// Webhook, when its Listener is set, serves the mutating admission
 	// webhook on every replica (leading or not).
@@ -108,11 +101,6 @@ type StreamConfig struct {
 	// ServiceAccountNamespace and ServiceAccountName name the agents'
 	// service account.
 	ServiceAccountNamespace, ServiceAccountName string
-	// CadvisorFallback makes the agents' CFS counters the health watch's
-	// throttling input when Config.Throttling is nil (health.cadvisorFallback,
-	// off by default: docs/design.md section 3). OOM kills from the agents
-	// are used either way.
-	CadvisorFallback bool
 }
 
 // WebhookConfig configures the admission webhook every replica serves.
@@ -217,30 +205,22 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, mgr: mgr, registry: reg, Metrics: NewMetrics(reg)}
 
-	var streamSrv *stream.Server
+	sig := cfg.Signals
+	if sig == nil {
+		sig = signals.New()
+	}
 	if cfg.Stream.Listener != nil {
 		if cfg.Stream.TLS == nil {
 			return nil, errors.New("stream: a listener without TLS (agents send their tokens on it)")
 		}
-		mem := watch.NewMemorySource(watch.WithCompaction(watch.DefaultRecent))
-		if cfg.Kernel == nil {
-			cfg.Kernel = mem
-		}
-		if cfg.Throttling == nil && cfg.Stream.CadvisorFallback {
-			cfg.Throttling = mem
-		}
-		statuses := watch.NewAgentStatuses(0)
-		if cfg.Statuses == nil {
-			cfg.Statuses = statuses
-		}
-		streamSrv, err = stream.New(stream.Config{
+		l.stream, err = stream.New(stream.Config{
 			Audience:                cfg.Stream.Audience,
 			ServiceAccountNamespace: cfg.Stream.ServiceAccountNamespace,
 			ServiceAccountName:      cfg.Stream.ServiceAccountName,
 			Clientset:               cs,
 			Pods:                    cachedPods{mgr.GetClient()},
-			Memory:                  mem,
-			Statuses:                statuses,
+			Kernel:                  sig.Kernel,
+			Statuses:                sig.Statuses,
 			Leading:                 l.Leading,
 			Registerer:              reg,
 			Log:                     log,
@@ -248,9 +228,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		if err != nil {
 			return nil, fmt.Errorf("stream: %w", err)
 		}
-		l.stream = streamSrv
 	}
-	l.cfg = cfg
 
 	rec := &RecommendationReconciler{
 		Client:      mgr.GetClient(),
@@ -260,67 +238,13 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		Now:         cfg.Now,
 		AfterRecord: cfg.AfterRecord,
 		AfterBreach: cfg.AfterBreach,
-		Kernel:      cfg.Kernel,
-		Statuses:    cfg.Statuses,
+		Kernel:      sig.Kernel,
+		Statuses:    sig.Statuses,
 		Throttling:  cfg.Throttling,
 		Log:         log,
 	}
-	// A policy change can change what every recommendation in its scope
-	// may do.
-	inScope := func(ctx context.Context, o client.Object) []reconcile.Request {
-		var list v1alpha1.RightsizingRecommendationList
-		if err := mgr.GetClient().List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
-			log.Error("list recommendations for a policy change", "err", err)
-			return nil
-		}
-		reqs := make([]reconcile.Request, 0, len(list.Items))
-		for _, r := range list.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&r)})
-		}
-		return reqs
-	}
-	allInScope := handler.EnqueueRequestsFromMapFunc(inScope)
-	bld := ctrl.NewControllerManagedBy(mgr)
-	// An agent's signal (an OOM kill, a container event, new counters)
-	// about a pod is acted on
-	// as soon as it arrives, like a pod status update.
-	signals := signalSources(cfg.Kernel, cfg.Statuses, cfg.Throttling)
-	if len(signals) > 0 || streamSrv != nil {
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podUIDIndex, func(o client.Object) []string {
-			return []string{string(o.GetUID())}
-		}); err != nil {
-			return nil, fmt.Errorf("index pods by UID: %w", err)
-		}
-	}
-	if len(signals) > 0 {
-		ch := make(chan event.GenericEvent, 4096)
-		for _, s := range signals {
-			s.OnSignal(func(sig watch.Signal) {
-				select {
-				case ch <- event.GenericEvent{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: sig.PodUID}}}:
-				default: // full: the watch's periodic look catches up
-				}
-			})
-		}
-		bld = bld.WatchesRawSource(source.Channel(ch, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			var pods corev1.PodList
-			if err := mgr.GetClient().List(ctx, &pods, client.MatchingFields{podUIDIndex: string(o.GetUID())}); err != nil || len(pods.Items) == 0 {
-				return nil
-			}
-			return inScope(ctx, &pods.Items[0])
-		})))
-	}
-	err = bld.
-		For(&v1alpha1.RightsizingRecommendation{}).
-		Watches(&v1alpha1.RightsizingPolicy{}, allInScope).
-		Watches(&v1alpha1.ClusterRightsizingPolicy{}, allInScope).
-		// A pod status update is a health signal: act on it at once.
-		Watches(&corev1.Pod{}, allInScope).
-		// Replicas in one process (tests) each build this controller.
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
-		Complete(rec)
-	if err != nil {
-		return nil, fmt.Errorf("build recommendation controller: %w", err)
+	if err := rec.SetupWithManager(mgr, sig); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
@@ -433,28 +357,6 @@ func (l *Leader) webhookTLS(ctx context.Context) (*tls.Config, error) {
 	}
 	go sc.Run(ctx, time.Hour)
 	return webhook.TLSConfig(sc.GetCertificate), nil
-}
-
-// podUIDIndex indexes cached pods by UID, to find the pod an agent's signal
-// is about.
-const podUIDIndex = "metadata.uid"
-
-// signaler is a signal source that tells when it has news about a pod.
-type signaler interface {
-	OnSignal(func(watch.Signal)) (cancel func())
-}
-
-// signalSources returns the distinct sources among srcs that signal.
-func signalSources(srcs ...any) []signaler {
-	var out []signaler
-	for _, s := range srcs {
-		sg, ok := s.(signaler)
-		if !ok || slices.ContainsFunc(out, func(o signaler) bool { return o == sg }) {
-			continue
-		}
-		out = append(out, sg)
-	}
-	return out
 }
 
 // cachedPods finds pods by UID in the leader's cache.

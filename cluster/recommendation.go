@@ -16,8 +16,8 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/policy"
-	"github.com/kerf-dev/kerf/cluster/watch"
 )
 
 // pendingRequeue is how soon a change whose in-place resizes are still
@@ -35,12 +35,12 @@ type RecommendationReconciler struct {
 	Metrics  *Metrics
 	// Kernel gives the agents' OOM kill counts; nil counts only what pod
 	// status shows.
-	Kernel watch.KernelSource
+	Kernel healthwatch.KernelSource
 	// Statuses gives the container restarts and terminations the agents
 	// saw before pod status; nil counts only what pod status shows.
-	Statuses watch.AgentStatusSource
+	Statuses healthwatch.AgentStatusSource
 	// Throttling gives CFS counters; nil leaves throttling not evaluated.
-	Throttling watch.ThrottlingSource
+	Throttling healthwatch.ThrottlingSource
 	// Log is the leader's logger.
 	Log *slog.Logger
 	// Now is the clock; tests inject theirs.

@@ -28,8 +28,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
+	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
-	"github.com/kerf-dev/kerf/cluster/watch"
 	"github.com/kerf-dev/kerf/node/oom"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/streamtest"
@@ -89,8 +90,8 @@ func newLeaderFixture(t *testing.T) *leaderFixture {
 
 // leader is one running leader stream server.
 type leader struct {
-	memory   *watch.MemorySource
-	statuses *watch.AgentStatuses
+	memory   *signals.Kernel
+	statuses *signals.AgentStatuses
 	grpc     *grpc.Server
 	addr     string
 	reg      *prometheus.Registry
@@ -122,7 +123,7 @@ func (l *leader) counter(t *testing.T, name, label string) float64 {
 	return 0
 }
 
-// start runs a leader's stream server with a new MemorySource on addr
+// start runs a leader's stream server with a new signals.Kernel on addr
 // ("127.0.0.1:0" for any port).
 func (f *leaderFixture) start(t *testing.T, addr string) *leader {
 	t.Helper()
@@ -133,8 +134,8 @@ func (f *leaderFixture) start(t *testing.T, addr string) *leader {
 // leading says so, as kerf-leader does with its Lease.
 func (f *leaderFixture) startReplica(t *testing.T, addr string, leading func() bool) *leader {
 	t.Helper()
-	memory := watch.NewMemorySource(watch.WithCompaction(watch.DefaultRecent))
-	statuses := watch.NewAgentStatuses(0)
+	memory := signals.NewKernel(signals.WithCompaction(signals.DefaultRecent))
+	statuses := signals.NewAgentStatuses(0)
 	reg := prometheus.NewRegistry()
 	srv, err := stream.New(stream.Config{
 		Audience:                "kerf-leader",
@@ -142,7 +143,7 @@ func (f *leaderFixture) startReplica(t *testing.T, addr string, leading func() b
 		ServiceAccountName:      "kerf-agent",
 		Clientset:               f.cs,
 		Pods:                    f.pods,
-		Memory:                  memory,
+		Kernel:                  memory,
 		Statuses:                statuses,
 		Leading:                 leading,
 		Registerer:              reg,
@@ -183,16 +184,16 @@ func (f *leaderFixture) client(t *testing.T, addr string, maxOOM int) *StreamCli
 
 // latestSample returns the newest sample of the app container, and false
 // when there is none.
-func latestSample(m *watch.MemorySource, pod types.UID) (watch.CounterSample, bool) {
+func latestSample(m *signals.Kernel, pod types.UID) (healthwatch.CounterSample, bool) {
 	now := time.Now()
 	ss, _ := m.Samples([]types.UID{pod}, now.Add(-time.Hour), now.Add(time.Hour))
 	if len(ss) == 0 {
-		return watch.CounterSample{}, false
+		return healthwatch.CounterSample{}, false
 	}
 	return ss[len(ss)-1], true
 }
 
-func kills(m *watch.MemorySource, pod types.UID, container string) int {
+func kills(m *signals.Kernel, pod types.UID, container string) int {
 	now := time.Now()
 	n, _ := m.OOMKills(pod, container, now.Add(-time.Hour), now.Add(time.Hour))
 	return n
@@ -444,7 +445,7 @@ func TestStreamFollowsLeaderFailover(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: f.app}}
 	w, err := b.memory.ThrottleWindows([]*corev1.Pod{pod}, []string{"app"}, now.Add(-time.Hour), now.Add(time.Hour))
 	require.NoError(t, err)
-	assert.Equal(t, watch.ThrottleWindow{Periods: 60, Throttled: 1}, w["app"])
+	assert.Equal(t, healthwatch.ThrottleWindow{Periods: 60, Throttled: 1}, w["app"])
 
 	// An event whose ack was lost is sent again on the next stream: B
 	// acknowledges it and does not count it twice.
@@ -488,7 +489,7 @@ func TestAgentRestartKeepsCountsRight(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: f.app}}
 	w, err := l.memory.ThrottleWindows([]*corev1.Pod{pod}, []string{"app"}, start.Add(-time.Minute), time.Now().Add(time.Minute))
 	require.NoError(t, err)
-	assert.Equal(t, watch.ThrottleWindow{Periods: 100, Throttled: 4}, w["app"], "the absolute counters continue the series")
+	assert.Equal(t, healthwatch.ThrottleWindow{Periods: 100, Throttled: 4}, w["app"], "the absolute counters continue the series")
 }
 
 // oomKilledEvent is what pod discovery reports when the kubelet's Pods API
@@ -519,7 +520,7 @@ func TestContainerEventsSurviveALeaderOutage(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, int32(1), got.RestartCount)
 	require.Len(t, got.Terminations, 1)
-	assert.Equal(t, watch.Termination{ContainerID: "containerd://run-1", Reason: "OOMKilled", ExitCode: 137,
+	assert.Equal(t, healthwatch.Termination{ContainerID: "containerd://run-1", Reason: "OOMKilled", ExitCode: 137,
 		StartedAt: finished.Add(-time.Second), FinishedAt: finished}, got.Terminations[0])
 
 	svc.noEndpoint()

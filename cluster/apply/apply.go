@@ -7,13 +7,14 @@ import (
 	"slices"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/resources"
+	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
 // DefaultResizeTimeout is how long an in-place resize may stay Deferred or
@@ -39,11 +40,9 @@ const (
 
 // Errors callers can test for with errors.Is. Errors from the apiserver are
 // wrapped as they come, so apierrors.IsConflict and apierrors.IsNotFound
-// work on what Plan, Apply and Restore return.
+// work on what Plan, Apply and Restore return; a target of another kind
+// than Deployment, StatefulSet or DaemonSet is workload.ErrUnsupportedKind.
 var (
-	// ErrUnsupportedKind: the target is not an apps/v1 Deployment,
-	// StatefulSet or DaemonSet.
-	ErrUnsupportedKind = errors.New("unsupported workload kind")
 	// ErrContainerNotFound: the recommendation names a container the pod
 	// template does not have.
 	ErrContainerNotFound = errors.New("container not in the pod template")
@@ -120,62 +119,44 @@ func (a *Applier) resizeTimeout() time.Duration {
 // template's; for Rollout and Deferred it is the template's. These are the
 // values Plan records as previous.
 func (a *Applier) Workload(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (client.Object, []v1alpha1.ContainerResources, error) {
-	obj, tmpl, err := a.workload(ctx, rsr)
+	w, err := a.workload(ctx, rsr)
 	if err != nil {
 		return nil, nil, err
 	}
-	current, err := a.currentValues(ctx, obj, tmpl, rsr.Spec.Strategy)
+	current, err := a.currentValues(ctx, w, rsr.Spec.Strategy)
 	if err != nil {
 		return nil, nil, err
 	}
-	return obj, current, nil
+	return w.Object, current, nil
 }
 
 // Target reads the recommendation's workload alone, without working out the
 // values that run (which, for InPlace, lists its pods).
 func (a *Applier) Target(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (client.Object, error) {
-	obj, _, err := a.workload(ctx, rsr)
-	return obj, err
+	w, err := a.workload(ctx, rsr)
+	if err != nil {
+		return nil, err
+	}
+	return w.Object, nil
 }
 
-// workload reads the target and returns it with a pointer to its template.
-func (a *Applier) workload(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (client.Object, *corev1.PodTemplateSpec, error) {
-	ref := rsr.Spec.TargetRef
-	if ref.APIVersion != "" && ref.APIVersion != appsv1.SchemeGroupVersion.String() {
-		return nil, nil, fmt.Errorf("%w: apiVersion %q (only apps/v1)", ErrUnsupportedKind, ref.APIVersion)
-	}
-	var obj client.Object
-	var tmpl *corev1.PodTemplateSpec
-	switch ref.Kind {
-	case v1alpha1.KindDeployment:
-		d := &appsv1.Deployment{}
-		obj, tmpl = d, &d.Spec.Template
-	case v1alpha1.KindStatefulSet:
-		s := &appsv1.StatefulSet{}
-		obj, tmpl = s, &s.Spec.Template
-	case v1alpha1.KindDaemonSet:
-		d := &appsv1.DaemonSet{}
-		obj, tmpl = d, &d.Spec.Template
-	default:
-		return nil, nil, fmt.Errorf("%w: kind %q (Deployment, StatefulSet or DaemonSet)", ErrUnsupportedKind, ref.Kind)
-	}
-	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: rsr.Namespace, Name: ref.Name}, obj); err != nil {
-		return nil, nil, fmt.Errorf("get %s %s/%s: %w", ref.Kind, rsr.Namespace, ref.Name, err)
-	}
-	return obj, tmpl, nil
+// workload reads the recommendation's target.
+func (a *Applier) workload(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (*workload.Workload, error) {
+	return workload.Get(ctx, a.Client, rsr.Namespace, rsr.Spec.TargetRef)
 }
 
 // currentValues returns the values the workload runs now per template
 // container (see Workload).
-func (a *Applier) currentValues(ctx context.Context, obj client.Object, tmpl *corev1.PodTemplateSpec, strategy v1alpha1.Strategy) ([]v1alpha1.ContainerResources, error) {
+func (a *Applier) currentValues(ctx context.Context, w *workload.Workload, strategy v1alpha1.Strategy) ([]v1alpha1.ContainerResources, error) {
+	tmpl := w.Template
 	out := make([]v1alpha1.ContainerResources, 0, len(tmpl.Spec.Containers))
 	for i := range tmpl.Spec.Containers {
-		out = append(out, ContainerValues(&tmpl.Spec.Containers[i]))
+		out = append(out, resources.ContainerValues(&tmpl.Spec.Containers[i]))
 	}
 	if strategy != v1alpha1.StrategyInPlace {
 		return out, nil
 	}
-	pods, err := a.pods(ctx, obj)
+	pods, err := workload.RunningPods(ctx, a.Client, w)
 	if err != nil {
 		return nil, err
 	}
@@ -183,9 +164,9 @@ func (a *Applier) currentValues(ctx context.Context, obj client.Object, tmpl *co
 		return out, nil
 	}
 	for i := range out {
-		for _, f := range fields {
+		for _, f := range resources.Fields {
 			if q, ok := agreedValue(pods, out[i].Name, f); ok {
-				f.set(&out[i].Requests, &out[i].Limits, q)
+				f.Set(&out[i].Requests, &out[i].Limits, q)
 			}
 		}
 	}
@@ -194,17 +175,17 @@ func (a *Applier) currentValues(ctx context.Context, obj client.Object, tmpl *co
 
 // agreedValue returns the field's value in the named container when every
 // pod has the container with the same value (absent counts as a value).
-func agreedValue(pods []corev1.Pod, container string, f field) (*resource.Quantity, bool) {
+func agreedValue(pods []corev1.Pod, container string, f resources.Field) (*resource.Quantity, bool) {
 	var first *resource.Quantity
 	for i := range pods {
 		c := podContainer(&pods[i], container)
 		if c == nil {
 			return nil, false
 		}
-		q := f.getReq(&c.Resources)
+		q := f.In(&c.Resources)
 		if i == 0 {
 			first = q
-		} else if !sameQuantity(first, q) {
+		} else if !resources.SameQuantity(first, q) {
 			return nil, false
 		}
 	}
@@ -282,38 +263,37 @@ func (a *Applier) Restore(ctx context.Context, rsr *v1alpha1.RightsizingRecommen
 // Rollout on an OnDelete workload, resizes back the pods that started with
 // the values.
 func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, strategy v1alpha1.Strategy, targets []target, since time.Time, restore bool, res *Result) error {
-	obj, tmpl, err := a.workload(ctx, rsr)
+	w, err := a.workload(ctx, rsr)
 	if err != nil {
 		return err
 	}
 	if len(targets) == 0 {
 		return nil
 	}
-	kind := string(rsr.Spec.TargetRef.Kind)
 	switch strategy {
 	case v1alpha1.StrategyInPlace:
-		return a.resizePods(ctx, obj, targets, since, res)
+		return a.resizePods(ctx, w, targets, since, res)
 	case v1alpha1.StrategyRollout:
-		if err := a.patchTemplate(ctx, kind, obj, tmpl, targets, res); err != nil {
+		if err := a.patchTemplate(ctx, w, targets, res); err != nil {
 			return err
 		}
-		if restore && onDelete(obj) {
+		if restore && w.OnDelete() {
 			// Nothing replaces the pods that started from the changed
 			// template.
-			return a.resizeBack(ctx, obj, targets, since, res)
+			return a.resizeBack(ctx, w, targets, since, res)
 		}
 		return nil
 	case v1alpha1.StrategyDeferred:
 		if restore {
-			if err := a.patchTemplate(ctx, kind, obj, tmpl, targets, res); err != nil {
+			if err := a.patchTemplate(ctx, w, targets, res); err != nil {
 				return err
 			}
-			return a.resizeBack(ctx, obj, targets, since, res)
+			return a.resizeBack(ctx, w, targets, since, res)
 		}
-		if onDelete(obj) {
-			return a.patchTemplate(ctx, kind, obj, tmpl, targets, res)
+		if w.OnDelete() {
+			return a.patchTemplate(ctx, w, targets, res)
 		}
-		res.Notes = append(res.Notes, fmt.Sprintf("pod template of %s %s left as is: with strategy Deferred the admission webhook gives new pods the values", kind, obj.GetName()))
+		res.Notes = append(res.Notes, fmt.Sprintf("pod template of %s %s left as is: with strategy Deferred the admission webhook gives new pods the values", w.Kind, w.Object.GetName()))
 		return nil
 	default:
 		return fmt.Errorf("unknown strategy %q (InPlace, Rollout or Deferred)", strategy)
@@ -330,9 +310,9 @@ func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 // resize that stays Deferred or InProgress past ResizeTimeout) goes to
 // res.Left: it keeps the values until it is recreated, and the caller says
 // so.
-func (a *Applier) resizeBack(ctx context.Context, obj client.Object, targets []target, since time.Time, res *Result) error {
+func (a *Applier) resizeBack(ctx context.Context, w *workload.Workload, targets []target, since time.Time, res *Result) error {
 	pods := &Result{}
-	if err := a.resizePods(ctx, obj, targets, since, pods); err != nil {
+	if err := a.resizePods(ctx, w, targets, since, pods); err != nil {
 		return err
 	}
 	res.Touched = append(res.Touched, pods.Touched...)
@@ -340,19 +320,6 @@ func (a *Applier) resizeBack(ctx context.Context, obj client.Object, targets []t
 	res.Notes = append(res.Notes, pods.Notes...)
 	res.Left = append(res.Left, pods.Failed...)
 	return nil
-}
-
-// onDelete reports whether the workload replaces pods only when they are
-// deleted (StatefulSet or DaemonSet updateStrategy OnDelete): Deferred
-// patches such a template, since nothing rolls it out.
-func onDelete(obj client.Object) bool {
-	switch w := obj.(type) {
-	case *appsv1.StatefulSet:
-		return w.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType
-	case *appsv1.DaemonSet:
-		return w.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
-	}
-	return false
 }
 
 // coordinates reports whether the recommendation asks for HPA coordination.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
+	kerfworkload "github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -269,7 +270,7 @@ func TestWorkloadRefusesUnsupportedTargets(t *testing.T) {
 	rsr := e.rsr(w, v1alpha1.StrategyRollout, values("app", "1", "", "", ""))
 	rsr.Spec.TargetRef.Kind = "ReplicaSet"
 	_, _, err := e.applier.Workload(e.ctx, rsr)
-	require.ErrorIs(t, err, apply.ErrUnsupportedKind)
+	require.ErrorIs(t, err, kerfworkload.ErrUnsupportedKind)
 
 	rsr.Spec.TargetRef.Kind = v1alpha1.KindDeployment
 	rsr.Spec.TargetRef.Name = "missing"

@@ -1,123 +1,20 @@
 package apply
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/resources"
+	"github.com/kerf-dev/kerf/cluster/workload"
 )
-
-// revisionAnnotation is the revision the deployment controller writes on
-// its ReplicaSets.
-const revisionAnnotation = "deployment.kubernetes.io/revision"
-
-// pods returns the workload's running pods, sorted by name: for a
-// Deployment those of its current ReplicaSet, for a StatefulSet or a
-// DaemonSet its own. A pod counts when the owner is its controller, it is
-// Running and it is not being deleted.
-func (a *Applier) pods(ctx context.Context, obj client.Object) ([]corev1.Pod, error) {
-	switch w := obj.(type) {
-	case *appsv1.Deployment:
-		rs, err := a.currentReplicaSet(ctx, w)
-		if err != nil || rs == nil {
-			return nil, err
-		}
-		return a.ownedPods(ctx, rs.Namespace, rs.Spec.Selector, rs.UID)
-	case *appsv1.StatefulSet:
-		return a.ownedPods(ctx, w.Namespace, w.Spec.Selector, w.UID)
-	case *appsv1.DaemonSet:
-		return a.ownedPods(ctx, w.Namespace, w.Spec.Selector, w.UID)
-	}
-	return nil, fmt.Errorf("%w: %T", ErrUnsupportedKind, obj)
-}
-
-// currentReplicaSet returns the Deployment's current ReplicaSet: the one it
-// controls whose template is the Deployment's (ignoring the
-// pod-template-hash label, as the deployment controller compares them);
-// failing that, the highest revision, then the newest. Nil when the
-// Deployment has none.
-func (a *Applier) currentReplicaSet(ctx context.Context, d *appsv1.Deployment) (*appsv1.ReplicaSet, error) {
-	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-	if err != nil {
-		return nil, fmt.Errorf("selector of Deployment %s/%s: %w", d.Namespace, d.Name, err)
-	}
-	var list appsv1.ReplicaSetList
-	if err := a.Client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		return nil, fmt.Errorf("list ReplicaSets of Deployment %s/%s: %w", d.Namespace, d.Name, err)
-	}
-	var owned []*appsv1.ReplicaSet
-	for i := range list.Items {
-		rs := &list.Items[i]
-		if ref := metav1.GetControllerOf(rs); ref != nil && ref.UID == d.UID && rs.DeletionTimestamp == nil {
-			owned = append(owned, rs)
-		}
-	}
-	for _, rs := range owned {
-		if sameTemplateIgnoringHash(&rs.Spec.Template, &d.Spec.Template) {
-			return rs, nil
-		}
-	}
-	if len(owned) == 0 {
-		return nil, nil
-	}
-	return slices.MaxFunc(owned, func(x, y *appsv1.ReplicaSet) int {
-		rx, _ := strconv.ParseInt(x.Annotations[revisionAnnotation], 10, 64)
-		ry, _ := strconv.ParseInt(y.Annotations[revisionAnnotation], 10, 64)
-		if c := cmp.Compare(rx, ry); c != 0 {
-			return c
-		}
-		return x.CreationTimestamp.Compare(y.CreationTimestamp.Time)
-	}), nil
-}
-
-func sameTemplateIgnoringHash(a, b *corev1.PodTemplateSpec) bool {
-	a, b = a.DeepCopy(), b.DeepCopy()
-	delete(a.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
-	delete(b.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
-	if len(a.Labels) == 0 {
-		a.Labels = nil
-	}
-	if len(b.Labels) == 0 {
-		b.Labels = nil
-	}
-	return apiequality.Semantic.DeepEqual(a, b)
-}
-
-// ownedPods lists the running, not deleted pods that match the selector
-// and whose controller has the UID.
-func (a *Applier) ownedPods(ctx context.Context, ns string, selector *metav1.LabelSelector, owner types.UID) ([]corev1.Pod, error) {
-	sel, err := metav1.LabelSelectorAsSelector(selector)
-	if err != nil {
-		return nil, fmt.Errorf("pod selector: %w", err)
-	}
-	var list corev1.PodList
-	if err := a.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		return nil, fmt.Errorf("list pods in %s: %w", ns, err)
-	}
-	var out []corev1.Pod
-	for _, p := range list.Items {
-		ref := metav1.GetControllerOf(&p)
-		if ref == nil || ref.UID != owner || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
-			continue
-		}
-		out = append(out, p)
-	}
-	slices.SortFunc(out, func(x, y corev1.Pod) int { return cmp.Compare(x.Name, y.Name) })
-	return out, nil
-}
 
 func podContainer(p *corev1.Pod, name string) *corev1.Container {
 	for i := range p.Spec.Containers {
@@ -131,8 +28,8 @@ func podContainer(p *corev1.Pod, name string) *corev1.Container {
 // resizePods resizes every running pod of the workload to the targets
 // through the pods/resize subresource, then reports each pod: carrying the
 // values (Touched), still resizing (Pending) or failed (Failed).
-func (a *Applier) resizePods(ctx context.Context, obj client.Object, targets []target, since time.Time, res *Result) error {
-	pods, err := a.pods(ctx, obj)
+func (a *Applier) resizePods(ctx context.Context, w *workload.Workload, targets []target, since time.Time, res *Result) error {
+	pods, err := workload.RunningPods(ctx, a.Client, w)
 	if err != nil {
 		return err
 	}
@@ -215,9 +112,9 @@ func (a *Applier) resizePod(ctx context.Context, pod *corev1.Pod, targets []targ
 			continue
 		}
 		for _, f := range t.fieldsInOrder() {
-			if t.values[f] == nil && f.getReq(&c.Resources) != nil {
+			if t.values[f] == nil && f.In(&c.Resources) != nil {
 				res.Notes = append(res.Notes, fmt.Sprintf("pod %s container %s keeps %s %s: a value cannot be removed in place",
-					out.Name, t.name, f, f.getReq(&c.Resources).String()))
+					out.Name, t.name, f, f.In(&c.Resources).String()))
 			}
 		}
 	}
@@ -236,10 +133,10 @@ func resized(pod *corev1.Pod, targets []target) (*corev1.Pod, bool) {
 			continue
 		}
 		for f, want := range t.values {
-			if want == nil || sameQuantity(f.getReq(&c.Resources), want) {
+			if want == nil || resources.SameQuantity(f.In(&c.Resources), want) {
 				continue
 			}
-			f.setReq(&c.Resources, want)
+			f.SetIn(&c.Resources, want)
 			changed = true
 		}
 	}
@@ -342,8 +239,8 @@ func statusMatchesSpec(p *corev1.Pod, targets []target) bool {
 				continue
 			}
 			for f := range t.values {
-				got := f.getReq(cs.Resources)
-				if got != nil && !sameQuantity(got, f.getReq(&c.Resources)) {
+				got := f.In(cs.Resources)
+				if got != nil && !resources.SameQuantity(got, f.In(&c.Resources)) {
 					return false
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/resources"
 )
 
 // Plan computes the change to record in status.change before acting
@@ -23,12 +24,12 @@ import (
 // error when the values cannot run: a container the template lacks, a
 // request above its limit, an InPlace change of QoS class.
 func (a *Applier) Plan(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (*v1alpha1.Change, error) {
-	obj, tmpl, err := a.workload(ctx, rsr)
+	w, err := a.workload(ctx, rsr)
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}
 	ref := rsr.Spec.TargetRef
-	current, err := a.currentValues(ctx, obj, tmpl, rsr.Spec.Strategy)
+	current, err := a.currentValues(ctx, w, rsr.Spec.Strategy)
 	if err != nil {
 		return nil, fmt.Errorf("plan for %s %s/%s: %w", ref.Kind, rsr.Namespace, ref.Name, err)
 	}
@@ -40,18 +41,18 @@ func (a *Applier) Plan(ctx context.Context, rsr *v1alpha1.RightsizingRecommendat
 		}
 		cc := v1alpha1.ContainerChange{Name: c.Name}
 		differs := false
-		for _, f := range fields {
-			want := f.get(c.Requests, c.Limits)
+		for _, f := range resources.Fields {
+			want := f.Get(c.Requests, c.Limits)
 			if want == nil {
 				continue
 			}
-			have := f.get(cur.Requests, cur.Limits)
-			f.set(&cc.Previous.Requests, &cc.Previous.Limits, have)
-			f.set(&cc.Applied.Requests, &cc.Applied.Limits, want)
-			if !sameQuantity(have, want) {
+			have := f.Get(cur.Requests, cur.Limits)
+			f.Set(&cc.Previous.Requests, &cc.Previous.Limits, have)
+			f.Set(&cc.Applied.Requests, &cc.Applied.Limits, want)
+			if !resources.SameQuantity(have, want) {
 				differs = true
-				if !slices.Contains(change.Resources, f.res) {
-					change.Resources = append(change.Resources, f.res)
+				if !slices.Contains(change.Resources, f.Resource) {
+					change.Resources = append(change.Resources, f.Resource)
 				}
 			}
 		}
@@ -65,20 +66,21 @@ func (a *Applier) Plan(ctx context.Context, rsr *v1alpha1.RightsizingRecommendat
 	slices.Sort(change.Resources)
 
 	// The pod spec as it runs now and as it will run, to check the values.
-	before := specWith(&tmpl.Spec, current)
+	before := specWith(&w.Template.Spec, current)
 	after := before.DeepCopy()
 	for _, t := range appliedTargets(change) {
 		c := specContainer(after, t.name)
 		for f, q := range t.values {
-			f.setReq(&c.Resources, q)
+			f.SetIn(&c.Resources, q)
 		}
-		if err := checkRequestsWithinLimits(t.name, c.Resources); err != nil {
-			return nil, fmt.Errorf("plan for %s %s/%s: %w", ref.Kind, rsr.Namespace, ref.Name, err)
+		if lb, bad := resources.LimitBelowRequest(c.Resources); bad {
+			return nil, fmt.Errorf("plan for %s %s/%s: %w: container %q: requests.%s %s would exceed limits.%s %s",
+				ref.Kind, rsr.Namespace, ref.Name, ErrInvalidValues, t.name, lb.Resource, lb.Request.String(), lb.Resource, lb.Limit.String())
 		}
 	}
 	if rsr.Spec.Strategy == v1alpha1.StrategyInPlace {
-		qb, okb := qosClass(before)
-		qa, oka := qosClass(after)
+		qb, okb := resources.QOSClass(before)
+		qa, oka := resources.QOSClass(after)
 		if okb && oka && qb != qa {
 			return nil, fmt.Errorf("plan for %s %s/%s: %w: from %s to %s (use strategy Rollout or Deferred)",
 				ref.Kind, rsr.Namespace, ref.Name, ErrQOSClassChange, qb, qa)
@@ -113,8 +115,8 @@ func specWith(spec *corev1.PodSpec, values []v1alpha1.ContainerResources) *corev
 		if v == nil {
 			continue
 		}
-		for _, f := range fields {
-			f.setReq(&c.Resources, f.get(v.Requests, v.Limits))
+		for _, f := range resources.Fields {
+			f.SetIn(&c.Resources, f.Get(v.Requests, v.Limits))
 		}
 	}
 	return out

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
+	"github.com/kerf-dev/kerf/cluster/resources"
 )
 
 func TestRestoreOfMemoryOnlyLeavesCPUAsApplied(t *testing.T) {
@@ -40,7 +41,7 @@ func TestRestoreOfMemoryOnlyLeavesCPUAsApplied(t *testing.T) {
 			applied, _ := e.hpaTarget("web")
 
 			// An OOM rollback restores memory only.
-			res, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+			res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
 			require.NoError(t, err)
 			assert.Empty(t, res.Failed)
 
@@ -61,13 +62,13 @@ func TestRestoreOfMemoryOnlyLeavesCPUAsApplied(t *testing.T) {
 
 			// Idempotent: a second restore writes nothing.
 			before := e.resourceVersions(w)
-			again, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+			again, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
 			require.NoError(t, err)
 			assert.Equal(t, res, again)
 			assert.Equal(t, before, e.resourceVersions(w))
 
 			// A restart rollback then restores cpu too, and the HPA with it.
-			_, err = e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceCPU})
+			_, err = e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceCPU})
 			require.NoError(t, err)
 			got, rvAfter := e.hpaTarget("web")
 			assert.Equal(t, int32(60), got)
@@ -90,7 +91,7 @@ func TestRestoreOfDeferredOnARollingWorkloadWritesNothingWhenTheTemplateHasThePr
 	change := e.planAndApply(rsr)
 	before := e.resourceVersions(w)
 
-	res, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), change.Resources)
+	res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), change.Resources)
 	require.NoError(t, err)
 	assert.Equal(t, before, e.resourceVersions(w), "no pod started with the values")
 	assert.Equal(t, []string{"Deployment/web", "Pod/web-0", "Pod/web-1"}, touchedNames(res), "the template and the pods carry the restored values")
@@ -133,7 +134,7 @@ func TestRestoreOfDeferredResizesBackThePodsThatStartedWithTheValues(t *testing.
 	before := e.resourceVersions(w)
 
 	// An OOM rollback restores memory only.
-	res, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+	res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
 	require.NoError(t, err)
 	assert.Empty(t, res.Failed)
 	assert.Empty(t, res.Left)
@@ -143,7 +144,7 @@ func TestRestoreOfDeferredResizesBackThePodsThatStartedWithTheValues(t *testing.
 	assert.Equal(t, before, e.resourceVersions(w), "the template and the other pods already had the values")
 
 	e.kubeletReports(started.Name)
-	res, err = e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+	res, err = e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
 	require.NoError(t, err)
 	assert.Empty(t, res.Pending)
 	assert.Contains(t, touchedNames(res), "Pod/"+started.Name)
@@ -162,7 +163,7 @@ func TestRestoreOfRolloutOnOnDeleteResizesBackThePodsOfTheChangedTemplate(t *tes
 	assertResources(t, requirements("750m", "256Mi", "1", "768Mi"), resourcesOf(&recreated.Spec, "app"), "it started from the changed template")
 	before := e.resourceVersions(w)
 
-	res, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+	res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
 	require.NoError(t, err)
 	assert.Empty(t, res.Left)
 	assert.Equal(t, []string{recreated.Name}, res.Pending, "until the kubelet reports the resize")
@@ -186,7 +187,7 @@ func TestRestoreOfDeferredLeavesAPodItCannotResizeBack(t *testing.T) {
 	guaranteed := e.injectedPod(w, "web-guaranteed", requirements("1", "512Mi", "1", "512Mi"))
 	require.Equal(t, corev1.PodQOSGuaranteed, guaranteed.Status.QOSClass)
 
-	res, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+	res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
 	require.NoError(t, err)
 	assert.Empty(t, res.Failed, "the rollback is not failed for it")
 	require.Len(t, res.Left, 1)
@@ -210,7 +211,7 @@ func TestRestoreRemovesAValueTheWorkloadDidNotHave(t *testing.T) {
 			_, err = e.applier.Apply(e.ctx, rsr, change)
 			require.NoError(t, err)
 
-			res, err := e.applier.Restore(e.ctx, rsr, change, apply.PreviousValues(change), []v1alpha1.ResourceName{v1alpha1.ResourceCPU})
+			res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceCPU})
 			require.NoError(t, err)
 			if strategy == v1alpha1.StrategyRollout {
 				assertResources(t, noCPULimit.Resources, resourcesOf(&templateOf(e.reread(w.obj)).Spec, "app"), "the limit is removed")

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
 // patchTemplate writes the targets into the workload's pod template with a
@@ -17,32 +17,30 @@ import (
 // that carries the resourceVersion read, so it fails with a conflict when
 // the workload changed since (the caller retries). Nothing is sent when the
 // template already holds the values.
-func (a *Applier) patchTemplate(ctx context.Context, kind string, obj client.Object, tmpl *corev1.PodTemplateSpec, targets []target, res *Result) error {
+func (a *Applier) patchTemplate(ctx context.Context, w *workload.Workload, targets []target, res *Result) error {
+	obj := w.Object
 	var containers []map[string]any
 	for _, t := range targets {
-		c := specContainer(&tmpl.Spec, t.name)
+		c := specContainer(&w.Template.Spec, t.name)
 		if c == nil {
-			return fmt.Errorf("%w: %s %s has no container %q", ErrContainerNotFound, kind, obj.GetName(), t.name)
+			return fmt.Errorf("%w: %s %s has no container %q", ErrContainerNotFound, w.Kind, obj.GetName(), t.name)
 		}
 		if t.matches(&c.Resources) {
 			continue
 		}
-		resources := map[string]map[string]any{}
+		sections := map[string]map[string]any{}
 		for _, f := range t.fieldsInOrder() {
-			section := "requests"
-			if f.limits {
-				section = "limits"
-			}
-			if resources[section] == nil {
-				resources[section] = map[string]any{}
+			section := f.Section()
+			if sections[section] == nil {
+				sections[section] = map[string]any{}
 			}
 			if q := t.values[f]; q != nil {
-				resources[section][string(f.res)] = q.String()
+				sections[section][string(f.Resource)] = q.String()
 			} else {
-				resources[section][string(f.res)] = nil // strategic merge: remove the key
+				sections[section][string(f.Resource)] = nil // strategic merge: remove the key
 			}
 		}
-		containers = append(containers, map[string]any{"name": c.Name, "resources": resources})
+		containers = append(containers, map[string]any{"name": c.Name, "resources": sections})
 	}
 	if len(containers) > 0 {
 		patch := map[string]any{
@@ -54,9 +52,9 @@ func (a *Applier) patchTemplate(ctx context.Context, kind string, obj client.Obj
 			return fmt.Errorf("encode pod template patch: %w", err)
 		}
 		if err := a.Client.Patch(ctx, obj, client.RawPatch(types.StrategicMergePatchType, data)); err != nil {
-			return fmt.Errorf("patch pod template of %s %s/%s: %w", kind, obj.GetNamespace(), obj.GetName(), err)
+			return fmt.Errorf("patch pod template of %s: %w", w, err)
 		}
 	}
-	res.Touched = append(res.Touched, v1alpha1.TouchedObject{Kind: kind, Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion()})
+	res.Touched = append(res.Touched, v1alpha1.TouchedObject{Kind: string(w.Kind), Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion()})
 	return nil
 }

@@ -8,11 +8,11 @@
 //
 //   - Exact increases, not PromQL increase(). increase() extrapolates to
 //     the window's edges and so differs from the agents' stream
-//     (watch.Counters) by up to a scrape interval at each end, and more for
+//     (healthwatch.Counters) by up to a scrape interval at each end, and more for
 //     a series born in the window. Design section 3 asks that both sources
 //     give the same number for the same counters, so the source fetches the
 //     raw samples with one range-vector selector evaluated at the window's
-//     end and computes the increases as watch.Counters does: the baseline is
+//     end and computes the increases as healthwatch.Counters does: the baseline is
 //     the last sample at or before from; every sample in (from, to] adds its
 //     delta; a drop is a counter reset and adds the new value, as
 //     increase() does. For the same samples both sources agree exactly.
@@ -58,7 +58,7 @@ import (
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
 )
 
 // The cadvisor metric names of the CFS counters (docs/design.md section 3).
@@ -92,7 +92,7 @@ type Config struct {
 	RoundTripper http.RoundTripper
 }
 
-// Source is a watch.ThrottlingSource over a Prometheus-compatible endpoint.
+// Source is a healthwatch.ThrottlingSource over a Prometheus-compatible endpoint.
 type Source struct {
 	api      promv1.API
 	timeout  time.Duration
@@ -100,7 +100,7 @@ type Source struct {
 	queries  *prometheus.CounterVec
 }
 
-var _ watch.ThrottlingSource = (*Source)(nil)
+var _ healthwatch.ThrottlingSource = (*Source)(nil)
 
 // Query results counted in kerf_promql_queries_total{result}.
 const (
@@ -153,8 +153,8 @@ func cmpOr(d, def time.Duration) time.Duration {
 // exact increases of the cadvisor CFS counters over [from, to] (see the
 // package comment). A name without series is left out; any failed query
 // is an error.
-func (s *Source) ThrottleWindows(pods []*corev1.Pod, containers []string, from, to time.Time) (map[string]watch.ThrottleWindow, error) {
-	out := map[string]watch.ThrottleWindow{}
+func (s *Source) ThrottleWindows(pods []*corev1.Pod, containers []string, from, to time.Time) (map[string]healthwatch.ThrottleWindow, error) {
+	out := map[string]healthwatch.ThrottleWindow{}
 	containers = slices.DeleteFunc(slices.Clone(containers), func(c string) bool { return c == "" })
 	if len(pods) == 0 || len(containers) == 0 || to.Before(from) {
 		return out, nil
@@ -189,7 +189,7 @@ func (s *Source) ThrottleWindows(pods []*corev1.Pod, containers []string, from, 
 }
 
 // query adds the increases of one namespace's pods to out.
-func (s *Source) query(ns string, pods, containers []string, from, to time.Time, out map[string]watch.ThrottleWindow, have map[string][2]bool) error {
+func (s *Source) query(ns string, pods, containers []string, from, to time.Time, out map[string]healthwatch.ThrottleWindow, have map[string][2]bool) error {
 	q := Selector(ns, pods, containers, to.Sub(from)+s.lookback)
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
@@ -234,7 +234,7 @@ func (s *Source) query(ns string, pods, containers []string, from, to time.Time,
 }
 
 // increase is the exact increase of one counter series over [from, to], as
-// watch.Counters computes it: from the last sample at or before from (or
+// healthwatch.Counters computes it: from the last sample at or before from (or
 // from zero when there is none: the series was born in the window) through
 // the last sample at or before to, a drop adding the new value.
 func increase(samples []model.SamplePair, from, to time.Time) float64 {

@@ -17,7 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
+	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/promtest"
 )
 
@@ -54,7 +55,7 @@ func countersAt(n uint64) []series {
 type exporter struct {
 	mu     sync.Mutex
 	served []time.Time
-	mem    *watch.MemorySource
+	mem    *signals.Kernel
 	born   map[string]time.Time
 }
 
@@ -94,7 +95,7 @@ func (e *exporter) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 			// Appeared after the first scrape: born then.
 			started = e.born[key]
 		}
-		e.mem.AddSamples(watch.CounterSample{
+		e.mem.AddSamples(healthwatch.CounterSample{
 			PodUID: podUID(s.pod), Container: s.container, Started: started,
 			At: at, Periods: s.periods, Throttled: s.throttled,
 		})
@@ -118,7 +119,7 @@ func pods(namespace string, names ...string) []*corev1.Pod {
 }
 
 func TestThrottleWindowsMatchAgentsStreamOnRealPrometheus(t *testing.T) {
-	exp := &exporter{mem: watch.NewMemorySource(), born: map[string]time.Time{}}
+	exp := &exporter{mem: signals.NewKernel(), born: map[string]time.Time{}}
 	srv := httptest.NewServer(exp)
 	t.Cleanup(srv.Close)
 	url := promtest.Start(t, strings.TrimPrefix(srv.URL, "http://"), time.Second)
@@ -130,7 +131,7 @@ func TestThrottleWindowsMatchAgentsStreamOnRealPrometheus(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	src, err := New(Config{URL: url}, reg)
 	require.NoError(t, err)
-	agents := watch.Counters(exp.mem)
+	agents := healthwatch.Counters(exp.mem)
 	// The odd name proves the quoting parses; it has no series.
 	all := pods("ns", "p1", "p2", "p3", "p9", `we"ird\.*|`)
 	containers := []string{"app", "side", "db"}
@@ -138,14 +139,14 @@ func TestThrottleWindowsMatchAgentsStreamOnRealPrometheus(t *testing.T) {
 	tests := []struct {
 		name     string
 		from, to time.Time
-		want     map[string]watch.ThrottleWindow
+		want     map[string]healthwatch.ThrottleWindow
 	}{
 		{
 			// p1 +300/+75; p2 +100, reset to 100, +100: +300/+70; p3 born
 			// after from: 300/120 from zero.
 			name: "window between samples excludes later samples",
 			from: at[2], to: at[5].Add(300 * time.Millisecond),
-			want: map[string]watch.ThrottleWindow{
+			want: map[string]healthwatch.ThrottleWindow{
 				"app":  {Periods: 900, Throttled: 265},
 				"side": {Periods: 150},
 			},
@@ -153,7 +154,7 @@ func TestThrottleWindowsMatchAgentsStreamOnRealPrometheus(t *testing.T) {
 		{
 			name: "window ends exactly at a sample",
 			from: at[2].Add(-time.Millisecond), to: at[4],
-			want: map[string]watch.ThrottleWindow{
+			want: map[string]healthwatch.ThrottleWindow{
 				"app":  {Periods: 300 + 300 + 200, Throttled: 75 + 50 + 80},
 				"side": {Periods: 150},
 			},

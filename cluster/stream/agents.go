@@ -29,7 +29,7 @@ func (a *incarnation) count(seq uint64) bool {
 	return true
 }
 
-// instanceKey names a container instance (watch.MemorySource's series).
+// instanceKey names a container instance (signals.Kernel's series).
 type instanceKey struct {
 	pod     types.UID
 	name    string
@@ -76,7 +76,7 @@ func (s *Server) node(name string) *nodeState {
 // nodeContainers follows the container instances of a node: a snapshot
 // replaces the set with what it lists, and the instances it no longer
 // lists, like those the agent said are gone, are marked gone in the
-// MemorySource, which drops them once no window reads them. A snapshot
+// signals.Kernel, which drops them once no window reads them. A snapshot
 // split over several messages marks the later messages' instances gone
 // until their samples, right behind, bring them back.
 func (s *Server) nodeContainers(node string, snapshot bool, listed, gone []instanceKey) {
@@ -106,7 +106,7 @@ func (s *Server) nodeContainers(node string, snapshot bool, listed, gone []insta
 		if k.started != zeroStart {
 			started = time.Unix(0, k.started)
 		}
-		s.cfg.Memory.Gone(k.pod, k.name, started)
+		s.cfg.Kernel.Gone(k.pod, k.name, started)
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
-	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/cluster/signals"
 )
 
 // The leader-ingest benchmark's cluster (docs/design.md section 10):
@@ -37,7 +37,7 @@ const (
 // pod, with one ingest per simulated agent stream after its Hello.
 type benchCluster struct {
 	srv     *Server
-	memory  *watch.MemorySource
+	memory  *signals.Kernel
 	streams []*ingest
 	// snapshot and pass are each stream's first Counters (identities and
 	// absolute values) and a later one (index and increments), encoded.
@@ -63,9 +63,9 @@ func newBenchCluster(b *testing.B, nodes int) *benchCluster {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := &benchCluster{memory: watch.NewMemorySource(watch.WithCompaction(watch.DefaultRecent)), now: benchStart}
+	c := &benchCluster{memory: signals.NewKernel(signals.WithCompaction(signals.DefaultRecent)), now: benchStart}
 	c.srv, err = New(Config{Audience: "kerf-leader", ServiceAccountNamespace: "kerf-system", ServiceAccountName: "kerf-agent",
-		Clientset: cs, Pods: pods, Memory: c.memory, Leading: func() bool { return true }, Now: func() time.Time { return c.now },
+		Clientset: cs, Pods: pods, Kernel: c.memory, Leading: func() bool { return true }, Now: func() time.Time { return c.now },
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
@@ -134,7 +134,7 @@ func (c *benchCluster) ingest(b *testing.B, stream int, msg []byte, pass int) {
 
 // BenchmarkIngest300kContainers measures the leader's ingest on one core
 // (GOMAXPROCS=1): decoding each agent's pass of 100 changed containers and
-// ingesting it (index table, pod-on-node check, MemorySource with
+// ingesting it (index table, pod-on-node check, signals.Kernel with
 // compaction), round robin over 3,000 streams after their snapshots. It
 // reports samples/s, and the encoded bytes per sample of a pass (wire-B/
 // sample: the index, the time offset and the increases of one container).
@@ -165,8 +165,8 @@ var heapProfile = flag.String("ingest.heapprofile", "", "write the leader's live
 // tracked container: the heap in use after a GC, less before, over
 // 300,000 containers once their streams have sent a snapshot and 45 passes
 // one second apart of every container changed (the worst case: the
-// MemorySource then holds its full recent span of 30 s), stream tables and
-// MemorySource together.
+// signals.Kernel then holds its full recent span of 30 s), stream tables and
+// signals.Kernel together.
 func BenchmarkIngestMemoryPerContainer(b *testing.B) {
 	const passes = 45
 	for range b.N {

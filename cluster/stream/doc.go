@@ -2,7 +2,7 @@
 // section 6): a gRPC service that authenticates each node agent by its
 // projected service-account token, takes the agent's node from the token's
 // pod rather than from what the agent claims, and feeds the counter samples
-// and OOM kills it reports into a watch.MemorySource.
+// and OOM kills it reports into a signals.Kernel.
 //
 // Decisions where the design is silent:
 //
@@ -20,7 +20,7 @@
 //     counts what it is sent.
 //   - The leader follows each node's container instances: a snapshot
 //     replaces the set, and instances it no longer lists, like those the
-//     agent says are gone, are marked gone in the MemorySource, which
+//     agent says are gone, are marked gone in the signals.Kernel, which
 //     drops them once no window can read them.
 //   - Keepalive: agents ping every KeepaliveTime, the server allows it and
 //     pings quiet agents itself.
@@ -31,7 +31,7 @@
 //   - Container events (restarts and terminations the agent saw in the
 //     kubelet's Pods API) have a seq of their own, acknowledged per stream
 //     (Ack.event_seq). They need no dedup across streams: applying one
-//     twice to watch.AgentStatuses (the highest restart count, each run
+//     twice to signals.AgentStatuses (the highest restart count, each run
 //     once) changes nothing. One about a container the pod's spec does not
 //     name is dropped and counted like one about another node's pod.
 //   - A malformed message closes the stream with InvalidArgument; too many

@@ -9,7 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
-	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
+	"github.com/kerf-dev/kerf/cluster/signals"
 )
 
 // malformedError is a message that breaks the protocol; it closes the
@@ -125,7 +126,7 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 		clear(in.table)
 		clear(in.used)
 	}
-	var samples []watch.CounterSample
+	var samples []healthwatch.CounterSample
 	var listed []instanceKey
 	for _, cc := range c.GetContainers() {
 		idx := cc.GetIndex()
@@ -185,7 +186,7 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 			}
 		}
 		listed = append(listed, instanceKey{e.podUID, e.name, e.started.UnixNano()})
-		samples = append(samples, watch.CounterSample{
+		samples = append(samples, healthwatch.CounterSample{
 			PodUID:    e.podUID,
 			Container: e.name,
 			Started:   e.started,
@@ -202,7 +203,7 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 		delete(in.table, idx)
 	}
 	if len(samples) > 0 {
-		in.s.cfg.Memory.AddSamples(samples...)
+		in.s.cfg.Kernel.AddSamples(samples...)
 		in.s.metrics.samples.Add(float64(len(samples)))
 	}
 	in.s.nodeContainers(in.node, c.GetSnapshot(), listed, gone)
@@ -245,7 +246,7 @@ func (in *ingest) oom(ev *streamv1.OOMEvent) (uint64, error) {
 	} else {
 		at := in.wall(ev.GetKernelNs())
 		for range max(ev.GetCount(), 1) {
-			in.s.cfg.Memory.AddOOMKill(uid, ev.GetContainer(), at)
+			in.s.cfg.Kernel.AddOOMKill(uid, ev.GetContainer(), at)
 		}
 	}
 	in.ackedSeq = ev.GetSeq()
@@ -263,7 +264,7 @@ const (
 // acknowledge. An event about a pod that is not on the node, or a
 // container its spec does not name, is dropped, counted and acknowledged.
 // Applying an event twice (resent after a reconnect) changes nothing in
-// watch.AgentStatuses, so events need no deduplication across streams.
+// signals.AgentStatuses, so events need no deduplication across streams.
 func (in *ingest) containerEvent(ev *streamv1.ContainerEvent) (uint64, error) {
 	switch {
 	case ev.GetSeq() == 0:
@@ -275,7 +276,7 @@ func (in *ingest) containerEvent(ev *streamv1.ContainerEvent) (uint64, error) {
 	case ev.GetRestartCount() < 0:
 		return 0, malformed("negative_restart_count", "container_event.restart_count %d is negative", ev.GetRestartCount())
 	}
-	var term *watch.Termination
+	var term *healthwatch.Termination
 	if t := ev.GetTerminated(); t != nil {
 		switch {
 		case len(t.GetReason()) > maxReasonBytes:
@@ -285,7 +286,7 @@ func (in *ingest) containerEvent(ev *streamv1.ContainerEvent) (uint64, error) {
 		case t.GetFinishedAtUnixNs() <= 0:
 			return 0, malformed("missing_finished_at", "container_event.terminated.finished_at_unix_ns must be set")
 		}
-		term = &watch.Termination{ContainerID: t.GetContainerId(), Reason: t.GetReason(), ExitCode: t.GetExitCode(),
+		term = &healthwatch.Termination{ContainerID: t.GetContainerId(), Reason: t.GetReason(), ExitCode: t.GetExitCode(),
 			FinishedAt: time.Unix(0, t.GetFinishedAtUnixNs())}
 		if ns := t.GetStartedAtUnixNs(); ns > 0 {
 			term.StartedAt = time.Unix(0, ns)
@@ -302,7 +303,7 @@ func (in *ingest) containerEvent(ev *streamv1.ContainerEvent) (uint64, error) {
 		return in.ackedEventSeq, nil
 	}
 	result := "known"
-	if in.s.cfg.Statuses != nil && in.s.cfg.Statuses.Add(watch.ContainerEvent{PodUID: uid, Container: ev.GetContainer(),
+	if in.s.cfg.Statuses != nil && in.s.cfg.Statuses.Add(signals.ContainerEvent{PodUID: uid, Container: ev.GetContainer(),
 		RestartCount: ev.GetRestartCount(), Terminated: term, At: in.wall(ev.GetKernelNs())}) {
 		result = "new"
 	}

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
-	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/cluster/signals"
 )
 
 // Defaults of Config.
@@ -62,12 +62,12 @@ type Config struct {
 	Clientset kubernetes.Interface
 	// Pods is the leader's pod cache, indexed by UID.
 	Pods Pods
-	// Memory receives the samples and OOM kills.
-	Memory *watch.MemorySource
+	// Kernel receives the samples and OOM kills.
+	Kernel *signals.Kernel
 	// Statuses receives the container events (restarts, terminations the
 	// agents saw in the kubelet's Pods API); nil checks and acknowledges
 	// them only.
-	Statuses *watch.AgentStatuses
+	Statuses *signals.AgentStatuses
 	// Leading reports whether this replica is the elected leader; only the
 	// leader serves.
 	Leading func() bool
@@ -114,8 +114,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("stream config: Clientset is required")
 	case cfg.Pods == nil:
 		return nil, errors.New("stream config: Pods is required")
-	case cfg.Memory == nil:
-		return nil, errors.New("stream config: Memory is required")
+	case cfg.Kernel == nil:
+		return nil, errors.New("stream config: Kernel is required")
 	case cfg.Leading == nil:
 		return nil, errors.New("stream config: Leading is required")
 	case cfg.ReviewTTL < 0 || cfg.MaxContainers < 0 || cfg.MaxMessageBytes < 0:

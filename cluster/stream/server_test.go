@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
-	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
@@ -44,8 +44,8 @@ func TestMain(m *testing.M) { shared.Main(m) }
 // node-b.
 type fixture struct {
 	srv      *Server
-	memory   *watch.MemorySource
-	statuses *watch.AgentStatuses
+	memory   *signals.Kernel
+	statuses *signals.AgentStatuses
 	leading  *atomic.Bool
 	addr     string
 	creds    credentials.TransportCredentials
@@ -63,7 +63,7 @@ func newFixture(t *testing.T) *fixture {
 	cp := shared.Get(t)
 	cs := cp.Clientset
 	ctx := t.Context()
-	f := &fixture{memory: watch.NewMemorySource(), statuses: watch.NewAgentStatuses(0), leading: &atomic.Bool{}}
+	f := &fixture{memory: signals.NewKernel(), statuses: signals.NewAgentStatuses(0), leading: &atomic.Bool{}}
 	f.leading.Store(true)
 
 	// A namespace of its own, as kerf-system would be: the fixture can be
@@ -99,7 +99,7 @@ func newFixture(t *testing.T) *fixture {
 		ServiceAccountName:      "kerf-agent",
 		Clientset:               cs,
 		Pods:                    pods,
-		Memory:                  f.memory,
+		Kernel:                  f.memory,
 		Statuses:                f.statuses,
 		Leading:                 f.leading.Load,
 		Registerer:              prometheus.NewRegistry(),
@@ -264,8 +264,8 @@ func TestStream(t *testing.T) {
 	})
 
 	t.Run("ContainerEventsAreKeptAndAcknowledged", func(t *testing.T) {
-		var signals atomic.Int32
-		cancel := f.statuses.OnSignal(func(watch.Signal) { signals.Add(1) })
+		var seen atomic.Int32
+		cancel := f.statuses.Subscribe(func(signals.Signal) { seen.Add(1) })
 		defer cancel()
 		st := f.connect(t, f.agentToken)
 		send(st, hello("node-a"), containerEvent(1, f.podA, "app", 1, "OOMKilled"))
@@ -286,7 +286,7 @@ func TestStream(t *testing.T) {
 		assert.Equal(t, uint64(1), recvAck(t, st2).GetEventSeq())
 		got, _ = f.statuses.AgentStatus(f.podA, "app")
 		assert.Len(t, got.Terminations, 1, "one run, however often it is sent")
-		assert.Equal(t, int32(1), signals.Load(), "only the first event told the watch something new")
+		assert.Equal(t, int32(1), seen.Load(), "only the first event told the watch something new")
 		assert.Equal(t, 1.0, testutil.ToFloat64(f.srv.metrics.events.WithLabelValues("new")))
 		assert.Equal(t, 1.0, testutil.ToFloat64(f.srv.metrics.events.WithLabelValues("known")))
 	})

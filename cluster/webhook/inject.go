@@ -14,16 +14,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/resources"
+	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
 // Path is the URL path of the pod-mutating AdmissionReview v1 endpoint.
@@ -260,14 +258,6 @@ type skip struct {
 	container, reason, detail string
 }
 
-// workloadRef is a pod's workload.
-type workloadRef struct {
-	kind v1alpha1.WorkloadKind
-	name string
-}
-
-func (w workloadRef) String() string { return string(w.kind) + "/" + w.name }
-
 func (in *Injector) decide(ctx context.Context, req *admissionv1.AdmissionRequest) (decision, error) {
 	var pod corev1.Pod
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
@@ -277,7 +267,8 @@ func (in *Injector) decide(ctx context.Context, req *admissionv1.AdmissionReques
 	if ns == "" {
 		ns = pod.Namespace
 	}
-	wl, ok, err := in.workload(ctx, ns, &pod)
+	pod.Namespace = ns // a pod created with generateName may carry none yet
+	wl, ok, err := in.workload(ctx, &pod)
 	if err != nil {
 		return decision{}, err
 	}
@@ -294,7 +285,7 @@ func (in *Injector) decide(ctx context.Context, req *admissionv1.AdmissionReques
 		return d, nil
 	}
 	d.recommendation = rsr.Name
-	values, touched, ok := AppliedValues(rsr)
+	values, touched, ok := newPodValues(rsr)
 	if !ok {
 		d.result = ResultInactive
 		return d, nil
@@ -322,77 +313,31 @@ func (in *Injector) decide(ctx context.Context, req *admissionv1.AdmissionReques
 	return d, nil
 }
 
-// workload follows the pod's controller chain to a workload Kerf manages:
-// Pod → ReplicaSet → Deployment, Pod → StatefulSet, Pod → DaemonSet.
-func (in *Injector) workload(ctx context.Context, ns string, pod *corev1.Pod) (workloadRef, bool, error) {
-	owner := metav1.GetControllerOfNoCopy(pod)
-	if owner == nil || !isApps(owner.APIVersion) {
-		return workloadRef{}, false, nil
+// workload returns the workload that owns the pod (workload.Of), asking
+// LiveReader when Reader does not have the pod's ReplicaSet (or has an
+// older one of the same name): a cache may not yet have seen one just
+// created.
+func (in *Injector) workload(ctx context.Context, pod *corev1.Pod) (workload.Ref, bool, error) {
+	ref, ok, err := workload.Of(ctx, in.Reader, pod)
+	if !errors.Is(err, workload.ErrReplicaSetNotFound) || in.LiveReader == nil {
+		// Without LiveReader only a cache was asked: the ReplicaSet may
+		// exist and be unseen yet, so this is a possible missed injection,
+		// counted as an error.
+		return ref, ok, err
 	}
-	switch owner.Kind {
-	case "StatefulSet":
-		return workloadRef{v1alpha1.KindStatefulSet, owner.Name}, true, nil
-	case "DaemonSet":
-		return workloadRef{v1alpha1.KindDaemonSet, owner.Name}, true, nil
-	case "ReplicaSet":
-	default:
-		return workloadRef{}, false, nil
+	ref, ok, err = workload.Of(ctx, in.LiveReader, pod)
+	if errors.Is(err, workload.ErrReplicaSetNotFound) {
+		// The apiserver itself does not have it: the pod's owner is gone.
+		return workload.Ref{}, false, nil
 	}
-	rs, found, err := in.replicaSet(ctx, client.ObjectKey{Namespace: ns, Name: owner.Name}, owner.UID)
-	if err != nil || !found {
-		return workloadRef{}, false, err
-	}
-	d := metav1.GetControllerOfNoCopy(rs)
-	if d == nil || d.Kind != "Deployment" || !isApps(d.APIVersion) {
-		return workloadRef{}, false, nil
-	}
-	return workloadRef{v1alpha1.KindDeployment, d.Name}, true, nil
-}
-
-// replicaSet reads a ReplicaSet's metadata, asking LiveReader when Reader
-// does not have it (or has an older one of the same name).
-func (in *Injector) replicaSet(ctx context.Context, key client.ObjectKey, uid types.UID) (*metav1.PartialObjectMetadata, bool, error) {
-	readers := []client.Reader{in.Reader}
-	if in.LiveReader != nil {
-		readers = append(readers, in.LiveReader)
-	}
-	var lastErr error
-	for _, r := range readers {
-		rs := &metav1.PartialObjectMetadata{}
-		rs.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
-		err := r.Get(ctx, key, rs)
-		switch {
-		case apierrors.IsNotFound(err):
-			lastErr = err
-			continue
-		case err != nil:
-			return nil, false, fmt.Errorf("get ReplicaSet %s: %w", key, err)
-		case uid != "" && rs.UID != uid:
-			lastErr = fmt.Errorf("ReplicaSet %s has UID %s, the pod's owner reference %s", key, rs.UID, uid)
-			continue
-		}
-		return rs, true, nil
-	}
-	if in.LiveReader == nil {
-		// Only a cache was asked: the ReplicaSet may exist and be unseen
-		// yet, so this is a possible missed injection, counted as an error.
-		return nil, false, fmt.Errorf("get ReplicaSet %s: %w", key, lastErr)
-	}
-	// The apiserver itself does not have it: the pod's owner is gone.
-	return nil, false, nil
-}
-
-// isApps reports whether apiVersion is of the apps group.
-func isApps(apiVersion string) bool {
-	gv, err := schema.ParseGroupVersion(apiVersion)
-	return err == nil && gv.Group == appsv1.GroupName
+	return ref, ok, err
 }
 
 // recommendation finds the recommendation in ns whose targetRef is wl. When
 // several do, an active one wins, and among active ones the most recently
 // applied (then the first by name), which is the one whose values the
 // leader wrote last.
-func (in *Injector) recommendation(ctx context.Context, ns string, wl workloadRef) (*v1alpha1.RightsizingRecommendation, bool, error) {
+func (in *Injector) recommendation(ctx context.Context, ns string, wl workload.Ref) (*v1alpha1.RightsizingRecommendation, bool, error) {
 	var list v1alpha1.RightsizingRecommendationList
 	if err := in.Reader.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return nil, false, fmt.Errorf("list RightsizingRecommendations in %s: %w", ns, err)
@@ -400,11 +345,7 @@ func (in *Injector) recommendation(ctx context.Context, ns string, wl workloadRe
 	var matches []*v1alpha1.RightsizingRecommendation
 	for i := range list.Items {
 		r := &list.Items[i]
-		ref := r.Spec.TargetRef
-		if ref.Kind != wl.kind || ref.Name != wl.name || !(ref.APIVersion == "" || ref.APIVersion == "apps/v1") {
-			continue
-		}
-		if r.DeletionTimestamp != nil {
+		if !wl.Targets(r.Namespace, r.Spec.TargetRef) || r.DeletionTimestamp != nil {
 			continue
 		}
 		matches = append(matches, r)
@@ -465,13 +406,13 @@ func webhookStrategy(s v1alpha1.Strategy) bool {
 	return s == v1alpha1.StrategyInPlace || s == v1alpha1.StrategyDeferred
 }
 
-// AppliedValues returns the values new pods of an active recommendation's
-// workload get, by container name, and the resources they may touch (nil:
+// newPodValues returns the values new pods of an active recommendation's
+// workload get from the webhook, by container name, and the resources they may touch (nil:
 // any). The values are status.change.containers[].applied, what the leader
 // applied, when the status records them; else spec.containers, unless the
 // status describes an older generation of the spec. ok is false when r is
 // not Active or no values can be trusted.
-func AppliedValues(r *v1alpha1.RightsizingRecommendation) (values map[string]v1alpha1.Resources, touched map[corev1.ResourceName]bool, ok bool) {
+func newPodValues(r *v1alpha1.RightsizingRecommendation) (values map[string]v1alpha1.Resources, touched map[corev1.ResourceName]bool, ok bool) {
 	if !Active(r) {
 		return nil, nil, false
 	}
@@ -533,8 +474,9 @@ func inject(pod *corev1.Pod, values map[string]v1alpha1.Resources, touched map[c
 		if !changed {
 			continue
 		}
-		if name, detail, bad := limitBelowRequest(res); bad {
-			skips = append(skips, skip{c.Name, SkipLimitBelowRequest, fmt.Sprintf("%s: %s", name, detail)})
+		if lb, bad := resources.LimitBelowRequest(res); bad {
+			skips = append(skips, skip{c.Name, SkipLimitBelowRequest,
+				fmt.Sprintf("%s: limit %s < request %s", lb.Resource, lb.Limit.String(), lb.Request.String())})
 			continue
 		}
 		changes = append(changes, containerChange{index: i, resources: res})
@@ -573,19 +515,6 @@ func setValues(list *corev1.ResourceList, v *v1alpha1.ResourceValues, touched ma
 	set(corev1.ResourceCPU, v.CPU)
 	set(corev1.ResourceMemory, v.Memory)
 	return changed
-}
-
-// limitBelowRequest reports the first CPU or memory limit below its
-// request.
-func limitBelowRequest(res corev1.ResourceRequirements) (corev1.ResourceName, string, bool) {
-	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		l, hasL := res.Limits[name]
-		r, hasR := res.Requests[name]
-		if hasL && hasR && l.Cmp(r) < 0 {
-			return name, fmt.Sprintf("limit %s < request %s", l.String(), r.String()), true
-		}
-	}
-	return "", "", false
 }
 
 // podResourcesExceeded checks the changed containers against the pod-level

@@ -200,10 +200,10 @@ func TestActiveOnlyForAppliedInPlaceOrDeferred(t *testing.T) {
 	assert.False(t, Active(r), "a change applied by Rollout reaches pods through the template")
 }
 
-// TestAppliedValuesPreferWhatTheLeaderApplied checks the source of the
+// TestNewPodValuesPreferWhatTheLeaderApplied checks the source of the
 // injected values: status.change when it records containers, else the spec
 // unless the status describes an older spec.
-func TestAppliedValuesPreferWhatTheLeaderApplied(t *testing.T) {
+func TestNewPodValuesPreferWhatTheLeaderApplied(t *testing.T) {
 	spec := []v1alpha1.ContainerResources{{Name: "app", Requests: &v1alpha1.ResourceValues{CPU: q("250m")}}}
 	applied := []v1alpha1.ContainerChange{{Name: "app", Applied: v1alpha1.Resources{Requests: &v1alpha1.ResourceValues{CPU: q("300m")}}}}
 	rec := func(gen, observed int64, change *v1alpha1.Change) *v1alpha1.RightsizingRecommendation {
@@ -226,7 +226,7 @@ func TestAppliedValuesPreferWhatTheLeaderApplied(t *testing.T) {
 		{"change without containers, stale spec", rec(3, 2, &v1alpha1.Change{}), "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			values, touched, ok := AppliedValues(tc.r)
+			values, touched, ok := newPodValues(tc.r)
 			if tc.wantCPU == "" {
 				assert.False(t, ok)
 				return

@@ -26,6 +26,7 @@ import (
 
 	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/promql"
+	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/webhook"
 )
 
@@ -73,7 +74,10 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	cfg := cluster.Config{Namespace: *namespace, LeaseName: *leaseName, Identity: *identity, PodName: *podName, Registry: prometheus.NewRegistry()}
+	// The agents' signals are kept once: the stream writes them, the health
+	// watch reads them.
+	cfg := cluster.Config{Namespace: *namespace, LeaseName: *leaseName, Identity: *identity, PodName: *podName,
+		Registry: prometheus.NewRegistry(), Signals: signals.New()}
 	if *metricsURL != "" {
 		src, err := promql.New(promql.Config{URL: *metricsURL}, cfg.Registry)
 		if err != nil {
@@ -92,8 +96,14 @@ func main() {
 			log.Error("--stream-addr", "err", err)
 			os.Exit(2)
 		}
-		cfg.Stream = cluster.StreamConfig{Listener: ln, CadvisorFallback: *cadvisorFallback,
+		cfg.Stream = cluster.StreamConfig{Listener: ln,
 			Audience: *agentAudience, ServiceAccountNamespace: *namespace, ServiceAccountName: *agentSA}
+		// health.cadvisorFallback (off by default, docs/design.md section
+		// 3): without a PromQL source, the agents' CFS counters are the
+		// throttling input. OOM kills from the agents are used either way.
+		if cfg.Throttling == nil && *cadvisorFallback {
+			cfg.Throttling = cfg.Signals.Kernel
+		}
 		if *streamCertDir != "" {
 			fc, err := webhook.NewFileCertificate(*streamCertDir, log)
 			if err != nil {

@@ -5,10 +5,10 @@ package chain
 // 20 ms / 100 ms CFS quota under a busy loop, one with room to spare) →
 // kerf-agent as cmd/kerf-agent wires it (node.New, the apiserver pod
 // discovery, the sampler, the stream client, the endpoints' /metrics) →
-// the leader's stream server (TLS, TokenReview) and its MemorySource; and
+// the leader's stream server (TLS, TokenReview) and its signals.Kernel; and
 // at the same time a real Prometheus scraping the agent's /metrics. The
 // health watch's two throttling sources, PromQL (cluster/promql) and the
-// agents' stream (the MemorySource), must give the same ratio over the same
+// agents' stream (the signals.Kernel), must give the same ratio over the same
 // window.
 
 import (
@@ -38,8 +38,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/promql"
-	"github.com/kerf-dev/kerf/cluster/watch"
+	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/test/cgrouptest"
@@ -120,9 +121,9 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 	runIn(t, idleDir, "while :; do sleep 0.03; done")
 
 	// The leader's end: stream server over TLS with TokenReview, the
-	// pods from an informer, samples into a MemorySource.
-	memory := watch.NewMemorySource()
-	leader := leadertest.Start(t, cs, leadertest.Options{Audience: audience, Namespace: agentNamespace, ServiceAccount: agentSA, Memory: memory, Log: streamtest.LogWriter(t)})
+	// pods from an informer, samples into a signals.Kernel.
+	memory := signals.NewKernel()
+	leader := leadertest.Start(t, cs, leadertest.Options{Audience: audience, Namespace: agentNamespace, ServiceAccount: agentSA, Kernel: memory, Log: streamtest.LogWriter(t)})
 	addr, pool := leader.Addr, leader.Pool
 
 	// The agent, wired as cmd/kerf-agent wires it.
@@ -208,7 +209,7 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 	}
 }
 
-func ratio(w watch.ThrottleWindow) float64 {
+func ratio(w healthwatch.ThrottleWindow) float64 {
 	if w.Periods == 0 {
 		return math.NaN()
 	}

@@ -1,7 +1,7 @@
 // Package leadertest serves the leader's side of the agents' stream for
 // tests: the real stream server (TLS, TokenReview of the agent's bound
 // token against a real apiserver, pods from an informer) on a loopback
-// port, feeding a MemorySource.
+// port, feeding a signals.Kernel.
 package leadertest
 
 import (
@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
-	"github.com/kerf-dev/kerf/cluster/watch"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
@@ -32,8 +32,8 @@ type Options struct {
 	Audience string
 	// Namespace and ServiceAccount name the agents' service account.
 	Namespace, ServiceAccount string
-	// Memory receives the samples and OOM kills (nil: a new one).
-	Memory *watch.MemorySource
+	// Kernel receives the samples and OOM kills (nil: a new one).
+	Kernel *signals.Kernel
 	// Log receives the server's log (nil: discarded).
 	Log io.Writer
 }
@@ -46,8 +46,8 @@ type Stream struct {
 	// kerf-agent --leader-ca).
 	Pool   *x509.CertPool
 	CAFile string
-	// Memory is where what the agents send lands.
-	Memory *watch.MemorySource
+	// Kernel is where what the agents send lands.
+	Kernel *signals.Kernel
 }
 
 // Start serves the stream until the test ends.
@@ -61,8 +61,8 @@ func Start(t testing.TB, cs kubernetes.Interface, opts Options) *Stream {
 	factory.Start(stopInformers)
 	t.Cleanup(func() { close(stopInformers); factory.Shutdown() })
 	require.True(t, cache.WaitForCacheSync(t.Context().Done(), informer.HasSynced))
-	if opts.Memory == nil {
-		opts.Memory = watch.NewMemorySource()
+	if opts.Kernel == nil {
+		opts.Kernel = signals.NewKernel()
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
@@ -75,7 +75,7 @@ func Start(t testing.TB, cs kubernetes.Interface, opts Options) *Stream {
 		ServiceAccountName:      opts.ServiceAccount,
 		Clientset:               cs,
 		Pods:                    pods,
-		Memory:                  opts.Memory,
+		Kernel:                  opts.Kernel,
 		Leading:                 leading.Load,
 		Registerer:              prometheus.NewRegistry(),
 		Log:                     slog.New(slog.NewTextHandler(opts.Log, nil)),
@@ -89,5 +89,5 @@ func Start(t testing.TB, cs kubernetes.Interface, opts Options) *Stream {
 	require.NoError(t, err)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
-	return &Stream{Addr: lis.Addr().String(), Pool: pool, CAFile: caFile, Memory: opts.Memory}
+	return &Stream{Addr: lis.Addr().String(), Pool: pool, CAFile: caFile, Kernel: opts.Kernel}
 }

@@ -1,4 +1,4 @@
-package watch
+package signals
 
 import (
 	"fmt"
@@ -8,12 +8,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
 )
 
 // BenchmarkEvaluate decides the watch of a workload of 20 pods × 2 changed
-// containers, each with 120 counter samples (10 s apart) in a MemorySource
-// and an OOM kill in one pod: with the MemorySource as ThrottlingSource
-// (sums in place) and through Counters (samples copied out).
+// containers, each with 120 counter samples (10 s apart) in a Kernel
+// and an OOM kill in one pod: with the Kernel as healthwatch.ThrottlingSource
+// (sums in place) and through healthwatch.Counters (samples copied out).
 func BenchmarkEvaluate(b *testing.B) {
 	ch := change(v1alpha1.StrategyInPlace, bothDown)
 	ch.Containers = append(ch.Containers, v1alpha1.ContainerChange{
@@ -26,14 +27,14 @@ func BenchmarkEvaluate(b *testing.B) {
 		p.Spec.Containers[1].Resources = *rr.DeepCopy()
 		containerStatus(p, "sidecar").Resources = &rr
 	}
-	m := NewMemorySource()
+	m := NewKernel()
 	pods := make([]corev1.Pod, 20)
 	for i := range pods {
 		pods[i] = newPod(fmt.Sprintf("web-%d", i), bothDown, side, restarts("app", 1))
 		for _, c := range []string{"app", "sidecar"} {
-			s := make([]CounterSample, 120)
+			s := make([]healthwatch.CounterSample, 120)
 			for j := range s {
-				s[j] = CounterSample{PodUID: pods[i].UID, Container: c, Started: started, At: after(time.Minute + time.Duration(j)*10*time.Second),
+				s[j] = healthwatch.CounterSample{PodUID: pods[i].UID, Container: c, Started: started, At: after(time.Minute + time.Duration(j)*10*time.Second),
 					Periods: uint64(100000 + 100*j), Throttled: uint64(1000 + 5*j)}
 			}
 			m.AddSamples(s...)
@@ -43,17 +44,17 @@ func BenchmarkEvaluate(b *testing.B) {
 	now := after(21 * time.Minute)
 	for _, src := range []struct {
 		name string
-		src  ThrottlingSource
-	}{{"MemorySource", m}, {"Counters", Counters(m)}} {
+		src  healthwatch.ThrottlingSource
+	}{{"Kernel", m}, {"Counters", healthwatch.Counters(m)}} {
 		b.Run(src.name, func(b *testing.B) {
-			in := Input{Change: ch, Pods: pods, RestartBaselines: RestartBaselines(pods), Kernel: m, Throttling: src.src,
+			in := healthwatch.Input{Change: ch, Pods: pods, RestartBaselines: healthwatch.RestartBaselines(pods), Kernel: m, Throttling: src.src,
 				Guardrails: guardrails(func(g *v1alpha1.RollbackGuardrails) { g.OOMKills = new(int32(2)) })}
-			if v := Evaluate(now, in); v.State != StateWatching || !v.ThrottlingEvaluated {
+			if v := healthwatch.Evaluate(now, in); v.State != healthwatch.StateWatching || !v.ThrottlingEvaluated {
 				b.Fatalf("unexpected verdict: %+v", v)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				Evaluate(now, in)
+				healthwatch.Evaluate(now, in)
 			}
 		})
 	}
@@ -67,25 +68,25 @@ func BenchmarkEvaluate(b *testing.B) {
 func BenchmarkSignalAmong10000Watches(b *testing.B) {
 	const watches = 10000
 	ch := change(v1alpha1.StrategyInPlace, bothDown)
-	m := NewMemorySource()
+	m := NewKernel()
 	pods := make([][]corev1.Pod, watches)
 	for w := range watches {
 		pods[w] = []corev1.Pod{newPod(fmt.Sprintf("w%d-a", w), bothDown), newPod(fmt.Sprintf("w%d-b", w), bothDown)}
 		for _, p := range pods[w] {
-			s := make([]CounterSample, 12)
+			s := make([]healthwatch.CounterSample, 12)
 			for j := range s {
-				s[j] = CounterSample{PodUID: p.UID, Container: "app", Started: started, At: after(time.Minute + time.Duration(j)*10*time.Second),
+				s[j] = healthwatch.CounterSample{PodUID: p.UID, Container: "app", Started: started, At: after(time.Minute + time.Duration(j)*10*time.Second),
 					Periods: uint64(1000 + 100*j), Throttled: uint64(10 + j)}
 			}
 			m.AddSamples(s...)
 		}
 	}
-	ins := make([]Input, watches)
+	ins := make([]healthwatch.Input, watches)
 	for w := range watches {
-		ins[w] = Input{Change: ch, Pods: pods[w], RestartBaselines: RestartBaselines(pods[w]), Kernel: m, Throttling: m, Guardrails: guardrails(nil)}
+		ins[w] = healthwatch.Input{Change: ch, Pods: pods[w], RestartBaselines: healthwatch.RestartBaselines(pods[w]), Kernel: m, Throttling: m, Guardrails: guardrails(nil)}
 	}
 	now := after(4 * time.Minute)
-	if v := Evaluate(now, ins[0]); v.State != StateWatching || !v.ThrottlingEvaluated {
+	if v := healthwatch.Evaluate(now, ins[0]); v.State != healthwatch.StateWatching || !v.ThrottlingEvaluated {
 		b.Fatalf("unexpected verdict: %+v", v)
 	}
 	b.ReportAllocs()
@@ -93,8 +94,8 @@ func BenchmarkSignalAmong10000Watches(b *testing.B) {
 	for b.Loop() {
 		w := i % watches
 		p := &pods[w][0]
-		m.AddSamples(CounterSample{PodUID: p.UID, Container: "app", Started: started, At: now, Periods: uint64(3000 + i), Throttled: 30})
-		Evaluate(now, ins[w])
+		m.AddSamples(healthwatch.CounterSample{PodUID: p.UID, Container: "app", Started: started, At: now, Periods: uint64(3000 + i), Throttled: 30})
+		healthwatch.Evaluate(now, ins[w])
 		i++
 	}
 }

@@ -1,4 +1,4 @@
-package watch
+package signals
 
 import (
 	"slices"
@@ -6,36 +6,13 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
 )
 
 // SignalContainerEvent is a container restart or termination a node agent
 // saw in the kubelet's Pods API before the apiserver had it.
 const SignalContainerEvent SignalKind = SignalCounters + 1
-
-// Termination is how one run of a container ended, as the kubelet reports
-// it in state.terminated or lastState.terminated.
-type Termination struct {
-	// ContainerID is the run's container id, e.g. "containerd://<id>";
-	// empty when unknown.
-	ContainerID string
-	// Reason is the runtime's reason, e.g. "OOMKilled" or "Error".
-	Reason string
-	// ExitCode is the exit code of the run's main process.
-	ExitCode int32
-	// StartedAt and FinishedAt are when the run started and ended.
-	StartedAt, FinishedAt time.Time
-}
-
-// sameRun reports whether two terminations are the same run of a
-// container: the same container id when both have one, else the same
-// finish time to the second (the apiserver shows status times to the
-// second; the kubelet's Pods API may show them finer).
-func sameRun(a, b *Termination) bool {
-	if a.ContainerID != "" && b.ContainerID != "" {
-		return a.ContainerID == b.ContainerID
-	}
-	return a.FinishedAt.Truncate(time.Second).Equal(b.FinishedAt.Truncate(time.Second))
-}
 
 // ContainerEvent is a container status change a node agent saw in the
 // kubelet's Pods API (docs/design.md sections 3 and 5): its restart count
@@ -49,32 +26,9 @@ type ContainerEvent struct {
 	RestartCount int32
 	// Terminated is the termination first seen with the event; nil when
 	// only the restart count changed.
-	Terminated *Termination
+	Terminated *healthwatch.Termination
 	// At is when the agent saw the change.
 	At time.Time
-}
-
-// AgentStatus is what the node agents saw of a container's status, ahead
-// of the apiserver.
-type AgentStatus struct {
-	// RestartCount is the highest restartCount seen.
-	RestartCount int32
-	// Terminations are the distinct runs seen ending, oldest finish first;
-	// at most MaxAgentTerminations.
-	Terminations []Termination
-}
-
-// AgentStatusSource gives the container statuses the node agents saw in
-// the kubelet's Pods API, which is ahead of the apiserver (docs/design.md
-// section 3: a breach is acted on as soon as the signal arrives, a pod
-// status update or an agent event, whichever is first). Evaluate takes the
-// higher of its restart count and pod status', and counts each OOMKilled
-// run once whichever of the two shows it, so this source can make a count
-// arrive sooner but never count a restart or a kill twice.
-type AgentStatusSource interface {
-	// AgentStatus returns what the agents saw of the container; ok is
-	// false when they reported nothing about it.
-	AgentStatus(podUID types.UID, container string) (status AgentStatus, ok bool)
 }
 
 // Bounds of AgentStatuses.
@@ -106,7 +60,7 @@ type AgentStatuses struct {
 }
 
 type agentContainer struct {
-	status AgentStatus
+	status healthwatch.AgentStatus
 	last   time.Time
 }
 
@@ -119,10 +73,10 @@ func NewAgentStatuses(retention time.Duration) *AgentStatuses {
 	return &AgentStatuses{retention: retention, pods: map[types.UID]map[string]*agentContainer{}, subs: map[int]func(Signal){}}
 }
 
-// OnSignal calls fn, in the adding goroutine, for every event that changed
+// Subscribe calls fn, in the adding goroutine, for every event that changed
 // what the store holds; fn must be quick and must not block. The returned
 // func unsubscribes.
-func (s *AgentStatuses) OnSignal(fn func(Signal)) (cancel func()) {
+func (s *AgentStatuses) Subscribe(fn func(Signal)) (cancel func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := s.next
@@ -160,8 +114,8 @@ func (s *AgentStatuses) Add(ev ContainerEvent) bool {
 	if ev.RestartCount > c.status.RestartCount {
 		c.status.RestartCount, changed = ev.RestartCount, true
 	}
-	if t := ev.Terminated; t != nil && !slices.ContainsFunc(c.status.Terminations, func(x Termination) bool { return sameRun(&x, t) }) {
-		i, _ := slices.BinarySearchFunc(c.status.Terminations, t.FinishedAt, func(x Termination, at time.Time) int {
+	if t := ev.Terminated; t != nil && !slices.ContainsFunc(c.status.Terminations, func(x healthwatch.Termination) bool { return x.SameRun(t) }) {
+		i, _ := slices.BinarySearchFunc(c.status.Terminations, t.FinishedAt, func(x healthwatch.Termination, at time.Time) int {
 			return x.FinishedAt.Compare(at)
 		})
 		c.status.Terminations = slices.Insert(c.status.Terminations, i, *t)
@@ -205,14 +159,14 @@ func (s *AgentStatuses) sweep() {
 }
 
 // AgentStatus implements AgentStatusSource; the terminations are a copy.
-func (s *AgentStatuses) AgentStatus(podUID types.UID, container string) (AgentStatus, bool) {
+func (s *AgentStatuses) AgentStatus(podUID types.UID, container string) (healthwatch.AgentStatus, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.pods[podUID][container]
 	if c == nil {
-		return AgentStatus{}, false
+		return healthwatch.AgentStatus{}, false
 	}
-	return AgentStatus{RestartCount: c.status.RestartCount, Terminations: slices.Clone(c.status.Terminations)}, true
+	return healthwatch.AgentStatus{RestartCount: c.status.RestartCount, Terminations: slices.Clone(c.status.Terminations)}, true
 }
 
 // ForgetPod drops everything held for a pod.

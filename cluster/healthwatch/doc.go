@@ -1,19 +1,19 @@
-// Package watch is the health watch's rules (docs/design.md section 3): after
+// Package healthwatch is the health watch's rules (docs/design.md section 3): after
 // a change is applied at T0 it decides, from the workload's pods and the
 // kernel's signals, whether the change breached a guardrail (and which
 // resources to restore), is still being watched, ended healthy, or ended
 // without enough pods running the applied values.
 //
-// Evaluate is pure: it reads no clock and writes nothing. The caller passes
-// the time it decides at, the change from status.change, the policy's
-// rollback guardrails, the workload's pods, the restart baselines captured
-// at T0 and the signal sources. The sources are small interfaces:
-// KernelSource for OOM kills the agents saw, AgentStatusSource for the
-// container restarts and terminations the agents saw in the kubelet's Pods
-// API before the apiserver had them (AgentStatuses keeps them),
-// ThrottlingSource for the CFS throttling sums per container name. MemorySource is an in-process source
-// of both, fed by tests and by the agents' stream, that tells subscribers
-// which pod a new signal is about so the leader evaluates at once.
+// The package is pure: no I/O, no locks, no goroutines. Evaluate reads no
+// clock and writes nothing. The caller passes the time it decides at, the
+// change from status.change, the policy's rollback guardrails, the
+// workload's pods, the restart baselines captured at T0 and the signal
+// sources. The sources are small interfaces: KernelSource for OOM kills the
+// agents saw, AgentStatusSource for the container restarts and terminations
+// the agents saw in the kubelet's Pods API before the apiserver had them,
+// ThrottlingSource for the CFS throttling sums per container name. The
+// stores that implement them from the agents' stream, and tell the leader
+// which pod a new signal is about, are in cluster/signals.
 //
 // Decisions where the design is silent:
 //
@@ -70,4 +70,4 @@
 //     wins; otherwise adoption is checked: the adopted share of the current
 //     pods (not terminated, not being deleted), compared ≥
 //     adoptionThresholdPercent; with no current pod the share is 0.
-package watch
+package healthwatch

@@ -1,12 +1,12 @@
-package watch
+package healthwatch
 
 import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/resources"
 )
 
 // Adopted reports whether pod runs the values change applied, the only pods
@@ -30,19 +30,18 @@ func Adopted(pod *corev1.Pod, change *v1alpha1.Change) bool {
 		} else if c := specContainer(pod, cc.Name); c != nil {
 			rr = &c.Resources
 		}
-		for _, f := range fields {
-			if !slices.Contains(change.Resources, f.res) {
+		for _, f := range resources.Fields {
+			if !slices.Contains(change.Resources, f.Resource) {
 				continue
 			}
-			want := f.get(&cc.Applied)
+			want := f.Get(cc.Applied.Requests, cc.Applied.Limits)
 			if want == nil {
 				continue
 			}
 			if rr == nil {
 				return false
 			}
-			got, ok := f.list(rr)[corev1.ResourceName(f.res)]
-			if !ok || got.Cmp(*want) != 0 {
+			if got := f.In(rr); got == nil || got.Cmp(*want) != 0 {
 				return false
 			}
 			compared = true
@@ -61,61 +60,6 @@ func AdoptedPods(pods []corev1.Pod, change *v1alpha1.Change) []*corev1.Pod {
 		}
 	}
 	return out
-}
-
-// field is one of the four values a change can set on a container.
-type field struct {
-	limits bool
-	res    v1alpha1.ResourceName
-}
-
-// fields are the four fields.
-var fields = [...]field{
-	{false, v1alpha1.ResourceCPU},
-	{false, v1alpha1.ResourceMemory},
-	{true, v1alpha1.ResourceCPU},
-	{true, v1alpha1.ResourceMemory},
-}
-
-// get returns the field's value in r, nil when absent.
-func (f field) get(r *v1alpha1.Resources) *resource.Quantity {
-	v := r.Requests
-	if f.limits {
-		v = r.Limits
-	}
-	if v == nil {
-		return nil
-	}
-	if f.res == v1alpha1.ResourceCPU {
-		return v.CPU
-	}
-	return v.Memory
-}
-
-// list returns the requests or limits of rr the field lives in.
-func (f field) list(rr *corev1.ResourceRequirements) corev1.ResourceList {
-	if f.limits {
-		return rr.Limits
-	}
-	return rr.Requests
-}
-
-// changed reports whether the container change moved resource res: a request
-// or limit of it that the change applies differs from the previous value.
-func changed(cc *v1alpha1.ContainerChange, res v1alpha1.ResourceName) bool {
-	for _, f := range fields {
-		if f.res != res {
-			continue
-		}
-		applied := f.get(&cc.Applied)
-		if applied == nil {
-			continue
-		}
-		if prev := f.get(&cc.Previous); prev == nil || prev.Cmp(*applied) != 0 {
-			return true
-		}
-	}
-	return false
 }
 
 func containerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {

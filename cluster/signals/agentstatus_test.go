@@ -1,4 +1,4 @@
-package watch
+package signals
 
 import (
 	"testing"
@@ -9,23 +9,24 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
 )
 
 // agentSaw is an agent's container event about app of pod, seen at t0+at.
-func agentSaw(pod corev1.Pod, restarts int32, term *Termination, at time.Duration) ContainerEvent {
+func agentSaw(pod corev1.Pod, restarts int32, term *healthwatch.Termination, at time.Duration) ContainerEvent {
 	return ContainerEvent{PodUID: pod.UID, Container: "app", RestartCount: restarts, Terminated: term, At: after(at)}
 }
 
 // run is a termination of run id, finished at t0+at.
-func run(id, reason string, at time.Duration) *Termination {
-	return &Termination{ContainerID: id, Reason: reason, ExitCode: 137, FinishedAt: after(at)}
+func run(id, reason string, at time.Duration) *healthwatch.Termination {
+	return &healthwatch.Termination{ContainerID: id, Reason: reason, ExitCode: 137, FinishedAt: after(at)}
 }
 
 func TestAgentStatusesApplyingAnEventTwiceChangesNothing(t *testing.T) {
 	pod := newPod("web-1", memDown)
 	s := NewAgentStatuses(0)
 	var signals []Signal
-	s.OnSignal(func(sig Signal) { signals = append(signals, sig) })
+	s.Subscribe(func(sig Signal) { signals = append(signals, sig) })
 
 	assert.True(t, s.Add(agentSaw(pod, 1, run("c1", "OOMKilled", time.Minute), time.Minute)))
 	assert.False(t, s.Add(agentSaw(pod, 1, run("c1", "OOMKilled", time.Minute), time.Minute)), "a resent event")
@@ -38,7 +39,7 @@ func TestAgentStatusesApplyingAnEventTwiceChangesNothing(t *testing.T) {
 
 	// The same run seen with a finer finish time (the Pods API) and
 	// without a container id counts once.
-	finer := &Termination{Reason: "OOMKilled", FinishedAt: after(time.Minute).Add(300 * time.Millisecond)}
+	finer := &healthwatch.Termination{Reason: "OOMKilled", FinishedAt: after(time.Minute).Add(300 * time.Millisecond)}
 	assert.False(t, s.Add(agentSaw(pod, 1, finer, 3*time.Minute)))
 
 	_, ok = s.AgentStatus(pod.UID, "sidecar")
@@ -122,16 +123,16 @@ func TestAgentViewMakesCountsArriveSoonerNeverTwice(t *testing.T) {
 				ev.PodUID, ev.Container = pod.UID, "app"
 				s.Add(ev)
 			}
-			in := Input{Change: change(v1alpha1.StrategyInPlace, bothDown), Pods: []corev1.Pod{pod},
-				RestartBaselines: RestartBaselines([]corev1.Pod{newPod("web-1", before)}), Statuses: s}
+			in := healthwatch.Input{Change: change(v1alpha1.StrategyInPlace, bothDown), Pods: []corev1.Pod{pod},
+				RestartBaselines: healthwatch.RestartBaselines([]corev1.Pod{newPod("web-1", before)}), Statuses: s}
 			if tt.kernel != nil {
-				m := NewMemorySource()
+				m := NewKernel()
 				for _, d := range tt.kernel {
 					m.AddOOMKill(pod.UID, "app", after(d))
 				}
 				in.Kernel = m
 			}
-			v := Evaluate(after(10*time.Minute), in)
+			v := healthwatch.Evaluate(after(10*time.Minute), in)
 			for _, w := range tt.want {
 				assert.Contains(t, v.Message, w)
 			}
@@ -146,8 +147,8 @@ func TestAgentRestartsOfANewPodCountInFull(t *testing.T) {
 	pod.Status.ContainerStatuses = nil
 	s := NewAgentStatuses(0)
 	s.Add(agentSaw(pod, 3, run("containerd://c3", "Error", 4*time.Minute), 4*time.Minute))
-	v := Evaluate(after(5*time.Minute), Input{Change: change(v1alpha1.StrategyRollout, bothDown), Pods: []corev1.Pod{pod}, Statuses: s})
-	assert.Equal(t, StateBreached, v.State)
+	v := healthwatch.Evaluate(after(5*time.Minute), healthwatch.Input{Change: change(v1alpha1.StrategyRollout, bothDown), Pods: []corev1.Pod{pod}, Statuses: s})
+	assert.Equal(t, healthwatch.StateBreached, v.State)
 	assert.Equal(t, v1alpha1.HealthWatchRestarts, v.Reason)
 	assert.Equal(t, []string{"restarts 3 ≥ 3"}, v.Figures)
 }

@@ -1,4 +1,4 @@
-package watch
+package healthwatch
 
 import (
 	"errors"
@@ -79,7 +79,7 @@ func TestThrottlingWindowStartsAtTwoMinutes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewMemorySource()
+			m := newRecorded()
 			feed(m, pod, "app", started, tt.points...)
 			v := Evaluate(after(tt.now), Input{
 				Change:     change(v1alpha1.StrategyInPlace, cpuDown),
@@ -111,7 +111,7 @@ func TestThrottlingNeeds300Periods(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewMemorySource()
+			m := newRecorded()
 			feed(m, pod, "app", started, point{2 * time.Minute, 1000, 100}, point{5 * time.Minute, 1000 + tt.periods, 100 + tt.periods})
 			v := Evaluate(after(5*time.Minute), Input{
 				Change:     change(v1alpha1.StrategyInPlace, cpuDown),
@@ -144,7 +144,7 @@ func TestThrottlingRatioAtThreshold(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := newPod("web-1", cpuDown)
-			m := NewMemorySource()
+			m := newRecorded()
 			feed(m, pod, "app", started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 1200, tt.throttled})
 			v := Evaluate(after(10*time.Minute), Input{
 				Change:     change(v1alpha1.StrategyInPlace, cpuDown),
@@ -164,7 +164,7 @@ func TestThrottlingRatioAtThreshold(t *testing.T) {
 
 func TestOOMKillsIgnoredWhenTheChangeTouchedOnlyCPU(t *testing.T) {
 	pod := newPod("web-1", cpuDown, lastTerminated("app", "OOMKilled", "c1", after(time.Minute)))
-	m := NewMemorySource()
+	m := newRecorded()
 	m.AddOOMKill(pod.UID, "app", after(time.Minute))
 	m.AddOOMKill(pod.UID, "app", after(2*time.Minute))
 
@@ -209,7 +209,7 @@ func TestOOMKillsAreMaxOfKernelAndStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := newPod("web-1", memDown, tt.opts...)
-			m := NewMemorySource()
+			m := newRecorded()
 			for _, d := range tt.kernel {
 				m.AddOOMKill(pod.UID, "app", after(d))
 			}
@@ -249,7 +249,7 @@ func TestOOMKillInTheSecondOfT0CountsOnceTheContainerRestarted(t *testing.T) {
 
 func TestOOMKillsAfterTheWatchEndDoNotCount(t *testing.T) {
 	pod := newPod("web-1", memDown, lastTerminated("app", "OOMKilled", "c1", after(30*time.Minute+time.Second)))
-	m := NewMemorySource()
+	m := newRecorded()
 	m.AddOOMKill(pod.UID, "app", after(30*time.Minute+time.Second))
 	v := Evaluate(after(31*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, memDown), Pods: []corev1.Pod{pod}, Kernel: m})
 	assert.Equal(t, StateHealthy, v.State)
@@ -299,21 +299,21 @@ func TestThrottlingCounterResetMidWindow(t *testing.T) {
 	restarted := after(5*time.Minute + 30*time.Second)
 	tests := []struct {
 		name string
-		feed func(m *MemorySource)
+		feed func(m *recorded)
 	}{
-		{"a drop in one series is a reset", func(m *MemorySource) {
+		{"a drop in one series is a reset", func(m *recorded) {
 			feed(m, pod, "app", time.Time{},
 				point{2 * time.Minute, 10000, 0}, point{5 * time.Minute, 10600, 100},
 				point{6 * time.Minute, 200, 200}, point{10 * time.Minute, 800, 400})
 		}},
-		{"a new container instance starts from zero", func(m *MemorySource) {
+		{"a new container instance starts from zero", func(m *recorded) {
 			feed(m, pod, "app", started, point{2 * time.Minute, 10000, 0}, point{5 * time.Minute, 10600, 100})
 			feed(m, pod, "app", restarted, point{6 * time.Minute, 200, 200}, point{10 * time.Minute, 800, 400})
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewMemorySource()
+			m := newRecorded()
 			tt.feed(m)
 			v := Evaluate(after(10*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, cpuDown), Pods: []corev1.Pod{pod}, Throttling: Counters(m)})
 			assert.Equal(t, StateBreached, v.State)
@@ -342,7 +342,7 @@ func TestThrottlingContainerBornAfterWindowStart(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := newPod("web-2", cpuDown, createdAt(after(time.Minute)))
-			m := NewMemorySource()
+			m := newRecorded()
 			feed(m, pod, "app", tt.started, point{6 * time.Minute, 400, 200})
 			v := Evaluate(after(6*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, cpuDown), Pods: []corev1.Pod{pod}, Throttling: Counters(m)})
 			assert.Equal(t, tt.state, v.State)
@@ -364,7 +364,7 @@ func TestThrottlingSumsContainerNameOverPodsAndReportsTheWorst(t *testing.T) {
 		containerStatus(p, "sidecar").Resources = ptr.To(rr)
 	}
 	a, b := newPod("web-1", cpuDown, side), newPod("web-2", cpuDown, side)
-	m := NewMemorySource()
+	m := newRecorded()
 	// app: 200/1000 in one pod, 100/1000 in the other: 0.15 overall, although
 	// one pod alone is at 0.2.
 	feed(m, a, "app", started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 1000, 200})
@@ -394,7 +394,7 @@ func TestNonAdoptedPodsAreIgnored(t *testing.T) {
 		{"the same pod adopted", harmful(bothDown), StateBreached},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewMemorySource()
+			m := newRecorded()
 			m.AddOOMKill(tt.pod.UID, "app", after(4*time.Minute))
 			feed(m, tt.pod, "app", started, point{2 * time.Minute, 0, 0}, point{5 * time.Minute, 1000, 900})
 			v := Evaluate(after(5*time.Minute), Input{Change: ch, Pods: []corev1.Pod{tt.pod}, Kernel: m, Throttling: Counters(m),
@@ -498,10 +498,10 @@ func TestThrottlingNotEvaluatedSaysWhy(t *testing.T) {
 	}{
 		{"a source error", v1alpha1.RollbackGuardrails{}, failing{}, 5 * time.Minute,
 			"ThrottlingNotEvaluated: read the throttling window: prometheus unreachable"},
-		{"a ratio outside the schema", guardrails(func(g *v1alpha1.RollbackGuardrails) { g.ThrottlingRatio = "1.5" }), Counters(NewMemorySource()), 5 * time.Minute,
+		{"a ratio outside the schema", guardrails(func(g *v1alpha1.RollbackGuardrails) { g.ThrottlingRatio = "1.5" }), Counters(newRecorded()), 5 * time.Minute,
 			`ThrottlingNotEvaluated: spec.guardrails.rollback.throttlingRatio "1.5" is not a decimal string in (0, 1] such as "0.25"`},
 		{"a watch shorter than 2m", guardrails(func(g *v1alpha1.RollbackGuardrails) { g.WatchDuration = &metav1.Duration{Duration: time.Minute} }),
-			Counters(NewMemorySource()), 5 * time.Minute, "ThrottlingNotEvaluated: the watch ends before the throttling window opens at T0+2m0s"},
+			Counters(newRecorded()), 5 * time.Minute, "ThrottlingNotEvaluated: the watch ends before the throttling window opens at T0+2m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -522,7 +522,7 @@ func (failing) ThrottleWindows([]*corev1.Pod, []string, time.Time, time.Time) (m
 
 func TestZeroThresholdsDisableSignals(t *testing.T) {
 	harmful := newPod("web-1", bothDown, restarts("app", 9), lastTerminated("app", "OOMKilled", "c1", after(4*time.Minute)))
-	m := NewMemorySource()
+	m := newRecorded()
 	m.AddOOMKill(harmful.UID, "app", after(4*time.Minute))
 	feed(m, harmful, "app", started, point{2 * time.Minute, 0, 0}, point{5 * time.Minute, 1000, 1000})
 	off := int32(0)
@@ -574,7 +574,7 @@ func TestSeveralBreachesAtOnce(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := newPod("web-1", tt.applied, restarts("app", tt.restarts), lastTerminated("app", "OOMKilled", "c1", after(4*time.Minute)))
-			m := NewMemorySource()
+			m := newRecorded()
 			feed(m, pod, "app", started, point{2 * time.Minute, 0, 0}, point{5 * time.Minute, 1000, 900})
 			v := Evaluate(after(5*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, tt.applied), Pods: []corev1.Pod{pod},
 				RestartBaselines: map[ContainerKey]int32{{pod.UID, "app"}: 0}, Throttling: Counters(m)})

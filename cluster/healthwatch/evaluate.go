@@ -1,4 +1,4 @@
-package watch
+package healthwatch
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/resources"
 )
 
 // The health watch's fixed figures (docs/design.md section 3).
@@ -176,8 +177,8 @@ func Evaluate(now time.Time, in Input) Verdict {
 	var memNames, cpuNames, anyNames []string
 	for i := range ch.Containers {
 		cc := &ch.Containers[i]
-		mem := slices.Contains(ch.Resources, v1alpha1.ResourceMemory) && changed(cc, v1alpha1.ResourceMemory)
-		cpu := slices.Contains(ch.Resources, v1alpha1.ResourceCPU) && changed(cc, v1alpha1.ResourceCPU)
+		mem := slices.Contains(ch.Resources, v1alpha1.ResourceMemory) && resources.Moved(cc, v1alpha1.ResourceMemory)
+		cpu := slices.Contains(ch.Resources, v1alpha1.ResourceCPU) && resources.Moved(cc, v1alpha1.ResourceCPU)
 		if mem {
 			memNames = append(memNames, cc.Name)
 		}
@@ -394,7 +395,7 @@ func statusOOMKills(cs *corev1.ContainerStatus, as *AgentStatus, from, to time.T
 		after := t.FinishedAt.After(from) ||
 			sameSecondOK && t.FinishedAt.Truncate(time.Second).Equal(from.Truncate(time.Second))
 		if t.Reason != oomKilledReason || !after || t.FinishedAt.After(to) ||
-			slices.ContainsFunc(counted, func(c Termination) bool { return sameRun(&c, &t) }) {
+			slices.ContainsFunc(counted, func(c Termination) bool { return c.SameRun(&t) }) {
 			return false
 		}
 		counted = append(counted, t)

@@ -1,7 +1,8 @@
-package watch
+package healthwatch
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"time"
 
@@ -113,7 +114,7 @@ func (c counterThrottling) ThrottleWindows(pods []*corev1.Pod, containers []stri
 // sumWindows sums the increases of the samples of the given pods and
 // containers per container name over [from, to], as Counters describes.
 // Samples that come as one run per container instance, oldest first (as
-// MemorySource gives them), are summed where they lie; others are copied
+// the agents' store gives them), are summed where they lie; others are copied
 // and sorted first.
 func sumWindows(samples []CounterSample, uids []types.UID, containers []string, from, to time.Time) map[string]ThrottleWindow {
 	pods := make(map[types.UID]struct{}, len(uids))
@@ -128,7 +129,7 @@ func sumWindows(samples []CounterSample, uids []types.UID, containers []string, 
 	if runs, ok := orderedRuns(samples); ok {
 		for _, run := range runs {
 			if wanted(&run[0]) {
-				addIncrease(out, run, from, to)
+				AddIncrease(out, run, from, to)
 			}
 		}
 		return out
@@ -152,7 +153,7 @@ func sumWindows(samples []CounterSample, uids []types.UID, containers []string, 
 		for n < len(s) && sameInstance(&s[n], &s[0]) {
 			n++
 		}
-		addIncrease(out, s[:n], from, to)
+		AddIncrease(out, s[:n], from, to)
 		s = s[n:]
 	}
 	return out
@@ -175,7 +176,7 @@ func orderedRuns(samples []CounterSample) (runs [][]CounterSample, ok bool) {
 			}
 			n++
 		}
-		k := key{samples[0].PodUID, samples[0].Container, startKey(samples[0].Started)}
+		k := key{samples[0].PodUID, samples[0].Container, instantKey(samples[0].Started)}
 		if _, dup := seen[k]; dup {
 			return nil, false
 		}
@@ -190,10 +191,12 @@ func sameInstance(a, b *CounterSample) bool {
 	return a.PodUID == b.PodUID && a.Container == b.Container && a.Started.Equal(b.Started)
 }
 
-// addIncrease adds the increase of one container instance's counters over
-// [from, to] to its container name's window, as Counters describes; run is
-// the instance's samples, oldest first.
-func addIncrease(out map[string]ThrottleWindow, run []CounterSample, from, to time.Time) {
+// AddIncrease adds the increase of one container instance's counters over
+// [from, to] to its container name's window in out, as Counters describes;
+// run is the instance's samples, oldest first. A store that keeps samples
+// per instance (cluster/signals) sums its windows in place with it, so its
+// sums are the rules' own.
+func AddIncrease(out map[string]ThrottleWindow, run []CounterSample, from, to time.Time) {
 	if len(run) == 0 {
 		return
 	}
@@ -230,4 +233,13 @@ func addIncrease(out map[string]ThrottleWindow, run []CounterSample, from, to ti
 	w.Periods += float64(dP)
 	w.Throttled += float64(dT)
 	out[run[0].Container] = w
+}
+
+// instantKey makes a map key of a start time: time.Time values of the same
+// instant may differ in location or monotonic reading.
+func instantKey(t time.Time) int64 {
+	if t.IsZero() {
+		return math.MinInt64
+	}
+	return t.UnixNano()
 }

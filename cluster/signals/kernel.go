@@ -1,4 +1,4 @@
-package watch
+package signals
 
 import (
 	"cmp"
@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
 )
 
 // SignalKind says what kind of signal arrived for a pod (docs/design.md
@@ -34,7 +36,7 @@ type Signal struct {
 	Kind SignalKind
 }
 
-// Defaults of the MemorySource's retention (see MemorySource).
+// Defaults of the Kernel's retention (see Kernel).
 const (
 	// DefaultRecent is the recent span of WithCompaction for the leader:
 	// every sample that new is kept, so a window that opens now finds its
@@ -50,28 +52,28 @@ const (
 	maxPins = 8
 )
 
-// MemoryOption changes a MemorySource's retention.
-type MemoryOption func(*MemorySource)
+// KernelOption changes a Kernel's retention.
+type KernelOption func(*Kernel)
 
-// WithCompaction makes the MemorySource compact each container instance's
+// WithCompaction makes the Kernel compact each container instance's
 // samples as they arrive, keeping every sample of the last recent (by
 // sample time) and, before that, only what a window can read (see
-// MemorySource). The leader's stream ingest uses it with DefaultRecent;
+// Kernel). The leader's stream ingest uses it with DefaultRecent;
 // without it every sample is kept until Prune or ForgetPod, which suits
 // tests that feed a history first and ask about it afterwards.
-func WithCompaction(recent time.Duration) MemoryOption {
-	return func(m *MemorySource) { m.recent, m.keepAll = int64(max(recent, 0)), false }
+func WithCompaction(recent time.Duration) KernelOption {
+	return func(m *Kernel) { m.recent, m.keepAll = int64(max(recent, 0)), false }
 }
 
 // WithPinTTL sets how long a window start that was asked for is kept exact
 // without being asked for again (DefaultPinTTL).
-func WithPinTTL(d time.Duration) MemoryOption {
-	return func(m *MemorySource) { m.pinTTL = int64(d) }
+func WithPinTTL(d time.Duration) KernelOption {
+	return func(m *Kernel) { m.pinTTL = int64(d) }
 }
 
-// MemorySource keeps OOM kills and counter samples in memory and serves
+// Kernel keeps OOM kills and counter samples in memory and serves
 // them as a KernelSource, a CounterSource and a ThrottlingSource (the same
-// sums as Counters(m), computed in place). Tests feed it, and so does the
+// sums as healthwatch.Counters(m), computed in place). Tests feed it, and so does the
 // ingest of the agents' stream (docs/design.md section 6). It is safe for
 // concurrent use.
 //
@@ -101,7 +103,7 @@ func WithPinTTL(d time.Duration) MemoryOption {
 // Samples are stored encoded, a few bytes each (see cursor): at one sample
 // a second, the 30 s of recent samples of a container take about 200 B
 // (docs/design.md section 10: ≤ 1 KiB per tracked container).
-type MemorySource struct {
+type Kernel struct {
 	mu   sync.Mutex
 	pods map[types.UID]*podSignals
 	subs map[int]func(Signal)
@@ -385,10 +387,10 @@ func startKey(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-// NewMemorySource returns an empty MemorySource for the health watch's
+// NewKernel returns an empty Kernel for the health watch's
 // signals (docs/design.md section 3).
-func NewMemorySource(opts ...MemoryOption) *MemorySource {
-	m := &MemorySource{pods: map[types.UID]*podSignals{}, subs: map[int]func(Signal){},
+func NewKernel(opts ...KernelOption) *Kernel {
+	m := &Kernel{pods: map[types.UID]*podSignals{}, subs: map[int]func(Signal){},
 		keepAll: true, pinTTL: int64(DefaultPinTTL), newest: math.MinInt64}
 	for _, o := range opts {
 		o(m)
@@ -396,11 +398,11 @@ func NewMemorySource(opts ...MemoryOption) *MemorySource {
 	return m
 }
 
-// OnSignal calls fn for every OOM kill added, and once per pod for every
+// Subscribe calls fn for every OOM kill added, and once per pod for every
 // call that adds samples, after the data is stored, in the adding
 // goroutine: fn must be quick and must not block (enqueue the pod's
 // workload into a work queue). The returned func unsubscribes.
-func (m *MemorySource) OnSignal(fn func(Signal)) (cancel func()) {
+func (m *Kernel) Subscribe(fn func(Signal)) (cancel func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	id := m.next
@@ -415,7 +417,7 @@ func (m *MemorySource) OnSignal(fn func(Signal)) (cancel func()) {
 
 // AddOOMKill records an OOM kill of a container of a pod at a kernel time,
 // for the OOM rule (docs/design.md section 3), and signals the pod.
-func (m *MemorySource) AddOOMKill(podUID types.UID, container string, at time.Time) {
+func (m *Kernel) AddOOMKill(podUID types.UID, container string, at time.Time) {
 	m.mu.Lock()
 	p := m.pod(podUID)
 	r := p.more()
@@ -434,7 +436,7 @@ func (m *MemorySource) AddOOMKill(podUID types.UID, container string, at time.Ti
 // instance at the same time replaces the first (the newest counters win);
 // samples may arrive out of order. A sample of an instance marked Gone
 // brings it back.
-func (m *MemorySource) AddSamples(samples ...CounterSample) {
+func (m *Kernel) AddSamples(samples ...healthwatch.CounterSample) {
 	// seen are the pods of the samples, each once; their signals pointers
 	// are compared, not their UIDs.
 	var seen []types.UID
@@ -489,9 +491,9 @@ func (m *MemorySource) AddSamples(samples ...CounterSample) {
 }
 
 // Gone marks a container instance whose cgroup is gone, so it is dropped
-// once no window can read it (see MemorySource). An unknown instance is
+// once no window can read it (see Kernel). An unknown instance is
 // ignored.
-func (m *MemorySource) Gone(podUID types.UID, container string, started time.Time) {
+func (m *Kernel) Gone(podUID types.UID, container string, started time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.pods[podUID]
@@ -511,7 +513,7 @@ func (m *MemorySource) Gone(podUID types.UID, container string, started time.Tim
 
 // Len returns how many pods and container instances are kept, and their
 // samples.
-func (m *MemorySource) Len() (pods, instances, samples int) {
+func (m *Kernel) Len() (pods, instances, samples int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, p := range m.pods {
@@ -526,7 +528,7 @@ func (m *MemorySource) Len() (pods, instances, samples int) {
 // OOMKills implements KernelSource: the kills in (from, to]. ok is true
 // when anything was recorded for the container (a kill or a sample), since
 // the agent that reports a container's counters also reports its kills.
-func (m *MemorySource) OOMKills(podUID types.UID, container string, from, to time.Time) (int, bool) {
+func (m *Kernel) OOMKills(podUID types.UID, container string, from, to time.Time) (int, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.pods[podUID]
@@ -554,8 +556,8 @@ func (m *MemorySource) OOMKills(podUID types.UID, container string, from, to tim
 }
 
 // Samples implements CounterSource (docs/design.md section 3). It pins
-// from for the pods (see MemorySource).
-func (m *MemorySource) Samples(podUIDs []types.UID, from, to time.Time) ([]CounterSample, error) {
+// from for the pods (see Kernel).
+func (m *Kernel) Samples(podUIDs []types.UID, from, to time.Time) ([]healthwatch.CounterSample, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	// Decode every window first, so that out is made at its size.
@@ -580,7 +582,7 @@ func (m *MemorySource) Samples(podUIDs []types.UID, from, to time.Time) ([]Count
 		}
 	}
 	m.scratch = pts
-	out := make([]CounterSample, 0, n)
+	out := make([]healthwatch.CounterSample, 0, n)
 	for _, sp := range spans {
 		for _, pt := range pts[sp.i:sp.j] {
 			out = append(out, sp.sr.sample(sp.uid, pt))
@@ -590,12 +592,12 @@ func (m *MemorySource) Samples(podUIDs []types.UID, from, to time.Time) ([]Count
 }
 
 // ThrottleWindows implements ThrottlingSource over the stored samples, as
-// Counters(m) does. It pins from for the pods (see MemorySource).
-func (m *MemorySource) ThrottleWindows(pods []*corev1.Pod, containers []string, from, to time.Time) (map[string]ThrottleWindow, error) {
+// healthwatch.Counters(m) does. It pins from for the pods (see Kernel).
+func (m *Kernel) ThrottleWindows(pods []*corev1.Pod, containers []string, from, to time.Time) (map[string]healthwatch.ThrottleWindow, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[string]ThrottleWindow, len(containers))
-	var run []CounterSample
+	out := make(map[string]healthwatch.ThrottleWindow, len(containers))
+	var run []healthwatch.CounterSample
 	for _, pod := range pods {
 		p := m.pods[pod.UID]
 		if p == nil {
@@ -608,26 +610,26 @@ func (m *MemorySource) ThrottleWindows(pods []*corev1.Pod, containers []string, 
 				for _, pt := range m.window(sr, from, to) {
 					run = append(run, sr.sample(pod.UID, pt))
 				}
-				addIncrease(out, run, from, to)
+				healthwatch.AddIncrease(out, run, from, to)
 			}
 		}
 	}
 	return out, nil
 }
 
-func (sr *series) sample(uid types.UID, pt reading) CounterSample {
+func (sr *series) sample(uid types.UID, pt reading) healthwatch.CounterSample {
 	var started time.Time
 	if sr.started != math.MinInt64 {
 		started = time.Unix(0, sr.started).UTC()
 	}
-	return CounterSample{PodUID: uid, Container: sr.container, Started: started,
+	return healthwatch.CounterSample{PodUID: uid, Container: sr.container, Started: started,
 		At: time.Unix(0, pt.at).UTC(), Periods: pt.periods, Throttled: pt.throttled}
 }
 
 // window returns the readings of a series that a window [from, to] reads,
 // oldest first: the latest at or before from, and those in (from, to]. They
 // stay valid until m.scratch is used again; m.mu is held.
-func (m *MemorySource) window(sr *series, from, to time.Time) []reading {
+func (m *Kernel) window(sr *series, from, to time.Time) []reading {
 	m.scratch = sr.readings(m.scratch[:0], to.UnixNano())
 	i := firstAfter(m.scratch, from.UnixNano())
 	return m.scratch[max(i-1, 0):]
@@ -646,7 +648,7 @@ func firstAfter(points []reading, t int64) int {
 
 // pinWindow pins from, and to when it is older than the recent samples,
 // for the pod; m.mu is held.
-func (m *MemorySource) pinWindow(p *podSignals, from, to time.Time) {
+func (m *Kernel) pinWindow(p *podSignals, from, to time.Time) {
 	if m.keepAll {
 		return
 	}
@@ -677,7 +679,7 @@ func (p *podSignals) pin(at, now int64) {
 }
 
 // horizon is the time from which every sample is kept; m.mu is held.
-func (m *MemorySource) horizon() int64 {
+func (m *Kernel) horizon() int64 {
 	if m.newest == math.MinInt64 {
 		return math.MinInt64
 	}
@@ -686,15 +688,15 @@ func (m *MemorySource) horizon() int64 {
 
 // expirePins drops the pod's pins not asked for within the pin TTL; m.mu
 // is held.
-func (m *MemorySource) expirePins(p *podSignals) {
+func (m *Kernel) expirePins(p *podSignals) {
 	if p.rare != nil {
 		p.rare.pins = slices.DeleteFunc(p.rare.pins, func(x pin) bool { return x.asked < m.newest-m.pinTTL })
 	}
 }
 
 // compact drops the samples of sr that no window can read (see
-// MemorySource); m.mu is held.
-func (m *MemorySource) compact(p *podSignals, sr *series) {
+// Kernel); m.mu is held.
+func (m *Kernel) compact(p *podSignals, sr *series) {
 	m.expirePins(p)
 	if len(p.pins()) == 0 && sr.dropOld(m.horizon()) {
 		sr.kept = sr.n
@@ -735,7 +737,7 @@ func (m *MemorySource) compact(p *podSignals, sr *series) {
 
 // sweepGone drops the instances marked gone that no window can read any
 // more, and pods left without instances; m.mu is held.
-func (m *MemorySource) sweepGone() {
+func (m *Kernel) sweepGone() {
 	h := m.horizon()
 	for range min(len(m.gone), 16) {
 		g := m.gone[0]
@@ -771,7 +773,7 @@ func (m *MemorySource) sweepGone() {
 // Prune drops what no watch that starts at or after before needs: OOM
 // kills at or before it, and samples older than each instance's latest
 // sample at or before it (that one stays: it is a window's start value).
-func (m *MemorySource) Prune(before time.Time) {
+func (m *Kernel) Prune(before time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b := before.UnixNano()
@@ -805,14 +807,14 @@ func cmpAfter(t, x time.Time) int {
 
 // ForgetPod drops everything recorded for a pod, once no watch counts it
 // (docs/design.md section 3: only the watched workloads' pods matter).
-func (m *MemorySource) ForgetPod(podUID types.UID) {
+func (m *Kernel) ForgetPod(podUID types.UID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.pods, podUID)
 }
 
 // pod returns the pod's signals, creating them; m.mu is held.
-func (m *MemorySource) pod(uid types.UID) *podSignals {
+func (m *Kernel) pod(uid types.UID) *podSignals {
 	p := m.pods[uid]
 	if p == nil {
 		p = &podSignals{}
@@ -835,7 +837,7 @@ func (p *podSignals) instance(container string, started time.Time) *series {
 }
 
 // subscribers returns the current subscribers; m.mu is held.
-func (m *MemorySource) subscribers() []func(Signal) {
+func (m *Kernel) subscribers() []func(Signal) {
 	if len(m.subs) == 0 {
 		return nil
 	}

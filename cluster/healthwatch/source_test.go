@@ -1,4 +1,4 @@
-package watch
+package healthwatch
 
 import (
 	"math/rand/v2"
@@ -54,14 +54,11 @@ func TestThrottleWindowsAgreeAcrossPaths(t *testing.T) {
 	rand.New(rand.NewPCG(3, 4)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 	assert.Equal(t, ordered, sumWindows(shuffled, uids, containers, from, to), "sorted fallback")
 
-	m := NewMemorySource()
+	m := newRecorded()
 	m.AddSamples(shuffled...)
-	direct, err := m.ThrottleWindows(pods, containers, from, to)
-	require.NoError(t, err)
-	assert.Equal(t, ordered, direct, "MemorySource in place")
 	viaSamples, err := Counters(m).ThrottleWindows(pods, containers, from, to)
 	require.NoError(t, err)
-	assert.Equal(t, ordered, viaSamples, "Counters(MemorySource)")
+	assert.Equal(t, ordered, viaSamples, "Counters")
 
 	// Only the pods and containers asked for.
 	one, err := m.ThrottleWindows(pods[:1], []string{"app"}, from, to)
@@ -88,7 +85,7 @@ func TestIncreaseFollowsPrometheusResets(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out := map[string]ThrottleWindow{}
-			addIncrease(out, tt.run, t0, after(10*time.Minute))
+			AddIncrease(out, tt.run, t0, after(10*time.Minute))
 			assert.Equal(t, ThrottleWindow{Periods: tt.wantP, Throttled: tt.wat}, out["app"])
 		})
 	}

@@ -1,4 +1,4 @@
-package watch
+package signals
 
 import (
 	"math"
@@ -14,18 +14,19 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
 )
 
-func TestMemorySourceSignalsEachPodOnce(t *testing.T) {
-	m := NewMemorySource()
+func TestKernelSignalsEachPodOnce(t *testing.T) {
+	m := NewKernel()
 	var got []Signal
-	cancel := m.OnSignal(func(s Signal) { got = append(got, s) })
+	cancel := m.Subscribe(func(s Signal) { got = append(got, s) })
 
 	m.AddOOMKill("a", "app", after(time.Minute))
 	m.AddSamples(
-		CounterSample{PodUID: "a", Container: "app", At: after(time.Second)},
-		CounterSample{PodUID: "b", Container: "app", At: after(time.Second)},
-		CounterSample{PodUID: "a", Container: "sidecar", At: after(time.Second)},
+		healthwatch.CounterSample{PodUID: "a", Container: "app", At: after(time.Second)},
+		healthwatch.CounterSample{PodUID: "b", Container: "app", At: after(time.Second)},
+		healthwatch.CounterSample{PodUID: "a", Container: "sidecar", At: after(time.Second)},
 	)
 	assert.Equal(t, []Signal{{"a", SignalOOMKill}, {"a", SignalCounters}, {"b", SignalCounters}}, got)
 
@@ -34,22 +35,22 @@ func TestMemorySourceSignalsEachPodOnce(t *testing.T) {
 	assert.Len(t, got, 3, "no signal after cancel")
 }
 
-func TestMemorySourceSubscriberMayReadTheSource(t *testing.T) {
-	m := NewMemorySource()
+func TestKernelSubscriberMayReadTheSource(t *testing.T) {
+	m := NewKernel()
 	var n int
 	var ok bool
-	m.OnSignal(func(s Signal) { n, ok = m.OOMKills(s.PodUID, "app", t0, after(time.Hour)) })
+	m.Subscribe(func(s Signal) { n, ok = m.OOMKills(s.PodUID, "app", t0, after(time.Hour)) })
 	m.AddOOMKill("a", "app", after(time.Minute))
 	assert.True(t, ok)
 	assert.Equal(t, 1, n, "the kill is stored before subscribers hear of it")
 }
 
-func TestMemorySourceOOMKillsInRange(t *testing.T) {
-	m := NewMemorySource()
+func TestKernelOOMKillsInRange(t *testing.T) {
+	m := NewKernel()
 	for _, d := range []time.Duration{-time.Minute, 0, time.Minute, 10 * time.Minute, 10 * time.Minute, 31 * time.Minute} {
 		m.AddOOMKill("a", "app", after(d))
 	}
-	m.AddSamples(CounterSample{PodUID: "a", Container: "sidecar", At: t0})
+	m.AddSamples(healthwatch.CounterSample{PodUID: "a", Container: "sidecar", At: t0})
 
 	tests := []struct {
 		name      string
@@ -75,30 +76,30 @@ func TestMemorySourceOOMKillsInRange(t *testing.T) {
 	}
 }
 
-func TestMemorySourceSamplesFromTheWindowStart(t *testing.T) {
-	m := NewMemorySource()
-	s := func(container string, started, at time.Duration, p uint64) CounterSample {
-		return CounterSample{PodUID: "a", Container: container, Started: after(started), At: after(at), Periods: p}
+func TestKernelSamplesFromTheWindowStart(t *testing.T) {
+	m := NewKernel()
+	s := func(container string, started, at time.Duration, p uint64) healthwatch.CounterSample {
+		return healthwatch.CounterSample{PodUID: "a", Container: container, Started: after(started), At: after(at), Periods: p}
 	}
 	// Out of order, with a duplicate: the newest counters win.
 	m.AddSamples(s("app", -time.Hour, 3*time.Minute, 30), s("app", -time.Hour, time.Minute, 10), s("app", -time.Hour, 2*time.Minute, 20),
 		s("app", -time.Hour, 4*time.Minute, 40), s("app", -time.Hour, 2*time.Minute, 21))
 	m.AddSamples(s("app", 150*time.Second, 3*time.Minute, 5), s("other", -time.Hour, time.Hour, 1))
-	m.AddSamples(CounterSample{PodUID: "b", Container: "app", At: after(3 * time.Minute)})
+	m.AddSamples(healthwatch.CounterSample{PodUID: "b", Container: "app", At: after(3 * time.Minute)})
 
 	got, err := m.Samples([]types.UID{"a", "c"}, after(2*time.Minute+time.Second), after(3*time.Minute))
 	require.NoError(t, err)
-	assert.ElementsMatch(t, []CounterSample{
+	assert.ElementsMatch(t, []healthwatch.CounterSample{
 		s("app", -time.Hour, 2*time.Minute, 21), // the latest at or before from
 		s("app", -time.Hour, 3*time.Minute, 30),
 		s("app", 150*time.Second, 3*time.Minute, 5),
 	}, got)
 }
 
-func TestMemorySourcePruneKeepsWindowStart(t *testing.T) {
-	m := NewMemorySource()
+func TestKernelPruneKeepsWindowStart(t *testing.T) {
+	m := NewKernel()
 	for i := range 10 {
-		m.AddSamples(CounterSample{PodUID: "a", Container: "app", At: after(time.Duration(i) * time.Minute), Periods: uint64(i)})
+		m.AddSamples(healthwatch.CounterSample{PodUID: "a", Container: "app", At: after(time.Duration(i) * time.Minute), Periods: uint64(i)})
 	}
 	m.AddOOMKill("a", "app", after(time.Minute))
 	m.AddOOMKill("a", "app", after(6*time.Minute))
@@ -116,17 +117,17 @@ func TestMemorySourcePruneKeepsWindowStart(t *testing.T) {
 	assert.False(t, known)
 }
 
-func TestMemorySourceConcurrentUse(t *testing.T) {
-	m := NewMemorySource()
+func TestKernelConcurrentUse(t *testing.T) {
+	m := NewKernel()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	signals := 0
-	m.OnSignal(func(Signal) { mu.Lock(); signals++; mu.Unlock() })
+	m.Subscribe(func(Signal) { mu.Lock(); signals++; mu.Unlock() })
 	for w := range 4 {
 		uid := types.UID([]string{"a", "b", "c", "d"}[w])
 		wg.Go(func() {
 			for i := range 500 {
-				m.AddSamples(CounterSample{PodUID: uid, Container: "app", At: after(time.Duration(i) * time.Second), Periods: uint64(i)})
+				m.AddSamples(healthwatch.CounterSample{PodUID: uid, Container: "app", At: after(time.Duration(i) * time.Second), Periods: uint64(i)})
 				if i%100 == 0 {
 					m.AddOOMKill(uid, "app", after(time.Duration(i)*time.Second))
 				}
@@ -147,16 +148,16 @@ func TestMemorySourceConcurrentUse(t *testing.T) {
 	assert.Len(t, got, 4*500)
 }
 
-// TestMemorySourceCompactionKeepsEveryWindowExact feeds two sources the
+// TestKernelCompactionKeepsEveryWindowExact feeds two sources the
 // same samples in real time order, one compacting and one keeping every
 // sample, while three watches ask for their windows as the health watch
 // does (from the window's opening, and once after the end): the sums, the
-// OOM kills and Evaluate's verdicts must be equal at every step, with
+// OOM kills and healthwatch.Evaluate's verdicts must be equal at every step, with
 // counter resets, a restarted container and a deleted pod on the way.
-func TestMemorySourceCompactionKeepsEveryWindowExact(t *testing.T) {
+func TestKernelCompactionKeepsEveryWindowExact(t *testing.T) {
 	const step, steps = time.Second, 2700
-	compact := NewMemorySource(WithCompaction(DefaultRecent), WithPinTTL(5*time.Minute))
-	full := NewMemorySource()
+	compact := NewKernel(WithCompaction(DefaultRecent), WithPinTTL(5*time.Minute))
+	full := NewKernel()
 	var pods []corev1.Pod
 	for _, name := range []string{"web-1", "web-2", "web-3", "web-4"} {
 		pods = append(pods, newPod(name, cpuDown))
@@ -180,7 +181,7 @@ func TestMemorySourceCompactionKeepsEveryWindowExact(t *testing.T) {
 	deleted := false
 	for i := range steps {
 		now := after(time.Duration(i) * step)
-		var batch []CounterSample
+		var batch []healthwatch.CounterSample
 		for pi, p := range pods {
 			if deleted && pi == 3 {
 				continue
@@ -201,7 +202,7 @@ func TestMemorySourceCompactionKeepsEveryWindowExact(t *testing.T) {
 				d := uint64(rng.IntN(12))
 				s.periods += d
 				s.throttled += d * uint64(rng.IntN(3)) / 2
-				batch = append(batch, CounterSample{PodUID: p.UID, Container: c, Started: s.started, At: now, Periods: s.periods, Throttled: s.throttled})
+				batch = append(batch, healthwatch.CounterSample{PodUID: p.UID, Container: c, Started: s.started, At: now, Periods: s.periods, Throttled: s.throttled})
 			}
 		}
 		if i%300 == 150 {
@@ -219,7 +220,7 @@ func TestMemorySourceCompactionKeepsEveryWindowExact(t *testing.T) {
 		}
 
 		for wi, w := range watches {
-			from, end := after(w+ThrottlingDelay), after(w+watchFor)
+			from, end := after(w+healthwatch.ThrottlingDelay), after(w+watchFor)
 			if now.Before(from) || now.After(end.Add(time.Minute)) {
 				continue
 			}
@@ -238,12 +239,12 @@ func TestMemorySourceCompactionKeepsEveryWindowExact(t *testing.T) {
 				require.Equal(t, []any{wantN, wantOK}, []any{gotN, gotOK}, "watch %d at step %d pod %s", wi, i, p.Name)
 			}
 			if i%20 == 0 {
-				in := Input{Change: change(v1alpha1.StrategyRollout, cpuDown), Pods: pods[:3], Guardrails: guardrails(nil)}
+				in := healthwatch.Input{Change: change(v1alpha1.StrategyRollout, cpuDown), Pods: pods[:3], Guardrails: guardrails(nil)}
 				in.Change.AppliedAt = metav1.NewTime(after(w))
 				in.Kernel, in.Throttling = compact, compact
-				gotV := Evaluate(now, in)
+				gotV := healthwatch.Evaluate(now, in)
 				in.Kernel, in.Throttling = full, full
-				require.Equal(t, Evaluate(now, in), gotV, "watch %d at step %d", wi, i)
+				require.Equal(t, healthwatch.Evaluate(now, in), gotV, "watch %d at step %d", wi, i)
 			}
 		}
 	}
@@ -255,10 +256,10 @@ func TestMemorySourceCompactionKeepsEveryWindowExact(t *testing.T) {
 	t.Logf("kept %d of %d samples", kept, fullSamples)
 }
 
-func TestMemorySourceCompactionKeepsTheRecentSamples(t *testing.T) {
-	m := NewMemorySource(WithCompaction(10 * time.Second))
+func TestKernelCompactionKeepsTheRecentSamples(t *testing.T) {
+	m := NewKernel(WithCompaction(10 * time.Second))
 	for i := range 100 {
-		m.AddSamples(CounterSample{PodUID: "a", Container: "app", At: after(time.Duration(i) * time.Second), Periods: uint64(i)})
+		m.AddSamples(healthwatch.CounterSample{PodUID: "a", Container: "app", At: after(time.Duration(i) * time.Second), Periods: uint64(i)})
 	}
 	got, err := m.Samples([]types.UID{"a"}, after(89*time.Second), after(time.Hour))
 	require.NoError(t, err)
@@ -268,50 +269,50 @@ func TestMemorySourceCompactionKeepsTheRecentSamples(t *testing.T) {
 	assert.Less(t, kept, 30)
 }
 
-// TestMemorySourceKeepsExtremeValuesExactly stores samples at the ends of
+// TestKernelKeepsExtremeValuesExactly stores samples at the ends of
 // the int64 time and uint64 counter ranges, out of order, replaced and
 // with counters that drop, and reads every one back as it was given.
-func TestMemorySourceKeepsExtremeValuesExactly(t *testing.T) {
+func TestKernelKeepsExtremeValuesExactly(t *testing.T) {
 	at := func(ns int64) time.Time { return time.Unix(0, ns).UTC() }
-	s := func(ns int64, p, th uint64) CounterSample {
-		return CounterSample{PodUID: "a", Container: "app", At: at(ns), Periods: p, Throttled: th}
+	s := func(ns int64, p, th uint64) healthwatch.CounterSample {
+		return healthwatch.CounterSample{PodUID: "a", Container: "app", At: at(ns), Periods: p, Throttled: th}
 	}
 	tests := []struct {
 		name string
-		add  [][]CounterSample // calls of AddSamples
-		want []CounterSample
+		add  [][]healthwatch.CounterSample // calls of AddSamples
+		want []healthwatch.CounterSample
 	}{
 		{
 			name: "the ends of the ranges",
-			add: [][]CounterSample{{
+			add: [][]healthwatch.CounterSample{{
 				s(math.MinInt64, math.MaxUint64, math.MaxUint64), s(-1, 0, 0), s(0, math.MaxUint64, 1),
 				s(1, 1, math.MaxUint64), s(math.MaxInt64-1, 0, 0), s(math.MaxInt64, math.MaxUint64, math.MaxUint64),
 			}},
-			want: []CounterSample{
+			want: []healthwatch.CounterSample{
 				s(math.MinInt64, math.MaxUint64, math.MaxUint64), s(-1, 0, 0), s(0, math.MaxUint64, 1),
 				s(1, 1, math.MaxUint64), s(math.MaxInt64-1, 0, 0), s(math.MaxInt64, math.MaxUint64, math.MaxUint64),
 			},
 		},
 		{
 			name: "out of order, the newest counters of a time win",
-			add: [][]CounterSample{
+			add: [][]healthwatch.CounterSample{
 				{s(10e9, 100, 1), s(30e9, 300, 3), s(20e9, 200, 2)},
 				{s(30e9, 310, 4)},             // replaces the newest
 				{s(20e9, 5, 0), s(5e9, 1, 1)}, // replaces a middle one, and a new oldest
 				{s(40e9, 400, 40)},
 				{s(40e9, 401, 41), s(40e9, 402, 42)},
 			},
-			want: []CounterSample{s(5e9, 1, 1), s(10e9, 100, 1), s(20e9, 5, 0), s(30e9, 310, 4), s(40e9, 402, 42)},
+			want: []healthwatch.CounterSample{s(5e9, 1, 1), s(10e9, 100, 1), s(20e9, 5, 0), s(30e9, 310, 4), s(40e9, 402, 42)},
 		},
 		{
 			name: "a single sample replaced",
-			add:  [][]CounterSample{{s(7, 1, 1)}, {s(7, 2, 2)}, {s(7, math.MaxUint64, 3)}},
-			want: []CounterSample{s(7, math.MaxUint64, 3)},
+			add:  [][]healthwatch.CounterSample{{s(7, 1, 1)}, {s(7, 2, 2)}, {s(7, math.MaxUint64, 3)}},
+			want: []healthwatch.CounterSample{s(7, math.MaxUint64, 3)},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewMemorySource()
+			m := NewKernel()
 			for _, batch := range tt.add {
 				m.AddSamples(batch...)
 			}
@@ -324,16 +325,16 @@ func TestMemorySourceKeepsExtremeValuesExactly(t *testing.T) {
 	}
 }
 
-// TestMemorySourceCompactionMatchesEveryRecentWindow feeds a compacting and
+// TestKernelCompactionMatchesEveryRecentWindow feeds a compacting and
 // a keep-everything source the same jittered, gapped, sometimes repeated
 // and resetting samples, and asks both, now and then, for windows that
 // open anywhere in the recent span, and for the newest sample: the sums
 // and the samples read must be the same. Pins expire quickly, so most
 // compactions find a pod without pins.
-func TestMemorySourceCompactionMatchesEveryRecentWindow(t *testing.T) {
+func TestKernelCompactionMatchesEveryRecentWindow(t *testing.T) {
 	const recent = 20 * time.Second
-	compact := NewMemorySource(WithCompaction(recent), WithPinTTL(3*time.Second))
-	full := NewMemorySource()
+	compact := NewKernel(WithCompaction(recent), WithPinTTL(3*time.Second))
+	full := NewKernel()
 	rng := rand.New(rand.NewPCG(11, 12))
 	web1, web2 := newPod("web-1", cpuDown), newPod("web-2", cpuDown)
 	pods := []*corev1.Pod{&web1, &web2}
@@ -346,7 +347,7 @@ func TestMemorySourceCompactionMatchesEveryRecentWindow(t *testing.T) {
 		if rng.IntN(50) == 0 {
 			now = now.Add(time.Duration(rng.IntN(40)) * time.Second) // the agent was away
 		}
-		var batch []CounterSample
+		var batch []healthwatch.CounterSample
 		for _, p := range pods {
 			for _, c := range containers {
 				k := string(p.UID) + "/" + c
@@ -363,11 +364,11 @@ func TestMemorySourceCompactionMatchesEveryRecentWindow(t *testing.T) {
 				d := uint64(rng.IntN(1000))
 				st.periods += d
 				st.throttled += d / uint64(1+rng.IntN(4))
-				batch = append(batch, CounterSample{PodUID: p.UID, Container: c, Started: after(-time.Hour), At: now,
+				batch = append(batch, healthwatch.CounterSample{PodUID: p.UID, Container: c, Started: after(-time.Hour), At: now,
 					Periods: st.periods, Throttled: st.throttled})
 				if rng.IntN(30) == 0 { // sent again with newer counters
 					st.periods++
-					batch = append(batch, CounterSample{PodUID: p.UID, Container: c, Started: after(-time.Hour), At: now,
+					batch = append(batch, healthwatch.CounterSample{PodUID: p.UID, Container: c, Started: after(-time.Hour), At: now,
 						Periods: st.periods, Throttled: st.throttled})
 				}
 			}
@@ -394,13 +395,13 @@ func TestMemorySourceCompactionMatchesEveryRecentWindow(t *testing.T) {
 	assert.Less(t, kept, all/20, "compaction keeps a small part of %d samples", all)
 }
 
-// TestMemorySourceCompactionAfterAGapKeepsTheNewestReplaceable compacts a
+// TestKernelCompactionAfterAGapKeepsTheNewestReplaceable compacts a
 // series whose newest sample comes after a gap longer than the recent
 // span, then receives that sample again with newer counters.
-func TestMemorySourceCompactionAfterAGapKeepsTheNewestReplaceable(t *testing.T) {
-	m := NewMemorySource(WithCompaction(10 * time.Second))
-	s := func(at time.Duration, p uint64) CounterSample {
-		return CounterSample{PodUID: "a", Container: "app", At: after(at), Periods: p, Throttled: p / 2}
+func TestKernelCompactionAfterAGapKeepsTheNewestReplaceable(t *testing.T) {
+	m := NewKernel(WithCompaction(10 * time.Second))
+	s := func(at time.Duration, p uint64) healthwatch.CounterSample {
+		return healthwatch.CounterSample{PodUID: "a", Container: "app", At: after(at), Periods: p, Throttled: p / 2}
 	}
 	for i := range 6 {
 		m.AddSamples(s(time.Duration(i)*time.Second, uint64(10*i)))
@@ -418,5 +419,58 @@ func TestMemorySourceCompactionAfterAGapKeepsTheNewestReplaceable(t *testing.T) 
 	got, err := m.Samples([]types.UID{"a"}, after(-time.Hour), after(time.Hour))
 	require.NoError(t, err)
 	t.Log(got)
-	assert.Equal(t, []CounterSample{s(60*time.Second, 60), s(gap, 1001), s(gap+time.Second, 1010)}, got)
+	assert.Equal(t, []healthwatch.CounterSample{s(60*time.Second, 60), s(gap, 1001), s(gap+time.Second, 1010)}, got)
+}
+
+// throttlingFixture is 3 pods × 2 containers of samples every 10 s from T0
+// for 20 minutes, with a counter reset in one series and a restart (a new
+// instance started in the window) in another.
+func throttlingFixture() (pods []*corev1.Pod, samples []healthwatch.CounterSample) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i, name := range []string{"web-1", "web-2", "web-3"} {
+		p := newPod(name, cpuDown)
+		pods = append(pods, &p)
+		for _, c := range []string{"app", "sidecar"} {
+			var periods, throttled uint64 = 50000, 1000
+			inst := started
+			for j := range 120 {
+				at := after(time.Duration(j) * 10 * time.Second)
+				switch {
+				case i == 1 && c == "app" && j == 60: // reset within the instance
+					periods, throttled = 0, 0
+				case i == 2 && c == "sidecar" && j == 40: // a restart
+					inst, periods, throttled = at.Add(-3*time.Second), 0, 0
+				}
+				d := uint64(rng.IntN(100))
+				periods += d
+				throttled += d * uint64(rng.IntN(4)) / 4
+				samples = append(samples, healthwatch.CounterSample{PodUID: p.UID, Container: c, Started: inst, At: at, Periods: periods, Throttled: throttled})
+			}
+		}
+	}
+	return pods, samples
+}
+
+// TestKernelSumsInPlaceAsCountersDoes: the Kernel's own ThrottleWindows
+// (summed in place) and healthwatch.Counters over its samples agree, for
+// samples added in any order.
+func TestKernelSumsInPlaceAsCountersDoes(t *testing.T) {
+	pods, samples := throttlingFixture()
+	containers := []string{"app", "sidecar"}
+	from, to := after(2*time.Minute), after(17*time.Minute+5*time.Second)
+	rand.New(rand.NewPCG(3, 4)).Shuffle(len(samples), func(i, j int) { samples[i], samples[j] = samples[j], samples[i] })
+	m := NewKernel()
+	m.AddSamples(samples...)
+	direct, err := m.ThrottleWindows(pods, containers, from, to)
+	require.NoError(t, err)
+	viaSamples, err := healthwatch.Counters(m).ThrottleWindows(pods, containers, from, to)
+	require.NoError(t, err)
+	require.Len(t, direct, 2)
+	assert.Equal(t, viaSamples, direct)
+
+	// Only the pods and containers asked for.
+	one, err := m.ThrottleWindows(pods[:1], []string{"app"}, from, to)
+	require.NoError(t, err)
+	assert.Len(t, one, 1)
+	assert.Less(t, one["app"].Periods, direct["app"].Periods)
 }

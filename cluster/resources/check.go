@@ -1,0 +1,101 @@
+package resources
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// LimitBelow is a resource whose limit is below its request, which
+// Kubernetes refuses in a pod.
+type LimitBelow struct {
+	// Resource is cpu or memory.
+	Resource corev1.ResourceName
+	// Request and Limit are the offending values.
+	Request, Limit resource.Quantity
+}
+
+// LimitBelowRequest returns the first resource, cpu then memory, whose
+// limit in rr is below its request; ok is false when none is.
+func LimitBelowRequest(rr corev1.ResourceRequirements) (lb LimitBelow, ok bool) {
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, hasReq := rr.Requests[name]
+		lim, hasLim := rr.Limits[name]
+		if hasReq && hasLim && lim.Cmp(req) < 0 {
+			return LimitBelow{Resource: name, Request: req, Limit: lim}, true
+		}
+	}
+	return LimitBelow{}, false
+}
+
+// QOSClass computes a pod's QoS class from its spec as the apiserver does
+// (pkg/apis/core/v1/helper/qos ComputePodQOS): pod-level resources decide
+// when set; otherwise a container with unequal cpu or memory requests and
+// limits makes the pod Burstable, all-equal non-zero values make it
+// Guaranteed, none make it BestEffort. Requests absent but limited default
+// to the limit, as the apiserver defaults a pod created from a template.
+// ok is false when pod-level resources decide (container values do not).
+// Kubernetes refuses an in-place resize that changes the class.
+func QOSClass(spec *corev1.PodSpec) (qos corev1.PodQOSClass, ok bool) {
+	if spec.Resources != nil && len(spec.Resources.Requests)+len(spec.Resources.Limits) > 0 {
+		return "", false
+	}
+	all := slices.Concat(spec.InitContainers, spec.Containers)
+	for i := range all {
+		c := requirementsQOS(defaultRequests(all[i].Resources))
+		switch {
+		case c == corev1.PodQOSBurstable:
+			return c, true
+		case qos == "":
+			qos = c
+		case qos != c:
+			return corev1.PodQOSBurstable, true
+		}
+	}
+	if qos == "" {
+		qos = corev1.PodQOSBestEffort
+	}
+	return qos, true
+}
+
+// defaultRequests gives an absent request the limit's value, as the
+// apiserver defaults it.
+func defaultRequests(rr corev1.ResourceRequirements) corev1.ResourceRequirements {
+	out := *rr.DeepCopy()
+	for name, lim := range out.Limits {
+		if _, ok := out.Requests[name]; !ok {
+			if out.Requests == nil {
+				out.Requests = corev1.ResourceList{}
+			}
+			out.Requests[name] = lim.DeepCopy()
+		}
+	}
+	return out
+}
+
+// requirementsQOS is the QoS class one container's requirements give.
+func requirementsQOS(rr corev1.ResourceRequirements) corev1.PodQOSClass {
+	if len(rr.Requests) == 0 && len(rr.Limits) == 0 {
+		return corev1.PodQOSBestEffort
+	}
+	var qos corev1.PodQOSClass
+	for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, lim := rr.Requests[res], rr.Limits[res]
+		var r corev1.PodQOSClass
+		switch {
+		case !req.Equal(lim):
+			return corev1.PodQOSBurstable
+		case req.IsZero():
+			r = corev1.PodQOSBestEffort
+		default:
+			r = corev1.PodQOSGuaranteed
+		}
+		if qos == "" {
+			qos = r
+		} else if qos != r {
+			return corev1.PodQOSBurstable
+		}
+	}
+	return qos
+}

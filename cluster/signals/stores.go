@@ -1,0 +1,29 @@
+package signals
+
+// Stores are the leader's stores of the agents' signals, built once and
+// shared by the stream's ingest (which writes them) and the health watch
+// (which reads them), with one Subscribe for both.
+type Stores struct {
+	// Kernel holds the OOM kills and CFS counter samples.
+	Kernel *Kernel
+	// Statuses holds the container events the agents saw.
+	Statuses *AgentStatuses
+}
+
+// New returns the stores the leader runs with: a Kernel that compacts as
+// samples arrive (WithCompaction(DefaultRecent)) and AgentStatuses with the
+// default retention.
+func New() *Stores {
+	return &Stores{Kernel: NewKernel(WithCompaction(DefaultRecent)), Statuses: NewAgentStatuses(0)}
+}
+
+// Subscribe calls fn for every signal either store gives (see
+// Kernel.Subscribe and AgentStatuses.Subscribe); fn must be quick and must
+// not block. The returned func unsubscribes from both.
+func (s *Stores) Subscribe(fn func(Signal)) (cancel func()) {
+	k, st := s.Kernel.Subscribe(fn), s.Statuses.Subscribe(fn)
+	return func() {
+		k()
+		st()
+	}
+}

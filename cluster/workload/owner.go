@@ -1,0 +1,86 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// ErrReplicaSetNotFound says the ReplicaSet a pod's controller reference
+// names is not in the reader, or is another one of the same name (another
+// UID): a cache may not have seen one just created, or the owner is gone.
+var ErrReplicaSetNotFound = errors.New("the pod's ReplicaSet is not found")
+
+// Ref names a workload Kerf manages; it compares equal to the workload a
+// recommendation's targetRef names in the same namespace.
+type Ref struct {
+	// Kind is Deployment, StatefulSet or DaemonSet.
+	Kind v1alpha1.WorkloadKind
+	// Namespace and Name locate the workload.
+	Namespace, Name string
+}
+
+// String names the workload as Kind/name, for logs.
+func (r Ref) String() string { return string(r.Kind) + "/" + r.Name }
+
+// Targets reports whether ref, a recommendation's targetRef in the
+// recommendation's namespace ns, names this workload.
+func (r Ref) Targets(ns string, ref v1alpha1.TargetRef) bool {
+	return ns == r.Namespace && ref.Kind == r.Kind && ref.Name == r.Name &&
+		(ref.APIVersion == "" || ref.APIVersion == appsv1.SchemeGroupVersion.String())
+}
+
+// Of follows the pod's controller chain to the workload Kerf manages that
+// owns it: Pod → ReplicaSet → Deployment, Pod → StatefulSet, Pod →
+// DaemonSet. The pod's namespace is the workload's. ok is false when the
+// pod has no such workload (no controller, another kind, a ReplicaSet no
+// Deployment controls). Only the ReplicaSet's metadata is read, from r;
+// when r does not have it (or has another of the same name), the error
+// wraps ErrReplicaSetNotFound.
+func Of(ctx context.Context, r client.Reader, pod *corev1.Pod) (ref Ref, ok bool, err error) {
+	owner := metav1.GetControllerOfNoCopy(pod)
+	if owner == nil || !isApps(owner.APIVersion) {
+		return Ref{}, false, nil
+	}
+	ns := pod.Namespace
+	switch owner.Kind {
+	case "StatefulSet":
+		return Ref{v1alpha1.KindStatefulSet, ns, owner.Name}, true, nil
+	case "DaemonSet":
+		return Ref{v1alpha1.KindDaemonSet, ns, owner.Name}, true, nil
+	case "ReplicaSet":
+	default:
+		return Ref{}, false, nil
+	}
+	key := client.ObjectKey{Namespace: ns, Name: owner.Name}
+	rs := &metav1.PartialObjectMetadata{}
+	rs.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
+	switch err := r.Get(ctx, key, rs); {
+	case apierrors.IsNotFound(err):
+		return Ref{}, false, fmt.Errorf("get ReplicaSet %s: %w: %w", key, ErrReplicaSetNotFound, err)
+	case err != nil:
+		return Ref{}, false, fmt.Errorf("get ReplicaSet %s: %w", key, err)
+	case owner.UID != "" && rs.UID != owner.UID:
+		return Ref{}, false, fmt.Errorf("%w: ReplicaSet %s has UID %s, the pod's owner reference %s", ErrReplicaSetNotFound, key, rs.UID, owner.UID)
+	}
+	d := metav1.GetControllerOfNoCopy(rs)
+	if d == nil || d.Kind != "Deployment" || !isApps(d.APIVersion) {
+		return Ref{}, false, nil
+	}
+	return Ref{v1alpha1.KindDeployment, ns, d.Name}, true, nil
+}
+
+// isApps reports whether apiVersion is of the apps group.
+func isApps(apiVersion string) bool {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	return err == nil && gv.Group == appsv1.GroupName
+}
