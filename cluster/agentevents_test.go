@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster/webhook"
+	"github.com/kerf-dev/kerf/cluster/cert"
 	agentnode "github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
@@ -44,10 +44,8 @@ func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.R
 	ctx := context.Background()
 	cs := controlPlane(t).Clientset
 	nodeName := node(t, c)
-	certPEM, keyPEM, caPEM, err := webhook.EnsureSelfManagedCert(ctx, c, webhook.CertOptions{
-		Namespace: ns, ServiceName: "kerf-leader", SecretName: "kerf-stream-cert", ExtraHosts: []string{"127.0.0.1"}})
-	require.NoError(t, err)
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	certOpts := cert.Options{Namespace: ns, ServiceName: "kerf-leader", SecretName: "kerf-stream-cert", ExtraHosts: []string{"127.0.0.1"}}
+	_, _, caPEM, err := cert.EnsureSelfManaged(ctx, c, certOpts)
 	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -58,7 +56,7 @@ func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.R
 	require.NoError(t, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(t, cs, ns, "kerf-agent", "kerf-leader", agentPod)), 0o600))
 
 	dep, l := watchedWeb(t, c, ns, p, Config{Stream: StreamConfig{Listener: lis,
-		TLS:      &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		Cert:     cert.Source{SelfManaged: certOpts},
 		Audience: "kerf-leader", ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}}, "250m", "128Mi")
 	require.Eventually(t, l.Leading, 15*time.Second, 50*time.Millisecond)
 

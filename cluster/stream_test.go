@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
-	"github.com/kerf-dev/kerf/cluster/webhook"
+	"github.com/kerf-dev/kerf/cluster/cert"
 )
 
 // TestOnlyTheLeaderServesTheStream runs two replicas with the stream on:
@@ -26,12 +26,9 @@ func TestOnlyTheLeaderServesTheStream(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	certPEM, keyPEM, caPEM, err := webhook.EnsureSelfManagedCert(ctx, c, webhook.CertOptions{
-		Namespace: ns, ServiceName: "kerf-leader", SecretName: "kerf-stream-cert", ExtraHosts: []string{"127.0.0.1"}})
+	certOpts := cert.Options{Namespace: ns, ServiceName: "kerf-leader", SecretName: "kerf-stream-cert", ExtraHosts: []string{"127.0.0.1"}}
+	_, _, caPEM, err := cert.EnsureSelfManaged(ctx, c, certOpts)
 	require.NoError(t, err)
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	require.NoError(t, err)
-	serverTLS := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 
 	replicas := map[string]*testLeader{}
 	addrs := map[string]string{}
@@ -39,7 +36,7 @@ func TestOnlyTheLeaderServesTheStream(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		addrs[id] = ln.Addr().String()
-		replicas[id] = startLeader(t, ns, id, Config{Stream: StreamConfig{Listener: ln, TLS: serverTLS,
+		replicas[id] = startLeader(t, ns, id, Config{Stream: StreamConfig{Listener: ln, Cert: cert.Source{SelfManaged: certOpts},
 			Audience: "kerf-leader", ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}})
 		if id == "a" {
 			require.Eventually(t, replicas[id].Leading, 15*time.Second, 50*time.Millisecond)
