@@ -48,7 +48,7 @@ func (b *barrier) wait(ctx context.Context) {
 // Update calls wait for each other (two of each), and records their errors.
 func racingClient(t *testing.T, errs *sync.Map) client.Client {
 	t.Helper()
-	wc, err := client.NewWithWatch(controlPlane(t).Config, client.Options{Scheme: controlplane.Scheme})
+	wc, err := client.NewWithWatch(shared.Get(t).Config, client.Options{Scheme: controlplane.Scheme})
 	require.NoError(t, err)
 	creates, updates := newBarrier(2), newBarrier(2)
 	var seq atomic.Int64
@@ -113,7 +113,7 @@ func TestSelfManagedCertRaceAgreesOnOneCA(t *testing.T) {
 	assert.Equal(t, got[0].cert, got[1].cert, "same serving certificate")
 	assert.Equal(t, got[0].key, got[1].key, "same key")
 	var s corev1.Secret
-	require.NoError(t, controlPlane(t).Client.Get(context.Background(), client.ObjectKey{Namespace: opts.Namespace, Name: opts.SecretName}, &s))
+	require.NoError(t, shared.Get(t).Client.Get(context.Background(), client.ObjectKey{Namespace: opts.Namespace, Name: opts.SecretName}, &s))
 	assert.Equal(t, corev1.SecretTypeTLS, s.Type)
 	assert.Equal(t, got[0].ca, s.Data[SecretCAKey])
 	assert.Equal(t, got[0].cert, s.Data[corev1.TLSCertKey])
@@ -126,7 +126,7 @@ func TestSelfManagedCertRaceAgreesOnOneCA(t *testing.T) {
 // stays.
 func TestSelfManagedCertRenewalRaceAgrees(t *testing.T) {
 	opts := certOptions(uniqueName("renew-race"))
-	_, _, ca, err := EnsureSelfManaged(context.Background(), controlPlane(t).Client, opts)
+	_, _, ca, err := EnsureSelfManaged(context.Background(), shared.Get(t).Client, opts)
 	require.NoError(t, err)
 
 	var errs sync.Map
@@ -143,7 +143,7 @@ func TestSelfManagedCertRenewalRaceAgrees(t *testing.T) {
 // TestSelfManagedCertRenewal checks when the Secret is left alone and when
 // its content is replaced.
 func TestSelfManagedCertRenewal(t *testing.T) {
-	c := controlPlane(t).Client
+	c := shared.Get(t).Client
 	ctx := context.Background()
 	opts := certOptions(uniqueName("renew"))
 	key := client.ObjectKey{Namespace: opts.Namespace, Name: opts.SecretName}
@@ -196,7 +196,7 @@ func TestSelfManagedCertRenewal(t *testing.T) {
 // TestPatchCABundleWritesOnlyOnChange checks that the caBundle is set on
 // every webhook and an equal one is not rewritten.
 func TestPatchCABundleWritesOnlyOnChange(t *testing.T) {
-	c := controlPlane(t).Client
+	c := shared.Get(t).Client
 	ctx := context.Background()
 	cfg := webhookConfiguration(uniqueName("cabundle"))
 	require.NoError(t, c.Create(ctx, cfg))
@@ -296,7 +296,7 @@ func TestFileReloadsChangedFiles(t *testing.T) {
 // replica wrote (here: a regeneration after the CA key was lost) and
 // patches the new CA bundle in.
 func TestSelfManagedFollowsTheSecret(t *testing.T) {
-	c := controlPlane(t).Client
+	c := shared.Get(t).Client
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg := webhookConfiguration(uniqueName("follow"))
