@@ -16,9 +16,11 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
@@ -58,15 +60,27 @@ func policyWith(ns string, watchFor time.Duration, mutate func(*v1alpha1.Rollbac
 	return p
 }
 
-// adoptedPod creates a Running pod of the Deployment's new template (as the
-// controller-manager would after a Rollout; none runs here) and returns it.
+// adoptedPod creates a Running pod of the Deployment's new template, owned
+// by a ReplicaSet of that template (as the controller-manager would after a
+// Rollout; none runs here) and returns it.
 func adoptedPod(t testing.TB, c client.Client, dep *appsv1.Deployment, name string) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), dep))
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: fmt.Sprintf("%s-g%d", dep.Name, dep.Generation), Labels: dep.Spec.Template.Labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
+		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: dep.Spec.Selector, Template: *dep.Spec.Template.DeepCopy()},
+	}
+	if err := c.Create(ctx, rs); apierrors.IsAlreadyExists(err) {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(rs), rs))
+	} else {
+		require.NoError(t, err)
+	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: name, Labels: dep.Spec.Template.Labels},
-		Spec:       *dep.Spec.Template.Spec.DeepCopy(),
+		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: name, Labels: dep.Spec.Template.Labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}},
+		Spec: *dep.Spec.Template.Spec.DeepCopy(),
 	}
 	pod.Spec.NodeName = node(t, c)
 	require.NoError(t, c.Create(ctx, pod))
