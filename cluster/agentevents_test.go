@@ -43,7 +43,7 @@ func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.R
 	ctx := context.Background()
 	cs := controlPlane(t).Clientset
 	nodeName := node(t, c)
-	serverTLS, pool := streamTLS(t, c, ns)
+	serverCert, pool := streamCert(t, c, ns)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 
@@ -52,7 +52,7 @@ func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.R
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(t, cs, ns, "kerf-agent", "kerf-leader", agentPod)), 0o600))
 
-	dep, l := watchedWeb(t, c, ns, p, Config{Stream: StreamConfig{Listener: lis, TLS: serverTLS,
+	dep, l := watchedWeb(t, c, ns, p, Config{Stream: StreamConfig{Listener: lis, Cert: serverCert,
 		Audience: "kerf-leader", ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}}, "250m", "128Mi")
 	require.Eventually(t, l.Leading, 15*time.Second, 50*time.Millisecond)
 

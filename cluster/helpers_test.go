@@ -6,8 +6,8 @@ package cluster
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster/webhook"
+	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -310,20 +310,23 @@ func policyWith(ns string, watchFor time.Duration, mutate func(*v1alpha1.Rollbac
 	return p
 }
 
-// adoptedPod creates what the Deployment's controller would after a
-// Rollout (none runs here): a ReplicaSet it controls and a Running pod of
-// its new template that the ReplicaSet controls, so that the pod's owner
-// chain leads to the Deployment; it returns the pod.
+// adoptedPod creates a Running pod of the Deployment's new template, owned
+// by a ReplicaSet of that template (as the controller-manager would after a
+// Rollout; none runs here) and returns it.
 func adoptedPod(t testing.TB, c client.Client, dep *appsv1.Deployment, name string) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), dep))
 	rs := &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: name + "-rs", Labels: dep.Spec.Template.Labels,
+		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: fmt.Sprintf("%s-g%d", dep.Name, dep.Generation), Labels: dep.Spec.Template.Labels,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
-		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: dep.Spec.Selector, Template: dep.Spec.Template},
+		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: dep.Spec.Selector, Template: *dep.Spec.Template.DeepCopy()},
 	}
-	require.NoError(t, c.Create(ctx, rs))
+	if err := c.Create(ctx, rs); apierrors.IsAlreadyExists(err) {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(rs), rs))
+	} else {
+		require.NoError(t, err)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: name, Labels: dep.Spec.Template.Labels,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}},
@@ -476,17 +479,15 @@ func waitEvents(t *testing.T, c client.Client, ns, name, reason string, n int) [
 	return evs
 }
 
-// streamTLS gives the agents' stream a self-managed certificate for
-// 127.0.0.1 in ns: the server's TLS config, and a pool with the CA that
-// signs it for the agents.
-func streamTLS(t *testing.T, c client.Client, ns string) (*tls.Config, *x509.CertPool) {
+// streamCert gives the agents' stream a self-managed certificate for
+// 127.0.0.1 in ns: the server's certificate source, and a pool with the CA
+// that signs it for the agents.
+func streamCert(t *testing.T, c client.Client, ns string) (cert.Source, *x509.CertPool) {
 	t.Helper()
-	certPEM, keyPEM, caPEM, err := webhook.EnsureSelfManagedCert(context.Background(), c, webhook.CertOptions{
-		Namespace: ns, ServiceName: "kerf-leader", SecretName: "kerf-stream-cert", ExtraHosts: []string{"127.0.0.1"}})
-	require.NoError(t, err)
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	opts := cert.Options{Namespace: ns, ServiceName: "kerf-leader", SecretName: "kerf-stream-cert", ExtraHosts: []string{"127.0.0.1"}}
+	_, _, caPEM, err := cert.EnsureSelfManaged(context.Background(), c, opts)
 	require.NoError(t, err)
 	pool := x509.NewCertPool()
 	require.True(t, pool.AppendCertsFromPEM(caPEM))
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, pool
+	return cert.Source{SelfManaged: opts}, pool
 }

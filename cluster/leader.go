@@ -31,6 +31,7 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
 	"github.com/kerf-dev/kerf/cluster/audit"
+	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
@@ -94,8 +95,9 @@ type Config struct {
 type StreamConfig struct {
 	// Listener serves gRPC over TLS; nil serves no stream.
 	Listener net.Listener
-	// TLS is the server's TLS configuration (required with Listener).
-	TLS *tls.Config
+	// Cert is where the stream's certificate comes from (required with
+	// Listener: the agents send their tokens on it).
+	Cert cert.Source
 	// Audience is the audience the agents' tokens must carry.
 	Audience string
 	// ServiceAccountNamespace and ServiceAccountName name the agents'
@@ -107,14 +109,9 @@ type StreamConfig struct {
 type WebhookConfig struct {
 	// Listener serves HTTPS; nil serves no webhook.
 	Listener net.Listener
-	// CertDir holds tls.crt and tls.key supplied by the user (reloaded when
-	// they change). Empty means a self-managed certificate.
-	CertDir string
-	// Cert says where the self-managed certificate lives and whom it
-	// serves; ConfigName is the MutatingWebhookConfiguration whose
-	// caBundle it keeps current.
-	Cert       webhook.CertOptions
-	ConfigName string
+	// Cert is where the webhook's certificate comes from; a self-managed
+	// one keeps the caBundle of its Options.WebhookConfiguration current.
+	Cert cert.Source
 }
 
 // Scheme holds the types the leader reads and writes.
@@ -210,8 +207,8 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		sig = signals.New()
 	}
 	if cfg.Stream.Listener != nil {
-		if cfg.Stream.TLS == nil {
-			return nil, errors.New("stream: a listener without TLS (agents send their tokens on it)")
+		if err := cfg.Stream.Cert.Validate(); err != nil {
+			return nil, fmt.Errorf("stream: a listener without a certificate (agents send their tokens on it): %w", err)
 		}
 		l.stream, err = stream.New(stream.Config{
 			Audience:                cfg.Stream.Audience,
@@ -280,7 +277,7 @@ func (l *Leader) Run(ctx context.Context) error {
 		}()
 	}
 	if l.cfg.Webhook.Listener != nil {
-		tlsConfig, err := l.webhookTLS(ctx)
+		tlsConfig, err := l.serverTLS(ctx, "webhook", l.cfg.Webhook.Cert)
 		if err != nil {
 			return err
 		}
@@ -293,7 +290,11 @@ func (l *Leader) Run(ctx context.Context) error {
 		}()
 	}
 	if l.stream != nil {
-		gs := stream.NewGRPCServer(l.stream, l.cfg.Stream.TLS)
+		tlsConfig, err := l.serverTLS(ctx, "stream", l.cfg.Stream.Cert)
+		if err != nil {
+			return err
+		}
+		gs := stream.NewGRPCServer(l.stream, tlsConfig)
 		go func() {
 			if err := gs.Serve(l.cfg.Stream.Listener); err != nil {
 				l.log.Error("stream stopped", "err", err)
@@ -335,28 +336,24 @@ func (l *Leader) Run(ctx context.Context) error {
 	return err
 }
 
-// webhookTLS returns the webhook's TLS configuration: the user's files, or a
-// self-managed certificate shared by every replica through a Secret.
-func (l *Leader) webhookTLS(ctx context.Context) (*tls.Config, error) {
-	w := l.cfg.Webhook
-	if w.CertDir != "" {
-		fc, err := webhook.NewFileCertificate(w.CertDir, l.log)
-		if err != nil {
-			return nil, fmt.Errorf("webhook certificate in %s: %w", w.CertDir, err)
+// serverTLS resolves the certificate source of one of the replica's
+// servers (the webhook, the stream), the same way for both: the user's
+// files, or a self-managed certificate shared by every replica through a
+// Secret.
+func (l *Leader) serverTLS(ctx context.Context, server string, src cert.Source) (*tls.Config, error) {
+	var c client.Client
+	if src.Dir == "" {
+		// The manager's client reads from a cache that is not started yet.
+		var err error
+		if c, err = client.New(l.restConfig, client.Options{Scheme: Scheme}); err != nil {
+			return nil, fmt.Errorf("%s certificate client: %w", server, err)
 		}
-		return webhook.TLSConfig(fc.GetCertificate), nil
 	}
-	// The manager's client reads from a cache that is not started yet.
-	c, err := client.New(l.restConfig, client.Options{Scheme: Scheme})
+	tlsConfig, err := src.TLS(ctx, c, l.log.With("server", server))
 	if err != nil {
-		return nil, fmt.Errorf("webhook certificate client: %w", err)
+		return nil, fmt.Errorf("%s certificate: %w", server, err)
 	}
-	sc, err := webhook.NewSelfManagedCertificate(ctx, c, w.Cert, w.ConfigName, l.log)
-	if err != nil {
-		return nil, fmt.Errorf("self-managed webhook certificate: %w", err)
-	}
-	go sc.Run(ctx, time.Hour)
-	return webhook.TLSConfig(sc.GetCertificate), nil
+	return tlsConfig, nil
 }
 
 // cachedPods finds pods by UID in the leader's cache.

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster/webhook"
+	"github.com/kerf-dev/kerf/cluster/cert"
 )
 
 func TestRecommendationWithoutPolicyIsBlocked(t *testing.T) {
@@ -168,13 +168,14 @@ func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 func TestEveryReplicaServesTheWebhook(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
-	cert := webhook.CertOptions{Namespace: ns, ServiceName: "kerf-webhook", SecretName: "kerf-webhook-cert", ExtraHosts: []string{"127.0.0.1"}}
+	src := cert.Source{SelfManaged: cert.Options{Namespace: ns, ServiceName: "kerf-webhook", SecretName: "kerf-webhook-cert",
+		ExtraHosts: []string{"127.0.0.1"}, WebhookConfiguration: "kerf-test-absent"}}
 	var addrs []string
 	for _, id := range []string{"a", "b"} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		addrs = append(addrs, ln.Addr().String())
-		startLeader(t, ns, id, Config{Webhook: WebhookConfig{Listener: ln, Cert: cert, ConfigName: "kerf-test-absent"}})
+		startLeader(t, ns, id, Config{Webhook: WebhookConfig{Listener: ln, Cert: src}})
 	}
 	var secret corev1.Secret
 	require.Eventually(t, func() bool {

@@ -24,7 +24,7 @@ func TestOnlyTheLeaderServesTheStream(t *testing.T) {
 	c := controlPlane(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
-	serverTLS, pool := streamTLS(t, c, ns)
+	serverCert, pool := streamCert(t, c, ns)
 
 	replicas := map[string]*testLeader{}
 	addrs := map[string]string{}
@@ -32,7 +32,7 @@ func TestOnlyTheLeaderServesTheStream(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		addrs[id] = ln.Addr().String()
-		replicas[id] = startLeader(t, ns, id, Config{Stream: StreamConfig{Listener: ln, TLS: serverTLS,
+		replicas[id] = startLeader(t, ns, id, Config{Stream: StreamConfig{Listener: ln, Cert: serverCert,
 			Audience: "kerf-leader", ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}})
 		if id == "a" {
 			require.Eventually(t, replicas[id].Leading, 15*time.Second, 50*time.Millisecond)

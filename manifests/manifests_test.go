@@ -37,6 +37,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
@@ -276,12 +277,12 @@ func TestTheLeaderManagesItsCertificatesAsItsServiceAccount(t *testing.T) {
 	c, cs := as(t, cp, leaderSA)
 
 	// The stream, as cmd/kerf-leader sets it up by default.
-	stream, err := webhook.NewSelfManagedCertificate(ctx, c, webhook.CertOptions{Namespace: namespace,
-		ServiceName: "kerf-leader", SecretName: "kerf-leader-cert", CAConfigMap: "kerf-leader-ca"}, "", nil)
+	stream, err := cert.NewSelfManaged(ctx, c, cert.Options{Namespace: namespace,
+		ServiceName: "kerf-leader", SecretName: "kerf-leader-cert", CAConfigMap: "kerf-leader-ca"}, nil)
 	require.NoError(t, err)
 	var cm corev1.ConfigMap
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "kerf-leader-ca"}, &cm))
-	require.NotEmpty(t, cm.Data[webhook.CAConfigMapKey])
+	require.NotEmpty(t, cm.Data[cert.CAConfigMapKey])
 
 	// The agent verifies it as its DaemonSet says: the ConfigMap's CA and
 	// --leader-server-name.
@@ -289,25 +290,25 @@ func TestTheLeaderManagesItsCertificatesAsItsServiceAccount(t *testing.T) {
 	object(t, objs, "DaemonSet", "kerf-agent", &ds)
 	serverName := flagValue(t, ds.Spec.Template.Spec.Containers[0].Args, "--leader-server-name")
 	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM([]byte(cm.Data[webhook.CAConfigMapKey])))
+	require.True(t, pool.AppendCertsFromPEM([]byte(cm.Data[cert.CAConfigMapKey])))
 	leaf, err := stream.GetCertificate(nil)
 	require.NoError(t, err)
 	_, err = leaf.Leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: serverName})
 	assert.NoError(t, err, "the stream certificate verifies as %s with the published CA", serverName)
-	assert.Equal(t, "/etc/kerf/leader-ca/"+webhook.CAConfigMapKey, flagValue(t, ds.Spec.Template.Spec.Containers[0].Args, "--leader-ca"))
+	assert.Equal(t, "/etc/kerf/leader-ca/"+cert.CAConfigMapKey, flagValue(t, ds.Spec.Template.Spec.Containers[0].Args, "--leader-ca"))
 
 	// A renewal by another replica is published again.
-	require.NoError(t, webhook.PublishCA(ctx, c, namespace, "kerf-leader-ca", []byte("other")))
-	require.NoError(t, webhook.PublishCA(ctx, c, namespace, "kerf-leader-ca", stream.CABundle()))
+	require.NoError(t, cert.PublishCA(ctx, c, namespace, "kerf-leader-ca", []byte("other")))
+	require.NoError(t, cert.PublishCA(ctx, c, namespace, "kerf-leader-ca", stream.CABundle()))
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "kerf-leader-ca"}, &cm))
-	assert.Equal(t, string(stream.CABundle()), cm.Data[webhook.CAConfigMapKey])
+	assert.Equal(t, string(stream.CABundle()), cm.Data[cert.CAConfigMapKey])
 
 	// The webhook: its own Secret and the caBundle of its configuration,
 	// which a re-apply of the manifests keeps.
-	wh, err := webhook.NewSelfManagedCertificate(ctx, c, webhook.CertOptions{Namespace: namespace,
-		ServiceName: "kerf-webhook", SecretName: "kerf-webhook-cert"}, "kerf", nil)
+	wh, err := cert.NewSelfManaged(ctx, c, cert.Options{Namespace: namespace,
+		ServiceName: "kerf-webhook", SecretName: "kerf-webhook-cert", WebhookConfiguration: "kerf"}, nil)
 	require.NoError(t, err)
-	require.NoError(t, webhook.PatchCABundle(ctx, c, "kerf", wh.CABundle()))
+	require.NoError(t, cert.PatchCABundle(ctx, c, "kerf", wh.CABundle()))
 	apply(t, cp, rendered(t))
 	var cfg admissionregistrationv1.MutatingWebhookConfiguration
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "kerf"}, &cfg))
@@ -318,10 +319,10 @@ func TestTheLeaderManagesItsCertificatesAsItsServiceAccount(t *testing.T) {
 	assert.NoError(t, err)
 
 	// The TLS configuration the stream serves with, end to end.
-	tlsCfg := webhook.TLSConfig(stream.GetCertificate)
-	cert, err := tlsCfg.GetCertificate(&tls.ClientHelloInfo{ServerName: serverName})
+	tlsCfg := cert.TLSConfig(stream.GetCertificate)
+	served, err := tlsCfg.GetCertificate(&tls.ClientHelloInfo{ServerName: serverName})
 	require.NoError(t, err)
-	assert.NotNil(t, cert)
+	assert.NotNil(t, served)
 }
 
 func flagValue(t *testing.T, args []string, name string) string {

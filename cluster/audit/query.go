@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
 // Limits of one page of GET /v1/audit.
@@ -28,9 +29,6 @@ var actionTypes = []v1alpha1.ActionType{
 	v1alpha1.ActionApplied, v1alpha1.ActionRolledBack, v1alpha1.ActionFailed,
 	v1alpha1.ActionHealthy, v1alpha1.ActionBlocked,
 }
-
-// workloadKinds are the kinds a recommendation can target (api/v1alpha1).
-var workloadKinds = []v1alpha1.WorkloadKind{v1alpha1.KindDeployment, v1alpha1.KindStatefulSet, v1alpha1.KindDaemonSet}
 
 // auditParams are the query parameters of GET /v1/audit, in the order
 // error messages list them.
@@ -176,13 +174,13 @@ func parseWorkloadPath(r *http.Request) (Workload, string, error) {
 		return Workload{}, "", badParam("namespace", "namespace %q: must be a namespace name (lower-case letters, digits and '-', at most 63)", ns)
 	}
 	wl := Workload{Name: name}
-	for _, k := range workloadKinds {
+	for _, k := range workload.Kinds {
 		if strings.EqualFold(kind, string(k)) {
 			wl.Kind = k
 		}
 	}
 	if wl.Kind == "" {
-		return Workload{}, "", badParam("kind", "kind %q: must be one of %s (any case)", kind, join(workloadKinds))
+		return Workload{}, "", badParam("kind", "kind %q: must be one of %s (any case)", kind, join(workload.Kinds))
 	}
 	if len(validation.IsDNS1123Subdomain(name)) > 0 {
 		return Workload{}, "", badParam("name", "name %q: must be a workload name (lower-case letters, digits, '-' and '.', at most 253)", name)

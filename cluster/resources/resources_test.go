@@ -14,6 +14,25 @@ import (
 
 func q(s string) *resource.Quantity { return ptr.To(resource.MustParse(s)) }
 
+// rr builds requirements from requests and limits of cpu and memory, in
+// that order; an empty string leaves the value out.
+func rr(reqCPU, reqMem, limCPU, limMem string) corev1.ResourceRequirements {
+	out := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+	for _, v := range []struct {
+		into  corev1.ResourceList
+		name  corev1.ResourceName
+		value string
+	}{
+		{out.Requests, corev1.ResourceCPU, reqCPU}, {out.Requests, corev1.ResourceMemory, reqMem},
+		{out.Limits, corev1.ResourceCPU, limCPU}, {out.Limits, corev1.ResourceMemory, limMem},
+	} {
+		if v.value != "" {
+			v.into[v.name] = resource.MustParse(v.value)
+		}
+	}
+	return out
+}
+
 func TestFieldsReadAndWriteBothRepresentations(t *testing.T) {
 	cases := []struct {
 		field Field
@@ -145,19 +164,6 @@ func TestPreviousAndAppliedCopyOneSide(t *testing.T) {
 }
 
 func TestLimitBelowRequest(t *testing.T) {
-	rr := func(reqCPU, limCPU, reqMem, limMem string) corev1.ResourceRequirements {
-		out := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
-		set := func(l corev1.ResourceList, name corev1.ResourceName, v string) {
-			if v != "" {
-				l[name] = resource.MustParse(v)
-			}
-		}
-		set(out.Requests, corev1.ResourceCPU, reqCPU)
-		set(out.Limits, corev1.ResourceCPU, limCPU)
-		set(out.Requests, corev1.ResourceMemory, reqMem)
-		set(out.Limits, corev1.ResourceMemory, limMem)
-		return out
-	}
 	cases := []struct {
 		name     string
 		rr       corev1.ResourceRequirements
@@ -166,11 +172,11 @@ func TestLimitBelowRequest(t *testing.T) {
 	}{
 		{"no values", rr("", "", "", ""), "", "", ""},
 		{"request only", rr("2", "", "", ""), "", "", ""},
-		{"limit only", rr("", "1", "", ""), "", "", ""},
-		{"equal", rr("1", "1000m", "1Gi", "1Gi"), "", "", ""},
-		{"cpu limit below", rr("2", "1", "", ""), corev1.ResourceCPU, "2", "1"},
-		{"memory limit below", rr("1", "2", "2Gi", "1Gi"), corev1.ResourceMemory, "2Gi", "1Gi"},
-		{"cpu reported first", rr("2", "1", "2Gi", "1Gi"), corev1.ResourceCPU, "2", "1"},
+		{"limit only", rr("", "", "1", ""), "", "", ""},
+		{"equal", rr("1", "1Gi", "1000m", "1Gi"), "", "", ""},
+		{"cpu limit below", rr("2", "", "1", ""), corev1.ResourceCPU, "2", "1"},
+		{"memory limit below", rr("1", "2Gi", "2", "1Gi"), corev1.ResourceMemory, "2Gi", "1Gi"},
+		{"cpu reported first", rr("2", "2Gi", "1", "1Gi"), corev1.ResourceCPU, "2", "1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -187,19 +193,6 @@ func TestLimitBelowRequest(t *testing.T) {
 }
 
 func TestQOSClassFollowsTheAPIServer(t *testing.T) {
-	rr := func(reqCPU, reqMem, limCPU, limMem string) corev1.ResourceRequirements {
-		l := func(cpu, mem string) corev1.ResourceList {
-			out := corev1.ResourceList{}
-			if cpu != "" {
-				out[corev1.ResourceCPU] = resource.MustParse(cpu)
-			}
-			if mem != "" {
-				out[corev1.ResourceMemory] = resource.MustParse(mem)
-			}
-			return out
-		}
-		return corev1.ResourceRequirements{Requests: l(reqCPU, reqMem), Limits: l(limCPU, limMem)}
-	}
 	spec := func(rrs ...corev1.ResourceRequirements) *corev1.PodSpec {
 		s := &corev1.PodSpec{}
 		for _, r := range rrs {

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -41,7 +42,7 @@ type webhookEnv struct {
 // startWebhook serves the injector over HTTPS on a free loopback port with
 // the self-managed certificate, and registers it with the apiserver through
 // Configuration, its clientConfig pointed at the loopback URL and its
-// caBundle set by PatchCABundle.
+// caBundle set by cert.PatchCABundle.
 func startWebhook(t *testing.T) *webhookEnv {
 	t.Helper()
 	cp := controlPlane(t)
@@ -62,17 +63,17 @@ func startWebhook(t *testing.T) *webhookEnv {
 	injector := NewInjector(informers, prometheus.NewRegistry(), testLogger(t))
 	injector.LiveReader = c
 
-	cert, err := NewSelfManagedCertificate(ctx, c, CertOptions{
+	serving, err := cert.NewSelfManaged(ctx, c, cert.Options{
 		Namespace: kerfNamespace, ServiceName: "kerf-webhook", SecretName: "kerf-webhook-serving",
 		ExtraHosts: []string{"127.0.0.1"},
-	}, "", testLogger(t))
+	}, testLogger(t))
 	require.NoError(t, err)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srvCtx, stopSrv := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- ServeListener(srvCtx, ln, TLSConfig(cert.GetCertificate), Mux(injector)) }()
+	go func() { done <- ServeListener(srvCtx, ln, cert.TLSConfig(serving.GetCertificate), Mux(injector)) }()
 	stopped := false
 	stop := func() {
 		if stopped {
@@ -90,10 +91,10 @@ func startWebhook(t *testing.T) *webhookEnv {
 	}
 	require.NoError(t, c.Create(ctx, cfg), "the apiserver accepts the configuration")
 	t.Cleanup(func() { _ = c.Delete(context.Background(), cfg) })
-	require.NoError(t, PatchCABundle(ctx, c, configName, cert.CABundle()))
+	require.NoError(t, cert.PatchCABundle(ctx, c, configName, serving.CABundle()))
 	var got admissionregistrationv1.MutatingWebhookConfiguration
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: configName}, &got))
-	require.Equal(t, cert.CABundle(), got.Webhooks[0].ClientConfig.CABundle)
+	require.Equal(t, serving.CABundle(), got.Webhooks[0].ClientConfig.CABundle)
 
 	env := &webhookEnv{c: c, cache: informers, injector: injector, addr: ln.Addr().String(), stop: stop}
 	env.waitUntilCalled(t)

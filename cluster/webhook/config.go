@@ -1,16 +1,10 @@
 package webhook
 
 import (
-	"bytes"
-	"context"
-	"fmt"
-
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // WebhookName is the name of the webhook inside the configuration.
@@ -80,39 +74,4 @@ func Configuration(name, serviceNamespace, serviceName string, caPEM []byte) *ad
 			ReinvocationPolicy:      ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
 		}},
 	}
-}
-
-// PatchCABundle sets caPEM as the caBundle of every webhook of the
-// MutatingWebhookConfiguration webhookConfigName. It writes only when a
-// caBundle differs, and retries on conflicts, so replicas may all call it.
-func PatchCABundle(ctx context.Context, c client.Client, webhookConfigName string, caPEM []byte) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cfg, err := getConfiguration(ctx, c, webhookConfigName)
-		if err != nil {
-			return err
-		}
-		changed := false
-		for i := range cfg.Webhooks {
-			if !bytes.Equal(cfg.Webhooks[i].ClientConfig.CABundle, caPEM) {
-				cfg.Webhooks[i].ClientConfig.CABundle = caPEM
-				changed = true
-			}
-		}
-		if !changed {
-			return nil
-		}
-		return c.Update(ctx, cfg)
-	})
-	if err != nil {
-		return fmt.Errorf("patch caBundle of MutatingWebhookConfiguration %s: %w", webhookConfigName, err)
-	}
-	return nil
-}
-
-func getConfiguration(ctx context.Context, c client.Reader, name string) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
-	var cfg admissionregistrationv1.MutatingWebhookConfiguration
-	if err := c.Get(ctx, client.ObjectKey{Name: name}, &cfg); err != nil {
-		return nil, err
-	}
-	return &cfg, nil
 }

@@ -11,9 +11,7 @@
 // error. A pod is never made invalid by an injection: a container whose
 // limit would fall below its request is left as it is.
 //
-// TLS comes either from a certificate directory reloaded when its files
-// change (FileCertificate) or from a certificate Kerf manages itself, kept in
-// a Secret shared by the replicas (EnsureSelfManagedCert,
-// SelfManagedCertificate), whose CA goes into the configuration's caBundle
-// (PatchCABundle).
+// Its TLS certificate comes from package cert (a user's directory, or a
+// self-managed certificate whose CA goes into the configuration's
+// caBundle).
 package webhook

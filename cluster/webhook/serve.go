@@ -14,13 +14,6 @@ import (
 // shutdownGrace is how long Serve lets reviews in flight finish.
 const shutdownGrace = 5 * time.Second
 
-// TLSConfig returns a server TLS configuration (TLS 1.2 or newer) taking
-// its certificate from getCertificate, such as
-// SelfManagedCertificate.GetCertificate or FileCertificate.GetCertificate.
-func TLSConfig(getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate}
-}
-
 // Mux routes Path to the injector and answers /healthz.
 func Mux(injector http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()

@@ -53,13 +53,13 @@ func Pods(ctx context.Context, r client.Reader, w *Workload) ([]corev1.Pod, erro
 
 // RunningPods returns the workload's pods (see Pods) an in-place resize
 // writes to, sorted by name: those of its current revision (for a
-// Deployment its current ReplicaSet, see CurrentReplicaSet; for a
-// StatefulSet or DaemonSet its own) that are Running and not being
+// Deployment its current ReplicaSet, the one whose template is the
+// Deployment's; for a StatefulSet or DaemonSet its own) that are Running and not being
 // deleted.
 func RunningPods(ctx context.Context, r client.Reader, w *Workload) ([]corev1.Pod, error) {
 	owner, sel := w.Object.GetUID(), w.Selector
 	if w.Kind == v1alpha1.KindDeployment {
-		rs, err := CurrentReplicaSet(ctx, r, w)
+		rs, err := currentReplicaSet(ctx, r, w)
 		if err != nil || rs == nil {
 			return nil, err
 		}
@@ -75,12 +75,12 @@ func RunningPods(ctx context.Context, r client.Reader, w *Workload) ([]corev1.Po
 	}), nil
 }
 
-// CurrentReplicaSet returns a Deployment's current ReplicaSet: the one it
+// currentReplicaSet returns a Deployment's current ReplicaSet: the one it
 // controls whose template is the Deployment's (ignoring the
 // pod-template-hash label, as the deployment controller compares them);
 // failing that, the highest revision, then the newest. Nil when the
 // Deployment has none, or w is not a Deployment.
-func CurrentReplicaSet(ctx context.Context, r client.Reader, w *Workload) (*appsv1.ReplicaSet, error) {
+func currentReplicaSet(ctx context.Context, r client.Reader, w *Workload) (*appsv1.ReplicaSet, error) {
 	if w.Kind != v1alpha1.KindDeployment {
 		return nil, nil
 	}

@@ -22,8 +22,8 @@ import (
 // StatefulSet or DaemonSet, the only workloads Kerf manages.
 var ErrUnsupportedKind = errors.New("unsupported workload kind")
 
-// Kinds are the workload kinds Kerf manages, in the order they are
-// documented.
+// Kinds are the workload kinds Kerf manages (the kinds a recommendation can
+// target), in the order they are documented.
 var Kinds = []v1alpha1.WorkloadKind{v1alpha1.KindDeployment, v1alpha1.KindStatefulSet, v1alpha1.KindDaemonSet}
 
 // Workload is a workload read by its targetRef, with the parts of its spec
@@ -57,10 +57,10 @@ func (w *Workload) String() string {
 	return fmt.Sprintf("%s %s/%s", w.Kind, w.Object.GetNamespace(), w.Object.GetName())
 }
 
-// New returns an empty object of the kind ref names, to read it into (Get
-// does). It fails with ErrUnsupportedKind for anything but apps/v1
+// newObject returns an empty object of the kind ref names, to read it
+// into. It fails with ErrUnsupportedKind for anything but apps/v1
 // Deployment, StatefulSet and DaemonSet.
-func New(ref v1alpha1.TargetRef) (client.Object, error) {
+func newObject(ref v1alpha1.TargetRef) (client.Object, error) {
 	if ref.APIVersion != "" && ref.APIVersion != appsv1.SchemeGroupVersion.String() {
 		return nil, fmt.Errorf("%w: apiVersion %q (only apps/v1)", ErrUnsupportedKind, ref.APIVersion)
 	}
@@ -95,7 +95,7 @@ func From(obj client.Object) (*Workload, error) {
 // Get reads the workload ref names in namespace (a recommendation's
 // targetRef, in the recommendation's namespace).
 func Get(ctx context.Context, r client.Reader, namespace string, ref v1alpha1.TargetRef) (*Workload, error) {
-	obj, err := New(ref)
+	obj, err := newObject(ref)
 	if err != nil {
 		return nil, err
 	}

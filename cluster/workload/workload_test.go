@@ -46,7 +46,7 @@ func template(image string) corev1.PodTemplateSpec {
 	}
 }
 
-func TestNewAcceptsTheManagedKindsOnly(t *testing.T) {
+func TestNewObjectAcceptsTheManagedKindsOnly(t *testing.T) {
 	cases := []struct {
 		ref  v1alpha1.TargetRef
 		want client.Object
@@ -59,7 +59,7 @@ func TestNewAcceptsTheManagedKindsOnly(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.ref.APIVersion+"/"+string(tc.ref.Kind), func(t *testing.T) {
-			got, err := New(tc.ref)
+			got, err := newObject(tc.ref)
 			if tc.want == nil {
 				require.ErrorIs(t, err, ErrUnsupportedKind)
 				return
@@ -234,7 +234,7 @@ func TestPodsAreTheOwnedOnes(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 
-	rs, err := CurrentReplicaSet(ctx, c, w)
+	rs, err := currentReplicaSet(ctx, c, w)
 	require.NoError(t, err)
 	require.NotNil(t, rs)
 	assert.Equal(t, "web-new", rs.Name, "the template decides, not the revision, ignoring pod-template-hash")
@@ -250,7 +250,7 @@ func TestPodsAreTheOwnedOnes(t *testing.T) {
 	// Without a ReplicaSet of the Deployment's template, the highest
 	// revision is current.
 	d.Spec.Template = template("newer")
-	rs, err = CurrentReplicaSet(ctx, c, w)
+	rs, err = currentReplicaSet(ctx, c, w)
 	require.NoError(t, err)
 	assert.Equal(t, "web-old", rs.Name)
 
@@ -260,7 +260,7 @@ func TestPodsAreTheOwnedOnes(t *testing.T) {
 	pods, err = Pods(ctx, c, sw)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"f-foreign"}, names(pods))
-	rs, err = CurrentReplicaSet(ctx, c, sw)
+	rs, err = currentReplicaSet(ctx, c, sw)
 	require.NoError(t, err)
 	assert.Nil(t, rs, "a StatefulSet has no ReplicaSet")
 

@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,19 +14,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 	_ "time/tzdata" // freeze windows name IANA time zones; the image has no zoneinfo
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/promql"
 	"github.com/kerf-dev/kerf/cluster/signals"
-	"github.com/kerf-dev/kerf/cluster/webhook"
 )
 
 func envOr(name, def string) string {
@@ -86,10 +83,13 @@ func main() {
 		}
 		cfg.Throttling = src
 	}
-	// The stream is TLS only (agents send their tokens on it): the user's
-	// certificate, or a self-managed one whose CA the agents read from
-	// --stream-ca-configmap (docs/install.md).
-	var streamCert *webhook.CertOptions
+	// Both servers take their certificate the same way: the user's
+	// directory, or a self-managed one whose CA goes where their clients
+	// read it (the webhook's caBundle; for the stream, which is TLS only
+	// since agents send their tokens on it, --stream-ca-configmap:
+	// docs/install.md).
+	cfg.Webhook = cluster.WebhookConfig{Cert: cert.Source{Dir: *webhookCertDir, SelfManaged: cert.Options{
+		Namespace: *namespace, ServiceName: *webhookService, SecretName: *webhookSecret, WebhookConfiguration: *webhookConfig}}}
 	if *streamAddr != "" {
 		ln, err := net.Listen("tcp", *streamAddr)
 		if err != nil {
@@ -97,38 +97,24 @@ func main() {
 			os.Exit(2)
 		}
 		cfg.Stream = cluster.StreamConfig{Listener: ln,
-			Audience: *agentAudience, ServiceAccountNamespace: *namespace, ServiceAccountName: *agentSA}
+			Audience: *agentAudience, ServiceAccountNamespace: *namespace, ServiceAccountName: *agentSA,
+			Cert: cert.Source{Dir: *streamCertDir, SelfManaged: cert.Options{
+				Namespace: *namespace, ServiceName: *streamService, SecretName: *streamSecret, CAConfigMap: *streamCAConfigMap}}}
 		// health.cadvisorFallback (off by default, docs/design.md section
 		// 3): without a PromQL source, the agents' CFS counters are the
 		// throttling input. OOM kills from the agents are used either way.
 		if cfg.Throttling == nil && *cadvisorFallback {
 			cfg.Throttling = cfg.Signals.Kernel
 		}
-		if *streamCertDir != "" {
-			fc, err := webhook.NewFileCertificate(*streamCertDir, log)
-			if err != nil {
-				log.Error("--stream-cert-dir", "err", err)
-				os.Exit(2)
-			}
-			cfg.Stream.TLS = webhook.TLSConfig(fc.GetCertificate)
-		} else {
-			streamCert = &webhook.CertOptions{Namespace: *namespace, ServiceName: *streamService,
-				SecretName: *streamSecret, CAConfigMap: *streamCAConfigMap}
-		}
 	}
-	cfg.Webhook = cluster.WebhookConfig{
-		CertDir:    *webhookCertDir,
-		Cert:       webhook.CertOptions{Namespace: *namespace, ServiceName: *webhookService, SecretName: *webhookSecret},
-		ConfigName: *webhookConfig,
-	}
-	if err := run(log, *kubeconfig, *metricsAddr, *webhookAddr, streamCert, cfg); err != nil {
+	if err := run(log, *kubeconfig, *metricsAddr, *webhookAddr, cfg); err != nil {
 		log.Error("kerf-leader stopped", "err", err)
 		os.Exit(1)
 	}
 	log.Info("kerf-leader stopped")
 }
 
-func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, streamCert *webhook.CertOptions, cfg cluster.Config) error {
+func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, cfg cluster.Config) error {
 	var restConfig *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -151,11 +137,6 @@ func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, streamCe
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if streamCert != nil {
-		if cfg.Stream.TLS, err = selfManagedTLS(ctx, restConfig, *streamCert, log); err != nil {
-			return fmt.Errorf("stream certificate: %w", err)
-		}
-	}
 	leader, err := cluster.New(cfg, restConfig, log)
 	if err != nil {
 		return err
@@ -166,21 +147,4 @@ func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, streamCe
 		return fmt.Errorf("%w: exiting so that only the new leader acts", err)
 	}
 	return err
-}
-
-// selfManagedTLS serves a self-managed certificate kept in a Secret shared by
-// the replicas, renewed before it expires, with its CA bundle published in
-// opts.CAConfigMap.
-func selfManagedTLS(ctx context.Context, restConfig *rest.Config, opts webhook.CertOptions, log *slog.Logger) (*tls.Config, error) {
-	// Secrets are read from the apiserver, not a cache (EnsureSelfManagedCert).
-	c, err := client.New(restConfig, client.Options{Scheme: cluster.Scheme})
-	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
-	}
-	sc, err := webhook.NewSelfManagedCertificate(ctx, c, opts, "", log)
-	if err != nil {
-		return nil, err
-	}
-	go sc.Run(ctx, time.Hour)
-	return webhook.TLSConfig(sc.GetCertificate), nil
 }

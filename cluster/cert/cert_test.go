@@ -1,4 +1,4 @@
-package webhook
+package cert
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
-// pems is what EnsureSelfManagedCert returns.
+// pems is what EnsureSelfManaged returns.
 type pems struct{ cert, key, ca []byte }
 
 // barrier holds the first n callers until all n have arrived, so that
@@ -48,7 +48,7 @@ func (b *barrier) wait(ctx context.Context) {
 // Update calls wait for each other (two of each), and records their errors.
 func racingClient(t *testing.T, errs *sync.Map) client.Client {
 	t.Helper()
-	wc, err := client.NewWithWatch(controlPlane(t).Config, client.Options{Scheme: controlplane.Scheme})
+	wc, err := client.NewWithWatch(shared.Get(t).Config, client.Options{Scheme: controlplane.Scheme})
 	require.NoError(t, err)
 	creates, updates := newBarrier(2), newBarrier(2)
 	var seq atomic.Int64
@@ -68,14 +68,14 @@ func racingClient(t *testing.T, errs *sync.Map) client.Client {
 	})
 }
 
-// ensureConcurrently runs EnsureSelfManagedCert from two replicas at once.
-func ensureConcurrently(t *testing.T, c client.Client, opts CertOptions) [2]pems {
+// ensureConcurrently runs EnsureSelfManaged from two replicas at once.
+func ensureConcurrently(t *testing.T, c client.Client, opts Options) [2]pems {
 	t.Helper()
 	var out [2]pems
 	var wg sync.WaitGroup
 	for i := range out {
 		wg.Go(func() {
-			cert, key, ca, err := EnsureSelfManagedCert(context.Background(), c, opts)
+			cert, key, ca, err := EnsureSelfManaged(context.Background(), c, opts)
 			assert.NoError(t, err)
 			out[i] = pems{cert, key, ca}
 		})
@@ -94,8 +94,8 @@ func countErrs(errs *sync.Map, is func(error) bool) (n int) {
 	return n
 }
 
-func certOptions(secret string) CertOptions {
-	return CertOptions{Namespace: "default", ServiceName: "kerf-webhook", SecretName: secret, ExtraHosts: []string{"127.0.0.1"}}
+func certOptions(secret string) Options {
+	return Options{Namespace: "default", ServiceName: "kerf-webhook", SecretName: secret, ExtraHosts: []string{"127.0.0.1"}}
 }
 
 // TestSelfManagedCertRaceAgreesOnOneCA starts two replicas at once on an
@@ -113,7 +113,7 @@ func TestSelfManagedCertRaceAgreesOnOneCA(t *testing.T) {
 	assert.Equal(t, got[0].cert, got[1].cert, "same serving certificate")
 	assert.Equal(t, got[0].key, got[1].key, "same key")
 	var s corev1.Secret
-	require.NoError(t, controlPlane(t).Client.Get(context.Background(), client.ObjectKey{Namespace: opts.Namespace, Name: opts.SecretName}, &s))
+	require.NoError(t, shared.Get(t).Client.Get(context.Background(), client.ObjectKey{Namespace: opts.Namespace, Name: opts.SecretName}, &s))
 	assert.Equal(t, corev1.SecretTypeTLS, s.Type)
 	assert.Equal(t, got[0].ca, s.Data[SecretCAKey])
 	assert.Equal(t, got[0].cert, s.Data[corev1.TLSCertKey])
@@ -126,7 +126,7 @@ func TestSelfManagedCertRaceAgreesOnOneCA(t *testing.T) {
 // stays.
 func TestSelfManagedCertRenewalRaceAgrees(t *testing.T) {
 	opts := certOptions(uniqueName("renew-race"))
-	_, _, ca, err := EnsureSelfManagedCert(context.Background(), controlPlane(t).Client, opts)
+	_, _, ca, err := EnsureSelfManaged(context.Background(), shared.Get(t).Client, opts)
 	require.NoError(t, err)
 
 	var errs sync.Map
@@ -143,7 +143,7 @@ func TestSelfManagedCertRenewalRaceAgrees(t *testing.T) {
 // TestSelfManagedCertRenewal checks when the Secret is left alone and when
 // its content is replaced.
 func TestSelfManagedCertRenewal(t *testing.T) {
-	c := controlPlane(t).Client
+	c := shared.Get(t).Client
 	ctx := context.Background()
 	opts := certOptions(uniqueName("renew"))
 	key := client.ObjectKey{Namespace: opts.Namespace, Name: opts.SecretName}
@@ -188,7 +188,7 @@ func TestSelfManagedCertRenewal(t *testing.T) {
 		assertServes(t, got, time.Now(), "kerf-webhook.default.svc")
 	})
 	t.Run("options are checked", func(t *testing.T) {
-		_, _, _, err := EnsureSelfManagedCert(ctx, c, CertOptions{Namespace: "default"})
+		_, _, _, err := EnsureSelfManaged(ctx, c, Options{Namespace: "default"})
 		assert.ErrorContains(t, err, "serviceName")
 	})
 }
@@ -196,11 +196,11 @@ func TestSelfManagedCertRenewal(t *testing.T) {
 // TestPatchCABundleWritesOnlyOnChange checks that the caBundle is set on
 // every webhook and an equal one is not rewritten.
 func TestPatchCABundleWritesOnlyOnChange(t *testing.T) {
-	c := controlPlane(t).Client
+	c := shared.Get(t).Client
 	ctx := context.Background()
-	cfg := Configuration(uniqueName("cabundle"), "kerf-system", "kerf-webhook", nil)
+	cfg := webhookConfiguration(uniqueName("cabundle"))
 	require.NoError(t, c.Create(ctx, cfg))
-	_, _, ca, err := EnsureSelfManagedCert(ctx, c, certOptions(uniqueName("cabundle")))
+	_, _, ca, err := EnsureSelfManaged(ctx, c, certOptions(uniqueName("cabundle")))
 	require.NoError(t, err)
 
 	require.NoError(t, PatchCABundle(ctx, c, cfg.Name, ca))
@@ -216,9 +216,9 @@ func TestPatchCABundleWritesOnlyOnChange(t *testing.T) {
 	assert.True(t, apierrors.IsNotFound(err), "a missing configuration is an error: %v", err)
 }
 
-func ensure(t *testing.T, c client.Client, opts CertOptions) pems {
+func ensure(t *testing.T, c client.Client, opts Options) pems {
 	t.Helper()
-	cert, key, ca, err := EnsureSelfManagedCert(context.Background(), c, opts)
+	cert, key, ca, err := EnsureSelfManaged(context.Background(), c, opts)
 	require.NoError(t, err)
 	return pems{cert, key, ca}
 }
@@ -244,10 +244,10 @@ func assertServes(t *testing.T, p pems, at time.Time, hosts ...string) {
 	}
 }
 
-// TestFileCertificateReloadsChangedFiles checks the user-supplied
+// TestFileReloadsChangedFiles checks the user-supplied
 // certificate directory: a changed pair is served from the next handshake,
 // and a broken one leaves the previous pair in service.
-func TestFileCertificateReloadsChangedFiles(t *testing.T) {
+func TestFileReloadsChangedFiles(t *testing.T) {
 	dir := t.TempDir()
 	opts, err := certOptions("files").withDefaults()
 	require.NoError(t, err)
@@ -259,7 +259,7 @@ func TestFileCertificateReloadsChangedFiles(t *testing.T) {
 			require.NoError(t, os.Chtimes(p, mtime, mtime))
 		}
 	}
-	serial := func(f *FileCertificate) string {
+	serial := func(f *File) string {
 		t.Helper()
 		c, err := f.GetCertificate(&tls.ClientHelloInfo{})
 		require.NoError(t, err)
@@ -271,11 +271,11 @@ func TestFileCertificateReloadsChangedFiles(t *testing.T) {
 	require.NoError(t, err)
 	t0 := time.Now().Add(-time.Hour)
 
-	_, err = NewFileCertificate(dir, testLogger(t))
+	_, err = NewFile(dir, testLogger(t))
 	require.Error(t, err, "no files yet")
 
 	write(b1.certPEM, b1.keyPEM, t0)
-	f, err := NewFileCertificate(dir, testLogger(t))
+	f, err := NewFile(dir, testLogger(t))
 	require.NoError(t, err)
 	first := serial(f)
 	assert.Equal(t, first, serial(f), "unchanged files are not reloaded")
@@ -291,19 +291,20 @@ func TestFileCertificateReloadsChangedFiles(t *testing.T) {
 	assert.Equal(t, first, serial(f), "a fixed pair is served again")
 }
 
-// TestSelfManagedCertificateFollowsTheSecret checks the serving side: the
+// TestSelfManagedFollowsTheSecret checks the serving side: the
 // constructor patches the caBundle, and Run picks up a certificate another
 // replica wrote (here: a regeneration after the CA key was lost) and
 // patches the new CA bundle in.
-func TestSelfManagedCertificateFollowsTheSecret(t *testing.T) {
-	c := controlPlane(t).Client
+func TestSelfManagedFollowsTheSecret(t *testing.T) {
+	c := shared.Get(t).Client
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := Configuration(uniqueName("follow"), "kerf-system", "kerf-webhook", nil)
+	cfg := webhookConfiguration(uniqueName("follow"))
 	require.NoError(t, c.Create(ctx, cfg))
 	opts := certOptions(uniqueName("follow"))
+	opts.WebhookConfiguration = cfg.Name
 
-	s, err := NewSelfManagedCertificate(ctx, c, opts, cfg.Name, testLogger(t))
+	s, err := NewSelfManaged(ctx, c, opts, testLogger(t))
 	require.NoError(t, err)
 	caBundle := func() []byte {
 		var got = cfg.DeepCopy()

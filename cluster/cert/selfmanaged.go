@@ -1,0 +1,138 @@
+package cert
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// SelfManaged serves the Secret-backed certificate of
+// EnsureSelfManaged and keeps it fresh: Run renews it before it expires
+// and keeps the webhook configuration's caBundle equal to the Secret's CA
+// bundle.
+type SelfManaged struct {
+	c    client.Client
+	opts Options
+	log  *slog.Logger
+
+	cert atomic.Pointer[tls.Certificate]
+	ca   atomic.Pointer[[]byte]
+	// published is whether the last patch (caBundle, CA ConfigMap)
+	// succeeded.
+	published atomic.Bool
+}
+
+// NewSelfManaged ensures the certificate (see EnsureSelfManaged) and, when
+// opts.WebhookConfiguration is set, patches that
+// MutatingWebhookConfiguration's caBundle, and when opts.CAConfigMap is set,
+// publishes the CA bundle there. A failed patch is logged, not
+// returned: the webhook fails open (and clients of the ConfigMap wait)
+// until Run patches it.
+func NewSelfManaged(ctx context.Context, c client.Client, opts Options, log *slog.Logger) (*SelfManaged, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &SelfManaged{c: c, opts: opts, log: log.With("component", "cert")}
+	if err := s.ensure(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.patch(ctx); err != nil {
+		s.log.Warn("CA bundle not published; clients cannot verify the certificate until it is",
+			"webhookConfiguration", opts.WebhookConfiguration, "caConfigMap", opts.CAConfigMap, "err", err)
+	}
+	return s, nil
+}
+
+func (s *SelfManaged) ensure(ctx context.Context) error {
+	certPEM, keyPEM, caPEM, err := EnsureSelfManaged(ctx, s.c, s.opts)
+	if err != nil {
+		return err
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("load self-managed certificate: %w", err)
+	}
+	if old := s.cert.Load(); old == nil || !bytes.Equal(old.Certificate[0], pair.Certificate[0]) {
+		s.log.Info("serving certificate loaded", "secret", s.opts.Namespace+"/"+s.opts.SecretName,
+			"notAfter", pair.Leaf.NotAfter, "hosts", s.opts.Hosts())
+	}
+	s.cert.Store(&pair)
+	s.ca.Store(&caPEM)
+	return nil
+}
+
+func (s *SelfManaged) patch(ctx context.Context) error {
+	var err error
+	if s.opts.WebhookConfiguration != "" {
+		err = PatchCABundle(ctx, s.c, s.opts.WebhookConfiguration, s.CABundle())
+	}
+	if s.opts.CAConfigMap != "" {
+		err = errors.Join(err, PublishCA(ctx, s.c, s.opts.Namespace, s.opts.CAConfigMap, s.CABundle()))
+	}
+	s.published.Store(err == nil)
+	return err
+}
+
+// CABundle returns the CA bundle in PEM that verifies the serving
+// certificate.
+func (s *SelfManaged) CABundle() []byte {
+	if p := s.ca.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// GetCertificate returns the current serving certificate, for
+// tls.Config.GetCertificate.
+func (s *SelfManaged) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return s.cert.Load(), nil
+}
+
+// Run re-ensures the certificate, the caBundle and the CA ConfigMap every
+// interval until ctx ends, retrying sooner (from 5s, doubling) after a
+// failure. Each replica runs it; the Secret keeps them agreeing.
+func (s *SelfManaged) Run(ctx context.Context, interval time.Duration) {
+	const firstRetry = 5 * time.Second
+	wait := interval
+	if !s.published.Load() || s.opts.WebhookConfiguration != "" && !bytes.Equal(s.currentCABundle(ctx), s.CABundle()) {
+		wait = firstRetry
+	}
+	retry := firstRetry
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		err := s.ensure(ctx)
+		if err == nil {
+			err = s.patch(ctx)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.log.Warn("refresh self-managed certificate", "err", err, "retryIn", retry)
+			wait, retry = retry, min(2*retry, interval)
+			continue
+		}
+		wait, retry = interval, firstRetry
+	}
+}
+
+// currentCABundle reads the configuration's first caBundle, nil when it
+// cannot.
+func (s *SelfManaged) currentCABundle(ctx context.Context) []byte {
+	cfg, err := getConfiguration(ctx, s.c, s.opts.WebhookConfiguration)
+	if err != nil || len(cfg.Webhooks) == 0 {
+		return nil
+	}
+	return cfg.Webhooks[0].ClientConfig.CABundle
+}
