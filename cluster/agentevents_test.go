@@ -22,16 +22,17 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	agentnode "github.com/kerf-dev/kerf/node"
+	agentstream "github.com/kerf-dev/kerf/node/stream"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
 // agentLeader is a leader serving the agents' stream in ns over TLS, and a
-// real node agent's StreamClient connected to it with a projected token of
+// real node agent's stream.Client connected to it with a projected token of
 // the kerf-agent service account bound to an agent pod on the test node.
 type agentLeader struct {
 	dep      *appsv1.Deployment
 	leader   *testLeader
-	agent    *agentnode.StreamClient
+	agent    *agentstream.Client
 	registry *prometheus.Registry
 }
 
@@ -57,7 +58,7 @@ func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.R
 	require.Eventually(t, l.Leading, 15*time.Second, 50*time.Millisecond)
 
 	reg := prometheus.NewRegistry()
-	agent, err := agentnode.NewStreamClient(agentnode.StreamConfig{
+	agent, err := agentstream.NewClient(agentstream.Config{
 		Addr: lis.Addr().String(), TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		TokenFile: tokenFile, NodeName: nodeName, MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		Registerer: reg, Log: slog.New(slog.NewTextHandler(streamtest.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -67,7 +68,7 @@ func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.R
 	done := make(chan struct{})
 	go func() { _ = agent.Run(runCtx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	require.Eventually(t, func() bool { return agent.State() == agentnode.StreamConnected }, 15*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return agent.State() == agentstream.Connected }, 15*time.Second, 20*time.Millisecond)
 	return &agentLeader{dep: dep, leader: l, agent: agent, registry: reg}
 }
 

@@ -43,10 +43,25 @@ type Config struct {
 	Kube func() (*rest.Config, error)
 }
 
+// Stream is where the agent sends what it sees for the leader: the agent's
+// end of the stream (node/stream.Client, which builds on this package's
+// types, hence an interface here).
+type Stream interface {
+	// Counters records one sampling pass's changed samples.
+	Counters(samples []Sample)
+	// OOM records an OOM kill resolved to a container of a pod.
+	OOM(k oom.Kill, podUID, container string)
+	// ContainerEvent records a container restart or termination that pod
+	// discovery saw.
+	ContainerEvent(ev ContainerEvent)
+	// Run keeps the stream to the leader open until ctx ends.
+	Run(ctx context.Context) error
+}
+
 // Agent is kerf-agent (docs/design.md section 5): it discovers the pods of
 // its node, samples their containers' cpu.stat, runs the OOM source and
 // counts the kills it resolves to containers, and streams all of it to the
-// leader when given a StreamClient.
+// leader when given a Stream.
 type Agent struct {
 	log       *slog.Logger
 	interval  time.Duration
@@ -60,8 +75,8 @@ type Agent struct {
 	events    *prometheus.CounterVec
 	// discoveryGauge is kerf_agent_discovery{source}.
 	discoveryGauge *prometheus.GaugeVec
-	stream         *StreamClient // nil without a leader to stream to
-	changed        []Sample      // reused by every pass
+	stream         Stream   // nil without a leader to stream to
+	changed        []Sample // reused by every pass
 }
 
 // OOMSource names the OOM source in use: bpf, cgroup or kmsg.
@@ -78,9 +93,9 @@ func (a *Agent) Discovery() string {
 
 // SetStream makes the agent send each pass's changed counters, every OOM
 // kill resolved to a tracked container and every container restart or
-// termination pod discovery sees to the leader; Run runs c.
+// termination pod discovery sees to the leader through s; Run runs s.
 // Call it before Run.
-func (a *Agent) SetStream(c *StreamClient) { a.stream = c }
+func (a *Agent) SetStream(s Stream) { a.stream = s }
 
 // New opens the OOM source cfg asks for (the best one the node allows, for
 // auto), logs why better ones were not taken and registers the agent's

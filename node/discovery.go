@@ -130,11 +130,6 @@ func (d *Discovery) Run(ctx context.Context, src PodSource) error {
 	return src.Run(ctx, d.update)
 }
 
-// RunInformer is Run with the apiserver informer on nodeName's pods.
-func (d *Discovery) RunInformer(ctx context.Context, client rest.Interface, nodeName string) error {
-	return d.Run(ctx, &InformerPods{Client: client, NodeName: nodeName, Log: d.Log})
-}
-
 // update sets the Sampler's containers to those of pods and reports what
 // changed in their statuses.
 func (d *Discovery) update(pods []*corev1.Pod) {

@@ -69,7 +69,8 @@ func TestInformerDiscoverySeesOnlyItsNodesPods(t *testing.T) {
 	done := make(chan error, 1)
 	client, err := NewPodClient(cp.Config)
 	require.NoError(t, err)
-	go func() { done <- d.RunInformer(ctx, client, "node-a") }()
+	// As the agent runs it (Agent.chooseDiscovery, then Agent.Run).
+	go func() { done <- d.Run(ctx, &InformerPods{Client: client, NodeName: "node-a", Log: d.Log}) }()
 
 	create := func(node, name string) *corev1.Pod {
 		p := podOn(node, name, "", true)
@@ -97,7 +98,7 @@ func TestInformerDiscoverySeesOnlyItsNodesPods(t *testing.T) {
 
 func TestInformerDiscoveryNeedsANodeName(t *testing.T) {
 	d := &Discovery{Log: testLog()}
-	assert.ErrorContains(t, d.RunInformer(context.Background(), nil, ""), "node name is empty")
+	assert.ErrorContains(t, d.Run(context.Background(), &InformerPods{Log: d.Log}), "node name is empty")
 	assert.ErrorContains(t, (&InformerPods{NodeName: "n"}).Run(context.Background(), nil), "no apiserver client")
 }
 

@@ -22,7 +22,7 @@
 //     replaces the set, and instances it no longer lists, like those the
 //     agent says are gone, are marked gone in the signals.Kernel, which
 //     drops them once no window can read them.
-//   - Keepalive: agents ping every KeepaliveTime, the server allows it and
+//   - Keepalive: agents ping every streamv1.KeepaliveTime, the server allows it and
 //     pings quiet agents itself.
 //   - A report about a pod that is not on the agent's node, or that the
 //     leader's pod cache does not know, is dropped and counted, never an

@@ -237,8 +237,8 @@ func (in *ingest) oom(ev *streamv1.OOMEvent) (uint64, error) {
 	if ev.GetPodUid() == "" || ev.GetContainer() == "" {
 		return 0, malformed("missing_identity", "oom_event needs pod_uid and container")
 	}
-	if ev.GetCount() > DefaultMaxOOMCount {
-		return 0, malformed("oom_count_too_large", "oom_event.count %d exceeds %d", ev.GetCount(), DefaultMaxOOMCount)
+	if ev.GetCount() > streamv1.MaxOOMCount {
+		return 0, malformed("oom_count_too_large", "oom_event.count %d exceeds %d", ev.GetCount(), streamv1.MaxOOMCount)
 	}
 	uid := types.UID(ev.GetPodUid())
 	if ok, reason := in.podOnNode(uid); !ok {

@@ -26,22 +26,6 @@ const (
 	// DefaultMaxContainers is how many containers one stream may index at
 	// once.
 	DefaultMaxContainers = 2000
-	// DefaultMaxMessageBytes is the largest message the leader receives.
-	DefaultMaxMessageBytes = 4 << 20
-	// DefaultMaxOOMCount is the largest OOMEvent.count the leader accepts.
-	DefaultMaxOOMCount = 1000
-)
-
-// Keepalive of the stream's connections: the agent pings the leader every
-// KeepaliveTime and gives up after KeepaliveTimeout without an answer, so
-// a leader that vanished without closing the connection (a node lost, a
-// partition) is noticed in under a minute rather than after the kernel's
-// TCP timeout; the server accepts pings that often.
-const (
-	// KeepaliveTime is how often the agent pings an open stream.
-	KeepaliveTime = 30 * time.Second
-	// KeepaliveTimeout is how long a ping may go unanswered.
-	KeepaliveTimeout = 10 * time.Second
 )
 
 // apiTimeout bounds each apiserver call made while a stream opens.
@@ -85,7 +69,7 @@ type Config struct {
 	// zero means DefaultMaxContainers.
 	MaxContainers int
 	// MaxMessageBytes is the largest message NewGRPCServer accepts; zero
-	// means DefaultMaxMessageBytes.
+	// means streamv1.MaxMessageBytes.
 	MaxMessageBytes int
 }
 
@@ -137,7 +121,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxContainers = DefaultMaxContainers
 	}
 	if cfg.MaxMessageBytes == 0 {
-		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+		cfg.MaxMessageBytes = streamv1.MaxMessageBytes
 	}
 	return &Server{cfg: cfg, log: cfg.Log, metrics: newMetrics(cfg.Registerer), nodes: map[string]*nodeState{}}, nil
 }
@@ -152,12 +136,12 @@ func NewGRPCServer(srv *Server, tlsConfig *tls.Config) *grpc.Server {
 	g := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsConfig)),
 		grpc.MaxRecvMsgSize(srv.cfg.MaxMessageBytes),
-		// Agents ping every KeepaliveTime on an open stream; a ping more
+		// Agents ping every streamv1.KeepaliveTime on an open stream; a ping more
 		// often than half of it is abuse (GOAWAY "too_many_pings").
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveTime / 2}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: streamv1.KeepaliveTime / 2}),
 		// The leader pings a quiet agent too, so a stream to a vanished
 		// node ends (and its gauge drops) within two minutes.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * KeepaliveTime, Timeout: KeepaliveTimeout}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * streamv1.KeepaliveTime, Timeout: streamv1.KeepaliveTimeout}),
 	)
 	streamv1.RegisterStreamServer(g, srv)
 	return g

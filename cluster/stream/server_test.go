@@ -397,7 +397,7 @@ func TestStream(t *testing.T) {
 
 	t.Run("OversizedMessageIsRefused", func(t *testing.T) {
 		st := f.connect(t, f.agentToken)
-		big := &streamv1.AgentMessage{Body: &streamv1.AgentMessage_OomEvent{OomEvent: &streamv1.OOMEvent{Seq: 1, PodUid: string(f.podA), Container: "app", Comm: string(make([]byte, DefaultMaxMessageBytes+1))}}}
+		big := &streamv1.AgentMessage{Body: &streamv1.AgentMessage_OomEvent{OomEvent: &streamv1.OOMEvent{Seq: 1, PodUid: string(f.podA), Container: "app", Comm: string(make([]byte, streamv1.MaxMessageBytes+1))}}}
 		send(st, hello("node-a"), big)
 		assert.Equal(t, codes.ResourceExhausted, closedWith(t, st))
 	})

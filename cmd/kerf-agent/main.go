@@ -28,6 +28,7 @@ import (
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/node/oom"
+	"github.com/kerf-dev/kerf/node/stream"
 )
 
 // defaultGCPercent is the agent's GOGC unless the environment sets one. The
@@ -101,7 +102,7 @@ func main() {
 			os.Exit(2)
 		}
 		tlsConfig.ServerName = *leaderServerName
-		sc, err := node.NewStreamClient(node.StreamConfig{Addr: *leaderAddr, TLS: tlsConfig, TokenFile: *tokenFile,
+		sc, err := stream.NewClient(stream.Config{Addr: *leaderAddr, TLS: tlsConfig, TokenFile: *tokenFile,
 			NodeName: *nodeName, OOMSource: agent.OOMSource(), Registerer: reg, Log: log})
 		if err != nil {
 			log.Error("kerf-agent cannot start", "err", err)

@@ -43,6 +43,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/node"
+	"github.com/kerf-dev/kerf/node/stream"
 	"github.com/kerf-dev/kerf/test/cgrouptest"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kerneltest"
@@ -140,7 +141,7 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 	}, log, reg)
 	require.NoError(t, err)
 	assert.Equal(t, node.DiscoveryAPIServer, agent.Discovery())
-	sc, err := node.NewStreamClient(node.StreamConfig{Addr: addr, TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13},
+	sc, err := stream.NewClient(stream.Config{Addr: addr, TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13},
 		TokenFile: tokenFile, NodeName: nodeName, OOMSource: agent.OOMSource(), Registerer: reg, Log: log})
 	require.NoError(t, err)
 	agent.SetStream(sc)
