@@ -3,10 +3,12 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -147,18 +149,27 @@ func (f *fanout) untilBreach(t testing.TB, name string) time.Time {
 // TestAPodUpdateReconcilesItsWorkloadsRecommendationOnly: a pod status
 // update reconciles the one recommendation whose targetRef names the pod's
 // workload, and a pod of a workload without a recommendation reconciles
-// none.
+// none. The count is the controller's, so a watch's periodic recheck that
+// lands in the window adds one: each figure is the least of three tries.
+// Fanning out to the namespace would add 20 to every try.
 func TestAPodUpdateReconcilesItsWorkloadsRecommendationOnly(t *testing.T) {
 	f := newFanout(t, 20)
 	time.Sleep(time.Second) // the pods reach the leader's cache
-	before := settledReconciles(t, time.Second)
-	f.restart(t, f.orphan)
-	afterOrphan := settledReconciles(t, time.Second)
-	require.Equal(t, 0.0, afterOrphan-before, "reconciles for a pod of a workload without a recommendation")
+	orphan, watched := math.Inf(1), math.Inf(1)
+	for try := range 3 {
+		before := settledReconciles(t, time.Second)
+		f.restart(t, f.orphan)
+		afterOrphan := settledReconciles(t, time.Second)
+		orphan = min(orphan, afterOrphan-before)
 
-	f.restart(t, f.pods[3])
-	f.untilBreach(t, "web-3")
-	// The breach's own writes (status, the restore) come back as events
-	// of web-3 itself; count only the reconciles up to the decision.
-	require.Equal(t, 1.0, toBreach(t, afterOrphan), "reconciles up to the breach decision")
+		name := fmt.Sprintf("web-%d", 3+try)
+		f.restart(t, f.pods[3+try])
+		f.untilBreach(t, name)
+		// The breach's own writes (status, the restore) come back as
+		// events of that recommendation itself; count only the
+		// reconciles up to the decision.
+		watched = min(watched, toBreach(t, afterOrphan))
+	}
+	assert.Equal(t, 0.0, orphan, "reconciles for a pod of a workload without a recommendation")
+	assert.Equal(t, 1.0, watched, "reconciles up to the breach decision")
 }
