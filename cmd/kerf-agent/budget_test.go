@@ -33,6 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/cgrouptest"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kerneltest"
@@ -249,7 +250,7 @@ func budgetPod(b *testing.B, cs kubernetes.Interface, i int) *corev1.Pod {
 // into a temporary directory and returns its path.
 func buildAgent(b *testing.B) string {
 	b.Helper()
-	repo, err := controlplane.RepoRoot()
+	repo, err := kube.RepoRoot()
 	require.NoError(b, err)
 	dir := b.TempDir()
 	cmd := exec.Command(filepath.Join(repo, "hack", "build.sh"), dir, "kerf-agent")

@@ -50,9 +50,9 @@ import (
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
-var shared controlplane.Shared
-
-func TestMain(m *testing.M) { shared.Main(m) }
+// TestMain shares one control plane among the package's tests
+// (controlplane.Get): a start costs seconds.
+func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Hooks{}) }
 
 const (
 	nodeName       = "chain-node"
@@ -88,7 +88,7 @@ const periodsPerInterval = float64(interval/cfsPeriod) + 1
 
 func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 	cpuMount := cpuHierarchy(t)
-	cp := shared.Get(t)
+	cp := controlplane.Get(t)
 	cs := cp.Clientset
 	ctx := t.Context()
 
