@@ -34,7 +34,6 @@ import (
 
 	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/internal/kube"
-	"github.com/kerf-dev/kerf/test/cgrouptest"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kerneltest"
 	"github.com/kerf-dev/kerf/test/leadertest"
@@ -157,7 +156,7 @@ func budgetCgroups(b *testing.B) (string, []cgroup.Mount) {
 	var mounts []cgroup.Mount
 	seen := map[string]bool{}
 	for _, ctrl := range []string{"cpu", "cpuacct", "memory"} {
-		_, m := cgrouptest.V1Controller(b, ctrl)
+		_, m := kerneltest.V1Controller(b, ctrl)
 		if !seen[m.Path] { // cpu,cpuacct may share a mount
 			seen[m.Path] = true
 			mounts = append(mounts, m)

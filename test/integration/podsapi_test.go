@@ -1,4 +1,4 @@
-package chain
+package integration
 
 // Pod discovery through a real kubelet's Pods API (design section 5), in
 // the one-node sandbox cluster (internal/sandbox): the agent's KubeletPods

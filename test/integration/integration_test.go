@@ -1,4 +1,4 @@
-package chain
+package integration
 
 // The whole chain of design sections 3, 5 and 6, every part real: pods on
 // a real apiserver whose containers are real cgroups (one throttled by a
@@ -42,7 +42,6 @@ import (
 	"github.com/kerf-dev/kerf/cluster/watch"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/node"
-	"github.com/kerf-dev/kerf/test/cgrouptest"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kerneltest"
 	"github.com/kerf-dev/kerf/test/leadertest"
@@ -218,7 +217,7 @@ func ratio(w watch.ThrottleWindow) float64 {
 // cpuHierarchy returns the v1 cpu controller's mount, or skips the test.
 func cpuHierarchy(t *testing.T) cgroup.Mount {
 	t.Helper()
-	_, m := cgrouptest.V1Controller(t, "cpu")
+	_, m := kerneltest.V1Controller(t, "cpu")
 	return m
 }
 
