@@ -201,7 +201,7 @@ func BenchmarkReadCPUStat(b *testing.B) {
 }
 
 // BenchmarkReadCPUStat500 is one sampling pass over 500 real cgroups, the
-// figure DESIGN.md section 10 sets at under 1 ms.
+// figure docs/design.md section 10 sets at under 1 ms.
 func BenchmarkReadCPUStat500(b *testing.B) {
 	const n = 500
 	_, m := kerneltest.V1Controller(b, "cpu")

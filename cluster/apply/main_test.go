@@ -102,7 +102,7 @@ func list(cpu, mem string) corev1.ResourceList {
 // appContainer is a Burstable container: 500m/256Mi requests, 1/512Mi limits.
 func appContainer() corev1.Container {
 	return corev1.Container{
-		Name: "app", Image: "kerf.local/kerf-workload:1",
+		Name: "app", Image: "kerf.local/kerf-workload:dev",
 		Resources: corev1.ResourceRequirements{Requests: list("500m", "256Mi"), Limits: list("1", "512Mi")},
 	}
 }
@@ -110,7 +110,7 @@ func appContainer() corev1.Container {
 // sidecarContainer is a Burstable container: 100m/64Mi requests, 200m/128Mi limits.
 func sidecarContainer() corev1.Container {
 	return corev1.Container{
-		Name: "sidecar", Image: "kerf.local/kerf-workload:1",
+		Name: "sidecar", Image: "kerf.local/kerf-workload:dev",
 		Resources: corev1.ResourceRequirements{Requests: list("100m", "64Mi"), Limits: list("200m", "128Mi")},
 	}
 }

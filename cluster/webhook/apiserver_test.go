@@ -187,7 +187,7 @@ func (e *webhookEnv) recommendation(t *testing.T, workload string, kind v1alpha1
 func appContainer() corev1.Container {
 	return corev1.Container{
 		Name:  "app",
-		Image: "kerf.local/kerf-workload:1",
+		Image: "kerf.local/kerf-workload:dev",
 		Resources: corev1.ResourceRequirements{
 			Requests: rl("cpu", "100m", "memory", "64Mi"),
 			Limits:   rl("memory", "128Mi"),
@@ -362,7 +362,7 @@ func TestAPIServerCallsWebhook(t *testing.T) {
 			},
 			v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseWatching})
 		skippedBefore := counterValue(t, e.injector.skipped.WithLabelValues(SkipLimitBelowRequest))
-		sidecar := corev1.Container{Name: "sidecar", Image: "kerf.local/kerf-workload:1",
+		sidecar := corev1.Container{Name: "sidecar", Image: "kerf.local/kerf-workload:dev",
 			Resources: corev1.ResourceRequirements{Requests: rl("cpu", "10m")}}
 		got := e.createPod(t, newPod(appNamespace, owner, appContainer(), sidecar))
 

@@ -74,7 +74,7 @@ func runDemo(args []string) int {
 		return 1
 	}
 	defer unlock()
-	fmt.Println("Kerf demo: a real one-node cluster on this machine, Kerf installed from manifests/, three real rollbacks.")
+	fmt.Println("Kerf demo: a real one-node cluster on this machine, Kerf installed from manifests/, four real rollbacks.")
 	in, err := scenario.Install(ctx, scenario.InstallOptions{RepoRoot: root, StateDir: dir, Log: log, Say: say})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "\nthe demo could not set up: %v\n", err)

@@ -1,5 +1,5 @@
 // Package sandbox runs kerf-sandbox: a real one-node Kubernetes cluster on
-// this machine (DESIGN.md sections 1 and 9): etcd, kube-apiserver,
+// this machine (docs/design.md sections 1 and 9): etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, containerd with runc, a CNI
 // bridge, kubelet and kube-proxy, each a detached process whose state, logs
 // and PID live under one state directory. Up starts it (or reuses a healthy

@@ -40,7 +40,7 @@ func TestSmokeTalksToRealAPIServer(t *testing.T) {
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "kerf.local/kerf-workload:1"}}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "kerf.local/kerf-workload:dev"}}},
 			},
 		},
 	}
@@ -61,7 +61,7 @@ func TestSmokeTalksToRealAPIServer(t *testing.T) {
 	var got appsv1.Deployment
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), &got))
 	assert.Equal(t, int32(2), *got.Spec.Replicas)
-	assert.Equal(t, "kerf.local/kerf-workload:1", got.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, "kerf.local/kerf-workload:dev", got.Spec.Template.Spec.Containers[0].Image)
 	assert.NotEmpty(t, got.UID, "the apiserver assigns a UID")
 	// The apiserver's defaulting ran: a strategy was filled in server-side.
 	assert.Equal(t, appsv1.RollingUpdateDeploymentStrategyType, got.Spec.Strategy.Type)

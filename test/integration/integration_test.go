@@ -228,7 +228,7 @@ func runningPod(t *testing.T, cs kubernetes.Interface, name string) *corev1.Pod 
 	ctx := t.Context()
 	p, err := cs.CoreV1().Pods(appNamespace).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: appNamespace, Name: name},
-		Spec:       corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "app", Image: "kerf.local/kerf-workload:1"}}},
+		Spec:       corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "app", Image: "kerf.local/kerf-workload:dev"}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	id := make([]byte, 32)
@@ -236,7 +236,7 @@ func runningPod(t *testing.T, cs kubernetes.Interface, name string) *corev1.Pod 
 	p.Status.Phase = corev1.PodRunning
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{
 		Name:        "app",
-		Image:       "kerf.local/kerf-workload:1",
+		Image:       "kerf.local/kerf-workload:dev",
 		ContainerID: "containerd://" + hex.EncodeToString(id),
 		Ready:       true,
 		State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}},
