@@ -6,58 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/kerf-dev/kerf/test/kerneltest"
 )
-
-// BenchmarkReadCPUStat reads and parses one real cgroup's cpu.stat.
-func BenchmarkReadCPUStat(b *testing.B) {
-	_, m := v1Controller(b, "cpu")
-	r, err := OpenCPUStat(kerneltest.MakeCgroup(b, m.Path))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
-	var s CPUStat
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := r.Read(&s); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkReadCPUStat500 is one sampling pass over 500 real cgroups, the
-// figure DESIGN.md section 10 sets at under 1 ms.
-func BenchmarkReadCPUStat500(b *testing.B) {
-	const n = 500
-	_, m := v1Controller(b, "cpu")
-	parent := kerneltest.MakeCgroup(b, m.Path)
-	readers := make([]*CPUStatReader, n)
-	for i := range readers {
-		dir := filepath.Join(parent, fmt.Sprintf("c%03d", i))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { kerneltest.RemoveCgroup(b, dir) })
-		r, err := OpenCPUStat(dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { r.Close() })
-		readers[i] = r
-	}
-	var s CPUStat
-	b.ReportAllocs()
-	for b.Loop() {
-		for _, r := range readers {
-			if err := r.Read(&s); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/read")
-}
 
 // BenchmarkReadCPUStatFile reads cpu.stat from a regular file; it needs no
 // root and measures the reader apart from the kernel's cgroup code.
@@ -126,58 +75,6 @@ func BenchmarkParseContainerPath(b *testing.B) {
 			b.Fatal("no match")
 		}
 	}
-}
-
-// usageCgroups makes n real v1 cgroups, each in the cpuacct and the memory
-// tree, and opens a UsageReader on each.
-func usageCgroups(b *testing.B, n int) []*UsageReader {
-	h, cpuacct := v1Controller(b, "cpuacct")
-	_, mem := v1Controller(b, "memory")
-	parent := cgroupPath(b, cpuacct, kerneltest.MakeCgroup(b, cpuacct.Path))
-	kerneltest.MakeCgroupPath(b, mem.Path, parent)
-	readers := make([]*UsageReader, n)
-	for i := range readers {
-		cg := fmt.Sprintf("%s/c%03d", parent, i)
-		kerneltest.MakeCgroupPath(b, cpuacct.Path, cg)
-		kerneltest.MakeCgroupPath(b, mem.Path, cg)
-		r, err := h.OpenUsage(cg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { r.Close() })
-		readers[i] = r
-	}
-	return readers
-}
-
-// BenchmarkReadUsage reads one real v1 cgroup's usage: cpuacct.usage,
-// memory.usage_in_bytes, memory.stat and memory.max_usage_in_bytes.
-func BenchmarkReadUsage(b *testing.B) {
-	r := usageCgroups(b, 1)[0]
-	var u Usage
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := r.Read(&u); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkReadUsage500 is one usage pass over 500 real v1 cgroups, beside
-// BenchmarkReadCPUStat500's throttling pass.
-func BenchmarkReadUsage500(b *testing.B) {
-	const n = 500
-	readers := usageCgroups(b, n)
-	var u Usage
-	b.ReportAllocs()
-	for b.Loop() {
-		for _, r := range readers {
-			if err := r.Read(&u); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/read")
 }
 
 // BenchmarkReadUsageFiles500 is a usage pass over 500 fixture cgroups of

@@ -1,6 +1,6 @@
 // Package cgroup reads the kernel's cgroup files for Kerf's node agent.
 //
-// It covers three jobs (DESIGN.md section 5):
+// It covers three jobs (docs/design.md section 5):
 //
 //   - Discovery: Detect finds whether the node runs cgroup v2 (unified),
 //     v1 (legacy) or both (hybrid), and where each controller is mounted.

@@ -1,46 +1,29 @@
-package cgroup
+package cgroup_test
 
 // Tests on the real kernel: they create cgroups, so they need root (CI runs
 // as root) and skip with the reason otherwise.
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/kerf-dev/kerf/test/kerneltest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/test/kerneltest"
 )
 
-// v1Controller returns this machine's hierarchy and the mount of a cgroup v1
-// controller, or skips the test.
-func v1Controller(tb testing.TB, controller string) (*Hierarchy, Mount) {
-	tb.Helper()
-	if uid := os.Geteuid(); uid != 0 {
-		tb.Skipf("needs root to create cgroups: running as uid %d", uid)
-	}
-	h, err := Detect()
-	if err != nil {
-		tb.Skipf("cannot read this machine's cgroups: %v", err)
-	}
-	m, ok := h.Controller(controller)
-	if !ok {
-		tb.Skipf("the cgroup v1 %s controller is not mounted (cgroup mode %s)", controller, h.Mode)
-	}
-	if m.Version != 1 {
-		tb.Skipf("needs the cgroup v1 %s controller: this machine has it on cgroup v2 (mode %s)", controller, h.Mode)
-	}
-	return h, m
-}
-
 // cgroupPath returns the cgroup path of dir, a directory of mount m.
-func cgroupPath(tb testing.TB, m Mount, dir string) string {
+func cgroupPath(tb testing.TB, m cgroup.Mount, dir string) string {
 	tb.Helper()
 	p, err := m.Rel(dir)
 	require.NoError(tb, err)
@@ -48,7 +31,7 @@ func cgroupPath(tb testing.TB, m Mount, dir string) string {
 }
 
 func TestKernelCPUStatCountsThrottlingOfABusyLoop(t *testing.T) {
-	h, m := v1Controller(t, "cpu")
+	h, m := kerneltest.V1Controller(t, "cpu")
 	dir := kerneltest.MakeCgroup(t, m.Path)
 	cg := cgroupPath(t, m, dir)
 	p, err := h.Path("cpu", cg)
@@ -61,9 +44,9 @@ func TestKernelCPUStatCountsThrottlingOfABusyLoop(t *testing.T) {
 	r, err := h.OpenCPUStat(cg)
 	require.NoError(t, err)
 	defer r.Close()
-	var s CPUStat
+	var s cgroup.CPUStat
 	require.NoError(t, r.Read(&s))
-	assert.Equal(t, CPUStat{}, s, "a new cgroup has no periods")
+	assert.Equal(t, cgroup.CPUStat{}, s, "a new cgroup has no periods")
 
 	cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
 	require.NoError(t, cmd.Start())
@@ -85,14 +68,14 @@ func TestKernelCPUStatCountsThrottlingOfABusyLoop(t *testing.T) {
 	// With the loop dead the period timer stops after at most two more
 	// periods; then the counters hold still and the reader must agree with
 	// a plain read of the file.
-	var want CPUStat
+	var want cgroup.CPUStat
 	for range 20 {
 		time.Sleep(period)
-		var again CPUStat
+		var again cgroup.CPUStat
 		require.NoError(t, r.Read(&s))
 		data, err := os.ReadFile(r.Path())
 		require.NoError(t, err)
-		require.NoError(t, ParseCPUStat(data, &want))
+		require.NoError(t, cgroup.ParseCPUStat(data, &want))
 		require.NoError(t, r.Read(&again))
 		if s == again {
 			break
@@ -109,57 +92,57 @@ func TestKernelCPUStatCountsThrottlingOfABusyLoop(t *testing.T) {
 }
 
 func TestKernelReaderReportsRemovedCgroupAsGone(t *testing.T) {
-	_, m := v1Controller(t, "cpu")
+	_, m := kerneltest.V1Controller(t, "cpu")
 	dir := kerneltest.MakeCgroup(t, m.Path)
-	r, err := OpenCPUStat(dir)
+	r, err := cgroup.OpenCPUStat(dir)
 	require.NoError(t, err)
 	defer r.Close()
-	var s CPUStat
+	var s cgroup.CPUStat
 	require.NoError(t, r.Read(&s))
 
 	require.NoError(t, syscall.Rmdir(dir))
 	err = r.Read(&s)
-	assert.ErrorIs(t, err, ErrGone)
+	assert.ErrorIs(t, err, cgroup.ErrGone)
 	assert.ErrorIs(t, err, syscall.ENODEV)
 	assert.Contains(t, err.Error(), r.Path())
 
-	_, err = OpenCPUStat(dir)
-	assert.ErrorIs(t, err, ErrGone)
+	_, err = cgroup.OpenCPUStat(dir)
+	assert.ErrorIs(t, err, cgroup.ErrGone)
 }
 
 func TestKernelOOMControlReadsAV1MemoryCgroup(t *testing.T) {
-	h, m := v1Controller(t, "memory")
+	h, m := kerneltest.V1Controller(t, "memory")
 	dir := kerneltest.MakeCgroup(t, m.Path)
 
 	kills, err := h.OpenOOMKills(cgroupPath(t, m, dir))
 	require.NoError(t, err)
 	defer kills.Close()
-	assert.IsType(t, &OOMControlReader{}, kills)
+	assert.IsType(t, &cgroup.OOMControlReader{}, kills)
 	n, err := kills.OOMKills()
 	require.NoError(t, err)
 	assert.Zero(t, n)
 
-	r, err := OpenOOMControl(dir)
+	r, err := cgroup.OpenOOMControl(dir)
 	require.NoError(t, err)
 	defer r.Close()
-	var c, want OOMControl
+	var c, want cgroup.OOMControl
 	require.NoError(t, r.Read(&c))
 	data, err := os.ReadFile(r.Path())
 	require.NoError(t, err)
-	require.NoError(t, ParseOOMControl(data, &want))
+	require.NoError(t, cgroup.ParseOOMControl(data, &want))
 	assert.Equal(t, want, c)
-	assert.Equal(t, OOMControl{}, c)
+	assert.Equal(t, cgroup.OOMControl{}, c)
 
 	// Writing 1 to memory.oom_control turns the OOM killer off (v1 only).
 	kerneltest.WriteFile(t, dir, "memory.oom_control", "1")
 	require.NoError(t, r.Read(&c))
-	assert.Equal(t, OOMControl{KillDisabled: true}, c)
+	assert.Equal(t, cgroup.OOMControl{KillDisabled: true}, c)
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = r.Read(&c) }))
 }
 
 func TestKernelIDIndexMapsCgroupIDsToPaths(t *testing.T) {
-	h, m := v1Controller(t, "memory")
-	trees := map[string]Mount{"v1 memory": m}
+	h, m := kerneltest.V1Controller(t, "memory")
+	trees := map[string]cgroup.Mount{"v1 memory": m}
 	if u, ok := h.Unified(); ok {
 		trees["v2"] = u
 	}
@@ -167,18 +150,18 @@ func TestKernelIDIndexMapsCgroupIDsToPaths(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			parent := kerneltest.MakeCgroup(t, m.Path)
 			a := kerneltest.MakeCgroup(t, parent)
-			x, err := NewIDIndex(parent)
+			x, err := cgroup.NewIDIndex(parent)
 			require.NoError(t, err)
 			assert.Equal(t, 2, x.Len())
 
-			idA, err := CgroupID(a)
+			idA, err := cgroup.CgroupID(a)
 			require.NoError(t, err)
 			p, ok := x.Lookup(idA)
 			assert.True(t, ok)
 			assert.Equal(t, a, p)
 
 			b := kerneltest.MakeCgroup(t, parent)
-			idB, err := CgroupID(b)
+			idB, err := cgroup.CgroupID(b)
 			require.NoError(t, err)
 			p, ok = x.Lookup(idB)
 			assert.True(t, ok, "a cgroup made after the walk is found by the rescan on a miss")
@@ -198,4 +181,53 @@ func TestKernelIDIndexMapsCgroupIDsToPaths(t *testing.T) {
 			assert.False(t, ok)
 		})
 	}
+}
+
+// BenchmarkReadCPUStat reads and parses one real cgroup's cpu.stat.
+func BenchmarkReadCPUStat(b *testing.B) {
+	_, m := kerneltest.V1Controller(b, "cpu")
+	r, err := cgroup.OpenCPUStat(kerneltest.MakeCgroup(b, m.Path))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	var s cgroup.CPUStat
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := r.Read(&s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReadCPUStat500 is one sampling pass over 500 real cgroups, the
+// figure docs/design.md section 10 sets at under 1 ms.
+func BenchmarkReadCPUStat500(b *testing.B) {
+	const n = 500
+	_, m := kerneltest.V1Controller(b, "cpu")
+	parent := kerneltest.MakeCgroup(b, m.Path)
+	readers := make([]*cgroup.CPUStatReader, n)
+	for i := range readers {
+		dir := filepath.Join(parent, fmt.Sprintf("c%03d", i))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { kerneltest.RemoveCgroup(b, dir) })
+		r, err := cgroup.OpenCPUStat(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { r.Close() })
+		readers[i] = r
+	}
+	var s cgroup.CPUStat
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, r := range readers {
+			if err := r.Read(&s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/read")
 }

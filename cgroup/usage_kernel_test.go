@@ -1,4 +1,4 @@
-package cgroup
+package cgroup_test
 
 // The usage readers on real cgroup v1 controllers: a child process burns CPU
 // and allocates memory in a cgroup, and the readers must agree with the
@@ -17,10 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kerf-dev/kerf/test/kerneltest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/test/kerneltest"
 )
 
 const (
@@ -108,8 +110,8 @@ func readKernelFile(t *testing.T, dir, name string) []byte {
 }
 
 func TestKernelUsageOfABusyProcessMatchesTheKernel(t *testing.T) {
-	h, cpuacct := v1Controller(t, "cpuacct")
-	_, mem := v1Controller(t, "memory")
+	h, cpuacct := kerneltest.V1Controller(t, "cpuacct")
+	_, mem := kerneltest.V1Controller(t, "memory")
 	cpuDir := kerneltest.MakeCgroup(t, cpuacct.Path)
 	cg := cgroupPath(t, cpuacct, cpuDir)
 	memDir := kerneltest.MakeCgroupPath(t, mem.Path, cg)
@@ -117,9 +119,9 @@ func TestKernelUsageOfABusyProcessMatchesTheKernel(t *testing.T) {
 	r, err := h.OpenUsage(cg)
 	require.NoError(t, err)
 	defer r.Close()
-	var before Usage
+	var before cgroup.Usage
 	require.NoError(t, r.Read(&before))
-	assert.Equal(t, Usage{PeakAvailable: true}, before, "a new cgroup has used nothing")
+	assert.Equal(t, cgroup.Usage{PeakAvailable: true}, before, "a new cgroup has used nothing")
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), usageHelperEnv+"=1")
@@ -141,14 +143,14 @@ func TestKernelUsageOfABusyProcessMatchesTheKernel(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "done\n", line)
 
-	var u Usage
+	var u cgroup.Usage
 	require.NoError(t, r.Read(&u))
 	t.Logf("after burning %v and touching %d MiB: %+v", helperBurn, helperAlloc>>20, u)
 
 	// CPU: at least the burn, at most what the process used in all (its
 	// start ran in the parent cgroup), and what cpuacct.usage says.
 	var kernelCPU time.Duration
-	require.NoError(t, ParseCPUAcctUsage(readKernelFile(t, cpuDir, "cpuacct.usage"), &kernelCPU))
+	require.NoError(t, cgroup.ParseCPUAcctUsage(readKernelFile(t, cpuDir, "cpuacct.usage"), &kernelCPU))
 	assert.GreaterOrEqual(t, u.CPU, helperBurn-5*time.Millisecond)
 	assert.LessOrEqual(t, u.CPU, procCPU(t, pid)+20*time.Millisecond, "the cgroup holds only the helper")
 	assert.GreaterOrEqual(t, kernelCPU, u.CPU)
@@ -157,41 +159,93 @@ func TestKernelUsageOfABusyProcessMatchesTheKernel(t *testing.T) {
 	// Memory: the touched pages are anonymous, never inactive file cache,
 	// so the working set holds them all; the peak holds the usage.
 	var kernelMem, kernelPeak uint64
-	var kernelStat MemoryStat
-	require.NoError(t, ParseValue(readKernelFile(t, memDir, "memory.usage_in_bytes"), &kernelMem))
-	require.NoError(t, ParseMemoryStatV1(readKernelFile(t, memDir, "memory.stat"), &kernelStat))
-	require.NoError(t, ParseValue(readKernelFile(t, memDir, "memory.max_usage_in_bytes"), &kernelPeak))
+	var kernelStat cgroup.MemoryStat
+	require.NoError(t, cgroup.ParseValue(readKernelFile(t, memDir, "memory.usage_in_bytes"), &kernelMem))
+	require.NoError(t, cgroup.ParseMemoryStatV1(readKernelFile(t, memDir, "memory.stat"), &kernelStat))
+	require.NoError(t, cgroup.ParseValue(readKernelFile(t, memDir, "memory.max_usage_in_bytes"), &kernelPeak))
 	const slack = 1 << 20
 	assert.GreaterOrEqual(t, u.WorkingSet, uint64(helperAlloc))
 	assert.LessOrEqual(t, u.WorkingSet, u.Memory)
 	assert.LessOrEqual(t, u.WorkingSet, procStatusKB(t, pid, "VmRSS")+16<<20, "the working set is the helper's resident memory and its kernel memory")
 	assert.GreaterOrEqual(t, procStatusKB(t, pid, "RssAnon"), uint64(helperAlloc))
 	assert.InDelta(t, kernelMem, u.Memory, slack)
-	assert.InDelta(t, WorkingSet(kernelMem, kernelStat.InactiveFile), u.WorkingSet, slack)
+	assert.InDelta(t, cgroup.WorkingSet(kernelMem, kernelStat.InactiveFile), u.WorkingSet, slack)
 	assert.True(t, u.PeakAvailable)
 	assert.GreaterOrEqual(t, u.Peak, u.Memory)
 	assert.GreaterOrEqual(t, kernelPeak, u.Peak)
 	assert.InDelta(t, kernelPeak, u.Peak, slack)
-	assert.Equal(t, u.Peak, IntervalPeak(before, u, u.Memory), "the peak grew in this interval")
+	assert.Equal(t, u.Peak, cgroup.IntervalPeak(before, u, u.Memory), "the peak grew in this interval")
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = r.Read(&u) }))
 
 	// With the helper gone its memory is uncharged, but the peak stays:
 	// the next interval's peak comes from the samples.
 	require.NoError(t, cmd.Process.Kill())
 	_ = cmd.Wait()
-	var after Usage
+	var after cgroup.Usage
 	require.NoError(t, r.Read(&after))
 	t.Logf("after the helper exited: %+v", after)
 	assert.Less(t, after.Memory, uint64(helperAlloc))
 	assert.Equal(t, u.Peak, after.Peak)
 	assert.GreaterOrEqual(t, after.CPU, u.CPU)
-	assert.Equal(t, after.Memory, IntervalPeak(u, after, 0))
+	assert.Equal(t, after.Memory, cgroup.IntervalPeak(u, after, 0))
 
 	kerneltest.RemoveCgroup(t, cpuDir)
 	kerneltest.RemoveCgroup(t, memDir)
 	err = r.Read(&after)
-	assert.ErrorIs(t, err, ErrGone)
-	assert.NotErrorIs(t, err, ErrMalformed)
+	assert.ErrorIs(t, err, cgroup.ErrGone)
+	assert.NotErrorIs(t, err, cgroup.ErrMalformed)
 	_, err = h.OpenUsage(cg)
-	assert.ErrorIs(t, err, ErrGone)
+	assert.ErrorIs(t, err, cgroup.ErrGone)
+}
+
+// usageCgroups makes n real v1 cgroups, each in the cpuacct and the memory
+// tree, and opens a cgroup.UsageReader on each.
+func usageCgroups(b *testing.B, n int) []*cgroup.UsageReader {
+	h, cpuacct := kerneltest.V1Controller(b, "cpuacct")
+	_, mem := kerneltest.V1Controller(b, "memory")
+	parent := cgroupPath(b, cpuacct, kerneltest.MakeCgroup(b, cpuacct.Path))
+	kerneltest.MakeCgroupPath(b, mem.Path, parent)
+	readers := make([]*cgroup.UsageReader, n)
+	for i := range readers {
+		cg := fmt.Sprintf("%s/c%03d", parent, i)
+		kerneltest.MakeCgroupPath(b, cpuacct.Path, cg)
+		kerneltest.MakeCgroupPath(b, mem.Path, cg)
+		r, err := h.OpenUsage(cg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { r.Close() })
+		readers[i] = r
+	}
+	return readers
+}
+
+// BenchmarkReadUsage reads one real v1 cgroup's usage: cpuacct.usage,
+// memory.usage_in_bytes, memory.stat and memory.max_usage_in_bytes.
+func BenchmarkReadUsage(b *testing.B) {
+	r := usageCgroups(b, 1)[0]
+	var u cgroup.Usage
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := r.Read(&u); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReadUsage500 is one usage pass over 500 real v1 cgroups, beside
+// BenchmarkReadCPUStat500's throttling pass.
+func BenchmarkReadUsage500(b *testing.B) {
+	const n = 500
+	readers := usageCgroups(b, n)
+	var u cgroup.Usage
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, r := range readers {
+			if err := r.Read(&u); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/read")
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	agentnode "github.com/kerf-dev/kerf/node"
 	agentstream "github.com/kerf-dev/kerf/node/stream"
+	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
@@ -42,7 +43,7 @@ type agentLeader struct {
 func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.RightsizingPolicy) *agentLeader {
 	t.Helper()
 	ctx := context.Background()
-	cs := controlPlane(t).Clientset
+	cs := controlplane.Get(t).Clientset
 	nodeName := node(t, c)
 	serverCert, pool := streamCert(t, c, ns)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -89,7 +90,7 @@ func agentSees(pod *corev1.Pod, n int32, reason, runID string, finished time.Tim
 // leader rolls back every touched resource while the apiserver's pod
 // status still shows no restart.
 func TestAgentRestartsRollBackBeforePodStatus(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	a := watchedWebWithAgent(t, c, ns, policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.OOMKills = ptr.To[int32](5) }))
@@ -122,7 +123,7 @@ func TestAgentRestartsRollBackBeforePodStatus(t *testing.T) {
 // back memory while the apiserver's pod status shows nothing, and no
 // kernel OOM event was sent (--oom-source=off on the node, say).
 func TestAgentOOMKilledTerminationRollsBackMemoryBeforePodStatus(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	a := watchedWebWithAgent(t, c, ns, policyWith(ns, time.Hour, nil))
@@ -155,7 +156,7 @@ func TestAgentOOMKilledTerminationRollsBackMemoryBeforePodStatus(t *testing.T) {
 // thresholds of two, counting either twice would roll back. A second kill
 // the agent sees then breaches both signals with counts of exactly two.
 func TestPodStatusCatchingUpWithTheAgentCountsOnce(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	a := watchedWebWithAgent(t, c, ns, policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/signals"
+	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 // BenchmarkSignalToRollbackRequest measures the leader's decision latency
@@ -20,7 +21,7 @@ import (
 // recorded the breach and sends the restore request. Twenty workloads are
 // watched; each gets one kill. It reports p50 and p99 in milliseconds.
 func BenchmarkSignalToRollbackRequest(b *testing.B) {
-	c := controlPlane(b).Client
+	c := controlplane.Get(b).Client
 	ctx := context.Background()
 	ns := namespace(b, c)
 	const n = 20

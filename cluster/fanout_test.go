@@ -17,6 +17,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 // reconciles returns how many reconciles the recommendation controllers in
@@ -78,7 +79,7 @@ type fanout struct {
 
 func newFanout(t testing.TB, n int) *fanout {
 	t.Helper()
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ctx := context.Background()
 	ns := namespace(t, c)
 	f := &fanout{c: c, breach: map[string]time.Time{}}

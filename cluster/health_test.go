@@ -24,10 +24,11 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/signals"
+	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	dep, l := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{}, "250m", "128Mi")
@@ -69,7 +70,7 @@ func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
 }
 
 func TestRestartsRollBackEveryTouchedResourceEvenWhenPaused(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	p := policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.Restarts = ptr.To[int32](2) })
 	dep, l := watchedWeb(t, c, ns, p, Config{}, "250m", "128Mi")
@@ -94,7 +95,7 @@ func TestRestartsRollBackEveryTouchedResourceEvenWhenPaused(t *testing.T) {
 }
 
 func TestWatchEndsHealthy(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	dep, _ := watchedWeb(t, c, ns, policyWith(ns, 2*time.Second, nil), Config{}, "250m", "128Mi")
 	adoptedPod(t, c, dep, "web-new-1")
@@ -112,7 +113,7 @@ func TestWatchEndsHealthy(t *testing.T) {
 // the recommendation RolledBack; the other replica finishes the restore and
 // the rollback is recorded once.
 func TestFailoverMidRollbackRestoresOnce(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
@@ -142,7 +143,7 @@ func TestFailoverMidRollbackRestoresOnce(t *testing.T) {
 // a kill that did not restart the container): the leader acts on the
 // signal alone.
 func TestKernelOOMKillRollsBackBeforePodStatus(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	kernel := signals.NewKernel()
@@ -162,7 +163,7 @@ func TestKernelOOMKillRollsBackBeforePodStatus(t *testing.T) {
 // agents' stream will: the leader's clock is moved three minutes on (past
 // T0+2m), and 400 periods with 200 throttled make a ratio of 0.5.
 func TestThrottlingRollsBackCPU(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
@@ -201,7 +202,7 @@ func TestThrottlingRollsBackCPU(t *testing.T) {
 // failed action with reason RollbackError, the restore is retried, and
 // once allowed the rollback completes and is recorded once.
 func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	dep, l := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{}, "500m", "128Mi")
@@ -281,7 +282,7 @@ func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 // expired, rolled back again, and after the second expiry are
 // failedPermanent.
 func TestBackoffRunEndsFailedPermanent(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	dep := web(t, c, ns, policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
@@ -348,7 +349,7 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 // sees the container OOM-killed and resizes the pod back: restored only
 // once the kubelet reports the old values again.
 func TestInPlaceOOMRollbackResizesPodsBack(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	dep, pod, l := inPlaceWeb(t, c, ns, policyWith(ns, time.Hour, nil), "500m", "128Mi")
@@ -376,7 +377,7 @@ func TestInPlaceOOMRollbackResizesPodsBack(t *testing.T) {
 // A workload deleted while its rollback runs leaves nothing to restore: the
 // rollback ends, says so, and is not retried as an error.
 func TestRollbackOfADeletedWorkloadEnds(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
@@ -407,7 +408,7 @@ func TestRollbackOfADeletedWorkloadEnds(t *testing.T) {
 // refuses the resize. The rollback still completes, and its message names
 // the pod that keeps the changed values.
 func TestDeferredRollbackNamesAPodItCannotResizeBack(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	dep := deployment(ns, "web", "500m", "256Mi")

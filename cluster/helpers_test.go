@@ -32,18 +32,9 @@ import (
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
-// shared is the package's one control plane: a start costs seconds.
-var shared controlplane.Shared
-
-func TestMain(m *testing.M) { shared.Main(m) }
-
-// controlPlane returns the package's control plane, starting it on first
-// use; where the binaries are missing the test is skipped, unless
-// controlplane.Required says it must run.
-func controlPlane(t testing.TB) *controlplane.ControlPlane {
-	t.Helper()
-	return shared.Get(t)
-}
+// TestMain shares one control plane among the package's tests
+// (controlplane.Get): a start costs seconds.
+func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Hooks{}) }
 
 // namespace creates a fresh namespace for one test.
 func namespace(t testing.TB, c client.Client) string {
@@ -84,7 +75,7 @@ func startLeader(t testing.TB, ns, identity string, cfg Config) *testLeader {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	l, err := New(cfg, controlPlane(t).Config, log.With("identity", identity))
+	l, err := New(cfg, controlplane.Get(t).Config, log.With("identity", identity))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	tl := &testLeader{Leader: l, stop: cancel, done: make(chan error, 1)}
@@ -108,7 +99,7 @@ func deployment(ns, name string, cpu, mem string) *appsv1.Deployment {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "app", Image: "kerf.local/kerf-workload:1",
+					Name: "app", Image: "kerf.local/kerf-workload:dev",
 					Resources: corev1.ResourceRequirements{
 						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)},
 						Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)},

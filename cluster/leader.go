@@ -15,11 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,6 +34,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/internal/endpoints"
+	"github.com/kerf-dev/kerf/internal/kube"
 )
 
 // ErrLeadershipLost is returned by Run when the leader's Lease was lost:
@@ -114,14 +112,6 @@ type WebhookConfig struct {
 	Cert cert.Source
 }
 
-// Scheme holds the types the leader reads and writes.
-var Scheme = runtime.NewScheme()
-
-func init() {
-	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
-	utilruntime.Must(v1alpha1.AddToScheme(Scheme))
-}
-
 // Leader is one kerf-leader replica. Every replica runs; the one that holds
 // the Lease applies and rolls back.
 type Leader struct {
@@ -175,7 +165,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Cache:                               cacheOpts,
-		Scheme:                              Scheme,
+		Scheme:                              kube.Scheme,
 		Logger:                              logr.FromSlogHandler(log.Handler()),
 		Metrics:                             metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:              "0",
@@ -345,7 +335,7 @@ func (l *Leader) serverTLS(ctx context.Context, server string, src cert.Source) 
 	if src.Dir == "" {
 		// The manager's client reads from a cache that is not started yet.
 		var err error
-		if c, err = client.New(l.restConfig, client.Options{Scheme: Scheme}); err != nil {
+		if c, err = client.New(l.restConfig, client.Options{Scheme: kube.Scheme}); err != nil {
 			return nil, fmt.Errorf("%s certificate client: %w", server, err)
 		}
 	}

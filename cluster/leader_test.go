@@ -21,10 +21,11 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/cert"
+	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 func TestRecommendationWithoutPolicyIsBlocked(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
@@ -42,7 +43,7 @@ func TestRecommendationWithoutPolicyIsBlocked(t *testing.T) {
 }
 
 func TestRolloutIsAppliedAndRecorded(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	web(t, c, ns, namespacedPolicy(ns, false))
@@ -73,7 +74,7 @@ func TestRolloutIsAppliedAndRecorded(t *testing.T) {
 }
 
 func TestPausedPolicyBlocksUntilUnpaused(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
@@ -94,7 +95,7 @@ func TestPausedPolicyBlocksUntilUnpaused(t *testing.T) {
 // leads, and when its Lease is taken from it, it stops with
 // ErrLeadershipLost (kerf-leader then exits) and the other takes over.
 func TestOnlyOneReplicaLeadsAndLosingTheLeaseStopsIt(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	a := startLeader(t, ns, "a", Config{})
 	require.Eventually(t, a.Leading, 15*time.Second, 50*time.Millisecond)
@@ -122,7 +123,7 @@ func TestOnlyOneReplicaLeadsAndLosingTheLeaseStopsIt(t *testing.T) {
 // a change and before it applied it, as a crash would; the other replica
 // takes over and finishes that change: applied once, recorded once.
 func TestFailoverMidApplyAppliesOnce(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	web(t, c, ns, namespacedPolicy(ns, false))
@@ -166,7 +167,7 @@ func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 // certificate: both serve the webhook over TLS with a certificate the
 // shared CA signed, whichever of them leads.
 func TestEveryReplicaServesTheWebhook(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	src := cert.Source{SelfManaged: cert.Options{Namespace: ns, ServiceName: "kerf-webhook", SecretName: "kerf-webhook-cert",
 		ExtraHosts: []string{"127.0.0.1"}, WebhookConfiguration: "kerf-test-absent"}}
@@ -197,7 +198,7 @@ func TestEveryReplicaServesTheWebhook(t *testing.T) {
 }
 
 func TestInPlaceResizesRunningPodsAndWaitsForTheKubelet(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	dep, pod, _ := inPlaceWeb(t, c, ns, namespacedPolicy(ns, false), "250m", "256Mi")
@@ -212,7 +213,7 @@ func TestInPlaceResizesRunningPodsAndWaitsForTheKubelet(t *testing.T) {
 }
 
 func TestInfeasibleResizeFailsWithTheReason(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	_, pod, l := inPlaceWeb(t, c, ns, namespacedPolicy(ns, false), "1", "256Mi")
 

@@ -15,13 +15,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
+	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 // TestOnlyTheLeaderServesTheStream runs two replicas with the stream on:
 // the leader answers an agent (here one without a token, which it refuses
 // as unauthenticated) and the other replica tells it to go elsewhere.
 func TestOnlyTheLeaderServesTheStream(t *testing.T) {
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	ctx := context.Background()
 	serverCert, pool := streamCert(t, c, ns)

@@ -6,13 +6,15 @@
 #   hack/controlplane.sh --check    exit 1 (and say what) if anything is missing
 set -euo pipefail
 
-K8S_VERSION=${K8S_VERSION:-v1.37.2}
-ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+root=$(cd "$(dirname "$0")/.." && pwd)
+# KUBERNETES_VERSION and ETCD_VERSION, written once for the script and for
+# Go (package internal/kube embeds the same file).
+# shellcheck source=../internal/kube/versions.env
+. "$root/internal/kube/versions.env"
 # Kubernetes binaries to build from k8s.io/kubernetes/cmd/<name>.
 K8S_BINARIES=${K8S_BINARIES:-kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy}
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-kdir=$root/bin/k8s-$K8S_VERSION
+kdir=$root/bin/k8s-$KUBERNETES_VERSION
 edir=$root/bin/etcd-$ETCD_VERSION
 work=$root/bin/.build
 
@@ -28,7 +30,7 @@ if [ "${1:-}" = "--check" ]; then
 	exit 0
 fi
 if [ ${#missing[@]} -eq 0 ]; then
-	echo "control plane: cached in bin/ (k8s $K8S_VERSION, etcd $ETCD_VERSION)"
+	echo "control plane: cached in bin/ (k8s $KUBERNETES_VERSION, etcd $ETCD_VERSION)"
 	exit 0
 fi
 
@@ -71,24 +73,24 @@ fi
 need_k8s=0
 for b in $K8S_BINARIES; do [ -x "$kdir/$b" ] || need_k8s=1; done
 if [ $need_k8s = 1 ]; then
-	echo "kubernetes $K8S_VERSION: building $K8S_BINARIES from the Go module proxy"
+	echo "kubernetes $KUBERNETES_VERSION: building $K8S_BINARIES from the Go module proxy"
 	echo "    a cold build takes about 10 minutes on 2 cores; later runs reuse bin/ and Go's build cache"
-	w=$work/k8s-$K8S_VERSION
+	w=$work/k8s-$KUBERNETES_VERSION
 	mkdir -p "$w" "$kdir"
 	(
 		cd "$w"
 		if [ ! -f go.mod ]; then
 			# k8s.io/kubernetes points its staging modules at ./staging/src;
 			# a module that depends on it must replace each with its release.
-			go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null
-			kmod=$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod
-			staging="v0.${K8S_VERSION#v1.}"
+			go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" >/dev/null
+			kmod=$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$KUBERNETES_VERSION.mod
+			staging="v0.${KUBERNETES_VERSION#v1.}"
 			{
 				echo "module kerf.local/k8s-build"
 				echo
 				echo "go 1.26"
 				echo
-				echo "require k8s.io/kubernetes $K8S_VERSION"
+				echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
 				echo
 				echo "replace ("
 				sed -n 's|^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*|\t\1 => \1 '"$staging"'|p' "$kmod"
@@ -100,10 +102,10 @@ if [ $need_k8s = 1 ]; then
 		for b in $K8S_BINARIES; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
 		echo "    resolving modules"
 		go get "${pkgs[@]}" >/dev/null 2>get.log || { cat get.log >&2; exit 1; }
-		minor=${K8S_VERSION#v1.}
+		minor=${KUBERNETES_VERSION#v1.}
 		minor=${minor%%.*}
 		ldflags="-s -w"
-		for kv in "gitVersion=$K8S_VERSION" gitMajor=1 "gitMinor=$minor" gitTreeState=clean; do
+		for kv in "gitVersion=$KUBERNETES_VERSION" gitMajor=1 "gitMinor=$minor" gitTreeState=clean; do
 			ldflags="$ldflags -X k8s.io/component-base/version.$kv"
 		done
 		for b in $K8S_BINARIES; do
@@ -114,4 +116,4 @@ if [ $need_k8s = 1 ]; then
 		done
 	)
 fi
-echo "control plane: ready in bin/ (k8s $K8S_VERSION, etcd $ETCD_VERSION)"
+echo "control plane: ready in bin/ (k8s $KUBERNETES_VERSION, etcd $ETCD_VERSION)"

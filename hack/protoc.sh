@@ -2,18 +2,14 @@
 # Regenerates the Go code of the agent-to-leader stream protocol
 # (api/stream/v1/stream.pb.go and stream_grpc.pb.go beside stream.proto)
 # with Debian's protoc (hack/apt.sh installs it) and the Go plugins, pinned
-# and built through the Go module proxy into bin/.tools/, one directory per
-# version. Run by `make generate`. The output depends only on the sources
-# and the versions (protoc runs from the repository root on relative paths):
-# a second run, or a run from another checkout, changes nothing.
+# as go.mod tool directives and run through `go tool`. Run by `make
+# generate`. The output depends only on the sources and the versions (protoc
+# runs from the repository root on relative paths): a second run, or a run
+# from another checkout, changes nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GO=${GO:-go}
-# protoc-gen-go follows the protobuf runtime in go.mod, so the generated code
-# and the library it calls never disagree.
-PROTOC_GEN_GO_VERSION=${PROTOC_GEN_GO_VERSION:-$("$GO" list -m -f '{{.Version}}' google.golang.org/protobuf)}
-PROTOC_GEN_GO_GRPC_VERSION=${PROTOC_GEN_GO_GRPC_VERSION:-v1.6.2}
 # The generated files name the protoc version in their header; Debian
 # bookworm's protobuf-compiler is the one the committed files come from.
 PROTOC_VERSION=${PROTOC_VERSION:-libprotoc 3.21.12}
@@ -28,19 +24,11 @@ if [ "$have" != "$PROTOC_VERSION" ]; then
 	exit 1
 fi
 
-# tool MODULE/PATH VERSION: builds the plugin once per version and prints its path.
-tool() {
-	local pkg=$1 version=$2 name dir
-	name=$(basename "$pkg")
-	dir=bin/.tools/$name-$version
-	if [ ! -x "$dir/$name" ]; then
-		mkdir -p "$dir"
-		GOBIN=$PWD/$dir "$GO" install "$pkg@$version"
-	fi
-	echo "$PWD/$dir/$name"
-}
-gen_go=$(tool google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION")
-gen_go_grpc=$(tool google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION")
+# The plugins' versions are go.mod's: protoc-gen-go is the protobuf runtime's
+# own module, so the generated code and the library it calls never disagree.
+# `go tool -n` builds a tool once (Go's cache) and prints its path.
+gen_go=$("$GO" tool -n protoc-gen-go)
+gen_go_grpc=$("$GO" tool -n protoc-gen-go-grpc)
 
 protoc \
 	--proto_path=. \

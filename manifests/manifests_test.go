@@ -36,9 +36,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/webhook"
+	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -48,15 +48,15 @@ const (
 	agentSA   = "system:serviceaccount:kerf-system:kerf-agent"
 )
 
-var shared controlplane.Shared
-
-func TestMain(m *testing.M) { shared.Main(m) }
+// TestMain shares one control plane among the package's tests
+// (controlplane.Get): a start costs seconds.
+func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Hooks{}) }
 
 func kubectl(t *testing.T) string {
 	t.Helper()
-	root, err := controlplane.RepoRoot()
+	root, err := kube.RepoRoot()
 	require.NoError(t, err)
-	p := filepath.Join(root, "bin", "k8s-"+controlplane.KubernetesVersion, "kubectl")
+	p := filepath.Join(kube.KubernetesDir(filepath.Join(root, "bin")), "kubectl")
 	if _, err := os.Stat(p); err != nil {
 		if controlplane.Required() {
 			t.Fatalf("kubectl: %v (make deps builds it)", err)
@@ -69,7 +69,7 @@ func kubectl(t *testing.T) string {
 // rendered is `kubectl kustomize manifests/`.
 func rendered(t *testing.T) []byte {
 	t.Helper()
-	root, err := controlplane.RepoRoot()
+	root, err := kube.RepoRoot()
 	require.NoError(t, err)
 	out, err := exec.Command(kubectl(t), "kustomize", filepath.Join(root, "manifests")).Output()
 	require.NoError(t, err, "kubectl kustomize manifests/")
@@ -122,14 +122,14 @@ func apply(t *testing.T, cp *controlplane.ControlPlane, y []byte) string {
 // installed applies the manifests once for the package's tests.
 func installed(t *testing.T) (*controlplane.ControlPlane, []*unstructured.Unstructured) {
 	t.Helper()
-	cp := shared.Get(t)
+	cp := controlplane.Get(t)
 	y := rendered(t)
 	apply(t, cp, y)
 	return cp, objects(t, y)
 }
 
 func TestEveryObjectIsAcceptedByTheAPIServer(t *testing.T) {
-	cp := shared.Get(t)
+	cp := controlplane.Get(t)
 	y := rendered(t)
 	objs := objects(t, y)
 	// The CRDs, the namespace, both service accounts and their RBAC, the
@@ -260,7 +260,7 @@ func as(t *testing.T, cp *controlplane.ControlPlane, user string) (client.Client
 	t.Helper()
 	cfg := rest.CopyConfig(cp.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}}
-	c, err := client.New(cfg, client.Options{Scheme: cluster.Scheme})
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
 	require.NoError(t, err)
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)

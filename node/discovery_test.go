@@ -23,7 +23,7 @@ const testContainerID = "containerd://0123456789abcdef0123456789abcdef0123456789
 func podOn(node, name string, uid types.UID, running bool) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: uid},
-		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "kerf.local/kerf-workload:1"}}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "kerf.local/kerf-workload:dev"}}},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning, QOSClass: corev1.PodQOSBurstable},
 	}
 	cs := corev1.ContainerStatus{Name: "app"}

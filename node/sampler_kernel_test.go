@@ -23,7 +23,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kerf-dev/kerf/cgroup"
-	"github.com/kerf-dev/kerf/test/cgrouptest"
 	"github.com/kerf-dev/kerf/test/kerneltest"
 )
 
@@ -39,7 +38,7 @@ type kernelTree struct {
 // with its children when the test ends, or skips the test.
 func newKernelTree(tb testing.TB) *kernelTree {
 	tb.Helper()
-	h, m := cgrouptest.V1Controller(tb, "cpu")
+	h, m := kerneltest.V1Controller(tb, "cpu")
 	k := &kernelTree{h: h, m: m, parent: filepath.Join(m.Path, fmt.Sprintf("kerf-sampler-%08x", rand.Uint32()))}
 	require.NoError(tb, os.Mkdir(k.parent, 0o755))
 	tb.Cleanup(func() { kerneltest.RemoveCgroup(tb, k.parent) })

@@ -11,13 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 // TestCRDNamesAndScopes checks what discovery tells kubectl: the kinds,
 // their scope, the short name rsr and the category kerf
 // (`kubectl get kerf` lists them all).
 func TestCRDNamesAndScopes(t *testing.T) {
-	list, err := controlPlane(t).Clientset.Discovery().ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
+	list, err := controlplane.Get(t).Clientset.Discovery().ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
 	require.NoError(t, err)
 	byName := map[string]metav1.APIResource{}
 	for _, r := range list.APIResources {
@@ -49,7 +50,7 @@ func TestCRDNamesAndScopes(t *testing.T) {
 // getTable lists a resource as `kubectl get` does: as a server-side Table.
 func getTable(t *testing.T, path string) metav1.Table {
 	t.Helper()
-	raw, err := controlPlane(t).Clientset.Discovery().RESTClient().Get().AbsPath(path).
+	raw, err := controlplane.Get(t).Clientset.Discovery().RESTClient().Get().AbsPath(path).
 		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").
 		Do(context.Background()).Raw()
 	require.NoError(t, err)
@@ -71,7 +72,7 @@ func columnNames(table metav1.Table) []string {
 // values, the HealthWatch condition's reason included.
 func TestPrinterColumns(t *testing.T) {
 	ctx := context.Background()
-	c := controlPlane(t).Client
+	c := controlplane.Get(t).Client
 	created := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "printer-columns-"}}
 	require.NoError(t, c.Create(ctx, created))
 	ns := created.Name

@@ -2,8 +2,6 @@ package v1alpha1_test
 
 import (
 	"context"
-	"fmt"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,28 +13,12 @@ import (
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
-// shared is the package's one control plane: a start costs seconds.
-var shared = controlplane.Shared{}
-
-func TestMain(m *testing.M) { shared.Main(m) }
-
-// controlPlane returns the package's control plane, starting it on first
-// use; where the binaries are missing the test is skipped, unless
-// controlplane.Required says it must run.
-func controlPlane(t testing.TB) *controlplane.ControlPlane {
-	t.Helper()
-	return shared.Get(t)
-}
+// TestMain shares one control plane among the package's tests
+// (controlplane.Get): a start costs seconds.
+func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Hooks{}) }
 
 // testNamespace is where the namespaced objects of these tests live.
 const testNamespace = "default"
-
-var nameSeq atomic.Int64
-
-// uniqueName returns a fresh object name starting with prefix.
-func uniqueName(prefix string) string {
-	return fmt.Sprintf("%s-%d", prefix, nameSeq.Add(1))
-}
 
 // fromYAML builds an unstructured object of Kerf's group from the YAML of
 // its kind and spec, the way a user's manifest reaches the apiserver.
@@ -60,5 +42,5 @@ func fromYAML(t *testing.T, kind, name, specYAML string) *unstructured.Unstructu
 // create creates obj and returns the apiserver's answer.
 func create(t *testing.T, obj client.Object) error {
 	t.Helper()
-	return controlPlane(t).Client.Create(context.Background(), obj)
+	return controlplane.Get(t).Client.Create(context.Background(), obj)
 }

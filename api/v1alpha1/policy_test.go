@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 // defaultedRollback is spec.guardrails.rollback with every default of
@@ -53,17 +54,17 @@ func TestPolicyDefaultsAreApplied(t *testing.T) {
 		{name: "cluster policy with empty guardrails", kind: "ClusterRightsizingPolicy", spec: `guardrails: {}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			obj := fromYAML(t, tc.kind, uniqueName("defaults"), tc.spec)
+			obj := fromYAML(t, tc.kind, controlplane.UniqueName("defaults"), tc.spec)
 			require.NoError(t, create(t, obj))
 
 			var spec v1alpha1.PolicySpec
 			if tc.kind == "ClusterRightsizingPolicy" {
 				var got v1alpha1.ClusterRightsizingPolicy
-				require.NoError(t, controlPlane(t).Client.Get(ctx, client.ObjectKeyFromObject(obj), &got))
+				require.NoError(t, controlplane.Get(t).Client.Get(ctx, client.ObjectKeyFromObject(obj), &got))
 				spec = got.Spec
 			} else {
 				var got v1alpha1.RightsizingPolicy
-				require.NoError(t, controlPlane(t).Client.Get(ctx, client.ObjectKeyFromObject(obj), &got))
+				require.NoError(t, controlplane.Get(t).Client.Get(ctx, client.ObjectKeyFromObject(obj), &got))
 				spec = got.Spec
 			}
 			assert.Equal(t, int32(0), spec.Weight)
@@ -77,7 +78,7 @@ func TestPolicyDefaultsAreApplied(t *testing.T) {
 // TestPolicyDefaultsKeepExplicitValues checks that defaulting fills only
 // what is missing: explicit values, zeros included, stay as written.
 func TestPolicyDefaultsKeepExplicitValues(t *testing.T) {
-	obj := fromYAML(t, "RightsizingPolicy", uniqueName("explicit"), `
+	obj := fromYAML(t, "RightsizingPolicy", controlplane.UniqueName("explicit"), `
 weight: 7
 guardrails:
   paused: true
@@ -93,7 +94,7 @@ guardrails:
 `)
 	require.NoError(t, create(t, obj))
 	var got v1alpha1.RightsizingPolicy
-	require.NoError(t, controlPlane(t).Client.Get(context.Background(), client.ObjectKeyFromObject(obj), &got))
+	require.NoError(t, controlplane.Get(t).Client.Get(context.Background(), client.ObjectKeyFromObject(obj), &got))
 
 	want := defaultedRollback()
 	want.OOMKills = ptr.To[int32](0)
@@ -114,11 +115,11 @@ guardrails:
 // gives a spec built in Go the same values the apiserver gives a stored one.
 func TestSetDefaultsMatchesTheAPIServer(t *testing.T) {
 	ctx := context.Background()
-	p := &v1alpha1.ClusterRightsizingPolicy{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("godefaults")}}
+	p := &v1alpha1.ClusterRightsizingPolicy{ObjectMeta: metav1.ObjectMeta{Name: controlplane.UniqueName("godefaults")}}
 	p.Spec.Guardrails.FreezeWindows = []v1alpha1.FreezeWindow{{Schedule: "0 0 * * *", Duration: metav1.Duration{Duration: time.Hour}}}
 	require.NoError(t, create(t, p))
 	var got v1alpha1.ClusterRightsizingPolicy
-	require.NoError(t, controlPlane(t).Client.Get(ctx, client.ObjectKeyFromObject(p), &got))
+	require.NoError(t, controlplane.Get(t).Client.Get(ctx, client.ObjectKeyFromObject(p), &got))
 
 	var local v1alpha1.PolicySpec
 	local.Guardrails.FreezeWindows = []v1alpha1.FreezeWindow{{Schedule: "0 0 * * *", Duration: metav1.Duration{Duration: time.Hour}}}
@@ -182,7 +183,7 @@ func TestAdmissionRefusesBadPolicies(t *testing.T) {
 			if kind == "" {
 				kind = "RightsizingPolicy"
 			}
-			err := create(t, fromYAML(t, kind, uniqueName("bad"), tc.spec))
+			err := create(t, fromYAML(t, kind, controlplane.UniqueName("bad"), tc.spec))
 			require.Error(t, err, "the apiserver accepted a bad %s", kind)
 			assert.True(t, apierrors.IsInvalid(err), "want an Invalid error, got %v", err)
 			assert.Contains(t, err.Error(), tc.wantField+":", "the message names the field")
@@ -220,7 +221,7 @@ func TestAdmissionAcceptsGoodPolicyValues(t *testing.T) {
 			if kind == "" {
 				kind = "RightsizingPolicy"
 			}
-			assert.NoError(t, create(t, fromYAML(t, kind, uniqueName("good"), tc.spec)))
+			assert.NoError(t, create(t, fromYAML(t, kind, controlplane.UniqueName("good"), tc.spec)))
 		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 const recommendationKind = "RightsizingRecommendation"
@@ -64,7 +65,7 @@ containers: [{name: app, requests: {cpu: 100m}}]`, "spec.targetRef", "Required v
 		{"not a quantity", inPlace + `containers: [{name: app, requests: {memory: lots}}]`, "spec.containers[0].requests.memory", "should match"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := create(t, fromYAML(t, recommendationKind, uniqueName("bad"), tc.spec))
+			err := create(t, fromYAML(t, recommendationKind, controlplane.UniqueName("bad"), tc.spec))
 			require.Error(t, err, "the apiserver accepted a bad recommendation")
 			assert.True(t, apierrors.IsInvalid(err), "want an Invalid error, got %v", err)
 			assert.Contains(t, err.Error(), tc.wantField+":", "the message names the field")
@@ -97,17 +98,17 @@ strategy: Rollout
 containers: [{name: agent, requests: {memory: 100Mi}}]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.NoError(t, create(t, fromYAML(t, recommendationKind, uniqueName("good"), tc.spec)))
+			assert.NoError(t, create(t, fromYAML(t, recommendationKind, controlplane.UniqueName("good"), tc.spec)))
 		})
 	}
 
 	t.Run("defaults", func(t *testing.T) {
-		obj := fromYAML(t, recommendationKind, uniqueName("defaults"), target+`strategy: InPlace
+		obj := fromYAML(t, recommendationKind, controlplane.UniqueName("defaults"), target+`strategy: InPlace
 containers: [{name: app, requests: {cpu: 1}}]
 hpa: {}`)
 		require.NoError(t, create(t, obj))
 		var got v1alpha1.RightsizingRecommendation
-		require.NoError(t, controlPlane(t).Client.Get(context.Background(), client.ObjectKeyFromObject(obj), &got))
+		require.NoError(t, controlplane.Get(t).Client.Get(context.Background(), client.ObjectKeyFromObject(obj), &got))
 		assert.Equal(t, "apps/v1", got.Spec.TargetRef.APIVersion)
 		require.NotNil(t, got.Spec.HPA)
 		assert.True(t, got.Spec.HPA.Coordinate, "hpa.coordinate defaults to true")
@@ -206,8 +207,8 @@ func mustJSON(t *testing.T, v any) string {
 // reads back the same values.
 func TestRecommendationRoundTrips(t *testing.T) {
 	ctx := context.Background()
-	c := controlPlane(t).Client
-	want := fullRecommendation(uniqueName("full"))
+	c := controlplane.Get(t).Client
+	want := fullRecommendation(controlplane.UniqueName("full"))
 
 	obj := want.DeepCopy()
 	require.NoError(t, c.Create(ctx, obj))
@@ -238,8 +239,8 @@ func TestRecommendationRoundTrips(t *testing.T) {
 // design does not have.
 func TestAdmissionRefusesBadRecommendationStatus(t *testing.T) {
 	ctx := context.Background()
-	c := controlPlane(t).Client
-	obj := fullRecommendation(uniqueName("status"))
+	c := controlplane.Get(t).Client
+	obj := fullRecommendation(controlplane.UniqueName("status"))
 	obj.Status = v1alpha1.RightsizingRecommendationStatus{}
 	require.NoError(t, c.Create(ctx, obj))
 

@@ -16,7 +16,7 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
 	kerfworkload "github.com/kerf-dev/kerf/cluster/workload"
-	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/internal/kube"
 )
 
 var (
@@ -286,7 +286,7 @@ func TestRolloutPatchIsConditionalOnResourceVersion(t *testing.T) {
 	require.NoError(t, err)
 
 	// Someone else writes the Deployment between Kerf's read and its patch.
-	c, err := client.NewWithWatch(e.cp.Config, client.Options{Scheme: controlplane.Scheme})
+	c, err := client.NewWithWatch(e.cp.Config, client.Options{Scheme: kube.Scheme})
 	require.NoError(t, err)
 	racing := interceptor.NewClient(c, interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,17 +26,10 @@ import (
 // nodeName is the node the tests' pods are bound to.
 const nodeName = "node-1"
 
-// shared is the package's one control plane: a start costs seconds.
-var shared = controlplane.Shared{Setup: func(cp *controlplane.ControlPlane) error { return createNode(context.Background(), cp) }}
-
-func TestMain(m *testing.M) { shared.Main(m) }
-
-// controlPlane returns the package's control plane, starting it on first
-// use; where the binaries are missing the test is skipped, unless
-// controlplane.Required says it must run.
-func controlPlane(t testing.TB) *controlplane.ControlPlane {
-	t.Helper()
-	return shared.Get(t)
+// TestMain shares one control plane among the package's tests
+// (controlplane.Get): a start costs seconds. It has the tests' node.
+func TestMain(m *testing.M) {
+	controlplane.Main(m, controlplane.Hooks{Setup: func(cp *controlplane.ControlPlane) error { return createNode(context.Background(), cp) }})
 }
 
 // createNode registers a Linux node with 4 cpus and 8Gi allocatable: the
@@ -57,13 +49,6 @@ func createNode(ctx context.Context, cp *controlplane.ControlPlane) error {
 		return fmt.Errorf("set node allocatable: %w", err)
 	}
 	return nil
-}
-
-var nameSeq atomic.Int64
-
-// uniqueName returns a fresh object name starting with prefix.
-func uniqueName(prefix string) string {
-	return fmt.Sprintf("%s-%d", prefix, nameSeq.Add(1))
 }
 
 // clock is an injected clock the tests move by hand.
@@ -94,8 +79,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	cp := controlPlane(t)
-	e := &env{t: t, ctx: context.Background(), cp: cp, ns: uniqueName("ns"), clock: &clock{now: t0}}
+	cp := controlplane.Get(t)
+	e := &env{t: t, ctx: context.Background(), cp: cp, ns: controlplane.UniqueName("ns"), clock: &clock{now: t0}}
 	require.NoError(t, cp.Client.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}))
 	e.applier = &apply.Applier{Client: cp.Client, Clientset: cp.Clientset, Now: e.clock.Now}
 	return e
@@ -117,7 +102,7 @@ func list(cpu, mem string) corev1.ResourceList {
 // appContainer is a Burstable container: 500m/256Mi requests, 1/512Mi limits.
 func appContainer() corev1.Container {
 	return corev1.Container{
-		Name: "app", Image: "kerf.local/kerf-workload:1",
+		Name: "app", Image: "kerf.local/kerf-workload:dev",
 		Resources: corev1.ResourceRequirements{Requests: list("500m", "256Mi"), Limits: list("1", "512Mi")},
 	}
 }
@@ -125,7 +110,7 @@ func appContainer() corev1.Container {
 // sidecarContainer is a Burstable container: 100m/64Mi requests, 200m/128Mi limits.
 func sidecarContainer() corev1.Container {
 	return corev1.Container{
-		Name: "sidecar", Image: "kerf.local/kerf-workload:1",
+		Name: "sidecar", Image: "kerf.local/kerf-workload:dev",
 		Resources: corev1.ResourceRequirements{Requests: list("100m", "64Mi"), Limits: list("200m", "128Mi")},
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/audit"
+	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -35,13 +36,13 @@ type reader struct {
 // has caught up with the apiserver.
 func readers(t *testing.T) []reader {
 	t.Helper()
-	need(t)
-	settle(t)
+	cp := controlplane.Get(t)
+	settle(t, cp)
 	var out []reader
 	for _, r := range []struct {
 		name string
 		r    client.Reader
-	}{{"apiserver", env.cp.Client}, {"cache", env.cache}} {
+	}{{"apiserver", cp.Client}, {"cache", env.cache}} {
 		h := audit.New(r.r)
 		h.Now = func() time.Time { return now }
 		mux := http.NewServeMux()
@@ -55,7 +56,7 @@ func readers(t *testing.T) []reader {
 
 // settle waits until the cache holds every recommendation at the
 // resourceVersion the apiserver has.
-func settle(t *testing.T) {
+func settle(t *testing.T, cp *controlplane.ControlPlane) {
 	t.Helper()
 	versions := func(r client.Reader) map[string]string {
 		var l v1alpha1.RightsizingRecommendationList
@@ -66,7 +67,7 @@ func settle(t *testing.T) {
 		}
 		return m
 	}
-	want := versions(env.cp.Client)
+	want := versions(cp.Client)
 	require.Eventually(t, func() bool {
 		got := versions(env.cache)
 		return fmt.Sprint(got) == fmt.Sprint(want)
@@ -237,15 +238,15 @@ func TestAuditPagesWithoutGapsOrDuplicates(t *testing.T) {
 }
 
 func TestAuditDefaultLimitIs100(t *testing.T) {
-	need(t)
+	cp := controlplane.Get(t)
 	ctx := context.Background()
-	ns, err := createNamespace(ctx, env.cp.Client, "kerf-audit-limit-")
+	ns, err := createNamespace(ctx, cp.Client, "kerf-audit-limit-")
 	require.NoError(t, err)
 	rsr := recommendation(ns, "busy", v1alpha1.KindDeployment, "busy")
 	rsr.Status.History = busyHistory(100)
 	rsr2 := recommendation(ns, "busy2", v1alpha1.KindDeployment, "busy2")
 	rsr2.Status.History = busyHistory(5)
-	scratch(t, rsr, rsr2)
+	scratch(t, cp, rsr, rsr2)
 
 	for _, rd := range readers(t) {
 		t.Run(rd.name, func(t *testing.T) {
@@ -263,17 +264,17 @@ func TestAuditDefaultLimitIs100(t *testing.T) {
 // until every reader has them, and deletes them when the test ends: the
 // tests that read every namespace on one page then see the fixture only,
 // whatever ran before them (go test -count=N).
-func scratch(t *testing.T, rsrs ...*v1alpha1.RightsizingRecommendation) {
+func scratch(t *testing.T, cp *controlplane.ControlPlane, rsrs ...*v1alpha1.RightsizingRecommendation) {
 	t.Helper()
 	ctx := context.Background()
 	for _, rsr := range rsrs {
-		require.NoError(t, createRecommendation(ctx, env.cp.Client, rsr))
+		require.NoError(t, createRecommendation(ctx, cp.Client, rsr))
 		t.Cleanup(func() {
-			require.NoError(t, env.cp.Client.Delete(ctx, rsr))
-			settle(t)
+			require.NoError(t, cp.Client.Delete(ctx, rsr))
+			settle(t, cp)
 		})
 	}
-	settle(t)
+	settle(t, cp)
 }
 
 // busyHistory is n actions a minute apart, a day before the fixture's,
@@ -291,7 +292,7 @@ func busyHistory(n int) []v1alpha1.Action {
 // dropped, every index shifts), and checks that the next page starts right
 // after the first, even inside a run of actions of the same second.
 func TestCursorSurvivesHistoryTrim(t *testing.T) {
-	need(t)
+	cp := controlplane.Get(t)
 	ctx := context.Background()
 	busy := func(from, to int) []string {
 		var out []string
@@ -309,14 +310,14 @@ func TestCursorSurvivesHistoryTrim(t *testing.T) {
 	}
 	for _, rd := range readers(t) {
 		t.Run(rd.name, func(t *testing.T) {
-			ns, err := createNamespace(ctx, env.cp.Client, "kerf-audit-trim-")
+			ns, err := createNamespace(ctx, cp.Client, "kerf-audit-trim-")
 			require.NoError(t, err)
 			rsr := recommendation(ns, "busy", v1alpha1.KindDeployment, "busy")
 			rsr.Status.History = busyHistory(100)
 			for i := 85; i < 95; i++ { // busy 85 to 94 share one second
 				rsr.Status.History[i].Time = at(85 - 24*60)
 			}
-			scratch(t, rsr)
+			scratch(t, cp, rsr)
 
 			first := getPage(t, rd.url+"/v1/audit?limit=10&namespace="+ns)
 			require.Equal(t, busy(99, 90), msgs(first), "90 to 94 are one second, newest recorded first")
@@ -325,8 +326,8 @@ func TestCursorSurvivesHistoryTrim(t *testing.T) {
 			rsr.Status.History = append(rsr.Status.History[1:], v1alpha1.Action{
 				Time: at(100 - 24*60), Type: v1alpha1.ActionApplied, Reason: "InPlace", Message: "new",
 			})
-			require.NoError(t, env.cp.Client.Status().Update(ctx, rsr))
-			settle(t)
+			require.NoError(t, cp.Client.Status().Update(ctx, rsr))
+			settle(t, cp)
 
 			second := getPage(t, rd.url+"/v1/audit?limit=10&namespace="+ns+"&continue="+url.QueryEscape(first.Continue))
 			assert.Equal(t, busy(89, 80), msgs(second))
@@ -404,8 +405,8 @@ func TestAnswersOnlyGETAndHEAD(t *testing.T) {
 // TestUnavailableUntilTheCacheStarts checks that a leader whose cache has
 // not started yet answers 503 with Retry-After, not 500.
 func TestUnavailableUntilTheCacheStarts(t *testing.T) {
-	need(t)
-	c, err := cache.New(env.cp.Config, cache.Options{Scheme: controlplane.Scheme})
+	cp := controlplane.Get(t)
+	c, err := cache.New(cp.Config, cache.Options{Scheme: kube.Scheme})
 	require.NoError(t, err)
 	h := audit.New(c)
 	h.Log = slog.New(slog.DiscardHandler)

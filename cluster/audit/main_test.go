@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -26,32 +27,24 @@ var (
 
 // env is the fixture written to the package's control plane.
 var env struct {
-	cp       *controlplane.ControlPlane
 	cache    cache.Cache
 	nsA, nsB string
 }
 
-// shared is the package's one real apiserver; on first use it writes the
-// fixture recommendations through the status subresource and starts an
-// informer cache on them, as the leader reads them.
-var shared = controlplane.Shared{Setup: setUp, Teardown: func() { stopCache() }}
-
 // stopCache stops the fixture's informer cache.
 var stopCache = func() {}
 
-func TestMain(m *testing.M) { shared.Main(m) }
-
-// need skips or fails the test when the control plane or the fixture is
-// missing (controlplane.Required says which).
-func need(t *testing.T) {
-	t.Helper()
-	shared.Get(t)
+// TestMain shares one real apiserver among the package's tests
+// (controlplane.Get); on first use it writes the fixture recommendations
+// through the status subresource and starts an informer cache on them, as
+// the leader reads them.
+func TestMain(m *testing.M) {
+	controlplane.Main(m, controlplane.Hooks{Setup: setUp, Teardown: func() { stopCache() }})
 }
 
 func setUp(cp *controlplane.ControlPlane) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	stopCache = cancel
-	env.cp = cp
 	c := cp.Client
 	var err error
 	if env.nsA, err = createNamespace(ctx, c, "kerf-audit-a-"); err != nil {
@@ -65,7 +58,7 @@ func setUp(cp *controlplane.ControlPlane) error {
 			return err
 		}
 	}
-	if env.cache, err = cache.New(cp.Config, cache.Options{Scheme: controlplane.Scheme}); err != nil {
+	if env.cache, err = cache.New(cp.Config, cache.Options{Scheme: kube.Scheme}); err != nil {
 		return fmt.Errorf("cache: %w", err)
 	}
 	go func() { _ = env.cache.Start(ctx) }()

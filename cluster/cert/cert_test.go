@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -48,7 +49,7 @@ func (b *barrier) wait(ctx context.Context) {
 // Update calls wait for each other (two of each), and records their errors.
 func racingClient(t *testing.T, errs *sync.Map) client.Client {
 	t.Helper()
-	wc, err := client.NewWithWatch(shared.Get(t).Config, client.Options{Scheme: controlplane.Scheme})
+	wc, err := client.NewWithWatch(controlplane.Get(t).Config, client.Options{Scheme: kube.Scheme})
 	require.NoError(t, err)
 	creates, updates := newBarrier(2), newBarrier(2)
 	var seq atomic.Int64
@@ -104,7 +105,7 @@ func certOptions(secret string) Options {
 func TestSelfManagedCertRaceAgreesOnOneCA(t *testing.T) {
 	var errs sync.Map
 	c := racingClient(t, &errs)
-	opts := certOptions(uniqueName("race"))
+	opts := certOptions(controlplane.UniqueName("race"))
 
 	got := ensureConcurrently(t, c, opts)
 
@@ -113,7 +114,7 @@ func TestSelfManagedCertRaceAgreesOnOneCA(t *testing.T) {
 	assert.Equal(t, got[0].cert, got[1].cert, "same serving certificate")
 	assert.Equal(t, got[0].key, got[1].key, "same key")
 	var s corev1.Secret
-	require.NoError(t, shared.Get(t).Client.Get(context.Background(), client.ObjectKey{Namespace: opts.Namespace, Name: opts.SecretName}, &s))
+	require.NoError(t, controlplane.Get(t).Client.Get(context.Background(), client.ObjectKey{Namespace: opts.Namespace, Name: opts.SecretName}, &s))
 	assert.Equal(t, corev1.SecretTypeTLS, s.Type)
 	assert.Equal(t, got[0].ca, s.Data[SecretCAKey])
 	assert.Equal(t, got[0].cert, s.Data[corev1.TLSCertKey])
@@ -125,8 +126,8 @@ func TestSelfManagedCertRaceAgreesOnOneCA(t *testing.T) {
 // other's update conflicts and it takes the renewed certificate; the CA
 // stays.
 func TestSelfManagedCertRenewalRaceAgrees(t *testing.T) {
-	opts := certOptions(uniqueName("renew-race"))
-	_, _, ca, err := EnsureSelfManaged(context.Background(), shared.Get(t).Client, opts)
+	opts := certOptions(controlplane.UniqueName("renew-race"))
+	_, _, ca, err := EnsureSelfManaged(context.Background(), controlplane.Get(t).Client, opts)
 	require.NoError(t, err)
 
 	var errs sync.Map
@@ -143,9 +144,9 @@ func TestSelfManagedCertRenewalRaceAgrees(t *testing.T) {
 // TestSelfManagedCertRenewal checks when the Secret is left alone and when
 // its content is replaced.
 func TestSelfManagedCertRenewal(t *testing.T) {
-	c := shared.Get(t).Client
+	c := controlplane.Get(t).Client
 	ctx := context.Background()
-	opts := certOptions(uniqueName("renew"))
+	opts := certOptions(controlplane.UniqueName("renew"))
 	key := client.ObjectKey{Namespace: opts.Namespace, Name: opts.SecretName}
 	first := ensure(t, c, opts)
 	rv := secretVersion(t, c, key)
@@ -196,11 +197,11 @@ func TestSelfManagedCertRenewal(t *testing.T) {
 // TestPatchCABundleWritesOnlyOnChange checks that the caBundle is set on
 // every webhook and an equal one is not rewritten.
 func TestPatchCABundleWritesOnlyOnChange(t *testing.T) {
-	c := shared.Get(t).Client
+	c := controlplane.Get(t).Client
 	ctx := context.Background()
-	cfg := webhookConfiguration(uniqueName("cabundle"))
+	cfg := webhookConfiguration(controlplane.UniqueName("cabundle"))
 	require.NoError(t, c.Create(ctx, cfg))
-	_, _, ca, err := EnsureSelfManaged(ctx, c, certOptions(uniqueName("cabundle")))
+	_, _, ca, err := EnsureSelfManaged(ctx, c, certOptions(controlplane.UniqueName("cabundle")))
 	require.NoError(t, err)
 
 	require.NoError(t, PatchCABundle(ctx, c, cfg.Name, ca))
@@ -296,12 +297,12 @@ func TestFileReloadsChangedFiles(t *testing.T) {
 // replica wrote (here: a regeneration after the CA key was lost) and
 // patches the new CA bundle in.
 func TestSelfManagedFollowsTheSecret(t *testing.T) {
-	c := shared.Get(t).Client
+	c := controlplane.Get(t).Client
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := webhookConfiguration(uniqueName("follow"))
+	cfg := webhookConfiguration(controlplane.UniqueName("follow"))
 	require.NoError(t, c.Create(ctx, cfg))
-	opts := certOptions(uniqueName("follow"))
+	opts := certOptions(controlplane.UniqueName("follow"))
 	opts.WebhookConfiguration = cfg.Name
 
 	s, err := NewSelfManaged(ctx, c, opts, testLogger(t))

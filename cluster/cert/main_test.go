@@ -1,9 +1,7 @@
 package cert
 
 import (
-	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -13,17 +11,9 @@ import (
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
-// shared is the control plane the package's tests share (a start costs
-// seconds); shared.Get(t) starts it on first use, and skips the test where
-// the binaries are missing unless controlplane.Required.
-var shared = controlplane.Shared{}
-
-func TestMain(m *testing.M) { shared.Main(m) }
-
-// names numbers the objects the tests create, so none reuses another's.
-var names atomic.Int64
-
-func uniqueName(prefix string) string { return fmt.Sprintf("%s-%d", prefix, names.Add(1)) }
+// TestMain shares one control plane among the package's tests
+// (controlplane.Get): a start costs seconds.
+func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Hooks{}) }
 
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))

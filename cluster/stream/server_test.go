@@ -35,9 +35,9 @@ import (
 
 const testAudience = "kerf-leader"
 
-var shared controlplane.Shared
-
-func TestMain(m *testing.M) { shared.Main(m) }
+// TestMain shares one control plane among the package's tests
+// (controlplane.Get): a start costs seconds.
+func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Hooks{}) }
 
 // fixture is a leader's stream server on 127.0.0.1 in front of a real
 // apiserver, with an agent pod on node-a and workload pods on node-a and
@@ -60,7 +60,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	cp := shared.Get(t)
+	cp := controlplane.Get(t)
 	cs := cp.Clientset
 	ctx := t.Context()
 	f := &fixture{memory: signals.NewKernel(), statuses: signals.NewAgentStatuses(0), leading: &atomic.Bool{}}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/cert"
+	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -45,7 +46,7 @@ type webhookEnv struct {
 // caBundle set by cert.PatchCABundle.
 func startWebhook(t *testing.T) *webhookEnv {
 	t.Helper()
-	cp := controlPlane(t)
+	cp := controlplane.Get(t)
 	c := cp.Client
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -56,7 +57,7 @@ func startWebhook(t *testing.T) *webhookEnv {
 
 	// The injector reads through a cache, as in the leader, and the
 	// apiserver when the cache has not seen a ReplicaSet yet.
-	informers, err := cache.New(cp.Config, cache.Options{Scheme: controlplane.Scheme})
+	informers, err := cache.New(cp.Config, cache.Options{Scheme: kube.Scheme})
 	require.NoError(t, err)
 	go func() { _ = informers.Start(ctx) }()
 	require.True(t, informers.WaitForCacheSync(ctx))
@@ -106,7 +107,7 @@ func startWebhook(t *testing.T) *webhookEnv {
 // injected.
 func (e *webhookEnv) waitUntilCalled(t *testing.T) {
 	t.Helper()
-	name := uniqueName("probe")
+	name := controlplane.UniqueName("probe")
 	owner := e.workload(t, name, v1alpha1.KindDeployment)
 	e.recommendation(t, name, v1alpha1.KindDeployment, v1alpha1.StrategyInPlace,
 		[]v1alpha1.ContainerResources{{Name: "app", Requests: &v1alpha1.ResourceValues{CPU: q("150m")}}},
@@ -167,7 +168,7 @@ func (e *webhookEnv) recommendation(t *testing.T, workload string, kind v1alpha1
 	t.Helper()
 	ctx := context.Background()
 	r := &v1alpha1.RightsizingRecommendation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: appNamespace, Name: uniqueName(workload)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: appNamespace, Name: controlplane.UniqueName(workload)},
 		Spec: v1alpha1.RightsizingRecommendationSpec{
 			TargetRef:  v1alpha1.TargetRef{Kind: kind, Name: workload},
 			Strategy:   strategy,
@@ -187,7 +188,7 @@ func (e *webhookEnv) recommendation(t *testing.T, workload string, kind v1alpha1
 func appContainer() corev1.Container {
 	return corev1.Container{
 		Name:  "app",
-		Image: "kerf.local/kerf-workload:1",
+		Image: "kerf.local/kerf-workload:dev",
 		Resources: corev1.ResourceRequirements{
 			Requests: rl("cpu", "100m", "memory", "64Mi"),
 			Limits:   rl("memory", "128Mi"),
@@ -314,7 +315,7 @@ func TestAPIServerCallsWebhook(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			name := uniqueName("web")
+			name := controlplane.UniqueName("web")
 			owner := e.workload(t, name, tc.kind)
 			r := e.recommendation(t, name, tc.kind, tc.strategy, tc.containers, tc.status)
 			pod := newPod(appNamespace, owner, appContainer())
@@ -346,14 +347,14 @@ func TestAPIServerCallsWebhook(t *testing.T) {
 
 	t.Run("workload without a recommendation is untouched", func(t *testing.T) {
 		before := counterValue(t, e.injector.injections.WithLabelValues(ResultNoRecommendation))
-		got := e.createPod(t, newPod(appNamespace, e.workload(t, uniqueName("bare"), v1alpha1.KindDeployment), appContainer()))
+		got := e.createPod(t, newPod(appNamespace, e.workload(t, controlplane.UniqueName("bare"), v1alpha1.KindDeployment), appContainer()))
 		assert.Equal(t, "100m", ptr.To(got.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU]).String())
 		assert.NotContains(t, got.Annotations, InjectedAnnotation)
 		assert.Equal(t, before+1, counterValue(t, e.injector.injections.WithLabelValues(ResultNoRecommendation)), "the apiserver called the webhook")
 	})
 
 	t.Run("limit below the new request skips the container", func(t *testing.T) {
-		name := uniqueName("guard")
+		name := controlplane.UniqueName("guard")
 		owner := e.workload(t, name, v1alpha1.KindDeployment)
 		r := e.recommendation(t, name, v1alpha1.KindDeployment, v1alpha1.StrategyInPlace,
 			[]v1alpha1.ContainerResources{
@@ -362,7 +363,7 @@ func TestAPIServerCallsWebhook(t *testing.T) {
 			},
 			v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseWatching})
 		skippedBefore := counterValue(t, e.injector.skipped.WithLabelValues(SkipLimitBelowRequest))
-		sidecar := corev1.Container{Name: "sidecar", Image: "kerf.local/kerf-workload:1",
+		sidecar := corev1.Container{Name: "sidecar", Image: "kerf.local/kerf-workload:dev",
 			Resources: corev1.ResourceRequirements{Requests: rl("cpu", "10m")}}
 		got := e.createPod(t, newPod(appNamespace, owner, appContainer(), sidecar))
 
@@ -384,7 +385,7 @@ func TestAPIServerCallsWebhook(t *testing.T) {
 	t.Run("Kerf's own namespace is left alone", func(t *testing.T) {
 		// The same owner reference, in kerf-system: the namespaceSelector
 		// keeps the apiserver from calling the webhook at all.
-		owner := e.workload(t, uniqueName("self"), v1alpha1.KindDaemonSet)
+		owner := e.workload(t, controlplane.UniqueName("self"), v1alpha1.KindDaemonSet)
 		calls := func() float64 {
 			var n float64
 			for _, r := range []string{ResultInjected, ResultUnchanged, ResultGuarded, ResultNoWorkload, ResultNoRecommendation, ResultInactive, ResultIgnored, ResultError} {
@@ -400,7 +401,7 @@ func TestAPIServerCallsWebhook(t *testing.T) {
 
 	// Last: it stops the server.
 	t.Run("webhook down: pods are still created (fail open)", func(t *testing.T) {
-		name := uniqueName("down")
+		name := controlplane.UniqueName("down")
 		owner := e.workload(t, name, v1alpha1.KindDeployment)
 		e.recommendation(t, name, v1alpha1.KindDeployment, v1alpha1.StrategyInPlace, appCPU,
 			v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseApplied})

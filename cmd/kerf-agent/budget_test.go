@@ -33,7 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kerf-dev/kerf/cgroup"
-	"github.com/kerf-dev/kerf/test/cgrouptest"
+	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kerneltest"
 	"github.com/kerf-dev/kerf/test/leadertest"
@@ -156,7 +156,7 @@ func budgetCgroups(b *testing.B) (string, []cgroup.Mount) {
 	var mounts []cgroup.Mount
 	seen := map[string]bool{}
 	for _, ctrl := range []string{"cpu", "cpuacct", "memory"} {
-		_, m := cgrouptest.V1Controller(b, ctrl)
+		_, m := kerneltest.V1Controller(b, ctrl)
 		if !seen[m.Path] { // cpu,cpuacct may share a mount
 			seen[m.Path] = true
 			mounts = append(mounts, m)
@@ -249,7 +249,7 @@ func budgetPod(b *testing.B, cs kubernetes.Interface, i int) *corev1.Pod {
 // into a temporary directory and returns its path.
 func buildAgent(b *testing.B) string {
 	b.Helper()
-	repo, err := controlplane.RepoRoot()
+	repo, err := kube.RepoRoot()
 	require.NoError(b, err)
 	dir := b.TempDir()
 	cmd := exec.Command(filepath.Join(repo, "hack", "build.sh"), dir, "kerf-agent")

@@ -1,7 +1,7 @@
 // Command kerf-agent is Kerf's node agent (a DaemonSet): it reads each
 // container's CFS throttling counters and OOM kills from the kernel, exports
 // them as Prometheus metrics and streams them to kerf-leader.
-// See docs/ and DESIGN.md section 5.
+// See docs/ and docs/design.md section 5.
 package main
 
 import (

@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/internal/sandbox"
 	"github.com/kerf-dev/kerf/internal/scenario"
-	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 // demoNamespace holds the demo's workloads.
@@ -42,7 +42,7 @@ func runDemo(args []string) int {
 		fmt.Fprintf(os.Stderr, "--scenario %q: must be oom, throttling, restarts, deferred or all\n", *only)
 		return 2
 	}
-	root, err := controlplane.RepoRoot()
+	root, err := kube.RepoRoot()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kerf-sandbox demo runs from a checkout of Kerf (it builds the images from it): %v\n", err)
 		return 1
@@ -74,7 +74,7 @@ func runDemo(args []string) int {
 		return 1
 	}
 	defer unlock()
-	fmt.Println("Kerf demo: a real one-node cluster on this machine, Kerf installed from manifests/, three real rollbacks.")
+	fmt.Println("Kerf demo: a real one-node cluster on this machine, Kerf installed from manifests/, four real rollbacks.")
 	in, err := scenario.Install(ctx, scenario.InstallOptions{RepoRoot: root, StateDir: dir, Log: log, Say: say})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "\nthe demo could not set up: %v\n", err)

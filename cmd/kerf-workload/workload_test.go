@@ -22,7 +22,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kerf-dev/kerf/test/cgrouptest"
 	"github.com/kerf-dev/kerf/test/kerneltest"
 )
 
@@ -171,7 +170,7 @@ func TestAllocKeepsTouchedMemoryAndFreeReturnsIt(t *testing.T) {
 // skips the test.
 func v1Cgroup(t *testing.T, controller string) string {
 	t.Helper()
-	_, m := cgrouptest.V1Controller(t, controller)
+	_, m := kerneltest.V1Controller(t, controller)
 	return kerneltest.MakeCgroup(t, m.Path)
 }
 

@@ -1,7 +1,7 @@
 // Package images builds Kerf's container images as OCI image archives
 // without Docker: each image is one layer holding one static binary, made
 // with go-containerregistry and written as a docker-archive tarball that
-// `ctr -n k8s.io images import` loads (docs/install.md, DESIGN.md section 9).
+// `ctr -n k8s.io images import` loads (docs/install.md, docs/design.md section 9).
 package images
 
 import (

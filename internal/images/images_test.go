@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kerf-dev/kerf/internal/images"
-	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/internal/kube"
 )
 
 var (
@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 
 func repoRoot(t testing.TB) string {
 	t.Helper()
-	root, err := controlplane.RepoRoot()
+	root, err := kube.RepoRoot()
 	require.NoError(t, err)
 	return root
 }

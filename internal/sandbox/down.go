@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/internal/kube"
 )
 
 // Down stops exactly what Up started at stateDir and removes every trace
@@ -229,7 +229,7 @@ func proxyBinary(l layout) string {
 	if err != nil {
 		return ""
 	}
-	p := filepath.Join(strings.TrimSpace(string(raw)), "k8s-"+controlplane.KubernetesVersion, "kube-proxy")
+	p := filepath.Join(kube.KubernetesDir(strings.TrimSpace(string(raw))), "kube-proxy")
 	if _, err := os.Stat(p); err != nil {
 		return ""
 	}

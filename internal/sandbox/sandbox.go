@@ -1,5 +1,5 @@
 // Package sandbox runs kerf-sandbox: a real one-node Kubernetes cluster on
-// this machine (DESIGN.md sections 1 and 9): etcd, kube-apiserver,
+// this machine (docs/design.md sections 1 and 9): etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, containerd with runc, a CNI
 // bridge, kubelet and kube-proxy, each a detached process whose state, logs
 // and PID live under one state directory. Up starts it (or reuses a healthy
@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/internal/kube"
 )
 
 // Fixed addresses of the sandbox. The apiserver and kubelet listen on the
@@ -160,9 +160,9 @@ func resolve(opts Options) (*resolved, error) {
 		return nil, err
 	}
 	r.binDir = binDir
-	k8s := filepath.Join(binDir, "k8s-"+controlplane.KubernetesVersion)
+	k8s := kube.KubernetesDir(binDir)
 	r.bins = map[string]string{
-		"etcd":                    filepath.Join(binDir, "etcd-"+controlplane.EtcdVersion, "etcd"),
+		"etcd":                    kube.EtcdBinary(binDir),
 		"kube-apiserver":          filepath.Join(k8s, "kube-apiserver"),
 		"kube-controller-manager": filepath.Join(k8s, "kube-controller-manager"),
 		"kube-scheduler":          filepath.Join(k8s, "kube-scheduler"),
@@ -196,18 +196,18 @@ func findBinDir(explicit string) (string, error) {
 	if d := os.Getenv("KERF_BIN_DIR"); d != "" {
 		return d, nil
 	}
-	if root, err := controlplane.RepoRoot(); err == nil {
-		if _, err := os.Stat(filepath.Join(root, "bin", "k8s-"+controlplane.KubernetesVersion)); err == nil {
+	if root, err := kube.RepoRoot(); err == nil {
+		if _, err := os.Stat(kube.KubernetesDir(filepath.Join(root, "bin"))); err == nil {
 			return filepath.Join(root, "bin"), nil
 		}
 	}
 	if exe, err := os.Executable(); err == nil {
 		d := filepath.Dir(exe)
-		if _, err := os.Stat(filepath.Join(d, "k8s-"+controlplane.KubernetesVersion)); err == nil {
+		if _, err := os.Stat(kube.KubernetesDir(d)); err == nil {
 			return d, nil
 		}
 	}
-	return "", errors.New("Options.BinDir: cannot find bin/k8s-" + controlplane.KubernetesVersion +
+	return "", errors.New("Options.BinDir: cannot find bin/k8s-" + kube.KubernetesVersion +
 		" (run 'make deps' in the repository, run from inside it, or set --bin-dir / KERF_BIN_DIR)")
 }
 

@@ -16,8 +16,8 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kerf-dev/kerf/internal/images"
+	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/internal/sandbox"
-	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 // InstallOptions say where the sandbox lives and what to build.
@@ -99,11 +99,11 @@ func Install(ctx context.Context, opts InstallOptions) (*Installed, error) {
 	} else {
 		ctrllog.SetLogger(logr.Discard())
 	}
-	cl, err := client.NewWithWatch(c.Config, client.Options{Scheme: controlplane.Scheme})
+	cl, err := client.NewWithWatch(c.Config, client.Options{Scheme: kube.Scheme})
 	if err != nil {
 		return nil, err
 	}
-	in := &Installed{Cluster: c, Client: cl, Kubectl: filepath.Join(opts.RepoRoot, "bin", "k8s-"+controlplane.KubernetesVersion, "kubectl")}
+	in := &Installed{Cluster: c, Client: cl, Kubectl: filepath.Join(kube.KubernetesDir(filepath.Join(opts.RepoRoot, "bin")), "kubectl")}
 
 	done = step("installing Kerf: kubectl apply -k manifests/")
 	// The CRDs must be established before the default policy is accepted:

@@ -1,11 +1,11 @@
-// Package controlplane starts a real etcd and kube-apiserver for tests and the
-// demo: the binaries that `make deps` builds from the Go module proxy and
-// caches under bin/, run by controller-runtime's envtest on free loopback
-// ports in a temporary directory.
+// Package controlplane starts a real etcd and kube-apiserver for tests: the
+// binaries that `make deps` builds from the Go module proxy and caches under
+// bin/ (their versions and paths are internal/kube's), run by
+// controller-runtime's envtest on free loopback ports in a temporary
+// directory. It is test code: no shipped binary imports it.
 package controlplane
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,12 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-)
 
-// Versions of the control plane that `make deps` builds (hack/controlplane.sh).
-const (
-	KubernetesVersion = "v1.37.2"
-	EtcdVersion       = "v3.6.16"
+	"github.com/kerf-dev/kerf/internal/kube"
 )
 
 // RequireEnv names the environment variable that turns a missing control
@@ -60,42 +56,10 @@ type Options struct {
 	Output *os.File
 }
 
-// Binaries returns the paths of the etcd and kube-apiserver binaries under
-// binDir, and an error naming the first one that is missing.
-func Binaries(binDir string) (etcd, apiserver string, err error) {
-	etcd = filepath.Join(binDir, "etcd-"+EtcdVersion, "etcd")
-	apiserver = filepath.Join(binDir, "k8s-"+KubernetesVersion, "kube-apiserver")
-	for _, p := range []string{etcd, apiserver} {
-		if _, statErr := os.Stat(p); statErr != nil {
-			return etcd, apiserver, fmt.Errorf("control plane binary %s: %w (run 'make deps' to build it)", p, statErr)
-		}
-	}
-	return etcd, apiserver, nil
-}
-
-// RepoRoot returns the directory of the repository's go.mod, found by walking
-// up from the working directory.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // Start starts etcd and kube-apiserver, installs Kerf's CRDs when they exist
 // and returns the running control plane. Stop it with Stop.
 func Start(opts Options) (*ControlPlane, error) {
-	root, err := RepoRoot()
+	root, err := kube.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +70,7 @@ func Start(opts Options) (*ControlPlane, error) {
 	if binDir == "" {
 		binDir = filepath.Join(root, "bin")
 	}
-	etcdPath, apiserverPath, err := Binaries(binDir)
+	etcdPath, apiserverPath, err := kube.Binaries(binDir)
 	if err != nil {
 		return nil, err
 	}
@@ -117,23 +81,16 @@ func Start(opts Options) (*ControlPlane, error) {
 		}
 	}
 
-	if _, err := ReapOrphans(os.TempDir()); err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", dirPrefix)
+	dir, err := kube.MakeDir()
 	if err != nil {
-		return nil, fmt.Errorf("create control plane directory: %w", err)
-	}
-	if err := writeOwner(dir); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("record the control plane's owner: %w", err)
+		return nil, err
 	}
 	env := &envtest.Environment{
 		CRDDirectoryPaths:        crdDirs,
 		ErrorIfCRDPathMissing:    len(opts.CRDDirs) > 0,
 		ControlPlaneStartTimeout: 60 * time.Second,
 		ControlPlaneStopTimeout:  30 * time.Second,
-		Scheme:                   Scheme,
+		Scheme:                   kube.Scheme,
 	}
 	env.ControlPlane.Etcd = &envtest.Etcd{}
 	env.ControlPlane.Etcd.Path = etcdPath
@@ -168,7 +125,7 @@ func Start(opts Options) (*ControlPlane, error) {
 
 func (cp *ControlPlane) connect() error {
 	var err error
-	if cp.Client, err = client.New(cp.Config, client.Options{Scheme: Scheme}); err != nil {
+	if cp.Client, err = client.New(cp.Config, client.Options{Scheme: kube.Scheme}); err != nil {
 		return fmt.Errorf("controller-runtime client: %w", err)
 	}
 	if cp.Clientset, err = kubernetes.NewForConfig(cp.Config); err != nil {

@@ -2,11 +2,7 @@ package controlplane
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -17,6 +13,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/internal/kube"
 )
 
 // TestSmokeTalksToRealAPIServer proves the harness runs the real
@@ -29,7 +27,7 @@ func TestSmokeTalksToRealAPIServer(t *testing.T) {
 
 	v, err := cp.Clientset.Discovery().ServerVersion()
 	require.NoError(t, err)
-	assert.Equal(t, KubernetesVersion, v.GitVersion, "server version")
+	assert.Equal(t, kube.KubernetesVersion, v.GitVersion, "server version")
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "smoke"}}
 	require.NoError(t, cp.Client.Create(ctx, ns))
@@ -42,7 +40,7 @@ func TestSmokeTalksToRealAPIServer(t *testing.T) {
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "kerf.local/kerf-workload:1"}}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "kerf.local/kerf-workload:dev"}}},
 			},
 		},
 	}
@@ -53,7 +51,7 @@ func TestSmokeTalksToRealAPIServer(t *testing.T) {
 	require.NoError(t, err)
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
 	require.NoError(t, err)
-	c, err := client.New(cfg, client.Options{Scheme: Scheme})
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
 	require.NoError(t, err)
 
 	var gotNS corev1.Namespace
@@ -63,7 +61,7 @@ func TestSmokeTalksToRealAPIServer(t *testing.T) {
 	var got appsv1.Deployment
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), &got))
 	assert.Equal(t, int32(2), *got.Spec.Replicas)
-	assert.Equal(t, "kerf.local/kerf-workload:1", got.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, "kerf.local/kerf-workload:dev", got.Spec.Template.Spec.Containers[0].Image)
 	assert.NotEmpty(t, got.UID, "the apiserver assigns a UID")
 	// The apiserver's defaulting ran: a strategy was filled in server-side.
 	assert.Equal(t, appsv1.RollingUpdateDeploymentStrategyType, got.Spec.Strategy.Type)
@@ -78,47 +76,4 @@ func TestStopRemovesEverything(t *testing.T) {
 	require.NoError(t, cp.Stop())
 	_, err = os.Stat(dir)
 	assert.True(t, os.IsNotExist(err), "control plane directory %s still exists", dir)
-}
-
-// TestReapOrphansStopsOnlyTheProcessesOfADeadOwner makes two control plane
-// directories, one whose owner is this test and one whose owner is gone (a
-// PID that now names another process), each with a long-running process
-// that names it, as etcd and kube-apiserver do. Reaping kills the orphan's
-// process and removes its directory, and leaves the other alone.
-func TestReapOrphansStopsOnlyTheProcessesOfADeadOwner(t *testing.T) {
-	tmp := t.TempDir()
-	start, err := processStart(os.Getpid())
-	require.NoError(t, err)
-	plane := func(name string, ownerStart uint64) (string, *exec.Cmd) {
-		dir := filepath.Join(tmp, dirPrefix+name)
-		require.NoError(t, os.MkdirAll(filepath.Join(dir, "etcd"), 0o700))
-		require.NoError(t, os.WriteFile(filepath.Join(dir, ownerFile), fmt.Appendf(nil, "%d %d\n", os.Getpid(), ownerStart), 0o600))
-		log := filepath.Join(dir, "etcd", "log")
-		require.NoError(t, os.WriteFile(log, nil, 0o600))
-		cmd := exec.Command("tail", "-f", log)
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-		return dir, cmd
-	}
-	live, liveProc := plane("live", start)
-	// The same PID started at another time: the owner died and its PID
-	// was reused.
-	orphan, orphanProc := plane("live-not", start+1)
-
-	killed, err := ReapOrphans(tmp)
-	require.NoError(t, err)
-	assert.Equal(t, []int{orphanProc.Process.Pid}, killed)
-	err = orphanProc.Wait()
-	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit)
-	assert.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
-	_, err = os.Stat(orphan)
-	assert.True(t, os.IsNotExist(err), "the orphan's directory is removed")
-
-	_, err = os.Stat(live)
-	assert.NoError(t, err, "a control plane in use keeps its directory")
-	assert.NoError(t, liveProc.Process.Signal(syscall.Signal(0)), "and its processes")
 }

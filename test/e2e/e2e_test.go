@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/internal/sandbox"
 	"github.com/kerf-dev/kerf/internal/scenario"
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -73,7 +74,7 @@ func setup() {
 		skipWhy = "the sandbox cluster needs root (mounts, cgroups, bridge, iptables)"
 		return
 	}
-	root, err := controlplane.RepoRoot()
+	root, err := kube.RepoRoot()
 	if err != nil {
 		setupErr = err
 		return

@@ -1,5 +1,8 @@
-// Package kerneltest holds helpers for tests on the real kernel: cgroups
-// made and removed around a test.
+// Package kerneltest holds helpers for tests on the real kernel: the cgroup
+// v1 controller a test makes cgroups in (or a skip with the reason), and
+// cgroups made and removed around a test. The cgroup package's own kernel
+// tests use it from the external test package cgroup_test, since this
+// package imports cgroup.
 package kerneltest
 
 import (
@@ -15,7 +18,31 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kerf-dev/kerf/cgroup"
 )
+
+// V1Controller returns this machine's hierarchy and the mount of the cgroup
+// v1 controller, or skips the test: it needs root, readable cgroups and
+// the controller on v1.
+func V1Controller(tb testing.TB, controller string) (*cgroup.Hierarchy, cgroup.Mount) {
+	tb.Helper()
+	if uid := os.Geteuid(); uid != 0 {
+		tb.Skipf("needs root to create cgroups: running as uid %d", uid)
+	}
+	h, err := cgroup.Detect()
+	if err != nil {
+		tb.Skipf("cannot read this machine's cgroups: %v", err)
+	}
+	m, ok := h.Controller(controller)
+	if !ok {
+		tb.Skipf("the cgroup v1 %s controller is not mounted (cgroup mode %s)", controller, h.Mode)
+	}
+	if m.Version != 1 {
+		tb.Skipf("needs the cgroup v1 %s controller: this machine has it on cgroup v2 (mode %s)", controller, h.Mode)
+	}
+	return h, m
+}
 
 // MakeCgroup creates a cgroup directory under parent and removes it when
 // the test ends (RemoveCgroup).

@@ -1,4 +1,4 @@
-package controlplane
+package kube
 
 import (
 	"bytes"
@@ -41,6 +41,25 @@ func processStart(pid int) (uint64, error) {
 	return strconv.ParseUint(fields[19], 10, 64)
 }
 
+// MakeDir reaps the control planes whose owner is gone (ReapOrphans) and
+// creates a new control plane directory under os.TempDir() owned by this
+// process, so that a later MakeDir of another process can tell whether it
+// is still in use. The caller removes it when its control plane stops.
+func MakeDir() (string, error) {
+	if _, err := ReapOrphans(os.TempDir()); err != nil {
+		return "", fmt.Errorf("reap orphaned control planes: %w", err)
+	}
+	dir, err := os.MkdirTemp("", dirPrefix)
+	if err != nil {
+		return "", fmt.Errorf("create control plane directory: %w", err)
+	}
+	if err := writeOwner(dir); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("record the control plane's owner: %w", err)
+	}
+	return dir, nil
+}
+
 // writeOwner records this process as the owner of the control plane in dir.
 func writeOwner(dir string) error {
 	start, err := processStart(os.Getpid())
@@ -70,7 +89,7 @@ func ownerAlive(dir string) bool {
 // ReapOrphans stops the etcd and kube-apiserver processes of control planes
 // whose owner is gone (a test binary killed by a timeout or kill -9 leaves
 // them running, a few hundred MiB each) and removes their directories under
-// tmp. It returns the PIDs it killed. Start calls it with os.TempDir().
+// tmp. It returns the PIDs it killed. MakeDir calls it with os.TempDir().
 func ReapOrphans(tmp string) ([]int, error) {
 	dirs, err := filepath.Glob(filepath.Join(tmp, dirPrefix+"*"))
 	if err != nil {

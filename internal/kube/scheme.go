@@ -1,4 +1,4 @@
-package controlplane
+package kube
 
 import (
 	"k8s.io/apimachinery/pkg/runtime"
@@ -8,8 +8,8 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 )
 
-// Scheme holds the Kubernetes types and, as they are added, Kerf's API
-// types; the harness's client uses it.
+// Scheme holds the Kubernetes types and Kerf's API types: the clients of
+// the sandbox, the scenarios and the test harness use it.
 var Scheme = runtime.NewScheme()
 
 func init() {

@@ -1,4 +1,4 @@
-package chain
+package integration
 
 // The whole chain of design sections 3, 5 and 6, every part real: pods on
 // a real apiserver whose containers are real cgroups (one throttled by a
@@ -44,7 +44,6 @@ import (
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/node/stream"
-	"github.com/kerf-dev/kerf/test/cgrouptest"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kerneltest"
 	"github.com/kerf-dev/kerf/test/leadertest"
@@ -52,9 +51,9 @@ import (
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
-var shared controlplane.Shared
-
-func TestMain(m *testing.M) { shared.Main(m) }
+// TestMain shares one control plane among the package's tests
+// (controlplane.Get): a start costs seconds.
+func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Hooks{}) }
 
 const (
 	nodeName       = "chain-node"
@@ -90,7 +89,7 @@ const periodsPerInterval = float64(interval/cfsPeriod) + 1
 
 func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 	cpuMount := cpuHierarchy(t)
-	cp := shared.Get(t)
+	cp := controlplane.Get(t)
 	cs := cp.Clientset
 	ctx := t.Context()
 
@@ -220,7 +219,7 @@ func ratio(w healthwatch.ThrottleWindow) float64 {
 // cpuHierarchy returns the v1 cpu controller's mount, or skips the test.
 func cpuHierarchy(t *testing.T) cgroup.Mount {
 	t.Helper()
-	_, m := cgrouptest.V1Controller(t, "cpu")
+	_, m := kerneltest.V1Controller(t, "cpu")
 	return m
 }
 
@@ -231,7 +230,7 @@ func runningPod(t *testing.T, cs kubernetes.Interface, name string) *corev1.Pod 
 	ctx := t.Context()
 	p, err := cs.CoreV1().Pods(appNamespace).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: appNamespace, Name: name},
-		Spec:       corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "app", Image: "kerf.local/kerf-workload:1"}}},
+		Spec:       corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "app", Image: "kerf.local/kerf-workload:dev"}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	id := make([]byte, 32)
@@ -239,7 +238,7 @@ func runningPod(t *testing.T, cs kubernetes.Interface, name string) *corev1.Pod 
 	p.Status.Phase = corev1.PodRunning
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{
 		Name:        "app",
-		Image:       "kerf.local/kerf-workload:1",
+		Image:       "kerf.local/kerf-workload:dev",
 		ContainerID: "containerd://" + hex.EncodeToString(id),
 		Ready:       true,
 		State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}},

@@ -1,4 +1,4 @@
-package chain
+package integration
 
 // Pod discovery through a real kubelet's Pods API (design section 5), in
 // the one-node sandbox cluster (internal/sandbox): the agent's KubeletPods
@@ -27,6 +27,7 @@ import (
 
 	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/internal/images"
+	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/internal/sandbox"
 	"github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -54,7 +55,7 @@ func upSandbox(t *testing.T, ctx context.Context) (*sandbox.Cluster, string) {
 	if os.Geteuid() != 0 {
 		skipOrFail(t, "the sandbox needs root (mounts, cgroups, bridge, iptables)")
 	}
-	root, err := controlplane.RepoRoot()
+	root, err := kube.RepoRoot()
 	require.NoError(t, err)
 	var pause, workload images.Image
 	for _, img := range images.Kerf {
