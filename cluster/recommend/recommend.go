@@ -55,7 +55,7 @@ type Refusal struct {
 	Field Field
 	// Asked is what the estimator (after bounds) asked for: millicores or bytes.
 	Asked int64
-	// Held is what is recommended instead.
+	// Held is what is recommended instead: the field's final value.
 	Held int64
 	// Reason is why.
 	Reason Reason
@@ -223,32 +223,46 @@ func (m *Model) decide(refusals *[]Refusal, res Resource, target, curReq, curLim
 			req = curReq
 		}
 	}
-	// Latches and holds: each floor above the asked value is a refusal.
+	// Latches and holds: each floor above the asked value is a refusal,
+	// and the request is the highest floor.
 	asked := req
+	first := len(*refusals)
 	for i := 0; i < l.n; i++ {
-		f := &l.floors[i]
-		if f.request > asked {
-			*refusals = append(*refusals, Refusal{Resource: res, Field: Request, Asked: asked, Held: f.request,
+		if f := &l.floors[i]; f.request > asked {
+			*refusals = append(*refusals, Refusal{Resource: res, Field: Request, Asked: asked,
 				Reason: f.reason, Observed: f.observed, Threshold: f.threshold, At: f.at})
 			req = max(req, f.request)
 		}
 	}
-	// Limits: kept in proportion, or as they are; never below a floor or the request.
+	// Limits: kept in proportion to the request, or as they are; never
+	// below a floor or the request. A floor above the limit the asked
+	// request implied is a refusal too.
 	lim := curLim
 	if curLim > 0 {
-		if m.p.KeepLimitProportion && curReq > 0 && req != curReq {
-			lim = ceil(float64(req) * float64(curLim) / float64(curReq))
+		limitFor := func(request int64) int64 {
+			if m.p.KeepLimitProportion && curReq > 0 && request != curReq {
+				return ceil(float64(request) * float64(curLim) / float64(curReq))
+			}
+			return curLim
 		}
-		askedLim := lim
+		askedLim := limitFor(asked)
+		lim = limitFor(req)
 		for i := 0; i < l.n; i++ {
-			f := &l.floors[i]
-			if f.limit > askedLim {
-				*refusals = append(*refusals, Refusal{Resource: res, Field: Limit, Asked: askedLim, Held: f.limit,
+			if f := &l.floors[i]; f.limit > askedLim {
+				*refusals = append(*refusals, Refusal{Resource: res, Field: Limit, Asked: askedLim,
 					Reason: f.reason, Observed: f.observed, Threshold: f.threshold, At: f.at})
 				lim = max(lim, f.limit)
 			}
 		}
 		lim = max(lim, req)
+	}
+	// What was held is the final value of the field.
+	for i := first; i < len(*refusals); i++ {
+		if r := &(*refusals)[i]; r.Field == Request {
+			r.Held = req
+		} else {
+			r.Held = lim
+		}
 	}
 	return req, lim
 }

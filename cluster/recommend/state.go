@@ -186,7 +186,7 @@ func (s *ContainerState) Signals(m *Model, now time.Time) Signals {
 	var sig Signals
 	ts := now.Unix()
 	if s.oomAt != 0 && ts-s.oomAt < int64(m.p.Window()/time.Second) {
-		sig.OOMAt = time.Unix(s.oomAt, 0)
+		sig.OOMAt = time.Unix(s.oomAt, 0).UTC()
 		sig.OOMPeakBytes = s.oomPeak
 	}
 	if s.thr != nil {
