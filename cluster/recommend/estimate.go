@@ -46,12 +46,13 @@ func (m *Model) Estimate(s *ContainerState, containers int) Estimate {
 	minCPU := float64(p.MinCPUMilli) / 1000 / float64(containers)
 	minMem := float64(p.MinMemoryBytes) / float64(containers)
 	margin := 1 + p.SafetyMargin
-	lowerScale := math.Pow(1+0.001/e.Confidence, -2)
+	lowerScale := 1 / ((1 + 0.001/e.Confidence) * (1 + 0.001/e.Confidence)) // VPA: (1 + 0.001/c)^-2
 	upperScale := 1 + 1/e.Confidence
 
 	if !s.CPU.Empty() {
+		total := s.CPU.total()
 		cpu := func(pct, scale float64) int64 {
-			v := math.Min(s.CPU.percentile(&m.cpu, pct)*margin*scale, p.CPUMaxValue)
+			v := math.Min(s.CPU.percentileOf(&m.cpu, pct, total)*margin*scale, p.CPUMaxValue)
 			return milli(math.Max(v, minCPU))
 		}
 		e.Target.CPUMilli = cpu(p.CPUPercentile, 1)
@@ -59,8 +60,9 @@ func (m *Model) Estimate(s *ContainerState, containers int) Estimate {
 		e.Upper.CPUMilli = cpu(p.UpperPercentile, upperScale)
 	}
 	if !s.Memory.Empty() {
+		total := s.Memory.total()
 		mem := func(pct, scale float64) int64 {
-			v := math.Min(s.Memory.percentile(&m.mem, pct)*margin*scale, p.MemoryMaxValue)
+			v := math.Min(s.Memory.percentileOf(&m.mem, pct, total)*margin*scale, p.MemoryMaxValue)
 			return ceil(math.Max(v, minMem))
 		}
 		e.Target.MemoryBytes = mem(p.MemoryPercentile, 1)

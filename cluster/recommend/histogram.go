@@ -184,10 +184,15 @@ func (h *Histogram) total() float64 {
 // one), or 0 when empty. Returning a bucket's end errs upward, by at most
 // the growth fraction.
 func (h *Histogram) percentile(d *decayShape, p float64) float64 {
+	return h.percentileOf(d, p, h.total())
+}
+
+// percentileOf is percentile with the total weight already summed.
+func (h *Histogram) percentileOf(d *decayShape, p, total float64) float64 {
 	if h.Empty() {
 		return 0
 	}
-	threshold := p * h.total()
+	threshold := p * total
 	var partial float64
 	i := 0
 	for ; i < len(h.w)-1; i++ {
