@@ -92,7 +92,6 @@ func BenchmarkRecommendPass300k(b *testing.B) {
 	for b.Loop() {
 		changed, refused = 0, 0
 		for _, s := range passStates {
-			in.Signals = s.Signals(m, now)
 			r := m.Recommend(s, in)
 			if r.Changed {
 				changed++

@@ -99,11 +99,12 @@ func (h *Histogram) shift(d *decayShape, ref int32) {
 		h.w[i] = float32(float64(h.w[i]) * scale)
 	}
 	h.ref = ref
-	h.trim(d.epsilon)
+	h.trim(d.epsilon, true)
 }
 
-// trim drops leading and trailing buckets below epsilon.
-func (h *Histogram) trim(epsilon float64) {
+// trim drops leading and trailing buckets below epsilon; compact copies
+// what is left into a slice of its own size, so that the memory is freed.
+func (h *Histogram) trim(epsilon float64, compact bool) {
 	i, j := 0, len(h.w)
 	for i < j && float64(h.w[i]) < epsilon {
 		i++
@@ -115,12 +116,17 @@ func (h *Histogram) trim(epsilon float64) {
 		h.w, h.lo = nil, 0
 		return
 	}
-	if i > 0 || j < len(h.w) {
+	if i == 0 && j == len(h.w) {
+		return
+	}
+	if compact {
 		w := make([]float32, j-i)
 		copy(w, h.w[i:j])
 		h.w = w
-		h.lo += uint8(i)
+	} else {
+		h.w = h.w[i:j:j]
 	}
+	h.lo += uint8(i)
 }
 
 // cover makes bucket b part of the stored range and returns its index in w.
@@ -144,8 +150,8 @@ func (h *Histogram) cover(b int) int {
 // add adds a sample of value v and weight at unix second t.
 func (h *Histogram) add(d *decayShape, v, weight float64, t int64) {
 	f := weight * h.factor(d, t)
-	if !(f > 0) || math.IsInf(f, 0) {
-		return
+	if !(f >= math.SmallestNonzeroFloat32) || math.IsInf(f, 0) {
+		return // nothing a float32 can hold
 	}
 	i := h.cover(d.bucket(v))
 	h.w[i] = float32(float64(h.w[i]) + f)
@@ -167,7 +173,7 @@ func (h *Histogram) subtract(d *decayShape, v, weight float64, t int64) {
 		nw = 0
 	}
 	h.w[b] = float32(nw)
-	h.trim(d.epsilon)
+	h.trim(d.epsilon, false) // a peak is usually replaced next: keep the slice
 }
 
 // total is the sum of the weights.

@@ -108,7 +108,9 @@ type Input struct {
 	// Containers is the count of containers in the pod, which share the pod
 	// minimum; 0 counts as 1.
 	Containers int
-	// Signals are the OOM and throttling inputs, usually State.Signals(Now).
+	// Signals are OOM and throttling inputs the state does not hold (an
+	// OOM kill seen in pod status, say); Recommend combines them with the
+	// state's own Signals(Now), so a caller cannot forget the latter.
 	Signals Signals
 	// Holds are the cooldown and failedPermanent inputs.
 	Holds Holds
@@ -141,7 +143,7 @@ func (m *Model) Recommend(s *ContainerState, in Input) Result {
 		return r
 	}
 	r.Ready = true
-	sig := in.Signals
+	sig := s.Signals(m, in.Now).combine(in.Signals)
 	if !s.CPU.Empty() {
 		var l latch
 		if sig.ThrottlingRatio >= m.p.ThrottlingRatio {
@@ -265,4 +267,15 @@ func (m *Model) decide(refusals *[]Refusal, res Resource, target, curReq, curLim
 		}
 	}
 	return req, lim
+}
+
+// combine is the more restrictive of two signal sets: the later OOM kill
+// with the higher peak, and the higher throttling ratio.
+func (a Signals) combine(b Signals) Signals {
+	if b.OOMAt.After(a.OOMAt) {
+		a.OOMAt = b.OOMAt
+	}
+	a.OOMPeakBytes = max(a.OOMPeakBytes, b.OOMPeakBytes)
+	a.ThrottlingRatio = max(a.ThrottlingRatio, b.ThrottlingRatio)
+	return a
 }

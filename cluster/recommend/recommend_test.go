@@ -222,13 +222,13 @@ func TestRecommend(t *testing.T) {
 	}
 }
 
-func TestRecommendFromStateSignals(t *testing.T) {
+func TestRecommendUsesTheStatesSignals(t *testing.T) {
 	m := defaultModel(t)
 	s := steady(m, 0.1, 100*Mi, 48)
 	s.AddThrottling(m, 0.5, t0.Add(time.Hour))
 	s.RecordOOM(m, 300*Mi, t0.Add(2*time.Hour))
 	now := t0.Add(48 * time.Hour)
-	in := Input{Now: now, Request: Resources{1000, 1024 * Mi}, Signals: s.Signals(m, now)}
+	in := Input{Now: now, Request: Resources{1000, 1024 * Mi}} // the state's own signals are used
 	r := m.Recommend(s, in)
 	assert.Equal(t, in.Request, r.Request)
 	require.Len(t, r.Refusals, 2)
