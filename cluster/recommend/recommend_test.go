@@ -272,3 +272,12 @@ func TestParamsValidateNamesTheField(t *testing.T) {
 		})
 	}
 }
+
+func TestRecommendAllocatesOnlyForRefusals(t *testing.T) {
+	m := defaultModel(t)
+	s := steady(m, 0.1, 100*Mi, 48)
+	in := Input{Now: t0.Add(48 * time.Hour), Request: Resources{1000, 1024 * Mi}, Limit: Resources{2000, 2048 * Mi}}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { m.Recommend(s, in) }))
+	in.Holds.CPUCooldown = true
+	assert.Equal(t, 2.0, testing.AllocsPerRun(100, func() { m.Recommend(s, in) }), "the refusals' slice, grown for request and limit")
+}
