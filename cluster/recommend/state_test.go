@@ -94,3 +94,13 @@ func TestCPUHistoryAndSamples(t *testing.T) {
 	assert.Equal(t, 3*time.Hour, s.History())
 	assert.Equal(t, uint32(3), s.Samples())
 }
+
+func TestSignalsAtZeroTimeFailSafe(t *testing.T) {
+	m := defaultModel(t)
+	var s ContainerState
+	s.RecordOOM(m, 300*Mi, t0)
+	s.AddThrottling(m, 0.5, t0)
+	sig := s.Signals(m, time.Time{})
+	assert.Equal(t, 300.0*Mi, sig.OOMPeakBytes, "an unset clock keeps the OOM latch")
+	assert.Equal(t, 0.5, sig.ThrottlingRatio, "and the throttling latch")
+}
