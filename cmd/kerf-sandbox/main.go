@@ -2,7 +2,7 @@
 // Kubernetes cluster on this machine (docs/design.md section 9; `up`,
 // `down`, `status`, logic in internal/sandbox), and the demo on it (`demo`).
 // A bare control plane (etcd and kube-apiserver) is test code:
-// go run ./test/controlplane/serve.
+// go run hack/controlplane-serve.go.
 package main
 
 import (

@@ -1,7 +1,9 @@
+//go:build ignore
+
 // Command serve runs a real etcd and kube-apiserver on loopback in the
 // foreground until Ctrl-C, with Kerf's CRDs installed: the tests' control
 // plane (package controlplane), for trying a manifest or a client by hand.
-// It is test code, not shipped: run it with go run ./test/controlplane/serve.
+// It is test code, not shipped: run it with go run hack/controlplane-serve.go.
 package main
 
 import (
