@@ -31,7 +31,7 @@ type reconcileContext struct {
 
 	// The workload and its pods, filled by loadWorkload.
 	workloadRead, podsRead bool
-	workloadObj            client.Object
+	target                 *workload.Workload
 	workloadErr            error
 	podList                []corev1.Pod
 	podsErr                error
@@ -85,10 +85,21 @@ func (c *reconcileContext) resolvePolicy(ctx context.Context) (*policy.Resolved,
 	return policy.Resolve(w, ns.Labels, namespaced.Items, cluster.Items)
 }
 
-// workload returns the recommendation's workload (see loadWorkload).
+// workload returns the recommendation's workload object (see
+// loadWorkload).
 func (c *reconcileContext) workload(ctx context.Context) (client.Object, error) {
+	w, err := c.targetWorkload(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return w.Object, nil
+}
+
+// targetWorkload returns the recommendation's workload with its template,
+// selector and update strategy (see loadWorkload).
+func (c *reconcileContext) targetWorkload(ctx context.Context) (*workload.Workload, error) {
 	c.loadWorkload(ctx, false)
-	return c.workloadObj, c.workloadErr
+	return c.target, c.workloadErr
 }
 
 // pods returns the pods the workload's selector selects (see
@@ -107,11 +118,11 @@ func (c *reconcileContext) pods(ctx context.Context) ([]corev1.Pod, error) {
 func (c *reconcileContext) loadWorkload(ctx context.Context, withPods bool) {
 	if !c.workloadRead {
 		c.workloadRead = true
-		c.workloadObj, c.workloadErr = c.r.Applier.Target(ctx, c.rsr)
+		c.target, c.workloadErr = workload.Get(ctx, c.r.Client, c.rsr.Namespace, c.rsr.Spec.TargetRef)
 	}
 	if withPods && !c.podsRead && c.workloadErr == nil {
 		c.podsRead = true
-		c.podList, c.podsErr = workloadPods(ctx, c.r.Client, c.workloadObj)
+		c.podList, c.podsErr = workload.Pods(ctx, c.r.Client, c.target)
 	}
 }
 
@@ -128,13 +139,4 @@ func (c *reconcileContext) workloadGone(ctx context.Context, cause error) bool {
 	c.workloadRead, c.podsRead = false, false
 	_, err := c.workload(ctx)
 	return apierrors.IsNotFound(err)
-}
-
-// workloadPods lists the pods the workload owns (workload.Pods).
-func workloadPods(ctx context.Context, cl client.Client, w client.Object) ([]corev1.Pod, error) {
-	wl, err := workload.From(w)
-	if err != nil {
-		return nil, err
-	}
-	return workload.Pods(ctx, cl, wl)
 }

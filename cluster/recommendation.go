@@ -88,9 +88,13 @@ func (c *reconcileContext) reconcile(ctx context.Context) (ctrl.Result, error) {
 // acting, then applies it.
 func (c *reconcileContext) plan(ctx context.Context) (ctrl.Result, error) {
 	rsr, resolved := c.rsr, c.resolved
-	_, running, err := c.r.Applier.Workload(ctx, rsr)
+	w, err := c.targetWorkload(ctx)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("read workload of %s/%s: %w", rsr.Namespace, rsr.Name, err)
+	}
+	running, err := c.r.Applier.Running(ctx, w, rsr.Spec.Strategy)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("read the values %s %s/%s runs: %w", w.Kind, rsr.Namespace, rsr.Spec.TargetRef.Name, err)
 	}
 	block, err := policy.CheckApply(c.now, resolved.Spec, &rsr.Status, running, rsr.Spec.Containers)
 	if err != nil {
@@ -100,7 +104,7 @@ func (c *reconcileContext) plan(ctx context.Context) (ctrl.Result, error) {
 		return c.blocked(ctx, block)
 	}
 
-	change, err := c.r.Applier.Plan(ctx, rsr)
+	change, err := c.r.Applier.Plan(ctx, rsr, w, running)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("plan %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}

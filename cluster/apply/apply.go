@@ -112,32 +112,14 @@ func (a *Applier) resizeTimeout() time.Duration {
 	return a.ResizeTimeout
 }
 
-// Workload reads the recommendation's target and returns it with the values
-// it runs now, per container of its pod template. For the InPlace strategy
-// a value is the one every running pod of the workload agrees on (in-place
-// resizes and the webhook make pods differ from the template), else the
-// template's; for Rollout and Deferred it is the template's. These are the
-// values Plan records as previous.
-func (a *Applier) Workload(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (client.Object, []v1alpha1.ContainerResources, error) {
-	w, err := a.workload(ctx, rsr)
-	if err != nil {
-		return nil, nil, err
-	}
-	current, err := a.currentValues(ctx, w, rsr.Spec.Strategy)
-	if err != nil {
-		return nil, nil, err
-	}
-	return w.Object, current, nil
-}
-
-// Target reads the recommendation's workload alone, without working out the
-// values that run (which, for InPlace, lists its pods).
-func (a *Applier) Target(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (client.Object, error) {
-	w, err := a.workload(ctx, rsr)
-	if err != nil {
-		return nil, err
-	}
-	return w.Object, nil
+// Running returns the values workload w runs now, per container of its pod
+// template. For the InPlace strategy a value is the one every running pod
+// of the workload agrees on (in-place resizes and the webhook make pods
+// differ from the template), else the template's; for Rollout and Deferred
+// it is the template's. These are the values Plan records as previous, and
+// the ones the guardrails compare a recommendation with.
+func (a *Applier) Running(ctx context.Context, w *workload.Workload, strategy v1alpha1.Strategy) ([]v1alpha1.ContainerResources, error) {
+	return a.currentValues(ctx, w, strategy)
 }
 
 // workload reads the recommendation's target.
@@ -146,7 +128,7 @@ func (a *Applier) workload(ctx context.Context, rsr *v1alpha1.RightsizingRecomme
 }
 
 // currentValues returns the values the workload runs now per template
-// container (see Workload).
+// container (see Running).
 func (a *Applier) currentValues(ctx context.Context, w *workload.Workload, strategy v1alpha1.Strategy) ([]v1alpha1.ContainerResources, error) {
 	tmpl := w.Template
 	out := make([]v1alpha1.ContainerResources, 0, len(tmpl.Spec.Containers))

@@ -65,7 +65,7 @@ func TestApplyMakesValuesRunWithEachStrategyOnEachKindAndIsIdempotent(t *testing
 				w := e.createWorkload(kind, "web", workloadOpts{})
 				rsr := e.rsr(w, strategy, values("app", "750m", "", "", "768Mi"))
 
-				change, err := e.applier.Plan(e.ctx, rsr)
+				change, err := e.plan(rsr)
 				require.NoError(t, err)
 				require.NotNil(t, change)
 				assert.Equal(t, strategy, change.Strategy)
@@ -160,7 +160,7 @@ func TestDeferredPatchesTheTemplateOnlyWhenTheUpdateStrategyIsOnDelete(t *testin
 			e := newEnv(t)
 			w := e.createWorkload(tc.kind, "db", workloadOpts{onDelete: tc.onDelete})
 			rsr := e.rsr(w, v1alpha1.StrategyDeferred, values("app", "750m", "", "", "768Mi"))
-			change, err := e.applier.Plan(e.ctx, rsr)
+			change, err := e.plan(rsr)
 			require.NoError(t, err)
 			rvBefore := e.reread(w.obj).GetResourceVersion()
 
@@ -192,7 +192,7 @@ func TestPlanReturnsNilWhenTheValuesAlreadyRun(t *testing.T) {
 			w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{})
 			// 0.5 is 500m: the same amount written differently.
 			rsr := e.rsr(w, strategy, values("app", "0.5", "256Mi", "", "512Mi"), values("sidecar", "100m", "", "", ""))
-			change, err := e.applier.Plan(e.ctx, rsr)
+			change, err := e.plan(rsr)
 			require.NoError(t, err)
 			assert.Nil(t, change)
 		})
@@ -205,7 +205,7 @@ func TestPlanRecordsOnlyContainersWhoseValuesDiffer(t *testing.T) {
 	rsr := e.rsr(w, v1alpha1.StrategyRollout,
 		values("app", "500m", "300Mi", "", ""), // memory differs, cpu the same
 		values("sidecar", "100m", "64Mi", "", ""))
-	change, err := e.applier.Plan(e.ctx, rsr)
+	change, err := e.plan(rsr)
 	require.NoError(t, err)
 	require.NotNil(t, change)
 	assert.Equal(t, []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, change.Resources, "cpu is not touched")
@@ -233,7 +233,7 @@ func TestPlanRefusesValuesThatCannotRun(t *testing.T) {
 			e := newEnv(t)
 			// A single-container pod, so one container decides the QoS class.
 			w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{containers: []corev1.Container{appContainer()}})
-			_, err := e.applier.Plan(e.ctx, e.rsr(w, tc.strategy, tc.values))
+			_, err := e.plan(e.rsr(w, tc.strategy, tc.values))
 			want := tc.err
 			if want == nil {
 				want = apply.ErrQOSClassChange
@@ -250,16 +250,16 @@ func TestPlanForInPlaceTakesPreviousValuesFromTheRunningPods(t *testing.T) {
 	first := e.rsr(w, v1alpha1.StrategyInPlace, values("app", "600m", "", "", ""))
 	e.planAndApply(first)
 
-	_, running, err := e.applier.Workload(e.ctx, first)
+	_, running, err := e.running(first)
 	require.NoError(t, err)
-	assert.Equal(t, "600m", running[0].Requests.CPU.String(), "Workload reports what the pods run")
+	assert.Equal(t, "600m", running[0].Requests.CPU.String(), "Running reports what the pods run")
 
-	next, err := e.applier.Plan(e.ctx, e.rsr(w, v1alpha1.StrategyInPlace, values("app", "700m", "", "", "")))
+	next, err := e.plan(e.rsr(w, v1alpha1.StrategyInPlace, values("app", "700m", "", "", "")))
 	require.NoError(t, err)
 	assert.Equal(t, "600m", next.Containers[0].Previous.Requests.CPU.String())
 
 	// Rollout compares with the template, still at 500m.
-	rollout, err := e.applier.Plan(e.ctx, e.rsr(w, v1alpha1.StrategyRollout, values("app", "700m", "", "", "")))
+	rollout, err := e.plan(e.rsr(w, v1alpha1.StrategyRollout, values("app", "700m", "", "", "")))
 	require.NoError(t, err)
 	assert.Equal(t, "500m", rollout.Containers[0].Previous.Requests.CPU.String())
 }
@@ -269,12 +269,12 @@ func TestWorkloadRefusesUnsupportedTargets(t *testing.T) {
 	w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{})
 	rsr := e.rsr(w, v1alpha1.StrategyRollout, values("app", "1", "", "", ""))
 	rsr.Spec.TargetRef.Kind = "ReplicaSet"
-	_, _, err := e.applier.Workload(e.ctx, rsr)
+	_, _, err := e.running(rsr)
 	require.ErrorIs(t, err, kerfworkload.ErrUnsupportedKind)
 
 	rsr.Spec.TargetRef.Kind = v1alpha1.KindDeployment
 	rsr.Spec.TargetRef.Name = "missing"
-	_, _, err = e.applier.Workload(e.ctx, rsr)
+	_, _, err = e.running(rsr)
 	require.True(t, apierrors.IsNotFound(err), "not found is reported as such: %v", err)
 }
 
@@ -282,7 +282,7 @@ func TestRolloutPatchIsConditionalOnResourceVersion(t *testing.T) {
 	e := newEnv(t)
 	w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{})
 	rsr := e.rsr(w, v1alpha1.StrategyRollout, values("app", "750m", "", "", "768Mi"))
-	change, err := e.applier.Plan(e.ctx, rsr)
+	change, err := e.plan(rsr)
 	require.NoError(t, err)
 
 	// Someone else writes the Deployment between Kerf's read and its patch.

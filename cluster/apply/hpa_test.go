@@ -36,7 +36,7 @@ func TestHPATargetMovesSoTheAbsoluteCPUTargetStays(t *testing.T) {
 			rsr := e.rsr(w, v1alpha1.StrategyRollout, tc.values)
 			rsr.Spec.HPA = &v1alpha1.HPACoordination{Coordinate: true}
 
-			change, err := e.applier.Plan(e.ctx, rsr)
+			change, err := e.plan(rsr)
 			require.NoError(t, err)
 			if tc.want == tc.target {
 				assert.Nil(t, change.HPA, "an unchanged target is not recorded")
@@ -131,7 +131,7 @@ func TestHPACoordinationFindsTheRightHPAOrSaysWhyNot(t *testing.T) {
 			rsr := e.rsr(w, v1alpha1.StrategyRollout, tc.values)
 			rsr.Spec.HPA = &v1alpha1.HPACoordination{Coordinate: true, Name: tc.hpa}
 
-			change, err := e.applier.Plan(e.ctx, rsr)
+			change, err := e.plan(rsr)
 			require.NoError(t, err)
 			res, err := e.applier.Apply(e.ctx, rsr, change)
 			require.NoError(t, err)
@@ -159,7 +159,7 @@ func TestHPAChangedBySomeoneElseIsLeftAlone(t *testing.T) {
 	hpa := e.createHPA("web", w, cpuUtilization(60))
 	rsr := e.rsr(w, v1alpha1.StrategyRollout, values("app", "1000m", "", "", ""))
 	rsr.Spec.HPA = &v1alpha1.HPACoordination{Coordinate: true}
-	change, err := e.applier.Plan(e.ctx, rsr)
+	change, err := e.plan(rsr)
 	require.NoError(t, err)
 	require.NotNil(t, change.HPA)
 

@@ -200,7 +200,7 @@ func TestInPlaceResizesOnlyTheRunningPodsOfTheCurrentReplicaSet(t *testing.T) {
 	require.NoError(t, e.cp.Client.Update(e.ctx, stray))
 
 	rsr := e.rsr(w, v1alpha1.StrategyInPlace, values("app", "750m", "", "", "768Mi"))
-	change, err := e.applier.Plan(e.ctx, rsr)
+	change, err := e.plan(rsr)
 	require.NoError(t, err)
 	res, err := e.applier.Apply(e.ctx, rsr, change)
 	require.NoError(t, err)
@@ -223,7 +223,7 @@ func TestInPlaceResizesContainersWithRestartContainerPolicyAndNotesIt(t *testing
 	}
 	w := e.createWorkload(v1alpha1.KindStatefulSet, "db", workloadOpts{pods: 1, containers: []corev1.Container{app}})
 	rsr := e.rsr(w, v1alpha1.StrategyInPlace, values("app", "750m", "", "", "768Mi"))
-	change, err := e.applier.Plan(e.ctx, rsr)
+	change, err := e.plan(rsr)
 	require.NoError(t, err)
 	res, err := e.applier.Apply(e.ctx, rsr, change)
 	require.NoError(t, err)
@@ -265,7 +265,7 @@ func TestInPlaceResizeRetriesAConflictWithAFreshRead(t *testing.T) {
 	e.applier.Clientset = cs
 
 	rsr := e.rsr(w, v1alpha1.StrategyInPlace, values("app", "750m", "", "", "768Mi"))
-	change, err := e.applier.Plan(e.ctx, rsr)
+	change, err := e.plan(rsr)
 	require.NoError(t, err)
 	res, err := e.applier.Apply(e.ctx, rsr, change)
 	require.NoError(t, err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
+	kerfworkload "github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -302,11 +303,33 @@ func (e *env) kubeletStatus(name string, mutate func(*corev1.Pod)) *corev1.Pod {
 	return pod
 }
 
+// running reads the recommendation's workload and the values it runs, as
+// the leader does once a pass.
+func (e *env) running(rsr *v1alpha1.RightsizingRecommendation) (*kerfworkload.Workload, []v1alpha1.ContainerResources, error) {
+	e.t.Helper()
+	w, err := kerfworkload.Get(e.ctx, e.cp.Client, rsr.Namespace, rsr.Spec.TargetRef)
+	if err != nil {
+		return nil, nil, err
+	}
+	current, err := e.applier.Running(e.ctx, w, rsr.Spec.Strategy)
+	return w, current, err
+}
+
+// plan plans the recommendation's change from what its workload runs now.
+func (e *env) plan(rsr *v1alpha1.RightsizingRecommendation) (*v1alpha1.Change, error) {
+	e.t.Helper()
+	w, current, err := e.running(rsr)
+	if err != nil {
+		return nil, err
+	}
+	return e.applier.Plan(e.ctx, rsr, w, current)
+}
+
 // planAndApply plans the recommendation's change and applies it, as the
 // leader does, and returns the change.
 func (e *env) planAndApply(rsr *v1alpha1.RightsizingRecommendation) *v1alpha1.Change {
 	e.t.Helper()
-	change, err := e.applier.Plan(e.ctx, rsr)
+	change, err := e.plan(rsr)
 	require.NoError(e.t, err)
 	_, err = e.applier.Apply(e.ctx, rsr, change)
 	require.NoError(e.t, err)

@@ -10,29 +10,22 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/resources"
+	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
 // Plan computes the change to record in status.change before acting
 // (docs/design.md section 2: recorded first, a leader that takes over knows
 // what to finish and what to restore). For each container the
-// recommendation names whose values differ from what runs now (see
-// Workload), it records the previous and applied values of the fields the
+// recommendation names whose values differ from current, what workload w
+// runs now (see Running), it records the previous and applied values of the fields the
 // recommendation sets; Resources are the resources whose requests or limits
 // differ. When spec.hpa coordinates and the pod's cpu requests change, the
 // HPA's previous and new targets are recorded too. AppliedAt is the
 // Applier's clock. Plan returns a nil change when nothing differs, and an
 // error when the values cannot run: a container the template lacks, a
 // request above its limit, an InPlace change of QoS class.
-func (a *Applier) Plan(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (*v1alpha1.Change, error) {
-	w, err := a.workload(ctx, rsr)
-	if err != nil {
-		return nil, fmt.Errorf("plan: %w", err)
-	}
+func (a *Applier) Plan(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, w *workload.Workload, current []v1alpha1.ContainerResources) (*v1alpha1.Change, error) {
 	ref := rsr.Spec.TargetRef
-	current, err := a.currentValues(ctx, w, rsr.Spec.Strategy)
-	if err != nil {
-		return nil, fmt.Errorf("plan for %s %s/%s: %w", ref.Kind, rsr.Namespace, ref.Name, err)
-	}
 	change := &v1alpha1.Change{AppliedAt: metav1.NewTime(a.now()), Strategy: rsr.Spec.Strategy}
 	for _, c := range rsr.Spec.Containers {
 		cur := findContainer(current, c.Name)

@@ -33,7 +33,7 @@ func TestRestoreOfMemoryOnlyLeavesCPUAsApplied(t *testing.T) {
 			e.createHPA("web", w, cpuUtilization(60))
 			rsr := e.rsr(w, tc.strategy, values("app", "750m", "", "", "768Mi"))
 			rsr.Spec.HPA = &v1alpha1.HPACoordination{Coordinate: true}
-			change, err := e.applier.Plan(e.ctx, rsr)
+			change, err := e.plan(rsr)
 			require.NoError(t, err)
 			require.NotNil(t, change.HPA)
 			_, err = e.applier.Apply(e.ctx, rsr, change)
@@ -205,7 +205,7 @@ func TestRestoreRemovesAValueTheWorkloadDidNotHave(t *testing.T) {
 			e := newEnv(t)
 			w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{pods: 1, containers: []corev1.Container{noCPULimit}})
 			rsr := e.rsr(w, strategy, values("app", "", "", "2", ""))
-			change, err := e.applier.Plan(e.ctx, rsr)
+			change, err := e.plan(rsr)
 			require.NoError(t, err)
 			require.Nil(t, change.Containers[0].Previous.Limits, "there was no cpu limit")
 			_, err = e.applier.Apply(e.ctx, rsr, change)
