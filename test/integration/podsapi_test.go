@@ -190,7 +190,9 @@ func TestKubeletPodsAPIDiscoversContainersAndSeesOOMKillsFirst(t *testing.T) {
 		_ = resp.Body.Close()
 	}
 
-	isOOM := func(ev report.ContainerEvent) bool { return ev.Terminated != nil && ev.Terminated.Reason == "OOMKilled" }
+	isOOM := func(ev report.ContainerEvent) bool {
+		return ev.Terminated != nil && ev.Terminated.Reason == "OOMKilled"
+	}
 	var apiserverAt time.Time
 	deadline := time.After(2 * time.Minute)
 	for apiserverAt.IsZero() {
