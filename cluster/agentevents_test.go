@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	agentnode "github.com/kerf-dev/kerf/node"
+	"github.com/kerf-dev/kerf/node/report"
 	agentstream "github.com/kerf-dev/kerf/node/stream"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/streamtest"
@@ -76,8 +76,8 @@ func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.R
 // agentSees is what the agent's pod discovery reports when the kubelet's
 // Pods API shows the app container of pod restarted for the n-th time,
 // after a run that ended with reason (none when empty).
-func agentSees(pod *corev1.Pod, n int32, reason, runID string, finished time.Time) agentnode.ContainerEvent {
-	ev := agentnode.ContainerEvent{Namespace: pod.Namespace, Pod: pod.Name, PodUID: string(pod.UID), Container: "app", RestartCount: n}
+func agentSees(pod *corev1.Pod, n int32, reason, runID string, finished time.Time) report.ContainerEvent {
+	ev := report.ContainerEvent{Namespace: pod.Namespace, Pod: pod.Name, PodUID: string(pod.UID), Container: "app", RestartCount: n}
 	if reason != "" {
 		ev.Terminated = &corev1.ContainerStateTerminated{Reason: reason, ExitCode: 137, ContainerID: runID,
 			StartedAt: metav1.NewTime(finished.Add(-time.Second)), FinishedAt: metav1.NewTime(finished)}

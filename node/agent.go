@@ -15,6 +15,7 @@ import (
 
 	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/node/oom"
+	"github.com/kerf-dev/kerf/node/report"
 )
 
 // Config is the agent's configuration, from kerf-agent's flags.
@@ -44,16 +45,17 @@ type Config struct {
 }
 
 // Stream is where the agent sends what it sees for the leader: the agent's
-// end of the stream (node/stream.Client, which builds on this package's
-// types, hence an interface here).
+// end of the stream (node/stream.Client). It is an interface here, on
+// node/report's types, so that node/stream, below this package, need not
+// import it; kerf-agent's SetStream call checks that a Client is a Stream.
 type Stream interface {
 	// Counters records one sampling pass's changed samples.
-	Counters(samples []Sample)
+	Counters(samples []report.Sample)
 	// OOM records an OOM kill resolved to a container of a pod.
 	OOM(k oom.Kill, podUID, container string)
 	// ContainerEvent records a container restart or termination that pod
 	// discovery saw.
-	ContainerEvent(ev ContainerEvent)
+	ContainerEvent(ev report.ContainerEvent)
 	// Run keeps the stream to the leader open until ctx ends.
 	Run(ctx context.Context) error
 }
@@ -75,8 +77,8 @@ type Agent struct {
 	events    *prometheus.CounterVec
 	// discoveryGauge is kerf_agent_discovery{source}.
 	discoveryGauge *prometheus.GaugeVec
-	stream         Stream   // nil without a leader to stream to
-	changed        []Sample // reused by every pass
+	stream         Stream          // nil without a leader to stream to
+	changed        []report.Sample // reused by every pass
 }
 
 // OOMSource names the OOM source in use: bpf, cgroup or kmsg.
@@ -229,7 +231,7 @@ func (a *Agent) chooseDiscovery(cfg Config, reg prometheus.Registerer) error {
 // containerEvent logs and counts a container restart or termination that
 // pod discovery saw, and forwards it to the leader, which can act on it
 // before the apiserver has the pod status (docs/design.md section 3).
-func (a *Agent) containerEvent(ev ContainerEvent) {
+func (a *Agent) containerEvent(ev report.ContainerEvent) {
 	reason := "none"
 	attrs := []any{"namespace", ev.Namespace, "pod", ev.Pod, "podUID", ev.PodUID, "container", ev.Container,
 		"restartCount", ev.RestartCount}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"github.com/kerf-dev/kerf/node/report"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -70,7 +71,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	type series struct {
 		c      Container
 		labels []*dto.LabelPair
-		s      Sample
+		s      report.Sample
 		ok     bool
 		seq    uint64
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/node/report"
 )
 
 // The pod discovery sources, the values of kerf-agent --discovery
@@ -79,25 +80,6 @@ func Containers(pods []*corev1.Pod, layout cgroup.Layout) ([]Container, error) {
 	return out, errors.Join(errs...)
 }
 
-// ContainerEvent is a container restart or termination that pod discovery
-// saw: through the kubelet's Pods API it is seen before the apiserver has
-// the status (docs/design.md sections 3 and 5), so the agent forwards it to
-// the leader.
-type ContainerEvent struct {
-	// Namespace and Pod are the pod's metadata.namespace and metadata.name.
-	Namespace, Pod string
-	// PodUID is the pod's metadata.uid.
-	PodUID string
-	// Container is the container's name in the pod spec.
-	Container string
-	// RestartCount is the container status' restartCount.
-	RestartCount int32
-	// Terminated is the termination first seen with this event (in
-	// state.terminated or lastState.terminated); nil when only the restart
-	// count changed.
-	Terminated *corev1.ContainerStateTerminated
-}
-
 // Discovery keeps the Sampler's containers in step with the pods of one
 // node, from a PodSource, and reports container restarts and terminations
 // (docs/design.md section 5).
@@ -111,7 +93,7 @@ type Discovery struct {
 	// Events, when set, receives every container restart and termination
 	// seen after the source's first complete set of pods (that first set
 	// is the baseline: what it holds happened before the agent looked).
-	Events func(ContainerEvent)
+	Events func(report.ContainerEvent)
 
 	seen map[types.UID]map[string]containerSeen // nil until the first update
 }
@@ -161,7 +143,7 @@ func (d *Discovery) diff(pods []*corev1.Pod) {
 					continue
 				}
 				old := before[s.Name]
-				ev := ContainerEvent{Namespace: p.Namespace, Pod: p.Name, PodUID: string(p.UID), Container: s.Name, RestartCount: s.RestartCount}
+				ev := report.ContainerEvent{Namespace: p.Namespace, Pod: p.Name, PodUID: string(p.UID), Container: s.Name, RestartCount: s.RestartCount}
 				for j, t := range []*corev1.ContainerStateTerminated{s.State.Terminated, s.LastTerminationState.Terminated} {
 					k := cur.terminations[j]
 					if k != "" && k != old.terminations[0] && k != old.terminations[1] {

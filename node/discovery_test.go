@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/node/report"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -45,7 +46,7 @@ func TestContainersNamesCgroupsOfRunningContainers(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cs, 1, "a container that has not started has no cgroup yet")
 	assert.Equal(t, "/kubepods/burstable/pod6f1c9e2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", cs[0].CgroupPath)
-	assert.Equal(t, ContainerKey{PodUID: "6f1c9e2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b", Name: "app"}, cs[0].Key())
+	assert.Equal(t, report.ContainerKey{PodUID: "6f1c9e2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b", Name: "app"}, cs[0].Key())
 
 	bad := podOn("n1", "odd", "6f1c9e2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b", true)
 	bad.Status.ContainerStatuses[0].ContainerID = "rkt://abc"
@@ -120,9 +121,9 @@ func TestDiscoveryReportsRestartsAndTerminationsAfterTheBaseline(t *testing.T) {
 	require.NoError(t, err)
 	s := NewSampler(h)
 	defer s.Close()
-	var got []ContainerEvent
+	var got []report.ContainerEvent
 	d := &Discovery{Layout: cgroup.Layout{Driver: cgroup.DriverCgroupfs}, Sampler: s, Log: testLog(),
-		Events: func(ev ContainerEvent) { got = append(got, ev) }}
+		Events: func(ev report.ContainerEvent) { got = append(got, ev) }}
 	web := podOn("n1", "web", "6f1c9e2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b", true)
 	oomKilled := &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137, ContainerID: "containerd://aaa",
 		FinishedAt: metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
@@ -138,7 +139,7 @@ func TestDiscoveryReportsRestartsAndTerminationsAfterTheBaseline(t *testing.T) {
 
 	d.update([]*corev1.Pod{withStatus(web, 3, errored)})
 	require.Len(t, got, 1)
-	assert.Equal(t, ContainerEvent{Namespace: "default", Pod: "web", PodUID: string(web.UID), Container: "app",
+	assert.Equal(t, report.ContainerEvent{Namespace: "default", Pod: "web", PodUID: string(web.UID), Container: "app",
 		RestartCount: 3, Terminated: errored}, got[0])
 
 	// The kubelet shows a run's end in state.terminated, then in
@@ -223,13 +224,13 @@ func TestTrimmedPodsGiveTheSameContainersAndEvents(t *testing.T) {
 	assert.Empty(t, tp.Labels)
 	assert.Empty(t, tp.Spec.Containers)
 
-	events := func(trim bool) []ContainerEvent {
+	events := func(trim bool) []report.ContainerEvent {
 		h, err := cgroup.Detect()
 		require.NoError(t, err)
 		s := NewSampler(h)
 		defer s.Close()
-		var got []ContainerEvent
-		d := &Discovery{Layout: layout, Sampler: s, Log: testLog(), Events: func(ev ContainerEvent) { got = append(got, ev) }}
+		var got []report.ContainerEvent
+		d := &Discovery{Layout: layout, Sampler: s, Log: testLog(), Events: func(ev report.ContainerEvent) { got = append(got, ev) }}
 		for _, p := range []*corev1.Pod{web, killed} {
 			if trim {
 				p = trimPod(p)

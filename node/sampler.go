@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/node/report"
 )
 
 // Container is one pod container the agent samples.
@@ -30,7 +31,9 @@ type Container struct {
 }
 
 // Key returns the key the stream reports the container under.
-func (c *Container) Key() ContainerKey { return ContainerKey{PodUID: c.PodUID, Name: c.Name} }
+func (c *Container) Key() report.ContainerKey {
+	return report.ContainerKey{PodUID: c.PodUID, Name: c.Name}
+}
 
 // ResolveCgroup sets CgroupPath from the pod's UID and QoS class and the
 // container id, named as the kubelet with layout l names them.
@@ -41,29 +44,6 @@ func (c *Container) ResolveCgroup(l cgroup.Layout) error {
 	}
 	c.CgroupPath = p
 	return nil
-}
-
-// ContainerKey names a container the way the stream does: by pod UID and
-// container name (docs/design.md section 6).
-type ContainerKey struct {
-	// PodUID is the pod's metadata.uid.
-	PodUID string
-	// Name is the container's name in the pod spec.
-	Name string
-}
-
-// Sample is one reading of a container's CFS throttling counters.
-type Sample struct {
-	// Key is the container sampled.
-	Key ContainerKey
-	// At is when the pass that read it began.
-	At time.Time
-	// Periods is cpu.stat nr_periods.
-	Periods uint64
-	// Throttled is cpu.stat nr_throttled.
-	Throttled uint64
-	// ThrottledTime is cpu.stat throttled_time (v1) or throttled_usec (v2).
-	ThrottledTime time.Duration
 }
 
 // Pass says what one Sample call did.
@@ -99,7 +79,7 @@ type tracked struct {
 	c       Container
 	r       *cgroup.CPUStatReader
 	stat    cgroup.CPUStat
-	last    Sample
+	last    report.Sample
 	seq     uint64 // order of adding, newest highest
 	sampled bool   // last holds a reading
 	changed bool   // last changed in the latest pass
@@ -118,7 +98,7 @@ type Sampler struct {
 
 	mu      sync.Mutex
 	entries []*tracked
-	index   map[ContainerKey]int
+	index   map[report.ContainerKey]int
 	seq     uint64
 	stats   SamplerStats
 }
@@ -126,7 +106,7 @@ type Sampler struct {
 // NewSampler returns a sampler that finds containers' cpu.stat in h's cpu
 // hierarchy.
 func NewSampler(h *cgroup.Hierarchy) *Sampler {
-	return &Sampler{open: h.OpenCPUStat, index: map[ContainerKey]int{}}
+	return &Sampler{open: h.OpenCPUStat, index: map[report.ContainerKey]int{}}
 }
 
 func checkContainer(c *Container) error {
@@ -170,13 +150,13 @@ func (s *Sampler) addLocked(c Container) {
 }
 
 // Remove stops tracking the container with key k, if it is tracked.
-func (s *Sampler) Remove(k ContainerKey) {
+func (s *Sampler) Remove(k report.ContainerKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.removeLocked(k)
 }
 
-func (s *Sampler) removeLocked(k ContainerKey) {
+func (s *Sampler) removeLocked(k report.ContainerKey) {
 	i, ok := s.index[k]
 	if !ok {
 		return
@@ -200,7 +180,7 @@ func (s *Sampler) removeLocked(k ContainerKey) {
 // error; the rest are tracked.
 func (s *Sampler) Set(cs []Container) error {
 	var errs []error
-	want := make(map[ContainerKey]struct{}, len(cs))
+	want := make(map[report.ContainerKey]struct{}, len(cs))
 	for i := range cs {
 		if err := checkContainer(&cs[i]); err != nil {
 			errs = append(errs, err)
@@ -273,8 +253,8 @@ func (s *Sampler) Sample(now time.Time) Pass {
 		if e.changed {
 			p.Changed++
 		}
-		e.last = Sample{
-			Key:           ContainerKey{PodUID: e.c.PodUID, Name: e.c.Name},
+		e.last = report.Sample{
+			Key:           report.ContainerKey{PodUID: e.c.PodUID, Name: e.c.Name},
 			At:            now,
 			Periods:       e.stat.Periods,
 			Throttled:     e.stat.Throttled,
@@ -290,7 +270,7 @@ func (s *Sampler) Sample(now time.Time) Pass {
 
 // Latest appends the latest sample of every container read at least once
 // to dst and returns it.
-func (s *Sampler) Latest(dst []Sample) []Sample {
+func (s *Sampler) Latest(dst []report.Sample) []report.Sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range s.entries {
@@ -304,7 +284,7 @@ func (s *Sampler) Latest(dst []Sample) []Sample {
 // Changed appends to dst the samples that changed in the latest pass (or
 // were the container's first) and returns it, so a stream can send only
 // those.
-func (s *Sampler) Changed(dst []Sample) []Sample {
+func (s *Sampler) Changed(dst []report.Sample) []report.Sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range s.entries {
@@ -329,7 +309,7 @@ func (s *Sampler) Close() error {
 	for _, e := range s.entries {
 		e.close()
 	}
-	s.entries, s.index = nil, map[ContainerKey]int{}
+	s.entries, s.index = nil, map[report.ContainerKey]int{}
 	s.stats.Tracked = 0
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/node/report"
 	"github.com/kerf-dev/kerf/test/kerneltest"
 )
 
@@ -117,7 +118,7 @@ func TestKernelSamplerSeesThrottlingOfABusyLoop(t *testing.T) {
 			break
 		}
 	}
-	latest := map[ContainerKey]Sample{}
+	latest := map[report.ContainerKey]report.Sample{}
 	for _, smp := range s.Latest(nil) {
 		latest[smp.Key] = smp
 	}

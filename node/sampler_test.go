@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/node/report"
 )
 
 // fixtureTree is a v1 cpu hierarchy of plain files under a temporary
@@ -53,7 +54,7 @@ func container(name, cgroupPath string) Container {
 	}
 }
 
-func keysOf(ss []Sample) []string {
+func keysOf(ss []report.Sample) []string {
 	var out []string
 	for _, s := range ss {
 		out = append(out, s.Key.Name)
@@ -74,11 +75,11 @@ func TestSamplerKeepsLatestSampleOfEachContainer(t *testing.T) {
 	p := s.Sample(at)
 	assert.Equal(t, Pass{Read: 2, Changed: 2}, p)
 	got := s.Latest(nil)
-	slices.SortFunc(got, func(x, y Sample) int { return strings.Compare(x.Key.Name, y.Key.Name) })
+	slices.SortFunc(got, func(x, y report.Sample) int { return strings.Compare(x.Key.Name, y.Key.Name) })
 	uid := container("", "").PodUID
-	assert.Equal(t, []Sample{
-		{Key: ContainerKey{uid, "a"}, At: at, Periods: 10, Throttled: 2, ThrottledTime: 3 * time.Millisecond},
-		{Key: ContainerKey{uid, "b"}, At: at},
+	assert.Equal(t, []report.Sample{
+		{Key: report.ContainerKey{PodUID: uid, Name: "a"}, At: at, Periods: 10, Throttled: 2, ThrottledTime: 3 * time.Millisecond},
+		{Key: report.ContainerKey{PodUID: uid, Name: "b"}, At: at},
 	}, got)
 	assert.Equal(t, SamplerStats{Samples: 2, Tracked: 2}, s.Stats())
 }
@@ -133,7 +134,7 @@ func TestSamplerSetReplacesTheTrackedSet(t *testing.T) {
 	assert.Equal(t, Pass{Read: 2, Changed: 1}, p, "only d is new")
 	assert.Equal(t, []string{"c", "d"}, keysOf(s.Latest(nil)))
 
-	s.Remove(ContainerKey{container("", "").PodUID, "c"})
+	s.Remove(report.ContainerKey{PodUID: container("", "").PodUID, Name: "c"})
 	assert.Equal(t, []string{"d"}, keysOf(s.Latest(nil)))
 	require.NoError(t, s.Add(container("a", "/kubepods/a")))
 	s.Sample(time.Unix(3, 0))
@@ -199,6 +200,6 @@ func TestSamplerPassDoesNotAllocate(t *testing.T) {
 	s.Sample(time.Now())
 	now := time.Now()
 	assert.Zero(t, testing.AllocsPerRun(100, func() { s.Sample(now) }))
-	buf := make([]Sample, 0, 64)
+	buf := make([]report.Sample, 0, 64)
 	assert.Zero(t, testing.AllocsPerRun(100, func() { buf = s.Changed(buf[:0]) }))
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
-	"github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/node/oom"
+	"github.com/kerf-dev/kerf/node/report"
 )
 
 // seqd is a buffered message: OOM events and container events, by seq.
@@ -103,7 +103,7 @@ func (c *Client) OOM(k oom.Kill, podUID, container string) {
 // status (docs/design.md section 3). It is kept until the leader
 // acknowledges it; past MaxBufferedEvents unacknowledged events the oldest
 // is dropped and counted.
-func (c *Client) ContainerEvent(ev node.ContainerEvent) {
+func (c *Client) ContainerEvent(ev report.ContainerEvent) {
 	msg := &streamv1.ContainerEvent{
 		PodUid:       ev.PodUID,
 		Container:    ev.Container,

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
-	"github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/node/oom"
+	"github.com/kerf-dev/kerf/node/report"
 )
 
 // offlineClient returns a client that is never run: what it records stays
@@ -51,7 +51,7 @@ func TestAckKeepsTheAcknowledgedOOMEventsForReplay(t *testing.T) {
 		c.OOM(oom.Kill{Count: 1}, "uid", "app")
 	}
 	for range 2 {
-		c.ContainerEvent(node.ContainerEvent{PodUID: "uid", Container: "app", RestartCount: 1})
+		c.ContainerEvent(report.ContainerEvent{PodUID: "uid", Container: "app", RestartCount: 1})
 	}
 	c.ack(2, 1)
 	assert.Equal(t, []uint64{3}, seqs(c.ooms.items))
@@ -70,7 +70,7 @@ func TestBuffersDropTheOldestPastTheirLimit(t *testing.T) {
 	c := offlineClient(t, Config{MaxBufferedOOM: 2, MaxBufferedEvents: 3})
 	for range 5 {
 		c.OOM(oom.Kill{Count: 1}, "uid", "app")
-		c.ContainerEvent(node.ContainerEvent{PodUID: "uid", Container: "app"})
+		c.ContainerEvent(report.ContainerEvent{PodUID: "uid", Container: "app"})
 	}
 	assert.Equal(t, []uint64{4, 5}, seqs(c.ooms.items))
 	assert.Equal(t, []uint64{3, 4, 5}, seqs(c.events.items))

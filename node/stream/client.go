@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
-	"github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/node/oom"
+	"github.com/kerf-dev/kerf/node/report"
 )
 
 // Defaults of Config.
@@ -105,9 +105,9 @@ type Client struct {
 
 	mu      sync.Mutex
 	state   string
-	latest  map[node.ContainerKey]node.Sample
-	dirty   map[node.ContainerKey]struct{}
-	removed map[node.ContainerKey]struct{}
+	latest  map[report.ContainerKey]report.Sample
+	dirty   map[report.ContainerKey]struct{}
+	removed map[report.ContainerKey]struct{}
 	ooms    buffer[*streamv1.OOMEvent]
 	// replay are acknowledged OOM events younger than DefaultOOMReplay,
 	// by seq, sent again at the start of every stream.
@@ -119,9 +119,6 @@ type Client struct {
 	stateG  *prometheus.GaugeVec
 	connErr prometheus.Counter
 }
-
-// The agent streams through a Client.
-var _ node.Stream = (*Client)(nil)
 
 // NewClient returns a client for cfg, or an error naming the field that is
 // missing or wrong.
@@ -172,9 +169,9 @@ func NewClient(cfg Config) (*Client, error) {
 		clk:     clk,
 		wake:    make(chan struct{}, 1),
 		state:   Disconnected,
-		latest:  map[node.ContainerKey]node.Sample{},
-		dirty:   map[node.ContainerKey]struct{}{},
-		removed: map[node.ContainerKey]struct{}{},
+		latest:  map[report.ContainerKey]report.Sample{},
+		dirty:   map[report.ContainerKey]struct{}{},
+		removed: map[report.ContainerKey]struct{}{},
 		ooms: buffer[*streamv1.OOMEvent]{what: "OOM event", limit: cfg.MaxBufferedOOM,
 			drops: prometheus.NewCounter(prometheus.CounterOpts{
 				Name: "kerf_agent_stream_buffer_drops_total",
@@ -236,7 +233,7 @@ func oomSourceEnum(s string) (streamv1.OOMSource, error) {
 // newest sample of each container replaces the one not yet sent, so what
 // is kept while the leader is unreachable is bounded by the number of
 // containers.
-func (c *Client) Counters(samples []node.Sample) {
+func (c *Client) Counters(samples []report.Sample) {
 	if len(samples) == 0 {
 		return
 	}
@@ -252,7 +249,7 @@ func (c *Client) Counters(samples []node.Sample) {
 
 // Remove forgets a container whose cgroup is gone; the leader is told on
 // the open stream, if any.
-func (c *Client) Remove(k node.ContainerKey) {
+func (c *Client) Remove(k report.ContainerKey) {
 	c.mu.Lock()
 	if _, ok := c.latest[k]; ok {
 		delete(c.latest, k)

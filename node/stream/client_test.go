@@ -11,19 +11,19 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/node/oom"
+	"github.com/kerf-dev/kerf/node/report"
 )
 
 func TestStreamClientAgainstTheLeader(t *testing.T) {
 	f := newLeaderFixture(t)
 	app := string(f.app)
-	key := node.ContainerKey{PodUID: app, Name: "app"}
+	key := report.ContainerKey{PodUID: app, Name: "app"}
 
 	t.Run("CountersArriveWithTheirValues", func(t *testing.T) {
 		l := f.start(t, "127.0.0.1:0")
 		c := f.client(t, l.addr, 0)
-		c.Counters([]node.Sample{{Key: key, At: time.Now(), Periods: 100, Throttled: 10, ThrottledTime: time.Second}})
+		c.Counters([]report.Sample{{Key: key, At: time.Now(), Periods: 100, Throttled: 10, ThrottledTime: time.Second}})
 		require.Eventually(t, func() bool {
 			s, ok := latestSample(l.memory, f.app)
 			return ok && s.Periods == 100 && s.Throttled == 10
@@ -31,7 +31,7 @@ func TestStreamClientAgainstTheLeader(t *testing.T) {
 		assert.Equal(t, Connected, c.State())
 
 		// A later pass is sent as increments; the leader adds them up.
-		c.Counters([]node.Sample{{Key: key, At: time.Now(), Periods: 150, Throttled: 25, ThrottledTime: 2 * time.Second}})
+		c.Counters([]report.Sample{{Key: key, At: time.Now(), Periods: 150, Throttled: 25, ThrottledTime: 2 * time.Second}})
 		require.Eventually(t, func() bool {
 			s, ok := latestSample(l.memory, f.app)
 			return ok && s.Periods == 150 && s.Throttled == 25
@@ -40,7 +40,7 @@ func TestStreamClientAgainstTheLeader(t *testing.T) {
 
 		// Counters going back mean a restarted container: a new index
 		// with absolute values, not a (refused) negative increment.
-		c.Counters([]node.Sample{{Key: key, At: time.Now(), Periods: 5, Throttled: 1}})
+		c.Counters([]report.Sample{{Key: key, At: time.Now(), Periods: 5, Throttled: 1}})
 		require.Eventually(t, func() bool {
 			s, ok := latestSample(l.memory, f.app)
 			return ok && s.Periods == 5 && s.Throttled == 1
@@ -61,14 +61,14 @@ func TestStreamClientAgainstTheLeader(t *testing.T) {
 	t.Run("BuffersWhileTheLeaderIsDownAndDrainsOnReconnect", func(t *testing.T) {
 		l := f.start(t, "127.0.0.1:0")
 		c := f.client(t, l.addr, 0)
-		c.Counters([]node.Sample{{Key: key, At: time.Now(), Periods: 100, Throttled: 10}})
+		c.Counters([]report.Sample{{Key: key, At: time.Now(), Periods: 100, Throttled: 10}})
 		require.Eventually(t, func() bool { _, ok := latestSample(l.memory, f.app); return ok }, eventually, tick)
 
 		l.grpc.Stop()
 		require.Eventually(t, func() bool { return c.State() != Connected }, eventually, tick)
-		c.Counters([]node.Sample{{Key: key, At: time.Now(), Periods: 200, Throttled: 20}})
+		c.Counters([]report.Sample{{Key: key, At: time.Now(), Periods: 200, Throttled: 20}})
 		c.OOM(oom.Kill{Source: "cgroup", Count: 1}, app, "app")
-		c.Counters([]node.Sample{{Key: key, At: time.Now(), Periods: 300, Throttled: 30}})
+		c.Counters([]report.Sample{{Key: key, At: time.Now(), Periods: 300, Throttled: 30}})
 		time.Sleep(300 * time.Millisecond) // a few failed reconnects
 		assert.Equal(t, 1, c.bufferedOOM(), "the OOM event is kept")
 

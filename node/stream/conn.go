@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
-	"github.com/kerf-dev/kerf/node"
+	"github.com/kerf-dev/kerf/node/report"
 )
 
 // agentStream is the agent's side of one Connect call.
@@ -143,16 +143,16 @@ func (c *Client) flush(s *conn) error {
 	c.mu.Lock()
 	snapshot := c.resync
 	c.resync = false
-	var samples []node.Sample
+	var samples []report.Sample
 	var gone []uint32
 	if snapshot {
-		samples = make([]node.Sample, 0, len(c.latest))
+		samples = make([]report.Sample, 0, len(c.latest))
 		for _, v := range c.latest {
 			samples = append(samples, v)
 		}
 		clear(c.removed)
 	} else {
-		samples = make([]node.Sample, 0, len(c.dirty))
+		samples = make([]report.Sample, 0, len(c.dirty))
 		for k := range c.dirty {
 			samples = append(samples, c.latest[k])
 		}

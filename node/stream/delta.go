@@ -2,7 +2,7 @@ package stream
 
 import (
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
-	"github.com/kerf-dev/kerf/node"
+	"github.com/kerf-dev/kerf/node/report"
 )
 
 // maxCountersPerMessage bounds the containers of one Counters message, so a
@@ -15,24 +15,24 @@ const maxCountersPerMessage = 500
 // streamv1.Counters): every container sent on the stream has an index and
 // what was last sent for it, against which its next sample is encoded.
 type index struct {
-	byKey map[node.ContainerKey]*indexed
+	byKey map[report.ContainerKey]*indexed
 	next  uint32
 }
 
 // indexed is a container's index on a stream and what was last sent for it.
 type indexed struct {
 	idx  uint32
-	last node.Sample
+	last report.Sample
 	ns   uint64
 }
 
 // reset forgets every container, as a snapshot does.
 func (x *index) reset() {
-	x.byKey, x.next = map[node.ContainerKey]*indexed{}, 0
+	x.byKey, x.next = map[report.ContainerKey]*indexed{}, 0
 }
 
 // forget drops container k, returning its index and whether it had one.
-func (x *index) forget(k node.ContainerKey) (uint32, bool) {
+func (x *index) forget(k report.ContainerKey) (uint32, bool) {
 	e, ok := x.byKey[k]
 	if !ok {
 		return 0, false
@@ -46,7 +46,7 @@ func (x *index) forget(k node.ContainerKey) (uint32, bool) {
 // back (a restart), gets a new index with its identity and absolute
 // values; the others get their index and increments. Kernel times are
 // clk's, relative to the message's earliest.
-func (x *index) encode(clk kernelClock, samples []node.Sample, gone []uint32, snapshot bool) *streamv1.Counters {
+func (x *index) encode(clk kernelClock, samples []report.Sample, gone []uint32, snapshot bool) *streamv1.Counters {
 	msg := &streamv1.Counters{Gone: gone, Snapshot: snapshot}
 	if len(samples) == 0 {
 		return msg

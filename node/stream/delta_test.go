@@ -4,21 +4,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kerf-dev/kerf/node/report"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/kerf-dev/kerf/node"
 )
 
 func TestIndexSendsIncrementsAndANewIndexOnARestart(t *testing.T) {
 	clk, err := newKernelClock()
 	require.NoError(t, err)
-	key := node.ContainerKey{PodUID: "uid", Name: "app"}
+	key := report.ContainerKey{PodUID: "uid", Name: "app"}
 	at := time.Now()
 	var x index
 	x.reset()
 
-	msg := x.encode(clk, []node.Sample{{Key: key, At: at, Periods: 100, Throttled: 10, ThrottledTime: time.Second}}, nil, true)
+	msg := x.encode(clk, []report.Sample{{Key: key, At: at, Periods: 100, Throttled: 10, ThrottledTime: time.Second}}, nil, true)
 	assert.True(t, msg.GetSnapshot())
 	require.Len(t, msg.GetContainers(), 1)
 	first := msg.GetContainers()[0]
@@ -27,13 +26,13 @@ func TestIndexSendsIncrementsAndANewIndexOnARestart(t *testing.T) {
 		"a container new on the stream: its identity and absolute values")
 	assert.Equal(t, clk.ns(at), msg.GetKernelNs())
 
-	msg = x.encode(clk, []node.Sample{{Key: key, At: at.Add(time.Second), Periods: 150, Throttled: 12, ThrottledTime: 2 * time.Second}}, nil, false)
+	msg = x.encode(clk, []report.Sample{{Key: key, At: at.Add(time.Second), Periods: 150, Throttled: 12, ThrottledTime: 2 * time.Second}}, nil, false)
 	next := msg.GetContainers()[0]
 	assert.Equal(t, []any{uint32(0), "", uint64(50), uint64(2), uint64(time.Second)},
 		[]any{next.GetIndex(), next.GetPodUid(), next.GetPeriods(), next.GetThrottled(), next.GetThrottledNs()},
 		"a known container: its index and increments")
 
-	msg = x.encode(clk, []node.Sample{{Key: key, At: at, Periods: 5, Throttled: 1}}, nil, false)
+	msg = x.encode(clk, []report.Sample{{Key: key, At: at, Periods: 5, Throttled: 1}}, nil, false)
 	assert.Equal(t, []uint32{0}, msg.GetGone(), "counters going back: the old index is gone")
 	restarted := msg.GetContainers()[0]
 	assert.Equal(t, []any{uint32(1), "uid", uint64(5)}, []any{restarted.GetIndex(), restarted.GetPodUid(), restarted.GetPeriods()})

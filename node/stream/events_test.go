@@ -15,13 +15,13 @@ import (
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
-	"github.com/kerf-dev/kerf/node"
+	"github.com/kerf-dev/kerf/node/report"
 )
 
 // oomKilledEvent is what pod discovery reports when the kubelet's Pods API
 // shows the app container OOM-killed and restarted for the n-th time.
-func oomKilledEvent(app string, n int32, finished time.Time) node.ContainerEvent {
-	return node.ContainerEvent{Namespace: streamTestNamespace, Pod: "app-a", PodUID: app, Container: "app", RestartCount: n,
+func oomKilledEvent(app string, n int32, finished time.Time) report.ContainerEvent {
+	return report.ContainerEvent{Namespace: streamTestNamespace, Pod: "app-a", PodUID: app, Container: "app", RestartCount: n,
 		Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137, ContainerID: fmt.Sprintf("containerd://run-%d", n),
 			StartedAt: metav1.NewTime(finished.Add(-time.Second)), FinishedAt: metav1.NewTime(finished)}}
 }
@@ -53,7 +53,7 @@ func TestContainerEventsSurviveALeaderOutage(t *testing.T) {
 	l.grpc.Stop()
 	require.Eventually(t, func() bool { return c.State() != Connected }, eventually, tick)
 	c.ContainerEvent(oomKilledEvent(app, 2, finished.Add(10*time.Second)))
-	c.ContainerEvent(node.ContainerEvent{PodUID: app, Container: "app", RestartCount: 3})
+	c.ContainerEvent(report.ContainerEvent{PodUID: app, Container: "app", RestartCount: 3})
 	time.Sleep(300 * time.Millisecond) // a few failed reconnects
 	assert.Equal(t, 2, c.bufferedEvents(), "the events are kept")
 
@@ -89,7 +89,7 @@ func TestContainerEventsSurviveALeaderOutage(t *testing.T) {
 			MaxBufferedEvents: 2, Registerer: prometheus.NewRegistry()})
 		require.NoError(t, err)
 		for n := range int32(5) {
-			c.ContainerEvent(node.ContainerEvent{PodUID: app, Container: "app", RestartCount: n + 1})
+			c.ContainerEvent(report.ContainerEvent{PodUID: app, Container: "app", RestartCount: n + 1})
 		}
 		assert.Equal(t, 2, c.bufferedEvents())
 		assert.Equal(t, 3.0, testutil.ToFloat64(c.events.drops))

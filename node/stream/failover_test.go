@@ -12,8 +12,8 @@ import (
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
-	"github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/node/oom"
+	"github.com/kerf-dev/kerf/node/report"
 )
 
 // TestStreamFollowsLeaderFailover runs two leader replicas behind a
@@ -24,7 +24,7 @@ import (
 func TestStreamFollowsLeaderFailover(t *testing.T) {
 	f := newLeaderFixture(t)
 	app := string(f.app)
-	key := node.ContainerKey{PodUID: app, Name: "app"}
+	key := report.ContainerKey{PodUID: app, Name: "app"}
 	var leadingA, leadingB atomic.Bool
 	a := f.startReplica(t, "127.0.0.1:0", leadingA.Load)
 	b := f.startReplica(t, "127.0.0.1:0", leadingB.Load)
@@ -34,7 +34,7 @@ func TestStreamFollowsLeaderFailover(t *testing.T) {
 
 	c := f.client(t, svc.addr, 0)
 	mono := monoNow(t)
-	c.Counters([]node.Sample{{Key: key, At: time.Now(), Periods: 100, Throttled: 10}})
+	c.Counters([]report.Sample{{Key: key, At: time.Now(), Periods: 100, Throttled: 10}})
 	c.OOM(oom.Kill{Source: "cgroup", KernelNS: mono, CgroupID: 1, Count: 1}, app, "app")
 	require.Eventually(t, func() bool { return kills(a.memory, f.app, "app") == 1 && c.bufferedOOM() == 0 }, eventually, tick)
 
@@ -44,7 +44,7 @@ func TestStreamFollowsLeaderFailover(t *testing.T) {
 	a.grpc.Stop()
 	require.Eventually(t, func() bool { return c.State() != Connected }, eventually, tick)
 	c.OOM(oom.Kill{Source: "cgroup", KernelNS: monoNow(t), CgroupID: 1, Count: 1}, app, "app")
-	c.Counters([]node.Sample{{Key: key, At: time.Now(), Periods: 200, Throttled: 30}})
+	c.Counters([]report.Sample{{Key: key, At: time.Now(), Periods: 200, Throttled: 30}})
 	time.Sleep(300 * time.Millisecond) // reconnects are refused meanwhile
 	assert.Equal(t, 1, c.bufferedOOM(), "the kill waits for a leader")
 
@@ -63,7 +63,7 @@ func TestStreamFollowsLeaderFailover(t *testing.T) {
 
 	// The counters go on from where they were: B's window over them is
 	// the increase since the snapshot, never negative.
-	c.Counters([]node.Sample{{Key: key, At: time.Now(), Periods: 260, Throttled: 31}})
+	c.Counters([]report.Sample{{Key: key, At: time.Now(), Periods: 260, Throttled: 31}})
 	require.Eventually(t, func() bool { s, _ := latestSample(b.memory, f.app); return s.Periods == 260 }, eventually, tick)
 	now := time.Now()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: f.app}}
@@ -92,18 +92,18 @@ func TestStreamFollowsLeaderFailover(t *testing.T) {
 func TestAgentRestartKeepsCountsRight(t *testing.T) {
 	f := newLeaderFixture(t)
 	app := string(f.app)
-	key := node.ContainerKey{PodUID: app, Name: "app"}
+	key := report.ContainerKey{PodUID: app, Name: "app"}
 	l := f.start(t, "127.0.0.1:0")
 	start := time.Now()
 
 	old := f.client(t, l.addr, 0)
-	old.Counters([]node.Sample{{Key: key, At: time.Now(), Periods: 1000, Throttled: 100}})
+	old.Counters([]report.Sample{{Key: key, At: time.Now(), Periods: 1000, Throttled: 100}})
 	old.OOM(oom.Kill{Source: "cgroup", KernelNS: monoNow(t), Count: 1}, app, "app")
 	require.Eventually(t, func() bool { return old.bufferedOOM() == 0 && kills(l.memory, f.app, "app") == 1 }, eventually, tick)
 	f.stops[0]()
 
 	restarted := f.client(t, l.addr, 0)
-	restarted.Counters([]node.Sample{{Key: key, At: time.Now(), Periods: 1100, Throttled: 104}})
+	restarted.Counters([]report.Sample{{Key: key, At: time.Now(), Periods: 1100, Throttled: 104}})
 	restarted.OOM(oom.Kill{Source: "cgroup", KernelNS: monoNow(t), Count: 1}, app, "app")
 	require.Eventually(t, func() bool { return restarted.bufferedOOM() == 0 }, eventually, tick)
 	assert.Equal(t, 2, kills(l.memory, f.app, "app"), "the new incarnation's seq 1 is a new kill")

@@ -30,6 +30,7 @@ import (
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/internal/sandbox"
 	"github.com/kerf-dev/kerf/node"
+	"github.com/kerf-dev/kerf/node/report"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
@@ -93,11 +94,11 @@ func upSandbox(t *testing.T, ctx context.Context) (*sandbox.Cluster, string) {
 // events records the container events discovery reports, with when.
 type events struct {
 	mu  sync.Mutex
-	got []node.ContainerEvent
+	got []report.ContainerEvent
 	at  []time.Time
 }
 
-func (e *events) add(ev node.ContainerEvent) {
+func (e *events) add(ev report.ContainerEvent) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.got, e.at = append(e.got, ev), append(e.at, time.Now())
@@ -105,7 +106,7 @@ func (e *events) add(ev node.ContainerEvent) {
 
 // first returns the first event about the container that match says yes
 // to, and when it came.
-func (e *events) first(uid, container string, match func(node.ContainerEvent) bool) (node.ContainerEvent, time.Time, bool) {
+func (e *events) first(uid, container string, match func(report.ContainerEvent) bool) (report.ContainerEvent, time.Time, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for i, ev := range e.got {
@@ -113,7 +114,7 @@ func (e *events) first(uid, container string, match func(node.ContainerEvent) bo
 			return ev, e.at[i], true
 		}
 	}
-	return node.ContainerEvent{}, time.Time{}, false
+	return report.ContainerEvent{}, time.Time{}, false
 }
 
 func TestKubeletPodsAPIDiscoversContainersAndSeesOOMKillsFirst(t *testing.T) {
@@ -189,7 +190,9 @@ func TestKubeletPodsAPIDiscoversContainersAndSeesOOMKillsFirst(t *testing.T) {
 		_ = resp.Body.Close()
 	}
 
-	isOOM := func(ev node.ContainerEvent) bool { return ev.Terminated != nil && ev.Terminated.Reason == "OOMKilled" }
+	isOOM := func(ev report.ContainerEvent) bool {
+		return ev.Terminated != nil && ev.Terminated.Reason == "OOMKilled"
+	}
 	var apiserverAt time.Time
 	deadline := time.After(2 * time.Minute)
 	for apiserverAt.IsZero() {
@@ -222,7 +225,7 @@ func TestKubeletPodsAPIDiscoversContainersAndSeesOOMKillsFirst(t *testing.T) {
 	// The kubelet restarts the container: discovery reports the new
 	// restart count and tracks the new container's cgroup, which is real.
 	require.Eventually(t, func() bool {
-		_, _, ok := evs.first(uid, "app", func(ev node.ContainerEvent) bool { return ev.RestartCount >= 1 })
+		_, _, ok := evs.first(uid, "app", func(ev report.ContainerEvent) bool { return ev.RestartCount >= 1 })
 		return ok
 	}, time.Minute, 100*time.Millisecond, "no restart reported")
 	require.Eventually(t, func() bool {
