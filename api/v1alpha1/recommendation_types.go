@@ -462,8 +462,9 @@ type RestartBaseline struct {
 
 // Breach is the health-watch breach a rollback is restoring from.
 type Breach struct {
-	// Reason is OOMKills, Restarts or Throttling.
-	// +kubebuilder:validation:Enum=OOMKills;Restarts;Throttling
+	// Reason is OOMKills, Restarts, Throttling, Unschedulable, Infeasible
+	// or NotAdopted.
+	// +kubebuilder:validation:Enum=OOMKills;Restarts;Throttling;Unschedulable;Infeasible;NotAdopted
 	Reason string `json:"reason"`
 	// At is when the breach was seen.
 	At metav1.Time `json:"at"`
