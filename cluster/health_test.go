@@ -483,7 +483,9 @@ func pendingPod(t *testing.T, c client.Client, dep *appsv1.Deployment, name stri
 func TestUnschedulablePodRollsBackAfterTheGrace(t *testing.T) {
 	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
-	p := policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.UnschedulableGrace = &metav1.Duration{Duration: 2 * time.Second} })
+	p := policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
+		g.UnschedulableGrace = &metav1.Duration{Duration: 2 * time.Second}
+	})
 	dep, l := watchedWeb(t, c, ns, p, Config{}, "250m", "128Mi")
 	pendingPod(t, c, dep, "web-new-1")
 
