@@ -725,7 +725,7 @@ func TestZeroThresholdsDisableSignals(t *testing.T) {
 			assert.Equal(t, tt.figures, v.Figures)
 			if tt.reason == v1alpha1.HealthWatchWatching {
 				assert.False(t, v.ThrottlingApplies)
-				assert.NotContains(t, v.Message, "ThrottlingNotEvaluated")
+				assert.NotContains(t, v.Message, "not evaluated")
 				assert.NotContains(t, v.Message, "restarts")
 				assert.NotContains(t, v.Message, "oomKills")
 			}
