@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,7 +40,7 @@ func (c *reconcileContext) health(ctx context.Context) (ctrl.Result, bool, error
 		return res, true, err
 	case !current:
 		return ctrl.Result{}, false, nil // a new generation: plan it
-	case st.Phase == v1alpha1.PhaseApplied && st.Change != nil && !hasWatchEnded(c.rsr):
+	case st.Phase == v1alpha1.PhaseApplied && st.Change != nil:
 		res, err := c.startWatch(ctx)
 		return res, true, err
 	case st.Phase == v1alpha1.PhaseWatching && st.Change != nil:
@@ -52,11 +51,6 @@ func (c *reconcileContext) health(ctx context.Context) (ctrl.Result, bool, error
 		return res, true, err
 	}
 	return ctrl.Result{}, false, nil
-}
-
-func hasWatchEnded(rsr *v1alpha1.RightsizingRecommendation) bool {
-	c := meta.FindStatusCondition(rsr.Status.Conditions, v1alpha1.ConditionHealthWatch)
-	return c != nil && c.Reason == v1alpha1.HealthWatchNotAdopted
 }
 
 // startWatch moves an applied change into the watch.
@@ -90,15 +84,11 @@ func (c *reconcileContext) watch(ctx context.Context) (ctrl.Result, error) {
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	baselines := map[healthwatch.ContainerKey]int32{}
-	for _, b := range rsr.Status.Change.RestartBaselines {
-		baselines[healthwatch.ContainerKey{PodUID: types.UID(b.PodUID), Container: b.Container}] = b.RestartCount
-	}
 	in := healthwatch.Input{
 		Change:           rsr.Status.Change,
 		Guardrails:       c.resolved.Spec.Guardrails.Rollback,
 		Pods:             pods,
-		RestartBaselines: baselines,
+		RestartBaselines: rsr.Status.Change.RestartBaselines,
 		Kernel:           c.r.Kernel,
 		Statuses:         c.r.Statuses,
 		Throttling:       c.r.Throttling,
@@ -109,26 +99,15 @@ func (c *reconcileContext) watch(ctx context.Context) (ctrl.Result, error) {
 		return c.breach(ctx, v)
 	case healthwatch.StateHealthy:
 		return c.healthy(ctx, v)
-	case healthwatch.StateNotAdopted:
-		return ctrl.Result{}, c.record(ctx, outcome{
-			doing:      "record adoption of",
-			phase:      v1alpha1.PhaseApplied,
-			conditions: []metav1.Condition{newCondition(v1alpha1.ConditionHealthWatch, metav1.ConditionFalse, v1alpha1.HealthWatchNotAdopted, v.Message)},
-			events: []kubeEvent{{typ: corev1.EventTypeWarning, reason: v1alpha1.HealthWatchNotAdopted, action: v1alpha1.EventActionWatch,
-				note: v.Message}},
-		})
-	}
-	reason := v1alpha1.HealthWatchWatching
-	if v.ThrottlingApplies && !v.ThrottlingEvaluated {
-		reason = v1alpha1.HealthWatchThrottlingNotEvaluated
 	}
 	// The message carries live figures; rewriting status for each would
-	// cost a write per signal, so the condition follows the reason.
+	// cost a write per signal, so the condition is rewritten only when
+	// what is not evaluated yet changes (the reason stays Watching).
 	cond := meta.FindStatusCondition(rsr.Status.Conditions, v1alpha1.ConditionHealthWatch)
-	if cond == nil || cond.Reason != reason {
+	if cond == nil || cond.Reason != v1alpha1.HealthWatchWatching || !sameNotEvaluated(cond.Message, v) {
 		err := c.record(ctx, outcome{
 			doing:      "record watch of",
-			conditions: []metav1.Condition{newCondition(v1alpha1.ConditionHealthWatch, metav1.ConditionTrue, reason, v.Message)},
+			conditions: []metav1.Condition{newCondition(v1alpha1.ConditionHealthWatch, metav1.ConditionTrue, v1alpha1.HealthWatchWatching, v.Message)},
 		})
 		if err != nil {
 			return ctrl.Result{}, err
@@ -140,6 +119,19 @@ func (c *reconcileContext) watch(ctx context.Context) (ctrl.Result, error) {
 	}
 	return ctrl.Result{RequeueAfter: next}, nil
 }
+
+// sameNotEvaluated reports whether a Watching condition's message says the
+// same is not evaluated yet as the verdict.
+func sameNotEvaluated(msg string, v healthwatch.Verdict) bool {
+	if v.NotEvaluated == "" {
+		return !strings.Contains(msg, notEvaluatedYet)
+	}
+	return strings.Contains(msg, notEvaluatedYet+v.NotEvaluated+";")
+}
+
+// notEvaluatedYet introduces what a Watching verdict's message says is not
+// evaluated yet.
+const notEvaluatedYet = "; not evaluated yet: "
 
 // healthy ends a watch without a breach.
 func (c *reconcileContext) healthy(ctx context.Context, v healthwatch.Verdict) (ctrl.Result, error) {
@@ -331,17 +323,6 @@ func backoffRequeue(rsr *v1alpha1.RightsizingRecommendation, now time.Time) time
 		return max(st.Expiry.Sub(now), 10*time.Millisecond)
 	}
 	return 0
-}
-
-// restartBaselines are the pods' restart counts now, per container.
-func restartBaselines(pods []corev1.Pod) []v1alpha1.RestartBaseline {
-	var out []v1alpha1.RestartBaseline
-	for _, p := range pods {
-		for _, cs := range p.Status.ContainerStatuses {
-			out = append(out, v1alpha1.RestartBaseline{Pod: p.Name, PodUID: string(p.UID), Container: cs.Name, RestartCount: cs.RestartCount})
-		}
-	}
-	return out
 }
 
 func restoredChanges(c *v1alpha1.Change, values []v1alpha1.ContainerResources, resources []v1alpha1.ResourceName) []v1alpha1.ContainerValueChange {

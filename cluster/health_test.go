@@ -99,8 +99,17 @@ func TestWatchEndsHealthy(t *testing.T) {
 	ns := namespace(t, c)
 	dep, _ := watchedWeb(t, c, ns, policyWith(ns, 2*time.Second, nil), Config{}, "250m", "128Mi")
 	adoptedPod(t, c, dep, "web-new-1")
+	watching := condition(getRSR(t, c, ns, "web"), v1alpha1.ConditionHealthWatch)
+	require.NotNil(t, watching)
+	assert.Equal(t, v1alpha1.HealthWatchWatching, watching.Reason, "Watching while watching, whatever is not evaluated yet")
+	assert.Contains(t, watching.Message, "not evaluated yet: throttling: no throttling source is configured")
 
 	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseHealthy, "")
+	healthy := condition(rsr, v1alpha1.ConditionHealthWatch)
+	require.NotNil(t, healthy)
+	assert.Equal(t, v1alpha1.HealthWatchHealthy, healthy.Reason)
+	assert.Equal(t, metav1.ConditionTrue, healthy.Status)
+	assert.Contains(t, healthy.Message, "never evaluated: throttling: no throttling source is configured")
 	require.NotNil(t, rsr.Status.LastHealthy)
 	assert.Equal(t, rsr.Status.Change.ValueFingerprint, rsr.Status.LastHealthy.ValueFingerprint)
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionHealthy), 1)
@@ -451,4 +460,170 @@ func TestDeferredRollbackNamesAPodItCannotResizeBack(t *testing.T) {
 // kernelOnly returns the leader's signal stores around a test's Kernel.
 func kernelOnly(k *signals.Kernel) *signals.Stores {
 	return &signals.Stores{Kernel: k, Statuses: signals.NewAgentStatuses(0)}
+}
+
+// pendingPod creates a pod of the Deployment's current template that no
+// scheduler placed: Pending with PodScheduled=False, reason Unschedulable,
+// as kube-scheduler writes it (none runs in these tests).
+func pendingPod(t *testing.T, c client.Client, dep *appsv1.Deployment, name string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	pod := adoptedPod(t, c, dep, name)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message: "0/1 nodes are available: 1 Insufficient memory.", LastTransitionTime: metav1.Now()}}}
+	require.NoError(t, c.Status().Update(ctx, pod))
+	return pod
+}
+
+// TestUnschedulablePodRollsBackAfterTheGrace: a Rollout whose new pod stays
+// Pending Unschedulable is rolled back, every touched resource, once
+// unschedulableGrace has passed, long before the watch's end. It failed
+// before: the change stayed Watching (and then ended NotAdopted in Applied).
+func TestUnschedulablePodRollsBackAfterTheGrace(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	p := policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
+		g.UnschedulableGrace = &metav1.Duration{Duration: 2 * time.Second}
+	})
+	dep, l := watchedWeb(t, c, ns, p, Config{}, "250m", "128Mi")
+	pendingPod(t, c, dep, "web-new-1")
+
+	time.Sleep(time.Second)
+	assert.Equal(t, v1alpha1.PhaseWatching, getRSR(t, c, ns, "web").Status.Phase, "within the grace")
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchUnschedulable)
+	rsr := waitRestored(t, c, ns, "web")
+	res := templateResources(t, c, dep)
+	assert.Equal(t, "500m", res.Requests.Cpu().String(), "every touched resource restored")
+	assert.Equal(t, "256Mi", res.Requests.Memory().String())
+	rb := historyOf(rsr, v1alpha1.ActionRolledBack)
+	require.Len(t, rb, 1)
+	assert.Equal(t, v1alpha1.HealthWatchUnschedulable, rb[0].Reason)
+	assert.Equal(t, []v1alpha1.ResourceName{"cpu", "memory"}, rb[0].Resources)
+	require.Len(t, rb[0].Figures, 1)
+	assert.Contains(t, rb[0].Figures[0], "unschedulable pods 1, for unschedulableGrace 2s or longer (pod web-new-1 Unschedulable for ")
+	assert.Contains(t, rb[0].Figures[0], "Insufficient memory")
+	assert.Equal(t, v1alpha1.BackoffBackingOff, rsr.Status.Rollback.State)
+	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Unschedulable", "memory"), 1)
+	waitEvents(t, c, ns, "web", v1alpha1.EventRolledBack, 2)
+}
+
+// TestInfeasibleResizeRollsBack: an in-place resize the kubelet marks
+// Infeasible ends the apply (Applied, not Failed) and is rolled back with
+// reason Infeasible once it stays so for unschedulableGrace; the pod is
+// resized back. It failed before: the apply was recorded Failed and the
+// pod kept the values in its spec.
+func TestInfeasibleResizeRollsBack(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	p := policyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.UnschedulableGrace = &metav1.Duration{Duration: time.Second} })
+	_, pod, l := inPlaceWeb(t, c, ns, p, "1", "256Mi")
+
+	kubeletReports(t, c, pod, corev1.PodReasonInfeasible)
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchInfeasible)
+	applied := historyOf(rsr, v1alpha1.ActionApplied)
+	require.Len(t, applied, 1, "the apply ended, not failed")
+	assert.Contains(t, applied[0].Message, "resize Infeasible: Node didn't have enough capacity")
+	assert.Empty(t, historyOf(rsr, v1alpha1.ActionFailed))
+	assert.Contains(t, rsr.Status.Breach.Figures[0], "infeasible pods 1, for unschedulableGrace 1s or longer (pod "+pod.Name+" Infeasible for ")
+	require.Eventually(t, func() bool {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+		return pod.Spec.Containers[0].Resources.Requests.Cpu().String() == "500m"
+	}, 20*time.Second, 50*time.Millisecond, "the pod was never resized back")
+
+	// The kubelet runs the old values, as it always did.
+	pod.Status.ObservedGeneration = pod.Generation
+	require.NoError(t, c.Status().Update(ctx, pod))
+	rsr = waitRestored(t, c, ns, "web")
+	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, rsr.Status.Breach.Resources, "every touched resource (only cpu moved)")
+	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Infeasible", "cpu"), 1)
+	assert.Empty(t, eventsFor(t, c, ns, "web", v1alpha1.EventApplyFailed))
+}
+
+// TestNotAdoptedAtTheEndRollsBack: a Rollout none of whose pods runs the
+// values by the watch's end is rolled back with reason NotAdopted, through
+// the backoff (rollingBack, then backingOff), although
+// adoptionThresholdPercent is 0. It failed before: the recommendation went
+// back to Applied with HealthWatch NotAdopted and the backoff stayed
+// monitoring.
+func TestNotAdoptedAtTheEndRollsBack(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := web(t, c, ns, policyWith(ns, 2*time.Second, nil))
+	runningPod(t, c, dep) // of the old template; the rollout never replaces it
+	l := startLeader(t, ns, "a", Config{})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchNotAdopted)
+	rsr := waitRestored(t, c, ns, "web")
+	assert.Equal(t, "500m", templateResources(t, c, dep).Requests.Cpu().String())
+	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String())
+	rb := historyOf(rsr, v1alpha1.ActionRolledBack)
+	require.Len(t, rb, 1)
+	assert.Equal(t, v1alpha1.HealthWatchNotAdopted, rb[0].Reason)
+	assert.Equal(t, []string{"adopted 0 of 1 pods (0%): none runs the applied values"}, rb[0].Figures)
+	assert.Empty(t, historyOf(rsr, v1alpha1.ActionHealthy))
+	cond := condition(rsr, v1alpha1.ConditionHealthWatch)
+	require.NotNil(t, cond)
+	assert.Equal(t, v1alpha1.HealthWatchNotAdopted, cond.Reason)
+	require.NotNil(t, rsr.Status.Rollback)
+	assert.Equal(t, v1alpha1.BackoffBackingOff, rsr.Status.Rollback.State)
+	assert.Contains(t, rsr.Status.RolledBackFingerprints, rsr.Status.Change.ValueFingerprint)
+	waitEvents(t, c, ns, "web", v1alpha1.EventRollingBackStarted, 1)
+	waitEvents(t, c, ns, "web", v1alpha1.EventRolledBack, 2)
+	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "NotAdopted", "cpu"), 1)
+}
+
+// TestResizeRestartsAreNotCounted: three replicas resized in place with
+// resizePolicy RestartContainer restart once each because of the resize,
+// which is not harm (before, the three restarts tripped the default
+// restarts: 3); one more restart each is.
+func TestResizeRestartsAreNotCounted(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	dep.Spec.Replicas = ptr.To[int32](3)
+	dep.Spec.Template.Spec.Containers[0].ResizePolicy = []corev1.ContainerResizePolicy{
+		{ResourceName: corev1.ResourceMemory, RestartPolicy: corev1.RestartContainer}}
+	require.NoError(t, c.Create(ctx, dep))
+	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	first := runningPod(t, c, dep)
+	pods := []*corev1.Pod{first}
+	for i := 2; i <= 3; i++ {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("web-h1-%d", i), Labels: first.Labels,
+			OwnerReferences: first.OwnerReferences}, Spec: *first.Spec.DeepCopy()}
+		require.NoError(t, c.Create(ctx, p))
+		markRunning(t, c, p)
+		pods = append(pods, p)
+	}
+	startLeader(t, ns, "a", Config{})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "500m", "128Mi")))
+
+	restart := func(p *corev1.Pod) {
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(p), p))
+			p.Status.ContainerStatuses[0].RestartCount++
+			return c.Status().Update(ctx, p)
+		}))
+	}
+	for _, p := range pods {
+		kubeletReports(t, c, p, "")
+		restart(p) // the kubelet restarted app to resize its memory
+	}
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	time.Sleep(500 * time.Millisecond)
+	rsr := getRSR(t, c, ns, "web")
+	assert.Equal(t, v1alpha1.PhaseWatching, rsr.Status.Phase, "the resize's own restarts are no harm")
+
+	for _, p := range pods {
+		restart(p)
+	}
+	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
+	require.NotNil(t, rsr.Status.Breach)
+	assert.Equal(t, []string{"restarts 3 ≥ 3"}, rsr.Status.Breach.Figures)
+	assert.Contains(t, rsr.Status.Message, "1 more caused by the resize (resizePolicy RestartContainer) not counted")
 }

@@ -212,22 +212,6 @@ func TestInPlaceResizesRunningPodsAndWaitsForTheKubelet(t *testing.T) {
 	assert.Equal(t, "500m", got.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String(), "InPlace leaves the template alone")
 }
 
-func TestInfeasibleResizeFailsWithTheReason(t *testing.T) {
-	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
-	_, pod, l := inPlaceWeb(t, c, ns, namespacedPolicy(ns, false), "1", "256Mi")
-
-	kubeletReports(t, c, pod, corev1.PodReasonInfeasible)
-	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseFailed, "Infeasible")
-	assert.Contains(t, rsr.Status.Message, "Node didn't have enough capacity")
-	failed := historyOf(rsr, v1alpha1.ActionFailed)
-	require.Len(t, failed, 1)
-	assert.Equal(t, "Infeasible", failed[0].Reason)
-	assert.Empty(t, historyOf(rsr, v1alpha1.ActionApplied))
-	waitEvents(t, c, ns, "web", "ApplyFailed", 1)
-	counts(t, l.Metrics.Actions.WithLabelValues("failed", "Infeasible", "cpu"), 1)
-}
-
 func touchedKinds(rsr *v1alpha1.RightsizingRecommendation) []string {
 	var kinds []string
 	for _, o := range rsr.Status.Change.Touched {

@@ -123,7 +123,7 @@ func (c *reconcileContext) plan(ctx context.Context) (ctrl.Result, error) {
 		return ctrl.Result{}, err
 	}
 	// Restarts count from the change on (design section 3).
-	change.RestartBaselines = restartBaselines(pods)
+	change.RestartBaselines = healthwatch.RestartBaselines(pods)
 
 	// Record the change before acting, conditional on resourceVersion: of
 	// two leaders only one records it, and whoever finds it later knows
@@ -176,6 +176,10 @@ func (c *reconcileContext) finish(ctx context.Context) (ctrl.Result, error) {
 		return ctrl.Result{RequeueAfter: pendingRequeue}, nil
 	}
 	msg := fmt.Sprintf("%s applied with strategy %s under %s %s", joinResources(change.Resources), change.Strategy, c.resolved.Ref.Kind, c.resolved.Ref.Name)
+	for _, f := range res.Infeasible {
+		// The health watch rolls the change back if it stays so.
+		msg += fmt.Sprintf("; pod %s: resize %s: %s", f.Pod, f.Reason, f.Message)
+	}
 	return ctrl.Result{}, c.record(ctx, outcome{
 		doing: "record apply of",
 		phase: v1alpha1.PhaseApplied, setReason: true, message: msg,

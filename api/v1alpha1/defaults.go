@@ -10,16 +10,17 @@ import (
 // carries the same values in +kubebuilder:default markers, and a test
 // against the real apiserver checks that the two agree.
 const (
-	DefaultWatchDuration           = 30 * time.Minute
-	DefaultOOMKills          int32 = 1
-	DefaultRestarts          int32 = 3
-	DefaultThrottlingRatio         = "0.25"
-	DefaultCooldown                = 24 * time.Hour
-	DefaultRestoreTo               = RestorePrevious
-	DefaultBackoffTimePeriod       = 10 * time.Minute
-	DefaultMultiplyByTurn    int32 = 1
-	DefaultMaxAttempts       int32 = 1
-	DefaultTimeZone                = "UTC"
+	DefaultWatchDuration            = 30 * time.Minute
+	DefaultOOMKills           int32 = 1
+	DefaultRestarts           int32 = 3
+	DefaultThrottlingRatio          = "0.25"
+	DefaultCooldown                 = 24 * time.Hour
+	DefaultUnschedulableGrace       = time.Minute
+	DefaultRestoreTo                = RestorePrevious
+	DefaultBackoffTimePeriod        = 10 * time.Minute
+	DefaultMultiplyByTurn     int32 = 1
+	DefaultMaxAttempts        int32 = 1
+	DefaultTimeZone                 = "UTC"
 )
 
 // SetDefaults fills the fields left empty with the same defaults the
@@ -46,6 +47,9 @@ func (s *PolicySpec) SetDefaults() {
 	}
 	if r.Cooldown == nil {
 		r.Cooldown = &metav1.Duration{Duration: DefaultCooldown}
+	}
+	if r.UnschedulableGrace == nil {
+		r.UnschedulableGrace = &metav1.Duration{Duration: DefaultUnschedulableGrace}
 	}
 	if r.RestoreTo == "" {
 		r.RestoreTo = DefaultRestoreTo

@@ -214,13 +214,24 @@ type RollbackGuardrails struct {
 	// +optional
 	RestoreTo RestoreTarget `json:"restoreTo,omitempty"`
 	// AdoptionThresholdPercent is the share of the workload's pods that must
-	// run the applied values for the watch to end Healthy; 0 skips the
-	// check.
+	// run the applied values for the watch to end Healthy; below it the
+	// change is rolled back (reason NotAdopted). 0 requires no share, but
+	// a watch that ends with no pod running the values is never Healthy.
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	AdoptionThresholdPercent int32 `json:"adoptionThresholdPercent,omitempty"`
+	// UnschedulableGrace is how long a pod of the change may stay Pending
+	// and Unschedulable, or its in-place resize Infeasible, before the
+	// change is rolled back (reasons Unschedulable and Infeasible) without
+	// waiting for the watch's end.
+	// +kubebuilder:default="1m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$') && duration(self) > duration('0s')`,message="must be a positive duration such as 1m or 90s (units ns, us, ms, s, m, h)"
+	// +optional
+	UnschedulableGrace *metav1.Duration `json:"unschedulableGrace,omitempty"`
 	// Backoff says when the same values may be tried again after a
 	// rollback.
 	// +kubebuilder:default={}

@@ -132,15 +132,57 @@ const (
 	ConditionHealthWatch = "HealthWatch"
 )
 
-// Reasons of the HealthWatch condition (docs/design.md section 3).
+// Reasons of the HealthWatch condition (docs/design.md section 3). Every
+// reason but Watching and Healthy is a failure: the change is rolled back
+// with it as status.reason and as the rolledBack action's reason.
 const (
-	HealthWatchWatching               = "Watching"
-	HealthWatchHealthy                = "Healthy"
-	HealthWatchOOMKills               = "OOMKills"
-	HealthWatchRestarts               = "Restarts"
-	HealthWatchThrottling             = "Throttling"
-	HealthWatchNotAdopted             = "NotAdopted"
-	HealthWatchThrottlingNotEvaluated = "ThrottlingNotEvaluated"
+	// HealthWatchWatching: the watch runs; the condition's message says
+	// what is not evaluated yet (throttling before its window holds
+	// enough periods, or without a throttling source).
+	HealthWatchWatching = "Watching"
+	// HealthWatchHealthy: the watch ended without a failure; the message
+	// says when a signal was never evaluated.
+	HealthWatchHealthy = "Healthy"
+	// HealthWatchOOMKills: OOM kills reached guardrails.rollback.oomKills.
+	HealthWatchOOMKills = "OOMKills"
+	// HealthWatchRestarts: restarts reached guardrails.rollback.restarts.
+	HealthWatchRestarts = "Restarts"
+	// HealthWatchThrottling: the CFS throttling ratio reached
+	// guardrails.rollback.throttlingRatio.
+	HealthWatchThrottling = "Throttling"
+	// HealthWatchNotAdopted: at the watch's end, or as soon as it can no
+	// longer be met, too few pods run the applied values (none, or fewer
+	// than adoptionThresholdPercent).
+	HealthWatchNotAdopted = "NotAdopted"
+	// HealthWatchUnschedulable: a pod of the change stayed Pending with
+	// PodScheduled=False, reason Unschedulable, for
+	// guardrails.rollback.unschedulableGrace.
+	HealthWatchUnschedulable = "Unschedulable"
+	// HealthWatchInfeasible: the kubelet marked a pod's in-place resize
+	// Infeasible (PodResizePending, reason Infeasible) for
+	// guardrails.rollback.unschedulableGrace.
+	HealthWatchInfeasible = "Infeasible"
+)
+
+// Reasons of a failed in-place resize (docs/leader.md): status.reason of
+// phase Failed and the failed action's reason when an apply fails, and the
+// reason given for a pod a rollback could not resize back.
+const (
+	// ResizeInfeasible: the kubelet refuses the resize (PodResizePending,
+	// reason Infeasible). An apply does not fail on it: the health watch
+	// rolls the change back with HealthWatchInfeasible after the grace. A
+	// restore gives up on the pod.
+	ResizeInfeasible = "Infeasible"
+	// ResizeDeferred: the resize stayed PodResizePending, reason Deferred,
+	// for the resize timeout or longer.
+	ResizeDeferred = "Deferred"
+	// ResizeInProgress: the resize stayed PodResizeInProgress for the
+	// resize timeout or longer.
+	ResizeInProgress = "InProgress"
+	// ResizeRejected: the apiserver refused the resize, for instance
+	// because it would change the pod's QoS class or exceed the node's
+	// allocatable resources.
+	ResizeRejected = "Rejected"
 )
 
 // Reasons of the Applied condition.
@@ -165,8 +207,8 @@ const (
 const ReasonRollbackError = "RollbackError"
 
 // Reasons of the Kubernetes Events the leader emits about a change, beside
-// ReasonNoPolicy, ReasonRollbackError and HealthWatchNotAdopted, which name
-// their Events too (docs/design.md section 7).
+// ReasonNoPolicy and ReasonRollbackError, which name their Events too
+// (docs/design.md section 7).
 const (
 	// EventApplied: the change was applied.
 	EventApplied = "Applied"
@@ -235,7 +277,8 @@ type RightsizingRecommendationStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Conditions are Applied and HealthWatch (reasons Watching, Healthy,
-	// OOMKills, Restarts, Throttling, NotAdopted, ThrottlingNotEvaluated).
+	// OOMKills, Restarts, Throttling, NotAdopted, Unschedulable,
+	// Infeasible).
 	// +listType=map
 	// +listMapKey=type
 	// +patchStrategy=merge
@@ -419,8 +462,9 @@ type RestartBaseline struct {
 
 // Breach is the health-watch breach a rollback is restoring from.
 type Breach struct {
-	// Reason is OOMKills, Restarts or Throttling.
-	// +kubebuilder:validation:Enum=OOMKills;Restarts;Throttling
+	// Reason is OOMKills, Restarts, Throttling, Unschedulable, Infeasible
+	// or NotAdopted.
+	// +kubebuilder:validation:Enum=OOMKills;Restarts;Throttling;Unschedulable;Infeasible;NotAdopted
 	Reason string `json:"reason"`
 	// At is when the breach was seen.
 	At metav1.Time `json:"at"`

@@ -759,6 +759,11 @@ func (in *RollbackGuardrails) DeepCopyInto(out *RollbackGuardrails) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.UnschedulableGrace != nil {
+		in, out := &in.UnschedulableGrace, &out.UnschedulableGrace
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	in.Backoff.DeepCopyInto(&out.Backoff)
 }
 

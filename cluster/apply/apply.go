@@ -21,23 +21,6 @@ import (
 // InProgress before it counts as failed, when Applier.ResizeTimeout is 0.
 const DefaultResizeTimeout = 2 * time.Minute
 
-// Reasons of a Failure.
-const (
-	// FailureInfeasible: the kubelet refuses the resize (PodResizePending,
-	// reason Infeasible); it is not retried.
-	FailureInfeasible = "Infeasible"
-	// FailureDeferred: the resize stayed PodResizePending, reason Deferred,
-	// for the resize timeout or longer.
-	FailureDeferred = "Deferred"
-	// FailureInProgress: the resize stayed PodResizeInProgress for the
-	// resize timeout or longer.
-	FailureInProgress = "InProgress"
-	// FailureRejected: the apiserver refused the resize, for instance
-	// because it would change the pod's QoS class or exceed the node's
-	// allocatable resources.
-	FailureRejected = "Rejected"
-)
-
 // Errors callers can test for with errors.Is. Errors from the apiserver are
 // wrapped as they come, so apierrors.IsConflict and apierrors.IsNotFound
 // work on what Plan, Apply and Restore return; a target of another kind
@@ -76,6 +59,12 @@ type Result struct {
 	Touched []v1alpha1.TouchedObject
 	// Failed are the pods whose resize failed for good.
 	Failed []Failure
+	// Infeasible are the pods of an apply whose resize the kubelet marked
+	// Infeasible: the apply is over for them (they keep the values in
+	// their spec, not in what runs), and the health watch rolls the change
+	// back if they stay so past guardrails.rollback.unschedulableGrace. A
+	// restore reports such a pod in Left instead.
+	Infeasible []Failure
 	// Pending are the pods whose resize the kubelet has not finished yet;
 	// the caller looks again later.
 	Pending []string
@@ -92,7 +81,8 @@ type Result struct {
 type Failure struct {
 	// Pod is the pod's name.
 	Pod string
-	// Reason is Infeasible, Deferred, InProgress or Rejected.
+	// Reason is v1alpha1.ResizeInfeasible, ResizeDeferred,
+	// ResizeInProgress or ResizeRejected.
 	Reason string
 	// Message is the kubelet's or apiserver's message.
 	Message string
@@ -254,7 +244,7 @@ func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 	}
 	switch strategy {
 	case v1alpha1.StrategyInPlace:
-		return a.resizePods(ctx, w, targets, since, res)
+		return a.resizePods(ctx, w, targets, since, !restore, res)
 	case v1alpha1.StrategyRollout:
 		if err := a.patchTemplate(ctx, w, targets, res); err != nil {
 			return err
@@ -294,7 +284,7 @@ func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 // so.
 func (a *Applier) resizeBack(ctx context.Context, w *workload.Workload, targets []target, since time.Time, res *Result) error {
 	pods := &Result{}
-	if err := a.resizePods(ctx, w, targets, since, pods); err != nil {
+	if err := a.resizePods(ctx, w, targets, since, false, pods); err != nil {
 		return err
 	}
 	res.Touched = append(res.Touched, pods.Touched...)

@@ -23,9 +23,13 @@
 //     (a Deployment's through its current ReplicaSet: the one whose
 //     template is the Deployment's, ignoring pod-template-hash), through
 //     pods/resize, conditional on resourceVersion and retried on conflict
-//     with a fresh read. A refusal by the apiserver is a Failure Rejected.
+//     with a fresh read. A refusal by the apiserver is a Failure with reason
+//     v1alpha1.ResizeRejected.
 //     RestartContainer resize policies are honoured and noted. The pod's
-//     resize conditions decide: Infeasible fails at once; Deferred and
+//     resize conditions decide: Infeasible ends an apply at once with the
+//     pod in Result.Infeasible, not Failed (the health watch rolls the
+//     change back if it stays Infeasible past unschedulableGrace; a
+//     restore gives up on the pod, see Left); Deferred and
 //     InProgress fail once they last ResizeTimeout (≥, counted from the
 //     condition's lastTransitionTime but not before appliedAt); a condition
 //     observed for an older pod generation is ignored; otherwise the pod is

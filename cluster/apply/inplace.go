@@ -27,8 +27,11 @@ func podContainer(p *corev1.Pod, name string) *corev1.Container {
 
 // resizePods resizes every running pod of the workload to the targets
 // through the pods/resize subresource, then reports each pod: carrying the
-// values (Touched), still resizing (Pending) or failed (Failed).
-func (a *Applier) resizePods(ctx context.Context, w *workload.Workload, targets []target, since time.Time, res *Result) error {
+// values (Touched), still resizing (Pending) or failed (Failed). With
+// watched (an apply, whose health watch follows), a resize the kubelet
+// marks Infeasible goes to Infeasible rather than Failed: the watch rolls
+// the change back if it stays so past the grace (docs/health.md).
+func (a *Applier) resizePods(ctx context.Context, w *workload.Workload, targets []target, since time.Time, watched bool, res *Result) error {
 	pods, err := workload.RunningPods(ctx, a.Client, w)
 	if err != nil {
 		return err
@@ -53,6 +56,8 @@ func (a *Applier) resizePods(ctx context.Context, w *workload.Workload, targets 
 		res.Notes = append(res.Notes, restartNotes(p, targets)...)
 		pending, failure := a.resizeState(p, targets, since)
 		switch {
+		case failure != nil && watched && failure.Reason == v1alpha1.ResizeInfeasible:
+			res.Infeasible = append(res.Infeasible, *failure)
 		case failure != nil:
 			res.Failed = append(res.Failed, *failure)
 		case pending:
@@ -99,7 +104,7 @@ func (a *Applier) resizePod(ctx context.Context, pod *corev1.Pod, targets []targ
 	case apierrors.IsNotFound(err):
 		return nil, nil, nil
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
-		return nil, &Failure{Pod: pod.Name, Reason: FailureRejected, Message: err.Error()}, nil
+		return nil, &Failure{Pod: pod.Name, Reason: v1alpha1.ResizeRejected, Message: err.Error()}, nil
 	case err != nil:
 		return nil, nil, fmt.Errorf("resize pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	case out == nil:
@@ -198,10 +203,10 @@ func (a *Applier) resizeState(p *corev1.Pod, targets []target, since time.Time) 
 	}
 	if c := pendingCond; c != nil {
 		if c.Reason == corev1.PodReasonInfeasible {
-			return false, &Failure{Pod: p.Name, Reason: FailureInfeasible, Message: c.Message}
+			return false, &Failure{Pod: p.Name, Reason: v1alpha1.ResizeInfeasible, Message: c.Message}
 		}
 		if d, ok := timedOut(*c); ok {
-			return false, &Failure{Pod: p.Name, Reason: FailureDeferred,
+			return false, &Failure{Pod: p.Name, Reason: v1alpha1.ResizeDeferred,
 				Message: fmt.Sprintf("resize pending (%s) for %s, timeout %s: %s", c.Reason, d.Round(time.Second), timeout, c.Message)}
 		}
 		pending = true
@@ -212,7 +217,7 @@ func (a *Applier) resizeState(p *corev1.Pod, targets []target, since time.Time) 
 			if c.Reason != "" || c.Message != "" {
 				msg += fmt.Sprintf(": %s %s", c.Reason, c.Message)
 			}
-			return false, &Failure{Pod: p.Name, Reason: FailureInProgress, Message: msg}
+			return false, &Failure{Pod: p.Name, Reason: v1alpha1.ResizeInProgress, Message: msg}
 		}
 		pending = true
 	}

@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster/apply"
 )
 
 func resizeCondition(typ corev1.PodConditionType, reason, msg string, since time.Time) corev1.PodCondition {
@@ -32,11 +31,14 @@ func TestInPlaceResizeReportsTheKubeletsVerdict(t *testing.T) {
 		at      time.Duration // the clock, after the change's appliedAt
 		pending bool
 		reason  string // the Failure's reason; "" for none
+		// infeasible: the pod is in Result.Infeasible, left to the health
+		// watch, not in Failed.
+		infeasible bool
 	}{
 		{
-			name:   "Infeasible fails at once",
-			status: conditions(resizeCondition(corev1.PodResizePending, corev1.PodReasonInfeasible, infeasible, t0)),
-			reason: apply.FailureInfeasible,
+			name:       "Infeasible ends the apply at once and is left to the health watch",
+			status:     conditions(resizeCondition(corev1.PodResizePending, corev1.PodReasonInfeasible, infeasible, t0)),
+			infeasible: true,
 		},
 		{
 			name:    "Deferred for less than the timeout is pending",
@@ -48,7 +50,7 @@ func TestInPlaceResizeReportsTheKubeletsVerdict(t *testing.T) {
 			name:   "Deferred for the timeout fails",
 			status: conditions(resizeCondition(corev1.PodResizePending, corev1.PodReasonDeferred, "not enough room now", t0)),
 			at:     2 * time.Minute,
-			reason: apply.FailureDeferred,
+			reason: v1alpha1.ResizeDeferred,
 		},
 		{
 			name:    "Deferred counts from the resize, not from an older condition",
@@ -61,7 +63,7 @@ func TestInPlaceResizeReportsTheKubeletsVerdict(t *testing.T) {
 			timeout: 30 * time.Second,
 			status:  conditions(resizeCondition(corev1.PodResizePending, corev1.PodReasonDeferred, "", t0)),
 			at:      30 * time.Second,
-			reason:  apply.FailureDeferred,
+			reason:  v1alpha1.ResizeDeferred,
 		},
 		{
 			name:    "InProgress for less than the timeout is pending",
@@ -73,7 +75,7 @@ func TestInPlaceResizeReportsTheKubeletsVerdict(t *testing.T) {
 			name:   "InProgress past the timeout fails",
 			status: conditions(resizeCondition(corev1.PodResizeInProgress, corev1.PodReasonError, "runtime refused cpu.max", t0)),
 			at:     5 * time.Minute,
-			reason: apply.FailureInProgress,
+			reason: v1alpha1.ResizeInProgress,
 		},
 		{
 			name: "a condition about an older generation is not this resize's",
@@ -124,6 +126,14 @@ func TestInPlaceResizeReportsTheKubeletsVerdict(t *testing.T) {
 			} else {
 				assert.Empty(t, res.Pending)
 			}
+			if tc.infeasible {
+				require.Len(t, res.Infeasible, 1)
+				assert.Equal(t, name, res.Infeasible[0].Pod)
+				assert.Equal(t, v1alpha1.ResizeInfeasible, res.Infeasible[0].Reason)
+				assert.Equal(t, infeasible, res.Infeasible[0].Message, "the kubelet's message")
+			} else {
+				assert.Empty(t, res.Infeasible)
+			}
 			if tc.reason == "" {
 				assert.Empty(t, res.Failed)
 				return
@@ -131,11 +141,7 @@ func TestInPlaceResizeReportsTheKubeletsVerdict(t *testing.T) {
 			require.Len(t, res.Failed, 1)
 			assert.Equal(t, name, res.Failed[0].Pod)
 			assert.Equal(t, tc.reason, res.Failed[0].Reason)
-			if tc.reason == apply.FailureInfeasible {
-				assert.Equal(t, infeasible, res.Failed[0].Message, "the kubelet's message")
-			} else {
-				assert.Contains(t, res.Failed[0].Message, "timeout")
-			}
+			assert.Contains(t, res.Failed[0].Message, "timeout")
 		})
 	}
 }
@@ -172,7 +178,7 @@ func TestInPlaceResizeRefusedByTheAPIServerIsAFailure(t *testing.T) {
 			res, err := e.applier.Apply(e.ctx, rsr, change)
 			require.NoError(t, err, "a refused resize is a per-pod failure, not an error")
 			require.Len(t, res.Failed, 1)
-			assert.Equal(t, apply.FailureRejected, res.Failed[0].Reason)
+			assert.Equal(t, v1alpha1.ResizeRejected, res.Failed[0].Reason)
 			assert.Contains(t, res.Failed[0].Message, tc.message)
 			assert.Empty(t, res.Touched, "the pod does not carry the values")
 			assertResources(t, appBefore, resourcesOf(&e.pod(w.pods[0].Name).Spec, "app"))

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster/apply"
 	"github.com/kerf-dev/kerf/cluster/resources"
 )
 
@@ -192,7 +191,7 @@ func TestRestoreOfDeferredLeavesAPodItCannotResizeBack(t *testing.T) {
 	assert.Empty(t, res.Failed, "the rollback is not failed for it")
 	require.Len(t, res.Left, 1)
 	assert.Equal(t, guaranteed.Name, res.Left[0].Pod)
-	assert.Equal(t, apply.FailureRejected, res.Left[0].Reason)
+	assert.Equal(t, v1alpha1.ResizeRejected, res.Left[0].Reason)
 	assert.Contains(t, res.Left[0].Message, "QOS")
 	assertResources(t, requirements("1", "512Mi", "1", "512Mi"), resourcesOf(&e.pod(guaranteed.Name).Spec, "app"), "left as it started")
 }

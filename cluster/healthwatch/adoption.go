@@ -16,6 +16,14 @@ import (
 // Rollout and Deferred, the pod's spec does (a pod of the new template, or
 // one the webhook injected).
 func Adopted(pod *corev1.Pod, change *v1alpha1.Change) bool {
+	return holds(pod, change, change != nil && change.Strategy == v1alpha1.StrategyInPlace)
+}
+
+// holds reports whether every changed container of pod holds each applied
+// request and limit of the touched resources: in what it runs
+// (status.containerStatuses[].resources) with fromStatus, else in its
+// spec.
+func holds(pod *corev1.Pod, change *v1alpha1.Change, fromStatus bool) bool {
 	if pod == nil || change == nil {
 		return false
 	}
@@ -23,7 +31,7 @@ func Adopted(pod *corev1.Pod, change *v1alpha1.Change) bool {
 	for i := range change.Containers {
 		cc := &change.Containers[i]
 		var rr *corev1.ResourceRequirements
-		if change.Strategy == v1alpha1.StrategyInPlace {
+		if fromStatus {
 			if cs := containerStatus(pod, cc.Name); cs != nil {
 				rr = cs.Resources
 			}
@@ -50,16 +58,12 @@ func Adopted(pod *corev1.Pod, change *v1alpha1.Change) bool {
 	return compared
 }
 
-// AdoptedPods returns the pods of pods that Adopted accepts, in order: the
-// pods whose signals the health watch counts (docs/design.md section 3).
-func AdoptedPods(pods []corev1.Pod, change *v1alpha1.Change) []*corev1.Pod {
-	var out []*corev1.Pod
-	for i := range pods {
-		if Adopted(&pods[i], change) {
-			out = append(out, &pods[i])
-		}
-	}
-	return out
+// specHolds reports whether the pod's spec holds every applied request
+// and limit of the touched resources in each changed container: the pod
+// is of the change (a pod of the new template, one the webhook injected,
+// or one resized in place), whether or not it runs them yet.
+func specHolds(pod *corev1.Pod, change *v1alpha1.Change) bool {
+	return holds(pod, change, false)
 }
 
 func containerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {

@@ -62,13 +62,3 @@ func TestAdoptedNeedsAppliedValues(t *testing.T) {
 	assert.False(t, Adopted(&p, &v1alpha1.Change{Strategy: v1alpha1.StrategyRollout}))
 	assert.False(t, Adopted(nil, change(v1alpha1.StrategyRollout, cpuDown)))
 }
-
-func TestAdoptedPodsKeepsOrder(t *testing.T) {
-	ch := change(v1alpha1.StrategyRollout, cpuDown)
-	pods := []corev1.Pod{newPod("a", cpuDown), newPod("b", before), newPod("c", cpuDown)}
-	got := AdoptedPods(pods, ch)
-	if assert.Len(t, got, 2) {
-		assert.Same(t, &pods[0], got[0])
-		assert.Same(t, &pods[2], got[1])
-	}
-}

@@ -1,8 +1,10 @@
 // Package healthwatch is the health watch's rules (docs/design.md section 3): after
 // a change is applied at T0 it decides, from the workload's pods and the
 // kernel's signals, whether the change breached a guardrail (and which
-// resources to restore), is still being watched, ended healthy, or ended
-// without enough pods running the applied values.
+// resources to restore), is still being watched, or ended healthy. Every
+// failure is a breach rolled back the same way: a signal (Restarts,
+// OOMKills, Throttling), a pod of the change stuck (Unschedulable,
+// Infeasible), or too few pods running the applied values (NotAdopted).
 //
 // The package is pure: no I/O, no locks, no goroutines. Evaluate reads no
 // clock and writes nothing. The caller passes the time it decides at, the
@@ -35,8 +37,15 @@
 //   - Restarts: restartCount minus the baseline captured at T0 (never below
 //     zero) for pods created at or before T0; pods created after T0 count
 //     in full whatever the baselines say. A pod or container with no
-//     baseline counts in full (RestartBaselines records 0 for containers
-//     without a status, so a pod that existed at T0 is always present).
+//     baseline counts in full (RestartBaselines, which the leader records
+//     in status.change, records 0 for containers without a status, so a
+//     pod that existed at T0 is always present).
+//   - Restarts the change causes itself are not harm: for an InPlace
+//     change, a container whose resizePolicy is RestartContainer for a
+//     resource the change moved in it restarts once to be resized, so one
+//     restart per such container of a pod that existed at T0 is not
+//     counted (the message says so); every further restart counts. Pods
+//     created after T0 started with the values and were not resized.
 //     restartCount has no timestamps, so restarts after the watch's end are
 //     counted if the watch is evaluated late.
 //   - OOM kills per (pod, container): max(kernel count, status count). The
@@ -62,12 +71,43 @@
 //     threshold. The signal counts as evaluated only when every container
 //     whose cpu changed has a ratio; a container without a CPU limit has no
 //     CFS periods and is never evaluated, which the message says.
+//   - Stuck pods: a pod of the change (its spec holds the applied values:
+//     a pod of the new template, one the webhook injected, one resized in
+//     place) that is Pending with PodScheduled=False, reason
+//     Unschedulable, or whose PodResizePending condition says Infeasible
+//     (observed for the pod's generation, as cluster/apply reads it), for
+//     unschedulableGrace or longer (≥; 59s of a 1m grace is not enough,
+//     60s is), counted from the condition's lastTransitionTime but not
+//     before T0, is a breach Unschedulable or Infeasible without waiting
+//     for the end. It restores every touched resource. NextCheck is when
+//     the first stuck pod reaches the grace.
 //   - Several breaches at once: the reason is the first of Restarts,
-//     OOMKills, Throttling (widest restore first); Restore is the union of
-//     the breached signals' restores, so an OOM kill and throttling together
-//     restore both memory and cpu; Figures lists every crossing figure.
-//   - At or after the watch's end a breach (of signals up to the end) still
-//     wins; otherwise adoption is checked: the adopted share of the current
-//     pods (not terminated, not being deleted), compared ≥
-//     adoptionThresholdPercent; with no current pod the share is 0.
+//     Unschedulable, Infeasible, OOMKills, Throttling (widest restore
+//     first); Restore is the union of the breached signals' restores, so
+//     an OOM kill and throttling together restore both memory and cpu;
+//     Figures lists every crossing figure.
+//   - Adoption (NotAdopted), checked only without another breach: the
+//     adopted share of the current pods (not terminated, not being
+//     deleted) is short when no pod adopted (whatever
+//     adoptionThresholdPercent says: 0 requires no share but does not
+//     accept none; with no current pod the share is 0) or when it is below
+//     adoptionThresholdPercent. Short at or after the watch's end is a
+//     breach NotAdopted restoring every touched resource. Before the end
+//     it is one as soon as the threshold can no longer be met: from T0 +
+//     unschedulableGrace on, with at least one current pod, every current
+//     pod either adopted or never will by itself. A pod never will when
+//     its spec lacks the values and it was created after T0 or the change
+//     is InPlace (a pod's resources change after creation only by a
+//     resize, and the leader resizes only when it applies), or, for
+//     InPlace, when its spec holds them but the kubelet is done with it
+//     (status.observedGeneration ≥ generation, resources reported for
+//     every changed container, no PodResizePending or PodResizeInProgress)
+//     and it runs other values. A pod of a Rollout or Deferred change that
+//     existed at T0 may still be replaced and keeps the decision for the
+//     end. A breach of a signal up to the end still wins at the end.
+//   - Watching says what is not evaluated yet in its message (Verdict's
+//     NotEvaluated: throttling before its window opens or holds 300
+//     periods, or without a throttling source), never in its reason; a
+//     watch that ends Healthy with a signal never evaluated says so in its
+//     message.
 package healthwatch

@@ -31,31 +31,40 @@ const (
 // by the OOM killer.
 const oomKilledReason = "OOMKilled"
 
-// ContainerKey names one container of one pod, the unit restarts and OOM
-// kills are counted per (docs/design.md section 3); the UID tells a
-// recreated pod of the same name (a StatefulSet's) from the old one.
-type ContainerKey struct {
-	// PodUID is the pod's UID.
-	PodUID types.UID
-	// Container is the container's name.
-	Container string
+// containerKey names one container of one pod, the unit restarts and OOM
+// kills are counted per; the UID tells a recreated pod of the same name (a
+// StatefulSet's) from the old one.
+type containerKey struct {
+	podUID    types.UID
+	container string
 }
 
 // RestartBaselines captures each container's restartCount at T0, for the
 // restart rule (docs/design.md section 3: restarts are restartCount
-// increases since T0). Every regular container of every pod is recorded,
-// 0 when it has no status yet, so a pod that existed at T0 is never taken
+// increases since T0); the leader records them in status.change when it
+// records the change. Every regular container of every pod is recorded, 0
+// when it has no status yet, so a pod that existed at T0 is never taken
 // for a new one.
-func RestartBaselines(pods []corev1.Pod) map[ContainerKey]int32 {
-	out := make(map[ContainerKey]int32)
+func RestartBaselines(pods []corev1.Pod) []v1alpha1.RestartBaseline {
+	var out []v1alpha1.RestartBaseline
 	for i := range pods {
 		p := &pods[i]
 		for _, c := range p.Spec.Containers {
-			out[ContainerKey{p.UID, c.Name}] = 0
+			var n int32
+			if cs := containerStatus(p, c.Name); cs != nil {
+				n = cs.RestartCount
+			}
+			out = append(out, v1alpha1.RestartBaseline{Pod: p.Name, PodUID: string(p.UID), Container: c.Name, RestartCount: n})
 		}
-		for _, cs := range p.Status.ContainerStatuses {
-			out[ContainerKey{p.UID, cs.Name}] = cs.RestartCount
-		}
+	}
+	return out
+}
+
+// baselineMap indexes the restart baselines by pod UID and container.
+func baselineMap(bs []v1alpha1.RestartBaseline) map[containerKey]int32 {
+	out := make(map[containerKey]int32, len(bs))
+	for _, b := range bs {
+		out[containerKey{types.UID(b.PodUID), b.Container}] = b.RestartCount
 	}
 	return out
 }
@@ -67,13 +76,12 @@ type State string
 const (
 	// StateWatching: no breach yet, the watch goes on.
 	StateWatching State = "Watching"
-	// StateHealthy: the watch ended without a breach, adopted enough.
+	// StateHealthy: the watch ended without a failure, adopted enough.
 	StateHealthy State = "Healthy"
-	// StateBreached: a signal crossed its threshold; roll back Restore.
+	// StateBreached: the change failed (a signal crossed its threshold, a
+	// pod of the change stayed Unschedulable or Infeasible, or too few
+	// pods adopted it); roll back Restore.
 	StateBreached State = "Breached"
-	// StateNotAdopted: the watch ended without a breach but too few pods
-	// run the applied values; not a rollback.
-	StateNotAdopted State = "NotAdopted"
 )
 
 // Input is what a health watch is decided from (docs/design.md section 3).
@@ -87,8 +95,9 @@ type Input struct {
 	// Pods are the workload's pods, including those that ended but still
 	// exist (their signals count when adopted).
 	Pods []corev1.Pod
-	// RestartBaselines are the restart counts at T0 (RestartBaselines).
-	RestartBaselines map[ContainerKey]int32
+	// RestartBaselines are the restart counts at T0 (RestartBaselines),
+	// as status.change.restartBaselines holds them.
+	RestartBaselines []v1alpha1.RestartBaseline
 	// Kernel gives the agents' OOM kill counts; nil: status counts only.
 	Kernel KernelSource
 	// Statuses gives the container statuses the agents saw in the
@@ -106,8 +115,8 @@ type Verdict struct {
 	// State is where the watch stands.
 	State State
 	// Reason is the HealthWatch condition's reason: v1alpha1.HealthWatch
-	// Watching, Healthy or NotAdopted, or for a breach the signal's,
-	// OOMKills, Restarts or Throttling.
+	// Watching or Healthy, or for a breach the failure's: Restarts,
+	// Unschedulable, Infeasible, OOMKills, Throttling or NotAdopted.
 	Reason string
 	// Restore are the resources to roll back on a breach, cpu before
 	// memory: memory for OOM kills, cpu for throttling, every touched
@@ -121,9 +130,16 @@ type Verdict struct {
 	ThrottlingApplies bool
 	// ThrottlingEvaluated is true when throttling applies and every
 	// container whose cpu changed has a ratio (≥ 300 periods in the
-	// window). When it applies but is not evaluated, Message holds
-	// "ThrottlingNotEvaluated:" and why.
+	// window). When it applies but is not evaluated, NotEvaluated says
+	// why.
 	ThrottlingEvaluated bool
+	// NotEvaluated says what applies but is not evaluated (yet), such as
+	// "throttling: the throttling window opens at T0+2m0s (…)"; empty
+	// when everything that applies is. Its words change only when what is
+	// missing does (live counts go in Message's figures). Message carries
+	// it too: "not evaluated yet: …" while watching, "never evaluated: …"
+	// at the end.
+	NotEvaluated string
 	// Message says the same for people, for the HealthWatch condition.
 	Message string
 	// NextCheck is when time alone could change a Watching verdict: the
@@ -136,11 +152,12 @@ type Verdict struct {
 
 // RestoreFor returns the resources a breach of reason restores, among
 // touched, cpu before memory (docs/design.md section 3): memory for
-// OOMKills, cpu for Throttling, all touched for Restarts.
+// OOMKills, cpu for Throttling, all touched for Restarts, Unschedulable,
+// Infeasible and NotAdopted.
 func RestoreFor(reason string, touched []v1alpha1.ResourceName) []v1alpha1.ResourceName {
 	var out []v1alpha1.ResourceName
 	for _, r := range touched {
-		if (reason == v1alpha1.HealthWatchRestarts ||
+		if (slices.Contains(restoresAll, reason) ||
 			reason == v1alpha1.HealthWatchOOMKills && r == v1alpha1.ResourceMemory ||
 			reason == v1alpha1.HealthWatchThrottling && r == v1alpha1.ResourceCPU) &&
 			!slices.Contains(out, r) {
@@ -151,9 +168,14 @@ func RestoreFor(reason string, touched []v1alpha1.ResourceName) []v1alpha1.Resou
 	return out
 }
 
+// restoresAll are the reasons whose rollback restores every touched
+// resource: no one resource is to blame.
+var restoresAll = []string{v1alpha1.HealthWatchRestarts, v1alpha1.HealthWatchUnschedulable, v1alpha1.HealthWatchInfeasible, v1alpha1.HealthWatchNotAdopted}
+
 // breachOrder is the preference among breaches at once: the widest restore
-// first.
-var breachOrder = []string{v1alpha1.HealthWatchRestarts, v1alpha1.HealthWatchOOMKills, v1alpha1.HealthWatchThrottling}
+// first. NotAdopted is decided only without any other.
+var breachOrder = []string{v1alpha1.HealthWatchRestarts, v1alpha1.HealthWatchUnschedulable, v1alpha1.HealthWatchInfeasible,
+	v1alpha1.HealthWatchOOMKills, v1alpha1.HealthWatchThrottling}
 
 // Evaluate decides the health watch of in.Change at now (docs/design.md
 // section 3). It reads no clock and writes nothing; the package
@@ -193,24 +215,50 @@ func Evaluate(now time.Time, in Input) Verdict {
 
 	var v Verdict
 	var adopted []*corev1.Pod
+	grace := g.UnschedulableGrace.Duration
+	stuck := map[string]*details{} // Unschedulable and Infeasible pods past the grace
+	var nextStuck time.Time        // when the first pod still within the grace passes it
+	decided := true                // every current pod adopted or never will (adoption rule)
 	for i := range in.Pods {
 		p := &in.Pods[i]
 		ok := Adopted(p, ch)
 		if ok {
 			adopted = append(adopted, p)
 		}
-		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			v.Pods++
-			if ok {
-				v.Adopted++
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		v.Pods++
+		if ok {
+			v.Adopted++
+		} else if !wontAdopt(p, ch) {
+			decided = false
+		}
+		reason, since, msg := stuckSince(p, ch, t0)
+		if reason == "" {
+			continue
+		}
+		if d := now.Sub(since); d >= grace {
+			if stuck[reason] == nil {
+				stuck[reason] = &details{}
 			}
+			what := fmt.Sprintf("%s for %s", reason, d.Truncate(time.Second))
+			if msg != "" {
+				what += ": " + msg
+			}
+			stuck[reason].addPod(p.Name, what)
+		} else if at := since.Add(grace); nextStuck.IsZero() || at.Before(nextStuck) {
+			nextStuck = at
 		}
 	}
 
 	var parts []string // the signals' figures, for the message
 	breached := map[string]string{}
+	for reason, d := range stuck {
+		breached[reason] = fmt.Sprintf("%s pods %d, for unschedulableGrace %s or longer%s", strings.ToLower(reason), len(*d), grace, d.String())
+	}
 	if thr := *g.Restarts; thr > 0 && len(anyNames) > 0 {
-		n, detail := countRestarts(adopted, anyNames, t0, in.RestartBaselines, in.Statuses)
+		n, detail := countRestarts(adopted, ch, anyNames, t0, baselineMap(in.RestartBaselines), in.Statuses)
 		fig := countFigure("restarts", n, thr)
 		if n >= int(thr) {
 			breached[v1alpha1.HealthWatchRestarts] = fig
@@ -218,7 +266,7 @@ func Evaluate(now time.Time, in Input) Verdict {
 		parts = append(parts, fig+detail)
 	}
 	if thr := *g.OOMKills; thr > 0 && len(memNames) > 0 {
-		n, detail := countOOMKills(adopted, memNames, t0, bound, in.RestartBaselines, in.Kernel, in.Statuses)
+		n, detail := countOOMKills(adopted, memNames, t0, bound, baselineMap(in.RestartBaselines), in.Kernel, in.Statuses)
 		fig := countFigure("oomKills", n, thr)
 		if n >= int(thr) {
 			breached[v1alpha1.HealthWatchOOMKills] = fig
@@ -232,11 +280,30 @@ func Evaluate(now time.Time, in Input) Verdict {
 	}
 	parts = append(parts, th.parts...)
 	if th.notEvaluated != "" {
-		parts = append(parts, v1alpha1.HealthWatchThrottlingNotEvaluated+": "+th.notEvaluated)
+		v.NotEvaluated = "throttling: " + th.notEvaluated
 	}
 	adoption := fmt.Sprintf("%d of %d pods adopted", v.Adopted, v.Pods)
+	threshold := g.AdoptionThresholdPercent
+	short := v.Adopted == 0 || int64(v.Adopted)*100 < int64(threshold)*int64(v.Pods)
+	// The adoption threshold can no longer be met (before the end) once
+	// the grace has passed and every current pod either adopted or never
+	// will (wontAdopt), with at least one pod.
+	hopeless := short && decided && v.Pods > 0 && !now.Before(t0.Add(grace))
 
 	switch {
+	case len(breached) == 0 && (hopeless || !now.Before(end) && short):
+		v.State, v.Reason = StateBreached, v1alpha1.HealthWatchNotAdopted
+		v.Restore = RestoreFor(v.Reason, ch.Resources)
+		fig := fmt.Sprintf("adopted %s, below adoptionThresholdPercent %d", adoptedShare(v.Adopted, v.Pods), threshold)
+		if v.Adopted == 0 {
+			fig = fmt.Sprintf("adopted %s: none runs the applied values", adoptedShare(v.Adopted, v.Pods))
+		}
+		v.Figures = []string{fig}
+		when := fmt.Sprintf("by the watch's end (%s)", stamp(end))
+		if now.Before(end) {
+			when = "and no other pod will adopt it before the watch's end"
+		}
+		v.Message = fmt.Sprintf("NotAdopted %s since the change applied at %s: %s; roll back %s", when, stamp(t0), fig, joinResources(v.Restore))
 	case len(breached) > 0:
 		v.State = StateBreached
 		for _, reason := range breachOrder {
@@ -262,17 +329,90 @@ func Evaluate(now time.Time, in Input) Verdict {
 		if w := t0.Add(ThrottlingDelay); th.applies && in.Throttling != nil && now.Before(w) && w.Before(end) {
 			v.NextCheck = w
 		}
+		if !nextStuck.IsZero() && nextStuck.Before(v.NextCheck) {
+			v.NextCheck = nextStuck
+		}
+		if g := t0.Add(grace); short && decided && v.Pods > 0 && g.Before(v.NextCheck) {
+			v.NextCheck = g
+		}
 		v.Message = fmt.Sprintf("watching until %s", stamp(end))
-	case g.AdoptionThresholdPercent > 0 && (v.Pods == 0 || int64(v.Adopted)*100 < int64(g.AdoptionThresholdPercent)*int64(v.Pods)):
-		v.State, v.Reason = StateNotAdopted, v1alpha1.HealthWatchNotAdopted
-		v.Message = fmt.Sprintf("no breach in %s, but only %s run the applied values, below adoptionThresholdPercent %d",
-			g.WatchDuration.Duration, adoptedShare(v.Adopted, v.Pods), g.AdoptionThresholdPercent)
+		if v.NotEvaluated != "" {
+			v.Message += "; not evaluated yet: " + v.NotEvaluated
+		}
 	default:
 		v.State, v.Reason = StateHealthy, v1alpha1.HealthWatchHealthy
 		v.Message = fmt.Sprintf("no breach in %s since %s", g.WatchDuration.Duration, stamp(t0))
+		if v.NotEvaluated != "" {
+			v.Message += "; never evaluated: " + v.NotEvaluated
+		}
 	}
 	v.Message = strings.Join(append([]string{v.Message, adoption}, parts...), "; ")
 	return v
+}
+
+// stuckSince reports whether pod, a pod of the change (its spec holds the
+// applied values), is stuck on them: Pending with PodScheduled=False,
+// reason Unschedulable (reason v1alpha1.HealthWatchUnschedulable), or with
+// an in-place resize the kubelet marks Infeasible (PodResizePending,
+// reason Infeasible, observed for the pod's generation:
+// v1alpha1.HealthWatchInfeasible). since is the condition's
+// lastTransitionTime, not before t0; msg is the condition's message.
+// reason is empty when the pod is not stuck.
+func stuckSince(pod *corev1.Pod, ch *v1alpha1.Change, t0 time.Time) (reason string, since time.Time, msg string) {
+	if !specHolds(pod, ch) {
+		return "", time.Time{}, ""
+	}
+	for i := range pod.Status.Conditions {
+		c := &pod.Status.Conditions[i]
+		switch {
+		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable &&
+			pod.Status.Phase == corev1.PodPending:
+			reason = v1alpha1.HealthWatchUnschedulable
+		case c.Type == corev1.PodResizePending && c.Status == corev1.ConditionTrue && c.Reason == corev1.PodReasonInfeasible &&
+			(c.ObservedGeneration == 0 || c.ObservedGeneration >= pod.Generation):
+			reason = v1alpha1.HealthWatchInfeasible
+		default:
+			continue
+		}
+		since = c.LastTransitionTime.Time
+		if since.Before(t0) {
+			since = t0
+		}
+		return reason, since, c.Message
+	}
+	return "", time.Time{}, ""
+}
+
+// wontAdopt reports whether a pod that has not adopted the change never
+// will by itself (the adoption rule, docs/design.md section 3): a pod's
+// resources change after its creation only by an in-place resize, and the
+// leader resizes only when it applies. So a pod whose spec lacks the
+// values will not get them when it was created after T0 or the change is
+// InPlace (the apply resized every pod it would); and an InPlace pod whose
+// spec holds them will not run them once the kubelet is done with it: it
+// observed the pod's generation, reports resources for every container,
+// and shows no pending or in-progress resize. A pod of a Rollout or
+// Deferred change that existed at T0 may still be replaced, so it is not
+// decided.
+func wontAdopt(pod *corev1.Pod, ch *v1alpha1.Change) bool {
+	inPlace := ch.Strategy == v1alpha1.StrategyInPlace
+	if !specHolds(pod, ch) {
+		return inPlace || pod.CreationTimestamp.After(ch.AppliedAt.Time)
+	}
+	if !inPlace || pod.Status.Phase != corev1.PodRunning || pod.Status.ObservedGeneration < pod.Generation || pod.Status.ObservedGeneration == 0 {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if (c.Type == corev1.PodResizePending || c.Type == corev1.PodResizeInProgress) && c.Status == corev1.ConditionTrue {
+			return false
+		}
+	}
+	for i := range ch.Containers {
+		if cs := containerStatus(pod, ch.Containers[i].Name); cs == nil || cs.Resources == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // countFigure formats a count against its threshold.
@@ -286,8 +426,9 @@ func countFigure(name string, n int, thr int32) string {
 // countRestarts sums the restarts since t0 of the named containers of the
 // adopted pods, with up to three pods' details for the message. A
 // container's restartCount is the higher of pod status' and the agents'
-// (one counter seen twice, the agents' view first).
-func countRestarts(adopted []*corev1.Pod, names []string, t0 time.Time, baselines map[ContainerKey]int32, statuses AgentStatusSource) (int, string) {
+// (one counter seen twice, the agents' view first). The restart an
+// in-place resize causes is not counted (resizeRestarts).
+func countRestarts(adopted []*corev1.Pod, ch *v1alpha1.Change, names []string, t0 time.Time, baselines map[containerKey]int32, statuses AgentStatusSource) (int, string) {
 	total := 0
 	var detail details
 	for _, p := range adopted {
@@ -311,14 +452,23 @@ func countRestarts(adopted []*corev1.Pod, names []string, t0 time.Time, baseline
 				continue
 			}
 			n := int(count)
-			if b, ok := baselines[ContainerKey{p.UID, name}]; ok && !createdAfter {
+			b, ok := baselines[containerKey{p.UID, name}]
+			if ok && !createdAfter {
 				n -= int(b)
 			}
-			if n > 0 {
-				total += n
-				what := fmt.Sprint(n)
+			excused := 0
+			if ok && !createdAfter {
+				excused = min(max(n, 0), resizeRestarts(p, ch, name))
+				n -= excused
+			}
+			if n > 0 || excused > 0 {
+				total += max(n, 0)
+				what := fmt.Sprint(max(n, 0))
 				if ahead {
 					what += " (agent, ahead of pod status)"
+				}
+				if excused > 0 {
+					what += fmt.Sprintf(", %d more caused by the resize (resizePolicy RestartContainer) not counted", excused)
 				}
 				detail.add(p.Name, name, what)
 			}
@@ -327,11 +477,40 @@ func countRestarts(adopted []*corev1.Pod, names []string, t0 time.Time, baseline
 	return total, detail.String()
 }
 
+// resizeRestarts is how many restarts of the named container the change's
+// own in-place resize causes: one when the change is InPlace and the
+// container's resizePolicy is RestartContainer for a resource the change
+// moved in it (the kubelet restarts the container to resize it), else
+// none. The caller applies it only to pods that existed at T0, the ones
+// the change resized.
+func resizeRestarts(pod *corev1.Pod, ch *v1alpha1.Change, name string) int {
+	if ch.Strategy != v1alpha1.StrategyInPlace {
+		return 0
+	}
+	c := specContainer(pod, name)
+	if c == nil {
+		return 0
+	}
+	for i := range ch.Containers {
+		cc := &ch.Containers[i]
+		if cc.Name != name {
+			continue
+		}
+		for _, rp := range c.ResizePolicy {
+			res := v1alpha1.ResourceName(rp.ResourceName)
+			if rp.RestartPolicy == corev1.RestartContainer && slices.Contains(ch.Resources, res) && resources.Moved(cc, res) {
+				return 1
+			}
+		}
+	}
+	return 0
+}
+
 // countOOMKills sums max(kernel, status) OOM kills in (t0, to] of the named
 // containers of the adopted pods, with up to three pods' details. The
 // status count covers the terminations pod status shows and those the
 // agents saw first, each run once.
-func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, baselines map[ContainerKey]int32, kernel KernelSource, statuses AgentStatusSource) (int, string) {
+func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, baselines map[containerKey]int32, kernel KernelSource, statuses AgentStatusSource) (int, string) {
 	total := 0
 	var detail details
 	for _, p := range adopted {
@@ -349,7 +528,7 @@ func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, base
 			// baseline at T0, the container restarted since, so that run
 			// ended after the change was recorded.
 			restarted := false
-			if b, ok := baselines[ContainerKey{p.UID, name}]; ok && !p.CreationTimestamp.After(t0) {
+			if b, ok := baselines[containerKey{p.UID, name}]; ok && !p.CreationTimestamp.After(t0) {
 				count := int32(0)
 				if cs != nil {
 					count = cs.RestartCount
@@ -490,7 +669,10 @@ func evaluateThrottling(now, t0, end, bound time.Time, ratio string, src Throttl
 	}
 	res.evaluated = len(pending) == 0
 	if !res.evaluated {
-		res.notEvaluated = strings.Join(pending, ", ") + " since T0+" + ThrottlingDelay.String()
+		// The counts go with the figures; what is not evaluated stays the
+		// same words until it is, so the leader rewrites it rarely.
+		res.parts = append(res.parts, "throttling: "+strings.Join(pending, ", ")+" since T0+"+ThrottlingDelay.String())
+		res.notEvaluated = fmt.Sprintf("fewer than %d periods since T0+%s in a container whose cpu changed", MinThrottlingPeriods, ThrottlingDelay)
 	}
 	return res
 }
@@ -521,6 +703,10 @@ type details []string
 
 func (d *details) add(pod, container, what string) {
 	*d = append(*d, fmt.Sprintf("pod %s container %s: %s", pod, container, what))
+}
+
+func (d *details) addPod(pod, what string) {
+	*d = append(*d, fmt.Sprintf("pod %s %s", pod, what))
 }
 
 func (d details) String() string {

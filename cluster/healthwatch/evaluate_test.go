@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
@@ -40,7 +39,7 @@ func TestThrottlingWindowStartsAtTwoMinutes(t *testing.T) {
 			now:       time.Minute + 59*time.Second,
 			points:    []point{{0, 0, 0}, {time.Minute, 5000, 5000}},
 			state:     StateWatching,
-			message:   "ThrottlingNotEvaluated: the throttling window opens at T0+2m0s (2026-12-01T10:02:00Z)",
+			message:   "throttling: the throttling window opens at T0+2m0s (2026-12-01T10:02:00Z)",
 			nextCheck: after(2 * time.Minute),
 		},
 		{
@@ -48,7 +47,7 @@ func TestThrottlingWindowStartsAtTwoMinutes(t *testing.T) {
 			now:       2 * time.Minute,
 			points:    []point{{0, 0, 0}, {2 * time.Minute, 5000, 5000}},
 			state:     StateWatching,
-			message:   "ThrottlingNotEvaluated: container app only 0 of 300 periods since T0+2m0s",
+			message:   "throttling: container app only 0 of 300 periods since T0+2m0s",
 			nextCheck: after(30 * time.Minute),
 		},
 		{
@@ -105,7 +104,7 @@ func TestThrottlingNeeds300Periods(t *testing.T) {
 		message   string
 	}{
 		{"299 periods, all throttled, are not evaluated", 299, StateWatching, false,
-			"ThrottlingNotEvaluated: container app only 299 of 300 periods since T0+2m0s"},
+			"throttling: container app only 299 of 300 periods since T0+2m0s"},
 		{"300 periods are", 300, StateBreached, true,
 			"Throttling breach since the change applied at 2026-12-01T10:00:00Z: roll back cpu; 1 of 1 pods adopted; restarts 0 < 3; throttlingRatio 1.00 ≥ 0.25 (container app, 300 periods)"},
 	}
@@ -226,7 +225,7 @@ func TestOOMKillsAreMaxOfKernelAndStatus(t *testing.T) {
 // container restarted since its baseline at T0 (the run ended after the
 // change was recorded), and not otherwise.
 func TestOOMKillInTheSecondOfT0CountsOnceTheContainerRestarted(t *testing.T) {
-	base := map[ContainerKey]int32{}
+	var base []v1alpha1.RestartBaseline
 	for _, tt := range []struct {
 		name     string
 		restarts int32
@@ -237,7 +236,7 @@ func TestOOMKillInTheSecondOfT0CountsOnceTheContainerRestarted(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := newPod("web-1", memDown, lastTerminated("app", "OOMKilled", "c1", t0.Add(400*time.Millisecond).Truncate(time.Second)), restarts("app", tt.restarts))
-			base[ContainerKey{pod.UID, "app"}] = 0
+			base = append(base, v1alpha1.RestartBaseline{PodUID: string(pod.UID), Container: "app"})
 			in := Input{Change: change(v1alpha1.StrategyInPlace, memDown), Pods: []corev1.Pod{pod}, RestartBaselines: base}
 			// T0 as the leader holds it in memory, with its sub-second part.
 			in.Change.AppliedAt = metav1.NewTime(t0.Add(300 * time.Millisecond))
@@ -262,7 +261,7 @@ func TestOOMKillsAfterTheWatchEndDoNotCount(t *testing.T) {
 func TestRestartsCountIncreasesSinceT0(t *testing.T) {
 	ch := change(v1alpha1.StrategyInPlace, cpuDown)
 	old := newPod("web-1", cpuDown, restarts("app", 5))
-	baselines := map[ContainerKey]int32{{old.UID, "app"}: 3, {old.UID, "sidecar"}: 0}
+	baselines := []v1alpha1.RestartBaseline{{PodUID: string(old.UID), Container: "app", RestartCount: 3}, {PodUID: string(old.UID), Container: "sidecar"}}
 	tests := []struct {
 		name  string
 		pods  []corev1.Pod
@@ -398,7 +397,7 @@ func TestNonAdoptedPodsAreIgnored(t *testing.T) {
 			m.AddOOMKill(tt.pod.UID, "app", after(4*time.Minute))
 			feed(m, tt.pod, "app", started, point{2 * time.Minute, 0, 0}, point{5 * time.Minute, 1000, 900})
 			v := Evaluate(after(5*time.Minute), Input{Change: ch, Pods: []corev1.Pod{tt.pod}, Kernel: m, Throttling: Counters(m),
-				RestartBaselines: map[ContainerKey]int32{{tt.pod.UID, "app"}: 0}})
+				RestartBaselines: []v1alpha1.RestartBaseline{{PodUID: string(tt.pod.UID), Container: "app"}}})
 			assert.Equal(t, tt.state, v.State)
 			if tt.state == StateWatching {
 				assert.Contains(t, v.Message, "restarts 0 < 3; oomKills 0 < 1")
@@ -408,7 +407,7 @@ func TestNonAdoptedPodsAreIgnored(t *testing.T) {
 	}
 }
 
-func TestAdoptionThresholdDecidesNotAdoptedAtTheEnd(t *testing.T) {
+func TestAdoptionDecidesNotAdoptedAtTheEnd(t *testing.T) {
 	ch := change(v1alpha1.StrategyRollout, cpuDown)
 	pods := []corev1.Pod{newPod("a", cpuDown), newPod("b", cpuDown), newPod("c", before), newPod("d", before),
 		newPod("gone", before, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }),
@@ -421,11 +420,13 @@ func TestAdoptionThresholdDecidesNotAdoptedAtTheEnd(t *testing.T) {
 		state     State
 		message   string
 	}{
-		{"0 is not checked", 0, pods[2:4], 30 * time.Minute, StateHealthy, "no breach in 30m0s since 2026-12-01T10:00:00Z; 0 of 2 pods adopted"},
+		{"0 requires no share", 0, pods[1:4], 30 * time.Minute, StateHealthy, "1 of 3 pods adopted"},
+		{"0 does not accept none", 0, pods[2:4], 30 * time.Minute, StateBreached,
+			"NotAdopted by the watch's end (2026-12-01T10:30:00Z) since the change applied at 2026-12-01T10:00:00Z: adopted 0 of 2 pods (0%): none runs the applied values; roll back cpu"},
 		{"half adopted meets 50%", 50, pods, 30 * time.Minute, StateHealthy, "2 of 4 pods adopted"},
-		{"half adopted misses 51%", 51, pods, 30 * time.Minute, StateNotAdopted,
-			"no breach in 30m0s, but only 2 of 4 pods (50%) run the applied values, below adoptionThresholdPercent 51"},
-		{"no pods at all", 1, nil, 30 * time.Minute, StateNotAdopted, "only 0 pods (there are none) run the applied values"},
+		{"half adopted misses 51%", 51, pods, 30 * time.Minute, StateBreached,
+			"adopted 2 of 4 pods (50%), below adoptionThresholdPercent 51; roll back cpu"},
+		{"no pods at all", 0, nil, 30 * time.Minute, StateBreached, "adopted 0 pods (there are none): none runs the applied values"},
 		{"not decided before the end", 100, pods, 29*time.Minute + 59*time.Second, StateWatching, "watching until 2026-12-01T10:30:00Z"},
 	}
 	for _, tt := range tests {
@@ -433,11 +434,188 @@ func TestAdoptionThresholdDecidesNotAdoptedAtTheEnd(t *testing.T) {
 			v := Evaluate(after(tt.now), Input{Change: ch, Pods: tt.pods,
 				Guardrails: guardrails(func(g *v1alpha1.RollbackGuardrails) { g.AdoptionThresholdPercent = tt.threshold })})
 			assert.Equal(t, tt.state, v.State)
-			assert.Equal(t, string(tt.state), v.Reason)
 			assert.Contains(t, v.Message, tt.message)
-			assert.Empty(t, v.Restore)
+			if tt.state == StateBreached {
+				assert.Equal(t, v1alpha1.HealthWatchNotAdopted, v.Reason)
+				assert.Equal(t, cpuOnly, v.Restore, "every touched resource")
+				require.Len(t, v.Figures, 1)
+				assert.Contains(t, v.Figures[0], "adopted ")
+			} else {
+				assert.Empty(t, v.Restore)
+			}
 		})
 	}
+}
+
+// TestNotAdoptedAsSoonAsTheThresholdCannotBeMet: before the end, NotAdopted
+// is decided once the unschedulableGrace has passed and every current pod
+// adopted or never will.
+func TestNotAdoptedAsSoonAsTheThresholdCannotBeMet(t *testing.T) {
+	settled := func(p *corev1.Pod) { p.Generation, p.Status.ObservedGeneration = 2, 2 }
+	// An InPlace pod resized (its spec holds the values) whose kubelet is
+	// done and runs the old ones.
+	ranOld := newPod("ran-old", cpuDown, statusRuns(before), settled)
+	resizing := newPod("resizing", cpuDown, statusRuns(before), func(p *corev1.Pod) { p.Generation, p.Status.ObservedGeneration = 2, 1 })
+	adopted := newPod("adopted", cpuDown, settled)
+	skipped := newPod("skipped", before, settled) // the apply left it out
+	tests := []struct {
+		name      string
+		strategy  v1alpha1.Strategy
+		threshold int32
+		pods      []corev1.Pod
+		now       time.Duration
+		state     State
+		nextCheck time.Time
+	}{
+		{"InPlace, none adopted, at 59s: within the grace", v1alpha1.StrategyInPlace, 0, []corev1.Pod{ranOld, skipped}, 59 * time.Second, StateWatching, after(time.Minute)},
+		{"InPlace, none adopted, at 60s: NotAdopted", v1alpha1.StrategyInPlace, 0, []corev1.Pod{ranOld, skipped}, time.Minute, StateBreached, time.Time{}},
+		{"InPlace, a pod still resizing: not decided", v1alpha1.StrategyInPlace, 0, []corev1.Pod{ranOld, resizing}, 5 * time.Minute, StateWatching, after(30 * time.Minute)},
+		{"InPlace, 1 of 2 adopted meets 50%", v1alpha1.StrategyInPlace, 50, []corev1.Pod{ranOld, adopted}, 5 * time.Minute, StateWatching, after(30 * time.Minute)},
+		{"InPlace, 1 of 2 adopted misses 51%", v1alpha1.StrategyInPlace, 51, []corev1.Pod{ranOld, adopted}, 5 * time.Minute, StateBreached, time.Time{}},
+		{"Rollout, old pods may still be replaced", v1alpha1.StrategyRollout, 0, []corev1.Pod{newPod("old", before)}, 5 * time.Minute, StateWatching, after(30 * time.Minute)},
+		{"Rollout, new pods without the values never get them", v1alpha1.StrategyRollout, 0,
+			[]corev1.Pod{newPod("new", before, createdAt(after(time.Second)))}, 5 * time.Minute, StateBreached, time.Time{}},
+		{"no pods: not decided before the end", v1alpha1.StrategyInPlace, 0, nil, 5 * time.Minute, StateWatching, after(30 * time.Minute)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Evaluate(after(tt.now), Input{Change: change(tt.strategy, cpuDown), Pods: tt.pods,
+				Guardrails: guardrails(func(g *v1alpha1.RollbackGuardrails) { g.AdoptionThresholdPercent = tt.threshold })})
+			assert.Equal(t, tt.state, v.State, v.Message)
+			assert.Equal(t, tt.nextCheck, v.NextCheck)
+			if tt.state == StateBreached {
+				assert.Equal(t, v1alpha1.HealthWatchNotAdopted, v.Reason)
+				assert.Contains(t, v.Message, "no other pod will adopt it before the watch's end")
+			}
+		})
+	}
+}
+
+// TestUnschedulableAndInfeasibleFailAfterTheGrace: a pod of the change
+// Pending Unschedulable, or resized Infeasible, for unschedulableGrace (≥,
+// counted from the condition's lastTransitionTime but not before T0) rolls
+// back every touched resource.
+func TestUnschedulableAndInfeasibleFailAfterTheGrace(t *testing.T) {
+	unschedulable := func(since time.Time) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.CreationTimestamp = metav1.NewTime(t0.Add(time.Second))
+			p.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled,
+				Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient cpu.",
+				LastTransitionTime: metav1.NewTime(since)}}}
+		}
+	}
+	infeasible := func(since time.Time, observed int64) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Generation = 2
+			p.Status.ObservedGeneration = 2
+			containerStatus(p, "app").Resources = ptr.To(before.requirements())
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodResizePending, Status: corev1.ConditionTrue,
+				Reason: corev1.PodReasonInfeasible, Message: "Node didn't have enough capacity", ObservedGeneration: observed,
+				LastTransitionTime: metav1.NewTime(since)})
+		}
+	}
+	ninety := guardrails(func(g *v1alpha1.RollbackGuardrails) {
+		g.UnschedulableGrace = &metav1.Duration{Duration: 90 * time.Second}
+	})
+	tests := []struct {
+		name      string
+		strategy  v1alpha1.Strategy
+		g         v1alpha1.RollbackGuardrails
+		pod       corev1.Pod
+		now       time.Duration
+		reason    string
+		nextCheck time.Time
+	}{
+		{"Unschedulable for 59s", v1alpha1.StrategyRollout, v1alpha1.RollbackGuardrails{}, newPod("new", bothDown, unschedulable(after(time.Second))),
+			time.Minute, v1alpha1.HealthWatchWatching, after(61 * time.Second)},
+		{"Unschedulable for 60s", v1alpha1.StrategyRollout, v1alpha1.RollbackGuardrails{}, newPod("new", bothDown, unschedulable(after(time.Second))),
+			61 * time.Second, v1alpha1.HealthWatchUnschedulable, time.Time{}},
+		{"Unschedulable counts from T0, not an older condition", v1alpha1.StrategyRollout, v1alpha1.RollbackGuardrails{},
+			newPod("new", bothDown, unschedulable(t0.Add(-time.Hour))), 59 * time.Second, v1alpha1.HealthWatchWatching, after(time.Minute)},
+		{"a longer grace is honoured", v1alpha1.StrategyRollout, ninety, newPod("new", bothDown, unschedulable(t0)),
+			89 * time.Second, v1alpha1.HealthWatchWatching, after(90 * time.Second)},
+		{"an old pod Unschedulable is not the change's", v1alpha1.StrategyRollout, v1alpha1.RollbackGuardrails{},
+			newPod("old", before, unschedulable(t0), createdAt(t0.Add(-time.Hour))), 5 * time.Minute, v1alpha1.HealthWatchWatching, after(30 * time.Minute)},
+		{"Infeasible for 59s", v1alpha1.StrategyInPlace, v1alpha1.RollbackGuardrails{}, newPod("web-1", bothDown, infeasible(after(time.Second), 2)),
+			time.Minute, v1alpha1.HealthWatchWatching, after(61 * time.Second)},
+		{"Infeasible for 60s", v1alpha1.StrategyInPlace, v1alpha1.RollbackGuardrails{}, newPod("web-1", bothDown, infeasible(after(time.Second), 2)),
+			61 * time.Second, v1alpha1.HealthWatchInfeasible, time.Time{}},
+		{"Infeasible observed for an older generation is not this resize's", v1alpha1.StrategyInPlace, v1alpha1.RollbackGuardrails{},
+			newPod("web-1", bothDown, infeasible(t0, 1)), 5 * time.Minute, v1alpha1.HealthWatchWatching, after(30 * time.Minute)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Evaluate(after(tt.now), Input{Change: change(tt.strategy, bothDown), Guardrails: tt.g, Pods: []corev1.Pod{tt.pod}})
+			assert.Equal(t, tt.reason, v.Reason, v.Message)
+			assert.Equal(t, tt.nextCheck, v.NextCheck)
+			if tt.reason == v1alpha1.HealthWatchWatching {
+				return
+			}
+			assert.Equal(t, StateBreached, v.State)
+			assert.Equal(t, cpuAndMem, v.Restore, "every touched resource")
+			require.Len(t, v.Figures, 1)
+			assert.Contains(t, v.Figures[0], "pods 1, for unschedulableGrace 1m0s or longer (pod "+tt.pod.Name+" "+tt.reason+" for 1m0s: ")
+		})
+	}
+}
+
+// TestResizeRestartsDoNotCount: with resizePolicy RestartContainer the
+// kubelet restarts a container to resize it in place; one restart per such
+// container of a pod the change resized is not harm.
+func TestResizeRestartsDoNotCount(t *testing.T) {
+	restartOnResize := func(res corev1.ResourceName) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Containers[0].ResizePolicy = []corev1.ContainerResizePolicy{{ResourceName: res, RestartPolicy: corev1.RestartContainer}}
+		}
+	}
+	pods := func(n int32, opts ...func(*corev1.Pod)) []corev1.Pod {
+		var out []corev1.Pod
+		for _, name := range []string{"web-1", "web-2", "web-3"} {
+			out = append(out, newPod(name, memDown, append([]func(*corev1.Pod){restarts("app", n)}, opts...)...))
+		}
+		return out
+	}
+	tests := []struct {
+		name     string
+		strategy v1alpha1.Strategy
+		pods     []corev1.Pod
+		reason   string
+		figure   string
+	}{
+		{"three resized with a restart each", v1alpha1.StrategyInPlace, pods(1, restartOnResize(corev1.ResourceMemory)), v1alpha1.HealthWatchWatching, "restarts 0 < 3"},
+		{"one more restart each counts", v1alpha1.StrategyInPlace, pods(2, restartOnResize(corev1.ResourceMemory)), v1alpha1.HealthWatchRestarts, "restarts 3 ≥ 3"},
+		{"RestartContainer for a resource the change did not move", v1alpha1.StrategyInPlace, pods(1, restartOnResize(corev1.ResourceCPU)), v1alpha1.HealthWatchRestarts, "restarts 3 ≥ 3"},
+		{"a Rollout resizes nothing", v1alpha1.StrategyRollout, pods(1, restartOnResize(corev1.ResourceMemory)), v1alpha1.HealthWatchRestarts, "restarts 3 ≥ 3"},
+		{"pods created after T0 were not resized", v1alpha1.StrategyInPlace,
+			pods(1, restartOnResize(corev1.ResourceMemory), createdAt(after(time.Second))), v1alpha1.HealthWatchRestarts, "restarts 3 ≥ 3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := RestartBaselines(pods(0))
+			v := Evaluate(after(5*time.Minute), Input{Change: change(tt.strategy, memDown), Pods: tt.pods, RestartBaselines: base})
+			assert.Equal(t, tt.reason, v.Reason, v.Message)
+			assert.Contains(t, v.Message, tt.figure)
+			if tt.name == "three resized with a restart each" {
+				assert.Contains(t, v.Message, "pod web-1 container app: 0, 1 more caused by the resize (resizePolicy RestartContainer) not counted")
+			}
+		})
+	}
+}
+
+// TestWatchingSaysWhatIsNotEvaluatedYet: the reason stays Watching while
+// throttling is not evaluated; the message says why, and a watch that
+// ends with it never evaluated says so in its Healthy message.
+func TestWatchingSaysWhatIsNotEvaluatedYet(t *testing.T) {
+	ch := change(v1alpha1.StrategyInPlace, cpuDown)
+	pods := []corev1.Pod{newPod("web-1", cpuDown)}
+	early := Evaluate(after(time.Minute), Input{Change: ch, Pods: pods, Throttling: Counters(newRecorded())})
+	assert.Equal(t, v1alpha1.HealthWatchWatching, early.Reason)
+	assert.Equal(t, "throttling: the throttling window opens at T0+2m0s (2026-12-01T10:02:00Z)", early.NotEvaluated)
+	assert.Contains(t, early.Message, "watching until 2026-12-01T10:30:00Z; not evaluated yet: throttling: the throttling window opens at T0+2m0s")
+
+	end := Evaluate(after(30*time.Minute), Input{Change: ch, Pods: pods})
+	assert.Equal(t, v1alpha1.HealthWatchHealthy, end.Reason)
+	assert.Contains(t, end.Message, "no breach in 30m0s since 2026-12-01T10:00:00Z; never evaluated: throttling: no throttling source is configured")
 }
 
 func TestWatchDurationEndIsHealthy(t *testing.T) {
@@ -472,12 +650,12 @@ func TestNoThrottlingSourceStillRunsOtherRules(t *testing.T) {
 	assert.Equal(t, StateWatching, quiet.State)
 	assert.True(t, quiet.ThrottlingApplies)
 	assert.False(t, quiet.ThrottlingEvaluated)
-	assert.Contains(t, quiet.Message, "ThrottlingNotEvaluated: no throttling source is configured")
+	assert.Contains(t, quiet.Message, "throttling: no throttling source is configured")
 	assert.Equal(t, after(30*time.Minute), quiet.NextCheck, "without a source T0+2m changes nothing")
 
 	end := Evaluate(after(30*time.Minute), Input{Change: ch, Pods: []corev1.Pod{newPod("web-1", bothDown)}})
 	assert.Equal(t, StateHealthy, end.State)
-	assert.Contains(t, end.Message, "ThrottlingNotEvaluated: no throttling source is configured")
+	assert.Contains(t, end.Message, "throttling: no throttling source is configured")
 
 	oom := Evaluate(after(10*time.Minute), Input{Change: ch,
 		Pods: []corev1.Pod{newPod("web-1", bothDown, lastTerminated("app", "OOMKilled", "c1", after(3*time.Minute)))}})
@@ -497,11 +675,11 @@ func TestThrottlingNotEvaluatedSaysWhy(t *testing.T) {
 		message string
 	}{
 		{"a source error", v1alpha1.RollbackGuardrails{}, failing{}, 5 * time.Minute,
-			"ThrottlingNotEvaluated: read the throttling window: prometheus unreachable"},
+			"throttling: read the throttling window: prometheus unreachable"},
 		{"a ratio outside the schema", guardrails(func(g *v1alpha1.RollbackGuardrails) { g.ThrottlingRatio = "1.5" }), Counters(newRecorded()), 5 * time.Minute,
-			`ThrottlingNotEvaluated: spec.guardrails.rollback.throttlingRatio "1.5" is not a decimal string in (0, 1] such as "0.25"`},
+			`throttling: spec.guardrails.rollback.throttlingRatio "1.5" is not a decimal string in (0, 1] such as "0.25"`},
 		{"a watch shorter than 2m", guardrails(func(g *v1alpha1.RollbackGuardrails) { g.WatchDuration = &metav1.Duration{Duration: time.Minute} }),
-			Counters(newRecorded()), 5 * time.Minute, "ThrottlingNotEvaluated: the watch ends before the throttling window opens at T0+2m0s"},
+			Counters(newRecorded()), 5 * time.Minute, "throttling: the watch ends before the throttling window opens at T0+2m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -547,7 +725,7 @@ func TestZeroThresholdsDisableSignals(t *testing.T) {
 			assert.Equal(t, tt.figures, v.Figures)
 			if tt.reason == v1alpha1.HealthWatchWatching {
 				assert.False(t, v.ThrottlingApplies)
-				assert.NotContains(t, v.Message, "ThrottlingNotEvaluated")
+				assert.NotContains(t, v.Message, "not evaluated")
 				assert.NotContains(t, v.Message, "restarts")
 				assert.NotContains(t, v.Message, "oomKills")
 			}
@@ -577,7 +755,7 @@ func TestSeveralBreachesAtOnce(t *testing.T) {
 			m := newRecorded()
 			feed(m, pod, "app", started, point{2 * time.Minute, 0, 0}, point{5 * time.Minute, 1000, 900})
 			v := Evaluate(after(5*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, tt.applied), Pods: []corev1.Pod{pod},
-				RestartBaselines: map[ContainerKey]int32{{pod.UID, "app"}: 0}, Throttling: Counters(m)})
+				RestartBaselines: []v1alpha1.RestartBaseline{{PodUID: string(pod.UID), Container: "app"}}, Throttling: Counters(m)})
 			assert.Equal(t, StateBreached, v.State)
 			assert.Equal(t, tt.reason, v.Reason)
 			assert.Equal(t, tt.restore, v.Restore)
@@ -623,8 +801,8 @@ func TestRestoreFor(t *testing.T) {
 func TestRestartBaselinesRecordEveryContainer(t *testing.T) {
 	pending := newPod("web-2", cpuDown, func(p *corev1.Pod) { p.Status = corev1.PodStatus{Phase: corev1.PodPending} })
 	got := RestartBaselines([]corev1.Pod{newPod("web-1", cpuDown, restarts("app", 4), restarts("sidecar", 1)), pending})
-	assert.Equal(t, map[ContainerKey]int32{
-		{types.UID("uid-web-1"), "app"}: 4, {types.UID("uid-web-1"), "sidecar"}: 1,
-		{types.UID("uid-web-2"), "app"}: 0, {types.UID("uid-web-2"), "sidecar"}: 0,
+	assert.Equal(t, []v1alpha1.RestartBaseline{
+		{Pod: "web-1", PodUID: "uid-web-1", Container: "app", RestartCount: 4}, {Pod: "web-1", PodUID: "uid-web-1", Container: "sidecar", RestartCount: 1},
+		{Pod: "web-2", PodUID: "uid-web-2", Container: "app"}, {Pod: "web-2", PodUID: "uid-web-2", Container: "sidecar"},
 	}, got)
 }
