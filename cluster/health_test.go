@@ -105,7 +105,9 @@ func TestWatchEndsHealthy(t *testing.T) {
 	assert.Equal(t, rsr.Status.Change.ValueFingerprint, rsr.Status.LastHealthy.ValueFingerprint)
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionHealthy), 1)
 	assert.Equal(t, v1alpha1.BackoffMonitoringSucceeded, rsr.Status.Rollback.State)
-	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventMonitoringSucceeded)) == 1 }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return len(eventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventMonitoringSucceeded)) == 1
+	}, 10*time.Second, 50*time.Millisecond)
 	assert.Len(t, eventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventMonitoringStarted), 1)
 }
 

@@ -35,7 +35,9 @@ func TestRecommendationWithoutPolicyIsBlocked(t *testing.T) {
 	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
 	assert.Contains(t, rsr.Status.Message, "no RightsizingPolicy or ClusterRightsizingPolicy selects Deployment web")
 	assert.Nil(t, rsr.Status.Change, "nothing is applied without a policy")
-	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.ReasonNoPolicy)) == 1 }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return len(eventsFor(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.ReasonNoPolicy)) == 1
+	}, 10*time.Second, 50*time.Millisecond)
 
 	var dep appsv1.Deployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
