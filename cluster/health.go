@@ -57,9 +57,9 @@ func (c *reconcileContext) health(ctx context.Context) (ctrl.Result, bool, error
 func (c *reconcileContext) startWatch(ctx context.Context) (ctrl.Result, error) {
 	rsr := c.rsr
 	if rsr.Status.Rollback == nil {
-		rsr.Status.Rollback = &v1alpha1.RollbackState{}
+		rsr.Status.Rollback = &v1alpha1.RollbackState{LastKnownGood: rsr.Status.LastHealthy.DeepCopy()}
 	}
-	evs, err := policy.StartMonitoring(c.now, rsr.Status.Rollback, rsr.Status.Change.ValueFingerprint)
+	evs, err := policy.StartMonitoring(c.now, rsr.Status.Rollback, rsr.Status.Change.ValueFingerprint, c.resolved.Ref)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("start monitoring %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
@@ -136,17 +136,16 @@ const notEvaluatedYet = "; not evaluated yet: "
 // healthy ends a watch without a breach.
 func (c *reconcileContext) healthy(ctx context.Context, v healthwatch.Verdict) (ctrl.Result, error) {
 	rsr, change := c.rsr, c.rsr.Status.Change
-	evs, err := policy.MonitoringSucceeded(c.now, rsr.Status.Rollback)
+	good := &v1alpha1.HealthyValues{At: metav1.NewTime(c.now), ValueFingerprint: change.ValueFingerprint,
+		Containers: resources.Applied(change)}
+	evs, err := policy.MonitoringSucceeded(c.now, rsr.Status.Rollback, good)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("end watch of %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
 	return ctrl.Result{}, c.record(ctx, outcome{
-		doing: "record healthy watch of",
-		phase: v1alpha1.PhaseHealthy,
-		status: func(st *v1alpha1.RightsizingRecommendationStatus) {
-			st.LastHealthy = &v1alpha1.HealthyValues{At: metav1.NewTime(c.now), ValueFingerprint: change.ValueFingerprint,
-				Containers: resources.Applied(change)}
-		},
+		doing:      "record healthy watch of",
+		phase:      v1alpha1.PhaseHealthy,
+		status:     func(st *v1alpha1.RightsizingRecommendationStatus) { st.LastHealthy = good },
 		conditions: []metav1.Condition{newCondition(v1alpha1.ConditionHealthWatch, metav1.ConditionTrue, v1alpha1.HealthWatchHealthy, v.Message)},
 		action: &v1alpha1.Action{Type: v1alpha1.ActionHealthy, Reason: v1alpha1.HealthWatchHealthy,
 			Message: v.Message, Resources: change.Resources},
@@ -159,7 +158,16 @@ func (c *reconcileContext) healthy(ctx context.Context, v healthwatch.Verdict) (
 // gives the values to no new pod, and of two leaders only one decides.
 func (c *reconcileContext) breach(ctx context.Context, v healthwatch.Verdict) (ctrl.Result, error) {
 	rsr := c.rsr
-	evs, err := policy.RollingBack(c.now, rsr.Status.Rollback, v.Reason)
+	// The values to put back are decided now and recorded with the
+	// breach, so the workload's annotation shows them while the rollback
+	// runs and backs off, and a leader that takes over restores the same.
+	var restoring []v1alpha1.ContainerResources
+	if values, err := c.restoreValues(ctx); err != nil {
+		c.r.Log.Warn("decide the values to restore; the restore decides them again", "recommendation", rsr.Namespace+"/"+rsr.Name, "err", err)
+	} else {
+		restoring = onlyValues(values, v.Restore)
+	}
+	evs, err := policy.RollingBack(c.now, rsr.Status.Rollback, v.Reason, v.Message, restoring)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("roll back %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
@@ -180,11 +188,23 @@ func (c *reconcileContext) breach(ctx context.Context, v healthwatch.Verdict) (c
 }
 
 // restore puts the breached resources back and records the rollback once,
-// in the status update that marks the breach restored.
+// in the status update that marks the breach restored. The values are
+// those the breach recorded (status.rollback.restoring), else those
+// restoreTo names now. It runs without a policy too: a rollback already
+// decided is finished when its policy disappears (design section 4), with
+// the default guardrails for the cooldown and the backoff.
 func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 	rsr := c.rsr
 	b, change := rsr.Status.Breach, rsr.Status.Change
-	values, err := c.restoreValues(ctx)
+	if change == nil {
+		// A breach without its change (left by an older leader): nothing
+		// says what to restore, so the breach is dropped, not retried.
+		return ctrl.Result{}, c.record(ctx, outcome{
+			doing:  "drop the breach without a change of",
+			status: func(st *v1alpha1.RightsizingRecommendationStatus) { st.Breach = nil },
+		})
+	}
+	values, err := c.recordedRestoreValues(ctx)
 	if err != nil {
 		return c.restoreFailed(ctx, err)
 	}
@@ -208,10 +228,12 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 		return ctrl.Result{RequeueAfter: pendingRequeue}, nil
 	}
 
-	g := c.resolved.Spec.Guardrails.Rollback
-	evs, err := policy.BackingOff(c.now, rsr.Status.Rollback, g.Backoff)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("back off %s/%s: %w", rsr.Namespace, rsr.Name, err)
+	g := c.rollbackGuardrails()
+	var evs []string
+	if rsr.Status.Rollback != nil {
+		if evs, err = policy.BackingOff(c.now, rsr.Status.Rollback, g.Backoff); err != nil {
+			return ctrl.Result{}, fmt.Errorf("back off %s/%s: %w", rsr.Namespace, rsr.Name, err)
+		}
 	}
 	msg := fmt.Sprintf("%s rolled back to %s values after %s%s%s", joinResources(b.Resources), g.RestoreTo, b.Reason, gone, leftPods(res.Left))
 	figures := joinFigures(b.Figures)
@@ -257,8 +279,11 @@ func leftPods(left []apply.Failure) string {
 	return "; not resized back, these keep the changed values until they are recreated: " + strings.Join(msgs, "; ")
 }
 
-// restoreFailed records a failed restore (once per distinct error) and
-// returns the error, so the restore is retried with exponential backoff.
+// restoreFailed records a failed restore, once per distinct error of the
+// rollback (every failure since the breach is compared, not only the last
+// one, so errors that alternate neither push real history out of its bound
+// nor inflate kerf_actions_total), and returns the error, so the restore
+// is retried with exponential backoff.
 func (c *reconcileContext) restoreFailed(ctx context.Context, cause error) (ctrl.Result, error) {
 	rsr := c.rsr
 	if apierrors.IsConflict(cause) {
@@ -267,8 +292,7 @@ func (c *reconcileContext) restoreFailed(ctx context.Context, cause error) (ctrl
 		return ctrl.Result{}, fmt.Errorf("restore %s/%s: %w", rsr.Namespace, rsr.Name, cause)
 	}
 	msg := cause.Error()
-	h := rsr.Status.History
-	if len(h) == 0 || h[len(h)-1].Type != v1alpha1.ActionFailed || h[len(h)-1].Message != msg {
+	if !failureRecorded(rsr.Status.History, rsr.Status.Breach.At.Time, msg) {
 		err := c.record(ctx, outcome{
 			doing: "record failed restore of",
 			action: &v1alpha1.Action{Type: v1alpha1.ActionFailed, Reason: v1alpha1.ReasonRollbackError,
@@ -285,17 +309,55 @@ func (c *reconcileContext) restoreFailed(ctx context.Context, cause error) (ctrl
 	return ctrl.Result{}, fmt.Errorf("restore %s/%s: %w", rsr.Namespace, rsr.Name, cause)
 }
 
+// failureRecorded reports whether history holds a failed restore with
+// message msg at or after since, the breach: the rollback already
+// recorded that error.
+func failureRecorded(history []v1alpha1.Action, since time.Time, msg string) bool {
+	for i := len(history) - 1; i >= 0; i-- {
+		a := history[i]
+		if a.Time.Time.Before(since.Truncate(time.Second)) {
+			return false
+		}
+		if a.Type == v1alpha1.ActionFailed && a.Reason == v1alpha1.ReasonRollbackError && a.Message == msg {
+			return true
+		}
+	}
+	return false
+}
+
+// rollbackGuardrails are the governing policy's rollback guardrails, or
+// the defaults when no policy resolves (a rollback finished without one).
+func (c *reconcileContext) rollbackGuardrails() v1alpha1.RollbackGuardrails {
+	if c.resolved != nil {
+		return c.resolved.Spec.Guardrails.Rollback
+	}
+	var spec v1alpha1.PolicySpec
+	spec.SetDefaults()
+	return spec.Guardrails.Rollback
+}
+
+// recordedRestoreValues are the values the breach recorded
+// (status.rollback.restoring), else restoreValues.
+func (c *reconcileContext) recordedRestoreValues(ctx context.Context) ([]v1alpha1.ContainerResources, error) {
+	if st := c.rsr.Status.Rollback; st != nil && len(st.Restoring) > 0 {
+		return st.Restoring, nil
+	}
+	return c.restoreValues(ctx)
+}
+
 // restoreValues are the values restoreTo names (design section 2):
 // Previous, the values before the change; LastHealthy, the values of the
-// last change that ended healthy (Previous when none did); Manifest, the
-// workload's pod template as its owner last applied it
+// last change that ended healthy, with what they lack (a field or a whole
+// container that change did not touch) taken from Previous, which is
+// Previous itself when no change ended healthy; Manifest, the workload's
+// pod template as its owner last applied it
 // (kubectl.kubernetes.io/last-applied-configuration), Previous without it.
 func (c *reconcileContext) restoreValues(ctx context.Context) ([]v1alpha1.ContainerResources, error) {
 	rsr := c.rsr
-	switch c.resolved.Spec.Guardrails.Rollback.RestoreTo {
+	switch c.rollbackGuardrails().RestoreTo {
 	case v1alpha1.RestoreLastHealthy:
 		if lh := rsr.Status.LastHealthy; lh != nil && len(lh.Containers) > 0 {
-			return lh.Containers, nil
+			return fillFrom(lh.Containers, resources.Previous(rsr.Status.Change)), nil
 		}
 	case v1alpha1.RestoreManifest:
 		w, err := c.workload(ctx)
@@ -309,9 +371,43 @@ func (c *reconcileContext) restoreValues(ctx context.Context) ([]v1alpha1.Contai
 	return resources.Previous(rsr.Status.Change), nil
 }
 
+// fillFrom gives each container of prev the values of values, and where
+// values lack a field or the whole container, prev's: a field absent from
+// the last healthy values was not touched by that change, so it is not
+// "had no value" (removing it could delete a memory limit).
+func fillFrom(values, prev []v1alpha1.ContainerResources) []v1alpha1.ContainerResources {
+	out := make([]v1alpha1.ContainerResources, 0, len(prev))
+	for _, p := range prev {
+		c := *p.DeepCopy()
+		for _, v := range values {
+			if v.Name != p.Name {
+				continue
+			}
+			for _, f := range resources.Fields {
+				if q := f.Get(v.Requests, v.Limits); q != nil {
+					f.Set(&c.Requests, &c.Limits, q)
+				}
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// onlyValues keeps the given resources of each container's values; a
+// container keeps its entry with no values when it has none of them.
+func onlyValues(values []v1alpha1.ContainerResources, res []v1alpha1.ResourceName) []v1alpha1.ContainerResources {
+	out := make([]v1alpha1.ContainerResources, 0, len(values))
+	for _, v := range values {
+		r := only(v1alpha1.Resources{Requests: v.Requests, Limits: v.Limits}, res)
+		out = append(out, v1alpha1.ContainerResources{Name: v.Name, Requests: r.Requests.DeepCopy(), Limits: r.Limits.DeepCopy()})
+	}
+	return out
+}
+
 // advanceBackoff moves backingOff on when its expiry passes.
 func (c *reconcileContext) advanceBackoff(ctx context.Context) (ctrl.Result, error) {
-	changed, evs := policy.Advance(c.now, c.rsr.Status.Rollback, c.resolved.Spec.Guardrails.Rollback.Backoff)
+	changed, evs := policy.Advance(c.now, c.rsr.Status.Rollback, c.resolved.Ref, c.resolved.Spec.Guardrails.Rollback.Backoff)
 	if !changed {
 		return ctrl.Result{RequeueAfter: backoffRequeue(c.rsr, c.now)}, nil
 	}

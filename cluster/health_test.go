@@ -61,7 +61,7 @@ func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
 
 	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
 	assert.Equal(t, 0.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "cpu")))
-	waitEvents(t, c, ns, "web", "RolledBack", 2) // on the RSR and on the Deployment
+	waitEvents(t, c, ns, "web", corev1.EventTypeWarning, "RolledBack", 2) // on the RSR and on the Deployment
 	var got appsv1.Deployment
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), &got))
 	var mirrored v1alpha1.RollbackState
@@ -114,8 +114,10 @@ func TestWatchEndsHealthy(t *testing.T) {
 	assert.Equal(t, rsr.Status.Change.ValueFingerprint, rsr.Status.LastHealthy.ValueFingerprint)
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionHealthy), 1)
 	assert.Equal(t, v1alpha1.BackoffMonitoringSucceeded, rsr.Status.Rollback.State)
-	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", v1alpha1.EventMonitoringSucceeded)) == 1 }, 10*time.Second, 50*time.Millisecond)
-	assert.Len(t, eventsFor(t, c, ns, "web", v1alpha1.EventMonitoringStarted), 1)
+	require.Eventually(t, func() bool {
+		return len(eventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventMonitoringSucceeded)) == 1
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Len(t, eventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventMonitoringStarted), 1)
 }
 
 // TestFailoverMidRollbackRestoresOnce stops the leader right after it marked
@@ -347,8 +349,8 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 	rsr := waitState(v1alpha1.BackoffFailedPermanent, 2)
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionRolledBack), 2)
 	assert.Len(t, historyOf(rsr, v1alpha1.ActionApplied), 2, "the same values were tried once more")
-	waitEvents(t, c, ns, "web", v1alpha1.EventBackoffExhausted, 1)
-	assert.Len(t, eventsFor(t, c, ns, "web", v1alpha1.EventBackoffTurnCompleted), 1)
+	waitEvents(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.EventBackoffExhausted, 1)
+	assert.Len(t, eventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventBackoffTurnCompleted), 1)
 	poke(3)
 	time.Sleep(500 * time.Millisecond)
 	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String(), "never applied a third time")
@@ -452,7 +454,7 @@ func TestDeferredRollbackNamesAPodItCannotResizeBack(t *testing.T) {
 	assert.Equal(t, "256Mi", started.Spec.Containers[0].Resources.Requests.Memory().String(), "left as it started")
 	require.Eventually(t, func() bool {
 		// One on the recommendation, one on the Deployment: both are web.
-		evs := eventsFor(t, c, ns, "web", "RolledBack")
+		evs := eventsFor(t, c, ns, "web", corev1.EventTypeWarning, "RolledBack")
 		return len(evs) == 2 && strings.Contains(evs[0].Note, "web-h1-started") && strings.Contains(evs[1].Note, "web-h1-started")
 	}, 10*time.Second, 50*time.Millisecond, "the Warning events name the pod")
 }
@@ -505,7 +507,7 @@ func TestUnschedulablePodRollsBackAfterTheGrace(t *testing.T) {
 	assert.Contains(t, rb[0].Figures[0], "Insufficient memory")
 	assert.Equal(t, v1alpha1.BackoffBackingOff, rsr.Status.Rollback.State)
 	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Unschedulable", "memory"), 1)
-	waitEvents(t, c, ns, "web", v1alpha1.EventRolledBack, 2)
+	waitEvents(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.EventRolledBack, 2)
 }
 
 // TestInfeasibleResizeRollsBack: an in-place resize the kubelet marks
@@ -538,7 +540,7 @@ func TestInfeasibleResizeRollsBack(t *testing.T) {
 	rsr = waitRestored(t, c, ns, "web")
 	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, rsr.Status.Breach.Resources, "every touched resource (only cpu moved)")
 	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Infeasible", "cpu"), 1)
-	assert.Empty(t, eventsFor(t, c, ns, "web", v1alpha1.EventApplyFailed))
+	assert.Empty(t, eventsFor(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.EventApplyFailed))
 }
 
 // TestNotAdoptedAtTheEndRollsBack: a Rollout none of whose pods runs the
@@ -572,8 +574,8 @@ func TestNotAdoptedAtTheEndRollsBack(t *testing.T) {
 	require.NotNil(t, rsr.Status.Rollback)
 	assert.Equal(t, v1alpha1.BackoffBackingOff, rsr.Status.Rollback.State)
 	assert.Contains(t, rsr.Status.RolledBackFingerprints, rsr.Status.Change.ValueFingerprint)
-	waitEvents(t, c, ns, "web", v1alpha1.EventRollingBackStarted, 1)
-	waitEvents(t, c, ns, "web", v1alpha1.EventRolledBack, 2)
+	waitEvents(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.EventRollingBackStarted, 1)
+	waitEvents(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.EventRolledBack, 2)
 	counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "NotAdopted", "cpu"), 1)
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -171,8 +172,10 @@ func waitApplied(t *testing.T, c client.Client, ns, name string) *v1alpha1.Right
 	return rsr
 }
 
-// eventsFor lists the Events in ns about objects named name with reason.
-func eventsFor(t *testing.T, c client.Client, ns, name, reason string) []eventsv1.Event {
+// eventsFor lists the Events in ns about objects named name with reason,
+// and fails the test for one of them whose type (Normal or Warning) is
+// not typ: an Event's type is part of what users see.
+func eventsFor(t *testing.T, c client.Client, ns, name, typ, reason string) []eventsv1.Event {
 	t.Helper()
 	var list eventsv1.EventList
 	require.NoError(t, c.List(context.Background(), &list, client.InNamespace(ns)))
@@ -181,6 +184,9 @@ func eventsFor(t *testing.T, c client.Client, ns, name, reason string) []eventsv
 		if e.Regarding.Name == name && e.Reason == reason {
 			out = append(out, e)
 		}
+	}
+	for _, e := range out {
+		assert.Equal(t, typ, e.Type, "type of the %s Event about %s: %s", reason, name, e.Note)
 	}
 	return out
 }
@@ -458,13 +464,13 @@ func waitRestored(t testing.TB, c client.Client, ns, name string) *v1alpha1.Righ
 	return rsr
 }
 
-// waitEvents waits until n Events with reason are about objects named
-// name, and returns them.
-func waitEvents(t *testing.T, c client.Client, ns, name, reason string, n int) []eventsv1.Event {
+// waitEvents waits until n Events with reason, all of type typ, are about
+// objects named name, and returns them.
+func waitEvents(t *testing.T, c client.Client, ns, name, typ, reason string, n int) []eventsv1.Event {
 	t.Helper()
 	var evs []eventsv1.Event
 	require.Eventually(t, func() bool {
-		evs = eventsFor(t, c, ns, name, reason)
+		evs = eventsFor(t, c, ns, name, typ, reason)
 		return len(evs) == n
 	}, 10*time.Second, 50*time.Millisecond, "want %d %s events about %s", n, reason, name)
 	return evs

@@ -35,7 +35,9 @@ func TestRecommendationWithoutPolicyIsBlocked(t *testing.T) {
 	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
 	assert.Contains(t, rsr.Status.Message, "no RightsizingPolicy or ClusterRightsizingPolicy selects Deployment web")
 	assert.Nil(t, rsr.Status.Change, "nothing is applied without a policy")
-	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", v1alpha1.ReasonNoPolicy)) == 1 }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return len(eventsFor(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.ReasonNoPolicy)) == 1
+	}, 10*time.Second, 50*time.Millisecond)
 
 	var dep appsv1.Deployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
@@ -68,7 +70,7 @@ func TestRolloutIsAppliedAndRecorded(t *testing.T) {
 	assert.Equal(t, "250m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String())
 	assert.Equal(t, "256Mi", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Memory().String())
 
-	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", "Applied")) == 1 }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", corev1.EventTypeNormal, "Applied")) == 1 }, 10*time.Second, 50*time.Millisecond)
 	counts(t, l.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu"), 1)
 	assert.Equal(t, 0.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("applied", "Rollout", "memory")))
 }
@@ -157,7 +159,7 @@ func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the watch never started")
 	assert.Equal(t, int64(3), dep.Generation, "the template was patched once")
 	time.Sleep(500 * time.Millisecond)
-	assert.Len(t, eventsFor(t, c, ns, "web", "Applied"), 1)
+	assert.Len(t, eventsFor(t, c, ns, "web", corev1.EventTypeNormal, "Applied"), 1)
 	total := testutil.ToFloat64(a.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu")) +
 		testutil.ToFloat64(b.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu"))
 	assert.Equal(t, 1.0, total)

@@ -9,7 +9,8 @@ import (
 // Metrics are the leader's own metrics (docs/design.md section 7).
 type Metrics struct {
 	// Actions counts kerf_actions_total{type,reason,resource}: one per
-	// resource an action touched (applied, rolled_back, failed, blocked).
+	// resource an action touched (applied, rolled_back, failed, healthy,
+	// blocked).
 	Actions *prometheus.CounterVec
 }
 
@@ -18,7 +19,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kerf_actions_total",
-			Help: "Actions the leader took, by type (applied, rolled_back, failed, blocked), reason and resource (cpu, memory).",
+			Help: "Actions the leader took, by type (applied, rolled_back, failed, healthy, blocked), reason and resource (cpu, memory).",
 		}, []string{"type", "reason", "resource"}),
 	}
 	reg.MustRegister(m.Actions)

@@ -66,6 +66,15 @@ func (r *RecommendationReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 func (c *reconcileContext) reconcile(ctx context.Context) (ctrl.Result, error) {
 	rsr := c.rsr
 	if c.resolved == nil {
+		// A rollback already decided is finished first: the policy going
+		// away never leaves harmful values running, nor a breach without
+		// its change (design section 4).
+		if b := rsr.Status.Breach; b != nil && !b.Restored && rsr.Status.Change != nil {
+			res, err := c.restore(ctx)
+			if err != nil || !rsr.Status.Breach.Restored {
+				return res, err
+			}
+		}
 		return ctrl.Result{}, c.noPolicy(ctx)
 	}
 	// A change recorded but not finished (a leader stopped mid-apply):
@@ -78,7 +87,7 @@ func (c *reconcileContext) reconcile(ctx context.Context) (ctrl.Result, error) {
 		return res, err
 	}
 	if rsr.Status.ObservedGeneration == rsr.Generation && rsr.Status.Phase != "" &&
-		rsr.Status.Phase != v1alpha1.PhasePending && rsr.Status.Phase != v1alpha1.PhaseBlocked && !freshTurn(rsr) {
+		rsr.Status.Phase != v1alpha1.PhasePending && rsr.Status.Phase != v1alpha1.PhaseBlocked && !freshTurn(rsr, c.resolved.Ref.Fingerprint) {
 		return ctrl.Result{}, nil // this generation was acted on; the health watch takes it from here
 	}
 	return c.plan(ctx)
@@ -215,32 +224,32 @@ func (c *reconcileContext) blocked(ctx context.Context, b *policy.Block) (ctrl.R
 	return result, nil
 }
 
-// noPolicy blocks a recommendation no policy selects. A watch or rollback
-// state left from a policy that disappeared is cleared, with an Event
-// (design section 2).
+// noPolicy blocks a recommendation no policy selects. The watch and
+// rollback state left from a policy that disappeared is cleared by
+// policy.ClearForNoPolicy, with its Normal StateCleared Event, and the
+// workload's kerf.dev/rollback-state annotation is removed (design
+// section 2). The caller has finished an unrestored rollback first.
 func (c *reconcileContext) noPolicy(ctx context.Context) error {
 	rsr := c.rsr
 	if rsr.Status.Phase == v1alpha1.PhaseBlocked && rsr.Status.Reason == v1alpha1.ReasonNoPolicy {
 		return nil
 	}
+	evs, ok := policy.ClearForNoPolicy(&rsr.Status)
+	if !ok {
+		return fmt.Errorf("clear the state of %s/%s: its rollback is not restored yet", rsr.Namespace, rsr.Name)
+	}
 	msg := fmt.Sprintf("no RightsizingPolicy or ClusterRightsizingPolicy selects %s %s", rsr.Spec.TargetRef.Kind, rsr.Spec.TargetRef.Name)
-	o := outcome{
+	return c.record(ctx, outcome{
 		doing: "record missing policy of",
 		phase: v1alpha1.PhaseBlocked, setReason: true, reason: v1alpha1.ReasonNoPolicy, message: msg, observe: true,
-		status: func(st *v1alpha1.RightsizingRecommendationStatus) {
-			st.Change, st.Rollback = nil, nil
-		},
 		conditions: []metav1.Condition{newCondition(v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.AppliedReasonBlocked,
 			v1alpha1.ReasonNoPolicy+": "+msg)},
 		removeConditions: []string{v1alpha1.ConditionHealthWatch},
 		action:           &v1alpha1.Action{Type: v1alpha1.ActionBlocked, Reason: v1alpha1.ReasonNoPolicy, Message: msg},
 		events:           []kubeEvent{{typ: corev1.EventTypeWarning, reason: v1alpha1.ReasonNoPolicy, action: v1alpha1.EventActionApply, note: msg}},
-	}
-	if rsr.Status.Change != nil || rsr.Status.Rollback != nil {
-		o.events = append(o.events, kubeEvent{typ: corev1.EventTypeWarning, reason: v1alpha1.EventStateCleared, action: v1alpha1.EventActionWatch,
-			note: "watch and rollback state cleared: no policy resolves for this workload any more"})
-	}
-	return c.record(ctx, o)
+		// The state is gone: its mirror on the workload is removed.
+		rollbackChanged: true, backoff: evs,
+	})
 }
 
 func valueChanges(c *v1alpha1.Change) []v1alpha1.ContainerValueChange {
@@ -259,11 +268,15 @@ func joinResources(rs []v1alpha1.ResourceName) string {
 	return strings.Join(s, " and ")
 }
 
-// freshTurn reports whether the backoff has let the rolled-back values
-// try again: its turn expired with turns left (state backedOff) for the
-// values the recommendation still asks for (design section 4).
-func freshTurn(rsr *v1alpha1.RightsizingRecommendation) bool {
+// freshTurn reports whether the rolled-back values the recommendation
+// still asks for may try again (design section 4): the backoff let them,
+// its turn expired with turns left (state backedOff), or they are
+// failedPermanent under another policy state than the governing policy's
+// (policyFingerprint), which reopens them for a fresh run.
+func freshTurn(rsr *v1alpha1.RightsizingRecommendation, policyFingerprint string) bool {
 	st := rsr.Status.Rollback
-	return rsr.Status.Phase == v1alpha1.PhaseRolledBack && st != nil && st.State == v1alpha1.BackoffBackedOff &&
-		st.Fingerprint == policy.ValueFingerprint(rsr.Spec.Containers)
+	if rsr.Status.Phase != v1alpha1.PhaseRolledBack || st == nil || st.Fingerprint != policy.ValueFingerprint(rsr.Spec.Containers) {
+		return false
+	}
+	return st.State == v1alpha1.BackoffBackedOff || policy.Reopened(st, policyFingerprint)
 }

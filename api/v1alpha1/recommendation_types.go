@@ -554,6 +554,35 @@ type RollbackState struct {
 	// +kubebuilder:validation:MaxLength=128
 	// +optional
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// Policy is the policy that governed the values' latest transition,
+	// with its fingerprint: a failedPermanent verdict holds for that
+	// policy state only, and a change of the policy (a new fingerprint)
+	// reopens the values for a fresh run (docs/design.md section 4).
+	// +optional
+	Policy *PolicyReference `json:"policy,omitempty"`
+	// Reason is why the values' latest turn failed, such as OOMKills;
+	// empty while a turn runs and after one passed. Turns keep the reason
+	// of every turn.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message says the same for people, with the figures.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Restoring are the values a rollback puts back (only the rolled-back
+	// resources), per container, while the state is rollingBack or
+	// backingOff; cleared when the turn completes (backedOff or
+	// failedPermanent). A field absent from a container is removed.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Restoring []ContainerResources `json:"restoring,omitempty"`
+	// LastKnownGood are the last values that passed a health watch
+	// (status.lastHealthy), kept across fingerprints.
+	// +optional
+	LastKnownGood *HealthyValues `json:"lastKnownGood,omitempty"`
 	// Turns are the turns so far, oldest first.
 	// +kubebuilder:validation:MaxItems=100
 	// +optional

@@ -784,6 +784,23 @@ func (in *RollbackState) DeepCopyInto(out *RollbackState) {
 		in, out := &in.Expiry, &out.Expiry
 		*out = (*in).DeepCopy()
 	}
+	if in.Policy != nil {
+		in, out := &in.Policy, &out.Policy
+		*out = new(PolicyReference)
+		**out = **in
+	}
+	if in.Restoring != nil {
+		in, out := &in.Restoring, &out.Restoring
+		*out = make([]ContainerResources, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+	if in.LastKnownGood != nil {
+		in, out := &in.LastKnownGood, &out.LastKnownGood
+		*out = new(HealthyValues)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.Turns != nil {
 		in, out := &in.Turns, &out.Turns
 		*out = make([]BackoffTurn, len(*in))

@@ -16,18 +16,23 @@ import (
 const maxTurns = 100
 
 // StartMonitoring moves st to monitoring for the values identified by
-// fingerprint when they have just been applied, and opens a turn
-// (docs/design.md section 4). The same fingerprint coming back from
-// backedOff starts the next turn; any other fingerprint, or the same one
-// after monitoringSucceeded, starts over at turn 1 and forgets the old
+// fingerprint when they have just been applied under the governing
+// policy, and opens a turn (docs/design.md section 4). The same
+// fingerprint coming back from backedOff starts the next turn; any other
+// fingerprint, the same one after monitoringSucceeded, or the same one
+// failedPermanent under another policy state (governing.Fingerprint
+// differs from the one recorded) starts over at turn 1 and forgets the old
 // turns. Calling it again while already monitoring the fingerprint changes
-// nothing and emits nothing, so a reconciler may repeat itself.
+// nothing and emits nothing, so a reconciler may repeat itself. A start
+// records governing and clears the failure and the values being restored;
+// the last known good values stay.
 //
-// Values in rollingBack, backingOff or failedPermanent may not start: that
-// is an error, which CheckApply prevents by blocking them. st holds one
-// fingerprint at a time, so starting other values drops the backoff of the
-// previous ones; those stay blocked as SameValues.
-func StartMonitoring(now time.Time, st *v1alpha1.RollbackState, fingerprint string) ([]string, error) {
+// Values in rollingBack or backingOff, or failedPermanent under the same
+// policy state, may not start: that is an error, which CheckApply prevents
+// by blocking them. st holds one fingerprint at a time, so starting other
+// values drops the backoff of the previous ones; those stay blocked as
+// SameValues.
+func StartMonitoring(now time.Time, st *v1alpha1.RollbackState, fingerprint string, governing v1alpha1.PolicyReference) ([]string, error) {
 	if st.Fingerprint == fingerprint {
 		switch st.State {
 		case v1alpha1.BackoffMonitoring:
@@ -36,25 +41,44 @@ func StartMonitoring(now time.Time, st *v1alpha1.RollbackState, fingerprint stri
 			st.State = v1alpha1.BackoffMonitoring
 			st.Turn++
 			st.Expiry = nil
+			st.Policy = &governing
+			st.Reason, st.Message, st.Restoring = "", "", nil
 			st.Turns = appendTurn(st.Turns, v1alpha1.BackoffTurn{Turn: st.Turn, StartedAt: metav1.NewTime(now)})
 			return []string{v1alpha1.EventMonitoringStarted}, nil
-		case v1alpha1.BackoffRollingBack, v1alpha1.BackoffBackingOff, v1alpha1.BackoffFailedPermanent:
+		case v1alpha1.BackoffFailedPermanent:
+			if !Reopened(st, governing.Fingerprint) {
+				return nil, illegal(st, v1alpha1.BackoffMonitoring)
+			}
+		case v1alpha1.BackoffRollingBack, v1alpha1.BackoffBackingOff:
 			return nil, illegal(st, v1alpha1.BackoffMonitoring)
 		}
 	}
 	*st = v1alpha1.RollbackState{
-		State:       v1alpha1.BackoffMonitoring,
-		Turn:        1,
-		Fingerprint: fingerprint,
-		Turns:       []v1alpha1.BackoffTurn{{Turn: 1, StartedAt: metav1.NewTime(now)}},
+		State:         v1alpha1.BackoffMonitoring,
+		Turn:          1,
+		Fingerprint:   fingerprint,
+		Policy:        &governing,
+		LastKnownGood: st.LastKnownGood,
+		Turns:         []v1alpha1.BackoffTurn{{Turn: 1, StartedAt: metav1.NewTime(now)}},
 	}
 	return []string{v1alpha1.EventMonitoringStarted}, nil
 }
 
+// Reopened reports whether failedPermanent values of st may start a fresh
+// run under the policy whose fingerprint is policyFingerprint: the verdict
+// holds for the policy state that gave it (st.Policy), so only a changed
+// policy reopens them (docs/design.md section 4). A state that recorded no
+// policy is never reopened.
+func Reopened(st *v1alpha1.RollbackState, policyFingerprint string) bool {
+	return st != nil && st.State == v1alpha1.BackoffFailedPermanent && st.Policy != nil &&
+		st.Policy.Fingerprint != "" && st.Policy.Fingerprint != policyFingerprint
+}
+
 // MonitoringSucceeded moves st from monitoring to monitoringSucceeded when
-// the health watch ends without a breach, and closes the turn as Healthy
-// (docs/design.md section 4). Repeating it changes nothing.
-func MonitoringSucceeded(now time.Time, st *v1alpha1.RollbackState) ([]string, error) {
+// the health watch ends without a breach, closes the turn as Healthy and
+// records good as the last known good values (docs/design.md section 4).
+// Repeating it changes nothing.
+func MonitoringSucceeded(now time.Time, st *v1alpha1.RollbackState, good *v1alpha1.HealthyValues) ([]string, error) {
 	switch st.State {
 	case v1alpha1.BackoffMonitoringSucceeded:
 		return nil, nil
@@ -63,16 +87,18 @@ func MonitoringSucceeded(now time.Time, st *v1alpha1.RollbackState) ([]string, e
 		return nil, illegal(st, v1alpha1.BackoffMonitoringSucceeded)
 	}
 	st.State = v1alpha1.BackoffMonitoringSucceeded
+	st.LastKnownGood = good.DeepCopy()
 	endTurn(st, now, v1alpha1.OutcomeHealthy, "")
 	return []string{v1alpha1.EventMonitoringSucceeded}, nil
 }
 
 // RollingBack moves st from monitoring to rollingBack when a breach starts
-// a rollback, and closes the turn as RolledBack with the breach's reason,
-// such as OOMKills (docs/design.md section 4). Repeating it changes
-// nothing, so a leader that takes over mid-rollback does not announce a
-// second one.
-func RollingBack(now time.Time, st *v1alpha1.RollbackState, reason string) ([]string, error) {
+// a rollback, closes the turn as RolledBack with the breach's reason, such
+// as OOMKills, and records the failure (reason, message) and the values
+// being restored, so the workload's annotation tells the whole story
+// (docs/design.md section 4). Repeating it changes nothing, so a leader
+// that takes over mid-rollback does not announce a second one.
+func RollingBack(now time.Time, st *v1alpha1.RollbackState, reason, message string, restoring []v1alpha1.ContainerResources) ([]string, error) {
 	switch st.State {
 	case v1alpha1.BackoffRollingBack:
 		return nil, nil
@@ -81,6 +107,11 @@ func RollingBack(now time.Time, st *v1alpha1.RollbackState, reason string) ([]st
 		return nil, illegal(st, v1alpha1.BackoffRollingBack)
 	}
 	st.State = v1alpha1.BackoffRollingBack
+	st.Reason, st.Message = reason, message
+	st.Restoring = nil
+	for _, c := range restoring {
+		st.Restoring = append(st.Restoring, *c.DeepCopy())
+	}
 	endTurn(st, now, v1alpha1.OutcomeRolledBack, reason)
 	return []string{v1alpha1.EventRollingBackStarted}, nil
 }
@@ -106,12 +137,17 @@ func BackingOff(now time.Time, st *v1alpha1.RollbackState, backoff v1alpha1.Back
 // Advance ends a backoff whose expiry has come (now ≥ expiry): st becomes
 // backedOff when turns remain (turn < maxAttempts), so the same values may
 // start a fresh turn, and failedPermanent otherwise (docs/design.md section
-// 4). In any other state, or before the expiry, it changes nothing. A
-// backingOff state without an expiry counts as expired.
-func Advance(now time.Time, st *v1alpha1.RollbackState, backoff v1alpha1.Backoff) (changed bool, events []string) {
+// 4). governing is the policy whose backoff decides, recorded in st: a
+// failedPermanent verdict holds for it only (see Reopened). The turn is
+// complete, so the values being restored are cleared; the turns stay. In
+// any other state, or before the expiry, it changes nothing. A backingOff
+// state without an expiry counts as expired.
+func Advance(now time.Time, st *v1alpha1.RollbackState, governing v1alpha1.PolicyReference, backoff v1alpha1.Backoff) (changed bool, events []string) {
 	if st.State != v1alpha1.BackoffBackingOff || (st.Expiry != nil && now.Before(st.Expiry.Time)) {
 		return false, nil
 	}
+	st.Policy = &governing
+	st.Restoring = nil
 	if st.Turn < withDefaults(backoff).MaxAttempts {
 		st.State = v1alpha1.BackoffBackedOff
 		return true, []string{v1alpha1.EventBackoffTurnCompleted}
@@ -120,17 +156,29 @@ func Advance(now time.Time, st *v1alpha1.RollbackState, backoff v1alpha1.Backoff
 	return true, []string{v1alpha1.EventBackoffExhausted}
 }
 
-// ClearForNoPolicy drops the backoff state when no policy resolves for the
-// workload any more (docs/design.md section 2: without a policy changes
-// are not watched or rolled back). Cooldowns and rolled-back fingerprints
-// stay: they record harm already done, and keep blocking those values when
-// a policy comes back. It emits StateCleared when there was a state.
-func ClearForNoPolicy(status *v1alpha1.RightsizingRecommendationStatus) []string {
-	if status.Rollback == nil {
-		return nil
+// ClearForNoPolicy drops the watch and backoff state when no policy
+// resolves for the workload any more (docs/design.md section 2: without a
+// policy changes are not watched or rolled back): the change, its breach
+// and the backoff state (status.change, status.breach, status.rollback)
+// go together, so nothing is left half of a rollback. The caller first
+// finishes a rollback whose breach is not restored yet (a rollback, once
+// decided, is never held back), so ClearForNoPolicy refuses one: it
+// returns ok false and changes nothing. Cooldowns, rolled-back
+// fingerprints, lastHealthy and the history stay: they record harm
+// already done, and keep blocking those values when a policy comes back.
+// It emits StateCleared when there was a change or a state; the caller
+// mirrors the now absent state on the workload, which removes the
+// kerf.dev/rollback-state annotation.
+func ClearForNoPolicy(status *v1alpha1.RightsizingRecommendationStatus) (events []string, ok bool) {
+	if b := status.Breach; b != nil && !b.Restored && status.Change != nil {
+		return nil, false
 	}
-	status.Rollback = nil
-	return []string{v1alpha1.EventStateCleared}
+	had := status.Change != nil || status.Rollback != nil || status.Breach != nil
+	status.Change, status.Breach, status.Rollback = nil, nil, nil
+	if !had {
+		return nil, true
+	}
+	return []string{v1alpha1.EventStateCleared}, true
 }
 
 // BackoffDuration is how long turn backs off: timePeriod × multiplyByTurn ×

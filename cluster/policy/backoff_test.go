@@ -15,11 +15,15 @@ import (
 
 func mt(t time.Time) *metav1.Time { m := metav1.NewTime(t); return &m }
 
+// gov is the policy the tests' transitions run under.
+var gov = v1alpha1.PolicyReference{Kind: v1alpha1.PolicyKindNamespaced, Name: "p", Fingerprint: "pf1"}
+
 func TestBackoffFullRunEndsFailedPermanent(t *testing.T) {
 	backoff := v1alpha1.Backoff{TimePeriod: dur(10 * time.Second), MultiplyByTurn: 1, MaxAttempts: 2}
 	spec := v1alpha1.PolicySpec{Guardrails: v1alpha1.Guardrails{Rollback: v1alpha1.RollbackGuardrails{Backoff: backoff}}}
 	desired := []v1alpha1.ContainerResources{cr("app", "250m", "128Mi", "", "")}
 	fp := ValueFingerprint(desired)
+	gov := v1alpha1.PolicyReference{Kind: v1alpha1.PolicyKindNamespaced, Name: "p", Fingerprint: Fingerprint(spec)}
 	t0 := at("2026-12-01T10:00:00Z")
 	st := &v1alpha1.RollbackState{}
 	status := &v1alpha1.RightsizingRecommendationStatus{}
@@ -34,37 +38,39 @@ func TestBackoffFullRunEndsFailedPermanent(t *testing.T) {
 		wantBlock  string // CheckApply's reason for the same values afterwards; "-" skips the check
 	}{
 		{"apply starts turn 1", 0,
-			func(now time.Time) ([]string, error) { return StartMonitoring(now, st, fp) },
+			func(now time.Time) ([]string, error) { return StartMonitoring(now, st, fp, gov) },
 			[]string{v1alpha1.EventMonitoringStarted}, v1alpha1.BackoffMonitoring, 1, ""},
 		{"an OOM kill rolls back", time.Minute,
 			func(now time.Time) ([]string, error) {
 				AddRolledBackFingerprint(status, fp)
-				return RollingBack(now, st, v1alpha1.HealthWatchOOMKills)
+				return RollingBack(now, st, v1alpha1.HealthWatchOOMKills, "", nil)
 			},
 			[]string{v1alpha1.EventRollingBackStarted}, v1alpha1.BackoffRollingBack, 1, v1alpha1.ReasonSameValues},
 		{"the restore is done: back off 10s", time.Minute + 5*time.Second,
 			func(now time.Time) ([]string, error) { return BackingOff(now, st, backoff) },
 			nil, v1alpha1.BackoffBackingOff, 1, v1alpha1.ReasonSameValues},
 		{"a second before the expiry nothing moves", time.Minute + 14*time.Second,
-			func(now time.Time) ([]string, error) { _, ev := Advance(now, st, backoff); return ev, nil },
+			func(now time.Time) ([]string, error) { _, ev := Advance(now, st, gov, backoff); return ev, nil },
 			nil, v1alpha1.BackoffBackingOff, 1, v1alpha1.ReasonSameValues},
 		{"at the expiry turns remain: backed off", time.Minute + 15*time.Second,
-			func(now time.Time) ([]string, error) { _, ev := Advance(now, st, backoff); return ev, nil },
+			func(now time.Time) ([]string, error) { _, ev := Advance(now, st, gov, backoff); return ev, nil },
 			[]string{v1alpha1.EventBackoffTurnCompleted}, v1alpha1.BackoffBackedOff, 1, ""},
 		{"the same values start turn 2", 2 * time.Minute,
-			func(now time.Time) ([]string, error) { return StartMonitoring(now, st, fp) },
+			func(now time.Time) ([]string, error) { return StartMonitoring(now, st, fp, gov) },
 			[]string{v1alpha1.EventMonitoringStarted}, v1alpha1.BackoffMonitoring, 2, ""},
 		{"restarts roll turn 2 back", 3 * time.Minute,
-			func(now time.Time) ([]string, error) { return RollingBack(now, st, v1alpha1.HealthWatchRestarts) },
+			func(now time.Time) ([]string, error) {
+				return RollingBack(now, st, v1alpha1.HealthWatchRestarts, "", nil)
+			},
 			[]string{v1alpha1.EventRollingBackStarted}, v1alpha1.BackoffRollingBack, 2, v1alpha1.ReasonSameValues},
 		{"turn 2 backs off 20s", 3 * time.Minute,
 			func(now time.Time) ([]string, error) { return BackingOff(now, st, backoff) },
 			nil, v1alpha1.BackoffBackingOff, 2, v1alpha1.ReasonSameValues},
 		{"at the expiry no turn remains: failed permanently", 3*time.Minute + 20*time.Second,
-			func(now time.Time) ([]string, error) { _, ev := Advance(now, st, backoff); return ev, nil },
+			func(now time.Time) ([]string, error) { _, ev := Advance(now, st, gov, backoff); return ev, nil },
 			[]string{v1alpha1.EventBackoffExhausted}, v1alpha1.BackoffFailedPermanent, 2, v1alpha1.ReasonFailedPermanent},
 		{"nothing moves afterwards", time.Hour,
-			func(now time.Time) ([]string, error) { _, ev := Advance(now, st, backoff); return ev, nil },
+			func(now time.Time) ([]string, error) { _, ev := Advance(now, st, gov, backoff); return ev, nil },
 			nil, v1alpha1.BackoffFailedPermanent, 2, v1alpha1.ReasonFailedPermanent},
 	}
 	for _, step := range steps {
@@ -102,10 +108,12 @@ func TestBackoffFullRunEndsFailedPermanent(t *testing.T) {
 		"turn": 2,
 		"expiry": "2026-12-01T10:03:20Z",
 		"fingerprint": %q,
+		"policy": {"kind": "RightsizingPolicy", "name": "p", "fingerprint": %q},
+		"reason": "Restarts",
 		"turns": [
 			{"turn": 1, "startedAt": "2026-12-01T10:00:00Z", "endedAt": "2026-12-01T10:01:00Z", "outcome": "RolledBack", "reason": "OOMKills"},
 			{"turn": 2, "startedAt": "2026-12-01T10:02:00Z", "endedAt": "2026-12-01T10:03:00Z", "outcome": "RolledBack", "reason": "Restarts"}
-		]}`, fp), got)
+		]}`, fp, gov.Fingerprint), got)
 }
 
 func TestBackoffExpiryIsTimePeriodTimesMultiplyByTurnTimesTurn(t *testing.T) {
@@ -167,7 +175,7 @@ func TestAdvanceAtTheExpiry(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &v1alpha1.RollbackState{State: v1alpha1.BackoffBackingOff, Turn: tt.turn, Fingerprint: "f", Expiry: tt.expiry}
-			changed, events := Advance(tt.now, st, v1alpha1.Backoff{MaxAttempts: tt.maxAttempts})
+			changed, events := Advance(tt.now, st, gov, v1alpha1.Backoff{MaxAttempts: tt.maxAttempts})
 			assert.Equal(t, tt.wantChanged, changed)
 			assert.Equal(t, tt.wantState, st.State)
 			assert.Equal(t, tt.wantEvents, events)
@@ -180,7 +188,7 @@ func TestAdvanceOutsideBackingOffChangesNothing(t *testing.T) {
 		t.Run(string(s), func(t *testing.T) {
 			st := &v1alpha1.RollbackState{State: s, Turn: 1, Fingerprint: "f", Expiry: mt(epoch)}
 			before := st.DeepCopy()
-			changed, events := Advance(epoch.Add(time.Hour), st, v1alpha1.Backoff{MaxAttempts: 3})
+			changed, events := Advance(epoch.Add(time.Hour), st, gov, v1alpha1.Backoff{MaxAttempts: 3})
 			assert.False(t, changed)
 			assert.Empty(t, events)
 			assert.Equal(t, before, st)
@@ -214,7 +222,7 @@ func TestStartMonitoringTurns(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := tt.st.DeepCopy()
-			events, err := StartMonitoring(now, st, tt.fp)
+			events, err := StartMonitoring(now, st, tt.fp, gov)
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantEvents, events)
 			assert.Equal(t, v1alpha1.BackoffMonitoring, st.State)
@@ -238,9 +246,9 @@ func TestTransitionsRepeatedChangeNothing(t *testing.T) {
 		do   func(*v1alpha1.RollbackState) ([]string, error)
 	}{
 		{"monitoring succeeded", v1alpha1.RollbackState{State: v1alpha1.BackoffMonitoringSucceeded, Turn: 1, Fingerprint: "f"},
-			func(st *v1alpha1.RollbackState) ([]string, error) { return MonitoringSucceeded(now, st) }},
+			func(st *v1alpha1.RollbackState) ([]string, error) { return MonitoringSucceeded(now, st, nil) }},
 		{"rolling back, as a leader taking over would", v1alpha1.RollbackState{State: v1alpha1.BackoffRollingBack, Turn: 1, Fingerprint: "f"},
-			func(st *v1alpha1.RollbackState) ([]string, error) { return RollingBack(now, st, "OOMKills") }},
+			func(st *v1alpha1.RollbackState) ([]string, error) { return RollingBack(now, st, "OOMKills", "", nil) }},
 		{"backing off keeps the first expiry", v1alpha1.RollbackState{State: v1alpha1.BackoffBackingOff, Turn: 1, Fingerprint: "f", Expiry: mt(epoch)},
 			func(st *v1alpha1.RollbackState) ([]string, error) { return BackingOff(now, st, backoff) }},
 	}
@@ -258,9 +266,9 @@ func TestTransitionsRepeatedChangeNothing(t *testing.T) {
 func TestMonitoringEndsTheTurn(t *testing.T) {
 	t0 := at("2026-12-01T10:00:00Z")
 	st := &v1alpha1.RollbackState{}
-	_, err := StartMonitoring(t0, st, "f")
+	_, err := StartMonitoring(t0, st, "f", gov)
 	require.NoError(t, err)
-	events, err := MonitoringSucceeded(t0.Add(30*time.Minute), st)
+	events, err := MonitoringSucceeded(t0.Add(30*time.Minute), st, nil)
 	require.NoError(t, err)
 	assert.Equal(t, []string{v1alpha1.EventMonitoringSucceeded}, events)
 	assert.Equal(t, v1alpha1.BackoffMonitoringSucceeded, st.State)
@@ -275,13 +283,13 @@ func TestIllegalTransitionsAreErrors(t *testing.T) {
 		from v1alpha1.BackoffState
 		do   func(*v1alpha1.RollbackState) ([]string, error)
 	}{
-		{"same values while rolling back", v1alpha1.BackoffRollingBack, func(st *v1alpha1.RollbackState) ([]string, error) { return StartMonitoring(now, st, "f") }},
-		{"same values while backing off", v1alpha1.BackoffBackingOff, func(st *v1alpha1.RollbackState) ([]string, error) { return StartMonitoring(now, st, "f") }},
-		{"same values after failing permanently", v1alpha1.BackoffFailedPermanent, func(st *v1alpha1.RollbackState) ([]string, error) { return StartMonitoring(now, st, "f") }},
-		{"success without monitoring", v1alpha1.BackoffBackedOff, func(st *v1alpha1.RollbackState) ([]string, error) { return MonitoringSucceeded(now, st) }},
-		{"success during a rollback", v1alpha1.BackoffRollingBack, func(st *v1alpha1.RollbackState) ([]string, error) { return MonitoringSucceeded(now, st) }},
-		{"rollback after success", v1alpha1.BackoffMonitoringSucceeded, func(st *v1alpha1.RollbackState) ([]string, error) { return RollingBack(now, st, "Restarts") }},
-		{"rollback with no state", "", func(st *v1alpha1.RollbackState) ([]string, error) { return RollingBack(now, st, "Restarts") }},
+		{"same values while rolling back", v1alpha1.BackoffRollingBack, func(st *v1alpha1.RollbackState) ([]string, error) { return StartMonitoring(now, st, "f", gov) }},
+		{"same values while backing off", v1alpha1.BackoffBackingOff, func(st *v1alpha1.RollbackState) ([]string, error) { return StartMonitoring(now, st, "f", gov) }},
+		{"same values after failing permanently", v1alpha1.BackoffFailedPermanent, func(st *v1alpha1.RollbackState) ([]string, error) { return StartMonitoring(now, st, "f", gov) }},
+		{"success without monitoring", v1alpha1.BackoffBackedOff, func(st *v1alpha1.RollbackState) ([]string, error) { return MonitoringSucceeded(now, st, nil) }},
+		{"success during a rollback", v1alpha1.BackoffRollingBack, func(st *v1alpha1.RollbackState) ([]string, error) { return MonitoringSucceeded(now, st, nil) }},
+		{"rollback after success", v1alpha1.BackoffMonitoringSucceeded, func(st *v1alpha1.RollbackState) ([]string, error) { return RollingBack(now, st, "Restarts", "", nil) }},
+		{"rollback with no state", "", func(st *v1alpha1.RollbackState) ([]string, error) { return RollingBack(now, st, "Restarts", "", nil) }},
 		{"backoff without a rollback", v1alpha1.BackoffMonitoring, func(st *v1alpha1.RollbackState) ([]string, error) { return BackingOff(now, st, backoff) }},
 		{"backoff after failing permanently", v1alpha1.BackoffFailedPermanent, func(st *v1alpha1.RollbackState) ([]string, error) { return BackingOff(now, st, backoff) }},
 	}
@@ -302,17 +310,17 @@ func TestTurnsKeepTheNewestHundred(t *testing.T) {
 	st := &v1alpha1.RollbackState{}
 	now := at("2026-12-01T10:00:00Z")
 	backoff := v1alpha1.Backoff{TimePeriod: dur(time.Second), MaxAttempts: 150}
-	_, err := StartMonitoring(now, st, "f")
+	_, err := StartMonitoring(now, st, "f", gov)
 	require.NoError(t, err)
 	for range 149 {
-		_, err = RollingBack(now, st, "OOMKills")
+		_, err = RollingBack(now, st, "OOMKills", "", nil)
 		require.NoError(t, err)
 		_, err = BackingOff(now, st, backoff)
 		require.NoError(t, err)
 		now = st.Expiry.Time
-		changed, _ := Advance(now, st, backoff)
+		changed, _ := Advance(now, st, gov, backoff)
 		require.True(t, changed)
-		_, err = StartMonitoring(now, st, "f")
+		_, err = StartMonitoring(now, st, "f", gov)
 		require.NoError(t, err)
 	}
 	assert.Equal(t, int32(150), st.Turn)
@@ -324,15 +332,95 @@ func TestTurnsKeepTheNewestHundred(t *testing.T) {
 func TestClearForNoPolicyKeepsWhatBlocksHarm(t *testing.T) {
 	cooldowns := []v1alpha1.Cooldown{{Resource: v1alpha1.ResourceMemory, Until: metav1.NewTime(epoch)}}
 	status := &v1alpha1.RightsizingRecommendationStatus{
+		Change:                 &v1alpha1.Change{ValueFingerprint: "f"},
+		Breach:                 &v1alpha1.Breach{Reason: v1alpha1.HealthWatchOOMKills, Restored: true},
 		Rollback:               &v1alpha1.RollbackState{State: v1alpha1.BackoffBackingOff, Turn: 1, Fingerprint: "f"},
 		Cooldowns:              cooldowns,
 		RolledBackFingerprints: []string{"f"},
 	}
-	assert.Equal(t, []string{v1alpha1.EventStateCleared}, ClearForNoPolicy(status))
+	events, ok := ClearForNoPolicy(status)
+	require.True(t, ok)
+	assert.Equal(t, []string{v1alpha1.EventStateCleared}, events)
 	assert.Nil(t, status.Rollback)
+	assert.Nil(t, status.Change, "the change goes with its state")
+	assert.Nil(t, status.Breach, "and so does its breach: nothing is left half of a rollback")
 	assert.Equal(t, cooldowns, status.Cooldowns)
 	assert.Equal(t, []string{"f"}, status.RolledBackFingerprints)
-	assert.Empty(t, ClearForNoPolicy(status), "nothing left to clear")
+	events, ok = ClearForNoPolicy(status)
+	assert.True(t, ok)
+	assert.Empty(t, events, "nothing left to clear")
+	typ, _ := Describe(v1alpha1.EventStateCleared, nil)
+	assert.Equal(t, corev1.EventTypeNormal, typ, "clearing the state is no warning")
+}
+
+func TestClearForNoPolicyRefusesAnUnfinishedRollback(t *testing.T) {
+	status := &v1alpha1.RightsizingRecommendationStatus{
+		Change:   &v1alpha1.Change{ValueFingerprint: "f"},
+		Breach:   &v1alpha1.Breach{Reason: v1alpha1.HealthWatchOOMKills},
+		Rollback: &v1alpha1.RollbackState{State: v1alpha1.BackoffRollingBack, Turn: 1, Fingerprint: "f"},
+	}
+	before := status.DeepCopy()
+	events, ok := ClearForNoPolicy(status)
+	assert.False(t, ok, "the restore is finished first")
+	assert.Empty(t, events)
+	assert.Equal(t, before, status)
+}
+
+func TestStateCarriesFailureRestoringAndLastKnownGood(t *testing.T) {
+	now := at("2026-12-01T10:00:00Z")
+	good := &v1alpha1.HealthyValues{At: metav1.NewTime(now), ValueFingerprint: "g", Containers: []v1alpha1.ContainerResources{cr("app", "500m", "256Mi", "", "")}}
+	st := &v1alpha1.RollbackState{}
+	_, err := StartMonitoring(now, st, "g", gov)
+	require.NoError(t, err)
+	assert.Equal(t, &gov, st.Policy)
+	_, err = MonitoringSucceeded(now, st, good)
+	require.NoError(t, err)
+	assert.Equal(t, good, st.LastKnownGood)
+
+	_, err = StartMonitoring(now, st, "f", gov)
+	require.NoError(t, err)
+	assert.Equal(t, good, st.LastKnownGood, "other values keep the last known good ones")
+	restoring := []v1alpha1.ContainerResources{cr("app", "", "256Mi", "", "")}
+	_, err = RollingBack(now, st, v1alpha1.HealthWatchOOMKills, "oomKills 1 ≥ 1", restoring)
+	require.NoError(t, err)
+	assert.Equal(t, v1alpha1.HealthWatchOOMKills, st.Reason)
+	assert.Equal(t, "oomKills 1 ≥ 1", st.Message)
+	assert.Equal(t, restoring, st.Restoring)
+	backoff := v1alpha1.Backoff{TimePeriod: dur(time.Second), MaxAttempts: 2}
+	_, err = BackingOff(now, st, backoff)
+	require.NoError(t, err)
+	assert.Equal(t, restoring, st.Restoring, "visible while backing off")
+	changed, _ := Advance(st.Expiry.Time, st, gov, backoff)
+	require.True(t, changed)
+	assert.Empty(t, st.Restoring, "cleared when the turn completes")
+	assert.Len(t, st.Turns, 1, "the history stays")
+	assert.Equal(t, v1alpha1.HealthWatchOOMKills, st.Turns[0].Reason)
+	_, err = StartMonitoring(now, st, "f", gov)
+	require.NoError(t, err)
+	assert.Empty(t, st.Reason, "a new turn runs")
+	assert.Empty(t, st.Message)
+	assert.Equal(t, good, st.LastKnownGood)
+}
+
+func TestFailedPermanentIsPerPolicyState(t *testing.T) {
+	now := at("2026-12-01T10:00:00Z")
+	st := &v1alpha1.RollbackState{State: v1alpha1.BackoffFailedPermanent, Turn: 3, Fingerprint: "f", Policy: &gov}
+	_, err := StartMonitoring(now, st, "f", gov)
+	require.Error(t, err, "the same policy never retries failedPermanent values")
+	assert.False(t, Reopened(st, gov.Fingerprint))
+
+	changed := gov
+	changed.Fingerprint = "pf2"
+	require.True(t, Reopened(st, changed.Fingerprint))
+	events, err := StartMonitoring(now, st, "f", changed)
+	require.NoError(t, err)
+	assert.Equal(t, []string{v1alpha1.EventMonitoringStarted}, events)
+	assert.Equal(t, v1alpha1.BackoffMonitoring, st.State)
+	assert.Equal(t, int32(1), st.Turn, "a fresh run")
+	assert.Equal(t, "pf2", st.Policy.Fingerprint)
+
+	assert.False(t, Reopened(&v1alpha1.RollbackState{State: v1alpha1.BackoffFailedPermanent, Fingerprint: "f"}, "pf2"),
+		"a verdict without a recorded policy holds")
 }
 
 func TestAnnotationValueRoundTrips(t *testing.T) {

@@ -37,8 +37,13 @@ type Block struct {
 //   - Cooldown: desired lowers a request or a limit of a resource whose
 //     cooldown (status.cooldowns) has not passed; raising it, or a value
 //     absent on either side, is no decrease. At the cooldown's until
-//     decreases pass again.
-//   - FailedPermanent: the backoff gave up on exactly these values.
+//     decreases pass again. The retry of rolled-back values the backoff
+//     allows (backedOff, turns left) is governed by the backoff alone: the
+//     cooldown does not hold it back, and applies to other values.
+//   - FailedPermanent: the backoff gave up on exactly these values under
+//     this policy state. A policy whose fingerprint differs from the one
+//     recorded with the verdict (status.rollback.policy) reopens them for
+//     a fresh run (Reopened); the same policy never retries them.
 //   - SameValues: these values were rolled back before
 //     (status.rolledBackFingerprints), unless the backoff has backed off
 //     for them and turns remain (turn < maxAttempts), so a fresh turn may
@@ -73,21 +78,28 @@ func CheckApply(now time.Time, spec v1alpha1.PolicySpec, status *v1alpha1.Rights
 		}, nil
 	}
 
-	if b := cooldownBlock(now, status.Cooldowns, running, desired); b != nil {
-		return b, nil
-	}
-
 	fp := ValueFingerprint(desired)
 	rb := status.Rollback
-	if rb != nil && rb.Fingerprint == fp && rb.State == v1alpha1.BackoffFailedPermanent {
+	maxAttempts := s.Guardrails.Rollback.Backoff.MaxAttempts
+	same := rb != nil && rb.Fingerprint == fp
+	retry := same && rb.State == v1alpha1.BackoffBackedOff && rb.Turn < maxAttempts
+	if !retry {
+		if b := cooldownBlock(now, status.Cooldowns, running, desired); b != nil {
+			return b, nil
+		}
+	}
+
+	if same && rb.State == v1alpha1.BackoffFailedPermanent {
+		if Reopened(rb, Fingerprint(*s)) {
+			return nil, nil // a changed policy: a fresh run
+		}
 		return &Block{
 			Reason:  v1alpha1.ReasonFailedPermanent,
-			Message: fmt.Sprintf("values %s were rolled back on each of %d attempts; the backoff gave up on them", fp, rb.Turn),
+			Message: fmt.Sprintf("values %s were rolled back on each of %d attempts; the backoff gave up on them under this policy (a change of the policy reopens them)", fp, rb.Turn),
 		}, nil
 	}
 	if slices.Contains(status.RolledBackFingerprints, fp) {
-		maxAttempts := s.Guardrails.Rollback.Backoff.MaxAttempts
-		turnsLeft := rb != nil && rb.Fingerprint == fp && rb.Turn < maxAttempts
+		turnsLeft := same && rb.Turn < maxAttempts
 		if (turnsLeft && rb.State == v1alpha1.BackoffBackedOff) || (rb != nil && rb.Fingerprint == fp && rb.State == v1alpha1.BackoffMonitoring) {
 			return nil, nil
 		}

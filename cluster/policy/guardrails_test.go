@@ -315,6 +315,12 @@ func TestSameValuesAllowedForFreshBackoffTurn(t *testing.T) {
 			&v1alpha1.RollbackState{State: v1alpha1.BackoffMonitoring, Turn: 2, Fingerprint: fp}, "", nil},
 		{"failed permanently", 2, []string{fp},
 			&v1alpha1.RollbackState{State: v1alpha1.BackoffFailedPermanent, Turn: 2, Fingerprint: fp}, v1alpha1.ReasonFailedPermanent, nil},
+		{"failed permanently under this policy", 2, []string{fp},
+			&v1alpha1.RollbackState{State: v1alpha1.BackoffFailedPermanent, Turn: 2, Fingerprint: fp,
+				Policy: &v1alpha1.PolicyReference{Name: "p", Fingerprint: Fingerprint(spec(2))}}, v1alpha1.ReasonFailedPermanent, nil},
+		{"failed permanently under another policy state: a fresh run", 2, []string{fp},
+			&v1alpha1.RollbackState{State: v1alpha1.BackoffFailedPermanent, Turn: 2, Fingerprint: fp,
+				Policy: &v1alpha1.PolicyReference{Name: "p", Fingerprint: "0123456789abcdef"}}, "", nil},
 		{"failed permanently, other values", 2, nil,
 			&v1alpha1.RollbackState{State: v1alpha1.BackoffFailedPermanent, Turn: 2, Fingerprint: "0123456789abcdef"}, "", nil},
 	}
@@ -458,4 +464,38 @@ func BenchmarkFreezeActiveOfficeHours(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestRetryTurnIsGovernedByTheBackoffNotTheCooldown: once a backoff turn
+// completed with turns left, the retry of the same values is not held
+// back by the cooldown of the rollback that ended the turn; other values
+// that decrease the resource still are.
+func TestRetryTurnIsGovernedByTheBackoffNotTheCooldown(t *testing.T) {
+	now := at("2026-12-01T10:00:00Z")
+	spec := v1alpha1.PolicySpec{Guardrails: v1alpha1.Guardrails{Rollback: v1alpha1.RollbackGuardrails{Backoff: v1alpha1.Backoff{MaxAttempts: 2}}}}
+	running := []v1alpha1.ContainerResources{cr("app", "500m", "256Mi", "", "")}
+	retried := []v1alpha1.ContainerResources{cr("app", "500m", "128Mi", "", "")}
+	other := []v1alpha1.ContainerResources{cr("app", "500m", "192Mi", "", "")}
+	fp := ValueFingerprint(retried)
+	status := func(state v1alpha1.BackoffState, turn int32) *v1alpha1.RightsizingRecommendationStatus {
+		return &v1alpha1.RightsizingRecommendationStatus{
+			Cooldowns:              []v1alpha1.Cooldown{{Resource: v1alpha1.ResourceMemory, Until: metav1.NewTime(now.Add(time.Hour))}},
+			RolledBackFingerprints: []string{fp},
+			Rollback:               &v1alpha1.RollbackState{State: state, Turn: turn, Fingerprint: fp},
+		}
+	}
+
+	b, err := CheckApply(now, spec, status(v1alpha1.BackoffBackedOff, 1), running, retried)
+	require.NoError(t, err)
+	assert.Nil(t, b, "the retry happens at the backoff's expiry")
+
+	b, err = CheckApply(now, spec, status(v1alpha1.BackoffBackedOff, 1), running, other)
+	require.NoError(t, err)
+	require.NotNil(t, b)
+	assert.Equal(t, v1alpha1.ReasonCooldown, b.Reason, "the cooldown applies to other values")
+
+	b, err = CheckApply(now, spec, status(v1alpha1.BackoffBackedOff, 2), running, retried)
+	require.NoError(t, err)
+	require.NotNil(t, b)
+	assert.Equal(t, v1alpha1.ReasonCooldown, b.Reason, "no turn left: no retry, the cooldown holds")
 }

@@ -226,6 +226,18 @@ func applied(containers ...v1alpha1.ContainerChange) *v1alpha1.Change {
 	}
 }
 
+// changedBoth is an InPlace change of the CPU and memory requests of
+// container app, 100m/64Mi → 300m/96Mi.
+func changedBoth() *v1alpha1.Change {
+	c := applied(v1alpha1.ContainerChange{
+		Name:     "app",
+		Previous: v1alpha1.Resources{Requests: &v1alpha1.ResourceValues{CPU: q("100m"), Memory: q("64Mi")}},
+		Applied:  v1alpha1.Resources{Requests: &v1alpha1.ResourceValues{CPU: q("300m"), Memory: q("96Mi")}},
+	})
+	c.Resources = []v1alpha1.ResourceName{v1alpha1.ResourceCPU, v1alpha1.ResourceMemory}
+	return c
+}
+
 // TestAPIServerCallsWebhook runs the webhook against the real
 // kube-apiserver: pods created through the apiserver come back with the
 // applied values when, and only when, the recommendation's phase and
@@ -282,6 +294,26 @@ func TestAPIServerCallsWebhook(t *testing.T) {
 			status: v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseRolledBack, Change: applied(v1alpha1.ContainerChange{
 				Name: "app", Applied: v1alpha1.Resources{Requests: &v1alpha1.ResourceValues{CPU: q("300m")}},
 			})},
+			want:   untouched,
+			result: ResultInactive,
+		},
+		{
+			// Item 7 of issue 12: before, nothing was injected once
+			// RolledBack, so new pods fell back to the manifest's CPU.
+			name: "after a memory-only rollback new pods get the CPU that stays applied", kind: v1alpha1.KindDeployment, strategy: v1alpha1.StrategyInPlace,
+			containers: appCPU,
+			status: v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseRolledBack, Reason: v1alpha1.HealthWatchOOMKills,
+				Change: changedBoth(),
+				Breach: &v1alpha1.Breach{Reason: v1alpha1.HealthWatchOOMKills, At: metav1.Now(), Resources: []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, Restored: true}},
+			want:   want{cpu: "300m", memory: "64Mi", memoryLimit: "128Mi", annotation: fingerprintSeen},
+			result: ResultInjected,
+		},
+		{
+			name: "after a rollback of every resource nothing is injected", kind: v1alpha1.KindDeployment, strategy: v1alpha1.StrategyInPlace,
+			containers: appCPU,
+			status: v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseRolledBack, Reason: v1alpha1.HealthWatchRestarts,
+				Change: changedBoth(),
+				Breach: &v1alpha1.Breach{Reason: v1alpha1.HealthWatchRestarts, At: metav1.Now(), Resources: []v1alpha1.ResourceName{v1alpha1.ResourceCPU, v1alpha1.ResourceMemory}}},
 			want:   untouched,
 			result: ResultInactive,
 		},

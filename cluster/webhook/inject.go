@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -50,7 +51,9 @@ const (
 	// ResultNoRecommendation: no recommendation targets the pod's workload.
 	ResultNoRecommendation = "no_recommendation"
 	// ResultInactive: the recommendation is not in a phase or strategy whose
-	// values new pods get (rolled back, pending, blocked, failed, Rollout).
+	// values new pods get (wholly rolled back, pending, blocked, failed,
+	// Rollout). After a partial rollback new pods get the values that stay
+	// applied.
 	ResultInactive = "inactive"
 	// ResultIgnored: the review was not a pod CREATE.
 	ResultIgnored = "ignored"
@@ -412,9 +415,23 @@ func webhookStrategy(s v1alpha1.Strategy) bool {
 // applied, when the status records them; else spec.containers, unless the
 // status describes an older generation of the spec. ok is false when r is
 // not Active or no values can be trusted.
+//
+// A partial rollback (docs/design.md section 4) is the exception to
+// Active: once only some resources of an InPlace or Deferred change were
+// rolled back, such as memory after OOM kills, the others stay applied on
+// the running pods, and new pods get them too (see keptAfterRollback), so
+// that a new pod runs what its siblings run rather than the manifest.
 func newPodValues(r *v1alpha1.RightsizingRecommendation) (values map[string]v1alpha1.Resources, touched map[corev1.ResourceName]bool, ok bool) {
 	if !Active(r) {
-		return nil, nil, false
+		kept, ok := keptAfterRollback(r)
+		if !ok {
+			return nil, nil, false
+		}
+		values = make(map[string]v1alpha1.Resources, len(r.Status.Change.Containers))
+		for _, cc := range r.Status.Change.Containers {
+			values[cc.Name] = cc.Applied
+		}
+		return values, kept, true
 	}
 	if c := r.Status.Change; c != nil && len(c.Containers) > 0 {
 		values = make(map[string]v1alpha1.Resources, len(c.Containers))
@@ -437,6 +454,33 @@ func newPodValues(r *v1alpha1.RightsizingRecommendation) (values map[string]v1al
 		values[c.Name] = v1alpha1.Resources{Requests: c.Requests, Limits: c.Limits}
 	}
 	return values, nil, true
+}
+
+// keptAfterRollback returns the resources of a rolled-back recommendation's
+// change that its rollback did not touch (status.change.resources, all of
+// cpu and memory when it names none, less status.breach.resources), when
+// the change was applied with a strategy whose values reach new pods
+// through the webhook. ok is false when there are none: the rollback
+// restored everything, or r is not rolled back.
+func keptAfterRollback(r *v1alpha1.RightsizingRecommendation) (map[corev1.ResourceName]bool, bool) {
+	c, b := r.Status.Change, r.Status.Breach
+	if r.Status.Phase != v1alpha1.PhaseRolledBack || c == nil || b == nil || len(c.Containers) == 0 || !webhookStrategy(r.Spec.Strategy) {
+		return nil, false
+	}
+	if c.Strategy != "" && !webhookStrategy(c.Strategy) {
+		return nil, false
+	}
+	changed := c.Resources
+	if len(changed) == 0 {
+		changed = []v1alpha1.ResourceName{v1alpha1.ResourceCPU, v1alpha1.ResourceMemory}
+	}
+	kept := map[corev1.ResourceName]bool{}
+	for _, res := range changed {
+		if !slices.Contains(b.Resources, res) {
+			kept[corev1.ResourceName(res)] = true
+		}
+	}
+	return kept, len(kept) > 0
 }
 
 // fingerprint names the injected values in InjectedAnnotation.
