@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -159,9 +160,11 @@ func (s *Server) waitReady(ctx context.Context) error {
 	}
 }
 
-// DSN is the key=value connection string of a database on the server.
+// DSN is the connection URL of a database on the server (the socket's
+// directory is the host parameter).
 func (s *Server) DSN(database string) string {
-	return fmt.Sprintf("host=%s port=%d user=postgres dbname=%s sslmode=disable", s.dir, port, database)
+	q := url.Values{"host": {s.dir}, "port": {strconv.Itoa(port)}, "sslmode": {"disable"}}
+	return "postgres://postgres@/" + database + "?" + q.Encode()
 }
 
 // NewDatabase creates an empty database with a fresh name and returns its

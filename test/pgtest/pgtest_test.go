@@ -3,6 +3,7 @@ package pgtest_test
 import (
 	"context"
 	"database/sql"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -40,7 +41,9 @@ func TestServerStartsServesAndStops(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(ctx, "SELECT version(), current_user").Scan(&version, &who))
 	assert.True(t, strings.HasPrefix(version, "PostgreSQL 15."), version)
 	assert.Equal(t, "postgres", who)
-	dir := strings.Fields(a)[0][len("host="):]
+	u, err := url.Parse(a)
+	require.NoError(t, err)
+	dir := u.Query().Get("host")
 	srv.Stop()
 	stopped = true
 	_, err = os.Stat(dir)
