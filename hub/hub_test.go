@@ -49,7 +49,7 @@ func TestWrittenActionsReadBackWithTheLeadersJSONAndTheCluster(t *testing.T) {
 		require.Equal(t, http.StatusOK, status, string(body))
 		var raw struct {
 			Items    []map[string]json.RawMessage `json:"items"`
-			Continue *string                     `json:"continue"`
+			Continue *string                      `json:"continue"`
 		}
 		require.NoError(t, json.Unmarshal(body, &raw))
 		require.Len(t, raw.Items, 1)

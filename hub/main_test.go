@@ -85,15 +85,31 @@ func newEnv(t *testing.T, backend string) *env {
 	e.tokens["reader"] = tok
 	e.server = hub.New(st, quiet)
 	e.server.Now = func() time.Time { return e.now }
-	ts := httptest.NewTLSServer(e.server.Handler())
-	t.Cleanup(ts.Close)
-	e.url, e.client = ts.URL, ts.Client()
+	ts := httptestTLS(t, e.server)
+	e.url, e.client = ts.url, ts.client
 	return e
+}
+
+type tlsServer struct {
+	url    string
+	client *http.Client
+}
+
+// httptestTLS serves s over TLS on loopback until the test ends.
+func httptestTLS(tb testing.TB, s *hub.Server) tlsServer {
+	ts := httptest.NewTLSServer(s.Handler())
+	tb.Cleanup(ts.Close)
+	return tlsServer{url: ts.URL, client: ts.Client()}
+}
+
+// post writes body as the cluster's own token.
+func (e *env) post(t testing.TB, cluster string, body []byte) (int, []byte) {
+	return e.do(t, "POST", "/v1/clusters/"+cluster+"/actions", cluster, body)
 }
 
 // do sends a request with the token of who ("" for none) and returns the
 // status and body.
-func (e *env) do(t *testing.T, method, path, who string, body []byte) (int, []byte) {
+func (e *env) do(t testing.TB, method, path, who string, body []byte) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, e.url+path, bytes.NewReader(body))
 	require.NoError(t, err)
@@ -112,7 +128,7 @@ func (e *env) do(t *testing.T, method, path, who string, body []byte) (int, []by
 }
 
 // write posts a batch as the cluster's own token and requires a 200.
-func (e *env) write(t *testing.T, cluster string, actions ...hubv1.Action) hubv1.BatchResult {
+func (e *env) write(t testing.TB, cluster string, actions ...hubv1.Action) hubv1.BatchResult {
 	t.Helper()
 	status, body := e.do(t, "POST", "/v1/clusters/"+cluster+"/actions", cluster, mustJSON(t, batch(cluster, actions...)))
 	require.Equal(t, http.StatusOK, status, string(body))
@@ -122,7 +138,7 @@ func (e *env) write(t *testing.T, cluster string, actions ...hubv1.Action) hubv1
 }
 
 // get reads path as the reader into v and requires a 200.
-func (e *env) get(t *testing.T, path string, v any) {
+func (e *env) get(t testing.TB, path string, v any) {
 	t.Helper()
 	status, body := e.do(t, "GET", path, "reader", nil)
 	require.Equal(t, http.StatusOK, status, string(body))

@@ -7,10 +7,10 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	hubv1 "github.com/kerf-dev/kerf/api/hub/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
@@ -63,6 +63,85 @@ type newest struct {
 	a         *hubv1.Action
 }
 
+// row is an action ready to insert.
+type row struct {
+	a      *hubv1.Action
+	digest string
+	body   string
+	wid    string
+}
+
+// insertChunk is how many actions one INSERT statement carries (15
+// parameters each, well under SQLite's and PostgreSQL's limits).
+const insertChunk = 200
+
+// insertActions inserts the rows whose key is new, a chunk per statement,
+// and returns the ids of those inserted by key. A key that appears twice
+// in the rows is inserted once.
+func (s *Store) insertActions(ctx context.Context, tx *sql.Tx, cluster string, now int64, rows []row) (map[string]int64, error) {
+	const cols = "(cluster, key, digest, workload_id, seq, time, type, reason, namespace, recommendation, kind, name, phase, body, received_at)"
+	const values = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	ids := make(map[string]int64, len(rows))
+	for chunk := range slices.Chunk(rows, insertChunk) {
+		query := "INSERT INTO actions " + cols + " VALUES " + values + strings.Repeat(", "+values, len(chunk)-1) +
+			" ON CONFLICT (cluster, key) DO NOTHING RETURNING id, key"
+		args := make([]any, 0, 15*len(chunk))
+		for _, r := range chunk {
+			a := r.a
+			args = append(args, cluster, a.Key, r.digest, r.wid, a.Seq, a.Time.UnixNano(), string(a.Type), a.Reason, a.Namespace,
+				a.Recommendation, string(a.Workload.Kind), a.Workload.Name, string(a.Phase), r.body, now)
+		}
+		res, err := tx.QueryContext(ctx, s.q(query), args...)
+		if err != nil {
+			return nil, fmt.Errorf("insert actions: %w", err)
+		}
+		for res.Next() {
+			var id int64
+			var key string
+			if err := res.Scan(&id, &key); err != nil {
+				_ = res.Close()
+				return nil, fmt.Errorf("insert actions: %w", err)
+			}
+			ids[key] = id
+		}
+		if err := res.Close(); err != nil {
+			return nil, fmt.Errorf("insert actions: %w", err)
+		}
+		if err := res.Err(); err != nil {
+			return nil, fmt.Errorf("insert actions: %w", err)
+		}
+	}
+	return ids, nil
+}
+
+// storedDigests returns the digests of the keys already stored for the
+// cluster (a key not found is absent from the map).
+func (s *Store) storedDigests(ctx context.Context, tx *sql.Tx, cluster string, keys []string) (map[string]string, error) {
+	out := map[string]string{}
+	for chunk := range slices.Chunk(keys, 500) {
+		args := []any{cluster}
+		for _, k := range chunk {
+			args = append(args, k)
+		}
+		rows, err := tx.QueryContext(ctx, s.q("SELECT key, digest FROM actions WHERE cluster = ? AND key IN (?"+strings.Repeat(", ?", len(chunk)-1)+")"), args...)
+		if err != nil {
+			return nil, fmt.Errorf("read stored actions: %w", err)
+		}
+		for rows.Next() {
+			var k, d string
+			if err := rows.Scan(&k, &d); err != nil {
+				_ = rows.Close()
+				return nil, fmt.Errorf("read stored actions: %w", err)
+			}
+			out[k] = d
+		}
+		if err := rows.Close(); err != nil {
+			return nil, fmt.Errorf("read stored actions: %w", err)
+		}
+	}
+	return out, nil
+}
+
 // Ingest stores a batch of the cluster's actions in one transaction: every
 // new action, the counters, each workload's newest action, and the
 // cluster's contact time and leader report. An action whose key is stored
@@ -87,16 +166,7 @@ func (s *Store) Ingest(ctx context.Context, cluster string, b *hubv1.Batch) (hub
 		if len(b.Actions) == 0 {
 			return nil
 		}
-		insert, err := tx.PrepareContext(ctx, s.q(`INSERT INTO actions
-			(cluster, key, digest, workload_id, seq, time, type, reason, namespace, recommendation, kind, name, phase, body, received_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (cluster, key) DO NOTHING RETURNING id`))
-		if err != nil {
-			return fmt.Errorf("prepare insert: %w", err)
-		}
-		defer insert.Close()
-		counts := map[countKey]int64{}
-		latest := map[string]newest{}
+		rows := make([]row, len(b.Actions))
 		for i := range b.Actions {
 			a := &b.Actions[i]
 			dig, err := digest(a)
@@ -107,60 +177,79 @@ func (s *Store) Ingest(ctx context.Context, cluster string, b *hubv1.Batch) (hub
 			if err != nil {
 				return fmt.Errorf("encode actions[%d]: %w", i, err)
 			}
-			wid := WorkloadID(cluster, a.Namespace, a.Workload.Kind, a.Workload.Name)
-			t := a.Time.UnixNano()
-			var id int64
-			err = insert.QueryRowContext(ctx, cluster, a.Key, dig, wid, a.Seq, t, string(a.Type), a.Reason, a.Namespace,
-				a.Recommendation, string(a.Workload.Kind), a.Workload.Name, string(a.Phase), string(bb), now).Scan(&id)
-			if errors.Is(err, sql.ErrNoRows) {
-				var stored string
-				err := tx.QueryRowContext(ctx, s.q("SELECT digest FROM actions WHERE cluster = ? AND key = ?"), cluster, a.Key).Scan(&stored)
-				if err != nil && !errors.Is(err, sql.ErrNoRows) {
-					return fmt.Errorf("read stored action %q: %w", a.Key, err)
-				}
-				if err == nil && stored != dig {
+			rows[i] = row{a: a, digest: dig, body: string(bb), wid: WorkloadID(cluster, a.Namespace, a.Workload.Kind, a.Workload.Name)}
+		}
+		inserted, err := s.insertActions(ctx, tx, cluster, now, rows)
+		if err != nil {
+			return err
+		}
+		var missing []string
+		for _, r := range rows {
+			if _, ok := inserted[r.a.Key]; !ok {
+				missing = append(missing, r.a.Key)
+			}
+		}
+		stored, err := s.storedDigests(ctx, tx, cluster, missing)
+		if err != nil {
+			return err
+		}
+		counts := map[countKey]int64{}
+		latest := map[string]newest{}
+		for i, r := range rows {
+			a := r.a
+			id, ok := inserted[a.Key]
+			if !ok || stored[a.Key] != "" {
+				// Stored before, or earlier in this batch.
+				if d, ok := stored[a.Key]; ok && d != r.digest {
 					return &KeyConflictError{Index: i, Key: a.Key}
 				}
 				res.Duplicates++
 				res.Actions = append(res.Actions, hubv1.ActionResult{Key: a.Key, Status: hubv1.StatusDuplicate})
 				continue
 			}
-			if err != nil {
-				return fmt.Errorf("insert actions[%d]: %w", i, err)
-			}
+			stored[a.Key] = r.digest
 			res.Stored++
 			res.Actions = append(res.Actions, hubv1.ActionResult{Key: a.Key, Status: hubv1.StatusStored})
 			if len(a.Resources) == 0 {
 				counts[countKey{string(a.Type), a.Reason, ""}]++
 			}
-			for _, r := range a.Resources {
-				counts[countKey{string(a.Type), a.Reason, string(r)}]++
+			for _, rn := range a.Resources {
+				counts[countKey{string(a.Type), a.Reason, string(rn)}]++
 			}
-			if n, ok := latest[wid]; !ok || t > n.time || (t == n.time && a.Seq > n.seq) {
-				latest[wid] = newest{id: id, time: t, seq: a.Seq, a: a}
+			t := a.Time.UnixNano()
+			if n, ok := latest[r.wid]; !ok || t > n.time || (t == n.time && a.Seq > n.seq) {
+				latest[r.wid] = newest{id: id, time: t, seq: a.Seq, a: a}
 			}
 		}
 		// Rows are upserted in key order, so that two transactions on
 		// PostgreSQL lock them in the same order and cannot deadlock.
-		for _, k := range slices.SortedFunc(maps.Keys(counts), func(x, y countKey) int {
+		keys := slices.SortedFunc(maps.Keys(counts), func(x, y countKey) int {
 			return cmp.Or(cmp.Compare(x.typ, y.typ), cmp.Compare(x.reason, y.reason), cmp.Compare(x.resource, y.resource))
-		}) {
-			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO action_counts (cluster, type, reason, resource, count) VALUES (?, ?, ?, ?, ?)
-				ON CONFLICT (cluster, type, reason, resource) DO UPDATE SET count = action_counts.count + excluded.count`),
-				cluster, k.typ, k.reason, k.resource, counts[k]); err != nil {
+		})
+		for chunk := range slices.Chunk(keys, insertChunk) {
+			args := make([]any, 0, 5*len(chunk))
+			for _, k := range chunk {
+				args = append(args, cluster, k.typ, k.reason, k.resource, counts[k])
+			}
+			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO action_counts (cluster, type, reason, resource, count) VALUES (?, ?, ?, ?, ?)`+
+				strings.Repeat(", (?, ?, ?, ?, ?)", len(chunk)-1)+`
+				ON CONFLICT (cluster, type, reason, resource) DO UPDATE SET count = action_counts.count + excluded.count`), args...); err != nil {
 				return fmt.Errorf("count actions: %w", err)
 			}
 		}
-		for _, wid := range slices.Sorted(maps.Keys(latest)) {
-			n := latest[wid]
+		for chunk := range slices.Chunk(slices.Sorted(maps.Keys(latest)), insertChunk) {
+			args := make([]any, 0, 9*len(chunk))
+			for _, wid := range chunk {
+				n := latest[wid]
+				args = append(args, wid, cluster, n.a.Namespace, string(n.a.Workload.Kind), n.a.Workload.Name, string(n.a.Phase), n.id, n.time, n.seq)
+			}
 			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO workloads (id, cluster, namespace, kind, name, phase, last_action, last_time, last_seq)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`+strings.Repeat(", (?, ?, ?, ?, ?, ?, ?, ?, ?)", len(chunk)-1)+`
 				ON CONFLICT (id) DO UPDATE SET phase = excluded.phase, last_action = excluded.last_action,
 					last_time = excluded.last_time, last_seq = excluded.last_seq
 				WHERE excluded.last_time > workloads.last_time
-					OR (excluded.last_time = workloads.last_time AND excluded.last_seq > workloads.last_seq)`),
-				wid, cluster, n.a.Namespace, string(n.a.Workload.Kind), n.a.Workload.Name, string(n.a.Phase), n.id, n.time, n.seq); err != nil {
-				return fmt.Errorf("update workload %s/%s/%s: %w", n.a.Namespace, n.a.Workload.Kind, n.a.Workload.Name, err)
+					OR (excluded.last_time = workloads.last_time AND excluded.last_seq > workloads.last_seq)`), args...); err != nil {
+				return fmt.Errorf("update workloads: %w", err)
 			}
 		}
 		return nil
