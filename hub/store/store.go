@@ -91,6 +91,12 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s database: %w", s.dialect, err)
 	}
+	if s.dialect == Postgres {
+		// Keep connections for the usual concurrency instead of
+		// reconnecting for every burst of batches.
+		s.db.SetMaxIdleConns(10)
+		s.db.SetConnMaxIdleTime(5 * time.Minute)
+	}
 	if err := s.db.PingContext(ctx); err != nil {
 		_ = s.db.Close()
 		return nil, fmt.Errorf("connect to %s database %s: %w", s.dialect, redact(dsn), err)
