@@ -96,6 +96,18 @@ func TestAReplayedActionIsAcknowledgedAndStoredOnce(t *testing.T) {
 		var page hubv1.AuditPage
 		e.get(t, "/v1/audit", &page)
 		assert.Len(t, page.Items, 2)
+		// A resend after a failover may carry a later phase and a list
+		// spelled [] instead of absent: still the same action.
+		again := a2
+		again.Phase = v1alpha1.PhaseHealthy
+		again.Containers = []v1alpha1.ContainerValueChange{}
+		res = e.write(t, "east", again)
+		assert.Equal(t, 1, res.Duplicates)
+		var wl hubv1.WorkloadPage
+		e.get(t, "/v1/workloads", &wl)
+		require.Len(t, wl.Items, 1)
+		assert.Equal(t, v1alpha1.PhaseWatching, wl.Items[0].Phase, "a duplicate changes nothing")
+
 		// Another cluster may use the same keys: keys are per cluster.
 		assert.Equal(t, 1, e.write(t, "west", a1).Stored)
 	})

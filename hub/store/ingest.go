@@ -45,9 +45,14 @@ func WorkloadID(cluster, namespace string, kind v1alpha1.WorkloadKind, name stri
 	return "w" + hex.EncodeToString(sum[:12])
 }
 
-// digest identifies an action's content, to tell a replay from a reused key.
+// digest identifies an action's content, to tell a replay from a reused
+// key: the audit entry only, with empty lists as [] whichever way they came.
+// Seq and phase are left out: a leader that resends after a failover may
+// see the recommendation in a later phase, and the action is the same.
 func digest(a *hubv1.Action) (string, error) {
-	b, err := json.Marshal(a)
+	e := a.Entry
+	e.Resources, e.Containers, e.Figures = nonNil(e.Resources), nonNil(e.Containers), nonNil(e.Figures)
+	b, err := json.Marshal(e)
 	if err != nil {
 		return "", fmt.Errorf("encode action %q: %w", a.Key, err)
 	}
