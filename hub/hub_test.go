@@ -524,3 +524,60 @@ func TestSchemaIsMigratedOnceAndReopens(t *testing.T) {
 	_, err = store.Open(context.Background(), "mysql://x", nil)
 	assert.ErrorContains(t, err, "must start with sqlite: or postgres://")
 }
+
+// TestReplicasDeliveredTheSameBatchAtOnceStoreItOnce sends one batch to
+// two hub replicas over one database, eight times at once, as a leader
+// retrying against a load balancer would: every answer is 200, each
+// action is stored and counted once.
+func TestReplicasDeliveredTheSameBatchAtOnceStoreItOnce(t *testing.T) {
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) {
+			e := newEnv(t, backend)
+			second, err := store.Open(context.Background(), e.dsn, quiet)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = second.Close() })
+			other := httptestTLS(t, hub.New(second, quiet))
+			var actions []hubv1.Action
+			for i := range 50 {
+				actions = append(actions, action("shop", fmt.Sprintf("w%d", i%5), int64(i/5+1), v1alpha1.ActionRolledBack, "OOMKills", i/5, v1alpha1.ResourceMemory))
+			}
+			body := mustJSON(t, batch("east", actions...))
+			type result struct {
+				status int
+				res    hubv1.BatchResult
+			}
+			results := make(chan result, 8)
+			for i := range 8 {
+				go func() {
+					target := *e
+					if i%2 == 1 {
+						target.url, target.client = other.url, other.client
+					}
+					req, _ := http.NewRequest("POST", target.url+"/v1/clusters/east/actions", strings.NewReader(string(body)))
+					req.Header.Set("Authorization", "Bearer "+e.tokens["east"])
+					resp, err := target.client.Do(req)
+					if err != nil {
+						results <- result{status: -1}
+						return
+					}
+					defer resp.Body.Close()
+					var r hubv1.BatchResult
+					_ = json.NewDecoder(resp.Body).Decode(&r)
+					results <- result{status: resp.StatusCode, res: r}
+				}()
+			}
+			stored := 0
+			for range 8 {
+				r := <-results
+				require.Equal(t, http.StatusOK, r.status)
+				assert.Equal(t, 50, r.res.Stored+r.res.Duplicates)
+				stored += r.res.Stored
+			}
+			assert.Equal(t, 50, stored, "each action stored by exactly one delivery")
+			var page hubv1.AuditPage
+			e.get(t, "/v1/audit?limit=1000", &page)
+			assert.Len(t, page.Items, 50)
+			assert.Contains(t, metrics(t, e), `kerf_actions_total{cluster="east",reason="OOMKills",resource="memory",type="rolled_back"} 50`)
+		})
+	}
+}

@@ -42,6 +42,12 @@ var backends = []string{"sqlite", "postgres"}
 
 // openStore opens an empty store of the backend for one test.
 func openStore(tb testing.TB, backend string) *store.Store {
+	st, _ := openStoreDSN(tb, backend)
+	return st
+}
+
+// openStoreDSN is openStore that also returns the database's DSN.
+func openStoreDSN(tb testing.TB, backend string) (*store.Store, string) {
 	tb.Helper()
 	ctx := context.Background()
 	var dsn string
@@ -57,7 +63,7 @@ func openStore(tb testing.TB, backend string) *store.Store {
 	st, err := store.Open(ctx, dsn, quiet)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = st.Close() })
-	return st
+	return st, dsn
 }
 
 // env is a hub over TLS on one backend with two clusters and a reader.
@@ -68,13 +74,15 @@ type env struct {
 	client *http.Client
 	tokens map[string]string // cluster name or "reader" → token
 	now    time.Time
+	// dsn opens the same database again, as another replica would.
+	dsn string
 }
 
 func newEnv(t *testing.T, backend string) *env {
 	t.Helper()
-	st := openStore(t, backend)
+	st, dsn := openStoreDSN(t, backend)
 	ctx := context.Background()
-	e := &env{store: st, tokens: map[string]string{}, now: time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)}
+	e := &env{store: st, dsn: dsn, tokens: map[string]string{}, now: time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)}
 	for _, c := range []string{"east", "west"} {
 		tok, err := st.AddCluster(ctx, c)
 		require.NoError(t, err)
