@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 )
 
@@ -54,108 +54,7 @@ func (h *Handler) Register(mux *http.ServeMux) {
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", "GET, HEAD")
-	writeJSON(w, http.StatusMethodNotAllowed, Error{Error: fmt.Sprintf("method %s: must be GET or HEAD", r.Method)})
-}
-
-// Workload names the workload a recommendation targets.
-type Workload struct {
-	// Kind is Deployment, StatefulSet or DaemonSet.
-	Kind v1alpha1.WorkloadKind `json:"kind"`
-	// Name is the workload's name.
-	Name string `json:"name"`
-}
-
-// Entry is one action of status.history with the recommendation and the
-// workload it belongs to. Lists are empty, never null.
-type Entry struct {
-	// Time is when the action happened (RFC 3339, UTC, whole seconds).
-	Time metav1.Time `json:"time"`
-	// Type is applied, rolled_back, failed, healthy or blocked.
-	Type v1alpha1.ActionType `json:"type"`
-	// Reason is a CamelCase word, such as OOMKills or Cooldown.
-	Reason string `json:"reason"`
-	// Message says what happened, for people.
-	Message string `json:"message"`
-	// Resources are the resources the action touched: cpu, memory.
-	Resources []v1alpha1.ResourceName `json:"resources"`
-	// Containers are the old and new values per container.
-	Containers []v1alpha1.ContainerValueChange `json:"containers"`
-	// Figures are the figures that crossed a threshold.
-	Figures []string `json:"figures"`
-	// Namespace is the recommendation's (and the workload's) namespace.
-	Namespace string `json:"namespace"`
-	// Recommendation is the RightsizingRecommendation's name.
-	Recommendation string `json:"recommendation"`
-	// Workload is the recommendation's target.
-	Workload Workload `json:"workload"`
-}
-
-// Page is the answer of GET /v1/audit.
-type Page struct {
-	// Items are the actions, newest first.
-	Items []Entry `json:"items"`
-	// Continue fetches the next page when passed as the continue query
-	// parameter; empty on the last page.
-	Continue string `json:"continue"`
-}
-
-// HealthWatch is a recommendation's HealthWatch condition.
-type HealthWatch struct {
-	// Reason is the watch's state, such as Watching, Healthy or OOMKills.
-	Reason string `json:"reason"`
-	// Message says the same for people.
-	Message string `json:"message"`
-}
-
-// ChangeSummary sums up a recommendation's status.change: the change being
-// watched, or the last one.
-type ChangeSummary struct {
-	// AppliedAt is when the change was applied.
-	AppliedAt metav1.Time `json:"appliedAt"`
-	// Strategy is the strategy that applied it.
-	Strategy v1alpha1.Strategy `json:"strategy"`
-	// Resources are the resources it touched.
-	Resources []v1alpha1.ResourceName `json:"resources"`
-}
-
-// RecommendationStatus is where one recommendation targeting a workload
-// stands now.
-type RecommendationStatus struct {
-	// Name is the RightsizingRecommendation's name.
-	Name string `json:"name"`
-	// Phase is the recommendation's phase; empty before Kerf acted on it.
-	Phase v1alpha1.Phase `json:"phase"`
-	// Reason says why the phase is what it is.
-	Reason string `json:"reason"`
-	// Message says the same for people.
-	Message string `json:"message"`
-	// HealthWatch is the HealthWatch condition; null when it is not set.
-	HealthWatch *HealthWatch `json:"healthWatch"`
-	// Change is the status.change summary; null when nothing was applied.
-	Change *ChangeSummary `json:"change"`
-}
-
-// WorkloadHistory is the answer of
-// GET /v1/workloads/{namespace}/{kind}/{name}/history.
-type WorkloadHistory struct {
-	// Namespace is the workload's namespace.
-	Namespace string `json:"namespace"`
-	// Workload is the workload, its kind spelled as Kubernetes does.
-	Workload Workload `json:"workload"`
-	// Recommendations are the recommendations that target the workload,
-	// by name.
-	Recommendations []RecommendationStatus `json:"recommendations"`
-	// Items are their actions, newest first.
-	Items []Entry `json:"items"`
-}
-
-// Error is the body of every answer that is not 200.
-type Error struct {
-	// Error says what went wrong; for bad input it names the parameter and
-	// the allowed values.
-	Error string `json:"error"`
-	// Parameter is the query or path parameter at fault, if one is.
-	Parameter string `json:"parameter,omitempty"`
+	writeJSON(w, http.StatusMethodNotAllowed, auditv1.Error{Error: fmt.Sprintf("method %s: must be GET or HEAD", r.Method)})
 }
 
 func (h *Handler) serveAudit(w http.ResponseWriter, r *http.Request) {
@@ -180,7 +79,7 @@ func (h *Handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	sortRefs(refs)
-	page := Page{Items: make([]Entry, 0, min(len(refs), q.limit))}
+	page := auditv1.Page{Items: make([]auditv1.Entry, 0, min(len(refs), q.limit))}
 	for _, rf := range refs[:min(len(refs), q.limit)] {
 		page.Items = append(page.Items, rf.entry())
 	}
@@ -204,7 +103,7 @@ func (h *Handler) serveWorkloadHistory(w http.ResponseWriter, r *http.Request) {
 		h.readFailed(w, err)
 		return
 	}
-	out := WorkloadHistory{Namespace: ns, Workload: wl, Recommendations: []RecommendationStatus{}, Items: []Entry{}}
+	out := auditv1.WorkloadHistory{Namespace: ns, Workload: wl, Recommendations: []auditv1.RecommendationStatus{}, Items: []auditv1.Entry{}}
 	var refs []ref
 	for i := range rsrs {
 		rsr := &rsrs[i]
@@ -215,10 +114,10 @@ func (h *Handler) serveWorkloadHistory(w http.ResponseWriter, r *http.Request) {
 		refs = appendRefs(refs, rsr, nil)
 	}
 	if len(out.Recommendations) == 0 {
-		writeJSON(w, http.StatusNotFound, Error{Error: fmt.Sprintf("no RightsizingRecommendation targets %s %s/%s", wl.Kind, ns, wl.Name)})
+		writeJSON(w, http.StatusNotFound, auditv1.Error{Error: fmt.Sprintf("no RightsizingRecommendation targets %s %s/%s", wl.Kind, ns, wl.Name)})
 		return
 	}
-	slices.SortFunc(out.Recommendations, func(a, b RecommendationStatus) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Recommendations, func(a, b auditv1.RecommendationStatus) int { return strings.Compare(a.Name, b.Name) })
 	sortRefs(refs)
 	for _, rf := range refs {
 		out.Items = append(out.Items, rf.entry())
@@ -249,7 +148,7 @@ func (h *Handler) readFailed(w http.ResponseWriter, err error) {
 		status = http.StatusServiceUnavailable
 		w.Header().Set("Retry-After", "5")
 	}
-	writeJSON(w, status, Error{Error: err.Error()})
+	writeJSON(w, status, auditv1.Error{Error: err.Error()})
 }
 
 func (h *Handler) now() time.Time {
@@ -259,18 +158,18 @@ func (h *Handler) now() time.Time {
 	return h.Now()
 }
 
-func statusOf(rsr *v1alpha1.RightsizingRecommendation) RecommendationStatus {
-	s := RecommendationStatus{
+func statusOf(rsr *v1alpha1.RightsizingRecommendation) auditv1.RecommendationStatus {
+	s := auditv1.RecommendationStatus{
 		Name:    rsr.Name,
 		Phase:   rsr.Status.Phase,
 		Reason:  rsr.Status.Reason,
 		Message: rsr.Status.Message,
 	}
 	if c := meta.FindStatusCondition(rsr.Status.Conditions, v1alpha1.ConditionHealthWatch); c != nil {
-		s.HealthWatch = &HealthWatch{Reason: c.Reason, Message: c.Message}
+		s.HealthWatch = &auditv1.HealthWatch{Reason: c.Reason, Message: c.Message}
 	}
 	if c := rsr.Status.Change; c != nil {
-		s.Change = &ChangeSummary{AppliedAt: c.AppliedAt, Strategy: c.Strategy, Resources: nonNil(c.Resources)}
+		s.Change = &auditv1.ChangeSummary{AppliedAt: c.AppliedAt, Strategy: c.Strategy, Resources: nonNil(c.Resources)}
 	}
 	return s
 }
@@ -284,7 +183,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err := enc.Encode(v); err != nil {
 		status = http.StatusInternalServerError
 		buf.Reset()
-		_ = enc.Encode(Error{Error: "encode answer: " + err.Error()})
+		_ = enc.Encode(auditv1.Error{Error: "encode answer: " + err.Error()})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -293,7 +192,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, err error) {
-	body := Error{Error: err.Error()}
+	body := auditv1.Error{Error: err.Error()}
 	if pe, ok := errors.AsType[*paramError](err); ok {
 		body.Parameter = pe.param
 	}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/audit"
 	"github.com/kerf-dev/kerf/internal/kube"
@@ -87,18 +88,18 @@ func get(t *testing.T, url string) (int, []byte) {
 	return resp.StatusCode, body
 }
 
-func getPage(t *testing.T, url string) audit.Page {
+func getPage(t *testing.T, url string) auditv1.Page {
 	t.Helper()
 	status, body := get(t, url)
 	require.Equal(t, http.StatusOK, status, "GET %s: %s", url, body)
-	var p audit.Page
+	var p auditv1.Page
 	require.NoError(t, json.Unmarshal(body, &p))
 	return p
 }
 
 // messages returns the messages of the fixture's items, leaving out other
 // namespaces (TestCursorSurvivesHistoryTrim writes its own).
-func messages(items []audit.Entry) []string {
+func messages(items []auditv1.Entry) []string {
 	out := []string{}
 	for _, e := range items {
 		if e.Namespace == env.nsA || e.Namespace == env.nsB {
@@ -125,14 +126,14 @@ func TestAuditListsEveryActionNewestFirst(t *testing.T) {
 			assert.Equal(t, allNewestFirst, messages(p.Items))
 			assert.Empty(t, p.Continue, "one page holds them all")
 
-			byMsg := map[string]audit.Entry{}
+			byMsg := map[string]auditv1.Entry{}
 			for _, e := range p.Items {
 				byMsg[e.Message] = e
 			}
 			web0 := byMsg["web 0"]
 			assert.Equal(t, env.nsA, web0.Namespace)
 			assert.Equal(t, "web", web0.Recommendation)
-			assert.Equal(t, audit.Workload{Kind: v1alpha1.KindDeployment, Name: "web"}, web0.Workload)
+			assert.Equal(t, auditv1.Workload{Kind: v1alpha1.KindDeployment, Name: "web"}, web0.Workload)
 			assert.Equal(t, v1alpha1.ActionApplied, web0.Type)
 			assert.Equal(t, "InPlace", web0.Reason)
 			assert.True(t, web0.Time.Equal(ptrTime(at(0))), "time %s", web0.Time)
@@ -142,7 +143,7 @@ func TestAuditListsEveryActionNewestFirst(t *testing.T) {
 			assert.Equal(t, "256Mi", web0.Containers[0].New.Requests.Memory.String())
 			assert.Equal(t, []string{"oomKills 2 ≥ 1"}, byMsg["web 1"].Figures)
 			db1 := byMsg["db 1"]
-			assert.Equal(t, audit.Workload{Kind: v1alpha1.KindStatefulSet, Name: "db"}, db1.Workload)
+			assert.Equal(t, auditv1.Workload{Kind: v1alpha1.KindStatefulSet, Name: "db"}, db1.Workload)
 			assert.Equal(t, env.nsA, db1.Namespace)
 			assert.Equal(t, env.nsB, byMsg["api 2"].Namespace)
 		})
@@ -217,7 +218,7 @@ func TestAuditPagesWithoutGapsOrDuplicates(t *testing.T) {
 				t.Run(fmt.Sprintf("%slimit=%d", tc.query, tc.limit), func(t *testing.T) {
 					whole := getPage(t, fmt.Sprintf("%s/v1/audit?%slimit=%d", rd.url, tc.query, audit.MaxLimit))
 					require.Empty(t, whole.Continue)
-					var walked []audit.Entry
+					var walked []auditv1.Entry
 					cont := ""
 					for pages := 0; ; pages++ {
 						require.Less(t, pages, 1000, "the walk ends")
@@ -301,7 +302,7 @@ func TestCursorSurvivesHistoryTrim(t *testing.T) {
 		}
 		return out
 	}
-	msgs := func(p audit.Page) []string {
+	msgs := func(p auditv1.Page) []string {
 		var out []string
 		for _, e := range p.Items {
 			out = append(out, e.Message)
@@ -365,7 +366,7 @@ func TestAuditRefusesBadQueryNamingTheParameter(t *testing.T) {
 				t.Run(tc.query, func(t *testing.T) {
 					status, body := get(t, rd.url+"/v1/audit?"+tc.query)
 					assert.Equal(t, http.StatusBadRequest, status)
-					var e audit.Error
+					var e auditv1.Error
 					require.NoError(t, json.Unmarshal(body, &e))
 					assert.Equal(t, tc.wantParam, e.Parameter)
 					assert.Contains(t, e.Error, tc.wantError)
@@ -427,11 +428,11 @@ func TestUnavailableUntilTheCacheStarts(t *testing.T) {
 	}
 }
 
-func getHistory(t *testing.T, url string) audit.WorkloadHistory {
+func getHistory(t *testing.T, url string) auditv1.WorkloadHistory {
 	t.Helper()
 	status, body := get(t, url)
 	require.Equal(t, http.StatusOK, status, "GET %s: %s", url, body)
-	var h audit.WorkloadHistory
+	var h auditv1.WorkloadHistory
 	require.NoError(t, json.Unmarshal(body, &h))
 	return h
 }
@@ -442,7 +443,7 @@ func TestWorkloadHistoryOfADeployment(t *testing.T) {
 			for _, kind := range []string{"Deployment", "deployment", "DEPLOYMENT"} {
 				h := getHistory(t, fmt.Sprintf("%s/v1/workloads/%s/%s/web/history", rd.url, env.nsA, kind))
 				assert.Equal(t, env.nsA, h.Namespace)
-				assert.Equal(t, audit.Workload{Kind: v1alpha1.KindDeployment, Name: "web"}, h.Workload, "the kind as Kubernetes spells it")
+				assert.Equal(t, auditv1.Workload{Kind: v1alpha1.KindDeployment, Name: "web"}, h.Workload, "the kind as Kubernetes spells it")
 				assert.Equal(t, []string{"web-memory 1", "web 4", "web 3", "web 2", "web-memory 0", "web 1", "web 0"}, messages(h.Items),
 					"both recommendations that target web, newest first")
 
@@ -452,7 +453,7 @@ func TestWorkloadHistoryOfADeployment(t *testing.T) {
 				assert.Equal(t, v1alpha1.PhaseWatching, web.Phase)
 				assert.Equal(t, "Applied", web.Reason)
 				assert.Equal(t, "watching the change applied at 13:00", web.Message)
-				assert.Equal(t, &audit.HealthWatch{Reason: "Watching", Message: "watching for 30m"}, web.HealthWatch)
+				assert.Equal(t, &auditv1.HealthWatch{Reason: "Watching", Message: "watching for 30m"}, web.HealthWatch)
 				require.NotNil(t, web.Change)
 				assert.True(t, web.Change.AppliedAt.Equal(ptrTime(at(60))))
 				assert.Equal(t, v1alpha1.StrategyRollout, web.Change.Strategy)
@@ -460,7 +461,7 @@ func TestWorkloadHistoryOfADeployment(t *testing.T) {
 
 				assert.Equal(t, "web-memory", webMemory.Name)
 				assert.Equal(t, v1alpha1.PhaseHealthy, webMemory.Phase)
-				assert.Equal(t, &audit.HealthWatch{Reason: "Healthy", Message: "no breach in 1h"}, webMemory.HealthWatch)
+				assert.Equal(t, &auditv1.HealthWatch{Reason: "Healthy", Message: "no breach in 1h"}, webMemory.HealthWatch)
 				assert.Nil(t, webMemory.Change)
 			}
 		})
@@ -471,7 +472,7 @@ func TestWorkloadHistoryOfAStatefulSet(t *testing.T) {
 	for _, rd := range readers(t) {
 		t.Run(rd.name, func(t *testing.T) {
 			h := getHistory(t, fmt.Sprintf("%s/v1/workloads/%s/statefulset/db/history", rd.url, env.nsA))
-			assert.Equal(t, audit.Workload{Kind: v1alpha1.KindStatefulSet, Name: "db"}, h.Workload)
+			assert.Equal(t, auditv1.Workload{Kind: v1alpha1.KindStatefulSet, Name: "db"}, h.Workload)
 			assert.Equal(t, []string{"db 1", "db 0"}, messages(h.Items))
 			for _, e := range h.Items {
 				assert.Equal(t, "db", e.Recommendation)
@@ -480,7 +481,7 @@ func TestWorkloadHistoryOfAStatefulSet(t *testing.T) {
 			require.Len(t, h.Recommendations, 1)
 			db := h.Recommendations[0]
 			assert.Equal(t, v1alpha1.PhaseHealthy, db.Phase)
-			assert.Equal(t, &audit.HealthWatch{Reason: "Healthy", Message: "no breach in 20m"}, db.HealthWatch)
+			assert.Equal(t, &auditv1.HealthWatch{Reason: "Healthy", Message: "no breach in 20m"}, db.HealthWatch)
 			require.NotNil(t, db.Change)
 			assert.True(t, db.Change.AppliedAt.Equal(ptrTime(at(20))))
 			assert.Equal(t, v1alpha1.StrategyDeferred, db.Change.Strategy)
@@ -529,7 +530,7 @@ func TestWorkloadHistoryRefusesOrMisses(t *testing.T) {
 				t.Run(tc.name, func(t *testing.T) {
 					status, body := get(t, rd.url+"/v1/workloads/"+tc.path+"/history")
 					assert.Equal(t, tc.wantStatus, status, "%s", body)
-					var e audit.Error
+					var e auditv1.Error
 					require.NoError(t, json.Unmarshal(body, &e))
 					assert.Equal(t, tc.wantParam, e.Parameter)
 					assert.Contains(t, e.Error, tc.wantError)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 )
 
@@ -117,9 +118,9 @@ func sortRefs(refs []ref) {
 }
 
 // entry builds the API's view of the action.
-func (r ref) entry() Entry {
+func (r ref) entry() auditv1.Entry {
 	a := &r.rsr.Status.History[r.i]
-	return Entry{
+	return auditv1.Entry{
 		Time:           a.Time,
 		Type:           a.Type,
 		Reason:         a.Reason,
@@ -129,6 +130,6 @@ func (r ref) entry() Entry {
 		Figures:        nonNil(a.Figures),
 		Namespace:      r.rsr.Namespace,
 		Recommendation: r.rsr.Name,
-		Workload:       Workload{Kind: r.rsr.Spec.TargetRef.Kind, Name: r.rsr.Spec.TargetRef.Name},
+		Workload:       auditv1.Workload{Kind: r.rsr.Spec.TargetRef.Kind, Name: r.rsr.Spec.TargetRef.Name},
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
@@ -168,22 +169,22 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 
 // parseWorkloadPath reads and checks the path parameters of
 // GET /v1/workloads/{namespace}/{kind}/{name}/history.
-func parseWorkloadPath(r *http.Request) (Workload, string, error) {
+func parseWorkloadPath(r *http.Request) (auditv1.Workload, string, error) {
 	ns, kind, name := r.PathValue("namespace"), r.PathValue("kind"), r.PathValue("name")
 	if len(validation.IsDNS1123Label(ns)) > 0 {
-		return Workload{}, "", badParam("namespace", "namespace %q: must be a namespace name (lower-case letters, digits and '-', at most 63)", ns)
+		return auditv1.Workload{}, "", badParam("namespace", "namespace %q: must be a namespace name (lower-case letters, digits and '-', at most 63)", ns)
 	}
-	wl := Workload{Name: name}
+	wl := auditv1.Workload{Name: name}
 	for _, k := range workload.Kinds {
 		if strings.EqualFold(kind, string(k)) {
 			wl.Kind = k
 		}
 	}
 	if wl.Kind == "" {
-		return Workload{}, "", badParam("kind", "kind %q: must be one of %s (any case)", kind, join(workload.Kinds))
+		return auditv1.Workload{}, "", badParam("kind", "kind %q: must be one of %s (any case)", kind, join(workload.Kinds))
 	}
 	if len(validation.IsDNS1123Subdomain(name)) > 0 {
-		return Workload{}, "", badParam("name", "name %q: must be a workload name (lower-case letters, digits, '-' and '.', at most 253)", name)
+		return auditv1.Workload{}, "", badParam("name", "name %q: must be a workload name (lower-case letters, digits, '-' and '.', at most 253)", name)
 	}
 	return wl, ns, nil
 }

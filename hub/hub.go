@@ -1,0 +1,149 @@
+// Package hub is kerf-hub, the service that keeps every cluster's actions
+// in one durable place (docs/design.md section 7b, docs/hub.md): the write
+// API leaders deliver batches to, the read API (audit, workloads, history,
+// clusters), /metrics, token authentication and retention. It holds no
+// state of its own beyond the database (hub/store), so several replicas may
+// serve one PostgreSQL.
+package hub
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
+	hubv1 "github.com/kerf-dev/kerf/api/hub/v1"
+	"github.com/kerf-dev/kerf/hub/store"
+)
+
+// Server serves the hub's HTTP API over a store.
+type Server struct {
+	// Store is the database.
+	Store *store.Store
+	// MaxBodyBytes is the largest write body read; 0 means
+	// hubv1.DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Now is the clock `since` durations count back from; nil means
+	// time.Now.
+	Now func() time.Time
+	// Log receives errors; nil means slog.Default().
+	Log *slog.Logger
+	// Registry gathers /metrics; New makes one with the hub's collector.
+	Registry *prometheus.Registry
+}
+
+// New returns a Server over st whose /metrics serves kerf_actions_total
+// from the database.
+func New(st *store.Store, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&actionsCollector{store: st, log: log})
+	return &Server{Store: st, Now: time.Now, Log: log, Registry: reg}
+}
+
+// Handler returns the hub's routes. Every route but /healthz needs a
+// bearer token: a cluster's for its write route, a reader's for the rest.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/clusters/{cluster}/actions", s.writer(s.serveWrite))
+	mux.Handle("GET /v1/audit", s.reader(s.serveAudit))
+	mux.Handle("GET /v1/workloads", s.reader(s.serveWorkloads))
+	mux.Handle("GET /v1/workloads/{id}/history", s.reader(s.serveHistory))
+	mux.Handle("GET /v1/clusters", s.reader(s.serveClusters))
+	metrics := promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log()}})
+	mux.Handle("GET /metrics", s.reader(metrics.ServeHTTP))
+	mux.HandleFunc("GET /healthz", s.serveHealth)
+	for _, p := range []string{"/v1/clusters/{cluster}/actions"} {
+		mux.HandleFunc(p, methodNotAllowed("POST"))
+	}
+	for _, p := range []string{"/v1/audit", "/v1/workloads", "/v1/workloads/{id}/history", "/v1/clusters", "/metrics", "/healthz"} {
+		mux.HandleFunc(p, methodNotAllowed("GET, HEAD"))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, auditv1.Error{Error: fmt.Sprintf("no route %s %s (docs/hub.md lists the API)", r.Method, r.URL.Path)})
+	})
+	return mux
+}
+
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeJSON(w, http.StatusMethodNotAllowed, auditv1.Error{Error: fmt.Sprintf("method %s: must be %s", r.Method, strings.ReplaceAll(allow, ", ", " or "))})
+	}
+}
+
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := s.Store.Ping(ctx); err != nil {
+		s.log().Error("health check failed", "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, auditv1.Error{Error: "database unavailable"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
+}
+
+func (s *Server) now() time.Time {
+	if s.Now == nil {
+		return time.Now()
+	}
+	return s.Now()
+}
+
+func (s *Server) maxBody() int64 {
+	if s.MaxBodyBytes <= 0 {
+		return hubv1.DefaultMaxBodyBytes
+	}
+	return s.MaxBodyBytes
+}
+
+// failed answers a store error the client did not cause: 500, logged, with
+// no detail of the database in the body.
+func (s *Server) failed(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	s.log().Error("hub request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeJSON(w, http.StatusInternalServerError, auditv1.Error{Error: "internal error; the hub logged it"})
+}
+
+// writeJSON writes v with status; HTML characters are left as they are, as
+// the leader's audit API does.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		_ = enc.Encode(auditv1.Error{Error: "encode answer: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// slogPrinter lets promhttp log through slog.
+type slogPrinter struct{ log *slog.Logger }
+
+func (p slogPrinter) Println(v ...any) { p.log.Error("metrics", "err", fmt.Sprint(v...)) }

@@ -1,0 +1,224 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
+	hubv1 "github.com/kerf-dev/kerf/api/hub/v1"
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/hub/store"
+)
+
+// fieldError is bad input in one field of a request body.
+type fieldError struct {
+	field string
+	msg   string
+}
+
+func (e *fieldError) Error() string { return e.msg }
+
+func badField(field, format string, args ...any) error {
+	return &fieldError{field: field, msg: field + ": " + fmt.Sprintf(format, args...)}
+}
+
+// The values the write protocol accepts, in the order messages list them.
+var (
+	actionTypes = []v1alpha1.ActionType{
+		v1alpha1.ActionApplied, v1alpha1.ActionRolledBack, v1alpha1.ActionFailed,
+		v1alpha1.ActionHealthy, v1alpha1.ActionBlocked,
+	}
+	workloadKinds = []v1alpha1.WorkloadKind{v1alpha1.KindDeployment, v1alpha1.KindStatefulSet, v1alpha1.KindDaemonSet}
+	resourceNames = []v1alpha1.ResourceName{v1alpha1.ResourceCPU, v1alpha1.ResourceMemory}
+	phases        = []v1alpha1.Phase{
+		v1alpha1.PhasePending, v1alpha1.PhaseApplied, v1alpha1.PhaseWatching, v1alpha1.PhaseHealthy,
+		v1alpha1.PhaseRolledBack, v1alpha1.PhaseBlocked, v1alpha1.PhaseFailed,
+	}
+)
+
+// serveWrite stores a batch: POST /v1/clusters/{cluster}/actions. The
+// writer middleware has checked that the token is this cluster's.
+func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request) {
+	cluster := r.PathValue("cluster")
+	b, status, err := s.decodeBatch(w, r)
+	if err == nil {
+		err = validateBatch(cluster, b)
+		status = http.StatusBadRequest
+	}
+	if err != nil {
+		writeBodyError(w, status, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	res, err := s.Store.Ingest(ctx, cluster, b)
+	if ke, ok := errors.AsType[*store.KeyConflictError](err); ok {
+		writeJSON(w, http.StatusConflict, auditv1.Error{Error: ke.Error(), Field: fmt.Sprintf("actions[%d].key", ke.Index)})
+		return
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		// The token authenticated but the cluster went (deleted meanwhile).
+		writeJSON(w, http.StatusForbidden, auditv1.Error{Error: fmt.Sprintf("cluster %q is not registered", cluster)})
+		return
+	}
+	if err != nil {
+		s.failed(w, r, err)
+		return
+	}
+	s.log().Debug("stored batch", "cluster", cluster, "stored", res.Stored, "duplicates", res.Duplicates)
+	writeJSON(w, http.StatusOK, res)
+}
+
+// decodeBatch reads the body: JSON, at most MaxBodyBytes, no unknown
+// fields, one value.
+func (s *Server) decodeBatch(w http.ResponseWriter, r *http.Request) (*hubv1.Batch, int, error) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q: must be application/json", ct)
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody()))
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("body: larger than %d bytes; send smaller batches (at most %d actions)", s.maxBody(), hubv1.MaxBatchActions)
+	}
+	if err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("read body: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var b hubv1.Batch
+	if err := dec.Decode(&b); err != nil {
+		return nil, http.StatusBadRequest, jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, http.StatusBadRequest, errors.New("body: must be one JSON object, found more after it")
+	}
+	return &b, 0, nil
+}
+
+// jsonError names the field of a decoding error where encoding/json says it.
+func jsonError(err error) error {
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		f = strings.Trim(f, `"`)
+		return &fieldError{field: f, msg: fmt.Sprintf("unknown field %q: the write protocol is api/hub/v1 (docs/hub.md)", f)}
+	}
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+		return &fieldError{field: te.Field, msg: fmt.Sprintf("%s: must be a JSON %s, not %s", te.Field, te.Type, te.Value)}
+	}
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return fmt.Errorf("body: not JSON at byte %d: %v", se.Offset, se)
+	}
+	return fmt.Errorf("body: %v", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+func writeBodyError(w http.ResponseWriter, status int, err error) {
+	body := auditv1.Error{Error: err.Error()}
+	if fe, ok := errors.AsType[*fieldError](err); ok {
+		body.Field = fe.field
+	}
+	writeJSON(w, status, body)
+}
+
+// validateBatch checks every value of a batch; the first fault is the
+// answer, naming the field.
+func validateBatch(cluster string, b *hubv1.Batch) error {
+	if b.Cluster != cluster {
+		return badField("cluster", "%q: must be the cluster of the path and the token, %q", b.Cluster, cluster)
+	}
+	l := b.Leader
+	switch {
+	case len(l.Identity) > 253:
+		return badField("leader.identity", "at most 253 bytes, not %d", len(l.Identity))
+	case l.AgentsConnected < 0:
+		return badField("leader.agentsConnected", "%d: must not be negative", l.AgentsConnected)
+	case l.Undelivered < 0:
+		return badField("leader.undelivered", "%d: must not be negative", l.Undelivered)
+	case l.LagSeconds < 0 || math.IsInf(l.LagSeconds, 0) || math.IsNaN(l.LagSeconds):
+		return badField("leader.lagSeconds", "%v: must be a non-negative number", l.LagSeconds)
+	}
+	if len(b.Actions) > hubv1.MaxBatchActions {
+		return badField("actions", "%d actions: at most %d per batch", len(b.Actions), hubv1.MaxBatchActions)
+	}
+	type workload struct{ ns, kind, name string }
+	lastSeq := map[workload]int64{}
+	for i := range b.Actions {
+		a := &b.Actions[i]
+		if err := validateAction(fmt.Sprintf("actions[%d]", i), a); err != nil {
+			return err
+		}
+		wl := workload{a.Namespace, string(a.Workload.Kind), a.Workload.Name}
+		if prev, ok := lastSeq[wl]; ok && a.Seq <= prev {
+			return badField(fmt.Sprintf("actions[%d].seq", i), "%d: must be greater than the seq before it of the same workload (%d); send a workload's actions in order", a.Seq, prev)
+		}
+		lastSeq[wl] = a.Seq
+	}
+	return nil
+}
+
+func validateAction(p string, a *hubv1.Action) error {
+	switch {
+	case a.Key == "" || len(a.Key) > hubv1.MaxKeyLength:
+		return badField(p+".key", "must be 1 to %d bytes, not %d", hubv1.MaxKeyLength, len(a.Key))
+	case strings.IndexFunc(a.Key, func(r rune) bool { return r < '!' || r > '~' }) >= 0:
+		return badField(p+".key", "%q: must be printable ASCII without spaces", a.Key)
+	case a.Seq < 1:
+		return badField(p+".seq", "%d: must be 1 or more", a.Seq)
+	case a.Time.IsZero():
+		return badField(p+".time", "must be set (RFC 3339)")
+	case !slices.Contains(actionTypes, a.Type):
+		return badField(p+".type", "%q: must be one of %s", a.Type, join(actionTypes))
+	case a.Phase != "" && !slices.Contains(phases, a.Phase):
+		return badField(p+".phase", "%q: must be empty or one of %s", a.Phase, join(phases))
+	case len(a.Reason) > 128:
+		return badField(p+".reason", "at most 128 bytes, not %d", len(a.Reason))
+	case len(a.Message) > 4096:
+		return badField(p+".message", "at most 4096 bytes, not %d", len(a.Message))
+	case len(validation.IsDNS1123Label(a.Namespace)) > 0:
+		return badField(p+".namespace", "%q: must be a namespace name (lower-case letters, digits and '-', at most 63)", a.Namespace)
+	case len(validation.IsDNS1123Subdomain(a.Recommendation)) > 0:
+		return badField(p+".recommendation", "%q: must be a RightsizingRecommendation name (lower-case letters, digits, '-' and '.', at most 253)", a.Recommendation)
+	case !slices.Contains(workloadKinds, a.Workload.Kind):
+		return badField(p+".workload.kind", "%q: must be one of %s", a.Workload.Kind, join(workloadKinds))
+	case len(validation.IsDNS1123Subdomain(a.Workload.Name)) > 0:
+		return badField(p+".workload.name", "%q: must be a workload name (lower-case letters, digits, '-' and '.', at most 253)", a.Workload.Name)
+	case len(a.Resources) > len(resourceNames):
+		return badField(p+".resources", "at most %d", len(resourceNames))
+	case len(a.Containers) > 64:
+		return badField(p+".containers", "at most 64, not %d", len(a.Containers))
+	case len(a.Figures) > 16:
+		return badField(p+".figures", "at most 16, not %d", len(a.Figures))
+	}
+	for j, r := range a.Resources {
+		if !slices.Contains(resourceNames, r) || slices.Index(a.Resources, r) != j {
+			return badField(fmt.Sprintf("%s.resources[%d]", p, j), "%q: must be one of %s, each once", r, join(resourceNames))
+		}
+	}
+	for j, c := range a.Containers {
+		if len(validation.IsDNS1123Label(c.Name)) > 0 {
+			return badField(fmt.Sprintf("%s.containers[%d].name", p, j), "%q: must be a container name (lower-case letters, digits and '-', at most 63)", c.Name)
+		}
+	}
+	for j, f := range a.Figures {
+		if len(f) > 256 {
+			return badField(fmt.Sprintf("%s.figures[%d]", p, j), "at most 256 bytes, not %d", len(f))
+		}
+	}
+	return nil
+}
+
+func join[T ~string](s []T) string {
+	parts := make([]string, len(s))
+	for i, v := range s {
+		parts[i] = string(v)
+	}
+	return strings.Join(parts, ", ")
+}
