@@ -207,8 +207,8 @@ func parseMemoryStat(data []byte, inactiveFile string, s *MemoryStat) error {
 	if sc.err != nil {
 		return sc.err
 	}
-	if sc.seen == 0 {
-		return malformed("missing key %s", inactiveFile)
+	if err := sc.missing(keys[:], 1); err != nil {
+		return err
 	}
 	*s = out
 	return nil
@@ -249,11 +249,8 @@ func ParseMemoryEvents(data []byte, e *MemoryEvents) error {
 	if sc.err != nil {
 		return sc.err
 	}
-	switch {
-	case sc.seen&oom == 0:
-		return malformed("missing key oom")
-	case sc.seen&oomKill == 0:
-		return malformed("missing key oom_kill")
+	if err := sc.missing(memoryEventsKeys, oom|oomKill); err != nil {
+		return err
 	}
 	*e = out
 	return nil
@@ -296,12 +293,10 @@ func ParseOOMControl(data []byte, c *OOMControl) error {
 	if sc.err != nil {
 		return sc.err
 	}
-	switch {
-	case sc.seen&killDisable == 0:
-		return malformed("missing key oom_kill_disable")
-	case sc.seen&underOOM == 0:
-		return malformed("missing key under_oom")
-	case sc.seen&oomKill == 0:
+	if err := sc.missing(oomControlKeys, killDisable|underOOM); err != nil {
+		return err
+	}
+	if sc.seen&oomKill == 0 {
 		return malformed("missing key oom_kill (Linux 4.13 or later)")
 	}
 	*c = out
@@ -373,6 +368,17 @@ func (s *kvScanner) nextKnown(keys []string) bool {
 		return true
 	}
 	return false
+}
+
+// missing returns the error for the first of the required keys (bit 1<<i
+// for keys[i], as nextKnown) that nextKnown did not read, or nil.
+func (s *kvScanner) missing(keys []string, required uint8) error {
+	for i, k := range keys {
+		if bit := uint8(1) << i; required&bit != 0 && s.seen&bit == 0 {
+			return malformed("missing key %s", k)
+		}
+	}
+	return nil
 }
 
 // keyBit returns 1<<i for key == keys[i], or 0. Neither key nor a keys
