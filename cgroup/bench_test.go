@@ -8,6 +8,26 @@ import (
 	"time"
 )
 
+// BenchReads is the loop of the reader benchmarks: every iteration of b
+// reads each of readers once, failing b on the first error, and with more
+// than one reader it reports the time per read (ns/read). It is exported
+// for the kernel benchmarks of package cgroup_test.
+func BenchReads[T any, R interface{ Read(*T) error }](b *testing.B, readers ...R) {
+	b.Helper()
+	var v T
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, r := range readers {
+			if err := r.Read(&v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if len(readers) > 1 {
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(readers)), "ns/read")
+	}
+}
+
 // BenchmarkReadCPUStatFile reads cpu.stat from a regular file; it needs no
 // root and measures the reader apart from the kernel's cgroup code.
 func BenchmarkReadCPUStatFile(b *testing.B) {
@@ -20,13 +40,7 @@ func BenchmarkReadCPUStatFile(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer r.Close()
-	var s CPUStat
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := r.Read(&s); err != nil {
-			b.Fatal(err)
-		}
-	}
+	BenchReads(b, r)
 }
 
 func BenchmarkParseCPUStat(b *testing.B) {
@@ -100,16 +114,7 @@ func BenchmarkReadUsageFiles500(b *testing.B) {
 				b.Cleanup(func() { r.Close() })
 				readers[i] = r
 			}
-			var u Usage
-			b.ReportAllocs()
-			for b.Loop() {
-				for _, r := range readers {
-					if err := r.Read(&u); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/read")
+			BenchReads(b, readers...)
 		})
 	}
 }

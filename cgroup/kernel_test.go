@@ -191,13 +191,7 @@ func BenchmarkReadCPUStat(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer r.Close()
-	var s cgroup.CPUStat
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := r.Read(&s); err != nil {
-			b.Fatal(err)
-		}
-	}
+	cgroup.BenchReads(b, r)
 }
 
 // BenchmarkReadCPUStat500 is one sampling pass over 500 real cgroups, the
@@ -220,14 +214,5 @@ func BenchmarkReadCPUStat500(b *testing.B) {
 		b.Cleanup(func() { r.Close() })
 		readers[i] = r
 	}
-	var s cgroup.CPUStat
-	b.ReportAllocs()
-	for b.Loop() {
-		for _, r := range readers {
-			if err := r.Read(&s); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/read")
+	cgroup.BenchReads(b, readers...)
 }

@@ -81,7 +81,8 @@ func ParseCPUStatUsage(data []byte, d *time.Duration) error {
 	return nil
 }
 
-// The keys of cpu.stat that scanCPUStat reads, as bits of its seen set.
+// The keys of cpu.stat that scanCPUStat reads, as bits of its seen set:
+// bit 1<<i is cpuStatKeys[i].
 const (
 	cpuStatPeriods = 1 << iota
 	cpuStatThrottled
@@ -90,37 +91,16 @@ const (
 	cpuStatUsage
 )
 
+var cpuStatKeys = []string{"nr_periods", "nr_throttled", "throttled_usec", "throttled_time", "usage_usec"}
+
 // scanCPUStat reads the known keys of cpu.stat and says which it saw; the
 // callers decide which are required.
 func scanCPUStat(data []byte) (CPUStat, uint8, error) {
-	var seen uint8
 	var out CPUStat
 	sc := kvScanner{data: data}
-	for sc.next() {
-		var bit uint8
-		switch string(sc.key) {
-		case "nr_periods":
-			bit = cpuStatPeriods
-		case "nr_throttled":
-			bit = cpuStatThrottled
-		case "throttled_usec":
-			bit = cpuStatUsec
-		case "throttled_time":
-			bit = cpuStatNsec
-		case "usage_usec":
-			bit = cpuStatUsage
-		default:
-			continue
-		}
-		if seen&bit != 0 {
-			return CPUStat{}, 0, sc.malformed("repeated key")
-		}
-		seen |= bit
-		v, err := sc.uint()
-		if err != nil {
-			return CPUStat{}, 0, err
-		}
-		switch bit {
+	for sc.nextKnown(cpuStatKeys) {
+		v := sc.num
+		switch sc.bit {
 		case cpuStatPeriods:
 			out.Periods = v
 		case cpuStatThrottled:
@@ -129,7 +109,7 @@ func scanCPUStat(data []byte) (CPUStat, uint8, error) {
 			if v > math.MaxInt64/uint64(time.Microsecond) {
 				return CPUStat{}, 0, sc.malformed("value overflows a duration")
 			}
-			if bit == cpuStatUsec {
+			if sc.bit == cpuStatUsec {
 				out.ThrottledTime = time.Duration(v) * time.Microsecond
 			} else {
 				out.Usage = time.Duration(v) * time.Microsecond
@@ -144,7 +124,7 @@ func scanCPUStat(data []byte) (CPUStat, uint8, error) {
 	if sc.err != nil {
 		return CPUStat{}, 0, sc.err
 	}
-	return out, seen, nil
+	return out, sc.seen, nil
 }
 
 // ParseValue parses a cgroup file that holds one decimal number and a
@@ -215,29 +195,20 @@ func ParseMemoryStatV2(data []byte, s *MemoryStat) error {
 	return parseMemoryStat(data, "inactive_file", s)
 }
 
+// parseMemoryStat parses memory.stat for its one key, inactiveFile, the
+// version's name of the hierarchical inactive_file.
 func parseMemoryStat(data []byte, inactiveFile string, s *MemoryStat) error {
-	var seen bool
 	var out MemoryStat
+	keys := [...]string{inactiveFile}
 	sc := kvScanner{data: data}
-	for sc.next() {
-		if string(sc.key) != inactiveFile {
-			continue
-		}
-		if seen {
-			return sc.malformed("repeated key")
-		}
-		seen = true
-		v, err := sc.uint()
-		if err != nil {
-			return err
-		}
-		out.InactiveFile = v
+	for sc.nextKnown(keys[:]) {
+		out.InactiveFile = sc.num
 	}
 	if sc.err != nil {
 		return sc.err
 	}
-	if !seen {
-		return malformed("missing key %s", inactiveFile)
+	if err := sc.missing(keys[:], 1); err != nil {
+		return err
 	}
 	*s = out
 	return nil
@@ -258,49 +229,34 @@ type MemoryEvents struct {
 // ParseMemoryEvents parses the content of memory.events. It needs oom and
 // oom_kill; other keys are ignored. On error e is left unchanged.
 func ParseMemoryEvents(data []byte, e *MemoryEvents) error {
-	const (
+	const ( // bit 1<<i is memoryEventsKeys[i]
 		oom = 1 << iota
 		oomKill
 		oomGroupKill
 	)
-	var seen uint8
 	var out MemoryEvents
 	sc := kvScanner{data: data}
-	for sc.next() {
-		var bit uint8
-		var dst *uint64
-		switch string(sc.key) {
-		case "oom":
-			bit, dst = oom, &out.OOM
-		case "oom_kill":
-			bit, dst = oomKill, &out.OOMKill
-		case "oom_group_kill":
-			bit, dst = oomGroupKill, &out.OOMGroupKill
-		default:
-			continue
+	for sc.nextKnown(memoryEventsKeys) {
+		switch sc.bit {
+		case oom:
+			out.OOM = sc.num
+		case oomKill:
+			out.OOMKill = sc.num
+		case oomGroupKill:
+			out.OOMGroupKill = sc.num
 		}
-		if seen&bit != 0 {
-			return sc.malformed("repeated key")
-		}
-		seen |= bit
-		v, err := sc.uint()
-		if err != nil {
-			return err
-		}
-		*dst = v
 	}
 	if sc.err != nil {
 		return sc.err
 	}
-	switch {
-	case seen&oom == 0:
-		return malformed("missing key oom")
-	case seen&oomKill == 0:
-		return malformed("missing key oom_kill")
+	if err := sc.missing(memoryEventsKeys, oom|oomKill); err != nil {
+		return err
 	}
 	*e = out
 	return nil
 }
+
+var memoryEventsKeys = []string{"oom", "oom_kill", "oom_group_kill"}
 
 // OOMControl holds cgroup v1's memory.oom_control.
 type OOMControl struct {
@@ -317,57 +273,37 @@ type OOMControl struct {
 // oom_kill_disable, under_oom and oom_kill (Linux 4.13 and later); other
 // keys are ignored. On error c is left unchanged.
 func ParseOOMControl(data []byte, c *OOMControl) error {
-	const (
+	const ( // bit 1<<i is oomControlKeys[i]
 		killDisable = 1 << iota
 		underOOM
 		oomKill
 	)
-	var seen uint8
 	var out OOMControl
 	sc := kvScanner{data: data}
-	for sc.next() {
-		var bit uint8
-		switch string(sc.key) {
-		case "oom_kill_disable":
-			bit = killDisable
-		case "under_oom":
-			bit = underOOM
-		case "oom_kill":
-			bit = oomKill
-		default:
-			continue
-		}
-		if seen&bit != 0 {
-			return sc.malformed("repeated key")
-		}
-		seen |= bit
-		v, err := sc.uint()
-		if err != nil {
-			return err
-		}
-		switch bit {
+	for sc.nextKnown(oomControlKeys) {
+		switch sc.bit {
 		case killDisable:
-			out.KillDisabled = v != 0
+			out.KillDisabled = sc.num != 0
 		case underOOM:
-			out.UnderOOM = v != 0
+			out.UnderOOM = sc.num != 0
 		case oomKill:
-			out.OOMKill = v
+			out.OOMKill = sc.num
 		}
 	}
 	if sc.err != nil {
 		return sc.err
 	}
-	switch {
-	case seen&killDisable == 0:
-		return malformed("missing key oom_kill_disable")
-	case seen&underOOM == 0:
-		return malformed("missing key under_oom")
-	case seen&oomKill == 0:
+	if err := sc.missing(oomControlKeys, killDisable|underOOM); err != nil {
+		return err
+	}
+	if sc.seen&oomKill == 0 {
 		return malformed("missing key oom_kill (Linux 4.13 or later)")
 	}
 	*c = out
 	return nil
 }
+
+var oomControlKeys = []string{"oom_kill_disable", "under_oom", "oom_kill"}
 
 // kvScanner walks the "key value\n" lines of a flat-keyed cgroup file
 // without allocating. Empty lines are skipped; every line must end with a
@@ -377,6 +313,10 @@ type kvScanner struct {
 	line     int
 	key, val []byte
 	err      error
+	// Set by nextKnown: the current key's bit, its value, and the bits of
+	// the known keys read so far.
+	bit, seen uint8
+	num       uint64
 }
 
 // next moves to the next line; it returns false at the end or on error.
@@ -402,6 +342,54 @@ func (s *kvScanner) next() bool {
 		return true
 	}
 	return false
+}
+
+// nextKnown moves to the next line whose key is one of keys (at most 8),
+// skipping the others, and parses its value: s.bit is 1<<i for keys[i],
+// s.num the value, and s.seen gains s.bit. A known key read twice or a
+// value that is not a decimal uint64 is an error. It returns false at the
+// end or on error (s.err).
+func (s *kvScanner) nextKnown(keys []string) bool {
+	for s.next() {
+		bit := keyBit(keys, s.key)
+		if bit == 0 {
+			continue
+		}
+		if s.seen&bit != 0 {
+			s.err = s.malformed("repeated key")
+			return false
+		}
+		v, err := s.uint()
+		if err != nil {
+			s.err = err
+			return false
+		}
+		s.bit, s.num, s.seen = bit, v, s.seen|bit
+		return true
+	}
+	return false
+}
+
+// missing returns the error for the first of the required keys (bit 1<<i
+// for keys[i], as nextKnown) that nextKnown did not read, or nil.
+func (s *kvScanner) missing(keys []string, required uint8) error {
+	for i, k := range keys {
+		if bit := uint8(1) << i; required&bit != 0 && s.seen&bit == 0 {
+			return malformed("missing key %s", k)
+		}
+	}
+	return nil
+}
+
+// keyBit returns 1<<i for key == keys[i], or 0. Neither key nor a keys
+// entry is empty (next never yields an empty key).
+func keyBit(keys []string, key []byte) uint8 {
+	for i, k := range keys {
+		if len(k) == len(key) && k[0] == key[0] && string(key) == k {
+			return 1 << i
+		}
+	}
+	return 0
 }
 
 // uint parses the current value as a decimal uint64.

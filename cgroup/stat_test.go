@@ -18,6 +18,35 @@ const (
 	maxUint64Text = "18446744073709551615"
 )
 
+// parseCase is an input to a parser into T and what it must give: want,
+// or, when wantInErr is set, an ErrMalformed error that contains wantInErr.
+type parseCase[T any] struct {
+	name, in  string
+	want      T
+	wantInErr string
+}
+
+// testParse runs each case through parse into a destination that starts as
+// start, which a failed parse must leave alone.
+func testParse[T any](t *testing.T, parse func([]byte, *T) error, start T, cases []parseCase[T]) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			got := start
+			err := parse([]byte(tt.in), &got)
+			if tt.wantInErr != "" {
+				require.Error(t, err)
+				assert.ErrorIs(t, err, ErrMalformed)
+				assert.Contains(t, err.Error(), tt.wantInErr)
+				assert.Equal(t, start, got, "a failed parse leaves the destination alone")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
 func TestParseCPUStatReadsBothVersions(t *testing.T) {
 	tests := []struct {
 		name, in string
@@ -51,52 +80,35 @@ func TestCPUStatNormalisesV1ThrottledTime(t *testing.T) {
 }
 
 func TestParseCPUStatRejectsMalformedContent(t *testing.T) {
-	tests := []struct {
-		name, in  string
-		wantInErr string
-	}{
-		{"empty", "", "missing key nr_periods"},
-		{"missing nr_throttled", "nr_periods 1\nthrottled_usec 1\n", "missing key nr_throttled"},
-		{"missing throttled time", "nr_periods 1\nnr_throttled 1\n", "missing key throttled_usec"},
-		{"v2 cpu.stat without the cpu controller", "usage_usec 1\nuser_usec 1\nsystem_usec 0\n", "missing key nr_periods"},
-		{"both versions' keys", "nr_periods 1\nnr_throttled 1\nthrottled_usec 1\nthrottled_time 1\n", "both"},
-		{"non-numeric value", "nr_periods abc\nnr_throttled 1\nthrottled_usec 1\n", `line 1: nr_periods "abc": not a decimal integer`},
-		{"negative value", "nr_periods 1\nnr_throttled -1\nthrottled_usec 1\n", "line 2: nr_throttled"},
-		{"plus sign", "nr_periods +1\nnr_throttled 1\nthrottled_usec 1\n", "not a decimal integer"},
-		{"two spaces", "nr_periods  1\nnr_throttled 1\nthrottled_usec 1\n", "not a decimal integer"},
-		{"trailing space", "nr_periods 1 \nnr_throttled 1\nthrottled_usec 1\n", "not a decimal integer"},
-		{"carriage return", "nr_periods 1\r\nnr_throttled 1\nthrottled_usec 1\n", "not a decimal integer"},
-		{"key without value", "nr_periods\nnr_throttled 1\nthrottled_usec 1\n", `line 1: "nr_periods": want "key value"`},
-		{"key with empty value", "nr_periods \nnr_throttled 1\nthrottled_usec 1\n", "want \"key value\""},
-		{"line starting with space", " 1\n", "want \"key value\""},
-		{"truncated last line", "nr_periods 1\nnr_throttled 1\nthrottled_usec 1", "line 3: truncated"},
-		{"truncated mid key", "nr_periods 1\nnr_thr", "truncated"},
-		{"uint64 overflow", "nr_periods 18446744073709551616\nnr_throttled 1\nthrottled_usec 1\n", "overflows uint64"},
-		{"huge number", "nr_periods 1\nnr_throttled 99999999999999999999999999\nthrottled_usec 1\n", "overflows uint64"},
-		{"usec overflows duration", "nr_periods 1\nnr_throttled 1\nthrottled_usec 9223372036854776\n", "overflows a duration"},
-		{"ns overflows duration", "nr_periods 1\nnr_throttled 1\nthrottled_time 9223372036854775808\n", "overflows a duration"},
-		{"repeated key", "nr_periods 1\nnr_periods 2\nnr_throttled 1\nthrottled_usec 1\n", "line 2: nr_periods \"2\": repeated key"},
-		{"repeated usage_usec", "usage_usec 1\nusage_usec 2\nnr_periods 1\nnr_throttled 1\nthrottled_usec 1\n", "line 2: usage_usec \"2\": repeated key"},
-		{"usage_usec overflows duration", "usage_usec 9223372036854776\nnr_periods 1\nnr_throttled 1\nthrottled_usec 1\n", "line 1: usage_usec \"9223372036854776\": value overflows a duration"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := CPUStat{Periods: 42}
-			err := ParseCPUStat([]byte(tt.in), &s)
-			require.Error(t, err)
-			assert.ErrorIs(t, err, ErrMalformed)
-			assert.Contains(t, err.Error(), tt.wantInErr)
-			assert.Equal(t, CPUStat{Periods: 42}, s, "a failed parse leaves the destination alone")
-		})
-	}
+	testParse(t, ParseCPUStat, CPUStat{Periods: 42}, []parseCase[CPUStat]{
+		{name: "empty", in: "", wantInErr: "missing key nr_periods"},
+		{name: "missing nr_throttled", in: "nr_periods 1\nthrottled_usec 1\n", wantInErr: "missing key nr_throttled"},
+		{name: "missing throttled time", in: "nr_periods 1\nnr_throttled 1\n", wantInErr: "missing key throttled_usec"},
+		{name: "v2 cpu.stat without the cpu controller", in: "usage_usec 1\nuser_usec 1\nsystem_usec 0\n", wantInErr: "missing key nr_periods"},
+		{name: "both versions' keys", in: "nr_periods 1\nnr_throttled 1\nthrottled_usec 1\nthrottled_time 1\n", wantInErr: "both"},
+		{name: "non-numeric value", in: "nr_periods abc\nnr_throttled 1\nthrottled_usec 1\n", wantInErr: `line 1: nr_periods "abc": not a decimal integer`},
+		{name: "negative value", in: "nr_periods 1\nnr_throttled -1\nthrottled_usec 1\n", wantInErr: "line 2: nr_throttled"},
+		{name: "plus sign", in: "nr_periods +1\nnr_throttled 1\nthrottled_usec 1\n", wantInErr: "not a decimal integer"},
+		{name: "two spaces", in: "nr_periods  1\nnr_throttled 1\nthrottled_usec 1\n", wantInErr: "not a decimal integer"},
+		{name: "trailing space", in: "nr_periods 1 \nnr_throttled 1\nthrottled_usec 1\n", wantInErr: "not a decimal integer"},
+		{name: "carriage return", in: "nr_periods 1\r\nnr_throttled 1\nthrottled_usec 1\n", wantInErr: "not a decimal integer"},
+		{name: "key without value", in: "nr_periods\nnr_throttled 1\nthrottled_usec 1\n", wantInErr: `line 1: "nr_periods": want "key value"`},
+		{name: "key with empty value", in: "nr_periods \nnr_throttled 1\nthrottled_usec 1\n", wantInErr: "want \"key value\""},
+		{name: "line starting with space", in: " 1\n", wantInErr: "want \"key value\""},
+		{name: "truncated last line", in: "nr_periods 1\nnr_throttled 1\nthrottled_usec 1", wantInErr: "line 3: truncated"},
+		{name: "truncated mid key", in: "nr_periods 1\nnr_thr", wantInErr: "truncated"},
+		{name: "uint64 overflow", in: "nr_periods 18446744073709551616\nnr_throttled 1\nthrottled_usec 1\n", wantInErr: "overflows uint64"},
+		{name: "huge number", in: "nr_periods 1\nnr_throttled 99999999999999999999999999\nthrottled_usec 1\n", wantInErr: "overflows uint64"},
+		{name: "usec overflows duration", in: "nr_periods 1\nnr_throttled 1\nthrottled_usec 9223372036854776\n", wantInErr: "overflows a duration"},
+		{name: "ns overflows duration", in: "nr_periods 1\nnr_throttled 1\nthrottled_time 9223372036854775808\n", wantInErr: "overflows a duration"},
+		{name: "repeated key", in: "nr_periods 1\nnr_periods 2\nnr_throttled 1\nthrottled_usec 1\n", wantInErr: "line 2: nr_periods \"2\": repeated key"},
+		{name: "repeated usage_usec", in: "usage_usec 1\nusage_usec 2\nnr_periods 1\nnr_throttled 1\nthrottled_usec 1\n", wantInErr: "line 2: usage_usec \"2\": repeated key"},
+		{name: "usage_usec overflows duration", in: "usage_usec 9223372036854776\nnr_periods 1\nnr_throttled 1\nthrottled_usec 1\n", wantInErr: "line 1: usage_usec \"9223372036854776\": value overflows a duration"},
+	})
 }
 
 func TestParseMemoryEvents(t *testing.T) {
-	tests := []struct {
-		name, in  string
-		want      MemoryEvents
-		wantInErr string
-	}{
+	testParse(t, ParseMemoryEvents, MemoryEvents{OOM: 42}, []parseCase[MemoryEvents]{
 		{name: "full", in: memoryEvents, want: MemoryEvents{OOM: 3, OOMKill: 2, OOMGroupKill: 1}},
 		{name: "old kernel without oom_group_kill", in: "low 0\nhigh 0\nmax 0\noom 1\noom_kill 1\n", want: MemoryEvents{OOM: 1, OOMKill: 1}},
 		{name: "unknown keys ignored", in: "oom 0\nsock_throttled 4\noom_kill 0\n"},
@@ -106,29 +118,11 @@ func TestParseMemoryEvents(t *testing.T) {
 		{name: "overflow", in: "oom 0\noom_kill 18446744073709551616\n", wantInErr: "overflow"},
 		{name: "repeated", in: "oom 0\noom_kill 1\noom_kill 2\n", wantInErr: "repeated key"},
 		{name: "truncated", in: "oom 0\noom_kill 1", wantInErr: "truncated"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var e MemoryEvents
-			err := ParseMemoryEvents([]byte(tt.in), &e)
-			if tt.wantInErr != "" {
-				require.Error(t, err)
-				assert.ErrorIs(t, err, ErrMalformed)
-				assert.Contains(t, err.Error(), tt.wantInErr)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tt.want, e)
-		})
-	}
+	})
 }
 
 func TestParseOOMControl(t *testing.T) {
-	tests := []struct {
-		name, in  string
-		want      OOMControl
-		wantInErr string
-	}{
+	testParse(t, ParseOOMControl, OOMControl{OOMKill: 42}, []parseCase[OOMControl]{
 		{name: "under oom", in: oomControlV1, want: OOMControl{UnderOOM: true, OOMKill: 5}},
 		{name: "kill disabled", in: "oom_kill_disable 1\nunder_oom 0\noom_kill 0\n", want: OOMControl{KillDisabled: true}},
 		{name: "unknown keys ignored", in: "oom_kill_disable 0\nunder_oom 0\noom_kill 2\nnew_key 7\n", want: OOMControl{OOMKill: 2}},
@@ -137,21 +131,7 @@ func TestParseOOMControl(t *testing.T) {
 		{name: "missing oom_kill_disable", in: "under_oom 0\noom_kill 0\n", wantInErr: "missing key oom_kill_disable"},
 		{name: "non-numeric", in: "oom_kill_disable no\nunder_oom 0\noom_kill 0\n", wantInErr: `line 1: oom_kill_disable "no"`},
 		{name: "truncated", in: "oom_kill_disable 0\nunder_oom 0\noom_kill 1", wantInErr: "truncated"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var c OOMControl
-			err := ParseOOMControl([]byte(tt.in), &c)
-			if tt.wantInErr != "" {
-				require.Error(t, err)
-				assert.ErrorIs(t, err, ErrMalformed)
-				assert.Contains(t, err.Error(), tt.wantInErr)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tt.want, c)
-		})
-	}
+	})
 }
 
 func TestParseErrorsShortenLongValues(t *testing.T) {
@@ -294,11 +274,7 @@ thp_swpout_fallback 0
 `
 
 func TestParseCPUStatUsageNeedsOnlyUsage(t *testing.T) {
-	tests := []struct {
-		name, in  string
-		want      time.Duration
-		wantInErr string
-	}{
+	testParse(t, ParseCPUStatUsage, time.Duration(42), []parseCase[time.Duration]{
 		{name: "full v2", in: cpuStatV2, want: 5316541 * time.Microsecond},
 		{name: "cpu controller not enabled: no CFS counters", in: "usage_usec 7\nuser_usec 5\nsystem_usec 2\n", want: 7 * time.Microsecond},
 		{name: "max", in: "usage_usec 9223372036854775\n", want: 9223372036854775 * time.Microsecond},
@@ -310,30 +286,11 @@ func TestParseCPUStatUsageNeedsOnlyUsage(t *testing.T) {
 		{name: "non-numeric", in: "usage_usec 1e6\n", wantInErr: `line 1: usage_usec "1e6": not a decimal integer`},
 		{name: "a known key malformed", in: "usage_usec 1\nnr_periods x\n", wantInErr: `line 2: nr_periods "x"`},
 		{name: "truncated", in: "usage_usec 12", wantInErr: "truncated"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			d := time.Duration(42)
-			err := ParseCPUStatUsage([]byte(tt.in), &d)
-			if tt.wantInErr != "" {
-				require.Error(t, err)
-				assert.ErrorIs(t, err, ErrMalformed)
-				assert.Contains(t, err.Error(), tt.wantInErr)
-				assert.Equal(t, time.Duration(42), d, "a failed parse leaves the destination alone")
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tt.want, d)
-		})
-	}
+	})
 }
 
 func TestParseValueReadsOneNumberAndANewline(t *testing.T) {
-	tests := []struct {
-		name, in  string
-		want      uint64
-		wantInErr string
-	}{
+	testParse(t, ParseValue, uint64(42), []parseCase[uint64]{
 		{name: "memory.current", in: "268435456\n", want: 268435456},
 		{name: "zero", in: "0\n", want: 0},
 		{name: "max uint64", in: maxUint64Text + "\n", want: 1<<64 - 1},
@@ -346,22 +303,7 @@ func TestParseValueReadsOneNumberAndANewline(t *testing.T) {
 		{name: "two lines", in: "1\n2\n", wantInErr: "not a decimal integer"},
 		{name: "trailing space", in: "1 \n", wantInErr: "not a decimal integer"},
 		{name: "carriage return", in: "1\r\n", wantInErr: "not a decimal integer"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			v := uint64(42)
-			err := ParseValue([]byte(tt.in), &v)
-			if tt.wantInErr != "" {
-				require.Error(t, err)
-				assert.ErrorIs(t, err, ErrMalformed)
-				assert.Contains(t, err.Error(), tt.wantInErr)
-				assert.Equal(t, uint64(42), v)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tt.want, v)
-		})
-	}
+	})
 }
 
 func TestParseCPUAcctUsageIsNanoseconds(t *testing.T) {
@@ -381,46 +323,32 @@ func TestParseCPUAcctUsageIsNanoseconds(t *testing.T) {
 }
 
 func TestParseMemoryStatTakesTheHierarchicalInactiveFile(t *testing.T) {
-	tests := []struct {
-		name      string
-		parse     func([]byte, *MemoryStat) error
-		in        string
-		want      uint64
-		wantInErr string
-	}{
-		{name: "v1: total_inactive_file, not the cgroup's own inactive_file", parse: ParseMemoryStatV1, in: memoryStatV1, want: 2066391040},
-		{name: "v2", parse: ParseMemoryStatV2, in: memoryStatV2, want: 104857600},
-		{name: "v1 minimal", parse: ParseMemoryStatV1, in: "total_inactive_file 1\n", want: 1},
-		{name: "v2 minimal", parse: ParseMemoryStatV2, in: "inactive_file 0\n"},
-		{name: "v2 max", parse: ParseMemoryStatV2, in: "inactive_file " + maxUint64Text + "\n", want: 1<<64 - 1},
-		{name: "v1 file read as v2 takes its local inactive_file", parse: ParseMemoryStatV2, in: memoryStatV1, want: 1413120},
-		{name: "v2 file read as v1", parse: ParseMemoryStatV1, in: memoryStatV2, wantInErr: "missing key total_inactive_file"},
-		{name: "v1 missing key", parse: ParseMemoryStatV1, in: "cache 1\ninactive_file 1\n", wantInErr: "missing key total_inactive_file"},
-		{name: "v2 missing key", parse: ParseMemoryStatV2, in: "anon 1\nfile 1\n", wantInErr: "missing key inactive_file"},
-		{name: "v2 empty", parse: ParseMemoryStatV2, in: "", wantInErr: "missing key inactive_file"},
-		{name: "v1 repeated key", parse: ParseMemoryStatV1, in: "total_inactive_file 1\ntotal_inactive_file 2\n", wantInErr: `line 2: total_inactive_file "2": repeated key`},
-		{name: "v2 repeated key", parse: ParseMemoryStatV2, in: "inactive_file 1\nactive_file 1\ninactive_file 1\n", wantInErr: `line 3: inactive_file "1": repeated key`},
-		{name: "v2 overflow", parse: ParseMemoryStatV2, in: "inactive_file 18446744073709551616\n", wantInErr: "overflows uint64"},
-		{name: "v1 non-numeric", parse: ParseMemoryStatV1, in: "total_inactive_file 1k\n", wantInErr: `line 1: total_inactive_file "1k": not a decimal integer`},
-		{name: "v2 truncated", parse: ParseMemoryStatV2, in: "anon 1\ninactive_file 12", wantInErr: "line 2: truncated"},
-		{name: "v2 malformed line", parse: ParseMemoryStatV2, in: "inactive_file 1\nanon\n", wantInErr: `line 2: "anon": want "key value"`},
-		{name: "unknown keys ignored, even non-numeric", parse: ParseMemoryStatV2, in: "future x y\ninactive_file 5\n", want: 5},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := MemoryStat{InactiveFile: 42}
-			err := tt.parse([]byte(tt.in), &s)
-			if tt.wantInErr != "" {
-				require.Error(t, err)
-				assert.ErrorIs(t, err, ErrMalformed)
-				assert.Contains(t, err.Error(), tt.wantInErr)
-				assert.Equal(t, MemoryStat{InactiveFile: 42}, s)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, MemoryStat{InactiveFile: tt.want}, s)
+	start := MemoryStat{InactiveFile: 42}
+	t.Run("v1", func(t *testing.T) {
+		testParse(t, ParseMemoryStatV1, start, []parseCase[MemoryStat]{
+			{name: "total_inactive_file, not the cgroup's own inactive_file", in: memoryStatV1, want: MemoryStat{InactiveFile: 2066391040}},
+			{name: "minimal", in: "total_inactive_file 1\n", want: MemoryStat{InactiveFile: 1}},
+			{name: "v2 file read as v1", in: memoryStatV2, wantInErr: "missing key total_inactive_file"},
+			{name: "missing key", in: "cache 1\ninactive_file 1\n", wantInErr: "missing key total_inactive_file"},
+			{name: "repeated key", in: "total_inactive_file 1\ntotal_inactive_file 2\n", wantInErr: `line 2: total_inactive_file "2": repeated key`},
+			{name: "non-numeric", in: "total_inactive_file 1k\n", wantInErr: `line 1: total_inactive_file "1k": not a decimal integer`},
 		})
-	}
+	})
+	t.Run("v2", func(t *testing.T) {
+		testParse(t, ParseMemoryStatV2, start, []parseCase[MemoryStat]{
+			{name: "a full file", in: memoryStatV2, want: MemoryStat{InactiveFile: 104857600}},
+			{name: "minimal", in: "inactive_file 0\n"},
+			{name: "max", in: "inactive_file " + maxUint64Text + "\n", want: MemoryStat{InactiveFile: 1<<64 - 1}},
+			{name: "v1 file read as v2 takes its local inactive_file", in: memoryStatV1, want: MemoryStat{InactiveFile: 1413120}},
+			{name: "missing key", in: "anon 1\nfile 1\n", wantInErr: "missing key inactive_file"},
+			{name: "empty", in: "", wantInErr: "missing key inactive_file"},
+			{name: "repeated key", in: "inactive_file 1\nactive_file 1\ninactive_file 1\n", wantInErr: `line 3: inactive_file "1": repeated key`},
+			{name: "overflow", in: "inactive_file 18446744073709551616\n", wantInErr: "overflows uint64"},
+			{name: "truncated", in: "anon 1\ninactive_file 12", wantInErr: "line 2: truncated"},
+			{name: "malformed line", in: "inactive_file 1\nanon\n", wantInErr: `line 2: "anon": want "key value"`},
+			{name: "unknown keys ignored, even non-numeric", in: "future x y\ninactive_file 5\n", want: MemoryStat{InactiveFile: 5}},
+		})
+	})
 }
 
 func TestRealMemoryStatFilesHaveTheirFullKeySet(t *testing.T) {

@@ -224,13 +224,7 @@ func usageCgroups(b *testing.B, n int) []*cgroup.UsageReader {
 // memory.usage_in_bytes, memory.stat and memory.max_usage_in_bytes.
 func BenchmarkReadUsage(b *testing.B) {
 	r := usageCgroups(b, 1)[0]
-	var u cgroup.Usage
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := r.Read(&u); err != nil {
-			b.Fatal(err)
-		}
-	}
+	cgroup.BenchReads(b, r)
 }
 
 // BenchmarkReadUsage500 is one usage pass over 500 real v1 cgroups, beside
@@ -238,14 +232,5 @@ func BenchmarkReadUsage(b *testing.B) {
 func BenchmarkReadUsage500(b *testing.B) {
 	const n = 500
 	readers := usageCgroups(b, n)
-	var u cgroup.Usage
-	b.ReportAllocs()
-	for b.Loop() {
-		for _, r := range readers {
-			if err := r.Read(&u); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/read")
+	cgroup.BenchReads(b, readers...)
 }

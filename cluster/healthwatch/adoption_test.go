@@ -7,25 +7,26 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/test/watchtest"
 )
 
 func TestAdoptedInPlaceFollowsStatusResources(t *testing.T) {
-	ch := change(v1alpha1.StrategyInPlace, cpuDown)
-	sameAmount := values{reqCPU: "0.25", reqMem: "512Mi", limCPU: "0.5", limMem: "512Mi"}
-	otherMemory := values{reqCPU: "250m", reqMem: "1Gi", limCPU: "500m", limMem: "1Gi"}
+	ch := watchtest.Change(v1alpha1.StrategyInPlace, watchtest.CPUDown)
+	sameAmount := watchtest.Values{ReqCPU: "0.25", ReqMem: "512Mi", LimCPU: "0.5", LimMem: "512Mi"}
+	otherMemory := watchtest.Values{ReqCPU: "250m", ReqMem: "1Gi", LimCPU: "500m", LimMem: "1Gi"}
 	tests := []struct {
 		name string
 		pod  corev1.Pod
 		want bool
 	}{
-		{"status runs the applied values", newPod("a", cpuDown), true},
-		{"the same amounts spelled otherwise", newPod("a", cpuDown, statusRuns(sameAmount)), true},
-		{"resized spec, status still the old values", newPod("a", cpuDown, statusRuns(before)), false},
-		{"only the request resized yet", newPod("a", cpuDown, statusRuns(values{reqCPU: "250m", reqMem: "512Mi", limCPU: "1", limMem: "512Mi"})), false},
-		{"an untouched resource differs", newPod("a", otherMemory), true},
-		{"no status resources reported", newPod("a", cpuDown, func(p *corev1.Pod) { containerStatus(p, "app").Resources = nil }), false},
-		{"no status for the container", newPod("a", cpuDown, func(p *corev1.Pod) { p.Status.ContainerStatuses = p.Status.ContainerStatuses[1:] }), false},
-		{"a pod of the old values", newPod("a", before), false},
+		{"status runs the applied values", watchtest.NewPod("a", watchtest.CPUDown), true},
+		{"the same amounts spelled otherwise", watchtest.NewPod("a", watchtest.CPUDown, watchtest.StatusRuns(sameAmount)), true},
+		{"resized spec, status still the old values", watchtest.NewPod("a", watchtest.CPUDown, watchtest.StatusRuns(watchtest.Before)), false},
+		{"only the request resized yet", watchtest.NewPod("a", watchtest.CPUDown, watchtest.StatusRuns(watchtest.Values{ReqCPU: "250m", ReqMem: "512Mi", LimCPU: "1", LimMem: "512Mi"})), false},
+		{"an untouched resource differs", watchtest.NewPod("a", otherMemory), true},
+		{"no status resources reported", watchtest.NewPod("a", watchtest.CPUDown, func(p *corev1.Pod) { containerStatus(p, "app").Resources = nil }), false},
+		{"no status for the container", watchtest.NewPod("a", watchtest.CPUDown, func(p *corev1.Pod) { p.Status.ContainerStatuses = p.Status.ContainerStatuses[1:] }), false},
+		{"a pod of the old values", watchtest.NewPod("a", watchtest.Before), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -36,17 +37,17 @@ func TestAdoptedInPlaceFollowsStatusResources(t *testing.T) {
 
 func TestAdoptedRolloutAndDeferredFollowSpec(t *testing.T) {
 	for _, strategy := range []v1alpha1.Strategy{v1alpha1.StrategyRollout, v1alpha1.StrategyDeferred} {
-		ch := change(strategy, memDown)
+		ch := watchtest.Change(strategy, watchtest.MemDown)
 		tests := []struct {
 			name string
 			pod  corev1.Pod
 			want bool
 		}{
-			{"a pod of the new template", newPod("a", memDown), true},
-			{"spec applied, status not reported yet", newPod("a", memDown, statusRuns(values{})), true},
-			{"a pod of the old template", newPod("a", before), false},
-			{"old template, status somehow matching", newPod("a", before, statusRuns(memDown)), false},
-			{"the container is missing", newPod("a", memDown, func(p *corev1.Pod) { p.Spec.Containers = p.Spec.Containers[1:] }), false},
+			{"a pod of the new template", watchtest.NewPod("a", watchtest.MemDown), true},
+			{"spec applied, status not reported yet", watchtest.NewPod("a", watchtest.MemDown, watchtest.StatusRuns(watchtest.Values{})), true},
+			{"a pod of the old template", watchtest.NewPod("a", watchtest.Before), false},
+			{"old template, status somehow matching", watchtest.NewPod("a", watchtest.Before, watchtest.StatusRuns(watchtest.MemDown)), false},
+			{"the container is missing", watchtest.NewPod("a", watchtest.MemDown, func(p *corev1.Pod) { p.Spec.Containers = p.Spec.Containers[1:] }), false},
 		}
 		for _, tt := range tests {
 			t.Run(string(strategy)+"/"+tt.name, func(t *testing.T) {
@@ -57,8 +58,8 @@ func TestAdoptedRolloutAndDeferredFollowSpec(t *testing.T) {
 }
 
 func TestAdoptedNeedsAppliedValues(t *testing.T) {
-	p := newPod("a", before)
+	p := watchtest.NewPod("a", watchtest.Before)
 	assert.False(t, Adopted(&p, nil))
 	assert.False(t, Adopted(&p, &v1alpha1.Change{Strategy: v1alpha1.StrategyRollout}))
-	assert.False(t, Adopted(nil, change(v1alpha1.StrategyRollout, cpuDown)))
+	assert.False(t, Adopted(nil, watchtest.Change(v1alpha1.StrategyRollout, watchtest.CPUDown)))
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/test/watchtest"
 )
 
 var (
@@ -20,11 +21,8 @@ var (
 	cpuAndMem = []v1alpha1.ResourceName{v1alpha1.ResourceCPU, v1alpha1.ResourceMemory}
 )
 
-// started is when the test containers that run through the window started.
-var started = t0.Add(-time.Hour)
-
 func TestThrottlingWindowStartsAtTwoMinutes(t *testing.T) {
-	pod := newPod("web-1", cpuDown)
+	pod := watchtest.NewPod("web-1", watchtest.CPUDown)
 	tests := []struct {
 		name      string
 		now       time.Duration
@@ -40,7 +38,7 @@ func TestThrottlingWindowStartsAtTwoMinutes(t *testing.T) {
 			points:    []point{{0, 0, 0}, {time.Minute, 5000, 5000}},
 			state:     StateWatching,
 			message:   "throttling: the throttling window opens at T0+2m0s (2026-12-01T10:02:00Z)",
-			nextCheck: after(2 * time.Minute),
+			nextCheck: watchtest.After(2 * time.Minute),
 		},
 		{
 			name:      "at 2m the window is open but empty",
@@ -48,7 +46,7 @@ func TestThrottlingWindowStartsAtTwoMinutes(t *testing.T) {
 			points:    []point{{0, 0, 0}, {2 * time.Minute, 5000, 5000}},
 			state:     StateWatching,
 			message:   "throttling: container app only 0 of 300 periods since T0+2m0s",
-			nextCheck: after(30 * time.Minute),
+			nextCheck: watchtest.After(30 * time.Minute),
 		},
 		{
 			name: "throttling up to 2m does not count, the sample at 2m is the start",
@@ -61,7 +59,7 @@ func TestThrottlingWindowStartsAtTwoMinutes(t *testing.T) {
 			state:     StateWatching,
 			evaluated: true,
 			message:   "throttlingRatio 0.00 < 0.25 (container app, 1200 periods)",
-			nextCheck: after(30 * time.Minute),
+			nextCheck: watchtest.After(30 * time.Minute),
 		},
 		{
 			name: "without a sample at 2m the one at 1m59s is the start",
@@ -79,9 +77,9 @@ func TestThrottlingWindowStartsAtTwoMinutes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := newRecorded()
-			feed(m, pod, "app", started, tt.points...)
-			v := Evaluate(after(tt.now), Input{
-				Change:     change(v1alpha1.StrategyInPlace, cpuDown),
+			feed(m, pod, "app", watchtest.Started, tt.points...)
+			v := Evaluate(watchtest.After(tt.now), Input{
+				Change:     watchtest.Change(v1alpha1.StrategyInPlace, watchtest.CPUDown),
 				Pods:       []corev1.Pod{pod},
 				Throttling: Counters(m),
 			})
@@ -95,7 +93,7 @@ func TestThrottlingWindowStartsAtTwoMinutes(t *testing.T) {
 }
 
 func TestThrottlingNeeds300Periods(t *testing.T) {
-	pod := newPod("web-1", cpuDown)
+	pod := watchtest.NewPod("web-1", watchtest.CPUDown)
 	tests := []struct {
 		name      string
 		periods   uint64
@@ -111,9 +109,9 @@ func TestThrottlingNeeds300Periods(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := newRecorded()
-			feed(m, pod, "app", started, point{2 * time.Minute, 1000, 100}, point{5 * time.Minute, 1000 + tt.periods, 100 + tt.periods})
-			v := Evaluate(after(5*time.Minute), Input{
-				Change:     change(v1alpha1.StrategyInPlace, cpuDown),
+			feed(m, pod, "app", watchtest.Started, point{2 * time.Minute, 1000, 100}, point{5 * time.Minute, 1000 + tt.periods, 100 + tt.periods})
+			v := Evaluate(watchtest.After(5*time.Minute), Input{
+				Change:     watchtest.Change(v1alpha1.StrategyInPlace, watchtest.CPUDown),
 				Pods:       []corev1.Pod{pod},
 				Throttling: Counters(m),
 			})
@@ -142,12 +140,12 @@ func TestThrottlingRatioAtThreshold(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pod := newPod("web-1", cpuDown)
+			pod := watchtest.NewPod("web-1", watchtest.CPUDown)
 			m := newRecorded()
-			feed(m, pod, "app", started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 1200, tt.throttled})
-			v := Evaluate(after(10*time.Minute), Input{
-				Change:     change(v1alpha1.StrategyInPlace, cpuDown),
-				Guardrails: guardrails(func(g *v1alpha1.RollbackGuardrails) { g.ThrottlingRatio = tt.ratio }),
+			feed(m, pod, "app", watchtest.Started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 1200, tt.throttled})
+			v := Evaluate(watchtest.After(10*time.Minute), Input{
+				Change:     watchtest.Change(v1alpha1.StrategyInPlace, watchtest.CPUDown),
+				Guardrails: watchtest.Guardrails(func(g *v1alpha1.RollbackGuardrails) { g.ThrottlingRatio = tt.ratio }),
 				Pods:       []corev1.Pod{pod},
 				Throttling: Counters(m),
 			})
@@ -162,17 +160,17 @@ func TestThrottlingRatioAtThreshold(t *testing.T) {
 }
 
 func TestOOMKillsIgnoredWhenTheChangeTouchedOnlyCPU(t *testing.T) {
-	pod := newPod("web-1", cpuDown, lastTerminated("app", "OOMKilled", "c1", after(time.Minute)))
+	pod := watchtest.NewPod("web-1", watchtest.CPUDown, watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.After(time.Minute)))
 	m := newRecorded()
-	m.AddOOMKill(pod.UID, "app", after(time.Minute))
-	m.AddOOMKill(pod.UID, "app", after(2*time.Minute))
+	m.AddOOMKill(pod.UID, "app", watchtest.After(time.Minute))
+	m.AddOOMKill(pod.UID, "app", watchtest.After(2*time.Minute))
 
-	cpu := Evaluate(after(3*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, cpuDown), Pods: []corev1.Pod{pod}, Kernel: m})
+	cpu := Evaluate(watchtest.After(3*time.Minute), Input{Change: watchtest.Change(v1alpha1.StrategyInPlace, watchtest.CPUDown), Pods: []corev1.Pod{pod}, Kernel: m})
 	assert.Equal(t, StateWatching, cpu.State)
 	assert.NotContains(t, cpu.Message, "oomKills")
 
-	memPod := newPod("web-1", memDown, lastTerminated("app", "OOMKilled", "c1", after(time.Minute)))
-	mem := Evaluate(after(3*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, memDown), Pods: []corev1.Pod{memPod}, Kernel: m})
+	memPod := watchtest.NewPod("web-1", watchtest.MemDown, watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.After(time.Minute)))
+	mem := Evaluate(watchtest.After(3*time.Minute), Input{Change: watchtest.Change(v1alpha1.StrategyInPlace, watchtest.MemDown), Pods: []corev1.Pod{memPod}, Kernel: m})
 	assert.Equal(t, StateBreached, mem.State)
 	assert.Equal(t, []string{"oomKills 2 ≥ 1"}, mem.Figures)
 	assert.Equal(t, memOnly, mem.Restore)
@@ -182,40 +180,40 @@ func TestOOMKillsAreMaxOfKernelAndStatus(t *testing.T) {
 	tests := []struct {
 		name   string
 		opts   []func(*corev1.Pod)
-		kernel []time.Duration // kill times after t0; nil: no kernel data
+		kernel []time.Duration // kill times after T0; nil: no kernel data
 		known  bool
 		want   string
 	}{
-		{"kernel sees more kills than status", []func(*corev1.Pod){lastTerminated("app", "OOMKilled", "c1", after(5*time.Minute))},
+		{"kernel sees more kills than status", []func(*corev1.Pod){watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.After(5*time.Minute))},
 			[]time.Duration{time.Minute, 3 * time.Minute, 5 * time.Minute}, true, "oomKills 3 ≥ 1 (pod web-1 container app: 3 (kernel 3, status 1))"},
-		{"status sees a kill the kernel source missed", []func(*corev1.Pod){lastTerminated("app", "OOMKilled", "c1", after(5*time.Minute))},
+		{"status sees a kill the kernel source missed", []func(*corev1.Pod){watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.After(5*time.Minute))},
 			nil, true, "oomKills 1 ≥ 1 (pod web-1 container app: 1 (kernel 0, status 1))"},
-		{"no kernel data: status alone", []func(*corev1.Pod){lastTerminated("app", "OOMKilled", "c1", after(5*time.Minute))},
+		{"no kernel data: status alone", []func(*corev1.Pod){watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.After(5*time.Minute))},
 			nil, false, "oomKills 1 ≥ 1 (pod web-1 container app: 1 (status; no kernel data))"},
 		{"a kill the status shows twice counts once", []func(*corev1.Pod){
-			terminated("app", "OOMKilled", "c1", after(5*time.Minute)), lastTerminated("app", "OOMKilled", "c1", after(5*time.Minute))},
+			watchtest.Terminated("app", "OOMKilled", "c1", watchtest.After(5*time.Minute)), watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.After(5*time.Minute))},
 			nil, false, "oomKills 1 ≥ 1"},
 		{"state and lastState are two kills", []func(*corev1.Pod){
-			terminated("app", "OOMKilled", "c2", after(6*time.Minute)), lastTerminated("app", "OOMKilled", "c1", after(5*time.Minute))},
+			watchtest.Terminated("app", "OOMKilled", "c2", watchtest.After(6*time.Minute)), watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.After(5*time.Minute))},
 			nil, false, "oomKills 2 ≥ 1"},
-		{"a kill at or before T0 does not count", []func(*corev1.Pod){lastTerminated("app", "OOMKilled", "c1", t0)},
+		{"a kill at or before T0 does not count", []func(*corev1.Pod){watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.T0)},
 			[]time.Duration{0, -time.Minute}, true, "oomKills 0 < 1"},
-		{"another reason is no OOM kill", []func(*corev1.Pod){lastTerminated("app", "Error", "c1", after(5*time.Minute))},
+		{"another reason is no OOM kill", []func(*corev1.Pod){watchtest.LastTerminated("app", "Error", "c1", watchtest.After(5*time.Minute))},
 			nil, false, "oomKills 0 < 1"},
-		{"an OOM kill of an unchanged container does not count", []func(*corev1.Pod){lastTerminated("sidecar", "OOMKilled", "c1", after(5*time.Minute))},
+		{"an OOM kill of an unchanged container does not count", []func(*corev1.Pod){watchtest.LastTerminated("sidecar", "OOMKilled", "c1", watchtest.After(5*time.Minute))},
 			nil, false, "oomKills 0 < 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pod := newPod("web-1", memDown, tt.opts...)
+			pod := watchtest.NewPod("web-1", watchtest.MemDown, tt.opts...)
 			m := newRecorded()
 			for _, d := range tt.kernel {
-				m.AddOOMKill(pod.UID, "app", after(d))
+				m.AddOOMKill(pod.UID, "app", watchtest.After(d))
 			}
 			if tt.known && len(tt.kernel) == 0 {
-				feed(m, pod, "app", started, point{time.Minute, 0, 0})
+				feed(m, pod, "app", watchtest.Started, point{time.Minute, 0, 0})
 			}
-			v := Evaluate(after(10*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, memDown), Pods: []corev1.Pod{pod}, Kernel: m})
+			v := Evaluate(watchtest.After(10*time.Minute), Input{Change: watchtest.Change(v1alpha1.StrategyInPlace, watchtest.MemDown), Pods: []corev1.Pod{pod}, Kernel: m})
 			assert.Contains(t, v.Message, tt.want)
 		})
 	}
@@ -235,32 +233,32 @@ func TestOOMKillInTheSecondOfT0CountsOnceTheContainerRestarted(t *testing.T) {
 		{"no restart since T0: the run may have ended before the change", 0, "oomKills 0 < 1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			pod := newPod("web-1", memDown, lastTerminated("app", "OOMKilled", "c1", t0.Add(400*time.Millisecond).Truncate(time.Second)), restarts("app", tt.restarts))
+			pod := watchtest.NewPod("web-1", watchtest.MemDown, watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.T0.Add(400*time.Millisecond).Truncate(time.Second)), watchtest.Restarts("app", tt.restarts))
 			base = append(base, v1alpha1.RestartBaseline{PodUID: string(pod.UID), Container: "app"})
-			in := Input{Change: change(v1alpha1.StrategyInPlace, memDown), Pods: []corev1.Pod{pod}, RestartBaselines: base}
+			in := Input{Change: watchtest.Change(v1alpha1.StrategyInPlace, watchtest.MemDown), Pods: []corev1.Pod{pod}, RestartBaselines: base}
 			// T0 as the leader holds it in memory, with its sub-second part.
-			in.Change.AppliedAt = metav1.NewTime(t0.Add(300 * time.Millisecond))
-			v := Evaluate(after(10*time.Second), in)
+			in.Change.AppliedAt = metav1.NewTime(watchtest.T0.Add(300 * time.Millisecond))
+			v := Evaluate(watchtest.After(10*time.Second), in)
 			assert.Contains(t, v.Message, tt.want)
 		})
 	}
 }
 
 func TestOOMKillsAfterTheWatchEndDoNotCount(t *testing.T) {
-	pod := newPod("web-1", memDown, lastTerminated("app", "OOMKilled", "c1", after(30*time.Minute+time.Second)))
+	pod := watchtest.NewPod("web-1", watchtest.MemDown, watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.After(30*time.Minute+time.Second)))
 	m := newRecorded()
-	m.AddOOMKill(pod.UID, "app", after(30*time.Minute+time.Second))
-	v := Evaluate(after(31*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, memDown), Pods: []corev1.Pod{pod}, Kernel: m})
+	m.AddOOMKill(pod.UID, "app", watchtest.After(30*time.Minute+time.Second))
+	v := Evaluate(watchtest.After(31*time.Minute), Input{Change: watchtest.Change(v1alpha1.StrategyInPlace, watchtest.MemDown), Pods: []corev1.Pod{pod}, Kernel: m})
 	assert.Equal(t, StateHealthy, v.State)
 
-	m.AddOOMKill(pod.UID, "app", after(30*time.Minute))
-	v = Evaluate(after(31*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, memDown), Pods: []corev1.Pod{pod}, Kernel: m})
+	m.AddOOMKill(pod.UID, "app", watchtest.After(30*time.Minute))
+	v = Evaluate(watchtest.After(31*time.Minute), Input{Change: watchtest.Change(v1alpha1.StrategyInPlace, watchtest.MemDown), Pods: []corev1.Pod{pod}, Kernel: m})
 	assert.Equal(t, StateBreached, v.State, "a kill at the end still counts when evaluated late")
 }
 
 func TestRestartsCountIncreasesSinceT0(t *testing.T) {
-	ch := change(v1alpha1.StrategyInPlace, cpuDown)
-	old := newPod("web-1", cpuDown, restarts("app", 5))
+	ch := watchtest.Change(v1alpha1.StrategyInPlace, watchtest.CPUDown)
+	old := watchtest.NewPod("web-1", watchtest.CPUDown, watchtest.Restarts("app", 5))
 	baselines := []v1alpha1.RestartBaseline{{PodUID: string(old.UID), Container: "app", RestartCount: 3}, {PodUID: string(old.UID), Container: "sidecar"}}
 	tests := []struct {
 		name  string
@@ -269,20 +267,20 @@ func TestRestartsCountIncreasesSinceT0(t *testing.T) {
 		want  string
 	}{
 		{"restarts before T0 do not count", []corev1.Pod{old}, StateWatching, "restarts 2 < 3 (pod web-1 container app: 2)"},
-		{"a pod created after T0 counts in full", []corev1.Pod{old, newPod("web-2", cpuDown, createdAt(after(time.Minute)), restarts("app", 1))},
+		{"a pod created after T0 counts in full", []corev1.Pod{old, watchtest.NewPod("web-2", watchtest.CPUDown, watchtest.CreatedAt(watchtest.After(time.Minute)), watchtest.Restarts("app", 1))},
 			StateBreached, "restarts 3 ≥ 3 (pod web-1 container app: 2, pod web-2 container app: 1)"},
-		{"in full even when a baseline was captured for it", []corev1.Pod{newPod("web-1", cpuDown, createdAt(after(time.Second)), restarts("app", 5))},
+		{"in full even when a baseline was captured for it", []corev1.Pod{watchtest.NewPod("web-1", watchtest.CPUDown, watchtest.CreatedAt(watchtest.After(time.Second)), watchtest.Restarts("app", 5))},
 			StateBreached, "restarts 5 ≥ 3"},
-		{"a pod without a baseline counts in full", []corev1.Pod{old, newPod("web-3", cpuDown, restarts("app", 1))},
+		{"a pod without a baseline counts in full", []corev1.Pod{old, watchtest.NewPod("web-3", watchtest.CPUDown, watchtest.Restarts("app", 1))},
 			StateBreached, "restarts 3 ≥ 3"},
-		{"a restartCount below its baseline counts 0", []corev1.Pod{newPod("web-1", cpuDown, restarts("app", 1))},
+		{"a restartCount below its baseline counts 0", []corev1.Pod{watchtest.NewPod("web-1", watchtest.CPUDown, watchtest.Restarts("app", 1))},
 			StateWatching, "restarts 0 < 3"},
-		{"restarts of an unchanged container do not count", []corev1.Pod{newPod("web-1", cpuDown, restarts("app", 3), restarts("sidecar", 9))},
+		{"restarts of an unchanged container do not count", []corev1.Pod{watchtest.NewPod("web-1", watchtest.CPUDown, watchtest.Restarts("app", 3), watchtest.Restarts("sidecar", 9))},
 			StateWatching, "restarts 0 < 3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := Evaluate(after(5*time.Minute), Input{Change: ch, Pods: tt.pods, RestartBaselines: baselines})
+			v := Evaluate(watchtest.After(5*time.Minute), Input{Change: ch, Pods: tt.pods, RestartBaselines: baselines})
 			assert.Equal(t, tt.state, v.State)
 			assert.Contains(t, v.Message, tt.want)
 			if tt.state == StateBreached {
@@ -294,8 +292,8 @@ func TestRestartsCountIncreasesSinceT0(t *testing.T) {
 }
 
 func TestThrottlingCounterResetMidWindow(t *testing.T) {
-	pod := newPod("web-1", cpuDown)
-	restarted := after(5*time.Minute + 30*time.Second)
+	pod := watchtest.NewPod("web-1", watchtest.CPUDown)
+	restarted := watchtest.After(5*time.Minute + 30*time.Second)
 	tests := []struct {
 		name string
 		feed func(m *recorded)
@@ -306,7 +304,7 @@ func TestThrottlingCounterResetMidWindow(t *testing.T) {
 				point{6 * time.Minute, 200, 200}, point{10 * time.Minute, 800, 400})
 		}},
 		{"a new container instance starts from zero", func(m *recorded) {
-			feed(m, pod, "app", started, point{2 * time.Minute, 10000, 0}, point{5 * time.Minute, 10600, 100})
+			feed(m, pod, "app", watchtest.Started, point{2 * time.Minute, 10000, 0}, point{5 * time.Minute, 10600, 100})
 			feed(m, pod, "app", restarted, point{6 * time.Minute, 200, 200}, point{10 * time.Minute, 800, 400})
 		}},
 	}
@@ -314,7 +312,7 @@ func TestThrottlingCounterResetMidWindow(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m := newRecorded()
 			tt.feed(m)
-			v := Evaluate(after(10*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, cpuDown), Pods: []corev1.Pod{pod}, Throttling: Counters(m)})
+			v := Evaluate(watchtest.After(10*time.Minute), Input{Change: watchtest.Change(v1alpha1.StrategyInPlace, watchtest.CPUDown), Pods: []corev1.Pod{pod}, Throttling: Counters(m)})
 			assert.Equal(t, StateBreached, v.State)
 			// 600 + 200 + 600 periods, 100 + 200 + 200 throttled.
 			assert.Equal(t, []string{"throttlingRatio 0.35 ≥ 0.25 (container app, 1400 periods)"}, v.Figures)
@@ -329,21 +327,21 @@ func TestThrottlingContainerBornAfterWindowStart(t *testing.T) {
 		state   State
 		message string
 	}{
-		{"started after the window start: counts from zero", after(5 * time.Minute), StateBreached,
+		{"started after the window start: counts from zero", watchtest.After(5 * time.Minute), StateBreached,
 			"throttlingRatio 0.50 ≥ 0.25 (container app, 400 periods)"},
-		{"started at the window start: counts from zero", after(2 * time.Minute), StateBreached,
+		{"started at the window start: counts from zero", watchtest.After(2 * time.Minute), StateBreached,
 			"throttlingRatio 0.50 ≥ 0.25 (container app, 400 periods)"},
-		{"started before it, first seen after: the first sample is the baseline", after(time.Minute), StateWatching,
+		{"started before it, first seen after: the first sample is the baseline", watchtest.After(time.Minute), StateWatching,
 			"container app only 0 of 300 periods"},
 		{"start unknown: the first sample is the baseline", time.Time{}, StateWatching,
 			"container app only 0 of 300 periods"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pod := newPod("web-2", cpuDown, createdAt(after(time.Minute)))
+			pod := watchtest.NewPod("web-2", watchtest.CPUDown, watchtest.CreatedAt(watchtest.After(time.Minute)))
 			m := newRecorded()
 			feed(m, pod, "app", tt.started, point{6 * time.Minute, 400, 200})
-			v := Evaluate(after(6*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, cpuDown), Pods: []corev1.Pod{pod}, Throttling: Counters(m)})
+			v := Evaluate(watchtest.After(6*time.Minute), Input{Change: watchtest.Change(v1alpha1.StrategyInPlace, watchtest.CPUDown), Pods: []corev1.Pod{pod}, Throttling: Counters(m)})
 			assert.Equal(t, tt.state, v.State)
 			assert.Contains(t, v.Message, tt.message)
 		})
@@ -351,28 +349,28 @@ func TestThrottlingContainerBornAfterWindowStart(t *testing.T) {
 }
 
 func TestThrottlingSumsContainerNameOverPodsAndReportsTheWorst(t *testing.T) {
-	ch := change(v1alpha1.StrategyInPlace, cpuDown)
+	ch := watchtest.Change(v1alpha1.StrategyInPlace, watchtest.CPUDown)
 	ch.Containers = append(ch.Containers, v1alpha1.ContainerChange{
 		Name:     "sidecar",
-		Previous: values{reqCPU: "100m", limCPU: "1"}.resources(),
-		Applied:  values{reqCPU: "100m", limCPU: "200m"}.resources(),
+		Previous: watchtest.Values{ReqCPU: "100m", LimCPU: "1"}.Resources(),
+		Applied:  watchtest.Values{ReqCPU: "100m", LimCPU: "200m"}.Resources(),
 	})
 	side := func(p *corev1.Pod) {
-		rr := values{reqCPU: "100m", reqMem: "64Mi", limCPU: "200m"}.requirements()
+		rr := watchtest.Values{ReqCPU: "100m", ReqMem: "64Mi", LimCPU: "200m"}.Requirements()
 		p.Spec.Containers[1].Resources = rr
 		containerStatus(p, "sidecar").Resources = ptr.To(rr)
 	}
-	a, b := newPod("web-1", cpuDown, side), newPod("web-2", cpuDown, side)
+	a, b := watchtest.NewPod("web-1", watchtest.CPUDown, side), watchtest.NewPod("web-2", watchtest.CPUDown, side)
 	m := newRecorded()
 	// app: 200/1000 in one pod, 100/1000 in the other: 0.15 overall, although
 	// one pod alone is at 0.2.
-	feed(m, a, "app", started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 1000, 200})
-	feed(m, b, "app", started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 1000, 100})
+	feed(m, a, "app", watchtest.Started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 1000, 200})
+	feed(m, b, "app", watchtest.Started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 1000, 100})
 	// sidecar: 0.3 and 0.4 over 500 periods each.
-	feed(m, a, "sidecar", started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 500, 150})
-	feed(m, b, "sidecar", started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 500, 200})
+	feed(m, a, "sidecar", watchtest.Started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 500, 150})
+	feed(m, b, "sidecar", watchtest.Started, point{2 * time.Minute, 0, 0}, point{10 * time.Minute, 500, 200})
 
-	v := Evaluate(after(10*time.Minute), Input{Change: ch, Pods: []corev1.Pod{a, b}, Throttling: Counters(m)})
+	v := Evaluate(watchtest.After(10*time.Minute), Input{Change: ch, Pods: []corev1.Pod{a, b}, Throttling: Counters(m)})
 	require.Equal(t, StateBreached, v.State)
 	assert.Equal(t, []string{"throttlingRatio 0.35 ≥ 0.25 (container sidecar, 1000 periods)"}, v.Figures)
 	assert.Contains(t, v.Message, "throttlingRatio 0.15 < 0.25 (container app, 2000 periods)")
@@ -380,23 +378,23 @@ func TestThrottlingSumsContainerNameOverPodsAndReportsTheWorst(t *testing.T) {
 }
 
 func TestNonAdoptedPodsAreIgnored(t *testing.T) {
-	ch := change(v1alpha1.StrategyRollout, bothDown)
-	harmful := func(app values) corev1.Pod {
-		return newPod("web-1", app, restarts("app", 7), lastTerminated("app", "OOMKilled", "c1", after(4*time.Minute)))
+	ch := watchtest.Change(v1alpha1.StrategyRollout, watchtest.BothDown)
+	harmful := func(app watchtest.Values) corev1.Pod {
+		return watchtest.NewPod("web-1", app, watchtest.Restarts("app", 7), watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.After(4*time.Minute)))
 	}
 	for _, tt := range []struct {
 		name  string
 		pod   corev1.Pod
 		state State
 	}{
-		{"a pod of the old template", harmful(before), StateWatching},
-		{"the same pod adopted", harmful(bothDown), StateBreached},
+		{"a pod of the old template", harmful(watchtest.Before), StateWatching},
+		{"the same pod adopted", harmful(watchtest.BothDown), StateBreached},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			m := newRecorded()
-			m.AddOOMKill(tt.pod.UID, "app", after(4*time.Minute))
-			feed(m, tt.pod, "app", started, point{2 * time.Minute, 0, 0}, point{5 * time.Minute, 1000, 900})
-			v := Evaluate(after(5*time.Minute), Input{Change: ch, Pods: []corev1.Pod{tt.pod}, Kernel: m, Throttling: Counters(m),
+			m.AddOOMKill(tt.pod.UID, "app", watchtest.After(4*time.Minute))
+			feed(m, tt.pod, "app", watchtest.Started, point{2 * time.Minute, 0, 0}, point{5 * time.Minute, 1000, 900})
+			v := Evaluate(watchtest.After(5*time.Minute), Input{Change: ch, Pods: []corev1.Pod{tt.pod}, Kernel: m, Throttling: Counters(m),
 				RestartBaselines: []v1alpha1.RestartBaseline{{PodUID: string(tt.pod.UID), Container: "app"}}})
 			assert.Equal(t, tt.state, v.State)
 			if tt.state == StateWatching {
@@ -408,10 +406,10 @@ func TestNonAdoptedPodsAreIgnored(t *testing.T) {
 }
 
 func TestAdoptionDecidesNotAdoptedAtTheEnd(t *testing.T) {
-	ch := change(v1alpha1.StrategyRollout, cpuDown)
-	pods := []corev1.Pod{newPod("a", cpuDown), newPod("b", cpuDown), newPod("c", before), newPod("d", before),
-		newPod("gone", before, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }),
-		newPod("leaving", before, func(p *corev1.Pod) { p.DeletionTimestamp = ptr.To(metav1.NewTime(t0)) })}
+	ch := watchtest.Change(v1alpha1.StrategyRollout, watchtest.CPUDown)
+	pods := []corev1.Pod{watchtest.NewPod("a", watchtest.CPUDown), watchtest.NewPod("b", watchtest.CPUDown), watchtest.NewPod("c", watchtest.Before), watchtest.NewPod("d", watchtest.Before),
+		watchtest.NewPod("gone", watchtest.Before, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }),
+		watchtest.NewPod("leaving", watchtest.Before, func(p *corev1.Pod) { p.DeletionTimestamp = ptr.To(metav1.NewTime(watchtest.T0)) })}
 	tests := []struct {
 		name      string
 		threshold int32
@@ -431,8 +429,8 @@ func TestAdoptionDecidesNotAdoptedAtTheEnd(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := Evaluate(after(tt.now), Input{Change: ch, Pods: tt.pods,
-				Guardrails: guardrails(func(g *v1alpha1.RollbackGuardrails) { g.AdoptionThresholdPercent = tt.threshold })})
+			v := Evaluate(watchtest.After(tt.now), Input{Change: ch, Pods: tt.pods,
+				Guardrails: watchtest.Guardrails(func(g *v1alpha1.RollbackGuardrails) { g.AdoptionThresholdPercent = tt.threshold })})
 			assert.Equal(t, tt.state, v.State)
 			assert.Contains(t, v.Message, tt.message)
 			if tt.state == StateBreached {
@@ -454,10 +452,10 @@ func TestNotAdoptedAsSoonAsTheThresholdCannotBeMet(t *testing.T) {
 	settled := func(p *corev1.Pod) { p.Generation, p.Status.ObservedGeneration = 2, 2 }
 	// An InPlace pod resized (its spec holds the values) whose kubelet is
 	// done and runs the old ones.
-	ranOld := newPod("ran-old", cpuDown, statusRuns(before), settled)
-	resizing := newPod("resizing", cpuDown, statusRuns(before), func(p *corev1.Pod) { p.Generation, p.Status.ObservedGeneration = 2, 1 })
-	adopted := newPod("adopted", cpuDown, settled)
-	skipped := newPod("skipped", before, settled) // the apply left it out
+	ranOld := watchtest.NewPod("ran-old", watchtest.CPUDown, watchtest.StatusRuns(watchtest.Before), settled)
+	resizing := watchtest.NewPod("resizing", watchtest.CPUDown, watchtest.StatusRuns(watchtest.Before), func(p *corev1.Pod) { p.Generation, p.Status.ObservedGeneration = 2, 1 })
+	adopted := watchtest.NewPod("adopted", watchtest.CPUDown, settled)
+	skipped := watchtest.NewPod("skipped", watchtest.Before, settled) // the apply left it out
 	tests := []struct {
 		name      string
 		strategy  v1alpha1.Strategy
@@ -467,20 +465,20 @@ func TestNotAdoptedAsSoonAsTheThresholdCannotBeMet(t *testing.T) {
 		state     State
 		nextCheck time.Time
 	}{
-		{"InPlace, none adopted, at 59s: within the grace", v1alpha1.StrategyInPlace, 0, []corev1.Pod{ranOld, skipped}, 59 * time.Second, StateWatching, after(time.Minute)},
+		{"InPlace, none adopted, at 59s: within the grace", v1alpha1.StrategyInPlace, 0, []corev1.Pod{ranOld, skipped}, 59 * time.Second, StateWatching, watchtest.After(time.Minute)},
 		{"InPlace, none adopted, at 60s: NotAdopted", v1alpha1.StrategyInPlace, 0, []corev1.Pod{ranOld, skipped}, time.Minute, StateBreached, time.Time{}},
-		{"InPlace, a pod still resizing: not decided", v1alpha1.StrategyInPlace, 0, []corev1.Pod{ranOld, resizing}, 5 * time.Minute, StateWatching, after(30 * time.Minute)},
-		{"InPlace, 1 of 2 adopted meets 50%", v1alpha1.StrategyInPlace, 50, []corev1.Pod{ranOld, adopted}, 5 * time.Minute, StateWatching, after(30 * time.Minute)},
+		{"InPlace, a pod still resizing: not decided", v1alpha1.StrategyInPlace, 0, []corev1.Pod{ranOld, resizing}, 5 * time.Minute, StateWatching, watchtest.After(30 * time.Minute)},
+		{"InPlace, 1 of 2 adopted meets 50%", v1alpha1.StrategyInPlace, 50, []corev1.Pod{ranOld, adopted}, 5 * time.Minute, StateWatching, watchtest.After(30 * time.Minute)},
 		{"InPlace, 1 of 2 adopted misses 51%", v1alpha1.StrategyInPlace, 51, []corev1.Pod{ranOld, adopted}, 5 * time.Minute, StateBreached, time.Time{}},
-		{"Rollout, old pods may still be replaced", v1alpha1.StrategyRollout, 0, []corev1.Pod{newPod("old", before)}, 5 * time.Minute, StateWatching, after(30 * time.Minute)},
+		{"Rollout, old pods may still be replaced", v1alpha1.StrategyRollout, 0, []corev1.Pod{watchtest.NewPod("old", watchtest.Before)}, 5 * time.Minute, StateWatching, watchtest.After(30 * time.Minute)},
 		{"Rollout, new pods without the values never get them", v1alpha1.StrategyRollout, 0,
-			[]corev1.Pod{newPod("new", before, createdAt(after(time.Second)))}, 5 * time.Minute, StateBreached, time.Time{}},
-		{"no pods: not decided before the end", v1alpha1.StrategyInPlace, 0, nil, 5 * time.Minute, StateWatching, after(30 * time.Minute)},
+			[]corev1.Pod{watchtest.NewPod("new", watchtest.Before, watchtest.CreatedAt(watchtest.After(time.Second)))}, 5 * time.Minute, StateBreached, time.Time{}},
+		{"no pods: not decided before the end", v1alpha1.StrategyInPlace, 0, nil, 5 * time.Minute, StateWatching, watchtest.After(30 * time.Minute)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := Evaluate(after(tt.now), Input{Change: change(tt.strategy, cpuDown), Pods: tt.pods,
-				Guardrails: guardrails(func(g *v1alpha1.RollbackGuardrails) { g.AdoptionThresholdPercent = tt.threshold })})
+			v := Evaluate(watchtest.After(tt.now), Input{Change: watchtest.Change(tt.strategy, watchtest.CPUDown), Pods: tt.pods,
+				Guardrails: watchtest.Guardrails(func(g *v1alpha1.RollbackGuardrails) { g.AdoptionThresholdPercent = tt.threshold })})
 			assert.Equal(t, tt.state, v.State, v.Message)
 			assert.Equal(t, tt.nextCheck, v.NextCheck)
 			if tt.state == StateBreached {
@@ -498,7 +496,7 @@ func TestNotAdoptedAsSoonAsTheThresholdCannotBeMet(t *testing.T) {
 func TestUnschedulableAndInfeasibleFailAfterTheGrace(t *testing.T) {
 	unschedulable := func(since time.Time) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
-			p.CreationTimestamp = metav1.NewTime(t0.Add(time.Second))
+			p.CreationTimestamp = metav1.NewTime(watchtest.T0.Add(time.Second))
 			p.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled,
 				Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient cpu.",
 				LastTransitionTime: metav1.NewTime(since)}}}
@@ -508,13 +506,13 @@ func TestUnschedulableAndInfeasibleFailAfterTheGrace(t *testing.T) {
 		return func(p *corev1.Pod) {
 			p.Generation = 2
 			p.Status.ObservedGeneration = 2
-			containerStatus(p, "app").Resources = ptr.To(before.requirements())
+			containerStatus(p, "app").Resources = ptr.To(watchtest.Before.Requirements())
 			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodResizePending, Status: corev1.ConditionTrue,
 				Reason: corev1.PodReasonInfeasible, Message: "Node didn't have enough capacity", ObservedGeneration: observed,
 				LastTransitionTime: metav1.NewTime(since)})
 		}
 	}
-	ninety := guardrails(func(g *v1alpha1.RollbackGuardrails) {
+	ninety := watchtest.Guardrails(func(g *v1alpha1.RollbackGuardrails) {
 		g.UnschedulableGrace = &metav1.Duration{Duration: 90 * time.Second}
 	})
 	tests := []struct {
@@ -526,26 +524,26 @@ func TestUnschedulableAndInfeasibleFailAfterTheGrace(t *testing.T) {
 		reason    string
 		nextCheck time.Time
 	}{
-		{"Unschedulable for 59s", v1alpha1.StrategyRollout, v1alpha1.RollbackGuardrails{}, newPod("new", bothDown, unschedulable(after(time.Second))),
-			time.Minute, v1alpha1.HealthWatchWatching, after(61 * time.Second)},
-		{"Unschedulable for 60s", v1alpha1.StrategyRollout, v1alpha1.RollbackGuardrails{}, newPod("new", bothDown, unschedulable(after(time.Second))),
+		{"Unschedulable for 59s", v1alpha1.StrategyRollout, v1alpha1.RollbackGuardrails{}, watchtest.NewPod("new", watchtest.BothDown, unschedulable(watchtest.After(time.Second))),
+			time.Minute, v1alpha1.HealthWatchWatching, watchtest.After(61 * time.Second)},
+		{"Unschedulable for 60s", v1alpha1.StrategyRollout, v1alpha1.RollbackGuardrails{}, watchtest.NewPod("new", watchtest.BothDown, unschedulable(watchtest.After(time.Second))),
 			61 * time.Second, v1alpha1.HealthWatchUnschedulable, time.Time{}},
 		{"Unschedulable counts from T0, not an older condition", v1alpha1.StrategyRollout, v1alpha1.RollbackGuardrails{},
-			newPod("new", bothDown, unschedulable(t0.Add(-time.Hour))), 59 * time.Second, v1alpha1.HealthWatchWatching, after(time.Minute)},
-		{"a longer grace is honoured", v1alpha1.StrategyRollout, ninety, newPod("new", bothDown, unschedulable(t0)),
-			89 * time.Second, v1alpha1.HealthWatchWatching, after(90 * time.Second)},
+			watchtest.NewPod("new", watchtest.BothDown, unschedulable(watchtest.T0.Add(-time.Hour))), 59 * time.Second, v1alpha1.HealthWatchWatching, watchtest.After(time.Minute)},
+		{"a longer grace is honoured", v1alpha1.StrategyRollout, ninety, watchtest.NewPod("new", watchtest.BothDown, unschedulable(watchtest.T0)),
+			89 * time.Second, v1alpha1.HealthWatchWatching, watchtest.After(90 * time.Second)},
 		{"an old pod Unschedulable is not the change's", v1alpha1.StrategyRollout, v1alpha1.RollbackGuardrails{},
-			newPod("old", before, unschedulable(t0), createdAt(t0.Add(-time.Hour))), 5 * time.Minute, v1alpha1.HealthWatchWatching, after(30 * time.Minute)},
-		{"Infeasible for 59s", v1alpha1.StrategyInPlace, v1alpha1.RollbackGuardrails{}, newPod("web-1", bothDown, infeasible(after(time.Second), 2)),
-			time.Minute, v1alpha1.HealthWatchWatching, after(61 * time.Second)},
-		{"Infeasible for 60s", v1alpha1.StrategyInPlace, v1alpha1.RollbackGuardrails{}, newPod("web-1", bothDown, infeasible(after(time.Second), 2)),
+			watchtest.NewPod("old", watchtest.Before, unschedulable(watchtest.T0), watchtest.CreatedAt(watchtest.T0.Add(-time.Hour))), 5 * time.Minute, v1alpha1.HealthWatchWatching, watchtest.After(30 * time.Minute)},
+		{"Infeasible for 59s", v1alpha1.StrategyInPlace, v1alpha1.RollbackGuardrails{}, watchtest.NewPod("web-1", watchtest.BothDown, infeasible(watchtest.After(time.Second), 2)),
+			time.Minute, v1alpha1.HealthWatchWatching, watchtest.After(61 * time.Second)},
+		{"Infeasible for 60s", v1alpha1.StrategyInPlace, v1alpha1.RollbackGuardrails{}, watchtest.NewPod("web-1", watchtest.BothDown, infeasible(watchtest.After(time.Second), 2)),
 			61 * time.Second, v1alpha1.HealthWatchInfeasible, time.Time{}},
 		{"Infeasible observed for an older generation is not this resize's", v1alpha1.StrategyInPlace, v1alpha1.RollbackGuardrails{},
-			newPod("web-1", bothDown, infeasible(t0, 1)), 5 * time.Minute, v1alpha1.HealthWatchWatching, after(30 * time.Minute)},
+			watchtest.NewPod("web-1", watchtest.BothDown, infeasible(watchtest.T0, 1)), 5 * time.Minute, v1alpha1.HealthWatchWatching, watchtest.After(30 * time.Minute)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := Evaluate(after(tt.now), Input{Change: change(tt.strategy, bothDown), Guardrails: tt.g, Pods: []corev1.Pod{tt.pod}})
+			v := Evaluate(watchtest.After(tt.now), Input{Change: watchtest.Change(tt.strategy, watchtest.BothDown), Guardrails: tt.g, Pods: []corev1.Pod{tt.pod}})
 			assert.Equal(t, tt.reason, v.Reason, v.Message)
 			assert.Equal(t, tt.nextCheck, v.NextCheck)
 			if tt.reason == v1alpha1.HealthWatchWatching {
@@ -571,7 +569,7 @@ func TestResizeRestartsDoNotCount(t *testing.T) {
 	pods := func(n int32, opts ...func(*corev1.Pod)) []corev1.Pod {
 		var out []corev1.Pod
 		for _, name := range []string{"web-1", "web-2", "web-3"} {
-			out = append(out, newPod(name, memDown, append([]func(*corev1.Pod){restarts("app", n)}, opts...)...))
+			out = append(out, watchtest.NewPod(name, watchtest.MemDown, append([]func(*corev1.Pod){watchtest.Restarts("app", n)}, opts...)...))
 		}
 		return out
 	}
@@ -587,12 +585,12 @@ func TestResizeRestartsDoNotCount(t *testing.T) {
 		{"RestartContainer for a resource the change did not move", v1alpha1.StrategyInPlace, pods(1, restartOnResize(corev1.ResourceCPU)), v1alpha1.HealthWatchRestarts, "restarts 3 ≥ 3"},
 		{"a Rollout resizes nothing", v1alpha1.StrategyRollout, pods(1, restartOnResize(corev1.ResourceMemory)), v1alpha1.HealthWatchRestarts, "restarts 3 ≥ 3"},
 		{"pods created after T0 were not resized", v1alpha1.StrategyInPlace,
-			pods(1, restartOnResize(corev1.ResourceMemory), createdAt(after(time.Second))), v1alpha1.HealthWatchRestarts, "restarts 3 ≥ 3"},
+			pods(1, restartOnResize(corev1.ResourceMemory), watchtest.CreatedAt(watchtest.After(time.Second))), v1alpha1.HealthWatchRestarts, "restarts 3 ≥ 3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			base := RestartBaselines(pods(0))
-			v := Evaluate(after(5*time.Minute), Input{Change: change(tt.strategy, memDown), Pods: tt.pods, RestartBaselines: base})
+			v := Evaluate(watchtest.After(5*time.Minute), Input{Change: watchtest.Change(tt.strategy, watchtest.MemDown), Pods: tt.pods, RestartBaselines: base})
 			assert.Equal(t, tt.reason, v.Reason, v.Message)
 			assert.Contains(t, v.Message, tt.figure)
 			if tt.name == "three resized with a restart each" {
@@ -606,21 +604,21 @@ func TestResizeRestartsDoNotCount(t *testing.T) {
 // throttling is not evaluated; the message says why, and a watch that
 // ends with it never evaluated says so in its Healthy message.
 func TestWatchingSaysWhatIsNotEvaluatedYet(t *testing.T) {
-	ch := change(v1alpha1.StrategyInPlace, cpuDown)
-	pods := []corev1.Pod{newPod("web-1", cpuDown)}
-	early := Evaluate(after(time.Minute), Input{Change: ch, Pods: pods, Throttling: Counters(newRecorded())})
+	ch := watchtest.Change(v1alpha1.StrategyInPlace, watchtest.CPUDown)
+	pods := []corev1.Pod{watchtest.NewPod("web-1", watchtest.CPUDown)}
+	early := Evaluate(watchtest.After(time.Minute), Input{Change: ch, Pods: pods, Throttling: Counters(newRecorded())})
 	assert.Equal(t, v1alpha1.HealthWatchWatching, early.Reason)
 	assert.Equal(t, "throttling: the throttling window opens at T0+2m0s (2026-12-01T10:02:00Z)", early.NotEvaluated)
 	assert.Contains(t, early.Message, "watching until 2026-12-01T10:30:00Z; not evaluated yet: throttling: the throttling window opens at T0+2m0s")
 
-	end := Evaluate(after(30*time.Minute), Input{Change: ch, Pods: pods})
+	end := Evaluate(watchtest.After(30*time.Minute), Input{Change: ch, Pods: pods})
 	assert.Equal(t, v1alpha1.HealthWatchHealthy, end.Reason)
 	assert.Contains(t, end.Message, "no breach in 30m0s since 2026-12-01T10:00:00Z; never evaluated: throttling: no throttling source is configured")
 }
 
 func TestWatchDurationEndIsHealthy(t *testing.T) {
-	pod := newPod("web-1", cpuDown)
-	ten := guardrails(func(g *v1alpha1.RollbackGuardrails) { g.WatchDuration = &metav1.Duration{Duration: 10 * time.Minute} })
+	pod := watchtest.NewPod("web-1", watchtest.CPUDown)
+	ten := watchtest.Guardrails(func(g *v1alpha1.RollbackGuardrails) { g.WatchDuration = &metav1.Duration{Duration: 10 * time.Minute} })
 	tests := []struct {
 		name      string
 		g         v1alpha1.RollbackGuardrails
@@ -628,15 +626,15 @@ func TestWatchDurationEndIsHealthy(t *testing.T) {
 		state     State
 		nextCheck time.Time
 	}{
-		{"default 30m: watching at 29m59s", v1alpha1.RollbackGuardrails{}, 29*time.Minute + 59*time.Second, StateWatching, after(30 * time.Minute)},
+		{"default 30m: watching at 29m59s", v1alpha1.RollbackGuardrails{}, 29*time.Minute + 59*time.Second, StateWatching, watchtest.After(30 * time.Minute)},
 		{"default 30m: healthy at 30m", v1alpha1.RollbackGuardrails{}, 30 * time.Minute, StateHealthy, time.Time{}},
-		{"10m: watching at 9m59s", ten, 9*time.Minute + 59*time.Second, StateWatching, after(10 * time.Minute)},
+		{"10m: watching at 9m59s", ten, 9*time.Minute + 59*time.Second, StateWatching, watchtest.After(10 * time.Minute)},
 		{"10m: healthy at 10m", ten, 10 * time.Minute, StateHealthy, time.Time{}},
 		{"10m: healthy when evaluated late", ten, 2 * time.Hour, StateHealthy, time.Time{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := Evaluate(after(tt.now), Input{Change: change(v1alpha1.StrategyInPlace, cpuDown), Guardrails: tt.g, Pods: []corev1.Pod{pod}})
+			v := Evaluate(watchtest.After(tt.now), Input{Change: watchtest.Change(v1alpha1.StrategyInPlace, watchtest.CPUDown), Guardrails: tt.g, Pods: []corev1.Pod{pod}})
 			assert.Equal(t, tt.state, v.State)
 			assert.Equal(t, tt.nextCheck, v.NextCheck)
 			assert.Empty(t, v.Figures)
@@ -645,20 +643,20 @@ func TestWatchDurationEndIsHealthy(t *testing.T) {
 }
 
 func TestNoThrottlingSourceStillRunsOtherRules(t *testing.T) {
-	ch := change(v1alpha1.StrategyInPlace, bothDown)
-	quiet := Evaluate(after(10*time.Minute), Input{Change: ch, Pods: []corev1.Pod{newPod("web-1", bothDown)}})
+	ch := watchtest.Change(v1alpha1.StrategyInPlace, watchtest.BothDown)
+	quiet := Evaluate(watchtest.After(10*time.Minute), Input{Change: ch, Pods: []corev1.Pod{watchtest.NewPod("web-1", watchtest.BothDown)}})
 	assert.Equal(t, StateWatching, quiet.State)
 	assert.True(t, quiet.ThrottlingApplies)
 	assert.False(t, quiet.ThrottlingEvaluated)
 	assert.Contains(t, quiet.Message, "throttling: no throttling source is configured")
-	assert.Equal(t, after(30*time.Minute), quiet.NextCheck, "without a source T0+2m changes nothing")
+	assert.Equal(t, watchtest.After(30*time.Minute), quiet.NextCheck, "without a source T0+2m changes nothing")
 
-	end := Evaluate(after(30*time.Minute), Input{Change: ch, Pods: []corev1.Pod{newPod("web-1", bothDown)}})
+	end := Evaluate(watchtest.After(30*time.Minute), Input{Change: ch, Pods: []corev1.Pod{watchtest.NewPod("web-1", watchtest.BothDown)}})
 	assert.Equal(t, StateHealthy, end.State)
 	assert.Contains(t, end.Message, "throttling: no throttling source is configured")
 
-	oom := Evaluate(after(10*time.Minute), Input{Change: ch,
-		Pods: []corev1.Pod{newPod("web-1", bothDown, lastTerminated("app", "OOMKilled", "c1", after(3*time.Minute)))}})
+	oom := Evaluate(watchtest.After(10*time.Minute), Input{Change: ch,
+		Pods: []corev1.Pod{watchtest.NewPod("web-1", watchtest.BothDown, watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.After(3*time.Minute)))}})
 	assert.Equal(t, StateBreached, oom.State)
 	assert.Equal(t, v1alpha1.HealthWatchOOMKills, oom.Reason)
 	assert.Equal(t, memOnly, oom.Restore)
@@ -666,7 +664,7 @@ func TestNoThrottlingSourceStillRunsOtherRules(t *testing.T) {
 }
 
 func TestThrottlingNotEvaluatedSaysWhy(t *testing.T) {
-	pod := newPod("web-1", cpuDown)
+	pod := watchtest.NewPod("web-1", watchtest.CPUDown)
 	tests := []struct {
 		name    string
 		g       v1alpha1.RollbackGuardrails
@@ -676,14 +674,14 @@ func TestThrottlingNotEvaluatedSaysWhy(t *testing.T) {
 	}{
 		{"a source error", v1alpha1.RollbackGuardrails{}, failing{}, 5 * time.Minute,
 			"throttling: read the throttling window: prometheus unreachable"},
-		{"a ratio outside the schema", guardrails(func(g *v1alpha1.RollbackGuardrails) { g.ThrottlingRatio = "1.5" }), Counters(newRecorded()), 5 * time.Minute,
+		{"a ratio outside the schema", watchtest.Guardrails(func(g *v1alpha1.RollbackGuardrails) { g.ThrottlingRatio = "1.5" }), Counters(newRecorded()), 5 * time.Minute,
 			`throttling: spec.guardrails.rollback.throttlingRatio "1.5" is not a decimal string in (0, 1] such as "0.25"`},
-		{"a watch shorter than 2m", guardrails(func(g *v1alpha1.RollbackGuardrails) { g.WatchDuration = &metav1.Duration{Duration: time.Minute} }),
+		{"a watch shorter than 2m", watchtest.Guardrails(func(g *v1alpha1.RollbackGuardrails) { g.WatchDuration = &metav1.Duration{Duration: time.Minute} }),
 			Counters(newRecorded()), 5 * time.Minute, "throttling: the watch ends before the throttling window opens at T0+2m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := Evaluate(after(tt.now), Input{Change: change(v1alpha1.StrategyInPlace, cpuDown), Guardrails: tt.g, Pods: []corev1.Pod{pod}, Throttling: tt.src})
+			v := Evaluate(watchtest.After(tt.now), Input{Change: watchtest.Change(v1alpha1.StrategyInPlace, watchtest.CPUDown), Guardrails: tt.g, Pods: []corev1.Pod{pod}, Throttling: tt.src})
 			assert.NotEqual(t, StateBreached, v.State)
 			assert.True(t, v.ThrottlingApplies)
 			assert.False(t, v.ThrottlingEvaluated)
@@ -699,10 +697,10 @@ func (failing) ThrottleWindows([]*corev1.Pod, []string, time.Time, time.Time) (m
 }
 
 func TestZeroThresholdsDisableSignals(t *testing.T) {
-	harmful := newPod("web-1", bothDown, restarts("app", 9), lastTerminated("app", "OOMKilled", "c1", after(4*time.Minute)))
+	harmful := watchtest.NewPod("web-1", watchtest.BothDown, watchtest.Restarts("app", 9), watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.After(4*time.Minute)))
 	m := newRecorded()
-	m.AddOOMKill(harmful.UID, "app", after(4*time.Minute))
-	feed(m, harmful, "app", started, point{2 * time.Minute, 0, 0}, point{5 * time.Minute, 1000, 1000})
+	m.AddOOMKill(harmful.UID, "app", watchtest.After(4*time.Minute))
+	feed(m, harmful, "app", watchtest.Started, point{2 * time.Minute, 0, 0}, point{5 * time.Minute, 1000, 1000})
 	off := int32(0)
 	tests := []struct {
 		name    string
@@ -719,7 +717,7 @@ func TestZeroThresholdsDisableSignals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := Evaluate(after(5*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, bothDown), Guardrails: guardrails(tt.g),
+			v := Evaluate(watchtest.After(5*time.Minute), Input{Change: watchtest.Change(v1alpha1.StrategyInPlace, watchtest.BothDown), Guardrails: watchtest.Guardrails(tt.g),
 				Pods: []corev1.Pod{harmful}, Kernel: m, Throttling: Counters(m)})
 			assert.Equal(t, tt.reason, v.Reason)
 			assert.Equal(t, tt.figures, v.Figures)
@@ -736,25 +734,25 @@ func TestZeroThresholdsDisableSignals(t *testing.T) {
 func TestSeveralBreachesAtOnce(t *testing.T) {
 	tests := []struct {
 		name     string
-		applied  values
+		applied  watchtest.Values
 		restarts int32
 		reason   string
 		restore  []v1alpha1.ResourceName
 		figures  []string
 	}{
-		{"restarts win and restore everything touched", bothDown, 3, v1alpha1.HealthWatchRestarts, cpuAndMem,
+		{"restarts win and restore everything touched", watchtest.BothDown, 3, v1alpha1.HealthWatchRestarts, cpuAndMem,
 			[]string{"restarts 3 ≥ 3", "oomKills 1 ≥ 1", "throttlingRatio 0.90 ≥ 0.25 (container app, 1000 periods)"}},
-		{"OOM before throttling, both restored", bothDown, 1, v1alpha1.HealthWatchOOMKills, cpuAndMem,
+		{"OOM before throttling, both restored", watchtest.BothDown, 1, v1alpha1.HealthWatchOOMKills, cpuAndMem,
 			[]string{"oomKills 1 ≥ 1", "throttlingRatio 0.90 ≥ 0.25 (container app, 1000 periods)"}},
-		{"restarts of a memory change restore memory only", memDown, 3, v1alpha1.HealthWatchRestarts, memOnly,
+		{"restarts of a memory change restore memory only", watchtest.MemDown, 3, v1alpha1.HealthWatchRestarts, memOnly,
 			[]string{"restarts 3 ≥ 3", "oomKills 1 ≥ 1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pod := newPod("web-1", tt.applied, restarts("app", tt.restarts), lastTerminated("app", "OOMKilled", "c1", after(4*time.Minute)))
+			pod := watchtest.NewPod("web-1", tt.applied, watchtest.Restarts("app", tt.restarts), watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.After(4*time.Minute)))
 			m := newRecorded()
-			feed(m, pod, "app", started, point{2 * time.Minute, 0, 0}, point{5 * time.Minute, 1000, 900})
-			v := Evaluate(after(5*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, tt.applied), Pods: []corev1.Pod{pod},
+			feed(m, pod, "app", watchtest.Started, point{2 * time.Minute, 0, 0}, point{5 * time.Minute, 1000, 900})
+			v := Evaluate(watchtest.After(5*time.Minute), Input{Change: watchtest.Change(v1alpha1.StrategyInPlace, tt.applied), Pods: []corev1.Pod{pod},
 				RestartBaselines: []v1alpha1.RestartBaseline{{PodUID: string(pod.UID), Container: "app"}}, Throttling: Counters(m)})
 			assert.Equal(t, StateBreached, v.State)
 			assert.Equal(t, tt.reason, v.Reason)
@@ -766,15 +764,15 @@ func TestSeveralBreachesAtOnce(t *testing.T) {
 }
 
 func TestBreachAtTheEndWinsOverHealthy(t *testing.T) {
-	pod := newPod("web-1", memDown, lastTerminated("app", "OOMKilled", "c1", after(29*time.Minute)))
-	v := Evaluate(after(30*time.Minute), Input{Change: change(v1alpha1.StrategyInPlace, memDown), Pods: []corev1.Pod{pod},
-		Guardrails: guardrails(func(g *v1alpha1.RollbackGuardrails) { g.AdoptionThresholdPercent = 100 })})
+	pod := watchtest.NewPod("web-1", watchtest.MemDown, watchtest.LastTerminated("app", "OOMKilled", "c1", watchtest.After(29*time.Minute)))
+	v := Evaluate(watchtest.After(30*time.Minute), Input{Change: watchtest.Change(v1alpha1.StrategyInPlace, watchtest.MemDown), Pods: []corev1.Pod{pod},
+		Guardrails: watchtest.Guardrails(func(g *v1alpha1.RollbackGuardrails) { g.AdoptionThresholdPercent = 100 })})
 	assert.Equal(t, StateBreached, v.State)
 	assert.Equal(t, "OOMKills breach since the change applied at 2026-12-01T10:00:00Z: roll back memory; 1 of 1 pods adopted; restarts 0 < 3; oomKills 1 ≥ 1 (pod web-1 container app: 1 (status; no kernel data))", v.Message)
 }
 
 func TestEvaluateWithoutChange(t *testing.T) {
-	v := Evaluate(t0, Input{})
+	v := Evaluate(watchtest.T0, Input{})
 	assert.Equal(t, StateWatching, v.State)
 	assert.Contains(t, v.Message, "nothing to watch")
 }
@@ -799,8 +797,8 @@ func TestRestoreFor(t *testing.T) {
 }
 
 func TestRestartBaselinesRecordEveryContainer(t *testing.T) {
-	pending := newPod("web-2", cpuDown, func(p *corev1.Pod) { p.Status = corev1.PodStatus{Phase: corev1.PodPending} })
-	got := RestartBaselines([]corev1.Pod{newPod("web-1", cpuDown, restarts("app", 4), restarts("sidecar", 1)), pending})
+	pending := watchtest.NewPod("web-2", watchtest.CPUDown, func(p *corev1.Pod) { p.Status = corev1.PodStatus{Phase: corev1.PodPending} })
+	got := RestartBaselines([]corev1.Pod{watchtest.NewPod("web-1", watchtest.CPUDown, watchtest.Restarts("app", 4), watchtest.Restarts("sidecar", 1)), pending})
 	assert.Equal(t, []v1alpha1.RestartBaseline{
 		{Pod: "web-1", PodUID: "uid-web-1", Container: "app", RestartCount: 4}, {Pod: "web-1", PodUID: "uid-web-1", Container: "sidecar", RestartCount: 1},
 		{Pod: "web-2", PodUID: "uid-web-2", Container: "app"}, {Pod: "web-2", PodUID: "uid-web-2", Container: "sidecar"},

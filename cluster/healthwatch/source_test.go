@@ -7,44 +7,18 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kerf-dev/kerf/test/watchtest"
 )
 
-// throttlingFixture is 3 pods × 2 containers of samples every 10 s from T0
-// for 20 minutes, with a counter reset in one series and a restart (a new
-// instance started in the window) in another.
-func throttlingFixture() (pods []*corev1.Pod, samples []CounterSample) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i, name := range []string{"web-1", "web-2", "web-3"} {
-		p := newPod(name, cpuDown)
-		pods = append(pods, &p)
-		for _, c := range []string{"app", "sidecar"} {
-			var periods, throttled uint64 = 50000, 1000
-			inst := started
-			for j := range 120 {
-				at := after(time.Duration(j) * 10 * time.Second)
-				switch {
-				case i == 1 && c == "app" && j == 60: // reset within the instance
-					periods, throttled = 0, 0
-				case i == 2 && c == "sidecar" && j == 40: // a restart
-					inst, periods, throttled = at.Add(-3*time.Second), 0, 0
-				}
-				d := uint64(rng.IntN(100))
-				periods += d
-				throttled += d * uint64(rng.IntN(4)) / 4
-				samples = append(samples, CounterSample{PodUID: p.UID, Container: c, Started: inst, At: at, Periods: periods, Throttled: throttled})
-			}
-		}
-	}
-	return pods, samples
-}
-
 func TestThrottleWindowsAgreeAcrossPaths(t *testing.T) {
-	pods, samples := throttlingFixture()
+	pods, samples := watchtest.ThrottlingFixture(func(pod types.UID, container string, started, at time.Time, periods, throttled uint64) CounterSample {
+		return CounterSample{PodUID: pod, Container: container, Started: started, At: at, Periods: periods, Throttled: throttled}
+	})
 	uids := []types.UID{pods[0].UID, pods[1].UID, pods[2].UID}
 	containers := []string{"app", "sidecar"}
-	from, to := after(2*time.Minute), after(17*time.Minute+5*time.Second)
+	from, to := watchtest.After(2*time.Minute), watchtest.After(17*time.Minute+5*time.Second)
 
 	ordered := sumWindows(samples, uids, containers, from, to)
 	require.Len(t, ordered, 2)
@@ -69,7 +43,7 @@ func TestThrottleWindowsAgreeAcrossPaths(t *testing.T) {
 
 func TestIncreaseFollowsPrometheusResets(t *testing.T) {
 	s := func(at time.Duration, p, th uint64) CounterSample {
-		return CounterSample{PodUID: "a", Container: "app", Started: started, At: after(at), Periods: p, Throttled: th}
+		return CounterSample{PodUID: "a", Container: "app", Started: watchtest.Started, At: watchtest.After(at), Periods: p, Throttled: th}
 	}
 	tests := []struct {
 		name       string
@@ -85,7 +59,7 @@ func TestIncreaseFollowsPrometheusResets(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out := map[string]ThrottleWindow{}
-			AddIncrease(out, tt.run, t0, after(10*time.Minute))
+			AddIncrease(out, tt.run, watchtest.T0, watchtest.After(10*time.Minute))
 			assert.Equal(t, ThrottleWindow{Periods: tt.wantP, Throttled: tt.wat}, out["app"])
 		})
 	}

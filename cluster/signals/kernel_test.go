@@ -15,6 +15,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
+	"github.com/kerf-dev/kerf/test/watchtest"
 )
 
 func TestKernelSignalsEachPodOnce(t *testing.T) {
@@ -22,16 +23,16 @@ func TestKernelSignalsEachPodOnce(t *testing.T) {
 	var got []Signal
 	cancel := m.Subscribe(func(s Signal) { got = append(got, s) })
 
-	m.AddOOMKill("a", "app", after(time.Minute))
+	m.AddOOMKill("a", "app", watchtest.After(time.Minute))
 	m.AddSamples(
-		healthwatch.CounterSample{PodUID: "a", Container: "app", At: after(time.Second)},
-		healthwatch.CounterSample{PodUID: "b", Container: "app", At: after(time.Second)},
-		healthwatch.CounterSample{PodUID: "a", Container: "sidecar", At: after(time.Second)},
+		healthwatch.CounterSample{PodUID: "a", Container: "app", At: watchtest.After(time.Second)},
+		healthwatch.CounterSample{PodUID: "b", Container: "app", At: watchtest.After(time.Second)},
+		healthwatch.CounterSample{PodUID: "a", Container: "sidecar", At: watchtest.After(time.Second)},
 	)
 	assert.Equal(t, []Signal{{"a", SignalOOMKill}, {"a", SignalCounters}, {"b", SignalCounters}}, got)
 
 	cancel()
-	m.AddOOMKill("a", "app", after(2*time.Minute))
+	m.AddOOMKill("a", "app", watchtest.After(2*time.Minute))
 	assert.Len(t, got, 3, "no signal after cancel")
 }
 
@@ -39,8 +40,8 @@ func TestKernelSubscriberMayReadTheSource(t *testing.T) {
 	m := NewKernel()
 	var n int
 	var ok bool
-	m.Subscribe(func(s Signal) { n, ok = m.OOMKills(s.PodUID, "app", t0, after(time.Hour)) })
-	m.AddOOMKill("a", "app", after(time.Minute))
+	m.Subscribe(func(s Signal) { n, ok = m.OOMKills(s.PodUID, "app", watchtest.T0, watchtest.After(time.Hour)) })
+	m.AddOOMKill("a", "app", watchtest.After(time.Minute))
 	assert.True(t, ok)
 	assert.Equal(t, 1, n, "the kill is stored before subscribers hear of it")
 }
@@ -48,9 +49,9 @@ func TestKernelSubscriberMayReadTheSource(t *testing.T) {
 func TestKernelOOMKillsInRange(t *testing.T) {
 	m := NewKernel()
 	for _, d := range []time.Duration{-time.Minute, 0, time.Minute, 10 * time.Minute, 10 * time.Minute, 31 * time.Minute} {
-		m.AddOOMKill("a", "app", after(d))
+		m.AddOOMKill("a", "app", watchtest.After(d))
 	}
-	m.AddSamples(healthwatch.CounterSample{PodUID: "a", Container: "sidecar", At: t0})
+	m.AddSamples(healthwatch.CounterSample{PodUID: "a", Container: "sidecar", At: watchtest.T0})
 
 	tests := []struct {
 		name      string
@@ -60,12 +61,12 @@ func TestKernelOOMKillsInRange(t *testing.T) {
 		want      int
 		known     bool
 	}{
-		{"(T0, end]", "a", "app", t0, after(30 * time.Minute), 3, true},
-		{"the end is inclusive", "a", "app", t0, after(10 * time.Minute), 3, true},
-		{"the start is exclusive", "a", "app", after(time.Minute), after(time.Hour), 3, true},
-		{"samples make a container known", "a", "sidecar", t0, after(time.Hour), 0, true},
-		{"an unknown container", "a", "other", t0, after(time.Hour), 0, false},
-		{"an unknown pod", "b", "app", t0, after(time.Hour), 0, false},
+		{"(T0, end]", "a", "app", watchtest.T0, watchtest.After(30 * time.Minute), 3, true},
+		{"the end is inclusive", "a", "app", watchtest.T0, watchtest.After(10 * time.Minute), 3, true},
+		{"the start is exclusive", "a", "app", watchtest.After(time.Minute), watchtest.After(time.Hour), 3, true},
+		{"samples make a container known", "a", "sidecar", watchtest.T0, watchtest.After(time.Hour), 0, true},
+		{"an unknown container", "a", "other", watchtest.T0, watchtest.After(time.Hour), 0, false},
+		{"an unknown pod", "b", "app", watchtest.T0, watchtest.After(time.Hour), 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,15 +80,15 @@ func TestKernelOOMKillsInRange(t *testing.T) {
 func TestKernelSamplesFromTheWindowStart(t *testing.T) {
 	m := NewKernel()
 	s := func(container string, started, at time.Duration, p uint64) healthwatch.CounterSample {
-		return healthwatch.CounterSample{PodUID: "a", Container: container, Started: after(started), At: after(at), Periods: p}
+		return healthwatch.CounterSample{PodUID: "a", Container: container, Started: watchtest.After(started), At: watchtest.After(at), Periods: p}
 	}
 	// Out of order, with a duplicate: the newest counters win.
 	m.AddSamples(s("app", -time.Hour, 3*time.Minute, 30), s("app", -time.Hour, time.Minute, 10), s("app", -time.Hour, 2*time.Minute, 20),
 		s("app", -time.Hour, 4*time.Minute, 40), s("app", -time.Hour, 2*time.Minute, 21))
 	m.AddSamples(s("app", 150*time.Second, 3*time.Minute, 5), s("other", -time.Hour, time.Hour, 1))
-	m.AddSamples(healthwatch.CounterSample{PodUID: "b", Container: "app", At: after(3 * time.Minute)})
+	m.AddSamples(healthwatch.CounterSample{PodUID: "b", Container: "app", At: watchtest.After(3 * time.Minute)})
 
-	got, err := m.Samples([]types.UID{"a", "c"}, after(2*time.Minute+time.Second), after(3*time.Minute))
+	got, err := m.Samples([]types.UID{"a", "c"}, watchtest.After(2*time.Minute+time.Second), watchtest.After(3*time.Minute))
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []healthwatch.CounterSample{
 		s("app", -time.Hour, 2*time.Minute, 21), // the latest at or before from
@@ -99,21 +100,21 @@ func TestKernelSamplesFromTheWindowStart(t *testing.T) {
 func TestKernelPruneKeepsWindowStart(t *testing.T) {
 	m := NewKernel()
 	for i := range 10 {
-		m.AddSamples(healthwatch.CounterSample{PodUID: "a", Container: "app", At: after(time.Duration(i) * time.Minute), Periods: uint64(i)})
+		m.AddSamples(healthwatch.CounterSample{PodUID: "a", Container: "app", At: watchtest.After(time.Duration(i) * time.Minute), Periods: uint64(i)})
 	}
-	m.AddOOMKill("a", "app", after(time.Minute))
-	m.AddOOMKill("a", "app", after(6*time.Minute))
-	m.Prune(after(5*time.Minute + time.Second))
+	m.AddOOMKill("a", "app", watchtest.After(time.Minute))
+	m.AddOOMKill("a", "app", watchtest.After(6*time.Minute))
+	m.Prune(watchtest.After(5*time.Minute + time.Second))
 
-	got, err := m.Samples([]types.UID{"a"}, after(5*time.Minute+time.Second), after(time.Hour))
+	got, err := m.Samples([]types.UID{"a"}, watchtest.After(5*time.Minute+time.Second), watchtest.After(time.Hour))
 	require.NoError(t, err)
 	require.Len(t, got, 5)
 	assert.Equal(t, uint64(5), got[0].Periods)
-	n, _ := m.OOMKills("a", "app", t0, after(time.Hour))
+	n, _ := m.OOMKills("a", "app", watchtest.T0, watchtest.After(time.Hour))
 	assert.Equal(t, 1, n)
 
 	m.ForgetPod("a")
-	_, known := m.OOMKills("a", "app", t0, after(time.Hour))
+	_, known := m.OOMKills("a", "app", watchtest.T0, watchtest.After(time.Hour))
 	assert.False(t, known)
 }
 
@@ -127,23 +128,23 @@ func TestKernelConcurrentUse(t *testing.T) {
 		uid := types.UID([]string{"a", "b", "c", "d"}[w])
 		wg.Go(func() {
 			for i := range 500 {
-				m.AddSamples(healthwatch.CounterSample{PodUID: uid, Container: "app", At: after(time.Duration(i) * time.Second), Periods: uint64(i)})
+				m.AddSamples(healthwatch.CounterSample{PodUID: uid, Container: "app", At: watchtest.After(time.Duration(i) * time.Second), Periods: uint64(i)})
 				if i%100 == 0 {
-					m.AddOOMKill(uid, "app", after(time.Duration(i)*time.Second))
+					m.AddOOMKill(uid, "app", watchtest.After(time.Duration(i)*time.Second))
 				}
 			}
 		})
 		wg.Go(func() {
 			for range 100 {
-				_, _ = m.Samples([]types.UID{uid}, t0, after(time.Hour))
-				_, _ = m.OOMKills(uid, "app", t0, after(time.Hour))
-				m.Prune(t0)
+				_, _ = m.Samples([]types.UID{uid}, watchtest.T0, watchtest.After(time.Hour))
+				_, _ = m.OOMKills(uid, "app", watchtest.T0, watchtest.After(time.Hour))
+				m.Prune(watchtest.T0)
 			}
 		})
 	}
 	wg.Wait()
 	assert.Equal(t, 4*(500+5), signals)
-	got, err := m.Samples([]types.UID{"a", "b", "c", "d"}, t0, after(time.Hour))
+	got, err := m.Samples([]types.UID{"a", "b", "c", "d"}, watchtest.T0, watchtest.After(time.Hour))
 	require.NoError(t, err)
 	assert.Len(t, got, 4*500)
 }
@@ -160,7 +161,7 @@ func TestKernelCompactionKeepsEveryWindowExact(t *testing.T) {
 	full := NewKernel()
 	var pods []corev1.Pod
 	for _, name := range []string{"web-1", "web-2", "web-3", "web-4"} {
-		pods = append(pods, newPod(name, cpuDown))
+		pods = append(pods, watchtest.NewPod(name, watchtest.CPUDown))
 	}
 	podPtrs := []*corev1.Pod{&pods[0], &pods[1], &pods[2], &pods[3]}
 	containers := []string{"app", "sidecar"}
@@ -169,7 +170,7 @@ func TestKernelCompactionKeepsEveryWindowExact(t *testing.T) {
 		periods, throttled uint64
 	}
 	state := map[string]*inst{}
-	start := after(-time.Hour)
+	start := watchtest.After(-time.Hour)
 	for _, p := range pods {
 		for _, c := range containers {
 			state[string(p.UID)+"/"+c] = &inst{started: start}
@@ -180,7 +181,7 @@ func TestKernelCompactionKeepsEveryWindowExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	deleted := false
 	for i := range steps {
-		now := after(time.Duration(i) * step)
+		now := watchtest.After(time.Duration(i) * step)
 		var batch []healthwatch.CounterSample
 		for pi, p := range pods {
 			if deleted && pi == 3 {
@@ -220,7 +221,7 @@ func TestKernelCompactionKeepsEveryWindowExact(t *testing.T) {
 		}
 
 		for wi, w := range watches {
-			from, end := after(w+healthwatch.ThrottlingDelay), after(w+watchFor)
+			from, end := watchtest.After(w+healthwatch.ThrottlingDelay), watchtest.After(w+watchFor)
 			if now.Before(from) || now.After(end.Add(time.Minute)) {
 				continue
 			}
@@ -234,13 +235,13 @@ func TestKernelCompactionKeepsEveryWindowExact(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, want, got, "watch %d at step %d", wi, i)
 			for _, p := range pods {
-				gotN, gotOK := compact.OOMKills(p.UID, "app", after(w), to)
-				wantN, wantOK := full.OOMKills(p.UID, "app", after(w), to)
+				gotN, gotOK := compact.OOMKills(p.UID, "app", watchtest.After(w), to)
+				wantN, wantOK := full.OOMKills(p.UID, "app", watchtest.After(w), to)
 				require.Equal(t, []any{wantN, wantOK}, []any{gotN, gotOK}, "watch %d at step %d pod %s", wi, i, p.Name)
 			}
 			if i%20 == 0 {
-				in := healthwatch.Input{Change: change(v1alpha1.StrategyRollout, cpuDown), Pods: pods[:3], Guardrails: guardrails(nil)}
-				in.Change.AppliedAt = metav1.NewTime(after(w))
+				in := healthwatch.Input{Change: watchtest.Change(v1alpha1.StrategyRollout, watchtest.CPUDown), Pods: pods[:3], Guardrails: watchtest.Guardrails(nil)}
+				in.Change.AppliedAt = metav1.NewTime(watchtest.After(w))
 				in.Kernel, in.Throttling = compact, compact
 				gotV := healthwatch.Evaluate(now, in)
 				in.Kernel, in.Throttling = full, full
@@ -259,12 +260,12 @@ func TestKernelCompactionKeepsEveryWindowExact(t *testing.T) {
 func TestKernelCompactionKeepsTheRecentSamples(t *testing.T) {
 	m := NewKernel(WithCompaction(10 * time.Second))
 	for i := range 100 {
-		m.AddSamples(healthwatch.CounterSample{PodUID: "a", Container: "app", At: after(time.Duration(i) * time.Second), Periods: uint64(i)})
+		m.AddSamples(healthwatch.CounterSample{PodUID: "a", Container: "app", At: watchtest.After(time.Duration(i) * time.Second), Periods: uint64(i)})
 	}
-	got, err := m.Samples([]types.UID{"a"}, after(89*time.Second), after(time.Hour))
+	got, err := m.Samples([]types.UID{"a"}, watchtest.After(89*time.Second), watchtest.After(time.Hour))
 	require.NoError(t, err)
 	require.NotEmpty(t, got)
-	assert.Equal(t, after(89*time.Second), got[0].At, "the sample at a window start within the recent span")
+	assert.Equal(t, watchtest.After(89*time.Second), got[0].At, "the sample at a window start within the recent span")
 	_, _, kept := m.Len()
 	assert.Less(t, kept, 30)
 }
@@ -336,12 +337,12 @@ func TestKernelCompactionMatchesEveryRecentWindow(t *testing.T) {
 	compact := NewKernel(WithCompaction(recent), WithPinTTL(3*time.Second))
 	full := NewKernel()
 	rng := rand.New(rand.NewPCG(11, 12))
-	web1, web2 := newPod("web-1", cpuDown), newPod("web-2", cpuDown)
+	web1, web2 := watchtest.NewPod("web-1", watchtest.CPUDown), watchtest.NewPod("web-2", watchtest.CPUDown)
 	pods := []*corev1.Pod{&web1, &web2}
 	containers := []string{"app", "sidecar"}
 	type counters struct{ periods, throttled uint64 }
 	state := map[string]*counters{}
-	now := after(0)
+	now := watchtest.After(0)
 	for step := range 3000 {
 		now = now.Add(time.Second + time.Duration(rng.IntN(600_000_000)) - 300*time.Millisecond)
 		if rng.IntN(50) == 0 {
@@ -364,11 +365,11 @@ func TestKernelCompactionMatchesEveryRecentWindow(t *testing.T) {
 				d := uint64(rng.IntN(1000))
 				st.periods += d
 				st.throttled += d / uint64(1+rng.IntN(4))
-				batch = append(batch, healthwatch.CounterSample{PodUID: p.UID, Container: c, Started: after(-time.Hour), At: now,
+				batch = append(batch, healthwatch.CounterSample{PodUID: p.UID, Container: c, Started: watchtest.After(-time.Hour), At: now,
 					Periods: st.periods, Throttled: st.throttled})
 				if rng.IntN(30) == 0 { // sent again with newer counters
 					st.periods++
-					batch = append(batch, healthwatch.CounterSample{PodUID: p.UID, Container: c, Started: after(-time.Hour), At: now,
+					batch = append(batch, healthwatch.CounterSample{PodUID: p.UID, Container: c, Started: watchtest.After(-time.Hour), At: now,
 						Periods: st.periods, Throttled: st.throttled})
 				}
 			}
@@ -401,7 +402,7 @@ func TestKernelCompactionMatchesEveryRecentWindow(t *testing.T) {
 func TestKernelCompactionAfterAGapKeepsTheNewestReplaceable(t *testing.T) {
 	m := NewKernel(WithCompaction(10 * time.Second))
 	s := func(at time.Duration, p uint64) healthwatch.CounterSample {
-		return healthwatch.CounterSample{PodUID: "a", Container: "app", At: after(at), Periods: p, Throttled: p / 2}
+		return healthwatch.CounterSample{PodUID: "a", Container: "app", At: watchtest.After(at), Periods: p, Throttled: p / 2}
 	}
 	for i := range 6 {
 		m.AddSamples(s(time.Duration(i)*time.Second, uint64(10*i)))
@@ -416,48 +417,21 @@ func TestKernelCompactionAfterAGapKeepsTheNewestReplaceable(t *testing.T) {
 	m.AddSamples(s(gap, 1001))
 	m.AddSamples(s(gap+time.Second, 1010))
 
-	got, err := m.Samples([]types.UID{"a"}, after(-time.Hour), after(time.Hour))
+	got, err := m.Samples([]types.UID{"a"}, watchtest.After(-time.Hour), watchtest.After(time.Hour))
 	require.NoError(t, err)
 	t.Log(got)
 	assert.Equal(t, []healthwatch.CounterSample{s(60*time.Second, 60), s(gap, 1001), s(gap+time.Second, 1010)}, got)
-}
-
-// throttlingFixture is 3 pods × 2 containers of samples every 10 s from T0
-// for 20 minutes, with a counter reset in one series and a restart (a new
-// instance started in the window) in another.
-func throttlingFixture() (pods []*corev1.Pod, samples []healthwatch.CounterSample) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i, name := range []string{"web-1", "web-2", "web-3"} {
-		p := newPod(name, cpuDown)
-		pods = append(pods, &p)
-		for _, c := range []string{"app", "sidecar"} {
-			var periods, throttled uint64 = 50000, 1000
-			inst := started
-			for j := range 120 {
-				at := after(time.Duration(j) * 10 * time.Second)
-				switch {
-				case i == 1 && c == "app" && j == 60: // reset within the instance
-					periods, throttled = 0, 0
-				case i == 2 && c == "sidecar" && j == 40: // a restart
-					inst, periods, throttled = at.Add(-3*time.Second), 0, 0
-				}
-				d := uint64(rng.IntN(100))
-				periods += d
-				throttled += d * uint64(rng.IntN(4)) / 4
-				samples = append(samples, healthwatch.CounterSample{PodUID: p.UID, Container: c, Started: inst, At: at, Periods: periods, Throttled: throttled})
-			}
-		}
-	}
-	return pods, samples
 }
 
 // TestKernelSumsInPlaceAsCountersDoes: the Kernel's own ThrottleWindows
 // (summed in place) and healthwatch.Counters over its samples agree, for
 // samples added in any order.
 func TestKernelSumsInPlaceAsCountersDoes(t *testing.T) {
-	pods, samples := throttlingFixture()
+	pods, samples := watchtest.ThrottlingFixture(func(pod types.UID, container string, started, at time.Time, periods, throttled uint64) healthwatch.CounterSample {
+		return healthwatch.CounterSample{PodUID: pod, Container: container, Started: started, At: at, Periods: periods, Throttled: throttled}
+	})
 	containers := []string{"app", "sidecar"}
-	from, to := after(2*time.Minute), after(17*time.Minute+5*time.Second)
+	from, to := watchtest.After(2*time.Minute), watchtest.After(17*time.Minute+5*time.Second)
 	rand.New(rand.NewPCG(3, 4)).Shuffle(len(samples), func(i, j int) { samples[i], samples[j] = samples[j], samples[i] })
 	m := NewKernel()
 	m.AddSamples(samples...)
