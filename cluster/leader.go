@@ -17,7 +17,6 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -220,7 +219,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 			ServiceAccountNamespace: cfg.Stream.ServiceAccountNamespace,
 			ServiceAccountName:      cfg.Stream.ServiceAccountName,
 			Clientset:               cs,
-			Pods:                    cachedPods{mgr.GetClient()},
+			Pods:                    stream.CachedPods{Reader: mgr.GetClient()},
 			Kernel:                  sig.Kernel,
 			Statuses:                sig.Statuses,
 			Leading:                 l.Leading,
@@ -414,18 +413,4 @@ func (l *Leader) serverTLS(ctx context.Context, server string, src cert.Source) 
 		return nil, fmt.Errorf("%s certificate: %w", server, err)
 	}
 	return tlsConfig, nil
-}
-
-// cachedPods finds pods by UID in the leader's cache.
-type cachedPods struct{ c client.Reader }
-
-// PodByUID returns the cached pod with the UID.
-func (p cachedPods) PodByUID(uid types.UID) (*corev1.Pod, bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var pods corev1.PodList
-	if err := p.c.List(ctx, &pods, client.MatchingFields{podUIDIndex: string(uid)}); err != nil || len(pods.Items) == 0 {
-		return nil, false
-	}
-	return &pods.Items[0], true
 }
