@@ -133,12 +133,13 @@ type Leader struct {
 	stopping atomic.Bool
 }
 
-// shutdownTimeout bounds how long a stopping replica waits for its
-// controllers before it releases the Lease anyway: well below the pod's
-// terminationGracePeriodSeconds (30 s in manifests/leader.yaml), so that the
-// release always happens before the kubelet's SIGKILL. A replica killed
-// before its release costs the standby a whole LeaseDuration.
-const shutdownTimeout = 10 * time.Second
+// ShutdownTimeout bounds how long a stopping replica waits for its
+// controllers before it releases the Lease anyway. It stays well below the
+// pod's terminationGracePeriodSeconds (manifests/leader.yaml, checked by
+// the manifests' tests), so that the release always happens before the
+// kubelet's SIGKILL: a replica killed before its release costs the standby
+// a whole LeaseDuration.
+const ShutdownTimeout = 10 * time.Second
 
 // New builds a leader replica for the cluster restConfig reaches.
 func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error) {
@@ -186,7 +187,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		LeaderElectionID:                    cfg.LeaseName,
 		LeaderElectionNamespace:             cfg.Namespace,
 		LeaderElectionReleaseOnCancel:       true,
-		GracefulShutdownTimeout:             ptr.To(shutdownTimeout),
+		GracefulShutdownTimeout:             ptr.To(ShutdownTimeout),
 		LeaderElectionResourceLockInterface: lock,
 		LeaseDuration:                       &cfg.LeaseDuration,
 		RenewDeadline:                       &cfg.RenewDeadline,
