@@ -306,6 +306,10 @@ func (l *Leader) Registry() *prometheus.Registry { return l.registry }
 
 // Run runs the replica until ctx is done (nil) or the Lease is lost
 // (ErrLeadershipLost): then it has stopped acting and the caller must exit.
+// When ctx is done (SIGTERM) the replica stops leading at once (Leading),
+// closes the agents' streams and removes its pod's label; its controllers
+// then stop, within ShutdownTimeout, and it releases the Lease before Run
+// returns, so that the standby takes over at its next retry.
 func (l *Leader) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -360,6 +364,10 @@ func (l *Leader) Run(ctx context.Context) error {
 	go func() {
 		defer close(stopped)
 		<-ctx.Done()
+		if l.Leading() {
+			l.log.Info("stopping: no longer leading; the Lease is released once the controllers stop",
+				"identity", l.cfg.Identity, "lease", l.cfg.Namespace+"/"+l.cfg.LeaseName, "shutdownTimeout", ShutdownTimeout)
+		}
 		l.stopping.Store(true)
 		if stopStream != nil {
 			stopStream()
