@@ -317,3 +317,66 @@ func TestGracefulHandoverHandsTheAgentsEventsToTheNextLeader(t *testing.T) {
 		t.Fatal("a never stopped")
 	}
 }
+
+// leaderPod creates the pod of a leader replica, as the Deployment would.
+func leaderPod(t *testing.T, c client.Client, ns, name string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "leader", Image: "kerf.local/kerf-leader:dev"}}}}
+	require.NoError(t, c.Create(context.Background(), pod))
+	return pod
+}
+
+// labeled reports whether the pod carries LeaderPodLabel.
+func labeled(t *testing.T, c client.Client, pod *corev1.Pod) bool {
+	t.Helper()
+	var got corev1.Pod
+	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(pod), &got))
+	return got.Labels[LeaderPodLabel] == "true"
+}
+
+// TestAStoppingLeaderHandsOverBeforeItReleasesTheLease stops the leader
+// while one of its reconciles is still running (the manager waits for it
+// before releasing the Lease): already then it no longer leads and its pod
+// has lost kerf.dev/leader, so the Service sends the agents nowhere stale.
+// Once the reconcile ends the Lease is released and the standby labels its
+// own pod.
+func TestAStoppingLeaderHandsOverBeforeItReleasesTheLease(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	web(t, c, ns, namespacedPolicy(ns, false))
+	podA, podB := leaderPod(t, c, ns, "kerf-leader-a"), leaderPod(t, c, ns, "kerf-leader-b")
+	inReconcile, finish := make(chan struct{}), make(chan struct{})
+	var once, finishOnce sync.Once
+	release := func() { finishOnce.Do(func() { close(finish) }) }
+	a := startLeader(t, ns, "a", Config{PodName: podA.Name, AfterRecord: func(context.Context, *v1alpha1.RightsizingRecommendation) {
+		once.Do(func() { close(inReconcile) })
+		<-finish
+	}})
+	require.Eventually(t, a.Leading, 15*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return labeled(t, c, podA) }, 10*time.Second, 20*time.Millisecond, "the leader never labeled its pod")
+	b := startLeader(t, ns, "b", Config{PodName: podB.Name})
+	t.Cleanup(release) // runs before the leaders' cleanups: a failed assertion does not hold a's stop
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	select {
+	case <-inReconcile:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a never recorded the change")
+	}
+
+	a.stop()
+	require.Eventually(t, func() bool { return !labeled(t, c, podA) }, 5*time.Second, 20*time.Millisecond,
+		"the stopping leader kept its label")
+	assert.False(t, a.Leading(), "a stopping replica does not lead")
+	lease := &coordinationv1.Lease{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, lease))
+	assert.Equal(t, "a", ptr.Deref(lease.Spec.HolderIdentity, ""), "a keeps the Lease while its reconcile runs")
+	assert.False(t, b.Leading())
+
+	release()
+	require.Eventually(t, b.Leading, 15*time.Second, 20*time.Millisecond, "b never took over")
+	require.Eventually(t, func() bool { return labeled(t, c, podB) && !labeled(t, c, podA) }, 10*time.Second, 20*time.Millisecond,
+		"the new leader's pod is not the one labeled")
+	waitApplied(t, c, ns, "web") // b finishes a's change
+}
