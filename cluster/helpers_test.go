@@ -66,12 +66,14 @@ func (tl *testLeader) crash(ctx context.Context) {
 }
 
 // startLeader starts leader replica identity in ns with cfg, on short
-// lease timings, and stops it when the test ends.
+// lease timings unless cfg sets its own, and stops it when the test ends.
 func startLeader(t testing.TB, ns, identity string, cfg Config) *testLeader {
 	t.Helper()
 	cfg.Namespace, cfg.LeaseName, cfg.Identity = ns, "kerf-leader", identity
 	cfg.WatchNamespaces = []string{ns}
-	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 3*time.Second, 2*time.Second, 200*time.Millisecond
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 3*time.Second, 2*time.Second, 200*time.Millisecond
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -13,12 +13,14 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -125,7 +127,19 @@ type Leader struct {
 	stream  *stream.Server
 	// synced is set once the caches are synced: the replica is ready.
 	synced atomic.Bool
+	// stopping is set as soon as Run's context is done: from then on the
+	// replica no longer leads, although the manager keeps renewing the
+	// Lease until its controllers have stopped and then releases it.
+	stopping atomic.Bool
 }
+
+// ShutdownTimeout bounds how long a stopping replica waits for its
+// controllers before it releases the Lease anyway. It stays well below the
+// pod's terminationGracePeriodSeconds (manifests/leader.yaml, checked by
+// the manifests' tests), so that the release always happens before the
+// kubelet's SIGKILL: a replica killed before its release costs the standby
+// a whole LeaseDuration.
+const ShutdownTimeout = 10 * time.Second
 
 // New builds a leader replica for the cluster restConfig reaches.
 func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error) {
@@ -173,6 +187,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		LeaderElectionID:                    cfg.LeaseName,
 		LeaderElectionNamespace:             cfg.Namespace,
 		LeaderElectionReleaseOnCancel:       true,
+		GracefulShutdownTimeout:             ptr.To(ShutdownTimeout),
 		LeaderElectionResourceLockInterface: lock,
 		LeaseDuration:                       &cfg.LeaseDuration,
 		RenewDeadline:                       &cfg.RenewDeadline,
@@ -205,7 +220,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 			ServiceAccountNamespace: cfg.Stream.ServiceAccountNamespace,
 			ServiceAccountName:      cfg.Stream.ServiceAccountName,
 			Clientset:               cs,
-			Pods:                    cachedPods{mgr.GetClient()},
+			Pods:                    stream.CachedPods{Reader: mgr.GetClient()},
 			Kernel:                  sig.Kernel,
 			Statuses:                sig.Statuses,
 			Leading:                 l.Leading,
@@ -233,11 +248,48 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err := rec.SetupWithManager(mgr, sig); err != nil {
 		return nil, err
 	}
+	if err := warmInformers(mgr.GetCache()); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 
-// Leading reports whether this replica holds the Lease.
+// leaderReads lists every kind the leader reads through its cache. The
+// controllers start only on election, and an informer the cache has not
+// been asked for yet starts on the first read, with a LIST of the whole
+// kind: a standby that took over would spend its first reconciles waiting
+// for those. Asked for at New, they run on every replica from the start,
+// so a standby takes over with them synced.
+func leaderReads() []client.Object {
+	return []client.Object{
+		&v1alpha1.RightsizingRecommendation{}, &v1alpha1.RightsizingPolicy{}, &v1alpha1.ClusterRightsizingPolicy{},
+		&corev1.Pod{}, &corev1.Namespace{},
+		&appsv1.Deployment{}, &appsv1.ReplicaSet{}, &appsv1.StatefulSet{}, &appsv1.DaemonSet{},
+		&autoscalingv2.HorizontalPodAutoscaler{},
+	}
+}
+
+// warmInformers asks c, before it starts, for an informer of every kind
+// in leaderReads, so they start and sync with the cache (the replica is
+// Ready only then).
+func warmInformers(c cache.Cache) error {
+	for _, obj := range leaderReads() {
+		if _, err := c.GetInformer(context.Background(), obj, cache.BlockUntilSynced(false)); err != nil {
+			return fmt.Errorf("informer for %T: %w", obj, err)
+		}
+	}
+	return nil
+}
+
+// Leading reports whether this replica leads: it holds the Lease and is
+// not stopping. A stopping replica stops leading at once, before it
+// releases the Lease, so that its stream acknowledges nothing its stopped
+// controllers would no longer act on: the agents keep those events and
+// send them to the next leader.
 func (l *Leader) Leading() bool {
+	if l.stopping.Load() {
+		return false
+	}
 	select {
 	case <-l.mgr.Elected():
 		return true
@@ -254,9 +306,14 @@ func (l *Leader) Registry() *prometheus.Registry { return l.registry }
 
 // Run runs the replica until ctx is done (nil) or the Lease is lost
 // (ErrLeadershipLost): then it has stopped acting and the caller must exit.
+// When ctx is done (SIGTERM) the replica stops leading at once (Leading),
+// closes the agents' streams and removes its pod's label; its controllers
+// then stop, within ShutdownTimeout, and it releases the Lease before Run
+// returns, so that the standby takes over at its next retry.
 func (l *Leader) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var stopStream func()
 	if l.cfg.Listener != nil {
 		srv := endpoints.New(prometheus.Gatherers{l.registry}, l.synced.Load)
 		audit.New(l.mgr.GetCache()).Register(srv.Mux())
@@ -291,19 +348,40 @@ func (l *Leader) Run(ctx context.Context) error {
 			}
 		}()
 		defer gs.Stop()
+		stopStream = gs.Stop
 	}
 	if l.cfg.PodName != "" {
 		if err := l.unmarkOwnPod(ctx); err != nil {
 			return err
 		}
-		defer func() {
-			// Best effort: a leader that stops leaves the label to the
-			// next one to clear, and is not Ready meanwhile.
+	}
+	// A graceful stop (SIGTERM) hands over at once, while the manager
+	// stops the controllers and then releases the Lease: the replica stops
+	// leading, closes the agents' streams (they reconnect through the
+	// Service, to the next leader) and removes its pod's label (the
+	// Service stops selecting it).
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		<-ctx.Done()
+		if l.Leading() {
+			l.log.Info("stopping: no longer leading; the Lease is released once the controllers stop",
+				"identity", l.cfg.Identity, "lease", l.cfg.Namespace+"/"+l.cfg.LeaseName, "shutdownTimeout", ShutdownTimeout)
+		}
+		l.stopping.Store(true)
+		if stopStream != nil {
+			stopStream()
+		}
+		if l.cfg.PodName != "" {
+			// Best effort: the next leader clears a label left behind.
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer cancel()
-			_ = l.unmarkOwnPod(ctx)
-		}()
-	}
+			if err := l.unmarkOwnPod(ctx); err != nil {
+				l.log.Warn("remove the leader's label on stop; the next leader clears it", "err", err)
+			}
+		}
+	}()
+	defer func() { cancel(); <-stopped }()
 	go func() {
 		if l.mgr.GetCache().WaitForCacheSync(ctx) {
 			l.synced.Store(true)
@@ -344,18 +422,4 @@ func (l *Leader) serverTLS(ctx context.Context, server string, src cert.Source) 
 		return nil, fmt.Errorf("%s certificate: %w", server, err)
 	}
 	return tlsConfig, nil
-}
-
-// cachedPods finds pods by UID in the leader's cache.
-type cachedPods struct{ c client.Reader }
-
-// PodByUID returns the cached pod with the UID.
-func (p cachedPods) PodByUID(uid types.UID) (*corev1.Pod, bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var pods corev1.PodList
-	if err := p.c.List(ctx, &pods, client.MatchingFields{podUIDIndex: string(uid)}); err != nil || len(pods.Items) == 0 {
-		return nil, false
-	}
-	return &pods.Items[0], true
 }

@@ -18,14 +18,12 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/signals"
+	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
 // Field indexes of the leader's cache.
 const (
-	// podUIDIndex indexes cached pods by UID, to find the pod an agent's
-	// signal is about.
-	podUIDIndex = "metadata.uid"
 	// targetRefIndex indexes recommendations by the workload their
 	// spec.targetRef names, as targetKey (within their namespace).
 	targetRefIndex = "spec.targetRef"
@@ -46,10 +44,10 @@ func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(k
 func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) error {
 	ctx := context.Background()
 	idx := mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &corev1.Pod{}, podUIDIndex, func(o client.Object) []string {
-		return []string{string(o.GetUID())}
-	}); err != nil {
-		return fmt.Errorf("index pods by UID: %w", err)
+	// Pods by UID: the pod an agent's signal is about, for the stream and
+	// for signaled.
+	if err := stream.IndexPodsByUID(ctx, idx); err != nil {
+		return err
 	}
 	if err := idx.IndexField(ctx, &v1alpha1.RightsizingRecommendation{}, targetRefIndex, func(o client.Object) []string {
 		ref := o.(*v1alpha1.RightsizingRecommendation).Spec.TargetRef
@@ -141,11 +139,11 @@ func (m mapper) pod(ctx context.Context, o client.Object) []reconcile.Request {
 // signaled maps an agent's signal, a pod known by UID only, to the pod in
 // the cache and then as pod does.
 func (m mapper) signaled(ctx context.Context, o client.Object) []reconcile.Request {
-	var pods corev1.PodList
-	if err := m.c.List(ctx, &pods, client.MatchingFields{podUIDIndex: string(o.GetUID())}); err != nil || len(pods.Items) == 0 {
+	pod, ok := stream.CachedPods{Reader: m.c}.PodByUID(o.GetUID())
+	if !ok {
 		return nil
 	}
-	return m.pod(ctx, &pods.Items[0])
+	return m.pod(ctx, pod)
 }
 
 // requests returns a request per recommendation.

@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/internal/kube"
@@ -400,4 +401,21 @@ func TestTheAgentDialsTheLeaderServiceByIPAndPortName(t *testing.T) {
 	object(t, objs, "Service", "kerf-webhook", &wsvc)
 	assert.True(t, wsvc.Spec.PublishNotReadyAddresses, "every replica serves the webhook")
 	assert.False(t, svc.Spec.PublishNotReadyAddresses, "the stream reaches the leader only")
+}
+
+// TestTheLeaderHandsOverWithinItsGracePeriod checks the leader's pod
+// against a graceful handover (docs/leader.md): the kubelet's SIGKILL comes
+// only after the replica's bounded shutdown and the Lease's release (one
+// request, bounded by the renew deadline's half), and no preStop hook
+// delays the SIGTERM that starts the handover.
+func TestTheLeaderHandsOverWithinItsGracePeriod(t *testing.T) {
+	var dep appsv1.Deployment
+	object(t, objects(t, rendered(t)), "Deployment", "kerf-leader", &dep)
+	spec := dep.Spec.Template.Spec
+	grace := time.Duration(ptr.Deref(spec.TerminationGracePeriodSeconds, corev1.DefaultTerminationGracePeriodSeconds)) * time.Second
+	release := 5 * time.Second // cluster.New: the Lease client's timeout, RenewDeadline/2
+	assert.Greater(t, grace, cluster.ShutdownTimeout+release, "the shutdown and the release end before the SIGKILL")
+	for _, c := range spec.Containers {
+		assert.True(t, c.Lifecycle == nil || c.Lifecycle.PreStop == nil, "container %s: a preStop hook delays the handover", c.Name)
+	}
 }

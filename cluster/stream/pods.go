@@ -1,11 +1,13 @@
 package stream
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Pods finds pods by UID in the leader's own cache; the stream uses it to
@@ -16,36 +18,40 @@ type Pods interface {
 	PodByUID(uid types.UID) (*corev1.Pod, bool)
 }
 
-// uidIndex names the pod informer index by metadata.uid.
-const uidIndex = "kerf.dev/pod-uid"
+// PodUIDField is the field index of the cache's pods, by metadata.uid, that
+// CachedPods reads (IndexPodsByUID adds it).
+const PodUIDField = "metadata.uid"
 
-// PodIndex is Pods over a client-go pod informer.
-type PodIndex struct {
-	indexer cache.Indexer
-}
-
-// NewPodIndex adds an index by UID to a pod informer that has not started
-// yet and returns Pods that read it.
-func NewPodIndex(informer cache.SharedIndexInformer) (*PodIndex, error) {
-	err := informer.AddIndexers(cache.Indexers{uidIndex: func(obj any) ([]string, error) {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
-			return nil, nil
-		}
-		return []string{string(pod.UID)}, nil
-	}})
-	if err != nil {
-		return nil, fmt.Errorf("add pod UID index: %w", err)
+// IndexPodsByUID adds PodUIDField to the pods of a cache that has not
+// started yet, so that CachedPods can read it.
+func IndexPodsByUID(ctx context.Context, idx client.FieldIndexer) error {
+	if err := idx.IndexField(ctx, &corev1.Pod{}, PodUIDField, func(o client.Object) []string {
+		return []string{string(o.GetUID())}
+	}); err != nil {
+		return fmt.Errorf("index pods by UID: %w", err)
 	}
-	return &PodIndex{indexer: informer.GetIndexer()}, nil
+	return nil
 }
 
-// PodByUID implements Pods.
-func (p *PodIndex) PodByUID(uid types.UID) (*corev1.Pod, bool) {
-	objs, err := p.indexer.ByIndex(uidIndex, string(uid))
-	if err != nil || len(objs) == 0 {
+// CachedPods is Pods over a controller-runtime cache whose pods
+// IndexPodsByUID indexed: the leader's manager's cache, which also serves
+// its health watch, so the stream and the watch see the same pods.
+type CachedPods struct {
+	// Reader reads the cache (the manager's client does).
+	Reader client.Reader
+}
+
+// podLookupTimeout bounds one lookup: a cache read returns at once once
+// synced, and waits for the sync before.
+const podLookupTimeout = 5 * time.Second
+
+// PodByUID implements Pods. The pod is a copy.
+func (p CachedPods) PodByUID(uid types.UID) (*corev1.Pod, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), podLookupTimeout)
+	defer cancel()
+	var pods corev1.PodList
+	if err := p.Reader.List(ctx, &pods, client.MatchingFields{PodUIDField: string(uid)}); err != nil || len(pods.Items) == 0 {
 		return nil, false
 	}
-	pod, ok := objs[0].(*corev1.Pod)
-	return pod, ok
+	return &pods.Items[0], true
 }

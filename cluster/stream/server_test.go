@@ -24,11 +24,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
 	"github.com/kerf-dev/kerf/cluster/signals"
+	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
@@ -84,14 +84,16 @@ func newFixture(t *testing.T) *fixture {
 	f.otherSA = streamtest.CreateToken(t, cs, testNamespace, "other", testAudience, nil)
 	f.unbound = streamtest.CreateToken(t, cs, testNamespace, "kerf-agent", testAudience, nil)
 
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	informer := factory.Core().V1().Pods().Informer()
-	pods, err := NewPodIndex(informer)
+	// The pods as the leader reads them: its cache, indexed by UID.
+	podCache, err := cache.New(cp.Config, cache.Options{Scheme: kube.Scheme})
 	require.NoError(t, err)
-	stop := make(chan struct{})
-	factory.Start(stop)
-	t.Cleanup(func() { close(stop); factory.Shutdown() })
-	require.True(t, cache.WaitForCacheSync(ctx.Done(), informer.HasSynced))
+	require.NoError(t, IndexPodsByUID(ctx, podCache))
+	cacheCtx, stopCache := context.WithCancel(context.Background())
+	cacheDone := make(chan struct{})
+	go func() { defer close(cacheDone); _ = podCache.Start(cacheCtx) }()
+	t.Cleanup(func() { stopCache(); <-cacheDone })
+	require.True(t, podCache.WaitForCacheSync(ctx), "the pod cache never synced")
+	pods := CachedPods{Reader: podCache}
 
 	f.srv, err = New(Config{
 		Audience:                testAudience,

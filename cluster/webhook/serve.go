@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// shutdownGrace is how long Serve lets reviews in flight finish.
+// shutdownGrace is how long ServeListener lets reviews in flight finish.
 const shutdownGrace = 5 * time.Second
 
 // Mux routes Path to the injector and answers /healthz.
@@ -24,20 +24,11 @@ func Mux(injector http.Handler) *http.ServeMux {
 	return mux
 }
 
-// Serve serves h over HTTPS on addr until ctx ends, then shuts down,
-// letting reviews in flight finish. tlsConfig must give a certificate
-// (Certificates or GetCertificate). It returns nil after a shutdown asked
-// by ctx.
-func Serve(ctx context.Context, addr string, tlsConfig *tls.Config, h http.Handler) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	return ServeListener(ctx, ln, tlsConfig, h)
-}
-
-// ServeListener is Serve on a listener the caller opened; the server
-// closes it when it stops.
+// ServeListener serves h over HTTPS on ln (the caller opens it, so that a
+// port is bound before anything else starts) until ctx ends, then shuts
+// down, letting reviews in flight finish, and closes ln. tlsConfig must
+// give a certificate (Certificates or GetCertificate). It returns nil
+// after a shutdown asked by ctx.
 func ServeListener(ctx context.Context, ln net.Listener, tlsConfig *tls.Config, h http.Handler) error {
 	if tlsConfig == nil || (len(tlsConfig.Certificates) == 0 && tlsConfig.GetCertificate == nil) {
 		_ = ln.Close()

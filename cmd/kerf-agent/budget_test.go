@@ -114,7 +114,7 @@ func BenchmarkAgentProcessBudget330(b *testing.B) {
 		busyLoop(b, ds)
 	}
 
-	leader := leadertest.Start(b, cs, leadertest.Options{Audience: budgetAudience, Namespace: budgetNamespace, ServiceAccount: budgetAgentSA})
+	leader := leadertest.Start(b, cp, leadertest.Options{Audience: budgetAudience, Namespace: budgetNamespace, ServiceAccount: budgetAgentSA})
 	addr, caFile := leader.Addr, leader.CAFile
 	tokenFile := filepath.Join(b.TempDir(), "token")
 	require.NoError(b, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(b, cs, budgetNamespace, budgetAgentSA, budgetAudience, agentPod)), 0o600))

@@ -20,15 +20,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	clusterstream "github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/node/oom"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/leadertest"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
@@ -64,14 +63,7 @@ func newLeaderFixture(t *testing.T) *leaderFixture {
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte(token), 0o600))
 
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	informer := factory.Core().V1().Pods().Informer()
-	pods, err := clusterstream.NewPodIndex(informer)
-	require.NoError(t, err)
-	stop := make(chan struct{})
-	factory.Start(stop)
-	t.Cleanup(func() { close(stop); factory.Shutdown() })
-	require.True(t, cache.WaitForCacheSync(ctx.Done(), informer.HasSynced))
+	pods := leadertest.Pods(t, cp)
 
 	serverTLS, pool := streamtest.SelfSigned(t)
 	return &leaderFixture{

@@ -123,7 +123,7 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 	// The leader's end: stream server over TLS with TokenReview, the
 	// pods from an informer, samples into a signals.Kernel.
 	memory := signals.NewKernel()
-	leader := leadertest.Start(t, cs, leadertest.Options{Audience: audience, Namespace: agentNamespace, ServiceAccount: agentSA, Kernel: memory, Log: streamtest.LogWriter(t)})
+	leader := leadertest.Start(t, cp, leadertest.Options{Audience: audience, Namespace: agentNamespace, ServiceAccount: agentSA, Kernel: memory, Log: streamtest.LogWriter(t)})
 	addr, pool := leader.Addr, leader.Pool
 
 	// The agent, wired as cmd/kerf-agent wires it.

@@ -1,10 +1,12 @@
 // Package leadertest serves the leader's side of the agents' stream for
 // tests: the real stream server (TLS, TokenReview of the agent's bound
-// token against a real apiserver, pods from an informer) on a loopback
-// port, feeding a signals.Kernel.
+// token against a real apiserver, pods from a controller-runtime cache read
+// as the leader reads its own: stream.CachedPods) on a loopback port,
+// feeding a signals.Kernel.
 package leadertest
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"io"
@@ -17,12 +19,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
+	"github.com/kerf-dev/kerf/internal/kube"
+	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
@@ -50,17 +52,27 @@ type Stream struct {
 	Kernel *signals.Kernel
 }
 
-// Start serves the stream until the test ends.
-func Start(t testing.TB, cs kubernetes.Interface, opts Options) *Stream {
+// Pods is a synced pod cache of cp, indexed and read as the leader reads
+// its own (stream.IndexPodsByUID, stream.CachedPods), until the test
+// ends.
+func Pods(t testing.TB, cp *controlplane.ControlPlane) stream.Pods {
 	t.Helper()
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	informer := factory.Core().V1().Pods().Informer()
-	pods, err := stream.NewPodIndex(informer)
+	c, err := cache.New(cp.Config, cache.Options{Scheme: kube.Scheme})
 	require.NoError(t, err)
-	stopInformers := make(chan struct{})
-	factory.Start(stopInformers)
-	t.Cleanup(func() { close(stopInformers); factory.Shutdown() })
-	require.True(t, cache.WaitForCacheSync(t.Context().Done(), informer.HasSynced))
+	require.NoError(t, stream.IndexPodsByUID(t.Context(), c))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.True(t, c.WaitForCacheSync(t.Context()), "the pod cache never synced")
+	return stream.CachedPods{Reader: c}
+}
+
+// Start serves the stream of cp's cluster until the test ends.
+func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Stream {
+	t.Helper()
+	cs := cp.Clientset
+	pods := Pods(t, cp)
 	if opts.Kernel == nil {
 		opts.Kernel = signals.NewKernel()
 	}

@@ -1,0 +1,382 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	agentstream "github.com/kerf-dev/kerf/node/stream"
+	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/streamtest"
+)
+
+// productionTimings sets kerf-leader's default lease timings (15 s, 10 s,
+// 2 s) on cfg, so that a handover costs what it costs in a cluster.
+func productionTimings(cfg Config) Config {
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
+	return cfg
+}
+
+// writeOOMKill writes, at once, what a kubelet reports after the
+// container was OOM-killed and restarted (oomKilled without its wait for
+// the next second: the caller makes sure a second has passed since the
+// change was applied).
+func writeOOMKill(t testing.TB, c client.Client, pod *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+		t.Fatal(err)
+	}
+	cs := &pod.Status.ContainerStatuses[0]
+	cs.RestartCount++
+	cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 137, Reason: "OOMKilled", StartedAt: metav1.NewTime(time.Now().Add(-time.Second)), FinishedAt: metav1.Now()}}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// handover is one run of a graceful handover during a watch: leader a
+// leads and watches web's change, b stands by; a stops as on SIGTERM
+// (its context is cancelled) and a pod of the change is OOM-killed at
+// once.
+type handover struct {
+	// stopped is when a's context was cancelled; killed when the OOM kill
+	// was written; leading when b held the Lease; rolledBack when the
+	// recommendation read RolledBack.
+	stopped, killed, leading, rolledBack time.Time
+}
+
+// runHandover runs one handover in a fresh namespace, on the lease timings
+// of cfg (startLeader's short ones when zero).
+func runHandover(t testing.TB, cfg Config) handover {
+	t.Helper()
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
+	a := startLeader(t, ns, "a", cfg)
+	waitFor(t, 30*time.Second, a.Leading, "a never led")
+	b := startLeader(t, ns, "b", cfg)
+	if err := c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := adoptedPod(t, c, dep, "web-new-1")
+	// The pod reaches both caches, and the kill lands a second after the
+	// change was recorded (status times have one-second resolution).
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
+	if b.Leading() {
+		t.Fatal("b leads beside a")
+	}
+
+	var h handover
+	h.stopped = time.Now()
+	a.stop()
+	writeOOMKill(t, c, pod)
+	h.killed = time.Now()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if h.leading.IsZero() && b.Leading() {
+			h.leading = time.Now()
+		}
+		if getRSR(t, c, ns, "web").Status.Phase == v1alpha1.PhaseRolledBack {
+			h.rolledBack = time.Now()
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if h.rolledBack.IsZero() {
+		t.Fatalf("not rolled back 60 s after the handover (b leading: %v)", b.Leading())
+	}
+	if h.leading.IsZero() {
+		h.leading = h.rolledBack
+	}
+	select {
+	case err := <-a.done:
+		a.done <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("a stopped with %v, want nil on a graceful stop", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a never stopped")
+	}
+	return h
+}
+
+// waitFor polls cond every 20 ms until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// BenchmarkOOMRollbackAcrossHandover measures, on a real apiserver and
+// kerf-leader's own lease timings (15 s, 10 s, 2 s), what a graceful
+// leader handover costs an OOM rollback: two replicas run, a watches a
+// change, a stops as on SIGTERM and a pod of the change is OOM-killed at
+// once (pod status OOMKilled); the figures are the time from the kill to
+// the recommendation reading RolledBack, from a's stop to b leading, and
+// from b leading to RolledBack (b's first reconciles).
+// It runs handoverRuns handovers per iteration and reports p50 and max.
+func BenchmarkOOMRollbackAcrossHandover(b *testing.B) {
+	const handoverRuns = 5
+	for range b.N {
+		var toRollback, toLeading, leadingToRollback []float64
+		for range handoverRuns {
+			h := runHandover(b, productionTimings(Config{}))
+			toRollback = append(toRollback, float64(h.rolledBack.Sub(h.killed).Milliseconds()))
+			toLeading = append(toLeading, float64(h.leading.Sub(h.stopped).Milliseconds()))
+			leadingToRollback = append(leadingToRollback, float64(h.rolledBack.Sub(h.leading).Milliseconds()))
+		}
+		for _, f := range [][]float64{toRollback, toLeading, leadingToRollback} {
+			slices.Sort(f)
+		}
+		n := len(toRollback)
+		b.ReportMetric(toRollback[n/2], "p50-ms-to-rollback")
+		b.ReportMetric(toRollback[n-1], "max-ms-to-rollback")
+		b.ReportMetric(toLeading[n/2], "p50-ms-to-leading")
+		b.ReportMetric(toLeading[n-1], "max-ms-to-leading")
+		b.ReportMetric(leadingToRollback[n/2], "p50-ms-leading-to-rollback")
+		b.Logf("OOM kill -> RolledBack across a graceful handover, %d runs: p50 %.0f ms, max %.0f ms; stop -> standby leading: p50 %.0f ms, max %.0f ms; leading -> RolledBack: p50 %.0f ms, max %.0f ms (all: %v, %v, %v)",
+			n, toRollback[n/2], toRollback[n-1], toLeading[n/2], toLeading[n-1], leadingToRollback[n/2], leadingToRollback[n-1],
+			toRollback, toLeading, leadingToRollback)
+	}
+}
+
+// TestStandbyCachesWhatTheLeaderReadsBeforeItLeads runs a standby that
+// cannot lead (another holder has the Lease): once it is Ready, its cache
+// already has a synced informer for every kind the leader reads, so a
+// takeover starts reconciling at once instead of listing them first.
+func TestStandbyCachesWhatTheLeaderReadsBeforeItLeads(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	require.NoError(t, c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kerf-leader"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("other"), LeaseDurationSeconds: ptr.To[int32](3600),
+			RenewTime: &metav1.MicroTime{Time: time.Now()}}}))
+	b := startLeader(t, ns, "b", Config{})
+	require.Eventually(t, b.synced.Load, 30*time.Second, 20*time.Millisecond, "the standby never synced its caches")
+	require.False(t, b.Leading())
+	for _, obj := range leaderReads() {
+		// Asking for an informer the cache lacks creates it unsynced.
+		inf, err := b.Manager().GetCache().GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+		require.NoError(t, err)
+		assert.True(t, inf.HasSynced(), "the standby had no synced informer for %T", obj)
+	}
+}
+
+// leaderService stands for the kerf-leader Service: it forwards each
+// connection to the replica that leads now (the Service selects the pod
+// labeled kerf.dev/leader) and refuses it while none does.
+type leaderService struct {
+	ln       net.Listener
+	replicas map[*testLeader]string // replica → its stream's address
+}
+
+// newLeaderService serves until the test ends.
+func newLeaderService(t *testing.T, replicas map[*testLeader]string) *leaderService {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := &leaderService{ln: ln, replicas: replicas}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var open []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			var addr string
+			for l, a := range s.replicas {
+				if l.Leading() {
+					addr = a
+				}
+			}
+			out, err := net.Dial("tcp", addr)
+			if addr == "" || err != nil {
+				in.Close()
+				continue
+			}
+			mu.Lock()
+			open = append(open, in, out)
+			mu.Unlock()
+			wg.Add(2)
+			pipe := func(dst, src net.Conn) {
+				defer wg.Done()
+				_, _ = io.Copy(dst, src)
+				dst.Close()
+				src.Close()
+			}
+			go pipe(out, in)
+			go pipe(in, out)
+		}
+	}()
+	return s
+}
+
+// TestGracefulHandoverHandsTheAgentsEventsToTheNextLeader stops the leader
+// as on SIGTERM while an agent streams to it through the Service, and the
+// agent reports an OOM-killed container at that moment: the stopping
+// leader acknowledges nothing it would no longer act on, so the agent
+// keeps the event, reconnects to the new leader and that one rolls back
+// (pod status never shows the kill).
+func TestGracefulHandoverHandsTheAgentsEventsToTheNextLeader(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	cs := controlplane.Get(t).Clientset
+	nodeName := node(t, c)
+	serverCert, pool := streamCert(t, c, ns)
+	require.NoError(t, c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kerf-agent"}}))
+	agentPod := streamtest.CreatePod(t, cs, ns, "kerf-agent-node-1", nodeName, "kerf-agent")
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(t, cs, ns, "kerf-agent", "kerf-leader", agentPod)), 0o600))
+
+	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
+	replicas := map[*testLeader]string{}
+	var a, b *testLeader
+	for _, id := range []string{"a", "b"} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		l := startLeader(t, ns, id, Config{Stream: StreamConfig{Listener: ln, Cert: serverCert,
+			Audience: "kerf-leader", ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}})
+		replicas[l] = ln.Addr().String()
+		if id == "a" {
+			a = l
+			require.Eventually(t, a.Leading, 15*time.Second, 20*time.Millisecond)
+		} else {
+			b = l
+		}
+	}
+	svc := newLeaderService(t, replicas)
+	agent, err := agentstream.NewClient(agentstream.Config{
+		Addr: svc.ln.Addr().String(), TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		TokenFile: tokenFile, NodeName: nodeName, MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		Registerer: prometheus.NewRegistry(), Log: slog.New(slog.NewTextHandler(streamtest.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	agentDone := make(chan struct{})
+	go func() { _ = agent.Run(runCtx); close(agentDone) }()
+	t.Cleanup(func() { cancel(); <-agentDone })
+	require.Eventually(t, func() bool { return agent.State() == agentstream.Connected }, 15*time.Second, 20*time.Millisecond)
+
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := adoptedPod(t, c, dep, "web-new-1")
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
+
+	a.stop()
+	agent.ContainerEvent(agentSees(pod, 1, "OOMKilled", "containerd://run-1", time.Now()))
+	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	assert.True(t, b.Leading(), "b rolled back")
+	assert.Equal(t, []string{"oomKills 1 ≥ 1"}, rsr.Status.Breach.Figures)
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+	assert.Nil(t, pod.Status.ContainerStatuses[0].LastTerminationState.Terminated, "pod status never showed the kill")
+	select {
+	case err := <-a.done:
+		a.done <- err // for the cleanup
+		assert.NoError(t, err, "a graceful stop")
+	case <-time.After(30 * time.Second):
+		t.Fatal("a never stopped")
+	}
+}
+
+// leaderPod creates the pod of a leader replica, as the Deployment would.
+func leaderPod(t *testing.T, c client.Client, ns, name string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "leader", Image: "kerf.local/kerf-leader:dev"}}}}
+	require.NoError(t, c.Create(context.Background(), pod))
+	return pod
+}
+
+// labeled reports whether the pod carries LeaderPodLabel.
+func labeled(t *testing.T, c client.Client, pod *corev1.Pod) bool {
+	t.Helper()
+	var got corev1.Pod
+	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(pod), &got))
+	return got.Labels[LeaderPodLabel] == "true"
+}
+
+// TestAStoppingLeaderHandsOverBeforeItReleasesTheLease stops the leader
+// while one of its reconciles is still running (the manager waits for it
+// before releasing the Lease): already then it no longer leads and its pod
+// has lost kerf.dev/leader, so the Service sends the agents nowhere stale.
+// Once the reconcile ends the Lease is released and the standby labels its
+// own pod.
+func TestAStoppingLeaderHandsOverBeforeItReleasesTheLease(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	web(t, c, ns, namespacedPolicy(ns, false))
+	podA, podB := leaderPod(t, c, ns, "kerf-leader-a"), leaderPod(t, c, ns, "kerf-leader-b")
+	inReconcile, finish := make(chan struct{}), make(chan struct{})
+	var once, finishOnce sync.Once
+	release := func() { finishOnce.Do(func() { close(finish) }) }
+	a := startLeader(t, ns, "a", Config{PodName: podA.Name, AfterRecord: func(context.Context, *v1alpha1.RightsizingRecommendation) {
+		once.Do(func() { close(inReconcile) })
+		<-finish
+	}})
+	require.Eventually(t, a.Leading, 15*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return labeled(t, c, podA) }, 10*time.Second, 20*time.Millisecond, "the leader never labeled its pod")
+	b := startLeader(t, ns, "b", Config{PodName: podB.Name})
+	t.Cleanup(release) // runs before the leaders' cleanups: a failed assertion does not hold a's stop
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	select {
+	case <-inReconcile:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a never recorded the change")
+	}
+
+	a.stop()
+	require.Eventually(t, func() bool { return !labeled(t, c, podA) }, 5*time.Second, 20*time.Millisecond,
+		"the stopping leader kept its label")
+	assert.False(t, a.Leading(), "a stopping replica does not lead")
+	lease := &coordinationv1.Lease{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, lease))
+	assert.Equal(t, "a", ptr.Deref(lease.Spec.HolderIdentity, ""), "a keeps the Lease while its reconcile runs")
+	assert.False(t, b.Leading())
+
+	release()
+	require.Eventually(t, b.Leading, 15*time.Second, 20*time.Millisecond, "b never took over")
+	require.Eventually(t, func() bool { return labeled(t, c, podB) && !labeled(t, c, podA) }, 10*time.Second, 20*time.Millisecond,
+		"the new leader's pod is not the one labeled")
+	waitApplied(t, c, ns, "web") // b finishes a's change
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/cluster/signals"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Hooks{}) }
+
+// TestSIGTERMReleasesTheLease runs kerf-leader's run as the binary does,
+// on a real apiserver; once it holds the Lease, a SIGTERM (to the test
+// process: run's signal handling catches it, as the kubelet's in a pod)
+// makes run return nil with the Lease released, so that the standby takes
+// over within its retry period instead of waiting for the lease to expire.
+func TestSIGTERMReleasesTheLease(t *testing.T) {
+	cp := controlplane.Get(t)
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kerf-leader-cmd-"}}
+	require.NoError(t, cp.Client.Create(ctx, ns))
+	cfg := cluster.Config{Namespace: ns.Name, LeaseName: "kerf-leader", Identity: "kerf-leader-0",
+		WatchNamespaces: []string{ns.Name}, Registry: prometheus.NewRegistry(), Signals: signals.New()}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(slog.New(slog.NewTextHandler(io.Discard, nil)), cp.Kubeconfig, "127.0.0.1:0", "", cfg)
+	}()
+
+	lease := &coordinationv1.Lease{}
+	key := client.ObjectKey{Namespace: ns.Name, Name: "kerf-leader"}
+	require.Eventually(t, func() bool {
+		return cp.Client.Get(ctx, key, lease) == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == "kerf-leader-0"
+	}, 30*time.Second, 50*time.Millisecond, "kerf-leader never took the Lease")
+
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	select {
+	case err := <-done:
+		require.NoError(t, err, "a SIGTERM is a clean stop")
+	case <-time.After(30 * time.Second):
+		t.Fatal("kerf-leader did not stop on SIGTERM")
+	}
+	require.NoError(t, cp.Client.Get(ctx, key, lease))
+	assert.Empty(t, ptr.Deref(lease.Spec.HolderIdentity, ""), "the Lease was released")
+	assert.Equal(t, int32(1), ptr.Deref(lease.Spec.LeaseDurationSeconds, 0), "a released Lease lasts a second")
+}
