@@ -117,3 +117,36 @@ func TestTwoClustersActionsReachTheHubOnceThroughAnOutageAndAFailover(t *testing
 		return len(cl) == 2 && cl[0].Leader != nil && cl[0].Leader.Identity == "b" && cl[1].Leader != nil && cl[1].Leader.Identity == "w"
 	}, 10*time.Second, 100*time.Millisecond, "the hub knows each cluster's leader")
 }
+
+// TestARollbackDoesNotWaitForTheHub rolls back while the hub is down: the
+// rollback and its status write happen at once, whatever the forwarder's
+// backoff, and the rolled_back action reaches the hub, counted by its
+// resource, once the hub is back.
+func TestARollbackDoesNotWaitForTheHub(t *testing.T) {
+	c := controlplane.Get(t).Client
+	h := hubtest.Start(t, hubtest.SQLite(t), "east")
+	h.Stop()
+	ns := namespace(t, c)
+	hc := hubConfig(t, h, "east")
+	hc.MinBackoff, hc.MaxBackoff = 5*time.Second, 10*time.Second
+	dep, _ := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Hub: hc}, "250m", "128Mi")
+	pod := adoptedPod(t, c, dep, "web-new-1")
+
+	start := time.Now()
+	oomKilled(t, c, pod, "OOMKilled")
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr := waitRestored(t, c, ns, "web")
+	assert.Less(t, time.Since(start), 5*time.Second, "the rollback waited for nothing")
+	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String())
+
+	h.Up(t)
+	require.Eventually(t, func() bool {
+		return h.ActionsTotal(t, "east", "rolled_back", v1alpha1.HealthWatchOOMKills, "memory") == 1
+	}, 30*time.Second, 200*time.Millisecond, "the rollback reaches the hub")
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, "web")
+		return len(h.Audit(t, url.Values{"cluster": {"east"}})) == len(rsr.Status.History)
+	}, 30*time.Second, 200*time.Millisecond)
+	assert.Equal(t, historyKeys(rsr), hubHistory(h.Audit(t, url.Values{"cluster": {"east"}}), ns, "web"))
+	assert.Equal(t, 0.0, h.ActionsTotal(t, "east", "rolled_back", v1alpha1.HealthWatchOOMKills, "cpu"))
+}
