@@ -574,7 +574,7 @@ func (f *Forwarder) patchFinalizers(ctx context.Context, rsr *v1alpha1.Rightsizi
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": rsr.ResourceVersion, "finalizers": finalizers}})
 	if err != nil {
-		return err
+		return fmt.Errorf("encode the finalizers patch of %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
 	err = f.client.Patch(ctx, rsr.DeepCopy(), client.RawPatch(types.MergePatchType, patch))
 	if apierrors.IsNotFound(err) {
