@@ -31,6 +31,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/apply"
 	"github.com/kerf-dev/kerf/cluster/audit"
 	"github.com/kerf-dev/kerf/cluster/cert"
+	"github.com/kerf-dev/kerf/cluster/forward"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
@@ -84,6 +85,11 @@ type Config struct {
 	// Webhook, when its Listener is set, serves the mutating admission
 	// webhook on every replica (leading or not).
 	Webhook WebhookConfig
+	// Hub, when set, forwards every recorded action to kerf-hub
+	// (cluster/forward, docs/hub.md): only the elected leader runs it,
+	// beside the reconciler. Its Namespace, Identity, Registerer, Now and
+	// Log default to the replica's. Nil forwards nothing.
+	Hub *forward.Config
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// AfterRecord and AfterBreach are passed to the reconciler (tests only).
@@ -250,6 +256,11 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 	if err := warmInformers(mgr.GetCache()); err != nil {
 		return nil, err
+	}
+	if cfg.Hub != nil {
+		if err := l.addForwarder(*cfg.Hub); err != nil {
+			return nil, err
+		}
 	}
 	return l, nil
 }
@@ -422,4 +433,35 @@ func (l *Leader) serverTLS(ctx context.Context, server string, src cert.Source) 
 		return nil, fmt.Errorf("%s certificate: %w", server, err)
 	}
 	return tlsConfig, nil
+}
+
+// addForwarder adds the hub forwarder, a Runnable only the elected leader
+// runs, with the replica's namespace, identity, metrics, clock and log.
+func (l *Leader) addForwarder(hc forward.Config) error {
+	if hc.Namespace == "" {
+		hc.Namespace = l.cfg.Namespace
+	}
+	if hc.Identity == "" {
+		hc.Identity = l.cfg.Identity
+	}
+	if hc.Registerer == nil {
+		hc.Registerer = l.registry
+	}
+	if hc.AgentsConnected == nil && l.stream != nil {
+		hc.AgentsConnected = forward.GaugeReader(l.registry, "kerf_stream_connected_agents")
+	}
+	if hc.Now == nil {
+		hc.Now = l.cfg.Now
+	}
+	if hc.Log == nil {
+		hc.Log = l.log
+	}
+	fw, err := forward.New(hc, l.mgr.GetClient(), l.mgr.GetAPIReader())
+	if err != nil {
+		return fmt.Errorf("hub forwarder: %w", err)
+	}
+	if err := l.mgr.Add(fw); err != nil {
+		return fmt.Errorf("add the hub forwarder: %w", err)
+	}
+	return nil
 }

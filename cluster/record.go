@@ -138,9 +138,22 @@ func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 	return nil
 }
 
-// addHistory appends an action and keeps the newest historyLimit.
+// addHistory numbers an action (Seq, one after the newest entry's) and
+// appends it, keeping the newest historyLimit. Entries recorded before Seq
+// existed are numbered first, from 1 by position, as the hub forwarder
+// numbers them (forward.SeqOf).
 func addHistory(rsr *v1alpha1.RightsizingRecommendation, a v1alpha1.Action) {
-	h := append(rsr.Status.History, a)
+	h := rsr.Status.History
+	if n := len(h); n > 0 && h[n-1].Seq == 0 {
+		for i := range h {
+			h[i].Seq = int64(i + 1)
+		}
+	}
+	a.Seq = 1
+	if n := len(h); n > 0 {
+		a.Seq = h[n-1].Seq + 1
+	}
+	h = append(h, a)
 	if len(h) > historyLimit {
 		h = slices.Clone(h[len(h)-historyLimit:])
 	}

@@ -224,6 +224,7 @@ func TestLeaderRBACAllowsWhatTheLeaderDoesAndNoMore(t *testing.T) {
 		{"watch", "rightsizingrecommendations.kerf.dev", "", true},
 		{"update", "rightsizingrecommendations.kerf.dev:status", "default", true},
 		{"update", "rightsizingrecommendations.kerf.dev", "default", false}, // status only
+		{"patch", "rightsizingrecommendations.kerf.dev", "default", true},   // the hub forwarder's finalizer
 		{"list", "clusterrightsizingpolicies.kerf.dev", "", true},
 		{"list", "rightsizingpolicies.kerf.dev", "", true},
 		{"watch", "pods", "", true},
@@ -250,6 +251,7 @@ func TestLeaderRBACAllowsWhatTheLeaderDoesAndNoMore(t *testing.T) {
 		{"list", "secrets", namespace, false},
 		{"get", "secrets", "default", false},
 		{"update", "configmaps/kerf-leader-ca", namespace, true},
+		{"update", "configmaps/kerf-hub-delivery", namespace, true},
 		{"get", "configmaps/other", namespace, false},
 	} {
 		assert.Equal(t, c.allowed, can(t, cp, leaderSA, c.verb, c.resource, c.ns), "kerf-leader %s %s in %q", c.verb, c.resource, c.ns)

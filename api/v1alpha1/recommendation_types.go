@@ -640,6 +640,14 @@ const (
 
 // Action is one thing Kerf did to a workload.
 type Action struct {
+	// Seq numbers the recommendation's actions from 1, in the order they
+	// were recorded. It outlives the trim of the oldest entries, so the
+	// hub forwarder's delivered-up-to cursor and idempotency keys name
+	// one action forever, and a gap before history[0].seq counts the
+	// actions trimmed away. 0 on entries recorded before it existed.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Seq int64 `json:"seq,omitempty"`
 	// Time is when it happened.
 	Time metav1.Time `json:"time"`
 	// Type is applied, rolled_back, failed, healthy or blocked.

@@ -6,6 +6,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/cert"
+	"github.com/kerf-dev/kerf/cluster/forward"
 	"github.com/kerf-dev/kerf/cluster/promql"
 	"github.com/kerf-dev/kerf/cluster/signals"
 )
@@ -56,6 +59,10 @@ func main() {
 	agentSA := fs.String("agent-service-account", "kerf-agent", "the agents' service account, in --namespace")
 	cadvisorFallback := fs.Bool("cadvisor-fallback", false, "read CPU throttling from the agents' stream when --metrics-url is not set (health.cadvisorFallback)")
 	metricsURL := fs.String("metrics-url", "", "Prometheus-compatible URL to read CPU throttling from (health.metricsURL; empty: not from Prometheus)")
+	hubURL := fs.String("hub-url", "", "kerf-hub's base URL (https://host:port) to forward every recorded action to (empty: none; docs/hub.md)")
+	hubTokenFile := fs.String("hub-token-file", "", "file with this cluster's hub token (kerf-hub clusters add), read again for every batch")
+	hubCAFile := fs.String("hub-ca-file", "", "PEM file of the CA (or the self-signed certificate) the hub's certificate must chain to (default: the system's roots)")
+	clusterName := fs.String("cluster-name", "", "this cluster's name as registered on the hub")
 	webhookConfig := fs.String("webhook-config", "kerf", "MutatingWebhookConfiguration whose caBundle the self-managed certificate keeps current")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: kerf-leader [flags]\n\n"+
@@ -75,6 +82,14 @@ func main() {
 	// watch reads them.
 	cfg := cluster.Config{Namespace: *namespace, LeaseName: *leaseName, Identity: *identity, PodName: *podName,
 		Registry: prometheus.NewRegistry(), Signals: signals.New()}
+	if *hubURL != "" {
+		hc, err := hubConfig(*hubURL, *hubTokenFile, *hubCAFile, *clusterName)
+		if err != nil {
+			log.Error("--hub-url", "err", err)
+			os.Exit(2)
+		}
+		cfg.Hub = hc
+	}
 	if *metricsURL != "" {
 		src, err := promql.New(promql.Config{URL: *metricsURL}, cfg.Registry)
 		if err != nil {
@@ -147,4 +162,28 @@ func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, cfg clus
 		return fmt.Errorf("%w: exiting so that only the new leader acts", err)
 	}
 	return err
+}
+
+// hubConfig builds the hub forwarder's configuration from the --hub-*
+// flags, checking what can be checked before the leader starts.
+func hubConfig(hubURL, tokenFile, caFile, clusterName string) (*forward.Config, error) {
+	hc := &forward.Config{URL: hubURL, TokenFile: tokenFile, Cluster: clusterName}
+	if err := hc.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := os.ReadFile(tokenFile); err != nil {
+		return nil, fmt.Errorf("--hub-token-file: %w", err)
+	}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--hub-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--hub-ca-file %s: no PEM certificate in it", caFile)
+		}
+		hc.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return hc, nil
 }
