@@ -208,6 +208,14 @@ func (r *UsageReader) Read(u *Usage) error {
 	return nil
 }
 
+// ReadMemory reads only the cgroup's memory usage now (Usage.Memory) into
+// v; it does not allocate. It is one small file, about a tenth of a full
+// Read (whose memory.stat is most of the cost), so a caller can sample the
+// memory between full reads for IntervalPeak's sampledMax.
+func (r *UsageReader) ReadMemory(v *uint64) error {
+	return readValue(&r.memory, v)
+}
+
 // readValue reads a one-number file into v.
 func readValue(f *file, v *uint64) error {
 	data, err := f.read()
