@@ -99,10 +99,10 @@ type tracked struct {
 	// maxUsage the largest since tracking began, exported where the
 	// kernel keeps no peak.
 	memMax, maxUsage uint64
-	seq     uint64 // order of adding, newest highest
-	sampled bool   // last holds a reading
-	changed bool   // last changed in the latest pass
-	gone    bool   // the cgroup was removed; r is closed
+	seq              uint64 // order of adding, newest highest
+	sampled          bool   // last holds a reading
+	changed          bool   // last changed in the latest pass
+	gone             bool   // the cgroup was removed; r is closed
 	// labels are the Collector's label pairs of c, made at its first
 	// scrape and shared by every scrape after; cpuLabels add cadvisor's
 	// cpu="total" for container_cpu_usage_seconds_total.

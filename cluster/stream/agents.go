@@ -107,6 +107,9 @@ func (s *Server) nodeContainers(node string, snapshot bool, listed, gone []insta
 			started = time.Unix(0, k.started)
 		}
 		s.cfg.Kernel.Gone(k.pod, k.name, started)
+		if s.cfg.Usage != nil {
+			s.cfg.Usage.Gone(k.pod, k.name)
+		}
 	}
 }
 
