@@ -88,6 +88,10 @@ type tracked struct {
 	last report.Sample
 	// u reads the usage files; nil until the first usage read opens it.
 	u *cgroup.UsageReader
+	// noUsage is set when the usage files were found missing while
+	// cpu.stat was there (a layout whose memory or cpuacct cgroups are
+	// elsewhere): the counters go on, usage is not tried again.
+	noUsage bool
 	// reading is the latest full usage reading, the base of the next
 	// interval's peak; usage is what was made of it for the report, and
 	// usageOK says both hold one.
@@ -316,14 +320,19 @@ func (s *Sampler) Sample(now time.Time) Pass {
 			ThrottledTime: e.stat.ThrottledTime,
 		}
 		e.sampled = true
-		if s.openUsage != nil {
+		if s.openUsage != nil && !e.noUsage {
 			read, err := s.readUsage(e, due || !e.usageOK)
 			switch {
 			case errors.Is(err, cgroup.ErrGone):
-				e.close()
-				e.gone = true
-				p.Gone++
-				continue
+				// cpu.stat was just read: the throttling counters, the
+				// health watch's signal, must not depend on the usage.
+				if e.u != nil {
+					_ = e.u.Close()
+					e.u = nil
+				}
+				e.noUsage = true
+				p.Errors++
+				fail(fmt.Errorf("%w; usage of %s is not read again", err, e.c.CgroupPath))
 			case err != nil:
 				p.Errors++
 				fail(err)

@@ -105,19 +105,19 @@ func TestSamplerReadsUsageEveryUsageIntervalAndThePeakBetween(t *testing.T) {
 	assert.Equal(t, b.Key(), s.Changed(nil)[0].Key)
 }
 
-func TestSamplerUsageGoneWithItsCgroup(t *testing.T) {
+func TestSamplerKeepsCountersWhenUsageFilesAreMissing(t *testing.T) {
 	u := newUsageTree(t)
 	u.write(t, "/kubepods/a", time.Second, 10*mi, 10*mi, 0)
+	require.NoError(t, os.RemoveAll(filepath.Join(u.mem, "kubepods", "a")))
 	s := NewSampler(u.h)
 	defer s.Close()
 	require.NoError(t, s.Set([]Container{container("a", "/kubepods/a")}))
-	require.Equal(t, Pass{Read: 1, Changed: 1, Usage: 1}, s.Sample(time.Unix(1, 0)))
-	require.NoError(t, os.RemoveAll(filepath.Join(u.mem, "kubepods", "a")))
-	// Plain files stay readable once open; a new reader finds them gone.
-	require.NoError(t, s.Set([]Container{container("a", "/kubepods/a"), container("x", "/kubepods/a")}))
-	p := s.Sample(time.Unix(2, 0))
-	assert.Equal(t, 1, p.Gone, "the new container's memory cgroup is gone")
-	assert.NoError(t, p.Err)
+	p := s.Sample(time.Unix(1, 0))
+	assert.Equal(t, 1, p.Read, "cpu.stat is read")
+	assert.Equal(t, 1, p.Errors)
+	assert.ErrorIs(t, p.Err, cgroup.ErrGone)
+	assert.Equal(t, Pass{Read: 1}, s.Sample(time.Unix(2, 0)), "usage is not tried again")
+	assert.False(t, s.Latest(nil)[0].HasUsage)
 }
 
 func TestSamplerWithoutMemoryControllerReadsNoUsage(t *testing.T) {
