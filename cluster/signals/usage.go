@@ -42,23 +42,30 @@ const (
 )
 
 // Usage keeps the newest usage readings of every container the agents
-// report, per pod UID and container name, for the recommender: a fixed
-// ring of readings per container, forgotten when the agent says the
-// container went (Gone), when its pod is forgotten, or when no reading came
-// for the retention. A reader that takes the readings at least once per
+// report, per pod UID and container name, for the recommender: a ring of
+// readings per container, forgotten when the agent says the container went
+// (Gone) or when no reading came for the retention. A reader that takes the readings at least once per
 // ring's span misses none. It is safe for concurrent use.
 type Usage struct {
 	size      int
 	retention time.Duration
 
-	mu   sync.Mutex
-	pods map[types.UID]map[string]*usageRing
+	mu         sync.Mutex
+	containers map[usageKey]*usageRing
 	// newest is the newest reading time seen: the clock of the retention.
 	newest    time.Time
 	lastSweep time.Time
 }
 
-// usageRing is one container's newest readings, oldest first from start.
+// usageKey names a container: one map of them costs less than a map per
+// pod.
+type usageKey struct {
+	pod  types.UID
+	name string
+}
+
+// usageRing is one container's newest readings, oldest first from start;
+// readings grows to the store's size as they come.
 type usageRing struct {
 	readings []usageReading
 	start, n int
@@ -83,7 +90,7 @@ func NewUsage(size int, retention time.Duration) *Usage {
 	if retention <= 0 {
 		retention = DefaultUsageRetention
 	}
-	return &Usage{size: size, retention: retention, pods: map[types.UID]map[string]*usageRing{}}
+	return &Usage{size: size, retention: retention, containers: map[usageKey]*usageRing{}}
 }
 
 // Add keeps the readings; one not newer than its container's newest (a
@@ -95,22 +102,22 @@ func (u *Usage) Add(samples ...UsageSample) {
 		if s.At.After(u.newest) {
 			u.newest = s.At
 		}
-		p := u.pods[s.PodUID]
-		if p == nil {
-			p = map[string]*usageRing{}
-			u.pods[s.PodUID] = p
-		}
-		r := p[s.Container]
+		k := usageKey{s.PodUID, s.Container}
+		r := u.containers[k]
 		if r == nil {
-			r = &usageRing{readings: make([]usageReading, u.size)}
-			p[s.Container] = r
+			r = &usageRing{}
+			u.containers[k] = r
 		}
 		if r.n > 0 && s.At.UnixNano() <= r.at(r.n-1).at {
 			continue
 		}
 		rd := usageReading{at: s.At.UnixNano(), cpu: s.CPU, workingSet: s.WorkingSet, peak: s.Peak}
-		if r.n < len(r.readings) {
-			r.readings[(r.start+r.n)%len(r.readings)] = rd
+		if r.n < u.size {
+			// Not full yet, so start is 0 and the readings are in order.
+			if r.readings == nil {
+				r.readings = make([]usageReading, 0, u.size)
+			}
+			r.readings = append(r.readings, rd)
 			r.n++
 		} else {
 			r.readings[r.start] = rd
@@ -129,7 +136,7 @@ func (r *usageRing) at(i int) *usageReading {
 func (u *Usage) Since(podUID types.UID, container string, after time.Time, dst []UsageSample) []UsageSample {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	r := u.pods[podUID][container]
+	r := u.containers[usageKey{podUID, container}]
 	if r == nil {
 		return dst
 	}
@@ -147,7 +154,7 @@ func (u *Usage) Since(podUID types.UID, container string, after time.Time, dst [
 func (u *Usage) Latest(podUID types.UID, container string) (UsageSample, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	r := u.pods[podUID][container]
+	r := u.containers[usageKey{podUID, container}]
 	if r == nil || r.n == 0 {
 		return UsageSample{}, false
 	}
@@ -163,31 +170,17 @@ func (rd *usageReading) sample(podUID types.UID, container string) UsageSample {
 func (u *Usage) Gone(podUID types.UID, container string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	p := u.pods[podUID]
-	delete(p, container)
-	if len(p) == 0 {
-		delete(u.pods, podUID)
-	}
-}
-
-// ForgetPod forgets every container of a pod, as Kernel.ForgetPod does.
-func (u *Usage) ForgetPod(podUID types.UID) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	delete(u.pods, podUID)
+	delete(u.containers, usageKey{podUID, container})
 }
 
 // Len returns the containers and readings held.
 func (u *Usage) Len() (containers, readings int) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for _, p := range u.pods {
-		for _, r := range p {
-			containers++
-			readings += r.n
-		}
+	for _, r := range u.containers {
+		readings += r.n
 	}
-	return containers, readings
+	return len(u.containers), readings
 }
 
 // sweep forgets, at most once a minute of reading time, the containers no
@@ -198,14 +191,9 @@ func (u *Usage) sweep() {
 	}
 	u.lastSweep = u.newest
 	cut := u.newest.Add(-u.retention).UnixNano()
-	for uid, p := range u.pods {
-		for name, r := range p {
-			if r.n == 0 || r.at(r.n-1).at < cut {
-				delete(p, name)
-			}
-		}
-		if len(p) == 0 {
-			delete(u.pods, uid)
+	for k, r := range u.containers {
+		if r.n == 0 || r.at(r.n-1).at < cut {
+			delete(u.containers, k)
 		}
 	}
 }
