@@ -129,6 +129,9 @@ type Sampler struct {
 	// usageInterval is how often usage is read in full; 0 is every pass.
 	usageInterval time.Duration
 	lastUsage     time.Time
+	// statBuf is the memory.stat buffer every usage reader shares: a pass
+	// reads them one at a time, under mu.
+	statBuf []byte
 
 	mu      sync.Mutex
 	entries []*tracked
@@ -421,6 +424,7 @@ func (s *Sampler) readUsage(e *tracked, full bool) (bool, error) {
 		if err != nil {
 			return false, err // it names the cgroup
 		}
+		u.ShareStatBuffer(&s.statBuf)
 		e.u = u
 	}
 	if !full {

@@ -17,7 +17,7 @@ type Stores struct {
 // samples arrive (WithCompaction(DefaultRecent)), AgentStatuses and Usage
 // with the default bounds.
 func New() *Stores {
-	return &Stores{Kernel: NewKernel(WithCompaction(DefaultRecent)), Statuses: NewAgentStatuses(0), Usage: NewUsage(0, 0)}
+	return &Stores{Kernel: NewKernel(WithCompaction(DefaultRecent)), Statuses: NewAgentStatuses(0), Usage: NewUsage(0)}
 }
 
 // Subscribe calls fn for every signal either store gives (see

@@ -31,10 +31,12 @@ type UsageSample struct {
 
 // Bounds of Usage.
 const (
-	// DefaultUsageSamples is how many readings Usage keeps per container,
-	// the newest: 80 s at the agent's default 10 s usage interval, for a
-	// reader that takes them about once a minute.
-	DefaultUsageSamples = 8
+	// UsageSamples is how many readings Usage keeps per container, the
+	// newest: 40 s at the agent's default 10 s usage interval, for a
+	// reader that takes them every 30 s. Each costs 32 bytes of the
+	// leader's memory per container (at 300,000 containers, 38 MB for
+	// four).
+	UsageSamples = 4
 	// DefaultUsageRetention is how long Usage keeps a container no reading
 	// came for (by reading time), for a node whose stream ended without
 	// saying its containers went.
@@ -47,7 +49,6 @@ const (
 // (Gone) or when no reading came for the retention. A reader that takes the readings at least once per
 // ring's span misses none. It is safe for concurrent use.
 type Usage struct {
-	size      int
 	retention time.Duration
 
 	mu         sync.Mutex
@@ -64,10 +65,10 @@ type usageKey struct {
 	name string
 }
 
-// usageRing is one container's newest readings, oldest first from start;
-// readings grows to the store's size as they come.
+// usageRing is one container's newest readings, oldest first from start:
+// one allocation per container.
 type usageRing struct {
-	readings []usageReading
+	readings [UsageSamples]usageReading
 	start, n int
 }
 
@@ -80,17 +81,14 @@ type usageReading struct {
 	peak       uint64
 }
 
-// NewUsage returns an empty store that keeps size readings per container
-// (DefaultUsageSamples when 0) and forgets a container no reading came for
-// in retention (DefaultUsageRetention when 0).
-func NewUsage(size int, retention time.Duration) *Usage {
-	if size <= 0 {
-		size = DefaultUsageSamples
-	}
+// NewUsage returns an empty store that keeps UsageSamples readings per
+// container and forgets a container no reading came for in retention
+// (DefaultUsageRetention when 0).
+func NewUsage(retention time.Duration) *Usage {
 	if retention <= 0 {
 		retention = DefaultUsageRetention
 	}
-	return &Usage{size: size, retention: retention, containers: map[usageKey]*usageRing{}}
+	return &Usage{retention: retention, containers: map[usageKey]*usageRing{}}
 }
 
 // Add keeps the readings; one not newer than its container's newest (a
@@ -112,12 +110,8 @@ func (u *Usage) Add(samples ...UsageSample) {
 			continue
 		}
 		rd := usageReading{at: s.At.UnixNano(), cpu: s.CPU, workingSet: s.WorkingSet, peak: s.Peak}
-		if r.n < u.size {
-			// Not full yet, so start is 0 and the readings are in order.
-			if r.readings == nil {
-				r.readings = make([]usageReading, 0, u.size)
-			}
-			r.readings = append(r.readings, rd)
+		if r.n < len(r.readings) {
+			r.readings[(r.start+r.n)%len(r.readings)] = rd
 			r.n++
 		} else {
 			r.readings[r.start] = rd

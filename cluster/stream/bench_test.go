@@ -62,7 +62,7 @@ func newBenchCluster(b *testing.B, nodes int) *benchCluster {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := &benchCluster{memory: signals.NewKernel(signals.WithCompaction(signals.DefaultRecent)), usage: signals.NewUsage(0, 0), now: benchStart}
+	c := &benchCluster{memory: signals.NewKernel(signals.WithCompaction(signals.DefaultRecent)), usage: signals.NewUsage(0), now: benchStart}
 	c.srv, err = New(Config{Audience: "kerf-leader", ServiceAccountNamespace: "kerf-system", ServiceAccountName: "kerf-agent",
 		Clientset: cs, Pods: pods, Kernel: c.memory, Usage: c.usage, Leading: func() bool { return true }, Now: func() time.Time { return c.now },
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})

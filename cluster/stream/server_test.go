@@ -64,7 +64,7 @@ func newFixture(t *testing.T) *fixture {
 	cp := controlplane.Get(t)
 	cs := cp.Clientset
 	ctx := t.Context()
-	f := &fixture{memory: signals.NewKernel(), statuses: signals.NewAgentStatuses(0), usage: signals.NewUsage(0, 0), leading: &atomic.Bool{}}
+	f := &fixture{memory: signals.NewKernel(), statuses: signals.NewAgentStatuses(0), usage: signals.NewUsage(0), leading: &atomic.Bool{}}
 	f.leading.Store(true)
 
 	// A namespace of its own, as kerf-system would be: the fixture can be

@@ -125,7 +125,7 @@ func (f *leaderFixture) startReplica(t *testing.T, addr string, leading func() b
 	t.Helper()
 	memory := signals.NewKernel(signals.WithCompaction(signals.DefaultRecent))
 	statuses := signals.NewAgentStatuses(0)
-	usage := signals.NewUsage(0, 0)
+	usage := signals.NewUsage(0)
 	reg := prometheus.NewRegistry()
 	srv, err := clusterstream.New(clusterstream.Config{
 		Audience:                "kerf-leader",

@@ -128,7 +128,7 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 	// The leader's end: stream server over TLS with TokenReview, the
 	// pods from an informer, samples into a signals.Kernel.
 	memory := signals.NewKernel()
-	usage := signals.NewUsage(0, 0)
+	usage := signals.NewUsage(0)
 	leader := leadertest.Start(t, cp, leadertest.Options{Audience: audience, Namespace: agentNamespace, ServiceAccount: agentSA,
 		Kernel: memory, Usage: usage, Log: streamtest.LogWriter(t)})
 	addr, pool := leader.Addr, leader.Pool
@@ -218,7 +218,7 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 		})
 	}
 
-	// Usage: the stream's readings of the last 16 s (the leader keeps 8,
+	// Usage: the stream's readings of the last 8 s (the leader keeps 4,
 	// one every 2 s) are values Prometheus scraped from the agent, and the
 	// busy loop's CPU time grows by about its quota.
 	for _, p := range pods {

@@ -81,7 +81,7 @@ func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Stream {
 		opts.Kernel = signals.NewKernel()
 	}
 	if opts.Usage == nil {
-		opts.Usage = signals.NewUsage(0, 0)
+		opts.Usage = signals.NewUsage(0)
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
