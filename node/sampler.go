@@ -126,18 +126,18 @@ type Sampler struct {
 	// openUsage opens a container's usage files; nil when the node has no
 	// memory controller or CPU accounting, and then no usage is read.
 	openUsage func(cgroupPath string) (*cgroup.UsageReader, error)
-	// usageInterval is how often usage is read in full; 0 is every pass.
-	usageInterval time.Duration
-	lastUsage     time.Time
-	// statBuf is the memory.stat buffer every usage reader shares: a pass
-	// reads them one at a time, under mu.
-	statBuf []byte
 
 	mu      sync.Mutex
 	entries []*tracked
 	index   map[report.ContainerKey]int
 	seq     uint64
 	stats   SamplerStats
+	// usageInterval is how often usage is read in full; 0 is every pass.
+	usageInterval time.Duration
+	lastUsage     time.Time
+	// statBuf is the memory.stat buffer every usage reader shares: a pass
+	// reads them one at a time.
+	statBuf []byte
 }
 
 // NewSampler returns a sampler that finds containers' cpu.stat in h's cpu
