@@ -224,7 +224,7 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 	for _, p := range pods {
 		t.Run(p.Name+"/usage", func(t *testing.T) {
 			readings := usage.Since(p.UID, "app", time.Time{}, nil)
-			require.GreaterOrEqual(t, len(readings), 4, "usage readings reached the leader")
+			require.GreaterOrEqual(t, len(readings), signals.UsageSamples-1, "usage readings reached the leader")
 			cpu := promRange(t, promURL, fmt.Sprintf(`container_cpu_usage_seconds_total{pod=%q,container="app",cpu="total"}[1m]`, p.Name))
 			ws := promRange(t, promURL, fmt.Sprintf(`container_memory_working_set_bytes{pod=%q,container="app"}[1m]`, p.Name))
 			matched := 0
