@@ -139,7 +139,11 @@ func OpenUsageAt(cpu Mount, cpuDir string, mem Mount, memDir string) (_ *UsageRe
 	if r.memoryV2 {
 		memFile, peakFile = "memory.current", "memory.peak"
 	}
-	if err := open(&r.cpu, cpuDir, cpuFile, 512); err != nil {
+	cpuSize := 64 // one number
+	if r.cpuV2 {
+		cpuSize = 512
+	}
+	if err := open(&r.cpu, cpuDir, cpuFile, cpuSize); err != nil {
 		return nil, err
 	}
 	if err := open(&r.memory, memDir, memFile, 64); err != nil {
@@ -206,6 +210,22 @@ func (r *UsageReader) Read(u *Usage) error {
 	}
 	*u = out
 	return nil
+}
+
+// ReadMemory reads only the cgroup's memory usage now (Usage.Memory) into
+// v; it does not allocate. It is one small file, about a tenth of a full
+// Read (whose memory.stat is most of the cost), so a caller can sample the
+// memory between full reads for IntervalPeak's sampledMax.
+func (r *UsageReader) ReadMemory(v *uint64) error {
+	return readValue(&r.memory, v)
+}
+
+// ShareStatBuffer makes the reader read memory.stat into *buf (grown as
+// needed) instead of a buffer of its own, and frees its own: readers that
+// are read one at a time (a sampler's) can share one, saving 4 KiB per
+// container. buf must not be used concurrently.
+func (r *UsageReader) ShareStatBuffer(buf *[]byte) {
+	r.stat.shared, r.stat.buf = buf, nil
 }
 
 // readValue reads a one-number file into v.

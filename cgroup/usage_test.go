@@ -177,3 +177,52 @@ func TestOpenUsageNeedsTheControllers(t *testing.T) {
 	_, err = h.OpenUsage("/kubepods")
 	assert.ErrorContains(t, err, `"cpuacct" is not mounted`)
 }
+
+func TestUsageReadersShareOneStatBuffer(t *testing.T) {
+	v1, v2 := t.TempDir(), t.TempDir()
+	writeUsageFiles(t, v1, 1, true)
+	writeUsageFiles(t, v2, 2, true)
+	var want1, want2 Usage
+	for _, c := range []struct {
+		dir string
+		m   Mount
+		u   *Usage
+	}{{v1, mountV1, &want1}, {v2, mountV2, &want2}} {
+		r, err := OpenUsageAt(c.m, c.dir, c.m, c.dir)
+		require.NoError(t, err)
+		require.NoError(t, r.Read(c.u))
+		require.NoError(t, r.Close())
+	}
+
+	var shared []byte
+	r1, err := OpenUsageAt(mountV1, v1, mountV1, v1)
+	require.NoError(t, err)
+	defer r1.Close()
+	r2, err := OpenUsageAt(mountV2, v2, mountV2, v2)
+	require.NoError(t, err)
+	defer r2.Close()
+	r1.ShareStatBuffer(&shared)
+	r2.ShareStatBuffer(&shared)
+	for range 2 {
+		var u1, u2 Usage
+		require.NoError(t, r1.Read(&u1))
+		require.NoError(t, r2.Read(&u2))
+		assert.Equal(t, want1, u1)
+		assert.Equal(t, want2, u2)
+	}
+	assert.Len(t, shared, sharedFileSize, "one buffer, made at the first read")
+	assert.Nil(t, r1.stat.buf, "no buffer of its own")
+
+	// A memory.stat larger than the buffer grows the shared one.
+	big := memoryStatV1
+	for len(big) <= sharedFileSize {
+		big += "x_padding 1\n"
+	}
+	writeFile(t, filepath.Join(v1, "memory.stat"), big)
+	var u Usage
+	require.NoError(t, r1.Read(&u))
+	assert.Equal(t, want1.WorkingSet, u.WorkingSet)
+	assert.Greater(t, len(shared), sharedFileSize)
+	require.NoError(t, r2.Read(&u))
+	assert.Equal(t, want2, u)
+}

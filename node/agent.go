@@ -27,6 +27,10 @@ type Config struct {
 	CgroupRoot string
 	// Interval is how often containers' cpu.stat is sampled; 0 means 1 s.
 	Interval time.Duration
+	// UsageInterval is how often containers' usage is read in full (see
+	// Sampler.SetUsageInterval); 0 means DefaultUsageInterval. A value
+	// below Interval reads it on every pass.
+	UsageInterval time.Duration
 	// Discovery is where the node's pods come from: auto, kubelet or
 	// apiserver (DiscoveryModes); empty means auto.
 	Discovery string
@@ -43,6 +47,14 @@ type Config struct {
 	// the source. Nil means no informer.
 	Kube func() (*rest.Config, error)
 }
+
+// DefaultUsageInterval is how often the agent reads containers' usage in
+// full by default. A usage read costs about as much as four cpu.stat reads,
+// memory.stat's formatting most of it (docs/kernel.md), and the
+// recommender it feeds works on minutes and hours, so every 10 s keeps the
+// agent within its budget (docs/agent.md) while the passes between still
+// sample the memory usage for the interval's peak.
+const DefaultUsageInterval = 10 * time.Second
 
 // Stream is where the agent sends what it sees for the leader: the agent's
 // end of the stream (node/stream.Client). It is an interface here, on
@@ -134,6 +146,14 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Agent, error
 		log.Warn("cpu.stat sampling disabled", "err", err)
 	} else {
 		a.sampler = NewSampler(h)
+		usage := cfg.UsageInterval
+		if usage <= 0 {
+			usage = DefaultUsageInterval
+		}
+		a.sampler.SetUsageInterval(usage)
+		if !a.sampler.UsageEnabled() {
+			log.Warn("usage reading disabled: the node has no memory controller or no CPU accounting")
+		}
 		reg.MustRegister(NewCollector(a.sampler, a.counts))
 	}
 	if err := a.chooseDiscovery(cfg, reg); err != nil {

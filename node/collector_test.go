@@ -51,7 +51,7 @@ container_oom_events_total{container="new",namespace="default",pod="web-0"} 0
 # HELP kerf_agent_cgroups_gone_total Tracked containers whose cgroup was found removed.
 # TYPE kerf_agent_cgroups_gone_total counter
 kerf_agent_cgroups_gone_total 1
-# HELP kerf_agent_read_errors_total Failed opens and reads of cpu.stat, other than of a removed cgroup.
+# HELP kerf_agent_read_errors_total Failed opens and reads of cpu.stat and the usage files, other than of a removed cgroup.
 # TYPE kerf_agent_read_errors_total counter
 kerf_agent_read_errors_total 0
 # HELP kerf_agent_samples_total cpu.stat readings the sampler made.
@@ -60,6 +60,9 @@ kerf_agent_samples_total 2
 # HELP kerf_agent_tracked_containers Containers the sampler tracks.
 # TYPE kerf_agent_tracked_containers gauge
 kerf_agent_tracked_containers 3
+# HELP kerf_agent_usage_reads_total Full usage readings (CPU, memory, memory.stat, peak) the sampler made.
+# TYPE kerf_agent_usage_reads_total counter
+kerf_agent_usage_reads_total 0
 `
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want)))
 	problems, err := testutil.CollectAndLint(c)

@@ -57,6 +57,10 @@ type Pass struct {
 	Errors int
 	// Gone counts containers found gone in this pass.
 	Gone int
+	// Usage counts the containers whose usage was read in full (CPU,
+	// memory, memory.stat, peak): every container on a pass the usage
+	// interval made due, and a container's first pass.
+	Usage int
 	// Err is the first error of the pass, nil when there was none.
 	Err error
 }
@@ -65,8 +69,10 @@ type Pass struct {
 type SamplerStats struct {
 	// Samples counts successful cpu.stat reads.
 	Samples uint64
-	// ReadErrors counts failed opens and reads of cpu.stat other than a
-	// gone cgroup.
+	// UsageReads counts successful full usage reads.
+	UsageReads uint64
+	// ReadErrors counts failed opens and reads of cpu.stat and of the
+	// usage files other than a gone cgroup.
 	ReadErrors uint64
 	// Gone counts containers whose cgroup was found removed.
 	Gone uint64
@@ -74,39 +80,93 @@ type SamplerStats struct {
 	Tracked int
 }
 
-// tracked is a container and the open reader of its cpu.stat.
+// tracked is a container and the open readers of its cpu.stat and usage.
 type tracked struct {
-	c       Container
-	r       *cgroup.CPUStatReader
-	stat    cgroup.CPUStat
-	last    report.Sample
-	seq     uint64 // order of adding, newest highest
-	sampled bool   // last holds a reading
-	changed bool   // last changed in the latest pass
-	gone    bool   // the cgroup was removed; r is closed
+	c    Container
+	r    *cgroup.CPUStatReader
+	stat cgroup.CPUStat
+	last report.Sample
+	// u reads the usage files; nil until the first usage read opens it.
+	u *cgroup.UsageReader
+	// noUsage is set when the usage files were found missing while
+	// cpu.stat was there (a layout whose memory or cpuacct cgroups are
+	// elsewhere): the counters go on, usage is not tried again.
+	noUsage bool
+	// reading is the latest full usage reading, the base of the next
+	// interval's peak; usage is what was made of it for the report, and
+	// usageOK says both hold one.
+	reading cgroup.Usage
+	usage   report.Usage
+	usageOK bool
+	// memMax is the largest memory usage sampled since the latest full
+	// reading (the passes between usage reads read memory alone), and
+	// maxUsage the largest since tracking began, exported where the
+	// kernel keeps no peak.
+	memMax, maxUsage uint64
+	seq              uint64 // order of adding, newest highest
+	sampled          bool   // last holds a reading
+	changed          bool   // last changed in the latest pass
+	gone             bool   // the cgroup was removed; r is closed
 	// labels are the Collector's label pairs of c, made at its first
-	// scrape and shared by every scrape after.
-	labels []*dto.LabelPair
+	// scrape and shared by every scrape after; cpuLabels add cadvisor's
+	// cpu="total" for container_cpu_usage_seconds_total.
+	labels, cpuLabels []*dto.LabelPair
 }
 
 // Sampler reads the cpu.stat of a set of containers through files it keeps
-// open, and keeps each one's latest sample (docs/design.md section 5). A
-// pass does not allocate once every container's file is open. It is safe
-// for concurrent use; Sample is meant to be called from one goroutine.
+// open, and keeps each one's latest sample (docs/design.md section 5).
+// Every usage interval (SetUsageInterval) a pass also reads each
+// container's usage (CPU, working set, memory peak), and the passes between
+// read its memory usage alone, so the peak of an interval is seen even
+// where the kernel's lifetime peak did not grow. A pass does not allocate
+// once every container's files are open. It is safe for concurrent use;
+// Sample is meant to be called from one goroutine.
 type Sampler struct {
 	open func(cgroupPath string) (*cgroup.CPUStatReader, error)
+	// openUsage opens a container's usage files; nil when the node has no
+	// memory controller or CPU accounting, and then no usage is read.
+	openUsage func(cgroupPath string) (*cgroup.UsageReader, error)
 
 	mu      sync.Mutex
 	entries []*tracked
 	index   map[report.ContainerKey]int
 	seq     uint64
 	stats   SamplerStats
+	// usageInterval is how often usage is read in full; 0 is every pass.
+	usageInterval time.Duration
+	lastUsage     time.Time
+	// statBuf is the memory.stat buffer every usage reader shares: a pass
+	// reads them one at a time.
+	statBuf []byte
 }
 
 // NewSampler returns a sampler that finds containers' cpu.stat in h's cpu
-// hierarchy.
+// hierarchy, and their usage in its cpuacct (or v2) and memory
+// hierarchies when h has both; otherwise it reads no usage (UsageEnabled).
+// It reads usage on every pass until SetUsageInterval says otherwise.
 func NewSampler(h *cgroup.Hierarchy) *Sampler {
-	return &Sampler{open: h.OpenCPUStat, index: map[report.ContainerKey]int{}}
+	s := &Sampler{open: h.OpenCPUStat, index: map[report.ContainerKey]int{}}
+	_, cpuacct := h.Controller("cpuacct")
+	_, unified := h.Unified()
+	if _, memory := h.Controller("memory"); memory && (cpuacct || unified) {
+		s.openUsage = h.OpenUsage
+	}
+	return s
+}
+
+// UsageEnabled reports whether the sampler reads usage: the node has CPU
+// accounting and a memory controller.
+func (s *Sampler) UsageEnabled() bool { return s.openUsage != nil }
+
+// SetUsageInterval makes a pass read usage in full only when d has passed
+// since the last pass that did (within a twentieth of d, the jitter of a
+// ticker's passes), and a container's first pass; 0 reads it every pass.
+// Reading memory.stat is most of a usage read's cost (docs/kernel.md), so
+// the agent reads usage less often than the throttling counters.
+func (s *Sampler) SetUsageInterval(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.usageInterval = d
 }
 
 func checkContainer(c *Container) error {
@@ -204,14 +264,19 @@ func (s *Sampler) Set(cs []Container) error {
 	return errors.Join(errs...)
 }
 
-// Sample reads every tracked container's cpu.stat and keeps the readings,
-// stamped now. A container whose cgroup is gone keeps its last sample until
-// the next Set drops it; other errors are counted and the container is
-// read again next pass.
+// Sample reads every tracked container's cpu.stat, and its usage when due
+// (see SetUsageInterval) or its memory usage alone otherwise, and keeps the
+// readings, stamped now. A container whose cgroup is gone keeps its last
+// sample until the next Set drops it; other errors are counted and the
+// container is read again next pass (its usage on the next due pass).
 func (s *Sampler) Sample(now time.Time) Pass {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var p Pass
+	due := s.usageInterval <= 0 || s.lastUsage.IsZero() || now.Sub(s.lastUsage) >= s.usageInterval-s.usageInterval/20
+	if due {
+		s.lastUsage = now
+	}
 	fail := func(err error) {
 		if p.Err == nil {
 			p.Err = err
@@ -248,11 +313,8 @@ func (s *Sampler) Sample(now time.Time) Pass {
 			continue
 		}
 		p.Read++
-		e.changed = !e.sampled || e.stat.Periods != e.last.Periods ||
+		changed := !e.sampled || e.stat.Periods != e.last.Periods ||
 			e.stat.Throttled != e.last.Throttled || e.stat.ThrottledTime != e.last.ThrottledTime
-		if e.changed {
-			p.Changed++
-		}
 		e.last = report.Sample{
 			Key:           report.ContainerKey{PodUID: e.c.PodUID, Name: e.c.Name},
 			At:            now,
@@ -261,8 +323,35 @@ func (s *Sampler) Sample(now time.Time) Pass {
 			ThrottledTime: e.stat.ThrottledTime,
 		}
 		e.sampled = true
+		if s.openUsage != nil && !e.noUsage {
+			read, err := s.readUsage(e, due || !e.usageOK)
+			switch {
+			case errors.Is(err, cgroup.ErrGone):
+				// cpu.stat was just read: the throttling counters, the
+				// health watch's signal, must not depend on the usage.
+				if e.u != nil {
+					_ = e.u.Close()
+					e.u = nil
+				}
+				e.noUsage = true
+				p.Errors++
+				fail(fmt.Errorf("%w; usage of %s is not read again", err, e.c.CgroupPath))
+			case err != nil:
+				p.Errors++
+				fail(err)
+			case read:
+				p.Usage++
+				e.last.Usage, e.last.HasUsage = e.usage, true
+				changed = true
+			}
+		}
+		e.changed = changed
+		if e.changed {
+			p.Changed++
+		}
 	}
 	s.stats.Samples += uint64(p.Read)
+	s.stats.UsageReads += uint64(p.Usage)
 	s.stats.ReadErrors += uint64(p.Errors)
 	s.stats.Gone += uint64(p.Gone)
 	return p
@@ -323,10 +412,52 @@ func (s *Sampler) each(fn func(e *tracked)) {
 	}
 }
 
+// readUsage reads e's usage in full when full is true, making the
+// report's figures and the interval's peak of it, or else its memory usage
+// alone, into memMax. It returns whether it read in full.
+func (s *Sampler) readUsage(e *tracked, full bool) (bool, error) {
+	if e.u == nil {
+		if !full {
+			return false, nil
+		}
+		u, err := s.openUsage(e.c.CgroupPath)
+		if err != nil {
+			return false, err // it names the cgroup
+		}
+		u.ShareStatBuffer(&s.statBuf)
+		e.u = u
+	}
+	if !full {
+		var m uint64
+		if err := e.u.ReadMemory(&m); err != nil {
+			return false, fmt.Errorf("read memory usage of %s: %w", e.c.CgroupPath, err)
+		}
+		e.memMax = max(e.memMax, m)
+		return false, nil
+	}
+	var cur cgroup.Usage
+	if err := e.u.Read(&cur); err != nil {
+		return false, fmt.Errorf("read usage of %s: %w", e.c.CgroupPath, err)
+	}
+	var prev cgroup.Usage
+	if e.usageOK {
+		prev = e.reading
+	}
+	peak := cgroup.IntervalPeak(prev, cur, e.memMax)
+	e.maxUsage = max(e.maxUsage, peak, cur.Peak)
+	e.reading, e.memMax, e.usageOK = cur, 0, true
+	e.usage = report.Usage{CPU: cur.CPU, WorkingSet: cur.WorkingSet, Peak: peak}
+	return true, nil
+}
+
 func (e *tracked) close() {
 	if e.r != nil {
 		_ = e.r.Close()
 		e.r = nil
+	}
+	if e.u != nil {
+		_ = e.u.Close()
+		e.u = nil
 	}
 }
 

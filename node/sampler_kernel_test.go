@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,28 +29,50 @@ import (
 )
 
 // kernelTree is a temporary parent cgroup in this machine's v1 cpu
-// hierarchy.
+// hierarchy, and at the same path in its cpuacct and memory hierarchies
+// (where the usage is), as the kubelet makes a container's cgroups.
 type kernelTree struct {
 	h      *cgroup.Hierarchy
 	m      cgroup.Mount
-	parent string // directory
+	parent string // directory, in m
+	// others are the parent's directories in the cpuacct and memory
+	// hierarchies that are not m.
+	others []string
 }
 
-// newKernelTree makes kerf-sampler-<rand> in the v1 cpu hierarchy, removed
-// with its children when the test ends, or skips the test.
+// newKernelTree makes kerf-sampler-<rand> in the v1 cpu, cpuacct and memory
+// hierarchies, removed with its children when the test ends, or skips the
+// test.
 func newKernelTree(tb testing.TB) *kernelTree {
 	tb.Helper()
 	h, m := kerneltest.V1Controller(tb, "cpu")
-	k := &kernelTree{h: h, m: m, parent: filepath.Join(m.Path, fmt.Sprintf("kerf-sampler-%08x", rand.Uint32()))}
+	name := fmt.Sprintf("kerf-sampler-%08x", rand.Uint32())
+	k := &kernelTree{h: h, m: m, parent: filepath.Join(m.Path, name)}
 	require.NoError(tb, os.Mkdir(k.parent, 0o755))
 	tb.Cleanup(func() { kerneltest.RemoveCgroup(tb, k.parent) })
+	for _, ctrl := range []string{"cpuacct", "memory"} {
+		_, o := kerneltest.V1Controller(tb, ctrl)
+		if o.Path == m.Path || slices.Contains(k.others, filepath.Join(o.Path, name)) {
+			continue
+		}
+		dir := filepath.Join(o.Path, name)
+		require.NoError(tb, os.Mkdir(dir, 0o755))
+		tb.Cleanup(func() { kerneltest.RemoveCgroup(tb, dir) })
+		k.others = append(k.others, dir)
+	}
 	return k
 }
 
-// add makes a child cgroup and returns a container whose cgroup it is; it is
+// add makes a child cgroup (in each hierarchy) and returns a container
+// whose cgroup it is, and its directory in the cpu hierarchy; they are
 // removed (before the parent) when the test ends.
 func (k *kernelTree) add(tb testing.TB, name string) (Container, string) {
 	tb.Helper()
+	for _, o := range k.others {
+		d := filepath.Join(o, name)
+		require.NoError(tb, os.Mkdir(d, 0o755))
+		tb.Cleanup(func() { kerneltest.RemoveCgroup(tb, d) })
+	}
 	dir := filepath.Join(k.parent, name)
 	require.NoError(tb, os.Mkdir(dir, 0o755))
 	tb.Cleanup(func() { kerneltest.RemoveCgroup(tb, dir) })
@@ -58,6 +81,23 @@ func (k *kernelTree) add(tb testing.TB, name string) (Container, string) {
 	c := container(name, p)
 	c.Pod = "pod-" + name
 	return c, dir
+}
+
+// dirs returns the directories of the child cgroup name in every
+// hierarchy, the cpu one first.
+func (k *kernelTree) dirs(name string) []string {
+	out := []string{filepath.Join(k.parent, name)}
+	for _, o := range k.others {
+		out = append(out, filepath.Join(o, name))
+	}
+	return out
+}
+
+// countersOnly makes s read no usage, for the tests of the throttling
+// counters alone.
+func countersOnly(s *Sampler) *Sampler {
+	s.openUsage = nil
+	return s
 }
 
 // readCPUStat parses dir's cpu.stat with a plain read.
@@ -83,7 +123,7 @@ func TestKernelSamplerSeesThrottlingOfABusyLoop(t *testing.T) {
 	kerneltest.WriteFile(t, busy, "cpu.cfs_period_us", "100000")
 	kerneltest.WriteFile(t, busy, "cpu.cfs_quota_us", "20000") // 20% of a CPU
 
-	s := NewSampler(k.h)
+	s := countersOnly(NewSampler(k.h))
 	defer s.Close()
 	require.NoError(t, s.Set(cs))
 	require.Equal(t, Pass{Read: n, Changed: n}, s.Sample(time.Now()))
@@ -170,7 +210,7 @@ func TestKernelSamplerDropsRemovedCgroupWithoutError(t *testing.T) {
 	k := newKernelTree(t)
 	a, _ := k.add(t, "a")
 	b, bdir := k.add(t, "b")
-	s := NewSampler(k.h)
+	s := countersOnly(NewSampler(k.h))
 	defer s.Close()
 	require.NoError(t, s.Set([]Container{a, b}))
 	require.Equal(t, Pass{Read: 2, Changed: 2}, s.Sample(time.Now()))
@@ -186,6 +226,79 @@ func TestKernelSamplerDropsRemovedCgroupWithoutError(t *testing.T) {
 	assert.Equal(t, SamplerStats{Samples: 4, Gone: 2, Tracked: 1}, s.Stats())
 }
 
+// TestKernelSamplerReadsUsageAsTheKernelReports runs a process that holds
+// 30 MB and spins in a real cgroup (v1 cpu, cpuacct, memory) and checks the
+// sampler's usage and the collector's series against the kernel's files
+// read right after.
+func TestKernelSamplerReadsUsageAsTheKernelReports(t *testing.T) {
+	k := newKernelTree(t)
+	c, _ := k.add(t, "u")
+	dirs := k.dirs("u")
+	cmd := exec.Command("/bin/sh", "-c", `sleep 0.3; x=$(head -c 30000000 /dev/zero | tr '\0' a); while :; do :; done`)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	for _, d := range dirs {
+		kerneltest.WriteFile(t, d, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
+	}
+	s := NewSampler(k.h)
+	defer s.Close()
+	require.True(t, s.UsageEnabled())
+	require.NoError(t, s.Set([]Container{c}))
+	time.Sleep(2 * time.Second)
+	p := s.Sample(time.Now())
+	require.NoError(t, p.Err)
+	require.Equal(t, Pass{Read: 1, Changed: 1, Usage: 1}, p)
+	got := s.Latest(nil)[0]
+	require.True(t, got.HasUsage)
+
+	read := func(name string) uint64 {
+		t.Helper()
+		for _, d := range dirs {
+			data, err := os.ReadFile(filepath.Join(d, name))
+			if err != nil {
+				continue
+			}
+			if name == "memory.stat" {
+				var st cgroup.MemoryStat
+				require.NoError(t, cgroup.ParseMemoryStatV1(data, &st))
+				return st.InactiveFile
+			}
+			v, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+			require.NoError(t, err)
+			return v
+		}
+		t.Fatalf("no %s in %v", name, dirs)
+		return 0
+	}
+	cpu, mem, inactive, peak := read("cpuacct.usage"), read("memory.usage_in_bytes"), read("memory.stat"), read("memory.max_usage_in_bytes")
+	t.Logf("sampler %+v; kernel after: cpuacct.usage %d, usage %d, inactive file %d, max usage %d", got.Usage, cpu, mem, inactive, peak)
+	assert.GreaterOrEqual(t, cpu, uint64(got.Usage.CPU), "CPU time only grows")
+	assert.Less(t, cpu-uint64(got.Usage.CPU), uint64(200*time.Millisecond), "read moments apart")
+	assert.Greater(t, got.Usage.CPU, 10*time.Millisecond, "the loop spun (for what a loaded machine gave it)")
+	assert.Greater(t, got.Usage.WorkingSet, uint64(25e6), "the shell holds 30 MB")
+	assert.InDelta(t, float64(cgroup.WorkingSet(mem, inactive)), float64(got.Usage.WorkingSet), 2<<20, "the working set holds still")
+	assert.Equal(t, peak, got.Usage.Peak, "the first report's peak is the kernel's")
+	assert.GreaterOrEqual(t, got.Usage.Peak, got.Usage.WorkingSet)
+
+	// The collector exports them under cadvisor's names.
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(s, nil))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	values := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			values[mf.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	assert.Equal(t, got.Usage.CPU.Seconds(), values["container_cpu_usage_seconds_total"])
+	assert.Equal(t, float64(got.Usage.WorkingSet), values["container_memory_working_set_bytes"])
+	assert.Equal(t, float64(peak), values["container_memory_max_usage_bytes"])
+}
+
 func TestKernelSamplerPassDoesNotAllocate(t *testing.T) {
 	k := newKernelTree(t)
 	var cs []Container
@@ -198,7 +311,9 @@ func TestKernelSamplerPassDoesNotAllocate(t *testing.T) {
 	require.NoError(t, s.Set(cs))
 	s.Sample(time.Now())
 	now := time.Now()
-	assert.Zero(t, testing.AllocsPerRun(100, func() { s.Sample(now) }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { s.Sample(now) }), "every pass reads usage")
+	s.SetUsageInterval(time.Hour)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { s.Sample(now) }), "every pass reads memory usage alone")
 }
 
 // sampler330 makes 330 real cgroups, the containers of a node with 110
@@ -220,17 +335,30 @@ func sampler330(b *testing.B) (*Sampler, []Container) {
 	return s, cs
 }
 
-// BenchmarkSamplePass330 is one sampling pass over 330 real cgroups.
+// BenchmarkSamplePass330 is one sampling pass over 330 real cgroups: of the
+// throttling counters alone (counters), with each container's memory usage
+// (memory: the passes between usage reads), and with its usage in full
+// (usage: CPU, memory, memory.stat and peak, every usage interval).
 func BenchmarkSamplePass330(b *testing.B) {
-	s, _ := sampler330(b)
-	now := time.Now()
-	b.ReportAllocs()
-	for b.Loop() {
-		if p := s.Sample(now); p.Read != 330 {
-			b.Fatalf("pass read %d of 330: %v", p.Read, p.Err)
-		}
+	for _, kind := range []string{"counters", "memory", "usage"} {
+		b.Run(kind, func(b *testing.B) {
+			s, _ := sampler330(b)
+			switch kind {
+			case "counters":
+				countersOnly(s)
+			case "memory":
+				s.SetUsageInterval(time.Hour)
+			}
+			now := time.Now()
+			b.ReportAllocs()
+			for b.Loop() {
+				if p := s.Sample(now); p.Read != 330 || p.Errors != 0 {
+					b.Fatalf("pass read %d of 330: %v", p.Read, p.Err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*330), "ns/container")
+		})
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*330), "ns/container")
 }
 
 // BenchmarkAgentBudget330 runs the agent's sampling as it runs on a node
@@ -246,6 +374,7 @@ func BenchmarkAgentBudget330(b *testing.B) {
 		passes   = 10
 	)
 	s, _ := sampler330(b)
+	s.SetUsageInterval(DefaultUsageInterval)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(s, fakeOOM{}))
 	for b.Loop() {

@@ -8,13 +8,16 @@ type Stores struct {
 	Kernel *Kernel
 	// Statuses holds the container events the agents saw.
 	Statuses *AgentStatuses
+	// Usage holds the containers' newest usage readings, for the
+	// recommender; it signals nothing.
+	Usage *Usage
 }
 
 // New returns the stores the leader runs with: a Kernel that compacts as
-// samples arrive (WithCompaction(DefaultRecent)) and AgentStatuses with the
-// default retention.
+// samples arrive (WithCompaction(DefaultRecent)), AgentStatuses and Usage
+// with the default bounds.
 func New() *Stores {
-	return &Stores{Kernel: NewKernel(WithCompaction(DefaultRecent)), Statuses: NewAgentStatuses(0)}
+	return &Stores{Kernel: NewKernel(WithCompaction(DefaultRecent)), Statuses: NewAgentStatuses(0), Usage: NewUsage(0)}
 }
 
 // Subscribe calls fn for every signal either store gives (see

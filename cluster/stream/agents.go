@@ -91,11 +91,15 @@ func (s *Server) nodeContainers(node string, snapshot bool, listed, gone []insta
 		}
 		clear(n.containers)
 	}
+	for _, k := range gone {
+		delete(n.containers, k)
+	}
 	for _, k := range listed {
 		n.containers[k] = struct{}{}
 	}
-	// An instance listed again is not gone: with an unknown start, a
-	// restarted container's old and new index share a key.
+	// An instance listed again (in this message) is not gone: with an
+	// unknown start, a restarted container's old and new index share a
+	// key.
 	gone = slices.DeleteFunc(gone, func(k instanceKey) bool {
 		_, ok := n.containers[k]
 		return ok
@@ -107,6 +111,9 @@ func (s *Server) nodeContainers(node string, snapshot bool, listed, gone []insta
 			started = time.Unix(0, k.started)
 		}
 		s.cfg.Kernel.Gone(k.pod, k.name, started)
+		if s.cfg.Usage != nil {
+			s.cfg.Usage.Gone(k.pod, k.name)
+		}
 	}
 }
 

@@ -38,10 +38,13 @@ const (
 type benchCluster struct {
 	srv     *Server
 	memory  *signals.Kernel
+	usage   *signals.Usage
 	streams []*ingest
 	// snapshot and pass are each stream's first Counters (identities and
-	// absolute values) and a later one (index and increments), encoded.
-	snapshot, pass [][]byte
+	// absolute values) and a later one (index and increments), encoded;
+	// usagePass is a later one with every container's usage too (the
+	// agent's every 10th pass), its memory held still.
+	snapshot, pass, usagePass [][]byte
 	// now is the leader's clock: the benchmark runs passes faster than
 	// the agents' 1 s, so the clock follows the passes (see ingest).
 	now time.Time
@@ -59,9 +62,9 @@ func newBenchCluster(b *testing.B, nodes int) *benchCluster {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := &benchCluster{memory: signals.NewKernel(signals.WithCompaction(signals.DefaultRecent)), now: benchStart}
+	c := &benchCluster{memory: signals.NewKernel(signals.WithCompaction(signals.DefaultRecent)), usage: signals.NewUsage(0), now: benchStart}
 	c.srv, err = New(Config{Audience: "kerf-leader", ServiceAccountNamespace: "kerf-system", ServiceAccountName: "kerf-agent",
-		Clientset: cs, Pods: pods, Kernel: c.memory, Leading: func() bool { return true }, Now: func() time.Time { return c.now },
+		Clientset: cs, Pods: pods, Kernel: c.memory, Usage: c.usage, Leading: func() bool { return true }, Now: func() time.Time { return c.now },
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
@@ -71,6 +74,7 @@ func newBenchCluster(b *testing.B, nodes int) *benchCluster {
 		node := fmt.Sprintf("node-%04d", n)
 		snap := &streamv1.Counters{KernelNs: boot, Snapshot: true}
 		pass := &streamv1.Counters{KernelNs: boot + uint64(time.Second)}
+		usagePass := &streamv1.Counters{KernelNs: boot + uint64(time.Second)}
 		for p := range benchPodsPerNode {
 			uid := types.UID(fmt.Sprintf("6f1c2b3a-9d4e-4f5a-%04x-%012x", n, p))
 			pods[uid] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid, Namespace: "app", Name: fmt.Sprintf("web-%d-%d", n, p)},
@@ -82,16 +86,23 @@ func newBenchCluster(b *testing.B, nodes int) *benchCluster {
 					StartedAtUnixNs: 1_790_000_000_000_000_000 + int64(i)*1_000_000_007,
 					KernelNsDelta:   uint64(i) * 2_900,
 					Periods:         864_000 + uint64(i)*17, Throttled: 12_000 + uint64(i), ThrottledNs: 93_000_000_000 + uint64(i)*1_000_003,
+					Usage: &streamv1.ContainerUsage{CpuNs: 7_200_000_000_000 + uint64(i)*1_000_000_007,
+						WorkingSetDelta: 200<<20 + int64(i)<<20, PeakDelta: 300<<20 + int64(i)<<20},
 				})
 				cc := &streamv1.ContainerCounters{Index: i, KernelNsDelta: uint64(i) * 2_900, Periods: 10}
 				if i%10 == 0 {
 					cc.Throttled, cc.ThrottledNs = 2, 7_500_000
 				}
 				pass.Containers = append(pass.Containers, cc)
+				// Between 0.1 and 10 s of CPU in 10 s.
+				uc := &streamv1.ContainerCounters{Index: i, KernelNsDelta: uint64(i) * 2_900, Periods: 10, Throttled: cc.Throttled, ThrottledNs: cc.ThrottledNs,
+					Usage: &streamv1.ContainerUsage{CpuNs: 100_000_000 + uint64(i)*99_000_000}}
+				usagePass.Containers = append(usagePass.Containers, uc)
 			}
 		}
 		c.snapshot = append(c.snapshot, marshal(b, snap))
 		c.pass = append(c.pass, marshal(b, pass))
+		c.usagePass = append(c.usagePass, marshal(b, usagePass))
 		c.streams = append(c.streams, newIngest(c.srv, node, &streamv1.Hello{NodeName: node, KernelNs: boot, StartedAtUnixNs: 1}))
 	}
 	return c
@@ -128,9 +139,11 @@ func (c *benchCluster) ingest(b *testing.B, stream int, msg []byte, pass int) {
 // BenchmarkIngest300kContainers measures the leader's ingest on one core
 // (GOMAXPROCS=1): decoding each agent's pass of 100 changed containers and
 // ingesting it (index table, pod-on-node check, signals.Kernel with
-// compaction), round robin over 3,000 streams after their snapshots. It
-// reports samples/s, and the encoded bytes per sample of a pass (wire-B/
-// sample: the index, the time offset and the increases of one container).
+// compaction, signals.Usage), round robin over 3,000 streams after their
+// snapshots, every 10th pass of a stream with usage. It reports samples/s,
+// and the encoded bytes per sample of a pass (wire-B/sample: the index, the
+// time offset and the increases of one container; usage-wire-B/sample with
+// its usage too, memory held still).
 func BenchmarkIngest300kContainers(b *testing.B) {
 	c := newBenchCluster(b, benchNodes)
 	for s := range c.streams {
@@ -140,12 +153,17 @@ func BenchmarkIngest300kContainers(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		s := i % benchNodes
-		c.ingest(b, s, c.pass[s], 1+i/benchNodes)
+		s, p := i%benchNodes, 1+i/benchNodes
+		msg := c.pass[s]
+		if p%10 == 0 {
+			msg = c.usagePass[s]
+		}
+		c.ingest(b, s, msg, p)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)*benchPerNode/b.Elapsed().Seconds(), "samples/s")
 	b.ReportMetric(float64(len(c.pass[0]))/benchPerNode, "wire-B/sample")
+	b.ReportMetric(float64(len(c.usagePass[0]))/benchPerNode, "usage-wire-B/sample")
 	b.ReportMetric(float64(len(c.snapshot[0]))/benchPerNode, "snapshot-B/sample")
 }
 
@@ -178,7 +196,11 @@ func BenchmarkIngestMemoryPerContainer(b *testing.B) {
 		}
 		for p := 1; p <= passes; p++ {
 			for s := range c.streams {
-				c.ingest(b, s, c.pass[s], p)
+				msg := c.pass[s]
+				if p%10 == 0 {
+					msg = c.usagePass[s]
+				}
+				c.ingest(b, s, msg, p)
 			}
 		}
 		b.StopTimer()
@@ -188,8 +210,10 @@ func BenchmarkIngestMemoryPerContainer(b *testing.B) {
 			writeHeapProfile(b, *heapProfile)
 		}
 		_, instances, samples := c.memory.Len()
+		_, readings := c.usage.Len()
 		b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse))/float64(benchNodes*benchPerNode), "B/container")
 		b.ReportMetric(float64(samples)/float64(instances), "samples/container")
+		b.ReportMetric(float64(readings)/float64(instances), "usage-readings/container")
 		runtime.KeepAlive(c)
 	}
 }

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -28,7 +29,8 @@ func malformed(reason, format string, args ...any) error {
 }
 
 // container is one indexed container instance on a stream, with its
-// absolute counters (the sum of the deltas received).
+// absolute counters (the sum of the deltas received) and its latest usage
+// (the base of the next usage's deltas; zero before the first).
 type container struct {
 	podUID     types.UID
 	name       string
@@ -37,6 +39,9 @@ type container struct {
 	periods    uint64
 	throttled  uint64
 	throttleNs uint64
+	cpuNs      uint64
+	workingSet uint64
+	peak       uint64
 	onNode     bool
 }
 
@@ -127,6 +132,7 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 		clear(in.used)
 	}
 	var samples []healthwatch.CounterSample
+	var usage []signals.UsageSample
 	var listed []instanceKey
 	for _, cc := range c.GetContainers() {
 		idx := cc.GetIndex()
@@ -178,6 +184,20 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 		if e.throttled > e.periods {
 			return malformed("counters_inconsistent", "index %d: throttled %d exceeds periods %d", idx, e.throttled, e.periods)
 		}
+		u := cc.GetUsage()
+		if u != nil {
+			var ok bool
+			if e.cpuNs, ok = add(e.cpuNs, u.GetCpuNs()); !ok {
+				return malformed("counters_backwards", "index %d: CPU usage overflows (a restarted container needs a new index)", idx)
+			}
+			// Deltas wrap as unsigned, the agent's encoding: a working set or
+			// peak below zero or past 2^63 bytes is a broken message.
+			e.workingSet += uint64(u.GetWorkingSetDelta())
+			e.peak += uint64(u.GetPeakDelta())
+			if e.workingSet > math.MaxInt64 || e.peak > math.MaxInt64 {
+				return malformed("usage_out_of_range", "index %d: working set or memory peak out of range", idx)
+			}
+		}
 		if !e.onNode {
 			var reason string
 			if e.onNode, reason = in.podOnNode(e.podUID); !e.onNode {
@@ -186,14 +206,19 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 			}
 		}
 		listed = append(listed, instanceKey{e.podUID, e.name, e.started.UnixNano()})
+		at := in.wall(ns)
 		samples = append(samples, healthwatch.CounterSample{
 			PodUID:    e.podUID,
 			Container: e.name,
 			Started:   e.started,
-			At:        in.wall(ns),
+			At:        at,
 			Periods:   e.periods,
 			Throttled: e.throttled,
 		})
+		if u != nil {
+			usage = append(usage, signals.UsageSample{PodUID: e.podUID, Container: e.name, At: at,
+				CPU: time.Duration(e.cpuNs), WorkingSet: e.workingSet, Peak: e.peak})
+		}
 	}
 	var gone []instanceKey
 	for _, idx := range c.GetGone() {
@@ -205,6 +230,9 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 	if len(samples) > 0 {
 		in.s.cfg.Kernel.AddSamples(samples...)
 		in.s.metrics.samples.Add(float64(len(samples)))
+	}
+	if len(usage) > 0 && in.s.cfg.Usage != nil {
+		in.s.cfg.Usage.Add(usage...)
 	}
 	in.s.nodeContainers(in.node, c.GetSnapshot(), listed, gone)
 	return nil

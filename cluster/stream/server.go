@@ -52,6 +52,9 @@ type Config struct {
 	// agents saw in the kubelet's Pods API); nil checks and acknowledges
 	// them only.
 	Statuses *signals.AgentStatuses
+	// Usage receives the containers' usage readings (CPU, working set,
+	// memory peak) for the recommender; nil decodes and checks them only.
+	Usage *signals.Usage
 	// Leading reports whether this replica is the elected leader; only the
 	// leader serves.
 	Leading func() bool

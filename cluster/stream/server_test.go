@@ -46,6 +46,7 @@ type fixture struct {
 	srv      *Server
 	memory   *signals.Kernel
 	statuses *signals.AgentStatuses
+	usage    *signals.Usage
 	leading  *atomic.Bool
 	addr     string
 	creds    credentials.TransportCredentials
@@ -63,7 +64,7 @@ func newFixture(t *testing.T) *fixture {
 	cp := controlplane.Get(t)
 	cs := cp.Clientset
 	ctx := t.Context()
-	f := &fixture{memory: signals.NewKernel(), statuses: signals.NewAgentStatuses(0), leading: &atomic.Bool{}}
+	f := &fixture{memory: signals.NewKernel(), statuses: signals.NewAgentStatuses(0), usage: signals.NewUsage(0), leading: &atomic.Bool{}}
 	f.leading.Store(true)
 
 	// A namespace of its own, as kerf-system would be: the fixture can be
@@ -103,6 +104,7 @@ func newFixture(t *testing.T) *fixture {
 		Pods:                    pods,
 		Kernel:                  f.memory,
 		Statuses:                f.statuses,
+		Usage:                   f.usage,
 		Leading:                 f.leading.Load,
 		Registerer:              prometheus.NewRegistry(),
 		Log:                     slog.New(slog.NewTextHandler(streamtest.LogWriter(t), nil)),
@@ -308,6 +310,42 @@ func TestStream(t *testing.T) {
 		assert.False(t, ok, "nothing about the node-b pod is kept")
 		_, ok = f.statuses.AgentStatus(f.podA, "no-such-container")
 		assert.False(t, ok, "nothing about a container the pod does not have is kept")
+	})
+
+	t.Run("UsageReachesTheLeadersStoreUntilTheContainerGoes", func(t *testing.T) {
+		st := f.connect(t, f.agentToken)
+		// Sent after all of it, so no time is mapped past its arrival.
+		h := hello("node-a")
+		h.GetHello().KernelNs = 50e9
+		usage := func(cpu, ws, peak int64) *streamv1.ContainerUsage {
+			return &streamv1.ContainerUsage{CpuNs: uint64(cpu), WorkingSetDelta: ws, PeakDelta: peak}
+		}
+		gone := counters(31e9)
+		gone.GetCounters().Gone = []uint32{1}
+		send(st, h,
+			// The first usage of the index is absolute; a pass without
+			// usage leaves it; the next is relative, memory down too.
+			counters(1e9, &streamv1.ContainerCounters{Index: 1, PodUid: string(f.podA), Container: "use", Periods: 10,
+				Usage: usage(2e9, 100<<20, 300<<20)}),
+			counters(2e9, &streamv1.ContainerCounters{Index: 1, Periods: 10}),
+			counters(11e9, &streamv1.ContainerCounters{Index: 1, Periods: 10, Usage: usage(1e9, -20<<20, -180<<20)}),
+			oom(1, f.podA, "use"),
+		)
+		assert.Equal(t, uint64(1), recvAck(t, st).GetOomSeq())
+		got := f.usage.Since(f.podA, "use", time.Time{}, nil)
+		require.Len(t, got, 2)
+		assert.Equal(t, []any{2 * time.Second, uint64(100 << 20), uint64(300 << 20)}, []any{got[0].CPU, got[0].WorkingSet, got[0].Peak})
+		assert.Equal(t, []any{3 * time.Second, uint64(80 << 20), uint64(120 << 20)}, []any{got[1].CPU, got[1].WorkingSet, got[1].Peak})
+		assert.Equal(t, 10*time.Second, got[1].At.Sub(got[0].At), "kernel distances are kept")
+
+		send(st, gone, oom(2, f.podA, "use"))
+		assert.Equal(t, uint64(2), recvAck(t, st).GetOomSeq())
+		_, ok := f.usage.Latest(f.podA, "use")
+		assert.False(t, ok, "a container gone is forgotten")
+
+		// A working set below zero is a broken message.
+		send(st, counters(40e9, &streamv1.ContainerCounters{Index: 2, PodUid: string(f.podA), Container: "use2", Usage: usage(1, -1, 0)}))
+		assert.Equal(t, codes.InvalidArgument, closedWith(t, st))
 	})
 
 	t.Run("SnapshotRestartsTheIndexTable", func(t *testing.T) {

@@ -77,7 +77,9 @@ const budgetProfile = "KERF_BUDGET_PROFILE"
 // 15 s (a typical Prometheus scrape) or every second (the worst case), and
 // reports its CPU (utime+stime of /proc/<pid>/stat over wall time, % of
 // one core) and its RSS at the end and its peak since start (VmRSS, VmHWM).
-// Each sub-benchmark starts a fresh agent. Extra agent environment:
+// It runs the agent's default --usage-interval (10 s) at both scrapes, and
+// --usage-interval=1s at the 15 s scrape: usage read on every pass. Each
+// sub-benchmark starts a fresh agent. Extra agent environment:
 // KERF_BUDGET_AGENT_ENV.
 func BenchmarkAgentProcessBudget330(b *testing.B) {
 	root, mounts := budgetCgroups(b)
@@ -124,8 +126,18 @@ func BenchmarkAgentProcessBudget330(b *testing.B) {
 		"--cgroup-driver=cgroupfs", "--kubelet-cgroup-root=" + root, "--cgroup-root=" + root + "/kubepods",
 		"--leader-addr=" + addr, "--leader-ca=" + caFile, "--token-file=" + tokenFile,
 	}
-	for _, scrape := range []time.Duration{15 * time.Second, time.Second} {
-		b.Run("scrape="+scrape.String(), func(b *testing.B) {
+	// The agent's default --usage-interval (10 s), and usage read on every
+	// pass, the cost the default avoids.
+	for _, run := range []struct {
+		scrape time.Duration
+		usage  string
+	}{{15 * time.Second, ""}, {time.Second, ""}, {15 * time.Second, "1s"}} {
+		scrape, name, args := run.scrape, "scrape="+run.scrape.String(), args
+		if run.usage != "" {
+			name += "/usage-interval=" + run.usage
+			args = append(args[:len(args):len(args)], "--usage-interval="+run.usage)
+		}
+		b.Run(name, func(b *testing.B) {
 			a := startAgent(b, bin, args)
 			a.waitTracked(b, budgetPods*budgetContainers, time.Minute)
 			var cpu, wall time.Duration
@@ -139,8 +151,8 @@ func BenchmarkAgentProcessBudget330(b *testing.B) {
 			b.ReportMetric(rss, "MiB-RSS")
 			b.ReportMetric(hwm, "MiB-maxRSS")
 			m := a.metrics(b)
-			b.Logf("agent pid %d, scrape every %v: %.3f%% of a core (%v CPU in %v), VmRSS %.1f MiB (anonymous %.1f, file %.1f: the binary's pages), VmHWM %.1f MiB; Go heap in use %.1f MiB, stacks %.1f MiB, runtime total %.1f MiB, GOGC=%s GOMEMLIMIT=%s",
-				a.cmd.Process.Pid, scrape, 100*cpu.Seconds()/wall.Seconds(), cpu, wall.Round(time.Millisecond), rss, anon, file, hwm,
+			b.Logf("agent pid %d, %s: %.3f%% of a core (%v CPU in %v), VmRSS %.1f MiB (anonymous %.1f, file %.1f: the binary's pages), VmHWM %.1f MiB; Go heap in use %.1f MiB, stacks %.1f MiB, runtime total %.1f MiB, GOGC=%s GOMEMLIMIT=%s",
+				a.cmd.Process.Pid, name, 100*cpu.Seconds()/wall.Seconds(), cpu, wall.Round(time.Millisecond), rss, anon, file, hwm,
 				m["go_memstats_heap_inuse_bytes"]/(1<<20), m["go_memstats_stack_inuse_bytes"]/(1<<20), m["go_memstats_sys_bytes"]/(1<<20),
 				envOr("GOGC", fmt.Sprintf("%d (the agent's default)", defaultGCPercent)), envOr("GOMEMLIMIT", "none"))
 		})

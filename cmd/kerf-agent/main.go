@@ -46,6 +46,7 @@ func main() {
 	metricsAddr := fs.String("metrics-addr", ":9400", "address of the /metrics, /healthz and /readyz endpoints")
 	oomSource := fs.String("oom-source", oom.KindAuto, "where OOM kills come from: "+strings.Join(oom.Kinds, ", ")+" (auto: the best the node allows)")
 	interval := fs.Duration("interval", time.Second, "how often every container's cpu.stat is sampled")
+	usageInterval := fs.Duration("usage-interval", node.DefaultUsageInterval, "how often every container's usage (CPU, working set, memory peak) is read in full; the passes between read its memory usage alone, for the peak")
 	cgroupRoot := fs.String("cgroup-root", "", "cgroup path of the kubelet's pods, e.g. /kubepods (default: found)")
 	cgroupDriver := fs.String("cgroup-driver", string(cgroup.DriverCgroupfs), "the kubelet's cgroup driver: cgroupfs or systemd")
 	kubeletRoot := fs.String("kubelet-cgroup-root", "/", "the kubelet's --cgroup-root")
@@ -87,7 +88,11 @@ func main() {
 		log.Error("kerf-agent cannot start", "err", fmt.Sprintf("--interval %s: must be positive", *interval))
 		os.Exit(2)
 	}
-	agent, err := node.New(node.Config{OOMSource: *oomSource, CgroupRoot: *cgroupRoot, Interval: *interval,
+	if *usageInterval <= 0 {
+		log.Error("kerf-agent cannot start", "err", fmt.Sprintf("--usage-interval %s: must be positive", *usageInterval))
+		os.Exit(2)
+	}
+	agent, err := node.New(node.Config{OOMSource: *oomSource, CgroupRoot: *cgroupRoot, Interval: *interval, UsageInterval: *usageInterval,
 		Discovery: *discovery, PodsAPISocket: *podsAPISocket, NodeName: *nodeName,
 		Layout: cgroup.Layout{Driver: driver, Root: *kubeletRoot},
 		Kube:   func() (*rest.Config, error) { return restConfig(*kubeconfig) }}, log, reg)

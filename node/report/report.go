@@ -1,6 +1,7 @@
 // Package report holds what kerf-agent reports about a container: the key
-// the stream names it by, a reading of its CFS throttling counters and a
-// restart or termination that pod discovery saw (docs/design.md sections 5
+// the stream names it by, a reading of its CFS throttling counters (with,
+// every usage interval, its CPU and memory usage) and a restart or
+// termination that pod discovery saw (docs/design.md sections 5
 // and 6). Package node produces these values and node/stream sends them to
 // the leader; both import this leaf so that node/stream need not import node.
 package report
@@ -20,7 +21,8 @@ type ContainerKey struct {
 	Name string
 }
 
-// Sample is one reading of a container's CFS throttling counters.
+// Sample is one reading of a container's CFS throttling counters and, on
+// the passes that read it (every usage interval), of its usage.
 type Sample struct {
 	// Key is the container sampled.
 	Key ContainerKey
@@ -32,6 +34,29 @@ type Sample struct {
 	Throttled uint64
 	// ThrottledTime is cpu.stat throttled_time (v1) or throttled_usec (v2).
 	ThrottledTime time.Duration
+	// Usage is the container's usage, read in the same pass; meaningful
+	// only when HasUsage is true.
+	Usage Usage
+	// HasUsage is true when the pass read the container's usage: the
+	// sampler reads it less often than the throttling counters.
+	HasUsage bool
+}
+
+// Usage is what a container consumed, as the recommender sizes it
+// (issue 13), under cadvisor's definitions.
+type Usage struct {
+	// CPU is the CPU time the container consumed since its cgroup was
+	// created (cpuacct.usage, or cpu.stat usage_usec on v2): a counter.
+	CPU time.Duration
+	// WorkingSet is the memory the container cannot give back without
+	// paging: its usage less the inactive page cache, now.
+	WorkingSet uint64
+	// Peak is the highest memory usage (page cache included) since the
+	// container's previous usage reading: exact when the kernel's
+	// lifetime peak grew in the interval, else the largest usage the agent
+	// sampled in it (see cgroup.IntervalPeak). A reading that was not sent
+	// before the next one replaced it has its peak folded into the next.
+	Peak uint64
 }
 
 // ContainerEvent is a container restart or termination that pod discovery

@@ -232,13 +232,26 @@ func oomSourceEnum(s string) (streamv1.OOMSource, error) {
 // Counters records one sampling pass (typically Sampler.Changed): the
 // newest sample of each container replaces the one not yet sent, so what
 // is kept while the leader is unreachable is bounded by the number of
-// containers.
+// containers. A usage not yet sent is kept on the sample that replaces it
+// when that one has none, and folded into its peak when it has one, so the
+// leader still learns the highest memory of the readings it missed (at the
+// later sample's time).
 func (c *Client) Counters(samples []report.Sample) {
 	if len(samples) == 0 {
 		return
 	}
 	c.mu.Lock()
 	for _, s := range samples {
+		if old, unsent := c.latest[s.Key]; unsent && old.HasUsage {
+			if _, dirty := c.dirty[s.Key]; dirty {
+				switch {
+				case !s.HasUsage && s.Periods >= old.Periods: // the same container still
+					s.Usage, s.HasUsage = old.Usage, true
+				case s.Usage.CPU >= old.Usage.CPU: // not a restarted container
+					s.Usage.Peak = max(s.Usage.Peak, old.Usage.Peak)
+				}
+			}
+		}
 		c.latest[s.Key] = s
 		c.dirty[s.Key] = struct{}{}
 		delete(c.removed, s.Key)

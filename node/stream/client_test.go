@@ -48,6 +48,31 @@ func TestStreamClientAgainstTheLeader(t *testing.T) {
 		assert.Equal(t, Connected, c.State(), "the leader kept the stream open")
 	})
 
+	t.Run("UsageArrivesInTheLeadersStore", func(t *testing.T) {
+		l := f.start(t, "127.0.0.1:0")
+		c := f.client(t, l.addr, 0)
+		usage := func(at time.Time, periods uint64, cpu time.Duration, ws, peak uint64) []report.Sample {
+			return []report.Sample{{Key: key, At: at, Periods: periods, HasUsage: true,
+				Usage: report.Usage{CPU: cpu, WorkingSet: ws, Peak: peak}}}
+		}
+		latest := func(cpu time.Duration, ws, peak uint64) func() bool {
+			return func() bool {
+				u, ok := l.usage.Latest(f.app, "app")
+				return ok && u.CPU == cpu && u.WorkingSet == ws && u.Peak == peak
+			}
+		}
+		c.Counters(usage(time.Now(), 100, 2*time.Second, 100<<20, 300<<20))
+		require.Eventually(t, latest(2*time.Second, 100<<20, 300<<20), eventually, tick)
+		// A pass without usage leaves the leader's usage as it was; the next
+		// usage arrives as increments, memory down as well as up.
+		c.Counters([]report.Sample{{Key: key, At: time.Now(), Periods: 110}})
+		require.Eventually(t, func() bool { s, ok := latestSample(l.memory, f.app); return ok && s.Periods == 110 }, eventually, tick)
+		c.Counters(usage(time.Now(), 120, 3*time.Second, 80<<20, 120<<20))
+		require.Eventually(t, latest(3*time.Second, 80<<20, 120<<20), eventually, tick)
+		assert.Len(t, l.usage.Since(f.app, "app", time.Time{}, nil), 2)
+		assert.Equal(t, Connected, c.State())
+	})
+
 	t.Run("OOMKillArrivesOnceAndIsAcknowledged", func(t *testing.T) {
 		l := f.start(t, "127.0.0.1:0")
 		c := f.client(t, l.addr, 0)
@@ -138,4 +163,32 @@ func TestStreamClientConfigNamesTheBadField(t *testing.T) {
 	c, err := NewClient(good)
 	require.NoError(t, err)
 	assert.Equal(t, Disconnected, c.State())
+}
+
+func TestClientKeepsUnsentUsage(t *testing.T) {
+	c, err := NewClient(Config{Addr: "127.0.0.1:1", TLS: &tls.Config{}, TokenFile: "token", NodeName: "node-a"})
+	require.NoError(t, err)
+	key := report.ContainerKey{PodUID: "uid", Name: "app"}
+	at := time.Now()
+	u := func(cpu time.Duration, peak uint64) report.Usage {
+		return report.Usage{CPU: cpu, WorkingSet: 10 << 20, Peak: peak}
+	}
+	c.Counters([]report.Sample{{Key: key, At: at, Periods: 10, HasUsage: true, Usage: u(time.Second, 300<<20)}})
+	// The leader is unreachable: a pass without usage keeps the unsent one.
+	c.Counters([]report.Sample{{Key: key, At: at.Add(time.Second), Periods: 20}})
+	got := c.latest[key]
+	assert.Equal(t, uint64(20), got.Periods)
+	assert.True(t, got.HasUsage)
+	assert.Equal(t, u(time.Second, 300<<20), got.Usage)
+	// A newer usage replaces it, keeping the higher peak of the two.
+	c.Counters([]report.Sample{{Key: key, At: at.Add(10 * time.Second), Periods: 30, HasUsage: true, Usage: u(2*time.Second, 100<<20)}})
+	assert.Equal(t, u(2*time.Second, 300<<20), c.latest[key].Usage)
+	// Once sent, nothing is folded into the next.
+	clear(c.dirty)
+	c.Counters([]report.Sample{{Key: key, At: at.Add(20 * time.Second), Periods: 40, HasUsage: true, Usage: u(3*time.Second, 50<<20)}})
+	assert.Equal(t, u(3*time.Second, 50<<20), c.latest[key].Usage)
+	// A restarted container's counters start again: the old usage is not
+	// carried over.
+	c.Counters([]report.Sample{{Key: key, At: at.Add(21 * time.Second), Periods: 1}})
+	assert.False(t, c.latest[key].HasUsage)
 }

@@ -19,11 +19,14 @@ type index struct {
 	next  uint32
 }
 
-// indexed is a container's index on a stream and what was last sent for it.
+// indexed is a container's index on a stream and what was last sent for
+// it: its counters, and the usage of the last sample that carried one (the
+// base of the next usage's deltas; zero before the first).
 type indexed struct {
-	idx  uint32
-	last report.Sample
-	ns   uint64
+	idx   uint32
+	last  report.Sample
+	usage report.Usage
+	ns    uint64
 }
 
 // reset forgets every container, as a snapshot does.
@@ -44,7 +47,8 @@ func (x *index) forget(k report.ContainerKey) (uint32, bool) {
 // encode encodes samples as one Counters message, with the indexes of the
 // containers gone: a container new on the stream, or whose counters went
 // back (a restart), gets a new index with its identity and absolute
-// values; the others get their index and increments. Kernel times are
+// values; the others get their index and increments. A sample with usage
+// carries it relative to the index's previous usage. Kernel times are
 // clk's, relative to the message's earliest.
 func (x *index) encode(clk kernelClock, samples []report.Sample, gone []uint32, snapshot bool) *streamv1.Counters {
 	msg := &streamv1.Counters{Gone: gone, Snapshot: snapshot}
@@ -68,7 +72,8 @@ func (x *index) encode(clk kernelClock, samples []report.Sample, gone []uint32, 
 	for i, smp := range samples {
 		cc := &streamv1.ContainerCounters{KernelNsDelta: nss[i] - base}
 		e, ok := x.byKey[smp.Key]
-		restarted := ok && (smp.Periods < e.last.Periods || smp.Throttled < e.last.Throttled || smp.ThrottledTime < e.last.ThrottledTime)
+		restarted := ok && (smp.Periods < e.last.Periods || smp.Throttled < e.last.Throttled || smp.ThrottledTime < e.last.ThrottledTime ||
+			smp.HasUsage && smp.Usage.CPU < e.usage.CPU)
 		if restarted {
 			msg.Gone = append(msg.Gone, e.idx)
 		}
@@ -83,6 +88,14 @@ func (x *index) encode(clk kernelClock, samples []report.Sample, gone []uint32, 
 			cc.Periods = smp.Periods - e.last.Periods
 			cc.Throttled = smp.Throttled - e.last.Throttled
 			cc.ThrottledNs = uint64(smp.ThrottledTime - e.last.ThrottledTime)
+		}
+		if smp.HasUsage {
+			cc.Usage = &streamv1.ContainerUsage{
+				CpuNs:           uint64(max(smp.Usage.CPU, 0) - max(e.usage.CPU, 0)),
+				WorkingSetDelta: int64(smp.Usage.WorkingSet - e.usage.WorkingSet),
+				PeakDelta:       int64(smp.Usage.Peak - e.usage.Peak),
+			}
+			e.usage = smp.Usage
 		}
 		e.last, e.ns = smp, nss[i]
 		msg.Containers = append(msg.Containers, cc)

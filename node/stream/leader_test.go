@@ -80,6 +80,7 @@ func newLeaderFixture(t *testing.T) *leaderFixture {
 type leader struct {
 	memory   *signals.Kernel
 	statuses *signals.AgentStatuses
+	usage    *signals.Usage
 	grpc     *grpc.Server
 	addr     string
 	reg      *prometheus.Registry
@@ -124,6 +125,7 @@ func (f *leaderFixture) startReplica(t *testing.T, addr string, leading func() b
 	t.Helper()
 	memory := signals.NewKernel(signals.WithCompaction(signals.DefaultRecent))
 	statuses := signals.NewAgentStatuses(0)
+	usage := signals.NewUsage(0)
 	reg := prometheus.NewRegistry()
 	srv, err := clusterstream.New(clusterstream.Config{
 		Audience:                "kerf-leader",
@@ -133,6 +135,7 @@ func (f *leaderFixture) startReplica(t *testing.T, addr string, leading func() b
 		Pods:                    f.pods,
 		Kernel:                  memory,
 		Statuses:                statuses,
+		Usage:                   usage,
 		Leading:                 leading,
 		Registerer:              reg,
 		Log:                     slog.New(slog.NewTextHandler(streamtest.LogWriter(t), nil)),
@@ -143,7 +146,7 @@ func (f *leaderFixture) startReplica(t *testing.T, addr string, leading func() b
 	require.NoError(t, err)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
-	return &leader{memory: memory, statuses: statuses, grpc: g, addr: lis.Addr().String(), reg: reg}
+	return &leader{memory: memory, statuses: statuses, usage: usage, grpc: g, addr: lis.Addr().String(), reg: reg}
 }
 
 // client returns a running stream client for addr; it stops with t.

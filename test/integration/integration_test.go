@@ -9,18 +9,22 @@ package integration
 // at the same time a real Prometheus scraping the agent's /metrics. The
 // health watch's two throttling sources, PromQL (cluster/promql) and the
 // agents' stream (the signals.Kernel), must give the same ratio over the same
-// window.
+// window. The usage the agent reads (CPU, working set) must reach
+// Prometheus and the leader's signals.Usage as the same readings.
 
 import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
 	"net"
+	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,14 +120,17 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 	kerneltest.WriteFile(t, throttledDir, "cpu.cfs_quota_us", "20000") // 20% of a CPU
 	kerneltest.WriteFile(t, idleDir, "cpu.cfs_period_us", strconv.Itoa(int(cfsPeriod.Microseconds())))
 	kerneltest.WriteFile(t, idleDir, "cpu.cfs_quota_us", "200000") // two CPUs: never throttled
-	// A busy loop, and a light load that runs in most periods.
-	runIn(t, throttledDir, "while :; do :; done")
-	runIn(t, idleDir, "while :; do sleep 0.03; done")
+	// A busy loop, and a light load that runs in most periods; each in its
+	// container's cpuacct and memory cgroups too, where its usage is.
+	runIn(t, append([]string{throttledDir}, usageCgroups(t, layout, throttled)...), "while :; do :; done")
+	runIn(t, append([]string{idleDir}, usageCgroups(t, layout, idle)...), "while :; do sleep 0.03; done")
 
 	// The leader's end: stream server over TLS with TokenReview, the
 	// pods from an informer, samples into a signals.Kernel.
 	memory := signals.NewKernel()
-	leader := leadertest.Start(t, cp, leadertest.Options{Audience: audience, Namespace: agentNamespace, ServiceAccount: agentSA, Kernel: memory, Log: streamtest.LogWriter(t)})
+	usage := signals.NewUsage(0)
+	leader := leadertest.Start(t, cp, leadertest.Options{Audience: audience, Namespace: agentNamespace, ServiceAccount: agentSA,
+		Kernel: memory, Usage: usage, Log: streamtest.LogWriter(t)})
 	addr, pool := leader.Addr, leader.Pool
 
 	// The agent, wired as cmd/kerf-agent wires it.
@@ -133,10 +140,13 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 		OOMSource:  "auto",
 		CgroupRoot: layout.Root + "/kubepods",
 		Interval:   interval,
-		Discovery:  node.DiscoveryAPIServer,
-		NodeName:   nodeName,
-		Layout:     layout,
-		Kube:       func() (*rest.Config, error) { return cp.Config, nil },
+		// Usage every 2 s: readings that Prometheus (every 1 s) and the
+		// stream both see, and passes between that read memory alone.
+		UsageInterval: 2 * interval,
+		Discovery:     node.DiscoveryAPIServer,
+		NodeName:      nodeName,
+		Layout:        layout,
+		Kube:          func() (*rest.Config, error) { return cp.Config, nil },
 	}, log, reg)
 	require.NoError(t, err)
 	assert.Equal(t, node.DiscoveryAPIServer, agent.Discovery())
@@ -207,6 +217,80 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 			}
 		})
 	}
+
+	// Usage: the stream's readings of the last 8 s (the leader keeps 4,
+	// one every 2 s) are values Prometheus scraped from the agent, and the
+	// busy loop's CPU time grows by about its quota.
+	for _, p := range pods {
+		t.Run(p.Name+"/usage", func(t *testing.T) {
+			readings := usage.Since(p.UID, "app", time.Time{}, nil)
+			require.GreaterOrEqual(t, len(readings), signals.UsageSamples-1, "usage readings reached the leader")
+			cpu := promRange(t, promURL, fmt.Sprintf(`container_cpu_usage_seconds_total{pod=%q,container="app",cpu="total"}[1m]`, p.Name))
+			ws := promRange(t, promURL, fmt.Sprintf(`container_memory_working_set_bytes{pod=%q,container="app"}[1m]`, p.Name))
+			matched := 0
+			for _, r := range readings {
+				if cpu[r.CPU.Seconds()] && ws[float64(r.WorkingSet)] {
+					matched++
+				}
+			}
+			first, last := readings[0], readings[len(readings)-1]
+			rate := (last.CPU - first.CPU).Seconds() / last.At.Sub(first.At).Seconds()
+			t.Logf("%s: %d stream readings, %d of them scraped by Prometheus too (same CPU and working set); CPU %.3f cores; working set %d B, interval peak %d B",
+				p.Name, len(readings), matched, rate, last.WorkingSet, last.Peak)
+			assert.GreaterOrEqual(t, matched, len(readings)-1, "the newest may not be scraped yet")
+			if p == idle {
+				// The busy loop allocates nothing once moved (v1 does not
+				// move its earlier charges); the idle one forks sleep.
+				assert.Positive(t, last.WorkingSet)
+			}
+			assert.GreaterOrEqual(t, last.Peak, last.WorkingSet, "the peak includes page cache and is at least the usage")
+			if p == throttled {
+				assert.InDelta(t, 0.2, rate, 0.05, "a busy loop under a 20%% quota")
+			}
+		})
+	}
+}
+
+// promRange returns the set of values of the instant vector selector
+// query (with a range) that Prometheus at url holds.
+func promRange(t *testing.T, url, query string) map[float64]bool {
+	t.Helper()
+	resp, err := http.Get(url + "/api/v1/query?query=" + neturl.QueryEscape(query))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var body struct {
+		Data struct {
+			Result []struct {
+				Values [][2]any `json:"values"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body), "query %s", query)
+	require.Len(t, body.Data.Result, 1, "query %s", query)
+	out := map[float64]bool{}
+	for _, v := range body.Data.Result[0].Values {
+		f, err := strconv.ParseFloat(v[1].(string), 64)
+		require.NoError(t, err)
+		out[f] = true
+	}
+	return out
+}
+
+// usageCgroups makes the pod's app container's cgroups in the v1 cpuacct
+// and memory hierarchies (when not the cpu one), as the kubelet does, and
+// returns their directories.
+func usageCgroups(t *testing.T, l cgroup.Layout, p *corev1.Pod) []string {
+	t.Helper()
+	_, cpu := kerneltest.V1Controller(t, "cpu")
+	var dirs []string
+	for _, ctrl := range []string{"cpuacct", "memory"} {
+		_, m := kerneltest.V1Controller(t, ctrl)
+		if m.Path == cpu.Path {
+			continue
+		}
+		dirs = append(dirs, containerCgroup(t, m, l, p))
+	}
+	return dirs
 }
 
 func ratio(w healthwatch.ThrottleWindow) float64 {
@@ -258,9 +342,9 @@ func containerCgroup(t *testing.T, m cgroup.Mount, l cgroup.Layout, p *corev1.Po
 	return kerneltest.MakeCgroupPath(t, m.Path, rel)
 }
 
-// runIn starts script under /bin/sh in the cgroup at dir; it is killed
-// when the test ends.
-func runIn(t *testing.T, dir, script string) {
+// runIn starts script under /bin/sh in the cgroups at dirs (one per
+// hierarchy); it is killed when the test ends.
+func runIn(t *testing.T, dirs []string, script string) {
 	t.Helper()
 	cmd := exec.Command("/bin/sh", "-c", script)
 	require.NoError(t, cmd.Start())
@@ -268,5 +352,7 @@ func runIn(t *testing.T, dir, script string) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	kerneltest.WriteFile(t, dir, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
+	for _, dir := range dirs {
+		kerneltest.WriteFile(t, dir, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
+	}
 }

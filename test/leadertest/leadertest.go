@@ -36,6 +36,8 @@ type Options struct {
 	Namespace, ServiceAccount string
 	// Kernel receives the samples and OOM kills (nil: a new one).
 	Kernel *signals.Kernel
+	// Usage receives the usage readings (nil: a new one).
+	Usage *signals.Usage
 	// Log receives the server's log (nil: discarded).
 	Log io.Writer
 }
@@ -48,8 +50,10 @@ type Stream struct {
 	// kerf-agent --leader-ca).
 	Pool   *x509.CertPool
 	CAFile string
-	// Kernel is where what the agents send lands.
+	// Kernel is where what the agents send lands, their usage readings
+	// in Usage.
 	Kernel *signals.Kernel
+	Usage  *signals.Usage
 }
 
 // Pods is a synced pod cache of cp, indexed and read as the leader reads
@@ -76,6 +80,9 @@ func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Stream {
 	if opts.Kernel == nil {
 		opts.Kernel = signals.NewKernel()
 	}
+	if opts.Usage == nil {
+		opts.Usage = signals.NewUsage(0)
+	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
@@ -88,6 +95,7 @@ func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Stream {
 		Clientset:               cs,
 		Pods:                    pods,
 		Kernel:                  opts.Kernel,
+		Usage:                   opts.Usage,
 		Leading:                 leading.Load,
 		Registerer:              prometheus.NewRegistry(),
 		Log:                     slog.New(slog.NewTextHandler(opts.Log, nil)),
@@ -101,5 +109,5 @@ func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Stream {
 	require.NoError(t, err)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
-	return &Stream{Addr: lis.Addr().String(), Pool: pool, CAFile: caFile, Kernel: opts.Kernel}
+	return &Stream{Addr: lis.Addr().String(), Pool: pool, CAFile: caFile, Kernel: opts.Kernel, Usage: opts.Usage}
 }

@@ -323,7 +323,9 @@ func (x *Hello) GetStartedAtUnixNs() int64 {
 	return 0
 }
 
-// Counters is one sampling pass over the node's containers.
+// Counters is one sampling pass over the node's containers: CPU throttling
+// counters, and on the passes that read it (every usage interval of the
+// agent, 10 s by default) each container's usage.
 //
 // Each container gets an index the first time it appears on a stream; that
 // first sample carries the container's identity (pod_uid, container,
@@ -433,7 +435,11 @@ type ContainerCounters struct {
 	Throttled uint64 `protobuf:"varint,7,opt,name=throttled,proto3" json:"throttled,omitempty"`
 	// ThrottledNs is the increment of the throttled time in nanoseconds, like
 	// periods.
-	ThrottledNs   uint64 `protobuf:"varint,8,opt,name=throttled_ns,json=throttledNs,proto3" json:"throttled_ns,omitempty"`
+	ThrottledNs uint64 `protobuf:"varint,8,opt,name=throttled_ns,json=throttledNs,proto3" json:"throttled_ns,omitempty"`
+	// Usage is the container's usage, on the samples of the passes that read
+	// it; unset on the others. Its fields are relative to the previous sample
+	// with this index that carried a usage (zero before the first).
+	Usage         *ContainerUsage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -524,6 +530,87 @@ func (x *ContainerCounters) GetThrottledNs() uint64 {
 	return 0
 }
 
+func (x *ContainerCounters) GetUsage() *ContainerUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// ContainerUsage is one reading of a container's usage (docs/kernel.md):
+// CPU time from cpuacct.usage (v1) or cpu.stat usage_usec (v2), the memory
+// working set (usage less inactive file, as cadvisor defines it) and the
+// memory peak since the previous reading. Each is delta-encoded against the
+// previous reading on the index, so a container whose memory held still
+// costs only its CPU increment.
+type ContainerUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// CpuNs is the increment of the container's CPU time in nanoseconds, or
+	// its value on the first reading of the index. CPU time never goes back
+	// on an index: a restarted container gets a new index.
+	CpuNs uint64 `protobuf:"varint,1,opt,name=cpu_ns,json=cpuNs,proto3" json:"cpu_ns,omitempty"`
+	// WorkingSetDelta is the working set in bytes less the previous
+	// reading's (zigzag: it goes both ways).
+	WorkingSetDelta int64 `protobuf:"zigzag64,2,opt,name=working_set_delta,json=workingSetDelta,proto3" json:"working_set_delta,omitempty"`
+	// PeakDelta is the memory peak in bytes since the previous reading (page
+	// cache included: at least the usage then) less the previous reading's
+	// peak.
+	PeakDelta     int64 `protobuf:"zigzag64,3,opt,name=peak_delta,json=peakDelta,proto3" json:"peak_delta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContainerUsage) Reset() {
+	*x = ContainerUsage{}
+	mi := &file_api_stream_v1_stream_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContainerUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContainerUsage) ProtoMessage() {}
+
+func (x *ContainerUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_api_stream_v1_stream_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContainerUsage.ProtoReflect.Descriptor instead.
+func (*ContainerUsage) Descriptor() ([]byte, []int) {
+	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ContainerUsage) GetCpuNs() uint64 {
+	if x != nil {
+		return x.CpuNs
+	}
+	return 0
+}
+
+func (x *ContainerUsage) GetWorkingSetDelta() int64 {
+	if x != nil {
+		return x.WorkingSetDelta
+	}
+	return 0
+}
+
+func (x *ContainerUsage) GetPeakDelta() int64 {
+	if x != nil {
+		return x.PeakDelta
+	}
+	return 0
+}
+
 // OOMEvent is one OOM kill in a container. The agent keeps it until the
 // leader acknowledges its seq, and resends it after a reconnect.
 type OOMEvent struct {
@@ -554,7 +641,7 @@ type OOMEvent struct {
 
 func (x *OOMEvent) Reset() {
 	*x = OOMEvent{}
-	mi := &file_api_stream_v1_stream_proto_msgTypes[4]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +653,7 @@ func (x *OOMEvent) String() string {
 func (*OOMEvent) ProtoMessage() {}
 
 func (x *OOMEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_stream_v1_stream_proto_msgTypes[4]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +666,7 @@ func (x *OOMEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OOMEvent.ProtoReflect.Descriptor instead.
 func (*OOMEvent) Descriptor() ([]byte, []int) {
-	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{4}
+	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OOMEvent) GetSeq() uint64 {
@@ -669,7 +756,7 @@ type ContainerEvent struct {
 
 func (x *ContainerEvent) Reset() {
 	*x = ContainerEvent{}
-	mi := &file_api_stream_v1_stream_proto_msgTypes[5]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +768,7 @@ func (x *ContainerEvent) String() string {
 func (*ContainerEvent) ProtoMessage() {}
 
 func (x *ContainerEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_stream_v1_stream_proto_msgTypes[5]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +781,7 @@ func (x *ContainerEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerEvent.ProtoReflect.Descriptor instead.
 func (*ContainerEvent) Descriptor() ([]byte, []int) {
-	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{5}
+	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ContainerEvent) GetPodUid() string {
@@ -762,7 +849,7 @@ type Termination struct {
 
 func (x *Termination) Reset() {
 	*x = Termination{}
-	mi := &file_api_stream_v1_stream_proto_msgTypes[6]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +861,7 @@ func (x *Termination) String() string {
 func (*Termination) ProtoMessage() {}
 
 func (x *Termination) ProtoReflect() protoreflect.Message {
-	mi := &file_api_stream_v1_stream_proto_msgTypes[6]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +874,7 @@ func (x *Termination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Termination.ProtoReflect.Descriptor instead.
 func (*Termination) Descriptor() ([]byte, []int) {
-	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{6}
+	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Termination) GetReason() string {
@@ -841,7 +928,7 @@ type LeaderMessage struct {
 
 func (x *LeaderMessage) Reset() {
 	*x = LeaderMessage{}
-	mi := &file_api_stream_v1_stream_proto_msgTypes[7]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +940,7 @@ func (x *LeaderMessage) String() string {
 func (*LeaderMessage) ProtoMessage() {}
 
 func (x *LeaderMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_stream_v1_stream_proto_msgTypes[7]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +953,7 @@ func (x *LeaderMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderMessage.ProtoReflect.Descriptor instead.
 func (*LeaderMessage) Descriptor() ([]byte, []int) {
-	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{7}
+	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LeaderMessage) GetBody() isLeaderMessage_Body {
@@ -927,7 +1014,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_api_stream_v1_stream_proto_msgTypes[8]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -939,7 +1026,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_api_stream_v1_stream_proto_msgTypes[8]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1039,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{8}
+	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Ack) GetOomSeq() uint64 {
@@ -981,7 +1068,7 @@ type Resync struct {
 
 func (x *Resync) Reset() {
 	*x = Resync{}
-	mi := &file_api_stream_v1_stream_proto_msgTypes[9]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1080,7 @@ func (x *Resync) String() string {
 func (*Resync) ProtoMessage() {}
 
 func (x *Resync) ProtoReflect() protoreflect.Message {
-	mi := &file_api_stream_v1_stream_proto_msgTypes[9]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1093,7 @@ func (x *Resync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resync.ProtoReflect.Descriptor instead.
 func (*Resync) Descriptor() ([]byte, []int) {
-	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{9}
+	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Resync) GetReason() string {
@@ -1042,7 +1129,7 @@ const file_api_stream_v1_stream_proto_rawDesc = "" +
 	"containers\x18\x02 \x03(\v2!.kerf.stream.v1.ContainerCountersR\n" +
 	"containers\x12\x12\n" +
 	"\x04gone\x18\x03 \x03(\rR\x04gone\x12\x1a\n" +
-	"\bsnapshot\x18\x04 \x01(\bR\bsnapshot\"\x90\x02\n" +
+	"\bsnapshot\x18\x04 \x01(\bR\bsnapshot\"\xc6\x02\n" +
 	"\x11ContainerCounters\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x17\n" +
 	"\apod_uid\x18\x02 \x01(\tR\x06podUid\x12\x1c\n" +
@@ -1051,7 +1138,13 @@ const file_api_stream_v1_stream_proto_rawDesc = "" +
 	"\x0fkernel_ns_delta\x18\x05 \x01(\x04R\rkernelNsDelta\x12\x18\n" +
 	"\aperiods\x18\x06 \x01(\x04R\aperiods\x12\x1c\n" +
 	"\tthrottled\x18\a \x01(\x04R\tthrottled\x12!\n" +
-	"\fthrottled_ns\x18\b \x01(\x04R\vthrottledNs\"\xc9\x01\n" +
+	"\fthrottled_ns\x18\b \x01(\x04R\vthrottledNs\x124\n" +
+	"\x05usage\x18\t \x01(\v2\x1e.kerf.stream.v1.ContainerUsageR\x05usage\"r\n" +
+	"\x0eContainerUsage\x12\x15\n" +
+	"\x06cpu_ns\x18\x01 \x01(\x04R\x05cpuNs\x12*\n" +
+	"\x11working_set_delta\x18\x02 \x01(\x12R\x0fworkingSetDelta\x12\x1d\n" +
+	"\n" +
+	"peak_delta\x18\x03 \x01(\x12R\tpeakDelta\"\xc9\x01\n" +
 	"\bOOMEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x17\n" +
 	"\apod_uid\x18\x02 \x01(\tR\x06podUid\x12\x1c\n" +
@@ -1107,37 +1200,39 @@ func file_api_stream_v1_stream_proto_rawDescGZIP() []byte {
 }
 
 var file_api_stream_v1_stream_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_stream_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_api_stream_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_api_stream_v1_stream_proto_goTypes = []any{
 	(OOMSource)(0),            // 0: kerf.stream.v1.OOMSource
 	(*AgentMessage)(nil),      // 1: kerf.stream.v1.AgentMessage
 	(*Hello)(nil),             // 2: kerf.stream.v1.Hello
 	(*Counters)(nil),          // 3: kerf.stream.v1.Counters
 	(*ContainerCounters)(nil), // 4: kerf.stream.v1.ContainerCounters
-	(*OOMEvent)(nil),          // 5: kerf.stream.v1.OOMEvent
-	(*ContainerEvent)(nil),    // 6: kerf.stream.v1.ContainerEvent
-	(*Termination)(nil),       // 7: kerf.stream.v1.Termination
-	(*LeaderMessage)(nil),     // 8: kerf.stream.v1.LeaderMessage
-	(*Ack)(nil),               // 9: kerf.stream.v1.Ack
-	(*Resync)(nil),            // 10: kerf.stream.v1.Resync
+	(*ContainerUsage)(nil),    // 5: kerf.stream.v1.ContainerUsage
+	(*OOMEvent)(nil),          // 6: kerf.stream.v1.OOMEvent
+	(*ContainerEvent)(nil),    // 7: kerf.stream.v1.ContainerEvent
+	(*Termination)(nil),       // 8: kerf.stream.v1.Termination
+	(*LeaderMessage)(nil),     // 9: kerf.stream.v1.LeaderMessage
+	(*Ack)(nil),               // 10: kerf.stream.v1.Ack
+	(*Resync)(nil),            // 11: kerf.stream.v1.Resync
 }
 var file_api_stream_v1_stream_proto_depIdxs = []int32{
 	2,  // 0: kerf.stream.v1.AgentMessage.hello:type_name -> kerf.stream.v1.Hello
 	3,  // 1: kerf.stream.v1.AgentMessage.counters:type_name -> kerf.stream.v1.Counters
-	5,  // 2: kerf.stream.v1.AgentMessage.oom_event:type_name -> kerf.stream.v1.OOMEvent
-	6,  // 3: kerf.stream.v1.AgentMessage.container_event:type_name -> kerf.stream.v1.ContainerEvent
+	6,  // 2: kerf.stream.v1.AgentMessage.oom_event:type_name -> kerf.stream.v1.OOMEvent
+	7,  // 3: kerf.stream.v1.AgentMessage.container_event:type_name -> kerf.stream.v1.ContainerEvent
 	0,  // 4: kerf.stream.v1.Hello.oom_source:type_name -> kerf.stream.v1.OOMSource
 	4,  // 5: kerf.stream.v1.Counters.containers:type_name -> kerf.stream.v1.ContainerCounters
-	7,  // 6: kerf.stream.v1.ContainerEvent.terminated:type_name -> kerf.stream.v1.Termination
-	9,  // 7: kerf.stream.v1.LeaderMessage.ack:type_name -> kerf.stream.v1.Ack
-	10, // 8: kerf.stream.v1.LeaderMessage.resync:type_name -> kerf.stream.v1.Resync
-	1,  // 9: kerf.stream.v1.Stream.Connect:input_type -> kerf.stream.v1.AgentMessage
-	8,  // 10: kerf.stream.v1.Stream.Connect:output_type -> kerf.stream.v1.LeaderMessage
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	5,  // 6: kerf.stream.v1.ContainerCounters.usage:type_name -> kerf.stream.v1.ContainerUsage
+	8,  // 7: kerf.stream.v1.ContainerEvent.terminated:type_name -> kerf.stream.v1.Termination
+	10, // 8: kerf.stream.v1.LeaderMessage.ack:type_name -> kerf.stream.v1.Ack
+	11, // 9: kerf.stream.v1.LeaderMessage.resync:type_name -> kerf.stream.v1.Resync
+	1,  // 10: kerf.stream.v1.Stream.Connect:input_type -> kerf.stream.v1.AgentMessage
+	9,  // 11: kerf.stream.v1.Stream.Connect:output_type -> kerf.stream.v1.LeaderMessage
+	11, // [11:12] is the sub-list for method output_type
+	10, // [10:11] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_api_stream_v1_stream_proto_init() }
@@ -1151,7 +1246,7 @@ func file_api_stream_v1_stream_proto_init() {
 		(*AgentMessage_OomEvent)(nil),
 		(*AgentMessage_ContainerEvent)(nil),
 	}
-	file_api_stream_v1_stream_proto_msgTypes[7].OneofWrappers = []any{
+	file_api_stream_v1_stream_proto_msgTypes[8].OneofWrappers = []any{
 		(*LeaderMessage_Ack)(nil),
 		(*LeaderMessage_Resync)(nil),
 	}
@@ -1161,7 +1256,7 @@ func file_api_stream_v1_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_stream_v1_stream_proto_rawDesc), len(file_api_stream_v1_stream_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -66,6 +66,17 @@ func steadyPass(n, throttled int) *streamv1.AgentMessage {
 	return &streamv1.AgentMessage{Body: &streamv1.AgentMessage_Counters{Counters: c}}
 }
 
+// usagePass is steadyPass on a pass that read usage (every usage interval,
+// 10 s): every container's CPU increment (0.1 to 10 s of CPU in 10 s), its
+// memory held still.
+func usagePass(n int) *streamv1.AgentMessage {
+	msg := steadyPass(n, 10)
+	for i, c := range msg.GetCounters().GetContainers() {
+		c.Usage = &streamv1.ContainerUsage{CpuNs: 100_000_000 + uint64(i)*30_000_000}
+	}
+	return msg
+}
+
 func TestUnchangedContainerSampleFitsWireBudget(t *testing.T) {
 	tests := []struct {
 		name string
@@ -73,6 +84,7 @@ func TestUnchangedContainerSampleFitsWireBudget(t *testing.T) {
 	}{
 		{name: "330 unchanged", msg: steadyPass(node330, 0)},
 		{name: "330 with every tenth throttled", msg: steadyPass(node330, 10)},
+		{name: "330 with usage, memory still", msg: usagePass(node330)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,17 +133,23 @@ func TestLeaderMessagesRoundTrip(t *testing.T) {
 }
 
 func BenchmarkMarshalCounters330Unchanged(b *testing.B) {
-	msg := steadyPass(node330, 0)
-	var size int
-	b.ReportAllocs()
-	for b.Loop() {
-		out, err := proto.Marshal(msg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		size = len(out)
+	for _, c := range []struct {
+		name string
+		msg  *streamv1.AgentMessage
+	}{{"counters", steadyPass(node330, 0)}, {"usage", usagePass(node330)}} {
+		b.Run(c.name, func(b *testing.B) {
+			var size int
+			b.ReportAllocs()
+			for b.Loop() {
+				out, err := proto.Marshal(c.msg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				size = len(out)
+			}
+			b.ReportMetric(float64(size)/node330, "bytes/sample")
+		})
 	}
-	b.ReportMetric(float64(size)/node330, "bytes/sample")
 }
 
 // ackServer acknowledges every OOM event it receives, after a Hello.
