@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/node/report"
 	agentstream "github.com/kerf-dev/kerf/node/stream"
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -35,6 +36,8 @@ type agentLeader struct {
 	leader   *testLeader
 	agent    *agentstream.Client
 	registry *prometheus.Registry
+	// signals are the leader's stores, which the agent's reports fill.
+	signals *signals.Stores
 }
 
 // watchedWebWithAgent is watchedWeb with the stream on and an agent
@@ -54,7 +57,8 @@ func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.R
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(t, cs, ns, "kerf-agent", "kerf-leader", agentPod)), 0o600))
 
-	dep, l := watchedWeb(t, c, ns, p, Config{Stream: StreamConfig{Listener: lis, Cert: serverCert,
+	sig := signals.New()
+	dep, l := watchedWeb(t, c, ns, p, Config{Signals: sig, Stream: StreamConfig{Listener: lis, Cert: serverCert,
 		Audience: "kerf-leader", ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}}, "250m", "128Mi")
 	require.Eventually(t, l.Leading, 15*time.Second, 50*time.Millisecond)
 
@@ -70,7 +74,7 @@ func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.R
 	go func() { _ = agent.Run(runCtx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	require.Eventually(t, func() bool { return agent.State() == agentstream.Connected }, 15*time.Second, 20*time.Millisecond)
-	return &agentLeader{dep: dep, leader: l, agent: agent, registry: reg}
+	return &agentLeader{dep: dep, leader: l, agent: agent, registry: reg, signals: sig}
 }
 
 // agentSees is what the agent's pod discovery reports when the kubelet's
@@ -202,4 +206,27 @@ func (a *agentLeader) acknowledged(t *testing.T) bool {
 		}
 	}
 	return false
+}
+
+// TestAgentsUsageReachesTheLeadersStore: the usage an agent streams with
+// its counters lands in the leader's usage store, which the recommender
+// reads (the leader wires the store into its stream server).
+func TestAgentsUsageReachesTheLeadersStore(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	al := watchedWebWithAgent(t, c, ns, policyWith(ns, time.Hour, nil))
+	pod := adoptedPod(t, c, al.dep, "web-new")
+	key := report.ContainerKey{PodUID: string(pod.UID), Name: "app"}
+	al.agent.Counters([]report.Sample{{Key: key, At: time.Now(), Periods: 10, HasUsage: true,
+		Usage: report.Usage{CPU: 1500 * time.Millisecond, WorkingSet: 64 << 20, Peak: 80 << 20}}})
+
+	var got signals.UsageSample
+	require.Eventually(t, func() bool {
+		var ok bool
+		got, ok = al.signals.Usage.Latest(pod.UID, "app")
+		return ok
+	}, 15*time.Second, 20*time.Millisecond, "the leader's usage store never got the agent's reading")
+	assert.Equal(t, 1500*time.Millisecond, got.CPU)
+	assert.Equal(t, uint64(64<<20), got.WorkingSet)
+	assert.Equal(t, uint64(80<<20), got.Peak)
 }

@@ -229,6 +229,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 			Pods:                    stream.CachedPods{Reader: mgr.GetClient()},
 			Kernel:                  sig.Kernel,
 			Statuses:                sig.Statuses,
+			Usage:                   sig.Usage,
 			Leading:                 l.Leading,
 			Registerer:              reg,
 			Log:                     log,
