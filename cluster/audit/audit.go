@@ -6,11 +6,13 @@ package audit
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -58,15 +60,37 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) serveAudit(w http.ResponseWriter, r *http.Request) {
-	q, err := parseAuditQuery(r.URL.RawQuery, h.now())
+	vals, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("query %q: %w", r.URL.RawQuery, err))
+		return
+	}
+	page, err := h.Audit(r.Context(), vals)
+	if _, ok := errors.AsType[*paramError](err); ok {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	rsrs, err := h.list(r)
 	if err != nil {
 		h.readFailed(w, err)
 		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// Audit returns the page of actions that query selects, newest first: the
+// answer of GET /v1/audit, whose query parameters (type, reason, namespace,
+// since, limit, continue) query holds. The JSON API and the web pages (web)
+// both read through it, so they show the same actions in the same order.
+// Bad input returns an error with a Parameter method naming the parameter
+// at fault; a failed read of the recommendations returns the read's error.
+func (h *Handler) Audit(ctx context.Context, query url.Values) (auditv1.Page, error) {
+	q, err := parseAuditQuery(query, h.now())
+	if err != nil {
+		return auditv1.Page{}, err
+	}
+	rsrs, err := h.list(ctx)
+	if err != nil {
+		return auditv1.Page{}, err
 	}
 	var refs []ref
 	for i := range rsrs {
@@ -86,7 +110,7 @@ func (h *Handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 	if len(refs) > q.limit {
 		page.Continue = refs[q.limit-1].pos.encode()
 	}
-	writeJSON(w, http.StatusOK, page)
+	return page, nil
 }
 
 func (h *Handler) serveWorkloadHistory(w http.ResponseWriter, r *http.Request) {
@@ -98,7 +122,7 @@ func (h *Handler) serveWorkloadHistory(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	rsrs, err := h.list(r)
+	rsrs, err := h.list(r.Context())
 	if err != nil {
 		h.readFailed(w, err)
 		return
@@ -128,10 +152,10 @@ func (h *Handler) serveWorkloadHistory(w http.ResponseWriter, r *http.Request) {
 // list reads every recommendation the reader holds. It lists all namespaces
 // and filters afterwards: a leader's cache limited to some namespaces
 // refuses a list of any other, which has no actions to show anyway.
-func (h *Handler) list(r *http.Request) ([]v1alpha1.RightsizingRecommendation, error) {
+func (h *Handler) list(ctx context.Context) ([]v1alpha1.RightsizingRecommendation, error) {
 	var list v1alpha1.RightsizingRecommendationList
 	// The objects are only read, so the cache's own copies will do.
-	if err := h.Reader.List(r.Context(), &list, client.UnsafeDisableDeepCopy); err != nil {
+	if err := h.Reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list RightsizingRecommendations: %w", err)
 	}
 	return list.Items, nil

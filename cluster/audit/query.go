@@ -43,6 +43,10 @@ type paramError struct {
 
 func (e *paramError) Error() string { return e.msg }
 
+// Parameter names the query parameter at fault, so that a caller of
+// Handler.Audit (the web pages) can tell bad input from a failed read.
+func (e *paramError) Parameter() string { return e.param }
+
 func badParam(param, format string, args ...any) error {
 	return &paramError{param: param, msg: fmt.Sprintf(format, args...)}
 }
@@ -65,11 +69,8 @@ func (q *auditQuery) matches(a *v1alpha1.Action) bool {
 
 // parseAuditQuery parses and checks a GET /v1/audit query. An empty value
 // counts as absent, so that an HTML form's empty fields select everything.
-func parseAuditQuery(raw string, now time.Time) (*auditQuery, error) {
-	vals, err := url.ParseQuery(raw)
-	if err != nil {
-		return nil, fmt.Errorf("query %q: %w", raw, err)
-	}
+func parseAuditQuery(vals url.Values, now time.Time) (*auditQuery, error) {
+	var err error
 	for _, k := range slices.Sorted(maps.Keys(vals)) {
 		if !slices.Contains(auditParams, k) {
 			return nil, badParam(k, "unknown query parameter %q: must be one of %s", k, strings.Join(auditParams, ", "))

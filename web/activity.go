@@ -1,0 +1,261 @@
+// Package web serves Kerf's web pages: server-rendered HTML from Go
+// templates embedded in the binary, readable without JavaScript and at a
+// phone's width. It depends only on the audit API's JSON types
+// (api/audit/v1), so that the leader (one cluster, from its cache) and the
+// hub (every cluster, from its database) serve the same pages, each through
+// its own Source.
+package web
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+var templates = template.Must(template.New("").Funcs(template.FuncMap{
+	"changes": changes,
+	"join":    joinResources,
+	"utc":     func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"short":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") },
+}).ParseFS(templateFS, "templates/*.html"))
+
+// Source reads the actions the Activity page shows. Query holds the audit
+// API's query parameters (type, reason, namespace, since, limit, continue;
+// see docs/audit-api.md) as the page received them; the Source checks
+// them, as its JSON API does. The leader's Source is cluster/audit's
+// Handler; the hub's reads its database.
+type Source interface {
+	// Audit returns the page of actions query selects, newest first. Bad
+	// input returns an error with a Parameter() string method naming the
+	// parameter at fault, which the page shows with a 400.
+	Audit(ctx context.Context, query url.Values) (auditv1.Page, error)
+}
+
+// Activity is the Activity page: the actions, newest first, with filters
+// as links that can be bookmarked and a link to the next page. It answers
+// GET and HEAD.
+type Activity struct {
+	// Source reads the actions.
+	Source Source
+	// Refresh is how often the first page reloads itself (a meta refresh,
+	// no JavaScript); zero means never.
+	Refresh time.Duration
+	// Log receives the Source's read errors; nil means slog.Default().
+	Log *slog.Logger
+}
+
+// filterParams are the query parameters the page keeps from link to link.
+var filterParams = []string{"type", "namespace", "reason", "since", "limit"}
+
+// actionTypes are the types the page offers as filters.
+var actionTypes = []v1alpha1.ActionType{
+	v1alpha1.ActionApplied, v1alpha1.ActionRolledBack, v1alpha1.ActionFailed,
+	v1alpha1.ActionHealthy, v1alpha1.ActionBlocked,
+}
+
+// sinces are the time windows the page offers as filters.
+var sinces = []string{"15m", "1h", "24h", "168h"}
+
+// link is a filter link: its text, its href, whether it is in force.
+type link struct {
+	Text    string
+	Href    string
+	Current bool
+}
+
+// row is one action as the table shows it.
+type row struct {
+	auditv1.Entry
+	TypeHref, NamespaceHref, ReasonHref string
+}
+
+// activityView is what the template renders.
+type activityView struct {
+	Refresh  int
+	Error    string
+	Active   []link // the filters in force, each a link that removes it
+	Types    []link
+	Sinces   []link
+	Rows     []row
+	Next     string
+	First    string
+	Filtered bool
+}
+
+func (a *Activity) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, fmt.Sprintf("method %s: must be GET or HEAD", r.Method), http.StatusMethodNotAllowed)
+		return
+	}
+	status := http.StatusOK
+	view := activityView{}
+	vals, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		status, view.Error = http.StatusBadRequest, fmt.Sprintf("The address's query cannot be read: %v.", err)
+		vals = url.Values{}
+	}
+	kept := url.Values{}
+	for _, k := range filterParams {
+		for _, v := range vals[k] {
+			if v != "" {
+				kept.Add(k, v)
+			}
+		}
+	}
+	view.First = href(kept)
+	view.Filtered = len(kept) > 0
+	for _, k := range filterParams {
+		if k == "limit" {
+			continue
+		}
+		for _, v := range kept[k] {
+			view.Active = append(view.Active, link{Text: k + " = " + v, Href: href(without(kept, k))})
+		}
+	}
+	for _, t := range actionTypes {
+		view.Types = append(view.Types, link{Text: string(t), Href: href(with(kept, "type", string(t))), Current: kept.Get("type") == string(t)})
+	}
+	for _, s := range sinces {
+		view.Sinces = append(view.Sinces, link{Text: "last " + s, Href: href(with(kept, "since", s)), Current: kept.Get("since") == s})
+	}
+	if err == nil {
+		var page auditv1.Page
+		page, err = a.Source.Audit(r.Context(), vals)
+		var bad interface{ Parameter() string }
+		switch {
+		case errors.As(err, &bad):
+			status, view.Error = http.StatusBadRequest, fmt.Sprintf("The filter %s is not valid: %v.", bad.Parameter(), err)
+		case err != nil:
+			a.log().Error("activity page cannot read the actions", "err", err)
+			status, view.Error = http.StatusServiceUnavailable, fmt.Sprintf("The actions cannot be read now: %v. Try again shortly.", err)
+			w.Header().Set("Retry-After", "5")
+		default:
+			for _, e := range page.Items {
+				view.Rows = append(view.Rows, row{
+					Entry:         e,
+					TypeHref:      href(with(kept, "type", string(e.Type))),
+					NamespaceHref: href(with(kept, "namespace", e.Namespace)),
+					ReasonHref:    href(with(kept, "reason", e.Reason)),
+				})
+			}
+			if page.Continue != "" {
+				view.Next = href(with(kept, "continue", page.Continue))
+			}
+			if vals.Get("continue") == "" && a.Refresh > 0 {
+				view.Refresh = int(a.Refresh.Round(time.Second) / time.Second)
+			}
+		}
+	}
+	var buf bytes.Buffer
+	if err := templates.ExecuteTemplate(&buf, "activity.html", view); err != nil {
+		a.log().Error("activity page cannot be rendered", "err", err)
+		http.Error(w, "render the activity page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (a *Activity) log() *slog.Logger {
+	if a.Log == nil {
+		return slog.Default()
+	}
+	return a.Log
+}
+
+// href is a relative link to the page with q, so that the page works under
+// any path the leader or the hub mounts it at.
+func href(q url.Values) string {
+	if len(q) == 0 {
+		return "?"
+	}
+	return "?" + q.Encode()
+}
+
+// with returns q with k set to v alone; a changed filter starts again at
+// the first page.
+func with(q url.Values, k, v string) url.Values {
+	out := without(q, k)
+	out.Set(k, v)
+	return out
+}
+
+// without returns q without k, and without the paging cursor.
+func without(q url.Values, k string) url.Values {
+	out := url.Values{}
+	for key, vs := range q {
+		if key != k && key != "continue" {
+			out[key] = append([]string(nil), vs...)
+		}
+	}
+	return out
+}
+
+func joinResources(rs []v1alpha1.ResourceName) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = string(r)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// changes describes an action's old → new values, one line per container
+// and value that changed, such as "app requests memory: 512Mi → 256Mi".
+func changes(cs []v1alpha1.ContainerValueChange) []string {
+	var out []string
+	for _, c := range cs {
+		for _, kind := range []struct {
+			name     string
+			old, new *v1alpha1.ResourceValues
+		}{{"requests", c.Old.Requests, c.New.Requests}, {"limits", c.Old.Limits, c.New.Limits}} {
+			get := func(v *v1alpha1.ResourceValues, cpu bool) *resource.Quantity {
+				switch {
+				case v == nil:
+					return nil
+				case cpu:
+					return v.CPU
+				default:
+					return v.Memory
+				}
+			}
+			for _, res := range []struct {
+				name string
+				cpu  bool
+			}{{"cpu", true}, {"memory", false}} {
+				o, n := get(kind.old, res.cpu), get(kind.new, res.cpu)
+				if o == nil && n == nil {
+					continue
+				}
+				out = append(out, fmt.Sprintf("%s %s %s: %s → %s", c.Name, kind.name, res.name, quantity(o), quantity(n)))
+			}
+		}
+	}
+	return out
+}
+
+func quantity(q *resource.Quantity) string {
+	if q == nil {
+		return "none"
+	}
+	return q.String()
+}
