@@ -38,6 +38,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/internal/kube"
+	"github.com/kerf-dev/kerf/web"
 )
 
 // ErrLeadershipLost is returned by Run when the leader's Lease was lost:
@@ -328,7 +329,9 @@ func (l *Leader) Run(ctx context.Context) error {
 	var stopStream func()
 	if l.cfg.Listener != nil {
 		srv := endpoints.New(prometheus.Gatherers{l.registry}, l.synced.Load)
-		audit.New(l.mgr.GetCache()).Register(srv.Mux())
+		auditAPI := audit.New(l.mgr.GetCache())
+		auditAPI.Register(srv.Mux())
+		srv.Mux().Handle("GET /ui/activity", &web.Activity{Source: auditAPI, Refresh: 30 * time.Second})
 		go func() {
 			if err := srv.ServeListener(ctx, l.cfg.Listener); err != nil {
 				l.log.Error("endpoints stopped", "err", err)

@@ -6,11 +6,12 @@ set -euo pipefail
 # clang/llvm/libbpf-dev/bpftool: make generate (BPF objects, vmlinux.h).
 # postgresql-15: the hub's store tests and benchmarks run a real PostgreSQL (test/pgtest).
 # prometheus: the PromQL tests run a real Prometheus.
+# chromium: the web pages' browser tests (chromedp, headless).
 # protobuf-compiler: make generate (api/stream/v1).
 # iproute2, util-linux, procps: the kernel tests (cgroups, processes).
 # containerd, runc, containernetworking-plugins, iptables, conntrack: the
 # one-node sandbox cluster (kerf-sandbox) and the end-to-end tests.
-PACKAGES=(clang llvm libbpf-dev bpftool protobuf-compiler prometheus iproute2 util-linux procps git make containerd runc containernetworking-plugins iptables conntrack ethtool socat postgresql-15)
+PACKAGES=(clang llvm libbpf-dev bpftool protobuf-compiler prometheus iproute2 util-linux procps git make containerd runc containernetworking-plugins iptables conntrack ethtool socat postgresql-15 chromium)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

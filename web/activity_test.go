@@ -46,7 +46,7 @@ func entries() []auditv1.Entry {
 	return []auditv1.Entry{
 		{Time: metav1.NewTime(t0.Add(10 * time.Minute)), Type: v1alpha1.ActionRolledBack, Reason: "OOMKills",
 			Message: `<script>alert("x")</script>`, Resources: []v1alpha1.ResourceName{"memory"},
-			Figures:   []string{"oomKills 2 ≥ 1"}, Namespace: "shop", Recommendation: "web-rsr",
+			Figures: []string{"oomKills 2 ≥ 1"}, Namespace: "shop", Recommendation: "web-rsr",
 			Workload: auditv1.Workload{Kind: v1alpha1.KindDeployment, Name: "web"},
 			Containers: []v1alpha1.ContainerValueChange{{Name: "app",
 				Old: v1alpha1.Resources{Requests: &v1alpha1.ResourceValues{Memory: q("256Mi")}},
