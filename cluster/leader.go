@@ -38,7 +38,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/internal/kube"
-	"github.com/kerf-dev/kerf/web"
+	webui "github.com/kerf-dev/kerf/web"
 )
 
 // ErrLeadershipLost is returned by Run when the leader's Lease was lost:
@@ -331,7 +331,7 @@ func (l *Leader) Run(ctx context.Context) error {
 		srv := endpoints.New(prometheus.Gatherers{l.registry}, l.synced.Load)
 		auditAPI := audit.New(l.mgr.GetCache())
 		auditAPI.Register(srv.Mux())
-		srv.Mux().Handle("GET /ui/activity", &web.Activity{Source: auditAPI, Refresh: 30 * time.Second})
+		srv.Mux().Handle("GET /ui/activity", &webui.Activity{Source: auditAPI, Refresh: 30 * time.Second})
 		go func() {
 			if err := srv.ServeListener(ctx, l.cfg.Listener); err != nil {
 				l.log.Error("endpoints stopped", "err", err)
