@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -220,4 +222,33 @@ func touchedKinds(rsr *v1alpha1.RightsizingRecommendation) []string {
 		kinds = append(kinds, o.Kind)
 	}
 	return kinds
+}
+
+// TestTheLeaderServesTheActivityPage: the leader's endpoints serve the
+// Activity page beside the audit API, from the same cache: a blocked
+// recommendation's action is on it.
+func TestTheLeaderServesTheActivityPage(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	startLeader(t, ns, "a", Config{Listener: lis})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
+
+	var body string
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + lis.Addr().String() + "/ui/activity?namespace=" + ns)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		body = string(b)
+		return err == nil && resp.StatusCode == http.StatusOK && strings.Contains(body, v1alpha1.ReasonNoPolicy)
+	}, 15*time.Second, 100*time.Millisecond, "the Activity page never showed the blocked action: %s", body)
+	assert.Contains(t, body, "<html")
+	assert.Contains(t, body, "blocked")
 }

@@ -7,11 +7,12 @@ set -euo pipefail
 # postgresql-15: the hub's store tests and benchmarks run a real PostgreSQL (test/pgtest).
 # prometheus: the PromQL tests run a real Prometheus.
 # chromium: the web pages' browser tests (chromedp, headless).
+# fonts-liberation: text for its screenshots (a recommendation of chromium, which apt.sh does not install).
 # protobuf-compiler: make generate (api/stream/v1).
 # iproute2, util-linux, procps: the kernel tests (cgroups, processes).
 # containerd, runc, containernetworking-plugins, iptables, conntrack: the
 # one-node sandbox cluster (kerf-sandbox) and the end-to-end tests.
-PACKAGES=(clang llvm libbpf-dev bpftool protobuf-compiler prometheus iproute2 util-linux procps git make containerd runc containernetworking-plugins iptables conntrack ethtool socat postgresql-15 chromium)
+PACKAGES=(clang llvm libbpf-dev bpftool protobuf-compiler prometheus iproute2 util-linux procps git make containerd runc containernetworking-plugins iptables conntrack ethtool socat postgresql-15 chromium fonts-liberation)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
