@@ -207,7 +207,7 @@ func TestAdmissionRefusesBadPolicies(t *testing.T) {
 		{"recommend interval zero", "", `recommend: {enabled: true, interval: 0s}`, "spec.recommend.interval", "duration of at least 1s"},
 		{"recommend interval without unit", "", `recommend: {interval: "300"}`, "spec.recommend.interval", "duration of at least 1s"},
 		{"recommend min history negative", "", `recommend: {minHistory: -1h}`, "spec.recommend.minHistory", "duration such as 24h"},
-		{"recommend min change above 100", "", `recommend: {minChangePercent: 101}`, "spec.recommend.minChangePercent", "less than or equal to 100"},
+		{"recommend min change 100", "", `recommend: {minChangePercent: 100}`, "spec.recommend.minChangePercent", "less than or equal to 99"},
 		{"recommend cpu percentile 100", "", `recommend: {cpuPercentile: 100}`, "spec.recommend.cpuPercentile", "less than or equal to 99"},
 		{"recommend memory percentile zero", "", `recommend: {memoryPercentile: 0}`, "spec.recommend.memoryPercentile", "greater than or equal to 1"},
 		{"recommend negative safety margin", "", `recommend: {safetyMarginPercent: -5}`, "spec.recommend.safetyMarginPercent", "greater than or equal to 0"},

@@ -137,7 +137,7 @@ type RecommendSpec struct {
 	// current values.
 	// +kubebuilder:default=10
 	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:validation:Maximum=99
 	// +optional
 	MinChangePercent *int32 `json:"minChangePercent,omitempty"`
 	// CPUPercentile is the CPU usage percentile the CPU target starts

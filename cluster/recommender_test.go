@@ -1,0 +1,141 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/recommend"
+	"github.com/kerf-dev/kerf/cluster/signals"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+// recommendingPolicy is a namespaced policy that enables the recommender
+// with a history of 1 s, a new recommendation every second and a 1 %
+// minimum change (the pod minimum of memory, 250Mi, is only 2 % under the
+// Deployment's 256Mi).
+func recommendingPolicy(ns string) *v1alpha1.RightsizingPolicy {
+	p := namespacedPolicy(ns, false)
+	p.Spec.Recommend = &v1alpha1.RecommendSpec{Enabled: true, Interval: &metav1.Duration{Duration: time.Second},
+		MinHistory: &metav1.Duration{Duration: time.Second}, MinChangePercent: ptr.To[int32](1)}
+	return p
+}
+
+// recommendedWeb creates the Deployment web (500m, 256Mi) under a
+// recommending policy, starts a leader whose recommender reads every
+// 200 ms, runs an adopted pod and, after before (given the leader's
+// stores), feeds the leader's usage store four readings one second apart
+// of a container using 50m and 40Mi.
+func recommendedWeb(t *testing.T, before func(*signals.Stores, *corev1.Pod)) (client.Client, string) {
+	t.Helper()
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	dep := web(t, c, ns, recommendingPolicy(ns))
+	sig := signals.New()
+	startLeader(t, ns, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
+	pod := adoptedPod(t, c, dep, "web-1")
+	if before != nil {
+		before(sig, pod)
+	}
+	now := time.Now()
+	for i := range 4 {
+		sig.Usage.Add(signals.UsageSample{PodUID: pod.UID, Container: "app", At: now.Add(time.Duration(i-3) * time.Second),
+			CPU: time.Duration(i) * 50 * time.Millisecond, WorkingSet: 40 << 20, Peak: 40 << 20})
+	}
+	return c, ns
+}
+
+// waitRecommended waits for the recommendation the recommender makes for
+// web and returns it with its basis.
+func waitRecommended(t *testing.T, c client.Client, ns string) (*v1alpha1.RightsizingRecommendation, recommendationBasis) {
+	t.Helper()
+	var rsr v1alpha1.RightsizingRecommendation
+	require.Eventually(t, func() bool {
+		return c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, &rsr) == nil
+	}, 30*time.Second, 50*time.Millisecond, "the recommender made no recommendation")
+	assert.Equal(t, v1alpha1.RecommendedByKerf, rsr.Labels[v1alpha1.RecommendedByLabel], "the recommendation says who made it")
+	assert.Equal(t, v1alpha1.TargetRef{APIVersion: "apps/v1", Kind: v1alpha1.KindDeployment, Name: "web"}, rsr.Spec.TargetRef)
+	assert.Equal(t, v1alpha1.StrategyInPlace, rsr.Spec.Strategy)
+	require.Len(t, rsr.Spec.Containers, 1)
+	require.Equal(t, "app", rsr.Spec.Containers[0].Name)
+	var basis recommendationBasis
+	require.NoError(t, json.Unmarshal([]byte(rsr.Annotations[v1alpha1.RecommendationBasisAnnotation]), &basis), "the figures it was made from")
+	require.Len(t, basis.Containers, 1)
+	assert.Equal(t, uint32(3), basis.Containers[0].Samples, "three CPU rates from four readings")
+	assert.Equal(t, 0.9, basis.CPUPercentile)
+	return &rsr, basis
+}
+
+// TestRecommenderLowersWhatAnIdleWorkloadDoesNotUse checks that a
+// workload under a policy with spec.recommend gets, from its usage
+// readings alone, a recommendation lower than what it requests, marked as
+// the recommender's.
+func TestRecommenderLowersWhatAnIdleWorkloadDoesNotUse(t *testing.T) {
+	c, ns := recommendedWeb(t, nil)
+	rsr, basis := waitRecommended(t, c, ns)
+	got := rsr.Spec.Containers[0]
+	assert.Negative(t, got.Requests.CPU.Cmp(resource.MustParse("100m")), "CPU request %s for 50m of use", got.Requests.CPU)
+	assert.Positive(t, got.Requests.CPU.Cmp(resource.MustParse("50m")), "CPU request %s keeps a margin over 50m", got.Requests.CPU)
+	assert.Negative(t, got.Requests.Memory.Cmp(resource.MustParse("256Mi")), "memory request %s", got.Requests.Memory)
+	assert.Equal(t, got.Requests.CPU.MilliValue(), got.Limits.CPU.MilliValue(), "the manifest's limit = request is kept")
+	assert.Equal(t, got.Requests.Memory.Value(), got.Limits.Memory.Value(), "the manifest's limit = request is kept")
+	for _, f := range basis.Containers[0].Refusals {
+		assert.NotEqual(t, recommend.ReasonOOMKill, f.Reason, "no OOM kill, no OOM refusal: %s", f.Message)
+	}
+}
+
+// TestRecommenderNeverLowersTheMemoryOfAnOOMKilledContainer checks the
+// memory latch end to end: with an OOM kill of the container in the
+// leader's kernel store, CPU still goes down but memory does not, and the
+// refusal is recorded with its figures.
+func TestRecommenderNeverLowersTheMemoryOfAnOOMKilledContainer(t *testing.T) {
+	c, ns := recommendedWeb(t, func(sig *signals.Stores, pod *corev1.Pod) {
+		sig.Kernel.AddOOMKill(pod.UID, "app", time.Now().Add(-time.Minute))
+	})
+	rsr, basis := waitRecommended(t, c, ns)
+	got := rsr.Spec.Containers[0]
+	assert.Negative(t, got.Requests.CPU.Cmp(resource.MustParse("500m")), "CPU is still lowered: %s", got.Requests.CPU)
+	// The kill is at the limit (256Mi): at least max(256Mi+100Mi, 256Mi×1.2).
+	assert.GreaterOrEqual(t, got.Requests.Memory.Value(), int64(356<<20), "memory request %s after an OOM kill", got.Requests.Memory)
+	assert.GreaterOrEqual(t, got.Limits.Memory.Value(), got.Requests.Memory.Value())
+	var oom *refusalBasis
+	for i, f := range basis.Containers[0].Refusals {
+		if f.Reason == recommend.ReasonOOMKill && f.Resource == recommend.Memory && f.Field == recommend.Request {
+			oom = &basis.Containers[0].Refusals[i]
+		}
+	}
+	require.NotNil(t, oom, "the OOM refusal is recorded: %+v", basis.Containers[0].Refusals)
+	assert.Less(t, oom.Asked, int64(256<<20), "what the estimator asked for")
+	assert.GreaterOrEqual(t, oom.Held, int64(356<<20), "what was recommended instead")
+	assert.Equal(t, float64(256<<20), oom.Observed, "the peak at the kill")
+	assert.NotNil(t, oom.At, "when the kill happened")
+	assert.NotEmpty(t, oom.Message)
+}
+
+// TestRecommenderLeavesOthersRecommendationsAlone checks that a
+// recommendation not made by the recommender is never overwritten.
+func TestRecommenderLeavesOthersRecommendationsAlone(t *testing.T) {
+	c, ns := recommendedWeb(t, func(_ *signals.Stores, pod *corev1.Pod) {
+		// Made before the readings come, so before the recommender could.
+		mine := recommendation(pod.Namespace, "web", "web", v1alpha1.StrategyRollout, "400m", "200Mi")
+		require.NoError(t, controlplane.Get(t).Client.Create(context.Background(), mine))
+	})
+	// Ten of the recommender's passes, one of its recommendations a second.
+	time.Sleep(2 * time.Second)
+	got := getRSR(t, c, ns, "web")
+	assert.Empty(t, got.Labels[v1alpha1.RecommendedByLabel])
+	assert.Empty(t, got.Annotations[v1alpha1.RecommendationBasisAnnotation])
+	assert.Equal(t, v1alpha1.StrategyRollout, got.Spec.Strategy)
+	assert.Equal(t, "400m", got.Spec.Containers[0].Requests.CPU.String())
+	assert.Equal(t, "200Mi", got.Spec.Containers[0].Requests.Memory.String())
+}
