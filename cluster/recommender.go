@@ -75,7 +75,6 @@ type recommender struct {
 	// tracked is the count of container states over every workload.
 	tracked int
 	tick    uint64
-	last    time.Time
 }
 
 // trackedWorkload is the history of one workload's containers.
@@ -85,6 +84,8 @@ type trackedWorkload struct {
 	recommended time.Time
 	seen        uint64
 	pods        []*corev1.Pod
+	// throttledTo is the end of the throttling window last read.
+	throttledTo time.Time
 }
 
 // instanceKey names one container of one pod.
@@ -195,7 +196,7 @@ func (r *recommender) pass(ctx context.Context) error {
 		clear(r.workloads)
 		clear(r.instances)
 		clear(r.refs)
-		r.tracked, r.last = 0, now
+		r.tracked = 0
 		return nil
 	}
 	var pods corev1.PodList
@@ -272,7 +273,6 @@ func (r *recommender) pass(ctx context.Context) error {
 		}
 		tw.recommended = now
 	}
-	r.last = now
 	return nil
 }
 
@@ -352,17 +352,19 @@ func (r *recommender) ingest(pod *corev1.Pod, c corev1.Container, st *recommend.
 	in.oomFrom = now
 }
 
-// throttling feeds each tracked workload's CFS throttling ratio since the
-// previous pass, summed over its pods per container name.
+// throttling feeds each tracked workload's CFS throttling ratio since its
+// previous read (for a workload tracked anew, over the span the kernel
+// store keeps every sample of), summed over its pods per container name.
 func (r *recommender) throttling(now time.Time) {
-	from := r.last
-	if from.IsZero() {
-		from = now.Add(-r.period)
-	}
 	for _, tw := range r.workloads {
 		if tw.seen != r.tick || len(tw.pods) == 0 {
 			continue
 		}
+		from := tw.throttledTo
+		if from.IsZero() {
+			from = now.Add(-signals.DefaultRecent)
+		}
+		tw.throttledTo = now
 		names := make([]string, 0, len(tw.containers))
 		for name := range tw.containers {
 			names = append(names, name)

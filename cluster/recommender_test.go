@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/recommend"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -138,4 +139,32 @@ func TestRecommenderLeavesOthersRecommendationsAlone(t *testing.T) {
 	assert.Equal(t, v1alpha1.StrategyRollout, got.Spec.Strategy)
 	assert.Equal(t, "400m", got.Spec.Containers[0].Requests.CPU.String())
 	assert.Equal(t, "200Mi", got.Spec.Containers[0].Requests.Memory.String())
+}
+
+// TestRecommenderNeverLowersTheCPUOfAThrottledContainer checks the CPU
+// latch end to end: with the container throttled in 60 % of its periods
+// (the policy's throttlingRatio is 0.25) in the leader's kernel store, CPU
+// is not lowered, the refusal is recorded, and memory still goes down.
+func TestRecommenderNeverLowersTheCPUOfAThrottledContainer(t *testing.T) {
+	c, ns := recommendedWeb(t, func(sig *signals.Stores, pod *corev1.Pod) {
+		now := time.Now()
+		sig.Kernel.AddSamples(
+			healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: now.Add(-time.Minute), At: now.Add(-2 * time.Second), Periods: 100},
+			healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: now.Add(-time.Minute), At: now, Periods: 200, Throttled: 60})
+	})
+	rsr, basis := waitRecommended(t, c, ns)
+	got := rsr.Spec.Containers[0]
+	assert.Equal(t, int64(500), got.Requests.CPU.MilliValue(), "CPU request %s of a throttled container", got.Requests.CPU)
+	assert.Equal(t, int64(500), got.Limits.CPU.MilliValue(), "CPU limit %s of a throttled container", got.Limits.CPU)
+	assert.Negative(t, got.Requests.Memory.Cmp(resource.MustParse("256Mi")), "memory is still lowered: %s", got.Requests.Memory)
+	var throttled *refusalBasis
+	for i, f := range basis.Containers[0].Refusals {
+		if f.Reason == recommend.ReasonThrottled && f.Resource == recommend.CPU && f.Field == recommend.Request {
+			throttled = &basis.Containers[0].Refusals[i]
+		}
+	}
+	require.NotNil(t, throttled, "the throttling refusal is recorded: %+v", basis.Containers[0].Refusals)
+	assert.InDelta(t, 0.6, throttled.Observed, 1e-6, "the throttling ratio (kept as a float32)")
+	assert.Equal(t, 0.25, throttled.Threshold, "the policy's throttlingRatio")
+	assert.Less(t, throttled.Asked, int64(500), "what the estimator asked for")
 }
