@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -72,9 +73,11 @@ type recommender struct {
 	instances map[instanceKey]*trackedInstance
 	// refs caches the workload of each pod seen, by UID.
 	refs map[types.UID]workload.Ref
-	// tracked is the count of container states over every workload.
-	tracked int
-	tick    uint64
+	// tracked is the count of container states over every workload, and
+	// trackedGauge its metric.
+	tracked      int
+	trackedGauge prometheus.Gauge
+	tick         uint64
 }
 
 // trackedWorkload is the history of one workload's containers.
@@ -106,11 +109,19 @@ type trackedInstance struct {
 	seen    uint64
 }
 
-// newRecommender returns the loop over the usage and kernel stores.
-func newRecommender(c client.Client, sig *signals.Stores, cfg RecommenderConfig, now func() time.Time, log *slog.Logger) (*recommender, error) {
+// newRecommender returns the loop over the usage and kernel stores, with
+// its metric on reg.
+func newRecommender(c client.Client, sig *signals.Stores, cfg RecommenderConfig, now func() time.Time, reg prometheus.Registerer, log *slog.Logger) (*recommender, error) {
 	base, err := recommend.NewModel(recommend.DefaultParams())
 	if err != nil {
 		return nil, fmt.Errorf("recommender: %w", err)
+	}
+	gauge := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kerf_recommender_containers",
+		Help: "Workload containers whose usage history the recommender keeps (bounded by its maximum).",
+	})
+	if err := reg.Register(gauge); err != nil {
+		return nil, fmt.Errorf("register the recommender's metric: %w", err)
 	}
 	if cfg.Period <= 0 {
 		cfg.Period = DefaultRecommenderPeriod
@@ -126,7 +137,7 @@ func newRecommender(c client.Client, sig *signals.Stores, cfg RecommenderConfig,
 		period: cfg.Period, max: cfg.MaxContainers, base: base,
 		models:    map[recommend.Params]*recommend.Model{base.Params(): base},
 		workloads: map[workload.Ref]*trackedWorkload{}, instances: map[instanceKey]*trackedInstance{},
-		refs: map[types.UID]workload.Ref{},
+		refs: map[types.UID]workload.Ref{}, trackedGauge: gauge,
 	}, nil
 }
 
@@ -143,6 +154,7 @@ func (r *recommender) Start(ctx context.Context) error {
 		if err := r.pass(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("recommender pass failed", "err", err)
 		}
+		r.trackedGauge.Set(float64(r.tracked))
 		select {
 		case <-ctx.Done():
 			return nil

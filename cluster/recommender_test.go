@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,11 +40,18 @@ func recommendingPolicy(ns string) *v1alpha1.RightsizingPolicy {
 // of a container using 50m and 40Mi.
 func recommendedWeb(t *testing.T, before func(*signals.Stores, *corev1.Pod)) (client.Client, string) {
 	t.Helper()
+	c, ns, _ := recommendedWebLeader(t, before)
+	return c, ns
+}
+
+// recommendedWebLeader is recommendedWeb that also returns the leader.
+func recommendedWebLeader(t *testing.T, before func(*signals.Stores, *corev1.Pod)) (client.Client, string, *testLeader) {
+	t.Helper()
 	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
 	dep := web(t, c, ns, recommendingPolicy(ns))
 	sig := signals.New()
-	startLeader(t, ns, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
+	l := startLeader(t, ns, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
 	pod := adoptedPod(t, c, dep, "web-1")
 	if before != nil {
 		before(sig, pod)
@@ -53,7 +61,7 @@ func recommendedWeb(t *testing.T, before func(*signals.Stores, *corev1.Pod)) (cl
 		sig.Usage.Add(signals.UsageSample{PodUID: pod.UID, Container: "app", At: now.Add(time.Duration(i-3) * time.Second),
 			CPU: time.Duration(i) * 50 * time.Millisecond, WorkingSet: 40 << 20, Peak: 40 << 20})
 	}
-	return c, ns
+	return c, ns, l
 }
 
 // waitRecommended waits for the recommendation the recommender makes for
@@ -167,4 +175,29 @@ func TestRecommenderNeverLowersTheCPUOfAThrottledContainer(t *testing.T) {
 	assert.InDelta(t, 0.6, throttled.Observed, 1e-6, "the throttling ratio (kept as a float32)")
 	assert.Equal(t, 0.25, throttled.Threshold, "the policy's throttlingRatio")
 	assert.Less(t, throttled.Asked, int64(500), "what the estimator asked for")
+}
+
+// TestRecommenderForgetsAWorkloadThatIsGone checks that the history is
+// bounded by the workloads that exist: once the Deployment and its pod are
+// deleted, the recommender keeps nothing of them
+// (kerf_recommender_containers).
+func TestRecommenderForgetsAWorkloadThatIsGone(t *testing.T) {
+	c, ns, l := recommendedWebLeader(t, nil)
+	waitRecommended(t, c, ns)
+	tracked := func() float64 {
+		mfs, err := l.registry.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "kerf_recommender_containers" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return -1
+	}
+	assert.Equal(t, 1.0, tracked(), "the one container of web")
+	ctx := context.Background()
+	require.NoError(t, c.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}))
+	require.NoError(t, c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-1"}}, client.GracePeriodSeconds(0)))
+	require.Eventually(t, func() bool { return tracked() == 0 }, 15*time.Second, 50*time.Millisecond,
+		"the recommender still keeps the history of a deleted workload")
 }
