@@ -357,12 +357,16 @@ func (r *recommender) ingest(pod *corev1.Pod, c corev1.Container, st *recommend.
 		st.RecordOOM(r.base, peak, now)
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
-		if t := cs.LastTerminationState.Terminated; cs.Name == c.Name && t != nil && t.Reason == "OOMKilled" && t.FinishedAt.After(in.oomFrom) {
+		if t := cs.LastTerminationState.Terminated; cs.Name == c.Name && t != nil && t.Reason == oomKilledReason && t.FinishedAt.After(in.oomFrom) {
 			st.RecordOOM(r.base, peak, t.FinishedAt.Time)
 		}
 	}
 	in.oomFrom = now
 }
+
+// oomKilledReason is the reason the kubelet gives a container's
+// termination by the OOM killer.
+const oomKilledReason = "OOMKilled"
 
 // throttling feeds each tracked workload's CFS throttling ratio since its
 // previous read (for a workload tracked anew, over the span the kernel

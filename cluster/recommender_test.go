@@ -201,3 +201,20 @@ func TestRecommenderForgetsAWorkloadThatIsGone(t *testing.T) {
 	require.Eventually(t, func() bool { return tracked() == 0 }, 15*time.Second, 50*time.Millisecond,
 		"the recommender still keeps the history of a deleted workload")
 }
+
+// TestRecommenderTakesOOMKillsFromThePodStatus checks that an OOM kill the
+// kubelet reports (lastState.terminated.reason OOMKilled), with nothing in
+// the kernel store, latches memory the same way.
+func TestRecommenderTakesOOMKillsFromThePodStatus(t *testing.T) {
+	c, ns := recommendedWeb(t, func(_ *signals.Stores, pod *corev1.Pod) {
+		oomKilled(t, controlplane.Get(t).Client, pod, "OOMKilled")
+	})
+	rsr, basis := waitRecommended(t, c, ns)
+	got := rsr.Spec.Containers[0]
+	assert.GreaterOrEqual(t, got.Requests.Memory.Value(), int64(356<<20), "memory request %s after an OOM kill", got.Requests.Memory)
+	var reasons []recommend.Reason
+	for _, f := range basis.Containers[0].Refusals {
+		reasons = append(reasons, f.Reason)
+	}
+	assert.Contains(t, reasons, recommend.ReasonOOMKill)
+}
