@@ -104,9 +104,15 @@ type trackedInstance struct {
 	cursor  time.Time
 	cpuAt   time.Time
 	cpu     time.Duration
-	peak    recommend.PeakWindow
-	oomFrom time.Time
-	seen    uint64
+	peak recommend.PeakWindow
+	// kills is the count of the kernel store's OOM kills of the container
+	// already recorded, and statusOOM the finish time of the pod status's
+	// last OOM termination recorded: counts and times the reports carry,
+	// so a kill that reaches the store or the cache after the pass that
+	// would have covered its time is still recorded, once.
+	kills     int
+	statusOOM time.Time
+	seen      uint64
 }
 
 // newRecommender returns the loop over the usage and kernel stores, with
@@ -353,15 +359,17 @@ func (r *recommender) ingest(pod *corev1.Pod, c corev1.Container, st *recommend.
 	if lim, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
 		peak = max(peak, float64(lim.Value()))
 	}
-	if n, _ := r.kernel.OOMKills(pod.UID, c.Name, in.oomFrom, now); n > 0 {
+	n, _ := r.kernel.OOMKills(pod.UID, c.Name, time.Time{}, now.Add(time.Hour))
+	if n > in.kills {
 		st.RecordOOM(r.base, peak, now)
 	}
+	in.kills = n // fewer once the store pruned old kills
 	for _, cs := range pod.Status.ContainerStatuses {
-		if t := cs.LastTerminationState.Terminated; cs.Name == c.Name && t != nil && t.Reason == oomKilledReason && t.FinishedAt.After(in.oomFrom) {
+		if t := cs.LastTerminationState.Terminated; cs.Name == c.Name && t != nil && t.Reason == oomKilledReason && t.FinishedAt.After(in.statusOOM) {
 			st.RecordOOM(r.base, peak, t.FinishedAt.Time)
+			in.statusOOM = t.FinishedAt.Time
 		}
 	}
-	in.oomFrom = now
 }
 
 // oomKilledReason is the reason the kubelet gives a container's
@@ -564,12 +572,10 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 		}
 		basis.Containers = append(basis.Containers, cb)
 	}
+	// Nothing new is made to ask for the current values; an existing one
+	// is brought to them (a latch that now holds a value at the manifest's
+	// must not leave a lower one asked for).
 	if len(containers) == 0 || (!changed && existing.Name == "") {
-		return nil
-	}
-	if existing.Name != "" && !changed {
-		// Back to the current values: the existing recommendation stays
-		// as it is, rather than asking to apply what already runs.
 		return nil
 	}
 	strategy := rw.resolved.Spec.Recommend.Strategy

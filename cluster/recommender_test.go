@@ -218,3 +218,35 @@ func TestRecommenderTakesOOMKillsFromThePodStatus(t *testing.T) {
 	}
 	assert.Contains(t, reasons, recommend.ReasonOOMKill)
 }
+
+// TestRecommenderRaisesItsRecommendationWhenTheContainerIsThrottled checks
+// the update path: a recommendation the recommender made is patched when a
+// latch starts to hold, here CPU back to the manifest's 500m once the
+// container is throttled, with the refusal recorded.
+func TestRecommenderRaisesItsRecommendationWhenTheContainerIsThrottled(t *testing.T) {
+	var sig *signals.Stores
+	var pod *corev1.Pod
+	c, ns := recommendedWeb(t, func(s *signals.Stores, p *corev1.Pod) { sig, pod = s, p })
+	first, _ := waitRecommended(t, c, ns)
+	require.Less(t, first.Spec.Containers[0].Requests.CPU.MilliValue(), int64(500))
+
+	started := time.Now().Add(-time.Minute)
+	sig.Kernel.AddSamples(healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: started, At: time.Now(), Periods: 100})
+	time.Sleep(500 * time.Millisecond)
+	sig.Kernel.AddSamples(healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: started, At: time.Now(), Periods: 200, Throttled: 60})
+
+	var got *v1alpha1.RightsizingRecommendation
+	require.Eventually(t, func() bool {
+		got = getRSR(t, c, ns, "web")
+		return got.Spec.Containers[0].Requests.CPU.MilliValue() == 500
+	}, 15*time.Second, 50*time.Millisecond, "the recommendation still lowers the CPU of a throttled container")
+	assert.Equal(t, v1alpha1.RecommendedByKerf, got.Labels[v1alpha1.RecommendedByLabel])
+	assert.Equal(t, first.Spec.Containers[0].Requests.Memory.Value(), got.Spec.Containers[0].Requests.Memory.Value(), "memory as before")
+	var basis recommendationBasis
+	require.NoError(t, json.Unmarshal([]byte(got.Annotations[v1alpha1.RecommendationBasisAnnotation]), &basis))
+	var reasons []recommend.Reason
+	for _, f := range basis.Containers[0].Refusals {
+		reasons = append(reasons, f.Reason)
+	}
+	assert.Contains(t, reasons, recommend.ReasonThrottled)
+}
