@@ -91,6 +91,10 @@ type Config struct {
 	// beside the reconciler. Its Namespace, Identity, Registerer, Now and
 	// Log default to the replica's. Nil forwards nothing.
 	Hub *forward.Config
+	// Recommender tunes the recommender loop the elected leader runs for
+	// the workloads whose policy enables spec.recommend
+	// (docs/recommender.md).
+	Recommender RecommenderConfig
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// AfterRecord and AfterBreach are passed to the reconciler (tests only).
@@ -255,6 +259,13 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 	if err := rec.SetupWithManager(mgr, sig); err != nil {
 		return nil, err
+	}
+	recommender, err := newRecommender(mgr.GetClient(), sig, cfg.Recommender, cfg.Now, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(recommender); err != nil {
+		return nil, fmt.Errorf("add the recommender: %w", err)
 	}
 	if err := warmInformers(mgr.GetCache()); err != nil {
 		return nil, err

@@ -224,7 +224,9 @@ func TestLeaderRBACAllowsWhatTheLeaderDoesAndNoMore(t *testing.T) {
 		{"watch", "rightsizingrecommendations.kerf.dev", "", true},
 		{"update", "rightsizingrecommendations.kerf.dev:status", "default", true},
 		{"update", "rightsizingrecommendations.kerf.dev", "default", false}, // status only
-		{"patch", "rightsizingrecommendations.kerf.dev", "default", true},   // the hub forwarder's finalizer
+		{"patch", "rightsizingrecommendations.kerf.dev", "default", true},   // the hub forwarder's finalizer, the recommender
+		{"create", "rightsizingrecommendations.kerf.dev", "default", true},  // the recommender
+		{"delete", "rightsizingrecommendations.kerf.dev", "default", false},
 		{"list", "clusterrightsizingpolicies.kerf.dev", "", true},
 		{"list", "rightsizingpolicies.kerf.dev", "", true},
 		{"watch", "pods", "", true},

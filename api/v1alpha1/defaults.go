@@ -23,6 +23,18 @@ const (
 	DefaultTimeZone                 = "UTC"
 )
 
+// The recommender's defaults (docs/recommender.md), for a spec.recommend
+// that is present; the CRD schema carries the same values.
+const (
+	DefaultRecommendStrategy                  = StrategyInPlace
+	DefaultRecommendInterval                  = 5 * time.Minute
+	DefaultRecommendMinHistory                = 24 * time.Hour
+	DefaultRecommendMinChangePercent    int32 = 10
+	DefaultRecommendCPUPercentile       int32 = 90
+	DefaultRecommendMemoryPercentile    int32 = 90
+	DefaultRecommendSafetyMarginPercent int32 = 15
+)
+
 // SetDefaults fills the fields left empty with the same defaults the
 // apiserver applies, for a spec that did not come through it (a test, a
 // spec built in code).
@@ -62,6 +74,35 @@ func (s *PolicySpec) SetDefaults() {
 	}
 	if r.Backoff.MaxAttempts == 0 {
 		r.Backoff.MaxAttempts = DefaultMaxAttempts
+	}
+	if s.Recommend != nil {
+		s.Recommend.SetDefaults()
+	}
+}
+
+// SetDefaults fills the fields of spec.recommend left empty with the
+// defaults the apiserver applies.
+func (r *RecommendSpec) SetDefaults() {
+	if r.Strategy == "" {
+		r.Strategy = DefaultRecommendStrategy
+	}
+	if r.Interval == nil {
+		r.Interval = &metav1.Duration{Duration: DefaultRecommendInterval}
+	}
+	if r.MinHistory == nil {
+		r.MinHistory = &metav1.Duration{Duration: DefaultRecommendMinHistory}
+	}
+	if r.MinChangePercent == nil {
+		r.MinChangePercent = ptrTo(DefaultRecommendMinChangePercent)
+	}
+	if r.CPUPercentile == nil {
+		r.CPUPercentile = ptrTo(DefaultRecommendCPUPercentile)
+	}
+	if r.MemoryPercentile == nil {
+		r.MemoryPercentile = ptrTo(DefaultRecommendMemoryPercentile)
+	}
+	if r.SafetyMarginPercent == nil {
+		r.SafetyMarginPercent = ptrTo(DefaultRecommendSafetyMarginPercent)
 	}
 }
 

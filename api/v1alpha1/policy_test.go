@@ -129,6 +129,31 @@ func TestSetDefaultsMatchesTheAPIServer(t *testing.T) {
 	assert.Equal(t, defaultedRollback(), local.Guardrails.Rollback)
 }
 
+// TestRecommendDefaultsAreApplied checks that an empty spec.recommend gets
+// every default of docs/recommender.md from the apiserver, the same as
+// SetDefaults gives, and that the recommender stays off.
+func TestRecommendDefaultsAreApplied(t *testing.T) {
+	ctx := context.Background()
+	obj := fromYAML(t, "RightsizingPolicy", controlplane.UniqueName("recdefaults"), `recommend: {}`)
+	require.NoError(t, create(t, obj))
+	var got v1alpha1.RightsizingPolicy
+	require.NoError(t, controlplane.Get(t).Client.Get(ctx, client.ObjectKeyFromObject(obj), &got))
+	want := v1alpha1.RecommendSpec{
+		Strategy:            v1alpha1.StrategyInPlace,
+		Interval:            &metav1.Duration{Duration: 5 * time.Minute},
+		MinHistory:          &metav1.Duration{Duration: 24 * time.Hour},
+		MinChangePercent:    ptr.To[int32](10),
+		CPUPercentile:       ptr.To[int32](90),
+		MemoryPercentile:    ptr.To[int32](90),
+		SafetyMarginPercent: ptr.To[int32](15),
+	}
+	require.NotNil(t, got.Spec.Recommend)
+	assert.Equal(t, want, *got.Spec.Recommend)
+	var local v1alpha1.RecommendSpec
+	local.SetDefaults()
+	assert.Equal(t, want, local)
+}
+
 // TestAdmissionRefusesBadPolicies sends policies with one bad field each and
 // checks that the apiserver refuses them with a message naming the field.
 func TestAdmissionRefusesBadPolicies(t *testing.T) {
@@ -179,6 +204,15 @@ func TestAdmissionRefusesBadPolicies(t *testing.T) {
 		{"freeze window time zone unknown", "", `guardrails: {freezeWindows: [{schedule: "0 9 * * *", duration: 1h, timeZone: Mars/Olympus_Mons}]}`, "spec.guardrails.freezeWindows[0].timeZone", "unknown time zone Mars/Olympus_Mons"},
 		{"freeze window time zone Local", "", `guardrails: {freezeWindows: [{schedule: "0 9 * * *", duration: 1h, timeZone: Local}]}`, "spec.guardrails.freezeWindows[0].timeZone", "IANA time zone"},
 		{"namespace selector on a namespaced policy", "", `selector: {namespaceSelector: {matchLabels: {team: a}}}`, "spec.selector.namespaceSelector", "selects only in its own namespace"},
+		{"recommend interval zero", "", `recommend: {enabled: true, interval: 0s}`, "spec.recommend.interval", "duration of at least 1s"},
+		{"recommend interval without unit", "", `recommend: {interval: "300"}`, "spec.recommend.interval", "duration of at least 1s"},
+		{"recommend min history negative", "", `recommend: {minHistory: -1h}`, "spec.recommend.minHistory", "duration such as 24h"},
+		{"recommend min change 100", "", `recommend: {minChangePercent: 100}`, "spec.recommend.minChangePercent", "less than or equal to 99"},
+		{"recommend cpu percentile 100", "", `recommend: {cpuPercentile: 100}`, "spec.recommend.cpuPercentile", "less than or equal to 99"},
+		{"recommend memory percentile zero", "", `recommend: {memoryPercentile: 0}`, "spec.recommend.memoryPercentile", "greater than or equal to 1"},
+		{"recommend negative safety margin", "", `recommend: {safetyMarginPercent: -5}`, "spec.recommend.safetyMarginPercent", "greater than or equal to 0"},
+		{"recommend unknown strategy", "", `recommend: {strategy: Sometime}`, "spec.recommend.strategy", `supported values: "InPlace", "Rollout", "Deferred"`},
+		{"cluster policy with bad recommend interval", "ClusterRightsizingPolicy", `recommend: {interval: 500ms}`, "spec.recommend.interval", "duration of at least 1s"},
 		{"cluster policy with bad ratio", "ClusterRightsizingPolicy", `guardrails: {rollback: {throttlingRatio: "2"}}`, rb + "throttlingRatio", "decimal string in (0, 1]"},
 		{"cluster policy with negative oom kills", "ClusterRightsizingPolicy", `guardrails: {rollback: {oomKills: -1}}`, rb + "oomKills", "greater than or equal to 0"},
 	} {
@@ -218,6 +252,8 @@ func TestAdmissionAcceptsGoodPolicyValues(t *testing.T) {
 		{"cron with ranges, steps and names", "", `guardrails: {freezeWindows: [{schedule: "*/15 9-17 1,15 JAN-DEC MON-FRI", duration: 45m, timeZone: America/Argentina/Buenos_Aires}]}`},
 		{"time zone with offset name", "", `guardrails: {freezeWindows: [{schedule: "0 0 * * 0", duration: 1h, timeZone: Etc/GMT+5}]}`},
 		{"all workload kinds", "", `selector: {kinds: [Deployment, StatefulSet, DaemonSet], workloadSelector: {matchLabels: {app: web}}}`},
+		{"recommend with short history", "", `recommend: {enabled: true, strategy: Rollout, interval: 1s, minHistory: 1s, minChangePercent: 0, cpuPercentile: 99, memoryPercentile: 1, safetyMarginPercent: 0}`},
+		{"recommend zero history", "", `recommend: {minHistory: "0"}`},
 		{"namespace selector on a cluster policy", "ClusterRightsizingPolicy", `selector: {namespaceSelector: {matchExpressions: [{key: team, operator: In, values: [a, b]}]}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -94,6 +94,73 @@ type PolicySpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Guardrails Guardrails `json:"guardrails,omitempty"`
+	// Recommend turns on Kerf's own recommender for the workloads the
+	// policy governs (docs/recommender.md): it writes their
+	// RightsizingRecommendations from the usage the agents read, never
+	// lowering a throttled or OOM-killed resource. Omitted, nothing is
+	// recommended. It is not part of the policy's fingerprint, which
+	// identifies the guardrails.
+	// +optional
+	Recommend *RecommendSpec `json:"recommend,omitempty"`
+}
+
+// RecommendSpec configures the recommender for a policy's workloads; every
+// field has a default, and the ones that map to the recommender's
+// parameters are named after them (docs/recommender.md).
+type RecommendSpec struct {
+	// Enabled turns the recommender on for the policy's workloads.
+	// +kubebuilder:default=false
+	// +optional
+	Enabled bool `json:"enabled"`
+	// Strategy is the strategy of the recommendations it writes: InPlace,
+	// Rollout or Deferred.
+	// +kubebuilder:default=InPlace
+	// +optional
+	Strategy Strategy `json:"strategy,omitempty"`
+	// Interval is how often a workload's recommendation is made again.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$') && duration(self) >= duration('1s')`,message="must be a duration of at least 1s such as 5m (units ns, us, ms, s, m, h)"
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+	// MinHistory is how long a workload's usage history must be before
+	// anything is recommended for it.
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^(0|([0-9]+([.][0-9]+)?(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) >= duration('0s')`,message="must be a duration such as 24h or 0 (units ns, us, ms, s, m, h)"
+	// +optional
+	MinHistory *metav1.Duration `json:"minHistory,omitempty"`
+	// MinChangePercent is the smallest change of a request, in percent of
+	// the current value, that is recommended; smaller changes keep the
+	// current values.
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=99
+	// +optional
+	MinChangePercent *int32 `json:"minChangePercent,omitempty"`
+	// CPUPercentile is the CPU usage percentile the CPU target starts
+	// from (the recommender's CPUPercentile, VPA's 90).
+	// +kubebuilder:default=90
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=99
+	// +optional
+	CPUPercentile *int32 `json:"cpuPercentile,omitempty"`
+	// MemoryPercentile is the memory peak percentile the memory target
+	// starts from (the recommender's MemoryPercentile, VPA's 90).
+	// +kubebuilder:default=90
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=99
+	// +optional
+	MemoryPercentile *int32 `json:"memoryPercentile,omitempty"`
+	// SafetyMarginPercent is added to every percentile, in percent (the
+	// recommender's SafetyMargin, VPA's 15).
+	// +kubebuilder:default=15
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	SafetyMarginPercent *int32 `json:"safetyMarginPercent,omitempty"`
 }
 
 // PolicySelector picks workloads. Every part that is set must match; a part

@@ -689,3 +689,19 @@ type ContainerValueChange struct {
 	// +optional
 	New Resources `json:"new,omitempty"`
 }
+
+// The marks of a recommendation Kerf's recommender made (docs/recommender.md).
+const (
+	// RecommendedByLabel is the label the recommender puts on the
+	// recommendations it makes, with value RecommendedByKerf. It updates
+	// only recommendations that carry it, so it never overwrites one a
+	// person or another tool wrote.
+	RecommendedByLabel = "kerf.dev/recommended-by"
+	// RecommendedByKerf is RecommendedByLabel's value.
+	RecommendedByKerf = "kerf"
+	// RecommendationBasisAnnotation carries, as JSON, the figures the
+	// recommender made the values from (percentiles, samples, history,
+	// confidence, per container) and the values it refused to recommend
+	// with why (the latches and guards that held).
+	RecommendationBasisAnnotation = "kerf.dev/recommendation-basis"
+)

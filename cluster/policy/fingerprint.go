@@ -25,6 +25,9 @@ import (
 func Fingerprint(spec v1alpha1.PolicySpec) string {
 	s := spec.DeepCopy()
 	s.SetDefaults()
+	// The recommender's settings say what is recommended, not how a
+	// change is guarded: changing them reopens no rollback state.
+	s.Recommend = nil
 	s.Selector.NamespaceSelector = canonicalSelector(s.Selector.NamespaceSelector)
 	s.Selector.WorkloadSelector = canonicalSelector(s.Selector.WorkloadSelector)
 	slices.Sort(s.Selector.Kinds)
