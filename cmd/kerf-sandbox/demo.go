@@ -164,8 +164,11 @@ func runDemo(args []string) int {
   curl -s %s/v1/audit?type=rolled_back        # the audit API (the elected leader)
   curl -s %s/metrics | grep kerf_actions_total
 
+  Activity, the web page of the rollbacks above (open it in a browser on this machine):
+  %s/ui/activity?namespace=%s
+
 The cluster stays up until Ctrl-C.
-`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, describe, demoNamespace, leaderURL, leaderURL)
+`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, describe, demoNamespace, leaderURL, leaderURL, leaderURL, demoNamespace)
 	if ctx.Err() == nil {
 		<-ctx.Done()
 	}
