@@ -10,6 +10,7 @@ import (
 
 	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	"github.com/kerf-dev/kerf/hub/store"
+	"github.com/kerf-dev/kerf/internal/httpjson"
 )
 
 // authenticate reads the bearer token and looks it up. It writes the 401
@@ -37,7 +38,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (store.Tok
 
 func unauthorized(w http.ResponseWriter, msg string) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="kerf-hub"`)
-	writeJSON(w, http.StatusUnauthorized, auditv1.Error{Error: msg})
+	httpjson.Write(w, http.StatusUnauthorized, auditv1.Error{Error: msg})
 }
 
 // writer lets through a cluster token writing its own cluster's route.
@@ -50,9 +51,9 @@ func (s *Server) writer(next http.HandlerFunc) http.Handler {
 		cluster := r.PathValue("cluster")
 		switch {
 		case t.Kind != store.ClusterToken:
-			writeJSON(w, http.StatusForbidden, auditv1.Error{Error: "a read token cannot write; use the cluster's token"})
+			httpjson.Write(w, http.StatusForbidden, auditv1.Error{Error: "a read token cannot write; use the cluster's token"})
 		case t.Cluster != cluster:
-			writeJSON(w, http.StatusForbidden, auditv1.Error{Error: fmt.Sprintf("the token is cluster %q's: it writes only /v1/clusters/%s/actions", t.Cluster, t.Cluster), Parameter: "cluster"})
+			httpjson.Write(w, http.StatusForbidden, auditv1.Error{Error: fmt.Sprintf("the token is cluster %q's: it writes only /v1/clusters/%s/actions", t.Cluster, t.Cluster), Parameter: "cluster"})
 		default:
 			next(w, r)
 		}
@@ -67,7 +68,7 @@ func (s *Server) reader(next http.HandlerFunc) http.Handler {
 			return
 		}
 		if t.Kind != store.ReaderToken {
-			writeJSON(w, http.StatusForbidden, auditv1.Error{Error: "a cluster token only writes; reading needs a read token (kerf-hub tokens add-reader)"})
+			httpjson.Write(w, http.StatusForbidden, auditv1.Error{Error: "a cluster token only writes; reading needs a read token (kerf-hub tokens add-reader)"})
 			return
 		}
 		next(w, r)

@@ -7,9 +7,7 @@
 package hub
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +21,7 @@ import (
 	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	hubv1 "github.com/kerf-dev/kerf/api/hub/v1"
 	"github.com/kerf-dev/kerf/hub/store"
+	"github.com/kerf-dev/kerf/internal/httpjson"
 )
 
 // Server serves the hub's HTTP API over a store.
@@ -71,7 +70,7 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc(p, methodNotAllowed("GET, HEAD"))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, auditv1.Error{Error: fmt.Sprintf("no route %s %s (docs/hub.md lists the API)", r.Method, r.URL.Path)})
+		httpjson.Write(w, http.StatusNotFound, auditv1.Error{Error: fmt.Sprintf("no route %s %s (docs/hub.md lists the API)", r.Method, r.URL.Path)})
 	})
 	return mux
 }
@@ -79,7 +78,7 @@ func (s *Server) Handler() http.Handler {
 func methodNotAllowed(allow string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
-		writeJSON(w, http.StatusMethodNotAllowed, auditv1.Error{Error: fmt.Sprintf("method %s: must be %s", r.Method, strings.ReplaceAll(allow, ", ", " or "))})
+		httpjson.Write(w, http.StatusMethodNotAllowed, auditv1.Error{Error: fmt.Sprintf("method %s: must be %s", r.Method, strings.ReplaceAll(allow, ", ", " or "))})
 	}
 }
 
@@ -88,10 +87,10 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := s.Store.Ping(ctx); err != nil {
 		s.log().Error("health check failed", "err", err)
-		writeJSON(w, http.StatusServiceUnavailable, auditv1.Error{Error: "database unavailable"})
+		httpjson.Write(w, http.StatusServiceUnavailable, auditv1.Error{Error: "database unavailable"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *Server) log() *slog.Logger {
@@ -122,25 +121,7 @@ func (s *Server) failed(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	s.log().Error("hub request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	writeJSON(w, http.StatusInternalServerError, auditv1.Error{Error: "internal error; the hub logged it"})
-}
-
-// writeJSON writes v with status; HTML characters are left as they are, as
-// the leader's audit API does.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		status = http.StatusInternalServerError
-		buf.Reset()
-		_ = enc.Encode(auditv1.Error{Error: "encode answer: " + err.Error()})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	httpjson.Write(w, http.StatusInternalServerError, auditv1.Error{Error: "internal error; the hub logged it"})
 }
 
 // slogPrinter lets promhttp log through slog.

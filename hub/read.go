@@ -20,6 +20,7 @@ import (
 	hubv1 "github.com/kerf-dev/kerf/api/hub/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/hub/store"
+	"github.com/kerf-dev/kerf/internal/httpjson"
 )
 
 // Limits of one page of the read API, the leader's (cluster/audit).
@@ -50,7 +51,7 @@ func writeParamError(w http.ResponseWriter, err error) {
 	if pe, ok := errors.AsType[*paramError](err); ok {
 		body.Parameter = pe.param
 	}
-	writeJSON(w, http.StatusBadRequest, body)
+	httpjson.Write(w, http.StatusBadRequest, body)
 }
 
 // query is a parsed query string whose parameters are each given at most
@@ -187,7 +188,7 @@ func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
 		s.failed(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, hubv1.AuditPage{Items: items, Continue: actionContinue(next)})
+	httpjson.Write(w, http.StatusOK, hubv1.AuditPage{Items: items, Continue: actionContinue(next)})
 }
 
 func (s *Server) parseAudit(raw string) (store.ActionQuery, error) {
@@ -290,7 +291,7 @@ func (s *Server) serveWorkloads(w http.ResponseWriter, r *http.Request) {
 	if next != nil {
 		page.Continue = encodeCursor(workloadCursor{V: cursorVersion, Cluster: next.Cluster, Namespace: next.Namespace, Kind: next.Kind, Name: next.Name})
 	}
-	writeJSON(w, http.StatusOK, page)
+	httpjson.Write(w, http.StatusOK, page)
 }
 
 func cmpErr(a, b error) error {
@@ -320,7 +321,7 @@ func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	wl, err := s.Store.Workload(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		writeJSON(w, http.StatusNotFound, auditv1.Error{Error: fmt.Sprintf("no workload has id %q; ids are in GET /v1/workloads and in each action's workloadId", id), Parameter: "id"})
+		httpjson.Write(w, http.StatusNotFound, auditv1.Error{Error: fmt.Sprintf("no workload has id %q; ids are in GET /v1/workloads and in each action's workloadId", id), Parameter: "id"})
 		return
 	}
 	if err != nil {
@@ -332,7 +333,7 @@ func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
 		s.failed(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, hubv1.WorkloadHistory{Workload: wl, Items: items, Continue: actionContinue(next)})
+	httpjson.Write(w, http.StatusOK, hubv1.WorkloadHistory{Workload: wl, Items: items, Continue: actionContinue(next)})
 }
 
 // serveClusters answers GET /v1/clusters.
@@ -348,5 +349,5 @@ func (s *Server) serveClusters(w http.ResponseWriter, r *http.Request) {
 		s.failed(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, hubv1.ClusterList{Items: cs})
+	httpjson.Write(w, http.StatusOK, hubv1.ClusterList{Items: cs})
 }

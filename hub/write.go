@@ -19,6 +19,7 @@ import (
 	hubv1 "github.com/kerf-dev/kerf/api/hub/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/hub/store"
+	"github.com/kerf-dev/kerf/internal/httpjson"
 )
 
 // fieldError is bad input in one field of a request body.
@@ -64,12 +65,12 @@ func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := s.Store.Ingest(ctx, cluster, b)
 	if ke, ok := errors.AsType[*store.KeyConflictError](err); ok {
-		writeJSON(w, http.StatusConflict, auditv1.Error{Error: ke.Error(), Field: fmt.Sprintf("actions[%d].key", ke.Index)})
+		httpjson.Write(w, http.StatusConflict, auditv1.Error{Error: ke.Error(), Field: fmt.Sprintf("actions[%d].key", ke.Index)})
 		return
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		// The token authenticated but the cluster went (deleted meanwhile).
-		writeJSON(w, http.StatusForbidden, auditv1.Error{Error: fmt.Sprintf("cluster %q is not registered", cluster)})
+		httpjson.Write(w, http.StatusForbidden, auditv1.Error{Error: fmt.Sprintf("cluster %q is not registered", cluster)})
 		return
 	}
 	if err != nil {
@@ -77,7 +78,7 @@ func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log().Debug("stored batch", "cluster", cluster, "stored", res.Stored, "duplicates", res.Duplicates)
-	writeJSON(w, http.StatusOK, res)
+	httpjson.Write(w, http.StatusOK, res)
 }
 
 // decodeBatch reads the body: JSON, at most MaxBodyBytes, no unknown
@@ -125,7 +126,7 @@ func writeBodyError(w http.ResponseWriter, status int, err error) {
 	if fe, ok := errors.AsType[*fieldError](err); ok {
 		body.Field = fe.field
 	}
-	writeJSON(w, status, body)
+	httpjson.Write(w, status, body)
 }
 
 // validateBatch checks every value of a batch; the first fault is the

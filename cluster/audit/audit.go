@@ -5,9 +5,7 @@
 package audit
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +21,7 @@ import (
 
 	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/internal/httpjson"
 )
 
 // Handler serves the audit API from RightsizingRecommendation status.
@@ -56,7 +55,7 @@ func (h *Handler) Register(mux *http.ServeMux) {
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", "GET, HEAD")
-	writeJSON(w, http.StatusMethodNotAllowed, auditv1.Error{Error: fmt.Sprintf("method %s: must be GET or HEAD", r.Method)})
+	httpjson.Write(w, http.StatusMethodNotAllowed, auditv1.Error{Error: fmt.Sprintf("method %s: must be GET or HEAD", r.Method)})
 }
 
 func (h *Handler) serveAudit(w http.ResponseWriter, r *http.Request) {
@@ -74,7 +73,7 @@ func (h *Handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 		h.readFailed(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, page)
+	httpjson.Write(w, http.StatusOK, page)
 }
 
 // Audit returns the page of actions that query selects, newest first: the
@@ -138,7 +137,7 @@ func (h *Handler) serveWorkloadHistory(w http.ResponseWriter, r *http.Request) {
 		refs = appendRefs(refs, rsr, nil)
 	}
 	if len(out.Recommendations) == 0 {
-		writeJSON(w, http.StatusNotFound, auditv1.Error{Error: fmt.Sprintf("no RightsizingRecommendation targets %s %s/%s", wl.Kind, ns, wl.Name)})
+		httpjson.Write(w, http.StatusNotFound, auditv1.Error{Error: fmt.Sprintf("no RightsizingRecommendation targets %s %s/%s", wl.Kind, ns, wl.Name)})
 		return
 	}
 	slices.SortFunc(out.Recommendations, func(a, b auditv1.RecommendationStatus) int { return strings.Compare(a.Name, b.Name) })
@@ -146,7 +145,7 @@ func (h *Handler) serveWorkloadHistory(w http.ResponseWriter, r *http.Request) {
 	for _, rf := range refs {
 		out.Items = append(out.Items, rf.entry())
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // list reads every recommendation the reader holds. It lists all namespaces
@@ -172,7 +171,7 @@ func (h *Handler) readFailed(w http.ResponseWriter, err error) {
 		status = http.StatusServiceUnavailable
 		w.Header().Set("Retry-After", "5")
 	}
-	writeJSON(w, status, auditv1.Error{Error: err.Error()})
+	httpjson.Write(w, status, auditv1.Error{Error: err.Error()})
 }
 
 func (h *Handler) now() time.Time {
@@ -198,29 +197,12 @@ func statusOf(rsr *v1alpha1.RightsizingRecommendation) auditv1.RecommendationSta
 	return s
 }
 
-// writeJSON writes v with status; HTML characters are left as they are
-// (the body is never HTML, and figures hold ≥ and <).
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		status = http.StatusInternalServerError
-		buf.Reset()
-		_ = enc.Encode(auditv1.Error{Error: "encode answer: " + err.Error()})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
-}
-
 func writeError(w http.ResponseWriter, status int, err error) {
 	body := auditv1.Error{Error: err.Error()}
 	if pe, ok := errors.AsType[*paramError](err); ok {
 		body.Parameter = pe.param
 	}
-	writeJSON(w, status, body)
+	httpjson.Write(w, status, body)
 }
 
 func nonNil[T any](s []T) []T {
