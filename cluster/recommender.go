@@ -101,10 +101,10 @@ type instanceKey struct {
 // is in the usage readings, its previous CPU counter (a rate needs two),
 // its memory peak window, and where it is in its OOM kills.
 type trackedInstance struct {
-	cursor  time.Time
-	cpuAt   time.Time
-	cpu     time.Duration
-	peak recommend.PeakWindow
+	cursor time.Time
+	cpuAt  time.Time
+	cpu    time.Duration
+	peak   recommend.PeakWindow
 	// kills is the count of the kernel store's OOM kills of the container
 	// already recorded, and statusOOM the finish time of the pod status's
 	// last OOM termination recorded: counts and times the reports carry,
