@@ -192,7 +192,7 @@ func statusOf(rsr *v1alpha1.RightsizingRecommendation) auditv1.RecommendationSta
 		s.HealthWatch = &auditv1.HealthWatch{Reason: c.Reason, Message: c.Message}
 	}
 	if c := rsr.Status.Change; c != nil {
-		s.Change = &auditv1.ChangeSummary{AppliedAt: c.AppliedAt, Strategy: c.Strategy, Resources: nonNil(c.Resources)}
+		s.Change = &auditv1.ChangeSummary{AppliedAt: c.AppliedAt, Strategy: c.Strategy, Resources: auditv1.NonNil(c.Resources)}
 	}
 	return s
 }
@@ -203,11 +203,4 @@ func writeError(w http.ResponseWriter, status int, err error) {
 		body.Parameter = pe.param
 	}
 	httpjson.Write(w, status, body)
-}
-
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
 }

@@ -118,18 +118,4 @@ func sortRefs(refs []ref) {
 }
 
 // entry builds the API's view of the action.
-func (r ref) entry() auditv1.Entry {
-	a := &r.rsr.Status.History[r.i]
-	return auditv1.Entry{
-		Time:           a.Time,
-		Type:           a.Type,
-		Reason:         a.Reason,
-		Message:        a.Message,
-		Resources:      nonNil(a.Resources),
-		Containers:     nonNil(a.Containers),
-		Figures:        nonNil(a.Figures),
-		Namespace:      r.rsr.Namespace,
-		Recommendation: r.rsr.Name,
-		Workload:       auditv1.Workload{Kind: r.rsr.Spec.TargetRef.Kind, Name: r.rsr.Spec.TargetRef.Name},
-	}
-}
+func (r ref) entry() auditv1.Entry { return auditv1.EntryOf(r.rsr, &r.rsr.Status.History[r.i]) }

@@ -340,7 +340,7 @@ func (f *Forwarder) undelivered(rsr *v1alpha1.RightsizingRecommendation) *pendin
 		if i == len(h)-1 {
 			phase = rsr.Status.Phase // the phase after the newest action
 		}
-		p.actions = append(p.actions, hubv1.Action{Key: Key(rsr.UID, seq), Seq: seq, Phase: phase, Entry: entry(rsr, &h[i])})
+		p.actions = append(p.actions, hubv1.Action{Key: Key(rsr.UID, seq), Seq: seq, Phase: phase, Entry: auditv1.EntryOf(rsr, &h[i])})
 	}
 	return p
 }
@@ -363,29 +363,6 @@ func SeqOf(history []v1alpha1.Action, i int) int64 {
 // duplicate.
 func Key(uid types.UID, seq int64) string {
 	return string(uid) + "/" + strconv.FormatInt(seq, 10)
-}
-
-// entry is the audit entry of one action (as cluster/audit builds it).
-func entry(rsr *v1alpha1.RightsizingRecommendation, a *v1alpha1.Action) auditv1.Entry {
-	return auditv1.Entry{
-		Time:           metav1.NewTime(a.Time.UTC()),
-		Type:           a.Type,
-		Reason:         a.Reason,
-		Message:        a.Message,
-		Resources:      nonNil(a.Resources),
-		Containers:     nonNil(a.Containers),
-		Figures:        nonNil(a.Figures),
-		Namespace:      rsr.Namespace,
-		Recommendation: rsr.Name,
-		Workload:       auditv1.Workload{Kind: rsr.Spec.TargetRef.Kind, Name: rsr.Spec.TargetRef.Name},
-	}
-}
-
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
 }
 
 // cut takes the batch: the oldest undelivered actions, at most BatchSize
