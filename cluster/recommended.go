@@ -1,0 +1,254 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/policy"
+	"github.com/kerf-dev/kerf/cluster/recommend"
+	"github.com/kerf-dev/kerf/cluster/workload"
+)
+
+// recommendationBasis is the JSON of RecommendationBasisAnnotation: what a
+// recommendation was made from.
+type recommendationBasis struct {
+	// MadeAt is when the values were computed.
+	MadeAt time.Time `json:"madeAt"`
+	// Policy is the policy whose spec.recommend the values follow.
+	Policy string `json:"policy"`
+	// CPUPercentile, MemoryPercentile and SafetyMargin are the estimators'
+	// parameters, as fractions.
+	CPUPercentile    float64 `json:"cpuPercentile"`
+	MemoryPercentile float64 `json:"memoryPercentile"`
+	SafetyMargin     float64 `json:"safetyMargin"`
+	// Containers are the figures per container.
+	Containers []containerBasis `json:"containers"`
+}
+
+// containerBasis is one container's figures.
+type containerBasis struct {
+	Name string `json:"name"`
+	// Samples, History and Confidence are the history's.
+	Samples    uint32  `json:"samples"`
+	History    string  `json:"history"`
+	Confidence float64 `json:"confidence"`
+	// TargetCPUMilli and TargetMemoryBytes are the estimate before the
+	// latches and guards.
+	TargetCPUMilli    int64 `json:"targetCPUMilli"`
+	TargetMemoryBytes int64 `json:"targetMemoryBytes"`
+	// Refusals are the values held back, with why.
+	Refusals []refusalBasis `json:"refusals,omitempty"`
+}
+
+// refusalBasis is one recommend.Refusal.
+type refusalBasis struct {
+	Resource  recommend.Resource `json:"resource"`
+	Field     recommend.Field    `json:"field"`
+	Reason    recommend.Reason   `json:"reason"`
+	Asked     int64              `json:"asked"`
+	Held      int64              `json:"held"`
+	Observed  float64            `json:"observed"`
+	Threshold float64            `json:"threshold"`
+	At        *metav1.Time       `json:"at,omitempty"`
+	Message   string             `json:"message"`
+}
+
+// recommendFor makes the workload's recommendation and creates or updates
+// its RightsizingRecommendation, when any container's values change.
+func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedWorkload, tw *trackedWorkload, now time.Time) error {
+	m, err := r.model(rw.resolved.Spec)
+	if err != nil {
+		return fmt.Errorf("recommender parameters of %s %s: %w", rw.resolved.Ref.Kind, rw.resolved.Ref.Name, err)
+	}
+	var existing v1alpha1.RightsizingRecommendation
+	err = r.client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &existing)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("read recommendation %s/%s: %w", ref.Namespace, ref.Name, err)
+	case existing.Labels[v1alpha1.RecommendedByLabel] != v1alpha1.RecommendedByKerf:
+		r.log.Debug("recommendation not made by the recommender left alone", "namespace", ref.Namespace, "name", ref.Name)
+		return nil
+	case !ref.Targets(ref.Namespace, existing.Spec.TargetRef):
+		r.log.Debug("recommendation for another workload left alone", "namespace", ref.Namespace, "name", ref.Name)
+		return nil
+	}
+	holds := holdsOf(&existing.Status, now)
+	p := m.Params()
+	basis := recommendationBasis{MadeAt: now.UTC().Truncate(time.Second), Policy: string(rw.resolved.Ref.Kind) + "/" + rw.resolved.Ref.Name,
+		CPUPercentile: p.CPUPercentile, MemoryPercentile: p.MemoryPercentile, SafetyMargin: p.SafetyMargin}
+	var containers []v1alpha1.ContainerResources
+	changed := false
+	tmpl := rw.w.Template.Spec.Containers
+	for _, c := range tmpl {
+		st := tw.containers[c.Name]
+		if st == nil {
+			continue
+		}
+		res := m.Recommend(st, recommend.Input{
+			Now: now, Request: resourcesOf(c.Resources.Requests), Limit: resourcesOf(c.Resources.Limits),
+			Containers: len(tmpl), Holds: holds,
+		})
+		if !res.Ready {
+			continue
+		}
+		changed = changed || res.Changed
+		containers = append(containers, v1alpha1.ContainerResources{Name: c.Name, Requests: valuesOf(res.Request), Limits: valuesOf(res.Limit)})
+		cb := containerBasis{Name: c.Name, Samples: res.Estimate.Samples, History: res.Estimate.History.Round(time.Second).String(),
+			Confidence: res.Estimate.Confidence, TargetCPUMilli: res.Estimate.Target.CPUMilli, TargetMemoryBytes: res.Estimate.Target.MemoryBytes}
+		for _, f := range res.Refusals {
+			rb := refusalBasis{Resource: f.Resource, Field: f.Field, Reason: f.Reason, Asked: f.Asked, Held: f.Held,
+				Observed: f.Observed, Threshold: f.Threshold, Message: f.String()}
+			if !f.At.IsZero() {
+				rb.At = &metav1.Time{Time: f.At}
+			}
+			cb.Refusals = append(cb.Refusals, rb)
+		}
+		basis.Containers = append(basis.Containers, cb)
+	}
+	// Nothing new is made to ask for the current values; an existing one
+	// is brought to them (a latch that now holds a value at the manifest's
+	// must not leave a lower one asked for).
+	if len(containers) == 0 || (!changed && existing.Name == "") {
+		return nil
+	}
+	strategy := rw.resolved.Spec.Recommend.Strategy
+	if strategy == "" {
+		strategy = v1alpha1.DefaultRecommendStrategy
+	}
+	spec := v1alpha1.RightsizingRecommendationSpec{
+		TargetRef:  v1alpha1.TargetRef{APIVersion: "apps/v1", Kind: ref.Kind, Name: ref.Name},
+		Strategy:   strategy,
+		Containers: containers,
+	}
+	if existing.Name != "" && sameSpec(existing.Spec, spec) && sameRefusals(existing.Annotations[v1alpha1.RecommendationBasisAnnotation], basis) {
+		return nil
+	}
+	raw, err := json.Marshal(basis)
+	if err != nil {
+		return fmt.Errorf("encode the recommendation's basis: %w", err)
+	}
+	if existing.Name == "" {
+		rsr := &v1alpha1.RightsizingRecommendation{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name,
+				Labels:      map[string]string{v1alpha1.RecommendedByLabel: v1alpha1.RecommendedByKerf},
+				Annotations: map[string]string{v1alpha1.RecommendationBasisAnnotation: string(raw)}},
+			Spec: spec,
+		}
+		if err := r.client.Create(ctx, rsr); err != nil {
+			return fmt.Errorf("create recommendation %s/%s: %w", ref.Namespace, ref.Name, err)
+		}
+		r.log.Info("recommendation made", "namespace", ref.Namespace, "name", ref.Name, "refusals", refusalCount(basis))
+		return nil
+	}
+	// A patch that fails when the object changed since it was read, so a
+	// recommendation someone took over in between is never overwritten.
+	from := client.MergeFromWithOptions(existing.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	existing.Spec.Strategy, existing.Spec.Containers = spec.Strategy, spec.Containers
+	if existing.Annotations == nil {
+		existing.Annotations = map[string]string{}
+	}
+	existing.Annotations[v1alpha1.RecommendationBasisAnnotation] = string(raw)
+	if err := r.client.Patch(ctx, &existing, from); err != nil {
+		return fmt.Errorf("update recommendation %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	r.log.Info("recommendation updated", "namespace", ref.Namespace, "name", ref.Name, "refusals", refusalCount(basis))
+	return nil
+}
+
+// holdsOf reads the cooldowns and failedPermanent of a recommendation's
+// status as the latches' holds.
+func holdsOf(st *v1alpha1.RightsizingRecommendationStatus, now time.Time) recommend.Holds {
+	var h recommend.Holds
+	for _, c := range st.Cooldowns {
+		if c.Until.After(now) {
+			switch c.Resource {
+			case v1alpha1.ResourceCPU:
+				h.CPUCooldown = true
+			case v1alpha1.ResourceMemory:
+				h.MemoryCooldown = true
+			}
+		}
+	}
+	if st.Rollback != nil && st.Rollback.State == v1alpha1.BackoffFailedPermanent {
+		resources := []v1alpha1.ResourceName{v1alpha1.ResourceCPU, v1alpha1.ResourceMemory}
+		if st.Change != nil && len(st.Change.Resources) > 0 {
+			resources = st.Change.Resources
+		}
+		h.CPUFailedPermanent = slices.Contains(resources, v1alpha1.ResourceCPU)
+		h.MemoryFailedPermanent = slices.Contains(resources, v1alpha1.ResourceMemory)
+	}
+	return h
+}
+
+// resourcesOf reads a resource list as millicores and bytes.
+func resourcesOf(l corev1.ResourceList) recommend.Resources {
+	var r recommend.Resources
+	if q, ok := l[corev1.ResourceCPU]; ok {
+		r.CPUMilli = q.MilliValue()
+	}
+	if q, ok := l[corev1.ResourceMemory]; ok {
+		r.MemoryBytes = q.Value()
+	}
+	return r
+}
+
+// valuesOf writes millicores and bytes as quantities, memory rounded up to
+// a whole mebibyte; nil when both are unset.
+func valuesOf(r recommend.Resources) *v1alpha1.ResourceValues {
+	var v v1alpha1.ResourceValues
+	if r.CPUMilli > 0 {
+		v.CPU = resource.NewMilliQuantity(r.CPUMilli, resource.DecimalSI)
+	}
+	if r.MemoryBytes > 0 {
+		mi := (r.MemoryBytes + recommend.Mi - 1) / recommend.Mi
+		v.Memory = resource.NewQuantity(mi*recommend.Mi, resource.BinarySI)
+	}
+	if v.CPU == nil && v.Memory == nil {
+		return nil
+	}
+	return &v
+}
+
+// sameSpec reports whether two specs ask for the same values.
+func sameSpec(a, b v1alpha1.RightsizingRecommendationSpec) bool {
+	return a.Strategy == b.Strategy && policy.ValueFingerprint(a.Containers) == policy.ValueFingerprint(b.Containers)
+}
+
+// sameRefusals reports whether the recorded basis held back the same
+// values for the same reasons as basis.
+func sameRefusals(recorded string, basis recommendationBasis) bool {
+	var old recommendationBasis
+	if json.Unmarshal([]byte(recorded), &old) != nil {
+		return false
+	}
+	key := func(b recommendationBasis) []string {
+		var out []string
+		for _, c := range b.Containers {
+			for _, f := range c.Refusals {
+				out = append(out, fmt.Sprintf("%s/%s/%s/%s/%d", c.Name, f.Resource, f.Field, f.Reason, f.Held))
+			}
+		}
+		return out
+	}
+	return slices.Equal(key(old), key(basis))
+}
+
+// refusalCount counts the refusals of a basis, for the log.
+func refusalCount(b recommendationBasis) int {
+	n := 0
+	for _, c := range b.Containers {
+		n += len(c.Refusals)
+	}
+	return n
+}
