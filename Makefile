@@ -87,7 +87,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 
-## demo: a real one-node cluster, Kerf installed from manifests/, four real rollbacks narrated; Ctrl-C tears it down
+## demo: a real one-node cluster, Kerf installed from manifests/, five real rollbacks narrated (the last after a recommender decrease); Ctrl-C tears it down
 demo: deps build
 	bin/kerf-sandbox demo
 

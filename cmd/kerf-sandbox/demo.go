@@ -28,7 +28,7 @@ func runDemo(args []string) int {
 	fs := flag.NewFlagSet("kerf-sandbox demo", flag.ContinueOnError)
 	stateDir := fs.String("state-dir", sandbox.DefaultStateDir, "directory for all of the sandbox's state (on a real disk, not overlayfs or tmpfs)")
 	keep := fs.Bool("keep", false, "leave the sandbox running on exit (kerf-sandbox down removes it)")
-	only := fs.String("scenario", "all", "which scenario to run: oom, throttling, restarts, deferred or all")
+	only := fs.String("scenario", "all", "which scenario to run: oom, throttling, restarts, deferred, recommender or all")
 	if code := parse(fs, args); code >= 0 {
 		return code
 	}
@@ -37,9 +37,9 @@ func runDemo(args []string) int {
 		return 2
 	}
 	switch *only {
-	case "all", "oom", "throttling", "restarts", "deferred":
+	case "all", "oom", "throttling", "restarts", "deferred", "recommender":
 	default:
-		fmt.Fprintf(os.Stderr, "--scenario %q: must be oom, throttling, restarts, deferred or all\n", *only)
+		fmt.Fprintf(os.Stderr, "--scenario %q: must be oom, throttling, restarts, deferred, recommender or all\n", *only)
 		return 2
 	}
 	root, err := kube.RepoRoot()
@@ -74,7 +74,7 @@ func runDemo(args []string) int {
 		return 1
 	}
 	defer unlock()
-	fmt.Println("Kerf demo: a real one-node cluster on this machine, Kerf installed from manifests/, four real rollbacks.")
+	fmt.Println("Kerf demo: a real one-node cluster on this machine, Kerf installed from manifests/, five real rollbacks.")
 	in, err := scenario.Install(ctx, scenario.InstallOptions{RepoRoot: root, StateDir: dir, Log: log, Say: say})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "\nthe demo could not set up: %v\n", err)
@@ -119,6 +119,9 @@ func runDemo(args []string) int {
 				o.Deferred = true
 				return e.OOM(ctx, o)
 			}},
+		{"recommender", "5. Kerf's own recommender: a decrease it makes, an OOM kill, and the memory it then refuses to lower (InPlace)",
+			"The workload asks for 500m and 1Gi and uses almost nothing. The recommender (30 s of history in this demo, 24 h by default) recommends less and Kerf applies it in place. The workload then allocates past its new limit: the kernel OOM-kills it, Kerf rolls the memory back, and the recommender from then on refuses to lower it.",
+			e.Recommender},
 	}
 	failed := false
 	describe := scenario.OOMWorkload.Name // the first recommendation that rolled back
@@ -160,6 +163,7 @@ func runDemo(args []string) int {
   alias kubectl=%s
   kubectl get rsr -A
   kubectl -n %s describe rsr %s
+  kubectl -n %s describe rsr %s   # the recommender's: its basis annotation says what it held back and why
   kubectl -n %s get events --field-selector type=Warning
   curl -s %s/v1/audit?type=rolled_back        # the audit API (the elected leader)
   curl -s %s/metrics | grep kerf_actions_total
@@ -168,7 +172,7 @@ func runDemo(args []string) int {
   %s/ui/activity?namespace=%s
 
 The cluster stays up until Ctrl-C.
-`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, describe, demoNamespace, leaderURL, leaderURL, leaderURL, demoNamespace)
+`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, describe, demoNamespace, scenario.RecommendWorkload.Name, demoNamespace, leaderURL, leaderURL, leaderURL, demoNamespace)
 	if ctx.Err() == nil {
 		<-ctx.Done()
 	}

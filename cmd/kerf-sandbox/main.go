@@ -14,7 +14,7 @@ func usage() {
 	fmt.Fprint(os.Stderr, `Usage: kerf-sandbox <command> [flags]
 
 Commands:
-  demo           up, install Kerf, run four real rollbacks, narrate them; down on Ctrl-C
+  demo           up, install Kerf, run five real rollbacks (the last made by the recommender), narrate them; down on Ctrl-C
   up             start a real one-node cluster (or reuse the healthy one running)
   down           stop it and remove every trace of it
   status         show each component, the node and the kubeconfig

@@ -268,3 +268,55 @@ func readCPUStat(t *testing.T, path string) map[string]int64 {
 	}
 	return out
 }
+
+// TestRecommenderShrinksThenRefusesToLowerAnOOMKilledMemory: Kerf's own
+// recommender lowers a workload that uses far less than it asks for, in
+// place; the workload then outgrows its new memory limit, is OOM-killed and
+// rolled back, and from then on the recommender holds its memory, saying
+// why in the recommendation.
+func TestRecommenderShrinksThenRefusesToLowerAnOOMKilledMemory(t *testing.T) {
+	t.Parallel()
+	in := cluster(t)
+	e := env(t, in)
+	r, err := e.Recommender(t.Context(), scenario.Options{})
+	require.NoError(t, err)
+
+	assert.Equal(t, v1alpha1.RecommendedByKerf, r.RSR.Labels[v1alpha1.RecommendedByLabel], "made by the recommender")
+	assert.EqualValues(t, 1<<30, r.Before.MemoryBytes, "memory.limit_in_bytes before the recommendation")
+	assert.Less(t, r.Applied.MemoryBytes, r.Before.MemoryBytes, "the recommendation lowered the memory limit in place")
+	assert.Less(t, r.Applied.CPUMillis(), r.Before.CPUMillis(), "and the CPU limit")
+	assert.EqualValues(t, 1<<30, r.Restored.MemoryBytes, "memory.limit_in_bytes after the rollback")
+
+	rb := scenario.History(r.RSR, v1alpha1.ActionRolledBack)
+	require.Len(t, rb, 1, "one rollback: %+v", r.RSR.Status.History)
+	assert.Equal(t, v1alpha1.HealthWatchOOMKills, rb[0].Reason)
+
+	refusals, err := scenario.Refusals(r.RSR)
+	require.NoError(t, err)
+	var memory []scenario.Refusal
+	for _, f := range refusals {
+		if f.Resource == "memory" && f.Reason == "OOMKill" {
+			memory = append(memory, f)
+		}
+	}
+	require.NotEmpty(t, memory, "the recommender says it held the memory back: %+v", refusals)
+	for _, f := range memory {
+		assert.Less(t, f.Asked, f.Held, "asked less than it holds: %+v", f)
+		assert.GreaterOrEqual(t, f.Held, r.Applied.MemoryBytes+100*scenario.Mi, "at least the peak at the kill + 100Mi: %+v", f)
+		assert.NotEmpty(t, f.Message)
+	}
+	if m := r.RSR.Spec.Containers[0].Limits; m != nil && m.Memory != nil {
+		assert.GreaterOrEqual(t, m.Memory.Value(), r.Before.MemoryBytes, "the recommendation in force does not lower the memory again")
+	}
+
+	// The audit API on the leader lists the rollback.
+	url, err := e.LeaderURL(t.Context())
+	require.NoError(t, err)
+	page, err := httpGet(t.Context(), fmt.Sprintf("%s/v1/workloads/%s/Deployment/%s/history", url, e.Namespace, r.RSR.Name))
+	require.NoError(t, err)
+	assert.Contains(t, page, "rolled_back")
+
+	var b strings.Builder
+	r.Timeline.Print(&b)
+	t.Logf("timeline:\n%s", b.String())
+}
