@@ -95,10 +95,14 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 		if st == nil {
 			continue
 		}
-		res := m.Recommend(st, recommend.Input{
+		in := recommend.Input{
 			Now: now, Request: resourcesOf(c.Resources.Requests), Limit: resourcesOf(c.Resources.Limits),
 			Containers: len(tmpl), Holds: holds,
-		})
+		}
+		if cp := rw.resolved.Spec.Recommend.ContainerPolicy(c.Name); cp != nil {
+			in.MinAllowed, in.MaxAllowed = boundOf(cp.MinAllowed), boundOf(cp.MaxAllowed)
+		}
+		res := m.Recommend(st, in)
 		if !res.Ready {
 			continue
 		}
@@ -199,6 +203,22 @@ func resourcesOf(l corev1.ResourceList) recommend.Resources {
 	}
 	if q, ok := l[corev1.ResourceMemory]; ok {
 		r.MemoryBytes = q.Value()
+	}
+	return r
+}
+
+// boundOf reads a minAllowed or maxAllowed as millicores and bytes; an
+// absent value is zero, no bound.
+func boundOf(v *v1alpha1.ResourceValues) recommend.Resources {
+	var r recommend.Resources
+	if v == nil {
+		return r
+	}
+	if v.CPU != nil {
+		r.CPUMilli = v.CPU.MilliValue()
+	}
+	if v.Memory != nil {
+		r.MemoryBytes = v.Memory.Value()
 	}
 	return r
 }
