@@ -1,16 +1,20 @@
 package cluster
 
 import (
+	"context"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/recommend"
 	"github.com/kerf-dev/kerf/cluster/signals"
@@ -107,4 +111,68 @@ func TestRecommenderLeavesLimitsWithoutKeepLimitProportion(t *testing.T) {
 	assert.Less(t, got.Requests.Memory.Value(), int64(256<<20), "memory request %s", got.Requests.Memory)
 	assert.Equal(t, int64(500), got.Limits.CPU.MilliValue(), "CPU limit %s as in the manifest", got.Limits.CPU)
 	assert.Equal(t, int64(256<<20), got.Limits.Memory.Value(), "memory limit %s as in the manifest", got.Limits.Memory)
+}
+
+// TestRecommenderRecordsARefusalOnceAsAnActionAndAnEvent checks that the
+// values an OOM kill holds back are recorded, with their figures, as one
+// refused action in status.history and one Normal Refused Event on the
+// recommendation (kubectl describe), and not again on later passes that
+// find the same refusals.
+func TestRecommenderRecordsARefusalOnceAsAnActionAndAnEvent(t *testing.T) {
+	c, ns, _ := recommendedWebUnder(t, func(*v1alpha1.RecommendSpec) {}, func(sig *signals.Stores, pod *corev1.Pod) {
+		sig.Kernel.AddOOMKill(pod.UID, "app", time.Now().Add(-time.Minute))
+	})
+	waitRecommended(t, c, ns)
+	var refused []v1alpha1.Action
+	require.Eventually(t, func() bool {
+		refused = historyOf(getRSR(t, c, ns, "web"), v1alpha1.ActionRefused)
+		return len(refused) > 0
+	}, 15*time.Second, 50*time.Millisecond, "no refused action recorded")
+	a := refused[0]
+	assert.Equal(t, string(recommend.ReasonOOMKill), a.Reason)
+	assert.Equal(t, []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, a.Resources)
+	assert.Contains(t, a.Message, "memory request of app (OOMKill)")
+	require.NotEmpty(t, a.Figures)
+	assert.Contains(t, a.Figures[0], "app: memory request held at")
+	var req *v1alpha1.Refusal
+	for i, f := range a.Refusals {
+		if f.Field == "request" {
+			req = &a.Refusals[i]
+		}
+	}
+	require.NotNil(t, req, "the memory request's refusal: %+v", a.Refusals)
+	assert.Equal(t, "app", req.Container)
+	assert.Equal(t, v1alpha1.ResourceMemory, req.Resource)
+	assert.Less(t, req.Asked, int64(256<<20), "what the estimator asked for")
+	assert.GreaterOrEqual(t, req.Held, int64(356<<20), "at least max(peak + 100Mi, peak × 1.2)")
+	assert.Equal(t, "268435456", req.Observed, "the peak at the kill: the 256Mi limit")
+	assert.Equal(t, strconv.FormatInt(req.Held, 10), req.Threshold, "the OOM floor")
+	assert.NotNil(t, req.At, "when the kill happened")
+	// The audit API and the hub forwarder build their entry with EntryOf.
+	entry := auditv1.EntryOf(getRSR(t, c, ns, "web"), &a)
+	assert.Equal(t, v1alpha1.ActionRefused, entry.Type)
+	assert.Equal(t, a.Refusals, entry.Refusals, "the figures reach the audit API and the hub")
+
+	// More passes: the recommender's (five a second, a recommendation a
+	// second) and the reconciler's, woken by changes to the recommendation.
+	for i := range 3 {
+		rsr := getRSR(t, c, ns, "web")
+		patch := client.MergeFrom(rsr.DeepCopy())
+		rsr.Labels["test/pass"] = strconv.Itoa(i)
+		require.NoError(t, c.Patch(context.Background(), rsr, patch))
+		time.Sleep(time.Second)
+	}
+	got := getRSR(t, c, ns, "web")
+	assert.Len(t, historyOf(got, v1alpha1.ActionRefused), 1, "one refused action for one set of refusals: %+v", got.Status.History)
+	assert.NotEmpty(t, got.Status.RecordedRefusals)
+	var evs []eventsv1.Event
+	for _, e := range eventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventRefused) {
+		if e.Regarding.Kind == "RightsizingRecommendation" {
+			evs = append(evs, e)
+		}
+	}
+	require.Len(t, evs, 1, "one Refused Event on the recommendation")
+	assert.Nil(t, evs[0].Series, "emitted once, not repeated")
+	assert.Contains(t, evs[0].Note, "memory request held at")
+	t.Log(evs[0].Note)
 }
