@@ -59,7 +59,12 @@ func (r *RecommendationReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if c == nil || err != nil {
 		return ctrl.Result{}, err
 	}
-	return c.reconcile(ctx)
+	res, err := c.reconcile(ctx)
+	if err == nil {
+		// After the pass's own work, so a refusal never delays a rollback.
+		err = c.recordRefusals(ctx)
+	}
+	return res, err
 }
 
 // reconcile decides what the recommendation needs next and does it.

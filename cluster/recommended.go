@@ -2,9 +2,13 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -95,10 +99,14 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 		if st == nil {
 			continue
 		}
-		res := m.Recommend(st, recommend.Input{
+		in := recommend.Input{
 			Now: now, Request: resourcesOf(c.Resources.Requests), Limit: resourcesOf(c.Resources.Limits),
 			Containers: len(tmpl), Holds: holds,
-		})
+		}
+		if cp := rw.resolved.Spec.Recommend.ContainerPolicy(c.Name); cp != nil {
+			in.MinAllowed, in.MaxAllowed = boundOf(cp.MinAllowed), boundOf(cp.MaxAllowed)
+		}
+		res := m.Recommend(st, in)
 		if !res.Ready {
 			continue
 		}
@@ -203,6 +211,22 @@ func resourcesOf(l corev1.ResourceList) recommend.Resources {
 	return r
 }
 
+// boundOf reads a minAllowed or maxAllowed as millicores and bytes; an
+// absent value is zero, no bound.
+func boundOf(v *v1alpha1.ResourceValues) recommend.Resources {
+	var r recommend.Resources
+	if v == nil {
+		return r
+	}
+	if v.CPU != nil {
+		r.CPUMilli = v.CPU.MilliValue()
+	}
+	if v.Memory != nil {
+		r.MemoryBytes = v.Memory.Value()
+	}
+	return r
+}
+
 // valuesOf writes millicores and bytes as quantities, memory rounded up to
 // a whole mebibyte; nil when both are unset.
 func valuesOf(r recommend.Resources) *v1alpha1.ResourceValues {
@@ -251,4 +275,60 @@ func refusalCount(b recommendationBasis) int {
 		n += len(c.Refusals)
 	}
 	return n
+}
+
+// maxRefusalsRecorded bounds the refusals of one refused action, as
+// status.history's schema does.
+const maxRefusalsRecorded = 16
+
+// heldBack reports whether a refusal kept a value from going down, the
+// refusals recorded as refused actions: the latches and upscale-only.
+// MinChange is a change too small to make, not a value held back, and
+// stays in the basis only.
+func heldBack(r recommend.Reason) bool { return r != recommend.ReasonMinChange }
+
+// basisRefusals reads the refusals a recommendation's basis annotation
+// holds back (heldBack), at most maxRefusalsRecorded, with their
+// messages, and their key: what identifies the set (container, resource,
+// field, reason and the value held), empty when there are none or the
+// annotation cannot be read.
+func basisRefusals(annotation string) (refusals []v1alpha1.Refusal, messages []string, key string) {
+	var b recommendationBasis
+	if annotation == "" || json.Unmarshal([]byte(annotation), &b) != nil {
+		return nil, nil, ""
+	}
+	h := sha256.New()
+	for _, c := range b.Containers {
+		for _, f := range c.Refusals {
+			if !heldBack(f.Reason) {
+				continue
+			}
+			fmt.Fprintf(h, "%s/%s/%s/%s/%d\n", c.Name, f.Resource, f.Field, f.Reason, f.Held)
+			if len(refusals) == maxRefusalsRecorded {
+				continue
+			}
+			refusals = append(refusals, v1alpha1.Refusal{
+				Container: c.Name, Resource: v1alpha1.ResourceName(f.Resource), Field: string(f.Field), Reason: string(f.Reason),
+				Asked: f.Asked, Held: f.Held, Observed: decimal(f.Observed), Threshold: decimal(f.Threshold), At: f.At,
+			})
+			messages = append(messages, c.Name+": "+f.Message)
+		}
+	}
+	if len(refusals) == 0 {
+		return nil, nil, ""
+	}
+	return refusals, messages, hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// decimal writes a refusal's figure as a decimal string: bytes and
+// millicores whole, a ratio (kept as a float32 by the state) to float32's
+// shortest digits; zero is no figure, the empty string.
+func decimal(v float64) string {
+	switch {
+	case v == 0:
+		return ""
+	case v == math.Trunc(v) && math.Abs(v) < 1<<53:
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'f', -1, 32)
 }

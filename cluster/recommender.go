@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -448,6 +449,9 @@ func (r *recommender) model(spec v1alpha1.PolicySpec) (*recommend.Model, error) 
 	p.CPUPercentile = float64(*rs.CPUPercentile) / 100
 	p.MemoryPercentile = float64(*rs.MemoryPercentile) / 100
 	p.SafetyMargin = float64(*rs.SafetyMarginPercent) / 100
+	p.UpscaleOnlyCPU = slices.Contains(rs.UpscaleOnly, v1alpha1.ResourceCPU)
+	p.UpscaleOnlyMemory = slices.Contains(rs.UpscaleOnly, v1alpha1.ResourceMemory)
+	p.KeepLimitProportion = *rs.KeepLimitProportion
 	ratio := spec.Guardrails.Rollback.ThrottlingRatio
 	if ratio == "" {
 		ratio = v1alpha1.DefaultThrottlingRatio

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
+	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -180,4 +183,67 @@ func (c *reconcileContext) annotate(ctx context.Context) error {
 		return err
 	}
 	return c.r.Client.Patch(ctx, w, client.RawPatch(types.MergePatchType, patch))
+}
+
+// recordRefusals records the values the recommender held back, as its
+// basis annotation says, once per distinct set: a refused action with the
+// figures, and a Normal Refused Event on the recommendation and its
+// workload. status.recordedRefusals keeps the set's key, so a pass that
+// finds the same set records nothing, and one that finds none clears it,
+// so the same refusals coming back later are recorded again. Only the
+// recommender's own recommendations carry a basis.
+func (c *reconcileContext) recordRefusals(ctx context.Context) error {
+	rsr := c.rsr
+	if rsr.Labels[v1alpha1.RecommendedByLabel] != v1alpha1.RecommendedByKerf {
+		return nil
+	}
+	refusals, messages, key := basisRefusals(rsr.Annotations[v1alpha1.RecommendationBasisAnnotation])
+	if key == rsr.Status.RecordedRefusals {
+		return nil
+	}
+	keep := func(st *v1alpha1.RightsizingRecommendationStatus) { st.RecordedRefusals = key }
+	if key == "" {
+		return c.record(ctx, outcome{doing: "record the end of the refusals of", status: keep})
+	}
+	var resources []v1alpha1.ResourceName
+	for _, f := range refusals {
+		if !slices.Contains(resources, f.Resource) {
+			resources = append(resources, f.Resource)
+		}
+	}
+	held := make([]string, len(refusals))
+	for i, f := range refusals {
+		held[i] = fmt.Sprintf("%s %s of %s (%s)", f.Resource, f.Field, f.Container, f.Reason)
+	}
+	// The action says what was held back; its figures, one per value,
+	// how much and why. The Event, whose note the apiserver bounds to
+	// 1 kB, says both.
+	msg := truncate("the recommender held back "+strings.Join(held, ", "), 4096)
+	figures := make([]string, len(messages))
+	for i, m := range messages {
+		figures[i] = truncate(m, 256)
+	}
+	note := truncate(msg+": "+strings.Join(messages, "; "), 1024)
+	return c.record(ctx, outcome{
+		doing:  "record the refusals of",
+		status: keep,
+		action: &v1alpha1.Action{Type: v1alpha1.ActionRefused, Reason: refusals[0].Reason, Message: msg,
+			Resources: resources, Figures: figures, Refusals: refusals},
+		events: []kubeEvent{
+			{typ: corev1.EventTypeNormal, reason: v1alpha1.EventRefused, action: v1alpha1.EventActionRecommend, note: note},
+			{typ: corev1.EventTypeNormal, reason: v1alpha1.EventRefused, action: v1alpha1.EventActionRecommend, note: note, onWorkload: true},
+		},
+	})
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -36,10 +36,7 @@ func badField(field, format string, args ...any) error {
 
 // The values the write protocol accepts, in the order messages list them.
 var (
-	actionTypes = []v1alpha1.ActionType{
-		v1alpha1.ActionApplied, v1alpha1.ActionRolledBack, v1alpha1.ActionFailed,
-		v1alpha1.ActionHealthy, v1alpha1.ActionBlocked,
-	}
+	actionTypes   = v1alpha1.ActionTypes
 	workloadKinds = []v1alpha1.WorkloadKind{v1alpha1.KindDeployment, v1alpha1.KindStatefulSet, v1alpha1.KindDaemonSet}
 	resourceNames = []v1alpha1.ResourceName{v1alpha1.ResourceCPU, v1alpha1.ResourceMemory}
 	phases        = []v1alpha1.Phase{
@@ -197,6 +194,8 @@ func validateAction(p string, a *hubv1.Action) error {
 		return badField(p+".containers", "at most 64, not %d", len(a.Containers))
 	case len(a.Figures) > 16:
 		return badField(p+".figures", "at most 16, not %d", len(a.Figures))
+	case len(a.Refusals) > 16:
+		return badField(p+".refusals", "at most 16, not %d", len(a.Refusals))
 	}
 	for j, r := range a.Resources {
 		if !slices.Contains(resourceNames, r) || slices.Index(a.Resources, r) != j {
@@ -212,6 +211,36 @@ func validateAction(p string, a *hubv1.Action) error {
 		if len(f) > 256 {
 			return badField(fmt.Sprintf("%s.figures[%d]", p, j), "at most 256 bytes, not %d", len(f))
 		}
+	}
+	for j := range a.Refusals {
+		if err := validateRefusal(fmt.Sprintf("%s.refusals[%d]", p, j), &a.Refusals[j]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// refusalFields are the fields a refusal can be about.
+var refusalFields = []string{"request", "limit"}
+
+func validateRefusal(p string, f *v1alpha1.Refusal) error {
+	switch {
+	case len(validation.IsDNS1123Label(f.Container)) > 0:
+		return badField(p+".container", "%q: must be a container name (lower-case letters, digits and '-', at most 63)", f.Container)
+	case !slices.Contains(resourceNames, f.Resource):
+		return badField(p+".resource", "%q: must be one of %s", f.Resource, join(resourceNames))
+	case !slices.Contains(refusalFields, f.Field):
+		return badField(p+".field", "%q: must be one of %s", f.Field, join(refusalFields))
+	case f.Reason == "" || len(f.Reason) > 64:
+		return badField(p+".reason", "must be 1 to 64 bytes, not %d", len(f.Reason))
+	case f.Asked < 0:
+		return badField(p+".asked", "%d: must not be negative", f.Asked)
+	case f.Held < 0:
+		return badField(p+".held", "%d: must not be negative", f.Held)
+	case len(f.Observed) > 32:
+		return badField(p+".observed", "at most 32 bytes, not %d", len(f.Observed))
+	case len(f.Threshold) > 32:
+		return badField(p+".threshold", "at most 32 bytes, not %d", len(f.Threshold))
 	}
 	return nil
 }

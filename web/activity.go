@@ -64,10 +64,7 @@ type Activity struct {
 var filterParams = []string{"type", "namespace", "reason", "since", "limit"}
 
 // actionTypes are the types the page offers as filters.
-var actionTypes = []v1alpha1.ActionType{
-	v1alpha1.ActionApplied, v1alpha1.ActionRolledBack, v1alpha1.ActionFailed,
-	v1alpha1.ActionHealthy, v1alpha1.ActionBlocked,
-}
+var actionTypes = v1alpha1.ActionTypes
 
 // sinces are the time windows the page offers as filters.
 var sinces = []string{"15m", "1h", "24h", "168h"}

@@ -2,6 +2,8 @@ package v1alpha1_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,6 +148,7 @@ func TestRecommendDefaultsAreApplied(t *testing.T) {
 		CPUPercentile:       ptr.To[int32](90),
 		MemoryPercentile:    ptr.To[int32](90),
 		SafetyMarginPercent: ptr.To[int32](15),
+		KeepLimitProportion: ptr.To(true),
 	}
 	require.NotNil(t, got.Spec.Recommend)
 	assert.Equal(t, want, *got.Spec.Recommend)
@@ -212,6 +215,19 @@ func TestAdmissionRefusesBadPolicies(t *testing.T) {
 		{"recommend memory percentile zero", "", `recommend: {memoryPercentile: 0}`, "spec.recommend.memoryPercentile", "greater than or equal to 1"},
 		{"recommend negative safety margin", "", `recommend: {safetyMarginPercent: -5}`, "spec.recommend.safetyMarginPercent", "greater than or equal to 0"},
 		{"recommend unknown strategy", "", `recommend: {strategy: Sometime}`, "spec.recommend.strategy", `supported values: "InPlace", "Rollout", "Deferred"`},
+		{"recommend upscale only of an unknown resource", "", `recommend: {upscaleOnly: [disk]}`, "spec.recommend.upscaleOnly[0]", `supported values: "cpu", "memory"`},
+		{"recommend upscale only twice the same", "", `recommend: {upscaleOnly: [cpu, cpu]}`, "spec.recommend.upscaleOnly[1]", "Duplicate value"},
+		{"recommend keep limit proportion not a bool", "", `recommend: {keepLimitProportion: "yes"}`, "spec.recommend.keepLimitProportion", "boolean"},
+		{"recommend min cpu above max", "", `recommend: {containers: [{name: app, minAllowed: {cpu: "2"}, maxAllowed: {cpu: 500m}}]}`, "spec.recommend.containers[0].minAllowed.cpu", "must not be above maxAllowed.cpu (500m)"},
+		{"recommend min memory above max", "", `recommend: {containers: [{name: "*", minAllowed: {memory: 1Gi}, maxAllowed: {memory: 512Mi}}]}`, "spec.recommend.containers[0].minAllowed.memory", "must not be above maxAllowed.memory (512Mi)"},
+		{"recommend zero min cpu", "", `recommend: {containers: [{name: app, minAllowed: {cpu: "0"}}]}`, "spec.recommend.containers[0].minAllowed.cpu", "positive quantity"},
+		{"recommend negative max memory", "", `recommend: {containers: [{name: app, maxAllowed: {memory: -1Gi}}]}`, "spec.recommend.containers[0].maxAllowed.memory", "positive quantity"},
+		{"recommend min allowed empty", "", `recommend: {containers: [{name: app, minAllowed: {}}]}`, "spec.recommend.containers[0].minAllowed", "set cpu, memory or both"},
+		{"recommend container without bounds", "", `recommend: {containers: [{name: app}]}`, "spec.recommend.containers[0]", "set minAllowed, maxAllowed or both"},
+		{"recommend container name not a name", "", `recommend: {containers: [{name: App_1, minAllowed: {cpu: 10m}}]}`, "spec.recommend.containers[0].name", "container name"},
+		{"recommend container named twice", "", `recommend: {containers: [{name: app, minAllowed: {cpu: 10m}}, {name: app, maxAllowed: {cpu: "1"}}]}`, "spec.recommend.containers[1]", "Duplicate value"},
+		{"recommend too many containers", "", `recommend: {containers: [` + manyContainers(65) + `]}`, "spec.recommend.containers", "must have at most 64 items"},
+		{"recommend quantity not a quantity", "", `recommend: {containers: [{name: app, maxAllowed: {cpu: lots}}]}`, "spec.recommend.containers[0].maxAllowed.cpu", "should match"},
 		{"cluster policy with bad recommend interval", "ClusterRightsizingPolicy", `recommend: {interval: 500ms}`, "spec.recommend.interval", "duration of at least 1s"},
 		{"cluster policy with bad ratio", "ClusterRightsizingPolicy", `guardrails: {rollback: {throttlingRatio: "2"}}`, rb + "throttlingRatio", "decimal string in (0, 1]"},
 		{"cluster policy with negative oom kills", "ClusterRightsizingPolicy", `guardrails: {rollback: {oomKills: -1}}`, rb + "oomKills", "greater than or equal to 0"},
@@ -254,6 +270,8 @@ func TestAdmissionAcceptsGoodPolicyValues(t *testing.T) {
 		{"all workload kinds", "", `selector: {kinds: [Deployment, StatefulSet, DaemonSet], workloadSelector: {matchLabels: {app: web}}}`},
 		{"recommend with short history", "", `recommend: {enabled: true, strategy: Rollout, interval: 1s, minHistory: 1s, minChangePercent: 0, cpuPercentile: 99, memoryPercentile: 1, safetyMarginPercent: 0}`},
 		{"recommend zero history", "", `recommend: {minHistory: "0"}`},
+		{"recommend guards", "", `recommend: {upscaleOnly: [memory, cpu], keepLimitProportion: false, containers: [{name: "*", minAllowed: {cpu: 10m, memory: 64Mi}, maxAllowed: {cpu: 2, memory: 4Gi}}, {name: app, minAllowed: {cpu: 1}, maxAllowed: {cpu: 1000m}}]}`},
+		{"recommend 64 containers", "", `recommend: {containers: [` + manyContainers(64) + `]}`},
 		{"namespace selector on a cluster policy", "ClusterRightsizingPolicy", `selector: {namespaceSelector: {matchExpressions: [{key: team, operator: In, values: [a, b]}]}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -264,4 +282,13 @@ func TestAdmissionAcceptsGoodPolicyValues(t *testing.T) {
 			assert.NoError(t, create(t, fromYAML(t, kind, controlplane.UniqueName("good"), tc.spec)))
 		})
 	}
+}
+
+// manyContainers is n entries of spec.recommend.containers, as YAML flow.
+func manyContainers(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("{name: c%d, maxAllowed: {cpu: 1}}", i)
+	}
+	return strings.Join(parts, ", ")
 }

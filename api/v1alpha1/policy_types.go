@@ -161,6 +161,73 @@ type RecommendSpec struct {
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	SafetyMarginPercent *int32 `json:"safetyMarginPercent,omitempty"`
+	// UpscaleOnly are the resources whose request and limit the
+	// recommender only ever raises, such as [memory]; empty, both may go
+	// down.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
+	// +optional
+	UpscaleOnly []ResourceName `json:"upscaleOnly,omitempty"`
+	// KeepLimitProportion scales a container's limit with its request,
+	// keeping the manifest's limit/request ratio; false leaves limits as
+	// the manifest has them (raised only to stay at or above the request).
+	// +kubebuilder:default=true
+	// +optional
+	KeepLimitProportion *bool `json:"keepLimitProportion,omitempty"`
+	// Containers bound the requests recommended per container name, as the
+	// Vertical Pod Autoscaler's containerPolicies do; the entry named "*"
+	// applies to the containers no other entry names.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Containers []ContainerRecommendPolicy `json:"containers,omitempty"`
+}
+
+// ContainerRecommendPolicy bounds the requests the recommender gives one
+// container (after VPA's ContainerResourcePolicy): a request is never
+// recommended below minAllowed or above maxAllowed, except that a latch
+// never lowers a value below its current one.
+// +kubebuilder:validation:XValidation:rule=`!has(self.minAllowed) || !has(self.maxAllowed) || !has(self.minAllowed.cpu) || !has(self.maxAllowed.cpu) || !isQuantity(string(self.minAllowed.cpu)) || !isQuantity(string(self.maxAllowed.cpu)) || quantity(string(self.minAllowed.cpu)).compareTo(quantity(string(self.maxAllowed.cpu))) <= 0`,message="must not be above maxAllowed.cpu",messageExpression=`'must not be above maxAllowed.cpu (' + string(self.maxAllowed.cpu) + ')'`,fieldPath=".minAllowed.cpu"
+// +kubebuilder:validation:XValidation:rule=`!has(self.minAllowed) || !has(self.maxAllowed) || !has(self.minAllowed.memory) || !has(self.maxAllowed.memory) || !isQuantity(string(self.minAllowed.memory)) || !isQuantity(string(self.maxAllowed.memory)) || quantity(string(self.minAllowed.memory)).compareTo(quantity(string(self.maxAllowed.memory))) <= 0`,message="must not be above maxAllowed.memory",messageExpression=`'must not be above maxAllowed.memory (' + string(self.maxAllowed.memory) + ')'`,fieldPath=".minAllowed.memory"
+// +kubebuilder:validation:XValidation:rule=`has(self.minAllowed) || has(self.maxAllowed)`,message="set minAllowed, maxAllowed or both"
+type ContainerRecommendPolicy struct {
+	// Name is the container's name in the pod template, or "*" for every
+	// container no other entry names.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule=`self == '*' || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')`,message="must be a container name (lower-case letters, digits and '-') or '*'"
+	Name string `json:"name"`
+	// MinAllowed is the least request recommended; an absent value is no
+	// bound.
+	// +kubebuilder:validation:XValidation:rule=`has(self.cpu) || has(self.memory)`,message="set cpu, memory or both"
+	// +kubebuilder:validation:XValidation:rule=`!has(self.cpu) || !isQuantity(string(self.cpu)) || quantity(string(self.cpu)).isGreaterThan(quantity('0'))`,message="must be a positive quantity such as 50m",fieldPath=".cpu"
+	// +kubebuilder:validation:XValidation:rule=`!has(self.memory) || !isQuantity(string(self.memory)) || quantity(string(self.memory)).isGreaterThan(quantity('0'))`,message="must be a positive quantity such as 64Mi",fieldPath=".memory"
+	// +optional
+	MinAllowed *ResourceValues `json:"minAllowed,omitempty"`
+	// MaxAllowed is the most request recommended; an absent value is no
+	// bound. The OOM latch's bump stops at it too, but never lowers the
+	// current value.
+	// +kubebuilder:validation:XValidation:rule=`has(self.cpu) || has(self.memory)`,message="set cpu, memory or both"
+	// +kubebuilder:validation:XValidation:rule=`!has(self.cpu) || !isQuantity(string(self.cpu)) || quantity(string(self.cpu)).isGreaterThan(quantity('0'))`,message="must be a positive quantity such as 2",fieldPath=".cpu"
+	// +kubebuilder:validation:XValidation:rule=`!has(self.memory) || !isQuantity(string(self.memory)) || quantity(string(self.memory)).isGreaterThan(quantity('0'))`,message="must be a positive quantity such as 4Gi",fieldPath=".memory"
+	// +optional
+	MaxAllowed *ResourceValues `json:"maxAllowed,omitempty"`
+}
+
+// ContainerPolicy returns the entry of spec.recommend.containers for the
+// container name: the one that names it, else the "*" one, else nil.
+func (r *RecommendSpec) ContainerPolicy(name string) *ContainerRecommendPolicy {
+	var star *ContainerRecommendPolicy
+	for i := range r.Containers {
+		switch r.Containers[i].Name {
+		case name:
+			return &r.Containers[i]
+		case "*":
+			star = &r.Containers[i]
+		}
+	}
+	return star
 }
 
 // PolicySelector picks workloads. Every part that is set must match; a part

@@ -219,6 +219,9 @@ const (
 	// EventRolledBack: a breach was rolled back; emitted on the
 	// recommendation and on its workload.
 	EventRolledBack = "RolledBack"
+	// EventRefused: the recommender held values back; the message has the
+	// figures.
+	EventRefused = "Refused"
 )
 
 // The reasons of the six Kubernetes Events the backoff state machine emits
@@ -252,6 +255,8 @@ const (
 	EventActionRollback = "Rollback"
 	// EventActionBackoff: the backoff state machine.
 	EventActionBackoff = "Backoff"
+	// EventActionRecommend: the recommender's making of the values.
+	EventActionRecommend = "Recommend"
 )
 
 // RollbackStateAnnotation is the workload annotation that mirrors
@@ -316,6 +321,13 @@ type RightsizingRecommendationStatus struct {
 	// +kubebuilder:validation:items:MaxLength=128
 	// +optional
 	RolledBackFingerprints []string `json:"rolledBackFingerprints,omitempty"`
+	// RecordedRefusals identifies the recommender's refusals (of the
+	// kerf.dev/recommendation-basis annotation) last recorded as a refused
+	// action, so that a set of refusals is recorded once, not every pass;
+	// empty when none are held.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	RecordedRefusals string `json:"recordedRefusals,omitempty"`
 	// History are Kerf's actions on the workload, oldest first; the newest
 	// 100 are kept.
 	// +kubebuilder:validation:MaxItems=100
@@ -626,7 +638,7 @@ type Cooldown struct {
 }
 
 // ActionType is the type of an action in the history.
-// +kubebuilder:validation:Enum=applied;rolled_back;failed;healthy;blocked
+// +kubebuilder:validation:Enum=applied;rolled_back;failed;healthy;blocked;refused
 type ActionType string
 
 // The action types; the same words label kerf_actions_total{type}.
@@ -636,7 +648,15 @@ const (
 	ActionFailed     ActionType = "failed"
 	ActionHealthy    ActionType = "healthy"
 	ActionBlocked    ActionType = "blocked"
+	// ActionRefused: the recommender held values back (a latch or
+	// upscale-only kept a resource from going down); Refusals has the
+	// figures (docs/recommender.md).
+	ActionRefused ActionType = "refused"
 )
+
+// ActionTypes are every action type, in the order messages and filters
+// list them.
+var ActionTypes = []ActionType{ActionApplied, ActionRolledBack, ActionFailed, ActionHealthy, ActionBlocked, ActionRefused}
 
 // Action is one thing Kerf did to a workload.
 type Action struct {
@@ -650,7 +670,7 @@ type Action struct {
 	Seq int64 `json:"seq,omitempty"`
 	// Time is when it happened.
 	Time metav1.Time `json:"time"`
-	// Type is applied, rolled_back, failed, healthy or blocked.
+	// Type is applied, rolled_back, failed, healthy, blocked or refused.
 	Type ActionType `json:"type"`
 	// Reason is a CamelCase word, such as OOMKills or RollbackError.
 	// +kubebuilder:validation:MaxLength=128
@@ -675,6 +695,45 @@ type Action struct {
 	// +kubebuilder:validation:items:MaxLength=256
 	// +optional
 	Figures []string `json:"figures,omitempty"`
+	// Refusals are the values the recommender held back, with their
+	// figures, on a refused action.
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Refusals []Refusal `json:"refusals,omitempty"`
+}
+
+// Refusal is one value the recommender did not recommend, and why: the
+// figures of recommend.Refusal (docs/recommender.md).
+type Refusal struct {
+	// Container is the container's name.
+	// +kubebuilder:validation:MaxLength=63
+	Container string `json:"container"`
+	// Resource is cpu or memory.
+	Resource ResourceName `json:"resource"`
+	// Field is request or limit.
+	// +kubebuilder:validation:Enum=request;limit
+	Field string `json:"field"`
+	// Reason is OOMKill, Throttled, Cooldown, FailedPermanent or
+	// UpscaleOnly.
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason"`
+	// Asked is what the estimator asked for, in millicores or bytes.
+	Asked int64 `json:"asked"`
+	// Held is what was recommended instead, in millicores or bytes.
+	Held int64 `json:"held"`
+	// Observed is the figure behind the reason: the throttling ratio, the
+	// OOM peak in bytes, or the current value; a decimal string.
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	Observed string `json:"observed,omitempty"`
+	// Threshold is what Observed was held against: the throttlingRatio or
+	// the OOM floor in bytes; a decimal string, empty when there is none.
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	Threshold string `json:"threshold,omitempty"`
+	// At is when the OOM kill happened, for OOMKill.
+	// +optional
+	At *metav1.Time `json:"at,omitempty"`
 }
 
 // ContainerValueChange is one container's old and new values in an action.

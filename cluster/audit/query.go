@@ -26,10 +26,7 @@ const (
 )
 
 // actionTypes are the action types in the order error messages list them.
-var actionTypes = []v1alpha1.ActionType{
-	v1alpha1.ActionApplied, v1alpha1.ActionRolledBack, v1alpha1.ActionFailed,
-	v1alpha1.ActionHealthy, v1alpha1.ActionBlocked,
-}
+var actionTypes = v1alpha1.ActionTypes
 
 // auditParams are the query parameters of GET /v1/audit, in the order
 // error messages list them.

@@ -36,6 +36,7 @@ type body struct {
 	Resources  []v1alpha1.ResourceName         `json:"resources"`
 	Containers []v1alpha1.ContainerValueChange `json:"containers"`
 	Figures    []string                        `json:"figures"`
+	Refusals   []v1alpha1.Refusal              `json:"refusals,omitempty"`
 }
 
 // WorkloadID is the stable opaque id of a workload: a hash of its cluster,
@@ -178,7 +179,7 @@ func (s *Store) Ingest(ctx context.Context, cluster string, b *hubv1.Batch) (hub
 			if err != nil {
 				return err
 			}
-			bb, err := json.Marshal(body{Message: a.Message, Resources: a.Resources, Containers: a.Containers, Figures: a.Figures})
+			bb, err := json.Marshal(body{Message: a.Message, Resources: a.Resources, Containers: a.Containers, Figures: a.Figures, Refusals: a.Refusals})
 			if err != nil {
 				return fmt.Errorf("encode actions[%d]: %w", i, err)
 			}

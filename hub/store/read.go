@@ -120,6 +120,7 @@ func scanEntry(r scanner) (hubv1.Entry, Position, error) {
 	e.Resources = nonNil(b.Resources)
 	e.Containers = nonNil(b.Containers)
 	e.Figures = nonNil(b.Figures)
+	e.Refusals = b.Refusals
 	return e, p, nil
 }
 

@@ -18,6 +18,7 @@ func EntryOf(rsr *v1alpha1.RightsizingRecommendation, a *v1alpha1.Action) Entry 
 		Resources:      NonNil(a.Resources),
 		Containers:     NonNil(a.Containers),
 		Figures:        NonNil(a.Figures),
+		Refusals:       a.Refusals,
 		Namespace:      rsr.Namespace,
 		Recommendation: rsr.Name,
 		Workload:       Workload{Kind: rsr.Spec.TargetRef.Kind, Name: rsr.Spec.TargetRef.Name},

@@ -20,11 +20,12 @@ type Workload struct {
 }
 
 // Entry is one action of status.history with the recommendation and the
-// workload it belongs to. Lists are empty, never null.
+// workload it belongs to. Lists are empty, never null; refusals, on
+// refused actions only, is left out when there are none.
 type Entry struct {
 	// Time is when the action happened (RFC 3339, UTC, whole seconds).
 	Time metav1.Time `json:"time"`
-	// Type is applied, rolled_back, failed, healthy or blocked.
+	// Type is applied, rolled_back, failed, healthy, blocked or refused.
 	Type v1alpha1.ActionType `json:"type"`
 	// Reason is a CamelCase word, such as OOMKills or Cooldown.
 	Reason string `json:"reason"`
@@ -36,6 +37,11 @@ type Entry struct {
 	Containers []v1alpha1.ContainerValueChange `json:"containers"`
 	// Figures are the figures that crossed a threshold.
 	Figures []string `json:"figures"`
+	// Refusals are the values the recommender held back, with their
+	// figures; only refused actions have them, and the field is left out
+	// of the others (so an action's JSON, and the hub's digest of it, is
+	// the same as before refused actions existed).
+	Refusals []v1alpha1.Refusal `json:"refusals,omitempty"`
 	// Namespace is the recommendation's (and the workload's) namespace.
 	Namespace string `json:"namespace"`
 	// Recommendation is the RightsizingRecommendation's name.
