@@ -309,12 +309,26 @@ func TestRecommenderShrinksThenRefusesToLowerAnOOMKilledMemory(t *testing.T) {
 		assert.GreaterOrEqual(t, m.Memory.Value(), r.Before.MemoryBytes, "the recommendation in force does not lower the memory again")
 	}
 
-	// The audit API on the leader lists the rollback.
+	// Visibly: a refused action in the history, a Refused Event (kubectl
+	// describe), and both in the leader's audit API.
+	require.NoError(t, scenario.Poll(t.Context(), time.Minute, 250*time.Millisecond, "the refused action and its Event", func(ctx context.Context) (bool, error) {
+		rsr, err := e.RSR(ctx, r.RSR.Name)
+		if err != nil {
+			return false, err
+		}
+		r.RSR = rsr
+		evs, err := events(ctx, e.Client, e.Namespace, "RightsizingRecommendation", rsr.Name, v1alpha1.EventRefused)
+		return len(scenario.History(rsr, v1alpha1.ActionRefused)) > 0 && len(evs) > 0, err
+	}))
+	refused := scenario.History(r.RSR, v1alpha1.ActionRefused)
+	require.NotEmpty(t, refused[len(refused)-1].Refusals, "the refused action carries the figures")
 	url, err := e.LeaderURL(t.Context())
 	require.NoError(t, err)
 	page, err := httpGet(t.Context(), fmt.Sprintf("%s/v1/workloads/%s/Deployment/%s/history", url, e.Namespace, r.RSR.Name))
 	require.NoError(t, err)
 	assert.Contains(t, page, "rolled_back")
+	assert.Contains(t, page, `"refused"`)
+	assert.Contains(t, page, "OOMKill")
 
 	var b strings.Builder
 	r.Timeline.Print(&b)
