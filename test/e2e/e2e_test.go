@@ -130,13 +130,19 @@ func (w testWriter) Write(p []byte) (int, error) {
 // events returns the Warning events with reason about the object named name
 // of kind in the namespace.
 func events(ctx context.Context, c client.Client, ns, kind, name, reason string) ([]corev1.Event, error) {
+	return eventsOfType(ctx, c, ns, kind, name, reason, corev1.EventTypeWarning)
+}
+
+// eventsOfType returns the events of type typ (Normal, Warning) with reason
+// about the object named name of kind in the namespace.
+func eventsOfType(ctx context.Context, c client.Client, ns, kind, name, reason, typ string) ([]corev1.Event, error) {
 	var list corev1.EventList
 	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return nil, err
 	}
 	var out []corev1.Event
 	for _, ev := range list.Items {
-		if ev.InvolvedObject.Kind == kind && ev.InvolvedObject.Name == name && ev.Reason == reason && ev.Type == corev1.EventTypeWarning {
+		if ev.InvolvedObject.Kind == kind && ev.InvolvedObject.Name == name && ev.Reason == reason && ev.Type == typ {
 			out = append(out, ev)
 		}
 	}

@@ -317,7 +317,7 @@ func TestRecommenderShrinksThenRefusesToLowerAnOOMKilledMemory(t *testing.T) {
 			return false, err
 		}
 		r.RSR = rsr
-		evs, err := events(ctx, e.Client, e.Namespace, "RightsizingRecommendation", rsr.Name, v1alpha1.EventRefused)
+		evs, err := eventsOfType(ctx, e.Client, e.Namespace, "RightsizingRecommendation", rsr.Name, v1alpha1.EventRefused, corev1.EventTypeNormal)
 		return len(scenario.History(rsr, v1alpha1.ActionRefused)) > 0 && len(evs) > 0, err
 	}))
 	refused := scenario.History(r.RSR, v1alpha1.ActionRefused)
