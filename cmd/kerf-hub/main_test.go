@@ -177,3 +177,17 @@ func TestClustersRemoveKeepsOrPurges(t *testing.T) {
 	assert.NotContains(t, runOK(t, "clusters", "list", db), "east")
 	runOK(t, "clusters", "add", "east", db)
 }
+
+// TestAdminCommandsOpenTheDatabaseOfTheEnvironment: the bootstrap in
+// docs/hub.md runs `kubectl exec deploy/kerf-hub -- kerf-hub clusters add
+// NAME` with no flag; the pod's KERF_HUB_DATABASE names the database serve
+// uses, and only the token goes to stdout (piped into a Secret).
+func TestAdminCommandsOpenTheDatabaseOfTheEnvironment(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "data", "kerf-hub.db")
+	t.Setenv("KERF_HUB_DATABASE", "sqlite:"+path)
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"clusters", "add", "east"}, &out, &errOut))
+	assert.Regexp(t, `^kerf_[0-9a-f]{16}_\S+\n$`, out.String(), "stdout is the token alone")
+	assert.Contains(t, errOut.String(), "shown only once")
+	assert.Contains(t, runOK(t, "clusters", "list", "--database=sqlite:"+path), "east")
+}
