@@ -31,11 +31,14 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/hubtest"
 )
 
 // TestMain shares one control plane among the package's tests
 // (controlplane.Get): a start costs seconds.
-func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Hooks{}) }
+func TestMain(m *testing.M) {
+	controlplane.Main(m, controlplane.Hooks{Teardown: hubtest.StopPostgres})
+}
 
 // namespace creates a fresh namespace for one test.
 func namespace(t testing.TB, c client.Client) string {

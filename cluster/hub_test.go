@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,70 +53,71 @@ func historyKeys(rsr *v1alpha1.RightsizingRecommendation) []string {
 // records more (the policy unpaused: two applies), and one recommendation
 // is deleted; west records meanwhile. Once the hub is back every action of
 // both clusters is there exactly once, in order, the deleted
-// recommendation's included, and the hub's kerf_actions_total says so.
+// recommendation's included, and the hub's kerf_actions_total says so. It
+// runs on a hub over SQLite and over a real PostgreSQL.
 func TestTwoClustersActionsReachTheHubOnceThroughAnOutageAndAFailover(t *testing.T) {
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
-	h := hubtest.Start(t, hubtest.SQLite(t), "east", "west")
-	east, west := namespace(t, c), namespace(t, c)
+	hubtest.EachBackend(t, []string{"east", "west"}, func(t *testing.T, h *hubtest.Hub) {
+		east, west := namespace(t, c), namespace(t, c)
+		require.NoError(t, c.Create(ctx, deployment(east, "web", "500m", "256Mi")))
+		require.NoError(t, c.Create(ctx, deployment(east, "other", "500m", "256Mi")))
+		p := namespacedPolicy(east, true)
+		require.NoError(t, c.Create(ctx, p))
+		a := startLeader(t, east, "a", Config{Hub: hubConfig(t, h, "east")})
+		require.NoError(t, c.Create(ctx, recommendation(east, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+		require.NoError(t, c.Create(ctx, recommendation(east, "other", "other", v1alpha1.StrategyRollout, "250m", "256Mi")))
+		waitPhase(t, c, east, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
+		waitPhase(t, c, east, "other", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
+		require.Eventually(t, func() bool { return len(h.Audit(t, url.Values{"cluster": {"east"}})) == 2 },
+			15*time.Second, 100*time.Millisecond, "a delivers while the hub is up")
 
-	require.NoError(t, c.Create(ctx, deployment(east, "web", "500m", "256Mi")))
-	require.NoError(t, c.Create(ctx, deployment(east, "other", "500m", "256Mi")))
-	p := namespacedPolicy(east, true)
-	require.NoError(t, c.Create(ctx, p))
-	a := startLeader(t, east, "a", Config{Hub: hubConfig(t, h, "east")})
-	require.NoError(t, c.Create(ctx, recommendation(east, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
-	require.NoError(t, c.Create(ctx, recommendation(east, "other", "other", v1alpha1.StrategyRollout, "250m", "256Mi")))
-	waitPhase(t, c, east, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
-	waitPhase(t, c, east, "other", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
-	require.Eventually(t, func() bool { return len(h.Audit(t, url.Values{"cluster": {"east"}})) == 2 },
-		15*time.Second, 100*time.Millisecond, "a delivers while the hub is up")
+		h.Stop()
+		a.stop()
+		b := startLeader(t, east, "b", Config{Hub: hubConfig(t, h, "east")})
+		require.Eventually(t, b.Leading, 15*time.Second, 50*time.Millisecond)
+		update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
+		waitApplied(t, c, east, "web")
+		other := waitApplied(t, c, east, "other")
+		otherHistory := historyKeys(other)
+		require.Len(t, otherHistory, 2, "blocked, then applied")
+		require.NoError(t, c.Delete(ctx, other))
 
-	h.Stop()
-	a.stop()
-	b := startLeader(t, east, "b", Config{Hub: hubConfig(t, h, "east")})
-	require.Eventually(t, b.Leading, 15*time.Second, 50*time.Millisecond)
-	update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
-	waitApplied(t, c, east, "web")
-	other := waitApplied(t, c, east, "other")
-	otherHistory := historyKeys(other)
-	require.Len(t, otherHistory, 2, "blocked, then applied")
-	require.NoError(t, c.Delete(ctx, other))
+		startLeader(t, west, "w", Config{Hub: hubConfig(t, h, "west")})
+		require.NoError(t, c.Create(ctx, deployment(west, "api", "500m", "256Mi")))
+		require.NoError(t, c.Create(ctx, recommendation(west, "api", "api", v1alpha1.StrategyRollout, "250m", "256Mi")))
+		waitPhase(t, c, west, "api", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
+		time.Sleep(time.Second) // the forwarders fail and back off meanwhile
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(other), other), "kept while its applied action is undelivered")
 
-	startLeader(t, west, "w", Config{Hub: hubConfig(t, h, "west")})
-	require.NoError(t, c.Create(ctx, deployment(west, "api", "500m", "256Mi")))
-	require.NoError(t, c.Create(ctx, recommendation(west, "api", "api", v1alpha1.StrategyRollout, "250m", "256Mi")))
-	waitPhase(t, c, west, "api", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
-	time.Sleep(time.Second) // the forwarders fail and back off meanwhile
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(other), other), "kept while its applied action is undelivered")
+		h.Up(t)
+		require.Eventually(t, func() bool {
+			return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(other), other))
+		}, 20*time.Second, 100*time.Millisecond, "the deleted recommendation is let go once delivered")
+		web, api := getRSR(t, c, east, "web"), getRSR(t, c, west, "api")
+		require.Eventually(t, func() bool {
+			return len(h.Audit(t, url.Values{"cluster": {"east"}})) == len(web.Status.History)+2 &&
+				len(h.Audit(t, url.Values{"cluster": {"west"}})) == len(api.Status.History)
+		}, 20*time.Second, 100*time.Millisecond, "every action reaches the hub")
+		time.Sleep(500 * time.Millisecond) // nothing more arrives
+		web, api = getRSR(t, c, east, "web"), getRSR(t, c, west, "api")
+		eastGot, westGot := h.Audit(t, url.Values{"cluster": {"east"}}), h.Audit(t, url.Values{"cluster": {"west"}})
+		assert.Equal(t, historyKeys(web), hubHistory(eastGot, east, "web"), "once each, in order")
+		assert.Equal(t, otherHistory, hubHistory(eastGot, east, "other"), "the deleted recommendation's actions too")
+		assert.Equal(t, historyKeys(api), hubHistory(westGot, west, "api"))
+		assert.Len(t, eastGot, 4)
+		for _, e := range eastGot {
+			assert.Equal(t, east, e.Namespace, "west's actions are not east's")
+		}
 
-	h.Up(t)
-	require.Eventually(t, func() bool {
-		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(other), other))
-	}, 20*time.Second, 100*time.Millisecond, "the deleted recommendation is let go once delivered")
-	web, api := getRSR(t, c, east, "web"), getRSR(t, c, west, "api")
-	require.Eventually(t, func() bool {
-		return len(h.Audit(t, url.Values{"cluster": {"east"}})) == len(web.Status.History)+2 &&
-			len(h.Audit(t, url.Values{"cluster": {"west"}})) == len(api.Status.History)
-	}, 20*time.Second, 100*time.Millisecond, "every action reaches the hub")
-	time.Sleep(500 * time.Millisecond) // nothing more arrives
-	web, api = getRSR(t, c, east, "web"), getRSR(t, c, west, "api")
-	eastGot, westGot := h.Audit(t, url.Values{"cluster": {"east"}}), h.Audit(t, url.Values{"cluster": {"west"}})
-	assert.Equal(t, historyKeys(web), hubHistory(eastGot, east, "web"), "once each, in order")
-	assert.Equal(t, otherHistory, hubHistory(eastGot, east, "other"), "the deleted recommendation's actions too")
-	assert.Equal(t, historyKeys(api), hubHistory(westGot, west, "api"))
-	assert.Len(t, eastGot, 4)
-	for _, e := range eastGot {
-		assert.Equal(t, east, e.Namespace, "west's actions are not east's")
-	}
-
-	assert.Equal(t, 2.0, h.ActionsTotal(t, "east", "blocked", v1alpha1.ReasonPaused, ""))
-	assert.Equal(t, 2.0, h.ActionsTotal(t, "east", "applied", "Rollout", "cpu"))
-	assert.Equal(t, 1.0, h.ActionsTotal(t, "west", "blocked", v1alpha1.ReasonNoPolicy, ""))
-	require.Eventually(t, func() bool {
-		cl := h.Clusters(t)
-		return len(cl) == 2 && cl[0].Leader != nil && cl[0].Leader.Identity == "b" && cl[1].Leader != nil && cl[1].Leader.Identity == "w"
-	}, 10*time.Second, 100*time.Millisecond, "the hub knows each cluster's leader")
+		assert.Equal(t, 2.0, h.ActionsTotal(t, "east", "blocked", v1alpha1.ReasonPaused, ""))
+		assert.Equal(t, 2.0, h.ActionsTotal(t, "east", "applied", "Rollout", "cpu"))
+		assert.Equal(t, 1.0, h.ActionsTotal(t, "west", "blocked", v1alpha1.ReasonNoPolicy, ""))
+		require.Eventually(t, func() bool {
+			cl := h.Clusters(t)
+			return len(cl) == 2 && cl[0].Leader != nil && cl[0].Leader.Identity == "b" && cl[1].Leader != nil && cl[1].Leader.Identity == "w"
+		}, 10*time.Second, 100*time.Millisecond, "the hub knows each cluster's leader")
+	})
 }
 
 // TestARollbackDoesNotWaitForTheHub rolls back while the hub is down: the
@@ -149,4 +151,78 @@ func TestARollbackDoesNotWaitForTheHub(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond)
 	assert.Equal(t, historyKeys(rsr), hubHistory(h.Audit(t, url.Values{"cluster": {"east"}}), ns, "web"))
 	assert.Equal(t, 0.0, h.ActionsTotal(t, "east", "rolled_back", v1alpha1.HealthWatchOOMKills, "cpu"))
+}
+
+// metricValue is the value of the leader's series name whose labels hold
+// all of labels (a gauge or a counter), -1 when absent.
+func metricValue(t *testing.T, l *testLeader, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := l.registry.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				if !slices.ContainsFunc(m.GetLabel(), func(lp *dto.LabelPair) bool { return lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] }) {
+					continue series
+				}
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
+// TestALeaderWithoutAHubLetsItsRecommendationsGo turns the hub off the way
+// an operator does: a leader with a hub adds its finalizer to two
+// recommendations, the hub goes away with an action of each undelivered,
+// one recommendation is deleted (kept by the finalizer), and the next
+// leader runs without --hub-url. It removes the finalizer from both: the
+// deleted recommendation is really deleted, its undelivered action counted
+// as dropped (reason disabled), and the live one's kept as undelivered.
+func TestALeaderWithoutAHubLetsItsRecommendationsGo(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ctx := context.Background()
+	h := hubtest.Start(t, hubtest.SQLite(t), "east")
+	ns := namespace(t, c)
+	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
+	require.NoError(t, c.Create(ctx, deployment(ns, "other", "500m", "256Mi")))
+	p := namespacedPolicy(ns, true)
+	require.NoError(t, c.Create(ctx, p))
+	a := startLeader(t, ns, "a", Config{Hub: hubConfig(t, h, "east")})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	require.NoError(t, c.Create(ctx, recommendation(ns, "other", "other", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	require.Eventually(t, func() bool { return len(h.Audit(t, url.Values{"cluster": {"east"}})) == 2 },
+		15*time.Second, 100*time.Millisecond, "a delivers the two blocked actions")
+	for _, name := range []string{"web", "other"} {
+		assert.Contains(t, getRSR(t, c, ns, name).Finalizers, forward.Finalizer)
+	}
+
+	h.Stop()
+	update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
+	waitApplied(t, c, ns, "web")
+	other := waitApplied(t, c, ns, "other")
+	a.stop()
+	require.NoError(t, c.Delete(ctx, other))
+	time.Sleep(500 * time.Millisecond)
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(other), other), "kept by the finalizer while no leader runs")
+
+	b := startLeader(t, ns, "b", Config{})
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(other), other))
+	}, 20*time.Second, 100*time.Millisecond, "the deleted recommendation is really deleted")
+	require.Eventually(t, func() bool {
+		return !slices.Contains(getRSR(t, c, ns, "web").Finalizers, forward.Finalizer)
+	}, 10*time.Second, 100*time.Millisecond, "the live recommendation's finalizer goes too")
+	require.Eventually(t, func() bool {
+		return metricValue(t, b, "kerf_hub_dropped_total", "reason", "disabled") == 1
+	}, 10*time.Second, 100*time.Millisecond, "other's applied action, never delivered, is counted as dropped")
+	assert.GreaterOrEqual(t, metricValue(t, b, "kerf_hub_undelivered"), 1.0, "web's applied action stays in its history, undelivered")
+	assert.Equal(t, 0.0, metricValue(t, b, "kerf_hub_dropped_total", "reason", "deleted"))
 }

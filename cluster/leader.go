@@ -89,7 +89,8 @@ type Config struct {
 	// Hub, when set, forwards every recorded action to kerf-hub
 	// (cluster/forward, docs/hub.md): only the elected leader runs it,
 	// beside the reconciler. Its Namespace, Identity, Registerer, Now and
-	// Log default to the replica's. Nil forwards nothing.
+	// Log default to the replica's. Nil forwards nothing, and removes the
+	// hub-delivery finalizer from the recommendations (forward.Releaser).
 	Hub *forward.Config
 	// Recommender tunes the recommender loop the elected leader runs for
 	// the workloads whose policy enables spec.recommend
@@ -274,6 +275,10 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		if err := l.addForwarder(*cfg.Hub); err != nil {
 			return nil, err
 		}
+	} else if err := mgr.Add(forward.NewReleaser(forward.ReleaseConfig{Namespace: cfg.Namespace, Registerer: reg, Log: l.log}, mgr.GetClient(), mgr.GetAPIReader())); err != nil {
+		// Without a hub the finalizers a hub-configured leader added go
+		// (docs/hub.md, "Turning the hub off").
+		return nil, fmt.Errorf("add the hub-delivery finalizer releaser: %w", err)
 	}
 	return l, nil
 }

@@ -51,8 +51,9 @@ func New(st *store.Store, log *slog.Logger) *Server {
 	return &Server{Store: st, Now: time.Now, Log: log, Registry: reg}
 }
 
-// Handler returns the hub's routes. Every route but /healthz needs a
-// bearer token: a cluster's for its write route, a reader's for the rest.
+// Handler returns the hub's routes. Every route but the probes (/healthz,
+// /readyz) needs a bearer token: a cluster's for its write route, a
+// reader's for the rest.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/clusters/{cluster}/actions", s.writer(s.serveWrite))
@@ -62,11 +63,12 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /v1/clusters", s.reader(s.serveClusters))
 	metrics := promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log()}})
 	mux.Handle("GET /metrics", s.reader(metrics.ServeHTTP))
-	mux.HandleFunc("GET /healthz", s.serveHealth)
+	mux.HandleFunc("GET /healthz", s.serveLive)
+	mux.HandleFunc("GET /readyz", s.serveReady)
 	for _, p := range []string{"/v1/clusters/{cluster}/actions"} {
 		mux.HandleFunc(p, methodNotAllowed("POST"))
 	}
-	for _, p := range []string{"/v1/audit", "/v1/workloads", "/v1/workloads/{id}/history", "/v1/clusters", "/metrics", "/healthz"} {
+	for _, p := range []string{"/v1/audit", "/v1/workloads", "/v1/workloads/{id}/history", "/v1/clusters", "/metrics", "/healthz", "/readyz"} {
 		mux.HandleFunc(p, methodNotAllowed("GET, HEAD"))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -82,11 +84,19 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 	}
 }
 
-func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
+// serveLive is the liveness probe: the process serves HTTPS. It does not
+// ask the database, so that a database outage makes the replicas unready
+// (readyz) rather than restarted in a loop.
+func (s *Server) serveLive(w http.ResponseWriter, _ *http.Request) {
+	httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// serveReady is the readiness probe: the database answers within 5 s.
+func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if err := s.Store.Ping(ctx); err != nil {
-		s.log().Error("health check failed", "err", err)
+		s.log().Error("readiness check failed", "err", err)
 		httpjson.Write(w, http.StatusServiceUnavailable, auditv1.Error{Error: "database unavailable"})
 		return
 	}

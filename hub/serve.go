@@ -41,7 +41,7 @@ type Config struct {
 // Serve opens the store, listens with TLS and serves the hub until ctx
 // ends, then drains requests for up to 10 s.
 func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
-	tlsCert, err := loadTLS(cfg, log)
+	tlsConfig, err := loadTLS(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	hs := &http.Server{
 		Handler:           srv.Handler(),
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{tlsCert}},
+		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -97,29 +97,30 @@ func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return nil
 }
 
-// loadTLS reads the configured certificate or makes a self-signed one.
-func loadTLS(cfg Config, log *slog.Logger) (tls.Certificate, error) {
+// loadTLS reads the configured certificate (and reads it again when its
+// files change) or makes a self-signed one.
+func loadTLS(cfg Config, log *slog.Logger) (*tls.Config, error) {
 	switch {
 	case cfg.CertFile != "" || cfg.KeyFile != "":
 		if cfg.CertFile == "" || cfg.KeyFile == "" {
-			return tls.Certificate{}, errors.New("--tls-cert-file and --tls-key-file: give both")
+			return nil, errors.New("--tls-cert-file and --tls-key-file: give both")
 		}
-		c, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+		files, err := loadCertFiles(cfg.CertFile, cfg.KeyFile, log)
 		if err != nil {
-			return tls.Certificate{}, fmt.Errorf("load TLS certificate %s and key %s: %w", cfg.CertFile, cfg.KeyFile, err)
+			return nil, err
 		}
-		return c, nil
+		return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: files.GetCertificate}, nil
 	case cfg.SelfSignedCertOut != "":
 		c, pemBytes, err := SelfSigned(cfg.SelfSignedHosts)
 		if err != nil {
-			return tls.Certificate{}, err
+			return nil, err
 		}
 		if err := os.WriteFile(cfg.SelfSignedCertOut, pemBytes, 0o644); err != nil {
-			return tls.Certificate{}, fmt.Errorf("write self-signed certificate: %w", err)
+			return nil, fmt.Errorf("write self-signed certificate: %w", err)
 		}
 		log.Info("serving a self-signed TLS certificate; clients trust it with --cacert", "certFile", cfg.SelfSignedCertOut, "hosts", cfg.SelfSignedHosts)
-		return c, nil
+		return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{c}}, nil
 	default:
-		return tls.Certificate{}, errors.New("TLS is required: give --tls-cert-file and --tls-key-file, or --self-signed-cert-out PATH for a generated certificate")
+		return nil, errors.New("TLS is required: give --tls-cert-file and --tls-key-file, or --self-signed-cert-out PATH for a generated certificate")
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,46 +25,16 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/hubtest"
-	"github.com/kerf-dev/kerf/test/pgtest"
-)
-
-// pg is the PostgreSQL of the tests that need one, started by the first
-// (pgOnce) and stopped with the control plane.
-var (
-	pgOnce sync.Once
-	pg     *pgtest.Server
-	pgWhy  error
 )
 
 func TestMain(m *testing.M) {
-	controlplane.Main(m, controlplane.Hooks{Teardown: func() {
-		if pg != nil {
-			pg.Stop()
-		}
-	}})
-}
-
-// hubDSN is a fresh database of the backend for one test's hub.
-func hubDSN(t *testing.T, backend string) string {
-	t.Helper()
-	if backend == "sqlite" {
-		return hubtest.SQLite(t)
-	}
-	pgOnce.Do(func() { pg, pgWhy = pgtest.Start(context.Background(), pgtest.Options{}) })
-	srv := pgtest.Need(t, pg, pgWhy)
-	dsn, err := srv.NewDatabase(context.Background())
-	require.NoError(t, err)
-	return dsn
+	controlplane.Main(m, controlplane.Hooks{Teardown: hubtest.StopPostgres})
 }
 
 // eachBackend runs fn on a hub over SQLite and over PostgreSQL.
 func eachBackend(t *testing.T, fn func(t *testing.T, h *hubtest.Hub)) {
-	for _, b := range []string{"sqlite", "postgres"} {
-		t.Run(b, func(t *testing.T) {
-			controlplane.Get(t)
-			fn(t, hubtest.Start(t, hubDSN(t, b), "east", "west"))
-		})
-	}
+	controlplane.Get(t)
+	hubtest.EachBackend(t, []string{"east", "west"}, fn)
 }
 
 func namespace(t *testing.T) string {

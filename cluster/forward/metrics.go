@@ -26,14 +26,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kerf_hub_dropped_total",
-			Help: "Actions that will never reach the hub, by reason: trimmed (pushed out of the 100-entry history first), deleted (the recommendation's finalizer timed out), refused (the hub refused the action itself).",
+			Help: "Actions that will never reach the hub, by reason: trimmed (pushed out of the 100-entry history first), deleted (the recommendation's finalizer timed out), refused (the hub refused the action itself), disabled (a deleted recommendation let go by a leader running without a hub).",
 		}, []string{"reason"}),
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kerf_hub_batches_total",
 			Help: "Batches sent to the hub (heartbeats included), by result: delivered (200), refused (4xx), failed (5xx, network).",
 		}, []string{"result"}),
 	}
-	for _, r := range []string{"trimmed", "deleted", "refused"} {
+	for _, r := range []string{"trimmed", "deleted", "refused", "disabled"} {
 		m.dropped.WithLabelValues(r)
 	}
 	for _, r := range []string{"delivered", "refused", "failed"} {

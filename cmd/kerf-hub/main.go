@@ -33,6 +33,8 @@ Commands:
   serve                      run the service
   clusters add NAME          register a cluster; prints its token once
   clusters list              list the clusters and their last contact
+  clusters remove NAME       revoke the cluster's tokens; keeps its actions
+                             (--purge deletes them and the cluster)
   tokens add-reader NAME     make a read token; prints it once
   tokens add-cluster NAME    make another token for a cluster (rotation)
   tokens list                list the tokens (never their secrets)
@@ -153,11 +155,15 @@ func admin(ctx context.Context, cmd string, args []string, stdout, stderr io.Wri
 	fs := flag.NewFlagSet("kerf-hub "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	database := fs.String("database", defaultDatabase(), "database: sqlite:PATH, or a PostgreSQL URL")
+	purge := new(bool)
+	if cmd == "clusters remove" {
+		purge = fs.Bool("purge", false, "also delete the cluster's actions, workloads and counters, and free its name (default: keep them, the audit trail outlives the cluster)")
+	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
-	want := map[string]int{"clusters add": 1, "clusters list": 0, "tokens add-reader": 1, "tokens add-cluster": 1, "tokens list": 0, "tokens revoke": 1}
+	want := map[string]int{"clusters add": 1, "clusters list": 0, "clusters remove": 1, "tokens add-reader": 1, "tokens add-cluster": 1, "tokens list": 0, "tokens revoke": 1}
 	n, ok := want[cmd]
 	if !ok {
 		return fmt.Errorf("unknown command %q (see kerf-hub -h)", cmd)
@@ -185,6 +191,16 @@ func admin(ctx context.Context, cmd string, args []string, stdout, stderr io.Wri
 		}
 		fmt.Fprintln(stdout, tok)
 		fmt.Fprintf(stderr, "registered cluster %q; the token above is shown only once: give it to that cluster's kerf-leader (--hub-token-file)\n", arg)
+	case "clusters remove":
+		rm, err := st.RemoveCluster(ctx, arg, *purge)
+		if err != nil {
+			return err
+		}
+		if rm.Purged {
+			fmt.Fprintf(stderr, "removed cluster %q: revoked %d token(s); purged %d action(s), its workloads and counters; the name is free\n", arg, rm.TokensRevoked, rm.ActionsDeleted)
+		} else {
+			fmt.Fprintf(stderr, "removed cluster %q: revoked %d token(s), its writes are refused from now on; its actions are kept (--purge deletes them)\n", arg, rm.TokensRevoked)
+		}
 	case "tokens add-cluster":
 		tok, err := st.AddClusterToken(ctx, arg)
 		if err != nil {
@@ -210,7 +226,7 @@ func admin(ctx context.Context, cmd string, args []string, stdout, stderr io.Wri
 			return err
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tREGISTERED\tLAST CONTACT\tLEADER\tAGENTS\tUNDELIVERED\tLAG")
+		fmt.Fprintln(tw, "NAME\tREGISTERED\tLAST CONTACT\tLEADER\tAGENTS\tUNDELIVERED\tLAG\tREMOVED")
 		for _, c := range cs {
 			contact, leader, agents, undelivered, lag := "never", "", "", "", ""
 			if c.LastContact != nil {
@@ -218,7 +234,11 @@ func admin(ctx context.Context, cmd string, args []string, stdout, stderr io.Wri
 				leader, agents = c.Leader.Identity, strconv.Itoa(c.Leader.AgentsConnected)
 				undelivered, lag = strconv.FormatInt(c.Leader.Undelivered, 10), (time.Duration(c.Leader.LagSeconds * float64(time.Second))).Round(time.Second).String()
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.RegisteredAt.UTC().Format(time.RFC3339), contact, leader, agents, undelivered, lag)
+			removed := ""
+			if c.RemovedAt != nil {
+				removed = c.RemovedAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.RegisteredAt.UTC().Format(time.RFC3339), contact, leader, agents, undelivered, lag, removed)
 		}
 		return tw.Flush()
 	case "tokens list":

@@ -149,3 +149,45 @@ func TestRetentionFlagTakesDaysOrDurations(t *testing.T) {
 		})
 	}
 }
+
+// TestClustersRemoveKeepsOrPurges runs `clusters remove` as docs/hub.md
+// shows: an unknown name is an error naming it; by default the cluster is
+// listed as removed; --purge deletes it.
+func TestClustersRemoveKeepsOrPurges(t *testing.T) {
+	db := "--database=sqlite:" + filepath.Join(t.TempDir(), "hub.db")
+	runOK(t, "clusters", "add", "east", db)
+	var out, errOut bytes.Buffer
+	assert.ErrorContains(t, run(context.Background(), []string{"clusters", "remove", "nope", db}, &out, &errOut), `cluster "nope" is not registered`)
+	assert.ErrorContains(t, run(context.Background(), []string{"clusters", "remove", db}, &out, &errOut), "takes 1 argument")
+	assert.ErrorContains(t, run(context.Background(), []string{"clusters", "list", "--purge", db}, &out, &errOut), "flag provided but not defined: -purge")
+
+	errOut.Reset()
+	require.NoError(t, run(context.Background(), []string{"clusters", "remove", "east", db}, &out, &errOut))
+	assert.Contains(t, errOut.String(), "revoked 1 token(s)")
+	assert.Contains(t, errOut.String(), "its actions are kept")
+	list := runOK(t, "clusters", "list", db)
+	assert.Contains(t, list, "REMOVED")
+	assert.Regexp(t, `east .* \d{4}-\d\d-\d\dT\S+Z\s*$`, strings.Split(strings.TrimSpace(list), "\n")[1], "the removal time is listed")
+	assert.NotContains(t, runOK(t, "tokens", "list", db), "east")
+	assert.ErrorContains(t, run(context.Background(), []string{"clusters", "add", "east", db}, &out, &errOut), "--purge")
+
+	errOut.Reset()
+	require.NoError(t, run(context.Background(), []string{"clusters", "remove", "--purge", "east", db}, &out, &errOut))
+	assert.Contains(t, errOut.String(), "purged 0 action(s)")
+	assert.NotContains(t, runOK(t, "clusters", "list", db), "east")
+	runOK(t, "clusters", "add", "east", db)
+}
+
+// TestAdminCommandsOpenTheDatabaseOfTheEnvironment: the bootstrap in
+// docs/hub.md runs `kubectl exec deploy/kerf-hub -- kerf-hub clusters add
+// NAME` with no flag; the pod's KERF_HUB_DATABASE names the database serve
+// uses, and only the token goes to stdout (piped into a Secret).
+func TestAdminCommandsOpenTheDatabaseOfTheEnvironment(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "data", "kerf-hub.db")
+	t.Setenv("KERF_HUB_DATABASE", "sqlite:"+path)
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"clusters", "add", "east"}, &out, &errOut))
+	assert.Regexp(t, `^kerf_[0-9a-f]{16}_\S+\n$`, out.String(), "stdout is the token alone")
+	assert.Contains(t, errOut.String(), "shown only once")
+	assert.Contains(t, runOK(t, "clusters", "list", "--database=sqlite:"+path), "east")
+}

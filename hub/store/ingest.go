@@ -153,13 +153,13 @@ func (s *Store) storedDigests(ctx context.Context, tx *sql.Tx, cluster string, k
 // cluster's contact time and leader report. An action whose key is stored
 // already with the same content is a duplicate and changes nothing; with
 // other content it fails the batch with a *KeyConflictError. The batch must
-// be valid (the hub checks it first); an unregistered cluster is
+// be valid (the hub checks it first); an unregistered or removed cluster is
 // ErrNotFound.
 func (s *Store) Ingest(ctx context.Context, cluster string, b *hubv1.Batch) (hubv1.BatchResult, error) {
 	res := hubv1.BatchResult{Actions: make([]hubv1.ActionResult, 0, len(b.Actions))}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		now := s.now().UnixNano()
-		r, err := tx.ExecContext(ctx, s.q(`UPDATE clusters SET last_contact = ?, leader_identity = ?, agents_connected = ?, undelivered = ?, lag_seconds = ? WHERE name = ?`),
+		r, err := tx.ExecContext(ctx, s.q(`UPDATE clusters SET last_contact = ?, leader_identity = ?, agents_connected = ?, undelivered = ?, lag_seconds = ? WHERE name = ? AND removed_at IS NULL`),
 			now, b.Leader.Identity, b.Leader.AgentsConnected, b.Leader.Undelivered, b.Leader.LagSeconds, cluster)
 		if err != nil {
 			return fmt.Errorf("update cluster: %w", err)

@@ -223,10 +223,11 @@ func scanWorkload(r scanner) (hubv1.Workload, error) {
 	return w, nil
 }
 
-// Clusters lists the registered clusters by name with their last contact
-// and their leader's last report.
+// Clusters lists the registered clusters by name with their last contact,
+// their leader's last report and, for a cluster removed with its actions
+// kept, when it was removed.
 func (s *Store) Clusters(ctx context.Context) ([]hubv1.Cluster, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT name, registered_at, last_contact, leader_identity, agents_connected, undelivered, lag_seconds FROM clusters ORDER BY name")
+	rows, err := s.db.QueryContext(ctx, "SELECT name, registered_at, last_contact, leader_identity, agents_connected, undelivered, lag_seconds, removed_at FROM clusters ORDER BY name")
 	if err != nil {
 		return nil, fmt.Errorf("list clusters: %w", err)
 	}
@@ -235,9 +236,9 @@ func (s *Store) Clusters(ctx context.Context) ([]hubv1.Cluster, error) {
 	for rows.Next() {
 		var c hubv1.Cluster
 		var registered int64
-		var contact sql.NullInt64
+		var contact, removed sql.NullInt64
 		var rep hubv1.LeaderReport
-		if err := rows.Scan(&c.Name, &registered, &contact, &rep.Identity, &rep.AgentsConnected, &rep.Undelivered, &rep.LagSeconds); err != nil {
+		if err := rows.Scan(&c.Name, &registered, &contact, &rep.Identity, &rep.AgentsConnected, &rep.Undelivered, &rep.LagSeconds, &removed); err != nil {
 			return nil, fmt.Errorf("list clusters: %w", err)
 		}
 		c.RegisteredAt = metav1.NewTime(time.Unix(0, registered).UTC())
@@ -245,6 +246,10 @@ func (s *Store) Clusters(ctx context.Context) ([]hubv1.Cluster, error) {
 			t := metav1.NewTime(time.Unix(0, contact.Int64).UTC())
 			c.LastContact = &t
 			c.Leader = &rep
+		}
+		if removed.Valid {
+			t := metav1.NewTime(time.Unix(0, removed.Int64).UTC())
+			c.RemovedAt = &t
 		}
 		out = append(out, c)
 	}

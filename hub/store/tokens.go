@@ -74,7 +74,8 @@ func splitToken(token string) (id, secret string, ok bool) {
 }
 
 // AddCluster registers a cluster and returns its token, which is shown
-// only now: the store keeps its hash. A taken name is ErrExists.
+// only now: the store keeps its hash. A taken name is ErrExists; the name
+// of a cluster removed with its actions kept is ErrRemoved.
 func (s *Store) AddCluster(ctx context.Context, name string) (string, error) {
 	token, id, hash := newToken()
 	now := s.now().UnixNano()
@@ -86,6 +87,9 @@ func (s *Store) AddCluster(ctx context.Context, name string) (string, error) {
 		if n, err := res.RowsAffected(); err != nil {
 			return fmt.Errorf("insert cluster: %w", err)
 		} else if n == 0 {
+			if err := s.refuseRemoved(ctx, tx, name); err != nil {
+				return err
+			}
 			return fmt.Errorf("cluster %q: %w", name, ErrExists)
 		}
 		if _, err := tx.ExecContext(ctx, s.q("INSERT INTO tokens (id, kind, cluster, name, hash, created_at) VALUES (?, ?, ?, ?, ?, ?)"),
@@ -101,7 +105,8 @@ func (s *Store) AddCluster(ctx context.Context, name string) (string, error) {
 }
 
 // AddClusterToken makes another token for a registered cluster (to rotate:
-// add one, deploy it, revoke the old). An unknown cluster is ErrNotFound.
+// add one, deploy it, revoke the old). An unknown cluster is ErrNotFound, a
+// removed one ErrRemoved.
 func (s *Store) AddClusterToken(ctx context.Context, cluster string) (string, error) {
 	token, id, hash := newToken()
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -111,6 +116,9 @@ func (s *Store) AddClusterToken(ctx context.Context, cluster string) (string, er
 		}
 		if n == 0 {
 			return fmt.Errorf("cluster %q: %w", cluster, ErrNotFound)
+		}
+		if err := s.refuseRemoved(ctx, tx, cluster); err != nil {
+			return err
 		}
 		_, err := tx.ExecContext(ctx, s.q("INSERT INTO tokens (id, kind, cluster, name, hash, created_at) VALUES (?, ?, ?, ?, ?, ?)"),
 			id, string(ClusterToken), cluster, cluster, hash, s.now().UnixNano())

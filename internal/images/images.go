@@ -50,11 +50,13 @@ func (i Image) Entrypoint() []string { return []string{BinDir + "/" + i.Command}
 
 // Kerf lists the images the sandbox and the manifests use. The agent runs
 // as root (its DaemonSet grants BPF's capabilities); the others as nonroot.
+// kerf-hub's image is the one manifests/hub deploys (docs/hub.md).
 var Kerf = []Image{
 	{Ref: "kerf.local/pause:1", Command: "kerf-pause", User: "65535:65535"},
 	{Ref: "kerf.local/kerf-agent:dev", Command: "kerf-agent"},
 	{Ref: "kerf.local/kerf-leader:dev", Command: "kerf-leader", User: NonRoot},
 	{Ref: "kerf.local/kerf-workload:dev", Command: "kerf-workload", User: NonRoot},
+	{Ref: "kerf.local/kerf-hub:dev", Command: "kerf-hub", User: NonRoot},
 }
 
 // Options configure Build.

@@ -230,3 +230,41 @@ func TestContainerdImportsAndRunsTheArchives(t *testing.T) {
 	require.True(t, errors.As(err, &ee), "ctr run: %v\n%s", err, out)
 	assert.Equal(t, 3, ee.ExitCode(), out)
 }
+
+// TestTheHubImageIsNonRootWithItsBinary checks kerf-hub's image without
+// building anything: in the list as manifests/hub names it, run as
+// nonroot (the Deployment's runAsNonRoot needs a numeric user), its binary
+// at the entrypoint and a /tmp for SQLite's temporary files.
+func TestTheHubImageIsNonRootWithItsBinary(t *testing.T) {
+	var hub images.Image
+	for _, img := range images.Kerf {
+		if img.Command == "kerf-hub" {
+			hub = img
+		}
+	}
+	require.Equal(t, "kerf.local/kerf-hub:dev", hub.Ref, "kerf-hub is one of Kerf's images")
+	assert.Equal(t, images.NonRoot, hub.User)
+	img, err := images.NewImage(hub, []byte("\x7fELF not really"))
+	require.NoError(t, err)
+	cf, err := img.ConfigFile()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/usr/local/bin/kerf-hub"}, cf.Config.Entrypoint)
+	assert.Equal(t, "65532:65532", cf.Config.User)
+	layers, err := img.Layers()
+	require.NoError(t, err)
+	require.Len(t, layers, 1)
+	rc, err := layers[0].Uncompressed()
+	require.NoError(t, err)
+	defer rc.Close()
+	names := map[string]int64{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		names[h.Name] = h.Mode & 0o7777
+	}
+	assert.Equal(t, map[string]int64{"usr/": 0o755, "usr/local/": 0o755, "usr/local/bin/": 0o755, "tmp/": 0o1777, "usr/local/bin/kerf-hub": 0o755}, names)
+}

@@ -175,6 +175,9 @@ type Cluster struct {
 	// Leader is the report of its last accepted write; null if it never
 	// wrote.
 	Leader *LeaderReport `json:"leader"`
+	// RemovedAt is when `kerf-hub clusters remove` removed the cluster,
+	// keeping its actions; absent for a cluster that writes.
+	RemovedAt *metav1.Time `json:"removedAt,omitempty"`
 }
 
 // ClusterList is the answer of GET /v1/clusters.

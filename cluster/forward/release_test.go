@@ -1,0 +1,78 @@
+package forward
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+// TestTheReleaserLetsGoOfEveryFinalizerAndCountsWhatTheHubNeverHad: with
+// cursors left by a forwarder, a pass removes the finalizer of a live and
+// of a deleted recommendation (which then goes), counts the deleted one's
+// undelivered actions as dropped and the live one's as undelivered, at the
+// configured rate; a finalizer added again later goes at the next pass.
+func TestTheReleaserLetsGoOfEveryFinalizerAndCountsWhatTheHubNeverHad(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ctx := context.Background()
+	ns := namespace(t)
+	live, gone, plain := create(t, ns, "live"), create(t, ns, "gone"), create(t, ns, "plain")
+	for _, rsr := range []*v1alpha1.RightsizingRecommendation{live, gone} {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(rsr), rsr))
+		rsr.Finalizers = append(rsr.Finalizers, Finalizer, "example.com/other")
+		require.NoError(t, c.Update(ctx, rsr))
+	}
+	at := time.Now().UTC().Truncate(time.Second)
+	record(t, ns, "live", 5, at)
+	record(t, ns, "gone", 3, at)
+	record(t, ns, "plain", 1, at)
+	require.NoError(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: CursorConfigMap},
+		Data: map[string]string{string(live.UID): "2", string(gone.UID): "1", string(plain.UID): "1"}}))
+	require.NoError(t, c.Delete(ctx, gone))
+
+	reg := prometheus.NewRegistry()
+	nc := client.NewNamespacedClient(c, ns)
+	r := NewReleaser(ReleaseConfig{Namespace: ns, PerSecond: 4, Registerer: reg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, nc, nc)
+	start := time.Now()
+	got, err := r.Pass(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, Released{Recommendations: 2, Dropped: 2, Undelivered: 3}, got, "gone's seq 2 and 3 dropped; live's 3 to 5 kept")
+	assert.Less(t, time.Since(start), 2*time.Second, "two patches fit the burst")
+	assert.Equal(t, 2.0, testutil.ToFloat64(r.f.metrics.dropped.WithLabelValues("disabled")))
+	assert.Equal(t, 3.0, testutil.ToFloat64(r.f.metrics.undelivered))
+
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(live), live))
+	assert.Equal(t, []string{"example.com/other"}, live.Finalizers, "only the hub's finalizer goes")
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(gone), gone))
+	assert.Equal(t, []string{"example.com/other"}, gone.Finalizers, "the other controller's finalizer still holds it")
+	gone.Finalizers = nil
+	require.NoError(t, c.Update(ctx, gone))
+	require.Eventually(t, func() bool { return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(gone), gone)) },
+		10*time.Second, 50*time.Millisecond)
+	assert.Equal(t, map[string]string{string(live.UID): "2", string(gone.UID): "1", string(plain.UID): "1"}, cursors(t, ns),
+		"the cursors stay: a leader given the hub again resumes from them")
+
+	// A leader with a hub (during a rollout) added it again.
+	live.Finalizers = append(live.Finalizers, Finalizer)
+	require.NoError(t, c.Update(ctx, live))
+	got, err = r.Pass(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, Released{Recommendations: 1, Undelivered: 3}, got)
+	got, err = r.Pass(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, Released{Undelivered: 3}, got, "nothing left to release")
+	assert.Equal(t, 2.0, testutil.ToFloat64(r.f.metrics.dropped.WithLabelValues("disabled")), "counted once")
+}
