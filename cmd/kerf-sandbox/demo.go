@@ -74,7 +74,7 @@ func runDemo(args []string) int {
 		return 1
 	}
 	defer unlock()
-	fmt.Println("Kerf demo: a real one-node cluster on this machine, Kerf installed from manifests/, five real rollbacks.")
+	fmt.Println("Kerf demo: a real one-node cluster on this machine, Kerf installed from manifests/ with kerf-hub, five real rollbacks.")
 	in, err := scenario.Install(ctx, scenario.InstallOptions{RepoRoot: root, StateDir: dir, Log: log, Say: say})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "\nthe demo could not set up: %v\n", err)
@@ -171,8 +171,13 @@ func runDemo(args []string) int {
   Activity, the web page of the rollbacks above (open it in a browser on this machine):
   %s/ui/activity?namespace=%s
 
+  kerf-hub, where the leader forwards every action (SQLite, in the sandbox):
+  curl -s --cacert %s -H "Authorization: Bearer $(cat %s)" '%s/v1/audit?type=rolled_back'
+  curl -s --cacert %s -H "Authorization: Bearer $(cat %s)" %s/v1/clusters
+
 The cluster stays up until Ctrl-C.
-`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, describe, demoNamespace, scenario.RecommendWorkload.Name, demoNamespace, leaderURL, leaderURL, leaderURL, demoNamespace)
+`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, describe, demoNamespace, scenario.RecommendWorkload.Name, demoNamespace, leaderURL, leaderURL, leaderURL, demoNamespace,
+		in.Hub.CAFile, in.Hub.ReadTokenFile, in.Hub.URL, in.Hub.CAFile, in.Hub.ReadTokenFile, in.Hub.URL)
 	if ctx.Err() == nil {
 		<-ctx.Done()
 	}

@@ -43,6 +43,9 @@ type Installed struct {
 	Client client.Client
 	// Kubectl is the kubectl binary of `make deps`.
 	Kubectl string
+	// Hub is the sandbox's kerf-hub, where the leader forwards its
+	// actions.
+	Hub *Hub
 }
 
 // Install builds Kerf's images, brings the sandbox up (or reuses it),
@@ -62,7 +65,7 @@ func Install(ctx context.Context, opts InstallOptions) (*Installed, error) {
 		return func() { say("%s: done in %.1f s", what, time.Since(start).Seconds()) }
 	}
 
-	done := step("building images from this checkout (kerf-agent, kerf-leader, kerf-workload, pause)")
+	done := step("building images from this checkout (kerf-agent, kerf-leader, kerf-hub, kerf-workload, pause)")
 	archives, err := images.Build(ctx, images.Options{RepoRoot: opts.RepoRoot, OutDir: opts.ImageDir, Log: opts.Log})
 	if err != nil {
 		return nil, fmt.Errorf("build images: %w", err)
@@ -105,12 +108,18 @@ func Install(ctx context.Context, opts InstallOptions) (*Installed, error) {
 	}
 	in := &Installed{Cluster: c, Client: cl, Kubectl: filepath.Join(kube.KubernetesDir(filepath.Join(opts.RepoRoot, "bin")), "kubectl")}
 
-	done = step("installing Kerf: kubectl apply -k manifests/")
+	done = step("starting kerf-hub (SQLite) and registering the cluster: kubectl apply -k manifests/hub/, kubectl exec ... kerf-hub clusters add " + HubCluster)
+	if in.Hub, err = in.installHub(ctx, opts.RepoRoot, opts.StateDir); err != nil {
+		return nil, fmt.Errorf("kerf-hub: %w", err)
+	}
+	done()
+
+	done = step("installing Kerf: kubectl apply -k manifests/, with the leader forwarding to the hub (manifests/hub/leader-patch)")
 	// The CRDs must be established before the default policy is accepted:
 	// apply again until everything is.
 	var out []byte
 	err = Poll(ctx, time.Minute, time.Second, "kubectl apply -k manifests/", func(ctx context.Context) (bool, error) {
-		out, err = in.Run(ctx, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(opts.RepoRoot, "manifests"))
+		out, err = in.Run(ctx, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(opts.RepoRoot, "internal", "scenario", "manifests", "kerf"))
 		return err == nil, err
 	})
 	if err != nil {

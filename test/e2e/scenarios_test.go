@@ -72,6 +72,14 @@ func rolledBack(t *testing.T, in *scenario.Installed, e *scenario.Env, r *scenar
 	require.NoError(t, err)
 	assert.Contains(t, page, "rolled_back")
 
+	// The leader forwarded it to the sandbox's hub, which lists it.
+	var hub string
+	require.NoError(t, scenario.Poll(ctx, time.Minute, 250*time.Millisecond, "the rollback on kerf-hub", func(ctx context.Context) (bool, error) {
+		hub, err = in.Hub.Get(ctx, "/v1/audit?type=rolled_back&cluster="+scenario.HubCluster+"&namespace="+e.Namespace)
+		return err == nil && strings.Contains(hub, `"recommendation":"`+rsr.Name+`"`), nil
+	}), "last answer: %s (%v)", hub, err)
+	assert.Contains(t, hub, reason)
+
 	var b strings.Builder
 	r.Timeline.Print(&b)
 	t.Logf("timeline:\n%s", b.String())
