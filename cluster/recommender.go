@@ -526,3 +526,39 @@ func (r *recommender) model(spec v1alpha1.PolicySpec) (*recommend.Model, error) 
 	r.models[p] = m
 	return m, nil
 }
+
+// runningResources returns what container c of the workload really runs
+// with, for the latches and guards: per field (CPU and memory, request and
+// limit) the highest over the workload's running pods of the pod spec's
+// value (an InPlace resize changes it, not the template) and of the value
+// the kubelet reports in status.containerStatuses[].resources (which lags
+// the spec while a resize is in flight), so that a latch's "never lower"
+// holds against every pod. The template's values (c's) when no running pod
+// has the container.
+func runningResources(c corev1.Container, pods []*corev1.Pod) (request, limit recommend.Resources) {
+	found := false
+	for _, p := range pods {
+		for i := range p.Spec.Containers {
+			if pc := &p.Spec.Containers[i]; pc.Name == c.Name {
+				found = true
+				request = highest(request, resourcesOf(pc.Resources.Requests))
+				limit = highest(limit, resourcesOf(pc.Resources.Limits))
+			}
+		}
+		for i := range p.Status.ContainerStatuses {
+			if cs := &p.Status.ContainerStatuses[i]; cs.Name == c.Name && cs.Resources != nil {
+				request = highest(request, resourcesOf(cs.Resources.Requests))
+				limit = highest(limit, resourcesOf(cs.Resources.Limits))
+			}
+		}
+	}
+	if !found {
+		return resourcesOf(c.Resources.Requests), resourcesOf(c.Resources.Limits)
+	}
+	return request, limit
+}
+
+// highest is the field-wise maximum of a and b.
+func highest(a, b recommend.Resources) recommend.Resources {
+	return recommend.Resources{CPUMilli: max(a.CPUMilli, b.CPUMilli), MemoryBytes: max(a.MemoryBytes, b.MemoryBytes)}
+}
