@@ -210,3 +210,23 @@ func TestRecommenderDeletesTheCheckpointsOfWorkloadsThatAreGone(t *testing.T) {
 	require.Eventually(t, gone("web"), 15*time.Second, 50*time.Millisecond, "the checkpoint of a deleted workload is kept")
 	assert.Equal(t, 2.0, metricValue(t, l, "kerf_recommender_checkpoints_deleted_total", ""))
 }
+
+// TestRecommenderDeletesTheCheckpointWhenThePolicyNoLongerRecommends
+// checks that turning spec.recommend off forgets the workload's history
+// and its checkpoint.
+func TestRecommenderDeletesTheCheckpointWhenThePolicyNoLongerRecommends(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ctx := context.Background()
+	ns := namespace(t, c)
+	p := recommendingPolicy(ns)
+	dep := web(t, c, ns, p)
+	sig := signals.New()
+	startLeader(t, ns, "a", checkpointingConfig(sig))
+	pod := adoptedPod(t, c, dep, "web-1")
+	feedUsage(sig, pod, time.Now(), 0, 4)
+	waitCheckpoint(t, c, ns, 3)
+	update(t, c, p, func() { p.Spec.Recommend.Enabled = false })
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &v1alpha1.RightsizingCheckpoint{}))
+	}, 15*time.Second, 50*time.Millisecond, "the checkpoint of a workload no longer recommended for is kept")
+}
