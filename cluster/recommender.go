@@ -336,6 +336,8 @@ func (r *recommender) pass(ctx context.Context) error {
 		}
 		tw.recommended = now
 	}
+	// The count is known before the checkpoint writes (which take time).
+	r.trackedGauge.Set(float64(r.tracked))
 	r.checkpoint(ctx, pols, resolved, now)
 	return nil
 }
