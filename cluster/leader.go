@@ -261,7 +261,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err := rec.SetupWithManager(mgr, sig); err != nil {
 		return nil, err
 	}
-	recommender, err := newRecommender(mgr.GetClient(), sig, cfg.Recommender, cfg.Now, reg, log)
+	recommender, err := newRecommender(mgr.GetClient(), mgr.GetAPIReader(), cfg.WatchNamespaces, sig, cfg.Recommender, cfg.Now, reg, log)
 	if err != nil {
 		return nil, err
 	}

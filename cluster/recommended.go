@@ -99,8 +99,10 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 		if st == nil {
 			continue
 		}
+		// Current is what the running pods run with, not the template.
+		request, limit := runningResources(c, tw.pods)
 		in := recommend.Input{
-			Now: now, Request: resourcesOf(c.Resources.Requests), Limit: resourcesOf(c.Resources.Limits),
+			Now: now, Request: request, Limit: limit,
 			Containers: len(tmpl), Holds: holds,
 		}
 		if cp := rw.resolved.Spec.Recommend.ContainerPolicy(c.Name); cp != nil {

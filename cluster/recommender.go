@@ -34,6 +34,13 @@ type RecommenderConfig struct {
 	// zero means DefaultRecommenderMaxContainers. Beyond it new ones are
 	// not tracked (and a warning says so).
 	MaxContainers int
+	// CheckpointInterval is how long a workload's RightsizingCheckpoint
+	// waits before it is written again (when its history changed); zero
+	// means DefaultCheckpointInterval.
+	CheckpointInterval time.Duration
+	// CheckpointWrites bounds the checkpoint writes and deletes of one
+	// pass; zero means DefaultCheckpointWrites.
+	CheckpointWrites int
 }
 
 // Defaults of RecommenderConfig.
@@ -75,6 +82,22 @@ type recommender struct {
 	tracked      int
 	trackedGauge prometheus.Gauge
 	tick         uint64
+
+	// The checkpoints (checkpoint.go): reader reads them from the
+	// apiserver in namespaces (all when empty), the ones the leader
+	// watches; their interval and writes per pass, whether they were
+	// loaded, the workloads forgotten whose checkpoint is to be deleted,
+	// when they were last collected.
+	reader        client.Reader
+	namespaces    []string
+	ckptInterval  time.Duration
+	ckptWrites    int
+	ckptMetrics   *checkpointMetrics
+	ckptLoaded    bool
+	dropped       map[workload.Ref]bool
+	ckptCollected time.Time
+	ckptDue       []workload.Ref
+	ckptBuf       []byte
 }
 
 // trackedWorkload is the history of one workload's containers.
@@ -86,6 +109,8 @@ type trackedWorkload struct {
 	pods        []*corev1.Pod
 	// throttledTo is the end of the throttling window last read.
 	throttledTo time.Time
+	// ckpt is where its checkpoint is.
+	ckpt checkpointMark
 }
 
 // instanceKey names one container of one pod.
@@ -113,8 +138,9 @@ type trackedInstance struct {
 }
 
 // newRecommender returns the loop over the usage and kernel stores, with
-// its metric on reg.
-func newRecommender(c client.Client, sig *signals.Stores, cfg RecommenderConfig, now func() time.Time, reg prometheus.Registerer, log *slog.Logger) (*recommender, error) {
+// its metrics on reg; reader reads its checkpoints in namespaces (all
+// when empty).
+func newRecommender(c client.Client, reader client.Reader, namespaces []string, sig *signals.Stores, cfg RecommenderConfig, now func() time.Time, reg prometheus.Registerer, log *slog.Logger) (*recommender, error) {
 	base, err := recommend.NewModel(recommend.DefaultParams())
 	if err != nil {
 		return nil, fmt.Errorf("recommender: %w", err)
@@ -125,6 +151,16 @@ func newRecommender(c client.Client, sig *signals.Stores, cfg RecommenderConfig,
 	})
 	if err := reg.Register(gauge); err != nil {
 		return nil, fmt.Errorf("register the recommender's metric: %w", err)
+	}
+	ckm, err := newCheckpointMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.CheckpointInterval <= 0 {
+		cfg.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if cfg.CheckpointWrites <= 0 {
+		cfg.CheckpointWrites = DefaultCheckpointWrites
 	}
 	if cfg.Period <= 0 {
 		cfg.Period = DefaultRecommenderPeriod
@@ -141,6 +177,8 @@ func newRecommender(c client.Client, sig *signals.Stores, cfg RecommenderConfig,
 		models:    map[recommend.Params]*recommend.Model{base.Params(): base},
 		workloads: map[workload.Ref]*trackedWorkload{}, instances: map[instanceKey]*trackedInstance{},
 		refs: map[types.UID]workload.Ref{}, trackedGauge: gauge,
+		reader: reader, namespaces: namespaces, ckptInterval: cfg.CheckpointInterval, ckptWrites: cfg.CheckpointWrites,
+		ckptMetrics: ckm, dropped: map[workload.Ref]bool{},
 	}, nil
 }
 
@@ -148,12 +186,21 @@ func newRecommender(c client.Client, sig *signals.Stores, cfg RecommenderConfig,
 // standby's recommendations would race the leader's.
 func (r *recommender) NeedLeaderElection() bool { return true }
 
-// Start runs the loop until ctx ends. A failed pass is logged and the next
-// one tries again.
+// Start runs the loop until ctx ends: it resumes from the checkpoints
+// before its first pass, and writes them at the end. A failed pass (or
+// load) is logged and the next one tries again.
 func (r *recommender) Start(ctx context.Context) error {
 	t := time.NewTicker(r.period)
 	defer t.Stop()
+	defer r.flushCheckpoints()
 	for {
+		if !r.ckptLoaded {
+			if err := r.loadCheckpoints(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("recommender checkpoints not loaded; tried again next pass", "err", err)
+			} else {
+				r.ckptLoaded = true
+			}
+		}
 		if err := r.pass(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("recommender pass failed", "err", err)
 		}
@@ -212,6 +259,7 @@ func (r *recommender) pass(ctx context.Context) error {
 		clear(r.instances)
 		clear(r.refs)
 		r.tracked = 0
+		r.checkpoint(ctx, pols, nil, now)
 		return nil
 	}
 	var pods corev1.PodList
@@ -288,6 +336,9 @@ func (r *recommender) pass(ctx context.Context) error {
 		}
 		tw.recommended = now
 	}
+	// The count is known before the checkpoint writes (which take time).
+	r.trackedGauge.Set(float64(r.tracked))
+	r.checkpoint(ctx, pols, resolved, now)
 	return nil
 }
 
@@ -435,6 +486,9 @@ func (r *recommender) forget(ref workload.Ref) {
 	if tw := r.workloads[ref]; tw != nil {
 		r.tracked -= len(tw.containers)
 		delete(r.workloads, ref)
+		if len(r.dropped) < r.max {
+			r.dropped[ref] = true // else collected at the next interval
+		}
 	}
 }
 
@@ -473,4 +527,40 @@ func (r *recommender) model(spec v1alpha1.PolicySpec) (*recommend.Model, error) 
 	}
 	r.models[p] = m
 	return m, nil
+}
+
+// runningResources returns what container c of the workload really runs
+// with, for the latches and guards: per field (CPU and memory, request and
+// limit) the highest over the workload's running pods of the pod spec's
+// value (an InPlace resize changes it, not the template) and of the value
+// the kubelet reports in status.containerStatuses[].resources (which lags
+// the spec while a resize is in flight), so that a latch's "never lower"
+// holds against every pod. The template's values (c's) when no running pod
+// has the container.
+func runningResources(c corev1.Container, pods []*corev1.Pod) (request, limit recommend.Resources) {
+	found := false
+	for _, p := range pods {
+		for i := range p.Spec.Containers {
+			if pc := &p.Spec.Containers[i]; pc.Name == c.Name {
+				found = true
+				request = highest(request, resourcesOf(pc.Resources.Requests))
+				limit = highest(limit, resourcesOf(pc.Resources.Limits))
+			}
+		}
+		for i := range p.Status.ContainerStatuses {
+			if cs := &p.Status.ContainerStatuses[i]; cs.Name == c.Name && cs.Resources != nil {
+				request = highest(request, resourcesOf(cs.Resources.Requests))
+				limit = highest(limit, resourcesOf(cs.Resources.Limits))
+			}
+		}
+	}
+	if !found {
+		return resourcesOf(c.Resources.Requests), resourcesOf(c.Resources.Limits)
+	}
+	return request, limit
+}
+
+// highest is the field-wise maximum of a and b.
+func highest(a, b recommend.Resources) recommend.Resources {
+	return recommend.Resources{CPUMilli: max(a.CPUMilli, b.CPUMilli), MemoryBytes: max(a.MemoryBytes, b.MemoryBytes)}
 }

@@ -141,7 +141,7 @@ func TestEveryObjectIsAcceptedByTheAPIServer(t *testing.T) {
 		kinds[u.GetKind()]++
 	}
 	assert.Equal(t, map[string]int{
-		"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 2,
+		"CustomResourceDefinition": 4, "Namespace": 1, "ServiceAccount": 2,
 		"ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1,
 		"Deployment": 1, "PodDisruptionBudget": 1, "Service": 2,
 		"MutatingWebhookConfiguration": 1, "DaemonSet": 1, "ClusterRightsizingPolicy": 1,
@@ -227,6 +227,11 @@ func TestLeaderRBACAllowsWhatTheLeaderDoesAndNoMore(t *testing.T) {
 		{"patch", "rightsizingrecommendations.kerf.dev", "default", true},   // the hub forwarder's finalizer, the recommender
 		{"create", "rightsizingrecommendations.kerf.dev", "default", true},  // the recommender
 		{"delete", "rightsizingrecommendations.kerf.dev", "default", false},
+		{"list", "rightsizingcheckpoints.kerf.dev", "", true},         // the recommender's checkpoints
+		{"patch", "rightsizingcheckpoints.kerf.dev", "default", true}, // written whole
+		{"create", "rightsizingcheckpoints.kerf.dev", "default", true},
+		{"delete", "rightsizingcheckpoints.kerf.dev", "default", true}, // its workload is gone
+		{"update", "rightsizingcheckpoints.kerf.dev", "default", false},
 		{"list", "clusterrightsizingpolicies.kerf.dev", "", true},
 		{"list", "rightsizingpolicies.kerf.dev", "", true},
 		{"watch", "pods", "", true},

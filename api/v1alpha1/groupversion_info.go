@@ -2,7 +2,8 @@
 // v1alpha1 (docs/design.md section 2): RightsizingRecommendation, the change
 // a recommender asks for and the state of its health watch and rollback, and
 // RightsizingPolicy / ClusterRightsizingPolicy, which select workloads and
-// set the guardrails.
+// set the guardrails; RightsizingCheckpoint, the recommender's saved
+// history of a workload.
 //
 // The kubebuilder markers here generate zz_generated.deepcopy.go and the CRDs
 // in manifests/crd (`make generate`); the schema and its CEL rules are what
@@ -37,6 +38,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&RightsizingRecommendation{}, &RightsizingRecommendationList{},
 		&RightsizingPolicy{}, &RightsizingPolicyList{},
 		&ClusterRightsizingPolicy{}, &ClusterRightsizingPolicyList{},
+		&RightsizingCheckpoint{}, &RightsizingCheckpointList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

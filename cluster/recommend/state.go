@@ -50,6 +50,11 @@ func NewModel(p Params) (*Model, error) {
 // Params returns the parameters the model was built from.
 func (m *Model) Params() Params { return m.p }
 
+// Fingerprint is the hash of the parameters that shape a state (buckets,
+// half-lives, interval, interval count) that checkpoints carry: a
+// checkpoint loads only into a model with the same one.
+func (m *Model) Fingerprint() uint32 { return m.fingerprint }
+
 // ContainerState is what the recommender keeps per workload and container
 // name, aggregated over the workload's pods (VPA's AggregateContainerState):
 // a decaying CPU usage histogram, a decaying histogram of memory peaks (one
