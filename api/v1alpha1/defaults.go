@@ -33,6 +33,7 @@ const (
 	DefaultRecommendCPUPercentile       int32 = 90
 	DefaultRecommendMemoryPercentile    int32 = 90
 	DefaultRecommendSafetyMarginPercent int32 = 15
+	DefaultRecommendSource                    = RecommendSourceKerf
 )
 
 // SetDefaults fills the fields left empty with the same defaults the
@@ -103,6 +104,9 @@ func (r *RecommendSpec) SetDefaults() {
 	}
 	if r.SafetyMarginPercent == nil {
 		r.SafetyMarginPercent = ptrTo(DefaultRecommendSafetyMarginPercent)
+	}
+	if r.Source == "" {
+		r.Source = DefaultRecommendSource
 	}
 }
 

@@ -146,6 +146,7 @@ func TestRecommendDefaultsAreApplied(t *testing.T) {
 		CPUPercentile:       ptr.To[int32](90),
 		MemoryPercentile:    ptr.To[int32](90),
 		SafetyMarginPercent: ptr.To[int32](15),
+		Source:              v1alpha1.RecommendSourceKerf,
 	}
 	require.NotNil(t, got.Spec.Recommend)
 	assert.Equal(t, want, *got.Spec.Recommend)
