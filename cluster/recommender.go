@@ -74,6 +74,8 @@ type recommender struct {
 	tracked      int
 	trackedGauge prometheus.Gauge
 	tick         uint64
+	// vpa is the source of the workloads whose policy says source VPA.
+	vpa *vpaSource
 }
 
 // trackedWorkload is the history of one workload's containers.
@@ -125,6 +127,10 @@ func newRecommender(c client.Client, sig *signals.Stores, cfg RecommenderConfig,
 	if err := reg.Register(gauge); err != nil {
 		return nil, fmt.Errorf("register the recommender's metric: %w", err)
 	}
+	vpa, err := newVPASource(c, reg, log.With("component", "recommender"))
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Period <= 0 {
 		cfg.Period = DefaultRecommenderPeriod
 	}
@@ -139,7 +145,7 @@ func newRecommender(c client.Client, sig *signals.Stores, cfg RecommenderConfig,
 		period: cfg.Period, max: cfg.MaxContainers, base: base,
 		models:    map[recommend.Params]*recommend.Model{base.Params(): base},
 		workloads: map[workload.Ref]*trackedWorkload{}, instances: map[instanceKey]*trackedInstance{},
-		refs: map[types.UID]workload.Ref{}, trackedGauge: gauge,
+		refs: map[types.UID]workload.Ref{}, trackedGauge: gauge, vpa: vpa,
 	}, nil
 }
 
