@@ -147,11 +147,8 @@ func (v *vpaSource) find(ctx context.Context, ref workload.Ref, tick uint64, now
 	if found == nil {
 		return nil, vpaNone, nil
 	}
-	mode := vpav1.UpdateModeRecreate // VPA's default
-	if p := found.Spec.UpdatePolicy; p != nil && p.UpdateMode != nil {
-		mode = *p.UpdateMode
-	}
-	if mode != vpav1.UpdateModeOff && mode != vpav1.UpdateModeInitial {
+	mode, ok := vpaModeOf(found)
+	if !ok {
 		return nil, vpaActive, fmt.Errorf("VerticalPodAutoscaler %s has updateMode %s and changes the pods itself; Kerf takes targets only from one in Off or Initial", found.Name, mode)
 	}
 	t := &vpaTargets{name: found.Name, mode: mode, containers: map[string]recommend.External{}}
@@ -167,6 +164,17 @@ func (v *vpaSource) find(ctx context.Context, ref workload.Ref, tick uint64, now
 		return nil, vpaNoRecommendation, nil
 	}
 	return t, "", nil
+}
+
+// vpaModeOf returns the VPA's updateMode (unset is VPA's default,
+// Recreate) and whether Kerf may take its target: only in Off and
+// Initial, the modes in which VPA does not change running pods.
+func vpaModeOf(vpa *vpav1.VerticalPodAutoscaler) (vpav1.UpdateMode, bool) {
+	mode := vpav1.UpdateModeRecreate
+	if p := vpa.Spec.UpdatePolicy; p != nil && p.UpdateMode != nil {
+		mode = *p.UpdateMode
+	}
+	return mode, mode == vpav1.UpdateModeOff || mode == vpav1.UpdateModeInitial
 }
 
 // list returns the namespace's VPAs, read once per pass (tick), bounded to

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -42,9 +41,7 @@ func vpaCRDFile(t *testing.T) string {
 	root, err := kube.RepoRoot()
 	require.NoError(t, err)
 	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
+	require.NoError(t, err, "the go command finds the VPA module's CRD in the module cache")
 	cmd := exec.Command(gobin, "list", "-m", "-f", "{{.Dir}}", vpaModule)
 	cmd.Dir = root
 	out, err := cmd.Output()
@@ -314,7 +311,8 @@ func TestRecommenderRefusesAVPAThatChangesThePodsItself(t *testing.T) {
 	installVPACRD(t)
 	ns := namespace(t, controlplane.Get(t).Client)
 	c, _, l := vpaWeb(t, vpaPolicy(ns), func(_ *signals.Stores, pod *corev1.Pod) {
-		createVPA(t, controlplane.Get(t).Client, pod.Namespace, "web", vpav1.UpdateModeAuto, "150m", "100Mi")
+		// Auto, deprecated in v1.8.1 but what most VPAs in use say.
+		createVPA(t, controlplane.Get(t).Client, pod.Namespace, "web", vpav1.UpdateMode("Auto"), "150m", "100Mi")
 	})
 	require.Eventually(t, func() bool { return vpaSkipped(t, l, vpaActive) >= 3 }, 15*time.Second, 50*time.Millisecond,
 		"a VPA in Auto mode is not refused")
@@ -330,6 +328,12 @@ func TestRecommenderRefusesAVPAThatChangesThePodsItself(t *testing.T) {
 	require.NoError(t, c.Update(ctx, u))
 	rsr, _ := waitVPARecommended(t, c, ns, "web")
 	assert.Equal(t, int64(150), rsr.Spec.Containers[0].Requests.CPU.MilliValue())
+
+	// A second VPA naming the same workload: Kerf takes neither.
+	createVPA(t, c, ns, "web-2", vpav1.UpdateModeOff, "400m", "300Mi")
+	require.Eventually(t, func() bool { return vpaSkipped(t, l, vpaMultiple) >= 2 }, 15*time.Second, 50*time.Millisecond,
+		"two VPAs for one workload are not refused")
+	assert.Equal(t, int64(150), getRSR(t, c, ns, "web").Spec.Containers[0].Requests.CPU.MilliValue(), "the recommendation is left as it was")
 }
 
 // TestRecommenderRunsWithoutTheVPACRD checks a cluster without the VPA
@@ -353,4 +357,33 @@ func TestRecommenderRunsWithoutTheVPACRD(t *testing.T) {
 	assert.Equal(t, v1alpha1.RecommendSourceKerf, basis.Source)
 	assert.Empty(t, basis.VPA)
 	assert.Negative(t, rsr.Spec.Containers[0].Requests.CPU.Cmp(resource.MustParse("100m")), "Kerf's own target for 50m of use")
+}
+
+// TestVPAModesKerfTakesTargetsFrom checks which updateModes Kerf accepts:
+// only those in which VPA never changes a running pod.
+func TestVPAModesKerfTakesTargetsFrom(t *testing.T) {
+	for _, tc := range []struct {
+		mode *vpav1.UpdateMode
+		want vpav1.UpdateMode
+		ok   bool
+	}{
+		{ptr.To(vpav1.UpdateModeOff), vpav1.UpdateModeOff, true},
+		{ptr.To(vpav1.UpdateModeInitial), vpav1.UpdateModeInitial, true},
+		{nil, vpav1.UpdateModeRecreate, false}, // VPA's default
+		{ptr.To(vpav1.UpdateModeRecreate), vpav1.UpdateModeRecreate, false},
+		{ptr.To(vpav1.UpdateMode("Auto")), "Auto", false},
+		{ptr.To(vpav1.UpdateModeInPlaceOrRecreate), vpav1.UpdateModeInPlaceOrRecreate, false},
+		{ptr.To(vpav1.UpdateModeInPlace), vpav1.UpdateModeInPlace, false},
+	} {
+		vpa := &vpav1.VerticalPodAutoscaler{}
+		if tc.mode != nil {
+			vpa.Spec.UpdatePolicy = &vpav1.PodUpdatePolicy{UpdateMode: tc.mode}
+		}
+		mode, ok := vpaModeOf(vpa)
+		assert.Equal(t, tc.want, mode)
+		assert.Equal(t, tc.ok, ok, "mode %s", mode)
+	}
+	mode, ok := vpaModeOf(&vpav1.VerticalPodAutoscaler{Spec: vpav1.VerticalPodAutoscalerSpec{UpdatePolicy: &vpav1.PodUpdatePolicy{}}})
+	assert.Equal(t, vpav1.UpdateModeRecreate, mode, "a policy without a mode is VPA's default")
+	assert.False(t, ok)
 }
