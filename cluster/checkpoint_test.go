@@ -35,29 +35,6 @@ func feedUsage(sig *signals.Stores, pod *corev1.Pod, end time.Time, cpu0 time.Du
 	}
 }
 
-// metricValue is the value of the leader's counter or gauge name (with
-// the label reason, when not empty); -1 when it has none.
-func metricValue(t *testing.T, l *testLeader, name, reason string) float64 {
-	t.Helper()
-	mfs, err := l.registry.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if reason != "" && (len(m.GetLabel()) == 0 || m.GetLabel()[0].GetValue() != reason) {
-				continue
-			}
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return -1
-}
-
 // waitCheckpoint waits until the checkpoint of web holds container app
 // with at least samples CPU samples, and returns it.
 func waitCheckpoint(t *testing.T, c client.Client, ns string, samples uint32) *v1alpha1.RightsizingCheckpoint {
@@ -110,7 +87,7 @@ func TestRecommenderResumesFromItsCheckpointAfterFailover(t *testing.T) {
 	assert.Equal(t, int32(recommend.CheckpointVersion), ck.Status.Containers[0].Version)
 	assert.Len(t, ck.Status.Containers[0].Fingerprint, 8)
 	assert.NotNil(t, ck.Status.WrittenAt)
-	assert.Positive(t, metricValue(t, a, "kerf_recommender_checkpoints_written_total", ""))
+	assert.Positive(t, metricValue(t, a, "kerf_recommender_checkpoints_written_total"))
 	stopLeader(t, a)
 
 	// b makes its own recommendation: a's is removed, so b's basis shows.
@@ -122,8 +99,8 @@ func TestRecommenderResumesFromItsCheckpointAfterFailover(t *testing.T) {
 	assert.Equal(t, uint32(4), basisB.Containers[0].Samples, "a's three CPU samples carried over, and b's one")
 	assert.Greater(t, basisB.Containers[0].Confidence, basisA.Containers[0].Confidence)
 	assert.Equal(t, first.Spec.Containers, second.Spec.Containers, "b recommends what a did")
-	assert.Equal(t, 1.0, metricValue(t, b, "kerf_recommender_checkpoint_containers_loaded_total", ""))
-	assert.Equal(t, 0.0, metricValue(t, b, "kerf_recommender_checkpoint_containers_refused_total", "corrupt"))
+	assert.Equal(t, 1.0, metricValue(t, b, "kerf_recommender_checkpoint_containers_loaded_total"))
+	assert.Equal(t, 0.0, metricValue(t, b, "kerf_recommender_checkpoint_containers_refused_total", "reason", "corrupt"))
 }
 
 // waitRecommendedBy waits for the recommender's recommendation for web
@@ -166,9 +143,9 @@ func TestRecommenderIgnoresACheckpointItCannotLoad(t *testing.T) {
 	feedUsage(sig, pod, time.Now(), 0, 4)
 	_, basis := waitRecommended(t, c, ns) // three samples: nothing carried over
 	assert.Equal(t, uint32(3), basis.Containers[0].Samples)
-	assert.Equal(t, 1.0, metricValue(t, l, "kerf_recommender_checkpoint_containers_refused_total", "corrupt"))
-	assert.Equal(t, 1.0, metricValue(t, l, "kerf_recommender_checkpoint_containers_refused_total", "fingerprint"))
-	assert.Equal(t, 0.0, metricValue(t, l, "kerf_recommender_checkpoint_containers_loaded_total", ""))
+	assert.Equal(t, 1.0, metricValue(t, l, "kerf_recommender_checkpoint_containers_refused_total", "reason", "corrupt"))
+	assert.Equal(t, 1.0, metricValue(t, l, "kerf_recommender_checkpoint_containers_refused_total", "reason", "fingerprint"))
+	assert.Equal(t, 0.0, metricValue(t, l, "kerf_recommender_checkpoint_containers_loaded_total"))
 	ck := waitCheckpoint(t, c, ns, 3)
 	assert.Equal(t, "app", ck.Status.Containers[0].Name, "rewritten whole: the refused containers are gone")
 }
@@ -208,7 +185,7 @@ func TestRecommenderDeletesTheCheckpointsOfWorkloadsThatAreGone(t *testing.T) {
 	require.NoError(t, c.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}))
 	require.NoError(t, c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-1"}}, client.GracePeriodSeconds(0)))
 	require.Eventually(t, gone("web"), 15*time.Second, 50*time.Millisecond, "the checkpoint of a deleted workload is kept")
-	assert.Equal(t, 2.0, metricValue(t, l, "kerf_recommender_checkpoints_deleted_total", ""))
+	assert.Equal(t, 2.0, metricValue(t, l, "kerf_recommender_checkpoints_deleted_total"))
 }
 
 // TestRecommenderDeletesTheCheckpointWhenThePolicyNoLongerRecommends

@@ -37,6 +37,11 @@ type recommendationBasis struct {
 	SafetyMargin     float64 `json:"safetyMargin"`
 	// Containers are the figures per container.
 	Containers []containerBasis `json:"containers"`
+	// Source is where the targets came from: Kerf, or VPA with the
+	// VerticalPodAutoscaler's name and updateMode.
+	Source        v1alpha1.RecommendSource `json:"source,omitempty"`
+	VPA           string                   `json:"vpa,omitempty"`
+	VPAUpdateMode string                   `json:"vpaUpdateMode,omitempty"`
 }
 
 // containerBasis is one container's figures.
@@ -52,6 +57,10 @@ type containerBasis struct {
 	TargetMemoryBytes int64 `json:"targetMemoryBytes"`
 	// Refusals are the values held back, with why.
 	Refusals []refusalBasis `json:"refusals,omitempty"`
+	// Lower and Upper are the estimate's (or the VPA's) bounds, figures
+	// only.
+	Lower *boundBasis `json:"lower,omitempty"`
+	Upper *boundBasis `json:"upper,omitempty"`
 }
 
 // refusalBasis is one recommend.Refusal.
@@ -91,6 +100,10 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 	p := m.Params()
 	basis := recommendationBasis{MadeAt: now.UTC().Truncate(time.Second), Policy: string(rw.resolved.Ref.Kind) + "/" + rw.resolved.Ref.Name,
 		CPUPercentile: p.CPUPercentile, MemoryPercentile: p.MemoryPercentile, SafetyMargin: p.SafetyMargin}
+	vpa, ok, err := r.fromVPA(ctx, ref, rw, &basis, now)
+	if !ok {
+		return err
+	}
 	var containers []v1alpha1.ContainerResources
 	changed := false
 	tmpl := rw.w.Template.Spec.Containers
@@ -108,14 +121,15 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 		if cp := rw.resolved.Spec.Recommend.ContainerPolicy(c.Name); cp != nil {
 			in.MinAllowed, in.MaxAllowed = boundOf(cp.MinAllowed), boundOf(cp.MaxAllowed)
 		}
-		res := m.Recommend(st, in)
+		res := recommendOne(m, st, vpa, c.Name, in)
 		if !res.Ready {
 			continue
 		}
 		changed = changed || res.Changed
 		containers = append(containers, v1alpha1.ContainerResources{Name: c.Name, Requests: valuesOf(res.Request), Limits: valuesOf(res.Limit)})
 		cb := containerBasis{Name: c.Name, Samples: res.Estimate.Samples, History: res.Estimate.History.Round(time.Second).String(),
-			Confidence: res.Estimate.Confidence, TargetCPUMilli: res.Estimate.Target.CPUMilli, TargetMemoryBytes: res.Estimate.Target.MemoryBytes}
+			Confidence: res.Estimate.Confidence, TargetCPUMilli: res.Estimate.Target.CPUMilli, TargetMemoryBytes: res.Estimate.Target.MemoryBytes,
+			Lower: boundBasisOf(res.Estimate.Lower), Upper: boundBasisOf(res.Estimate.Upper)}
 		for _, f := range res.Refusals {
 			rb := refusalBasis{Resource: f.Resource, Field: f.Field, Reason: f.Reason, Asked: f.Asked, Held: f.Held,
 				Observed: f.Observed, Threshold: f.Threshold, Message: f.String()}

@@ -98,6 +98,8 @@ type recommender struct {
 	ckptCollected time.Time
 	ckptDue       []workload.Ref
 	ckptBuf       []byte
+	// vpa is the source of the workloads whose policy says source VPA.
+	vpa *vpaSource
 }
 
 // trackedWorkload is the history of one workload's containers.
@@ -162,6 +164,10 @@ func newRecommender(c client.Client, reader client.Reader, namespaces []string, 
 	if cfg.CheckpointWrites <= 0 {
 		cfg.CheckpointWrites = DefaultCheckpointWrites
 	}
+	vpa, err := newVPASource(c, reg, log.With("component", "recommender"))
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Period <= 0 {
 		cfg.Period = DefaultRecommenderPeriod
 	}
@@ -178,7 +184,7 @@ func newRecommender(c client.Client, reader client.Reader, namespaces []string, 
 		workloads: map[workload.Ref]*trackedWorkload{}, instances: map[instanceKey]*trackedInstance{},
 		refs: map[types.UID]workload.Ref{}, trackedGauge: gauge,
 		reader: reader, namespaces: namespaces, ckptInterval: cfg.CheckpointInterval, ckptWrites: cfg.CheckpointWrites,
-		ckptMetrics: ckm, dropped: map[workload.Ref]bool{},
+		ckptMetrics: ckm, dropped: map[workload.Ref]bool{}, vpa: vpa,
 	}, nil
 }
 

@@ -34,6 +34,7 @@ const (
 	DefaultRecommendMemoryPercentile    int32 = 90
 	DefaultRecommendSafetyMarginPercent int32 = 15
 	DefaultRecommendKeepLimitProportion       = true
+	DefaultRecommendSource                    = RecommendSourceKerf
 )
 
 // SetDefaults fills the fields left empty with the same defaults the
@@ -107,6 +108,9 @@ func (r *RecommendSpec) SetDefaults() {
 	}
 	if r.KeepLimitProportion == nil {
 		r.KeepLimitProportion = ptrTo(DefaultRecommendKeepLimitProportion)
+	}
+	if r.Source == "" {
+		r.Source = DefaultRecommendSource
 	}
 }
 

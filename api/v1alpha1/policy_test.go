@@ -149,6 +149,7 @@ func TestRecommendDefaultsAreApplied(t *testing.T) {
 		MemoryPercentile:    ptr.To[int32](90),
 		SafetyMarginPercent: ptr.To[int32](15),
 		KeepLimitProportion: ptr.To(true),
+		Source:              v1alpha1.RecommendSourceKerf,
 	}
 	require.NotNil(t, got.Spec.Recommend)
 	assert.Equal(t, want, *got.Spec.Recommend)

@@ -182,6 +182,14 @@ type RecommendSpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	Containers []ContainerRecommendPolicy `json:"containers,omitempty"`
+	// Source is where the targets come from: Kerf (its own recommender,
+	// from the usage the agents read) or VPA (the target in the status of
+	// the workload's VerticalPodAutoscaler in updateMode Off or Initial).
+	// Either way the same latches and guards apply after it.
+	// +kubebuilder:default=Kerf
+	// +kubebuilder:validation:Enum=Kerf;VPA
+	// +optional
+	Source RecommendSource `json:"source,omitempty"`
 }
 
 // ContainerRecommendPolicy bounds the requests the recommender gives one
@@ -408,3 +416,15 @@ type PolicyStatus struct {
 	// +optional
 	Fingerprint string `json:"fingerprint,omitempty"`
 }
+
+// RecommendSource is where spec.recommend takes its targets from.
+type RecommendSource string
+
+// The recommendation sources.
+const (
+	// RecommendSourceKerf is Kerf's own recommender.
+	RecommendSourceKerf RecommendSource = "Kerf"
+	// RecommendSourceVPA is the target of the workload's
+	// VerticalPodAutoscaler (docs/recommender.md, "VPA as a source").
+	RecommendSourceVPA RecommendSource = "VPA"
+)

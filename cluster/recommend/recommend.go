@@ -143,8 +143,14 @@ func (m *Model) Recommend(s *ContainerState, in Input) Result {
 		return r
 	}
 	r.Ready = true
-	sig := s.Signals(m, in.Now).combine(in.Signals)
-	if !s.CPU.Empty() {
+	m.guard(&r, s.Signals(m, in.Now).combine(in.Signals), in, !s.CPU.Empty(), !s.Memory.Empty())
+	return r
+}
+
+// guard turns r.Estimate.Target into r's values through the guards and the
+// latches, for CPU and for memory when each has a target.
+func (m *Model) guard(r *Result, sig Signals, in Input, cpu, mem bool) {
+	if cpu {
 		var l latch
 		if sig.ThrottlingRatio >= m.p.ThrottlingRatio {
 			l.hold(ReasonThrottled, in.Request.CPUMilli, in.Limit.CPUMilli, sig.ThrottlingRatio, m.p.ThrottlingRatio, time.Time{})
@@ -153,7 +159,7 @@ func (m *Model) Recommend(s *ContainerState, in Input) Result {
 		r.Request.CPUMilli, r.Limit.CPUMilli = m.decide(&r.Refusals, CPU, r.Estimate.Target.CPUMilli,
 			in.Request.CPUMilli, in.Limit.CPUMilli, in.MinAllowed.CPUMilli, in.MaxAllowed.CPUMilli, &l)
 	}
-	if !s.Memory.Empty() {
+	if mem {
 		var l latch
 		if !sig.OOMAt.IsZero() {
 			peak := sig.OOMPeakBytes
@@ -168,7 +174,6 @@ func (m *Model) Recommend(s *ContainerState, in Input) Result {
 			in.Request.MemoryBytes, in.Limit.MemoryBytes, in.MinAllowed.MemoryBytes, in.MaxAllowed.MemoryBytes, &l)
 	}
 	r.Changed = r.Request != in.Request || r.Limit != in.Limit
-	return r
 }
 
 // maxFloors is how many reasons can hold one resource at once.
