@@ -119,7 +119,8 @@ func buildCharts(v WorkloadView) []containerCharts {
 	if to.Sub(from) < chartWindow {
 		from = to.Add(-chartWindow)
 	}
-	from = from.Add(-to.Sub(from) / 40)
+	span := to.Sub(from)
+	from, to = from.Add(-span/40), to.Add(span/40)
 	var out []containerCharts
 	for i, name := range names {
 		cc := containerCharts{Name: name}
@@ -407,8 +408,8 @@ func (ch *Chart) Label() string {
 // The panel's geometry, in SVG user units.
 const (
 	chartW, chartH        = 480.0, 220.0
-	padLeft, padRight     = 58.0, 12.0
-	padTop, padBottom     = 14.0, 38.0
+	padLeft, padRight     = 64.0, 12.0
+	padTop, padBottom     = 14.0, 42.0
 	plotW, plotH          = chartW - padLeft - padRight, chartH - padTop - padBottom
 	plotRight, plotBottom = padLeft + plotW, padTop + plotH
 	markTop               = padTop
@@ -434,13 +435,14 @@ func num(f float64) string { return strconv.FormatFloat(math.Round(f*10)/10, 'f'
 func (ch *Chart) SVG() template.HTML {
 	esc := template.HTMLEscapeString
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %s %s" role="img" aria-label="%s" class="chart" font-size="12">`,
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %s %s" role="img" aria-label="%s" class="chart" font-size="14">`,
 		num(chartW), num(chartH), esc(ch.Label()))
 	// Throttled spans, under everything.
 	for _, bd := range ch.Bands {
 		x0, x1 := ch.x(bd.From), ch.x(bd.To)
-		fmt.Fprintf(&b, `<rect class="throttled" x="%s" y="%s" width="%s" height="%s"><title>%s</title></rect>`,
-			num(x0), num(padTop), num(max(x1-x0, 1.5)), num(plotH),
+		// The more periods throttled, the darker the band.
+		fmt.Fprintf(&b, `<rect class="throttled" x="%s" y="%s" width="%s" height="%s" fill-opacity="%s"><title>%s</title></rect>`,
+			num(x0), num(padTop), num(max(x1-x0, 1.5)), num(plotH), strconv.FormatFloat(0.2+0.6*float64(min(bd.Percent, 100))/100, 'f', 2, 64),
 			esc(fmt.Sprintf("throttled %d%% of CFS periods in the minute from %s UTC", bd.Percent, bd.From.UTC().Format("15:04"))))
 	}
 	// Value axis: gridlines and labels.
@@ -456,7 +458,7 @@ func (ch *Chart) SVG() template.HTML {
 	for t := ch.From.UTC().Truncate(every).Add(every); !t.After(ch.To); t = t.Add(every) {
 		x := ch.x(t)
 		fmt.Fprintf(&b, `<line class="tick" x1="%s" y1="%s" x2="%s" y2="%s"/>`, num(x), num(plotBottom), num(x), num(plotBottom+4))
-		fmt.Fprintf(&b, `<text class="axis" x="%s" y="%s" text-anchor="middle">%s</text>`, num(x), num(plotBottom+17), esc(t.Format(layout)))
+		fmt.Fprintf(&b, `<text class="axis" x="%s" y="%s" text-anchor="middle">%s</text>`, num(x), num(plotBottom+19), esc(t.Format(layout)))
 	}
 	fmt.Fprintf(&b, `<text class="axis" x="%s" y="%s" text-anchor="end">time (UTC)</text>`, num(plotRight), num(chartH-3))
 	// Requests and limits, then usage.
