@@ -39,8 +39,8 @@ const (
 	// DefaultUsageSeriesPeriod reads the agents' readings (every 10 s by
 	// default) well within the store's four.
 	DefaultUsageSeriesPeriod = 20 * time.Second
-	// DefaultUsageSeriesMax bounds the series to about 19 MB (see
-	// usageSeries).
+	// DefaultUsageSeriesMax bounds the series to about 16 MB of the
+	// leader's heap, measured (see usageSeries).
 	DefaultUsageSeriesMax = 5000
 	// UsageSeriesStep is the span of one point.
 	UsageSeriesStep = time.Minute
@@ -56,21 +56,29 @@ type seriesKey struct {
 	container string
 }
 
-// noReading marks a slot with no CPU or memory reading.
-const noReading = math.MaxUint32
+// A point is packed in two uint32s, 8 bytes: cpu holds the mean CPU rate
+// per pod in millicores (25 bits, to 33,554 cores) above the throttled
+// share of CFS periods in percent plus one (7 bits, 0: not read); mem
+// holds the highest working set in 4 KiB pages (29 bits, to 2 TiB) above
+// the OOM kills (3 bits, saturating at 7).
+const (
+	thrBits, oomBits = 7, 3
+	thrMask, oomMask = 1<<thrBits - 1, 1<<oomBits - 1
+	// noCPU and noMemory mark a slot with no reading.
+	noCPU    = 1<<(32-thrBits) - 1
+	noMemory = 1<<(32-oomBits) - 1
+	pageSize = 4096
+)
 
 // usageSeries is one workload container's points: a ring of
 // UsageSeriesPoints minutes, the slot of minute m at m % UsageSeriesPoints,
-// valid from newest-UsageSeriesPoints+1 to newest. A point is 10 bytes:
-// the mean CPU rate per pod in millicores, the highest working set in KiB,
-// the throttled share of periods in percent plus one (0: none read) and
-// the OOM kills; a series is about 3.7 KB with its map entry.
+// valid from newest-UsageSeriesPoints+1 to newest. At 8 bytes a point a
+// series is 2,936 bytes (Go allocates 3,072), about 3.2 KB with its map
+// entry and key (TestUsageSeriesMemoryAtTheCap).
 type usageSeries struct {
 	newest int64 // Unix minutes of the newest slot
 	cpu    [UsageSeriesPoints]uint32
 	mem    [UsageSeriesPoints]uint32
-	thr    [UsageSeriesPoints]uint8
-	oom    [UsageSeriesPoints]uint8
 	// acc are the CPU sums of the two newest minutes, whose readings may
 	// still come.
 	acc [2]cpuSums
@@ -79,14 +87,16 @@ type usageSeries struct {
 // cpuSums are the CPU seconds used and the seconds run, over the pods,
 // of one minute.
 type cpuSums struct {
-	minute        int64
+	minute         int64
 	cpuSec, runSec float64
 }
+
+const emptyCPU, emptyMem = noCPU << thrBits, noMemory << oomBits
 
 func newUsageSeries(minute int64) *usageSeries {
 	s := &usageSeries{newest: minute}
 	for i := range s.cpu {
-		s.cpu[i], s.mem[i] = noReading, noReading
+		s.cpu[i], s.mem[i] = emptyCPU, emptyMem
 	}
 	return s
 }
@@ -99,7 +109,7 @@ func (s *usageSeries) slot(m int64) int {
 	}
 	for k := s.newest + 1; k <= m && k <= s.newest+UsageSeriesPoints; k++ {
 		i := int(k % UsageSeriesPoints)
-		s.cpu[i], s.mem[i], s.thr[i], s.oom[i] = noReading, noReading, 0, 0
+		s.cpu[i], s.mem[i] = emptyCPU, emptyMem
 	}
 	s.newest = max(s.newest, m)
 	return int(m % UsageSeriesPoints)
@@ -120,33 +130,36 @@ func (s *usageSeries) addCPU(m int64, cpuSec, runSec float64) {
 	}
 	a.cpuSec += cpuSec
 	a.runSec += runSec
-	s.cpu[i] = uint32(min(math.Round(a.cpuSec/a.runSec*1000), noReading-1))
+	milli := uint32(min(max(math.Round(a.cpuSec/a.runSec*1000), 0), noCPU-1))
+	s.cpu[i] = milli<<thrBits | s.cpu[i]&thrMask
 }
 
 func (s *usageSeries) addMemory(m int64, bytes uint64) {
 	if i := s.slot(m); i >= 0 {
-		kib := uint32(min(bytes/1024, noReading-1))
-		if s.mem[i] == noReading || kib > s.mem[i] {
-			s.mem[i] = kib
+		pages := uint32(min((bytes+pageSize-1)/pageSize, noMemory-1))
+		if old := s.mem[i] >> oomBits; old == noMemory || pages > old {
+			s.mem[i] = pages<<oomBits | s.mem[i]&oomMask
 		}
 	}
 }
 
 func (s *usageSeries) setThrottled(m int64, percent int) {
 	if i := s.slot(m); i >= 0 {
-		s.thr[i] = max(s.thr[i], uint8(min(max(percent, 0), 100)+1))
+		v := max(s.cpu[i]&thrMask, uint32(min(max(percent, 0), 100)+1))
+		s.cpu[i] = s.cpu[i]&^thrMask | v
 	}
 }
 
 func (s *usageSeries) setOOMKills(m int64, n int) {
 	if i := s.slot(m); i >= 0 {
-		s.oom[i] = max(s.oom[i], uint8(min(n, math.MaxUint8)))
+		v := max(s.mem[i]&oomMask, uint32(min(max(n, 0), oomMask)))
+		s.mem[i] = s.mem[i]&^oomMask | v
 	}
 }
 
 func (s *usageSeries) addOOMKill(m int64) {
-	if i := s.slot(m); i >= 0 && s.oom[i] < math.MaxUint8 {
-		s.oom[i]++
+	if i := s.slot(m); i >= 0 && s.mem[i]&oomMask < oomMask {
+		s.mem[i]++
 	}
 }
 
@@ -155,15 +168,16 @@ func (s *usageSeries) points() []webui.UsagePoint {
 	var out []webui.UsagePoint
 	for m := s.newest - UsageSeriesPoints + 1; m <= s.newest; m++ {
 		i := int(m % UsageSeriesPoints)
-		if s.cpu[i] == noReading && s.mem[i] == noReading && s.thr[i] == 0 && s.oom[i] == 0 {
+		if s.cpu[i] == emptyCPU && s.mem[i] == emptyMem {
 			continue
 		}
-		p := webui.UsagePoint{At: time.Unix(m*60, 0).UTC(), CPUMilli: -1, MemoryBytes: -1, ThrottledPercent: int(s.thr[i]) - 1, OOMKills: int(s.oom[i])}
-		if s.cpu[i] != noReading {
-			p.CPUMilli = int64(s.cpu[i])
+		p := webui.UsagePoint{At: time.Unix(m*60, 0).UTC(), CPUMilli: -1, MemoryBytes: -1,
+			ThrottledPercent: int(s.cpu[i]&thrMask) - 1, OOMKills: int(s.mem[i] & oomMask)}
+		if c := s.cpu[i] >> thrBits; c != noCPU {
+			p.CPUMilli = int64(c)
 		}
-		if s.mem[i] != noReading {
-			p.MemoryBytes = int64(s.mem[i]) * 1024
+		if pages := s.mem[i] >> oomBits; pages != noMemory {
+			p.MemoryBytes = int64(pages) * pageSize
 		}
 		out = append(out, p)
 	}
