@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,7 +45,11 @@ func rolledBackWeb(t *testing.T) (*testLeader, string, net.Addr) {
 	sig := signals.New()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	dep, l := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Signals: sig, Listener: lis}, "500m", "128Mi")
+	// The leader's clock moves on after the rollback, so the chart shows
+	// the usage after it too (well within the 10m backoff).
+	var offset atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	dep, l := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Signals: sig, Listener: lis, Now: clock}, "500m", "128Mi")
 	pod := adoptedPod(t, c, dep, "web-new-1")
 	require.Eventually(t, func() bool {
 		if l.usage.Pass(ctx) != nil {
@@ -89,6 +94,21 @@ func rolledBackWeb(t *testing.T) (*testLeader, string, net.Addr) {
 	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
 	rsr := waitRestored(t, c, ns, "web")
 	require.NoError(t, l.usage.Pass(ctx))
+
+	// Eight minutes on, the restarted container runs under the restored
+	// 256Mi at about the working set that was killed at 128Mi.
+	after := time.Now()
+	offset.Store(int64(8 * time.Minute))
+	for i := range 16 {
+		at := after.Add(time.Duration(i+1) * 30 * time.Second)
+		batch = append(batch, signals.UsageSample{PodUID: pod.UID, Container: "app", At: at,
+			CPU: time.Duration(i+1) * 6 * time.Second, WorkingSet: uint64(118+i/2) << 20})
+		if len(batch) == signals.UsageSamples || i == 15 {
+			sig.Usage.Add(batch...)
+			require.NoError(t, l.usage.Pass(ctx))
+			batch = batch[:0]
+		}
+	}
 
 	basis := webui.Basis{MadeAt: now.Add(-time.Hour).UTC().Truncate(time.Second), Policy: "RightsizingPolicy/default", CPUPercentile: 0.9, MemoryPercentile: 0.9, SafetyMargin: 0.15,
 		Containers: []webui.BasisContainer{{Name: "app", Samples: 8640, History: "24h0m0s", Confidence: 1, TargetCPUMilli: 210, TargetMemoryBytes: 110 << 20,
@@ -151,6 +171,7 @@ func TestWorkloadPageOfARolledBackWorkload(t *testing.T) {
 		assert.Equal(t, 1, kills, "the kernel's OOM kill, once")
 		assert.Equal(t, 10, throttled, "10 of 100 periods throttled")
 		assert.Equal(t, int64(126<<20), peak)
+		assert.True(t, u.Points[len(u.Points)-1].At.After(time.Now().Add(7*time.Minute)), "the points after the rollback, on the leader's clock")
 
 		_, err = src.Workload(ctx, webui.WorkloadID{Namespace: ns, Name: "nope"})
 		assert.ErrorIs(t, err, webui.ErrNotFound)

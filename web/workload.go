@@ -313,14 +313,14 @@ func (p *Policy) GuardrailFacts() []Fact {
 		}
 		return d.Duration.String()
 	}
-	count := func(n *int32, what string) string {
+	count := func(n *int32) string {
 		switch {
 		case n == nil:
 			return "default"
 		case *n == 0:
 			return "off"
 		}
-		return fmt.Sprintf("%d %s", *n, what)
+		return strconv.Itoa(int(*n))
 	}
 	paused := "no"
 	if g.Paused {
@@ -343,9 +343,9 @@ func (p *Policy) GuardrailFacts() []Fact {
 	}
 	facts = append(facts,
 		Fact{"Health watch", dur(r.WatchDuration)},
-		Fact{"Rolls memory back at", count(r.OOMKills, "OOM kill(s)")},
-		Fact{"Rolls back at", count(r.Restarts, "restart(s)")},
-		Fact{"Rolls CPU back at throttling ratio", ratio},
+		Fact{"OOM kills that roll memory back", count(r.OOMKills)},
+		Fact{"Restarts that roll back", count(r.Restarts)},
+		Fact{"Throttling ratio that rolls CPU back", ratio},
 		Fact{"Cooldown after a rollback", dur(r.Cooldown)},
 		Fact{"Restores", restore},
 		Fact{"Adoption threshold", fmt.Sprintf("%d%%", r.AdoptionThresholdPercent)},

@@ -103,7 +103,7 @@ func TestWorkloadPageShowsTheRollbackPlainly(t *testing.T) {
 	assert.Contains(t, body, "<li>oomKills 2 ≥ 1</li>")
 	// Policy, guardrails, the recommendation and why.
 	assert.Contains(t, body, "Governed by RightsizingPolicy shop/default (weight 10).")
-	assert.Contains(t, body, "<dt>Rolls memory back at</dt><dd>1 OOM kill(s)</dd>")
+	assert.Contains(t, body, "<dt>OOM kills that roll memory back</dt><dd>1</dd>")
 	assert.Contains(t, body, `<tr><th scope="row">app</th><td data-label="Recommended requests">memory 128Mi</td><td data-label="Recommended limits">memory 128Mi</td><td data-label="Manifest requests">memory 256Mi</td><td data-label="Manifest limits">memory 256Mi</td></tr>`)
 	assert.Contains(t, body, "<li>memory limit: OOMLatch — memory limit held at 256Mi after an OOM kill</li>", "the recommender's refusal")
 	assert.Contains(t, body, "CPU percentile 90%, memory percentile 90%, safety margin 15%")
