@@ -224,7 +224,8 @@ type UsageSeries struct {
 }
 
 // NewUsageSeries returns empty series fed from sig, reading the
-// recommendations, workloads and pods through c.
+// recommendations, workloads and pods through c. A store sig lacks (a
+// test's Stores with a Kernel only) is not read.
 func NewUsageSeries(c client.Reader, sig *signals.Stores, cfg UsageSeriesConfig, now func() time.Time, log *slog.Logger) *UsageSeries {
 	if cfg.Period <= 0 {
 		cfg.Period = DefaultUsageSeriesPeriod
@@ -352,7 +353,7 @@ func (u *UsageSeries) feed(wk seriesKey, pods []corev1.Pod, now time.Time) bool 
 			}
 		}
 	}
-	if len(names) > 0 && len(live) > 0 {
+	if len(names) > 0 && len(live) > 0 && u.kernel != nil {
 		u.throttling(wk, live, names, now)
 	}
 	return room
@@ -367,6 +368,9 @@ func (u *UsageSeries) ingest(s *usageSeries, pod *corev1.Pod, container string, 
 		u.instances[ref] = in
 	}
 	in.seen = u.tick
+	if u.usage == nil {
+		return
+	}
 	for _, r := range u.usage.Since(pod.UID, container, in.cursor, nil) {
 		m := r.At.Unix() / 60
 		if !in.cursor.IsZero() && r.CPU >= in.cpu && r.At.After(in.cursor) {
@@ -381,6 +385,9 @@ func (u *UsageSeries) ingest(s *usageSeries, pod *corev1.Pod, container string, 
 	n := kills[container]
 	reported := false
 	for i := range 3 {
+		if u.kernel == nil {
+			break
+		}
 		from := time.Unix((minute-2+int64(i))*60, 0)
 		c, ok := u.kernel.OOMKills(pod.UID, container, from.Add(-time.Nanosecond), from.Add(time.Minute-time.Nanosecond))
 		n[i] += c

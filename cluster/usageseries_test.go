@@ -130,6 +130,12 @@ func TestUsageSeriesBoundAndForgotten(t *testing.T) {
 	require.Len(t, usage[0].Points, 1)
 	assert.Equal(t, int64(10<<20), usage[0].Points[0].MemoryBytes)
 
+	// Stores without usage (a test's kernel only) are not read.
+	bare := NewUsageSeries(c, &signals.Stores{}, UsageSeriesConfig{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, bare.Pass(ctx))
+	assert.Equal(t, 2, bare.Len(), "a series per container, with no point")
+	assert.Empty(t, bare.Usage(ns, v1alpha1.KindDeployment, "web"))
+
 	require.NoError(t, c.Delete(ctx, rsr))
 	require.NoError(t, u.Pass(ctx))
 	assert.Zero(t, u.Len(), "a workload no recommendation targets has no series")

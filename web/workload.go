@@ -400,10 +400,10 @@ func values(v *v1alpha1.ResourceValues) string {
 	}
 	var parts []string
 	if v.CPU != nil {
-		parts = append(parts, "cpu "+v.CPU.String())
+		parts = append(parts, "cpu "+quantity(v.CPU))
 	}
 	if v.Memory != nil {
-		parts = append(parts, "memory "+v.Memory.String())
+		parts = append(parts, "memory "+quantity(v.Memory))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -227,3 +227,35 @@ func TestWorkloadPageEmpty(t *testing.T) {
 }
 
 func q(s string) *resource.Quantity { return ptr.To(resource.MustParse(s)) }
+
+// TestPagesDoNotWriteToTheSourcesValues renders both pages over values the
+// Source still holds (the leader's are its informer cache's own objects):
+// Quantity.String caches its text in the Quantity, which raced with the
+// informers' deep copies until the pages formatted copies.
+func TestPagesDoNotWriteToTheSourcesValues(t *testing.T) {
+	page := auditv1.Page{Items: entries()}
+	before := copyEntries(page.Items)
+	_, _ = get(t, &web.Activity{Source: &fixed{page: page}}, "/")
+	assert.Equal(t, before, page.Items, "the Activity page wrote to its Source's values")
+
+	v := rolledBack()
+	history := copyEntries(v.History)
+	recommended := v.Containers[0].Recommended.DeepCopy()
+	mux := http.NewServeMux()
+	mux.Handle("GET /ui/workloads/{namespace}/{name}", &web.WorkloadPage{Source: &workloads{view: v}})
+	_, _ = get(t, mux, "/ui/workloads/shop/web-rsr")
+	assert.Equal(t, history, v.History, "the workload page wrote to its Source's history")
+	assert.Equal(t, recommended, v.Containers[0].Recommended, "the workload page wrote to its Source's values")
+}
+
+func copyEntries(es []auditv1.Entry) []auditv1.Entry {
+	out := make([]auditv1.Entry, len(es))
+	for i, e := range es {
+		out[i] = e
+		out[i].Containers = nil
+		for _, c := range e.Containers {
+			out[i].Containers = append(out[i].Containers, *c.DeepCopy())
+		}
+	}
+	return out
+}
