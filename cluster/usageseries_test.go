@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/signals"
@@ -121,7 +122,10 @@ func TestUsageSeriesBoundAndForgotten(t *testing.T) {
 	for _, name := range []string{"app", "sidecar"} {
 		sig.Usage.Add(signals.UsageSample{PodUID: pod.UID, Container: name, At: now.Add(-time.Second), WorkingSet: 10 << 20})
 	}
-	u := NewUsageSeries(c, sig, UsageSeriesConfig{MaxSeries: 1}, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	// The namespace alone, as a leader's cache limited to it reads: the
+	// control plane holds other tests' recommendations.
+	nc := client.NewNamespacedClient(c, ns)
+	u := NewUsageSeries(nc, sig, UsageSeriesConfig{MaxSeries: 1}, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, u.Pass(ctx))
 	assert.Equal(t, 1, u.Len(), "the cap holds")
 	usage := u.Usage(ns, v1alpha1.KindDeployment, "web")
@@ -131,7 +135,7 @@ func TestUsageSeriesBoundAndForgotten(t *testing.T) {
 	assert.Equal(t, int64(10<<20), usage[0].Points[0].MemoryBytes)
 
 	// Stores without usage (a test's kernel only) are not read.
-	bare := NewUsageSeries(c, &signals.Stores{}, UsageSeriesConfig{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	bare := NewUsageSeries(nc, &signals.Stores{}, UsageSeriesConfig{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, bare.Pass(ctx))
 	assert.Equal(t, 2, bare.Len(), "a series per container, with no point")
 	assert.Empty(t, bare.Usage(ns, v1alpha1.KindDeployment, "web"))
