@@ -96,6 +96,9 @@ type Config struct {
 	// the workloads whose policy enables spec.recommend
 	// (docs/recommender.md).
 	Recommender RecommenderConfig
+	// UsageSeries bounds the usage series the workload pages chart
+	// (docs/web.md).
+	UsageSeries UsageSeriesConfig
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// AfterRecord and AfterBreach are passed to the reconciler (tests only).
@@ -137,6 +140,8 @@ type Leader struct {
 	// Metrics are the replica's metrics, on its own registry.
 	Metrics *Metrics
 	stream  *stream.Server
+	// usage is the usage series of the workload pages.
+	usage *UsageSeries
 	// synced is set once the caches are synced: the replica is ready.
 	synced atomic.Bool
 	// stopping is set as soon as Run's context is done: from then on the
@@ -268,6 +273,10 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err := mgr.Add(recommender); err != nil {
 		return nil, fmt.Errorf("add the recommender: %w", err)
 	}
+	l.usage = NewUsageSeries(mgr.GetClient(), sig, cfg.UsageSeries, cfg.Now, log)
+	if err := mgr.Add(l.usage); err != nil {
+		return nil, fmt.Errorf("add the usage series: %w", err)
+	}
 	if err := warmInformers(mgr.GetCache()); err != nil {
 		return nil, err
 	}
@@ -348,6 +357,10 @@ func (l *Leader) Run(ctx context.Context) error {
 		auditAPI := audit.New(l.mgr.GetCache())
 		auditAPI.Register(srv.Mux())
 		srv.Mux().Handle("GET /ui/activity", &webui.Activity{Source: auditAPI, Refresh: 30 * time.Second})
+		srv.Mux().Handle("GET /ui/workloads/{namespace}/{name}", &webui.WorkloadPage{
+			Source:  &WorkloadViews{Reader: l.mgr.GetCache(), Series: l.usage, Now: l.cfg.Now},
+			Refresh: 30 * time.Second, ActivityHref: "../../activity", Log: l.log,
+		})
 		go func() {
 			if err := srv.ServeListener(ctx, l.cfg.Listener); err != nil {
 				l.log.Error("endpoints stopped", "err", err)

@@ -250,9 +250,13 @@ func changes(cs []v1alpha1.ContainerValueChange) []string {
 	return out
 }
 
+// quantity writes q, or "none". It formats a copy: String caches its text
+// in the Quantity, and a Source's values may be shared (the leader's are
+// its informer cache's own objects).
 func quantity(q *resource.Quantity) string {
 	if q == nil {
 		return "none"
 	}
-	return q.String()
+	v := *q
+	return v.String()
 }

@@ -1,0 +1,458 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/signals"
+	"github.com/kerf-dev/kerf/cluster/workload"
+	webui "github.com/kerf-dev/kerf/web"
+)
+
+// UsageSeriesConfig bounds the usage series the workload pages chart
+// (docs/web.md).
+type UsageSeriesConfig struct {
+	// Period is how often the series read signals.Usage; zero means
+	// DefaultUsageSeriesPeriod. It must stay within the store's span
+	// (signals.UsageSamples readings) for no reading to be missed.
+	Period time.Duration
+	// MaxSeries bounds the workload containers with a series; zero means
+	// DefaultUsageSeriesMax. Beyond it new ones get none (a warning says
+	// so).
+	MaxSeries int
+}
+
+// Bounds of the usage series.
+const (
+	// DefaultUsageSeriesPeriod reads the agents' readings (every 10 s by
+	// default) well within the store's four.
+	DefaultUsageSeriesPeriod = 20 * time.Second
+	// DefaultUsageSeriesMax bounds the series to about 16 MB of the
+	// leader's heap, measured (see usageSeries).
+	DefaultUsageSeriesMax = 5000
+	// UsageSeriesStep is the span of one point.
+	UsageSeriesStep = time.Minute
+	// UsageSeriesPoints is how many points a series keeps: 6 h of minutes.
+	UsageSeriesPoints = 360
+)
+
+// seriesKey names a workload container.
+type seriesKey struct {
+	namespace string
+	kind      v1alpha1.WorkloadKind
+	name      string
+	container string
+}
+
+// A point is packed in two uint32s, 8 bytes: cpu holds the mean CPU rate
+// per pod in millicores (25 bits, to 33,554 cores) above the throttled
+// share of CFS periods in percent plus one (7 bits, 0: not read); mem
+// holds the highest working set in 4 KiB pages (29 bits, to 2 TiB) above
+// the OOM kills (3 bits, saturating at 7).
+const (
+	thrBits, oomBits = 7, 3
+	thrMask, oomMask = 1<<thrBits - 1, 1<<oomBits - 1
+	// noCPU and noMemory mark a slot with no reading.
+	noCPU    = 1<<(32-thrBits) - 1
+	noMemory = 1<<(32-oomBits) - 1
+	pageSize = 4096
+)
+
+// usageSeries is one workload container's points: a ring of
+// UsageSeriesPoints minutes, the slot of minute m at m % UsageSeriesPoints,
+// valid from newest-UsageSeriesPoints+1 to newest. At 8 bytes a point a
+// series is 2,936 bytes (Go allocates 3,072), about 3.2 KB with its map
+// entry and key (TestUsageSeriesMemoryAtTheCap).
+type usageSeries struct {
+	newest int64 // Unix minutes of the newest slot
+	cpu    [UsageSeriesPoints]uint32
+	mem    [UsageSeriesPoints]uint32
+	// acc are the CPU sums of the two newest minutes, whose readings may
+	// still come.
+	acc [2]cpuSums
+}
+
+// cpuSums are the CPU seconds used and the seconds run, over the pods,
+// of one minute.
+type cpuSums struct {
+	minute         int64
+	cpuSec, runSec float64
+}
+
+const emptyCPU, emptyMem = noCPU << thrBits, noMemory << oomBits
+
+func newUsageSeries(minute int64) *usageSeries {
+	s := &usageSeries{newest: minute}
+	for i := range s.cpu {
+		s.cpu[i], s.mem[i] = emptyCPU, emptyMem
+	}
+	return s
+}
+
+// slot returns the slot of minute m, advancing the ring to m (clearing the
+// minutes it passes), or -1 for a minute older than the ring.
+func (s *usageSeries) slot(m int64) int {
+	if m <= s.newest-UsageSeriesPoints {
+		return -1
+	}
+	for k := s.newest + 1; k <= m && k <= s.newest+UsageSeriesPoints; k++ {
+		i := int(k % UsageSeriesPoints)
+		s.cpu[i], s.mem[i] = emptyCPU, emptyMem
+	}
+	s.newest = max(s.newest, m)
+	return int(m % UsageSeriesPoints)
+}
+
+// addCPU adds CPU used over run seconds, ending in minute m.
+func (s *usageSeries) addCPU(m int64, cpuSec, runSec float64) {
+	i := s.slot(m)
+	if i < 0 || runSec <= 0 {
+		return
+	}
+	a := &s.acc[m%2]
+	if a.minute != m {
+		if m < a.minute {
+			return // older than the two minutes summed: dropped
+		}
+		*a = cpuSums{minute: m}
+	}
+	a.cpuSec += cpuSec
+	a.runSec += runSec
+	milli := uint32(min(max(math.Round(a.cpuSec/a.runSec*1000), 0), noCPU-1))
+	s.cpu[i] = milli<<thrBits | s.cpu[i]&thrMask
+}
+
+func (s *usageSeries) addMemory(m int64, bytes uint64) {
+	if i := s.slot(m); i >= 0 {
+		pages := uint32(min((bytes+pageSize-1)/pageSize, noMemory-1))
+		if old := s.mem[i] >> oomBits; old == noMemory || pages > old {
+			s.mem[i] = pages<<oomBits | s.mem[i]&oomMask
+		}
+	}
+}
+
+func (s *usageSeries) setThrottled(m int64, percent int) {
+	if i := s.slot(m); i >= 0 {
+		v := max(s.cpu[i]&thrMask, uint32(min(max(percent, 0), 100)+1))
+		s.cpu[i] = s.cpu[i]&^thrMask | v
+	}
+}
+
+func (s *usageSeries) setOOMKills(m int64, n int) {
+	if i := s.slot(m); i >= 0 {
+		v := max(s.mem[i]&oomMask, uint32(min(max(n, 0), oomMask)))
+		s.mem[i] = s.mem[i]&^oomMask | v
+	}
+}
+
+func (s *usageSeries) addOOMKill(m int64) {
+	if i := s.slot(m); i >= 0 && s.mem[i]&oomMask < oomMask {
+		s.mem[i]++
+	}
+}
+
+// points are the minutes with anything read, oldest first.
+func (s *usageSeries) points() []webui.UsagePoint {
+	var out []webui.UsagePoint
+	for m := s.newest - UsageSeriesPoints + 1; m <= s.newest; m++ {
+		i := int(m % UsageSeriesPoints)
+		if s.cpu[i] == emptyCPU && s.mem[i] == emptyMem {
+			continue
+		}
+		p := webui.UsagePoint{At: time.Unix(m*60, 0).UTC(), CPUMilli: -1, MemoryBytes: -1,
+			ThrottledPercent: int(s.cpu[i]&thrMask) - 1, OOMKills: int(s.mem[i] & oomMask)}
+		if c := s.cpu[i] >> thrBits; c != noCPU {
+			p.CPUMilli = int64(c)
+		}
+		if pages := s.mem[i] >> oomBits; pages != noMemory {
+			p.MemoryBytes = int64(pages) * pageSize
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// seriesInstance is what the series remember of one running container:
+// the reading they read up to and its CPU counter.
+type seriesInstance struct {
+	cursor    time.Time
+	cpu       time.Duration
+	statusOOM time.Time
+	seen      uint64
+}
+
+type instanceRef struct {
+	pod       types.UID
+	container string
+}
+
+// UsageSeries keeps, for the workload pages, a downsampled series of the
+// usage of every container of the workloads that have a
+// RightsizingRecommendation: 1-minute points over the last 6 h of the mean
+// CPU rate per pod, the highest working set, the throttled share of CFS
+// periods and the OOM kills, fed from signals.Usage and signals.Kernel
+// (the agents' readings, which those stores keep only briefly). At most
+// MaxSeries containers have one. It is a manager Runnable only the elected
+// leader runs (only it receives the agents' readings), and safe for
+// concurrent use.
+type UsageSeries struct {
+	client client.Reader
+	usage  *signals.Usage
+	kernel *signals.Kernel
+	now    func() time.Time
+	log    *slog.Logger
+	period time.Duration
+	max    int
+
+	mu        sync.Mutex
+	series    map[seriesKey]*usageSeries
+	instances map[instanceRef]*seriesInstance
+	tick      uint64
+	full      bool
+}
+
+// NewUsageSeries returns empty series fed from sig, reading the
+// recommendations, workloads and pods through c. A store sig lacks (a
+// test's Stores with a Kernel only) is not read.
+func NewUsageSeries(c client.Reader, sig *signals.Stores, cfg UsageSeriesConfig, now func() time.Time, log *slog.Logger) *UsageSeries {
+	if cfg.Period <= 0 {
+		cfg.Period = DefaultUsageSeriesPeriod
+	}
+	if cfg.MaxSeries <= 0 {
+		cfg.MaxSeries = DefaultUsageSeriesMax
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &UsageSeries{client: c, usage: sig.Usage, kernel: sig.Kernel, now: now, log: log.With("component", "usageSeries"),
+		period: cfg.Period, max: cfg.MaxSeries, series: map[seriesKey]*usageSeries{}, instances: map[instanceRef]*seriesInstance{}}
+}
+
+// NeedLeaderElection says only the elected leader feeds the series.
+func (u *UsageSeries) NeedLeaderElection() bool { return true }
+
+// Start feeds the series every period until ctx is done.
+func (u *UsageSeries) Start(ctx context.Context) error {
+	t := time.NewTicker(u.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := u.Pass(ctx); err != nil {
+				u.log.Warn("usage series not fed", "err", err)
+			}
+		}
+	}
+}
+
+// Pass reads the new readings of the running pods of every recommended
+// workload into the series, and forgets the series of workloads no
+// recommendation targets any more and those with no point left.
+func (u *UsageSeries) Pass(ctx context.Context) error {
+	now := u.now()
+	var rsrs v1alpha1.RightsizingRecommendationList
+	if err := u.client.List(ctx, &rsrs); err != nil {
+		return fmt.Errorf("list recommendations: %w", err)
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.tick++
+	wanted := map[seriesKey]bool{} // workloads, container empty
+	full := false
+	for i := range rsrs.Items {
+		rsr := &rsrs.Items[i]
+		wk := seriesKey{namespace: rsr.Namespace, kind: rsr.Spec.TargetRef.Kind, name: rsr.Spec.TargetRef.Name}
+		if wanted[wk] {
+			continue
+		}
+		wanted[wk] = true
+		w, err := workload.Get(ctx, u.client, rsr.Namespace, rsr.Spec.TargetRef)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			u.log.Debug("workload of a recommendation not read", "namespace", rsr.Namespace, "name", rsr.Name, "err", err)
+			continue
+		}
+		pods, err := workload.Pods(ctx, u.client, w)
+		if err != nil {
+			return err
+		}
+		pods = slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.Status.Phase != corev1.PodRunning })
+		if !u.feed(wk, pods, now) {
+			full = true
+		}
+	}
+	if full && !u.full {
+		u.log.Warn("usage series hold their maximum of containers; new ones are not charted", "maxSeries", u.max)
+	}
+	u.full = full
+	oldest := now.Unix()/60 - UsageSeriesPoints
+	for k, s := range u.series {
+		if !wanted[seriesKey{namespace: k.namespace, kind: k.kind, name: k.name}] || s.newest <= oldest {
+			delete(u.series, k)
+		}
+	}
+	for k, in := range u.instances {
+		if in.seen != u.tick {
+			delete(u.instances, k)
+		}
+	}
+	return nil
+}
+
+// feed reads one workload's pods into its containers' series; false when a
+// series was not made for want of room. u.mu is held.
+func (u *UsageSeries) feed(wk seriesKey, pods []corev1.Pod, now time.Time) bool {
+	room := true
+	minute := now.Unix() / 60
+	kills := map[string][3]int{} // per container, the kills of the three newest minutes
+	var live []*corev1.Pod
+	names := map[string]bool{}
+	for i := range pods {
+		pod := &pods[i]
+		live = append(live, pod)
+		for _, c := range pod.Spec.Containers {
+			k := wk
+			k.container = c.Name
+			s := u.series[k]
+			if s == nil {
+				if len(u.series) >= u.max {
+					room = false
+					continue
+				}
+				s = newUsageSeries(minute)
+				u.series[k] = s
+			}
+			names[c.Name] = true
+			u.ingest(s, pod, c.Name, now, kills)
+		}
+	}
+	for name, n := range kills {
+		k := wk
+		k.container = name
+		if s := u.series[k]; s != nil {
+			for i, c := range n {
+				if c > 0 {
+					s.setOOMKills(minute-2+int64(i), c)
+				}
+			}
+		}
+	}
+	if len(names) > 0 && len(live) > 0 && u.kernel != nil {
+		u.throttling(wk, live, names, now)
+	}
+	return room
+}
+
+// ingest feeds one container's new readings and OOM kills; u.mu is held.
+func (u *UsageSeries) ingest(s *usageSeries, pod *corev1.Pod, container string, now time.Time, kills map[string][3]int) {
+	ref := instanceRef{pod.UID, container}
+	in := u.instances[ref]
+	if in == nil {
+		in = &seriesInstance{}
+		u.instances[ref] = in
+	}
+	in.seen = u.tick
+	if u.usage == nil {
+		return
+	}
+	for _, r := range u.usage.Since(pod.UID, container, in.cursor, nil) {
+		m := r.At.Unix() / 60
+		if !in.cursor.IsZero() && r.CPU >= in.cpu && r.At.After(in.cursor) {
+			s.addCPU(m, (r.CPU - in.cpu).Seconds(), r.At.Sub(in.cursor).Seconds())
+		}
+		s.addMemory(m, r.WorkingSet)
+		in.cursor, in.cpu = r.At, r.CPU
+	}
+	// The kernel's kills per minute, re-read for the three newest minutes
+	// (a kill may arrive late); set, not added, so a re-read counts once.
+	minute := now.Unix() / 60
+	n := kills[container]
+	reported := false
+	for i := range 3 {
+		if u.kernel == nil {
+			break
+		}
+		from := time.Unix((minute-2+int64(i))*60, 0)
+		c, ok := u.kernel.OOMKills(pod.UID, container, from.Add(-time.Nanosecond), from.Add(time.Minute-time.Nanosecond))
+		n[i] += c
+		reported = reported || ok
+	}
+	kills[container] = n
+	// Without the agents' kills, the kubelet's: the container's last
+	// termination, OOMKilled.
+	if reported {
+		return
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.LastTerminationState.Terminated; cs.Name == container && t != nil && t.Reason == oomKilledReason && t.FinishedAt.After(in.statusOOM) {
+			if !in.statusOOM.IsZero() || now.Sub(t.FinishedAt.Time) < UsageSeriesPoints*UsageSeriesStep {
+				s.addOOMKill(t.FinishedAt.Unix() / 60)
+			}
+			in.statusOOM = t.FinishedAt.Time
+		}
+	}
+}
+
+// throttling sets the throttled share of the current minute so far, from
+// the kernel store's CFS counters; u.mu is held.
+func (u *UsageSeries) throttling(wk seriesKey, pods []*corev1.Pod, names map[string]bool, now time.Time) {
+	start := now.Truncate(time.Minute)
+	if now.Sub(start) < 5*time.Second {
+		return // too little of the minute to say
+	}
+	list := make([]string, 0, len(names))
+	for n := range names {
+		list = append(list, n)
+	}
+	wins, err := u.kernel.ThrottleWindows(pods, list, start, now)
+	if err != nil {
+		return
+	}
+	for name, w := range wins {
+		k := wk
+		k.container = name
+		if s := u.series[k]; s != nil && w.Periods > 0 {
+			s.setThrottled(start.Unix()/60, int(math.Round(w.Throttled/w.Periods*100)))
+		}
+	}
+}
+
+// Usage returns the series of a workload's containers, by container name,
+// each oldest point first.
+func (u *UsageSeries) Usage(namespace string, kind v1alpha1.WorkloadKind, name string) []webui.ContainerUsage {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []webui.ContainerUsage
+	for k, s := range u.series {
+		if k.namespace == namespace && k.kind == kind && k.name == name {
+			if pts := s.points(); len(pts) > 0 {
+				out = append(out, webui.ContainerUsage{Container: k.container, Step: UsageSeriesStep, Points: pts})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b webui.ContainerUsage) int { return strings.Compare(a.Container, b.Container) })
+	return out
+}
+
+// Len returns the series held.
+func (u *UsageSeries) Len() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.series)
+}

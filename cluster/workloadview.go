@@ -1,0 +1,138 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/policy"
+	"github.com/kerf-dev/kerf/cluster/resources"
+	"github.com/kerf-dev/kerf/cluster/workload"
+	webui "github.com/kerf-dev/kerf/web"
+)
+
+// WorkloadViews is the leader's source of the workload pages
+// (web.WorkloadSource): a recommendation, its workload and the policy that
+// governs it, read through the leader's informer cache, and its
+// containers' usage series.
+type WorkloadViews struct {
+	// Reader reads the recommendations, workloads, namespaces and
+	// policies (the leader's cache).
+	Reader client.Reader
+	// Series are the usage series; nil charts no usage.
+	Series *UsageSeries
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Workload implements web.WorkloadSource for the recommendation
+// id.Namespace/id.Name (id.Cluster is ignored: the leader knows one).
+func (v *WorkloadViews) Workload(ctx context.Context, id webui.WorkloadID) (webui.WorkloadView, error) {
+	var rsr v1alpha1.RightsizingRecommendation
+	if err := v.Reader.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, &rsr); err != nil {
+		if apierrors.IsNotFound(err) {
+			return webui.WorkloadView{}, fmt.Errorf("recommendation %s/%s: %w", id.Namespace, id.Name, webui.ErrNotFound)
+		}
+		return webui.WorkloadView{}, fmt.Errorf("read recommendation %s/%s: %w", id.Namespace, id.Name, err)
+	}
+	ref := rsr.Spec.TargetRef
+	view := webui.WorkloadView{
+		Namespace: rsr.Namespace, Recommendation: rsr.Name, Workload: auditv1.Workload{Kind: ref.Kind, Name: ref.Name},
+		Strategy: rsr.Spec.Strategy, Phase: rsr.Status.Phase, Reason: rsr.Status.Reason, Message: rsr.Status.Message,
+	}
+	if c := meta.FindStatusCondition(rsr.Status.Conditions, v1alpha1.ConditionHealthWatch); c != nil {
+		view.HealthWatch = &auditv1.HealthWatch{Reason: c.Reason, Message: c.Message}
+	}
+	w, err := workload.Get(ctx, v.Reader, rsr.Namespace, ref)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return webui.WorkloadView{}, fmt.Errorf("read the workload of %s/%s: %w", rsr.Namespace, rsr.Name, err)
+	}
+	if err := v.resolvePolicy(ctx, &rsr, w, &view); err != nil {
+		return webui.WorkloadView{}, err
+	}
+	view.Containers = containerValues(&rsr, w)
+	if raw := rsr.Annotations[v1alpha1.RecommendationBasisAnnotation]; raw != "" {
+		var b webui.Basis
+		if err := json.Unmarshal([]byte(raw), &b); err != nil {
+			view.BasisError = fmt.Sprintf("annotation %s: %v", v1alpha1.RecommendationBasisAnnotation, err)
+		} else {
+			view.Basis = &b
+		}
+	}
+	for i := range rsr.Status.History {
+		view.History = append(view.History, auditv1.EntryOf(&rsr, &rsr.Status.History[i]))
+	}
+	if v.Series != nil {
+		view.Usage = v.Series.Usage(rsr.Namespace, ref.Kind, ref.Name)
+	}
+	view.Now = time.Now()
+	if v.Now != nil {
+		view.Now = v.Now()
+	}
+	return view, nil
+}
+
+// resolvePolicy finds the policy that governs the workload as the
+// reconciler does (context.go): by the namespace's labels and the
+// workload's own, or by kind, namespace and name alone when the workload
+// does not exist.
+func (v *WorkloadViews) resolvePolicy(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, w *workload.Workload, view *webui.WorkloadView) error {
+	var ns corev1.Namespace
+	if err := v.Reader.Get(ctx, client.ObjectKey{Name: rsr.Namespace}, &ns); err != nil {
+		return fmt.Errorf("read namespace %s: %w", rsr.Namespace, err)
+	}
+	pw := policy.Workload{Kind: rsr.Spec.TargetRef.Kind, Namespace: rsr.Namespace, Name: rsr.Spec.TargetRef.Name}
+	if w != nil {
+		pw.Labels = w.Object.GetLabels()
+	}
+	var namespaced v1alpha1.RightsizingPolicyList
+	if err := v.Reader.List(ctx, &namespaced, client.InNamespace(rsr.Namespace)); err != nil {
+		return fmt.Errorf("list RightsizingPolicies in %s: %w", rsr.Namespace, err)
+	}
+	var cluster v1alpha1.ClusterRightsizingPolicyList
+	if err := v.Reader.List(ctx, &cluster); err != nil {
+		return fmt.Errorf("list ClusterRightsizingPolicies: %w", err)
+	}
+	res, err := policy.Resolve(pw, ns.Labels, namespaced.Items, cluster.Items)
+	switch {
+	case err != nil:
+		view.PolicyError = err.Error()
+	case res != nil:
+		view.Policy = &webui.Policy{Kind: res.Ref.Kind, Name: res.Ref.Name, Namespace: res.Namespace, Weight: res.Spec.Weight,
+			Guardrails: res.Spec.Guardrails, Recommend: res.Spec.Recommend}
+	}
+	return nil
+}
+
+// containerValues are the recommendation's values per container beside
+// the pod template's, the recommendation's containers first.
+func containerValues(rsr *v1alpha1.RightsizingRecommendation, w *workload.Workload) []webui.ContainerValues {
+	var out []webui.ContainerValues
+	index := map[string]int{}
+	for _, c := range rsr.Spec.Containers {
+		index[c.Name] = len(out)
+		out = append(out, webui.ContainerValues{Name: c.Name, Recommended: &v1alpha1.Resources{Requests: c.Requests, Limits: c.Limits}})
+	}
+	if w == nil {
+		return out
+	}
+	for i := range w.Template.Spec.Containers {
+		c := &w.Template.Spec.Containers[i]
+		cr := resources.ContainerValues(c)
+		m := &v1alpha1.Resources{Requests: cr.Requests, Limits: cr.Limits}
+		if i, ok := index[c.Name]; ok {
+			out[i].Manifest = m
+		} else {
+			out = append(out, webui.ContainerValues{Name: c.Name, Manifest: m})
+		}
+	}
+	return out
+}

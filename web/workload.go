@@ -1,0 +1,452 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// ErrNotFound is what a WorkloadSource returns (wrapped or not) for a
+// recommendation it does not know: the page answers 404.
+var ErrNotFound = errors.New("not found")
+
+// WorkloadID names the recommendation a workload page is about. Cluster is
+// empty on the leader (it knows one cluster); the hub sets it.
+type WorkloadID struct {
+	// Cluster is the cluster's name on the hub; empty on the leader.
+	Cluster string
+	// Namespace is the recommendation's namespace.
+	Namespace string
+	// Name is the RightsizingRecommendation's name.
+	Name string
+}
+
+// WorkloadSource reads what a workload page shows. The leader's reads its
+// informer cache and its usage series (cluster); the hub's reads its
+// database, which holds no usage: it leaves WorkloadView.Usage empty.
+type WorkloadSource interface {
+	// Workload returns the view of the recommendation id names, or an
+	// error wrapping ErrNotFound when there is none.
+	Workload(ctx context.Context, id WorkloadID) (WorkloadView, error)
+}
+
+// WorkloadView is everything a workload page shows about one
+// recommendation and its workload. Only Namespace, Recommendation,
+// Workload and Phase are needed; the page says what the Source did not
+// know.
+type WorkloadView struct {
+	// Cluster is the cluster's name; empty on the leader.
+	Cluster string
+	// Namespace is the recommendation's (and the workload's) namespace.
+	Namespace string
+	// Recommendation is the RightsizingRecommendation's name.
+	Recommendation string
+	// Workload is the recommendation's target.
+	Workload auditv1.Workload
+	// Strategy is the recommendation's spec.strategy.
+	Strategy v1alpha1.Strategy
+	// Phase, Reason and Message are the recommendation's status.
+	Phase   v1alpha1.Phase
+	Reason  string
+	Message string
+	// HealthWatch is the HealthWatch condition; nil when it is not set.
+	HealthWatch *auditv1.HealthWatch
+	// Policy is the policy that governs the workload; nil when none does
+	// (PolicyError says why, when the Source knows).
+	Policy *Policy
+	// PolicyUnknown says the Source does not know the policies (the
+	// hub): Policy nil then does not mean that none governs.
+	PolicyUnknown bool
+	// PolicyError says why no policy could be resolved (a broken
+	// selector), or is empty.
+	PolicyError string
+	// Containers are the values per container: the recommendation's and,
+	// when known, the manifest's.
+	Containers []ContainerValues
+	// Basis is the recommender's basis (the
+	// kerf.dev/recommendation-basis annotation); nil for a recommendation
+	// the recommender did not make. BasisError says why it could not be
+	// read.
+	Basis      *Basis
+	BasisError string
+	// History are the recommendation's actions, oldest first
+	// (status.history).
+	History []auditv1.Entry
+	// Usage is each container's usage over time, oldest point first;
+	// empty when the Source keeps none (the hub).
+	Usage []ContainerUsage
+	// Now is the Source's clock: the chart's right edge. Zero means the
+	// page's clock.
+	Now time.Time
+}
+
+// Policy is the policy that governs a workload, with its spec's defaults
+// applied.
+type Policy struct {
+	// Kind is RightsizingPolicy or ClusterRightsizingPolicy.
+	Kind v1alpha1.PolicyKind
+	// Name is the policy's name.
+	Name string
+	// Namespace is a RightsizingPolicy's namespace; empty for a
+	// ClusterRightsizingPolicy.
+	Namespace string
+	// Weight is the policy's spec.weight.
+	Weight int32
+	// Guardrails are the policy's guardrails.
+	Guardrails v1alpha1.Guardrails
+	// Recommend is the policy's spec.recommend; nil when not set.
+	Recommend *v1alpha1.RecommendSpec
+}
+
+// ContainerValues are one container's values: what the recommendation
+// asks for and what the workload's manifest (its pod template) declares.
+type ContainerValues struct {
+	// Name is the container's name.
+	Name string
+	// Recommended are the recommendation's values; nil when it does not
+	// list the container.
+	Recommended *v1alpha1.Resources
+	// Manifest are the pod template's values; nil when not known.
+	Manifest *v1alpha1.Resources
+}
+
+// Basis is the JSON of the kerf.dev/recommendation-basis annotation the
+// recommender writes (docs/recommender.md): the figures it made the values
+// from and the values it refused to recommend, with why.
+type Basis struct {
+	// MadeAt is when the values were computed.
+	MadeAt time.Time `json:"madeAt"`
+	// Policy is the policy whose spec.recommend the values follow.
+	Policy string `json:"policy"`
+	// CPUPercentile, MemoryPercentile and SafetyMargin are the estimators'
+	// parameters, as fractions.
+	CPUPercentile    float64 `json:"cpuPercentile"`
+	MemoryPercentile float64 `json:"memoryPercentile"`
+	SafetyMargin     float64 `json:"safetyMargin"`
+	// Containers are the figures per container.
+	Containers []BasisContainer `json:"containers"`
+}
+
+// BasisContainer is one container's figures in a Basis.
+type BasisContainer struct {
+	// Name is the container's name.
+	Name string `json:"name"`
+	// Samples, History and Confidence are the usage history's.
+	Samples    uint32  `json:"samples"`
+	History    string  `json:"history"`
+	Confidence float64 `json:"confidence"`
+	// TargetCPUMilli and TargetMemoryBytes are the estimate before the
+	// latches and guards.
+	TargetCPUMilli    int64 `json:"targetCPUMilli"`
+	TargetMemoryBytes int64 `json:"targetMemoryBytes"`
+	// Refusals are the values held back, with why.
+	Refusals []Refusal `json:"refusals,omitempty"`
+}
+
+// Refusal is a value the recommender held back, with why.
+type Refusal struct {
+	Resource  string       `json:"resource"`
+	Field     string       `json:"field"`
+	Reason    string       `json:"reason"`
+	Asked     int64        `json:"asked"`
+	Held      int64        `json:"held"`
+	Observed  float64      `json:"observed"`
+	Threshold float64      `json:"threshold"`
+	At        *metav1.Time `json:"at,omitempty"`
+	Message   string       `json:"message"`
+}
+
+// ContainerUsage is one container's usage over time, over all the
+// workload's pods.
+type ContainerUsage struct {
+	// Container is the container's name.
+	Container string
+	// Step is the span one point covers (1 minute on the leader).
+	Step time.Duration
+	// Points are the readings, oldest first.
+	Points []UsagePoint
+}
+
+// UsagePoint is a container's usage over one step.
+type UsagePoint struct {
+	// At is the step's start.
+	At time.Time
+	// CPUMilli is the mean CPU rate per pod over the step, in millicores;
+	// negative when not known.
+	CPUMilli int64
+	// MemoryBytes is the highest working set any pod reached in the step;
+	// negative when not known.
+	MemoryBytes int64
+	// ThrottledPercent is the share of CFS periods throttled in the step
+	// (0 to 100); negative when not known.
+	ThrottledPercent int
+	// OOMKills are the OOM kills in the step.
+	OOMKills int
+}
+
+// WorkloadPage is the page of one workload: its phase, policy and
+// guardrails, the recommendation in force and why, the timeline of its
+// actions and a chart per container of requests and limits against usage.
+// It reads the path values "cluster" (optional), "namespace" and "name"
+// (register it as GET /ui/workloads/{namespace}/{name}) and answers GET
+// and HEAD.
+type WorkloadPage struct {
+	// Source reads the workload.
+	Source WorkloadSource
+	// Refresh is how often the page reloads itself (a meta refresh); zero
+	// means never.
+	Refresh time.Duration
+	// ActivityHref is the Activity page's address, for the link back;
+	// empty means no link.
+	ActivityHref string
+	// Now is the clock when the Source gives none; nil means time.Now.
+	Now func() time.Time
+	// Log receives the Source's read errors; nil means slog.Default().
+	Log *slog.Logger
+}
+
+// workloadPage is what workload.html renders.
+type workloadPage struct {
+	WorkloadView
+	Found        bool
+	Error        string
+	Refresh      int
+	ActivityHref string
+	RolledBack   bool
+	Timeline     []auditv1.Entry // newest first
+	Charts       []containerCharts
+}
+
+// containerCharts are one container's two panels.
+type containerCharts struct {
+	Name        string
+	CPU, Memory *Chart
+}
+
+// Panels are the container's CPU and memory panels.
+func (c containerCharts) Panels() []*Chart { return []*Chart{c.CPU, c.Memory} }
+
+func (p *WorkloadPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, fmt.Sprintf("method %s: must be GET or HEAD", r.Method), http.StatusMethodNotAllowed)
+		return
+	}
+	id := WorkloadID{Cluster: r.PathValue("cluster"), Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
+	page := workloadPage{ActivityHref: p.ActivityHref}
+	page.Namespace, page.Recommendation, page.Cluster = id.Namespace, id.Name, id.Cluster
+	status := http.StatusOK
+	view, err := p.Source.Workload(r.Context(), id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		status, page.Error = http.StatusNotFound, fmt.Sprintf("There is no recommendation %s in namespace %s.", id.Name, id.Namespace)
+	case err != nil:
+		p.log().Error("workload page cannot read the workload", "namespace", id.Namespace, "name", id.Name, "err", err)
+		status, page.Error = http.StatusServiceUnavailable, fmt.Sprintf("The workload cannot be read now: %v. Try again shortly.", err)
+		w.Header().Set("Retry-After", "5")
+	default:
+		if view.Now.IsZero() {
+			view.Now = p.now()
+		}
+		page.WorkloadView, page.Found = view, true
+		page.RolledBack = view.Phase == v1alpha1.PhaseRolledBack
+		for i := len(view.History) - 1; i >= 0; i-- {
+			page.Timeline = append(page.Timeline, view.History[i])
+		}
+		page.Charts = buildCharts(view)
+		if p.Refresh > 0 {
+			page.Refresh = int(p.Refresh.Round(time.Second) / time.Second)
+		}
+	}
+	var buf bytes.Buffer
+	if err := templates.ExecuteTemplate(&buf, "workload.html", page); err != nil {
+		p.log().Error("workload page cannot be rendered", "err", err)
+		http.Error(w, "render the workload page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (p *WorkloadPage) now() time.Time {
+	if p.Now == nil {
+		return time.Now()
+	}
+	return p.Now()
+}
+
+func (p *WorkloadPage) log() *slog.Logger {
+	if p.Log == nil {
+		return slog.Default()
+	}
+	return p.Log
+}
+
+// Fact is a name and a value, as a page's definition list shows it.
+type Fact struct {
+	Name, Value string
+}
+
+// Guardrails are the policy's guardrails as facts, in the order the CRD
+// documents them.
+func (p *Policy) GuardrailFacts() []Fact {
+	g := p.Guardrails
+	r := g.Rollback
+	dur := func(d *metav1.Duration) string {
+		if d == nil {
+			return "default"
+		}
+		return d.Duration.String()
+	}
+	count := func(n *int32) string {
+		switch {
+		case n == nil:
+			return "default"
+		case *n == 0:
+			return "off"
+		}
+		return strconv.Itoa(int(*n))
+	}
+	paused := "no"
+	if g.Paused {
+		paused = "yes: no change is applied"
+	}
+	facts := []Fact{{"Paused", paused}}
+	if len(g.FreezeWindows) == 0 {
+		facts = append(facts, Fact{"Freeze windows", "none"})
+	}
+	for i, w := range g.FreezeWindows {
+		facts = append(facts, Fact{fmt.Sprintf("Freeze window %d", i+1), fmt.Sprintf("%s for %s (%s)", w.Schedule, w.Duration.Duration, w.TimeZone)})
+	}
+	ratio := r.ThrottlingRatio
+	if ratio == "" {
+		ratio = "default"
+	}
+	restore := string(r.RestoreTo)
+	if restore == "" {
+		restore = "default"
+	}
+	facts = append(facts,
+		Fact{"Health watch", dur(r.WatchDuration)},
+		Fact{"OOM kills that roll memory back", count(r.OOMKills)},
+		Fact{"Restarts that roll back", count(r.Restarts)},
+		Fact{"Throttling ratio that rolls CPU back", ratio},
+		Fact{"Cooldown after a rollback", dur(r.Cooldown)},
+		Fact{"Restores", restore},
+		Fact{"Adoption threshold", fmt.Sprintf("%d%%", r.AdoptionThresholdPercent)},
+		Fact{"Unschedulable grace", dur(r.UnschedulableGrace)},
+		Fact{"Backoff", backoff(r.Backoff, dur)},
+	)
+	return facts
+}
+
+func backoff(b v1alpha1.Backoff, dur func(*metav1.Duration) string) string {
+	if b.TimePeriod == nil && b.MultiplyByTurn == 0 && b.MaxAttempts == 0 {
+		return "default"
+	}
+	return fmt.Sprintf("turn n backs off %s × %d × n; %d attempt(s)", dur(b.TimePeriod), b.MultiplyByTurn, b.MaxAttempts)
+}
+
+// RecommendFacts are the policy's spec.recommend as facts; nil when the
+// recommender is not enabled.
+func (p *Policy) RecommendFacts() []Fact {
+	rc := p.Recommend
+	if rc == nil || !rc.Enabled {
+		return nil
+	}
+	pct := func(n *int32) string {
+		if n == nil {
+			return "default"
+		}
+		return fmt.Sprintf("%d%%", *n)
+	}
+	dur := func(d *metav1.Duration) string {
+		if d == nil {
+			return "default"
+		}
+		return d.Duration.String()
+	}
+	strategy := string(rc.Strategy)
+	if strategy == "" {
+		strategy = "default"
+	}
+	return []Fact{
+		{"Strategy", strategy}, {"Interval", dur(rc.Interval)}, {"Minimum history", dur(rc.MinHistory)},
+		{"Minimum change", pct(rc.MinChangePercent)}, {"CPU percentile", pct(rc.CPUPercentile)},
+		{"Memory percentile", pct(rc.MemoryPercentile)}, {"Safety margin", pct(rc.SafetyMarginPercent)},
+	}
+}
+
+// values writes a container's requests or limits as "cpu 250m, memory
+// 128Mi", or "none".
+func values(v *v1alpha1.ResourceValues) string {
+	if v == nil || (v.CPU == nil && v.Memory == nil) {
+		return "none"
+	}
+	var parts []string
+	if v.CPU != nil {
+		parts = append(parts, "cpu "+quantity(v.CPU))
+	}
+	if v.Memory != nil {
+		parts = append(parts, "memory "+quantity(v.Memory))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// RecommendedRequests and the methods below write a container's values
+// for the page: "cpu 250m, memory 128Mi", "none" or "not known".
+func (c ContainerValues) RecommendedRequests() string { return requestsOf(c.Recommended) }
+
+// RecommendedLimits are the recommendation's limits.
+func (c ContainerValues) RecommendedLimits() string { return limitsOf(c.Recommended) }
+
+// ManifestRequests are the manifest's requests.
+func (c ContainerValues) ManifestRequests() string { return requestsOf(c.Manifest) }
+
+// ManifestLimits are the manifest's limits.
+func (c ContainerValues) ManifestLimits() string { return limitsOf(c.Manifest) }
+
+func requestsOf(r *v1alpha1.Resources) string {
+	if r == nil {
+		return "not known"
+	}
+	return values(r.Requests)
+}
+
+func limitsOf(r *v1alpha1.Resources) string {
+	if r == nil {
+		return "not known"
+	}
+	return values(r.Limits)
+}
+
+// Target is the estimate before the latches and guards, as "cpu 250m,
+// memory 128Mi".
+func (c BasisContainer) Target() string {
+	return "cpu " + formatValue(v1alpha1.ResourceCPU, float64(c.TargetCPUMilli)) + ", memory " + formatValue(v1alpha1.ResourceMemory, float64(c.TargetMemoryBytes))
+}
+
+// ConfidencePercent is the confidence as a percentage.
+func (c BasisContainer) ConfidencePercent() string { return percent(c.Confidence) }
+
+// Parameters are the estimators' parameters, as percentages.
+func (b *Basis) Parameters() string {
+	return fmt.Sprintf("CPU percentile %s, memory percentile %s, safety margin %s", percent(b.CPUPercentile), percent(b.MemoryPercentile), percent(b.SafetyMargin))
+}
+
+func percent(f float64) string { return strconv.FormatFloat(math.Round(f*1000)/10, 'f', -1, 64) + "%" }
