@@ -136,7 +136,12 @@ type trackedInstance struct {
 	// would have covered its time is still recorded, once.
 	kills     int
 	statusOOM time.Time
-	seen      uint64
+	// limit is the container's memory limit in bytes as the previous pass
+	// saw it (0: none). A kill found now happened under it or under the
+	// limit now, whichever is lower: a rollback may have raised the limit
+	// between the kill and this pass.
+	limit int64
+	seen  uint64
 }
 
 // newRecommender returns the loop over the usage and kernel stores, with
@@ -410,9 +415,13 @@ func (r *recommender) ingest(pod *corev1.Pod, c corev1.Container, st *recommend.
 	// memory from the highest of what the container was seen using and its
 	// limit, where the kernel killed it.
 	peak := float64(max(last.WorkingSet, last.Peak))
-	if lim, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
-		peak = max(peak, float64(lim.Value()))
+	limit := memoryLimit(pod, c)
+	if in.limit > 0 && (limit == 0 || in.limit < limit) {
+		peak = max(peak, float64(in.limit))
+	} else if limit > 0 {
+		peak = max(peak, float64(limit))
 	}
+	defer func() { in.limit = limit }()
 	n, _ := r.kernel.OOMKills(pod.UID, c.Name, time.Time{}, now.Add(time.Hour))
 	if n > in.kills {
 		st.RecordOOM(r.base, peak, now)
@@ -424,6 +433,25 @@ func (r *recommender) ingest(pod *corev1.Pod, c corev1.Container, st *recommend.
 			in.statusOOM = t.FinishedAt.Time
 		}
 	}
+}
+
+// memoryLimit is the memory limit in bytes the container runs under: the
+// lower of its pod spec's and the one the kubelet reports in the pod's
+// status (they differ while a resize is in flight); 0 when it has none.
+func memoryLimit(pod *corev1.Pod, c corev1.Container) int64 {
+	var limit int64
+	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+		limit = q.Value()
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != c.Name || cs.Resources == nil {
+			continue
+		}
+		if q, ok := cs.Resources.Limits[corev1.ResourceMemory]; ok && (limit == 0 || q.Value() < limit) {
+			limit = q.Value()
+		}
+	}
+	return limit
 }
 
 // oomKilledReason is the reason the kubelet gives a container's

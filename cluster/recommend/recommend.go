@@ -71,16 +71,29 @@ type Refusal struct {
 
 // String renders the refusal for an Event or a log message.
 func (r Refusal) String() string {
-	s := fmt.Sprintf("%s %s held at %d instead of %d: %s", r.Resource, r.Field, r.Held, r.Asked, r.Reason)
+	s := fmt.Sprintf("%s %s held at %s instead of %s: %s", r.Resource, r.Field, r.amount(float64(r.Held)), r.amount(float64(r.Asked)), r.Reason)
 	switch r.Reason {
 	case ReasonOOMKill:
-		return s + fmt.Sprintf(" at %s (peak %.0f bytes, floor %.0f bytes)", r.At.UTC().Format(time.RFC3339), r.Observed, r.Threshold)
+		return s + fmt.Sprintf(" at %s (peak %s, floor %s)", r.At.UTC().Format(time.RFC3339), r.amount(r.Observed), r.amount(r.Threshold))
 	case ReasonThrottled:
 		return s + fmt.Sprintf(" (throttling ratio %.3g >= %.3g)", r.Observed, r.Threshold)
 	case ReasonMinChange:
-		return s + fmt.Sprintf(" (change under %.3g of %.0f)", r.Threshold, r.Observed)
+		return s + fmt.Sprintf(" (change under %.3g of %s)", r.Threshold, r.amount(r.Observed))
 	}
 	return s
+}
+
+// amount writes a value of the refusal's resource for people: millicores
+// as "250m", bytes as "250Mi" (one decimal when not whole).
+func (r Refusal) amount(v float64) string {
+	if r.Resource == CPU {
+		return fmt.Sprintf("%.0fm", v)
+	}
+	mi := v / (1 << 20)
+	if mi == float64(int64(mi)) {
+		return fmt.Sprintf("%.0fMi", mi)
+	}
+	return fmt.Sprintf("%.1fMi", mi)
 }
 
 // Holds are the backoff state's inputs per resource: cooldown after a

@@ -234,7 +234,7 @@ func TestRecommendUsesTheStatesSignals(t *testing.T) {
 	require.Len(t, r.Refusals, 2)
 	assert.Equal(t, ReasonThrottled, r.Refusals[0].Reason)
 	assert.Equal(t, ReasonOOMKill, r.Refusals[1].Reason)
-	assert.Equal(t, "memory request held at 1073741824 instead of 262144000: OOMKill at 2026-11-01T02:00:00Z (peak 314572800 bytes, floor 419430400 bytes)", r.Refusals[1].String())
+	assert.Equal(t, "memory request held at 1024Mi instead of 250Mi: OOMKill at 2026-11-01T02:00:00Z (peak 300Mi, floor 400Mi)", r.Refusals[1].String())
 }
 
 func TestParamsValidateNamesTheField(t *testing.T) {

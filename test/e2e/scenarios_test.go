@@ -311,6 +311,10 @@ func TestRecommenderShrinksThenRefusesToLowerAnOOMKilledMemory(t *testing.T) {
 	for _, f := range memory {
 		assert.Less(t, f.Asked, f.Held, "asked less than it holds: %+v", f)
 		assert.GreaterOrEqual(t, f.Held, r.Applied.MemoryBytes+100*scenario.Mi, "at least the peak at the kill + 100Mi: %+v", f)
+		// The kill happened under the applied limit, not under the one the
+		// rollback put back before the recommender's next pass: the floor
+		// is the applied limit's bump, and the held value the current one.
+		assert.Equal(t, r.Before.MemoryBytes, f.Held, "held at the current value (the floor from the kill's %d MiB is below it): %+v", r.Applied.MemoryBytes/scenario.Mi, f)
 		assert.NotEmpty(t, f.Message)
 	}
 	if m := r.RSR.Spec.Containers[0].Limits; m != nil && m.Memory != nil {
