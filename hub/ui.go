@@ -99,7 +99,7 @@ func (u uiSource) AuditClusters(ctx context.Context, query url.Values) (web.Clus
 }
 
 // Fleet reads the clusters, their last day's actions and their rollbacks
-// per hour over the last 7 days.
+// per hour over the last 7 days (UTC), today included.
 func (u uiSource) Fleet(ctx context.Context) (web.FleetData, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
@@ -122,8 +122,9 @@ func (u uiSource) Fleet(ctx context.Context) (web.FleetData, error) {
 		}
 		counts[b.Cluster] = c
 	}
-	// The chart: whole hours, the current one last.
-	end := now.Truncate(time.Hour).Add(time.Hour)
+	// The chart: the last 7 days (UTC), today included, whole days so
+	// that its columns are calendar days; today's later hours are empty.
+	end := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC).Add(24 * time.Hour)
 	series := web.Series{Start: end.Add(-chartHours * time.Hour), Step: time.Hour, Buckets: chartHours, Counts: map[string][]int64{}}
 	rows, more, err := u.s.Store.ActionBuckets(ctx, store.BucketQuery{
 		Types: []v1alpha1.ActionType{v1alpha1.ActionRolledBack}, Start: series.Start, Step: series.Step, Buckets: series.Buckets,
