@@ -25,9 +25,9 @@ func TestActionBucketsCountPerClusterTypeAndHourInTheDatabase(t *testing.T) {
 		t0 := time.Date(2030, 3, 1, 0, 0, 0, 0, time.UTC)
 		e.write(t, "east",
 			at(action("shop", "web", 1, v1alpha1.ActionApplied, "Rollout", 0), t0.Add(-time.Second)), // before the window
-			at(action("shop", "web", 2, v1alpha1.ActionRolledBack, "OOMKills", 0), t0),                // bucket 0, its first instant
+			at(action("shop", "web", 2, v1alpha1.ActionRolledBack, "OOMKills", 0), t0),               // bucket 0, its first instant
 			at(action("shop", "web", 3, v1alpha1.ActionRolledBack, "OOMKills", 0), t0.Add(59*time.Minute+59*time.Second)),
-			at(action("shop", "web", 4, v1alpha1.ActionApplied, "Rollout", 0), t0.Add(90*time.Minute)),   // bucket 1
+			at(action("shop", "web", 4, v1alpha1.ActionApplied, "Rollout", 0), t0.Add(90*time.Minute)),  // bucket 1
 			at(action("shop", "web", 5, v1alpha1.ActionRolledBack, "OOMKills", 0), t0.Add(5*time.Hour)), // bucket 5
 			at(action("shop", "web", 6, v1alpha1.ActionRolledBack, "OOMKills", 0), t0.Add(6*time.Hour)), // the end: outside
 		)
