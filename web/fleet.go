@@ -110,7 +110,7 @@ type bar struct {
 }
 
 type dayCol struct {
-	Label string
+	Label, Short string
 }
 
 type dayRow struct {
@@ -130,6 +130,7 @@ type fleetView struct {
 	Quiet      int // clusters without rollbacks in the chart's window
 	Truncated  bool
 	Hours      int
+	Window     string // the chart's window in words: "7 days (UTC)"
 	Days       []dayCol
 	DayRows    []dayRow
 	ChartMax   int64
@@ -223,6 +224,10 @@ func fillFleet(v *fleetView, d FleetData) {
 	}
 	v.Truncated = s.Truncated
 	v.Hours = int(time.Duration(s.Buckets) * s.Step / time.Hour)
+	v.Window = fmt.Sprintf("%d hours (UTC)", v.Hours)
+	if v.Hours%24 == 0 {
+		v.Window = fmt.Sprintf("%d days (UTC)", v.Hours/24)
+	}
 	v.ChartStep = span(s.Step)
 	if s.Step == time.Hour {
 		v.ChartStep = "hour"
@@ -236,7 +241,7 @@ func fillFleet(v *fleetView, d FleetData) {
 	days := (s.Buckets + perDay - 1) / perDay
 	for i := range days {
 		day := s.Start.Add(time.Duration(i*perDay) * s.Step).UTC()
-		v.Days = append(v.Days, dayCol{Label: day.Format("Mon 2 Jan")})
+		v.Days = append(v.Days, dayCol{Label: day.Format("Mon 2 Jan"), Short: day.Format("Mon 2")})
 		if i > 0 {
 			v.ChartLines = append(v.ChartLines, float64(i*perDay))
 		}
@@ -280,7 +285,7 @@ func fillFleet(v *fleetView, d FleetData) {
 			m.Bars = append(m.Bars, bar{X: float64(i) + 0.1, Y: 40 - h, H: h,
 				Title: fmt.Sprintf("%s: %d from %s", dr.Cluster, n, from.Format("Mon 2 Jan 15:04"))})
 		}
-		m.Label = fmt.Sprintf("%s: %d rollbacks in the last %d hours, at most %d in one %s", dr.Cluster, dr.Total, v.Hours, m.Max, v.ChartStep)
+		m.Label = fmt.Sprintf("%s: %d rollbacks in the last %s, at most %d in one %s", dr.Cluster, dr.Total, v.Window, m.Max, v.ChartStep)
 		v.Multiples = append(v.Multiples, m)
 	}
 }

@@ -58,14 +58,14 @@ func TestFleetShowsEachClustersContactReportAndDay(t *testing.T) {
 
 	// The chart: one row per cluster with rollbacks, on one scale.
 	assert.Equal(t, 2, strings.Count(body, `<svg role="img"`))
-	assert.Contains(t, body, `aria-label="east: 6 rollbacks in the last 168 hours, at most 4 in one hour"`)
+	assert.Contains(t, body, `aria-label="east: 6 rollbacks in the last 7 days (UTC), at most 4 in one hour"`)
 	assert.Contains(t, body, `<rect x="151.10" y="2.00" width="0.8" height="38.00">`, "the tallest bar is full height")
 	assert.Contains(t, body, `<rect x="150.10" y="21.00" width="0.8" height="19.00">`, "half of it, half as tall")
 	assert.Contains(t, body, `<rect x="3.10" y="30.50" width="0.8" height="9.50">`, "north's 1 on east's scale")
 	assert.Contains(t, body, "1 cluster had none.")
 	assert.Contains(t, body, `<caption>Rollbacks per cluster and day (UTC)</caption>`, "a table of the numbers")
 	assert.Contains(t, body, `<tr><th scope="row">east</th><td class="num">0</td><td class="num">0</td><td class="num">0</td><td class="num">0</td><td class="num">0</td><td class="num">0</td><td class="num">6</td><td class="num">6</td></tr>`)
-	assert.Contains(t, body, `<li>Fri 1 Mar</li></ol>`)
+	assert.Contains(t, body, `<li title="Fri 1 Mar">Fri 1</li></ol>`)
 }
 
 func TestFleetChartIsBounded(t *testing.T) {
@@ -87,7 +87,7 @@ func TestFleetWithoutRollbacksOrClusters(t *testing.T) {
 	status, body := get(t, &web.Fleet{Source: fleetSrc{data: web.FleetData{Now: t0, Rollbacks: series(nil)}}, Refresh: time.Minute}, "/")
 	require.Equal(t, http.StatusOK, status)
 	assert.Contains(t, body, "No clusters are registered")
-	assert.Contains(t, body, "No rollbacks in the last 168 hours.")
+	assert.Contains(t, body, "No rollbacks in the last 7 days (UTC).")
 	assert.NotContains(t, body, "<svg")
 	assert.Contains(t, body, `<meta http-equiv="refresh" content="60">`)
 }
