@@ -134,3 +134,36 @@ func TestATokenKeepsAtMostMaxSessions(t *testing.T) {
 		assert.NoError(t, err)
 	})
 }
+
+func TestWorkloadHistoryIsOldestFirstBoundedAndFoundByRecommendation(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		e.write(t, "east",
+			action("shop", "web", 1, v1alpha1.ActionApplied, "InPlace", 0),
+			action("shop", "web", 2, v1alpha1.ActionRolledBack, "OOMKills", 5),
+			action("shop", "web", 3, v1alpha1.ActionApplied, "InPlace", 9),
+			action("shop", "db", 1, v1alpha1.ActionApplied, "InPlace", 1))
+		e.write(t, "west", action("shop", "web", 1, v1alpha1.ActionBlocked, "Cooldown", 2))
+		id, err := e.store.WorkloadOfRecommendation(ctx, "east", "shop", "web")
+		require.NoError(t, err)
+		assert.Equal(t, store.WorkloadID("east", "shop", v1alpha1.KindDeployment, "web"), id)
+		_, err = e.store.WorkloadOfRecommendation(ctx, "east", "shop", "nope")
+		assert.ErrorIs(t, err, store.ErrNotFound)
+
+		wl, items, more, err := e.store.WorkloadHistory(ctx, id, 2)
+		require.NoError(t, err)
+		assert.Equal(t, "web", wl.Name)
+		assert.Equal(t, "east", wl.Cluster)
+		assert.True(t, more, "the first action was left out")
+		assert.Equal(t, []string{"rolled_back OOMKills of shop/web #2", "applied InPlace of shop/web #3"}, messagesOf(items), "the newest two, oldest first")
+		_, items, more, err = e.store.WorkloadHistory(ctx, id, store.MaxHistory)
+		require.NoError(t, err)
+		assert.False(t, more)
+		assert.Len(t, items, 3, "only east's web: not db, not west's web")
+
+		_, _, _, err = e.store.WorkloadHistory(ctx, "wnope", 10)
+		assert.ErrorIs(t, err, store.ErrNotFound)
+		_, _, _, err = e.store.WorkloadHistory(ctx, id, store.MaxHistory+1)
+		assert.Error(t, err)
+	})
+}
