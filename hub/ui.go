@@ -19,6 +19,7 @@ import (
 const (
 	uiFleet    = "/ui/fleet"
 	uiActivity = "/ui/activity"
+	uiWorkload = "/ui/workloads/{cluster}/{namespace}/{name}"
 	uiSignIn   = "/ui/signin"
 	uiSignOut  = "/ui/signout"
 )
@@ -37,17 +38,19 @@ const chartHours = 7 * 24
 // maxSignInBody bounds the sign-in form's body.
 const maxSignInBody = 4 << 10
 
-// mountUI adds the web pages to the hub's routes: the Fleet and Activity
-// pages behind the same read access as the API, and the sign-in form.
+// mountUI adds the web pages to the hub's routes: the Fleet, Activity and
+// workload pages behind the same read access as the API, and the sign-in
+// form.
 func (s *Server) mountUI(mux *http.ServeMux) {
 	src := uiSource{s}
 	mux.Handle("GET "+uiFleet, s.page(&web.Fleet{Source: src, ActivityPath: "activity", SignOut: uiSignOut, Refresh: time.Minute, Log: s.log()}))
 	mux.Handle("GET "+uiActivity, s.page(&web.Activity{Source: src, Refresh: 30 * time.Second, Log: s.log()}))
+	mux.Handle("GET "+uiWorkload, s.page(&web.WorkloadPage{Source: src, Refresh: 30 * time.Second, ActivityHref: uiActivity, Now: s.now, Log: s.log()}))
 	mux.HandleFunc("GET "+uiSignIn, s.serveSignInForm)
 	mux.HandleFunc("POST "+uiSignIn, s.serveSignIn)
 	mux.HandleFunc("POST "+uiSignOut, s.serveSignOut)
 	mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, uiFleet, http.StatusSeeOther) })
-	for _, p := range []string{uiFleet, uiActivity, "/ui/{$}"} {
+	for _, p := range []string{uiFleet, uiActivity, uiWorkload, "/ui/{$}"} {
 		mux.HandleFunc(p, methodNotAllowed("GET, HEAD"))
 	}
 	mux.HandleFunc(uiSignIn, methodNotAllowed("GET, HEAD, POST"))
@@ -156,6 +159,9 @@ func (u uiSource) Fleet(ctx context.Context) (web.FleetData, error) {
 		fc := web.FleetCluster{Name: c.Name, Actions: counts[c.Name][0], Rollbacks: counts[c.Name][1]}
 		if c.LastContact != nil {
 			fc.LastContact = c.LastContact.Time
+		}
+		if c.RemovedAt != nil {
+			fc.Removed = c.RemovedAt.Time
 		}
 		if c.Leader != nil {
 			fc.Reported = true

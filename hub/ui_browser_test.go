@@ -245,6 +245,19 @@ func TestHubPagesInABrowser(t *testing.T) {
 	waitFor(t, ctx, "tbody tr")
 	screenshot(t, ctx, "web-hub-activity.png")
 
+	// A rollback's workload link leads to its page on the hub.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/activity?cluster=east&type=rolled_back&limit=1")))
+	waitFor(t, ctx, `td[data-label="Workload"] a`)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(`td[data-label="Workload"] a`)))
+	waitFor(t, ctx, "main h2")
+	loc, err = chromedp.Run(ctx, chromedp.Location())
+	require.NoError(t, err)
+	assert.Contains(t, loc, base+"/ui/workloads/east/shop/")
+	text, err := chromedp.Run(ctx, chromedp.Text("main"))
+	require.NoError(t, err)
+	assert.Contains(t, text, "Kerf rolled this change back")
+	screenshot(t, ctx, "web-hub-workload.png")
+
 	// At a phone's width nothing scrolls sideways.
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile)))
 	for _, p := range []struct{ path, shot string }{{"/ui/fleet", "web-fleet-phone.png"}, {"/ui/activity?limit=12", "web-hub-activity-phone.png"}} {

@@ -266,3 +266,28 @@ func TestUIRoutesRefuseOtherMethods(t *testing.T) {
 	assert.Equal(t, http.StatusSeeOther, a.status)
 	assert.Equal(t, "/ui/fleet", a.header.Get("Location"))
 }
+
+func TestHubWorkloadPageShowsTheHistoryWithTheAPIsAccess(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		e.write(t, "east",
+			action("shop", "web", 1, v1alpha1.ActionApplied, "InPlace", 1, v1alpha1.ResourceMemory),
+			action("shop", "web", 2, v1alpha1.ActionRolledBack, "OOMKills", 5, v1alpha1.ResourceMemory))
+		e.write(t, "west", action("shop", "web", 1, v1alpha1.ActionApplied, "Rollout", 2, v1alpha1.ResourceCPU))
+		const path = "/ui/workloads/east/shop/web"
+		assert.Equal(t, http.StatusUnauthorized, e.ask(t, page{path: path}).status)
+		assert.Equal(t, http.StatusForbidden, e.ask(t, page{path: path, bearer: e.tokens["east"]}).status)
+		a := e.ask(t, page{path: path, bearer: e.tokens["reader"]})
+		require.Equal(t, http.StatusOK, a.status, a.body)
+		assert.Contains(t, a.body, "rolled_back OOMKills of shop/web #2")
+		assert.Contains(t, a.body, "applied InPlace of shop/web #1")
+		assert.NotContains(t, a.body, "applied Rollout of shop/web #1", "west's web is another workload")
+
+		a = e.ask(t, page{path: "/ui/workloads/east/shop/nope", bearer: e.tokens["reader"]})
+		assert.Equal(t, http.StatusNotFound, a.status)
+
+		// Activity links each action to its cluster's workload page.
+		a = e.ask(t, page{path: "/ui/activity", bearer: e.tokens["reader"]})
+		assert.Contains(t, a.body, `<a href="workloads/east/shop/web">`)
+		assert.Contains(t, a.body, `<a href="workloads/west/shop/web">`)
+	})
+}

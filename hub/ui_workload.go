@@ -2,10 +2,14 @@ package hub
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	hubv1 "github.com/kerf-dev/kerf/api/hub/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/hub/store"
+	"github.com/kerf-dev/kerf/web"
 )
 
 // historyLimit is how many of a workload's newest actions its page shows.
@@ -62,4 +66,31 @@ func historyOf(wl hubv1.Workload, items []hubv1.Entry, more bool) WorkloadHistor
 		h.History[i] = e.Entry
 	}
 	return h
+}
+
+// View is the history as the workload page shows it: the hub knows no
+// policy (PolicyUnknown) and keeps no usage, so the chart shows the values
+// and the rollbacks alone.
+func (h WorkloadHistory) View() web.WorkloadView {
+	return web.WorkloadView{
+		Cluster: h.Cluster, Namespace: h.Namespace, Recommendation: h.Recommendation,
+		Workload: h.Workload, Phase: h.Phase, PolicyUnknown: true, History: h.History,
+	}
+}
+
+// Workload reads the workload page of the recommendation id names: its
+// workload's history on the hub. One the hub has no action of wraps
+// web.ErrNotFound.
+func (u uiSource) Workload(ctx context.Context, id web.WorkloadID) (web.WorkloadView, error) {
+	wid, err := u.s.Store.WorkloadOfRecommendation(ctx, id.Cluster, id.Namespace, id.Name)
+	if err == nil {
+		var h WorkloadHistory
+		if h, err = u.s.WorkloadHistory(ctx, wid); err == nil {
+			return h.View(), nil
+		}
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return web.WorkloadView{}, fmt.Errorf("%w: %w", web.ErrNotFound, err)
+	}
+	return web.WorkloadView{}, err
 }

@@ -44,6 +44,9 @@ type FleetCluster struct {
 	Undelivered int64
 	// Lag is the age of the oldest undelivered action; 0 when none.
 	Lag time.Duration
+	// Removed is when `kerf-hub clusters remove` removed it (its actions
+	// kept); zero for a cluster in service.
+	Removed time.Time
 	// Actions and Rollbacks count its actions, and its rollbacks, in the
 	// last 24 hours.
 	Actions, Rollbacks int64
@@ -90,6 +93,7 @@ const StaleAfter = 5 * time.Minute
 type fleetRow struct {
 	FleetCluster
 	Contact, Ago, Lag string
+	RemovedAt         string
 	Stale, Never      bool
 	ActivityHref      string
 	RollbacksHref     string
@@ -208,7 +212,10 @@ func fillFleet(v *fleetView, d FleetData) {
 		if !row.Never {
 			row.Contact = c.LastContact.UTC().Format("2006-01-02 15:04:05")
 			row.Ago = ago(now.Sub(c.LastContact))
-			row.Stale = now.Sub(c.LastContact) > StaleAfter
+			row.Stale = now.Sub(c.LastContact) > StaleAfter && c.Removed.IsZero()
+		}
+		if !c.Removed.IsZero() {
+			row.RemovedAt = c.Removed.UTC().Format("2006-01-02 15:04:05")
 		}
 		if c.Reported {
 			row.Lag = "none"

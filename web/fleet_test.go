@@ -41,12 +41,14 @@ func TestFleetShowsEachClustersContactReportAndDay(t *testing.T) {
 	data := web.FleetData{Now: t0, Clusters: []web.FleetCluster{
 		{Name: "east", LastContact: t0.Add(-90 * time.Second), Reported: true, Leader: "kerf-leader-0", AgentsConnected: 12, Undelivered: 40, Lag: 95 * time.Second, Actions: 7, Rollbacks: 2},
 		{Name: "north", LastContact: t0.Add(-26 * time.Hour), Reported: true, Leader: "kerf-leader-1"},
+		{Name: "old", LastContact: t0.Add(-48 * time.Hour), Removed: t0.Add(-47 * time.Hour)},
 		{Name: "west"},
 	}, Rollbacks: series(map[string][]int64{"east": hours(map[int]int64{150: 2, 151: 4}), "north": hours(map[int]int64{3: 1})})}
 	status, body := get(t, &web.Fleet{Source: fleetSrc{data: data}, ActivityPath: "/ui/activity", SignOut: "/ui/signout"}, "/")
 	require.Equal(t, http.StatusOK, status, body)
 	assert.Contains(t, body, `<time datetime="2030-03-01T11:58:30Z">2030-03-01 11:58:30</time><br><span>1m 30s ago</span>`)
 	assert.Contains(t, body, `<span class="bad">1d 2h ago (stale)</span>`, "no contact for more than 5 minutes")
+	assert.Contains(t, body, `<span>2d ago</span><br><span class="muted">removed 2030-02-27 13:00:00</span>`, "a removed cluster is not stale")
 	assert.Contains(t, body, `<td data-label="Delivery lag">1m 35s</td>`)
 	assert.Contains(t, body, `<td data-label="Delivery lag">none</td>`, "a report of nothing undelivered")
 	assert.Contains(t, body, `<td data-label="Undelivered" class="num">40</td>`)
@@ -62,7 +64,7 @@ func TestFleetShowsEachClustersContactReportAndDay(t *testing.T) {
 	assert.Contains(t, body, `<rect x="151.10" y="2.00" width="0.8" height="38.00">`, "the tallest bar is full height")
 	assert.Contains(t, body, `<rect x="150.10" y="21.00" width="0.8" height="19.00">`, "half of it, half as tall")
 	assert.Contains(t, body, `<rect x="3.10" y="30.50" width="0.8" height="9.50">`, "north's 1 on east's scale")
-	assert.Contains(t, body, "1 cluster had none.")
+	assert.Contains(t, body, "2 clusters had none.")
 	assert.Contains(t, body, `<caption>Rollbacks per cluster and day (UTC)</caption>`, "a table of the numbers")
 	assert.Contains(t, body, `<tr><th scope="row">east</th><td class="num">0</td><td class="num">0</td><td class="num">0</td><td class="num">0</td><td class="num">0</td><td class="num">0</td><td class="num">6</td><td class="num">6</td></tr>`)
 	assert.Contains(t, body, `<li title="Fri 1 Mar">Fri 1</li></ol>`)
