@@ -163,20 +163,24 @@ func runDemo(args []string) int {
   alias kubectl=%s
   kubectl get rsr -A
   kubectl -n %s describe rsr %s
-  kubectl -n %s describe rsr %s   # the recommender's: its basis annotation says what it held back and why
+  kubectl -n %s describe rsr %s   # the recommender's: its Refused event and refused action say what it held back and why
   kubectl -n %s get events --field-selector type=Warning
   curl -s %s/v1/audit?type=rolled_back        # the audit API (the elected leader)
   curl -s %s/metrics | grep kerf_actions_total
 
-  Activity, the web page of the rollbacks above (open it in a browser on this machine):
-  %s/ui/activity?namespace=%s
+  The web pages (open them in a browser on this machine):
+  %s/ui/activity?namespace=%s       Activity, on the leader
+  %s/ui/workloads/%s/%s    the recommender's workload: timeline, chart, refusals
 
-  kerf-hub, where the leader forwards every action (SQLite, in the sandbox):
+  kerf-hub, where the leader forwards every action (SQLite, in the sandbox);
+  its pages (sign in with the token in %s; the certificate is %s, self-signed):
+  %s/ui/fleet    %s/ui/activity
   curl -s --cacert %s -H "Authorization: Bearer $(cat %s)" '%s/v1/audit?type=rolled_back'
   curl -s --cacert %s -H "Authorization: Bearer $(cat %s)" %s/v1/clusters
 
 The cluster stays up until Ctrl-C.
-`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, describe, demoNamespace, scenario.RecommendWorkload.Name, demoNamespace, leaderURL, leaderURL, leaderURL, demoNamespace,
+`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, describe, demoNamespace, scenario.RecommendWorkload.Name, demoNamespace, leaderURL, leaderURL, leaderURL, demoNamespace, leaderURL, demoNamespace, scenario.RecommendWorkload.Name,
+		in.Hub.ReadTokenFile, in.Hub.CAFile, in.Hub.URL, in.Hub.URL,
 		in.Hub.CAFile, in.Hub.ReadTokenFile, in.Hub.URL, in.Hub.CAFile, in.Hub.ReadTokenFile, in.Hub.URL)
 	if ctx.Err() == nil {
 		<-ctx.Done()
