@@ -281,6 +281,8 @@ func TestHubWorkloadPageShowsTheHistoryWithTheAPIsAccess(t *testing.T) {
 		assert.Contains(t, a.body, "rolled_back OOMKills of shop/web #2")
 		assert.Contains(t, a.body, "applied InPlace of shop/web #1")
 		assert.NotContains(t, a.body, "applied Rollout of shop/web #1", "west's web is another workload")
+		assert.Contains(t, a.body, "This page is the hub's", "the hub says it keeps the actions, not the values in force")
+		assert.NotContains(t, a.body, "Not made by Kerf's recommender", "the hub does not know who made it")
 
 		a = e.ask(t, page{path: "/ui/workloads/east/shop/nope", bearer: e.tokens["reader"]})
 		assert.Equal(t, http.StatusNotFound, a.status)

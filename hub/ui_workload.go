@@ -74,7 +74,7 @@ func historyOf(wl hubv1.Workload, items []hubv1.Entry, more bool) WorkloadHistor
 func (h WorkloadHistory) View() web.WorkloadView {
 	return web.WorkloadView{
 		Cluster: h.Cluster, Namespace: h.Namespace, Recommendation: h.Recommendation,
-		Workload: h.Workload, Phase: h.Phase, PolicyUnknown: true, History: h.History,
+		Workload: h.Workload, Phase: h.Phase, PolicyUnknown: true, ValuesUnknown: true, History: h.History,
 	}
 }
 
