@@ -74,7 +74,7 @@ func browser(t *testing.T) (context.Context, func() []string) {
 }
 
 // inDocs are the screenshots docs/web.md shows.
-var inDocs = map[string]bool{"web-fleet.png": true, "web-fleet-phone.png": true, "web-hub-activity.png": true}
+var inDocs = map[string]bool{"web-fleet.png": true, "web-fleet-phone.png": true, "web-hub-activity.png": true, "web-hub-workload.png": true, "web-hub-signin.png": true}
 
 // screenshot saves the page as name under the test's artifact directory
 // and, with KERF_UPDATE_SCREENSHOTS=1, as docs/name too if docs shows it.
