@@ -165,10 +165,11 @@ func runDemo(args []string) int {
   kubectl -n %s describe rsr %s
   kubectl -n %s describe rsr %s   # the recommender's: its basis annotation says what it held back and why
   kubectl -n %s get events --field-selector type=Warning
-  curl -s %s/v1/audit?type=rolled_back        # the audit API (the elected leader)
-  curl -s %s/metrics | grep kerf_actions_total
+  TOKEN=$(kubectl -n kerf-system create token kerf-scenario-reader)   # bound to kerf-metrics-reader and kerf-audit-reader
+  curl -s -H "Authorization: Bearer $TOKEN" '%s/v1/audit?type=rolled_back'   # the audit API (the elected leader)
+  curl -s -H "Authorization: Bearer $TOKEN" %s/metrics | grep kerf_actions_total
 
-  Activity, the web page of the rollbacks above (open it in a browser on this machine):
+  Activity, the web page of the rollbacks above (a browser sending the same header, docs/web.md):
   %s/ui/activity?namespace=%s
 
   kerf-hub, where the leader forwards every action (SQLite, in the sandbox):
