@@ -65,13 +65,6 @@ func (c *ttlCache[V]) put(key string, value V, now time.Time) {
 	c.entries[key] = c.order.PushBack(&ttlEntry[V]{key: key, value: value, expires: now.Add(c.ttl)})
 }
 
-// len is the number of entries held, expired ones included until evicted.
-func (c *ttlCache[V]) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.order.Len()
-}
-
 // flight runs one call per key at a time: callers that ask for a key
 // whose call is under way wait for its answer instead of making their
 // own (golang.org/x/sync/singleflight's idea, in a few lines).
