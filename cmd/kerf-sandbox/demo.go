@@ -165,10 +165,11 @@ func runDemo(args []string) int {
   kubectl -n %s describe rsr %s
   kubectl -n %s describe rsr %s   # the recommender's: its Refused event and refused action say what it held back and why
   kubectl -n %s get events --field-selector type=Warning
-  curl -s %s/v1/audit?type=rolled_back        # the audit API (the elected leader)
-  curl -s %s/metrics | grep kerf_actions_total
+  TOKEN=$(kubectl -n kerf-system create token kerf-scenario-reader)   # bound to kerf-metrics-reader and kerf-audit-reader
+  curl -s -H "Authorization: Bearer $TOKEN" '%s/v1/audit?type=rolled_back'   # the audit API (the elected leader)
+  curl -s -H "Authorization: Bearer $TOKEN" %s/metrics | grep kerf_actions_total
 
-  The web pages (open them in a browser on this machine):
+  The web pages (a browser on this machine sending the same header, docs/web.md):
   %s/ui/activity?namespace=%s       Activity, on the leader
   %s/ui/workloads/%s/%s    the recommender's workload: timeline, chart, refusals
 
