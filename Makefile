@@ -80,7 +80,7 @@ bench: deps
 bench-e2e: deps
 	KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -run='^$$' -bench=OOMKillToRollback -benchtime=1x -timeout 45m -v ./test/e2e/
 
-## bench-peers: the agent against cadvisor on the same 330 cgroups, one Prometheus scraping both at 1 s and 15 s (docs/performance.md, about 12 minutes)
+## bench-peers: the agent against cadvisor on the same 330 cgroups, one Prometheus scraping both at 1 s and 15 s (docs/performance.md, about 15 minutes)
 bench-peers: deps
 	KERF_BENCH_PEERS=1 KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -run='^$$' -bench=AgentAgainstCadvisor -benchtime=1x -timeout 30m -v $(TESTFLAGS) ./test/peers/
 

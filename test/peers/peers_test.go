@@ -58,14 +58,19 @@ const (
 )
 
 // peersEnable names the variable make bench-peers sets: the benchmark
-// takes about 12 minutes, so make bench (every package's benchmarks)
+// takes about 15 minutes, so make bench (every package's benchmarks)
 // skips it.
 const peersEnable = "KERF_BENCH_PEERS"
 
-// peersRunsEnv and peersWindowEnv change the number of runs per interval
-// (default 3) and each run's measured window (default 60s).
+// peersRunsEnv, peersWarmupEnv and peersWindowEnv change the number of
+// runs per interval (default 3), how long both run before they are
+// measured (default 60s: with the settling before it, cadvisor's
+// in-memory stats, --storage_duration=2m as in the kubelet, are full by
+// the end of the window, where its RSS is read) and each run's measured
+// window (default 60s).
 const (
 	peersRunsEnv   = "KERF_PEERS_RUNS"
+	peersWarmupEnv = "KERF_PEERS_WARMUP"
 	peersWindowEnv = "KERF_PEERS_WINDOW"
 )
 
@@ -88,11 +93,14 @@ type fixture struct {
 // --housekeeping_interval=1s without dynamic housekeeping) over the same
 // 330 real v1 cgroups (110 pods × 3 containers in the kubelet's cgroupfs
 // layout; some throttled, some holding memory), both scraped by one real
-// Prometheus every 1 s, then every 15 s. Each run starts both afresh and,
-// once both see the 330 containers, measures them over the same window:
-// CPU (utime+stime of /proc/<pid>/stat over wall time), VmRSS at the end
-// and VmHWM, and Prometheus' scrape_duration_seconds per target (median of
-// the window). It prints a table per interval: medians and min–max over
+// Prometheus every 1 s, then every 15 s (scrape_timeout = the interval).
+// Each run starts both afresh and, once both see the 330 containers and a
+// warm-up has passed (KERF_PEERS_WARMUP, 60 s: cadvisor's 2 min of
+// in-memory stats are full by the window's end), measures them over the
+// same window (KERF_PEERS_WINDOW, 60 s): CPU (utime+stime of
+// /proc/<pid>/stat over wall time), VmRSS (anonymous and file) at the end
+// and VmHWM, and per target Prometheus' scrape_duration_seconds (median of
+// the window), samples per scrape and the scrapes that failed (up == 0). It prints a table per interval: medians and min–max over
 // the runs, and cadvisor's figure over the agent's. Then it OOM-kills
 // containers a known number of times, stops the throttled loops, and
 // checks through Prometheus that both report the same
@@ -101,7 +109,7 @@ type fixture struct {
 // agent's namespace, pod and container).
 func BenchmarkAgentAgainstCadvisor(b *testing.B) {
 	if os.Getenv(peersEnable) == "" {
-		b.Skipf("about 12 minutes: run by make bench-peers (%s=1)", peersEnable)
+		b.Skipf("about 15 minutes: run by make bench-peers (%s=1)", peersEnable)
 	}
 	if _, err := os.Stat(promtest.Binary); err != nil {
 		msg := fmt.Sprintf("needs a real Prometheus at %s (make deps installs it): %v", promtest.Binary, err)
@@ -112,16 +120,17 @@ func BenchmarkAgentAgainstCadvisor(b *testing.B) {
 	}
 	f := setup(b)
 	runs, window := envInt(b, peersRunsEnv, 3), envDuration(b, peersWindowEnv, 60*time.Second)
+	warmup := envDuration(b, peersWarmupEnv, 60*time.Second)
 	for _, interval := range []time.Duration{time.Second, 15 * time.Second} {
 		b.Run("scrape="+interval.String(), func(b *testing.B) {
 			for b.Loop() {
 				var results []result
 				for i := range runs {
-					r := f.run(b, interval, window)
+					r := f.run(b, interval, warmup, window)
 					b.Logf("run %d/%d at %v: %s", i+1, runs, interval, r)
 					results = append(results, r)
 				}
-				report(b, interval, window, results)
+				report(b, interval, warmup, window, results)
 			}
 		})
 	}
@@ -288,21 +297,23 @@ type figures struct {
 	anon, file     float64 // MiB of rss: RssAnon, RssFile (the binary's pages)
 	scrape         float64 // median scrape_duration_seconds of the window, ms
 	samples        float64 // samples per scrape
+	failed         float64 // % of the window's scrapes that failed (up == 0: a timeout, at scrape_timeout = the interval)
 	cpuT, wallTime time.Duration
 }
 
 // String is a run's line in the log.
 func (r result) String() string {
-	return fmt.Sprintf("agent %.2f%% core, RSS %.1f MiB (peak %.1f), scrape %.2f ms (%v samples); cadvisor %.2f%% core, RSS %.1f MiB (peak %.1f), scrape %.2f ms (%v samples)",
-		r.agent.cpu, r.agent.rss, r.agent.hwm, r.agent.scrape, r.agent.samples,
-		r.cadvisor.cpu, r.cadvisor.rss, r.cadvisor.hwm, r.cadvisor.scrape, r.cadvisor.samples)
+	return fmt.Sprintf("agent %.2f%% core, RSS %.1f MiB (anonymous %.1f, peak %.1f), scrape %.2f ms (%v samples, %.0f%% failed); cadvisor %.2f%% core, RSS %.1f MiB (anonymous %.1f, peak %.1f), scrape %.2f ms (%v samples, %.0f%% failed)",
+		r.agent.cpu, r.agent.rss, r.agent.anon, r.agent.hwm, r.agent.scrape, r.agent.samples, r.agent.failed,
+		r.cadvisor.cpu, r.cadvisor.rss, r.cadvisor.anon, r.cadvisor.hwm, r.cadvisor.scrape, r.cadvisor.samples, r.cadvisor.failed)
 }
 
-// run starts both afresh, lets them settle, and measures them over window.
-func (f *fixture) run(b *testing.B, interval, window time.Duration) result {
+// run starts both afresh, lets them run for warmup, and measures them over
+// window.
+func (f *fixture) run(b *testing.B, interval, warmup, window time.Duration) result {
 	b.Helper()
 	p := f.start(b, interval)
-	time.Sleep(5 * time.Second) // past the first scrapes and housekeepings
+	time.Sleep(warmup)
 	a0, c0, t0 := p.agent.CPUTime(b), p.cadvisor.CPUTime(b), time.Now()
 	time.Sleep(window)
 	a1, c1, wall := p.agent.CPUTime(b), p.cadvisor.CPUTime(b), time.Since(t0)
@@ -315,13 +326,14 @@ func (f *fixture) run(b *testing.B, interval, window time.Duration) result {
 			anon: proc.StatusMiB(b, "RssAnon"), file: proc.StatusMiB(b, "RssFile"),
 			scrape:  1000 * queryOne(b, p.prom, fmt.Sprintf(`quantile_over_time(0.5, scrape_duration_seconds{job=%q}[%s])`, job, w), end),
 			samples: queryOne(b, p.prom, fmt.Sprintf(`max_over_time(scrape_samples_scraped{job=%q}[%s])`, job, w), end),
+			failed:  100 * (1 - queryOne(b, p.prom, fmt.Sprintf(`avg_over_time(up{job=%q}[%s])`, job, w), end)),
 		}
 	}
 	return result{agent: fig(p.agent, "kerf-agent", a1-a0), cadvisor: fig(p.cadvisor, "cadvisor", c1-c0)}
 }
 
 // report logs the runs' table at interval and reports the medians.
-func report(b *testing.B, interval, window time.Duration, rs []result) {
+func report(b *testing.B, interval, warmup, window time.Duration, rs []result) {
 	b.Helper()
 	type row struct {
 		slug, name, unit string
@@ -335,10 +347,11 @@ func report(b *testing.B, interval, window time.Duration, rs []result) {
 		{"file-MiB", "of which file (RssFile: the binary's pages)", "MiB", func(f figures) float64 { return f.file }, ""},
 		{"peak-MiB", "peak RSS (VmHWM)", "MiB", func(f figures) float64 { return f.hwm }, ""},
 		{"scrape-ms", "scrape time (scrape_duration_seconds, median)", "ms", func(f figures) float64 { return f.scrape }, ""},
+		{"failed-%", "failed scrapes (up == 0; timeout = interval)", "%", func(f figures) float64 { return f.failed }, ""},
 		{"samples", "samples per scrape", "", func(f figures) float64 { return f.samples }, ""},
 	}
 	var t strings.Builder
-	fmt.Fprintf(&t, "\n%d runs of %v, scrape and sampling every %v (agent --interval=1s, cadvisor --housekeeping_interval=1s); median (min–max)\n\n", len(rs), window, interval)
+	fmt.Fprintf(&t, "\n%d runs of %v after %v, scraped every %v (agent --interval=1s, cadvisor --housekeeping_interval=1s); median (min–max)\n\n", len(rs), window, warmup, interval)
 	fmt.Fprintf(&t, "| | kerf-agent | cadvisor | cadvisor ÷ agent | goal |\n|---|---|---|---|---|\n")
 	for _, r := range rows {
 		var as, cs, ratios []float64
@@ -350,7 +363,11 @@ func report(b *testing.B, interval, window time.Duration, rs []result) {
 		if r.unit != "" {
 			name += ", " + r.unit
 		}
-		fmt.Fprintf(&t, "| %s | %s | %s | %s | %s |\n", name, spread(as), spread(cs), spreadX(ratios), r.goal)
+		ratio := "—" // no ratio to a zero
+		if slices.Min(as) > 0 {
+			ratio = spreadX(ratios)
+		}
+		fmt.Fprintf(&t, "| %s | %s | %s | %s | %s |\n", name, spread(as), spread(cs), ratio, r.goal)
 		b.ReportMetric(median(as), "agent-"+r.slug)
 		b.ReportMetric(median(cs), "cadvisor-"+r.slug)
 	}
