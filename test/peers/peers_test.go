@@ -51,10 +51,17 @@ const (
 	// peersThrottled containers run a busy loop under a 2 ms / 100 ms CFS
 	// quota; the next peersAllocating hold 32 MiB each; the next
 	// peersOOM are OOM-killed i+1 times each (memory limit 32 MiB, 64 MiB
-	// asked) in the counts phase.
+	// asked) in the counts phase, paced under the kernel's rate limit on
+	// OOM reports; the one after them takes a burst of peersBurst kills.
 	peersThrottled  = 10
 	peersAllocating = 10
 	peersOOM        = 5
+	peersBurst      = 15
+	// peersKillPace spaces the paced kills: the kernel prints the report
+	// of at most 10 OOM kills per 5 s (oom_kill_process's ratelimit,
+	// DEFAULT_RATELIMIT_INTERVAL and _BURST) and drops the rest's, which
+	// is all /dev/kmsg, cadvisor's source, has.
+	peersKillPace = 700 * time.Millisecond
 )
 
 // peersEnable names the variable make bench-peers sets: the benchmark
@@ -188,7 +195,7 @@ func setup(b *testing.B) *fixture {
 	for _, c := range cs0[peersThrottled : peersThrottled+peersAllocating] {
 		agenttest.Run(b, c.Dirs, workload, "--alloc-mib=32", "--listen=")
 	}
-	for _, c := range cs0[peersThrottled+peersAllocating : peersThrottled+peersAllocating+peersOOM] {
+	for _, c := range cs0[peersThrottled+peersAllocating : peersThrottled+peersAllocating+peersOOM+1] {
 		mem := c.Dirs[len(c.Dirs)-1] // the memory hierarchy, the last of the mounts
 		kerneltest.WriteFile(b, mem, "memory.limit_in_bytes", strconv.Itoa(32<<20))
 	}
@@ -414,13 +421,9 @@ func (f *fixture) counts(b *testing.B) {
 	kills := 0
 	for i, c := range cs[oomFrom : oomFrom+peersOOM] {
 		for range i + 1 {
-			cmd := agenttest.Run(b, c.Dirs, f.workload, "--alloc-mib=64", "--listen=")
-			err := cmd.Wait()
-			var ee *exec.ExitError
-			require.ErrorAs(b, err, &ee, "kerf-workload --alloc-mib=64 under a 32 MiB limit exited without being killed")
-			ws, ok := ee.Sys().(syscall.WaitStatus)
-			require.True(b, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "kerf-workload under a 32 MiB limit: %v, not OOM-killed", err)
+			f.oomKill(b, c)
 			kills++
+			time.Sleep(peersKillPace)
 		}
 	}
 	for _, cmd := range f.busy {
@@ -493,6 +496,37 @@ func (f *fixture) counts(b *testing.B) {
 		same, len(cs), zero, noCFS, kills, totalOOM, cadvisorOOM)
 	b.Log(t.String())
 	b.ReportMetric(float64(same), "containers-agreeing")
+
+	// A burst, past the kernel's rate limit on OOM reports (the paced
+	// kills' window has passed).
+	burst := cs[oomFrom+peersOOM]
+	start := time.Now()
+	for range peersBurst {
+		f.oomKill(b, burst)
+	}
+	took := time.Since(start)
+	time.Sleep(6 * time.Second)
+	now = time.Now()
+	ab, cb := agent("container_oom_events_total")[burst.Rel], cadvisor("container_oom_events_total")[burst.Rel]
+	b.Logf("a burst of %d OOM kills in %v in %s/%s: the agent counts %v, cadvisor %v (the kernel reports at most 10 kills per 5 s in its log, cadvisor's only source)",
+		peersBurst, took.Round(time.Millisecond), burst.Pod, burst.Name, ab, cb)
+	if ab != peersBurst {
+		b.Errorf("the agent counts %v of a burst of %d OOM kills", ab, peersBurst)
+	}
+	b.ReportMetric(ab, "agent-burst-kills")
+	b.ReportMetric(cb, "cadvisor-burst-kills")
+}
+
+// oomKill runs kerf-workload --alloc-mib=64 in c, whose memory limit is 32
+// MiB, and waits until the kernel killed it.
+func (f *fixture) oomKill(b *testing.B, c agenttest.Container) {
+	b.Helper()
+	cmd := agenttest.Run(b, c.Dirs, f.workload, "--alloc-mib=64", "--listen=")
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(b, err, &ee, "kerf-workload --alloc-mib=64 under a 32 MiB limit exited without being killed")
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	require.True(b, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "kerf-workload under a 32 MiB limit: %v, not OOM-killed", err)
 }
 
 // target is a scrape target: host:port and, if set, a bearer token file.
