@@ -28,6 +28,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster"
 	kerfapply "github.com/kerf-dev/kerf/cluster/apply"
 	"github.com/kerf-dev/kerf/cluster/resources"
+	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -399,4 +400,29 @@ func TestEveryResourceTheLeaderMayWriteIsInThePolicy(t *testing.T) {
 		assert.Equal(t, name, b.Spec.PolicyName)
 		assert.Equal(t, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}, b.Spec.ValidationActions)
 	}
+}
+
+// TestTheLeaderAuthenticatesTheWebhooksCallers: the leader's Deployment
+// gives the webhook a client CA from a mounted volume (the cluster's CA,
+// kube-root-ca.crt) and the apiserver's name, and does not serve anyone.
+func TestTheLeaderAuthenticatesTheWebhooksCallers(t *testing.T) {
+	var dep appsv1.Deployment
+	object(t, objects(t, rendered(t)), "Deployment", "kerf-leader", &dep)
+	spec := dep.Spec.Template.Spec
+	args := spec.Containers[0].Args
+	assert.NotContains(t, args, "--webhook-allow-unauthenticated")
+	assert.Equal(t, webhook.DefaultClientName, flagValue(t, args, "--webhook-client-name"))
+	ca := flagValue(t, args, "--webhook-client-ca")
+	var mounted bool
+	for _, m := range spec.Containers[0].VolumeMounts {
+		if strings.HasPrefix(ca, m.MountPath+"/") {
+			i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+			require.GreaterOrEqual(t, i, 0, "volume %s", m.Name)
+			require.NotNil(t, spec.Volumes[i].ConfigMap, "volume %s", m.Name)
+			assert.Equal(t, "kube-root-ca.crt", spec.Volumes[i].ConfigMap.Name)
+			assert.Equal(t, m.MountPath+"/ca.crt", ca, "kube-root-ca.crt's key is ca.crt")
+			mounted = true
+		}
+	}
+	assert.True(t, mounted, "--webhook-client-ca %s is on a mounted volume", ca)
 }
