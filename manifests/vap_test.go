@@ -2,12 +2,16 @@ package manifests_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -28,6 +32,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster"
 	kerfapply "github.com/kerf-dev/kerf/cluster/apply"
 	"github.com/kerf-dev/kerf/cluster/resources"
+	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/internal/kube"
@@ -425,4 +430,75 @@ func TestTheLeaderAuthenticatesTheWebhooksCallers(t *testing.T) {
 		}
 	}
 	assert.True(t, mounted, "--webhook-client-ca %s is on a mounted volume", ca)
+}
+
+// TestARealLeaderAsItsServiceAccountAppliesAChange runs a kerf-leader
+// replica (cluster.New, as cmd/kerf-leader builds it) as its service
+// account, its token bound to its pod, with vap.yaml enforced: it takes the
+// Lease, labels its own pod and clears a former leader's label, and applies
+// a Rollout with HPA coordination, recording it in the recommendation's
+// status, all through the policies.
+func TestARealLeaderAsItsServiceAccountAppliesAChange(t *testing.T) {
+	w := setUpPolicyWorld(t)
+	cp := controlplane.Get(t)
+	ctx := context.Background()
+	admin := cp.Client
+	require.NoError(t, admin.Create(ctx, &v1alpha1.RightsizingPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "guard"}}))
+	rsr := &v1alpha1.RightsizingRecommendation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "web"},
+		Spec: v1alpha1.RightsizingRecommendationSpec{
+			TargetRef: v1alpha1.TargetRef{APIVersion: "apps/v1", Kind: v1alpha1.KindDeployment, Name: "web"},
+			Strategy:  v1alpha1.StrategyRollout,
+			HPA:       &v1alpha1.HPACoordination{Coordinate: true},
+			Containers: []v1alpha1.ContainerResources{{Name: "app",
+				Requests: &v1alpha1.ResourceValues{CPU: ptr.To(resource.MustParse("250m"))},
+				Limits:   &v1alpha1.ResourceValues{CPU: ptr.To(resource.MustParse("250m"))}}},
+		},
+	}
+	require.NoError(t, admin.Create(ctx, rsr))
+
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: leaderSA,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+		Extra:    map[string][]string{"authentication.kubernetes.io/pod-name": {leaderPod}},
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	l, err := cluster.New(cluster.Config{Namespace: namespace, LeaseName: "kerf-leader", Identity: leaderPod, PodName: leaderPod,
+		WatchNamespaces: []string{namespace, w.ns}, Registry: prometheus.NewRegistry(), Signals: signals.New(),
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}, cfg, log)
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	require.Eventually(t, func() bool {
+		var got v1alpha1.RightsizingRecommendation
+		if admin.Get(ctx, client.ObjectKeyFromObject(rsr), &got) != nil {
+			return false
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == v1alpha1.ConditionApplied && c.Status == metav1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	}, 60*time.Second, 100*time.Millisecond, "the leader never applied the change as its service account")
+
+	var dep appsv1.Deployment
+	require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: "web"}, &dep))
+	assert.Equal(t, "250m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String())
+	var hpa autoscalingv2.HorizontalPodAutoscaler
+	require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: "web"}, &hpa))
+	assert.NotEqual(t, int32(60), *hpa.Spec.Metrics[1].Resource.Target.AverageUtilization, "the HPA target moved")
+	require.Eventually(t, func() bool {
+		var own, former corev1.Pod
+		return admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: leaderPod}, &own) == nil &&
+			admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "kerf-leader-former"}, &former) == nil &&
+			own.Labels[cluster.LeaderPodLabel] == "true" && former.Labels[cluster.LeaderPodLabel] == ""
+	}, 30*time.Second, 100*time.Millisecond, "the leader labels its own pod and clears the former leader's")
 }
