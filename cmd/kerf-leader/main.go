@@ -112,7 +112,11 @@ func main() {
 		Namespace: *namespace, ServiceName: *webhookService, SecretName: *webhookSecret, WebhookConfiguration: *webhookConfig}}}
 	if *webhookAddr != "" {
 		auth := webhook.ClientAuth{CAFile: *webhookClientCA, AllowUnauthenticated: *webhookAllowUnauthenticated}
-		if *webhookClientCA != "" {
+		// The default name goes with a CA; a name given without one is
+		// refused by Validate.
+		namesSet := false
+		fs.Visit(func(f *flag.Flag) { namesSet = namesSet || f.Name == "webhook-client-name" })
+		if *webhookClientCA != "" || namesSet {
 			auth.Names = splitNames(*webhookClientNames)
 		}
 		if err := auth.Validate(); err != nil {
