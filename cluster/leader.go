@@ -131,6 +131,9 @@ type WebhookConfig struct {
 	// Cert is where the webhook's certificate comes from; a self-managed
 	// one keeps the caBundle of its Options.WebhookConfiguration current.
 	Cert cert.Source
+	// ClientAuth authenticates the webhook's callers (the apiserver's
+	// client certificate); the zero value refuses to serve.
+	ClientAuth webhook.ClientAuth
 }
 
 // Leader is one kerf-leader replica. Every replica runs; the one that holds
@@ -390,6 +393,9 @@ func (l *Leader) Run(ctx context.Context) error {
 		tlsConfig, err := l.serverTLS(ctx, "webhook", l.cfg.Webhook.Cert)
 		if err != nil {
 			return err
+		}
+		if tlsConfig, err = l.cfg.Webhook.ClientAuth.ServerTLS(tlsConfig, l.log.With("server", "webhook")); err != nil {
+			return fmt.Errorf("webhook: %w", err)
 		}
 		in := webhook.NewInjector(l.mgr.GetCache(), l.registry, l.log)
 		in.LiveReader = l.mgr.GetAPIReader()

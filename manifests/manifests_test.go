@@ -135,8 +135,9 @@ func TestEveryObjectIsAcceptedByTheAPIServer(t *testing.T) {
 	objs := objects(t, y)
 	// The CRDs, the namespace, both service accounts and their RBAC, the
 	// leader's Deployment, PDB and two Services, the webhook, the agent's
-	// DaemonSet, the default policy, the two reader ClusterRoles and the
-	// two NetworkPolicies.
+	// DaemonSet, the default policy, the two reader ClusterRoles, the two
+	// NetworkPolicies and the two admission policies bounding the leader
+	// (vap.yaml).
 	kinds := map[string]int{}
 	for _, u := range objs {
 		kinds[u.GetKind()]++
@@ -146,7 +147,7 @@ func TestEveryObjectIsAcceptedByTheAPIServer(t *testing.T) {
 		"ClusterRole": 4, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1,
 		"Deployment": 1, "PodDisruptionBudget": 1, "Service": 2,
 		"MutatingWebhookConfiguration": 1, "DaemonSet": 1, "ClusterRightsizingPolicy": 1,
-		"NetworkPolicy": 2,
+		"NetworkPolicy": 2, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
 	}, kinds)
 
 	out := apply(t, cp, y)
