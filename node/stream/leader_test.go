@@ -112,6 +112,20 @@ func (l *leader) counter(t *testing.T, name, label string) float64 {
 	return 0
 }
 
+// gauge returns the value of a leader's gauge without labels; 0 when
+// absent.
+func (l *leader) gauge(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := l.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
 // start runs a leader's stream server with a new MemorySource on addr
 // ("127.0.0.1:0" for any port).
 func (f *leaderFixture) start(t *testing.T, addr string) *leader {
