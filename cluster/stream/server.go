@@ -104,12 +104,20 @@ type Config struct {
 	// ReviewTTL is how long a positive TokenReview is reused; zero means
 	// DefaultReviewTTL.
 	ReviewTTL time.Duration
-	// MaxContainers is how many containers one stream may index at once;
-	// zero means DefaultMaxContainers.
-	MaxContainers int
 	// MaxMessageBytes is the largest message NewGRPCServer accepts; zero
 	// means streamv1.MaxMessageBytes.
 	MaxMessageBytes int
+	// Limits bound what agents and unauthenticated callers may cost the
+	// leader; zero fields take their defaults.
+	Limits
+}
+
+// Limits bound the stream's use of the leader's memory and of the
+// apiserver (docs/security.md); zero fields mean their Default.
+type Limits struct {
+	// MaxContainers is how many containers one stream may index at once;
+	// zero means DefaultMaxContainers.
+	MaxContainers int
 	// MaxStreams bounds the authenticated streams served at once; zero
 	// means DefaultMaxStreams. A node has one stream at most: a new one
 	// replaces (closes) the older.
