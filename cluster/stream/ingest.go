@@ -44,6 +44,9 @@ type container struct {
 	workingSet uint64
 	peak       uint64
 	onNode     bool
+	// refused is set when the pod's spec does not name the container: its
+	// samples are dropped.
+	refused bool
 }
 
 // ingest is one stream's state: the index table of the protocol (see
@@ -65,6 +68,9 @@ type ingest struct {
 	anchorNs uint64
 	anchorAt time.Time
 	ackedSeq uint64
+	// unknown counts the reports refused on this stream because their
+	// pod has no such container.
+	unknown int
 	// resyncAsked is set once the stream was asked for a snapshot because
 	// too many indexes were given since the last.
 	resyncAsked bool
@@ -123,10 +129,27 @@ func checkIdentity(what string, uid, name string) error {
 	return nil
 }
 
-// containerUnknown is the error of a report about a container its pod's
-// spec does not name: a real agent reads its names from the pods.
-func containerUnknown(what string, uid types.UID, name string) error {
-	return malformed(DropContainerUnknown, "%s: pod %s has no container %q", what, uid, name)
+// MaxUnknownContainers is how many reports about containers their pod's
+// spec does not name one stream may send before it is closed. Below it,
+// such a report is refused alone (dropped, counted, acknowledged): a real
+// agent takes its names from the pods, and one that disagrees with the
+// leader's cache must not be locked out by resending the report on every
+// stream.
+const MaxUnknownContainers = 100
+
+// containerUnknown refuses a report about a container its pod's spec does
+// not name: it is dropped and counted, and past MaxUnknownContainers on
+// the stream, the stream is closed.
+func (in *ingest) containerUnknown(what string, uid types.UID, name string) error {
+	in.s.metrics.dropped.WithLabelValues(DropContainerUnknown).Inc()
+	in.unknown++
+	if in.unknown > MaxUnknownContainers {
+		return &malformedError{code: codes.ResourceExhausted, reason: "too_many_unknown_containers",
+			msg: fmt.Sprintf("%s: pod %s has no container %q, and more than %d reports on this stream named containers their pod does not have (limit MaxUnknownContainers)",
+				what, uid, name, MaxUnknownContainers)}
+	}
+	in.s.log.Debug("report about a container the pod does not have dropped", "node", in.node, "pod", uid, "container", name)
+	return nil
 }
 
 // wall turns a kernel time that just arrived into a wall time (see the
@@ -244,8 +267,14 @@ func (in *ingest) counters(c *streamv1.Counters) (resync bool, err error) {
 				continue
 			}
 			if !in.hasContainer(e.podUID, e.name) {
-				return false, containerUnknown("counters", e.podUID, e.name)
+				e.refused = true
+				if err := in.containerUnknown("counters", e.podUID, e.name); err != nil {
+					return false, err
+				}
 			}
+		}
+		if e.refused {
+			continue
 		}
 		listed = append(listed, instanceKey{e.podUID, e.name, e.started.UnixNano()})
 		at := in.wall(ns)
@@ -264,7 +293,7 @@ func (in *ingest) counters(c *streamv1.Counters) (resync bool, err error) {
 	}
 	var gone []instanceKey
 	for _, idx := range c.GetGone() {
-		if e, ok := in.table[idx]; ok && e.onNode {
+		if e, ok := in.table[idx]; ok && e.onNode && !e.refused {
 			gone = append(gone, instanceKey{e.podUID, e.name, e.started.UnixNano()})
 		}
 		delete(in.table, idx)
@@ -317,7 +346,11 @@ func (in *ingest) oom(ev *streamv1.OOMEvent) (uint64, error) {
 	uid := types.UID(ev.GetPodUid())
 	ok, reason := in.podOnNode(uid)
 	if ok && !in.hasContainer(uid, ev.GetContainer()) {
-		return 0, containerUnknown("oom_event", uid, ev.GetContainer())
+		if err := in.containerUnknown("oom_event", uid, ev.GetContainer()); err != nil {
+			return 0, err
+		}
+		in.ackedSeq = ev.GetSeq()
+		return in.ackedSeq, nil
 	}
 	if !in.agent.count(ev.GetSeq()) {
 		// Counted on an earlier stream of the same agent, whose ack was

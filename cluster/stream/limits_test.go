@@ -330,13 +330,26 @@ func TestHostileStreamIsClosedAndLeavesNoMemory(t *testing.T) {
 		e := hostile(t, one(identity(1, strings.Repeat("x", 1<<20), 1)))
 		expect(t, e, codes.InvalidArgument, "field_too_long", "MaxContainerNameBytes", b)
 	})
-	t.Run("NameNotInThePod", func(t *testing.T) {
-		b := errs(DropContainerUnknown)
-		e := hostile(t, one(identity(1, "made-up", 1)))
-		expect(t, e, codes.InvalidArgument, DropContainerUnknown, `no container "made-up"`, b)
-		b = errs(DropContainerUnknown)
-		e = hostile(t, func(yield func(*streamv1.AgentMessage) bool) { yield(oom(1, f.podA, "made-up")) })
-		expect(t, e, codes.InvalidArgument, DropContainerUnknown, `no container "made-up"`, b)
+	t.Run("NamesNotInThePod", func(t *testing.T) {
+		// Each is refused alone (dropped, counted): a real agent whose
+		// names disagree with the cache must not be locked out. Past
+		// MaxUnknownContainers on one stream, the stream is closed.
+		b, dropped := errs("too_many_unknown_containers"), testutil.ToFloat64(f.srv.metrics.dropped.WithLabelValues(DropContainerUnknown))
+		e := hostile(t, func(yield func(*streamv1.AgentMessage) bool) {
+			for i := range uint32(1000) {
+				m := counters(1, identity(i, fmt.Sprintf("made-up-%d-%s", i, strings.Repeat("x", 40)), 1))
+				if i%2 == 1 {
+					m = oom(uint64(i), f.podA, fmt.Sprintf("made-up-%d", i))
+				}
+				if !yield(m) {
+					return
+				}
+			}
+		})
+		expect(t, e, codes.ResourceExhausted, "too_many_unknown_containers", "MaxUnknownContainers", b)
+		assert.Equal(t, dropped+MaxUnknownContainers+1, testutil.ToFloat64(f.srv.metrics.dropped.WithLabelValues(DropContainerUnknown)))
+		_, ok := f.memory.OOMKills(f.podA, "made-up-1", time.Time{}, time.Now().Add(time.Hour))
+		assert.False(t, ok, "nothing is kept under a made-up name")
 	})
 	t.Run("OOMCountOf2To31", func(t *testing.T) {
 		b := errs("oom_count_too_large")

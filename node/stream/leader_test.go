@@ -57,7 +57,8 @@ func newLeaderFixture(t *testing.T) *leaderFixture {
 	_, err = cs.CoreV1().ServiceAccounts(streamTestNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "kerf-agent"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	agent := streamtest.CreatePod(t, cs, streamTestNamespace, "kerf-agent-a", "node-a", "kerf-agent")
-	app := streamtest.CreatePod(t, cs, streamTestNamespace, "app-a", "node-a", "")
+	// c1-c5 for the tests that tell OOM events apart by container.
+	app := streamtest.CreatePod(t, cs, streamTestNamespace, "app-a", "node-a", "", "app", "c1", "c2", "c3", "c4", "c5")
 
 	token := streamtest.CreateToken(t, cs, streamTestNamespace, "kerf-agent", "kerf-leader", agent)
 	tokenFile := filepath.Join(t.TempDir(), "token")
