@@ -31,9 +31,12 @@
 //     about a pod the cache does not know yet is kept pending for the
 //     agent's incarnation (Limits.MaxPendingOOM, PendingOOMTTL) and
 //     counted once the pod appears: at least once.
-//   - Counters and OOM events must name a container of the pod's spec,
-//     else the stream closes (container_unknown): a real agent takes its
-//     names from the pods, and the names key the leader's stores.
+//   - Counters and OOM events must name a container of the pod's spec:
+//     one that does not is dropped, counted and acknowledged
+//     (container_unknown), and past MaxUnknownContainers on one stream
+//     the stream closes. A real agent takes its names from the pods, and
+//     the names key the leader's stores; closing at the first would lock
+//     out an agent that resends the report on every stream.
 //   - Every map and list keyed by what an agent says is bounded
 //     (Limits, streamv1's limits, signals.Kernel's per-pod caps); a node
 //     has one stream, a newer one replaces it, and a stream's end marks
