@@ -61,8 +61,9 @@ type ingest struct {
 	// since the last snapshot, since indexes are never reused.
 	table map[uint32]*container
 	used  map[uint32]struct{}
-	// onNode caches pods found on the node: a bound pod never moves.
-	onNode map[types.UID]struct{}
+	// onNode caches pods found on the node, with their containers' names:
+	// a bound pod never moves, and only ephemeral containers are added.
+	onNode map[types.UID][]string
 	// anchorNs and anchorAt map kernel time to wall time.
 	anchored bool
 	anchorNs uint64
@@ -84,7 +85,7 @@ func newIngest(s *Server, node string, hello *streamv1.Hello) *ingest {
 		node:   node,
 		table:  map[uint32]*container{},
 		used:   map[uint32]struct{}{},
-		onNode: map[types.UID]struct{}{},
+		onNode: map[types.UID][]string{},
 		agent:  s.incarnation(node, hello.GetStartedAtUnixNs()),
 	}
 	if ns := hello.GetKernelNs(); ns != 0 {
@@ -106,10 +107,7 @@ func (in *ingest) podOnNode(uid types.UID) (bool, string) {
 	if pod.Spec.NodeName != in.node {
 		return false, DropPodNotOnNode
 	}
-	if len(in.onNode) >= in.s.cfg.MaxContainers {
-		clear(in.onNode) // a cache: bounded like the index table
-	}
-	in.onNode[uid] = struct{}{}
+	in.cachePod(pod)
 	return true, ""
 }
 
@@ -485,12 +483,39 @@ func (in *ingest) containerEvent(ev *streamv1.ContainerEvent) (uint64, error) {
 	return in.ackedEventSeq, nil
 }
 
+// cachePod keeps a pod found on the node, with its containers' names.
+func (in *ingest) cachePod(pod *corev1.Pod) {
+	if len(in.onNode) >= in.s.cfg.MaxContainers {
+		in.onNode = map[types.UID][]string{} // a cache: bounded like the index table
+	}
+	spec := &pod.Spec
+	names := make([]string, 0, len(spec.Containers)+len(spec.InitContainers)+len(spec.EphemeralContainers))
+	for i := range spec.Containers {
+		names = append(names, spec.Containers[i].Name)
+	}
+	for i := range spec.InitContainers {
+		names = append(names, spec.InitContainers[i].Name)
+	}
+	for i := range spec.EphemeralContainers {
+		names = append(names, spec.EphemeralContainers[i].Name)
+	}
+	in.onNode[pod.UID] = names
+}
+
 // hasContainer reports whether the pod's spec names the container, among
-// its containers, init containers and ephemeral containers.
+// its containers, init containers and ephemeral containers: from the
+// stream's cache of the node's pods, else (an ephemeral container added
+// since, or a pod not cached) from the leader's pod cache.
 func (in *ingest) hasContainer(uid types.UID, name string) bool {
+	if names, ok := in.onNode[uid]; ok && slices.Contains(names, name) {
+		return true
+	}
 	pod, ok := in.s.cfg.Pods.PodByUID(uid)
 	if !ok {
 		return false
+	}
+	if pod.Spec.NodeName == in.node {
+		in.cachePod(pod)
 	}
 	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
 		for i := range cs {
