@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/webhook"
+	"github.com/kerf-dev/kerf/internal/authn"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/internal/kube"
 	webui "github.com/kerf-dev/kerf/web"
@@ -61,8 +63,10 @@ type Config struct {
 	// means 15 s, 10 s and 2 s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Listener serves /metrics, /healthz and /readyz (ready once the
-	// replica's caches are synced: it serves the webhook and can take over).
-	// Nil serves nothing.
+	// replica's caches are synced: it serves the webhook and can take over),
+	// the audit API and the web pages. Every route but the probes wants a
+	// bearer token the apiserver knows (docs/security.md). Nil serves
+	// nothing.
 	Listener net.Listener
 	// WatchNamespaces, when set, limits the leader to recommendations,
 	// policies and workloads in these namespaces; empty means all.
@@ -142,6 +146,8 @@ type Leader struct {
 	// Metrics are the replica's metrics, on its own registry.
 	Metrics *Metrics
 	stream  *stream.Server
+	// authn checks the callers of /metrics, the audit API and the pages.
+	authn *authn.Authenticator
 	// usage is the usage series of the workload pages.
 	usage *UsageSeries
 	// synced is set once the caches are synced: the replica is ready.
@@ -225,6 +231,9 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, mgr: mgr, registry: reg, Metrics: NewMetrics(reg)}
+	if l.authn, err = authn.New(authn.Config{REST: restConfig}); err != nil {
+		return nil, fmt.Errorf("endpoints' authentication: %w", err)
+	}
 
 	sig := cfg.Signals
 	if sig == nil {
@@ -356,14 +365,24 @@ func (l *Leader) Run(ctx context.Context) error {
 	defer cancel()
 	var stopStream func()
 	if l.cfg.Listener != nil {
-		srv := endpoints.New(prometheus.Gatherers{l.registry}, l.synced.Load)
+		// Every route but the probes asks the caller's token
+		// (docs/security.md): /metrics a get on the URL, the audit API
+		// and the pages the namespaces it may list recommendations in.
+		srv := endpoints.New(prometheus.Gatherers{l.registry}, l.synced.Load, endpoints.MetricsAuthorizedBy(l.authn))
 		auditAPI := audit.New(l.mgr.GetCache())
-		auditAPI.Register(srv.Mux())
-		srv.Mux().Handle("GET /ui/activity", &webui.Activity{Source: auditAPI, Refresh: 30 * time.Second})
-		srv.Mux().Handle("GET /ui/workloads/{namespace}/{name}", &webui.WorkloadPage{
+		auditAPI.Authorizer = l.authn
+		api := http.NewServeMux()
+		auditAPI.Register(api)
+		srv.Mux().Handle("/v1/", l.authn.Authenticated(api, audit.WriteRefusal))
+		activity := &webui.Activity{Source: auditAPI, Refresh: 30 * time.Second}
+		srv.Mux().Handle("GET /ui/activity", l.authn.Authenticated(auditAPI.AuthorizeNamespace(activity,
+			func(r *http.Request) string { return r.URL.Query().Get("namespace") }), nil))
+		workloads := &webui.WorkloadPage{
 			Source:  &WorkloadViews{Reader: l.mgr.GetCache(), Series: l.usage, Now: l.cfg.Now},
 			Refresh: 30 * time.Second, ActivityHref: "../../activity", Log: l.log,
-		})
+		}
+		srv.Mux().Handle("GET /ui/workloads/{namespace}/{name}", l.authn.Authenticated(auditAPI.AuthorizeNamespace(workloads,
+			func(r *http.Request) string { return r.PathValue("namespace") }), nil))
 		go func() {
 			if err := srv.ServeListener(ctx, l.cfg.Listener); err != nil {
 				l.log.Error("endpoints stopped", "err", err)

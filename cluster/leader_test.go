@@ -239,8 +239,9 @@ func TestTheLeaderServesTheActivityPage(t *testing.T) {
 	waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
 
 	var body string
+	token := readerToken(t)
 	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + lis.Addr().String() + "/ui/activity?namespace=" + ns)
+		resp, err := getAs("http://"+lis.Addr().String()+"/ui/activity?namespace="+ns, token)
 		if err != nil {
 			return false
 		}

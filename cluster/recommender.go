@@ -137,11 +137,11 @@ type trackedInstance struct {
 	kills     int
 	statusOOM time.Time
 	// limit is the container's memory limit in bytes as the previous pass
-	// saw it (0: none). A kill found now happened under it or under the
-	// limit now, whichever is lower: a rollback may have raised the limit
-	// between the kill and this pass.
-	limit int64
-	seen  uint64
+	// saw it (0: none), and passAt that pass's time: a kill found now
+	// happened under the lowest limit since (killLimit).
+	limit  int64
+	passAt time.Time
+	seen   uint64
 }
 
 // newRecommender returns the loop over the usage and kernel stores, with
@@ -323,7 +323,7 @@ func (r *recommender) pass(ctx context.Context) error {
 				tw.containers[c.Name] = st
 				r.tracked++
 			}
-			r.ingest(pod, c, st, now)
+			r.ingest(ctx, ref, pod, c, st, now)
 		}
 	}
 	if full {
@@ -394,7 +394,7 @@ func (r *recommender) resolve(ctx context.Context, pols *policies, ref workload.
 
 // ingest feeds a running container's new usage readings and OOM kills into
 // its workload's state.
-func (r *recommender) ingest(pod *corev1.Pod, c corev1.Container, st *recommend.ContainerState, now time.Time) {
+func (r *recommender) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c corev1.Container, st *recommend.ContainerState, now time.Time) {
 	k := instanceKey{pod.UID, c.Name}
 	in := r.instances[k]
 	if in == nil {
@@ -414,25 +414,74 @@ func (r *recommender) ingest(pod *corev1.Pod, c corev1.Container, st *recommend.
 	// An OOM kill, from the agent's kernel count or the pod's status, latches
 	// memory from the highest of what the container was seen using and its
 	// limit, where the kernel killed it.
-	peak := float64(max(last.WorkingSet, last.Peak))
 	limit := memoryLimit(pod, c)
-	if in.limit > 0 && (limit == 0 || in.limit < limit) {
-		peak = max(peak, float64(in.limit))
-	} else if limit > 0 {
-		peak = max(peak, float64(limit))
+	since := in.passAt
+	defer func() { in.limit, in.passAt = limit, now }()
+	killPeak := func() float64 {
+		peak := float64(max(last.WorkingSet, last.Peak))
+		if l := r.killLimit(ctx, ref, c.Name, since, limit, in.limit); l > 0 {
+			peak = max(peak, float64(l))
+		}
+		return peak
 	}
-	defer func() { in.limit = limit }()
 	n, _ := r.kernel.OOMKills(pod.UID, c.Name, time.Time{}, now.Add(time.Hour))
 	if n > in.kills {
-		st.RecordOOM(r.base, peak, now)
+		st.RecordOOM(r.base, killPeak(), now)
 	}
 	in.kills = n // fewer once the store pruned old kills
 	for _, cs := range pod.Status.ContainerStatuses {
 		if t := cs.LastTerminationState.Terminated; cs.Name == c.Name && t != nil && t.Reason == oomKilledReason && t.FinishedAt.After(in.statusOOM) {
-			st.RecordOOM(r.base, peak, t.FinishedAt.Time)
+			st.RecordOOM(r.base, killPeak(), t.FinishedAt.Time)
 			in.statusOOM = t.FinishedAt.Time
 		}
 	}
+}
+
+// killLimit is the memory limit in bytes a kill found now happened under
+// (0: none known): the lowest the container ran with since its previous
+// pass. That is the lowest of its limit now, at the previous pass, and the
+// limits Kerf's own actions on the workload's recommendation put in force
+// or took away since then: a change applied and rolled back between two
+// passes (the usual course of an OOM kill: the rollback takes a few
+// seconds, the passes are 10 s apart) is seen by no pass, and the limit
+// now is the one the rollback restored.
+func (r *recommender) killLimit(ctx context.Context, ref workload.Ref, container string, since time.Time, now, previous int64) int64 {
+	low := func(a, b int64) int64 {
+		if a == 0 || (b > 0 && b < a) {
+			return b
+		}
+		return a
+	}
+	limit := low(now, previous)
+	var rsr v1alpha1.RightsizingRecommendation
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &rsr); err != nil ||
+		rsr.Spec.TargetRef.Kind != ref.Kind || rsr.Spec.TargetRef.Name != ref.Name {
+		return limit
+	}
+	memory := func(v *v1alpha1.ResourceValues) int64 {
+		if v == nil || v.Memory == nil {
+			return 0
+		}
+		return v.Memory.Value()
+	}
+	for _, a := range rsr.Status.History {
+		// Whole seconds: an action of the previous pass's second counts.
+		if !since.IsZero() && a.Time.Time.Before(since.Truncate(time.Second)) {
+			continue
+		}
+		for _, cv := range a.Containers {
+			if cv.Name != container {
+				continue
+			}
+			switch a.Type {
+			case v1alpha1.ActionApplied:
+				limit = low(limit, memory(cv.New.Limits))
+			case v1alpha1.ActionRolledBack:
+				limit = low(limit, memory(cv.Old.Limits))
+			}
+		}
+	}
+	return limit
 }
 
 // memoryLimit is the memory limit in bytes the container runs under: the

@@ -53,7 +53,8 @@ func New(st *store.Store, log *slog.Logger) *Server {
 
 // Handler returns the hub's routes. Every route but the probes (/healthz,
 // /readyz) needs a bearer token: a cluster's for its write route, a
-// reader's for the rest.
+// reader's for the rest; the pages under /ui/ also take a sign-in session
+// (ui.go).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/clusters/{cluster}/actions", s.writer(s.serveWrite))
@@ -65,6 +66,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /metrics", s.reader(metrics.ServeHTTP))
 	mux.HandleFunc("GET /healthz", s.serveLive)
 	mux.HandleFunc("GET /readyz", s.serveReady)
+	s.mountUI(mux)
 	for _, p := range []string{"/v1/clusters/{cluster}/actions"} {
 		mux.HandleFunc(p, methodNotAllowed("POST"))
 	}

@@ -47,6 +47,34 @@ type Source interface {
 	Audit(ctx context.Context, query url.Values) (auditv1.Page, error)
 }
 
+// ClusterSource is a Source over several clusters, such as the hub's. For
+// one, the Activity page reads through AuditClusters and, when the source
+// has more than one cluster (or a cluster filter is in force), shows a
+// cluster column and a cluster filter (the query parameter cluster).
+type ClusterSource interface {
+	Source
+	// AuditClusters answers query as Audit does, with each action's
+	// cluster and the clusters the filter offers.
+	AuditClusters(ctx context.Context, query url.Values) (ClusterPage, error)
+}
+
+// ClusterPage is a page of actions of several clusters.
+type ClusterPage struct {
+	// Items are the actions, newest first, each with its cluster.
+	Items []ClusterEntry
+	// Continue is the next page's cursor, as in auditv1.Page.
+	Continue string
+	// Clusters are the names of every cluster the source has.
+	Clusters []string
+}
+
+// ClusterEntry is an action and the cluster it happened in.
+type ClusterEntry struct {
+	// Cluster is the cluster's name.
+	Cluster string
+	auditv1.Entry
+}
+
 // Activity is the Activity page: the actions, newest first, with filters
 // as links that can be bookmarked and a link to the next page. It answers
 // GET and HEAD.
@@ -61,7 +89,7 @@ type Activity struct {
 }
 
 // filterParams are the query parameters the page keeps from link to link.
-var filterParams = []string{"type", "namespace", "reason", "since", "limit"}
+var filterParams = []string{"cluster", "type", "namespace", "reason", "since", "limit"}
 
 // actionTypes are the types the page offers as filters.
 var actionTypes = v1alpha1.ActionTypes
@@ -79,7 +107,8 @@ type link struct {
 // row is one action as the table shows it.
 type row struct {
 	auditv1.Entry
-	TypeHref, NamespaceHref, ReasonHref string
+	Cluster                                          string
+	TypeHref, NamespaceHref, ReasonHref, ClusterHref string
 }
 
 // activityView is what the template renders.
@@ -88,6 +117,7 @@ type activityView struct {
 	Error    string
 	Active   []link // the filters in force, each a link that removes it
 	Types    []link
+	Clusters []link // the cluster filter, when the source has several
 	Sinces   []link
 	Rows     []row
 	Next     string
@@ -133,8 +163,8 @@ func (a *Activity) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		view.Sinces = append(view.Sinces, link{Text: "last " + s, Href: href(with(kept, "since", s)), Current: kept.Get("since") == s})
 	}
 	if err == nil {
-		var page auditv1.Page
-		page, err = a.Source.Audit(r.Context(), vals)
+		var page ClusterPage
+		page, err = a.read(r.Context(), vals)
 		var bad interface{ Parameter() string }
 		switch {
 		case errors.As(err, &bad):
@@ -144,9 +174,16 @@ func (a *Activity) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			status, view.Error = http.StatusServiceUnavailable, fmt.Sprintf("The actions cannot be read now: %v. Try again shortly.", err)
 			w.Header().Set("Retry-After", "5")
 		default:
+			if len(page.Clusters) > 1 || kept.Get("cluster") != "" {
+				for _, c := range page.Clusters {
+					view.Clusters = append(view.Clusters, link{Text: c, Href: href(with(kept, "cluster", c)), Current: kept.Get("cluster") == c})
+				}
+			}
 			for _, e := range page.Items {
 				view.Rows = append(view.Rows, row{
-					Entry:         e,
+					Entry:         e.Entry,
+					Cluster:       e.Cluster,
+					ClusterHref:   href(with(kept, "cluster", e.Cluster)),
 					TypeHref:      href(with(kept, "type", string(e.Type))),
 					NamespaceHref: href(with(kept, "namespace", e.Namespace)),
 					ReasonHref:    href(with(kept, "reason", e.Reason)),
@@ -171,6 +208,20 @@ func (a *Activity) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// read reads the page through AuditClusters when the source has several
+// clusters, else through Audit.
+func (a *Activity) read(ctx context.Context, vals url.Values) (ClusterPage, error) {
+	if cs, ok := a.Source.(ClusterSource); ok {
+		return cs.AuditClusters(ctx, vals)
+	}
+	page, err := a.Source.Audit(ctx, vals)
+	out := ClusterPage{Continue: page.Continue}
+	for _, e := range page.Items {
+		out.Items = append(out.Items, ClusterEntry{Entry: e})
+	}
+	return out, err
 }
 
 func (a *Activity) log() *slog.Logger {

@@ -72,6 +72,10 @@ type WorkloadView struct {
 	// PolicyError says why no policy could be resolved (a broken
 	// selector), or is empty.
 	PolicyError string
+	// ValuesUnknown says the Source keeps only the actions (the hub): it
+	// does not know the values in force or the recommender's basis, so
+	// empty Containers and a nil Basis then say nothing about them.
+	ValuesUnknown bool
 	// Containers are the values per container: the recommendation's and,
 	// when known, the manifest's.
 	Containers []ContainerValues

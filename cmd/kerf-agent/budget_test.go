@@ -34,6 +34,7 @@ import (
 
 	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/internal/kube"
+	"github.com/kerf-dev/kerf/test/authtest"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kerneltest"
 	"github.com/kerf-dev/kerf/test/leadertest"
@@ -120,6 +121,12 @@ func BenchmarkAgentProcessBudget330(b *testing.B) {
 	addr, caFile := leader.Addr, leader.CAFile
 	tokenFile := filepath.Join(b.TempDir(), "token")
 	require.NoError(b, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(b, cs, budgetNamespace, budgetAgentSA, budgetAudience, agentPod)), 0o600))
+	// The scrapes authenticate as Prometheus would: a service account
+	// bound to kerf-metrics-reader, reviewed by the agent (a TokenReview
+	// and a SubjectAccessReview per minute, in the figures).
+	authtest.InstallReaderRoles(b, cp)
+	scraper := authtest.NewCaller(b, cp, budgetNamespace, "prometheus")
+	scraper.BindCluster(b, cp, authtest.MetricsReader)
 	args := []string{
 		"--discovery=apiserver", "--kubeconfig=" + cp.Kubeconfig, "--node-name=" + budgetNode,
 		"--interval=1s", "--oom-source=auto",
@@ -138,7 +145,7 @@ func BenchmarkAgentProcessBudget330(b *testing.B) {
 			args = append(args[:len(args):len(args)], "--usage-interval="+run.usage)
 		}
 		b.Run(name, func(b *testing.B) {
-			a := startAgent(b, bin, args)
+			a := startAgent(b, bin, args, scraper.Token)
 			a.waitTracked(b, budgetPods*budgetContainers, time.Minute)
 			var cpu, wall time.Duration
 			for b.Loop() {
@@ -279,6 +286,7 @@ func buildAgent(b *testing.B) string {
 type agentProcess struct {
 	cmd        *exec.Cmd
 	metricsURL string // its /metrics
+	token      string // a token allowed to get /metrics (the agent reviews it)
 	client     *http.Client
 	logFile    string
 	pprof      string        // its /debug/pprof/ URL, "" without KERF_BUDGET_PROFILE
@@ -288,13 +296,13 @@ type agentProcess struct {
 
 // startAgent starts bin with args, its /metrics on a free loopback port;
 // it is stopped (SIGTERM, then SIGKILL after 10 s) when b ends.
-func startAgent(b *testing.B, bin string, args []string) *agentProcess {
+func startAgent(b *testing.B, bin string, args []string, token string) *agentProcess {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(b, err)
 	addr := ln.Addr().String()
 	require.NoError(b, ln.Close())
-	a := &agentProcess{metricsURL: "http://" + addr + "/metrics", client: &http.Client{Timeout: 10 * time.Second},
+	a := &agentProcess{metricsURL: "http://" + addr + "/metrics", token: token, client: &http.Client{Timeout: 10 * time.Second},
 		logFile: filepath.Join(b.TempDir(), "kerf-agent.log"), exited: make(chan struct{})}
 	logs, err := os.Create(a.logFile)
 	require.NoError(b, err)
@@ -428,6 +436,7 @@ func (a *agentProcess) scrape() (map[string]float64, error) {
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.2,*/*;q=0.1")
+	req.Header.Set("Authorization", "Bearer "+a.token)
 	resp, err := a.client.Do(req)
 	if err != nil {
 		return nil, err
