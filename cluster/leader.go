@@ -122,6 +122,8 @@ type StreamConfig struct {
 	// ServiceAccountNamespace and ServiceAccountName name the agents'
 	// service account.
 	ServiceAccountNamespace, ServiceAccountName string
+	// Limits bound the stream (zero fields: stream's defaults).
+	Limits stream.Limits
 }
 
 // WebhookConfig configures the admission webhook every replica serves.
@@ -256,6 +258,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 			Leading:                 l.Leading,
 			Registerer:              reg,
 			Log:                     log,
+			Limits:                  cfg.Stream.Limits,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("stream: %w", err)

@@ -53,7 +53,7 @@ func main() {
 	kubeletRoot := fs.String("kubelet-cgroup-root", "/", "the kubelet's --cgroup-root")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name: the apiserver discovery watches its pods, the stream reports it (required with --leader-addr or --discovery=apiserver)")
 	leaderAddr := fs.String("leader-addr", "", "the leader's stream address, host:port (empty: no stream)")
-	leaderCA := fs.String("leader-ca", "", "CA certificate file that signed the leader's stream certificate")
+	leaderCA := fs.String("leader-ca", "", "CA certificate file that signed the leader's stream certificate; read again on each connect")
 	leaderServerName := fs.String("leader-server-name", "", "name the leader's stream certificate is verified against (default: the host of --leader-addr), e.g. kerf-leader.kerf-system.svc when dialling the Service's IP")
 	tokenFile := fs.String("token-file", "/var/run/secrets/kerf/token", "projected service-account token (audience: the leader's) sent on the stream")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for the apiserver pod discovery and the reviews of /metrics' callers (default: in-cluster configuration)")
@@ -108,7 +108,7 @@ func main() {
 			os.Exit(2)
 		}
 		tlsConfig.ServerName = *leaderServerName
-		sc, err := stream.NewClient(stream.Config{Addr: *leaderAddr, TLS: tlsConfig, TokenFile: *tokenFile,
+		sc, err := stream.NewClient(stream.Config{Addr: *leaderAddr, TLS: tlsConfig, CAFile: *leaderCA, TokenFile: *tokenFile,
 			NodeName: *nodeName, OOMSource: agent.OOMSource(), Registerer: reg, Log: log})
 		if err != nil {
 			log.Error("kerf-agent cannot start", "err", err)

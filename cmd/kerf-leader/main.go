@@ -29,6 +29,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/forward"
 	"github.com/kerf-dev/kerf/cluster/promql"
 	"github.com/kerf-dev/kerf/cluster/signals"
+	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/webhook"
 )
 
@@ -62,6 +63,15 @@ func main() {
 	streamCAConfigMap := fs.String("stream-ca-configmap", "kerf-leader-ca", "ConfigMap where the stream's self-managed CA bundle is published (key ca.crt) for the agents")
 	agentAudience := fs.String("agent-audience", "kerf-leader", "audience the agents' service-account tokens must carry")
 	agentSA := fs.String("agent-service-account", "kerf-agent", "the agents' service account, in --namespace")
+	var limits stream.Limits
+	fs.IntVar(&limits.MaxStreams, "stream-max-streams", stream.DefaultMaxStreams, "agents' streams served at once (one per node; a node's newer stream replaces its older)")
+	fs.IntVar(&limits.MaxHandshakes, "stream-max-handshakes", stream.DefaultMaxHandshakes, "streams authenticating at once")
+	fs.DurationVar(&limits.HandshakeTimeout, "stream-handshake-timeout", stream.DefaultHandshakeTimeout, "time for a connection's TLS handshake, and for a stream's authentication up to its Hello")
+	fs.DurationVar(&limits.ReauthEvery, "stream-reauth-every", stream.DefaultReauthEvery, "how often an open stream's token is reviewed again (a revoked token closes it)")
+	fs.DurationVar(&limits.MaxStreamAge, "stream-max-age", stream.DefaultMaxStreamAge, "longest life of an agent's connection (gRPC MaxConnectionAge)")
+	fs.Float64Var(&limits.ReviewsPerSecond, "stream-reviews-per-second", stream.DefaultReviewsPerSecond, "TokenReviews one source IP may cause per second (cache misses)")
+	fs.IntVar(&limits.ReviewBurst, "stream-review-burst", stream.DefaultReviewBurst, "burst of --stream-reviews-per-second")
+	fs.IntVar(&limits.MaxContainers, "stream-max-containers", stream.DefaultMaxContainers, "containers one node's agent may report at once")
 	cadvisorFallback := fs.Bool("cadvisor-fallback", false, "read CPU throttling from the agents' stream when --metrics-url is not set (health.cadvisorFallback)")
 	metricsURL := fs.String("metrics-url", "", "Prometheus-compatible URL to read CPU throttling from (health.metricsURL; empty: not from Prometheus)")
 	hubURL := fs.String("hub-url", "", "kerf-hub's base URL (https://host:port) to forward every recorded action to (empty: none; docs/hub.md)")
@@ -132,7 +142,7 @@ func main() {
 			os.Exit(2)
 		}
 		cfg.Stream = cluster.StreamConfig{Listener: ln,
-			Audience: *agentAudience, ServiceAccountNamespace: *namespace, ServiceAccountName: *agentSA,
+			Audience: *agentAudience, ServiceAccountNamespace: *namespace, ServiceAccountName: *agentSA, Limits: limits,
 			Cert: cert.Source{Dir: *streamCertDir, SelfManaged: cert.Options{
 				Namespace: *namespace, ServiceName: *streamService, SecretName: *streamSecret, CAConfigMap: *streamCAConfigMap}}}
 		// health.cadvisorFallback (off by default, docs/design.md section
