@@ -201,8 +201,11 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	// renew is younger than the renew deadline and the Lease, read live,
 	// names this replica (docs/leader.md, "Fencing").
 	// Its live reads of the Lease have a client of their own, so that
-	// they never take the elector's turn in its rate limiter.
-	fenceClient, err := kubernetes.NewForConfig(leaseConfig)
+	// they never take the elector's turn in its rate limiter, with the
+	// writes' rate (one read per write) and the Lease client's timeout.
+	fenceConfig := rest.CopyConfig(restConfig)
+	fenceConfig.Timeout = leaseConfig.Timeout
+	fenceClient, err := kubernetes.NewForConfig(fenceConfig)
 	if err != nil {
 		return nil, fmt.Errorf("fence client: %w", err)
 	}
