@@ -159,6 +159,10 @@ type Leader struct {
 	// replica no longer leads, although the manager keeps renewing the
 	// Lease until its controllers have stopped and then releases it.
 	stopping atomic.Bool
+	// fence lets writes through only while the Lease is held (fence.go);
+	// writer is the client whose writes it fences.
+	fence  *fence
+	writer client.Client
 }
 
 // ShutdownTimeout bounds how long a stopping replica waits for its
@@ -193,11 +197,29 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err != nil {
 		return nil, fmt.Errorf("lease client: %w", err)
 	}
-	lock := &resourcelock.LeaseLock{
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	// Every write of the reconciler, the applier, the recommender and the
+	// hub forwarder goes through the fence: only while the Lease's newest
+	// renew is younger than the renew deadline and the Lease, read live,
+	// names this replica (docs/leader.md, "Fencing").
+	// Its live reads of the Lease have a client of their own, so that
+	// they never take the elector's turn in its rate limiter, with the
+	// writes' rate (one read per write) and the Lease client's timeout.
+	fenceConfig := rest.CopyConfig(restConfig)
+	fenceConfig.Timeout = leaseConfig.Timeout
+	fenceClient, err := kubernetes.NewForConfig(fenceConfig)
+	if err != nil {
+		return nil, fmt.Errorf("fence client: %w", err)
+	}
+	fnc := newFence(cfg.Identity, cfg.RenewDeadline, fenceClient.CoordinationV1().Leases(cfg.Namespace), cfg.LeaseName, reg, log)
+	lock := fencedLock{fence: fnc, Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.LeaseName},
 		Client:     leaseClient.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
-	}
+	}}
 	var cacheOpts cache.Options
 	if len(cfg.WatchNamespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
@@ -228,15 +250,23 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err != nil {
 		return nil, fmt.Errorf("clientset: %w", err)
 	}
-	reg := cfg.Registry
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, mgr: mgr, registry: reg, Metrics: NewMetrics(reg)}
+	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, mgr: mgr, registry: reg, Metrics: NewMetrics(reg), fence: fnc}
 	if l.authn, err = authn.New(authn.Config{REST: restConfig}); err != nil {
 		return nil, fmt.Errorf("endpoints' authentication: %w", err)
 	}
+	fencedConfig := rest.CopyConfig(restConfig)
+	fencedConfig.Wrap(fnc.wrap)
+	writer, err := client.New(fencedConfig, client.Options{Scheme: kube.Scheme, Mapper: mgr.GetRESTMapper(),
+		Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+	if err != nil {
+		return nil, fmt.Errorf("fenced client: %w", err)
+	}
+	fencedCS, err := kubernetes.NewForConfig(fencedConfig)
+	if err != nil {
+		return nil, fmt.Errorf("fenced clientset: %w", err)
+	}
+	l.writer = writer
 
 	sig := cfg.Signals
 	if sig == nil {
@@ -266,8 +296,8 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 
 	rec := &RecommendationReconciler{
-		Client:      mgr.GetClient(),
-		Applier:     &apply.Applier{Client: mgr.GetClient(), Clientset: cs, Now: cfg.Now},
+		Client:      writer,
+		Applier:     &apply.Applier{Client: writer, Clientset: fencedCS, Now: cfg.Now},
 		Recorder:    mgr.GetEventRecorder("kerf-leader"),
 		Metrics:     l.Metrics,
 		Now:         cfg.Now,
@@ -281,7 +311,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err := rec.SetupWithManager(mgr, sig); err != nil {
 		return nil, err
 	}
-	recommender, err := newRecommender(mgr.GetClient(), mgr.GetAPIReader(), cfg.WatchNamespaces, sig, cfg.Recommender, cfg.Now, reg, log)
+	recommender, err := newRecommender(writer, mgr.GetAPIReader(), cfg.WatchNamespaces, sig, cfg.Recommender, cfg.Now, reg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -342,6 +372,9 @@ func warmInformers(c cache.Cache) error {
 func (l *Leader) Leading() bool {
 	if l.stopping.Load() {
 		return false
+	}
+	if _, held := l.fence.held(); !held {
+		return false // a renew too old: frozen, or about to lose the Lease
 	}
 	select {
 	case <-l.mgr.Elected():
@@ -517,7 +550,7 @@ func (l *Leader) addForwarder(hc forward.Config) error {
 	if hc.Log == nil {
 		hc.Log = l.log
 	}
-	fw, err := forward.New(hc, l.mgr.GetClient(), l.mgr.GetAPIReader())
+	fw, err := forward.New(hc, l.writer, l.mgr.GetAPIReader())
 	if err != nil {
 		return fmt.Errorf("hub forwarder: %w", err)
 	}
