@@ -73,6 +73,7 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	rel, err := inst.Run(chrt, nil)
 	require.NoError(t, err, "helm install")
 	assert.Equal(t, "deployed", rel.Info.Status.String())
+	assert.Contains(t, rel.Info.Notes, "Helm does not upgrade or delete CRDs", "NOTES.txt")
 
 	// A client made now, so that its REST mapper knows the CRDs Helm made.
 	c, err := client.New(cp.Config, client.Options{Scheme: kube.Scheme})

@@ -31,6 +31,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/kerf-dev/kerf/internal/kube"
+	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 // helmLabels are the labels the chart adds to every templated object's
@@ -94,6 +95,9 @@ func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
 	kubectl := filepath.Join(kube.KubernetesDir(filepath.Join(repoRoot(t), "bin")), "kubectl")
 	if _, err := os.Stat(kubectl); err != nil {
+		if controlplane.Required() {
+			t.Fatalf("kubectl not built (make deps): %v", err)
+		}
 		t.Skipf("kubectl not built (make deps): %v", err)
 	}
 	var stderr bytes.Buffer
