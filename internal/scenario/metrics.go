@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -141,10 +142,20 @@ func (e *Env) LeaderPod(ctx context.Context) (*corev1.Pod, error) {
 // Kerf from outside, as a user does).
 const leaderLabel = "kerf.dev/leader"
 
-// LeaderURL is the base URL of the leading replica's metrics and audit API.
+// LeaderURL is the base URL of the leading replica's metrics and audit API, waiting up to a minute for one during a handover.
 func (e *Env) LeaderURL(ctx context.Context) (string, error) {
-	p, err := e.LeaderPod(ctx)
+	// A handover (a test kills the leader while others run) leaves no
+	// ready leader for a few seconds: wait for the next one.
+	var p *corev1.Pod
+	err := Poll(ctx, time.Minute, 250*time.Millisecond, "a ready elected kerf-leader", func(ctx context.Context) (bool, error) {
+		var err error
+		p, err = e.LeaderPod(ctx)
+		return err == nil, nil
+	})
 	if err != nil {
+		if _, lerr := e.LeaderPod(ctx); lerr != nil {
+			err = fmt.Errorf("%w: %w", err, lerr)
+		}
 		return "", err
 	}
 	return fmt.Sprintf("http://%s:%d", p.Status.PodIP, LeaderMetricsPort), nil
