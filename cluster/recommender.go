@@ -201,7 +201,7 @@ func newRecommender(c client.Client, reader client.Reader, namespaces []string, 
 	return &recommender{
 		client: c, usage: sig.Usage, kernel: sig.Kernel, now: now, log: log.With("component", "recommender"),
 		period: cfg.Period, max: cfg.MaxContainers, base: base,
-		models:    map[recommend.Params]*recommend.Model{base.Params(): base}, modelMetrics: mm,
+		models: map[recommend.Params]*recommend.Model{base.Params(): base}, modelMetrics: mm,
 		workloads: map[workload.Ref]*trackedWorkload{}, instances: map[instanceKey]*trackedInstance{},
 		refs: map[types.UID]workload.Ref{}, trackedGauge: gauge,
 		reader: reader, namespaces: namespaces, ckptInterval: cfg.CheckpointInterval, ckptWrites: cfg.CheckpointWrites,
