@@ -293,3 +293,51 @@ func spec7Params(t *testing.T, r *recommender) recommend.Params {
 func workloadRef(i int32) workload.Ref {
 	return workload.Ref{Kind: v1alpha1.KindDeployment, Namespace: "ns", Name: "w" + strconv.Itoa(int(i))}
 }
+
+// TestRecommenderResumesAHistoryUnderItsPolicysModel checks checkpoints
+// under a policy whose parameters shape the state (memoryHalfLife 12h,
+// memoryAggregationIntervals 4): leader a writes web's checkpoint with
+// that model's fingerprint, not the defaults', and leader b loads it
+// under the same model (nothing refused), resuming a's samples.
+func TestRecommenderResumesAHistoryUnderItsPolicysModel(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ctx := context.Background()
+	ns := namespace(t, c)
+	p := recommendingPolicy(ns)
+	p.Spec.Recommend.MemoryHalfLife = &metav1.Duration{Duration: 12 * time.Hour}
+	p.Spec.Recommend.MemoryAggregationIntervals = ptr.To[int32](4)
+	dep := web(t, c, ns, p)
+	sigA := signals.New()
+	a := startLeader(t, ns, "a", checkpointingConfig(sigA))
+	pod := adoptedPod(t, c, dep, "web-1")
+	now := time.Now()
+	feedUsage(sigA, pod, now, 0, 4)
+	first, _ := waitRecommended(t, c, ns)
+
+	params := recommend.DefaultParams()
+	params.MemoryHalfLife, params.MemoryIntervals = 12*time.Hour, 4
+	m, err := recommend.NewModel(params)
+	require.NoError(t, err)
+	def, err := recommend.NewModel(recommend.DefaultParams())
+	require.NoError(t, err)
+	require.NotEqual(t, def.Fingerprint(), m.Fingerprint())
+	var ck v1alpha1.RightsizingCheckpoint
+	require.Eventually(t, func() bool {
+		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &ck) == nil && len(ck.Status.Containers) == 1
+	}, 30*time.Second, 50*time.Millisecond, "no checkpoint of web")
+	assert.Equal(t, fingerprintHex(m), ck.Status.Containers[0].Fingerprint, "the policy's model's fingerprint")
+	st, err := recommend.LoadCheckpoint(m, ck.Status.Containers[0].Data)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(3), st.Samples())
+	stopLeader(t, a)
+
+	require.NoError(t, c.Delete(ctx, first))
+	sigB := signals.New()
+	feedUsage(sigB, pod, now.Add(2*time.Second), 10*time.Second, 2)
+	b := startLeader(t, ns, "b", checkpointingConfig(sigB))
+	_, basis := waitRecommendedBy(t, c, ns)
+	assert.Equal(t, uint32(4), basis.Containers[0].Samples, "a's three CPU samples carried over, and b's one")
+	assert.Equal(t, 1.0, metricValue(t, b, "kerf_recommender_checkpoint_containers_loaded_total"))
+	assert.Equal(t, 0.0, metricValue(t, b, "kerf_recommender_checkpoint_containers_refused_total", "reason", "fingerprint"))
+	assert.Equal(t, 0.0, metricValue(t, b, "kerf_recommender_history_restarts_total"))
+}
