@@ -8,7 +8,7 @@ GO ?= go
 # Test flags: add e.g. TESTFLAGS=-run=TestSmoke.
 TESTFLAGS ?=
 
-.PHONY: all help deps generate vmlinux verify-generated build images test unit bench bench-e2e lint demo clean
+.PHONY: all help deps generate vmlinux verify-generated build images test unit bench bench-e2e bench-peers lint demo clean
 
 ## all: the default target, build
 all: build
@@ -79,6 +79,10 @@ bench: deps
 ## bench-e2e: kernel OOM kill → rollback on the real sandbox cluster, agent path and kubelet-status path (about 10 minutes)
 bench-e2e: deps
 	KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -run='^$$' -bench=OOMKillToRollback -benchtime=1x -timeout 45m -v ./test/e2e/
+
+## bench-peers: the agent against cadvisor on the same 330 cgroups, one Prometheus scraping both at 1 s and 15 s (docs/performance.md, about 15 minutes)
+bench-peers: deps
+	KERF_BENCH_PEERS=1 KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -run='^$$' -bench=AgentAgainstCadvisor -benchtime=1x -timeout 30m -v $(TESTFLAGS) ./test/peers/
 
 ## lint: gofmt, go vet, staticcheck (pinned in go.mod, run with go tool)
 lint:

@@ -92,6 +92,9 @@ func (c *reconcileContext) watch(ctx context.Context) (ctrl.Result, error) {
 		Kernel:           c.r.Kernel,
 		Statuses:         c.r.Statuses,
 		Throttling:       c.r.Throttling,
+		// A leader that takes over after the window opened starts it
+		// from the recorded counters, not from its own first sample.
+		ThrottlingBaselines: rsr.Status.Change.ThrottlingBaselines,
 	}
 	v := healthwatch.Evaluate(c.now, in)
 	switch v.State {
@@ -103,12 +106,21 @@ func (c *reconcileContext) watch(ctx context.Context) (ctrl.Result, error) {
 	// The message carries live figures; rewriting status for each would
 	// cost a write per signal, so the condition is rewritten only when
 	// what is not evaluated yet changes (the reason stays Watching).
+	// New throttling baselines (the window opened, or a container got its
+	// first counters in it) are written with it, so that a leader that
+	// takes over continues the window instead of starting it anew.
 	cond := meta.FindStatusCondition(rsr.Status.Conditions, v1alpha1.ConditionHealthWatch)
-	if cond == nil || cond.Reason != v1alpha1.HealthWatchWatching || !sameNotEvaluated(cond.Message, v) {
-		err := c.record(ctx, outcome{
+	if cond == nil || cond.Reason != v1alpha1.HealthWatchWatching || !sameNotEvaluated(cond.Message, v) || v.ThrottlingBaselines != nil {
+		o := outcome{
 			doing:      "record watch of",
 			conditions: []metav1.Condition{newCondition(v1alpha1.ConditionHealthWatch, metav1.ConditionTrue, v1alpha1.HealthWatchWatching, v.Message)},
-		})
+		}
+		if v.ThrottlingBaselines != nil {
+			o.status = func(st *v1alpha1.RightsizingRecommendationStatus) {
+				st.Change.ThrottlingBaselines = v.ThrottlingBaselines
+			}
+		}
+		err := c.record(ctx, o)
 		if err != nil {
 			return ctrl.Result{}, err
 		}

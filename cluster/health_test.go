@@ -99,8 +99,13 @@ func TestWatchEndsHealthy(t *testing.T) {
 	ns := namespace(t, c)
 	dep, _ := watchedWeb(t, c, ns, policyWith(ns, 2*time.Second, nil), Config{}, "250m", "128Mi")
 	adoptedPod(t, c, dep, "web-new-1")
-	watching := condition(getRSR(t, c, ns, "web"), v1alpha1.ConditionHealthWatch)
-	require.NotNil(t, watching)
+	// The reconcile that sees the adopted pod writes the message; on a
+	// loaded machine it may come after the pod is created.
+	var watching *metav1.Condition
+	require.Eventually(t, func() bool {
+		watching = condition(getRSR(t, c, ns, "web"), v1alpha1.ConditionHealthWatch)
+		return watching != nil && strings.Contains(watching.Message, "not evaluated yet")
+	}, 30*time.Second, 20*time.Millisecond, "the HealthWatch condition says what is not evaluated yet")
 	assert.Equal(t, v1alpha1.HealthWatchWatching, watching.Reason, "Watching while watching, whatever is not evaluated yet")
 	assert.Contains(t, watching.Message, "not evaluated yet: throttling: no throttling source is configured")
 

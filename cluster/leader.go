@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/webhook"
+	"github.com/kerf-dev/kerf/internal/authn"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/internal/kube"
 	webui "github.com/kerf-dev/kerf/web"
@@ -61,8 +63,10 @@ type Config struct {
 	// means 15 s, 10 s and 2 s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Listener serves /metrics, /healthz and /readyz (ready once the
-	// replica's caches are synced: it serves the webhook and can take over).
-	// Nil serves nothing.
+	// replica's caches are synced: it serves the webhook and can take over),
+	// the audit API and the web pages. Every route but the probes wants a
+	// bearer token the apiserver knows (docs/security.md). Nil serves
+	// nothing.
 	Listener net.Listener
 	// WatchNamespaces, when set, limits the leader to recommendations,
 	// policies and workloads in these namespaces; empty means all.
@@ -118,6 +122,8 @@ type StreamConfig struct {
 	// ServiceAccountNamespace and ServiceAccountName name the agents'
 	// service account.
 	ServiceAccountNamespace, ServiceAccountName string
+	// Limits bound the stream (zero fields: stream's defaults).
+	Limits stream.Limits
 }
 
 // WebhookConfig configures the admission webhook every replica serves.
@@ -127,6 +133,9 @@ type WebhookConfig struct {
 	// Cert is where the webhook's certificate comes from; a self-managed
 	// one keeps the caBundle of its Options.WebhookConfiguration current.
 	Cert cert.Source
+	// ClientAuth authenticates the webhook's callers (the apiserver's
+	// client certificate); the zero value refuses to serve.
+	ClientAuth webhook.ClientAuth
 }
 
 // Leader is one kerf-leader replica. Every replica runs; the one that holds
@@ -140,6 +149,8 @@ type Leader struct {
 	// Metrics are the replica's metrics, on its own registry.
 	Metrics *Metrics
 	stream  *stream.Server
+	// authn checks the callers of /metrics, the audit API and the pages.
+	authn *authn.Authenticator
 	// usage is the usage series of the workload pages.
 	usage *UsageSeries
 	// synced is set once the caches are synced: the replica is ready.
@@ -148,6 +159,10 @@ type Leader struct {
 	// replica no longer leads, although the manager keeps renewing the
 	// Lease until its controllers have stopped and then releases it.
 	stopping atomic.Bool
+	// fence lets writes through only while the Lease is held (fence.go);
+	// writer is the client whose writes it fences.
+	fence  *fence
+	writer client.Client
 }
 
 // ShutdownTimeout bounds how long a stopping replica waits for its
@@ -182,11 +197,29 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err != nil {
 		return nil, fmt.Errorf("lease client: %w", err)
 	}
-	lock := &resourcelock.LeaseLock{
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	// Every write of the reconciler, the applier, the recommender and the
+	// hub forwarder goes through the fence: only while the Lease's newest
+	// renew is younger than the renew deadline and the Lease, read live,
+	// names this replica (docs/leader.md, "Fencing").
+	// Its live reads of the Lease have a client of their own, so that
+	// they never take the elector's turn in its rate limiter, with the
+	// writes' rate (one read per write) and the Lease client's timeout.
+	fenceConfig := rest.CopyConfig(restConfig)
+	fenceConfig.Timeout = leaseConfig.Timeout
+	fenceClient, err := kubernetes.NewForConfig(fenceConfig)
+	if err != nil {
+		return nil, fmt.Errorf("fence client: %w", err)
+	}
+	fnc := newFence(cfg.Identity, cfg.RenewDeadline, fenceClient.CoordinationV1().Leases(cfg.Namespace), cfg.LeaseName, reg, log)
+	lock := fencedLock{fence: fnc, Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.LeaseName},
 		Client:     leaseClient.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
-	}
+	}}
 	var cacheOpts cache.Options
 	if len(cfg.WatchNamespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
@@ -217,12 +250,23 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err != nil {
 		return nil, fmt.Errorf("clientset: %w", err)
 	}
-	reg := cfg.Registry
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, mgr: mgr, registry: reg, Metrics: NewMetrics(reg)}
+	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, mgr: mgr, registry: reg, Metrics: NewMetrics(reg), fence: fnc}
+	if l.authn, err = authn.New(authn.Config{REST: restConfig}); err != nil {
+		return nil, fmt.Errorf("endpoints' authentication: %w", err)
+	}
+	fencedConfig := rest.CopyConfig(restConfig)
+	fencedConfig.Wrap(fnc.wrap)
+	writer, err := client.New(fencedConfig, client.Options{Scheme: kube.Scheme, Mapper: mgr.GetRESTMapper(),
+		Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+	if err != nil {
+		return nil, fmt.Errorf("fenced client: %w", err)
+	}
+	fencedCS, err := kubernetes.NewForConfig(fencedConfig)
+	if err != nil {
+		return nil, fmt.Errorf("fenced clientset: %w", err)
+	}
+	l.writer = writer
 
 	sig := cfg.Signals
 	if sig == nil {
@@ -244,6 +288,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 			Leading:                 l.Leading,
 			Registerer:              reg,
 			Log:                     log,
+			Limits:                  cfg.Stream.Limits,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("stream: %w", err)
@@ -251,8 +296,8 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 
 	rec := &RecommendationReconciler{
-		Client:      mgr.GetClient(),
-		Applier:     &apply.Applier{Client: mgr.GetClient(), Clientset: cs, Now: cfg.Now},
+		Client:      writer,
+		Applier:     &apply.Applier{Client: writer, Clientset: fencedCS, Now: cfg.Now},
 		Recorder:    mgr.GetEventRecorder("kerf-leader"),
 		Metrics:     l.Metrics,
 		Now:         cfg.Now,
@@ -266,7 +311,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err := rec.SetupWithManager(mgr, sig); err != nil {
 		return nil, err
 	}
-	recommender, err := newRecommender(mgr.GetClient(), mgr.GetAPIReader(), cfg.WatchNamespaces, sig, cfg.Recommender, cfg.Now, reg, log)
+	recommender, err := newRecommender(writer, mgr.GetAPIReader(), cfg.WatchNamespaces, sig, cfg.Recommender, cfg.Now, reg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -328,6 +373,9 @@ func (l *Leader) Leading() bool {
 	if l.stopping.Load() {
 		return false
 	}
+	if _, held := l.fence.held(); !held {
+		return false // a renew too old: frozen, or about to lose the Lease
+	}
 	select {
 	case <-l.mgr.Elected():
 		return true
@@ -353,14 +401,24 @@ func (l *Leader) Run(ctx context.Context) error {
 	defer cancel()
 	var stopStream func()
 	if l.cfg.Listener != nil {
-		srv := endpoints.New(prometheus.Gatherers{l.registry}, l.synced.Load)
+		// Every route but the probes asks the caller's token
+		// (docs/security.md): /metrics a get on the URL, the audit API
+		// and the pages the namespaces it may list recommendations in.
+		srv := endpoints.New(prometheus.Gatherers{l.registry}, l.synced.Load, endpoints.MetricsAuthorizedBy(l.authn))
 		auditAPI := audit.New(l.mgr.GetCache())
-		auditAPI.Register(srv.Mux())
-		srv.Mux().Handle("GET /ui/activity", &webui.Activity{Source: auditAPI, Refresh: 30 * time.Second})
-		srv.Mux().Handle("GET /ui/workloads/{namespace}/{name}", &webui.WorkloadPage{
+		auditAPI.Authorizer = l.authn
+		api := http.NewServeMux()
+		auditAPI.Register(api)
+		srv.Mux().Handle("/v1/", l.authn.Authenticated(api, audit.WriteRefusal))
+		activity := &webui.Activity{Source: auditAPI, Refresh: 30 * time.Second}
+		srv.Mux().Handle("GET /ui/activity", l.authn.Authenticated(auditAPI.AuthorizeNamespace(activity,
+			func(r *http.Request) string { return r.URL.Query().Get("namespace") }), nil))
+		workloads := &webui.WorkloadPage{
 			Source:  &WorkloadViews{Reader: l.mgr.GetCache(), Series: l.usage, Now: l.cfg.Now},
 			Refresh: 30 * time.Second, ActivityHref: "../../activity", Log: l.log,
-		})
+		}
+		srv.Mux().Handle("GET /ui/workloads/{namespace}/{name}", l.authn.Authenticated(auditAPI.AuthorizeNamespace(workloads,
+			func(r *http.Request) string { return r.PathValue("namespace") }), nil))
 		go func() {
 			if err := srv.ServeListener(ctx, l.cfg.Listener); err != nil {
 				l.log.Error("endpoints stopped", "err", err)
@@ -371,6 +429,9 @@ func (l *Leader) Run(ctx context.Context) error {
 		tlsConfig, err := l.serverTLS(ctx, "webhook", l.cfg.Webhook.Cert)
 		if err != nil {
 			return err
+		}
+		if tlsConfig, err = l.cfg.Webhook.ClientAuth.ServerTLS(tlsConfig, l.log.With("server", "webhook")); err != nil {
+			return fmt.Errorf("webhook: %w", err)
 		}
 		in := webhook.NewInjector(l.mgr.GetCache(), l.registry, l.log)
 		in.LiveReader = l.mgr.GetAPIReader()
@@ -489,7 +550,7 @@ func (l *Leader) addForwarder(hc forward.Config) error {
 	if hc.Log == nil {
 		hc.Log = l.log
 	}
-	fw, err := forward.New(hc, l.mgr.GetClient(), l.mgr.GetAPIReader())
+	fw, err := forward.New(hc, l.writer, l.mgr.GetAPIReader())
 	if err != nil {
 		return fmt.Errorf("hub forwarder: %w", err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/cert"
+	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -180,7 +181,7 @@ func TestEveryReplicaServesTheWebhook(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		addrs = append(addrs, ln.Addr().String())
-		startLeader(t, ns, id, Config{Webhook: WebhookConfig{Listener: ln, Cert: src}})
+		startLeader(t, ns, id, Config{Webhook: WebhookConfig{Listener: ln, Cert: src, ClientAuth: webhook.ClientAuth{AllowUnauthenticated: true}}})
 	}
 	var secret corev1.Secret
 	require.Eventually(t, func() bool {
@@ -239,8 +240,9 @@ func TestTheLeaderServesTheActivityPage(t *testing.T) {
 	waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
 
 	var body string
+	token := readerToken(t)
 	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + lis.Addr().String() + "/ui/activity?namespace=" + ns)
+		resp, err := getAs("http://"+lis.Addr().String()+"/ui/activity?namespace="+ns, token)
 		if err != nil {
 			return false
 		}

@@ -177,8 +177,9 @@ func TestWorkloadPageOfARolledBackWorkload(t *testing.T) {
 		assert.ErrorIs(t, err, webui.ErrNotFound)
 	})
 
+	token := readerToken(t)
 	t.Run("404", func(t *testing.T) {
-		resp, err := http.Get(fmt.Sprintf("http://%s/ui/workloads/%s/nope", addr, ns))
+		resp, err := getAs(fmt.Sprintf("http://%s/ui/workloads/%s/nope", addr, ns), token)
 		require.NoError(t, err)
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -188,6 +189,7 @@ func TestWorkloadPageOfARolledBackWorkload(t *testing.T) {
 
 	t.Run("browser", func(t *testing.T) {
 		bctx, console := browser(t)
+		browseAs(t, bctx, token)
 		page := fmt.Sprintf("http://%s/ui/workloads/%s/web", addr, ns)
 		require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(page), chromedp.WaitVisible("#phase")))
 		phase, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector("#phase").textContent + " " + document.querySelector(".phase p").textContent`))

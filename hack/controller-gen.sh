@@ -20,3 +20,7 @@ trap 'rm -rf "$crds"' EXIT
 mkdir -p manifests/crd
 rm -f manifests/crd/kerf.dev_*.yaml
 cp "$crds"/*.yaml manifests/crd/
+# The Helm chart installs the same CRDs from its crds/ directory
+# (test/helm checks they are the same).
+rm -f charts/kerf/crds/kerf.dev_*.yaml
+cp "$crds"/*.yaml charts/kerf/crds/

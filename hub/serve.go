@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kerf-dev/kerf/hub/store"
+	"github.com/kerf-dev/kerf/internal/endpoints"
 )
 
 // Config is what kerf-hub serve runs with.
@@ -59,16 +60,13 @@ func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	hs := &http.Server{
-		Handler:           srv.Handler(),
-		TLSConfig:         tlsConfig,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	// Kerf's server limits (internal/endpoints), with the hub's own
+	// minute to read a leader's batch and to answer.
+	limits := endpoints.DefaultLimits()
+	limits.ReadTimeout, limits.WriteTimeout, limits.IdleTimeout = 60*time.Second, 60*time.Second, 120*time.Second
+	hs := limits.Server(srv.Handler(), "/healthz", "/readyz")
+	hs.TLSConfig = tlsConfig
+	hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	var wg sync.WaitGroup
 	rctx, stopRetention := context.WithCancel(ctx)
 	wg.Go(func() {

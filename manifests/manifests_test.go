@@ -135,16 +135,19 @@ func TestEveryObjectIsAcceptedByTheAPIServer(t *testing.T) {
 	objs := objects(t, y)
 	// The CRDs, the namespace, both service accounts and their RBAC, the
 	// leader's Deployment, PDB and two Services, the webhook, the agent's
-	// DaemonSet and the default policy.
+	// DaemonSet, the default policy, the two reader ClusterRoles, the two
+	// NetworkPolicies and the two admission policies bounding the leader
+	// (vap.yaml).
 	kinds := map[string]int{}
 	for _, u := range objs {
 		kinds[u.GetKind()]++
 	}
 	assert.Equal(t, map[string]int{
 		"CustomResourceDefinition": 4, "Namespace": 1, "ServiceAccount": 2,
-		"ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1,
+		"ClusterRole": 4, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1,
 		"Deployment": 1, "PodDisruptionBudget": 1, "Service": 2,
 		"MutatingWebhookConfiguration": 1, "DaemonSet": 1, "ClusterRightsizingPolicy": 1,
+		"NetworkPolicy": 2, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
 	}, kinds)
 
 	out := apply(t, cp, y)
@@ -349,8 +352,10 @@ func flagValue(t *testing.T, args []string, name string) string {
 func TestTheAgentCannotWriteAnything(t *testing.T) {
 	cp, _ := installed(t)
 	_, cs := as(t, cp, agentSA)
-	// Reviews every service account may make about itself.
-	self := map[string]bool{"selfsubjectaccessreviews": true, "selfsubjectrulesreviews": true, "selfsubjectreviews": true}
+	// Reviews every service account may make about itself, and the two
+	// /metrics asks about its callers: reviews store nothing.
+	self := map[string]bool{"selfsubjectaccessreviews": true, "selfsubjectrulesreviews": true, "selfsubjectreviews": true,
+		"tokenreviews": true, "subjectaccessreviews": true}
 	for _, ns := range []string{namespace, "default"} {
 		r, err := cs.AuthorizationV1().SelfSubjectRulesReviews().Create(context.Background(),
 			&authzv1.SelfSubjectRulesReview{Spec: authzv1.SelfSubjectRulesReviewSpec{Namespace: ns}}, metav1.CreateOptions{})

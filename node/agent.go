@@ -140,6 +140,18 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Agent, error
 		a.interval = time.Second
 	}
 	reg.MustRegister(a.kills, a.sources)
+	if d, ok := src.(interface{ Dropped() (uint64, error) }); ok {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "kerf_agent_oom_ringbuf_dropped_total",
+			Help: "OOM events the BPF program could not put in its ring buffer (full): the kill is still counted from the cgroup's counter, without its pid and time.",
+		}, func() float64 {
+			n, err := d.Dropped()
+			if err != nil {
+				return 0
+			}
+			return float64(n)
+		}))
+	}
 	a.sources.WithLabelValues(src.Name(), src.Detail()).Set(1)
 	log.Info("OOM source chosen", "source", src.Name(), "detail", src.Detail(), "asked", cfg.OOMSource)
 	if h, err := cgroup.Detect(); err != nil {
@@ -282,12 +294,22 @@ func (a *Agent) sample(ctx context.Context) {
 			if p := a.sampler.Sample(now); p.Err != nil {
 				a.log.Debug("cpu.stat sampling pass had errors", "errors", p.Errors, "err", p.Err)
 			}
+			a.reconcileOOM()
 			if a.stream != nil {
 				a.changed = a.sampler.Changed(a.changed[:0])
 				a.stream.Counters(a.changed)
 			}
 		}
 	}
+}
+
+// reconcileOOM reconciles each tracked container's OOM kill count with the
+// kernel's cumulative counter the pass read, so that the count is
+// absolute (kills made while the agent was down, or whose event was
+// dropped, included), and forgets the counts of cgroups no longer tracked.
+func (a *Agent) reconcileOOM() {
+	a.sampler.OOMKillCounts(func(p string, n uint64) { a.counts.Reconcile(p, n) })
+	a.counts.Retain(a.sampler.Tracks)
 }
 
 // Run runs the agent until ctx is done: pod discovery, sampling, the

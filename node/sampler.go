@@ -98,6 +98,11 @@ type tracked struct {
 	reading cgroup.Usage
 	usage   report.Usage
 	usageOK bool
+	// oom reads the kernel's cumulative OOM kill counter of the
+	// container's memory cgroup; nil until the first due pass opens it,
+	// and noOOM is set when it cannot be opened (not tried again).
+	oom   cgroup.OOMKillReader
+	noOOM bool
 	// memMax is the largest memory usage sampled since the latest full
 	// reading (the passes between usage reads read memory alone), and
 	// maxUsage the largest since tracking began, exported where the
@@ -126,6 +131,9 @@ type Sampler struct {
 	// openUsage opens a container's usage files; nil when the node has no
 	// memory controller or CPU accounting, and then no usage is read.
 	openUsage func(cgroupPath string) (*cgroup.UsageReader, error)
+	// openOOM opens a container's OOM kill counter (memory.events on v2,
+	// memory.oom_control on v1); nil without a memory controller.
+	openOOM func(cgroupPath string) (cgroup.OOMKillReader, error)
 
 	mu      sync.Mutex
 	entries []*tracked
@@ -148,8 +156,12 @@ func NewSampler(h *cgroup.Hierarchy) *Sampler {
 	s := &Sampler{open: h.OpenCPUStat, index: map[report.ContainerKey]int{}}
 	_, cpuacct := h.Controller("cpuacct")
 	_, unified := h.Unified()
-	if _, memory := h.Controller("memory"); memory && (cpuacct || unified) {
+	_, memory := h.Controller("memory")
+	if memory && (cpuacct || unified) {
 		s.openUsage = h.OpenUsage
+	}
+	if memory {
+		s.openOOM = h.OpenOOMKills
 	}
 	return s
 }
@@ -321,6 +333,9 @@ func (s *Sampler) Sample(now time.Time) Pass {
 			Periods:       e.stat.Periods,
 			Throttled:     e.stat.Throttled,
 			ThrottledTime: e.stat.ThrottledTime,
+			// The OOM kill count is read on due passes only and kept
+			// between them.
+			OOMKills: e.last.OOMKills, HasOOMKills: e.last.HasOOMKills,
 		}
 		e.sampled = true
 		if s.openUsage != nil && !e.noUsage {
@@ -343,6 +358,12 @@ func (s *Sampler) Sample(now time.Time) Pass {
 				p.Usage++
 				e.last.Usage, e.last.HasUsage = e.usage, true
 				changed = true
+			}
+		}
+		if due && s.openOOM != nil && !e.noOOM {
+			if err := s.readOOMKills(e); err != nil {
+				p.Errors++
+				fail(err)
 			}
 		}
 		e.changed = changed
@@ -450,6 +471,51 @@ func (s *Sampler) readUsage(e *tracked, full bool) (bool, error) {
 	return true, nil
 }
 
+// readOOMKills reads the kernel's count of OOM kills in e's memory cgroup
+// since it was created into e.last: the absolute count, which an agent
+// that restarted reads as it is, kills made while it was down included.
+func (s *Sampler) readOOMKills(e *tracked) error {
+	if e.oom == nil {
+		r, err := s.openOOM(e.c.CgroupPath)
+		if err != nil {
+			e.noOOM = true
+			if errors.Is(err, cgroup.ErrGone) {
+				return nil // cpu.stat finds it gone on the next pass
+			}
+			return fmt.Errorf("open the OOM kill counter of %s: %w; not read again", e.c.CgroupPath, err)
+		}
+		e.oom = r
+	}
+	n, err := e.oom.OOMKills()
+	if err != nil {
+		if errors.Is(err, cgroup.ErrGone) {
+			return nil
+		}
+		return fmt.Errorf("read the OOM kill counter of %s: %w", e.c.CgroupPath, err)
+	}
+	e.last.OOMKills, e.last.HasOOMKills = n, true
+	return nil
+}
+
+// OOMKillCounts calls fn with the cgroup path and the kernel's cumulative
+// OOM kill count of every tracked container whose counter was read, as of
+// its latest read (every usage interval).
+func (s *Sampler) OOMKillCounts(fn func(cgroupPath string, kills uint64)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.entries {
+		if e.last.HasOOMKills {
+			fn(e.c.CgroupPath, e.last.OOMKills)
+		}
+	}
+}
+
+// Tracks reports whether a tracked container's cgroup path is p.
+func (s *Sampler) Tracks(p string) bool {
+	_, ok := s.ByCgroup(p)
+	return ok
+}
+
 func (e *tracked) close() {
 	if e.r != nil {
 		_ = e.r.Close()
@@ -458,6 +524,10 @@ func (e *tracked) close() {
 	if e.u != nil {
 		_ = e.u.Close()
 		e.u = nil
+	}
+	if e.oom != nil {
+		_ = e.oom.Close()
+		e.oom = nil
 	}
 }
 

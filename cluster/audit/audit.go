@@ -35,6 +35,15 @@ type Handler struct {
 	// Log receives the errors of reading recommendations; nil means
 	// slog.Default().
 	Log *slog.Logger
+	// Authorizer, when set, limits every answer to the namespaces where
+	// the caller (authn.UserFrom of the request's context: the handler
+	// is served behind authn's Authenticated) may list
+	// RightsizingRecommendations: one cluster-wide review first (allowed:
+	// no filter), else one per namespace. A request naming a namespace
+	// the caller may not read gets 403; a list across namespaces leaves
+	// the others out before paging, so pages and cursors stay right. Nil
+	// authorizes nothing (tests of the queries alone).
+	Authorizer Authorizer
 }
 
 // New returns a Handler that reads recommendations from r.
@@ -69,6 +78,9 @@ func (h *Handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
+	if err != nil && writeAccessError(w, err) {
+		return
+	}
 	if err != nil {
 		h.readFailed(w, err)
 		return
@@ -81,11 +93,22 @@ func (h *Handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 // since, limit, continue) query holds. The JSON API and the web pages (web)
 // both read through it, so they show the same actions in the same order.
 // Bad input returns an error with a Parameter method naming the parameter
-// at fault; a failed read of the recommendations returns the read's error.
+// at fault; a namespace the caller may not read (Authorizer) an error
+// that says so; a failed read of the recommendations returns the read's
+// error.
 func (h *Handler) Audit(ctx context.Context, query url.Values) (auditv1.Page, error) {
 	q, err := parseAuditQuery(query, h.now())
 	if err != nil {
 		return auditv1.Page{}, err
+	}
+	sc, err := h.scopeOf(ctx)
+	if err != nil {
+		return auditv1.Page{}, err
+	}
+	if q.namespace != "" {
+		if err := sc.require(ctx, q.namespace); err != nil {
+			return auditv1.Page{}, err
+		}
 	}
 	rsrs, err := h.list(ctx)
 	if err != nil {
@@ -95,6 +118,11 @@ func (h *Handler) Audit(ctx context.Context, query url.Values) (auditv1.Page, er
 	for i := range rsrs {
 		rsr := &rsrs[i]
 		if q.namespace != "" && rsr.Namespace != q.namespace {
+			continue
+		}
+		if ok, err := sc.may(ctx, rsr.Namespace); err != nil {
+			return auditv1.Page{}, err
+		} else if !ok {
 			continue
 		}
 		refs = appendRefs(refs, rsr, func(a *v1alpha1.Action, p position) bool {
@@ -119,6 +147,16 @@ func (h *Handler) serveWorkloadHistory(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	// Authorized before anything is read: a namespace the caller may not
+	// read gets 403 whether or not the workload exists there.
+	sc, err := h.scopeOf(r.Context())
+	if err == nil {
+		err = sc.require(r.Context(), ns)
+	}
+	if err != nil {
+		writeAccessError(w, err)
 		return
 	}
 	rsrs, err := h.list(r.Context())

@@ -179,7 +179,7 @@ func New(cfg Config, c client.Client, api client.Reader) (*Forwarder, error) {
 	f.log = f.log.With("hub", cfg.URL)
 	if f.http == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = cfg.TLS
+		tr.TLSClientConfig = cfg.TLS.Clone() // a Transport writes into its config (NextProtos): never share the caller's
 		f.http = &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	}
 	return f, nil

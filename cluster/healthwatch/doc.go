@@ -70,7 +70,13 @@
 //     decimal string) and shown truncated, never rounded across the
 //     threshold. The signal counts as evaluated only when every container
 //     whose cpu changed has a ratio; a container without a CPU limit has no
-//     CFS periods and is never evaluated, which the message says.
+//     CFS periods and is never evaluated, which the message says. With a
+//     source that gives raw samples (a CounterSource: the agents'
+//     counters), each container's counters at the window's start are
+//     returned once the window opens (Verdict.ThrottlingBaselines) for
+//     status.change, and a recorded baseline is added as a reading of the
+//     instance that ran at its time, so a leader that took over continues
+//     the window instead of starting it at its own first sample.
 //   - Stuck pods: a pod of the change (its spec holds the applied values:
 //     a pod of the new template, one the webhook injected, one resized in
 //     place) that is Pending with PodScheduled=False, reason

@@ -104,6 +104,12 @@ type Input struct {
 	// Throttling gives the throttling window; nil: throttling is not
 	// evaluated, and the message says so.
 	Throttling ThrottlingSource
+	// ThrottlingBaselines are the CFS counters at the throttling window's
+	// start as status.change.throttlingBaselines holds them: a leader that
+	// took over after the window opened starts each container's window
+	// from them, not from the first sample it received itself
+	// (ThrottlingBaselines of Verdict).
+	ThrottlingBaselines []v1alpha1.ThrottlingBaseline
 }
 
 // Verdict is the health watch's decision at one time (docs/design.md
@@ -145,6 +151,14 @@ type Verdict struct {
 	// Adopted and Pods are the adopted pods among the workload's current
 	// pods (not terminated, not being deleted) and how many those are.
 	Adopted, Pods int
+	// ThrottlingBaselines, when not nil, are the throttling baselines to
+	// record in status.change.throttlingBaselines: Input's with the
+	// containers added that the window has counters for and Input's lack
+	// (the latest sample at or before T0+2m, else the first one after it,
+	// of an instance that started before T0+2m). Nil when there is nothing
+	// new, or the throttling source is not the agents' counters (a PromQL
+	// source keeps its own history).
+	ThrottlingBaselines []v1alpha1.ThrottlingBaseline
 }
 
 // RestoreFor returns the resources a breach of reason restores, among
@@ -270,8 +284,9 @@ func Evaluate(now time.Time, in Input) Verdict {
 		}
 		parts = append(parts, fig+detail)
 	}
-	th := evaluateThrottling(now, t0, end, bound, g.ThrottlingRatio, in.Throttling, adopted, cpuNames)
+	th := evaluateThrottling(now, t0, end, bound, g.ThrottlingRatio, in.Throttling, adopted, cpuNames, in.ThrottlingBaselines)
 	v.ThrottlingApplies, v.ThrottlingEvaluated = th.applies, th.evaluated
+	v.ThrottlingBaselines = th.baselines
 	if th.breach != "" {
 		breached[v1alpha1.HealthWatchThrottling] = th.breach
 	}

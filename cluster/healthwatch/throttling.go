@@ -1,14 +1,20 @@
 package healthwatch
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/big"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
 )
 
 // throttling is the throttling signal's evaluation.
@@ -20,14 +26,18 @@ type throttling struct {
 	parts []string
 	// notEvaluated says why the signal applies but is not evaluated.
 	notEvaluated string
+	// baselines are the baselines to record, nil when none is new.
+	baselines []v1alpha1.ThrottlingBaseline
 }
 
 // ratioSyntax is the CRD's syntax of throttlingRatio: a decimal in [0, 1].
 var ratioSyntax = regexp.MustCompile(`^(0([.][0-9]+)?|1([.]0+)?)$`)
 
 // evaluateThrottling evaluates the throttling ratio of each of names over
-// [t0+2m, bound], for a watch that ends at end.
-func evaluateThrottling(now, t0, end, bound time.Time, ratio string, src ThrottlingSource, adopted []*corev1.Pod, names []string) throttling {
+// [t0+2m, bound], for a watch that ends at end, starting each container's
+// window at its recorded baseline when the source has no sample at or
+// before t0+2m (windowsWithBaselines).
+func evaluateThrottling(now, t0, end, bound time.Time, ratio string, src ThrottlingSource, adopted []*corev1.Pod, names []string, baselines []v1alpha1.ThrottlingBaseline) throttling {
 	if len(names) == 0 {
 		return throttling{}
 	}
@@ -51,7 +61,13 @@ func evaluateThrottling(now, t0, end, bound time.Time, ratio string, src Throttl
 		res.notEvaluated = fmt.Sprintf("the watch ends before the throttling window opens at T0+%s", ThrottlingDelay)
 		return res
 	}
-	windows, err := src.ThrottleWindows(adopted, names, w, bound)
+	var windows map[string]ThrottleWindow
+	var err error
+	if cs, ok := src.(CounterSource); ok {
+		windows, res.baselines, err = windowsWithBaselines(cs, adopted, names, w, bound, baselines)
+	} else {
+		windows, err = src.ThrottleWindows(adopted, names, w, bound)
+	}
 	if err != nil {
 		res.notEvaluated = fmt.Sprintf("read the throttling window: %v", err)
 		return res
@@ -107,4 +123,97 @@ func truncated(r *big.Rat, decimals int) string {
 	q := new(big.Int).Mul(r.Num(), scale)
 	q.Quo(q, r.Denom())
 	return new(big.Rat).SetFrac(q, scale).FloatString(decimals)
+}
+
+// MaxThrottlingBaselines bounds status.change.throttlingBaselines, as the
+// CRD does.
+const MaxThrottlingBaselines = 4096
+
+// windowsWithBaselines sums the window [from, to] of the agents' raw
+// counters (as Counters does) with the recorded baselines added as samples
+// of the instance that ran at their time, so that a container whose window
+// start this source never saw (a leader that took over after the window
+// opened) counts from the recorded baseline instead of from its first
+// sample here. A sample of the source at or before from, when it has one,
+// is later than or the same as the baseline and wins, as the latest at or
+// before from always does. It also returns the baselines to record: the
+// recorded ones with those added that the samples give and they lack, nil
+// when none is added.
+func windowsWithBaselines(src CounterSource, pods []*corev1.Pod, names []string, from, to time.Time, recorded []v1alpha1.ThrottlingBaseline) (map[string]ThrottleWindow, []v1alpha1.ThrottlingBaseline, error) {
+	uids := make([]types.UID, len(pods))
+	byUID := make(map[types.UID]*corev1.Pod, len(pods))
+	for i, p := range pods {
+		uids[i] = p.UID
+		byUID[p.UID] = p
+	}
+	samples, err := src.Samples(uids, from, to)
+	if err != nil {
+		return nil, nil, err
+	}
+	have := make(map[containerKey]bool, len(recorded))
+	for _, b := range recorded {
+		have[containerKey{types.UID(b.PodUID), b.Container}] = true
+	}
+	// The baseline each container of the window would get here: its
+	// latest sample at or before from, else its first one after from of an
+	// instance that started before from (one started in the window counts
+	// from zero and needs none).
+	found := map[containerKey]*CounterSample{}
+	for i := range samples {
+		x := &samples[i]
+		k := containerKey{x.PodUID, x.Container}
+		if have[k] || byUID[x.PodUID] == nil || !slices.Contains(names, x.Container) || x.At.After(to) {
+			continue
+		}
+		bornInWindow := !x.Started.IsZero() && !x.Started.Before(from)
+		cur := found[k]
+		switch {
+		case !x.At.After(from):
+			if cur == nil || cur.At.After(from) || x.At.After(cur.At) {
+				found[k] = x
+			}
+		case bornInWindow:
+		case cur == nil || cur.At.After(from) && x.At.Before(cur.At):
+			found[k] = x
+		}
+	}
+	var added []v1alpha1.ThrottlingBaseline
+	for k, x := range found {
+		added = append(added, v1alpha1.ThrottlingBaseline{Pod: byUID[k.podUID].Name, PodUID: string(k.podUID), Container: k.container,
+			Periods: int64(min(x.Periods, math.MaxInt64)), Throttled: int64(min(x.Throttled, math.MaxInt64)), At: metav1.NewTime(x.At)})
+	}
+	var out []v1alpha1.ThrottlingBaseline
+	if room := MaxThrottlingBaselines - len(recorded); len(added) > 0 && room > 0 {
+		slices.SortFunc(added, func(a, b v1alpha1.ThrottlingBaseline) int {
+			return cmp.Or(cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.PodUID, b.PodUID), cmp.Compare(a.Container, b.Container))
+		})
+		out = append(slices.Clone(recorded), added[:min(len(added), room)]...)
+	}
+
+	// The recorded baselines join the samples as readings of the instance
+	// that ran then: the newest one started at or before the baseline.
+	withBase := samples
+	for _, b := range recorded {
+		uid := types.UID(b.PodUID)
+		if byUID[uid] == nil || !slices.Contains(names, b.Container) || b.Periods < 0 || b.Throttled < 0 {
+			continue
+		}
+		var started time.Time
+		ok := false
+		for i := range samples {
+			x := &samples[i]
+			if x.PodUID == uid && x.Container == b.Container && !x.Started.After(b.At.Time) && (!ok || x.Started.After(started)) {
+				started, ok = x.Started, true
+			}
+		}
+		if !ok {
+			continue // no sample of that instance here: nothing to count from it
+		}
+		if len(withBase) == len(samples) {
+			withBase = slices.Clone(samples)
+		}
+		withBase = append(withBase, CounterSample{PodUID: uid, Container: b.Container, Started: started,
+			At: b.At.Time, Periods: uint64(b.Periods), Throttled: uint64(b.Throttled)})
+	}
+	return sumWindows(withBase, uids, names, from, to), out, nil
 }

@@ -49,6 +49,14 @@ const (
 	// maxPins bounds the window starts kept per pod: one per watch that
 	// covers the pod, and a pod is in few watches at once.
 	maxPins = 8
+	// MaxKillsPerPod bounds the OOM kill records kept per pod (one per
+	// report, with its count); past it the oldest go. What an agent says
+	// cannot grow the leader's memory past it.
+	MaxKillsPerPod = 256
+	// MaxInstancesPerPod bounds the container instances kept per pod
+	// (containers times restarts still readable by a window); past it the
+	// instance with the oldest newest sample goes, gone ones first.
+	MaxInstancesPerPod = 256
 )
 
 // KernelOption changes a Kernel's retention.
@@ -113,8 +121,10 @@ type Kernel struct {
 	// newest is the newest sample time seen, in Unix ns: the clock of the
 	// retention, so that compaction follows the data, not a wall clock.
 	newest int64
-	// gone queues the instances marked gone, oldest mark first.
-	gone []goneRef
+	// gone queues the instances marked gone, oldest mark first, each once;
+	// droppedQueued counts those in it that their pod dropped since.
+	gone          []goneRef
+	droppedQueued int
 	// scratch holds a series' decoded readings while m.mu is held.
 	scratch []reading
 }
@@ -167,6 +177,8 @@ func (p *podSignals) more() *podRare {
 type kill struct {
 	container string
 	at        time.Time
+	// n is how many kills the report counted at that time.
+	n int
 }
 
 type pin struct{ at, asked int64 }
@@ -211,6 +223,16 @@ func (m *Kernel) Subscribe(fn func(Signal)) (cancel func()) {
 // AddOOMKill records an OOM kill of a container of a pod at a kernel time,
 // for the OOM rule (docs/design.md section 3), and signals the pod.
 func (m *Kernel) AddOOMKill(podUID types.UID, container string, at time.Time) {
+	m.AddOOMKills(podUID, container, at, 1)
+}
+
+// AddOOMKills records n OOM kills of a container of a pod at one time as
+// one record (a pod keeps MaxKillsPerPod records, the newest), and signals
+// the pod. n below 1 records nothing.
+func (m *Kernel) AddOOMKills(podUID types.UID, container string, at time.Time, n int) {
+	if n < 1 {
+		return
+	}
 	m.mu.Lock()
 	p := m.pod(podUID)
 	r := p.more()
@@ -218,7 +240,10 @@ func (m *Kernel) AddOOMKill(podUID types.UID, container string, at time.Time) {
 	for i < len(r.kills) && r.kills[i].at.Equal(at) {
 		i++
 	}
-	r.kills = slices.Insert(r.kills, i, kill{container, at})
+	r.kills = slices.Insert(r.kills, i, kill{container, at, n})
+	if over := len(r.kills) - MaxKillsPerPod; over > 0 {
+		r.kills = slices.Delete(r.kills, 0, over)
+	}
 	subs := m.subscribers()
 	m.mu.Unlock()
 	notify(subs, Signal{PodUID: podUID, Kind: SignalOOMKill})
@@ -245,7 +270,7 @@ func (m *Kernel) AddSamples(samples ...healthwatch.CounterSample) {
 				seen, seenPods = append(seen, s.PodUID), append(seenPods, p)
 			}
 		}
-		sr := p.instance(s.Container, s.Started)
+		sr := m.instance(p, s.Container, s.Started)
 		sr.gone = false
 		at := s.At.UnixNano()
 		m.newest = max(m.newest, at)
@@ -297,7 +322,8 @@ func (m *Kernel) Gone(podUID types.UID, container string, started time.Time) {
 	for _, sr := range p.series {
 		if sr.container == container && sr.started == key && !sr.gone {
 			sr.gone = true
-			if !m.keepAll {
+			if !m.keepAll && !sr.queued {
+				sr.queued = true
 				m.gone = append(m.gone, goneRef{podUID, sr})
 			}
 		}
@@ -333,7 +359,7 @@ func (m *Kernel) OOMKills(podUID types.UID, container string, from, to time.Time
 		if k.container == container {
 			ok = true
 			if k.at.After(from) && !k.at.After(to) {
-				n++
+				n += k.n
 			}
 		}
 	}
@@ -538,6 +564,11 @@ func (m *Kernel) sweepGone() {
 			return // newer marks are no older
 		}
 		m.gone = m.gone[1:]
+		g.s.queued = false
+		if g.s.dropped {
+			m.droppedQueued--
+			continue
+		}
 		p := m.pods[g.pod]
 		if p == nil || !g.s.gone {
 			continue
@@ -550,6 +581,7 @@ func (m *Kernel) sweepGone() {
 		if slices.ContainsFunc(p.pins(), func(x pin) bool { return x.at < last }) {
 			// A window that starts before its last sample reads it: look
 			// again once the pin has expired.
+			g.s.queued = true
 			m.gone = append(m.gone, g)
 			continue
 		}
@@ -616,17 +648,68 @@ func (m *Kernel) pod(uid types.UID) *podSignals {
 	return p
 }
 
-// instance returns the pod's series of a container instance, creating it.
-func (p *podSignals) instance(container string, started time.Time) *series {
+// instance returns the pod's series of a container instance, creating it;
+// m.mu is held.
+func (m *Kernel) instance(p *podSignals, container string, started time.Time) *series {
 	key := startKey(started)
 	for _, sr := range p.series {
 		if sr.container == container && sr.started == key {
 			return sr
 		}
 	}
+	if len(p.series) >= MaxInstancesPerPod {
+		m.dropOldestInstance(p)
+	}
 	sr := &series{container: container, started: key}
 	p.series = append(p.series, sr)
 	return sr
+}
+
+// dropOldestInstance drops the pod's instance whose newest sample is
+// oldest, among those marked gone when there are any; m.mu is held. The
+// queue of gone instances may still name it: sweepGone skips it, and the
+// queue is compacted once such entries are half of it.
+func (m *Kernel) dropOldestInstance(p *podSignals) {
+	oldest := -1
+	for i, sr := range p.series {
+		if oldest < 0 {
+			oldest = i
+			continue
+		}
+		o := p.series[oldest]
+		if sr.gone != o.gone {
+			if sr.gone {
+				oldest = i
+			}
+			continue
+		}
+		if sr.lastAt() < o.lastAt() {
+			oldest = i
+		}
+	}
+	sr := p.series[oldest]
+	p.series = slices.Delete(p.series, oldest, oldest+1)
+	sr.dropped, sr.buf = true, nil
+	if sr.queued {
+		m.droppedQueued++
+		if m.droppedQueued > 1024 && 2*m.droppedQueued > len(m.gone) {
+			m.gone = slices.DeleteFunc(m.gone, func(g goneRef) bool {
+				if g.s.dropped {
+					g.s.queued = false
+				}
+				return g.s.dropped
+			})
+			m.droppedQueued = 0
+		}
+	}
+}
+
+// lastAt is the time of the newest sample, math.MinInt64 when none.
+func (sr *series) lastAt() int64 {
+	if sr.n == 0 {
+		return math.MinInt64
+	}
+	return sr.last.at
 }
 
 // subscribers returns the current subscribers; m.mu is held.

@@ -24,6 +24,9 @@ type series struct {
 	// has grown by a quarter.
 	kept uint32
 	gone bool
+	// queued is set while the Kernel's queue of gone instances holds the
+	// series; dropped once the pod no longer holds it (MaxInstancesPerPod).
+	queued, dropped bool
 }
 
 // reading is one sample's time (Unix ns) and counters.

@@ -1,10 +1,12 @@
 package stream
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -16,6 +18,19 @@ type incarnation struct {
 
 	mu      sync.Mutex
 	counted uint64
+	// pending are counted OOM events about pods the leader's cache did
+	// not hold when they came, oldest first: they reach the Kernel once
+	// the pod appears (at least once), or expire.
+	pending []pendingOOM
+}
+
+// pendingOOM is an OOM event waiting for its pod.
+type pendingOOM struct {
+	pod       types.UID
+	container string
+	at        time.Time
+	count     int
+	expires   time.Time
 }
 
 // count reports whether seq is new for the incarnation, and records it.
@@ -37,18 +52,21 @@ type instanceKey struct {
 }
 
 // nodeState is what the leader holds per node: the agent incarnation it
-// heard from last and the container instances the node's agent listed.
+// heard from last, its current stream and the container instances the
+// node's agent listed (at most Config.MaxContainers).
 type nodeState struct {
 	agent      *incarnation
+	stream     *liveStream
 	containers map[instanceKey]struct{}
 }
 
 // incarnation returns the node's agent incarnation that started at
-// startedAt, replacing an older one; nil when startedAt is zero (an agent
-// that does not say: its OOM events are deduplicated per stream only).
+// startedAt, replacing an older one (its pending OOM events carry over);
+// a private one when startedAt is zero (an agent that does not say: its
+// OOM events are deduplicated per stream only).
 func (s *Server) incarnation(node string, startedAt int64) *incarnation {
 	if startedAt == 0 {
-		return nil
+		return &incarnation{}
 	}
 	s.nodesMu.Lock()
 	defer s.nodesMu.Unlock()
@@ -58,7 +76,14 @@ func (s *Server) incarnation(node string, startedAt int64) *incarnation {
 			s.log.Info("agent restarted", "node", node,
 				"previousStart", time.Unix(0, n.agent.startedAt), "start", time.Unix(0, startedAt))
 		}
-		n.agent = &incarnation{startedAt: startedAt}
+		next := &incarnation{startedAt: startedAt}
+		if n.agent != nil {
+			// Kills the old run reported are still kills.
+			n.agent.mu.Lock()
+			next.pending, n.agent.pending = n.agent.pending, nil
+			n.agent.mu.Unlock()
+		}
+		n.agent = next
 	}
 	return n.agent
 }
@@ -78,8 +103,9 @@ func (s *Server) node(name string) *nodeState {
 // lists, like those the agent said are gone, are marked gone in the
 // signals.Kernel, which drops them once no window reads them. A snapshot
 // split over several messages marks the later messages' instances gone
-// until their samples, right behind, bring them back.
-func (s *Server) nodeContainers(node string, snapshot bool, listed, gone []instanceKey) {
+// until their samples, right behind, bring them back. A node may list
+// Config.MaxContainers instances at most.
+func (s *Server) nodeContainers(node string, snapshot bool, listed, gone []instanceKey) error {
 	s.nodesMu.Lock()
 	n := s.node(node)
 	if snapshot {
@@ -89,13 +115,18 @@ func (s *Server) nodeContainers(node string, snapshot bool, listed, gone []insta
 		for k := range n.containers {
 			gone = append(gone, k)
 		}
-		clear(n.containers)
+		n.containers = make(map[instanceKey]struct{}, len(listed))
 	}
 	for _, k := range gone {
 		delete(n.containers, k)
 	}
 	for _, k := range listed {
 		n.containers[k] = struct{}{}
+	}
+	var err error
+	if len(n.containers) > s.cfg.MaxContainers {
+		err = &malformedError{code: codes.ResourceExhausted, reason: "too_many_containers",
+			msg: fmt.Sprintf("node %s lists more than %d containers (limit MaxContainers)", node, s.cfg.MaxContainers)}
 	}
 	// An instance listed again (in this message) is not gone: with an
 	// unknown start, a restarted container's old and new index share a
@@ -105,6 +136,12 @@ func (s *Server) nodeContainers(node string, snapshot bool, listed, gone []insta
 		return ok
 	})
 	s.nodesMu.Unlock()
+	s.markGone(gone)
+	return err
+}
+
+// markGone marks container instances gone in the stores.
+func (s *Server) markGone(gone []instanceKey) {
 	for _, k := range gone {
 		var started time.Time
 		if k.started != zeroStart {

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -43,21 +44,43 @@ type reviewCache struct {
 }
 
 type cachedReview struct {
-	user    authnv1.UserInfo
+	user authnv1.UserInfo
+	// failure is why the token was refused, in the cache of failures.
+	failure string
 	expires time.Time
 }
 
 func (c *reviewCache) get(key [sha256.Size]byte, now time.Time) (authnv1.UserInfo, bool) {
+	e, ok := c.entry(key, now)
+	return e.user, ok
+}
+
+func (c *reviewCache) entry(key [sha256.Size]byte, now time.Time) (cachedReview, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[key]
 	if !ok || !now.Before(e.expires) {
-		return authnv1.UserInfo{}, false
+		return cachedReview{}, false
 	}
-	return e.user, true
+	return e, true
+}
+
+// forget drops a token's entry.
+func (c *reviewCache) forget(key [sha256.Size]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.entries, key)
 }
 
 func (c *reviewCache) put(key [sha256.Size]byte, user authnv1.UserInfo, expires, now time.Time) {
+	c.add(key, cachedReview{user: user, expires: expires}, now)
+}
+
+func (c *reviewCache) putFailure(key [sha256.Size]byte, failure string, expires, now time.Time) {
+	c.add(key, cachedReview{failure: failure, expires: expires}, now)
+}
+
+func (c *reviewCache) add(key [sha256.Size]byte, e cachedReview, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.entries == nil {
@@ -73,7 +96,7 @@ func (c *reviewCache) put(key [sha256.Size]byte, user authnv1.UserInfo, expires,
 			clear(c.entries)
 		}
 	}
-	c.entries[key] = cachedReview{user: user, expires: expires}
+	c.entries[key] = e
 }
 
 // bearerToken returns the token of the stream's authorization metadata.
@@ -91,31 +114,65 @@ func bearerToken(ctx context.Context) (string, bool) {
 	return token, token != ""
 }
 
-// review returns the user of a token, from the cache or a TokenReview with
-// the leader's audience (docs/design.md section 6).
-func (s *Server) review(ctx context.Context, token string) (authnv1.UserInfo, error) {
-	key := sha256.Sum256([]byte(token))
-	now := s.cfg.Now()
-	if user, ok := s.reviews.get(key, now); ok {
-		return user, nil
-	}
+// refusal is a token the apiserver reviewed and did not authenticate
+// for the leader: a definitive answer, unlike an apiserver that failed.
+type refusal struct{ msg string }
+
+func (r *refusal) Error() string { return r.msg }
+
+// tokenKey is the caches' key of a token.
+func tokenKey(token string) [sha256.Size]byte { return sha256.Sum256([]byte(token)) }
+
+// tokenReview runs a TokenReview with the leader's audience
+// (docs/design.md section 6): a *refusal when the token does not
+// authenticate for it, another error when the apiserver did not answer.
+func (s *Server) tokenReview(ctx context.Context, token string) (authnv1.UserInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	tr, err := s.cfg.Clientset.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
 		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{s.cfg.Audience}},
 	}, metav1.CreateOptions{})
+	s.metrics.reviews.Inc()
 	if err != nil {
-		s.log.Warn("token review failed", "err", err)
-		return authnv1.UserInfo{}, s.refuse(codes.Unavailable, "token_review_failed", "token review: %v", err)
+		return authnv1.UserInfo{}, fmt.Errorf("token review: %w", err)
 	}
 	if !tr.Status.Authenticated || tr.Status.Error != "" {
-		return authnv1.UserInfo{}, s.refuse(codes.Unauthenticated, "unauthenticated", "token not authenticated")
+		return authnv1.UserInfo{}, &refusal{"token not authenticated"}
 	}
 	if !slices.Contains(tr.Status.Audiences, s.cfg.Audience) {
-		return authnv1.UserInfo{}, s.refuse(codes.Unauthenticated, "unauthenticated", "token is not for audience %q", s.cfg.Audience)
+		return authnv1.UserInfo{}, &refusal{fmt.Sprintf("token is not for audience %q", s.cfg.Audience)}
 	}
-	s.reviews.put(key, tr.Status.User, now.Add(s.cfg.ReviewTTL), now)
 	return tr.Status.User, nil
+}
+
+// review returns the user of a token, from the caches or a TokenReview.
+// A token refused lately is refused again without a review
+// (FailedReviewTTL), and the reviews one source IP causes are rate
+// limited, so a flood of bad tokens costs the apiserver a few reviews.
+func (s *Server) review(ctx context.Context, token string) (authnv1.UserInfo, error) {
+	key := tokenKey(token)
+	now := s.cfg.Now()
+	if user, ok := s.reviews.get(key, now); ok {
+		return user, nil
+	}
+	if e, ok := s.failed.entry(key, now); ok {
+		return authnv1.UserInfo{}, s.refuse(codes.Unauthenticated, "unauthenticated", "%s", e.failure)
+	}
+	if src := sourceIP(ctx); !s.sources.allow(src, now, s.cfg.ReviewsPerSecond, s.cfg.ReviewBurst) {
+		return authnv1.UserInfo{}, s.refuse(codes.ResourceExhausted, "rate_limited", "too many token reviews from %s; retry later", src)
+	}
+	user, err := s.tokenReview(ctx, token)
+	var refused *refusal
+	if errors.As(err, &refused) {
+		s.failed.putFailure(key, refused.msg, now.Add(s.cfg.FailedReviewTTL), now)
+		return authnv1.UserInfo{}, s.refuse(codes.Unauthenticated, "unauthenticated", "%s", refused.msg)
+	}
+	if err != nil {
+		s.log.Warn("token review failed", "err", err)
+		return authnv1.UserInfo{}, s.refuse(codes.Unavailable, "token_review_failed", "%v", err)
+	}
+	s.reviews.put(key, user, now.Add(s.cfg.ReviewTTL), now)
+	return user, nil
 }
 
 // authenticate checks the stream's token and returns the agent with the
@@ -123,11 +180,17 @@ func (s *Server) review(ctx context.Context, token string) (authnv1.UserInfo, er
 // and the token must be bound to a pod, whose node the leader looks up in
 // its own cache (docs/design.md section 6: the node claim is not verified
 // by the apiserver).
-func (s *Server) authenticate(ctx context.Context) (agent, error) {
+func (s *Server) authenticate(ctx context.Context) (agent, string, error) {
 	token, ok := bearerToken(ctx)
 	if !ok {
-		return agent{}, s.refuse(codes.Unauthenticated, "unauthenticated", "missing authorization: Bearer <token> metadata")
+		return agent{}, "", s.refuse(codes.Unauthenticated, "unauthenticated", "missing authorization: Bearer <token> metadata")
 	}
+	a, err := s.agentOf(ctx, token)
+	return a, token, err
+}
+
+// agentOf returns the agent a token belongs to (see authenticate).
+func (s *Server) agentOf(ctx context.Context, token string) (agent, error) {
 	user, err := s.review(ctx, token)
 	if err != nil {
 		return agent{}, err

@@ -78,7 +78,7 @@ func newBenchCluster(b *testing.B, nodes int) *benchCluster {
 		for p := range benchPodsPerNode {
 			uid := types.UID(fmt.Sprintf("6f1c2b3a-9d4e-4f5a-%04x-%012x", n, p))
 			pods[uid] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid, Namespace: "app", Name: fmt.Sprintf("web-%d-%d", n, p)},
-				Spec: corev1.PodSpec{NodeName: node}}
+				Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app"}, {Name: "sidecar"}}}}
 			for k := range benchContainersPer {
 				i := uint32(p*benchContainersPer + k)
 				snap.Containers = append(snap.Containers, &streamv1.ContainerCounters{
@@ -131,7 +131,7 @@ func (c *benchCluster) ingest(b *testing.B, stream int, msg []byte, pass int) {
 	offset := time.Duration(pass)*time.Second + time.Duration(pass*7919%1000)*time.Microsecond
 	counters.KernelNs += uint64(offset)
 	c.now = benchStart.Add(offset + 2*time.Millisecond)
-	if err := c.streams[stream].counters(counters); err != nil {
+	if _, err := c.streams[stream].counters(counters); err != nil {
 		b.Fatal(err)
 	}
 }

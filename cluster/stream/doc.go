@@ -27,15 +27,31 @@
 //   - A report about a pod that is not on the agent's node, or that the
 //     leader's pod cache does not know, is dropped and counted, never an
 //     error: the cache may lag a new pod. OOM events that are dropped are
-//     still acknowledged, so the agent does not resend them forever.
+//     still acknowledged, so the agent does not resend them forever; one
+//     about a pod the cache does not know yet is kept pending for the
+//     agent's incarnation (Limits.MaxPendingOOM, PendingOOMTTL) and
+//     counted once the pod appears: at least once.
+//   - Counters and OOM events must name a container of the pod's spec:
+//     one that does not is dropped, counted and acknowledged
+//     (container_unknown), and past MaxUnknownContainers on one stream
+//     the stream closes. A real agent takes its names from the pods, and
+//     the names key the leader's stores; closing at the first would lock
+//     out an agent that resends the report on every stream.
+//   - Every map and list keyed by what an agent says is bounded
+//     (Limits, streamv1's limits, signals.Kernel's per-pod caps); a node
+//     has one stream, a newer one replaces it, and a stream's end marks
+//     its node's containers gone.
+//   - An open stream's token is reviewed again every Limits.ReauthEvery;
+//     one that no longer authenticates closes the stream. Failed reviews
+//     are cached briefly and reviews are rate-limited per source IP.
 //   - Container events (restarts and terminations the agent saw in the
 //     kubelet's Pods API) have a seq of their own, acknowledged per stream
 //     (Ack.event_seq). They need no dedup across streams: applying one
 //     twice to signals.AgentStatuses (the highest restart count, each run
 //     once) changes nothing. One about a container the pod's spec does not
 //     name is dropped and counted like one about another node's pod.
-//   - A malformed message closes the stream with InvalidArgument; too many
-//     containers on one stream closes it with ResourceExhausted.
+//   - A malformed message closes the stream with InvalidArgument; a limit
+//     passed closes it with ResourceExhausted; the error names the limit.
 //   - Only the elected leader serves: Connect returns Unavailable when the
 //     server is not leading, and a stream that is open when leadership is
 //     lost ends with Unavailable at its next message.

@@ -3,6 +3,7 @@ package stream
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -43,6 +44,9 @@ type container struct {
 	workingSet uint64
 	peak       uint64
 	onNode     bool
+	// refused is set when the pod's spec does not name the container: its
+	// samples are dropped.
+	refused bool
 }
 
 // ingest is one stream's state: the index table of the protocol (see
@@ -50,20 +54,27 @@ type container struct {
 type ingest struct {
 	s    *Server
 	node string
-	// agent is the stream's agent incarnation, shared by its streams; nil
-	// when the agent did not say when it started.
+	// agent is the stream's agent incarnation, shared by its streams; the
+	// stream's own when the agent did not say when it started.
 	agent *incarnation
 	// table holds the live indexes; used every index given an identity
 	// since the last snapshot, since indexes are never reused.
 	table map[uint32]*container
 	used  map[uint32]struct{}
-	// onNode caches pods found on the node: a bound pod never moves.
-	onNode map[types.UID]struct{}
+	// onNode caches pods found on the node, with their containers' names:
+	// a bound pod never moves, and only ephemeral containers are added.
+	onNode map[types.UID][]string
 	// anchorNs and anchorAt map kernel time to wall time.
 	anchored bool
 	anchorNs uint64
 	anchorAt time.Time
 	ackedSeq uint64
+	// unknown counts the reports refused on this stream because their
+	// pod has no such container.
+	unknown int
+	// resyncAsked is set once the stream was asked for a snapshot because
+	// too many indexes were given since the last.
+	resyncAsked bool
 	// ackedEventSeq is the highest acknowledged ContainerEvent seq.
 	ackedEventSeq uint64
 }
@@ -74,7 +85,7 @@ func newIngest(s *Server, node string, hello *streamv1.Hello) *ingest {
 		node:   node,
 		table:  map[uint32]*container{},
 		used:   map[uint32]struct{}{},
-		onNode: map[types.UID]struct{}{},
+		onNode: map[types.UID][]string{},
 		agent:  s.incarnation(node, hello.GetStartedAtUnixNs()),
 	}
 	if ns := hello.GetKernelNs(); ns != 0 {
@@ -96,8 +107,47 @@ func (in *ingest) podOnNode(uid types.UID) (bool, string) {
 	if pod.Spec.NodeName != in.node {
 		return false, DropPodNotOnNode
 	}
-	in.onNode[uid] = struct{}{}
+	in.cachePod(pod)
 	return true, ""
+}
+
+// maxIndexes is how many indexes a stream may give an identity between two
+// snapshots before the leader asks for one; twice as many close it.
+func (in *ingest) maxIndexes() int { return 4 * in.s.cfg.MaxContainers }
+
+// checkIdentity checks the lengths of a pod UID and container name an
+// agent sent.
+func checkIdentity(what string, uid, name string) error {
+	switch {
+	case len(uid) > streamv1.MaxPodUIDBytes:
+		return malformed("field_too_long", "%s.pod_uid is longer than %d bytes (limit MaxPodUIDBytes)", what, streamv1.MaxPodUIDBytes)
+	case len(name) > streamv1.MaxContainerNameBytes:
+		return malformed("field_too_long", "%s.container is longer than %d bytes (limit MaxContainerNameBytes)", what, streamv1.MaxContainerNameBytes)
+	}
+	return nil
+}
+
+// MaxUnknownContainers is how many reports about containers their pod's
+// spec does not name one stream may send before it is closed. Below it,
+// such a report is refused alone (dropped, counted, acknowledged): a real
+// agent takes its names from the pods, and one that disagrees with the
+// leader's cache must not be locked out by resending the report on every
+// stream.
+const MaxUnknownContainers = 100
+
+// containerUnknown refuses a report about a container its pod's spec does
+// not name: it is dropped and counted, and past MaxUnknownContainers on
+// the stream, the stream is closed.
+func (in *ingest) containerUnknown(what string, uid types.UID, name string) error {
+	in.s.metrics.dropped.WithLabelValues(DropContainerUnknown).Inc()
+	in.unknown++
+	if in.unknown > MaxUnknownContainers {
+		return &malformedError{code: codes.ResourceExhausted, reason: "too_many_unknown_containers",
+			msg: fmt.Sprintf("%s: pod %s has no container %q, and more than %d reports on this stream named containers their pod does not have (limit MaxUnknownContainers)",
+				what, uid, name, MaxUnknownContainers)}
+	}
+	in.s.log.Debug("report about a container the pod does not have dropped", "node", in.node, "pod", uid, "container", name)
+	return nil
 }
 
 // wall turns a kernel time that just arrived into a wall time (see the
@@ -123,13 +173,16 @@ func (in *ingest) wall(ns uint64) time.Time {
 	return at
 }
 
-// counters ingests one sampling pass.
-func (in *ingest) counters(c *streamv1.Counters) error {
+// counters ingests one sampling pass. resync is true when the agent should
+// be asked for a snapshot: it gave more than maxIndexes indexes since its
+// last.
+func (in *ingest) counters(c *streamv1.Counters) (resync bool, err error) {
 	// The pass's own time tightens the kernel-to-wall mapping.
 	in.wall(c.GetKernelNs())
 	if c.GetSnapshot() {
 		clear(in.table)
 		clear(in.used)
+		in.resyncAsked = false
 	}
 	var samples []healthwatch.CounterSample
 	var usage []signals.UsageSample
@@ -138,19 +191,26 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 		idx := cc.GetIndex()
 		ns := c.GetKernelNs() + cc.GetKernelNsDelta()
 		if ns < c.GetKernelNs() {
-			return malformed("counters_backwards", "index %d: kernel_ns_delta overflows", idx)
+			return false, malformed("counters_backwards", "index %d: kernel_ns_delta overflows", idx)
 		}
 		e, known := in.table[idx]
 		if cc.GetPodUid() != "" || cc.GetContainer() != "" {
 			if _, reused := in.used[idx]; reused {
-				return malformed("index_reused", "index %d was already given an identity on this stream", idx)
+				return false, malformed("index_reused", "index %d was already given an identity on this stream", idx)
 			}
 			if cc.GetPodUid() == "" || cc.GetContainer() == "" {
-				return malformed("missing_identity", "index %d: the first sample needs both pod_uid and container", idx)
+				return false, malformed("missing_identity", "index %d: the first sample needs both pod_uid and container", idx)
 			}
 			if len(in.table) >= in.s.cfg.MaxContainers {
-				return &malformedError{code: codes.ResourceExhausted, reason: "too_many_containers",
-					msg: fmt.Sprintf("more than %d containers indexed on one stream", in.s.cfg.MaxContainers)}
+				return false, &malformedError{code: codes.ResourceExhausted, reason: "too_many_containers",
+					msg: fmt.Sprintf("more than %d containers indexed on one stream (limit MaxContainers)", in.s.cfg.MaxContainers)}
+			}
+			if err := checkIdentity("counters", cc.GetPodUid(), cc.GetContainer()); err != nil {
+				return false, err
+			}
+			if len(in.used) >= 2*in.maxIndexes() {
+				return false, &malformedError{code: codes.ResourceExhausted, reason: "too_many_indexes",
+					msg: fmt.Sprintf("more than %d indexes given since the last snapshot, which was asked for", 2*in.maxIndexes())}
 			}
 			in.used[idx] = struct{}{}
 			e = &container{
@@ -167,35 +227,35 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 			in.table[idx] = e
 		} else {
 			if !known {
-				return malformed("unknown_index", "index %d has no identity on this stream", idx)
+				return false, malformed("unknown_index", "index %d has no identity on this stream", idx)
 			}
 			if ns < e.lastNs {
-				return malformed("counters_backwards", "index %d: sample time went backwards", idx)
+				return false, malformed("counters_backwards", "index %d: sample time went backwards", idx)
 			}
 			var ok1, ok2, ok3 bool
 			e.periods, ok1 = add(e.periods, cc.GetPeriods())
 			e.throttled, ok2 = add(e.throttled, cc.GetThrottled())
 			e.throttleNs, ok3 = add(e.throttleNs, cc.GetThrottledNs())
 			if !ok1 || !ok2 || !ok3 {
-				return malformed("counters_backwards", "index %d: counters overflow (a restarted container needs a new index)", idx)
+				return false, malformed("counters_backwards", "index %d: counters overflow (a restarted container needs a new index)", idx)
 			}
 			e.lastNs = ns
 		}
 		if e.throttled > e.periods {
-			return malformed("counters_inconsistent", "index %d: throttled %d exceeds periods %d", idx, e.throttled, e.periods)
+			return false, malformed("counters_inconsistent", "index %d: throttled %d exceeds periods %d", idx, e.throttled, e.periods)
 		}
 		u := cc.GetUsage()
 		if u != nil {
 			var ok bool
 			if e.cpuNs, ok = add(e.cpuNs, u.GetCpuNs()); !ok {
-				return malformed("counters_backwards", "index %d: CPU usage overflows (a restarted container needs a new index)", idx)
+				return false, malformed("counters_backwards", "index %d: CPU usage overflows (a restarted container needs a new index)", idx)
 			}
 			// Deltas wrap as unsigned, the agent's encoding: a working set or
 			// peak below zero or past 2^63 bytes is a broken message.
 			e.workingSet += uint64(u.GetWorkingSetDelta())
 			e.peak += uint64(u.GetPeakDelta())
 			if e.workingSet > math.MaxInt64 || e.peak > math.MaxInt64 {
-				return malformed("usage_out_of_range", "index %d: working set or memory peak out of range", idx)
+				return false, malformed("usage_out_of_range", "index %d: working set or memory peak out of range", idx)
 			}
 		}
 		if !e.onNode {
@@ -204,6 +264,15 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 				in.s.metrics.dropped.WithLabelValues(reason).Inc()
 				continue
 			}
+			if !in.hasContainer(e.podUID, e.name) {
+				e.refused = true
+				if err := in.containerUnknown("counters", e.podUID, e.name); err != nil {
+					return false, err
+				}
+			}
+		}
+		if e.refused {
+			continue
 		}
 		listed = append(listed, instanceKey{e.podUID, e.name, e.started.UnixNano()})
 		at := in.wall(ns)
@@ -222,7 +291,7 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 	}
 	var gone []instanceKey
 	for _, idx := range c.GetGone() {
-		if e, ok := in.table[idx]; ok && e.onNode {
+		if e, ok := in.table[idx]; ok && e.onNode && !e.refused {
 			gone = append(gone, instanceKey{e.podUID, e.name, e.started.UnixNano()})
 		}
 		delete(in.table, idx)
@@ -234,8 +303,14 @@ func (in *ingest) counters(c *streamv1.Counters) error {
 	if len(usage) > 0 && in.s.cfg.Usage != nil {
 		in.s.cfg.Usage.Add(usage...)
 	}
-	in.s.nodeContainers(in.node, c.GetSnapshot(), listed, gone)
-	return nil
+	if err := in.s.nodeContainers(in.node, c.GetSnapshot(), listed, gone); err != nil {
+		return false, err
+	}
+	if len(in.used) > in.maxIndexes() && !in.resyncAsked {
+		in.resyncAsked = true
+		return true, nil
+	}
+	return false, nil
 }
 
 // add returns a+b and false when the sum overflows.
@@ -247,7 +322,9 @@ func add(a, b uint64) (uint64, bool) {
 // oom ingests one OOM event and returns the seq to acknowledge. A resent
 // event (seq already acknowledged on this stream, or counted on an earlier
 // stream of the same agent incarnation) is acknowledged again without
-// being counted twice.
+// being counted twice. An event about a pod the leader's cache does not
+// hold yet is kept pending (at least once: retryPending counts it when the
+// pod appears) and acknowledged.
 func (in *ingest) oom(ev *streamv1.OOMEvent) (uint64, error) {
 	if ev.GetSeq() == 0 {
 		return 0, malformed("missing_seq", "oom_event.seq must be at least 1")
@@ -255,30 +332,94 @@ func (in *ingest) oom(ev *streamv1.OOMEvent) (uint64, error) {
 	if ev.GetSeq() <= in.ackedSeq {
 		return in.ackedSeq, nil
 	}
-	if in.agent != nil && !in.agent.count(ev.GetSeq()) {
+	if ev.GetPodUid() == "" || ev.GetContainer() == "" {
+		return 0, malformed("missing_identity", "oom_event needs pod_uid and container")
+	}
+	if err := checkIdentity("oom_event", ev.GetPodUid(), ev.GetContainer()); err != nil {
+		return 0, err
+	}
+	if ev.GetCount() > streamv1.MaxOOMCount {
+		return 0, malformed("oom_count_too_large", "oom_event.count %d exceeds %d (limit MaxOOMCount)", ev.GetCount(), streamv1.MaxOOMCount)
+	}
+	uid := types.UID(ev.GetPodUid())
+	ok, reason := in.podOnNode(uid)
+	if ok && !in.hasContainer(uid, ev.GetContainer()) {
+		if err := in.containerUnknown("oom_event", uid, ev.GetContainer()); err != nil {
+			return 0, err
+		}
+		in.ackedSeq = ev.GetSeq()
+		return in.ackedSeq, nil
+	}
+	if !in.agent.count(ev.GetSeq()) {
 		// Counted on an earlier stream of the same agent, whose ack was
 		// lost: acknowledge again, count once.
 		in.s.metrics.resent.Inc()
 		in.ackedSeq = ev.GetSeq()
 		return in.ackedSeq, nil
 	}
-	if ev.GetPodUid() == "" || ev.GetContainer() == "" {
-		return 0, malformed("missing_identity", "oom_event needs pod_uid and container")
-	}
-	if ev.GetCount() > streamv1.MaxOOMCount {
-		return 0, malformed("oom_count_too_large", "oom_event.count %d exceeds %d", ev.GetCount(), streamv1.MaxOOMCount)
-	}
-	uid := types.UID(ev.GetPodUid())
-	if ok, reason := in.podOnNode(uid); !ok {
+	at := in.wall(ev.GetKernelNs())
+	n := int(max(ev.GetCount(), 1))
+	switch {
+	case ok:
+		in.s.cfg.Kernel.AddOOMKills(uid, ev.GetContainer(), at, n)
+	case reason == DropPodUnknown:
+		in.addPending(pendingOOM{pod: uid, container: ev.GetContainer(), at: at, count: n,
+			expires: in.s.cfg.Now().Add(in.s.cfg.PendingOOMTTL)})
+	default:
 		in.s.metrics.dropped.WithLabelValues(reason).Inc()
-	} else {
-		at := in.wall(ev.GetKernelNs())
-		for range max(ev.GetCount(), 1) {
-			in.s.cfg.Kernel.AddOOMKill(uid, ev.GetContainer(), at)
-		}
 	}
 	in.ackedSeq = ev.GetSeq()
 	return in.ackedSeq, nil
+}
+
+// addPending keeps an OOM event until its pod appears, within
+// MaxPendingOOM per agent (the oldest goes first, counted as expired).
+func (in *ingest) addPending(p pendingOOM) {
+	a := in.agent
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.pending) >= in.s.cfg.MaxPendingOOM {
+		a.pending = slices.Delete(a.pending, 0, 1)
+		in.s.metrics.expired.WithLabelValues("full").Inc()
+		in.s.metrics.pending.Dec()
+	}
+	a.pending = append(a.pending, p)
+	in.s.metrics.pending.Inc()
+}
+
+// pendingRetry is how often a stream looks for the pods of its agent's
+// pending OOM events.
+const pendingRetry = time.Second
+
+// retryPending counts the pending OOM events whose pod the cache now
+// holds, drops those whose pod is on another node or has no such
+// container, and expires those that waited PendingOOMTTL.
+func (in *ingest) retryPending() {
+	a := in.agent
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.pending) == 0 {
+		return
+	}
+	now := in.s.cfg.Now()
+	a.pending = slices.DeleteFunc(a.pending, func(p pendingOOM) bool {
+		ok, reason := in.podOnNode(p.pod)
+		switch {
+		case ok && in.hasContainer(p.pod, p.container):
+			in.s.cfg.Kernel.AddOOMKills(p.pod, p.container, p.at, p.count)
+			in.s.metrics.pendingCounted.Inc()
+		case ok:
+			in.s.metrics.dropped.WithLabelValues(DropContainerUnknown).Inc()
+		case reason != DropPodUnknown:
+			in.s.metrics.dropped.WithLabelValues(reason).Inc()
+		case !now.Before(p.expires):
+			in.s.metrics.expired.WithLabelValues("ttl").Inc()
+		default:
+			return false
+		}
+		in.s.metrics.pending.Dec()
+		return true
+	})
 }
 
 // Bounds of a container event's strings: far above what the kubelet
@@ -326,6 +467,9 @@ func (in *ingest) containerEvent(ev *streamv1.ContainerEvent) (uint64, error) {
 		in.s.metrics.dropped.WithLabelValues(reason).Inc()
 		return in.ackedEventSeq, nil
 	}
+	if err := checkIdentity("container_event", ev.GetPodUid(), ev.GetContainer()); err != nil {
+		return 0, err
+	}
 	if !in.hasContainer(uid, ev.GetContainer()) {
 		in.s.metrics.dropped.WithLabelValues(DropContainerUnknown).Inc()
 		return in.ackedEventSeq, nil
@@ -339,18 +483,50 @@ func (in *ingest) containerEvent(ev *streamv1.ContainerEvent) (uint64, error) {
 	return in.ackedEventSeq, nil
 }
 
+// cachePod keeps a pod found on the node, with its containers' names.
+func (in *ingest) cachePod(pod *corev1.Pod) {
+	if len(in.onNode) >= in.s.cfg.MaxContainers {
+		in.onNode = map[types.UID][]string{} // a cache: bounded like the index table
+	}
+	spec := &pod.Spec
+	names := make([]string, 0, len(spec.Containers)+len(spec.InitContainers)+len(spec.EphemeralContainers))
+	for i := range spec.Containers {
+		names = append(names, spec.Containers[i].Name)
+	}
+	for i := range spec.InitContainers {
+		names = append(names, spec.InitContainers[i].Name)
+	}
+	for i := range spec.EphemeralContainers {
+		names = append(names, spec.EphemeralContainers[i].Name)
+	}
+	in.onNode[pod.UID] = names
+}
+
 // hasContainer reports whether the pod's spec names the container, among
-// its containers and init containers.
+// its containers, init containers and ephemeral containers: from the
+// stream's cache of the node's pods, else (an ephemeral container added
+// since, or a pod not cached) from the leader's pod cache.
 func (in *ingest) hasContainer(uid types.UID, name string) bool {
+	if names, ok := in.onNode[uid]; ok && slices.Contains(names, name) {
+		return true
+	}
 	pod, ok := in.s.cfg.Pods.PodByUID(uid)
 	if !ok {
 		return false
+	}
+	if pod.Spec.NodeName == in.node {
+		in.cachePod(pod)
 	}
 	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
 		for i := range cs {
 			if cs[i].Name == name {
 				return true
 			}
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == name {
+			return true
 		}
 	}
 	return false

@@ -23,6 +23,13 @@ type metrics struct {
 	events    *prometheus.CounterVec
 	dropped   *prometheus.CounterVec
 	errors    *prometheus.CounterVec
+	streams   prometheus.Gauge
+	reviews   prometheus.Counter
+	// pending, pendingCounted and expired follow the OOM events about
+	// pods the cache did not hold yet.
+	pending        prometheus.Gauge
+	pendingCounted prometheus.Counter
+	expired        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -52,6 +59,27 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Streams the leader closed or refused, by reason.",
 		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.connected, m.samples, m.resent, m.events, m.dropped, m.errors)
+	m.streams = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kerf_stream_open_streams",
+		Help: "Authenticated streams open (at most one per node, at most --stream-max-streams).",
+	})
+	m.reviews = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kerf_stream_token_reviews_total",
+		Help: "TokenReviews the stream sent to the apiserver (cache misses and re-authentications of open streams).",
+	})
+	m.pending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kerf_stream_oom_events_pending",
+		Help: "OOM events about pods the leader's cache does not hold yet, kept until the pod appears.",
+	})
+	m.pendingCounted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kerf_stream_oom_events_pending_counted_total",
+		Help: "Pending OOM events counted once their pod appeared in the leader's cache.",
+	})
+	m.expired = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kerf_stream_oom_events_expired_total",
+		Help: "Pending OOM events dropped before their pod appeared, by reason (ttl: waited too long; full: the agent's pending list was full).",
+	}, []string{"reason"})
+	reg.MustRegister(m.connected, m.samples, m.resent, m.events, m.dropped, m.errors, m.streams, m.reviews,
+		m.pending, m.pendingCounted, m.expired)
 	return m
 }

@@ -1,8 +1,10 @@
 package stream
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -26,6 +28,40 @@ const (
 	// DefaultMaxContainers is how many containers one stream may index at
 	// once.
 	DefaultMaxContainers = 2000
+	// DefaultMaxStreams is how many authenticated streams the leader
+	// serves at once: one per node, far above a cluster's nodes.
+	DefaultMaxStreams = 10000
+	// DefaultMaxHandshakes is how many streams may be authenticating at
+	// once (TokenReview, agent pod lookup, Hello).
+	DefaultMaxHandshakes = 64
+	// DefaultHandshakeTimeout bounds a connection's TLS handshake and a
+	// stream's authentication up to its Hello.
+	DefaultHandshakeTimeout = 5 * time.Second
+	// DefaultReauthEvery is how often an open stream's token is reviewed
+	// again (never from the cache); a token that no longer authenticates
+	// closes the stream.
+	DefaultReauthEvery = 5 * time.Minute
+	// DefaultMaxStreamAge bounds a connection's life (gRPC
+	// MaxConnectionAge, with DefaultMaxStreamAgeGrace for the open stream
+	// to end): the agent reconnects, reading its token and CA anew.
+	DefaultMaxStreamAge = time.Hour
+	// DefaultMaxStreamAgeGrace is how long a stream may outlive
+	// MaxStreamAge.
+	DefaultMaxStreamAgeGrace = time.Minute
+	// DefaultFailedReviewTTL is how long a token that failed its
+	// TokenReview is refused without another review.
+	DefaultFailedReviewTTL = 10 * time.Second
+	// DefaultReviewsPerSecond and DefaultReviewBurst bound the
+	// TokenReviews one source IP may cause (cache misses only).
+	DefaultReviewsPerSecond = 1
+	// DefaultReviewBurst is the burst of DefaultReviewsPerSecond.
+	DefaultReviewBurst = 20
+	// DefaultMaxPendingOOM bounds the OOM events about pods the leader's
+	// cache does not hold yet, kept per agent until the pod appears.
+	DefaultMaxPendingOOM = 1000
+	// DefaultPendingOOMTTL is how long such an event is kept before it
+	// expires (counted in kerf_stream_oom_events_expired_total).
+	DefaultPendingOOMTTL = 2 * time.Minute
 )
 
 // apiTimeout bounds each apiserver call made while a stream opens.
@@ -68,12 +104,51 @@ type Config struct {
 	// ReviewTTL is how long a positive TokenReview is reused; zero means
 	// DefaultReviewTTL.
 	ReviewTTL time.Duration
-	// MaxContainers is how many containers one stream may index at once;
-	// zero means DefaultMaxContainers.
-	MaxContainers int
 	// MaxMessageBytes is the largest message NewGRPCServer accepts; zero
 	// means streamv1.MaxMessageBytes.
 	MaxMessageBytes int
+	// Limits bound what agents and unauthenticated callers may cost the
+	// leader; zero fields take their defaults.
+	Limits
+}
+
+// Limits bound the stream's use of the leader's memory and of the
+// apiserver (docs/security.md); zero fields mean their Default.
+type Limits struct {
+	// MaxContainers is how many containers one stream may index at once;
+	// zero means DefaultMaxContainers.
+	MaxContainers int
+	// MaxStreams bounds the authenticated streams served at once; zero
+	// means DefaultMaxStreams. A node has one stream at most: a new one
+	// replaces (closes) the older.
+	MaxStreams int
+	// MaxHandshakes bounds the streams authenticating at once; zero means
+	// DefaultMaxHandshakes.
+	MaxHandshakes int
+	// HandshakeTimeout bounds the TLS handshake and, separately, a
+	// stream's authentication up to its Hello; zero means
+	// DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// ReauthEvery is how often an open stream's token is reviewed again;
+	// zero means DefaultReauthEvery.
+	ReauthEvery time.Duration
+	// MaxStreamAge bounds a connection's life; zero means
+	// DefaultMaxStreamAge.
+	MaxStreamAge time.Duration
+	// FailedReviewTTL is how long a failed token is refused without a
+	// review; zero means DefaultFailedReviewTTL.
+	FailedReviewTTL time.Duration
+	// ReviewsPerSecond and ReviewBurst bound the TokenReviews per source
+	// IP; zero means DefaultReviewsPerSecond and DefaultReviewBurst.
+	ReviewsPerSecond float64
+	// ReviewBurst is the burst of ReviewsPerSecond.
+	ReviewBurst int
+	// MaxPendingOOM bounds the OOM events kept per agent about pods the
+	// cache does not hold yet; zero means DefaultMaxPendingOOM.
+	MaxPendingOOM int
+	// PendingOOMTTL is how long such an event waits for its pod; zero
+	// means DefaultPendingOOMTTL.
+	PendingOOMTTL time.Duration
 }
 
 // Server is the leader's stream service (docs/design.md section 6). It is
@@ -85,9 +160,18 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	reviews reviewCache
+	// failed caches the tokens whose review failed, briefly.
+	failed reviewCache
+	// sources limit the TokenReviews per source IP.
+	sources sourceLimiters
+	// handshakes is a semaphore of the streams authenticating.
+	handshakes chan struct{}
 
 	nodesMu sync.Mutex
 	nodes   map[string]*nodeState
+	// streams counts the authenticated streams; nextStream numbers them.
+	streams    int
+	nextStream uint64
 }
 
 // New returns a Server for cfg, or an error naming the missing field.
@@ -107,6 +191,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("stream config: Leading is required")
 	case cfg.ReviewTTL < 0 || cfg.MaxContainers < 0 || cfg.MaxMessageBytes < 0:
 		return nil, errors.New("stream config: ReviewTTL, MaxContainers and MaxMessageBytes must not be negative")
+	case cfg.MaxStreams < 0 || cfg.MaxHandshakes < 0 || cfg.HandshakeTimeout < 0 || cfg.ReauthEvery < 0 || cfg.MaxStreamAge < 0:
+		return nil, errors.New("stream config: MaxStreams, MaxHandshakes, HandshakeTimeout, ReauthEvery and MaxStreamAge must not be negative")
+	case cfg.FailedReviewTTL < 0 || cfg.ReviewsPerSecond < 0 || cfg.ReviewBurst < 0 || cfg.MaxPendingOOM < 0 || cfg.PendingOOMTTL < 0:
+		return nil, errors.New("stream config: FailedReviewTTL, ReviewsPerSecond, ReviewBurst, MaxPendingOOM and PendingOOMTTL must not be negative")
 	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
@@ -126,12 +214,32 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = streamv1.MaxMessageBytes
 	}
-	return &Server{cfg: cfg, log: cfg.Log, metrics: newMetrics(cfg.Registerer), nodes: map[string]*nodeState{}}, nil
+	setDefault(&cfg.MaxStreams, DefaultMaxStreams)
+	setDefault(&cfg.MaxHandshakes, DefaultMaxHandshakes)
+	setDefault(&cfg.HandshakeTimeout, DefaultHandshakeTimeout)
+	setDefault(&cfg.ReauthEvery, DefaultReauthEvery)
+	setDefault(&cfg.MaxStreamAge, DefaultMaxStreamAge)
+	setDefault(&cfg.FailedReviewTTL, DefaultFailedReviewTTL)
+	setDefault(&cfg.ReviewsPerSecond, DefaultReviewsPerSecond)
+	setDefault(&cfg.ReviewBurst, DefaultReviewBurst)
+	setDefault(&cfg.MaxPendingOOM, DefaultMaxPendingOOM)
+	setDefault(&cfg.PendingOOMTTL, DefaultPendingOOMTTL)
+	return &Server{cfg: cfg, log: cfg.Log, metrics: newMetrics(cfg.Registerer), nodes: map[string]*nodeState{},
+		handshakes: make(chan struct{}, cfg.MaxHandshakes), sources: sourceLimiters{}}, nil
+}
+
+// setDefault sets *v to def when it is zero.
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 // NewGRPCServer returns a gRPC server with srv registered, TLS from
-// tlsConfig and srv's message size limit. tlsConfig must not be nil: the
-// agents' tokens travel on this connection.
+// tlsConfig and srv's limits: message size, handshake time, connection age,
+// streams per connection. tlsConfig must not be nil: the agents' tokens
+// travel on this connection.
 func NewGRPCServer(srv *Server, tlsConfig *tls.Config) *grpc.Server {
 	if tlsConfig == nil {
 		panic("stream: NewGRPCServer needs a TLS config")
@@ -139,48 +247,95 @@ func NewGRPCServer(srv *Server, tlsConfig *tls.Config) *grpc.Server {
 	g := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsConfig)),
 		grpc.MaxRecvMsgSize(srv.cfg.MaxMessageBytes),
+		// A connection that does not finish its TLS handshake in time is
+		// closed (gRPC's default is 120 s).
+		grpc.ConnectionTimeout(srv.cfg.HandshakeTimeout),
+		// An agent opens one stream per connection.
+		grpc.MaxConcurrentStreams(streamsPerConnection),
 		// Agents ping every streamv1.KeepaliveTime on an open stream; a ping more
 		// often than half of it is abuse (GOAWAY "too_many_pings").
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: streamv1.KeepaliveTime / 2}),
 		// The leader pings a quiet agent too, so a stream to a vanished
-		// node ends (and its gauge drops) within two minutes.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * streamv1.KeepaliveTime, Timeout: streamv1.KeepaliveTimeout}),
+		// node ends (and its gauge drops) within two minutes; and no
+		// connection outlives MaxStreamAge (plus its grace): the agent
+		// reconnects with its current token.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * streamv1.KeepaliveTime, Timeout: streamv1.KeepaliveTimeout,
+			MaxConnectionAge: srv.cfg.MaxStreamAge, MaxConnectionAgeGrace: DefaultMaxStreamAgeGrace}),
 	)
 	streamv1.RegisterStreamServer(g, srv)
 	return g
 }
 
+// streamsPerConnection is how many concurrent streams a connection may
+// carry: an agent needs one, a reconnect may overlap.
+const streamsPerConnection = 2
+
+// received is one Recv's result.
+type received struct {
+	msg *streamv1.AgentMessage
+	err error
+}
+
 // Connect implements streamv1.StreamServer: it authenticates the agent,
 // checks its Hello against the node of its pod, then ingests its reports
-// until the agent closes the stream or sends a malformed message.
+// until the agent closes the stream, sends a malformed message, its token
+// stops authenticating or a newer stream of its node replaces it.
 func (s *Server) Connect(st grpc.BidiStreamingServer[streamv1.AgentMessage, streamv1.LeaderMessage]) error {
 	if !s.cfg.Leading() {
 		return s.refuse(codes.Unavailable, "not_leader", "not the leader")
 	}
-	a, err := s.authenticate(st.Context())
+	ctx, cancel := context.WithCancelCause(st.Context())
+	defer cancel(nil)
+	// One goroutine receives, so that the stream can end on something
+	// else than a message (a deadline, a revoked token, a newer stream).
+	// It is unbuffered: one message at a time is held.
+	msgs := make(chan received)
+	go func() {
+		for {
+			m, err := st.Recv()
+			select {
+			case msgs <- received{m, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	a, token, hello, err := s.handshake(ctx, msgs)
 	if err != nil {
 		return err
 	}
-	first, err := st.Recv()
+	id, err := s.claimNode(a.node, cancel)
 	if err != nil {
-		return recvErr(err)
-	}
-	hello := first.GetHello()
-	if hello == nil {
-		return s.refuse(codes.InvalidArgument, "no_hello", "the first message must be a Hello")
-	}
-	if hello.GetNodeName() != a.node {
-		return s.refuse(codes.PermissionDenied, "node_mismatch", "hello.node_name %q is not the node %q of agent pod %s", hello.GetNodeName(), a.node, a.pod)
+		return err
 	}
 	log := s.log.With("node", a.node, "agentPod", a.pod, "bootID", hello.GetBootId())
 	log.Info("agent connected", "agentVersion", hello.GetAgentVersion(), "oomSource", hello.GetOomSource().String(),
 		"agentStart", time.Unix(0, hello.GetStartedAtUnixNs()))
 	s.metrics.connected.Inc()
 	defer s.metrics.connected.Dec()
-
 	in := newIngest(s, a.node, hello)
+	defer s.releaseNode(a.node, id)
+	go s.reauthenticate(ctx, cancel, token, log)
+
+	retry := time.NewTicker(pendingRetry)
+	defer retry.Stop()
 	for {
-		msg, err := st.Recv()
+		var r received
+		select {
+		case r = <-msgs:
+		case <-retry.C:
+			in.retryPending()
+			continue
+		case <-ctx.Done():
+			err := context.Cause(ctx)
+			log.Info("closing stream", "err", err)
+			return err
+		}
+		msg, err := r.msg, r.err
 		if err != nil {
 			log.Info("agent disconnected", "err", err)
 			return recvErr(err)
@@ -193,7 +348,11 @@ func (s *Server) Connect(st grpc.BidiStreamingServer[streamv1.AgentMessage, stre
 		case *streamv1.AgentMessage_Hello:
 			err = malformed("hello_repeated", "hello was already sent")
 		case *streamv1.AgentMessage_Counters:
-			err = in.counters(b.Counters)
+			var resync bool
+			if resync, err = in.counters(b.Counters); err == nil && resync {
+				reply = &streamv1.LeaderMessage{Body: &streamv1.LeaderMessage_Resync{Resync: &streamv1.Resync{
+					Reason: fmt.Sprintf("more than %d indexes given since the last snapshot", in.maxIndexes())}}}
+			}
 		case *streamv1.AgentMessage_OomEvent:
 			var seq uint64
 			if seq, err = in.oom(b.OomEvent); err == nil {
@@ -211,7 +370,7 @@ func (s *Server) Connect(st grpc.BidiStreamingServer[streamv1.AgentMessage, stre
 			var m *malformedError
 			if errors.As(err, &m) {
 				log.Warn("closing stream", "reason", m.reason, "err", m.msg)
-				return s.refuse(m.code, m.reason, "%s", m.msg)
+				return s.refuse(m.code, m.reason, "%s: %s", m.reason, m.msg)
 			}
 			return err
 		}
@@ -219,6 +378,71 @@ func (s *Server) Connect(st grpc.BidiStreamingServer[streamv1.AgentMessage, stre
 			if err := st.Send(reply); err != nil {
 				return err
 			}
+		}
+	}
+}
+
+// handshake authenticates the stream and reads its Hello within the
+// handshake timeout, as one of at most MaxHandshakes at once.
+func (s *Server) handshake(ctx context.Context, msgs <-chan received) (agent, string, *streamv1.Hello, error) {
+	timer := time.NewTimer(s.cfg.HandshakeTimeout)
+	defer timer.Stop()
+	select {
+	case s.handshakes <- struct{}{}:
+		defer func() { <-s.handshakes }()
+	case <-timer.C:
+		return agent{}, "", nil, s.refuse(codes.ResourceExhausted, "too_many_handshakes", "more than %d streams authenticating at once", s.cfg.MaxHandshakes)
+	case <-ctx.Done():
+		return agent{}, "", nil, context.Cause(ctx)
+	}
+	hctx, cancel := context.WithTimeout(ctx, s.cfg.HandshakeTimeout)
+	defer cancel()
+	a, token, err := s.authenticate(hctx)
+	if err != nil {
+		return agent{}, "", nil, err
+	}
+	var r received
+	select {
+	case r = <-msgs:
+	case <-hctx.Done():
+		return agent{}, "", nil, s.refuse(codes.DeadlineExceeded, "handshake_timeout", "no hello within %s", s.cfg.HandshakeTimeout)
+	}
+	if r.err != nil {
+		return agent{}, "", nil, recvErr(r.err)
+	}
+	hello := r.msg.GetHello()
+	if hello == nil {
+		return agent{}, "", nil, s.refuse(codes.InvalidArgument, "no_hello", "the first message must be a Hello")
+	}
+	if hello.GetNodeName() != a.node {
+		return agent{}, "", nil, s.refuse(codes.PermissionDenied, "node_mismatch", "hello.node_name %q is not the node %q of agent pod %s", hello.GetNodeName(), a.node, a.pod)
+	}
+	return a, token, hello, nil
+}
+
+// reauthenticate reviews the stream's token every ReauthEvery, never from
+// the cache, and ends the stream once the token no longer authenticates
+// (revoked: its pod, secret or service account deleted; or expired). An
+// apiserver that cannot answer leaves the stream open.
+func (s *Server) reauthenticate(ctx context.Context, cancel context.CancelCauseFunc, token string, log *slog.Logger) {
+	t := time.NewTicker(s.cfg.ReauthEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, err := s.tokenReview(ctx, token)
+		var refused *refusal
+		if errors.As(err, &refused) {
+			s.reviews.forget(tokenKey(token))
+			log.Warn("token no longer authenticates, closing stream", "err", err)
+			cancel(s.refuse(codes.Unauthenticated, "token_revoked", "the stream's token no longer authenticates: %s", refused.msg))
+			return
+		}
+		if err != nil {
+			log.Warn("token review of an open stream failed, keeping it open", "err", err)
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
@@ -51,6 +52,11 @@ type fixture struct {
 	addr     string
 	creds    credentials.TransportCredentials
 
+	// namespace holds the agent's service account and pod (agentPod);
+	// cs is the apiserver's admin client.
+	namespace, agentPod string
+	cs                  kubernetes.Interface
+
 	podA, podB types.UID
 	// agentToken is bound to the agent pod on node-a; wrongAudience is
 	// the same but for another audience; otherSA is another service
@@ -59,7 +65,11 @@ type fixture struct {
 	agentToken, wrongAudience, otherSA, unbound string
 }
 
-func newFixture(t *testing.T) *fixture {
+// fixtureOption changes the fixture's server config or pod cache before
+// they are built.
+type fixtureOption func(*Config, *cache.Options)
+
+func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 	t.Helper()
 	cp := controlplane.Get(t)
 	cs := cp.Clientset
@@ -72,6 +82,7 @@ func newFixture(t *testing.T) *fixture {
 	created, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kerf-system-"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	testNamespace := created.Name
+	f.namespace, f.agentPod, f.cs = testNamespace, "kerf-agent-a", cs
 	for _, sa := range []string{"kerf-agent", "other"} {
 		_, err := cs.CoreV1().ServiceAccounts(testNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
 		require.NoError(t, err)
@@ -86,7 +97,23 @@ func newFixture(t *testing.T) *fixture {
 	f.unbound = streamtest.CreateToken(t, cs, testNamespace, "kerf-agent", testAudience, nil)
 
 	// The pods as the leader reads them: its cache, indexed by UID.
-	podCache, err := cache.New(cp.Config, cache.Options{Scheme: kube.Scheme})
+	cfg := Config{
+		Audience:           testAudience,
+		ServiceAccountName: "kerf-agent",
+		Clientset:          cs,
+		Kernel:             f.memory,
+		Statuses:           f.statuses,
+		Usage:              f.usage,
+		Leading:            f.leading.Load,
+		Registerer:         prometheus.NewRegistry(),
+		Log:                slog.New(slog.NewTextHandler(streamtest.LogWriter(t), nil)),
+	}
+	cacheOpts := cache.Options{Scheme: kube.Scheme}
+	for _, o := range opts {
+		o(&cfg, &cacheOpts)
+	}
+	f.memory = cfg.Kernel
+	podCache, err := cache.New(cp.Config, cacheOpts)
 	require.NoError(t, err)
 	require.NoError(t, IndexPodsByUID(ctx, podCache))
 	cacheCtx, stopCache := context.WithCancel(context.Background())
@@ -96,19 +123,8 @@ func newFixture(t *testing.T) *fixture {
 	require.True(t, podCache.WaitForCacheSync(ctx), "the pod cache never synced")
 	pods := CachedPods{Reader: podCache}
 
-	f.srv, err = New(Config{
-		Audience:                testAudience,
-		ServiceAccountNamespace: testNamespace,
-		ServiceAccountName:      "kerf-agent",
-		Clientset:               cs,
-		Pods:                    pods,
-		Kernel:                  f.memory,
-		Statuses:                f.statuses,
-		Usage:                   f.usage,
-		Leading:                 f.leading.Load,
-		Registerer:              prometheus.NewRegistry(),
-		Log:                     slog.New(slog.NewTextHandler(streamtest.LogWriter(t), nil)),
-	})
+	cfg.ServiceAccountNamespace, cfg.Pods = testNamespace, pods
+	f.srv, err = New(cfg)
 	require.NoError(t, err)
 
 	serverTLS, pool := streamtest.SelfSigned(t)
@@ -325,51 +341,51 @@ func TestStream(t *testing.T) {
 		send(st, h,
 			// The first usage of the index is absolute; a pass without
 			// usage leaves it; the next is relative, memory down too.
-			counters(1e9, &streamv1.ContainerCounters{Index: 1, PodUid: string(f.podA), Container: "use", Periods: 10,
+			counters(1e9, &streamv1.ContainerCounters{Index: 1, PodUid: string(f.podA), Container: "app", Periods: 10,
 				Usage: usage(2e9, 100<<20, 300<<20)}),
 			counters(2e9, &streamv1.ContainerCounters{Index: 1, Periods: 10}),
 			counters(11e9, &streamv1.ContainerCounters{Index: 1, Periods: 10, Usage: usage(1e9, -20<<20, -180<<20)}),
-			oom(1, f.podA, "use"),
+			oom(1, f.podA, "app"),
 		)
 		assert.Equal(t, uint64(1), recvAck(t, st).GetOomSeq())
-		got := f.usage.Since(f.podA, "use", time.Time{}, nil)
+		got := f.usage.Since(f.podA, "app", time.Time{}, nil)
 		require.Len(t, got, 2)
 		assert.Equal(t, []any{2 * time.Second, uint64(100 << 20), uint64(300 << 20)}, []any{got[0].CPU, got[0].WorkingSet, got[0].Peak})
 		assert.Equal(t, []any{3 * time.Second, uint64(80 << 20), uint64(120 << 20)}, []any{got[1].CPU, got[1].WorkingSet, got[1].Peak})
 		assert.Equal(t, 10*time.Second, got[1].At.Sub(got[0].At), "kernel distances are kept")
 
-		send(st, gone, oom(2, f.podA, "use"))
+		send(st, gone, oom(2, f.podA, "app"))
 		assert.Equal(t, uint64(2), recvAck(t, st).GetOomSeq())
-		_, ok := f.usage.Latest(f.podA, "use")
+		_, ok := f.usage.Latest(f.podA, "app")
 		assert.False(t, ok, "a container gone is forgotten")
 
 		// A working set below zero is a broken message.
-		send(st, counters(40e9, &streamv1.ContainerCounters{Index: 2, PodUid: string(f.podA), Container: "use2", Usage: usage(1, -1, 0)}))
+		send(st, counters(40e9, &streamv1.ContainerCounters{Index: 2, PodUid: string(f.podA), Container: "app", Usage: usage(1, -1, 0)}))
 		assert.Equal(t, codes.InvalidArgument, closedWith(t, st))
 	})
 
 	t.Run("SnapshotRestartsTheIndexTable", func(t *testing.T) {
 		st := f.connect(t, f.agentToken)
-		first := &streamv1.ContainerCounters{Index: 1, PodUid: string(f.podA), Container: "snap", Periods: 10}
+		first := &streamv1.ContainerCounters{Index: 1, PodUid: string(f.podA), Container: "app", Periods: 10}
 		snapshot := counters(2e9, first)
 		snapshot.GetCounters().Snapshot = true
-		send(st, hello("node-a"), counters(1e9, first), snapshot, oom(1, f.podA, "snap"))
+		send(st, hello("node-a"), counters(1e9, first), snapshot, oom(1, f.podA, "app"))
 		assert.Equal(t, uint64(1), recvAck(t, st).GetOomSeq(), "an index given again in a snapshot is not a reuse")
 	})
 
 	t.Run("LosingLeadershipEndsOpenStreams", func(t *testing.T) {
 		st := f.connect(t, f.agentToken)
-		send(st, hello("node-a"), oom(1, f.podA, "lead"))
+		send(st, hello("node-a"), oom(1, f.podA, "app"))
 		assert.Equal(t, uint64(1), recvAck(t, st).GetOomSeq())
 		f.leading.Store(false)
 		defer f.leading.Store(true)
-		send(st, oom(2, f.podA, "lead"))
+		send(st, oom(2, f.podA, "app"))
 		assert.Equal(t, codes.Unavailable, closedWith(t, st))
 	})
 
 	many := make([]*streamv1.ContainerCounters, DefaultMaxContainers+1)
 	for i := range many {
-		many[i] = &streamv1.ContainerCounters{Index: uint32(i), PodUid: string(f.podA), Container: "many"}
+		many[i] = &streamv1.ContainerCounters{Index: uint32(i), PodUid: string(f.podA), Container: "app"}
 	}
 	tests := []struct {
 		name       string
@@ -398,12 +414,12 @@ func TestStream(t *testing.T) {
 			want: codes.InvalidArgument, reason: "unknown_index"},
 		{name: "IndexReuseIsInvalid", token: f.agentToken,
 			msgs: []*streamv1.AgentMessage{hello("node-a"),
-				counters(1, &streamv1.ContainerCounters{Index: 3, PodUid: string(f.podA), Container: "reuse"}),
-				counters(2, &streamv1.ContainerCounters{Index: 3, PodUid: string(f.podA), Container: "reuse"})},
+				counters(1, &streamv1.ContainerCounters{Index: 3, PodUid: string(f.podA), Container: "app"}),
+				counters(2, &streamv1.ContainerCounters{Index: 3, PodUid: string(f.podA), Container: "app"})},
 			want: codes.InvalidArgument, reason: "index_reused"},
 		{name: "CountersGoingBackwardsAreInvalid", token: f.agentToken,
 			msgs: []*streamv1.AgentMessage{hello("node-a"),
-				counters(1, &streamv1.ContainerCounters{Index: 4, PodUid: string(f.podA), Container: "back", Periods: 10}),
+				counters(1, &streamv1.ContainerCounters{Index: 4, PodUid: string(f.podA), Container: "app", Periods: 10}),
 				counters(2, &streamv1.ContainerCounters{Index: 4, Periods: ^uint64(0)})},
 			want: codes.InvalidArgument, reason: "counters_backwards"},
 		{name: "ContainerEventWithoutSeqIsInvalid", token: f.agentToken,

@@ -38,10 +38,14 @@ type webhookEnv struct {
 	injector *Injector
 	addr     string // the webhook server's host:port
 	stop     func() // stops the webhook server and waits for it
+	// servingCA is the CA of the webhook's serving certificate.
+	servingCA []byte
 }
 
 // startWebhook serves the injector over HTTPS on a free loopback port with
-// the self-managed certificate, and registers it with the apiserver through
+// the self-managed certificate, requiring the apiserver's client
+// certificate (controlplane.WebhookClientName, signed by the control
+// plane's WebhookClientCA), and registers it with the apiserver through
 // Configuration, its clientConfig pointed at the loopback URL and its
 // caBundle set by cert.PatchCABundle.
 func startWebhook(t *testing.T) *webhookEnv {
@@ -70,11 +74,14 @@ func startWebhook(t *testing.T) *webhookEnv {
 	}, testLogger(t))
 	require.NoError(t, err)
 
+	auth := ClientAuth{CAFile: cp.WebhookClientCA, Names: []string{controlplane.WebhookClientName}}
+	tlsConfig, err := auth.ServerTLS(cert.TLSConfig(serving.GetCertificate), testLogger(t))
+	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srvCtx, stopSrv := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- ServeListener(srvCtx, ln, cert.TLSConfig(serving.GetCertificate), Mux(injector)) }()
+	go func() { done <- ServeListener(srvCtx, ln, tlsConfig, Mux(injector)) }()
 	stopped := false
 	stop := func() {
 		if stopped {
@@ -97,7 +104,7 @@ func startWebhook(t *testing.T) *webhookEnv {
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: configName}, &got))
 	require.Equal(t, serving.CABundle(), got.Webhooks[0].ClientConfig.CABundle)
 
-	env := &webhookEnv{c: c, cache: informers, injector: injector, addr: ln.Addr().String(), stop: stop}
+	env := &webhookEnv{c: c, cache: informers, injector: injector, addr: ln.Addr().String(), stop: stop, servingCA: serving.CABundle()}
 	env.waitUntilCalled(t)
 	return env
 }

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/internal/authn"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/node/oom"
@@ -52,10 +53,10 @@ func main() {
 	kubeletRoot := fs.String("kubelet-cgroup-root", "/", "the kubelet's --cgroup-root")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name: the apiserver discovery watches its pods, the stream reports it (required with --leader-addr or --discovery=apiserver)")
 	leaderAddr := fs.String("leader-addr", "", "the leader's stream address, host:port (empty: no stream)")
-	leaderCA := fs.String("leader-ca", "", "CA certificate file that signed the leader's stream certificate")
+	leaderCA := fs.String("leader-ca", "", "CA certificate file that signed the leader's stream certificate; read again on each connect")
 	leaderServerName := fs.String("leader-server-name", "", "name the leader's stream certificate is verified against (default: the host of --leader-addr), e.g. kerf-leader.kerf-system.svc when dialling the Service's IP")
 	tokenFile := fs.String("token-file", "/var/run/secrets/kerf/token", "projected service-account token (audience: the leader's) sent on the stream")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for the apiserver pod discovery (default: in-cluster configuration)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for the apiserver pod discovery and the reviews of /metrics' callers (default: in-cluster configuration)")
 	discovery := fs.String("discovery", node.DiscoveryAuto, "where the node's pods come from: "+strings.Join(node.DiscoveryModes, ", ")+
 		" (auto: the kubelet's Pods API when its socket answers, else an apiserver informer on --node-name's pods)")
 	podsAPISocket := fs.String("pods-api-socket", node.DefaultPodsAPISocket, "the kubelet's Pods API socket (<kubelet --root-dir>/pods-api/pods-api.sock)")
@@ -107,7 +108,7 @@ func main() {
 			os.Exit(2)
 		}
 		tlsConfig.ServerName = *leaderServerName
-		sc, err := stream.NewClient(stream.Config{Addr: *leaderAddr, TLS: tlsConfig, TokenFile: *tokenFile,
+		sc, err := stream.NewClient(stream.Config{Addr: *leaderAddr, TLS: tlsConfig, CAFile: *leaderCA, TokenFile: *tokenFile,
 			NodeName: *nodeName, OOMSource: agent.OOMSource(), Registerer: reg, Log: log})
 		if err != nil {
 			log.Error("kerf-agent cannot start", "err", err)
@@ -115,9 +116,24 @@ func main() {
 		}
 		agent.SetStream(sc)
 	}
+	// /metrics asks the caller's token (TokenReview, then a
+	// SubjectAccessReview for get /metrics) of the apiserver, as the
+	// agent itself: docs/security.md.
+	kc, err := restConfig(*kubeconfig)
+	if err != nil {
+		log.Error("kerf-agent cannot start", "err", fmt.Errorf("/metrics authenticates its callers with the apiserver: %w", err))
+		os.Exit(2)
+	}
+	metricsAuth, err := authn.New(authn.Config{REST: kc})
+	if err != nil {
+		log.Error("kerf-agent cannot start", "err", err)
+		os.Exit(2)
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- agent.Run(ctx) }()
-	go func() { errc <- endpoints.New(reg, nil, endpoints.Uncompressed()).Serve(ctx, *metricsAddr) }()
+	go func() {
+		errc <- endpoints.New(reg, nil, endpoints.Uncompressed(), endpoints.MetricsAuthorizedBy(metricsAuth)).Serve(ctx, *metricsAddr)
+	}()
 	for range 2 {
 		if err := <-errc; err != nil {
 			log.Error("kerf-agent stopped", "err", err)

@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	_ "time/tzdata" // freeze windows name IANA time zones; the image has no zoneinfo
 
@@ -28,6 +29,8 @@ import (
 	"github.com/kerf-dev/kerf/cluster/forward"
 	"github.com/kerf-dev/kerf/cluster/promql"
 	"github.com/kerf-dev/kerf/cluster/signals"
+	"github.com/kerf-dev/kerf/cluster/stream"
+	"github.com/kerf-dev/kerf/cluster/webhook"
 )
 
 func envOr(name, def string) string {
@@ -50,6 +53,9 @@ func main() {
 	webhookCertDir := fs.String("webhook-cert-dir", "", "directory with tls.crt and tls.key for the webhook (default: a self-managed certificate)")
 	webhookService := fs.String("webhook-service", "kerf-webhook", "Service the apiserver calls the webhook through (names the self-managed certificate)")
 	webhookSecret := fs.String("webhook-secret", "kerf-webhook-cert", "Secret that holds the self-managed certificate, shared by the replicas")
+	webhookClientCA := fs.String("webhook-client-ca", "", "PEM file of the CA the apiserver's client certificate (its admission kubeconfig) must chain to; the webhook refuses callers without one (read again when it changes; docs/install.md)")
+	webhookClientNames := fs.String("webhook-client-name", webhook.DefaultClientName, "comma-separated common names accepted on the webhook caller's certificate (empty: any certificate --webhook-client-ca signed)")
+	webhookAllowUnauthenticated := fs.Bool("webhook-allow-unauthenticated", false, "serve the webhook without authenticating its callers, where the apiserver cannot be given a client certificate (a forged AdmissionReview then reads any namespace's values)")
 	streamAddr := fs.String("stream-addr", "", "gRPC address of the agents' stream, served by the leader (empty: none)")
 	streamCertDir := fs.String("stream-cert-dir", "", "directory with tls.crt and tls.key for the stream (default: a self-managed certificate)")
 	streamService := fs.String("stream-service", "kerf-leader", "Service the agents reach the stream through (names the self-managed certificate)")
@@ -57,6 +63,15 @@ func main() {
 	streamCAConfigMap := fs.String("stream-ca-configmap", "kerf-leader-ca", "ConfigMap where the stream's self-managed CA bundle is published (key ca.crt) for the agents")
 	agentAudience := fs.String("agent-audience", "kerf-leader", "audience the agents' service-account tokens must carry")
 	agentSA := fs.String("agent-service-account", "kerf-agent", "the agents' service account, in --namespace")
+	var limits stream.Limits
+	fs.IntVar(&limits.MaxStreams, "stream-max-streams", stream.DefaultMaxStreams, "agents' streams served at once (one per node; a node's newer stream replaces its older)")
+	fs.IntVar(&limits.MaxHandshakes, "stream-max-handshakes", stream.DefaultMaxHandshakes, "streams authenticating at once")
+	fs.DurationVar(&limits.HandshakeTimeout, "stream-handshake-timeout", stream.DefaultHandshakeTimeout, "time for a connection's TLS handshake, and for a stream's authentication up to its Hello")
+	fs.DurationVar(&limits.ReauthEvery, "stream-reauth-every", stream.DefaultReauthEvery, "how often an open stream's token is reviewed again (a revoked token closes it)")
+	fs.DurationVar(&limits.MaxStreamAge, "stream-max-age", stream.DefaultMaxStreamAge, "longest life of an agent's connection (gRPC MaxConnectionAge)")
+	fs.Float64Var(&limits.ReviewsPerSecond, "stream-reviews-per-second", stream.DefaultReviewsPerSecond, "TokenReviews one source IP may cause per second (cache misses)")
+	fs.IntVar(&limits.ReviewBurst, "stream-review-burst", stream.DefaultReviewBurst, "burst of --stream-reviews-per-second")
+	fs.IntVar(&limits.MaxContainers, "stream-max-containers", stream.DefaultMaxContainers, "containers one node's agent may report at once")
 	cadvisorFallback := fs.Bool("cadvisor-fallback", false, "read CPU throttling from the agents' stream when --metrics-url is not set (health.cadvisorFallback)")
 	metricsURL := fs.String("metrics-url", "", "Prometheus-compatible URL to read CPU throttling from (health.metricsURL; empty: not from Prometheus)")
 	hubURL := fs.String("hub-url", "", "kerf-hub's base URL (https://host:port) to forward every recorded action to (empty: none; docs/hub.md)")
@@ -105,6 +120,21 @@ func main() {
 	// docs/install.md).
 	cfg.Webhook = cluster.WebhookConfig{Cert: cert.Source{Dir: *webhookCertDir, SelfManaged: cert.Options{
 		Namespace: *namespace, ServiceName: *webhookService, SecretName: *webhookSecret, WebhookConfiguration: *webhookConfig}}}
+	if *webhookAddr != "" {
+		auth := webhook.ClientAuth{CAFile: *webhookClientCA, AllowUnauthenticated: *webhookAllowUnauthenticated}
+		// The default name goes with a CA; a name given without one is
+		// refused by Validate.
+		namesSet := false
+		fs.Visit(func(f *flag.Flag) { namesSet = namesSet || f.Name == "webhook-client-name" })
+		if *webhookClientCA != "" || namesSet {
+			auth.Names = splitNames(*webhookClientNames)
+		}
+		if err := auth.Validate(); err != nil {
+			log.Error("--webhook-addr", "err", err)
+			os.Exit(2)
+		}
+		cfg.Webhook.ClientAuth = auth
+	}
 	if *streamAddr != "" {
 		ln, err := net.Listen("tcp", *streamAddr)
 		if err != nil {
@@ -112,7 +142,7 @@ func main() {
 			os.Exit(2)
 		}
 		cfg.Stream = cluster.StreamConfig{Listener: ln,
-			Audience: *agentAudience, ServiceAccountNamespace: *namespace, ServiceAccountName: *agentSA,
+			Audience: *agentAudience, ServiceAccountNamespace: *namespace, ServiceAccountName: *agentSA, Limits: limits,
 			Cert: cert.Source{Dir: *streamCertDir, SelfManaged: cert.Options{
 				Namespace: *namespace, ServiceName: *streamService, SecretName: *streamSecret, CAConfigMap: *streamCAConfigMap}}}
 		// health.cadvisorFallback (off by default, docs/design.md section
@@ -162,6 +192,17 @@ func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, cfg clus
 		return fmt.Errorf("%w: exiting so that only the new leader acts", err)
 	}
 	return err
+}
+
+// splitNames splits a comma-separated flag value, dropping empty names.
+func splitNames(v string) []string {
+	var out []string
+	for n := range strings.SplitSeq(v, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // hubConfig builds the hub forwarder's configuration from the --hub-*

@@ -156,6 +156,10 @@ func runDemo(args []string) int {
 	}
 
 	leaderURL, _ := e.LeaderURL(ctx)
+	proxyURL, err := leaderProxy(ctx, e, log)
+	if err != nil {
+		proxyURL = "(no local proxy: " + err.Error() + ")"
+	}
 	fmt.Printf(`
 == Look around
 
@@ -165,11 +169,14 @@ func runDemo(args []string) int {
   kubectl -n %s describe rsr %s
   kubectl -n %s describe rsr %s   # the recommender's: its Refused event and refused action say what it held back and why
   kubectl -n %s get events --field-selector type=Warning
-  curl -s %s/v1/audit?type=rolled_back        # the audit API (the elected leader)
-  curl -s %s/metrics | grep kerf_actions_total
+  TOKEN=$(kubectl -n kerf-system create token kerf-scenario-reader)   # bound to kerf-metrics-reader and kerf-audit-reader
+  curl -s -H "Authorization: Bearer $TOKEN" '%s/v1/audit?type=rolled_back'   # the audit API (the elected leader)
+  curl -s -H "Authorization: Bearer $TOKEN" %s/metrics | grep kerf_actions_total
 
-  The web pages (open them in a browser on this machine):
-  %s/ui/activity?namespace=%s       Activity, on the leader
+  The leader's web pages, open them in a browser on this machine (a local proxy of
+  this demo adds the reader's token the leader asks for; docs/web.md says what to
+  put in front of a real leader):
+  %s/ui/activity?namespace=%s       Activity
   %s/ui/workloads/%s/%s    the recommender's workload: timeline, chart, refusals
 
   kerf-hub, where the leader forwards every action (SQLite, in the sandbox);
@@ -179,7 +186,7 @@ func runDemo(args []string) int {
   curl -s --cacert %s -H "Authorization: Bearer $(cat %s)" %s/v1/clusters
 
 The cluster stays up until Ctrl-C.
-`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, describe, demoNamespace, scenario.RecommendWorkload.Name, demoNamespace, leaderURL, leaderURL, leaderURL, demoNamespace, leaderURL, demoNamespace, scenario.RecommendWorkload.Name,
+`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, describe, demoNamespace, scenario.RecommendWorkload.Name, demoNamespace, leaderURL, leaderURL, proxyURL, demoNamespace, proxyURL, demoNamespace, scenario.RecommendWorkload.Name,
 		in.Hub.ReadTokenFile, in.Hub.CAFile, in.Hub.URL, in.Hub.URL,
 		in.Hub.CAFile, in.Hub.ReadTokenFile, in.Hub.URL, in.Hub.CAFile, in.Hub.ReadTokenFile, in.Hub.URL)
 	if ctx.Err() == nil {

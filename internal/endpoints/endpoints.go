@@ -1,6 +1,7 @@
 // Package endpoints serves the HTTP endpoints every Kerf binary has:
 // /metrics (Prometheus), /healthz (the process is alive) and /readyz (it can
-// do its job now: for the leader, it holds the lease).
+// do its job now: for the leader, it holds the lease). It also holds the
+// limits every Kerf HTTP server runs with (Limits, Limits.Server).
 package endpoints
 
 import (
@@ -13,34 +14,61 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kerf-dev/kerf/internal/authn"
 )
 
 // Server serves /metrics, /healthz and /readyz, plus any extra handlers.
 type Server struct {
-	mux   *http.ServeMux
-	ready func() bool
+	mux    *http.ServeMux
+	ready  func() bool
+	limits Limits
+}
+
+type settings struct {
+	handler promhttp.HandlerOpts
+	metrics *authn.Authenticator
+	limits  Limits
 }
 
 // Option changes how a Server serves.
-type Option func(*promhttp.HandlerOpts)
+type Option func(*settings)
 
 // Uncompressed serves /metrics without gzip or zstd whatever the scraper
 // accepts. The agent uses it: a node's series are a few hundred KB on the
 // pod network, and the gzip encoder held 2-3 MiB of the agent's heap
 // between scrapes (docs/agent.md, Budget).
 func Uncompressed() Option {
-	return func(o *promhttp.HandlerOpts) { o.DisableCompression = true }
+	return func(s *settings) { s.handler.DisableCompression = true }
+}
+
+// MetricsAuthorizedBy serves /metrics only to callers whose bearer token a
+// authenticates and who may `get` the non-resource URL /metrics (the
+// kerf-metrics-reader ClusterRole): 401 without a valid token, 403 without
+// the right. /healthz and /readyz stay open to the kubelet's probes.
+// Every shipped binary serves its metrics this way (docs/security.md).
+func MetricsAuthorizedBy(a *authn.Authenticator) Option {
+	return func(s *settings) { s.metrics = a }
+}
+
+// WithLimits replaces the server's DefaultLimits.
+func WithLimits(l Limits) Option {
+	return func(s *settings) { s.limits = l }
 }
 
 // New returns a Server that exposes gatherer on /metrics and reports ready
 // while ready returns true (nil means always ready).
 func New(gatherer prometheus.Gatherer, ready func() bool, opts ...Option) *Server {
-	s := &Server{mux: http.NewServeMux(), ready: ready}
-	var ho promhttp.HandlerOpts
+	st := settings{limits: DefaultLimits()}
 	for _, o := range opts {
-		o(&ho)
+		o(&st)
 	}
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, ho))
+	s := &Server{mux: http.NewServeMux(), ready: ready, limits: st.limits}
+	var metrics http.Handler = promhttp.HandlerFor(gatherer, st.handler)
+	if st.metrics != nil {
+		metrics = st.metrics.AuthorizedPath(metrics, nil)
+	}
+	s.mux.Handle("GET /metrics", metrics)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -69,7 +97,7 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 
 // ServeListener is Serve on a listener the caller opened.
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := s.limits.Server(s.mux, "/healthz", "/readyz")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -25,6 +25,7 @@ func (l layout) kubeconfigFor(user string) string {
 	return filepath.Join(l.state, "kubeconfigs", user+".kubeconfig")
 }
 func (l layout) adminKubeconfig() string    { return filepath.Join(l.state, "kubeconfig") }
+func (l layout) admissionConfig() string    { return filepath.Join(l.state, "admission.yaml") }
 func (l layout) containerdDir() string      { return filepath.Join(l.state, "containerd") }
 func (l layout) containerdConfig() string   { return filepath.Join(l.state, "containerd", "config.toml") }
 func (l layout) containerdSocket() string   { return filepath.Join(l.state, "run", "containerd.sock") }
@@ -209,15 +210,61 @@ func writeConfigs(l layout, node string) error {
 			return err
 		}
 	}
+	if err := writeWebhookClientKubeconfig(l); err != nil {
+		return err
+	}
 	files := map[string]string{
 		l.containerdConfig():                              containerdConfig(l),
 		filepath.Join(l.cniConfDir(), "10-kerf.conflist"): cniConfig(l),
 		l.kubeletConfig():                                 kubeletConfig(l),
+		l.admissionConfig():                               admissionConfig(l),
 	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
+	}
+	return nil
+}
+
+// admissionConfig hands the apiserver's webhook client certificate to both
+// webhook admission plugins, as docs/install.md asks of a production
+// apiserver: kerf-leader's webhook refuses callers without it.
+func admissionConfig(l layout) string {
+	kc := l.kubeconfigFor("apiserver-webhook-client")
+	return `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: MutatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: ` + kc + `
+  - name: ValidatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: ` + kc + `
+`
+}
+
+// writeWebhookClientKubeconfig writes the kubeconfig of admissionConfig:
+// the client certificate pki/apiserver-webhook-client for every webhook
+// ("*": a webhook's Service, host or URL).
+func writeWebhookClientKubeconfig(l layout) error {
+	crt, err := os.ReadFile(l.pkiFile("apiserver-webhook-client.crt"))
+	if err != nil {
+		return err
+	}
+	key, err := os.ReadFile(l.pkiFile("apiserver-webhook-client.key"))
+	if err != nil {
+		return err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.AuthInfos["*"] = &clientcmdapi.AuthInfo{ClientCertificateData: crt, ClientKeyData: key}
+	path := l.kubeconfigFor("apiserver-webhook-client")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("write kubeconfig %s: %w", path, err)
 	}
 	return nil
 }

@@ -40,6 +40,9 @@ func identities(node string) []identity {
 			dns: []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"},
 			ips: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(NodeIP), net.ParseIP(APIServiceIP)}},
 		{file: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}},
+		// What the apiserver presents to admission webhooks (its admission
+		// kubeconfig); kerf-leader's webhook accepts this name only.
+		{file: "apiserver-webhook-client", cn: "kube-apiserver-webhook-client"},
 		{file: "admin", cn: "kerf-sandbox-admin", orgs: []string{"system:masters"}},
 		{file: "kubelet-client", cn: "system:node:" + node, orgs: []string{"system:nodes"}},
 		{file: "kubelet-serving", cn: node, server: true, dns: []string{node, "localhost"},

@@ -233,6 +233,7 @@ func (r *resolved) components() []component {
 			"--client-ca-file=" + pki("ca.crt"),
 			"--authorization-mode=Node,RBAC",
 			"--enable-admission-plugins=NodeRestriction",
+			"--admission-control-config-file=" + l.admissionConfig(),
 			"--allow-privileged=true",
 			"--service-cluster-ip-range=" + ServiceCIDR,
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",

@@ -59,6 +59,10 @@ type Env struct {
 	Kills *KillLog
 
 	mu sync.Mutex
+	// tokenMu guards the reader's token (ReaderToken).
+	tokenMu      sync.Mutex
+	token        string
+	tokenExpires time.Time
 }
 
 func (e *Env) cgroupRoot() string {

@@ -134,7 +134,7 @@ func (in *Installed) putSecret(ctx context.Context, ns, name string, typ corev1.
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("Secret %s/%s: %w", ns, name, err)
+		return fmt.Errorf("secret %s/%s: %w", ns, name, err)
 	}
 	return nil
 }

@@ -25,10 +25,15 @@ type Series struct {
 	Value  float64
 }
 
-// Scrape reads a /metrics page and returns its families by name.
+// Scrape reads a /metrics page as the scenarios' reader (ReaderToken)
+// and returns its families by name.
 func (e *Env) Scrape(ctx context.Context, url string) (map[string][]Series, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
+		return nil, err
+	}
+	// Kerf's /metrics want a token allowed to get /metrics.
+	if err := e.Authorize(req); err != nil {
 		return nil, err
 	}
 	resp, err := e.httpClient().Do(req)

@@ -88,3 +88,8 @@ func (s *bpfSource) Run(ctx context.Context, emit func(Kill)) error {
 }
 
 func (s *bpfSource) Close() error { return s.tracer.Close() }
+
+// Dropped returns how many events the BPF program could not reserve room
+// for in its ring buffer (bpf.OOMTracer.Dropped): the agent exports it as
+// kerf_agent_oom_ringbuf_dropped_total.
+func (s *bpfSource) Dropped() (uint64, error) { return s.tracer.Dropped() }

@@ -5,8 +5,11 @@ import "sync"
 // Counts keeps each container cgroup's OOM kill count, reconciled between
 // the kills a source delivered and the cgroup file's counter, so that
 // neither a dropped event (ring buffer full, rate-limited kernel log) nor a
-// cgroup removed before its file was read loses a kill. It is safe for
-// concurrent use.
+// cgroup removed before its file was read loses a kill. The file's counter
+// is the kernel's, cumulative since the cgroup was created, so the count is
+// absolute: an agent that restarted counts the kills made while it was
+// down (the agent reconciles every tracked container's counter each usage
+// interval, node.Agent). It is safe for concurrent use.
 type Counts struct {
 	mu sync.Mutex
 	m  map[string]*count
@@ -65,6 +68,19 @@ func (c *Counts) Count(cgroup string) uint64 {
 		return n.total()
 	}
 	return 0
+}
+
+// Retain keeps the cgroups for which keep is true and forgets the others
+// (containers no longer tracked, or cgroups that were never a tracked
+// container's), so the counts stay bounded by what the agent tracks.
+func (c *Counts) Retain(keep func(cgroup string) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p := range c.m {
+		if !keep(p) {
+			delete(c.m, p)
+		}
+	}
 }
 
 // Forget drops a cgroup that is gone and whose count was passed on.

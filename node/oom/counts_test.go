@@ -58,3 +58,16 @@ func TestCountsIgnoresKillsWithoutACgroup(t *testing.T) {
 	c.Forget("/x")
 	assert.Zero(t, c.Count("/x"))
 }
+
+func TestCountsRetainForgetsUntrackedCgroups(t *testing.T) {
+	c := NewCounts()
+	c.Observe(Kill{Cgroup: "/a", Count: 1})
+	c.Reconcile("/b", 4)
+	c.Retain(func(p string) bool { return p == "/b" })
+	if got := c.Count("/a"); got != 0 {
+		t.Errorf("untracked /a kept: count %d", got)
+	}
+	if got := c.Count("/b"); got != 4 {
+		t.Errorf("/b: count %d, want 4", got)
+	}
+}

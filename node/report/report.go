@@ -40,6 +40,15 @@ type Sample struct {
 	// HasUsage is true when the pass read the container's usage: the
 	// sampler reads it less often than the throttling counters.
 	HasUsage bool
+	// OOMKills is the kernel's count of OOM kills in the container's
+	// memory cgroup since the cgroup was created (memory.events oom_kill
+	// on v2, memory.oom_control oom_kill on v1): an absolute count of this
+	// container instance, so an agent that restarted reports the kills
+	// made while it was down. Read every usage interval and kept between;
+	// meaningful only when HasOOMKills is true.
+	OOMKills uint64
+	// HasOOMKills is true once the counter was read.
+	HasOOMKills bool
 }
 
 // Usage is what a container consumed, as the recommender sizes it

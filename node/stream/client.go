@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -64,6 +65,11 @@ type Config struct {
 	// TLS is the client's TLS config; it must not be nil, since the token
 	// travels on the connection.
 	TLS *tls.Config
+	// CAFile, when set, is the PEM file of the CAs the client trusts for
+	// the leader (kerf-agent --leader-ca): it is read again on each
+	// connect, so a CA rotated in its Secret or ConfigMap is used from the
+	// next connection on, and replaces TLS.RootCAs.
+	CAFile string
 	// TokenFile is the projected service-account token with the leader's
 	// audience; it is read again on each connect, since the kubelet
 	// rotates it.
@@ -102,6 +108,8 @@ type Client struct {
 	log  *slog.Logger
 	clk  kernelClock
 	wake chan struct{}
+	// caSum is the hash of the CA file last read; only connect uses it.
+	caSum [sha256.Size]byte
 
 	mu      sync.Mutex
 	state   string

@@ -2,6 +2,9 @@ package stream
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -39,8 +42,12 @@ func (c *Client) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read token: %w", err)
 	}
+	tlsConfig, err := c.tlsConfig()
+	if err != nil {
+		return err
+	}
 	cc, err := grpc.NewClient(c.cfg.Addr,
-		grpc.WithTransportCredentials(credentials.NewTLS(c.cfg.TLS)),
+		grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig)),
 		// Within the leader's enforcement policy: a leader gone without
 		// closing the connection is noticed in under a minute.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: streamv1.KeepaliveTime, Timeout: streamv1.KeepaliveTimeout}),
@@ -100,6 +107,31 @@ func (c *Client) connect(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// tlsConfig returns the TLS config of a new connection: Config.TLS,
+// trusting the CAs of Config.CAFile as it is now when one is set.
+func (c *Client) tlsConfig() (*tls.Config, error) {
+	if c.cfg.CAFile == "" {
+		return c.cfg.TLS, nil
+	}
+	pem, err := os.ReadFile(c.cfg.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("read leader CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("leader CA %s: no PEM certificate in it", c.cfg.CAFile)
+	}
+	if sum := sha256.Sum256(pem); sum != c.caSum {
+		if c.caSum != [sha256.Size]byte{} {
+			c.log.Info("leader CA changed, trusting the new one", "file", c.cfg.CAFile)
+		}
+		c.caSum = sum
+	}
+	cfg := c.cfg.TLS.Clone()
+	cfg.RootCAs = pool
+	return cfg, nil
 }
 
 // recvCause returns the stream's status after a failed Send, when no

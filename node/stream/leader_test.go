@@ -57,7 +57,8 @@ func newLeaderFixture(t *testing.T) *leaderFixture {
 	_, err = cs.CoreV1().ServiceAccounts(streamTestNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "kerf-agent"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	agent := streamtest.CreatePod(t, cs, streamTestNamespace, "kerf-agent-a", "node-a", "kerf-agent")
-	app := streamtest.CreatePod(t, cs, streamTestNamespace, "app-a", "node-a", "")
+	// c1-c5 for the tests that tell OOM events apart by container.
+	app := streamtest.CreatePod(t, cs, streamTestNamespace, "app-a", "node-a", "", "app", "c1", "c2", "c3", "c4", "c5")
 
 	token := streamtest.CreateToken(t, cs, streamTestNamespace, "kerf-agent", "kerf-leader", agent)
 	tokenFile := filepath.Join(t.TempDir(), "token")
@@ -107,6 +108,20 @@ func (l *leader) counter(t *testing.T, name, label string) float64 {
 			if len(m.GetLabel()) == 0 && label == "" || len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
 				return m.GetCounter().GetValue()
 			}
+		}
+	}
+	return 0
+}
+
+// gauge returns the value of a leader's gauge without labels; 0 when
+// absent.
+func (l *leader) gauge(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := l.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
 		}
 	}
 	return 0

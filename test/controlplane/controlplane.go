@@ -36,6 +36,11 @@ type ControlPlane struct {
 	Clientset kubernetes.Interface
 	// Kubeconfig is the path of a kubeconfig file for the same administrator.
 	Kubeconfig string
+	// WebhookClientCA is the path of the PEM CA that signed the client
+	// certificate (common name WebhookClientName) the apiserver presents
+	// to every admission webhook: what a webhook that authenticates its
+	// callers trusts.
+	WebhookClientCA string
 
 	env      *envtest.Environment
 	dir      string
@@ -108,6 +113,13 @@ func Start(opts Options) (*ControlPlane, error) {
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}
 	}
+	// The apiserver authenticates to webhooks with a client certificate.
+	admissionConfig, webhookCA, err := webhookClient(filepath.Join(dir, "admission"))
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	api.Configure().Set("admission-control-config-file", admissionConfig)
 
 	cfg, err := env.Start()
 	if err != nil {
@@ -115,7 +127,7 @@ func Start(opts Options) (*ControlPlane, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start etcd and kube-apiserver: %w", err)
 	}
-	cp := &ControlPlane{Config: cfg, env: env, dir: dir}
+	cp := &ControlPlane{Config: cfg, WebhookClientCA: webhookCA, env: env, dir: dir}
 	if err := cp.connect(); err != nil {
 		_ = cp.Stop()
 		return nil, err

@@ -68,7 +68,7 @@ func rolledBack(t *testing.T, in *scenario.Installed, e *scenario.Env, r *scenar
 	// The audit API on the leader lists it.
 	url, err := e.LeaderURL(ctx)
 	require.NoError(t, err)
-	page, err := httpGet(ctx, fmt.Sprintf("%s/v1/workloads/%s/Deployment/%s/history", url, e.Namespace, rsr.Name))
+	page, err := e.Get(ctx, fmt.Sprintf("%s/v1/workloads/%s/Deployment/%s/history", url, e.Namespace, rsr.Name))
 	require.NoError(t, err)
 	assert.Contains(t, page, "rolled_back")
 
@@ -336,7 +336,7 @@ func TestRecommenderShrinksThenRefusesToLowerAnOOMKilledMemory(t *testing.T) {
 	require.NotEmpty(t, refused[len(refused)-1].Refusals, "the refused action carries the figures")
 	url, err := e.LeaderURL(t.Context())
 	require.NoError(t, err)
-	page, err := httpGet(t.Context(), fmt.Sprintf("%s/v1/workloads/%s/Deployment/%s/history", url, e.Namespace, r.RSR.Name))
+	page, err := e.Get(t.Context(), fmt.Sprintf("%s/v1/workloads/%s/Deployment/%s/history", url, e.Namespace, r.RSR.Name))
 	require.NoError(t, err)
 	assert.Contains(t, page, "rolled_back")
 	assert.Contains(t, page, `"refused"`)

@@ -53,16 +53,25 @@ func SelfSigned(t testing.TB) (*tls.Config, *x509.CertPool) {
 }
 
 // CreatePod creates a pod in namespace bound to node, running as service
-// account sa ("" for the default), without an automounted token.
-func CreatePod(t testing.TB, cs kubernetes.Interface, namespace, name, node, sa string) *corev1.Pod {
+// account sa ("" for the default), without an automounted token, with
+// the containers named (one "app" when none): the leader's stream takes
+// reports only about containers of the pod's spec.
+func CreatePod(t testing.TB, cs kubernetes.Interface, namespace, name, node, sa string, containers ...string) *corev1.Pod {
 	t.Helper()
+	if len(containers) == 0 {
+		containers = []string{"app"}
+	}
+	spec := make([]corev1.Container, len(containers))
+	for i, c := range containers {
+		spec[i] = corev1.Container{Name: c, Image: "registry.k8s.io/pause:3.10"}
+	}
 	pod, err := cs.CoreV1().Pods(namespace).Create(t.Context(), &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: corev1.PodSpec{
 			NodeName:                     node,
 			ServiceAccountName:           sa,
 			AutomountServiceAccountToken: ptr.To(false),
-			Containers:                   []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+			Containers:                   spec,
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)

@@ -27,4 +27,10 @@ const (
 	// configured otherwise; the agent bounds its Counters messages to stay
 	// well under it.
 	MaxMessageBytes = 4 << 20
+	// MaxContainerNameBytes is the longest container name the leader
+	// accepts: a Kubernetes container name is a DNS label (63 bytes).
+	MaxContainerNameBytes = 63
+	// MaxPodUIDBytes is the longest pod UID the leader accepts (a UID is
+	// 36 bytes).
+	MaxPodUIDBytes = 128
 )

@@ -1,0 +1,162 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// ErrNotLeading is the error of a write the fence refused: the replica
+// cannot show that it still holds the Lease (see fence).
+var ErrNotLeading = errors.New("not leading")
+
+// fence ties the leader's writes to its leadership (docs/leader.md,
+// "Fencing"). Each mutating request passes two checks before it is sent:
+//   - Locally: the elector renews the Lease every RetryPeriod through
+//     fencedLock, which notes when each successful renew was sent; the
+//     newest must be younger than the renew deadline, by the monotonic and
+//     the wall clock. Another replica takes the Lease only once it has seen
+//     it unrenewed for a whole LeaseDuration, from a reading made after
+//     that renew was sent. A leader frozen past its Lease (SIGSTOP) wakes to
+//     find its renew too old and writes nothing, even before its elector
+//     has noticed the loss.
+//   - Live: the Lease, read from the apiserver, names this replica as its
+//     holder. This covers what no local clock can tell: a VM paused with
+//     its clocks stopped wakes with a renew that looks fresh, and its
+//     elector believes it leads for up to another renew deadline while
+//     another replica already acts.
+//
+// What is left is the moment between the live read and the write, which
+// the writes' own preconditions (resourceVersion) narrow further.
+type fence struct {
+	identity string
+	// valid is how long a renew keeps writes allowed: the renew deadline.
+	valid time.Duration
+	// leases reads the Lease (name) live; nil skips the live check.
+	leases  coordinationv1client.LeaseInterface
+	name    string
+	refused prometheus.Counter
+	log     *slog.Logger
+
+	mu sync.Mutex
+	// renewed is when the newest successful renew (or acquisition) by
+	// this identity was sent, with its monotonic reading; zero when the
+	// replica does not hold the Lease.
+	renewed time.Time
+}
+
+func newFence(identity string, valid time.Duration, leases coordinationv1client.LeaseInterface, name string, reg prometheus.Registerer, log *slog.Logger) *fence {
+	f := &fence{identity: identity, valid: valid, leases: leases, name: name, log: log,
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kerf_leader_fenced_writes_total",
+			Help: "Writes the leader refused to send because it could not show it still held the Lease (renewed within the renew deadline, and named its holder when read).",
+		})}
+	reg.MustRegister(f.refused)
+	return f
+}
+
+// observe records the outcome of a Lease write sent at sent.
+func (f *fence) observe(sent time.Time, rec resourcelock.LeaderElectionRecord, err error) {
+	if err != nil {
+		return // the previous renew still counts until it is too old
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if rec.HolderIdentity == f.identity {
+		f.renewed = sent
+	} else {
+		f.renewed = time.Time{} // released
+	}
+}
+
+// held reports whether the replica may write now, and how old its newest
+// renew is. Both the monotonic and the wall clock must agree: the monotonic
+// clock is immune to clock steps, the wall clock keeps counting where a
+// paused VM's monotonic clock may not have.
+func (f *fence) held() (age time.Duration, ok bool) {
+	f.mu.Lock()
+	renewed := f.renewed
+	f.mu.Unlock()
+	if renewed.IsZero() {
+		return 0, false
+	}
+	now := time.Now()
+	age = max(now.Sub(renewed), now.Round(0).Sub(renewed.Round(0)))
+	return age, age < f.valid
+}
+
+// check returns nil when a write may be sent, else an ErrNotLeading,
+// logged and counted.
+func (f *fence) check(ctx context.Context, what string) error {
+	age, ok := f.held()
+	why := fmt.Sprintf("last renew %s ago, renew deadline %s", age.Truncate(time.Millisecond), f.valid)
+	if ok && f.leases != nil {
+		ctx, cancel := context.WithTimeout(ctx, f.valid)
+		lease, err := f.leases.Get(ctx, f.name, metav1.GetOptions{})
+		cancel()
+		switch {
+		case err != nil:
+			ok, why = false, "read the Lease: "+err.Error()
+		case lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != f.identity:
+			holder := ""
+			if lease.Spec.HolderIdentity != nil {
+				holder = *lease.Spec.HolderIdentity
+			}
+			ok, why = false, fmt.Sprintf("the Lease is held by %q", holder)
+		}
+	}
+	if ok {
+		return nil
+	}
+	f.refused.Inc()
+	f.log.Warn("write refused: not leading", "write", what, "identity", f.identity, "why", why)
+	return fmt.Errorf("%s: %w (%s)", what, ErrNotLeading, why)
+}
+
+// wrap fences every mutating request of a transport: reads pass.
+func (f *fence) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		switch req.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			if err := f.check(req.Context(), req.Method+" "+req.URL.Path); err != nil {
+				return nil, err
+			}
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// fencedLock is the elector's Lease lock, noting each successful renew in
+// its fence.
+type fencedLock struct {
+	resourcelock.Interface
+	fence *fence
+}
+
+func (l fencedLock) Create(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+	sent := time.Now()
+	err := l.Interface.Create(ctx, rec)
+	l.fence.observe(sent, rec, err)
+	return err
+}
+
+func (l fencedLock) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+	sent := time.Now()
+	err := l.Interface.Update(ctx, rec)
+	l.fence.observe(sent, rec, err)
+	return err
+}

@@ -1,0 +1,256 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+// The frozen leader of TestFrozenLeaderWritesNothingAfterWaking is this
+// test binary run again with these variables set: init runs it instead of
+// the tests (before TestMain starts a control plane of its own).
+const (
+	fenceChildEnv      = "KERF_TEST_FENCE_CHILD"
+	fenceKubeconfigEnv = "KERF_TEST_FENCE_KUBECONFIG"
+	fenceNamespaceEnv  = "KERF_TEST_FENCE_NAMESPACE"
+)
+
+// fenceLease are the child's and the standby's lease timings: short, so
+// that the freeze outlasts the Lease quickly, but with room for a loaded
+// machine, so that the child keeps the Lease until it is frozen.
+var fenceLease = Config{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 200 * time.Millisecond}
+
+func init() {
+	if os.Getenv(fenceChildEnv) == "" {
+		return
+	}
+	os.Exit(runFencedChild())
+}
+
+// runFencedChild runs leader "a" until it loses the Lease. Once it has
+// recorded a change, decided and about to apply it, it freezes the way a
+// process paused at the worst moment does: its next Lease renew reaches
+// the apiserver, and the process stops itself with SIGSTOP before the
+// elector sees the answer (it prints "decided" first). When the test
+// continues it, the elector takes that old success as a fresh renew and
+// believes it leads for up to another renew deadline, while the reconcile
+// goes on to apply. On exit it prints how many writes its fence refused.
+func runFencedChild() int {
+	rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv(fenceKubeconfigEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubeconfig:", err)
+		return 2
+	}
+	var freezeNext atomic.Bool
+	woke := make(chan struct{})
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if req.Method == http.MethodPut && strings.Contains(req.URL.Path, "/leases/") && err == nil && freezeNext.CompareAndSwap(true, false) {
+				fmt.Println("decided")
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				close(woke)
+			}
+			return resp, err
+		})
+	})
+	ns := os.Getenv(fenceNamespaceEnv)
+	cfg := fenceLease
+	cfg.Namespace, cfg.LeaseName, cfg.Identity, cfg.WatchNamespaces = ns, "kerf-leader", "a", []string{ns}
+	var once sync.Once
+	cfg.AfterRecord = func(context.Context, *v1alpha1.RightsizingRecommendation) {
+		once.Do(func() {
+			freezeNext.Store(true)
+			<-woke
+		})
+	}
+	l, err := New(cfg, rc, slog.New(slog.NewTextHandler(os.Stderr, nil)).With("identity", "a"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "leader:", err)
+		return 2
+	}
+	err = l.Run(context.Background())
+	fmt.Printf("fenced %v\n", testutil.ToFloat64(l.fence.refused))
+	fmt.Printf("run %v\n", err)
+	return 0
+}
+
+// TestFrozenLeaderWritesNothingAfterWaking freezes leader a (a separate
+// process, runFencedChild) with SIGSTOP right after it recorded an InPlace
+// change and before it resized the pod, with a Lease renew in flight. Its
+// Lease runs out; leader b takes over,
+// finishes the change, sees the pod OOM-killed and resizes its memory back
+// to the previous value. Then a is continued: it resumes its reconcile where it
+// stopped and would resize the pod to the change's values again, over
+// b's rollback (the resize reads the pod afresh on conflict, so it is
+// not stopped by a stale resourceVersion). Its fence refuses the write:
+// its newest renew is older than the renew deadline. The pod keeps b's
+// values, a logs and counts the refusal and exits on the lost Lease.
+func TestFrozenLeaderWritesNothingAfterWaking(t *testing.T) {
+	cp := controlplane.Get(t)
+	c := cp.Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
+	pod := runningPod(t, c, dep)
+
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	child := exec.Command(exe, "-test.run=^$")
+	child.Env = append(os.Environ(), "GOMAXPROCS=1", fenceChildEnv+"=1", fenceKubeconfigEnv+"="+cp.Kubeconfig, fenceNamespaceEnv+"="+ns)
+	var stderr bytes.Buffer
+	child.Stderr = &stderr
+	stdout, err := child.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, child.Start())
+	exited := make(chan error, 1)
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		exited <- child.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = child.Process.Signal(syscall.SIGCONT)
+		_ = child.Process.Kill()
+		if t.Failed() {
+			t.Logf("leader a's log:\n%s", stderr.String())
+		}
+	})
+	holder := func() string {
+		var lease coordinationv1.Lease
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, &lease); err != nil || lease.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *lease.Spec.HolderIdentity
+	}
+	waitFor(t, 30*time.Second, func() bool { return holder() == "a" }, "a never led")
+	b := startLeader(t, ns, "b", fenceLease)
+
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")))
+	select {
+	case l := <-lines:
+		require.Equal(t, "decided", l)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a never recorded the change")
+	}
+	waitFor(t, 10*time.Second, func() bool { return processState(child.Process.Pid) == "T" }, "a is not stopped")
+	frozen := time.Now()
+
+	// b takes over and acts: it finishes the change a recorded, then the
+	// pod is OOM-killed and b resizes it back.
+	waitFor(t, 30*time.Second, b.Leading, "b never took over")
+	kubeletReports(t, c, pod, "")
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	oomKilled(t, c, pod, "OOMKilled")
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	requests := func() string {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+		r := pod.Spec.Containers[0].Resources.Requests
+		return r.Cpu().String() + "/" + r.Memory().String()
+	}
+	waitFor(t, 20*time.Second, func() bool { return requests() == "250m/256Mi" }, "b never resized the memory back")
+	require.Greater(t, time.Since(frozen), fenceLease.LeaseDuration, "a was frozen past its Lease")
+
+	// a wakes in the middle of its apply.
+	require.NoError(t, child.Process.Signal(syscall.SIGCONT))
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "a's exit")
+	case <-time.After(30 * time.Second):
+		t.Fatal("a never stopped after losing its Lease")
+	}
+	var out []string
+	for l := range lines {
+		out = append(out, l)
+	}
+	time.Sleep(500 * time.Millisecond) // a write a sent would have landed by now
+	assert.Equal(t, "250m/256Mi", requests(), "the pod keeps b's values (memory rolled back), not a's 128Mi")
+	require.Len(t, out, 2, "a's output: %q", out)
+	assert.NotEqual(t, "fenced 0", out[0], "a counts its refused writes")
+	assert.Equal(t, "run "+ErrLeadershipLost.Error(), out[1])
+	assert.Contains(t, stderr.String(), "write refused: not leading")
+	assert.Contains(t, stderr.String(), "/pods/"+pod.Name+"/resize", "the refused write is the pod's resize")
+	assert.Equal(t, corev1.PodRunning, pod.Status.Phase)
+}
+
+// processState is the state letter of /proc/<pid>/stat ("T": stopped),
+// "" when it cannot be read.
+func processState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return ""
+	}
+	return s[i+2 : i+3]
+}
+
+// TestLeaderWhoseLeaseWasTakenWritesNothing is the case no local clock
+// can tell: a leader whose clocks stood still while it was paused (a VM
+// paused with its clocks) wakes with a renew that looks fresh, and its
+// elector believes it leads until its next renews fail for a whole renew
+// deadline. Here the Lease is handed to another holder under leader a,
+// as a replica that took over meanwhile would hold it, and a pod of a's
+// watched change is OOM-killed at once: a would roll it back within
+// milliseconds, long before its elector gives up. The fence reads the
+// Lease before the write and refuses it: the change stays Watching, the
+// template keeps the change's values, and a counts the refusal.
+func TestLeaderWhoseLeaseWasTakenWritesNothing(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep, a := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{}, "250m", "128Mi")
+	pod := adoptedPod(t, c, dep, "web-new-1")
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond))) // the kill a second after T0
+	require.True(t, a.Leading())
+
+	var lease coordinationv1.Lease
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, &lease))
+	lease.Spec.HolderIdentity = ptr.To("b")
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	require.NoError(t, c.Update(ctx, &lease), "hand the Lease to b")
+	writeOOMKill(t, c, pod)
+
+	select {
+	case err := <-a.done:
+		a.done <- err // for the cleanup
+		require.ErrorIs(t, err, ErrLeadershipLost)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a never noticed it lost the Lease")
+	}
+	rsr := getRSR(t, c, ns, "web")
+	assert.Equal(t, v1alpha1.PhaseWatching, rsr.Status.Phase, "a did not roll back under b's Lease")
+	assert.Equal(t, "128Mi", templateResources(t, c, dep).Requests.Memory().String(), "the template keeps the change's values")
+	assert.Positive(t, testutil.ToFloat64(a.fence.refused), "a counted its refused writes")
+}

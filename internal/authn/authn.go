@@ -1,0 +1,305 @@
+// Package authn lets a Kerf HTTP endpoint know who asks and whether they
+// may: the caller's Kubernetes bearer token is checked with a TokenReview
+// and what it asks for with a SubjectAccessReview, the way kube-rbac-proxy
+// and controller-runtime's metrics filters
+// (sigs.k8s.io/controller-runtime/pkg/metrics/filters) do. Answers are kept
+// in bounded caches for a short time, failed ones shorter, so that a flood
+// of requests costs the apiserver little.
+//
+// It talks to the apiserver with a REST client of the two review APIs
+// alone: controller-runtime's filter brings k8s.io/apiserver, cel-go and
+// client-go's typed clients (about 550 packages) into the agent, whose
+// budget (docs/agent.md) keeps client-go's clientset out, and its token
+// cache has no size bound.
+package authn
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/rest"
+)
+
+// Defaults of Config.
+const (
+	// DefaultAllowTTL is how long a valid token, or an allowed access, is
+	// believed without asking again: a revoked token or a removed binding
+	// is honoured at most this late. controller-runtime's filter keeps
+	// tokens for 1 minute too.
+	DefaultAllowTTL = time.Minute
+	// DefaultDenyTTL is how long a bad token, or a denied access, is
+	// remembered: a flood of the same bad token makes one TokenReview per
+	// DefaultDenyTTL, and a binding just granted works this late.
+	DefaultDenyTTL = 10 * time.Second
+	// DefaultMaxEntries bounds each of the four caches (valid tokens, bad
+	// tokens, allowed and denied accesses).
+	DefaultMaxEntries = 4096
+	// DefaultReviewTimeout bounds one review's request to the apiserver.
+	DefaultReviewTimeout = 10 * time.Second
+	// MaxTokenBytes is the longest bearer token looked at; a longer one is
+	// refused without a review (service-account tokens are about 1 KiB).
+	MaxTokenBytes = 16 << 10
+)
+
+// ErrUnauthenticated is returned for a missing, malformed or invalid token.
+var ErrUnauthenticated = errors.New("unauthenticated")
+
+// Config configures an Authenticator.
+type Config struct {
+	// REST reaches the apiserver as the server's own identity, which must
+	// be allowed to create tokenreviews and subjectaccessreviews
+	// (manifests/rbac-*.yaml).
+	REST *rest.Config
+	// Audiences are the audiences a token must carry; empty means the
+	// apiserver's own (a token made for the apiserver, such as
+	// `kubectl create token`'s or a pod's default one). The agents'
+	// stream tokens carry the leader's audience and so are refused here.
+	Audiences []string
+	// AllowTTL, DenyTTL, MaxEntries and ReviewTimeout default to the
+	// constants above.
+	AllowTTL, DenyTTL time.Duration
+	MaxEntries        int
+	ReviewTimeout     time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// User is the identity a TokenReview found.
+type User struct {
+	Name   string
+	UID    string
+	Groups []string
+	Extra  map[string][]string
+}
+
+// Resource is a resource request's attributes (a SubjectAccessReview's
+// resourceAttributes). Namespace "" asks about every namespace.
+type Resource struct {
+	Verb, Group, Resource, Namespace string
+}
+
+// Authenticator reviews tokens and accesses, and caches the answers.
+type Authenticator struct {
+	client    rest.Interface
+	audiences []string
+	timeout   time.Duration
+	now       func() time.Time
+
+	validTokens *ttlCache[*User]
+	badTokens   *ttlCache[struct{}]
+	allowed     *ttlCache[struct{}]
+	denied      *ttlCache[struct{}]
+	tokenCalls  flight[*User]
+	accessCalls flight[bool]
+}
+
+var reviewScheme = runtime.NewScheme()
+
+func init() {
+	if err := authnv1.AddToScheme(reviewScheme); err != nil {
+		panic(err)
+	}
+	if err := authzv1.AddToScheme(reviewScheme); err != nil {
+		panic(err)
+	}
+}
+
+// New returns an Authenticator that asks the apiserver cfg.REST reaches.
+func New(cfg Config) (*Authenticator, error) {
+	if cfg.REST == nil {
+		return nil, errors.New("authn: no apiserver configuration (Config.REST)")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&cfg.AllowTTL, DefaultAllowTTL)
+	def(&cfg.DenyTTL, DefaultDenyTTL)
+	def(&cfg.ReviewTimeout, DefaultReviewTimeout)
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	rc := rest.CopyConfig(cfg.REST)
+	// Both review APIs are under /apis; the group is in each request's path.
+	rc.APIPath = "/apis"
+	rc.GroupVersion = &schema.GroupVersion{}
+	rc.NegotiatedSerializer = serializer.NewCodecFactory(reviewScheme).WithoutConversion()
+	rc.ContentType = runtime.ContentTypeJSON
+	if rc.UserAgent == "" {
+		rc.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	client, err := rest.UnversionedRESTClientFor(rc)
+	if err != nil {
+		return nil, fmt.Errorf("authn: apiserver client: %w", err)
+	}
+	return &Authenticator{
+		client: client, audiences: slices.Clone(cfg.Audiences), timeout: cfg.ReviewTimeout, now: cfg.Now,
+		validTokens: newTTLCache[*User](cfg.AllowTTL, cfg.MaxEntries),
+		badTokens:   newTTLCache[struct{}](cfg.DenyTTL, cfg.MaxEntries),
+		allowed:     newTTLCache[struct{}](cfg.AllowTTL, cfg.MaxEntries),
+		denied:      newTTLCache[struct{}](cfg.DenyTTL, cfg.MaxEntries),
+	}, nil
+}
+
+// Authenticate returns the user token belongs to, or ErrUnauthenticated
+// (wrapped with the reason) when the apiserver does not know it. Other
+// errors are failures to ask.
+func (a *Authenticator) Authenticate(ctx context.Context, token string) (*User, error) {
+	if token == "" {
+		return nil, fmt.Errorf("%w: no bearer token", ErrUnauthenticated)
+	}
+	if len(token) > MaxTokenBytes {
+		return nil, fmt.Errorf("%w: the bearer token is over %d bytes", ErrUnauthenticated, MaxTokenBytes)
+	}
+	sum := sha256.Sum256([]byte(token))
+	key := hex.EncodeToString(sum[:])
+	now := a.now()
+	if u, ok := a.validTokens.get(key, now); ok {
+		return u, nil
+	}
+	if _, ok := a.badTokens.get(key, now); ok {
+		return nil, fmt.Errorf("%w: the token was refused (cached)", ErrUnauthenticated)
+	}
+	return a.tokenCalls.do(key, func() (*User, error) {
+		u, err := a.reviewToken(ctx, token)
+		switch {
+		case errors.Is(err, ErrUnauthenticated):
+			a.badTokens.put(key, struct{}{}, a.now())
+		case err == nil:
+			a.validTokens.put(key, u, a.now())
+		}
+		return u, err
+	})
+}
+
+func (a *Authenticator) reviewToken(ctx context.Context, token string) (*User, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.timeout)
+	defer cancel()
+	review := &authnv1.TokenReview{
+		TypeMeta: typeMeta(authnv1.SchemeGroupVersion.String(), "TokenReview"),
+		Spec:     authnv1.TokenReviewSpec{Token: token, Audiences: a.audiences},
+	}
+	var out authnv1.TokenReview
+	if err := a.client.Post().AbsPath("/apis/authentication.k8s.io/v1/tokenreviews").Body(review).Do(ctx).Into(&out); err != nil {
+		return nil, fmt.Errorf("create TokenReview: %w", err)
+	}
+	if !out.Status.Authenticated {
+		reason := out.Status.Error
+		if reason == "" {
+			reason = "the apiserver does not know the token"
+		}
+		return nil, fmt.Errorf("%w: %s", ErrUnauthenticated, reason)
+	}
+	if len(a.audiences) > 0 && !slices.ContainsFunc(out.Status.Audiences, func(s string) bool { return slices.Contains(a.audiences, s) }) {
+		return nil, fmt.Errorf("%w: the token is for %v, not %v", ErrUnauthenticated, out.Status.Audiences, a.audiences)
+	}
+	u := &User{Name: out.Status.User.Username, UID: out.Status.User.UID, Groups: out.Status.User.Groups}
+	if len(out.Status.User.Extra) > 0 {
+		u.Extra = make(map[string][]string, len(out.Status.User.Extra))
+		for k, v := range out.Status.User.Extra {
+			u.Extra[k] = v
+		}
+	}
+	return u, nil
+}
+
+// AllowedPath reports whether u may verb the non-resource URL path (get
+// /metrics), as kube-rbac-proxy asks it.
+func (a *Authenticator) AllowedPath(ctx context.Context, u *User, verb, path string) (bool, error) {
+	return a.allowedBy(ctx, u, "path\x00"+verb+"\x00"+path, func(spec *authzv1.SubjectAccessReviewSpec) {
+		spec.NonResourceAttributes = &authzv1.NonResourceAttributes{Verb: verb, Path: path}
+	})
+}
+
+// Allowed reports whether u may do what r describes (list
+// rightsizingrecommendations.kerf.dev in a namespace, or in all of them).
+func (a *Authenticator) Allowed(ctx context.Context, u *User, r Resource) (bool, error) {
+	return a.allowedBy(ctx, u, "resource\x00"+r.Verb+"\x00"+r.Group+"\x00"+r.Resource+"\x00"+r.Namespace, func(spec *authzv1.SubjectAccessReviewSpec) {
+		spec.ResourceAttributes = &authzv1.ResourceAttributes{Verb: r.Verb, Group: r.Group, Resource: r.Resource, Namespace: r.Namespace}
+	})
+}
+
+func (a *Authenticator) allowedBy(ctx context.Context, u *User, what string, set func(*authzv1.SubjectAccessReviewSpec)) (bool, error) {
+	key := userKey(u) + "\x01" + what
+	now := a.now()
+	if _, ok := a.allowed.get(key, now); ok {
+		return true, nil
+	}
+	if _, ok := a.denied.get(key, now); ok {
+		return false, nil
+	}
+	return a.accessCalls.do(key, func() (bool, error) {
+		ok, err := a.reviewAccess(ctx, u, set)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			a.allowed.put(key, struct{}{}, a.now())
+		} else {
+			a.denied.put(key, struct{}{}, a.now())
+		}
+		return ok, nil
+	})
+}
+
+func (a *Authenticator) reviewAccess(ctx context.Context, u *User, set func(*authzv1.SubjectAccessReviewSpec)) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.timeout)
+	defer cancel()
+	review := &authzv1.SubjectAccessReview{
+		TypeMeta: typeMeta(authzv1.SchemeGroupVersion.String(), "SubjectAccessReview"),
+		Spec:     authzv1.SubjectAccessReviewSpec{User: u.Name, UID: u.UID, Groups: u.Groups},
+	}
+	if len(u.Extra) > 0 {
+		review.Spec.Extra = make(map[string]authzv1.ExtraValue, len(u.Extra))
+		for k, v := range u.Extra {
+			review.Spec.Extra[k] = v
+		}
+	}
+	set(&review.Spec)
+	var out authzv1.SubjectAccessReview
+	if err := a.client.Post().AbsPath("/apis/authorization.k8s.io/v1/subjectaccessreviews").Body(review).Do(ctx).Into(&out); err != nil {
+		return false, fmt.Errorf("create SubjectAccessReview: %w", err)
+	}
+	return out.Status.Allowed && !out.Status.Denied, nil
+}
+
+// userKey identifies u in the access caches: everything a
+// SubjectAccessReview is asked about, hashed.
+func userKey(u *User) string {
+	h := sha256.New()
+	write := func(s string) { h.Write([]byte(s)); h.Write([]byte{0}) }
+	write(u.Name)
+	write(u.UID)
+	for _, g := range u.Groups {
+		write("g:" + g)
+	}
+	keys := make([]string, 0, len(u.Extra))
+	for k := range u.Extra {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		write("x:" + k + "=" + strings.Join(u.Extra[k], "\x02"))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func typeMeta(apiVersion, kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
+}

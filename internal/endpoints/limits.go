@@ -1,0 +1,97 @@
+package endpoints
+
+import (
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Limits bound what one HTTP server spends on its clients: how long a
+// request may take to arrive and its answer to leave, how long an idle
+// connection stays, how large the headers may be and how many requests
+// are served at once. Every Kerf HTTP server runs with them (docs/security.md,
+// "Every HTTP server bounded").
+type Limits struct {
+	// ReadHeaderTimeout bounds the request line and headers: a client
+	// that never finishes them (slowloris) is cut off.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds the whole request, body included: a trickled
+	// body is cut off.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds the answer, from the end of the headers' read.
+	// No Kerf endpoint streams a long answer (a /metrics page, an audit
+	// page of at most audit.MaxLimit actions, a web page).
+	WriteTimeout time.Duration
+	// IdleTimeout closes a kept-alive connection with no request.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds the request line and headers; over it the
+	// client gets 431 Request Header Fields Too Large.
+	MaxHeaderBytes int
+	// MaxInFlight bounds the requests served at once; over it a request
+	// gets 503 with Retry-After (exempt paths aside). Zero means no cap.
+	MaxInFlight int
+	// RetryAfter is what the 503 of MaxInFlight asks the client to wait.
+	RetryAfter time.Duration
+}
+
+// DefaultLimits are the limits of a Kerf endpoint: 10 s for the headers,
+// 30 s for the request and for the answer (the admission webhook's
+// values), 90 s idle, 64 KiB of headers (a bearer token is 1-2 KiB) and 64
+// requests at once, each of which may wait on a TokenReview.
+func DefaultLimits() Limits {
+	return Limits{
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		MaxInFlight:       64,
+		RetryAfter:        time.Second,
+	}
+}
+
+// Server returns an http.Server that serves h within l: its timeouts and
+// header limit, and h behind InFlight (the exempt paths, such as the
+// kubelet's probes, are served whatever the load, so that a flood does
+// not make the kubelet restart the pod).
+func (l Limits) Server(h http.Handler, exempt ...string) *http.Server {
+	return &http.Server{
+		Handler:           InFlight(h, l.MaxInFlight, l.RetryAfter, exempt...),
+		ReadHeaderTimeout: l.ReadHeaderTimeout,
+		ReadTimeout:       l.ReadTimeout,
+		WriteTimeout:      l.WriteTimeout,
+		IdleTimeout:       l.IdleTimeout,
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(slog.Default().Handler(), slog.LevelWarn),
+	}
+}
+
+// InFlight serves at most limit requests of h at once; one more gets 503
+// Service Unavailable with Retry-After (retryAfter rounded up to seconds,
+// at least 1). Requests for the exempt paths are always served. A limit
+// of 0 or less returns h.
+func InFlight(h http.Handler, limit int, retryAfter time.Duration, exempt ...string) http.Handler {
+	if limit <= 0 {
+		return h
+	}
+	secs := max(1, int((retryAfter+time.Second-1)/time.Second))
+	retry := strconv.Itoa(secs)
+	slots := make(chan struct{}, limit)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slices.Contains(exempt, r.URL.Path) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			w.Header().Set("Retry-After", retry)
+			http.Error(w, "too many requests in flight; try again shortly", http.StatusServiceUnavailable)
+			return
+		}
+		defer func() { <-slots }()
+		h.ServeHTTP(w, r)
+	})
+}

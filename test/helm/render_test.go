@@ -1,0 +1,335 @@
+// Package helm_test checks the Helm chart charts/kerf: rendered with its
+// default values it is manifests/ object by object (with the hub on, it is
+// manifests/ with the manifests/hub/leader-patch component), `helm lint`
+// finds nothing, and it installs into a real kube-apiserver, upgrades and
+// uninstalls leaving none of its objects behind. Helm is the module proxy's
+// helm.sh/helm/v3, called as a library: the same code as the helm binary's
+// template, lint, install, upgrade and uninstall.
+package helm_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint/support"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/kerf-dev/kerf/internal/kube"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+// helmLabels are the labels the chart adds to every templated object's
+// metadata on purpose (templates/_helpers.tpl, Helm's conventions): they
+// say which release and chart version made the object. They are in no
+// selector and no pod template, so dropping them leaves the object
+// manifests/ has.
+var helmLabels = []string{
+	"helm.sh/chart",
+	"app.kubernetes.io/managed-by",
+	"app.kubernetes.io/instance",
+	"app.kubernetes.io/version",
+}
+
+// repoRoot is the repository's root directory.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := kube.RepoRoot()
+	require.NoError(t, err)
+	return root
+}
+
+func chartDir(t *testing.T) string {
+	t.Helper()
+	return filepath.Join(repoRoot(t), "charts", "kerf")
+}
+
+func loadChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	c, err := loader.Load(chartDir(t))
+	require.NoError(t, err, "load charts/kerf")
+	return c
+}
+
+// renderChart is `helm template kerf charts/kerf --include-crds` with vals,
+// for the Kubernetes version of bin/.
+func renderChart(t *testing.T, vals map[string]any) []*unstructured.Unstructured {
+	t.Helper()
+	return parse(t, renderManifest(t, vals))
+}
+
+// renderManifest is renderChart's YAML, as Helm writes it.
+func renderManifest(t *testing.T, vals map[string]any) string {
+	t.Helper()
+	inst := action.NewInstall(&action.Configuration{})
+	inst.ClientOnly = true
+	inst.DryRun = true
+	inst.IncludeCRDs = true
+	inst.ReleaseName = "kerf"
+	inst.Namespace = "default"
+	v, err := chartutil.ParseKubeVersion(kube.KubernetesVersion)
+	require.NoError(t, err)
+	inst.KubeVersion = v
+	rel, err := inst.Run(loadChart(t), vals)
+	require.NoError(t, err, "render charts/kerf")
+	return rel.Manifest
+}
+
+// kustomize is `kubectl kustomize dir` with bin/'s kubectl.
+func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	kubectl := filepath.Join(kube.KubernetesDir(filepath.Join(repoRoot(t), "bin")), "kubectl")
+	if _, err := os.Stat(kubectl); err != nil {
+		if controlplane.Required() {
+			t.Fatalf("kubectl not built (make deps): %v", err)
+		}
+		t.Skipf("kubectl not built (make deps): %v", err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(kubectl, "kustomize", "--load-restrictor=LoadRestrictionsNone", dir)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "kubectl kustomize %s: %s", dir, stderr.String())
+	return parse(t, string(out))
+}
+
+// parse splits a multi-document YAML stream into objects, skipping empty
+// documents (a template whose condition is false renders one).
+func parse(t *testing.T, manifest string) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
+	for {
+		var m map[string]any
+		err := dec.Decode(&m)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err, "parse rendered YAML")
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	return objs
+}
+
+func key(o *unstructured.Unstructured) string {
+	return fmt.Sprintf("%s/%s %s/%s", o.GetAPIVersion(), o.GetKind(), o.GetNamespace(), o.GetName())
+}
+
+// byKey indexes objs by apiVersion, kind, namespace and name, failing on a
+// duplicate.
+func byKey(t *testing.T, what string, objs []*unstructured.Unstructured) map[string]*unstructured.Unstructured {
+	t.Helper()
+	m := make(map[string]*unstructured.Unstructured, len(objs))
+	for _, o := range objs {
+		k := key(o)
+		require.NotContains(t, m, k, "%s renders %s twice", what, k)
+		m[k] = o
+	}
+	return m
+}
+
+// withoutHelmLabels returns o's content without helmLabels (and without an
+// emptied labels map), after checking the chart did set each of them.
+func withoutHelmLabels(t *testing.T, o *unstructured.Unstructured) map[string]any {
+	t.Helper()
+	c := o.DeepCopy()
+	labels := c.GetLabels()
+	if c.GetKind() != "CustomResourceDefinition" { // crds/ is not templated
+		for _, l := range helmLabels {
+			assert.NotEmpty(t, labels[l], "%s: label %s", key(o), l)
+		}
+	}
+	for _, l := range helmLabels {
+		delete(labels, l)
+	}
+	if len(labels) == 0 {
+		unstructured.RemoveNestedField(c.Object, "metadata", "labels")
+	} else {
+		c.SetLabels(labels)
+	}
+	return c.Object
+}
+
+// assertSameObjects compares the chart's objects with kustomize's, object
+// by object.
+func assertSameObjects(t *testing.T, chartObjs, kustomized []*unstructured.Unstructured) {
+	t.Helper()
+	got, want := byKey(t, "the chart", chartObjs), byKey(t, "kustomize", kustomized)
+	gotKeys, wantKeys := mapKeys(got), mapKeys(want)
+	require.Equal(t, wantKeys, gotKeys, "the chart's objects are not kustomize's")
+	for _, k := range wantKeys {
+		assert.Equal(t, want[k].Object, withoutHelmLabels(t, got[k]), "%s differs", k)
+	}
+}
+
+func mapKeys(m map[string]*unstructured.Unstructured) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// kustomization writes a kustomization.yaml into a new directory with
+// resources and components (paths made relative to it: kustomize refuses
+// absolute ones) and returns the directory.
+func kustomization(t *testing.T, resources, components []string) string {
+	t.Helper()
+	dir := t.TempDir()
+	rel := func(ps []string) []string {
+		out := make([]string, len(ps))
+		for i, p := range ps {
+			r, err := filepath.Rel(dir, p)
+			require.NoError(t, err)
+			out[i] = r
+		}
+		return out
+	}
+	k, err := json.Marshal(map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1beta1",
+		"kind":       "Kustomization",
+		"resources":  rel(resources),
+		"components": rel(components),
+	})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), k, 0o600))
+	return dir
+}
+
+// renderThroughKustomize renders the chart and passes its output through
+// `kubectl kustomize` with no transformation: kustomize re-encodes YAML
+// (a folded block scalar such as the ValidatingAdmissionPolicies' CEL
+// comes out with a blank line after its first line, which CEL ignores), so
+// the chart's objects are compared with manifests/ after the same encoding
+// kubectl apply -k gives them.
+func renderThroughKustomize(t *testing.T, vals map[string]any) []*unstructured.Unstructured {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "chart.yaml"), []byte(renderManifest(t, vals)), 0o600))
+	return kustomize(t, kustomization(t, []string{filepath.Join(dir, "chart.yaml")}, nil))
+}
+
+// TestDefaultValuesRenderManifests: `helm template` with the default values
+// gives every object `kubectl kustomize manifests/` gives, each the same
+// but for helmLabels. A change to manifests/ not made in the chart (or a
+// CRD regenerated and not copied to charts/kerf/crds: cp
+// manifests/crd/kerf.dev_*.yaml charts/kerf/crds/) fails here.
+func TestDefaultValuesRenderManifests(t *testing.T) {
+	kustomized := kustomize(t, filepath.Join(repoRoot(t), "manifests"))
+	require.NotEmpty(t, kustomized)
+	assertSameObjects(t, renderThroughKustomize(t, nil), kustomized)
+}
+
+// TestHubValuesRenderLeaderPatch: hub.enabled gives the leader what
+// manifests/hub/leader-patch gives it, and changes nothing else.
+func TestHubValuesRenderLeaderPatch(t *testing.T) {
+	root := repoRoot(t)
+	kustomized := kustomize(t, kustomization(t,
+		[]string{filepath.Join(root, "manifests")},
+		[]string{filepath.Join(root, "manifests", "hub", "leader-patch")}))
+	rendered := renderThroughKustomize(t, map[string]any{"hub": map[string]any{"enabled": true}})
+	assertSameObjects(t, rendered, kustomized)
+}
+
+// TestValuesReachTheirFields: each value the chart documents changes the
+// field it names, so a value the templates ignore fails here.
+func TestValuesReachTheirFields(t *testing.T) {
+	vals := map[string]any{
+		"agent": map[string]any{
+			"image":     map[string]any{"repository": "registry.example/kerf-agent", "tag": "v1.2.3", "pullPolicy": "Always"},
+			"resources": map[string]any{"requests": map[string]any{"cpu": "50m", "memory": "64Mi"}, "limits": map[string]any{"memory": "256Mi"}},
+		},
+		"leader": map[string]any{
+			"image":     map[string]any{"repository": "registry.example/kerf-leader", "tag": "v1.2.3", "pullPolicy": "Never"},
+			"replicas":  3,
+			"resources": map[string]any{"requests": map[string]any{"cpu": "200m", "memory": "256Mi"}, "limits": map[string]any{"memory": "1Gi"}},
+		},
+		"webhook":       map[string]any{"excludedNamespaces": []any{"kube-system", "kerf-system", "batch"}},
+		"defaultPolicy": map[string]any{"excludedNamespaces": []any{"kube-system"}, "guardrails": map[string]any{"paused": true, "rollback": map[string]any{"oomKills": 2}}},
+	}
+	objs := byKey(t, "the chart", renderChart(t, vals))
+	get := func(k string, fields ...string) any {
+		t.Helper()
+		o, ok := objs[k]
+		require.True(t, ok, "no %s", k)
+		v, found, err := unstructured.NestedFieldNoCopy(o.Object, fields...)
+		require.NoError(t, err)
+		require.True(t, found, "%s: no %v", k, fields)
+		return v
+	}
+	container := func(k string) map[string]any {
+		t.Helper()
+		cs := get(k, "spec", "template", "spec", "containers").([]any)
+		require.Len(t, cs, 1)
+		return cs[0].(map[string]any)
+	}
+	agent := container("apps/v1/DaemonSet kerf-system/kerf-agent")
+	assert.Equal(t, "registry.example/kerf-agent:v1.2.3", agent["image"])
+	assert.Equal(t, "Always", agent["imagePullPolicy"])
+	assert.Equal(t, vals["agent"].(map[string]any)["resources"], agent["resources"])
+	leader := container("apps/v1/Deployment kerf-system/kerf-leader")
+	assert.Equal(t, "registry.example/kerf-leader:v1.2.3", leader["image"])
+	assert.Equal(t, "Never", leader["imagePullPolicy"])
+	assert.Equal(t, vals["leader"].(map[string]any)["resources"], leader["resources"])
+	assert.EqualValues(t, 3, get("apps/v1/Deployment kerf-system/kerf-leader", "spec", "replicas"))
+
+	hook := get("admissionregistration.k8s.io/v1/MutatingWebhookConfiguration /kerf", "webhooks").([]any)[0].(map[string]any)
+	exprs := hook["namespaceSelector"].(map[string]any)["matchExpressions"].([]any)
+	assert.Equal(t, []any{"kube-system", "kerf-system", "batch"}, exprs[0].(map[string]any)["values"])
+
+	const policy = "kerf.dev/v1alpha1/ClusterRightsizingPolicy /default"
+	assert.Equal(t, []any{"kube-system"},
+		get(policy, "spec", "selector", "namespaceSelector", "matchExpressions").([]any)[0].(map[string]any)["values"])
+	assert.Equal(t, true, get(policy, "spec", "guardrails", "paused"))
+	// Helm merges the values given with the defaults: the rest stays.
+	assert.EqualValues(t, 2, get(policy, "spec", "guardrails", "rollback", "oomKills"))
+	assert.Equal(t, "0.25", get(policy, "spec", "guardrails", "rollback", "throttlingRatio"))
+
+	off := byKey(t, "the chart", renderChart(t, map[string]any{"defaultPolicy": map[string]any{"enabled": false}}))
+	assert.NotContains(t, off, policy, "defaultPolicy.enabled=false")
+}
+
+// TestLintClean: `helm lint --strict charts/kerf` reports no error and no
+// warning, with the default values and with the hub on. Lint's INFO
+// messages are logged (the one Helm gives this chart: no icon).
+func TestLintClean(t *testing.T) {
+	for name, vals := range map[string]map[string]any{
+		"defaults": nil,
+		"hub":      {"hub": map[string]any{"enabled": true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := action.NewLint()
+			l.Strict = true
+			l.KubeVersion, _ = chartutil.ParseKubeVersion(kube.KubernetesVersion)
+			res := l.Run([]string{chartDir(t)}, vals)
+			assert.Equal(t, 1, res.TotalChartsLinted)
+			assert.Empty(t, res.Errors, "helm lint errors")
+			for _, m := range res.Messages {
+				if m.Severity > support.InfoSev {
+					t.Errorf("helm lint: %s", m)
+				} else {
+					t.Logf("helm lint: %s", m)
+				}
+			}
+		})
+	}
+}
