@@ -129,9 +129,13 @@ func (r *recommender) listCheckpoints(ctx context.Context, fn func(*v1alpha1.Rig
 // container's checkpoint that cannot be loaded is logged with why, counted
 // and ignored.
 func (r *recommender) loadCheckpoints(ctx context.Context) error {
+	pols, err := r.listPolicies(ctx)
+	if err != nil {
+		return err
+	}
 	n := 0
-	err := r.listCheckpoints(ctx, func(ck *v1alpha1.RightsizingCheckpoint) {
-		n += r.loadCheckpoint(ck)
+	err = r.listCheckpoints(ctx, func(ck *v1alpha1.RightsizingCheckpoint) {
+		n += r.loadCheckpoint(ck, r.checkpointModel(ctx, pols, ck))
 	})
 	if err != nil {
 		return err
@@ -140,14 +144,32 @@ func (r *recommender) loadCheckpoints(ctx context.Context) error {
 	return nil
 }
 
-// loadCheckpoint loads one checkpoint's containers and returns how many.
-func (r *recommender) loadCheckpoint(ck *v1alpha1.RightsizingCheckpoint) int {
+// checkpointModel is the model a checkpoint's workload's states are under:
+// the one it has in memory, else its policy's, else the defaults'.
+func (r *recommender) checkpointModel(ctx context.Context, pols *policies, ck *v1alpha1.RightsizingCheckpoint) *recommend.Model {
+	ref := workload.Ref{Kind: ck.Spec.TargetRef.Kind, Namespace: ck.Namespace, Name: ck.Spec.TargetRef.Name}
+	if tw := r.workloads[ref]; tw != nil && tw.model != nil {
+		return tw.model
+	}
+	if rw := r.resolve(ctx, pols, ref); rw != nil {
+		if m, _, err := r.model(rw.resolved.Spec); err == nil {
+			return m
+		}
+	}
+	return r.base
+}
+
+// loadCheckpoint loads one checkpoint's containers under the model m and
+// returns how many; a container checkpointed under another model is
+// refused by its fingerprint.
+func (r *recommender) loadCheckpoint(ck *v1alpha1.RightsizingCheckpoint, m *recommend.Model) int {
 	ref := workload.Ref{Kind: ck.Spec.TargetRef.Kind, Namespace: ck.Namespace, Name: ck.Spec.TargetRef.Name}
 	tw := r.workloads[ref]
 	if tw == nil {
-		tw = &trackedWorkload{containers: map[string]*recommend.ContainerState{}}
+		tw = &trackedWorkload{containers: map[string]*recommend.ContainerState{}, model: m}
 	}
-	fp := fingerprintHex(r.base)
+	m = tw.model
+	fp := fingerprintHex(m)
 	loaded, refused := 0, false
 	for _, c := range ck.Status.Containers {
 		if tw.containers[c.Name] != nil {
@@ -161,7 +183,7 @@ func (r *recommender) loadCheckpoint(ck *v1alpha1.RightsizingCheckpoint) int {
 		var st recommend.ContainerState
 		if c.Fingerprint != fp {
 			reason, err = refusedFingerprint, fmt.Errorf("made with other model parameters (fingerprint %s, this recommender %s)", c.Fingerprint, fp)
-		} else if st, err = recommend.LoadCheckpoint(r.base, c.Data); errors.Is(err, recommend.ErrCheckpointNewer) {
+		} else if st, err = recommend.LoadCheckpoint(m, c.Data); errors.Is(err, recommend.ErrCheckpointNewer) {
 			reason = refusedNewer
 		} else if err != nil {
 			reason = refusedCorrupt
@@ -206,7 +228,7 @@ func (r *recommender) encodeCheckpoint(tw *trackedWorkload, into *v1alpha1.Right
 	}
 	h := fnv.New64a()
 	for _, name := range names {
-		r.ckptBuf = tw.containers[name].AppendCheckpoint(r.base, r.ckptBuf[:0])
+		r.ckptBuf = tw.containers[name].AppendCheckpoint(tw.model, r.ckptBuf[:0])
 		if len(r.ckptBuf) > v1alpha1.MaxContainerCheckpointBytes {
 			skipped = append(skipped, name)
 			continue
@@ -291,7 +313,7 @@ func (r *recommender) writeCheckpoints(ctx context.Context, due []workload.Ref, 
 		}
 		tried++
 		at := metav1.NewTime(now.UTC().Truncate(time.Second))
-		fp := fingerprintHex(r.base)
+		fp := fingerprintHex(tw.model)
 		for i := range ck.Status.Containers {
 			ck.Status.Containers[i].Fingerprint, ck.Status.Containers[i].WrittenAt = fp, at
 		}

@@ -79,12 +79,13 @@ type refusalBasis struct {
 // recommendFor makes the workload's recommendation and creates or updates
 // its RightsizingRecommendation, when any container's values change.
 func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedWorkload, tw *trackedWorkload, now time.Time) error {
-	m, err := r.model(rw.resolved.Spec)
-	if err != nil {
-		return fmt.Errorf("recommender parameters of %s %s: %w", rw.resolved.Ref.Kind, rw.resolved.Ref.Name, err)
+	if rw.modelErr != nil {
+		return rw.modelErr
 	}
+	// The workload's own model: the one its states were fed with.
+	m := tw.model
 	var existing v1alpha1.RightsizingRecommendation
-	err = r.client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &existing)
+	err := r.client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &existing)
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:

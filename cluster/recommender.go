@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -67,11 +68,17 @@ type recommender struct {
 	period time.Duration
 	max    int
 
-	// base is the model the states are fed with; models are the models
-	// recommendations are made with, one per distinct policy parameters
-	// (the bucket and decay fields, which shape the state, are the base's).
+	// base is the defaults' model; models are the models of the
+	// policies' parameters, at most maxModels (base included), each
+	// workload's states fed and recommended with its own (model).
 	base   *recommend.Model
 	models map[recommend.Params]*recommend.Model
+	// modelsPruned is the pass that last dropped the models no workload
+	// uses (at most once a pass), and modelMetrics the counts of
+	// histories restarted under a new model and of workloads that fell
+	// back to the defaults' model.
+	modelsPruned uint64
+	modelMetrics *modelMetrics
 
 	workloads map[workload.Ref]*trackedWorkload
 	instances map[instanceKey]*trackedInstance
@@ -105,6 +112,11 @@ type recommender struct {
 // trackedWorkload is the history of one workload's containers.
 type trackedWorkload struct {
 	containers map[string]*recommend.ContainerState
+	// model is the model its states are fed and recommended with: its
+	// policy's (model), or the defaults' when none could be had
+	// (fellBack: the bound of distinct models was reached).
+	model    *recommend.Model
+	fellBack bool
 	// recommended is when its recommendation was last made.
 	recommended time.Time
 	seen        uint64
@@ -163,6 +175,10 @@ func newRecommender(c client.Client, reader client.Reader, namespaces []string, 
 	if err != nil {
 		return nil, err
 	}
+	mm, err := newModelMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.CheckpointInterval <= 0 {
 		cfg.CheckpointInterval = DefaultCheckpointInterval
 	}
@@ -185,7 +201,7 @@ func newRecommender(c client.Client, reader client.Reader, namespaces []string, 
 	return &recommender{
 		client: c, usage: sig.Usage, kernel: sig.Kernel, now: now, log: log.With("component", "recommender"),
 		period: cfg.Period, max: cfg.MaxContainers, base: base,
-		models:    map[recommend.Params]*recommend.Model{base.Params(): base},
+		models: map[recommend.Params]*recommend.Model{base.Params(): base}, modelMetrics: mm,
 		workloads: map[workload.Ref]*trackedWorkload{}, instances: map[instanceKey]*trackedInstance{},
 		refs: map[types.UID]workload.Ref{}, trackedGauge: gauge,
 		reader: reader, namespaces: namespaces, ckptInterval: cfg.CheckpointInterval, ckptWrites: cfg.CheckpointWrites,
@@ -253,6 +269,9 @@ func (p *policies) anyEnabled() bool {
 type resolvedWorkload struct {
 	w        *workload.Workload
 	resolved *policy.Resolved
+	// modelErr is why the policy's parameters gave no model (the
+	// workload's states keep theirs, and nothing is recommended).
+	modelErr error
 }
 
 // pass reads the new usage readings, feeds the states, and makes the
@@ -310,6 +329,7 @@ func (r *recommender) pass(ctx context.Context) error {
 		}
 		if tw.seen != r.tick {
 			tw.seen, tw.pods = r.tick, tw.pods[:0]
+			r.adopt(ref, tw, rw, now)
 		}
 		tw.pods = append(tw.pods, pod)
 		for _, c := range pod.Spec.Containers {
@@ -323,7 +343,7 @@ func (r *recommender) pass(ctx context.Context) error {
 				tw.containers[c.Name] = st
 				r.tracked++
 			}
-			r.ingest(ctx, ref, pod, c, st, now)
+			r.ingest(ctx, ref, pod, c, tw.model, st, now)
 		}
 	}
 	if full {
@@ -394,7 +414,7 @@ func (r *recommender) resolve(ctx context.Context, pols *policies, ref workload.
 
 // ingest feeds a running container's new usage readings and OOM kills into
 // its workload's state.
-func (r *recommender) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c corev1.Container, st *recommend.ContainerState, now time.Time) {
+func (r *recommender) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c corev1.Container, m *recommend.Model, st *recommend.ContainerState, now time.Time) {
 	k := instanceKey{pod.UID, c.Name}
 	in := r.instances[k]
 	if in == nil {
@@ -405,10 +425,10 @@ func (r *recommender) ingest(ctx context.Context, ref workload.Ref, pod *corev1.
 	var last signals.UsageSample
 	for _, s := range r.usage.Since(pod.UID, c.Name, in.cursor, nil) {
 		if !in.cpuAt.IsZero() && s.CPU >= in.cpu && s.At.After(in.cpuAt) {
-			st.AddCPU(r.base, (s.CPU-in.cpu).Seconds()/s.At.Sub(in.cpuAt).Seconds(), s.At)
+			st.AddCPU(m, (s.CPU-in.cpu).Seconds()/s.At.Sub(in.cpuAt).Seconds(), s.At)
 		}
 		in.cpuAt, in.cpu = s.At, s.CPU
-		st.AddMemory(r.base, &in.peak, float64(s.WorkingSet), s.At)
+		st.AddMemory(m, &in.peak, float64(s.WorkingSet), s.At)
 		in.cursor, last = s.At, s
 	}
 	// An OOM kill, from the agent's kernel count or the pod's status, latches
@@ -426,12 +446,12 @@ func (r *recommender) ingest(ctx context.Context, ref workload.Ref, pod *corev1.
 	}
 	n, _ := r.kernel.OOMKills(pod.UID, c.Name, time.Time{}, now.Add(time.Hour))
 	if n > in.kills {
-		st.RecordOOM(r.base, killPeak(), now)
+		st.RecordOOM(m, killPeak(), now)
 	}
 	in.kills = n // fewer once the store pruned old kills
 	for _, cs := range pod.Status.ContainerStatuses {
 		if t := cs.LastTerminationState.Terminated; cs.Name == c.Name && t != nil && t.Reason == oomKilledReason && t.FinishedAt.After(in.statusOOM) {
-			st.RecordOOM(r.base, killPeak(), t.FinishedAt.Time)
+			st.RecordOOM(m, killPeak(), t.FinishedAt.Time)
 			in.statusOOM = t.FinishedAt.Time
 		}
 	}
@@ -530,7 +550,7 @@ func (r *recommender) throttling(now time.Time) {
 		}
 		for name, w := range wins {
 			if st := tw.containers[name]; st != nil && w.Periods > 0 {
-				st.AddThrottling(r.base, w.Throttled/w.Periods, now)
+				st.AddThrottling(tw.model, w.Throttled/w.Periods, now)
 			}
 		}
 	}
@@ -575,17 +595,35 @@ func (r *recommender) forget(ref workload.Ref) {
 	}
 }
 
-// model returns the model for a policy's spec.recommend and throttling
-// ratio: the base's state shape with the policy's percentiles and guards.
-func (r *recommender) model(spec v1alpha1.PolicySpec) (*recommend.Model, error) {
+// maxModels bounds the distinct models (one per distinct policy
+// parameters, the defaults' included); a workload whose parameters would
+// make one more is fed and recommended with the defaults' model.
+const maxModels = 64
+
+// params returns the recommender parameters of a policy's spec.recommend
+// and throttling ratio: the defaults' bucket layout with every other
+// parameter the policy's.
+func (r *recommender) params(spec v1alpha1.PolicySpec) (recommend.Params, error) {
 	rs := spec.Recommend.DeepCopy()
 	rs.SetDefaults()
 	p := r.base.Params()
+	percent := func(v *int32) float64 { return float64(*v) / 100 }
 	p.MinHistory = rs.MinHistory.Duration
-	p.MinChange = float64(*rs.MinChangePercent) / 100
-	p.CPUPercentile = float64(*rs.CPUPercentile) / 100
-	p.MemoryPercentile = float64(*rs.MemoryPercentile) / 100
-	p.SafetyMargin = float64(*rs.SafetyMarginPercent) / 100
+	p.MinChange = percent(rs.MinChangePercent)
+	p.CPUPercentile = percent(rs.CPUPercentile)
+	p.MemoryPercentile = percent(rs.MemoryPercentile)
+	p.LowerPercentile = percent(rs.LowerPercentile)
+	p.UpperPercentile = percent(rs.UpperPercentile)
+	p.SafetyMargin = percent(rs.SafetyMarginPercent)
+	p.ConfidenceInterval = rs.ConfidenceInterval.Duration
+	p.MinCPUMilli = rs.PodMinimum.CPU.MilliValue()
+	p.MinMemoryBytes = rs.PodMinimum.Memory.Value()
+	p.OOMBumpBytes = rs.OOMBump.Memory.Value()
+	p.OOMBumpRatio = 1 + percent(rs.OOMBump.Percent)
+	p.CPUHalfLife = rs.CPUHalfLife.Duration
+	p.MemoryHalfLife = rs.MemoryHalfLife.Duration
+	p.MemoryInterval = rs.MemoryAggregationInterval.Duration
+	p.MemoryIntervals = int(*rs.MemoryAggregationIntervals)
 	p.UpscaleOnlyCPU = slices.Contains(rs.UpscaleOnly, v1alpha1.ResourceCPU)
 	p.UpscaleOnlyMemory = slices.Contains(rs.UpscaleOnly, v1alpha1.ResourceMemory)
 	p.KeepLimitProportion = *rs.KeepLimitProportion
@@ -595,20 +633,111 @@ func (r *recommender) model(spec v1alpha1.PolicySpec) (*recommend.Model, error) 
 	}
 	tr, err := strconv.ParseFloat(ratio, 64)
 	if err != nil {
-		return nil, fmt.Errorf("parse throttlingRatio %q: %w", ratio, err)
+		return p, fmt.Errorf("parse throttlingRatio %q: %w", ratio, err)
 	}
 	p.ThrottlingRatio = tr
-	if m := r.models[p]; m != nil {
-		return m, nil
-	}
-	m, err := recommend.NewModel(p)
+	return p, nil
+}
+
+// model returns the model for a policy's parameters (params), made once
+// and shared by the workloads that have them. When maxModels distinct
+// models are in use (after dropping, at most once a pass, the ones no
+// workload uses) it returns the defaults' model and fellBack.
+func (r *recommender) model(spec v1alpha1.PolicySpec) (m *recommend.Model, fellBack bool, err error) {
+	p, err := r.params(spec)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if len(r.models) > 64 {
-		clear(r.models)
+	if m := r.models[p]; m != nil {
+		return m, false, nil
+	}
+	if len(r.models) >= maxModels && r.modelsPruned != r.tick {
+		r.modelsPruned = r.tick
+		used := map[*recommend.Model]bool{r.base: true}
+		for _, tw := range r.workloads {
+			used[tw.model] = true
+		}
+		maps.DeleteFunc(r.models, func(_ recommend.Params, m *recommend.Model) bool { return !used[m] })
+	}
+	if len(r.models) >= maxModels {
+		return r.base, true, nil
+	}
+	m, err = recommend.NewModel(p)
+	if err != nil {
+		return nil, false, err
 	}
 	r.models[p] = m
+	return m, false, nil
+}
+
+// adopt gives a workload the model of its policy, once a pass. A change
+// of the parameters that shape the state (half-lives, memory interval and
+// count: the model's fingerprint) restarts its history under the new
+// model, keeping its latches (the OOM kill and the throttling in the
+// window): old samples cannot be re-weighted into the new shape, and a
+// restarted history must not lower what a latch holds. Any other change
+// applies at once.
+func (r *recommender) adopt(ref workload.Ref, tw *trackedWorkload, rw *resolvedWorkload, now time.Time) {
+	m, fellBack, err := r.model(rw.resolved.Spec)
+	if err != nil {
+		rw.modelErr = fmt.Errorf("recommender parameters of %s %s: %w", rw.resolved.Ref.Kind, rw.resolved.Ref.Name, err)
+		if tw.model == nil {
+			tw.model = r.base
+		}
+		return
+	}
+	if fellBack && !tw.fellBack {
+		r.log.Warn("recommender has its maximum of distinct parameter sets; the workload is recommended for with the defaults",
+			"namespace", ref.Namespace, "workload", ref.String(), "policy", string(rw.resolved.Ref.Kind)+"/"+rw.resolved.Ref.Name, "maxModels", maxModels)
+		r.modelMetrics.fellBack.Inc()
+	}
+	tw.fellBack = fellBack
+	old := tw.model
+	tw.model = m
+	if old == nil || old == m || old.Fingerprint() == m.Fingerprint() || len(tw.containers) == 0 {
+		return
+	}
+	for name, st := range tw.containers {
+		sig := st.Signals(old, now)
+		fresh := &recommend.ContainerState{}
+		if !sig.OOMAt.IsZero() {
+			fresh.RecordOOM(m, sig.OOMPeakBytes, sig.OOMAt)
+		}
+		if sig.ThrottlingRatio > 0 {
+			fresh.AddThrottling(m, sig.ThrottlingRatio, now)
+		}
+		tw.containers[name] = fresh
+	}
+	// The instances' peak windows are the old interval's.
+	for k, in := range r.instances {
+		if r.refs[k.pod] == ref {
+			in.peak = recommend.PeakWindow{}
+		}
+	}
+	r.log.Info("recommender history restarts: the policy changed a parameter that shapes it", "namespace", ref.Namespace, "workload", ref.String(),
+		"policy", string(rw.resolved.Ref.Kind)+"/"+rw.resolved.Ref.Name, "containers", len(tw.containers),
+		"fingerprint", fingerprintHex(m), "previousFingerprint", fingerprintHex(old))
+	r.modelMetrics.restarted.Inc()
+}
+
+// modelMetrics are the recommender's counters of its models.
+type modelMetrics struct {
+	restarted, fellBack prometheus.Counter
+}
+
+// newModelMetrics registers the model counters on reg.
+func newModelMetrics(reg prometheus.Registerer) (*modelMetrics, error) {
+	m := &modelMetrics{
+		restarted: prometheus.NewCounter(prometheus.CounterOpts{Name: "kerf_recommender_history_restarts_total",
+			Help: "Workload histories the recommender restarted because their policy changed a parameter that shapes them (half-lives, memory aggregation interval or count)."}),
+		fellBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "kerf_recommender_model_fallbacks_total",
+			Help: "Workloads the recommender fed and recommended for with the default parameters because it had its maximum of distinct parameter sets."}),
+	}
+	for _, c := range []prometheus.Collector{m.restarted, m.fellBack} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register the recommender's model metrics: %w", err)
+		}
+	}
 	return m, nil
 }
 

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -35,6 +36,18 @@ const (
 	DefaultRecommendSafetyMarginPercent int32 = 15
 	DefaultRecommendKeepLimitProportion       = true
 	DefaultRecommendSource                    = RecommendSourceKerf
+
+	DefaultRecommendLowerPercentile            int32 = 50
+	DefaultRecommendUpperPercentile            int32 = 95
+	DefaultRecommendConfidenceInterval               = 24 * time.Hour
+	DefaultRecommendPodMinimumCPU                    = "25m"
+	DefaultRecommendPodMinimumMemory                 = "250Mi"
+	DefaultRecommendOOMBumpMemory                    = "100Mi"
+	DefaultRecommendOOMBumpPercent             int32 = 20
+	DefaultRecommendCPUHalfLife                      = 24 * time.Hour
+	DefaultRecommendMemoryHalfLife                   = 24 * time.Hour
+	DefaultRecommendMemoryAggregationInterval        = 24 * time.Hour
+	DefaultRecommendMemoryAggregationIntervals int32 = 8
 )
 
 // SetDefaults fills the fields left empty with the same defaults the
@@ -111,6 +124,47 @@ func (r *RecommendSpec) SetDefaults() {
 	}
 	if r.Source == "" {
 		r.Source = DefaultRecommendSource
+	}
+	if r.LowerPercentile == nil {
+		r.LowerPercentile = ptrTo(DefaultRecommendLowerPercentile)
+	}
+	if r.UpperPercentile == nil {
+		r.UpperPercentile = ptrTo(DefaultRecommendUpperPercentile)
+	}
+	durations := []struct {
+		field **metav1.Duration
+		def   time.Duration
+	}{
+		{&r.ConfidenceInterval, DefaultRecommendConfidenceInterval},
+		{&r.CPUHalfLife, DefaultRecommendCPUHalfLife},
+		{&r.MemoryHalfLife, DefaultRecommendMemoryHalfLife},
+		{&r.MemoryAggregationInterval, DefaultRecommendMemoryAggregationInterval},
+	}
+	for _, d := range durations {
+		if *d.field == nil {
+			*d.field = &metav1.Duration{Duration: d.def}
+		}
+	}
+	if r.MemoryAggregationIntervals == nil {
+		r.MemoryAggregationIntervals = ptrTo(DefaultRecommendMemoryAggregationIntervals)
+	}
+	if r.PodMinimum == nil {
+		r.PodMinimum = &PodMinimum{}
+	}
+	if r.PodMinimum.CPU == nil {
+		r.PodMinimum.CPU = ptrTo(resource.MustParse(DefaultRecommendPodMinimumCPU))
+	}
+	if r.PodMinimum.Memory == nil {
+		r.PodMinimum.Memory = ptrTo(resource.MustParse(DefaultRecommendPodMinimumMemory))
+	}
+	if r.OOMBump == nil {
+		r.OOMBump = &OOMBump{}
+	}
+	if r.OOMBump.Memory == nil {
+		r.OOMBump.Memory = ptrTo(resource.MustParse(DefaultRecommendOOMBumpMemory))
+	}
+	if r.OOMBump.Percent == nil {
+		r.OOMBump.Percent = ptrTo(DefaultRecommendOOMBumpPercent)
 	}
 }
 

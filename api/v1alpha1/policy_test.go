@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -150,12 +151,35 @@ func TestRecommendDefaultsAreApplied(t *testing.T) {
 		SafetyMarginPercent: ptr.To[int32](15),
 		KeepLimitProportion: ptr.To(true),
 		Source:              v1alpha1.RecommendSourceKerf,
+
+		LowerPercentile:    ptr.To[int32](50),
+		UpperPercentile:    ptr.To[int32](95),
+		ConfidenceInterval: &metav1.Duration{Duration: 24 * time.Hour},
+		PodMinimum:         &v1alpha1.PodMinimum{CPU: ptr.To(resource.MustParse("25m")), Memory: ptr.To(resource.MustParse("250Mi"))},
+		OOMBump:            &v1alpha1.OOMBump{Memory: ptr.To(resource.MustParse("100Mi")), Percent: ptr.To[int32](20)},
+		CPUHalfLife:        &metav1.Duration{Duration: 24 * time.Hour},
+		MemoryHalfLife:     &metav1.Duration{Duration: 24 * time.Hour},
+
+		MemoryAggregationInterval:  &metav1.Duration{Duration: 24 * time.Hour},
+		MemoryAggregationIntervals: ptr.To[int32](8),
 	}
 	require.NotNil(t, got.Spec.Recommend)
 	assert.Equal(t, want, *got.Spec.Recommend)
 	var local v1alpha1.RecommendSpec
 	local.SetDefaults()
 	assert.Equal(t, want, local)
+
+	// A podMinimum or oomBump given in part gets the rest of its defaults.
+	obj = fromYAML(t, "RightsizingPolicy", controlplane.UniqueName("recpart"), `recommend: {podMinimum: {memory: 100Mi}, oomBump: {percent: 50}}`)
+	require.NoError(t, create(t, obj))
+	require.NoError(t, controlplane.Get(t).Client.Get(ctx, client.ObjectKeyFromObject(obj), &got))
+	assert.Equal(t, "25m", got.Spec.Recommend.PodMinimum.CPU.String())
+	assert.Equal(t, "100Mi", got.Spec.Recommend.PodMinimum.Memory.String())
+	assert.Equal(t, "100Mi", got.Spec.Recommend.OOMBump.Memory.String())
+	assert.Equal(t, int32(50), *got.Spec.Recommend.OOMBump.Percent)
+	local = v1alpha1.RecommendSpec{PodMinimum: &v1alpha1.PodMinimum{Memory: ptr.To(resource.MustParse("100Mi"))}, OOMBump: &v1alpha1.OOMBump{Percent: ptr.To[int32](50)}}
+	local.SetDefaults()
+	assert.Equal(t, *got.Spec.Recommend, local)
 }
 
 // TestAdmissionRefusesBadPolicies sends policies with one bad field each and
@@ -229,6 +253,22 @@ func TestAdmissionRefusesBadPolicies(t *testing.T) {
 		{"recommend container named twice", "", `recommend: {containers: [{name: app, minAllowed: {cpu: 10m}}, {name: app, maxAllowed: {cpu: "1"}}]}`, "spec.recommend.containers[1]", "Duplicate value"},
 		{"recommend too many containers", "", `recommend: {containers: [` + manyContainers(65) + `]}`, "spec.recommend.containers", "must have at most 64 items"},
 		{"recommend quantity not a quantity", "", `recommend: {containers: [{name: app, maxAllowed: {cpu: lots}}]}`, "spec.recommend.containers[0].maxAllowed.cpu", "should match"},
+		{"recommend lower percentile zero", "", `recommend: {lowerPercentile: 0}`, "spec.recommend.lowerPercentile", "greater than or equal to 1"},
+		{"recommend upper percentile 100", "", `recommend: {upperPercentile: 100}`, "spec.recommend.upperPercentile", "less than or equal to 99"},
+		{"recommend lower above upper", "", `recommend: {lowerPercentile: 96}`, "spec.recommend.lowerPercentile", "must not be above upperPercentile"},
+		{"recommend confidence interval below a minute", "", `recommend: {confidenceInterval: 30s}`, "spec.recommend.confidenceInterval", "duration from 1m to 8760h"},
+		{"recommend cpu half-life zero", "", `recommend: {cpuHalfLife: "0"}`, "spec.recommend.cpuHalfLife", "duration from 1m to 8760h"},
+		{"recommend cpu half-life in days", "", `recommend: {cpuHalfLife: 2d}`, "spec.recommend.cpuHalfLife", "duration from 1m to 8760h"},
+		{"recommend memory half-life above a year", "", `recommend: {memoryHalfLife: 9000h}`, "spec.recommend.memoryHalfLife", "duration from 1m to 8760h"},
+		{"recommend memory interval below a minute", "", `recommend: {memoryAggregationInterval: 59s}`, "spec.recommend.memoryAggregationInterval", "duration from 1m to 8760h"},
+		{"recommend memory intervals zero", "", `recommend: {memoryAggregationIntervals: 0}`, "spec.recommend.memoryAggregationIntervals", "greater than or equal to 1"},
+		{"recommend memory intervals 256", "", `recommend: {memoryAggregationIntervals: 256}`, "spec.recommend.memoryAggregationIntervals", "less than or equal to 255"},
+		{"recommend negative pod minimum cpu", "", `recommend: {podMinimum: {cpu: -1m}}`, "spec.recommend.podMinimum.cpu", "at least 0"},
+		{"recommend negative pod minimum memory", "", `recommend: {podMinimum: {memory: -1Mi}}`, "spec.recommend.podMinimum.memory", "at least 0"},
+		{"recommend pod minimum not a quantity", "", `recommend: {podMinimum: {memory: lots}}`, "spec.recommend.podMinimum.memory", "should match"},
+		{"recommend negative oom bump memory", "", `recommend: {oomBump: {memory: -100Mi}}`, "spec.recommend.oomBump.memory", "at least 0"},
+		{"recommend negative oom bump percent", "", `recommend: {oomBump: {percent: -1}}`, "spec.recommend.oomBump.percent", "greater than or equal to 0"},
+		{"recommend oom bump percent above 1000", "", `recommend: {oomBump: {percent: 1001}}`, "spec.recommend.oomBump.percent", "less than or equal to 1000"},
 		{"cluster policy with bad recommend interval", "ClusterRightsizingPolicy", `recommend: {interval: 500ms}`, "spec.recommend.interval", "duration of at least 1s"},
 		{"cluster policy with bad ratio", "ClusterRightsizingPolicy", `guardrails: {rollback: {throttlingRatio: "2"}}`, rb + "throttlingRatio", "decimal string in (0, 1]"},
 		{"cluster policy with negative oom kills", "ClusterRightsizingPolicy", `guardrails: {rollback: {oomKills: -1}}`, rb + "oomKills", "greater than or equal to 0"},
@@ -273,6 +313,8 @@ func TestAdmissionAcceptsGoodPolicyValues(t *testing.T) {
 		{"recommend zero history", "", `recommend: {minHistory: "0"}`},
 		{"recommend guards", "", `recommend: {upscaleOnly: [memory, cpu], keepLimitProportion: false, containers: [{name: "*", minAllowed: {cpu: 10m, memory: 64Mi}, maxAllowed: {cpu: 2, memory: 4Gi}}, {name: app, minAllowed: {cpu: 1}, maxAllowed: {cpu: 1000m}}]}`},
 		{"recommend 64 containers", "", `recommend: {containers: [` + manyContainers(64) + `]}`},
+		{"recommend every model parameter", "", `recommend: {lowerPercentile: 1, upperPercentile: 1, confidenceInterval: 1m, podMinimum: {cpu: 0, memory: "0"}, oomBump: {memory: 0, percent: 0}, cpuHalfLife: 1m, memoryHalfLife: 8760h, memoryAggregationInterval: 1h30m, memoryAggregationIntervals: 255}`},
+		{"recommend oom bump percent 1000", "", `recommend: {oomBump: {memory: 1Gi, percent: 1000}, podMinimum: {cpu: 1, memory: 1Gi}}`},
 		{"namespace selector on a cluster policy", "ClusterRightsizingPolicy", `selector: {namespaceSelector: {matchExpressions: [{key: team, operator: In, values: [a, b]}]}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -106,7 +107,9 @@ type PolicySpec struct {
 
 // RecommendSpec configures the recommender for a policy's workloads; every
 // field has a default, and the ones that map to the recommender's
-// parameters are named after them (docs/recommender.md).
+// parameters are named after them or after VPA's recommender flags
+// (docs/recommender.md).
+// +kubebuilder:validation:XValidation:rule=`!has(self.lowerPercentile) || !has(self.upperPercentile) || self.lowerPercentile <= self.upperPercentile`,message="must not be above upperPercentile",fieldPath=".lowerPercentile"
 type RecommendSpec struct {
 	// Enabled turns the recommender on for the policy's workloads.
 	// +kubebuilder:default=false
@@ -190,6 +193,124 @@ type RecommendSpec struct {
 	// +kubebuilder:validation:Enum=Kerf;VPA
 	// +optional
 	Source RecommendSource `json:"source,omitempty"`
+
+	// LowerPercentile is the usage percentile of the lower bound a
+	// recommendation records, for CPU and memory (VPA's
+	// --recommendation-lower-bound-cpu-percentile and -memory-percentile,
+	// 50). The bounds are figures only: they show how settled the
+	// estimate is and change nothing.
+	// +kubebuilder:default=50
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=99
+	// +optional
+	LowerPercentile *int32 `json:"lowerPercentile,omitempty"`
+	// UpperPercentile is the usage percentile of the upper bound a
+	// recommendation records, for CPU and memory (VPA's
+	// --recommendation-upper-bound-cpu-percentile and -memory-percentile,
+	// 95).
+	// +kubebuilder:default=95
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=99
+	// +optional
+	UpperPercentile *int32 `json:"upperPercentile,omitempty"`
+	// ConfidenceInterval is the history length that counts as one unit of
+	// confidence for the recorded bounds (VPA's --confidence-interval-cpu
+	// and --confidence-interval-memory, 24h).
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$') && duration(self) >= duration('1m') && duration(self) <= duration('8760h')`,message="must be a duration from 1m to 8760h such as 24h (units ns, us, ms, s, m, h)"
+	// +optional
+	ConfidenceInterval *metav1.Duration `json:"confidenceInterval,omitempty"`
+	// PodMinimum is the least request recommended for a pod, shared by its
+	// containers (VPA's --pod-recommendation-min-cpu-millicores, 25m, and
+	// --pod-recommendation-min-memory-mb, 250Mi). Zero is no minimum.
+	// +kubebuilder:default={}
+	// +optional
+	PodMinimum *PodMinimum `json:"podMinimum,omitempty"`
+	// OOMBump is how far above its peak a container's memory request goes
+	// after an OOM kill: at least the peak plus memory and the peak plus
+	// percent (VPA's --oom-min-bump-up-bytes, 100Mi, and
+	// --oom-bump-up-ratio, 1.2).
+	// +kubebuilder:default={}
+	// +optional
+	OOMBump *OOMBump `json:"oomBump,omitempty"`
+	// CPUHalfLife is the time after which a CPU usage sample counts half
+	// (VPA's --cpu-histogram-decay-half-life, 24h). It shapes the stored
+	// history: a change restarts the history of the policy's workloads.
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$') && duration(self) >= duration('1m') && duration(self) <= duration('8760h')`,message="must be a duration from 1m to 8760h such as 24h (units ns, us, ms, s, m, h)"
+	// +optional
+	CPUHalfLife *metav1.Duration `json:"cpuHalfLife,omitempty"`
+	// MemoryHalfLife is the time after which a memory peak counts half
+	// (VPA's --memory-histogram-decay-half-life, 24h). It shapes the
+	// stored history: a change restarts the history of the policy's
+	// workloads.
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$') && duration(self) >= duration('1m') && duration(self) <= duration('8760h')`,message="must be a duration from 1m to 8760h such as 24h (units ns, us, ms, s, m, h)"
+	// +optional
+	MemoryHalfLife *metav1.Duration `json:"memoryHalfLife,omitempty"`
+	// MemoryAggregationInterval is the length of one memory interval: the
+	// history keeps one peak per container instance per interval (VPA's
+	// --memory-aggregation-interval, 24h). It shapes the stored history.
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$') && duration(self) >= duration('1m') && duration(self) <= duration('8760h')`,message="must be a duration from 1m to 8760h such as 24h (units ns, us, ms, s, m, h)"
+	// +optional
+	MemoryAggregationInterval *metav1.Duration `json:"memoryAggregationInterval,omitempty"`
+	// MemoryAggregationIntervals is how many intervals make the lookback
+	// window of memory peaks and of the OOM and throttling latches (VPA's
+	// --memory-aggregation-interval-count, 8). It shapes the stored
+	// history.
+	// +kubebuilder:default=8
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=255
+	// +optional
+	MemoryAggregationIntervals *int32 `json:"memoryAggregationIntervals,omitempty"`
+}
+
+// PodMinimum is the least request the recommender gives a pod, shared by
+// its containers.
+type PodMinimum struct {
+	// CPU is the pod's least CPU request, such as 25m; 0 is no minimum.
+	// +kubebuilder:default="25m"
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('0')) >= 0`,message="must be a quantity of at least 0 such as 25m"
+	// +optional
+	CPU *resource.Quantity `json:"cpu,omitempty"`
+	// Memory is the pod's least memory request, such as 250Mi; 0 is no
+	// minimum.
+	// +kubebuilder:default="250Mi"
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('0')) >= 0`,message="must be a quantity of at least 0 such as 250Mi"
+	// +optional
+	Memory *resource.Quantity `json:"memory,omitempty"`
+}
+
+// OOMBump is how far above the peak an OOM-killed container's memory
+// request goes: at least peak + Memory and peak × (1 + Percent/100).
+type OOMBump struct {
+	// Memory is the least amount added to the peak, such as 100Mi.
+	// +kubebuilder:default="100Mi"
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('0')) >= 0`,message="must be a quantity of at least 0 such as 100Mi"
+	// +optional
+	Memory *resource.Quantity `json:"memory,omitempty"`
+	// Percent is the least the peak is raised by, in percent of it (20:
+	// VPA's ratio 1.2).
+	// +kubebuilder:default=20
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Percent *int32 `json:"percent,omitempty"`
 }
 
 // ContainerRecommendPolicy bounds the requests the recommender gives one
