@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,7 +58,7 @@ func (o *options) history(ctx context.Context, arg, output string) error {
 		return printValue(o.streams.Out, output, actions)
 	}
 	if len(actions) == 0 {
-		o.streams.ErrOut.Write([]byte("No actions recorded for " + workloadName(r) + " (RightsizingRecommendation " + r.Namespace + "/" + r.Name + ").\n"))
+		fmt.Fprintf(o.streams.ErrOut, "No actions recorded for %s (RightsizingRecommendation %s/%s).\n", workloadName(r), r.Namespace, r.Name)
 		return nil
 	}
 	table := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{

@@ -220,6 +220,12 @@ func TestHistoryPrintsTheActionsNewestFirst(t *testing.T) {
 	assert.Regexp(t, `SEQ\s+MESSAGE\n`, out)
 	assert.Regexp(t, `oomKills 2 ≥ 1\s+2\s+memory rolled back after 2 OOM kills\n`, out)
 
+	require.NoError(t, cp.Client.Create(context.Background(), recommendationFor(f.ns, "fresh", "fresh", "1", "1Gi")))
+	code, out, errOut = kerf(t, cp, "history", "deployment/fresh", "-n", f.ns)
+	require.Equal(t, 0, code, errOut)
+	assert.Empty(t, out)
+	assert.Equal(t, "No actions recorded for Deployment/fresh (RightsizingRecommendation "+f.ns+"/fresh).\n", errOut)
+
 	code, out, errOut = kerf(t, cp, "history", "api", "-n", f.ns)
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "app: memory request held 64Mi (asked 48Mi, OOMKill)")
