@@ -96,6 +96,31 @@ func TestPausedPolicyBlocksUntilUnpaused(t *testing.T) {
 	assert.ElementsMatch(t, []v1alpha1.ResourceName{"cpu", "memory"}, rsr.Status.Change.Resources)
 }
 
+// TestPausedAnnotationBlocksOneRecommendationUntilRemoved: the
+// kerf.dev/paused annotation (kubectl kerf pause --workload) blocks that
+// recommendation's apply under a policy that is not paused, and removing
+// it lets the apply go ahead.
+func TestPausedAnnotationBlocksOneRecommendationUntilRemoved(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
+	require.NoError(t, c.Create(ctx, namespacedPolicy(ns, false)))
+	startLeader(t, ns, "a", Config{})
+	rsr := recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")
+	rsr.Annotations = map[string]string{v1alpha1.PausedAnnotation: "true"}
+	require.NoError(t, c.Create(ctx, rsr))
+
+	got := waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
+	assert.Contains(t, got.Status.Message, v1alpha1.PausedAnnotation)
+	assert.Len(t, historyOf(got, v1alpha1.ActionBlocked), 1)
+	assert.Nil(t, got.Status.Change, "nothing applied while paused")
+
+	update(t, c, got, func() { delete(got.Annotations, v1alpha1.PausedAnnotation) })
+	got = waitApplied(t, c, ns, "web")
+	assert.ElementsMatch(t, []v1alpha1.ResourceName{"cpu", "memory"}, got.Status.Change.Resources)
+}
+
 // TestOnlyOneReplicaLeadsAndLosingTheLeaseStopsIt runs two replicas: one
 // leads, and when its Lease is taken from it, it stops with
 // ErrLeadershipLost (kerf-leader then exits) and the other takes over.

@@ -102,6 +102,10 @@ func (c *reconcileContext) reconcile(ctx context.Context) (ctrl.Result, error) {
 // acting, then applies it.
 func (c *reconcileContext) plan(ctx context.Context) (ctrl.Result, error) {
 	rsr, resolved := c.rsr, c.resolved
+	if rsr.Annotations[v1alpha1.PausedAnnotation] == "true" {
+		return c.blocked(ctx, &policy.Block{Reason: v1alpha1.ReasonPaused,
+			Message: "the recommendation pauses applies (annotation " + v1alpha1.PausedAnnotation + " is \"true\")"})
+	}
 	w, err := c.targetWorkload(ctx)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("read workload of %s/%s: %w", rsr.Namespace, rsr.Name, err)

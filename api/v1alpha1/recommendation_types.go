@@ -259,6 +259,12 @@ const (
 	EventActionRecommend = "Recommend"
 )
 
+// PausedAnnotation on a RightsizingRecommendation, with value "true",
+// pauses its applies as a policy's spec.guardrails.paused does (phase
+// Blocked, reason Paused), for that one workload; rollbacks still run.
+// `kubectl kerf pause --workload` sets it and `resume --workload` removes it.
+const PausedAnnotation = "kerf.dev/paused"
+
 // RollbackStateAnnotation is the workload annotation that mirrors
 // status.rollback as JSON (docs/design.md section 4).
 const RollbackStateAnnotation = "kerf.dev/rollback-state"

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/resources"
+	"github.com/kerf-dev/kerf/cluster/workload"
+)
+
+func newStatusCommand(o *options) *cobra.Command {
+	var all bool
+	var output string
+	cmd := &cobra.Command{
+		Use:   "status [-n NAMESPACE | -A] [-o wide|yaml|json]",
+		Short: "Each workload with a RightsizingRecommendation: phase, values, last action",
+		Long: "status lists each workload with a RightsizingRecommendation: its phase, the\n" +
+			"recommended values against the manifest's (recommended→manifest, per\n" +
+			"container), Kerf's last action and how long ago it was.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			return o.status(cmd.Context(), all, output)
+		},
+	}
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List the workloads of every namespace")
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func (o *options) status(ctx context.Context, all bool, output string) error {
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	ns := ""
+	if !all {
+		if ns, err = o.namespace(); err != nil {
+			return err
+		}
+	}
+	items, err := listRecommendations(ctx, c, ns)
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(items, func(a, b v1alpha1.RightsizingRecommendation) int {
+		return strings.Compare(a.Namespace+"/"+workloadName(&a)+"/"+a.Name, b.Namespace+"/"+workloadName(&b)+"/"+b.Name)
+	})
+	if output == outputYAML || output == outputJSON {
+		list := &v1alpha1.RightsizingRecommendationList{Items: items}
+		list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("RightsizingRecommendationList"))
+		for i := range list.Items {
+			list.Items[i].SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("RightsizingRecommendation"))
+		}
+		return printObject(o.streams.Out, output, list)
+	}
+	if len(items) == 0 {
+		fmt.Fprintf(o.streams.ErrOut, "No RightsizingRecommendations found%s.\n", inNamespace(ns))
+		return nil
+	}
+	table := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
+		column("Workload", false), column("Phase", false), column("Reason", false),
+		column("Requests", false), column("Limits", true),
+		column("Last Action", false), column("Since", false),
+		column("Recommendation", true), column("Strategy", true), column("Policy", true), column("HealthWatch", true),
+	}}
+	for i := range items {
+		r := &items[i]
+		manifest, err := manifestValues(ctx, c, r)
+		if err != nil {
+			return err
+		}
+		requests, limits := valuesAgainst(r.Spec.Containers, manifest)
+		last, at := "<none>", metav1.Time{}
+		if n := len(r.Status.History); n > 0 {
+			a := r.Status.History[n-1]
+			last, at = string(a.Type), a.Time
+			if a.Reason != "" {
+				last += "/" + a.Reason
+			}
+		}
+		pol := "<none>"
+		if p := r.Status.Policy; p != nil {
+			pol = string(p.Kind) + "/" + p.Name
+		}
+		hw := "<none>"
+		if cond := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionHealthWatch); cond != nil {
+			hw = cond.Reason
+		}
+		table.Rows = append(table.Rows, metav1.TableRow{
+			Cells: []any{workloadName(r), orNone(string(r.Status.Phase)), orNone(r.Status.Reason), requests, limits,
+				last, since(o.now(), at), r.Name, string(r.Spec.Strategy), pol, hw},
+			Object: runtime.RawExtension{Object: r},
+		})
+	}
+	return printTable(o.streams.Out, output, all, table)
+}
+
+// workloadName is the recommendation's workload as Kind/name.
+func workloadName(r *v1alpha1.RightsizingRecommendation) string {
+	return string(r.Spec.TargetRef.Kind) + "/" + r.Spec.TargetRef.Name
+}
+
+// manifestValues reads the values the workload's pod template declares,
+// per container; nil when the workload is gone or may not be read.
+func manifestValues(ctx context.Context, c client.Client, r *v1alpha1.RightsizingRecommendation) (map[string]v1alpha1.ContainerResources, error) {
+	w, err := workload.Get(ctx, c, r.Namespace, r.Spec.TargetRef)
+	switch {
+	case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read the manifest values of %s: %w", workloadName(r), err)
+	}
+	out := map[string]v1alpha1.ContainerResources{}
+	for i := range w.Template.Spec.Containers {
+		cv := resources.ContainerValues(&w.Template.Spec.Containers[i])
+		out[cv.Name] = cv
+	}
+	return out, nil
+}
+
+// valuesAgainst writes each recommended container's requests and limits
+// against the manifest's, such as "app: cpu 250m→500m memory 128Mi→256Mi";
+// a manifest value that could not be read is "?".
+func valuesAgainst(recommended []v1alpha1.ContainerResources, manifest map[string]v1alpha1.ContainerResources) (requests, limits string) {
+	var reqs, lims []string
+	for _, rc := range recommended {
+		mc, ok := manifest[rc.Name]
+		req, lim := pairs(rc.Requests, mc.Requests), pairs(rc.Limits, mc.Limits)
+		if !ok {
+			req, lim = strings.ReplaceAll(req, "→-", "→?"), strings.ReplaceAll(lim, "→-", "→?")
+		}
+		if req != "" {
+			reqs = append(reqs, rc.Name+": "+req)
+		}
+		if lim != "" {
+			lims = append(lims, rc.Name+": "+lim)
+		}
+	}
+	return orNone(strings.Join(reqs, "; ")), orNone(strings.Join(lims, "; "))
+}
