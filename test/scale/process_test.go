@@ -37,10 +37,19 @@ import (
 	agentstream "github.com/kerf-dev/kerf/node/stream"
 )
 
+// leaderBinEnv names a prebuilt kerf-leader to measure instead of the
+// one buildLeader makes from this tree (to compare two builds).
+const leaderBinEnv = "KERF_SCALE_LEADER_BIN"
+
 // buildLeader builds kerf-leader with hack/build.sh, as its image has it,
-// into dir and returns its path.
+// into dir and returns its path; or returns $KERF_SCALE_LEADER_BIN.
 func buildLeader(tb testing.TB, dir string) string {
 	tb.Helper()
+	if bin := os.Getenv(leaderBinEnv); bin != "" {
+		_, err := os.Stat(bin)
+		require.NoError(tb, err, "%s", leaderBinEnv)
+		return bin
+	}
 	repo, err := kube.RepoRoot()
 	require.NoError(tb, err)
 	cmd := exec.Command(filepath.Join(repo, "hack", "build.sh"), dir, "kerf-leader")
