@@ -8,7 +8,7 @@ GO ?= go
 # Test flags: add e.g. TESTFLAGS=-run=TestSmoke.
 TESTFLAGS ?=
 
-.PHONY: all help deps generate vmlinux verify-generated build images test unit bench bench-e2e bench-peers lint demo clean
+.PHONY: all help deps generate vmlinux verify-generated build images test unit bench bench-e2e bench-peers bench-scale lint demo clean
 
 ## all: the default target, build
 all: build
@@ -83,6 +83,10 @@ bench-e2e: deps
 ## bench-peers: the agent against cadvisor on the same 330 cgroups, one Prometheus scraping both at 1 s and 15 s (docs/performance.md, about 15 minutes)
 bench-peers: deps
 	KERF_BENCH_PEERS=1 KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -run='^$$' -bench=AgentAgainstCadvisor -benchtime=1x -timeout 30m -v $(TESTFLAGS) ./test/peers/
+
+## bench-scale: the leader (real binary) at 25,000 workloads, 1,000 simulated nodes' agent streams on the real control plane (docs/performance.md; KERF_SCALE_WORKLOADS, KERF_SCALE_NODES scale it)
+bench-scale: deps
+	KERF_BENCH_SCALE=1 KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -run='^$$' -bench=LeaderAtScale -benchtime=1x -timeout 90m -v $(TESTFLAGS) ./test/scale/
 
 ## lint: gofmt, go vet, staticcheck (pinned in go.mod, run with go tool)
 lint:

@@ -1,0 +1,355 @@
+package scale
+
+// The leader as a measured child process (the real cmd/kerf-leader
+// binary), its stream certificate, the simulated agents and the
+// apiserver's own metrics.
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kerf-dev/kerf/internal/kube"
+	"github.com/kerf-dev/kerf/node/report"
+	agentstream "github.com/kerf-dev/kerf/node/stream"
+)
+
+// leaderBinEnv names a prebuilt kerf-leader to measure instead of the
+// one buildLeader makes from this tree (to compare two builds).
+const leaderBinEnv = "KERF_SCALE_LEADER_BIN"
+
+// buildLeader builds kerf-leader with hack/build.sh, as its image has it,
+// into dir and returns its path; or returns $KERF_SCALE_LEADER_BIN.
+func buildLeader(tb testing.TB, dir string) string {
+	tb.Helper()
+	if bin := os.Getenv(leaderBinEnv); bin != "" {
+		_, err := os.Stat(bin)
+		require.NoError(tb, err, "%s", leaderBinEnv)
+		return bin
+	}
+	repo, err := kube.RepoRoot()
+	require.NoError(tb, err)
+	cmd := exec.Command(filepath.Join(repo, "hack", "build.sh"), dir, "kerf-leader")
+	cmd.Dir = repo
+	out, err := cmd.CombinedOutput()
+	require.NoError(tb, err, "hack/build.sh kerf-leader: %s", out)
+	return filepath.Join(dir, "kerf-leader")
+}
+
+// streamCert writes a self-signed certificate for 127.0.0.1 as tls.crt and
+// tls.key into dir (kerf-leader --stream-cert-dir) and returns a pool
+// that trusts it.
+func streamCert(tb testing.TB, dir string) *x509.CertPool {
+	tb.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(tb, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "kerf-leader"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(tb, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	require.NoError(tb, err)
+	require.NoError(tb, os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(tb, os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(tb, err)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return pool
+}
+
+// freeAddr returns a loopback address nothing listens on now: the
+// stream's, kept across the leader's restart.
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(tb, err)
+	addr := l.Addr().String()
+	require.NoError(tb, l.Close())
+	return addr
+}
+
+// leaderProc is a running kerf-leader.
+type leaderProc struct {
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error
+	logPath string
+	started time.Time
+}
+
+// leaderArgs are what startLeader passes to every replica.
+type leaderArgs struct {
+	bin, kubeconfig, streamAddr, certDir, dir string
+}
+
+// startLeader starts replica identity, its log (JSON, info) in dir.
+func startLeader(tb testing.TB, a leaderArgs, identity string) *leaderProc {
+	tb.Helper()
+	logPath := filepath.Join(a.dir, identity+".log")
+	logFile, err := os.Create(logPath)
+	require.NoError(tb, err)
+	cmd := exec.Command(a.bin,
+		"--kubeconfig="+a.kubeconfig, "--namespace="+kerfNS, "--identity="+identity, "--lease-name=kerf-leader",
+		"--metrics-addr=127.0.0.1:0", "--webhook-addr=",
+		"--stream-addr="+a.streamAddr, "--stream-cert-dir="+a.certDir,
+		"--agent-audience="+audience, "--agent-service-account="+agentSA)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	require.NoError(tb, cmd.Start())
+	p := &leaderProc{cmd: cmd, done: make(chan struct{}), logPath: logPath, started: time.Now()}
+	go func() { p.err = cmd.Wait(); _ = logFile.Close(); close(p.done) }()
+	tb.Cleanup(func() { p.stop(tb) })
+	return p
+}
+
+// stop sends SIGTERM and waits (a SIGKILL after 30 s).
+func (p *leaderProc) stop(tb testing.TB) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		tb.Logf("kerf-leader %d did not stop in 30s: SIGKILL", p.cmd.Process.Pid)
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// exited fails tb when the leader has exited, with its log's tail.
+func (p *leaderProc) alive(tb testing.TB) {
+	tb.Helper()
+	select {
+	case <-p.done:
+		b, _ := os.ReadFile(p.logPath)
+		tb.Fatalf("kerf-leader exited (%v); log tail:\n%s", p.err, tail(string(b), 3000))
+	default:
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat's times (100 on
+// every Linux this runs on).
+const clockTick = 100
+
+// cpu is the leader's user+sys CPU time so far (/proc/<pid>/stat).
+func (p *leaderProc) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	// After "pid (comm) ": state is field 3, utime 14, stime 15.
+	ut, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / clockTick
+}
+
+// memory is the leader's VmRSS and VmHWM (peak) in bytes.
+func (p *leaderProc) memory() (rss, peak uint64) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmRSS":
+			rss = kb << 10
+		case "VmHWM":
+			peak = kb << 10
+		}
+	}
+	return rss, peak
+}
+
+// apiMetric sums the apiserver's samples of metric name whose labels
+// contain every one of labels (`key="value"`), from its /metrics.
+func apiMetric(ctx context.Context, cs kubernetes.Interface, name string, labels ...string) (float64, error) {
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the apiserver's /metrics: %w", err)
+	}
+	var sum float64
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse %q: %w", line, err)
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// leaderRequests is how many requests of the leader the apiserver has
+// dispatched: its FlowSchema's counter.
+func leaderRequests(tb testing.TB, cs kubernetes.Interface) float64 {
+	tb.Helper()
+	v, err := apiMetric(context.Background(), cs, "apiserver_flowcontrol_dispatched_requests_total", `flow_schema="`+leaderFlowSchema+`"`)
+	require.NoError(tb, err)
+	return v
+}
+
+// tokenReviews is how many TokenReviews the apiserver has served.
+func tokenReviews(tb testing.TB, cs kubernetes.Interface) float64 {
+	tb.Helper()
+	v, err := apiMetric(context.Background(), cs, "apiserver_request_total", `resource="tokenreviews"`)
+	require.NoError(tb, err)
+	return v
+}
+
+// agents are the simulated nodes' agents: the real node/stream.Client
+// each, with its node's bound token, over TLS to the leader's stream.
+type agents struct {
+	clients []*agentstream.Client
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// startAgents starts one client per node, with the agent's default
+// backoff (node/stream DefaultMinBackoff, DefaultMaxBackoff).
+func startAgents(tb testing.TB, s *sim, addr string, pool *x509.CertPool, tokens []string) *agents {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &agents{cancel: cancel, done: make(chan struct{})}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	running := make(chan struct{}, s.m)
+	for j := range s.m {
+		c, err := agentstream.NewClient(agentstream.Config{
+			Addr: addr, TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			TokenFile: tokens[j], NodeName: s.nodes[j], OOMSource: "bpf",
+			Registerer: prometheus.NewRegistry(), Log: log,
+		})
+		require.NoError(tb, err)
+		a.clients = append(a.clients, c)
+		go func() { _ = c.Run(ctx); running <- struct{}{} }()
+	}
+	go func() {
+		for range s.m {
+			<-running
+		}
+		close(a.done)
+	}()
+	tb.Cleanup(a.stop)
+	return a
+}
+
+func (a *agents) stop() { a.cancel(); <-a.done }
+
+// connected is how many agents' streams are open.
+func (a *agents) connected() int {
+	n := 0
+	for _, c := range a.clients {
+		if c.State() == agentstream.Connected {
+			n++
+		}
+	}
+	return n
+}
+
+// waitConnected waits until every agent is connected, and returns how
+// long that took, or fails after timeout.
+func (a *agents) waitConnected(tb testing.TB, p *leaderProc, timeout time.Duration) time.Duration {
+	tb.Helper()
+	start := time.Now()
+	last := time.Now()
+	for a.connected() < len(a.clients) {
+		p.alive(tb)
+		if time.Since(start) > timeout {
+			tb.Fatalf("%d of %d agents connected after %v", a.connected(), len(a.clients), timeout)
+		}
+		if time.Since(last) > 15*time.Second {
+			tb.Logf("%d of %d agents connected after %v", a.connected(), len(a.clients), time.Since(start).Round(time.Second))
+			last = time.Now()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// sendCounters makes every agent report its node's containers' CFS
+// counters and usage every interval, as the agent's sampler does, until
+// ctx is done.
+func sendCounters(ctx context.Context, s *sim, a *agents, interval time.Duration) {
+	byNode := make([][]report.ContainerKey, s.m)
+	for i := range s.pods {
+		for k, uid := range s.pods[i] {
+			j := s.podNode[i][k]
+			byNode[j] = append(byNode[j], report.ContainerKey{PodUID: string(uid), Name: "app"})
+		}
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for n := uint64(1); ; n++ {
+		now := time.Now()
+		for j, keys := range byNode {
+			samples := make([]report.Sample, len(keys))
+			for k, key := range keys {
+				samples[k] = report.Sample{Key: key, At: now, Periods: 10 * n, Throttled: n, ThrottledTime: time.Duration(n) * time.Millisecond,
+					HasUsage: true, Usage: report.Usage{CPU: time.Duration(n) * 50 * time.Millisecond, WorkingSet: 100 << 20, Peak: 120 << 20}}
+			}
+			a.clients[j].Counters(samples)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
