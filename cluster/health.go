@@ -95,6 +95,9 @@ func (c *reconcileContext) watch(ctx context.Context) (ctrl.Result, error) {
 		// A leader that takes over after the window opened starts it
 		// from the recorded counters, not from its own first sample.
 		ThrottlingBaselines: rsr.Status.Change.ThrottlingBaselines,
+		// Kills since the change are the kernel's absolute counts less
+		// these: a leader that was down while they happened counts them.
+		OOMBaselines: rsr.Status.Change.OOMBaselines,
 	}
 	v := healthwatch.Evaluate(c.now, in)
 	switch v.State {
@@ -108,16 +111,24 @@ func (c *reconcileContext) watch(ctx context.Context) (ctrl.Result, error) {
 	// what is not evaluated yet changes (the reason stays Watching).
 	// New throttling baselines (the window opened, or a container got its
 	// first counters in it) are written with it, so that a leader that
-	// takes over continues the window instead of starting it anew.
+	// takes over continues the window instead of starting it anew. So are
+	// new OOM baselines (the instances' kernel OOM kill counts at T0, on
+	// the watch's first evaluation), so that kills made while no leader
+	// ran count from them.
 	cond := meta.FindStatusCondition(rsr.Status.Conditions, v1alpha1.ConditionHealthWatch)
-	if cond == nil || cond.Reason != v1alpha1.HealthWatchWatching || !sameNotEvaluated(cond.Message, v) || v.ThrottlingBaselines != nil {
+	if cond == nil || cond.Reason != v1alpha1.HealthWatchWatching || !sameNotEvaluated(cond.Message, v) || v.ThrottlingBaselines != nil || v.OOMBaselines != nil {
 		o := outcome{
 			doing:      "record watch of",
 			conditions: []metav1.Condition{newCondition(v1alpha1.ConditionHealthWatch, metav1.ConditionTrue, v1alpha1.HealthWatchWatching, v.Message)},
 		}
-		if v.ThrottlingBaselines != nil {
+		if v.ThrottlingBaselines != nil || v.OOMBaselines != nil {
 			o.status = func(st *v1alpha1.RightsizingRecommendationStatus) {
-				st.Change.ThrottlingBaselines = v.ThrottlingBaselines
+				if v.ThrottlingBaselines != nil {
+					st.Change.ThrottlingBaselines = v.ThrottlingBaselines
+				}
+				if v.OOMBaselines != nil {
+					st.Change.OOMBaselines = v.OOMBaselines
+				}
 			}
 		}
 		err := c.record(ctx, o)

@@ -361,10 +361,14 @@ func (s *Sampler) Sample(now time.Time) Pass {
 			}
 		}
 		if due && s.openOOM != nil && !e.noOOM {
+			kills, had := e.last.OOMKills, e.last.HasOOMKills
 			if err := s.readOOMKills(e); err != nil {
 				p.Errors++
 				fail(err)
 			}
+			// A new OOM kill count is a change the stream must send, even
+			// on a node without usage files.
+			changed = changed || e.last.HasOOMKills && (!had || e.last.OOMKills != kills)
 		}
 		e.changed = changed
 		if e.changed {

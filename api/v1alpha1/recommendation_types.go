@@ -411,6 +411,41 @@ type Change struct {
 	// +kubebuilder:validation:MaxItems=4096
 	// +optional
 	RestartBaselines []RestartBaseline `json:"restartBaselines,omitempty"`
+	// OOMBaselines are the kernel's OOM kill counts of the container
+	// instances that ran at appliedAt, as the node agents reported them
+	// when the watch started (docs/health.md): kills since the change are
+	// an instance's count now less its baseline, so a leader that takes
+	// over, or that was down while the kills happened, still counts them.
+	// An instance started after appliedAt has none and counts in full.
+	// +kubebuilder:validation:MaxItems=4096
+	// +optional
+	OOMBaselines []OOMBaseline `json:"oomBaselines,omitempty"`
+}
+
+// OOMBaseline is one container instance's kernel OOM kill count (the
+// memory cgroup's cumulative oom_kill counter) at a point in time.
+type OOMBaseline struct {
+	// Pod is the pod's name.
+	// +kubebuilder:validation:MaxLength=253
+	Pod string `json:"pod"`
+	// PodUID is the pod's UID.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	PodUID string `json:"podUID,omitempty"`
+	// Container is the container's name.
+	// +kubebuilder:validation:MaxLength=63
+	Container string `json:"container"`
+	// StartedAt is when the container instance started (its status'
+	// state.running.startedAt): with the pod and the container it names
+	// the instance, whose counter a restart starts anew. Unset when the
+	// agent did not know it.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// OOMKills is the instance's count then.
+	// +kubebuilder:validation:Minimum=0
+	OOMKills int64 `json:"oomKills"`
+	// At is when the agent read the count.
+	At metav1.Time `json:"at"`
 }
 
 // ContainerChange is one container's values before and after a change.

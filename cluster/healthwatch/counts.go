@@ -94,11 +94,18 @@ func resizeRestarts(pod *corev1.Pod, ch *v1alpha1.Change, name string) int {
 	return 0
 }
 
-// countOOMKills sums max(kernel, status) OOM kills in (t0, to] of the named
-// containers of the adopted pods, with up to three pods' details. The
-// status count covers the terminations pod status shows and those the
-// agents saw first, each run once.
-func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, baselines map[containerKey]int32, kernel KernelSource, statuses AgentStatusSource) (int, string) {
+// countOOMKills sums max(kernel events, kernel count, status) OOM kills
+// in (t0, to] of the named containers of the adopted pods, with up to
+// three pods' details. The status count covers the terminations pod
+// status shows and those the agents saw first, each run once; the kernel
+// count is the absolute counts of the container's instances less their
+// baselines at T0 (oom, which records those it lacks). Each of the three
+// is a lower bound of the kills, from a source that may miss some (an
+// event lost while the agent was down, a kill that restarts no container,
+// an instance whose cgroup went before its count was read) and never
+// counts one twice, so the largest is kept.
+func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, baselines map[containerKey]int32, kernel KernelSource, statuses AgentStatusSource, oom *oomBaselines) (int, string) {
+	counts, _ := kernel.(OOMCountSource)
 	total := 0
 	var detail details
 	for _, p := range adopted {
@@ -131,16 +138,20 @@ func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, base
 			if kernel != nil {
 				kn, known = kernel.OOMKills(p.UID, name, t0, to)
 			}
-			n := max(st, kn)
+			abs, absKnown := absoluteOOMKills(counts, p, name, t0, oom)
+			n := max(st, kn, abs)
 			if n > 0 {
 				total += n
 				agent := ""
 				if fromAgent > 0 {
 					agent = fmt.Sprintf(", %d seen by the agent ahead of pod status", fromAgent)
 				}
-				if known {
+				switch {
+				case absKnown:
+					detail.add(p.Name, name, fmt.Sprintf("%d (kernel %d, kernel count %d since T0, status %d%s)", n, kn, abs, st, agent))
+				case known:
 					detail.add(p.Name, name, fmt.Sprintf("%d (kernel %d, status %d%s)", n, kn, st, agent))
-				} else {
+				default:
 					detail.add(p.Name, name, fmt.Sprintf("%d (status%s; no kernel data)", n, agent))
 				}
 			}

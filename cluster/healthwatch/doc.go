@@ -48,8 +48,13 @@
 //     created after T0 started with the values and were not resized.
 //     restartCount has no timestamps, so restarts after the watch's end are
 //     counted if the watch is evaluated late.
-//   - OOM kills per (pod, container): max(kernel count, status count). The
-//     status count is the terminations with reason OOMKilled that finished
+//   - OOM kills per (pod, container): max(kernel events, kernel count,
+//     status count). The kernel count is each instance's absolute count
+//     (OOMCountSource) less its baseline at T0 (Input.OOMBaselines, taken
+//     on the first evaluation that has the count: Verdict.OOMBaselines),
+//     in full for an instance started at or after T0 or a pod created
+//     after it; it is read as of now, so kills after the watch's end count
+//     if the watch is evaluated late. The status count is the terminations with reason OOMKilled that finished
 //     after T0 and at or before the watch's end, among state.terminated and
 //     lastState.terminated (one termination seen in both is counted once):
 //     the kubelet shows at most the two newest, so it is 0, 1 or 2 even

@@ -110,6 +110,12 @@ type Input struct {
 	// from them, not from the first sample it received itself
 	// (ThrottlingBaselines of Verdict).
 	ThrottlingBaselines []v1alpha1.ThrottlingBaseline
+	// OOMBaselines are the kernel OOM kill counts at T0 of the container
+	// instances that ran then, as status.change.oomBaselines holds them
+	// (OOMBaselines of Verdict): kills since the change are an instance's
+	// absolute count (Kernel, when it is an OOMCountSource) less its
+	// baseline.
+	OOMBaselines []v1alpha1.OOMBaseline
 }
 
 // Verdict is the health watch's decision at one time (docs/design.md
@@ -159,6 +165,13 @@ type Verdict struct {
 	// new, or the throttling source is not the agents' counters (a PromQL
 	// source keeps its own history).
 	ThrottlingBaselines []v1alpha1.ThrottlingBaseline
+	// OOMBaselines, when not nil, are the OOM baselines to record in
+	// status.change.oomBaselines: Input's with those added of the
+	// instances that ran at T0 whose absolute count the Kernel has and
+	// Input's lack (their count as the Kernel holds it now: the leader's
+	// first sight of it, right after T0 when the watch starts). Nil when
+	// there is nothing new.
+	OOMBaselines []v1alpha1.OOMBaseline
 }
 
 // RestoreFor returns the resources a breach of reason restores, among
@@ -277,7 +290,9 @@ func Evaluate(now time.Time, in Input) Verdict {
 		parts = append(parts, fig+detail)
 	}
 	if thr := *g.OOMKills; thr > 0 && len(memNames) > 0 {
-		n, detail := countOOMKills(adopted, memNames, t0, bound, baselineMap(in.RestartBaselines), in.Kernel, in.Statuses)
+		oom := newOOMBaselines(in.OOMBaselines)
+		n, detail := countOOMKills(adopted, memNames, t0, bound, baselineMap(in.RestartBaselines), in.Kernel, in.Statuses, oom)
+		v.OOMBaselines = oom.toRecord()
 		fig := countFigure("oomKills", n, thr)
 		if n >= int(thr) {
 			breached[v1alpha1.HealthWatchOOMKills] = fig

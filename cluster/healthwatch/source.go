@@ -20,6 +20,31 @@ type KernelSource interface {
 	OOMKills(podUID types.UID, container string, from, to time.Time) (n int, ok bool)
 }
 
+// OOMCountSource gives the kernel's absolute OOM kill counts of a
+// container's instances as the node agents last read them (the memory
+// cgroup's cumulative oom_kill counter): kills that no OOM event brought
+// (made while the agent or the leader was down, or dropped) are in them.
+// A KernelSource that is one too is asked for them.
+type OOMCountSource interface {
+	// OOMKillCounts returns the latest count of each instance of the
+	// container in the pod whose count an agent read; none when no agent
+	// did.
+	OOMKillCounts(podUID types.UID, container string) []InstanceOOMKills
+}
+
+// InstanceOOMKills is one container instance's absolute OOM kill count.
+type InstanceOOMKills struct {
+	// Started is when the instance started (zero when unknown); a
+	// restarted container is a new instance, a new cgroup whose count
+	// starts at zero.
+	Started time.Time
+	// Kills is the kernel's count of OOM kills in the instance's cgroup
+	// since it was created.
+	Kills uint64
+	// At is when the agent read it.
+	At time.Time
+}
+
 // ThrottleWindow is one container name's CFS counters over the throttling
 // window (docs/design.md section 3): Σ Δnr_throttled and Σ Δnr_periods over
 // the adopted pods. Float, so that a PromQL source fits; counters from the
@@ -65,6 +90,11 @@ type CounterSample struct {
 	Periods uint64
 	// Throttled is cpu.stat nr_throttled.
 	Throttled uint64
+	// OOMKills is the kernel's absolute count of OOM kills in the
+	// instance's memory cgroup, when HasOOMKills (the agent read it).
+	OOMKills uint64
+	// HasOOMKills is true when OOMKills was read.
+	HasOOMKills bool
 }
 
 // CounterSource gives raw counter samples, such as the agents stream

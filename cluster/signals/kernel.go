@@ -147,6 +147,12 @@ type podSignals struct {
 type podRare struct {
 	// kills are the OOM kills, oldest first.
 	kills []kill
+	// retired are the absolute OOM kill counts above zero of the pod's
+	// instances dropped since (gone, or past MaxInstancesPerPod), oldest
+	// first, at most MaxInstancesPerPod: a restarted container's earlier
+	// instance keeps counting its kills. They go with the pod, once its
+	// last instance is gone, as its kills do.
+	retired []retiredCount
 	// pins are the times windows were asked from, with when they were
 	// last asked for (sample time).
 	pins []pin
@@ -182,6 +188,26 @@ type kill struct {
 }
 
 type pin struct{ at, asked int64 }
+
+// retiredCount is a dropped instance's last absolute OOM kill count.
+type retiredCount struct {
+	container string
+	started   int64
+	count     oomCount
+}
+
+// retire keeps the absolute OOM kill count of an instance the pod drops,
+// when above zero; m.mu is held.
+func (p *podSignals) retire(sr *series) {
+	if !sr.oom.known || sr.oom.kills == 0 {
+		return
+	}
+	r := p.more()
+	r.retired = append(r.retired, retiredCount{sr.container, sr.started, sr.oom})
+	if over := len(r.retired) - MaxInstancesPerPod; over > 0 {
+		r.retired = slices.Delete(r.retired, 0, over)
+	}
+}
 
 // startKey makes a map key of a start time: time.Time values of the same
 // instant may differ in location or monotonic reading.
@@ -275,6 +301,9 @@ func (m *Kernel) AddSamples(samples ...healthwatch.CounterSample) {
 		at := s.At.UnixNano()
 		m.newest = max(m.newest, at)
 		pt := reading{at: at, periods: s.Periods, throttled: s.Throttled}
+		if s.HasOOMKills && (!sr.oom.known || at >= sr.oom.at) {
+			sr.oom = oomCount{kills: s.OOMKills, at: at, known: true}
+		}
 		next := sr.kept + max(8, sr.kept/4) // the length that is compacted
 		switch {
 		case sr.n == 0 || sr.last.at < at:
@@ -372,6 +401,39 @@ func (m *Kernel) OOMKills(podUID types.UID, container string, from, to time.Time
 		}
 	}
 	return n, ok
+}
+
+// OOMKillCounts implements healthwatch.OOMCountSource: the latest
+// absolute OOM kill count of each instance of the container whose count
+// an agent read, those of instances dropped since included.
+func (m *Kernel) OOMKillCounts(podUID types.UID, container string) []healthwatch.InstanceOOMKills {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pods[podUID]
+	if p == nil {
+		return nil
+	}
+	var out []healthwatch.InstanceOOMKills
+	add := func(started int64, c oomCount) {
+		var st time.Time
+		if started != math.MinInt64 {
+			st = time.Unix(0, started).UTC()
+		}
+		out = append(out, healthwatch.InstanceOOMKills{Started: st, Kills: c.kills, At: time.Unix(0, c.at).UTC()})
+	}
+	if p.rare != nil {
+		for _, r := range p.rare.retired {
+			if r.container == container {
+				add(r.started, r.count)
+			}
+		}
+	}
+	for _, sr := range p.series {
+		if sr.container == container && sr.oom.known {
+			add(sr.started, sr.oom)
+		}
+	}
+	return out
 }
 
 // Samples implements CounterSource (docs/design.md section 3). It pins
@@ -586,6 +648,7 @@ func (m *Kernel) sweepGone() {
 			continue
 		}
 		p.series = slices.DeleteFunc(p.series, func(s *series) bool { return s == g.s })
+		p.retire(g.s)
 		if kills := p.kills(); len(p.series) == 0 && (len(kills) == 0 || kills[len(kills)-1].at.UnixNano() < h) {
 			delete(m.pods, g.pod)
 		}
@@ -596,7 +659,8 @@ func (m *Kernel) sweepGone() {
 }
 
 // Prune drops what no watch that starts at or after before needs: OOM
-// kills at or before it, and samples older than each instance's latest
+// kills at or before it, the OOM kill counts of dropped instances read at
+// or before it, and samples older than each instance's latest
 // sample at or before it (that one stays: it is a window's start value).
 func (m *Kernel) Prune(before time.Time) {
 	m.mu.Lock()
@@ -609,6 +673,8 @@ func (m *Kernel) Prune(before time.Time) {
 				r.kills = slices.Clone(r.kills[i:])
 			}
 			r.pins = slices.DeleteFunc(r.pins, func(x pin) bool { return x.at < b })
+			// A dropped instance adds no kill after its count's reading.
+			r.retired = slices.DeleteFunc(r.retired, func(x retiredCount) bool { return x.count.at <= b })
 		}
 		for _, sr := range p.series {
 			pts := sr.readings(m.scratch[:0], math.MaxInt64)
@@ -689,6 +755,7 @@ func (m *Kernel) dropOldestInstance(p *podSignals) {
 	}
 	sr := p.series[oldest]
 	p.series = slices.Delete(p.series, oldest, oldest+1)
+	p.retire(sr)
 	sr.dropped, sr.buf = true, nil
 	if sr.queued {
 		m.droppedQueued++

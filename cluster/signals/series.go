@@ -27,6 +27,18 @@ type series struct {
 	// queued is set while the Kernel's queue of gone instances holds the
 	// series; dropped once the pod no longer holds it (MaxInstancesPerPod).
 	queued, dropped bool
+	// oom is the instance's latest absolute OOM kill count, when oomKnown
+	// (an agent read it).
+	oom oomCount
+}
+
+// oomCount is a container instance's absolute OOM kill count as an agent
+// last read it: the kernel's cumulative oom_kill counter of its cgroup.
+type oomCount struct {
+	kills uint64
+	// at is when it was read (Unix ns).
+	at    int64
+	known bool
 }
 
 // reading is one sample's time (Unix ns) and counters.

@@ -43,7 +43,11 @@ type container struct {
 	cpuNs      uint64
 	workingSet uint64
 	peak       uint64
-	onNode     bool
+	// oomKills is the instance's absolute OOM kill count (the sum of
+	// oom_kills), known once a sample carried oom_kills_read.
+	oomKills uint64
+	oomRead  bool
+	onNode   bool
 	// refused is set when the pod's spec does not name the container: its
 	// samples are dropped.
 	refused bool
@@ -244,6 +248,13 @@ func (in *ingest) counters(c *streamv1.Counters) (resync bool, err error) {
 		if e.throttled > e.periods {
 			return false, malformed("counters_inconsistent", "index %d: throttled %d exceeds periods %d", idx, e.throttled, e.periods)
 		}
+		if cc.GetOomKillsRead() || cc.GetOomKills() > 0 {
+			var ok bool
+			if e.oomKills, ok = add(e.oomKills, cc.GetOomKills()); !ok {
+				return false, malformed("counters_backwards", "index %d: OOM kill count overflows (a restarted container needs a new index)", idx)
+			}
+			e.oomRead = true
+		}
 		u := cc.GetUsage()
 		if u != nil {
 			var ok bool
@@ -283,6 +294,11 @@ func (in *ingest) counters(c *streamv1.Counters) (resync bool, err error) {
 			At:        at,
 			Periods:   e.periods,
 			Throttled: e.throttled,
+			// The absolute count goes with every sample (the store keeps
+			// the latest per instance), so a sample replacing another
+			// keeps it.
+			OOMKills:    e.oomKills,
+			HasOOMKills: e.oomRead,
 		})
 		if u != nil {
 			usage = append(usage, signals.UsageSample{PodUID: e.podUID, Container: e.name, At: at,

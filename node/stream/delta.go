@@ -20,13 +20,16 @@ type index struct {
 }
 
 // indexed is a container's index on a stream and what was last sent for
-// it: its counters, and the usage of the last sample that carried one (the
-// base of the next usage's deltas; zero before the first).
+// it: its counters, the usage of the last sample that carried one (the
+// base of the next usage's deltas; zero before the first), and the OOM
+// kill count sent (oomSent once the stream carried oom_kills_read).
 type indexed struct {
-	idx   uint32
-	last  report.Sample
-	usage report.Usage
-	ns    uint64
+	idx     uint32
+	last    report.Sample
+	usage   report.Usage
+	ns      uint64
+	oom     uint64
+	oomSent bool
 }
 
 // reset forgets every container, as a snapshot does.
@@ -48,8 +51,10 @@ func (x *index) forget(k report.ContainerKey) (uint32, bool) {
 // containers gone: a container new on the stream, or whose counters went
 // back (a restart), gets a new index with its identity and absolute
 // values; the others get their index and increments. A sample with usage
-// carries it relative to the index's previous usage. Kernel times are
-// clk's, relative to the message's earliest.
+// carries it relative to the index's previous usage. The kernel's OOM
+// kill count goes as its value with oom_kills_read on the index's first
+// sample that has it, then as its increments (nothing while it holds
+// still). Kernel times are clk's, relative to the message's earliest.
 func (x *index) encode(clk kernelClock, samples []report.Sample, gone []uint32, snapshot bool) *streamv1.Counters {
 	msg := &streamv1.Counters{Gone: gone, Snapshot: snapshot}
 	if len(samples) == 0 {
@@ -73,7 +78,7 @@ func (x *index) encode(clk kernelClock, samples []report.Sample, gone []uint32, 
 		cc := &streamv1.ContainerCounters{KernelNsDelta: nss[i] - base}
 		e, ok := x.byKey[smp.Key]
 		restarted := ok && (smp.Periods < e.last.Periods || smp.Throttled < e.last.Throttled || smp.ThrottledTime < e.last.ThrottledTime ||
-			smp.HasUsage && smp.Usage.CPU < e.usage.CPU)
+			smp.HasUsage && smp.Usage.CPU < e.usage.CPU || smp.HasOOMKills && e.oomSent && smp.OOMKills < e.oom)
 		if restarted {
 			msg.Gone = append(msg.Gone, e.idx)
 		}
@@ -96,6 +101,14 @@ func (x *index) encode(clk kernelClock, samples []report.Sample, gone []uint32, 
 				PeakDelta:       int64(smp.Usage.Peak - e.usage.Peak),
 			}
 			e.usage = smp.Usage
+		}
+		if smp.HasOOMKills {
+			if e.oomSent {
+				cc.OomKills = smp.OOMKills - e.oom
+			} else {
+				cc.OomKills, cc.OomKillsRead, e.oomSent = smp.OOMKills, true, true
+			}
+			e.oom = smp.OOMKills
 		}
 		e.last, e.ns = smp, nss[i]
 		msg.Containers = append(msg.Containers, cc)

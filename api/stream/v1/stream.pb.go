@@ -439,7 +439,21 @@ type ContainerCounters struct {
 	// Usage is the container's usage, on the samples of the passes that read
 	// it; unset on the others. Its fields are relative to the previous sample
 	// with this index that carried a usage (zero before the first).
-	Usage         *ContainerUsage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	Usage *ContainerUsage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	// OOMKills is the increase of the kernel's count of OOM kills in the
+	// container's memory cgroup (memory.events oom_kill on v2,
+	// memory.oom_control oom_kill on v1) since the previous sample with this
+	// index, or its value on the sample that carries oom_kills_read: the
+	// count is cumulative since the cgroup was created, so the sum over an
+	// index is the container instance's absolute count, kills made while
+	// the agent was down included. Zero (nothing on the wire) while the
+	// count holds still; it never goes back on an index.
+	OomKills uint64 `protobuf:"varint,10,opt,name=oom_kills,json=oomKills,proto3" json:"oom_kills,omitempty"`
+	// OOMKillsRead is true on the first sample of an index whose agent has
+	// read the count (the agent reads it every usage interval), unset on
+	// the others: until then the leader does not know the count, which is
+	// not the same as a count of zero.
+	OomKillsRead  bool `protobuf:"varint,11,opt,name=oom_kills_read,json=oomKillsRead,proto3" json:"oom_kills_read,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -535,6 +549,20 @@ func (x *ContainerCounters) GetUsage() *ContainerUsage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *ContainerCounters) GetOomKills() uint64 {
+	if x != nil {
+		return x.OomKills
+	}
+	return 0
+}
+
+func (x *ContainerCounters) GetOomKillsRead() bool {
+	if x != nil {
+		return x.OomKillsRead
+	}
+	return false
 }
 
 // ContainerUsage is one reading of a container's usage (docs/kernel.md):
@@ -1129,7 +1157,7 @@ const file_api_stream_v1_stream_proto_rawDesc = "" +
 	"containers\x18\x02 \x03(\v2!.kerf.stream.v1.ContainerCountersR\n" +
 	"containers\x12\x12\n" +
 	"\x04gone\x18\x03 \x03(\rR\x04gone\x12\x1a\n" +
-	"\bsnapshot\x18\x04 \x01(\bR\bsnapshot\"\xc6\x02\n" +
+	"\bsnapshot\x18\x04 \x01(\bR\bsnapshot\"\x89\x03\n" +
 	"\x11ContainerCounters\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x17\n" +
 	"\apod_uid\x18\x02 \x01(\tR\x06podUid\x12\x1c\n" +
@@ -1139,7 +1167,10 @@ const file_api_stream_v1_stream_proto_rawDesc = "" +
 	"\aperiods\x18\x06 \x01(\x04R\aperiods\x12\x1c\n" +
 	"\tthrottled\x18\a \x01(\x04R\tthrottled\x12!\n" +
 	"\fthrottled_ns\x18\b \x01(\x04R\vthrottledNs\x124\n" +
-	"\x05usage\x18\t \x01(\v2\x1e.kerf.stream.v1.ContainerUsageR\x05usage\"r\n" +
+	"\x05usage\x18\t \x01(\v2\x1e.kerf.stream.v1.ContainerUsageR\x05usage\x12\x1b\n" +
+	"\toom_kills\x18\n" +
+	" \x01(\x04R\boomKills\x12$\n" +
+	"\x0eoom_kills_read\x18\v \x01(\bR\foomKillsRead\"r\n" +
 	"\x0eContainerUsage\x12\x15\n" +
 	"\x06cpu_ns\x18\x01 \x01(\x04R\x05cpuNs\x12*\n" +
 	"\x11working_set_delta\x18\x02 \x01(\x12R\x0fworkingSetDelta\x12\x1d\n" +

@@ -1,0 +1,64 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
+	"github.com/kerf-dev/kerf/cluster/signals"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+// TestOOMBaselinesSurviveFailover: an InPlace memory change of a pod that
+// ran at T0, whose container had been OOM-killed twice before (the
+// kernel's count is cumulative). Leader a records that count, 2, in
+// status.change.oomBaselines and stays Watching; leader b takes over with
+// a store that holds only the count the agent sends it after three more
+// kills (5, no OOM event): from a's baseline that is 3 kills since the
+// change, and b rolls memory back. Without the recorded baseline b would
+// take 5 for the count at T0 and count none.
+func TestOOMBaselinesSurviveFailover(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	srcA, srcB := signals.NewKernel(), signals.NewKernel()
+	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
+	pod := runningPod(t, c, dep)
+	a := startLeader(t, ns, "a", Config{Signals: kernelOnly(srcA)})
+	waitFor(t, 30*time.Second, a.Leading, "a never led")
+	b := startLeader(t, ns, "b", Config{Signals: kernelOnly(srcB)})
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "500m", "128Mi")))
+	kubeletReports(t, c, pod, "")
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	started := time.Now().Add(-time.Hour).Truncate(time.Second) // the instance that ran at T0
+	sample := func(kills uint64) healthwatch.CounterSample {
+		return healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: started, At: time.Now(), Periods: 10,
+			OOMKills: kills, HasOOMKills: true}
+	}
+
+	srcA.AddSamples(sample(2))
+	var rsr *v1alpha1.RightsizingRecommendation
+	require.Eventually(t, func() bool {
+		rsr = getRSR(t, c, ns, "web")
+		return len(rsr.Status.Change.OOMBaselines) > 0
+	}, 30*time.Second, 50*time.Millisecond, "a never recorded the OOM baselines")
+	require.Len(t, rsr.Status.Change.OOMBaselines, 1)
+	base := rsr.Status.Change.OOMBaselines[0]
+	require.NotNil(t, base.StartedAt)
+	assert.True(t, base.StartedAt.Time.Equal(started))
+	assert.Equal(t, []any{pod.Name, string(pod.UID), "app", int64(2)}, []any{base.Pod, base.PodUID, base.Container, base.OOMKills})
+	require.Equal(t, v1alpha1.PhaseWatching, rsr.Status.Phase, "kills before the change are no breach")
+
+	a.stop()
+	waitFor(t, 30*time.Second, b.Leading, "b never led")
+	srcB.AddSamples(sample(5))
+	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	require.NotNil(t, rsr.Status.Breach)
+	assert.Equal(t, []string{"oomKills 3 ≥ 1"}, rsr.Status.Breach.Figures, "from a's baseline")
+	assert.Equal(t, []v1alpha1.ResourceName{"memory"}, rsr.Status.Breach.Resources)
+}
