@@ -7,14 +7,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kerf-dev/kerf/test/browsertest"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
@@ -24,7 +22,6 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/signals"
-	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	webui "github.com/kerf-dev/kerf/web"
 )
@@ -188,7 +185,7 @@ func TestWorkloadPageOfARolledBackWorkload(t *testing.T) {
 	})
 
 	t.Run("browser", func(t *testing.T) {
-		bctx, console := browser(t)
+		bctx, console := browsertest.Start(t, browsertest.Options{})
 		browseAs(t, bctx, token)
 		page := fmt.Sprintf("http://%s/ui/workloads/%s/web", addr, ns)
 		require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(page), chromedp.WaitVisible("#phase")))
@@ -204,7 +201,7 @@ func TestWorkloadPageOfARolledBackWorkload(t *testing.T) {
 		svgs, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("svg.chart[role=img][aria-label]").length`))
 		require.NoError(t, err)
 		assert.Equal(t, 2, svgs, "a CPU and a memory panel")
-		screenshot(t, bctx, "web-workload.png")
+		browsertest.Screenshot(t, bctx, "web-workload.png", true)
 
 		// Back to Activity and into the page again through its link.
 		require.NoError(t, chromedp.Do(bctx, chromedp.Click(`a[href="../../activity"]`), chromedp.WaitVisible("tbody tr")))
@@ -217,68 +214,9 @@ func TestWorkloadPageOfARolledBackWorkload(t *testing.T) {
 		wide, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth`))
 		require.NoError(t, err)
 		assert.False(t, wide, "the page scrolls sideways at 390px")
-		screenshot(t, bctx, "web-workload-phone.png")
+		browsertest.Screenshot(t, bctx, "web-workload-phone.png", true)
 
-		var errs []string
-		for _, m := range console() {
-			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException || m.Type == chromedp.ConsoleWarning {
-				errs = append(errs, fmt.Sprintf("%s: %s (%s)", m.Type, m.Text, m.URL))
-			}
-		}
+		errs := console()
 		assert.Empty(t, errs, "console:\n%s", strings.Join(errs, "\n"))
 	})
-}
-
-// browser starts headless Chromium (Debian's chromium, hack/apt.sh) and
-// collects what the pages write to the console, as cluster/audit's
-// browser test does. Without chromium the test skips, or fails where a
-// skip would hide it (KERF_REQUIRE_CONTROLPLANE=1, CI=true).
-func browser(t *testing.T) (context.Context, func() []chromedp.ConsoleMessage) {
-	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("KERF_REQUIRE_CONTROLPLANE") == "1" || os.Getenv("CI") == "true" {
-			t.Fatalf("chromium is not installed (hack/apt.sh installs it): %v", err)
-		}
-		t.Skipf("chromium is not installed (hack/apt.sh installs it): %v", err)
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.WindowSize(1280, 900),
-		chromedp.UserDataDir(t.TempDir()))
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	var mu sync.Mutex
-	var msgs []chromedp.ConsoleMessage
-	console := chromedp.Console(ctx)
-	go func() {
-		for m, err := range console {
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			msgs = append(msgs, m)
-			mu.Unlock()
-		}
-	}()
-	return ctx, func() []chromedp.ConsoleMessage {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]chromedp.ConsoleMessage(nil), msgs...)
-	}
-}
-
-// screenshot saves the page as name under the test's artifact directory
-// (go test -artifacts keeps it) and, with KERF_UPDATE_SCREENSHOTS=1, as
-// docs/name too.
-func screenshot(t *testing.T, ctx context.Context, name string) {
-	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	require.NoError(t, err, "screenshot %s", name)
-	require.NoError(t, os.WriteFile(filepath.Join(t.ArtifactDir(), name), png, 0o644))
-	if os.Getenv("KERF_UPDATE_SCREENSHOTS") == "1" {
-		root, err := kube.RepoRoot()
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(root, "docs", name), png, 0o644))
-	}
 }

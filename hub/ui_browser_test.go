@@ -10,12 +10,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/kerf-dev/kerf/test/browsertest"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
@@ -31,62 +31,8 @@ import (
 	"github.com/kerf-dev/kerf/hub/store"
 )
 
-// browser starts headless Chromium (Debian's chromium, hack/apt.sh),
-// trusting the hub's self-signed certificate, and collects what the pages
-// write to the console. Without chromium the test skips, or fails where a
-// skip would hide it (KERF_REQUIRE_CONTROLPLANE=1, CI=true).
-func browser(t *testing.T) (context.Context, func() []string) {
-	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("KERF_REQUIRE_CONTROLPLANE") == "1" || os.Getenv("CI") == "true" {
-			t.Fatalf("chromium is not installed (hack/apt.sh installs it): %v", err)
-		}
-		t.Skipf("chromium is not installed (hack/apt.sh installs it): %v", err)
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.WindowSize(1280, 900),
-		chromedp.IgnoreCertErrors, chromedp.UserDataDir(t.TempDir()))
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	// Start the browser before listening to its console.
-	require.NoError(t, chromedp.Do(ctx))
-	var mu sync.Mutex
-	var msgs []string
-	go func() {
-		for m, err := range chromedp.Console(ctx) {
-			if err != nil {
-				return
-			}
-			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException || m.Type == chromedp.ConsoleWarning {
-				mu.Lock()
-				msgs = append(msgs, fmt.Sprintf("%s: %s (%s)", m.Type, m.Text, m.URL))
-				mu.Unlock()
-			}
-		}
-	}()
-	return ctx, func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), msgs...)
-	}
-}
-
 // inDocs are the screenshots docs/web.md shows.
 var inDocs = map[string]bool{"web-fleet.png": true, "web-fleet-phone.png": true, "web-hub-activity.png": true, "web-hub-workload.png": true, "web-hub-signin.png": true}
-
-// screenshot saves the page as name under the test's artifact directory
-// and, with KERF_UPDATE_SCREENSHOTS=1, as docs/name too if docs shows it.
-func screenshot(t *testing.T, ctx context.Context, name string) {
-	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	require.NoError(t, err, "screenshot %s", name)
-	require.NoError(t, os.WriteFile(filepath.Join(t.ArtifactDir(), name), png, 0o644))
-	if os.Getenv("KERF_UPDATE_SCREENSHOTS") == "1" && inDocs[name] {
-		require.NoError(t, os.WriteFile(filepath.Join("..", "docs", name), png, 0o644))
-	}
-}
 
 // servedHub runs kerf-hub serve (SQLite, a self-signed certificate) until
 // the test ends, with clusters east and west and a read token.
@@ -182,7 +128,7 @@ func rollback(cluster, name string, seq int64, t time.Time) hubv1.Action {
 // headless Chromium and reads the Fleet and Activity pages over actions
 // that two clusters wrote through the API.
 func TestHubPagesInABrowser(t *testing.T) {
-	ctx, console := browser(t)
+	ctx, console := browsertest.Start(t, browsertest.Options{IgnoreCertErrors: true})
 	base, client, tokens := servedHub(t)
 	now := time.Now().UTC()
 	written := map[string][]hubv1.Action{"east": shopActions("east", now, 3, 4), "west": shopActions("west", now, 7, 5)}
@@ -225,7 +171,7 @@ func TestHubPagesInABrowser(t *testing.T) {
 	require.Len(t, charts, 2)
 	assert.Contains(t, charts[0], fmt.Sprintf("east: %d rollbacks in the last 7 days (UTC)", inChart["east"]))
 	assert.Contains(t, charts[1], fmt.Sprintf("west: %d rollbacks in the last 7 days (UTC)", inChart["west"]))
-	screenshot(t, ctx, "web-fleet.png")
+	browsertest.Screenshot(t, ctx, "web-fleet.png", inDocs["web-fleet.png"])
 
 	// The Activity page of the hub has a cluster filter that narrows it.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(`a[href="activity"]`), chromedp.WaitVisible("tbody tr")))
@@ -243,7 +189,7 @@ func TestHubPagesInABrowser(t *testing.T) {
 	}
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/activity?limit=12")))
 	waitFor(t, ctx, "tbody tr")
-	screenshot(t, ctx, "web-hub-activity.png")
+	browsertest.Screenshot(t, ctx, "web-hub-activity.png", inDocs["web-hub-activity.png"])
 
 	// A rollback's workload link leads to its page on the hub.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/activity?cluster=east&type=rolled_back&limit=1")))
@@ -256,7 +202,7 @@ func TestHubPagesInABrowser(t *testing.T) {
 	text, err := chromedp.Run(ctx, chromedp.Text("main"))
 	require.NoError(t, err)
 	assert.Contains(t, text, "Kerf rolled this change back")
-	screenshot(t, ctx, "web-hub-workload.png")
+	browsertest.Screenshot(t, ctx, "web-hub-workload.png", inDocs["web-hub-workload.png"])
 
 	// At a phone's width nothing scrolls sideways.
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile)))
@@ -266,7 +212,7 @@ func TestHubPagesInABrowser(t *testing.T) {
 		wide, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth`))
 		require.NoError(t, err)
 		assert.False(t, wide, "%s scrolls sideways at 390px", p.path)
-		screenshot(t, ctx, p.shot)
+		browsertest.Screenshot(t, ctx, p.shot, inDocs[p.shot])
 	}
 
 	// Signing out ends the session: the page asks to sign in again.
@@ -276,7 +222,7 @@ func TestHubPagesInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "You are signed out.", msg)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/fleet"), chromedp.WaitVisible("#token")))
-	screenshot(t, ctx, "web-hub-signin.png")
+	browsertest.Screenshot(t, ctx, "web-hub-signin.png", inDocs["web-hub-signin.png"])
 
 	// The sign-in form answers 401, as the API does without a token, and
 	// Chromium logs every 4xx document as a failed load: those, and only

@@ -45,6 +45,8 @@ func main() {
 	fs := flag.NewFlagSet("kerf-leader", flag.ContinueOnError)
 	metricsAddr := fs.String("metrics-addr", ":9401", "address of the /metrics, /healthz and /readyz endpoints, and of the audit API")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	qps := fs.Float64("kube-api-qps", defaultQPS, "requests per second the leader's Kubernetes clients may make, each (client-go's default, 5, held a 25,000-workload cluster to 2 applies/s: docs/performance.md)")
+	burst := fs.Int("kube-api-burst", defaultBurst, "burst of --kube-api-qps")
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "kerf-system"), "namespace of the leader Lease")
 	leaseName := fs.String("lease-name", "kerf-leader", "name of the coordination.k8s.io Lease the replicas compete for")
 	identity := fs.String("identity", envOr("POD_NAME", host), "this replica's name in the Lease")
@@ -152,14 +154,28 @@ func main() {
 			cfg.Throttling = cfg.Signals.Kernel
 		}
 	}
-	if err := run(log, *kubeconfig, *metricsAddr, *webhookAddr, cfg); err != nil {
+	if *qps <= 0 || *burst <= 0 {
+		log.Error("kerf-leader cannot start", "err", fmt.Sprintf("--kube-api-qps %g and --kube-api-burst %d: must be positive", *qps, *burst))
+		os.Exit(2)
+	}
+	if err := run(log, *kubeconfig, *metricsAddr, *webhookAddr, float32(*qps), *burst, cfg); err != nil {
 		log.Error("kerf-leader stopped", "err", err)
 		os.Exit(1)
 	}
 	log.Info("kerf-leader stopped")
 }
 
-func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, cfg cluster.Config) error {
+// The leader's client rate limit by default: client-go's 5 requests/s
+// (burst 10) kept a 25,000-workload cluster to about 2 applies/s and its
+// agents' TokenReviews waiting (docs/performance.md, "The leader at
+// scale"); 50/100 is what a controller of this size asks of an apiserver,
+// and the apiserver's own priority and fairness still bounds it.
+const (
+	defaultQPS   = 50
+	defaultBurst = 100
+)
+
+func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, qps float32, burst int, cfg cluster.Config) error {
 	var restConfig *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -170,6 +186,7 @@ func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, cfg clus
 	if err != nil {
 		return fmt.Errorf("kubernetes client configuration: %w", err)
 	}
+	restConfig.QPS, restConfig.Burst = qps, burst
 	ln, err := net.Listen("tcp", metricsAddr)
 	if err != nil {
 		return fmt.Errorf("listen on --metrics-addr %s: %w", metricsAddr, err)

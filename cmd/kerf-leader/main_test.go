@@ -40,7 +40,7 @@ func TestSIGTERMReleasesTheLease(t *testing.T) {
 		WatchNamespaces: []string{ns.Name}, Registry: prometheus.NewRegistry(), Signals: signals.New()}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(slog.New(slog.NewTextHandler(io.Discard, nil)), cp.Kubeconfig, "127.0.0.1:0", "", cfg)
+		done <- run(slog.New(slog.NewTextHandler(io.Discard, nil)), cp.Kubeconfig, "127.0.0.1:0", "", defaultQPS, defaultBurst, cfg)
 	}()
 
 	lease := &coordinationv1.Lease{}
