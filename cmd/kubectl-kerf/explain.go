@@ -65,15 +65,7 @@ func newExplainCommand(o *options) *cobra.Command {
 }
 
 func (o *options) explain(ctx context.Context, arg string) error {
-	c, err := o.client()
-	if err != nil {
-		return err
-	}
-	ns, err := o.namespace()
-	if err != nil {
-		return err
-	}
-	r, err := findRecommendation(ctx, c, ns, arg)
+	r, _, err := o.recommendation(ctx, arg)
 	if err != nil {
 		return err
 	}

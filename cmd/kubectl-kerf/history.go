@@ -37,15 +37,7 @@ func newHistoryCommand(o *options) *cobra.Command {
 }
 
 func (o *options) history(ctx context.Context, arg, output string) error {
-	c, err := o.client()
-	if err != nil {
-		return err
-	}
-	ns, err := o.namespace()
-	if err != nil {
-		return err
-	}
-	r, err := findRecommendation(ctx, c, ns, arg)
+	r, _, err := o.recommendation(ctx, arg)
 	if err != nil {
 		return err
 	}

@@ -131,15 +131,7 @@ func findPolicy(ctx context.Context, c client.Client, ns, arg string) (client.Ob
 }
 
 func (o *options) pauseWorkload(ctx context.Context, arg string, pause bool) error {
-	c, err := o.client()
-	if err != nil {
-		return err
-	}
-	ns, err := o.namespace()
-	if err != nil {
-		return err
-	}
-	r, err := findRecommendation(ctx, c, ns, arg)
+	r, c, err := o.recommendation(ctx, arg)
 	if err != nil {
 		return err
 	}

@@ -212,3 +212,19 @@ func (o *options) completeWorkloads(cmd *cobra.Command, args []string, toComplet
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp
 }
+
+// recommendation finds the RightsizingRecommendation WORKLOAD names (its
+// name, or the workload's kind/name) in the namespace of the flags, and
+// returns it with the client it was read with.
+func (o *options) recommendation(ctx context.Context, arg string) (*v1alpha1.RightsizingRecommendation, client.Client, error) {
+	c, err := o.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	ns, err := o.namespace()
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := findRecommendation(ctx, c, ns, arg)
+	return r, c, err
+}
