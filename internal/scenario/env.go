@@ -11,8 +11,10 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -249,6 +251,9 @@ func (e *Env) WaitKernelLimits(ctx context.Context, sel map[string]string, conta
 		}
 		for i := range pods {
 			l, err := e.KernelLimits(&pods[i], container)
+			if errors.Is(err, fs.ErrNotExist) {
+				return false, nil // restarted (an OOM kill): its old cgroup is gone until the pod's status names the new one
+			}
 			if err != nil {
 				return false, err
 			}
@@ -260,6 +265,25 @@ func (e *Env) WaitKernelLimits(ctx context.Context, sel map[string]string, conta
 		return true, nil
 	})
 	return seen, err
+}
+
+// CurrentLimits returns the kernel's limits of container in the first
+// running pod sel selects, waiting up to 30 s while the container restarts
+// (its pod's status still names the cgroup the kernel removed).
+func (e *Env) CurrentLimits(ctx context.Context, sel map[string]string, container string) (Limits, error) {
+	var l Limits
+	err := Poll(ctx, 30*time.Second, 20*time.Millisecond, "the kernel's limits of "+container, func(ctx context.Context) (bool, error) {
+		pods, err := e.RunningPods(ctx, sel)
+		if err != nil || len(pods) == 0 {
+			return false, err
+		}
+		l, err = e.KernelLimits(&pods[0], container)
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	return l, err
 }
 
 // Control sends a command to the workload's HTTP control endpoint in pod:

@@ -498,12 +498,8 @@ func (e *Env) applied(ctx context.Context, r *Result, w Workload, memory, cpuMil
 	if err != nil {
 		return err
 	}
-	pods, err := e.RunningPods(ctx, w.Selector())
-	if err != nil || len(pods) == 0 {
-		return fmt.Errorf("the workload's pod is gone after the resize: %v", err)
-	}
-	if r.Applied, err = e.KernelLimits(&pods[0], Container); err != nil {
-		return err
+	if r.Applied, err = e.CurrentLimits(ctx, w.Selector(), Container); err != nil {
+		return fmt.Errorf("after the resize: %w", err)
 	}
 	r.Timeline = append(r.Timeline, Mark{At: at, Who: "kernel", What: fmt.Sprintf("enforces the change: memory.limit_in_bytes %d MiB, %d millicores", r.Applied.MemoryBytes/Mi, r.Applied.CPUMillis())})
 	e.Say("the kernel enforces the new values (%s)", how)
@@ -521,12 +517,8 @@ func (e *Env) restored(ctx context.Context, r *Result, w Workload, reason string
 		return err
 	}
 	r.KernelRestored = at
-	pods, err := e.RunningPods(ctx, w.Selector())
-	if err != nil || len(pods) == 0 {
-		return fmt.Errorf("the workload's pod is gone after the rollback: %v", err)
-	}
-	if r.Restored, err = e.KernelLimits(&pods[0], Container); err != nil {
-		return err
+	if r.Restored, err = e.CurrentLimits(ctx, w.Selector(), Container); err != nil {
+		return fmt.Errorf("after the rollback: %w", err)
 	}
 	// The rollback's history entry is written once the restore is done,
 	// after the phase.
