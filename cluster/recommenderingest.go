@@ -1,0 +1,197 @@
+package cluster
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/recommend"
+	"github.com/kerf-dev/kerf/cluster/signals"
+	"github.com/kerf-dev/kerf/cluster/workload"
+)
+
+// The recommender's input: what each pass reads from the usage and kernel
+// stores into the workloads' states, and the values the pods run with.
+
+// ingest feeds a running container's new usage readings and OOM kills into
+// its workload's state.
+func (r *recommender) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c corev1.Container, m *recommend.Model, st *recommend.ContainerState, now time.Time) {
+	k := instanceKey{pod.UID, c.Name}
+	in := r.instances[k]
+	if in == nil {
+		in = &trackedInstance{}
+		r.instances[k] = in
+	}
+	in.seen = r.tick
+	var last signals.UsageSample
+	for _, s := range r.usage.Since(pod.UID, c.Name, in.cursor, nil) {
+		if !in.cpuAt.IsZero() && s.CPU >= in.cpu && s.At.After(in.cpuAt) {
+			st.AddCPU(m, (s.CPU-in.cpu).Seconds()/s.At.Sub(in.cpuAt).Seconds(), s.At)
+		}
+		in.cpuAt, in.cpu = s.At, s.CPU
+		st.AddMemory(m, &in.peak, float64(s.WorkingSet), s.At)
+		in.cursor, last = s.At, s
+	}
+	// An OOM kill, from the agent's kernel count or the pod's status, latches
+	// memory from the highest of what the container was seen using and its
+	// limit, where the kernel killed it.
+	limit := memoryLimit(pod, c)
+	since := in.passAt
+	defer func() { in.limit, in.passAt = limit, now }()
+	killPeak := func() float64 {
+		peak := float64(max(last.WorkingSet, last.Peak))
+		if l := r.killLimit(ctx, ref, c.Name, since, limit, in.limit); l > 0 {
+			peak = max(peak, float64(l))
+		}
+		return peak
+	}
+	n, _ := r.kernel.OOMKills(pod.UID, c.Name, time.Time{}, now.Add(time.Hour))
+	if n > in.kills {
+		st.RecordOOM(m, killPeak(), now)
+	}
+	in.kills = n // fewer once the store pruned old kills
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.LastTerminationState.Terminated; cs.Name == c.Name && t != nil && t.Reason == oomKilledReason && t.FinishedAt.After(in.statusOOM) {
+			st.RecordOOM(m, killPeak(), t.FinishedAt.Time)
+			in.statusOOM = t.FinishedAt.Time
+		}
+	}
+}
+
+// killLimit is the memory limit in bytes a kill found now happened under
+// (0: none known): the lowest the container ran with since its previous
+// pass. That is the lowest of its limit now, at the previous pass, and the
+// limits Kerf's own actions on the workload's recommendation put in force
+// or took away since then: a change applied and rolled back between two
+// passes (the usual course of an OOM kill: the rollback takes a few
+// seconds, the passes are 10 s apart) is seen by no pass, and the limit
+// now is the one the rollback restored.
+func (r *recommender) killLimit(ctx context.Context, ref workload.Ref, container string, since time.Time, now, previous int64) int64 {
+	low := func(a, b int64) int64 {
+		if a == 0 || (b > 0 && b < a) {
+			return b
+		}
+		return a
+	}
+	limit := low(now, previous)
+	var rsr v1alpha1.RightsizingRecommendation
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &rsr); err != nil ||
+		rsr.Spec.TargetRef.Kind != ref.Kind || rsr.Spec.TargetRef.Name != ref.Name {
+		return limit
+	}
+	memory := func(v *v1alpha1.ResourceValues) int64 {
+		if v == nil || v.Memory == nil {
+			return 0
+		}
+		return v.Memory.Value()
+	}
+	for _, a := range rsr.Status.History {
+		// Whole seconds: an action of the previous pass's second counts.
+		if !since.IsZero() && a.Time.Time.Before(since.Truncate(time.Second)) {
+			continue
+		}
+		for _, cv := range a.Containers {
+			if cv.Name != container {
+				continue
+			}
+			switch a.Type {
+			case v1alpha1.ActionApplied:
+				limit = low(limit, memory(cv.New.Limits))
+			case v1alpha1.ActionRolledBack:
+				limit = low(limit, memory(cv.Old.Limits))
+			}
+		}
+	}
+	return limit
+}
+
+// memoryLimit is the memory limit in bytes the container runs under: the
+// lower of its pod spec's and the one the kubelet reports in the pod's
+// status (they differ while a resize is in flight); 0 when it has none.
+func memoryLimit(pod *corev1.Pod, c corev1.Container) int64 {
+	var limit int64
+	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+		limit = q.Value()
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != c.Name || cs.Resources == nil {
+			continue
+		}
+		if q, ok := cs.Resources.Limits[corev1.ResourceMemory]; ok && (limit == 0 || q.Value() < limit) {
+			limit = q.Value()
+		}
+	}
+	return limit
+}
+
+// throttling feeds each tracked workload's CFS throttling ratio since its
+// previous read (for a workload tracked anew, over the span the kernel
+// store keeps every sample of), summed over its pods per container name.
+func (r *recommender) throttling(now time.Time) {
+	for _, tw := range r.workloads {
+		if tw.seen != r.tick || len(tw.pods) == 0 {
+			continue
+		}
+		from := tw.throttledTo
+		if from.IsZero() {
+			from = now.Add(-signals.DefaultRecent)
+		}
+		tw.throttledTo = now
+		names := make([]string, 0, len(tw.containers))
+		for name := range tw.containers {
+			names = append(names, name)
+		}
+		wins, err := r.kernel.ThrottleWindows(tw.pods, names, from, now)
+		if err != nil {
+			continue
+		}
+		for name, w := range wins {
+			if st := tw.containers[name]; st != nil && w.Periods > 0 {
+				st.AddThrottling(tw.model, w.Throttled/w.Periods, now)
+			}
+		}
+	}
+}
+
+// runningResources returns what container c of the workload really runs
+// with, for the latches and guards: per field (CPU and memory, request and
+// limit) the highest over the workload's running pods of the pod spec's
+// value (an InPlace resize changes it, not the template) and of the value
+// the kubelet reports in status.containerStatuses[].resources (which lags
+// the spec while a resize is in flight), so that a latch's "never lower"
+// holds against every pod. The template's values (c's) when no running pod
+// has the container.
+func runningResources(c corev1.Container, pods []*corev1.Pod) (request, limit recommend.Resources) {
+	found := false
+	for _, p := range pods {
+		for i := range p.Spec.Containers {
+			if pc := &p.Spec.Containers[i]; pc.Name == c.Name {
+				found = true
+				request = highest(request, resourcesOf(pc.Resources.Requests))
+				limit = highest(limit, resourcesOf(pc.Resources.Limits))
+			}
+		}
+		for i := range p.Status.ContainerStatuses {
+			if cs := &p.Status.ContainerStatuses[i]; cs.Name == c.Name && cs.Resources != nil {
+				request = highest(request, resourcesOf(cs.Resources.Requests))
+				limit = highest(limit, resourcesOf(cs.Resources.Limits))
+			}
+		}
+	}
+	if !found {
+		return resourcesOf(c.Resources.Requests), resourcesOf(c.Resources.Limits)
+	}
+	return request, limit
+}
+
+// highest is the field-wise maximum of a and b.
+func highest(a, b recommend.Resources) recommend.Resources {
+	return recommend.Resources{CPUMilli: max(a.CPUMilli, b.CPUMilli), MemoryBytes: max(a.MemoryBytes, b.MemoryBytes)}
+}
+
+// oomKilledReason is the reason the kubelet gives a container's
+// termination by the OOM killer.
+const oomKilledReason = "OOMKilled"
