@@ -39,7 +39,13 @@ func (r *recommender) ingest(ctx context.Context, ref workload.Ref, pod *corev1.
 	// memory from the highest of what the container was seen using and its
 	// limit, where the kernel killed it.
 	limit := memoryLimit(pod, c)
+	// A kill can reach the leader a pass late (the agent reads the
+	// kernel's absolute count every usage interval, 10 s by default): look
+	// back killLookback before the previous pass.
 	since := in.passAt
+	if !since.IsZero() {
+		since = since.Add(-killLookback)
+	}
 	defer func() { in.limit, in.passAt = limit, now }()
 	killPeak := func() float64 {
 		peak := float64(max(last.WorkingSet, last.Peak))
@@ -191,6 +197,11 @@ func runningResources(c corev1.Container, pods []*corev1.Pod) (request, limit re
 func highest(a, b recommend.Resources) recommend.Resources {
 	return recommend.Resources{CPUMilli: max(a.CPUMilli, b.CPUMilli), MemoryBytes: max(a.MemoryBytes, b.MemoryBytes)}
 }
+
+// killLookback is how far before the previous pass killLimit looks for the
+// limits a kill found now may have happened under: a few of the agent's
+// usage intervals, the slowest way a kill reaches the leader.
+const killLookback = time.Minute
 
 // oomKilledReason is the reason the kubelet gives a container's
 // termination by the OOM killer.
