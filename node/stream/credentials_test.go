@@ -48,6 +48,12 @@ func TestCredentialsAreReadAgainOnEachConnect(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-done })
 		return c
 	}
+	// The agent's state says connected once its Hello went out; the
+	// leader's gauge counts the streams it accepted. The subtests wait on
+	// the gauge: a client's state can say connected before the leader
+	// has counted it, and the next subtest would then see the previous
+	// client's stream arrive.
+	accepted := func() bool { return l.gauge(t, "kerf_stream_connected_agents") == 1 }
 
 	t.Run("CAFile", func(t *testing.T) {
 		dir := t.TempDir()
@@ -60,15 +66,13 @@ func TestCredentialsAreReadAgainOnEachConnect(t *testing.T) {
 		// The CA is rotated to the leader's: the next connection trusts it.
 		require.NoError(t, os.WriteFile(caFile, certPEM(f.serverTLS), 0o600))
 		assert.Eventually(t, func() bool { return c.State() == Connected }, eventually, tick, "the new CA is used")
+		assert.Eventually(t, accepted, eventually, tick, "the leader accepts the stream")
 	})
 	t.Run("TokenFile", func(t *testing.T) {
 		dir := t.TempDir()
 		caFile, tokenFile := filepath.Join(dir, "leader-ca.pem"), filepath.Join(dir, "token")
 		require.NoError(t, os.WriteFile(caFile, certPEM(f.serverTLS), 0o600))
 		require.NoError(t, os.WriteFile(tokenFile, []byte("not-a-token"), 0o600))
-		// The agent's state says connected once its Hello went out; the
-		// leader's gauge counts the streams it accepted.
-		accepted := func() bool { return l.gauge(t, "kerf_stream_connected_agents") == 1 }
 		require.Eventually(t, func() bool { return !accepted() }, eventually, tick, "the CAFile client is gone")
 		run(t, caFile, tokenFile)
 		assert.Never(t, accepted, time.Second, tick, "a bad token is refused")
