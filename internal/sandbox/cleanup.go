@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -237,13 +238,21 @@ func splitRule(line string) []string {
 }
 
 // removeKubepodsCgroups removes the kubelet's cgroup tree (kubepods under
-// each cgroup v1 controller) where it is empty, deepest first. A cgroup
-// that still holds a process stays and is reported.
-func removeKubepodsCgroups() error {
+// each cgroup v1 controller), deepest first. A process still in it is a
+// container of the sandbox's whose shim is gone (killed from outside, so
+// nothing stopped it): it is killed first. A cgroup that still holds a
+// process then stays and is reported.
+func removeKubepodsCgroups(log *slog.Logger) error {
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
 	if st, err := os.Stat("/sys/fs/cgroup/kubepods"); err == nil && st.IsDir() {
 		roots = append(roots, "/sys/fs/cgroup/kubepods") // cgroup v2
 	}
+	return removeCgroupTrees(log, roots)
+}
+
+// removeCgroupTrees removes the cgroup trees at roots, deepest first,
+// killing the processes left in them first.
+func removeCgroupTrees(log *slog.Logger, roots []string) error {
 	var errs []error
 	for _, root := range roots {
 		var dirs []string
@@ -254,9 +263,19 @@ func removeKubepodsCgroups() error {
 			return nil
 		})
 		sort.SliceStable(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+		killed := 0
+		for _, d := range dirs {
+			killed += killCgroupTasks(d)
+		}
+		if killed > 0 {
+			log.Warn("killed processes left in the kubelet's cgroups (their containerd shims were gone)", "processes", killed, "under", root)
+		}
 		for _, d := range dirs {
 			var err error
 			for try := 0; try < 50; try++ { // the kernel frees a cgroup shortly after its last task
+				if try >= 10 && len(cgroupTasks(d)) > 0 {
+					break // a task that outlived SIGKILL for 200 ms: report it, do not wait a second per cgroup
+				}
 				if err = syscall.Rmdir(d); err == nil || errors.Is(err, syscall.ENOENT) {
 					err = nil
 					break
@@ -269,6 +288,33 @@ func removeKubepodsCgroups() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cgroupTasks returns the process IDs in cgroup directory d.
+func cgroupTasks(d string) []int {
+	b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// killCgroupTasks sends SIGKILL to every process in cgroup directory d and
+// returns how many it sent it to.
+func killCgroupTasks(d string) int {
+	n := 0
+	for _, pid := range cgroupTasks(d) {
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // removeContainerLogLinks removes the kubelet's symlinks in

@@ -103,7 +103,7 @@ func teardown(ctx context.Context, l layout, log *slog.Logger, removeState bool)
 		errs = append(errs, err)
 	}
 	if _, err := os.Stat(l.marker(markerKubepods)); err == nil {
-		if err := removeKubepodsCgroups(); err != nil {
+		if err := removeKubepodsCgroups(log); err != nil {
 			errs = append(errs, err)
 		}
 	}
