@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"container/list"
 	"context"
 	"net"
 	"sync"
@@ -11,48 +12,69 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// maxSources bounds the per-source limiters kept; past it the idle ones
-// go, then all (a limiter forgotten starts with its full burst).
+// maxSources bounds the sources whose failures are remembered. At the
+// bound the source that failed longest ago is forgotten (least recently
+// used): its next failure starts it with a full burst again.
 const maxSources = 10000
 
-// sourceIdle is how long a source's limiter is kept without a review.
-const sourceIdle = time.Minute
-
-// sourceLimiters are the TokenReview rate limiters per source IP.
-type sourceLimiters struct {
-	mu  sync.Mutex
-	ips map[string]*sourceLimiter
+// failingSources are the per-source-IP budgets of failed authentications
+// (docs/security.md, "Unauthenticated load"). Only a failure charges a
+// source: a TokenReview that refused the token, or a token the review
+// passed that is not an agent's. A source whose tokens pass is never
+// slowed, however many agents share its address (a NAT, a node-local
+// proxy); one that spent its budget on failures has its cache misses
+// refused until the budget refills. A source that never failed holds no
+// entry.
+type failingSources struct {
+	mu    sync.Mutex
+	ips   map[string]*list.Element
+	order list.List // of *failingSource, most recent failure first
 }
 
-type sourceLimiter struct {
-	lim  *rate.Limiter
-	last time.Time
+type failingSource struct {
+	ip  string
+	lim *rate.Limiter
 }
 
-// allow reports whether the source may cause one more TokenReview now.
-func (l *sourceLimiters) allow(ip string, now time.Time, perSecond float64, burst int) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ips == nil {
-		l.ips = map[string]*sourceLimiter{}
+// penalized reports whether ip spent its failure budget: less than one
+// failure is left now. A source that is not remembered is not.
+func (f *failingSources) penalized(ip string, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.ips[ip]
+	return ok && e.Value.(*failingSource).lim.TokensAt(now) < 1
+}
+
+// fail charges ip one failure (perSecond with burst refill its budget).
+// The budget may go below zero: failures of reviews that were already in
+// flight when it ran out are owed, and the source stays penalized until
+// they are repaid.
+func (f *failingSources) fail(ip string, now time.Time, perSecond float64, burst int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ips == nil {
+		f.ips = map[string]*list.Element{}
 	}
-	e := l.ips[ip]
-	if e == nil {
-		if len(l.ips) >= maxSources {
-			for k, v := range l.ips {
-				if now.Sub(v.last) > sourceIdle {
-					delete(l.ips, k)
-				}
-			}
-			if len(l.ips) >= maxSources {
-				clear(l.ips)
-			}
+	e, ok := f.ips[ip]
+	if ok {
+		f.order.MoveToFront(e)
+	} else {
+		if f.order.Len() >= maxSources {
+			oldest := f.order.Back()
+			f.order.Remove(oldest)
+			delete(f.ips, oldest.Value.(*failingSource).ip)
 		}
-		e = &sourceLimiter{lim: rate.NewLimiter(rate.Limit(perSecond), burst)}
-		l.ips[ip] = e
+		e = f.order.PushFront(&failingSource{ip: ip, lim: rate.NewLimiter(rate.Limit(perSecond), burst)})
+		f.ips[ip] = e
 	}
-	e.last = now
-	return e.lim.AllowN(now, 1)
+	e.Value.(*failingSource).lim.ReserveN(now, 1)
+}
+
+// len is how many sources are remembered.
+func (f *failingSources) len() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.order.Len()
 }
 
 // sourceIP is the IP the stream comes from ("" when unknown).
