@@ -149,12 +149,12 @@ func (s *Server) tokenReview(ctx context.Context, token string) (authnv1.UserInf
 // review returns the user of a token, from the caches or a TokenReview;
 // fresh says a TokenReview was made. A token refused lately is refused
 // again without a review (FailedReviewTTL). A review that refuses the
-// token charges its source IP one failure; a source that spent its
-// failure budget has its cache misses refused without a review until the
-// budget refills (failingSources). A review that passes charges nothing,
-// so agents whose tokens are good are never slowed, however many share an
-// address.
-func (s *Server) review(ctx context.Context, token string) (user authnv1.UserInfo, fresh bool, err error) {
+// token charges b one failure (the agent pod the token claims, or its
+// source IP); a spent budget has its cache misses refused without a
+// review until it refills (failingSources). A review that passes charges
+// nothing, so agents whose tokens are good are never slowed, however many
+// share an address.
+func (s *Server) review(ctx context.Context, token string, b *budget) (user authnv1.UserInfo, fresh bool, err error) {
 	key := tokenKey(token)
 	now := s.cfg.Now()
 	if user, ok := s.reviews.get(key, now); ok {
@@ -163,7 +163,7 @@ func (s *Server) review(ctx context.Context, token string) (user authnv1.UserInf
 	if e, ok := s.failed.entry(key, now); ok {
 		return authnv1.UserInfo{}, false, s.refuse(codes.Unauthenticated, "unauthenticated", "%s", e.failure)
 	}
-	src := sourceIP(ctx)
+	src := b.key()
 	if err := s.allowSource(src, now); err != nil {
 		return authnv1.UserInfo{}, false, err
 	}
@@ -182,18 +182,34 @@ func (s *Server) review(ctx context.Context, token string) (user authnv1.UserInf
 	return user, true, nil
 }
 
-// allowSource refuses an apiserver call for src while it has spent its
-// failure budget.
-func (s *Server) allowSource(src string, now time.Time) error {
-	if s.sources.penalized(src, now) {
-		return s.refuse(codes.ResourceExhausted, "rate_limited", "too many failed authentications from %s; retry later", src)
+// budget is the failure budget a stream's authentication is charged to
+// (Server.budgetOf), found on the first cache miss.
+type budget struct {
+	s     *Server
+	ctx   context.Context
+	token string
+	found string
+}
+
+func (b *budget) key() string {
+	if b.found == "" {
+		b.found = b.s.budgetOf(b.ctx, b.token)
+	}
+	return b.found
+}
+
+// allowSource refuses an apiserver call charged to budget key while that
+// budget is spent.
+func (s *Server) allowSource(key string, now time.Time) error {
+	if s.sources.penalized(key, now) {
+		return s.refuse(codes.ResourceExhausted, "rate_limited", "too many failed authentications from %s; retry later", key)
 	}
 	return nil
 }
 
-// failSource charges src one failed authentication.
-func (s *Server) failSource(src string, now time.Time) {
-	s.sources.fail(src, now, s.cfg.ReviewsPerSecond, s.cfg.ReviewBurst)
+// failSource charges budget key one failed authentication.
+func (s *Server) failSource(key string, now time.Time) {
+	s.sources.fail(key, now, s.cfg.ReviewsPerSecond, s.cfg.ReviewBurst)
 	s.metrics.failingSources.Set(float64(s.sources.len()))
 }
 
@@ -216,11 +232,12 @@ func (s *Server) authenticate(ctx context.Context) (agent, string, error) {
 // service account, bound to no pod or to no agent pod) is a failure of
 // its source too, and is remembered with the failed ones.
 func (s *Server) agentOf(ctx context.Context, token string) (agent, error) {
-	user, fresh, err := s.review(ctx, token)
+	b := &budget{s: s, ctx: ctx, token: token}
+	user, fresh, err := s.review(ctx, token, b)
 	if err != nil {
 		return agent{}, err
 	}
-	a, asked, err := s.agentPod(ctx, user)
+	a, asked, err := s.agentPod(ctx, user, b)
 	if err != nil {
 		if st, ok := status.FromError(err); ok && st.Code() == codes.PermissionDenied {
 			now := s.cfg.Now()
@@ -228,7 +245,7 @@ func (s *Server) agentOf(ctx context.Context, token string) (agent, error) {
 			s.reviews.forget(key)
 			s.failed.putFailure(key, st.Message(), now.Add(s.cfg.FailedReviewTTL), now)
 			if fresh || asked {
-				s.failSource(sourceIP(ctx), now)
+				s.failSource(b.key(), now)
 			}
 		}
 		return agent{}, err
@@ -240,7 +257,7 @@ func (s *Server) agentOf(ctx context.Context, token string) (agent, error) {
 // bound to one of its pods, and returns the agent with its pod's node;
 // asked says the apiserver was asked for the pod (the cache did not hold
 // it).
-func (s *Server) agentPod(ctx context.Context, user authnv1.UserInfo) (agent, bool, error) {
+func (s *Server) agentPod(ctx context.Context, user authnv1.UserInfo, b *budget) (agent, bool, error) {
 	want := "system:serviceaccount:" + s.cfg.ServiceAccountNamespace + ":" + s.cfg.ServiceAccountName
 	if user.Username != want {
 		return agent{}, false, s.refuse(codes.PermissionDenied, "wrong_service_account", "user %q is not the agent's service account %q", user.Username, want)
@@ -254,7 +271,7 @@ func (s *Server) agentPod(ctx context.Context, user authnv1.UserInfo) (agent, bo
 	asked := false
 	if !ok {
 		// The cache may lag a new agent pod; ask the apiserver once.
-		if err := s.allowSource(sourceIP(ctx), s.cfg.Now()); err != nil {
+		if err := s.allowSource(b.key(), s.cfg.Now()); err != nil {
 			return agent{}, false, err
 		}
 		asked = true

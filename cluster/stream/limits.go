@@ -3,28 +3,32 @@ package stream
 import (
 	"container/list"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
+	"k8s.io/apimachinery/pkg/types"
 )
 
-// maxSources bounds the sources whose failures are remembered. At the
-// bound the source that failed longest ago is forgotten (least recently
-// used): its next failure starts it with a full burst again.
+// maxSources bounds the failure budgets remembered. At the bound the one
+// that failed longest ago is forgotten (least recently used): its next
+// failure starts it with a full burst again.
 const maxSources = 10000
 
-// failingSources are the per-source-IP budgets of failed authentications
+// failingSources are the budgets of failed authentications, keyed by
+// Server.budgetOf: the agent pod a token claims, or the source IP
 // (docs/security.md, "Unauthenticated load"). Only a failure charges a
-// source: a TokenReview that refused the token, or a token the review
-// passed that is not an agent's. A source whose tokens pass is never
-// slowed, however many agents share its address (a NAT, a node-local
-// proxy); one that spent its budget on failures has its cache misses
-// refused until the budget refills. A source that never failed holds no
-// entry.
+// budget: a TokenReview that refused the token, or a token the review
+// passed that is not an agent's. Tokens that pass are never slowed,
+// however many agents share an address (a NAT, a node-local proxy); a
+// budget spent on failures has its cache misses refused until it
+// refills. A budget that never failed holds no entry.
 type failingSources struct {
 	mu    sync.Mutex
 	ips   map[string]*list.Element
@@ -36,8 +40,8 @@ type failingSource struct {
 	lim *rate.Limiter
 }
 
-// penalized reports whether ip spent its failure budget: less than one
-// failure is left now. A source that is not remembered is not.
+// penalized reports whether the budget ip spent itself: less than one
+// failure is left now. A budget that is not remembered is not.
 func (f *failingSources) penalized(ip string, now time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -75,6 +79,69 @@ func (f *failingSources) len() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.order.Len()
+}
+
+// maxClaimBytes bounds the part of a token claimedAgentPod decodes.
+const maxClaimBytes = 8 << 10
+
+// claims are the unverified claims of a bound service-account token that
+// claimedAgentPod reads.
+type claims struct {
+	Subject      string `json:"sub"`
+	KubernetesIO struct {
+		Namespace string `json:"namespace"`
+		Pod       struct {
+			Name string `json:"name"`
+			UID  string `json:"uid"`
+		} `json:"pod"`
+	} `json:"kubernetes.io"`
+}
+
+// claimedAgentPod returns the agent pod a token says it is bound to, when
+// that pod is in the leader's cache: the token is a JWT whose unverified
+// claims name the agents' service account and one of its pods, by name
+// and UID. Nothing is verified here (the TokenReview does): the claim
+// only chooses which failure budget a review is charged to.
+func (s *Server) claimedAgentPod(token string) (types.UID, bool) {
+	_, rest, ok := strings.Cut(token, ".")
+	if !ok {
+		return "", false
+	}
+	payload, _, ok := strings.Cut(rest, ".")
+	if !ok || len(payload) > maxClaimBytes {
+		return "", false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(payload)
+	if err != nil {
+		return "", false
+	}
+	var c claims
+	if json.Unmarshal(raw, &c) != nil {
+		return "", false
+	}
+	ns := s.cfg.ServiceAccountNamespace
+	pod := c.KubernetesIO.Pod
+	if c.Subject != "system:serviceaccount:"+ns+":"+s.cfg.ServiceAccountName || c.KubernetesIO.Namespace != ns || pod.UID == "" {
+		return "", false
+	}
+	p, ok := s.cfg.Pods.PodByUID(types.UID(pod.UID))
+	if !ok || p.Namespace != ns || p.Name != pod.Name || p.Spec.ServiceAccountName != s.cfg.ServiceAccountName {
+		return "", false
+	}
+	return p.UID, true
+}
+
+// budgetOf is whose failure budget a token's reviews are charged to: the
+// agent pod it claims, when the cache holds that pod (claimedAgentPod),
+// else its source IP. A flood of tokens that claim no known agent pod
+// spends its source's budget and not the agents' of the same address
+// (a NAT, a node-local proxy); tokens forged to claim a known agent pod
+// spend that pod's budget only.
+func (s *Server) budgetOf(ctx context.Context, token string) string {
+	if uid, ok := s.claimedAgentPod(token); ok {
+		return "pod/" + string(uid)
+	}
+	return "ip/" + sourceIP(ctx)
 }
 
 // sourceIP is the IP the stream comes from ("" when unknown).

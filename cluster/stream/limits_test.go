@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"runtime"
@@ -231,23 +232,48 @@ func TestHonestAgentsBehindOneAddressAreNeverRateLimited(t *testing.T) {
 	assert.Zero(t, f.srv.sources.len(), "sources whose tokens pass are not remembered")
 }
 
+// forgedToken is a JWT that claims to be bound to pod of the fixture's
+// agent service account, with a signature no apiserver made.
+func (f *fixture) forgedToken(pod *corev1.Pod, i int64) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	payload := fmt.Sprintf(`{"aud":[%q],"sub":"system:serviceaccount:%s:kerf-agent","kubernetes.io":{"namespace":%q,"pod":{"name":%q,"uid":%q}}}`,
+		testAudience, f.namespace, f.namespace, pod.Name, pod.UID)
+	return enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(payload)) + "." + enc(fmt.Appendf(nil, "forged-%d", i))
+}
+
 // TestBadTokenFloodCostsFewReviewsAndLetsAgentsIn floods the leader with
-// bad tokens from 127.0.0.2 while 60 agents connect from 127.0.0.1, one
-// attempt each, with a failure budget of 1/s, burst 3: every agent gets
-// in, every bad token is refused, and the TokenReviews the apiserver
-// served stay within the budget (its burst, its rate over the flood, the
-// reviews in flight when it ran out) plus one per agent. Before, the
-// per-source limit counted the agents' good reviews too: all but 3 of the
-// 60 were refused (rate_limited).
+// bad tokens while 60 agents connect, one attempt each, with a failure
+// budget of 1/s, burst 3; the flood comes from another address than the
+// agents', or from theirs. A third of the flood is one bad token again
+// and again, a third new garbage each time, a third JWTs forged to claim
+// the fixture's own agent pod (not one of the 60). Every agent gets in,
+// every bad token is refused, and the TokenReviews the apiserver served
+// stay within the budgets (two: the source's and the claimed pod's; each
+// its burst, its rate over the flood, the reviews in flight when it ran
+// out) plus one per agent. Before, the per-source limit counted the
+// agents' good reviews too: all but 3 of the 60 were refused
+// (rate_limited); and with failures only counted per source, a flood from
+// the agents' own address kept them out.
 func TestBadTokenFloodCostsFewReviewsAndLetsAgentsIn(t *testing.T) {
+	for _, tc := range []struct{ name, flood string }{
+		{"FromAnotherAddress", "127.0.0.2"},
+		{"FromTheAgentsAddress", "127.0.0.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { floodWhileAgentsConnect(t, tc.flood) })
+	}
+}
+
+func floodWhileAgentsConnect(t *testing.T, floodFrom string) {
 	const burst, honest = 3, 60
 	f := newFixture(t, func(c *Config, _ *cache.Options) { c.ReviewsPerSecond, c.ReviewBurst = 1, burst })
 	agents := f.honestAgents(t, honest)
+	claimed, err := f.cs.CoreV1().Pods(f.namespace).Get(t.Context(), f.agentPod, metav1.GetOptions{})
+	require.NoError(t, err)
 	reviewsBefore := tokenReviews(t, f.cs)
 
-	// The flood comes from 127.0.0.2: 16 connections, 400 attempts, half
-	// with one bad token again and again, half each with a new one.
-	const workers, attempts = 16, 400
+	// The flood goes on until every agent is in (at most maxAttempts).
+	const workers, maxAttempts = 16, 20000
+	stop := make(chan struct{})
 	var next atomic.Int64
 	var codesMu sync.Mutex
 	got := map[codes.Code]int{}
@@ -255,19 +281,29 @@ func TestBadTokenFloodCostsFewReviewsAndLetsAgentsIn(t *testing.T) {
 	floodStart := time.Now()
 	for range workers {
 		wg.Go(func() {
-			conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(f.creds), fromAddress("127.0.0.2"))
+			conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(f.creds), fromAddress(floodFrom))
 			if err != nil {
 				return
 			}
 			defer func() { _ = conn.Close() }()
 			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
 				i := next.Add(1)
-				if i > attempts {
+				if i > maxAttempts {
 					return
 				}
-				token := "bad-token-always-the-same"
-				if i%2 == 0 {
+				var token string
+				switch i % 3 {
+				case 0:
+					token = "bad-token-always-the-same"
+				case 1:
 					token = fmt.Sprintf("bad-token-%d", i)
+				default:
+					token = f.forgedToken(claimed, i)
 				}
 				ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+token), 10*time.Second)
 				st, err := streamv1.NewStreamClient(conn).Connect(ctx)
@@ -289,20 +325,26 @@ func TestBadTokenFloodCostsFewReviewsAndLetsAgentsIn(t *testing.T) {
 	agentStart := time.Now()
 	in := f.connectAll(t, agents)
 	agentsIn := time.Since(agentStart)
+	close(stop)
 	wg.Wait()
 	flood := time.Since(floodStart)
+	attempts := 0
+	for _, n := range got {
+		attempts += n
+	}
 	reviews := tokenReviews(t, f.cs) - reviewsBefore
-	t.Logf("flood of %d bad tokens in %s: %v; TokenReviews on the apiserver: %.0f; %d agents: %v in %s",
-		attempts, flood.Round(time.Millisecond), got, reviews, honest, in, agentsIn.Round(time.Millisecond))
+	t.Logf("flood of %d bad tokens from %s in %s: %v; TokenReviews on the apiserver: %.0f; %d agents: %v in %s",
+		attempts, floodFrom, flood.Round(time.Millisecond), got, reviews, honest, in, agentsIn.Round(time.Millisecond))
 	assert.Equal(t, map[codes.Code]int{codes.OK: honest}, in, "every agent got in at its first attempt during the flood")
 	assert.Zero(t, got[codes.OK], "no bad token got in")
 	assert.Equal(t, attempts, got[codes.Unauthenticated]+got[codes.ResourceExhausted], "every attempt refused: %v", got)
-	assert.Positive(t, got[codes.ResourceExhausted], "the flooding source was slowed")
-	// The burst, the rate over the flood, the reviews in flight when the
-	// budget ran out (at most one per worker), the agents' own reviews.
-	limit := float64(burst+workers+honest) + flood.Seconds() + 2
+	assert.Positive(t, got[codes.ResourceExhausted], "the flood was slowed")
+	// Per budget: the burst, the rate over the flood, the reviews in
+	// flight when it ran out (at most one per worker); the agents' own.
+	limit := 2*(float64(burst+workers)+flood.Seconds()) + honest + 2
 	assert.LessOrEqual(t, reviews, limit, "TokenReviews per flood of %d attempts", attempts)
-	assert.Equal(t, 1, f.srv.sources.len(), "only the flooding source is remembered")
+	assert.Equal(t, 2, f.srv.sources.len(), "only the flooding source and the claimed pod are remembered")
+	assert.True(t, f.srv.sources.penalized("pod/"+string(claimed.UID), time.Now()), "the forged claims spent the claimed pod's budget")
 }
 
 // TestFailingSourcesAreBounded fills the failure budgets past maxSources:

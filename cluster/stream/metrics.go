@@ -71,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	m.failingSources = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "kerf_stream_failing_sources",
-		Help: "Source IPs remembered for failed authentications (at most 10,000; the one that failed longest ago goes first).",
+		Help: "Failure budgets remembered (source IPs and claimed agent pods that failed to authenticate; at most 10,000, the one that failed longest ago goes first).",
 	})
 	m.pending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "kerf_stream_oom_events_pending",
