@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	authnv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -145,34 +146,71 @@ func (s *Server) tokenReview(ctx context.Context, token string) (authnv1.UserInf
 	return tr.Status.User, nil
 }
 
-// review returns the user of a token, from the caches or a TokenReview.
-// A token refused lately is refused again without a review
-// (FailedReviewTTL), and the reviews one source IP causes are rate
-// limited, so a flood of bad tokens costs the apiserver a few reviews.
-func (s *Server) review(ctx context.Context, token string) (authnv1.UserInfo, error) {
+// review returns the user of a token, from the caches or a TokenReview;
+// fresh says a TokenReview was made. A token refused lately is refused
+// again without a review (FailedReviewTTL). A review that refuses the
+// token charges b one failure (the agent pod the token claims, or its
+// source IP); a spent budget has its cache misses refused without a
+// review until it refills (failingSources). A review that passes charges
+// nothing, so agents whose tokens are good are never slowed, however many
+// share an address.
+func (s *Server) review(ctx context.Context, token string, b *budget) (user authnv1.UserInfo, fresh bool, err error) {
 	key := tokenKey(token)
 	now := s.cfg.Now()
 	if user, ok := s.reviews.get(key, now); ok {
-		return user, nil
+		return user, false, nil
 	}
 	if e, ok := s.failed.entry(key, now); ok {
-		return authnv1.UserInfo{}, s.refuse(codes.Unauthenticated, "unauthenticated", "%s", e.failure)
+		return authnv1.UserInfo{}, false, s.refuse(codes.Unauthenticated, "unauthenticated", "%s", e.failure)
 	}
-	if src := sourceIP(ctx); !s.sources.allow(src, now, s.cfg.ReviewsPerSecond, s.cfg.ReviewBurst) {
-		return authnv1.UserInfo{}, s.refuse(codes.ResourceExhausted, "rate_limited", "too many token reviews from %s; retry later", src)
+	src := b.key()
+	if err := s.allowSource(src, now); err != nil {
+		return authnv1.UserInfo{}, false, err
 	}
-	user, err := s.tokenReview(ctx, token)
+	user, err = s.tokenReview(ctx, token)
 	var refused *refusal
 	if errors.As(err, &refused) {
 		s.failed.putFailure(key, refused.msg, now.Add(s.cfg.FailedReviewTTL), now)
-		return authnv1.UserInfo{}, s.refuse(codes.Unauthenticated, "unauthenticated", "%s", refused.msg)
+		s.failSource(src, now)
+		return authnv1.UserInfo{}, true, s.refuse(codes.Unauthenticated, "unauthenticated", "%s", refused.msg)
 	}
 	if err != nil {
 		s.log.Warn("token review failed", "err", err)
-		return authnv1.UserInfo{}, s.refuse(codes.Unavailable, "token_review_failed", "%v", err)
+		return authnv1.UserInfo{}, true, s.refuse(codes.Unavailable, "token_review_failed", "%v", err)
 	}
 	s.reviews.put(key, user, now.Add(s.cfg.ReviewTTL), now)
-	return user, nil
+	return user, true, nil
+}
+
+// budget is the failure budget a stream's authentication is charged to
+// (Server.budgetOf), found on the first cache miss.
+type budget struct {
+	s     *Server
+	ctx   context.Context
+	token string
+	found string
+}
+
+func (b *budget) key() string {
+	if b.found == "" {
+		b.found = b.s.budgetOf(b.ctx, b.token)
+	}
+	return b.found
+}
+
+// allowSource refuses an apiserver call charged to budget key while that
+// budget is spent.
+func (s *Server) allowSource(key string, now time.Time) error {
+	if s.sources.penalized(key, now) {
+		return s.refuse(codes.ResourceExhausted, "rate_limited", "too many failed authentications from %s; retry later", key)
+	}
+	return nil
+}
+
+// failSource charges budget key one failed authentication.
+func (s *Server) failSource(key string, now time.Time) {
+	s.sources.fail(key, now, s.cfg.ReviewsPerSecond, s.cfg.ReviewBurst)
+	s.metrics.failingSources.Set(float64(s.sources.len()))
 }
 
 // authenticate checks the stream's token and returns the agent with the
@@ -189,40 +227,75 @@ func (s *Server) authenticate(ctx context.Context) (agent, string, error) {
 	return a, token, err
 }
 
-// agentOf returns the agent a token belongs to (see authenticate).
+// agentOf returns the agent a token belongs to (see authenticate). A
+// token that a fresh review passed but that is not an agent's (another
+// service account, bound to no pod or to no agent pod) is a failure of
+// its source too, and is remembered with the failed ones.
 func (s *Server) agentOf(ctx context.Context, token string) (agent, error) {
-	user, err := s.review(ctx, token)
+	b := &budget{s: s, ctx: ctx, token: token}
+	user, fresh, err := s.review(ctx, token, b)
 	if err != nil {
 		return agent{}, err
 	}
+	a, asked, err := s.agentPod(ctx, user, b)
+	if err != nil {
+		if st, ok := status.FromError(err); ok && st.Code() == codes.PermissionDenied {
+			now := s.cfg.Now()
+			key := tokenKey(token)
+			s.reviews.forget(key)
+			s.failed.putFailure(key, st.Message(), now.Add(s.cfg.FailedReviewTTL), now)
+			if fresh || asked {
+				s.failSource(b.key(), now)
+			}
+		}
+		return agent{}, err
+	}
+	return a, nil
+}
+
+// agentPod checks that user is the agents' service account with a token
+// bound to one of its pods, and returns the agent with its pod's node;
+// asked says the apiserver was asked for the pod (the cache did not hold
+// it).
+func (s *Server) agentPod(ctx context.Context, user authnv1.UserInfo, b *budget) (agent, bool, error) {
 	want := "system:serviceaccount:" + s.cfg.ServiceAccountNamespace + ":" + s.cfg.ServiceAccountName
 	if user.Username != want {
-		return agent{}, s.refuse(codes.PermissionDenied, "wrong_service_account", "user %q is not the agent's service account %q", user.Username, want)
+		return agent{}, false, s.refuse(codes.PermissionDenied, "wrong_service_account", "user %q is not the agent's service account %q", user.Username, want)
 	}
 	names, uids := user.Extra[extraPodName], user.Extra[extraPodUID]
 	if len(names) != 1 || len(uids) != 1 {
-		return agent{}, s.refuse(codes.PermissionDenied, "token_not_pod_bound", "token is not bound to a pod")
+		return agent{}, false, s.refuse(codes.PermissionDenied, "token_not_pod_bound", "token is not bound to a pod")
 	}
 	a := agent{pod: names[0], podUID: types.UID(uids[0])}
 	pod, ok := s.cfg.Pods.PodByUID(a.podUID)
+	asked := false
 	if !ok {
 		// The cache may lag a new agent pod; ask the apiserver once.
+		if err := s.allowSource(b.key(), s.cfg.Now()); err != nil {
+			return agent{}, false, err
+		}
+		asked = true
 		getCtx, cancel := context.WithTimeout(ctx, apiTimeout)
 		defer cancel()
 		p, err := s.cfg.Clientset.CoreV1().Pods(s.cfg.ServiceAccountNamespace).Get(getCtx, a.pod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return agent{}, asked, s.refuse(codes.PermissionDenied, "agent_pod_unknown", "agent pod %s/%s: %v", s.cfg.ServiceAccountNamespace, a.pod, err)
+		}
 		if err != nil {
-			return agent{}, s.refuse(codes.PermissionDenied, "agent_pod_unknown", "agent pod %s/%s: %v", s.cfg.ServiceAccountNamespace, a.pod, err)
+			// Not the caller's failure: neither remembered nor charged.
+			s.log.Warn("agent pod lookup failed", "agentPod", a.pod, "err", err)
+			return agent{}, asked, s.refuse(codes.Unavailable, "agent_pod_lookup_failed", "agent pod %s/%s: %v", s.cfg.ServiceAccountNamespace, a.pod, err)
 		}
 		pod = p
 	}
 	if pod.UID != a.podUID || pod.Name != a.pod || pod.Namespace != s.cfg.ServiceAccountNamespace {
-		return agent{}, s.refuse(codes.PermissionDenied, "agent_pod_unknown", "agent pod %s/%s (uid %s) not found", s.cfg.ServiceAccountNamespace, a.pod, a.podUID)
+		return agent{}, asked, s.refuse(codes.PermissionDenied, "agent_pod_unknown", "agent pod %s/%s (uid %s) not found", s.cfg.ServiceAccountNamespace, a.pod, a.podUID)
 	}
 	if pod.Spec.NodeName == "" {
-		return agent{}, s.refuse(codes.PermissionDenied, "agent_pod_unscheduled", "agent pod %s/%s has no node", pod.Namespace, pod.Name)
+		return agent{}, asked, s.refuse(codes.PermissionDenied, "agent_pod_unscheduled", "agent pod %s/%s has no node", pod.Namespace, pod.Name)
 	}
 	a.node = pod.Spec.NodeName
-	return a, nil
+	return a, asked, nil
 }
 
 // refuse counts a closed or refused stream and returns its status error.

@@ -1,58 +1,147 @@
 package stream
 
 import (
+	"container/list"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
+	"k8s.io/apimachinery/pkg/types"
 )
 
-// maxSources bounds the per-source limiters kept; past it the idle ones
-// go, then all (a limiter forgotten starts with its full burst).
+// maxSources bounds the failure budgets remembered. At the bound the one
+// that failed longest ago is forgotten (least recently used): its next
+// failure starts it with a full burst again.
 const maxSources = 10000
 
-// sourceIdle is how long a source's limiter is kept without a review.
-const sourceIdle = time.Minute
-
-// sourceLimiters are the TokenReview rate limiters per source IP.
-type sourceLimiters struct {
-	mu  sync.Mutex
-	ips map[string]*sourceLimiter
+// failingSources are the budgets of failed authentications, keyed by
+// Server.budgetOf: the agent pod a token claims, or the source IP
+// (docs/security.md, "Unauthenticated load"). Only a failure charges a
+// budget: a TokenReview that refused the token, or a token the review
+// passed that is not an agent's. Tokens that pass are never slowed,
+// however many agents share an address (a NAT, a node-local proxy); a
+// budget spent on failures has its cache misses refused until it
+// refills. A budget that never failed holds no entry.
+type failingSources struct {
+	mu    sync.Mutex
+	ips   map[string]*list.Element
+	order list.List // of *failingSource, most recent failure first
 }
 
-type sourceLimiter struct {
-	lim  *rate.Limiter
-	last time.Time
+type failingSource struct {
+	ip  string
+	lim *rate.Limiter
 }
 
-// allow reports whether the source may cause one more TokenReview now.
-func (l *sourceLimiters) allow(ip string, now time.Time, perSecond float64, burst int) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ips == nil {
-		l.ips = map[string]*sourceLimiter{}
+// penalized reports whether the budget ip spent itself: less than one
+// failure is left now. A budget that is not remembered is not.
+func (f *failingSources) penalized(ip string, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.ips[ip]
+	return ok && e.Value.(*failingSource).lim.TokensAt(now) < 1
+}
+
+// fail charges ip one failure (perSecond with burst refill its budget).
+// The budget may go below zero: failures of reviews that were already in
+// flight when it ran out are owed, and the source stays penalized until
+// they are repaid.
+func (f *failingSources) fail(ip string, now time.Time, perSecond float64, burst int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ips == nil {
+		f.ips = map[string]*list.Element{}
 	}
-	e := l.ips[ip]
-	if e == nil {
-		if len(l.ips) >= maxSources {
-			for k, v := range l.ips {
-				if now.Sub(v.last) > sourceIdle {
-					delete(l.ips, k)
-				}
-			}
-			if len(l.ips) >= maxSources {
-				clear(l.ips)
-			}
+	e, ok := f.ips[ip]
+	if ok {
+		f.order.MoveToFront(e)
+	} else {
+		if f.order.Len() >= maxSources {
+			oldest := f.order.Back()
+			f.order.Remove(oldest)
+			delete(f.ips, oldest.Value.(*failingSource).ip)
 		}
-		e = &sourceLimiter{lim: rate.NewLimiter(rate.Limit(perSecond), burst)}
-		l.ips[ip] = e
+		e = f.order.PushFront(&failingSource{ip: ip, lim: rate.NewLimiter(rate.Limit(perSecond), burst)})
+		f.ips[ip] = e
 	}
-	e.last = now
-	return e.lim.AllowN(now, 1)
+	e.Value.(*failingSource).lim.ReserveN(now, 1)
+}
+
+// len is how many sources are remembered.
+func (f *failingSources) len() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.order.Len()
+}
+
+// maxClaimBytes bounds the part of a token claimedAgentPod decodes.
+const maxClaimBytes = 8 << 10
+
+// claims are the unverified claims of a bound service-account token that
+// claimedAgentPod reads.
+type claims struct {
+	Subject      string `json:"sub"`
+	KubernetesIO struct {
+		Namespace string `json:"namespace"`
+		Pod       struct {
+			Name string `json:"name"`
+			UID  string `json:"uid"`
+		} `json:"pod"`
+	} `json:"kubernetes.io"`
+}
+
+// claimedAgentPod returns the agent pod a token says it is bound to, when
+// that pod is in the leader's cache: the token is a JWT whose unverified
+// claims name the agents' service account and one of its pods, by name
+// and UID. Nothing is verified here (the TokenReview does): the claim
+// only chooses which failure budget a review is charged to.
+func (s *Server) claimedAgentPod(token string) (types.UID, bool) {
+	_, rest, ok := strings.Cut(token, ".")
+	if !ok {
+		return "", false
+	}
+	payload, _, ok := strings.Cut(rest, ".")
+	if !ok || len(payload) > maxClaimBytes {
+		return "", false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(payload)
+	if err != nil {
+		return "", false
+	}
+	var c claims
+	if json.Unmarshal(raw, &c) != nil {
+		return "", false
+	}
+	ns := s.cfg.ServiceAccountNamespace
+	pod := c.KubernetesIO.Pod
+	if c.Subject != "system:serviceaccount:"+ns+":"+s.cfg.ServiceAccountName || c.KubernetesIO.Namespace != ns || pod.UID == "" {
+		return "", false
+	}
+	p, ok := s.cfg.Pods.PodByUID(types.UID(pod.UID))
+	if !ok || p.Namespace != ns || p.Name != pod.Name || p.Spec.ServiceAccountName != s.cfg.ServiceAccountName {
+		return "", false
+	}
+	return p.UID, true
+}
+
+// budgetOf is whose failure budget a token's reviews are charged to: the
+// agent pod it claims, when the cache holds that pod (claimedAgentPod),
+// else its source IP. A flood of tokens that claim no known agent pod
+// spends its source's budget and not the agents' of the same address
+// (a NAT, a node-local proxy); tokens forged to claim a known agent pod
+// spend that pod's budget only.
+func (s *Server) budgetOf(ctx context.Context, token string) string {
+	if uid, ok := s.claimedAgentPod(token); ok {
+		return "pod/" + string(uid)
+	}
+	return "ip/" + sourceIP(ctx)
 }
 
 // sourceIP is the IP the stream comes from ("" when unknown).

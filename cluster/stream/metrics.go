@@ -25,6 +25,8 @@ type metrics struct {
 	errors    *prometheus.CounterVec
 	streams   prometheus.Gauge
 	reviews   prometheus.Counter
+	// failingSources is how many source IPs have a failure budget.
+	failingSources prometheus.Gauge
 	// pending, pendingCounted and expired follow the OOM events about
 	// pods the cache did not hold yet.
 	pending        prometheus.Gauge
@@ -67,6 +69,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "kerf_stream_token_reviews_total",
 		Help: "TokenReviews the stream sent to the apiserver (cache misses and re-authentications of open streams).",
 	})
+	m.failingSources = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kerf_stream_failing_sources",
+		Help: "Failure budgets remembered (source IPs and claimed agent pods that failed to authenticate; at most 10,000, the one that failed longest ago goes first).",
+	})
 	m.pending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "kerf_stream_oom_events_pending",
 		Help: "OOM events about pods the leader's cache does not hold yet, kept until the pod appears.",
@@ -79,7 +85,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "kerf_stream_oom_events_expired_total",
 		Help: "Pending OOM events dropped before their pod appeared, by reason (ttl: waited too long; full: the agent's pending list was full).",
 	}, []string{"reason"})
-	reg.MustRegister(m.connected, m.samples, m.resent, m.events, m.dropped, m.errors, m.streams, m.reviews,
+	reg.MustRegister(m.connected, m.samples, m.resent, m.events, m.dropped, m.errors, m.streams, m.reviews, m.failingSources,
 		m.pending, m.pendingCounted, m.expired)
 	return m
 }

@@ -51,8 +51,11 @@ const (
 	// DefaultFailedReviewTTL is how long a token that failed its
 	// TokenReview is refused without another review.
 	DefaultFailedReviewTTL = 10 * time.Second
-	// DefaultReviewsPerSecond and DefaultReviewBurst bound the
-	// TokenReviews one source IP may cause (cache misses only).
+	// DefaultReviewsPerSecond and DefaultReviewBurst bound the failed
+	// authentications one source IP may cause (a TokenReview that refused
+	// the token, or a token that is not an agent's); past them its cache
+	// misses are refused until the budget refills. Reviews that pass cost
+	// nothing.
 	DefaultReviewsPerSecond = 1
 	// DefaultReviewBurst is the burst of DefaultReviewsPerSecond.
 	DefaultReviewBurst = 20
@@ -138,8 +141,9 @@ type Limits struct {
 	// FailedReviewTTL is how long a failed token is refused without a
 	// review; zero means DefaultFailedReviewTTL.
 	FailedReviewTTL time.Duration
-	// ReviewsPerSecond and ReviewBurst bound the TokenReviews per source
-	// IP; zero means DefaultReviewsPerSecond and DefaultReviewBurst.
+	// ReviewsPerSecond and ReviewBurst bound the failed authentications
+	// per source IP (reviews that pass are not counted); zero means
+	// DefaultReviewsPerSecond and DefaultReviewBurst.
 	ReviewsPerSecond float64
 	// ReviewBurst is the burst of ReviewsPerSecond.
 	ReviewBurst int
@@ -162,8 +166,8 @@ type Server struct {
 	reviews reviewCache
 	// failed caches the tokens whose review failed, briefly.
 	failed reviewCache
-	// sources limit the TokenReviews per source IP.
-	sources sourceLimiters
+	// sources are the failure budgets of the source IPs that failed.
+	sources failingSources
 	// handshakes is a semaphore of the streams authenticating.
 	handshakes chan struct{}
 
@@ -225,7 +229,7 @@ func New(cfg Config) (*Server, error) {
 	setDefault(&cfg.MaxPendingOOM, DefaultMaxPendingOOM)
 	setDefault(&cfg.PendingOOMTTL, DefaultPendingOOMTTL)
 	return &Server{cfg: cfg, log: cfg.Log, metrics: newMetrics(cfg.Registerer), nodes: map[string]*nodeState{},
-		handshakes: make(chan struct{}, cfg.MaxHandshakes), sources: sourceLimiters{}}, nil
+		handshakes: make(chan struct{}, cfg.MaxHandshakes)}, nil
 }
 
 // setDefault sets *v to def when it is zero.

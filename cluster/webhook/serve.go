@@ -5,44 +5,52 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/kerf-dev/kerf/internal/endpoints"
 )
 
 // shutdownGrace is how long ServeListener lets reviews in flight finish.
 const shutdownGrace = 5 * time.Second
 
+// healthPath is the webhook's probe, served whatever the load.
+const healthPath = "/healthz"
+
 // Mux routes Path to the injector and answers /healthz.
 func Mux(injector http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle(Path, injector)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc(healthPath, func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
 }
 
-// ServeListener serves h over HTTPS on ln (the caller opens it, so that a
-// port is bound before anything else starts) until ctx ends, then shuts
-// down, letting reviews in flight finish, and closes ln. tlsConfig must
-// give a certificate (Certificates or GetCertificate). It returns nil
-// after a shutdown asked by ctx.
+// ServeListener is ServeListenerWithin with endpoints.DefaultLimits, the
+// limits of every Kerf HTTP server.
 func ServeListener(ctx context.Context, ln net.Listener, tlsConfig *tls.Config, h http.Handler) error {
+	return ServeListenerWithin(ctx, ln, tlsConfig, h, endpoints.DefaultLimits())
+}
+
+// ServeListenerWithin serves h over HTTPS on ln (the caller opens it, so
+// that a port is bound before anything else starts) within limits until
+// ctx ends, then shuts down, letting reviews in flight finish, and closes
+// ln. Headers over limits.MaxHeaderBytes get 431; past
+// limits.MaxInFlight requests a review gets 503 with Retry-After (the
+// apiserver then applies the webhook's failurePolicy) while /healthz is
+// served whatever the load. tlsConfig must give a certificate
+// (Certificates or GetCertificate); its client authentication
+// (ClientAuth.ServerTLS) runs at the handshake, before any limit is
+// spent on a request. It returns nil after a shutdown asked by ctx.
+func ServeListenerWithin(ctx context.Context, ln net.Listener, tlsConfig *tls.Config, h http.Handler, limits endpoints.Limits) error {
 	if tlsConfig == nil || (len(tlsConfig.Certificates) == 0 && tlsConfig.GetCertificate == nil) {
 		_ = ln.Close()
 		return errors.New("serve webhook: the TLS configuration gives no certificate")
 	}
-	srv := &http.Server{
-		Handler:           h,
-		TLSConfig:         tlsConfig.Clone(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		ErrorLog:          slog.NewLogLogger(slog.Default().Handler(), slog.LevelWarn),
-	}
+	srv := limits.Server(h, healthPath)
+	srv.TLSConfig = tlsConfig.Clone()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	select {

@@ -71,7 +71,7 @@ func main() {
 	fs.DurationVar(&limits.HandshakeTimeout, "stream-handshake-timeout", stream.DefaultHandshakeTimeout, "time for a connection's TLS handshake, and for a stream's authentication up to its Hello")
 	fs.DurationVar(&limits.ReauthEvery, "stream-reauth-every", stream.DefaultReauthEvery, "how often an open stream's token is reviewed again (a revoked token closes it)")
 	fs.DurationVar(&limits.MaxStreamAge, "stream-max-age", stream.DefaultMaxStreamAge, "longest life of an agent's connection (gRPC MaxConnectionAge)")
-	fs.Float64Var(&limits.ReviewsPerSecond, "stream-reviews-per-second", stream.DefaultReviewsPerSecond, "TokenReviews one source IP may cause per second (cache misses)")
+	fs.Float64Var(&limits.ReviewsPerSecond, "stream-reviews-per-second", stream.DefaultReviewsPerSecond, "failed authentications (refused TokenReviews, tokens not an agent's) one source IP may cause per second; past the burst its cache misses are refused (reviews that pass cost nothing)")
 	fs.IntVar(&limits.ReviewBurst, "stream-review-burst", stream.DefaultReviewBurst, "burst of --stream-reviews-per-second")
 	fs.IntVar(&limits.MaxContainers, "stream-max-containers", stream.DefaultMaxContainers, "containers one node's agent may report at once")
 	cadvisorFallback := fs.Bool("cadvisor-fallback", false, "read CPU throttling from the agents' stream when --metrics-url is not set (health.cadvisorFallback)")
