@@ -74,9 +74,7 @@ func runHandover(t testing.TB, cfg Config) handover {
 	ns := namespace(t, c)
 	ctx := context.Background()
 	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
-	a := startLeader(t, ns, "a", cfg)
-	waitFor(t, 30*time.Second, a.Leading, "a never led")
-	b := startLeader(t, ns, "b", cfg)
+	a, b := leaderPair(t, ns, cfg, cfg)
 	if err := c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")); err != nil {
 		t.Fatal(err)
 	}
@@ -111,15 +109,7 @@ func runHandover(t testing.TB, cfg Config) handover {
 	if h.leading.IsZero() {
 		h.leading = h.rolledBack
 	}
-	select {
-	case err := <-a.done:
-		a.done <- err // for the cleanup
-		if err != nil {
-			t.Fatalf("a stopped with %v, want nil on a graceful stop", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("a never stopped")
-	}
+	waitGracefulStop(t, a)
 	return h
 }
 
@@ -309,13 +299,7 @@ func TestGracefulHandoverHandsTheAgentsEventsToTheNextLeader(t *testing.T) {
 	assert.Equal(t, []string{"oomKills 1 ≥ 1"}, rsr.Status.Breach.Figures)
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 	assert.Nil(t, pod.Status.ContainerStatuses[0].LastTerminationState.Terminated, "pod status never showed the kill")
-	select {
-	case err := <-a.done:
-		a.done <- err // for the cleanup
-		assert.NoError(t, err, "a graceful stop")
-	case <-time.After(30 * time.Second):
-		t.Fatal("a never stopped")
-	}
+	waitGracefulStop(t, a)
 }
 
 // leaderPod creates the pod of a leader replica, as the Deployment would.

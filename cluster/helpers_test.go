@@ -151,30 +151,36 @@ func getRSR(t testing.TB, c client.Client, ns, name string) *v1alpha1.Rightsizin
 	return &rsr
 }
 
-// waitPhase waits until the recommendation has phase and, unless empty,
-// reason, and returns it.
-func waitPhase(t testing.TB, c client.Client, ns, name string, phase v1alpha1.Phase, reason string) *v1alpha1.RightsizingRecommendation {
+// waitRSR reads recommendation ns/name every 50 ms until done holds for
+// it, and returns it; after 30 s the test fails with msgAndArgs.
+func waitRSR(t testing.TB, c client.Client, ns, name string, done func(*v1alpha1.RightsizingRecommendation) bool, msgAndArgs ...any) *v1alpha1.RightsizingRecommendation {
 	t.Helper()
 	var rsr *v1alpha1.RightsizingRecommendation
 	require.Eventually(t, func() bool {
 		rsr = getRSR(t, c, ns, name)
-		return rsr.Status.Phase == phase && (reason == "" || rsr.Status.Reason == reason)
-	}, 30*time.Second, 50*time.Millisecond, "phase %s/%s never reached", phase, reason)
+		return done(rsr)
+	}, 30*time.Second, 50*time.Millisecond, msgAndArgs...)
 	return rsr
+}
+
+// waitPhase waits until the recommendation has phase and, unless empty,
+// reason, and returns it.
+func waitPhase(t testing.TB, c client.Client, ns, name string, phase v1alpha1.Phase, reason string) *v1alpha1.RightsizingRecommendation {
+	t.Helper()
+	return waitRSR(t, c, ns, name, func(rsr *v1alpha1.RightsizingRecommendation) bool {
+		return rsr.Status.Phase == phase && (reason == "" || rsr.Status.Reason == reason)
+	}, "phase %s/%s never reached", phase, reason)
 }
 
 // waitApplied waits until the change was applied: the Applied condition is
 // true (the phase is Applied, or already Watching).
 func waitApplied(t *testing.T, c client.Client, ns, name string) *v1alpha1.RightsizingRecommendation {
 	t.Helper()
-	var rsr *v1alpha1.RightsizingRecommendation
-	require.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, name)
+	return waitRSR(t, c, ns, name, func(rsr *v1alpha1.RightsizingRecommendation) bool {
 		cond := condition(rsr, v1alpha1.ConditionApplied)
 		return cond != nil && cond.Status == metav1.ConditionTrue &&
 			(rsr.Status.Phase == v1alpha1.PhaseApplied || rsr.Status.Phase == v1alpha1.PhaseWatching)
-	}, 30*time.Second, 50*time.Millisecond, "the change was never applied")
-	return rsr
+	}, "the change was never applied")
 }
 
 // eventsFor lists the Events in ns about objects named name with reason,
@@ -379,6 +385,37 @@ func watchedWeb(t *testing.T, c client.Client, ns string, policy *v1alpha1.Right
 	return dep, l
 }
 
+// leaderPair starts leader a with cfgA, waits until it leads, and starts
+// b with cfgB as its standby.
+func leaderPair(t testing.TB, ns string, cfgA, cfgB Config) (a, b *testLeader) {
+	t.Helper()
+	a = startLeader(t, ns, "a", cfgA)
+	waitFor(t, 30*time.Second, a.Leading, "a never led")
+	return a, startLeader(t, ns, "b", cfgB)
+}
+
+// failOver stops a, the leader, and waits until b leads.
+func failOver(t testing.TB, a, b *testLeader) {
+	t.Helper()
+	a.stop()
+	waitFor(t, 30*time.Second, b.Leading, "b never led")
+}
+
+// waitGracefulStop waits until l, stopped, has returned from its run, and
+// fails the test unless it returned nil, as on SIGTERM.
+func waitGracefulStop(t testing.TB, l *testLeader) {
+	t.Helper()
+	select {
+	case err := <-l.done:
+		l.done <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("a stopped with %v, want nil on a graceful stop", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a never stopped")
+	}
+}
+
 // templateResources reads the Deployment and returns the resources of its
 // pod template's one container.
 func templateResources(t *testing.T, c client.Client, dep *appsv1.Deployment) *corev1.ResourceRequirements {
@@ -461,12 +498,9 @@ func inPlaceWeb(t *testing.T, c client.Client, ns string, p *v1alpha1.Rightsizin
 // returns it.
 func waitRestored(t testing.TB, c client.Client, ns, name string) *v1alpha1.RightsizingRecommendation {
 	t.Helper()
-	var rsr *v1alpha1.RightsizingRecommendation
-	require.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, name)
+	return waitRSR(t, c, ns, name, func(rsr *v1alpha1.RightsizingRecommendation) bool {
 		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
-	}, 30*time.Second, 50*time.Millisecond, "the breach was never restored")
-	return rsr
+	}, "the breach was never restored")
 }
 
 // waitEvents waits until n Events with reason, all of type typ, are about

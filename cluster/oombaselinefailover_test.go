@@ -29,9 +29,7 @@ func TestOOMBaselinesSurviveFailover(t *testing.T) {
 	srcA, srcB := signals.NewKernel(), signals.NewKernel()
 	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
 	pod := runningPod(t, c, dep)
-	a := startLeader(t, ns, "a", Config{Signals: kernelOnly(srcA)})
-	waitFor(t, 30*time.Second, a.Leading, "a never led")
-	b := startLeader(t, ns, "b", Config{Signals: kernelOnly(srcB)})
+	a, b := leaderPair(t, ns, Config{Signals: kernelOnly(srcA)}, Config{Signals: kernelOnly(srcB)})
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "500m", "128Mi")))
 	kubeletReports(t, c, pod, "")
 	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
@@ -42,11 +40,9 @@ func TestOOMBaselinesSurviveFailover(t *testing.T) {
 	}
 
 	srcA.AddSamples(sample(2))
-	var rsr *v1alpha1.RightsizingRecommendation
-	require.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, "web")
+	rsr := waitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
 		return len(rsr.Status.Change.OOMBaselines) > 0
-	}, 30*time.Second, 50*time.Millisecond, "a never recorded the OOM baselines")
+	}, "a never recorded the OOM baselines")
 	require.Len(t, rsr.Status.Change.OOMBaselines, 1)
 	base := rsr.Status.Change.OOMBaselines[0]
 	require.NotNil(t, base.StartedAt)
@@ -54,8 +50,7 @@ func TestOOMBaselinesSurviveFailover(t *testing.T) {
 	assert.Equal(t, []any{pod.Name, string(pod.UID), "app", int64(2)}, []any{base.Pod, base.PodUID, base.Container, base.OOMKills})
 	require.Equal(t, v1alpha1.PhaseWatching, rsr.Status.Phase, "kills before the change are no breach")
 
-	a.stop()
-	waitFor(t, 30*time.Second, b.Leading, "b never led")
+	failOver(t, a, b)
 	srcB.AddSamples(sample(5))
 	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
 	require.NotNil(t, rsr.Status.Breach)

@@ -42,11 +42,9 @@ func TestThrottlingWindowSurvivesFailover(t *testing.T) {
 		return healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: t0.Add(at), Periods: periods, Throttled: throttled}
 	}
 	srcA.AddSamples(sample(healthwatch.ThrottlingDelay-time.Second, 100, 10), sample(healthwatch.ThrottlingDelay+30*time.Second, 250, 100))
-	var rsr *v1alpha1.RightsizingRecommendation
-	require.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, "web")
+	rsr := waitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
 		return len(rsr.Status.Change.ThrottlingBaselines) > 0
-	}, 30*time.Second, 50*time.Millisecond, "a never recorded the throttling baselines")
+	}, "a never recorded the throttling baselines")
 	require.Len(t, rsr.Status.Change.ThrottlingBaselines, 1)
 	base := rsr.Status.Change.ThrottlingBaselines[0]
 	assert.Equal(t, v1alpha1.ThrottlingBaseline{Pod: pod.Name, PodUID: string(pod.UID), Container: "app", Periods: 100, Throttled: 10,
@@ -56,8 +54,7 @@ func TestThrottlingWindowSurvivesFailover(t *testing.T) {
 
 	// Failover at T0+3m: b takes over with a store that starts now.
 	offset.Store(int64(throttlingFailoverAt))
-	a.stop()
-	waitFor(t, 30*time.Second, b.Leading, "b never led")
+	failOver(t, a, b)
 	srcB.AddSamples(sample(throttlingFailoverAt-time.Second, 300, 150), sample(throttlingFailoverAt+5*time.Second, 420, 160))
 	offset.Store(int64(throttlingFailoverAt + 10*time.Second))
 	srcB.AddSamples(sample(throttlingFailoverAt+6*time.Second, 420, 160))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kerf-dev/kerf/hub/store"
 	"github.com/kerf-dev/kerf/internal/endpoints"
+	"github.com/kerf-dev/kerf/internal/selfsigned"
 )
 
 // Config is what kerf-hub serve runs with.
@@ -109,15 +110,18 @@ func loadTLS(cfg Config, log *slog.Logger) (*tls.Config, error) {
 		}
 		return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: files.GetCertificate}, nil
 	case cfg.SelfSignedCertOut != "":
-		c, pemBytes, err := SelfSigned(cfg.SelfSignedHosts)
+		// Valid for a year; its key never leaves memory. It is for tests,
+		// demos and a first run: production gives --tls-cert-file and
+		// --tls-key-file.
+		pair, err := selfsigned.New("kerf-hub", cfg.SelfSignedHosts, 365*24*time.Hour)
 		if err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(cfg.SelfSignedCertOut, pemBytes, 0o644); err != nil {
+		if err := os.WriteFile(cfg.SelfSignedCertOut, pair.CertPEM, 0o644); err != nil {
 			return nil, fmt.Errorf("write self-signed certificate: %w", err)
 		}
 		log.Info("serving a self-signed TLS certificate; clients trust it with --cacert", "certFile", cfg.SelfSignedCertOut, "hosts", cfg.SelfSignedHosts)
-		return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{c}}, nil
+		return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair.TLS}}, nil
 	default:
 		return nil, errors.New("TLS is required: give --tls-cert-file and --tls-key-file, or --self-signed-cert-out PATH for a generated certificate")
 	}

@@ -1,8 +1,6 @@
 package hub
 
 import (
-	"crypto/x509"
-	"encoding/pem"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,22 +9,22 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kerf-dev/kerf/internal/selfsigned"
 )
 
 // writePair writes a new self-signed certificate and its key as PEM files,
 // dated at, and returns the certificate's DER.
 func writePair(t *testing.T, certFile, keyFile string, at time.Time) []byte {
 	t.Helper()
-	c, certPEM, err := SelfSigned([]string{"kerf-hub.kerf-hub.svc"})
+	pair, err := selfsigned.New("kerf-hub", []string{"kerf-hub.kerf-hub.svc"}, 365*24*time.Hour)
 	require.NoError(t, err)
-	key, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(certFile, certPEM, 0o600))
-	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600))
+	require.NoError(t, os.WriteFile(certFile, pair.CertPEM, 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pair.KeyPEM, 0o600))
 	for _, p := range []string{certFile, keyFile} {
 		require.NoError(t, os.Chtimes(p, at, at))
 	}
-	return c.Certificate[0]
+	return pair.TLS.Certificate[0]
 }
 
 // TestARenewedCertificateIsServedWithoutARestart: the files of a Secret

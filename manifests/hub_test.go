@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -28,38 +27,11 @@ import (
 	"github.com/kerf-dev/kerf/hub"
 	"github.com/kerf-dev/kerf/hub/store"
 	"github.com/kerf-dev/kerf/internal/images"
-	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kustomizetest"
 )
 
 const hubNamespace = "kerf-hub"
-
-// overlay renders a kustomization of resources and components (paths
-// under manifests/) made in a temporary directory, as an operator's
-// overlay would be.
-func overlay(t *testing.T, resources []string, components ...string) []byte {
-	t.Helper()
-	root, err := kube.RepoRoot()
-	require.NoError(t, err)
-	dir := t.TempDir()
-	rel, err := filepath.Rel(dir, filepath.Join(root, "manifests"))
-	require.NoError(t, err)
-	var b strings.Builder
-	b.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n")
-	for _, r := range resources {
-		b.WriteString("  - " + filepath.Join(rel, r) + "\n")
-	}
-	if len(components) > 0 {
-		b.WriteString("components:\n")
-		for _, c := range components {
-			b.WriteString("  - " + filepath.Join(rel, c) + "\n")
-		}
-	}
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(b.String()), 0o600))
-	out, err := exec.Command(kubectl(t), "kustomize", dir).CombinedOutput()
-	require.NoError(t, err, "kubectl kustomize %v %v:\n%s", resources, components, out)
-	return out
-}
 
 func kindsOf(objs []*unstructured.Unstructured) map[string]int {
 	kinds := map[string]int{}
@@ -96,12 +68,12 @@ func mountOf(c corev1.Container, volume string) string {
 }
 
 func TestKerfInstallsWithoutAHub(t *testing.T) {
-	for _, u := range objects(t, rendered(t)) {
+	for _, u := range kustomizetest.Objects(t, kustomizetest.Manifests(t)) {
 		assert.NotEqual(t, hubNamespace, u.GetNamespace(), "%s %s", u.GetKind(), u.GetName())
 		assert.NotEqual(t, "kerf-hub", u.GetName(), "%s %s", u.GetKind(), u.GetName())
 	}
 	var dep appsv1.Deployment
-	object(t, objects(t, rendered(t)), "Deployment", "kerf-leader", &dep)
+	kustomizetest.Object(t, kustomizetest.Objects(t, kustomizetest.Manifests(t)), "Deployment", "kerf-leader", &dep)
 	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
 		assert.False(t, strings.HasPrefix(a, "--hub-"), "the default leader has no hub: %s", a)
 	}
@@ -114,14 +86,14 @@ func TestKerfInstallsWithoutAHub(t *testing.T) {
 func checkHubDeployment(t *testing.T, objs []*unstructured.Unstructured) (appsv1.Deployment, corev1.Container) {
 	t.Helper()
 	var dep appsv1.Deployment
-	object(t, objs, "Deployment", "kerf-hub", &dep)
+	kustomizetest.Object(t, objs, "Deployment", "kerf-hub", &dep)
 	assert.Equal(t, hubNamespace, dep.Namespace)
 	spec := dep.Spec.Template.Spec
 	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
 	require.NoError(t, err)
 	assert.True(t, sel.Matches(labels.Set(dep.Spec.Template.Labels)), "the Deployment's selector matches its pods")
 	var svc corev1.Service
-	object(t, objs, "Service", "kerf-hub", &svc)
+	kustomizetest.Object(t, objs, "Service", "kerf-hub", &svc)
 	assert.True(t, labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(dep.Spec.Template.Labels)), "the Service selects the hub's pods")
 
 	require.Len(t, spec.Containers, 1)
@@ -191,8 +163,8 @@ func env(c corev1.Container, name string) *corev1.EnvVar {
 }
 
 func TestTheHubManifestsOnSQLite(t *testing.T) {
-	y := overlay(t, []string{"hub"})
-	objs := objects(t, y)
+	y := kustomizetest.Overlay(t, []string{"hub"})
+	objs := kustomizetest.Objects(t, y)
 	assert.Equal(t, map[string]int{"Namespace": 1, "ServiceAccount": 1, "Deployment": 1, "Service": 1, "PersistentVolumeClaim": 1}, kindsOf(objs))
 	dep, c := checkHubDeployment(t, objs)
 	assert.Equal(t, int32(1), *dep.Spec.Replicas, "SQLite: one writer")
@@ -222,16 +194,16 @@ func TestTheHubManifestsOnSQLite(t *testing.T) {
 func dryRun(t *testing.T, y []byte) {
 	t.Helper()
 	cp, _ := installed(t)
-	apply(t, cp, overlay(t, []string{"hub"}))
-	cmd := exec.Command(kubectl(t), "--kubeconfig", cp.Kubeconfig, "apply", "--dry-run=server", "-f", "-")
+	apply(t, cp, kustomizetest.Overlay(t, []string{"hub"}))
+	cmd := exec.Command(kustomizetest.Kubectl(t), "--kubeconfig", cp.Kubeconfig, "apply", "--dry-run=server", "-f", "-")
 	cmd.Stdin = bytes.NewReader(y)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "kubectl apply --dry-run=server:\n%s", out)
 }
 
 func TestTheHubManifestsOnPostgreSQL(t *testing.T) {
-	y := overlay(t, []string{"hub"}, "hub/postgres")
-	objs := objects(t, y)
+	y := kustomizetest.Overlay(t, []string{"hub"}, "hub/postgres")
+	objs := kustomizetest.Objects(t, y)
 	assert.Equal(t, map[string]int{"Namespace": 1, "ServiceAccount": 1, "Deployment": 1, "Service": 1, "PodDisruptionBudget": 1}, kindsOf(objs), "no claim")
 	dep, c := checkHubDeployment(t, objs)
 	assert.GreaterOrEqual(t, *dep.Spec.Replicas, int32(2), "several replicas on one database")
@@ -245,7 +217,7 @@ func TestTheHubManifestsOnPostgreSQL(t *testing.T) {
 	assert.Equal(t, "url", db.ValueFrom.SecretKeyRef.Key)
 	assert.Empty(t, mountOf(c, "data"))
 	var pdb policyv1.PodDisruptionBudget
-	object(t, objs, "PodDisruptionBudget", "kerf-hub", &pdb)
+	kustomizetest.Object(t, objs, "PodDisruptionBudget", "kerf-hub", &pdb)
 	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 	require.NoError(t, err)
 	assert.True(t, sel.Matches(labels.Set(dep.Spec.Template.Labels)))
@@ -253,8 +225,8 @@ func TestTheHubManifestsOnPostgreSQL(t *testing.T) {
 }
 
 func TestTheHubManifestsOnAnEmptyDir(t *testing.T) {
-	y := overlay(t, []string{"hub"}, "hub/ephemeral")
-	objs := objects(t, y)
+	y := kustomizetest.Overlay(t, []string{"hub"}, "hub/ephemeral")
+	objs := kustomizetest.Objects(t, y)
 	assert.False(t, has(objs, "PersistentVolumeClaim", "kerf-hub-data"))
 	dep, c := checkHubDeployment(t, objs)
 	assert.Equal(t, int32(1), *dep.Spec.Replicas)
@@ -273,10 +245,10 @@ func TestTheHubManifestsOnAnEmptyDir(t *testing.T) {
 // the forwarder, its files in the mounted Secret kerf-hub-client, its
 // cluster's name from that Secret, and the URL of the hub's Service.
 func TestTheLeaderPatchGivesTheLeaderTheHub(t *testing.T) {
-	y := overlay(t, []string{"."}, "hub/leader-patch")
-	objs := objects(t, y)
+	y := kustomizetest.Overlay(t, []string{"."}, "hub/leader-patch")
+	objs := kustomizetest.Objects(t, y)
 	var dep appsv1.Deployment
-	object(t, objs, "Deployment", "kerf-leader", &dep)
+	kustomizetest.Object(t, objs, "Deployment", "kerf-leader", &dep)
 	c := dep.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, "--metrics-addr=:9401", c.Args[0], "the leader's own flags stay")
 	hubURL := flagValue(t, c.Args, "--hub-url")

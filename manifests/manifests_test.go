@@ -9,11 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
-	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -28,12 +24,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster"
@@ -41,6 +35,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kustomizetest"
 )
 
 const (
@@ -53,67 +48,11 @@ const (
 // (controlplane.Get): a start costs seconds.
 func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Hooks{}) }
 
-func kubectl(t *testing.T) string {
-	t.Helper()
-	root, err := kube.RepoRoot()
-	require.NoError(t, err)
-	p := filepath.Join(kube.KubernetesDir(filepath.Join(root, "bin")), "kubectl")
-	if _, err := os.Stat(p); err != nil {
-		if controlplane.Required() {
-			t.Fatalf("kubectl: %v (make deps builds it)", err)
-		}
-		t.Skipf("kubectl not available: %v (make deps builds it)", err)
-	}
-	return p
-}
-
-// rendered is `kubectl kustomize manifests/`.
-func rendered(t *testing.T) []byte {
-	t.Helper()
-	root, err := kube.RepoRoot()
-	require.NoError(t, err)
-	out, err := exec.Command(kubectl(t), "kustomize", filepath.Join(root, "manifests")).Output()
-	require.NoError(t, err, "kubectl kustomize manifests/")
-	return out
-}
-
-// objects decodes the rendered manifests.
-func objects(t *testing.T, y []byte) []*unstructured.Unstructured {
-	t.Helper()
-	var out []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(y), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		err := dec.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		require.NoError(t, err)
-		if len(u.Object) > 0 {
-			out = append(out, u)
-		}
-	}
-}
-
-// object finds the rendered object of kind and name, decoded into into.
-func object(t *testing.T, objs []*unstructured.Unstructured, kind, name string, into any) {
-	t.Helper()
-	for _, u := range objs {
-		if u.GetKind() == kind && u.GetName() == name {
-			b, err := yaml.Marshal(u.Object)
-			require.NoError(t, err)
-			require.NoError(t, yaml.UnmarshalStrict(b, into), "%s %s", kind, name)
-			return
-		}
-	}
-	t.Fatalf("no %s %s in manifests/", kind, name)
-}
-
 // apply runs `kubectl apply -f -` (client-side, as `kubectl apply -k`) on
 // the rendered manifests.
 func apply(t *testing.T, cp *controlplane.ControlPlane, y []byte) string {
 	t.Helper()
-	cmd := exec.Command(kubectl(t), "--kubeconfig", cp.Kubeconfig, "apply", "-f", "-")
+	cmd := exec.Command(kustomizetest.Kubectl(t), "--kubeconfig", cp.Kubeconfig, "apply", "-f", "-")
 	cmd.Stdin = bytes.NewReader(y)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "kubectl apply:\n%s", out)
@@ -124,15 +63,15 @@ func apply(t *testing.T, cp *controlplane.ControlPlane, y []byte) string {
 func installed(t *testing.T) (*controlplane.ControlPlane, []*unstructured.Unstructured) {
 	t.Helper()
 	cp := controlplane.Get(t)
-	y := rendered(t)
+	y := kustomizetest.Manifests(t)
 	apply(t, cp, y)
-	return cp, objects(t, y)
+	return cp, kustomizetest.Objects(t, y)
 }
 
 func TestEveryObjectIsAcceptedByTheAPIServer(t *testing.T) {
 	cp := controlplane.Get(t)
-	y := rendered(t)
-	objs := objects(t, y)
+	y := kustomizetest.Manifests(t)
+	objs := kustomizetest.Objects(t, y)
 	// The CRDs, the namespace, both service accounts and their RBAC, the
 	// leader's Deployment, PDB and two Services, the webhook, the agent's
 	// DaemonSet, the default policy, the two reader ClusterRoles, the two
@@ -188,7 +127,7 @@ func TestTheDefaultPolicyGovernsEveryWorkloadWithTheDesignDefaults(t *testing.T)
 
 func TestTheWebhookManifestIsTheLeadersConfiguration(t *testing.T) {
 	var got admissionregistrationv1.MutatingWebhookConfiguration
-	object(t, objects(t, rendered(t)), "MutatingWebhookConfiguration", "kerf", &got)
+	kustomizetest.Object(t, kustomizetest.Objects(t, kustomizetest.Manifests(t)), "MutatingWebhookConfiguration", "kerf", &got)
 	want := webhook.Configuration("kerf", namespace, "kerf-webhook", nil)
 	assert.Equal(t, want.Webhooks, got.Webhooks)
 	assert.Equal(t, want.Name, got.Name)
@@ -208,7 +147,7 @@ func can(t *testing.T, cp *controlplane.ControlPlane, user, verb, resource, ns s
 		args = append(args, "-n", ns)
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command(kubectl(t), args...)
+	cmd := exec.Command(kustomizetest.Kubectl(t), args...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	answer := strings.TrimSpace(string(out))
@@ -300,7 +239,7 @@ func TestTheLeaderManagesItsCertificatesAsItsServiceAccount(t *testing.T) {
 	// The agent verifies it as its DaemonSet says: the ConfigMap's CA and
 	// --leader-server-name.
 	var ds appsv1.DaemonSet
-	object(t, objs, "DaemonSet", "kerf-agent", &ds)
+	kustomizetest.Object(t, objs, "DaemonSet", "kerf-agent", &ds)
 	serverName := flagValue(t, ds.Spec.Template.Spec.Containers[0].Args, "--leader-server-name")
 	pool := x509.NewCertPool()
 	require.True(t, pool.AppendCertsFromPEM([]byte(cm.Data[cert.CAConfigMapKey])))
@@ -322,7 +261,7 @@ func TestTheLeaderManagesItsCertificatesAsItsServiceAccount(t *testing.T) {
 		ServiceName: "kerf-webhook", SecretName: "kerf-webhook-cert", WebhookConfiguration: "kerf"}, nil)
 	require.NoError(t, err)
 	require.NoError(t, cert.PatchCABundle(ctx, c, "kerf", wh.CABundle()))
-	apply(t, cp, rendered(t))
+	apply(t, cp, kustomizetest.Manifests(t))
 	var cfg admissionregistrationv1.MutatingWebhookConfiguration
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "kerf"}, &cfg))
 	assert.Equal(t, wh.CABundle(), cfg.Webhooks[0].ClientConfig.CABundle, "a re-apply keeps the leader's caBundle")
@@ -377,11 +316,11 @@ func TestTheAgentCannotWriteAnything(t *testing.T) {
 }
 
 func TestTheAgentDialsTheLeaderServiceByIPAndPortName(t *testing.T) {
-	objs := objects(t, rendered(t))
+	objs := kustomizetest.Objects(t, kustomizetest.Manifests(t))
 	var ds appsv1.DaemonSet
-	object(t, objs, "DaemonSet", "kerf-agent", &ds)
+	kustomizetest.Object(t, objs, "DaemonSet", "kerf-agent", &ds)
 	var svc corev1.Service
-	object(t, objs, "Service", "kerf-leader", &svc)
+	kustomizetest.Object(t, objs, "Service", "kerf-leader", &svc)
 	args := ds.Spec.Template.Spec.Containers[0].Args
 	assert.Equal(t, "$(KERF_LEADER_SERVICE_HOST):$(KERF_LEADER_SERVICE_PORT_STREAM)", flagValue(t, args, "--leader-addr"))
 	assert.True(t, slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "stream" }),
@@ -405,14 +344,14 @@ func TestTheAgentDialsTheLeaderServiceByIPAndPortName(t *testing.T) {
 	assert.True(t, token, "a projected token with the leader's audience")
 
 	var dep appsv1.Deployment
-	object(t, objs, "Deployment", "kerf-leader", &dep)
+	kustomizetest.Object(t, objs, "Deployment", "kerf-leader", &dep)
 	assert.Equal(t, int32(2), *dep.Spec.Replicas)
 	lc := dep.Spec.Template.Spec.Containers[0]
 	assert.True(t, *dep.Spec.Template.Spec.SecurityContext.RunAsNonRoot)
 	assert.True(t, *lc.SecurityContext.ReadOnlyRootFilesystem)
 	assert.Equal(t, "/readyz", lc.ReadinessProbe.HTTPGet.Path)
 	var wsvc corev1.Service
-	object(t, objs, "Service", "kerf-webhook", &wsvc)
+	kustomizetest.Object(t, objs, "Service", "kerf-webhook", &wsvc)
 	assert.True(t, wsvc.Spec.PublishNotReadyAddresses, "every replica serves the webhook")
 	assert.False(t, svc.Spec.PublishNotReadyAddresses, "the stream reaches the leader only")
 }
@@ -424,7 +363,7 @@ func TestTheAgentDialsTheLeaderServiceByIPAndPortName(t *testing.T) {
 // delays the SIGTERM that starts the handover.
 func TestTheLeaderHandsOverWithinItsGracePeriod(t *testing.T) {
 	var dep appsv1.Deployment
-	object(t, objects(t, rendered(t)), "Deployment", "kerf-leader", &dep)
+	kustomizetest.Object(t, kustomizetest.Objects(t, kustomizetest.Manifests(t)), "Deployment", "kerf-leader", &dep)
 	spec := dep.Spec.Template.Spec
 	grace := time.Duration(ptr.Deref(spec.TerminationGracePeriodSeconds, corev1.DefaultTerminationGracePeriodSeconds)) * time.Second
 	release := 5 * time.Second // cluster.New: the Lease client's timeout, RenewDeadline/2

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kustomizetest"
 )
 
 // TestTheLeaderAndTheAgentMayReviewTheirCallers checks the rights the
@@ -62,17 +63,17 @@ func TestTheReaderRolesGrantMetricsAndOneNamespacesAudit(t *testing.T) {
 // by mistake, no rule for a port that does not exist), and the stream
 // only from the agents' pods.
 func TestTheNetworkPoliciesLetInEveryPortKerfServes(t *testing.T) {
-	objs := objects(t, rendered(t))
+	objs := kustomizetest.Objects(t, kustomizetest.Manifests(t))
 	var dep appsv1.Deployment
-	object(t, objs, "Deployment", "kerf-leader", &dep)
+	kustomizetest.Object(t, objs, "Deployment", "kerf-leader", &dep)
 	var ds appsv1.DaemonSet
-	object(t, objs, "DaemonSet", "kerf-agent", &ds)
+	kustomizetest.Object(t, objs, "DaemonSet", "kerf-agent", &ds)
 	for _, c := range []struct {
 		policy string
 		pod    corev1.PodTemplateSpec
 	}{{"kerf-leader", dep.Spec.Template}, {"kerf-agent", ds.Spec.Template}} {
 		var np networkingv1.NetworkPolicy
-		object(t, objs, "NetworkPolicy", c.policy, &np)
+		kustomizetest.Object(t, objs, "NetworkPolicy", c.policy, &np)
 		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 		require.NoError(t, err)
 		assert.True(t, sel.Matches(labels.Set(c.pod.Labels)), "%s selects its pods", c.policy)
@@ -95,7 +96,7 @@ func TestTheNetworkPoliciesLetInEveryPortKerfServes(t *testing.T) {
 		assert.Equal(t, declared, opened, "%s opens exactly the ports its pods serve", c.policy)
 	}
 	var np networkingv1.NetworkPolicy
-	object(t, objs, "NetworkPolicy", "kerf-leader", &np)
+	kustomizetest.Object(t, objs, "NetworkPolicy", "kerf-leader", &np)
 	for _, rule := range np.Spec.Ingress {
 		if rule.Ports[0].Port.String() != "stream" {
 			continue

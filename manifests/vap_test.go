@@ -37,6 +37,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kustomizetest"
 )
 
 // leaderPod is the pod the impersonated leader's token is bound to.
@@ -362,9 +363,9 @@ func TestTheLeadersApplierPassesThePolicy(t *testing.T) {
 // and vap.yaml in step: a write RBAC grants that kerf-leader-writes does
 // not list would be refused at run time.
 func TestEveryResourceTheLeaderMayWriteIsInThePolicy(t *testing.T) {
-	objs := objects(t, rendered(t))
+	objs := kustomizetest.Objects(t, kustomizetest.Manifests(t))
 	var vap admissionregistrationv1.ValidatingAdmissionPolicy
-	object(t, objs, "ValidatingAdmissionPolicy", "kerf-leader-writes", &vap)
+	kustomizetest.Object(t, objs, "ValidatingAdmissionPolicy", "kerf-leader-writes", &vap)
 	var written []string
 	for _, v := range vap.Spec.Variables {
 		if v.Name == "written" {
@@ -377,9 +378,9 @@ func TestEveryResourceTheLeaderMayWriteIsInThePolicy(t *testing.T) {
 
 	var rules []rbacv1.PolicyRule
 	var cr rbacv1.ClusterRole
-	object(t, objs, "ClusterRole", "kerf-leader", &cr)
+	kustomizetest.Object(t, objs, "ClusterRole", "kerf-leader", &cr)
 	var role rbacv1.Role
-	object(t, objs, "Role", "kerf-leader", &role)
+	kustomizetest.Object(t, objs, "Role", "kerf-leader", &role)
 	rules = append(append(rules, cr.Rules...), role.Rules...)
 	writes := []string{"create", "update", "patch", "delete", "deletecollection", "*"}
 	for _, r := range rules {
@@ -396,12 +397,12 @@ func TestEveryResourceTheLeaderMayWriteIsInThePolicy(t *testing.T) {
 	// Both policies are bound, enforcing, and only for the leader.
 	for _, name := range []string{"kerf-leader-writes", "kerf-leader-fields"} {
 		var p admissionregistrationv1.ValidatingAdmissionPolicy
-		object(t, objs, "ValidatingAdmissionPolicy", name, &p)
+		kustomizetest.Object(t, objs, "ValidatingAdmissionPolicy", name, &p)
 		require.Len(t, p.Spec.MatchConditions, 1)
 		assert.Equal(t, "request.userInfo.username == '"+leaderSA+"'", p.Spec.MatchConditions[0].Expression)
 		assert.Equal(t, admissionregistrationv1.Fail, *p.Spec.FailurePolicy)
 		var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
-		object(t, objs, "ValidatingAdmissionPolicyBinding", name, &b)
+		kustomizetest.Object(t, objs, "ValidatingAdmissionPolicyBinding", name, &b)
 		assert.Equal(t, name, b.Spec.PolicyName)
 		assert.Equal(t, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}, b.Spec.ValidationActions)
 	}
@@ -412,7 +413,7 @@ func TestEveryResourceTheLeaderMayWriteIsInThePolicy(t *testing.T) {
 // kube-root-ca.crt) and the apiserver's name, and does not serve anyone.
 func TestTheLeaderAuthenticatesTheWebhooksCallers(t *testing.T) {
 	var dep appsv1.Deployment
-	object(t, objects(t, rendered(t)), "Deployment", "kerf-leader", &dep)
+	kustomizetest.Object(t, kustomizetest.Objects(t, kustomizetest.Manifests(t)), "Deployment", "kerf-leader", &dep)
 	spec := dep.Spec.Template.Spec
 	args := spec.Containers[0].Args
 	assert.NotContains(t, args, "--webhook-allow-unauthenticated")

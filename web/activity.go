@@ -7,7 +7,6 @@
 package web
 
 import (
-	"bytes"
 	"context"
 	"embed"
 	"errors"
@@ -197,17 +196,7 @@ func (a *Activity) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	var buf bytes.Buffer
-	if err := templates.ExecuteTemplate(&buf, "activity.html", view); err != nil {
-		a.log().Error("activity page cannot be rendered", "err", err)
-		http.Error(w, "render the activity page: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	renderPage(w, status, "activity.html", view, a.log(), func(h http.Header) { h.Set("Content-Security-Policy", readPageCSP) })
 }
 
 // read reads the page through AuditClusters when the source has several

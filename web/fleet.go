@@ -178,6 +178,21 @@ func (f *Fleet) log() *slog.Logger {
 // writePage renders a page of the hub's (fleet, sign-in) with their
 // security headers.
 func writePage(w http.ResponseWriter, status int, name string, view any, log *slog.Logger) {
+	renderPage(w, status, name, view, log, func(h http.Header) {
+		h.Set("Cache-Control", "no-store")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	})
+}
+
+// readPageCSP is the Content-Security-Policy of the pages the leader and
+// the hub both serve (Activity, the workload page).
+const readPageCSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:"
+
+// renderPage renders template name with view and writes it with status,
+// its type, nosniff and the headers that headers sets; a template that
+// fails answers 500 and is logged.
+func renderPage(w http.ResponseWriter, status int, name string, view any, log *slog.Logger, headers func(http.Header)) {
 	var buf bytes.Buffer
 	if err := templates.ExecuteTemplate(&buf, name, view); err != nil {
 		log.Error("page cannot be rendered", "page", name, "err", err)
@@ -187,9 +202,7 @@ func writePage(w http.ResponseWriter, status int, name string, view any, log *sl
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
-	h.Set("Referrer-Policy", "same-origin")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	headers(h)
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }

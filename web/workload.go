@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -274,17 +273,7 @@ func (p *WorkloadPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			page.Refresh = int(p.Refresh.Round(time.Second) / time.Second)
 		}
 	}
-	var buf bytes.Buffer
-	if err := templates.ExecuteTemplate(&buf, "workload.html", page); err != nil {
-		p.log().Error("workload page cannot be rendered", "err", err)
-		http.Error(w, "render the workload page: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	renderPage(w, status, "workload.html", page, p.log(), func(h http.Header) { h.Set("Content-Security-Policy", readPageCSP) })
 }
 
 func (p *WorkloadPage) now() time.Time {

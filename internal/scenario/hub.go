@@ -3,17 +3,10 @@ package scenario
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/internal/selfsigned"
 )
 
 // The sandbox's kerf-hub (internal/scenario/manifests/hub).
@@ -63,10 +58,11 @@ func (in *Installed) installHub(ctx context.Context, repoRoot, stateDir string) 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	certPEM, keyPEM, err := selfSigned([]string{"kerf-hub.kerf-hub.svc", "kerf-hub.kerf-hub.svc.cluster.local"}, []net.IP{net.ParseIP(HubServiceIP)})
+	pair, err := selfsigned.New("kerf-hub (sandbox)", []string{"kerf-hub.kerf-hub.svc", "kerf-hub.kerf-hub.svc.cluster.local", HubServiceIP}, 30*24*time.Hour)
 	if err != nil {
 		return nil, fmt.Errorf("the hub's certificate: %w", err)
 	}
+	certPEM, keyPEM := pair.CertPEM, pair.KeyPEM
 	h := &Hub{URL: "https://" + HubServiceIP + ":9443", CAFile: filepath.Join(dir, "ca.crt"), ReadTokenFile: filepath.Join(dir, "read.token")}
 	if err := os.WriteFile(h.CAFile, certPEM, 0o644); err != nil {
 		return nil, err
@@ -137,41 +133,6 @@ func (in *Installed) putSecret(ctx context.Context, ns, name string, typ corev1.
 		return fmt.Errorf("secret %s/%s: %w", ns, name, err)
 	}
 	return nil
-}
-
-// selfSigned makes an ECDSA P-256 certificate, its own CA, for the names
-// and addresses, valid for 30 days.
-func selfSigned(names []string, ips []net.IP) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return nil, nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "kerf-hub (sandbox)"},
-		NotBefore:             now.Add(-time.Minute),
-		NotAfter:              now.Add(30 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		DNSNames:              names,
-		IPAddresses:           ips,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), nil
 }
 
 // Get returns the body of a GET of the hub's API path (such as

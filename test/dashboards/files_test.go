@@ -1,10 +1,7 @@
 package dashboards
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,12 +16,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kustomizetest"
 )
 
 // Dashboard is the part of a Grafana dashboard JSON the tests read.
@@ -252,48 +248,6 @@ func TestTheAlertRulesPassPromtool(t *testing.T) {
 	assert.Contains(t, string(out), "SUCCESS")
 }
 
-// kustomize renders dir with kubectl kustomize (bin/'s kubectl).
-func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
-	t.Helper()
-	kubectl := filepath.Join(kube.KubernetesDir(filepath.Join(repo(t), "bin")), "kubectl")
-	if _, err := os.Stat(kubectl); err != nil {
-		if controlplane.Required() {
-			t.Fatalf("kubectl: %v (make deps builds it)", err)
-		}
-		t.Skipf("kubectl not available: %v (make deps builds it)", err)
-	}
-	out, err := exec.Command(kubectl, "kustomize", dir).CombinedOutput()
-	require.NoError(t, err, "kubectl kustomize %s:\n%s", dir, out)
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		err := dec.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		require.NoError(t, err)
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
-}
-
-// decode finds the object of kind and name and decodes it strictly into
-// into.
-func decode(t *testing.T, objs []*unstructured.Unstructured, kind, name string, into any) {
-	t.Helper()
-	for _, u := range objs {
-		if u.GetKind() == kind && u.GetName() == name {
-			b, err := yaml.Marshal(u.Object)
-			require.NoError(t, err)
-			require.NoError(t, yaml.UnmarshalStrict(b, into), "%s %s", kind, name)
-			return
-		}
-	}
-	t.Fatalf("no %s %s rendered", kind, name)
-}
-
 // TestTheMonitoringComponentScrapesTheAgentsAndTheLeader renders the
 // install with manifests/monitoring as a user's kustomization would and
 // checks the PodMonitors (decoded strictly into the Prometheus Operator's
@@ -301,33 +255,25 @@ func decode(t *testing.T, objs []*unstructured.Unstructured, kind, name string, 
 // ports, scrape with the token of a service account bound to
 // kerf-metrics-reader, and that the default install has none of it.
 func TestTheMonitoringComponentScrapesTheAgentsAndTheLeader(t *testing.T) {
-	root := repo(t)
-	for _, u := range kustomize(t, filepath.Join(root, "manifests")) {
+	for _, u := range kustomizetest.Objects(t, kustomizetest.Manifests(t)) {
 		assert.NotEqual(t, "monitoring.coreos.com", u.GroupVersionKind().Group, "the default install has %s %s", u.GetKind(), u.GetName())
 	}
-	// kustomize takes no absolute paths: the user's kustomization names
-	// the repository relative to itself.
-	dir := t.TempDir()
-	rel, err := filepath.Rel(dir, filepath.Join(root, "manifests"))
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(
-		"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: ["+rel+"]\ncomponents: ["+rel+"/monitoring]\n"), 0o600))
-	objs := kustomize(t, dir)
+	objs := kustomizetest.Objects(t, kustomizetest.Overlay(t, []string{"."}, "monitoring"))
 
 	var agent appsv1.DaemonSet
-	decode(t, objs, "DaemonSet", "kerf-agent", &agent)
+	kustomizetest.Object(t, objs, "DaemonSet", "kerf-agent", &agent)
 	var leader appsv1.Deployment
-	decode(t, objs, "Deployment", "kerf-leader", &leader)
+	kustomizetest.Object(t, objs, "Deployment", "kerf-leader", &leader)
 	var secret corev1.Secret
-	decode(t, objs, "Secret", "kerf-metrics-scraper-token", &secret)
+	kustomizetest.Object(t, objs, "Secret", "kerf-metrics-scraper-token", &secret)
 	assert.Equal(t, corev1.SecretTypeServiceAccountToken, secret.Type)
 	sa := secret.Annotations[corev1.ServiceAccountNameKey]
 	var binding rbacv1.ClusterRoleBinding
-	decode(t, objs, "ClusterRoleBinding", "kerf-metrics-scraper", &binding)
+	kustomizetest.Object(t, objs, "ClusterRoleBinding", "kerf-metrics-scraper", &binding)
 	assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kerf-metrics-reader"}, binding.RoleRef)
 	assert.Equal(t, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: secret.Namespace}}, binding.Subjects)
 	var role rbacv1.ClusterRole
-	decode(t, objs, "ClusterRole", "kerf-metrics-reader", &role)
+	kustomizetest.Object(t, objs, "ClusterRole", "kerf-metrics-reader", &role)
 
 	for _, c := range []struct {
 		monitor, job, port string
@@ -338,7 +284,7 @@ func TestTheMonitoringComponentScrapesTheAgentsAndTheLeader(t *testing.T) {
 		{"kerf-leader", "kerf-leader", "http", leader.Spec.Template, false},
 	} {
 		var pm monitoringv1.PodMonitor
-		decode(t, objs, "PodMonitor", c.monitor, &pm)
+		kustomizetest.Object(t, objs, "PodMonitor", c.monitor, &pm)
 		assert.Equal(t, agent.Namespace, pm.Namespace, c.monitor)
 		assert.Equal(t, []string{agent.Namespace}, pm.Spec.NamespaceSelector.MatchNames, c.monitor)
 		for k, v := range pm.Spec.Selector.MatchLabels {
@@ -370,6 +316,6 @@ func TestTheMonitoringComponentScrapesTheAgentsAndTheLeader(t *testing.T) {
 		assert.True(t, node, "%s labels its targets with the node", c.monitor)
 	}
 	var pr monitoringv1.PrometheusRule
-	decode(t, objs, "PrometheusRule", "kerf", &pr)
+	kustomizetest.Object(t, objs, "PrometheusRule", "kerf", &pr)
 	assert.Equal(t, loadRules(t).Spec, pr.Spec, "the component's PrometheusRule is alerts/kerf-rules.yaml")
 }

@@ -5,14 +5,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -166,12 +164,11 @@ func start(t *testing.T) *rig {
 
 	scraperToken := filepath.Join(dir, "prometheus-token")
 	require.NoError(t, os.WriteFile(scraperToken, []byte(scraper.Token), 0o600))
-	r.prom = startPrometheus(t, scraperToken, []job{
-		{name: "kerf-agent", addr: r.agent.Addr, honorLabels: true,
-			labels: map[string]string{"node": r.node, "namespace": r.ns, "pod": r.agentPod, "container": "agent"}},
-		{name: "kerf-leader", addr: metricsLn.Addr().String(),
-			labels: map[string]string{"node": r.node, "namespace": r.ns, "pod": "kerf-leader-0", "container": "leader"}},
-	})
+	r.prom = promtest.StartJobs(t, time.Second,
+		promtest.Job{Name: "kerf-agent", Target: r.agent.Addr, TokenFile: scraperToken, HonorLabels: true,
+			Labels: map[string]string{"node": r.node, "namespace": r.ns, "pod": r.agentPod, "container": "agent"}},
+		promtest.Job{Name: "kerf-leader", Target: metricsLn.Addr().String(), TokenFile: scraperToken,
+			Labels: map[string]string{"node": r.node, "namespace": r.ns, "pod": "kerf-leader-0", "container": "leader"}})
 	// Ready when both targets have been up for three scrapes (a rate
 	// needs two samples), the leader streams from the agent and a minute's
 	// rate of the throttled container is there.
@@ -220,67 +217,6 @@ func review(t *testing.T, u string, caPEM []byte, ns string) {
 		last = resp.Status + " " + string(b)
 		return resp.StatusCode == http.StatusOK
 	}, time.Minute, 200*time.Millisecond, "the webhook never answered the review: %s", &last)
-}
-
-// job is one scrape job of the test's Prometheus.
-type job struct {
-	name, addr  string
-	honorLabels bool
-	labels      map[string]string
-}
-
-// startPrometheus runs Debian's Prometheus (as promtest.Start does)
-// scraping every job every second with the bearer token in tokenFile, and
-// returns its URL once it is ready; it is killed when t ends.
-func startPrometheus(t *testing.T, tokenFile string, jobs []job) string {
-	t.Helper()
-	if _, err := os.Stat(promtest.Binary); err != nil {
-		msg := fmt.Sprintf("needs a real Prometheus at %s (make deps installs it): %v", promtest.Binary, err)
-		if controlplane.Required() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	dir := t.TempDir()
-	var cfg strings.Builder
-	cfg.WriteString("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n")
-	for _, j := range jobs {
-		fmt.Fprintf(&cfg, "  - job_name: %s\n    honor_labels: %t\n", j.name, j.honorLabels)
-		fmt.Fprintf(&cfg, "    authorization:\n      type: Bearer\n      credentials_file: %q\n", tokenFile)
-		fmt.Fprintf(&cfg, "    static_configs:\n      - targets: [%q]\n        labels:\n", j.addr)
-		for k, v := range j.labels {
-			fmt.Fprintf(&cfg, "          %s: %q\n", k, v)
-		}
-	}
-	file := filepath.Join(dir, "prometheus.yml")
-	require.NoError(t, os.WriteFile(file, []byte(cfg.String()), 0o600))
-	addr := promtest.FreeAddr(t)
-	logFile := filepath.Join(dir, "prometheus.log")
-	logs, err := os.Create(logFile)
-	require.NoError(t, err)
-	cmd := exec.Command(promtest.Binary, "--config.file="+file, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = logs, logs
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = logs.Close()
-		if t.Failed() {
-			data, _ := os.ReadFile(logFile)
-			t.Logf("prometheus output:\n%s", data)
-		}
-	})
-	u := "http://" + addr
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(u + "/-/ready")
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 15*time.Second, 100*time.Millisecond, "prometheus not ready after 15s")
-	return u
 }
 
 // answer is Prometheus' answer to an API call.

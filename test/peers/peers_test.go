@@ -119,13 +119,7 @@ func BenchmarkAgentAgainstCadvisor(b *testing.B) {
 	if os.Getenv(peersEnable) == "" {
 		b.Skipf("about 15 minutes: run by make bench-peers (%s=1)", peersEnable)
 	}
-	if _, err := os.Stat(promtest.Binary); err != nil {
-		msg := fmt.Sprintf("needs a real Prometheus at %s (make deps installs it): %v", promtest.Binary, err)
-		if controlplane.Required() {
-			b.Fatal(msg)
-		}
-		b.Skip(msg)
-	}
+	promtest.NeedBinary(b)
 	f := setup(b)
 	runs, window := envInt(b, peersRunsEnv, 3), envDuration(b, peersWindowEnv, 60*time.Second)
 	warmup := envDuration(b, peersWarmupEnv, 60*time.Second)
@@ -252,10 +246,9 @@ func (f *fixture) start(b *testing.B, interval time.Duration) *peers {
 			"--v=0",
 		}, agenttest.Options{Name: "cadvisor", AddrFlag: "--listen="}),
 	}
-	p.prom = startPrometheus(b, interval, map[string]target{
-		"kerf-agent": {addr: p.agent.Addr, tokenFile: f.promToken},
-		"cadvisor":   {addr: p.cadvisor.Addr},
-	})
+	p.prom = promtest.StartJobs(b, interval,
+		promtest.Job{Name: "cadvisor", Target: p.cadvisor.Addr},
+		promtest.Job{Name: "kerf-agent", Target: p.agent.Addr, TokenFile: f.promToken})
 	n := len(f.node.Containers)
 	p.agent.WaitTracked(b, n, time.Minute)
 	f.waitCadvisor(b, p.cadvisor, n, time.Minute)
@@ -529,65 +522,6 @@ func (f *fixture) oomKill(b *testing.B, c agenttest.Container) {
 	require.ErrorAs(b, err, &ee, "kerf-workload --alloc-mib=64 under a 32 MiB limit exited without being killed")
 	ws, ok := ee.Sys().(syscall.WaitStatus)
 	require.True(b, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "kerf-workload under a 32 MiB limit: %v, not OOM-killed", err)
-}
-
-// target is a scrape target: host:port and, if set, a bearer token file.
-type target struct{ addr, tokenFile string }
-
-// startPrometheus runs Debian's Prometheus (as promtest.Start does)
-// scraping every target, one job each, every interval, and returns its
-// URL once it is ready; it is killed when b ends.
-func startPrometheus(b *testing.B, interval time.Duration, targets map[string]target) string {
-	b.Helper()
-	dir := b.TempDir()
-	every := fmt.Sprintf("%dms", interval.Milliseconds())
-	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "global:\n  scrape_interval: %[1]s\n  scrape_timeout: %[1]s\nscrape_configs:\n", every)
-	jobs := make([]string, 0, len(targets))
-	for j := range targets {
-		jobs = append(jobs, j)
-	}
-	slices.Sort(jobs)
-	for _, j := range jobs {
-		t := targets[j]
-		fmt.Fprintf(&cfg, "  - job_name: %s\n", j)
-		if t.tokenFile != "" {
-			fmt.Fprintf(&cfg, "    authorization:\n      type: Bearer\n      credentials_file: %q\n", t.tokenFile)
-		}
-		fmt.Fprintf(&cfg, "    static_configs:\n      - targets: [%q]\n", t.addr)
-	}
-	file := filepath.Join(dir, "prometheus.yml")
-	require.NoError(b, os.WriteFile(file, []byte(cfg.String()), 0o600))
-	addr := promtest.FreeAddr(b)
-	logFile := filepath.Join(dir, "prometheus.log")
-	logs, err := os.Create(logFile)
-	require.NoError(b, err)
-	cmd := exec.Command(promtest.Binary, "--config.file="+file, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = logs, logs
-	require.NoError(b, cmd.Start())
-	b.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = logs.Close()
-		if b.Failed() {
-			data, _ := os.ReadFile(logFile)
-			b.Logf("prometheus output:\n%s", data)
-		}
-	})
-	u := "http://" + addr
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get(u + "/-/ready")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return u
-			}
-		}
-		require.True(b, time.Now().Before(deadline), "prometheus not ready after 15s: %v", err)
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // sample is one series of an instant query's answer.
