@@ -1,6 +1,11 @@
 package cluster
 
 import (
+	"slices"
+	"strings"
+	"sync"
+
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -10,17 +15,112 @@ import (
 // it but the managed fields, which nothing in Kerf reads (its writes are
 // patches and a resize; none is a server-side apply, and an update without
 // managed fields keeps the stored ones), and of a Pod also none of the
-// fields stripPod lists. It runs on each object before the informer stores
-// it, so every reader of the manager's cache and client sees the stripped
-// object; reads through the API reader are whole.
+// fields stripPod lists; the resource lists of pods and of workload
+// templates are interned (resourceLists). It runs on each object before
+// the informer stores it, so every reader of the manager's cache and
+// client sees the stripped object; reads through the API reader are whole.
 func cacheTransform(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
 	}
-	if p, ok := obj.(*corev1.Pod); ok {
-		stripPod(p)
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		stripPod(o)
+		internPod(o)
+	case *appsv1.Deployment:
+		internSpec(&o.Spec.Template.Spec)
+	case *appsv1.ReplicaSet:
+		internSpec(&o.Spec.Template.Spec)
+	case *appsv1.StatefulSet:
+		internSpec(&o.Spec.Template.Spec)
+	case *appsv1.DaemonSet:
+		internSpec(&o.Spec.Template.Spec)
 	}
 	return obj, nil
+}
+
+// maxInternedLists bounds the distinct resource lists interned: past it a
+// new list is kept as decoded (about 100 bytes of key and a map each: a
+// few MB at most).
+const maxInternedLists = 20000
+
+// resourceLists holds one shared map per distinct resource list of the
+// cached objects. A ResourceList is a Go map of its own, four per pod
+// (requests and limits of the spec and of the status) and two per
+// template, and nearly all are equal between the pods of a workload: the
+// largest part of the cached objects at scale (docs/performance.md). A
+// shared map is never written: the cache's readers get deep copies
+// (controller-runtime's cache reader copies every object it returns), and
+// the event handlers only read.
+var resourceLists = &interner{lists: map[string]corev1.ResourceList{}, max: maxInternedLists}
+
+// interner is a bounded table of shared resource lists.
+type interner struct {
+	mu    sync.Mutex
+	lists map[string]corev1.ResourceList
+	max   int
+}
+
+// intern returns the shared list equal to l (the same names, quantities
+// and formats), l itself when it is the first such or the table is full.
+func (in *interner) intern(l corev1.ResourceList) corev1.ResourceList {
+	if len(l) == 0 {
+		return l
+	}
+	names := make([]string, 0, len(l))
+	for name := range l {
+		names = append(names, string(name))
+	}
+	slices.Sort(names)
+	var key strings.Builder
+	for _, name := range names {
+		q := l[corev1.ResourceName(name)]
+		key.WriteString(name)
+		key.WriteByte('=')
+		key.WriteString(q.String())
+		key.WriteByte('/')
+		key.WriteString(string(q.Format))
+		key.WriteByte(',')
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if shared, ok := in.lists[key.String()]; ok {
+		return shared
+	}
+	if len(in.lists) < in.max {
+		in.lists[key.String()] = l
+	}
+	return l
+}
+
+func internRequirements(r *corev1.ResourceRequirements) {
+	if r == nil {
+		return
+	}
+	r.Requests = resourceLists.intern(r.Requests)
+	r.Limits = resourceLists.intern(r.Limits)
+}
+
+// internSpec interns the resources of a pod spec's containers.
+func internSpec(spec *corev1.PodSpec) {
+	for _, cs := range [][]corev1.Container{spec.Containers, spec.InitContainers} {
+		for i := range cs {
+			internRequirements(&cs[i].Resources)
+		}
+	}
+	internRequirements(spec.Resources)
+}
+
+// internPod interns a pod's resources, its spec's and its status's.
+func internPod(p *corev1.Pod) {
+	internSpec(&p.Spec)
+	internRequirements(p.Status.Resources)
+	for _, ss := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
+		for i := range ss {
+			internRequirements(ss[i].Resources)
+			ss[i].AllocatedResources = resourceLists.intern(ss[i].AllocatedResources)
+		}
+	}
 }
 
 // stripPod drops the fields of a pod that no reader of the leader's cache

@@ -1,7 +1,10 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	goruntime "runtime"
 	"testing"
 	"time"
 
@@ -11,9 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -97,4 +103,61 @@ func TestTheCacheHoldsPodsWithoutWhatKerfNeverReads(t *testing.T) {
 	assert.Equal(t, live.Spec.Volumes, after.Spec.Volumes, "and its volumes")
 	assert.Equal(t, live.Spec.Tolerations, after.Spec.Tolerations, "and its tolerations")
 	assert.NotEmpty(t, after.ManagedFields, "and its managed fields")
+}
+
+// TestInterningShrinksTheCachedPods: pods as the scale benchmark makes
+// them (one container, 100m / 256Mi, Running), decoded from protobuf as
+// the informer decodes them and transformed, hold far less heap with their
+// resource lists interned; the figures are logged (docs/performance.md).
+func TestInterningShrinksTheCachedPods(t *testing.T) {
+	const n = 5000
+	ser := protobuf.NewSerializer(kube.Scheme, kube.Scheme)
+	raw := make([][]byte, n)
+	for i := range n {
+		res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")}
+		pod := &corev1.Pod{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "scale-000", Name: fmt.Sprintf("w-%05d-g1-0", i), Labels: map[string]string{"app": fmt.Sprintf("w-%05d", i)}},
+			Spec: corev1.PodSpec{NodeName: "node-0001", Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10",
+				Resources: corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true,
+				Resources: &corev1.ResourceRequirements{Requests: res.DeepCopy(), Limits: res.DeepCopy()}}}},
+		}
+		var buf bytes.Buffer
+		require.NoError(t, ser.Encode(pod, &buf))
+		raw[i] = buf.Bytes()
+	}
+	held := func(max int) (uint64, []runtime.Object) {
+		saved := resourceLists
+		resourceLists = &interner{lists: map[string]corev1.ResourceList{}, max: max}
+		defer func() { resourceLists = saved }()
+		var before, after goruntime.MemStats
+		goruntime.GC()
+		goruntime.ReadMemStats(&before)
+		objs := make([]runtime.Object, n)
+		for i, b := range raw {
+			obj, _, err := ser.Decode(b, nil, nil)
+			require.NoError(t, err)
+			_, err = cacheTransform(obj)
+			require.NoError(t, err)
+			objs[i] = obj
+		}
+		goruntime.GC()
+		goruntime.ReadMemStats(&after)
+		return after.HeapAlloc - before.HeapAlloc, objs
+	}
+	whole, objs := held(0)
+	goruntime.KeepAlive(objs)
+	objs = nil
+	interned, objs2 := held(maxInternedLists)
+	goruntime.KeepAlive(objs2)
+	t.Logf("%d pods, live heap: %.0f bytes a pod with each its own resource lists, %.0f interned (%.0f %%)",
+		n, float64(whole)/n, float64(interned)/n, 100*float64(interned)/float64(whole))
+	assert.Less(t, float64(interned), 0.8*float64(whole), "interning saves at least a fifth of a cached pod")
+	// Still equal values, and a reader's deep copy is its own.
+	p0, p1 := objs2[0].(*corev1.Pod), objs2[1].(*corev1.Pod)
+	assert.Equal(t, "256Mi", p1.Status.ContainerStatuses[0].Resources.Limits.Memory().String())
+	cp := p0.DeepCopy()
+	cp.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("1Gi")
+	assert.Equal(t, "256Mi", p1.Spec.Containers[0].Resources.Limits.Memory().String(), "a copy's write stays in the copy")
 }
