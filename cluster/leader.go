@@ -220,7 +220,9 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		Client:     leaseClient.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
 	}}
-	var cacheOpts cache.Options
+	// The cache keeps no managed fields, and of pods nothing Kerf never
+	// reads (cachetransform.go).
+	cacheOpts := cache.Options{DefaultTransform: cacheTransform}
 	if len(cfg.WatchNamespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range cfg.WatchNamespaces {

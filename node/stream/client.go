@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
@@ -95,6 +96,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Log is the client's logger; nil means slog.Default().
 	Log *slog.Logger
+	// Dial, when set, opens the connection to addr (a test's simulated
+	// node dials from an address of its own); nil dials TCP as gRPC does.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Client is the agent's end of the stream to the leader (docs/design.md

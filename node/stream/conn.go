@@ -46,12 +46,16 @@ func (c *Client) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cc, err := grpc.NewClient(c.cfg.Addr,
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig)),
 		// Within the leader's enforcement policy: a leader gone without
 		// closing the connection is noticed in under a minute.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: streamv1.KeepaliveTime, Timeout: streamv1.KeepaliveTimeout}),
-	)
+	}
+	if c.cfg.Dial != nil {
+		opts = append(opts, grpc.WithContextDialer(c.cfg.Dial))
+	}
+	cc, err := grpc.NewClient(c.cfg.Addr, opts...)
 	if err != nil {
 		return fmt.Errorf("dial leader %s: %w", c.cfg.Addr, err)
 	}

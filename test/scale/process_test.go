@@ -14,11 +14,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,8 +43,16 @@ import (
 // one buildLeader makes from this tree (to compare two builds).
 const leaderBinEnv = "KERF_SCALE_LEADER_BIN"
 
-// buildLeader builds kerf-leader with hack/build.sh, as its image has it,
-// into dir and returns its path; or returns $KERF_SCALE_LEADER_BIN.
+// profileEnv names a directory: when set, the leader is built with
+// -tags kerfpprof (it serves net/http/pprof, cmd/kerf-leader
+// pprof_kerfpprof.go) and its heap profile at the idle point is written
+// there as leader-heap-<workloads>.pb.gz (go tool pprof reads it). A
+// KERF_SCALE_LEADER_BIN must then be a kerfpprof build too.
+const profileEnv = "KERF_SCALE_PROFILE"
+
+// buildLeader builds kerf-leader with hack/build.sh, as its image has it
+// (with the kerfpprof tag when $KERF_SCALE_PROFILE is set), into dir and
+// returns its path; or returns $KERF_SCALE_LEADER_BIN.
 func buildLeader(tb testing.TB, dir string) string {
 	tb.Helper()
 	if bin := os.Getenv(leaderBinEnv); bin != "" {
@@ -54,6 +64,10 @@ func buildLeader(tb testing.TB, dir string) string {
 	require.NoError(tb, err)
 	cmd := exec.Command(filepath.Join(repo, "hack", "build.sh"), dir, "kerf-leader")
 	cmd.Dir = repo
+	cmd.Env = os.Environ()
+	if os.Getenv(profileEnv) != "" {
+		cmd.Env = append(cmd.Env, "KERF_BUILD_TAGS=kerfpprof")
+	}
 	out, err := cmd.CombinedOutput()
 	require.NoError(tb, err, "hack/build.sh kerf-leader: %s", out)
 	return filepath.Join(dir, "kerf-leader")
@@ -106,6 +120,9 @@ type leaderProc struct {
 	err     error
 	logPath string
 	started time.Time
+	// pprofAddr is where a kerfpprof build serves /debug/pprof ("" when
+	// $KERF_SCALE_PROFILE is unset).
+	pprofAddr string
 }
 
 // leaderArgs are what startLeader passes to every replica.
@@ -125,8 +142,13 @@ func startLeader(tb testing.TB, a leaderArgs, identity string) *leaderProc {
 		"--stream-addr="+a.streamAddr, "--stream-cert-dir="+a.certDir,
 		"--agent-audience="+audience, "--agent-service-account="+agentSA)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	var pprofAddr string
+	if os.Getenv(profileEnv) != "" {
+		pprofAddr = freeAddr(tb)
+		cmd.Env = append(os.Environ(), "KERF_LEADER_PPROF_ADDR="+pprofAddr)
+	}
 	require.NoError(tb, cmd.Start())
-	p := &leaderProc{cmd: cmd, done: make(chan struct{}), logPath: logPath, started: time.Now()}
+	p := &leaderProc{cmd: cmd, done: make(chan struct{}), logPath: logPath, started: time.Now(), pprofAddr: pprofAddr}
 	go func() { p.err = cmd.Wait(); _ = logFile.Close(); close(p.done) }()
 	tb.Cleanup(func() { p.stop(tb) })
 	return p
@@ -209,6 +231,29 @@ func (p *leaderProc) memory() (rss, peak uint64) {
 	return rss, peak
 }
 
+// heapProfile writes the leader's heap profile (after a GC, so that it
+// shows what is live) into $KERF_SCALE_PROFILE as name, and logs where;
+// it does nothing when $KERF_SCALE_PROFILE is unset.
+func (p *leaderProc) heapProfile(tb testing.TB, name string) {
+	tb.Helper()
+	dir := os.Getenv(profileEnv)
+	if dir == "" || p.pprofAddr == "" {
+		return
+	}
+	c := &http.Client{Timeout: time.Minute}
+	resp, err := c.Get("http://" + p.pprofAddr + "/debug/pprof/heap?gc=1")
+	require.NoError(tb, err, "the leader's heap profile (is %s a kerfpprof build?)", leaderBinEnv)
+	defer resp.Body.Close()
+	require.Equal(tb, http.StatusOK, resp.StatusCode, "the leader's heap profile")
+	require.NoError(tb, os.MkdirAll(dir, 0o755))
+	path := filepath.Join(dir, name)
+	f, err := os.Create(path)
+	require.NoError(tb, err)
+	_, err = io.Copy(f, resp.Body)
+	require.NoError(tb, errors.Join(err, f.Close()), "write %s", path)
+	tb.Logf("the leader's heap profile: %s (go tool pprof -sample_index=inuse_space %s)", path, path)
+}
+
 // apiMetric sums the apiserver's samples of metric name whose labels
 // contain every one of labels (`key="value"`), from its /metrics.
 func apiMetric(ctx context.Context, cs kubernetes.Interface, name string, labels ...string) (float64, error) {
@@ -262,8 +307,17 @@ type agents struct {
 	done    chan struct{}
 }
 
-// startAgents starts one client per node, with the agent's default
-// backoff (node/stream DefaultMinBackoff, DefaultMaxBackoff).
+// nodeIP is node j's own loopback address, 127.1.x.y with y in 1..250
+// (all of 127/8 is local on Linux): each simulated agent dials from it, as
+// each node of a cluster has its own address, so that the leader's
+// per-source limits see one source per node.
+func nodeIP(j int) net.IP {
+	return net.IPv4(127, 1, byte(j/250), byte(j%250+1))
+}
+
+// startAgents starts one client per node, from its own address (nodeIP),
+// with the agent's default backoff (node/stream DefaultMinBackoff,
+// DefaultMaxBackoff).
 func startAgents(tb testing.TB, s *sim, addr string, pool *x509.CertPool, tokens []string) *agents {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -271,10 +325,12 @@ func startAgents(tb testing.TB, s *sim, addr string, pool *x509.CertPool, tokens
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	running := make(chan struct{}, s.m)
 	for j := range s.m {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: nodeIP(j)}}
 		c, err := agentstream.NewClient(agentstream.Config{
 			Addr: addr, TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 			TokenFile: tokens[j], NodeName: s.nodes[j], OOMSource: "bpf",
 			Registerer: prometheus.NewRegistry(), Log: log,
+			Dial: func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) },
 		})
 		require.NoError(tb, err)
 		a.clients = append(a.clients, c)

@@ -271,6 +271,7 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	idleCPU, _ := u.over(idleFrom, idleTo, time.Second)
 	idleRSS, _ := leader.memory()
 	b.Logf("idle %v: CPU %.0f mCPU, RSS %.0f MiB, %.1f requests/s", idle, idleCPU*1000, float64(idleRSS)/(1<<20), (reqIdle1-reqIdle0)/idleTo.Sub(idleFrom).Seconds())
+	leader.heapProfile(b, "leader-heap-"+strconv.Itoa(n)+".pb.gz")
 
 	// The wave: a recommendation for every other workload at once, and
 	// the probes' OOM kills while it runs.

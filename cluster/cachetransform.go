@@ -1,0 +1,152 @@
+package cluster
+
+import (
+	"slices"
+	"strings"
+	"sync"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// cacheTransform is what the leader's cache keeps of every object it
+// watches (docs/performance.md, "Where the leader's memory goes"): all of
+// it but the managed fields, which nothing in Kerf reads (its writes are
+// patches and a resize; none is a server-side apply, and an update without
+// managed fields keeps the stored ones), and of a Pod also none of the
+// fields stripPod lists; the resource lists of pods and of workload
+// templates are interned (resourceLists). It runs on each object before
+// the informer stores it, so every reader of the manager's cache and
+// client sees the stripped object; reads through the API reader are whole.
+func cacheTransform(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		stripPod(o)
+		internPod(o)
+	case *appsv1.Deployment:
+		internSpec(&o.Spec.Template.Spec)
+	case *appsv1.ReplicaSet:
+		internSpec(&o.Spec.Template.Spec)
+	case *appsv1.StatefulSet:
+		internSpec(&o.Spec.Template.Spec)
+	case *appsv1.DaemonSet:
+		internSpec(&o.Spec.Template.Spec)
+	}
+	return obj, nil
+}
+
+// maxInternedLists bounds the distinct resource lists interned: past it a
+// new list is kept as decoded (about 100 bytes of key and a map each: a
+// few MB at most).
+const maxInternedLists = 20000
+
+// resourceLists holds one shared map per distinct resource list of the
+// cached objects. A ResourceList is a Go map of its own, four per pod
+// (requests and limits of the spec and of the status) and two per
+// template, and nearly all are equal between the pods of a workload: the
+// largest part of the cached objects at scale (docs/performance.md). A
+// shared map is never written: the cache's readers get deep copies
+// (controller-runtime's cache reader copies every object it returns), and
+// the event handlers only read.
+var resourceLists = &interner{lists: map[string]corev1.ResourceList{}, max: maxInternedLists}
+
+// interner is a bounded table of shared resource lists.
+type interner struct {
+	mu    sync.Mutex
+	lists map[string]corev1.ResourceList
+	max   int
+}
+
+// intern returns the shared list equal to l (the same names, quantities
+// and formats), l itself when it is the first such or the table is full.
+func (in *interner) intern(l corev1.ResourceList) corev1.ResourceList {
+	if len(l) == 0 {
+		return l
+	}
+	names := make([]string, 0, len(l))
+	for name := range l {
+		names = append(names, string(name))
+	}
+	slices.Sort(names)
+	var key strings.Builder
+	for _, name := range names {
+		q := l[corev1.ResourceName(name)]
+		key.WriteString(name)
+		key.WriteByte('=')
+		key.WriteString(q.String())
+		key.WriteByte('/')
+		key.WriteString(string(q.Format))
+		key.WriteByte(',')
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if shared, ok := in.lists[key.String()]; ok {
+		return shared
+	}
+	if len(in.lists) < in.max {
+		in.lists[key.String()] = l
+	}
+	return l
+}
+
+func internRequirements(r *corev1.ResourceRequirements) {
+	if r == nil {
+		return
+	}
+	r.Requests = resourceLists.intern(r.Requests)
+	r.Limits = resourceLists.intern(r.Limits)
+}
+
+// internSpec interns the resources of a pod spec's containers.
+func internSpec(spec *corev1.PodSpec) {
+	for _, cs := range [][]corev1.Container{spec.Containers, spec.InitContainers} {
+		for i := range cs {
+			internRequirements(&cs[i].Resources)
+		}
+	}
+	internRequirements(spec.Resources)
+}
+
+// internPod interns a pod's resources, its spec's and its status's.
+func internPod(p *corev1.Pod) {
+	internSpec(&p.Spec)
+	internRequirements(p.Status.Resources)
+	for _, ss := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
+		for i := range ss {
+			internRequirements(ss[i].Resources)
+			ss[i].AllocatedResources = resourceLists.intern(ss[i].AllocatedResources)
+		}
+	}
+}
+
+// stripPod drops the fields of a pod that no reader of the leader's cache
+// uses. Kerf reads a cached pod's metadata (labels, annotations, owner
+// references, UID, deletion), its containers' and init containers' names,
+// resources and resize policies (QoS class, the in-place resize, the
+// running values), its node and its status (phase, conditions, container
+// statuses and resources, the resize conditions); it never reads volumes,
+// the containers' environment, mounts, command, probes, lifecycle or
+// ports, nor the scheduling constraints. The one write made from a cached
+// pod is the resize (cluster/apply inplace.go), and the apiserver's resize
+// subresource keeps everything of the stored pod but the containers'
+// resources and resize policies, so a stripped pod resizes as a whole one
+// would (TestTheCacheHoldsPodsWithoutWhatKerfNeverReads checks it).
+func stripPod(p *corev1.Pod) {
+	strip := func(cs []corev1.Container) {
+		for i := range cs {
+			c := &cs[i]
+			c.Env, c.EnvFrom, c.VolumeMounts, c.VolumeDevices = nil, nil, nil, nil
+			c.Command, c.Args, c.WorkingDir, c.Ports = nil, nil, "", nil
+			c.LivenessProbe, c.ReadinessProbe, c.StartupProbe, c.Lifecycle = nil, nil, nil, nil
+		}
+	}
+	strip(p.Spec.Containers)
+	strip(p.Spec.InitContainers)
+	p.Spec.Volumes = nil
+	p.Spec.Affinity, p.Spec.Tolerations, p.Spec.TopologySpreadConstraints = nil, nil, nil
+	p.Spec.HostAliases = nil
+}
