@@ -6,12 +6,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -53,42 +51,44 @@ func init() {
 
 // runFencedChild runs leader "a" until it loses the Lease. Once it has
 // recorded a change, decided and about to apply it, it freezes the way a
-// process paused at the worst moment does: its next Lease renew reaches
-// the apiserver, and the process stops itself with SIGSTOP before the
-// elector sees the answer (it prints "decided" first). When the test
-// continues it, the elector takes that old success as a fresh renew and
-// believes it leads for up to another renew deadline, while the reconcile
-// goes on to apply. On exit it prints how many writes its fence refused.
+// process paused at the worst moment does: right after a renew of the
+// Lease succeeded (the elector is asleep until its next one) the
+// reconcile prints "decided" and stops the process with SIGSTOP. When the
+// test continues it, the reconcile's next step is the pod's resize, while
+// the elector starts a fresh renew deadline: it reads the Lease, finds
+// another holder, and retries for a whole renew deadline before it gives
+// up, so a believes it leads for that long after waking. On exit it
+// prints how many writes its fence refused.
 func runFencedChild() int {
 	rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv(fenceKubeconfigEnv))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kubeconfig:", err)
 		return 2
 	}
-	var freezeNext atomic.Bool
-	woke := make(chan struct{})
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			resp, err := rt.RoundTrip(req)
-			if req.Method == http.MethodPut && strings.Contains(req.URL.Path, "/leases/") && err == nil && freezeNext.CompareAndSwap(true, false) {
-				fmt.Println("decided")
-				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-				close(woke)
-			}
-			return resp, err
-		})
-	})
 	ns := os.Getenv(fenceNamespaceEnv)
 	cfg := fenceLease
 	cfg.Namespace, cfg.LeaseName, cfg.Identity, cfg.WatchNamespaces = ns, "kerf-leader", "a", []string{ns}
-	var once sync.Once
+	var (
+		once sync.Once
+		l    *Leader
+	)
 	cfg.AfterRecord = func(context.Context, *v1alpha1.RightsizingRecommendation) {
 		once.Do(func() {
-			freezeNext.Store(true)
-			<-woke
+			renewed := func() time.Time {
+				l.fence.mu.Lock()
+				defer l.fence.mu.Unlock()
+				return l.fence.renewed
+			}
+			// The renew is noted once its answer was read: the elector
+			// only logs and sleeps after it.
+			for last := renewed(); renewed().Equal(last); {
+				time.Sleep(time.Millisecond)
+			}
+			fmt.Println("decided")
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		})
 	}
-	l, err := New(cfg, rc, slog.New(slog.NewTextHandler(os.Stderr, nil)).With("identity", "a"))
+	l, err = New(cfg, rc, slog.New(slog.NewTextHandler(os.Stderr, nil)).With("identity", "a"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "leader:", err)
 		return 2
@@ -101,15 +101,17 @@ func runFencedChild() int {
 
 // TestFrozenLeaderWritesNothingAfterWaking freezes leader a (a separate
 // process, runFencedChild) with SIGSTOP right after it recorded an InPlace
-// change and before it resized the pod, with a Lease renew in flight. Its
-// Lease runs out; leader b takes over,
-// finishes the change, sees the pod OOM-killed and resizes its memory back
-// to the previous value. Then a is continued: it resumes its reconcile where it
-// stopped and would resize the pod to the change's values again, over
-// b's rollback (the resize reads the pod afresh on conflict, so it is
-// not stopped by a stale resourceVersion). Its fence refuses the write:
-// its newest renew is older than the renew deadline. The pod keeps b's
-// values, a logs and counts the refusal and exits on the lost Lease.
+// change and before it resized the pod, between two renews of its Lease.
+// Its Lease runs out; leader b takes over, finishes the change, sees the
+// pod OOM-killed and resizes its memory back to the previous value. Then
+// a is continued: its elector starts a fresh renew deadline and believes
+// it leads until that has passed, while its reconcile goes on to resize
+// the pod to the change's values again, over b's rollback (the resize
+// reads the pod afresh on conflict, so no stale resourceVersion stops it).
+// Its fence refuses the write: its newest renew is older than the renew
+// deadline. The pod keeps b's values, a logs and counts the refusal and
+// exits on the lost Lease. Without the fence a's resize lands within
+// milliseconds of waking (b resizes the pod back soon after).
 func TestFrozenLeaderWritesNothingAfterWaking(t *testing.T) {
 	cp := controlplane.Get(t)
 	c := cp.Client
@@ -179,7 +181,25 @@ func TestFrozenLeaderWritesNothingAfterWaking(t *testing.T) {
 	waitFor(t, 20*time.Second, func() bool { return requests() == "250m/256Mi" }, "b never resized the memory back")
 	require.Greater(t, time.Since(frozen), fenceLease.LeaseDuration, "a was frozen past its Lease")
 
-	// a wakes in the middle of its apply.
+	// a wakes in the middle of its apply. Every version of the pod from
+	// now on is watched: b repairs a stale resize within moments, so only
+	// the watch tells whether a's values ever reached the pod.
+	w, err := cp.Clientset.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + pod.Name, ResourceVersion: pod.ResourceVersion})
+	require.NoError(t, err)
+	defer w.Stop()
+	var (
+		seenMu sync.Mutex
+		seen   []string
+	)
+	go func() {
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok {
+				seenMu.Lock()
+				seen = append(seen, p.Spec.Containers[0].Resources.Requests.Memory().String())
+				seenMu.Unlock()
+			}
+		}
+	}()
 	require.NoError(t, child.Process.Signal(syscall.SIGCONT))
 	select {
 	case err := <-exited:
@@ -192,6 +212,9 @@ func TestFrozenLeaderWritesNothingAfterWaking(t *testing.T) {
 		out = append(out, l)
 	}
 	time.Sleep(500 * time.Millisecond) // a write a sent would have landed by now
+	seenMu.Lock()
+	defer seenMu.Unlock()
+	assert.NotContains(t, seen, "128Mi", "a's resize never reached the pod (memory of each version since a woke: %v)", seen)
 	assert.Equal(t, "250m/256Mi", requests(), "the pod keeps b's values (memory rolled back), not a's 128Mi")
 	require.Len(t, out, 2, "a's output: %q", out)
 	assert.NotEqual(t, "fenced 0", out[0], "a counts its refused writes")
