@@ -12,7 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/kerf-dev/kerf/internal/kube"
 )
 
 // ErrNotLeading is the error of a write the fence refused: the replica
@@ -48,6 +54,10 @@ type fence struct {
 	log     *slog.Logger
 
 	mu sync.Mutex
+	// recorder is the event recorder whose Events pass the fence
+	// (newRecorder).
+	recorder events.EventRecorder
+
 	// renewed is when the newest successful renew (or acquisition) by
 	// this identity was sent, with its monotonic reading; zero when the
 	// replica does not hold the Lease.
@@ -160,3 +170,39 @@ func (l fencedLock) Update(ctx context.Context, rec resourcelock.LeaderElectionR
 	l.fence.observe(sent, rec, err)
 	return err
 }
+
+// newRecorder returns the leader's event recorder, whose Events are
+// written with cfg, the fenced config: an Event is emitted only after the
+// status write it reports passed the fence, but it is sent later, from
+// the broadcaster's own goroutine (and a failed send is retried for up to
+// two minutes, an Event series is updated for up to six), so without the
+// fence a leader frozen past its Lease would still emit on waking. Its
+// broadcaster records from the manager's start (before the election, so
+// nothing emitted is dropped) until its stop.
+func (f *fence) newRecorder(cfg *rest.Config, mgr manager.Manager, name string) (events.EventRecorder, error) {
+	cs, err := eventsv1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("fenced events client: %w", err)
+	}
+	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs})
+	if err := mgr.Add(eventRecording{b}); err != nil {
+		return nil, fmt.Errorf("add the event recording: %w", err)
+	}
+	f.recorder = b.NewRecorder(kube.Scheme, name)
+	return f.recorder, nil
+}
+
+// eventRecording runs an event broadcaster with the manager, leading or
+// not.
+type eventRecording struct{ events.EventBroadcaster }
+
+func (r eventRecording) Start(ctx context.Context) error {
+	if err := r.StartRecordingToSinkWithContext(ctx); err != nil {
+		return fmt.Errorf("record events: %w", err)
+	}
+	<-ctx.Done()
+	r.Shutdown()
+	return nil
+}
+
+func (eventRecording) NeedLeaderElection() bool { return false }

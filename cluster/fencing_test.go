@@ -277,3 +277,46 @@ func TestLeaderWhoseLeaseWasTakenWritesNothing(t *testing.T) {
 	assert.Equal(t, "128Mi", templateResources(t, c, dep).Requests.Memory().String(), "the template keeps the change's values")
 	assert.Positive(t, testutil.ToFloat64(a.fence.refused), "a counted its refused writes")
 }
+
+// TestLeaderWhoseLeaseWasTakenEmitsNoEvents: the leader's Events are sent
+// through the fence as well. An Event emitted while a leads is written;
+// then the Lease is handed to another holder under a (as a replica that
+// took over during a pause would hold it) and a emits another, as a
+// broadcaster does that sends, on waking, what was emitted just before
+// the pause: it is refused and counted, and never written. (With the
+// recorder on the manager's unfenced client the second Event is written.)
+func TestLeaderWhoseLeaseWasTakenEmitsNoEvents(t *testing.T) {
+	cp := controlplane.Get(t)
+	c := cp.Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "regarding"}}
+	require.NoError(t, c.Create(ctx, cm))
+	a := startLeader(t, ns, "a", Config{})
+	waitFor(t, 30*time.Second, a.Leading, "a never led")
+	emitted := func(reason string) bool {
+		list, err := cp.Clientset.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		for _, e := range list.Items {
+			if e.Reason == reason {
+				return true
+			}
+		}
+		return false
+	}
+	a.fence.recorder.Eventf(cm, nil, corev1.EventTypeNormal, "WhileLeading", "Test", "emitted while a leads")
+	waitFor(t, 10*time.Second, func() bool { return emitted("WhileLeading") }, "the Event emitted while leading was never written")
+
+	var lease coordinationv1.Lease
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, &lease))
+	lease.Spec.HolderIdentity = ptr.To("b")
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	require.NoError(t, c.Update(ctx, &lease), "hand the Lease to b")
+	refused := testutil.ToFloat64(a.fence.refused)
+	a.fence.recorder.Eventf(cm, nil, corev1.EventTypeNormal, "AfterLosing", "Test", "emitted after a lost the Lease")
+	waitFor(t, 10*time.Second, func() bool { return emitted("AfterLosing") || testutil.ToFloat64(a.fence.refused) > refused },
+		"the Event was neither written nor refused")
+	time.Sleep(500 * time.Millisecond) // an Event written meanwhile would be listed by now
+	assert.False(t, emitted("AfterLosing"), "a wrote an Event under b's Lease")
+	assert.Greater(t, testutil.ToFloat64(a.fence.refused), refused, "a counted the refused Event")
+}
