@@ -40,7 +40,11 @@ var ErrNotLeading = errors.New("not leading")
 //     holder. This covers what no local clock can tell: a VM paused with
 //     its clocks stopped wakes with a renew that looks fresh, and its
 //     elector believes it leads for up to another renew deadline while
-//     another replica already acts.
+//     another replica already acts. Writes arriving together share a
+//     read, but only one begun after each of them arrived (readLease);
+//     the local check runs again once the Lease is read.
+//
+// The Event recorder writes through the fence too (newRecorder).
 //
 // What is left is the moment between the live read and the write, which
 // the writes' own preconditions (resourceVersion) narrow further.
