@@ -10,9 +10,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/kerf-dev/kerf/internal/kube"
 )
 
 // ErrNotLeading is the error of a write the fence refused: the replica
@@ -33,7 +40,11 @@ var ErrNotLeading = errors.New("not leading")
 //     holder. This covers what no local clock can tell: a VM paused with
 //     its clocks stopped wakes with a renew that looks fresh, and its
 //     elector believes it leads for up to another renew deadline while
-//     another replica already acts.
+//     another replica already acts. Writes arriving together share a
+//     read, but only one begun after each of them arrived (readLease);
+//     the local check runs again once the Lease is read.
+//
+// The Event recorder writes through the fence too (newRecorder).
 //
 // What is left is the moment between the live read and the write, which
 // the writes' own preconditions (resourceVersion) narrow further.
@@ -45,9 +56,22 @@ type fence struct {
 	leases  coordinationv1client.LeaseInterface
 	name    string
 	refused prometheus.Counter
-	log     *slog.Logger
+	// reads counts the live reads of the Lease.
+	reads prometheus.Counter
+	log   *slog.Logger
 
 	mu sync.Mutex
+	// recorder is the event recorder whose Events pass the fence
+	// (newRecorder).
+	recorder events.EventRecorder
+
+	// readMu guards reading and next: the live read in flight, and the
+	// one that begins once it ends, which every write arriving meanwhile
+	// waits for (readLease).
+	readMu  sync.Mutex
+	reading bool
+	next    *leaseRead
+
 	// renewed is when the newest successful renew (or acquisition) by
 	// this identity was sent, with its monotonic reading; zero when the
 	// replica does not hold the Lease.
@@ -60,8 +84,67 @@ func newFence(identity string, valid time.Duration, leases coordinationv1client.
 			Name: "kerf_leader_fenced_writes_total",
 			Help: "Writes the leader refused to send because it could not show it still held the Lease (renewed within the renew deadline, and named its holder when read).",
 		})}
-	reg.MustRegister(f.refused)
+	f.reads = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kerf_leader_fence_lease_reads_total",
+		Help: "Live reads of the Lease by the fence: one per write, or fewer when writes arrive together and share one read begun after all of them.",
+	})
+	reg.MustRegister(f.refused, f.reads)
 	return f
+}
+
+// leaseRead is one live read of the Lease, shared by the writes that
+// arrived before it began.
+type leaseRead struct {
+	done  chan struct{}
+	lease *coordinationv1.Lease
+	err   error
+}
+
+// readLease reads the Lease live for a write, sharing the read with the
+// other writes waiting at the same time, but only a read that begins
+// after the write arrived: a read already in flight may have been
+// answered before a pause that the write comes after, so the write waits
+// for the next one, which begins as soon as the one in flight ends. One
+// write at a time costs one read each; n writes arriving together cost
+// at most two.
+func (f *fence) readLease(ctx context.Context) (*coordinationv1.Lease, error) {
+	f.readMu.Lock()
+	r := f.next
+	if r == nil {
+		r = &leaseRead{done: make(chan struct{})}
+		f.next = r
+		if !f.reading {
+			f.beginRead()
+		}
+	}
+	f.readMu.Unlock()
+	select {
+	case <-r.done:
+		return r.lease, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// beginRead sends the next read; readMu is held. The read has its own
+// deadline, not a write's context: one write giving up does not fail the
+// others.
+func (f *fence) beginRead() {
+	r := f.next
+	f.next, f.reading = nil, true
+	f.reads.Inc()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), f.valid)
+		r.lease, r.err = f.leases.Get(ctx, f.name, metav1.GetOptions{})
+		cancel()
+		close(r.done)
+		f.readMu.Lock()
+		defer f.readMu.Unlock()
+		f.reading = false
+		if f.next != nil {
+			f.beginRead()
+		}
+	}()
 }
 
 // observe records the outcome of a Lease write sent at sent.
@@ -100,9 +183,7 @@ func (f *fence) check(ctx context.Context, what string) error {
 	age, ok := f.held()
 	why := fmt.Sprintf("last renew %s ago, renew deadline %s", age.Truncate(time.Millisecond), f.valid)
 	if ok && f.leases != nil {
-		ctx, cancel := context.WithTimeout(ctx, f.valid)
-		lease, err := f.leases.Get(ctx, f.name, metav1.GetOptions{})
-		cancel()
+		lease, err := f.readLease(ctx)
 		switch {
 		case err != nil:
 			ok, why = false, "read the Lease: "+err.Error()
@@ -112,6 +193,10 @@ func (f *fence) check(ctx context.Context, what string) error {
 				holder = *lease.Spec.HolderIdentity
 			}
 			ok, why = false, fmt.Sprintf("the Lease is held by %q", holder)
+		default:
+			// A pause during the read shows here.
+			age, ok = f.held()
+			why = fmt.Sprintf("last renew %s ago once the Lease was read, renew deadline %s", age.Truncate(time.Millisecond), f.valid)
 		}
 	}
 	if ok {
@@ -160,3 +245,39 @@ func (l fencedLock) Update(ctx context.Context, rec resourcelock.LeaderElectionR
 	l.fence.observe(sent, rec, err)
 	return err
 }
+
+// newRecorder returns the leader's event recorder, whose Events are
+// written with cfg, the fenced config: an Event is emitted only after the
+// status write it reports passed the fence, but it is sent later, from
+// the broadcaster's own goroutine (and a failed send is retried for up to
+// two minutes, an Event series is updated for up to six), so without the
+// fence a leader frozen past its Lease would still emit on waking. Its
+// broadcaster records from the manager's start (before the election, so
+// nothing emitted is dropped) until its stop.
+func (f *fence) newRecorder(cfg *rest.Config, mgr manager.Manager, name string) (events.EventRecorder, error) {
+	cs, err := eventsv1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("fenced events client: %w", err)
+	}
+	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs})
+	if err := mgr.Add(eventRecording{b}); err != nil {
+		return nil, fmt.Errorf("add the event recording: %w", err)
+	}
+	f.recorder = b.NewRecorder(kube.Scheme, name)
+	return f.recorder, nil
+}
+
+// eventRecording runs an event broadcaster with the manager, leading or
+// not.
+type eventRecording struct{ events.EventBroadcaster }
+
+func (r eventRecording) Start(ctx context.Context) error {
+	if err := r.StartRecordingToSinkWithContext(ctx); err != nil {
+		return fmt.Errorf("record events: %w", err)
+	}
+	<-ctx.Done()
+	r.Shutdown()
+	return nil
+}
+
+func (eventRecording) NeedLeaderElection() bool { return false }

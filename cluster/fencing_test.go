@@ -5,24 +5,29 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -53,42 +58,44 @@ func init() {
 
 // runFencedChild runs leader "a" until it loses the Lease. Once it has
 // recorded a change, decided and about to apply it, it freezes the way a
-// process paused at the worst moment does: its next Lease renew reaches
-// the apiserver, and the process stops itself with SIGSTOP before the
-// elector sees the answer (it prints "decided" first). When the test
-// continues it, the elector takes that old success as a fresh renew and
-// believes it leads for up to another renew deadline, while the reconcile
-// goes on to apply. On exit it prints how many writes its fence refused.
+// process paused at the worst moment does: right after a renew of the
+// Lease succeeded (the elector is asleep until its next one) the
+// reconcile prints "decided" and stops the process with SIGSTOP. When the
+// test continues it, the reconcile's next step is the pod's resize, while
+// the elector starts a fresh renew deadline: it reads the Lease, finds
+// another holder, and retries for a whole renew deadline before it gives
+// up, so a believes it leads for that long after waking. On exit it
+// prints how many writes its fence refused.
 func runFencedChild() int {
 	rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv(fenceKubeconfigEnv))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kubeconfig:", err)
 		return 2
 	}
-	var freezeNext atomic.Bool
-	woke := make(chan struct{})
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			resp, err := rt.RoundTrip(req)
-			if req.Method == http.MethodPut && strings.Contains(req.URL.Path, "/leases/") && err == nil && freezeNext.CompareAndSwap(true, false) {
-				fmt.Println("decided")
-				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-				close(woke)
-			}
-			return resp, err
-		})
-	})
 	ns := os.Getenv(fenceNamespaceEnv)
 	cfg := fenceLease
 	cfg.Namespace, cfg.LeaseName, cfg.Identity, cfg.WatchNamespaces = ns, "kerf-leader", "a", []string{ns}
-	var once sync.Once
+	var (
+		once sync.Once
+		l    *Leader
+	)
 	cfg.AfterRecord = func(context.Context, *v1alpha1.RightsizingRecommendation) {
 		once.Do(func() {
-			freezeNext.Store(true)
-			<-woke
+			renewed := func() time.Time {
+				l.fence.mu.Lock()
+				defer l.fence.mu.Unlock()
+				return l.fence.renewed
+			}
+			// The renew is noted once its answer was read: the elector
+			// only logs and sleeps after it.
+			for last := renewed(); renewed().Equal(last); {
+				time.Sleep(time.Millisecond)
+			}
+			fmt.Println("decided")
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		})
 	}
-	l, err := New(cfg, rc, slog.New(slog.NewTextHandler(os.Stderr, nil)).With("identity", "a"))
+	l, err = New(cfg, rc, slog.New(slog.NewTextHandler(os.Stderr, nil)).With("identity", "a"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "leader:", err)
 		return 2
@@ -101,15 +108,17 @@ func runFencedChild() int {
 
 // TestFrozenLeaderWritesNothingAfterWaking freezes leader a (a separate
 // process, runFencedChild) with SIGSTOP right after it recorded an InPlace
-// change and before it resized the pod, with a Lease renew in flight. Its
-// Lease runs out; leader b takes over,
-// finishes the change, sees the pod OOM-killed and resizes its memory back
-// to the previous value. Then a is continued: it resumes its reconcile where it
-// stopped and would resize the pod to the change's values again, over
-// b's rollback (the resize reads the pod afresh on conflict, so it is
-// not stopped by a stale resourceVersion). Its fence refuses the write:
-// its newest renew is older than the renew deadline. The pod keeps b's
-// values, a logs and counts the refusal and exits on the lost Lease.
+// change and before it resized the pod, between two renews of its Lease.
+// Its Lease runs out; leader b takes over, finishes the change, sees the
+// pod OOM-killed and resizes its memory back to the previous value. Then
+// a is continued: its elector starts a fresh renew deadline and believes
+// it leads until that has passed, while its reconcile goes on to resize
+// the pod to the change's values again, over b's rollback (the resize
+// reads the pod afresh on conflict, so no stale resourceVersion stops it).
+// Its fence refuses the write: its newest renew is older than the renew
+// deadline. The pod keeps b's values, a logs and counts the refusal and
+// exits on the lost Lease. Without the fence a's resize lands within
+// milliseconds of waking (b resizes the pod back soon after).
 func TestFrozenLeaderWritesNothingAfterWaking(t *testing.T) {
 	cp := controlplane.Get(t)
 	c := cp.Client
@@ -179,7 +188,25 @@ func TestFrozenLeaderWritesNothingAfterWaking(t *testing.T) {
 	waitFor(t, 20*time.Second, func() bool { return requests() == "250m/256Mi" }, "b never resized the memory back")
 	require.Greater(t, time.Since(frozen), fenceLease.LeaseDuration, "a was frozen past its Lease")
 
-	// a wakes in the middle of its apply.
+	// a wakes in the middle of its apply. Every version of the pod from
+	// now on is watched: b repairs a stale resize within moments, so only
+	// the watch tells whether a's values ever reached the pod.
+	w, err := cp.Clientset.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + pod.Name, ResourceVersion: pod.ResourceVersion})
+	require.NoError(t, err)
+	defer w.Stop()
+	var (
+		seenMu sync.Mutex
+		seen   []string
+	)
+	go func() {
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok {
+				seenMu.Lock()
+				seen = append(seen, p.Spec.Containers[0].Resources.Requests.Memory().String())
+				seenMu.Unlock()
+			}
+		}
+	}()
 	require.NoError(t, child.Process.Signal(syscall.SIGCONT))
 	select {
 	case err := <-exited:
@@ -192,6 +219,9 @@ func TestFrozenLeaderWritesNothingAfterWaking(t *testing.T) {
 		out = append(out, l)
 	}
 	time.Sleep(500 * time.Millisecond) // a write a sent would have landed by now
+	seenMu.Lock()
+	defer seenMu.Unlock()
+	assert.NotContains(t, seen, "128Mi", "a's resize never reached the pod (memory of each version since a woke: %v)", seen)
 	assert.Equal(t, "250m/256Mi", requests(), "the pod keeps b's values (memory rolled back), not a's 128Mi")
 	require.Len(t, out, 2, "a's output: %q", out)
 	assert.NotEqual(t, "fenced 0", out[0], "a counts its refused writes")
@@ -253,4 +283,168 @@ func TestLeaderWhoseLeaseWasTakenWritesNothing(t *testing.T) {
 	assert.Equal(t, v1alpha1.PhaseWatching, rsr.Status.Phase, "a did not roll back under b's Lease")
 	assert.Equal(t, "128Mi", templateResources(t, c, dep).Requests.Memory().String(), "the template keeps the change's values")
 	assert.Positive(t, testutil.ToFloat64(a.fence.refused), "a counted its refused writes")
+}
+
+// TestLeaderWhoseLeaseWasTakenEmitsNoEvents: the leader's Events are sent
+// through the fence as well. An Event emitted while a leads is written;
+// then the Lease is handed to another holder under a (as a replica that
+// took over during a pause would hold it) and a emits another, as a
+// broadcaster does that sends, on waking, what was emitted just before
+// the pause: it is refused and counted, and never written. (With the
+// recorder on the manager's unfenced client the second Event is written.)
+func TestLeaderWhoseLeaseWasTakenEmitsNoEvents(t *testing.T) {
+	cp := controlplane.Get(t)
+	c := cp.Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "regarding"}}
+	require.NoError(t, c.Create(ctx, cm))
+	a := startLeader(t, ns, "a", Config{})
+	waitFor(t, 30*time.Second, a.Leading, "a never led")
+	emitted := func(reason string) bool {
+		list, err := cp.Clientset.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		for _, e := range list.Items {
+			if e.Reason == reason {
+				return true
+			}
+		}
+		return false
+	}
+	a.fence.recorder.Eventf(cm, nil, corev1.EventTypeNormal, "WhileLeading", "Test", "emitted while a leads")
+	waitFor(t, 10*time.Second, func() bool { return emitted("WhileLeading") }, "the Event emitted while leading was never written")
+
+	var lease coordinationv1.Lease
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, &lease))
+	lease.Spec.HolderIdentity = ptr.To("b")
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	require.NoError(t, c.Update(ctx, &lease), "hand the Lease to b")
+	refused := testutil.ToFloat64(a.fence.refused)
+	a.fence.recorder.Eventf(cm, nil, corev1.EventTypeNormal, "AfterLosing", "Test", "emitted after a lost the Lease")
+	waitFor(t, 10*time.Second, func() bool { return emitted("AfterLosing") || testutil.ToFloat64(a.fence.refused) > refused },
+		"the Event was neither written nor refused")
+	time.Sleep(500 * time.Millisecond) // an Event written meanwhile would be listed by now
+	assert.False(t, emitted("AfterLosing"), "a wrote an Event under b's Lease")
+	assert.Greater(t, testutil.ToFloat64(a.fence.refused), refused, "a counted the refused Event")
+}
+
+// fenceOnLease is a fence of identity a over the Lease kerf-leader of ns,
+// held by a and just renewed, whose live reads go through wrap (nil: as
+// they are), and a clientset whose writes it fences, without a client
+// rate limit (so that writes arrive together).
+func fenceOnLease(t *testing.T, ns string, wrap func(http.RoundTripper) http.RoundTripper) (*fence, kubernetes.Interface) {
+	cp := controlplane.Get(t)
+	require.NoError(t, cp.Client.Create(context.Background(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kerf-leader"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("a"), RenewTime: &metav1.MicroTime{Time: time.Now()}},
+	}))
+	readCfg := rest.CopyConfig(cp.Config)
+	if wrap != nil {
+		readCfg.Wrap(wrap)
+	}
+	reads, err := kubernetes.NewForConfig(readCfg)
+	require.NoError(t, err)
+	f := newFence("a", time.Minute, reads.CoordinationV1().Leases(ns), "kerf-leader", prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f.observe(time.Now(), resourcelock.LeaderElectionRecord{HolderIdentity: "a"}, nil)
+	writeCfg := rest.CopyConfig(cp.Config)
+	writeCfg.QPS, writeCfg.Burst = -1, 0
+	writeCfg.Wrap(f.wrap)
+	writes, err := kubernetes.NewForConfig(writeCfg)
+	require.NoError(t, err)
+	return f, writes
+}
+
+// TestFenceLeaseReadsPerWrite measures the fence's live Lease reads per
+// write on a real apiserver: one write at a time costs one read each,
+// writes arriving together share reads (each begun after all the writes
+// it lets through arrived). Before the reads were shared, 32 writes at
+// once cost 32 reads.
+func TestFenceLeaseReadsPerWrite(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	f, writes := fenceOnLease(t, ns, nil)
+	create := func(name string) error {
+		_, err := writes.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		return err
+	}
+	const n = 32
+	for i := range n {
+		require.NoError(t, create(fmt.Sprintf("one-%d", i)))
+	}
+	sequential := testutil.ToFloat64(f.reads)
+	assert.Equal(t, float64(n), sequential, "one write at a time: one read each")
+
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = create(fmt.Sprintf("together-%d", i))
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	together := testutil.ToFloat64(f.reads) - sequential
+	t.Logf("Lease reads per write: %d writes one at a time: %.0f reads (%.2f per write); %d writes at once: %.0f reads (%.2f per write)",
+		n, sequential, sequential/n, n, together, together/n)
+	assert.LessOrEqual(t, together, float64(n/4), "writes at once share their reads")
+	assert.Zero(t, testutil.ToFloat64(f.refused))
+}
+
+// TestFenceSharesNoReadBegunBeforeTheWrite: a write never goes on a read
+// of the Lease that was sent before it arrived. Write 1's read is
+// answered (a holds the Lease) and held back; the Lease is handed to b;
+// write 2 arrives; write 1's read is let go. Write 1 is sent (its read
+// began after it arrived), write 2 waits for a read of its own, which
+// finds b, and is refused.
+func TestFenceSharesNoReadBegunBeforeTheWrite(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	answered, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	f, writes := fenceOnLease(t, ns, func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			first.Do(func() {
+				close(answered)
+				<-release
+			})
+			return resp, err
+		})
+	})
+	create := func(name string) error {
+		_, err := writes.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		return err
+	}
+	done1 := make(chan error, 1)
+	go func() { done1 <- create("write-1") }()
+	<-answered
+
+	var lease coordinationv1.Lease
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, &lease))
+	lease.Spec.HolderIdentity = ptr.To("b")
+	require.NoError(t, c.Update(ctx, &lease), "hand the Lease to b")
+	done2 := make(chan error, 1)
+	go func() { done2 <- create("write-2") }()
+	// Write 2 arrives and waits (were it late, it would read on its own
+	// and the test pass anyway: it never fails wrongly).
+	time.Sleep(300 * time.Millisecond)
+	f.readMu.Lock()
+	waiting := f.next != nil
+	f.readMu.Unlock()
+	close(release)
+
+	require.NoError(t, <-done1, "write 1: its read began after it arrived")
+	require.ErrorIs(t, <-done2, ErrNotLeading, "write 2: its own read finds b")
+	assert.True(t, waiting, "write 2 waited for the next read")
+	assert.Equal(t, 2.0, testutil.ToFloat64(f.reads))
+	assert.Equal(t, 1.0, testutil.ToFloat64(f.refused))
+	_, err := controlplane.Get(t).Clientset.CoreV1().ConfigMaps(ns).Get(ctx, "write-2", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "write 2 never reached the apiserver: %v", err)
 }

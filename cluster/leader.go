@@ -297,10 +297,14 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		}
 	}
 
+	recorder, err := fnc.newRecorder(fencedConfig, mgr, "kerf-leader")
+	if err != nil {
+		return nil, err
+	}
 	rec := &RecommendationReconciler{
 		Client:      writer,
 		Applier:     &apply.Applier{Client: writer, Clientset: fencedCS, Now: cfg.Now},
-		Recorder:    mgr.GetEventRecorder("kerf-leader"),
+		Recorder:    recorder,
 		Metrics:     l.Metrics,
 		Now:         cfg.Now,
 		AfterRecord: cfg.AfterRecord,
