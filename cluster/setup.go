@@ -56,7 +56,9 @@ func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(k
 // event or counters: docs/design.md section 3, a breach is acted on as soon
 // as the signal arrives), the one recommendation whose targetRef names the
 // pod's workload. A pod of a workload without a recommendation reconciles
-// nothing.
+// nothing. A harm signal's request goes before every other queued
+// (harmPriority), and r.Workers workers reconcile at once (docs/leader.md,
+// "Workers and the rollbacks' priority").
 func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) error {
 	ctx := context.Background()
 	idx := mgr.GetFieldIndexer()
@@ -121,7 +123,8 @@ func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signa
 			// rollbacks' priority needs it.
 			UsePriorityQueue: ptr.To(true),
 			// A key never runs in two workers at once; what the passes
-			// share is safe for concurrent use (docs/leader.md, "Workers").
+			// share is safe for concurrent use (docs/leader.md, "Workers
+			// and the rollbacks' priority").
 			MaxConcurrentReconciles: workers,
 		}).
 		Complete(r)
