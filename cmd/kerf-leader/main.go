@@ -100,6 +100,11 @@ func main() {
 	// watch reads them.
 	cfg := cluster.Config{Namespace: *namespace, LeaseName: *leaseName, Identity: *identity, PodName: *podName,
 		Registry: prometheus.NewRegistry(), Signals: signals.New()}
+	if *workers < 1 || *workers > maxWorkers {
+		log.Error("kerf-leader cannot start", "err", fmt.Sprintf("--workers %d: must be between 1 and %d", *workers, maxWorkers))
+		os.Exit(2)
+	}
+	cfg.Workers = *workers
 	if *hubURL != "" {
 		hc, err := hubConfig(*hubURL, *hubTokenFile, *hubCAFile, *clusterName)
 		if err != nil {
@@ -155,11 +160,6 @@ func main() {
 			cfg.Throttling = cfg.Signals.Kernel
 		}
 	}
-	if *workers < 1 || *workers > maxWorkers {
-		log.Error("kerf-leader cannot start", "err", fmt.Sprintf("--workers %d: must be between 1 and %d", *workers, maxWorkers))
-		os.Exit(2)
-	}
-	cfg.Workers = *workers
 	if *qps <= 0 || *burst <= 0 {
 		log.Error("kerf-leader cannot start", "err", fmt.Sprintf("--kube-api-qps %g and --kube-api-burst %d: must be positive", *qps, *burst))
 		os.Exit(2)
