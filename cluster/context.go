@@ -74,12 +74,15 @@ func (c *reconcileContext) resolvePolicy(ctx context.Context) (*policy.Resolved,
 	if workload != nil {
 		w.Labels = workload.GetLabels()
 	}
+	// The policies are the cache's own objects, not copies: Resolve only
+	// reads them, and copies the spec of the one it chooses. A pass so
+	// costs no copy of every policy in the cluster.
 	var namespaced v1alpha1.RightsizingPolicyList
-	if err := c.r.Client.List(ctx, &namespaced, client.InNamespace(rsr.Namespace)); err != nil {
+	if err := c.r.Client.List(ctx, &namespaced, client.InNamespace(rsr.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list RightsizingPolicies in %s: %w", rsr.Namespace, err)
 	}
 	var cluster v1alpha1.ClusterRightsizingPolicyList
-	if err := c.r.Client.List(ctx, &cluster); err != nil {
+	if err := c.r.Client.List(ctx, &cluster, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list ClusterRightsizingPolicies: %w", err)
 	}
 	return policy.Resolve(w, ns.Labels, namespaced.Items, cluster.Items)

@@ -59,8 +59,9 @@ func settledReconciles(t testing.TB, quiet time.Duration) float64 {
 
 // toBreach returns the reconciles since base up to a breach decision, the
 // deciding one included: AfterBreach runs inside that reconcile, which the
-// metric counts only once it returns, and the controller runs one reconcile
-// at a time (controller-runtime's default).
+// metric counts only once it returns, and the controller never runs one
+// recommendation twice at once (its workers run others, which the test
+// keeps quiet).
 func toBreach(t testing.TB, base float64) float64 {
 	t.Helper()
 	return reconciles(t) - base + 1

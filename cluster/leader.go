@@ -37,6 +37,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/webhook"
+	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/internal/authn"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/internal/kube"
@@ -103,6 +104,9 @@ type Config struct {
 	// UsageSeries bounds the usage series the workload pages chart
 	// (docs/web.md).
 	UsageSeries UsageSeriesConfig
+	// Workers is how many recommendations the leader reconciles at once
+	// (the controller's MaxConcurrentReconciles); 0 means DefaultWorkers.
+	Workers int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// AfterRecord and AfterBreach are passed to the reconciler (tests only).
@@ -177,6 +181,9 @@ const ShutdownTimeout = 10 * time.Second
 func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error) {
 	if cfg.Namespace == "" || cfg.LeaseName == "" || cfg.Identity == "" {
 		return nil, fmt.Errorf("leader config: namespace (%q), lease name (%q) and identity (%q) must be set", cfg.Namespace, cfg.LeaseName, cfg.Identity)
+	}
+	if cfg.Workers < 0 {
+		return nil, fmt.Errorf("leader config: workers (%d) must be at least 1, or 0 for %d", cfg.Workers, DefaultWorkers)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -268,6 +275,10 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err != nil {
 		return nil, fmt.Errorf("fenced clientset: %w", err)
 	}
+	// The reconciler and the applier read a workload's pods and
+	// ReplicaSets through the cache's controller index (SetupWithManager
+	// registers it).
+	writer = workload.Indexed(writer)
 	l.writer = writer
 
 	sig := cfg.Signals
@@ -313,6 +324,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		Statuses:    sig.Statuses,
 		Throttling:  cfg.Throttling,
 		Log:         log,
+		Workers:     cfg.Workers,
 	}
 	if err := rec.SetupWithManager(mgr, sig); err != nil {
 		return nil, err

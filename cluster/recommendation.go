@@ -43,6 +43,9 @@ type RecommendationReconciler struct {
 	Throttling healthwatch.ThrottlingSource
 	// Log is the leader's logger.
 	Log *slog.Logger
+	// Workers is how many recommendations are reconciled at once (never
+	// one twice at once); 0 means DefaultWorkers.
+	Workers int
 	// Now is the clock; tests inject theirs.
 	Now func() time.Time
 	// AfterRecord, when set, runs after a change is recorded in status and

@@ -6,10 +6,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -29,6 +31,20 @@ const (
 	targetRefIndex = "spec.targetRef"
 )
 
+// Priorities of the controller's queue (controller-runtime's priority
+// queue: a higher one is handed to a worker first; within one priority,
+// first in first out).
+const (
+	// harmPriority is a request caused by a harm signal: an agent's OOM
+	// kill or container restart, a pod status showing a new restart or
+	// termination. Its rollback never waits behind the applies queued
+	// before it, only for a worker to finish the pass it runs.
+	harmPriority = 100
+	// DefaultWorkers is how many recommendations the leader reconciles at
+	// once when Config.Workers is zero.
+	DefaultWorkers = 8
+)
+
 // targetKey is a recommendation's targetRefIndex key: "Kind/name".
 func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(kind) + "/" + name }
 
@@ -40,7 +56,9 @@ func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(k
 // event or counters: docs/design.md section 3, a breach is acted on as soon
 // as the signal arrives), the one recommendation whose targetRef names the
 // pod's workload. A pod of a workload without a recommendation reconciles
-// nothing.
+// nothing. A harm signal's request goes before every other queued
+// (harmPriority), and r.Workers workers reconcile at once (docs/leader.md,
+// "Workers and the rollbacks' priority").
 func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) error {
 	ctx := context.Background()
 	idx := mgr.GetFieldIndexer()
@@ -55,12 +73,24 @@ func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signa
 	}); err != nil {
 		return fmt.Errorf("index recommendations by targetRef: %w", err)
 	}
+	if err := workload.IndexFields(ctx, idx); err != nil {
+		return err
+	}
 	m := mapper{c: mgr.GetClient(), r: r}
-	signaled := make(chan event.GenericEvent, 4096)
+	// Harm signals and counter samples come on channels of their own, so
+	// that counters (every pod, every interval) never fill the one an OOM
+	// kill needs: a full channel drops, and the watch's periodic look
+	// catches up.
+	harmful := make(chan event.GenericEvent, 4096)
+	counters := make(chan event.GenericEvent, 4096)
 	cancel := sig.Subscribe(func(s signals.Signal) {
+		ch := counters
+		if harm(s.Kind) {
+			ch = harmful
+		}
 		select {
-		case signaled <- event.GenericEvent{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: s.PodUID}}}:
-		default: // full: the watch's periodic look catches up
+		case ch <- event.GenericEvent{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: s.PodUID}}}:
+		default:
 		}
 	})
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
@@ -70,20 +100,153 @@ func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signa
 	})); err != nil {
 		return fmt.Errorf("unsubscribe from the signals on stop: %w", err)
 	}
+	workers := r.Workers
+	if workers == 0 {
+		workers = DefaultWorkers
+	}
+	if workers < 1 {
+		return fmt.Errorf("recommendation controller: workers is %d, want at least 1", workers)
+	}
 	err := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.RightsizingRecommendation{}).
 		Watches(&v1alpha1.RightsizingPolicy{}, handler.EnqueueRequestsFromMapFunc(m.inScope)).
 		Watches(&v1alpha1.ClusterRightsizingPolicy{}, handler.EnqueueRequestsFromMapFunc(m.inScope)).
-		// A pod status update is a health signal: act on it at once.
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(m.pod)).
-		WatchesRawSource(source.Channel(signaled, handler.EnqueueRequestsFromMapFunc(m.signaled))).
-		// Replicas in one process (tests) each build this controller.
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
+		// A pod status update is a health signal: act on it at once, and
+		// first when it shows a restart or a termination.
+		Watches(&corev1.Pod{}, podHandler{m: m}).
+		WatchesRawSource(source.Channel(harmful, enqueueAt(harmPriority, m.signaled))).
+		WatchesRawSource(source.Channel(counters, handler.EnqueueRequestsFromMapFunc(m.signaled))).
+		WithOptions(controller.Options{
+			// Replicas in one process (tests) each build this controller.
+			SkipNameValidation: ptr.To(true),
+			// The priority queue is controller-runtime's default; the
+			// rollbacks' priority needs it.
+			UsePriorityQueue: ptr.To(true),
+			// A key never runs in two workers at once; what the passes
+			// share is safe for concurrent use (docs/leader.md, "Workers
+			// and the rollbacks' priority").
+			MaxConcurrentReconciles: workers,
+		}).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("build recommendation controller: %w", err)
 	}
 	return nil
+}
+
+// harm reports whether a signal of kind is a harm signal, whose requests
+// go first (harmPriority): an OOM kill or a container event (a restart, a
+// termination). Counter samples are not: every pod sends them all the
+// time, and throttling is judged over a window.
+func harm(kind signals.SignalKind) bool {
+	return kind == signals.SignalOOMKill || kind == signals.SignalContainerEvent
+}
+
+// enqueueAt enqueues, for a channel source's generic events, the requests
+// fn maps an event to, at priority.
+func enqueueAt(priority int, fn handler.MapFunc) handler.EventHandler {
+	return handler.Funcs{
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			addAt(q, priority, fn(ctx, e.Object))
+		},
+	}
+}
+
+// addAt adds reqs to q at priority. An item already queued at a lower
+// priority moves up to it, behind the items already at it.
+func addAt(q workqueue.TypedRateLimitingInterface[reconcile.Request], priority int, reqs []reconcile.Request) {
+	if len(reqs) == 0 {
+		return
+	}
+	if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(priority)}, reqs...)
+		return
+	}
+	for _, req := range reqs {
+		q.Add(req)
+	}
+}
+
+// podHandler enqueues the recommendation of a pod's workload (mapper.pod)
+// as handler.EnqueueRequestsFromMapFunc does (low priority for the
+// informer's initial list and its resyncs), but at harmPriority when an
+// update shows harm (podHarmed).
+type podHandler struct{ m mapper }
+
+// Create implements handler.EventHandler.
+func (h podHandler) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.delegate().Create(ctx, e, q)
+}
+
+// Update implements handler.EventHandler.
+func (h podHandler) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
+	newPod, ok2 := e.ObjectNew.(*corev1.Pod)
+	if ok1 && ok2 && podHarmed(oldPod, newPod) {
+		// The workload is the same before and after: a pod's controller
+		// does not change.
+		addAt(q, harmPriority, h.m.pod(ctx, newPod))
+		return
+	}
+	h.delegate().Update(ctx, e, q)
+}
+
+// Delete implements handler.EventHandler.
+func (h podHandler) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.delegate().Delete(ctx, e, q)
+}
+
+// Generic implements handler.EventHandler.
+func (h podHandler) Generic(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.delegate().Generic(ctx, e, q)
+}
+
+func (h podHandler) delegate() handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(h.m.pod)
+}
+
+// podHarmed reports whether the update from old to cur shows harm: a
+// container (init, regular or ephemeral) restarted (its restartCount grew)
+// or has a termination old did not show (state or lastState terminated:
+// an OOM kill, a crash), which the health watch counts.
+func podHarmed(old, cur *corev1.Pod) bool {
+	for _, statuses := range [][2][]corev1.ContainerStatus{
+		{old.Status.InitContainerStatuses, cur.Status.InitContainerStatuses},
+		{old.Status.ContainerStatuses, cur.Status.ContainerStatuses},
+		{old.Status.EphemeralContainerStatuses, cur.Status.EphemeralContainerStatuses},
+	} {
+		for i := range statuses[1] {
+			cs := &statuses[1][i]
+			var was *corev1.ContainerStatus
+			for j := range statuses[0] {
+				if statuses[0][j].Name == cs.Name {
+					was = &statuses[0][j]
+					break
+				}
+			}
+			if was == nil {
+				if cs.RestartCount > 0 || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil {
+					return true
+				}
+				continue
+			}
+			if cs.RestartCount > was.RestartCount ||
+				newTermination(was.State.Terminated, cs.State.Terminated) ||
+				newTermination(was.LastTerminationState.Terminated, cs.LastTerminationState.Terminated) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// newTermination reports whether cur is a termination was is not (another
+// run: container ID or finish time).
+func newTermination(was, cur *corev1.ContainerStateTerminated) bool {
+	if cur == nil {
+		return false
+	}
+	return was == nil || was.ContainerID != cur.ContainerID || !was.FinishedAt.Equal(&cur.FinishedAt)
 }
 
 // mapper maps the objects the controller watches to the recommendations
@@ -98,7 +261,8 @@ type mapper struct {
 // namespace.
 func (m mapper) inScope(ctx context.Context, o client.Object) []reconcile.Request {
 	var list v1alpha1.RightsizingRecommendationList
-	if err := m.c.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+	// Only their keys are read: the cache's objects, not copies.
+	if err := m.c.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
 		m.r.Log.Error("list recommendations for a policy change", "policy", o.GetName(), "namespace", o.GetNamespace(), "err", err)
 		return nil
 	}
@@ -123,7 +287,8 @@ func (m mapper) pod(ctx context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	var list v1alpha1.RightsizingRecommendationList
-	if err := m.c.List(ctx, &list, client.InNamespace(ref.Namespace), client.MatchingFields{targetRefIndex: targetKey(ref.Kind, ref.Name)}); err != nil {
+	if err := m.c.List(ctx, &list, client.InNamespace(ref.Namespace), client.MatchingFields{targetRefIndex: targetKey(ref.Kind, ref.Name)},
+		client.UnsafeDisableDeepCopy); err != nil {
 		m.r.Log.Error("list the recommendations of a workload", "workload", ref.String(), "namespace", ref.Namespace, "err", err)
 		return nil
 	}

@@ -22,6 +22,51 @@ import (
 // its ReplicaSets.
 const revisionAnnotation = "deployment.kubernetes.io/revision"
 
+// ControllerIndex is the field index of pods and ReplicaSets by the UID of
+// their controller (the owner reference with controller true). IndexFields
+// registers it; on a reader Indexed marks, Pods, RunningPods and the
+// lookup of a Deployment's ReplicaSets read a workload's own objects
+// through it instead of listing the namespace by label selector.
+const ControllerIndex = "metadata.ownerReferences.controller.uid"
+
+// controllerUID is ControllerIndex's value of o: its controller's UID, or
+// none.
+func controllerUID(o client.Object) []string {
+	if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
+		return []string{string(ref.UID)}
+	}
+	return nil
+}
+
+// IndexFields registers ControllerIndex for pods and ReplicaSets with idx
+// (a manager's field indexer, before its cache starts).
+func IndexFields(ctx context.Context, idx client.FieldIndexer) error {
+	for _, obj := range []client.Object{&corev1.Pod{}, &appsv1.ReplicaSet{}} {
+		if err := idx.IndexField(ctx, obj, ControllerIndex, controllerUID); err != nil {
+			return fmt.Errorf("index %T by controller UID: %w", obj, err)
+		}
+	}
+	return nil
+}
+
+// Indexed returns c marked as reading from a cache that has IndexFields'
+// indexes: Pods, RunningPods and the ReplicaSet lookups then read through
+// ControllerIndex. A reader without the mark (a live client, a cache
+// without the indexes) is listed by label selector; both give the same
+// objects.
+func Indexed(c client.Client) client.Client { return indexedClient{c} }
+
+// indexedClient is a client Indexed marked.
+type indexedClient struct{ client.Client }
+
+func (indexedClient) controllerIndexed() {}
+
+// indexed reports whether r is marked by Indexed.
+func indexed(r client.Reader) bool {
+	_, ok := r.(interface{ controllerIndexed() })
+	return ok
+}
+
 // Pods returns the workload's pods, sorted by name: the pods its selector
 // selects whose controller is the workload, or for a Deployment one of the
 // ReplicaSets it controls (any revision). Every phase counts, and so do
@@ -29,26 +74,23 @@ const revisionAnnotation = "deployment.kubernetes.io/revision"
 // A pod the selector selects but another controller owns is not the
 // workload's.
 func Pods(ctx context.Context, r client.Reader, w *Workload) ([]corev1.Pod, error) {
-	owners := map[types.UID]bool{}
+	var owners []types.UID
 	if w.Kind == v1alpha1.KindDeployment {
 		sets, err := replicaSets(ctx, r, w)
 		if err != nil {
 			return nil, err
 		}
 		for _, rs := range sets {
-			owners[rs.UID] = true
+			owners = append(owners, rs.UID)
 		}
 	} else {
-		owners[w.Object.GetUID()] = true
+		owners = append(owners, w.Object.GetUID())
 	}
-	pods, err := selected(ctx, r, w.Object.GetNamespace(), w.Selector)
+	pods, err := owned(ctx, r, w.Object.GetNamespace(), w.Selector, owners)
 	if err != nil {
 		return nil, fmt.Errorf("pods of %s: %w", w, err)
 	}
-	return slices.DeleteFunc(pods, func(p corev1.Pod) bool {
-		ref := metav1.GetControllerOfNoCopy(&p)
-		return ref == nil || !owners[ref.UID]
-	}), nil
+	return pods, nil
 }
 
 // RunningPods returns the workload's pods (see Pods) an in-place resize
@@ -65,14 +107,53 @@ func RunningPods(ctx context.Context, r client.Reader, w *Workload) ([]corev1.Po
 		}
 		owner, sel = rs.UID, rs.Spec.Selector
 	}
-	pods, err := selected(ctx, r, w.Object.GetNamespace(), sel)
+	pods, err := owned(ctx, r, w.Object.GetNamespace(), sel, []types.UID{owner})
 	if err != nil {
 		return nil, fmt.Errorf("running pods of %s: %w", w, err)
 	}
 	return slices.DeleteFunc(pods, func(p corev1.Pod) bool {
-		ref := metav1.GetControllerOfNoCopy(&p)
-		return ref == nil || ref.UID != owner || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning
+		return p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning
 	}), nil
+}
+
+// owned returns the pods in ns the selector selects (an empty one selects
+// none: apps/v1 requires one) whose controller is one of owners, sorted by
+// name. On an Indexed reader it reads each owner's pods through
+// ControllerIndex; otherwise it lists the selector's pods and keeps the
+// owners'.
+func owned(ctx context.Context, r client.Reader, ns string, selector *metav1.LabelSelector, owners []types.UID) ([]corev1.Pod, error) {
+	sel, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil {
+		return nil, fmt.Errorf("pod selector: %w", err)
+	}
+	if sel.Empty() {
+		sel = labels.Nothing()
+	}
+	var pods []corev1.Pod
+	if indexed(r) {
+		for _, uid := range owners {
+			var list corev1.PodList
+			if err := r.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{ControllerIndex: string(uid)}); err != nil {
+				return nil, fmt.Errorf("list pods in %s controlled by %s: %w", ns, uid, err)
+			}
+			for _, p := range list.Items {
+				if sel.Matches(labels.Set(p.Labels)) {
+					pods = append(pods, p)
+				}
+			}
+		}
+	} else {
+		var list corev1.PodList
+		if err := r.List(ctx, &list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return nil, fmt.Errorf("list pods in %s: %w", ns, err)
+		}
+		pods = slices.DeleteFunc(list.Items, func(p corev1.Pod) bool {
+			ref := metav1.GetControllerOfNoCopy(&p)
+			return ref == nil || !slices.Contains(owners, ref.UID)
+		})
+	}
+	slices.SortFunc(pods, func(x, y corev1.Pod) int { return cmp.Compare(x.Name, y.Name) })
+	return pods, nil
 }
 
 // currentReplicaSet returns a Deployment's current ReplicaSet: the one it
@@ -103,43 +184,35 @@ func currentReplicaSet(ctx context.Context, r client.Reader, w *Workload) (*apps
 	}), nil
 }
 
-// replicaSets returns the ReplicaSets the Deployment controls that are not
-// being deleted.
+// replicaSets returns the ReplicaSets the Deployment controls that its
+// selector selects and are not being deleted. They are the reader's own
+// objects, not copies (client.UnsafeDisableDeepCopy): they are only read.
+// On an Indexed reader they are read through ControllerIndex; otherwise
+// the selector's ReplicaSets are listed.
 func replicaSets(ctx context.Context, r client.Reader, w *Workload) ([]*appsv1.ReplicaSet, error) {
 	sel, err := metav1.LabelSelectorAsSelector(w.Selector)
 	if err != nil {
 		return nil, fmt.Errorf("selector of %s: %w", w, err)
 	}
+	opts := []client.ListOption{client.InNamespace(w.Object.GetNamespace()), client.UnsafeDisableDeepCopy}
+	if indexed(r) {
+		opts = append(opts, client.MatchingFields{ControllerIndex: string(w.Object.GetUID())})
+	} else {
+		opts = append(opts, client.MatchingLabelsSelector{Selector: sel})
+	}
 	var list appsv1.ReplicaSetList
-	if err := r.List(ctx, &list, client.InNamespace(w.Object.GetNamespace()), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := r.List(ctx, &list, opts...); err != nil {
 		return nil, fmt.Errorf("list ReplicaSets of %s: %w", w, err)
 	}
 	var owned []*appsv1.ReplicaSet
 	for i := range list.Items {
 		rs := &list.Items[i]
-		if ref := metav1.GetControllerOfNoCopy(rs); ref != nil && ref.UID == w.Object.GetUID() && rs.DeletionTimestamp == nil {
+		if ref := metav1.GetControllerOfNoCopy(rs); ref != nil && ref.UID == w.Object.GetUID() && rs.DeletionTimestamp == nil &&
+			sel.Matches(labels.Set(rs.Labels)) {
 			owned = append(owned, rs)
 		}
 	}
 	return owned, nil
-}
-
-// selected lists the pods in ns the selector selects, sorted by name; an
-// empty selector selects none (apps/v1 requires one).
-func selected(ctx context.Context, r client.Reader, ns string, selector *metav1.LabelSelector) ([]corev1.Pod, error) {
-	sel, err := metav1.LabelSelectorAsSelector(selector)
-	if err != nil {
-		return nil, fmt.Errorf("pod selector: %w", err)
-	}
-	if sel.Empty() {
-		sel = labels.Nothing()
-	}
-	var list corev1.PodList
-	if err := r.List(ctx, &list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		return nil, fmt.Errorf("list pods in %s: %w", ns, err)
-	}
-	slices.SortFunc(list.Items, func(x, y corev1.Pod) int { return cmp.Compare(x.Name, y.Name) })
-	return list.Items, nil
 }
 
 // sameTemplateIgnoringHash reports whether two pod templates are equal but

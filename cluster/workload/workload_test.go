@@ -199,7 +199,25 @@ func TestOfFollowsTheControllerChain(t *testing.T) {
 // any phase; RunningPods those of its current ReplicaSet that run and are
 // not being deleted. A pod the selector selects but another controller
 // owns is in neither.
+//
+// It runs on a reader with the controller index (Indexed, as the leader's
+// cache) and on one without (listed by selector): both give the same pods.
 func TestPodsAreTheOwnedOnes(t *testing.T) {
+	t.Run("by selector", func(t *testing.T) { testPodsAreTheOwnedOnes(t, newClient) })
+	t.Run("by controller index", func(t *testing.T) { testPodsAreTheOwnedOnes(t, newIndexedClient) })
+}
+
+// newIndexedClient is newClient with IndexFields' index, marked Indexed.
+func newIndexedClient(t *testing.T, objs ...client.Object) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	return Indexed(fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, ControllerIndex, controllerUID).
+		WithIndex(&appsv1.ReplicaSet{}, ControllerIndex, controllerUID).Build())
+}
+
+func testPodsAreTheOwnedOnes(t *testing.T, newClient func(*testing.T, ...client.Object) client.Client) {
 	d := &appsv1.Deployment{ObjectMeta: meta("web", "d1", nil, ""), Spec: appsv1.DeploymentSpec{
 		Selector: &metav1.LabelSelector{MatchLabels: webLabels}, Template: template("new")}}
 	current := &appsv1.ReplicaSet{ObjectMeta: meta("web-new", "rs-new", d, "Deployment"), Spec: appsv1.ReplicaSetSpec{
@@ -229,6 +247,8 @@ func TestPodsAreTheOwnedOnes(t *testing.T) {
 		pod("e-old-running", old, "ReplicaSet", corev1.PodRunning),
 		pod("f-foreign", other, "StatefulSet", corev1.PodRunning),
 		pod("g-bare", nil, "", corev1.PodRunning),
+		// Owned, but relabelled out of the selector (as to quarantine it).
+		pod("h-new-relabelled", current, "ReplicaSet", corev1.PodRunning, func(p *corev1.Pod) { p.Labels = map[string]string{"app": "debug"} }),
 	)
 	w, err := From(d)
 	require.NoError(t, err)

@@ -47,6 +47,7 @@ func main() {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
 	qps := fs.Float64("kube-api-qps", defaultQPS, "requests per second the leader's Kubernetes clients may make, each (client-go's default, 5, held a 25,000-workload cluster to 2 applies/s: docs/performance.md)")
 	burst := fs.Int("kube-api-burst", defaultBurst, "burst of --kube-api-qps")
+	workers := fs.Int("workers", cluster.DefaultWorkers, fmt.Sprintf("recommendations the leader reconciles at once, 1 to %d (never one twice at once; a rollback waits for none of the queued applies, only for a worker: docs/leader.md)", maxWorkers))
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "kerf-system"), "namespace of the leader Lease")
 	leaseName := fs.String("lease-name", "kerf-leader", "name of the coordination.k8s.io Lease the replicas compete for")
 	identity := fs.String("identity", envOr("POD_NAME", host), "this replica's name in the Lease")
@@ -99,6 +100,11 @@ func main() {
 	// watch reads them.
 	cfg := cluster.Config{Namespace: *namespace, LeaseName: *leaseName, Identity: *identity, PodName: *podName,
 		Registry: prometheus.NewRegistry(), Signals: signals.New()}
+	if *workers < 1 || *workers > maxWorkers {
+		log.Error("kerf-leader cannot start", "err", fmt.Sprintf("--workers %d: must be between 1 and %d", *workers, maxWorkers))
+		os.Exit(2)
+	}
+	cfg.Workers = *workers
 	if *hubURL != "" {
 		hc, err := hubConfig(*hubURL, *hubTokenFile, *hubCAFile, *clusterName)
 		if err != nil {
@@ -174,6 +180,10 @@ const (
 	defaultQPS   = 50
 	defaultBurst = 100
 )
+
+// maxWorkers bounds --workers: past it more workers only wait on the
+// client's rate limit, each with a reconcile's memory.
+const maxWorkers = 256
 
 func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, qps float32, burst int, cfg cluster.Config) error {
 	var restConfig *rest.Config

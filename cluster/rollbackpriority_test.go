@@ -1,0 +1,233 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/signals"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+// startLimitedLeader is startLeader on a client limited to qps requests a
+// second (burst as many), as a leader's client is against a large cluster.
+func startLimitedLeader(t *testing.T, ns, identity string, cfg Config, qps float32) *testLeader {
+	t.Helper()
+	cfg.Namespace, cfg.LeaseName, cfg.Identity = ns, "kerf-leader", identity
+	cfg.WatchNamespaces = []string{ns}
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 3*time.Second, 2*time.Second, 200*time.Millisecond
+	rc := rest.CopyConfig(controlplane.Get(t).Config)
+	rc.QPS, rc.Burst = qps, int(qps)
+	l, err := New(cfg, rc, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	tl := &testLeader{Leader: l, stop: cancel, done: make(chan error, 1)}
+	go func() { tl.done <- l.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-tl.done
+	})
+	return tl
+}
+
+// TestARollbackGoesBeforeTheQueuedApplies: a wave of applies fills the
+// leader's queue (its client's rate limit holds them back, as at scale:
+// docs/performance.md, "The leader at scale"); an OOM kill of one watched
+// workload's container, told by its node's agent or by its pod's status,
+// is then rolled back before the wave drains, not after it. The workers
+// reconcile recommendations side by side.
+//
+// The watched workload's request is first put behind the wave, with two
+// ordinary updates of its pod: the first has it reconciled (ahead of the
+// wave: it was waiting for its periodic recheck, queued before the wave),
+// the second queues it anew, behind every apply queued so far, as a
+// recheck that falls due in the middle of a wave does. Only its priority
+// then takes it to the front.
+func TestARollbackGoesBeforeTheQueuedApplies(t *testing.T) {
+	t.Run("an agent's OOM kill", func(t *testing.T) {
+		rollbackBeforeWave(t, func(t *testing.T, _ client.Client, src *signals.Kernel, pod *corev1.Pod) {
+			src.AddOOMKill(pod.UID, "app", time.Now())
+		})
+	})
+	t.Run("the pod's status", func(t *testing.T) {
+		rollbackBeforeWave(t, func(t *testing.T, c client.Client, _ *signals.Kernel, pod *corev1.Pod) {
+			oomKilled(t, c, pod, "OOMKilled")
+		})
+	})
+}
+
+// rollbackBeforeWave runs TestARollbackGoesBeforeTheQueuedApplies with
+// kill, which OOM-kills the watched pod's container app.
+func rollbackBeforeWave(t *testing.T, kill func(t *testing.T, c client.Client, src *signals.Kernel, pod *corev1.Pod)) {
+	const wave = 150
+	c := controlplane.Get(t).Client
+	ctx := context.Background()
+	ns := namespace(t, c)
+	src := signals.NewKernel()
+
+	var recorded atomic.Int64
+	// The first two applies of the wave wait (up to 5 s) for each other:
+	// only with more than one worker do they meet.
+	var arrived atomic.Int64
+	met := make(chan struct{})
+	var metOnce sync.Once
+	concurrent := atomic.Bool{}
+	breachAt := make(chan int64, 1)
+	cfg := Config{Signals: kernelOnly(src), Workers: 4,
+		AfterRecord: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
+			if rsr.Name == "victim" {
+				return
+			}
+			switch arrived.Add(1) {
+			case 1:
+				select {
+				case <-met:
+					concurrent.Store(true)
+				case <-time.After(5 * time.Second):
+				}
+			case 2:
+				metOnce.Do(func() { close(met) })
+			}
+			recorded.Add(1)
+		},
+		AfterBreach: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
+			if rsr.Name == "victim" {
+				select {
+				case breachAt <- recorded.Load():
+				default:
+				}
+			}
+		},
+	}
+	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	dep := deployment(ns, "victim", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	startLimitedLeader(t, ns, "a", cfg, 20)
+	require.NoError(t, c.Create(ctx, recommendation(ns, "victim", "victim", v1alpha1.StrategyRollout, "500m", "128Mi")))
+	waitPhase(t, c, ns, "victim", v1alpha1.PhaseWatching, "")
+	pod := adoptedPod(t, c, dep, "victim-new")
+	time.Sleep(time.Second) // the pod reaches the leader's cache
+
+	// The wave: a change for each of wave Deployments, created at once.
+	var wg sync.WaitGroup
+	errs := make(chan error, wave)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < wave; i += 8 {
+				name := fmt.Sprintf("wave-%d", i)
+				if err := c.Create(ctx, deployment(ns, name, "500m", "256Mi")); err != nil {
+					errs <- err
+					return
+				}
+				if err := c.Create(ctx, recommendation(ns, name, name, v1alpha1.StrategyRollout, "250m", "256Mi")); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return recorded.Load() >= 4 }, 20*time.Second, 10*time.Millisecond, "the wave never started")
+
+	touch := func(v string) {
+		update(t, c, pod, func() { pod.Annotations = map[string]string{"test/touched": v} })
+	}
+	touch("1")
+	time.Sleep(time.Second)
+	touch("2")
+	time.Sleep(200 * time.Millisecond)
+
+	atOOM := recorded.Load()
+	require.Less(t, atOOM, int64(wave/4), "the wave drained before the OOM kill: nothing left to go before")
+	kill(t, c, src, pod)
+	sent := time.Now()
+	var atBreach int64
+	select {
+	case atBreach = <-breachAt:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no breach 20 s after the OOM kill; %d of %d applies recorded", recorded.Load(), wave)
+	}
+	decided := time.Since(sent)
+	rsr := waitRestored(t, c, ns, "victim")
+	atRestore := recorded.Load()
+	t.Logf("OOM kill → breach in %v; applies recorded: %d at the kill, %d at the breach, %d at the restore (of %d)",
+		decided, atOOM, atBreach, atRestore, wave)
+	assert.Equal(t, v1alpha1.HealthWatchOOMKills, rsr.Status.Breach.Reason)
+	assert.Less(t, atBreach, int64(wave/2), "the breach waited behind the applies")
+	assert.Less(t, atRestore, int64(wave/2), "the rollback waited behind the applies")
+	assert.True(t, concurrent.Load(), "two applies never ran at once with 4 workers")
+
+	// The rollback is written: the template has the values from before.
+	assert.Equal(t, "256Mi", templateResources(t, c, dep).Limits.Memory().String())
+}
+
+// TestPodHarmedIsARestartOrANewTermination: a pod update goes first when
+// a container restarted or shows a termination it did not show before,
+// not for anything else a kubelet writes.
+func TestPodHarmedIsARestartOrANewTermination(t *testing.T) {
+	finished := metav1.NewTime(time.Unix(1700000000, 0))
+	running := corev1.ContainerStatus{Name: "app", ContainerID: "c://1",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	withStatus := func(mutate func(cs *corev1.ContainerStatus)) *corev1.Pod {
+		cs := *running.DeepCopy()
+		if mutate != nil {
+			mutate(&cs)
+		}
+		return &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{cs}}}
+	}
+	killed := func(cs *corev1.ContainerStatus) {
+		cs.RestartCount = 1
+		cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137, ContainerID: "c://1", FinishedAt: finished}
+	}
+	cases := []struct {
+		name     string
+		old, cur *corev1.Pod
+		want     bool
+	}{
+		{"nothing changed", withStatus(nil), withStatus(nil), false},
+		{"readiness changed", withStatus(nil), withStatus(func(cs *corev1.ContainerStatus) { cs.Ready = true }), false},
+		{"resources resized", withStatus(nil), withStatus(func(cs *corev1.ContainerStatus) {
+			cs.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
+		}), false},
+		{"an OOM kill and restart", withStatus(nil), withStatus(killed), true},
+		{"the same kill again", withStatus(killed), withStatus(killed), false},
+		{"a restart alone", withStatus(nil), withStatus(func(cs *corev1.ContainerStatus) { cs.RestartCount = 1 }), true},
+		{"terminated now", withStatus(nil), withStatus(func(cs *corev1.ContainerStatus) {
+			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1, FinishedAt: finished}}
+		}), true},
+		{"a container first seen restarted", &corev1.Pod{}, withStatus(func(cs *corev1.ContainerStatus) { cs.RestartCount = 3 }), true},
+		{"a container first seen running", &corev1.Pod{}, withStatus(nil), false},
+		{"an init container restarted", &corev1.Pod{Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{running}}},
+			&corev1.Pod{Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{{Name: "app", RestartCount: 1}}}}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, podHarmed(tc.old, tc.cur))
+		})
+	}
+}
+
+// TestWorkersBelowOneAreRefused: a negative Config.Workers is an error
+// naming the field.
+func TestWorkersBelowOneAreRefused(t *testing.T) {
+	_, err := New(Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", Workers: -1}, &rest.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.ErrorContains(t, err, "workers (-1) must be at least 1")
+}
