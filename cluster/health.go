@@ -258,7 +258,8 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 			return ctrl.Result{}, fmt.Errorf("back off %s/%s: %w", rsr.Namespace, rsr.Name, err)
 		}
 	}
-	msg := fmt.Sprintf("%s rolled back to %s values after %s%s%s", joinResources(b.Resources), g.RestoreTo, b.Reason, gone, leftPods(res.Left))
+	msg := fmt.Sprintf("%s rolled back to %s values after %s%s", joinResources(b.Resources), g.RestoreTo, b.Reason, gone)
+	msg += leftPods(res.Left, statusLimits.actionMessage-len(msg))
 	figures := joinFigures(b.Figures)
 	err = c.record(ctx, outcome{
 		doing: "record rollback of",
@@ -289,17 +290,24 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 }
 
 // leftPods says which pods keep the changed values after a restore could
-// not resize them back (apply.Result.Left) and why, or nothing when none
-// do.
-func leftPods(left []apply.Failure) string {
+// not resize them back (apply.Result.Left) and why, in at most n bytes
+// (as many pods as fit, then how many more), or nothing when none do.
+func leftPods(left []apply.Failure, n int) string {
 	if len(left) == 0 {
 		return ""
 	}
-	msgs := make([]string, 0, len(left))
-	for _, f := range left {
+	const intro = "; not resized back, these keep the changed values until they are recreated: "
+	return intro + podFailures(left, n-len(intro))
+}
+
+// podFailures joins the pods' failures into at most n bytes: as many
+// whole ones as fit, then how many pods were left out.
+func podFailures(failures []apply.Failure, n int) string {
+	msgs := make([]string, 0, len(failures))
+	for _, f := range failures {
 		msgs = append(msgs, fmt.Sprintf("pod %s: %s: %s", f.Pod, f.Reason, f.Message))
 	}
-	return "; not resized back, these keep the changed values until they are recreated: " + strings.Join(msgs, "; ")
+	return joinFit(msgs, "; ", n, "pods")
 }
 
 // restoreFailed records a failed restore, once per distinct error of the
@@ -314,7 +322,9 @@ func (c *reconcileContext) restoreFailed(ctx context.Context, cause error) (ctrl
 		// written): read again and retry; not a failure.
 		return ctrl.Result{}, fmt.Errorf("restore %s/%s: %w", rsr.Namespace, rsr.Name, cause)
 	}
-	msg := cause.Error()
+	// Cut as the status write would, so that the same error is found
+	// recorded on the next retry.
+	msg := fit(cause.Error(), maxActionMessage)
 	if !failureRecorded(rsr.Status.History, rsr.Status.Breach.At.Time, msg) {
 		err := c.record(ctx, outcome{
 			doing: "record failed restore of",
@@ -512,4 +522,14 @@ func manifestValues(w client.Object) ([]v1alpha1.ContainerResources, bool) {
 		out = append(out, resources.ContainerValues(&m.Spec.Template.Spec.Containers[i]))
 	}
 	return out, len(out) > 0
+}
+
+// infeasiblePods joins the pods whose resize the kubelet marks infeasible
+// into at most n bytes, as podFailures does.
+func infeasiblePods(failures []apply.Failure, n int) string {
+	msgs := make([]string, 0, len(failures))
+	for _, f := range failures {
+		msgs = append(msgs, fmt.Sprintf("pod %s: resize %s: %s", f.Pod, f.Reason, f.Message))
+	}
+	return joinFit(msgs, "; ", n, "pods")
 }

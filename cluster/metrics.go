@@ -12,6 +12,11 @@ type Metrics struct {
 	// resource an action touched (applied, rolled_back, failed, healthy,
 	// blocked).
 	Actions *prometheus.CounterVec
+	// InvalidStatus counts kerf_status_writes_invalid_total{outcome}: status
+	// writes the apiserver refused as invalid (422), by what followed:
+	// "fallback" when the write without the outcome's messages succeeded,
+	// "refused" when it was refused too (the write is then retried).
+	InvalidStatus *prometheus.CounterVec
 }
 
 // NewMetrics registers the leader's metrics with reg.
@@ -21,8 +26,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kerf_actions_total",
 			Help: "Actions the leader took, by type (applied, rolled_back, failed, healthy, blocked), reason and resource (cpu, memory).",
 		}, []string{"type", "reason", "resource"}),
+		InvalidStatus: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kerf_status_writes_invalid_total",
+			Help: "Recommendation status writes the apiserver refused as invalid (422), by outcome: fallback (written again without the messages) or refused.",
+		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.Actions)
+	reg.MustRegister(m.Actions, m.InvalidStatus)
 	return m
 }
 

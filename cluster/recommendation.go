@@ -175,14 +175,12 @@ func (c *reconcileContext) finish(ctx context.Context) (ctrl.Result, error) {
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("apply %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
-	touched := func(st *v1alpha1.RightsizingRecommendationStatus) { st.Change.Touched = res.Touched }
+	touched := func(st *v1alpha1.RightsizingRecommendationStatus) {
+		st.Change.Touched, st.Change.TouchedOmitted = capTouched(res.Touched)
+	}
 	if len(res.Failed) > 0 {
 		f := res.Failed[0]
-		msgs := make([]string, 0, len(res.Failed))
-		for _, f := range res.Failed {
-			msgs = append(msgs, fmt.Sprintf("pod %s: %s: %s", f.Pod, f.Reason, f.Message))
-		}
-		msg := strings.Join(msgs, "; ")
+		msg := podFailures(res.Failed, maxActionMessage)
 		return ctrl.Result{}, c.record(ctx, outcome{
 			doing: "record failed apply of",
 			phase: v1alpha1.PhaseFailed, setReason: true, reason: f.Reason, message: msg,
@@ -197,9 +195,9 @@ func (c *reconcileContext) finish(ctx context.Context) (ctrl.Result, error) {
 		return ctrl.Result{RequeueAfter: pendingRequeue}, nil
 	}
 	msg := fmt.Sprintf("%s applied with strategy %s under %s %s", joinResources(change.Resources), change.Strategy, c.resolved.Ref.Kind, c.resolved.Ref.Name)
-	for _, f := range res.Infeasible {
+	if len(res.Infeasible) > 0 {
 		// The health watch rolls the change back if it stays so.
-		msg += fmt.Sprintf("; pod %s: resize %s: %s", f.Pod, f.Reason, f.Message)
+		msg += "; " + infeasiblePods(res.Infeasible, maxActionMessage-len(msg)-len("; "))
 	}
 	return ctrl.Result{}, c.record(ctx, outcome{
 		doing: "record apply of",

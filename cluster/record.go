@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -109,11 +110,29 @@ func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 		a.Time = metav1.NewTime(c.now)
 		addHistory(rsr, a)
 	}
+	if cut := fitStatus(st); len(cut) > 0 {
+		c.r.Log.Warn("status cut to the CRD's limits", "recommendation", rsr.Namespace+"/"+rsr.Name, "doing", o.doing, "cut", strings.Join(cut, ", "))
+	}
 	if err := c.r.Client.Status().Update(ctx, rsr); err != nil {
-		return fmt.Errorf("%s %s/%s: %w", o.doing, rsr.Namespace, rsr.Name, err)
+		if !apierrors.IsInvalid(err) {
+			return fmt.Errorf("%s %s/%s: %w", o.doing, rsr.Namespace, rsr.Name, err)
+		}
+		// fitStatus should make this impossible; if the apiserver still
+		// refuses the status, the transition (phase, change, breach) is
+		// written without the outcome's free text rather than retried
+		// forever, so the change is still watched or rolled back.
+		c.r.Log.Error("the apiserver refused a status write as invalid; writing it again with the outcome's messages left out",
+			"recommendation", rsr.Namespace+"/"+rsr.Name, "doing", o.doing, "err", err)
+		minimalStatus(st, o, err)
+		if err2 := c.r.Client.Status().Update(ctx, rsr); err2 != nil {
+			c.r.Metrics.InvalidStatus.WithLabelValues(invalidRefused).Inc()
+			return fmt.Errorf("%s %s/%s: %w (and again with the messages left out: %w)", o.doing, rsr.Namespace, rsr.Name, err, err2)
+		}
+		c.r.Metrics.InvalidStatus.WithLabelValues(invalidFallback).Inc()
 	}
 
 	for _, e := range o.events {
+		e.note = fit(e.note, maxEventNote)
 		if !e.onWorkload {
 			c.r.Recorder.Eventf(rsr, nil, e.typ, e.reason, e.action, "%s", e.note)
 			continue
@@ -246,4 +265,226 @@ func truncate(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// The CRD's limits on what the leader writes to a recommendation's status
+// (api/v1alpha1/recommendation_types.go, and metav1.Condition's), and the
+// apiserver's on an Event's note. fitStatus keeps every status write
+// within them.
+const (
+	maxReason           = 128
+	maxStatusMessage    = 32768
+	maxConditionMessage = 32768
+	maxActionMessage    = 4096
+	maxRollbackMessage  = 4096
+	maxFigures          = 16
+	maxFigure           = 256
+	maxContainers       = 64
+	maxRefusals         = 16
+	maxTouched          = 1024
+	maxBaselines        = 4096
+	maxTurns            = 100
+	maxOutcome          = 64
+	maxEventNote        = 1024
+)
+
+// statusLimits are the limits fitStatus cuts the action messages to; a
+// test loosens them to make the apiserver refuse a write.
+var statusLimits = struct{ actionMessage int }{actionMessage: maxActionMessage}
+
+// The outcome label of kerf_status_writes_invalid_total.
+const (
+	invalidFallback = "fallback"
+	invalidRefused  = "refused"
+)
+
+// fit cuts s to at most n bytes, on a rune boundary, and says how many
+// bytes were left out: "… (and 1234 more bytes)".
+func fit(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// The count is at most len(s), so its suffix is at most this long.
+	cut := max(n-len(moreBytes(len(s))), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + moreBytes(len(s)-cut)
+}
+
+func moreBytes(n int) string { return fmt.Sprintf("… (and %d more bytes)", n) }
+
+// joinFit joins items with sep into at most n bytes: as many whole items
+// as fit, then "… (and N more <noun>)" for those left out. When not even
+// the first item fits, it is cut by fit.
+func joinFit(items []string, sep string, n int, noun string) string {
+	all := strings.Join(items, sep)
+	if len(all) <= n {
+		return all
+	}
+	more := func(k int) string { return fmt.Sprintf("%s… (and %d more %s)", sep, k, noun) }
+	size, kept := 0, 0
+	for i, it := range items {
+		add := len(it)
+		if i > 0 {
+			add += len(sep)
+		}
+		if size+add+len(more(len(items)-i-1)) > n {
+			break
+		}
+		size += add
+		kept++
+	}
+	if kept == 0 {
+		return fit(all, n)
+	}
+	return strings.Join(items[:kept], sep) + more(len(items)-kept)
+}
+
+// fitFigures keeps at most maxFigures figures of at most maxFigure bytes
+// each; the last kept one says how many were left out.
+func fitFigures(f []string) []string {
+	if len(f) > maxFigures {
+		f = append(slices.Clone(f[:maxFigures-1]), fmt.Sprintf("… and %d more figures", len(f)-maxFigures+1))
+	}
+	for i := range f {
+		f[i] = fit(f[i], maxFigure)
+	}
+	return f
+}
+
+// capTouched keeps every touched object that is not a pod (the workload,
+// the HPA) and the first pods, up to maxTouched in all, in their order,
+// and returns how many pods it left out.
+func capTouched(touched []v1alpha1.TouchedObject) ([]v1alpha1.TouchedObject, int32) {
+	if len(touched) <= maxTouched {
+		return touched, 0
+	}
+	others := 0
+	for _, o := range touched {
+		if o.Kind != "Pod" {
+			others++
+		}
+	}
+	room := max(maxTouched-others, 0)
+	out := make([]v1alpha1.TouchedObject, 0, maxTouched)
+	for _, o := range touched {
+		if o.Kind == "Pod" {
+			if room == 0 || len(out) == maxTouched {
+				continue
+			}
+			room--
+		} else if len(out) == maxTouched {
+			continue
+		}
+		out = append(out, o)
+	}
+	return out, int32(len(touched) - len(out))
+}
+
+// fitStatus cuts every field of st the leader fills from what it cannot
+// bound (pods' failures joined into messages, the touched pods, per-pod
+// baselines, figures) to the CRD's limits, so that the status write is not
+// refused (422) and retried forever while the change runs unwatched.
+// Messages are cut on a rune boundary and say how much was left out;
+// lists keep their newest (history, turns) or first entries, and the
+// touched pods count those left out in change.touchedOmitted. It returns
+// what it cut, for the log.
+func fitStatus(st *v1alpha1.RightsizingRecommendationStatus) []string {
+	var cut []string
+	str := func(name string, s *string, n int) {
+		if len(*s) > n {
+			cut = append(cut, fmt.Sprintf("%s (%d bytes, limit %d)", name, len(*s), n))
+			*s = fit(*s, n)
+		}
+	}
+	list := func(name string, n, limit int) bool {
+		if n > limit {
+			cut = append(cut, fmt.Sprintf("%s (%d items, limit %d)", name, n, limit))
+			return true
+		}
+		return false
+	}
+	str("reason", &st.Reason, maxReason)
+	str("message", &st.Message, maxStatusMessage)
+	for i := range st.Conditions {
+		str("conditions["+st.Conditions[i].Type+"].message", &st.Conditions[i].Message, maxConditionMessage)
+	}
+	for i := range st.History {
+		a := &st.History[i]
+		str(fmt.Sprintf("history[%d].reason", i), &a.Reason, maxReason)
+		str(fmt.Sprintf("history[%d].message", i), &a.Message, statusLimits.actionMessage)
+		if list(fmt.Sprintf("history[%d].figures", i), len(a.Figures), maxFigures) || slices.ContainsFunc(a.Figures, func(f string) bool { return len(f) > maxFigure }) {
+			a.Figures = fitFigures(a.Figures)
+		}
+		if list(fmt.Sprintf("history[%d].containers", i), len(a.Containers), maxContainers) {
+			a.Containers = a.Containers[:maxContainers]
+		}
+		if list(fmt.Sprintf("history[%d].refusals", i), len(a.Refusals), maxRefusals) {
+			a.Refusals = a.Refusals[:maxRefusals]
+		}
+	}
+	if b := st.Breach; b != nil {
+		if list("breach.figures", len(b.Figures), maxFigures) || slices.ContainsFunc(b.Figures, func(f string) bool { return len(f) > maxFigure }) {
+			b.Figures = fitFigures(b.Figures)
+		}
+	}
+	if r := st.Rollback; r != nil {
+		str("rollback.reason", &r.Reason, maxReason)
+		str("rollback.message", &r.Message, maxRollbackMessage)
+		if list("rollback.turns", len(r.Turns), maxTurns) {
+			r.Turns = slices.Clone(r.Turns[len(r.Turns)-maxTurns:])
+		}
+		for i := range r.Turns {
+			str(fmt.Sprintf("rollback.turns[%d].reason", i), &r.Turns[i].Reason, maxReason)
+			str(fmt.Sprintf("rollback.turns[%d].outcome", i), &r.Turns[i].Outcome, maxOutcome)
+		}
+	}
+	if ch := st.Change; ch != nil {
+		if list("change.touched", len(ch.Touched), maxTouched) {
+			var omitted int32
+			ch.Touched, omitted = capTouched(ch.Touched)
+			ch.TouchedOmitted += omitted
+		}
+		// A container without a restart or OOM baseline counts its
+		// restarts and kills in full, and one without a throttling
+		// baseline starts its window anew: cutting errs towards a
+		// rollback, never towards a change left unwatched.
+		if list("change.restartBaselines", len(ch.RestartBaselines), maxBaselines) {
+			ch.RestartBaselines = ch.RestartBaselines[:maxBaselines]
+		}
+		if list("change.oomBaselines", len(ch.OOMBaselines), maxBaselines) {
+			ch.OOMBaselines = ch.OOMBaselines[:maxBaselines]
+		}
+		if list("change.throttlingBaselines", len(ch.ThrottlingBaselines), maxBaselines) {
+			ch.ThrottlingBaselines = ch.ThrottlingBaselines[:maxBaselines]
+		}
+	}
+	return cut
+}
+
+// minimalStatus replaces the free text an outcome wrote (status.message,
+// its conditions' messages, its action's message and figures, the
+// rollback's message, the breach's figures) with a note that the
+// apiserver refused it: what is left is the transition itself.
+func minimalStatus(st *v1alpha1.RightsizingRecommendationStatus, o outcome, refused error) {
+	note := fit("message left out: the apiserver refused the status write: "+refused.Error(), 512)
+	if o.setReason {
+		st.Message = note
+	}
+	for _, cond := range o.conditions {
+		if c := meta.FindStatusCondition(st.Conditions, cond.Type); c != nil {
+			c.Message = note
+		}
+	}
+	if n := len(st.History); o.action != nil && n > 0 {
+		st.History[n-1].Message, st.History[n-1].Figures = note, nil
+	}
+	if st.Rollback != nil && st.Rollback.Message != "" {
+		st.Rollback.Message = note
+	}
+	if st.Breach != nil {
+		st.Breach.Figures = fitFigures(st.Breach.Figures)
+	}
+	fitStatus(st)
 }

@@ -389,6 +389,11 @@ type Change struct {
 	// +kubebuilder:validation:MaxItems=1024
 	// +optional
 	Touched []TouchedObject `json:"touched,omitempty"`
+	// TouchedOmitted counts the touched pods left out of Touched, which
+	// keeps every other object and the first pods up to its bound of 1024.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TouchedOmitted int32 `json:"touchedOmitted,omitempty"`
 	// HPA is the coordinated HPA's previous and applied CPU target.
 	// +optional
 	HPA *HPAChange `json:"hpa,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -268,7 +269,7 @@ func Evaluate(now time.Time, in Input) Verdict {
 			}
 			what := fmt.Sprintf("%s for %s", reason, d.Truncate(time.Second))
 			if msg != "" {
-				what += ": " + msg
+				what += ": " + cutMessage(msg, maxPodMessage)
 			}
 			stuck[reason].addPod(p.Name, what)
 		} else if at := since.Add(grace); nextStuck.IsZero() || at.Before(nextStuck) {
@@ -487,6 +488,25 @@ func joinResources(rs []v1alpha1.ResourceName) string {
 		s[i] = string(r)
 	}
 	return strings.Join(s, " and ")
+}
+
+// maxPodMessage bounds the part of a pod condition's message (the
+// scheduler's, the kubelet's) a verdict quotes: they are unbounded, and
+// the verdict's message and figures go to status fields that are not.
+const maxPodMessage = 256
+
+// cutMessage cuts s to at most n bytes on a rune boundary, saying how many
+// bytes were left out.
+func cutMessage(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	more := func(k int) string { return fmt.Sprintf("… (and %d more bytes)", k) }
+	cut := max(n-len(more(len(s))), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + more(len(s)-cut)
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
