@@ -3,6 +3,8 @@
 // `kubectl apply -k manifests/`, and real workloads are OOM-killed,
 // throttled and crashed after a change (internal/scenario). The tests assert
 // the end states in the apiserver, in Kerf's metrics and in the kernel.
+// Before them, on the same sandbox without Kerf, TestHelmInstallUpgradeUninstall
+// installs, upgrades and uninstalls the Helm chart charts/kerf.
 package e2e
 
 import (

@@ -250,7 +250,7 @@ func kerfPodUIDs(ctx context.Context, t *testing.T, e *scenario.Env) []string {
 // from manifests/ on the same sandbox for the others.
 func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	sb := bare(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	began := time.Now()
 	chrt, err := loader.Load(filepath.Join(repoRoot, "charts", "kerf"))
