@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -272,6 +273,8 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
+		t.Logf("pods in kerf-system:\n%s", describePods(ctx, admin))
+		t.Logf("their logs:\n%s", kerfLogs(ctx, sb))
 		un := action.NewUninstall(cfg)
 		un.Wait, un.Timeout = true, 2*time.Minute
 		if _, err := un.Run(helmRelease); err != nil {
@@ -502,6 +505,26 @@ func keys(objs []*unstructured.Unstructured) []string {
 		out[i] = objKey(o)
 	}
 	return out
+}
+
+// kerfLogs is the last lines of every container's log in kerf-system,
+// for failure messages.
+func kerfLogs(ctx context.Context, sb *sandbox.Cluster) string {
+	pods, err := sb.Clientset.CoreV1().Pods(scenario.KerfNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		for _, ctr := range p.Spec.Containers {
+			raw, err := sb.Clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: ctr.Name, TailLines: ptr.To[int64](40)}).DoRaw(ctx)
+			if err != nil {
+				raw = []byte(err.Error())
+			}
+			fmt.Fprintf(&b, "--- %s/%s\n%s\n", p.Name, ctr.Name, raw)
+		}
+	}
+	return b.String()
 }
 
 // describePods lists the pods in kerf-system with their phase and
