@@ -8,7 +8,7 @@ GO ?= go
 # Test flags: add e.g. TESTFLAGS=-run=TestSmoke.
 TESTFLAGS ?=
 
-.PHONY: all help deps generate vmlinux verify-generated build images test unit bench bench-e2e bench-peers bench-scale lint demo clean
+.PHONY: all help deps generate vmlinux verify-generated build images test unit bench bench-e2e bench-peers bench-scale lint demo release-plugin clean
 
 ## all: the default target, build
 all: build
@@ -98,6 +98,10 @@ lint:
 ## demo: a real one-node cluster, Kerf installed from manifests/, five real rollbacks narrated (the last after a recommender decrease); Ctrl-C tears it down
 demo: deps build
 	bin/kerf-sandbox demo
+
+## release-plugin: kubectl-kerf for linux/darwin on amd64/arm64, krew's archives (with LICENSE), checksums.txt and the krew manifest kerf.yaml into bin/release/ (VERSION=vX.Y.Z)
+release-plugin:
+	$(GO) run hack/release-plugin.go -version "$(VERSION)" -out bin/release
 
 ## clean: remove what build and images write (bin/kerf-*, bin/images/); deps' control plane stays
 clean:

@@ -43,8 +43,8 @@ type krewPlugin struct {
 // TestKrewManifestCoversLinuxAndDarwinOnAmd64AndArm64 checks
 // plugins/kerf.yaml against krew's rules: the file is named after the
 // plugin, the version is v-prefixed semver, and each of the four platforms
-// has an https archive of its own, a sha256 of 64 hex digits and the
-// kubectl-kerf binary.
+// has an https archive of its own, a sha256 of 64 hex digits, the
+// kubectl-kerf binary and LICENSE.
 func TestKrewManifestCoversLinuxAndDarwinOnAmd64AndArm64(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("..", "..", "plugins", "kerf.yaml"))
 	require.NoError(t, err)
@@ -66,8 +66,9 @@ func TestKrewManifestCoversLinuxAndDarwinOnAmd64AndArm64(t *testing.T) {
 		assert.Regexp(t, `^https://.*/kubectl-kerf_`+key+`\.tar\.gz$`, pl.URI, key)
 		assert.Regexp(t, sha, pl.Sha256, key)
 		assert.Equal(t, "kubectl-kerf", pl.Bin, key)
-		require.Len(t, pl.Files, 1, key)
+		require.Len(t, pl.Files, 2, key)
 		assert.Equal(t, "kubectl-kerf", pl.Files[0].From, key)
+		assert.Equal(t, "LICENSE", pl.Files[1].From, key)
 	}
 	assert.Equal(t, map[string]bool{"linux_amd64": true, "linux_arm64": true, "darwin_amd64": true, "darwin_arm64": true}, seen)
 }

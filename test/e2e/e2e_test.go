@@ -3,6 +3,8 @@
 // `kubectl apply -k manifests/`, and real workloads are OOM-killed,
 // throttled and crashed after a change (internal/scenario). The tests assert
 // the end states in the apiserver, in Kerf's metrics and in the kernel.
+// Before them, on the same sandbox without Kerf, TestHelmInstallUpgradeUninstall
+// installs, upgrades and uninstalls the Helm chart charts/kerf.
 package e2e
 
 import (
@@ -26,12 +28,14 @@ import (
 )
 
 var (
-	setupOnce sync.Once
-	installed *scenario.Installed
-	setupErr  error
-	skipWhy   string
-	stateDir  string
-	unlock    func()
+	setupOnce   sync.Once
+	prepareOnce sync.Once
+	installed   *scenario.Installed
+	setupErr    error
+	skipWhy     string
+	stateDir    string
+	repoRoot    string
+	unlock      func()
 )
 
 func TestMain(m *testing.M) {
@@ -67,32 +71,46 @@ func cluster(t testing.TB) *scenario.Installed {
 	return installed
 }
 
-func setup() {
+// prepare takes the machine's sandbox lock and picks the state directory,
+// once: the Helm test (helm_test.go) brings the sandbox up without Kerf
+// before setup installs Kerf from manifests/ on the same sandbox.
+func prepare() {
 	if os.Geteuid() != 0 {
 		skipWhy = "the sandbox cluster needs root (mounts, cgroups, bridge, iptables)"
 		return
 	}
-	root, err := kube.RepoRoot()
-	if err != nil {
-		setupErr = err
+	if repoRoot, setupErr = kube.RepoRoot(); setupErr != nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if unlock, err = sandbox.Lock(ctx); err != nil {
-		setupErr = err
+	if unlock, setupErr = sandbox.Lock(ctx); setupErr != nil {
 		return
 	}
-	if stateDir, err = os.MkdirTemp("/var/tmp", "kerf-e2e-"); err != nil {
-		setupErr = err
+	if stateDir, setupErr = os.MkdirTemp("/var/tmp", "kerf-e2e-"); setupErr != nil {
 		return
 	}
 	_ = os.Remove(stateDir) // Up creates it
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	say := func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "e2e %s: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func setup() {
+	prepareOnce.Do(prepare)
+	if skipWhy != "" || setupErr != nil {
+		return
 	}
-	installed, setupErr = scenario.Install(ctx, scenario.InstallOptions{RepoRoot: root, StateDir: stateDir, Log: log, Say: say})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	installed, setupErr = scenario.Install(ctx, scenario.InstallOptions{RepoRoot: repoRoot, StateDir: stateDir, Log: warnLog(), Say: say})
+}
+
+// warnLog logs the sandbox's warnings to stderr.
+func warnLog() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// say narrates the setup's steps on stderr.
+func say(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "e2e %s: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 }
 
 // env returns a scenario environment in a fresh namespace.
