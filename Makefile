@@ -8,7 +8,7 @@ GO ?= go
 # Test flags: add e.g. TESTFLAGS=-run=TestSmoke.
 TESTFLAGS ?=
 
-.PHONY: all help deps generate vmlinux verify-generated build images test unit bench bench-e2e bench-peers bench-scale lint demo release-plugin clean
+.PHONY: all help deps generate vmlinux verify-generated build images test unit bench bench-e2e bench-peers bench-scale lint demo release-plugin test-release clean
 
 ## all: the default target, build
 all: build
@@ -102,6 +102,10 @@ demo: deps build
 ## release-plugin: kubectl-kerf for linux/darwin on amd64/arm64, krew's archives (with LICENSE), checksums.txt and the krew manifest kerf.yaml into bin/release/ (VERSION=vX.Y.Z)
 release-plugin:
 	$(GO) run hack/release-plugin.go -version "$(VERSION)" -out bin/release
+
+## test-release: the plugin release's test (four cross-builds of kubectl-kerf, minutes on a cold cache: not in make test)
+test-release:
+	KERF_TEST_RELEASE=1 $(GO) test -count=1 -timeout 40m -run TestRelease ./plugins/
 
 ## clean: remove what build and images write (bin/kerf-*, bin/images/); deps' control plane stays
 clean:
