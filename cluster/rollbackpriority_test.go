@@ -73,7 +73,7 @@ func TestARollbackGoesBeforeTheQueuedApplies(t *testing.T) {
 // rollbackBeforeWave runs TestARollbackGoesBeforeTheQueuedApplies with
 // kill, which OOM-kills the watched pod's container app.
 func rollbackBeforeWave(t *testing.T, kill func(t *testing.T, c client.Client, src *signals.Kernel, pod *corev1.Pod)) {
-	const wave = 150
+	const wave = 240
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
 	ns := namespace(t, c)
@@ -155,8 +155,12 @@ func rollbackBeforeWave(t *testing.T, kill func(t *testing.T, c client.Client, s
 	touch("2")
 	time.Sleep(200 * time.Millisecond)
 
+	// The applies still queued at the kill: on a loaded machine (make
+	// test runs this under -race beside the other packages) the wave's
+	// creation itself takes seconds, and some of it is applied by then.
 	atOOM := recorded.Load()
-	require.Less(t, atOOM, int64(wave/4), "the wave drained before the OOM kill: nothing left to go before")
+	left := int64(wave) - atOOM
+	require.Greater(t, left, int64(wave/2), "the wave drained before the OOM kill: nothing left to go before")
 	kill(t, c, src, pod)
 	sent := time.Now()
 	var atBreach int64
@@ -171,8 +175,9 @@ func rollbackBeforeWave(t *testing.T, kill func(t *testing.T, c client.Client, s
 	t.Logf("OOM kill → breach in %v; applies recorded: %d at the kill, %d at the breach, %d at the restore (of %d)",
 		decided, atOOM, atBreach, atRestore, wave)
 	assert.Equal(t, v1alpha1.HealthWatchOOMKills, rsr.Status.Breach.Reason)
-	assert.Less(t, atBreach, int64(wave/2), "the breach waited behind the applies")
-	assert.Less(t, atRestore, int64(wave/2), "the rollback waited behind the applies")
+	// Before the rollbacks' priority, every apply left went first.
+	assert.Less(t, atBreach-atOOM, left/3, "the breach waited behind the applies")
+	assert.Less(t, atRestore-atOOM, left/3, "the rollback waited behind the applies")
 	assert.True(t, concurrent.Load(), "two applies never ran at once with 4 workers")
 
 	// The rollback is written: the template has the values from before.
