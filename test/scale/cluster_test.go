@@ -51,6 +51,11 @@ const (
 	// Every workload asks for baseCPU/baseMem; the wave's recommendations
 	// lower the memory to waveMem.
 	baseCPU, baseMem, waveMem = "100m", "256Mi", "192Mi"
+	// inPlaceName is the many-replica workload whose recommendation
+	// (strategy InPlace) raises its memory to inPlaceMem during the wave:
+	// the leader resizes its pods through pods/resize and the harness
+	// plays the kubelet's part (kubelet_test.go).
+	inPlaceName, inPlaceMem = "inplace", "320Mi"
 )
 
 // sim is the simulated cluster's objects the benchmark needs later.
@@ -62,6 +67,10 @@ type sim struct {
 	pods    [][]types.UID
 	podNode [][]int
 	nodes   []string
+	// inPlacePods and inPlaceNodes are the pods of the in-place workload
+	// (in namespace ns(0)) and their nodes.
+	inPlacePods  []types.UID
+	inPlaceNodes []int
 }
 
 // pool runs f(i) for i in [0, n) on workers goroutines and returns the
@@ -109,13 +118,18 @@ func quantity(s string) *resource.Quantity { q := resource.MustParse(s); return 
 // deployment is workload i's Deployment, one container app at
 // baseCPU/baseMem (requests equal to limits).
 func deployment(ns string, i int) *appsv1.Deployment {
-	name := workloadName(i)
+	return deploymentNamed(ns, workloadName(i), replicasOf(i))
+}
+
+// deploymentNamed is a Deployment of replicas pods of one container app
+// at baseCPU/baseMem (requests equal to limits).
+func deploymentNamed(ns, name string, replicas int) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
 	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(baseCPU), corev1.ResourceMemory: resource.MustParse(baseMem)}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(replicasOf(i))),
+			Replicas: ptr.To(int32(replicas)),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
@@ -130,12 +144,17 @@ func deployment(ns string, i int) *appsv1.Deployment {
 
 // recommendation lowers workload i's memory to mem with strategy Rollout.
 func recommendation(ns string, i int, mem string) *v1alpha1.RightsizingRecommendation {
-	name := workloadName(i)
+	return recommendationFor(ns, workloadName(i), v1alpha1.StrategyRollout, mem)
+}
+
+// recommendationFor sets Deployment name's memory to mem (cpu kept at
+// baseCPU, requests equal to limits) with the given strategy.
+func recommendationFor(ns, name string, strategy v1alpha1.Strategy, mem string) *v1alpha1.RightsizingRecommendation {
 	return &v1alpha1.RightsizingRecommendation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1alpha1.RightsizingRecommendationSpec{
 			TargetRef: v1alpha1.TargetRef{APIVersion: "apps/v1", Kind: v1alpha1.KindDeployment, Name: name},
-			Strategy:  v1alpha1.StrategyRollout,
+			Strategy:  strategy,
 			Containers: []v1alpha1.ContainerResources{{
 				Name:     "app",
 				Requests: &v1alpha1.ResourceValues{CPU: quantity(baseCPU), Memory: quantity(mem)},
@@ -275,6 +294,27 @@ func populate(tb testing.TB, c client.Client, s *sim, workers int) {
 	tb.Logf("populated %d namespaces, %d nodes (%v), %d workloads, %d pods in %v: %.0f workloads/s, %.0f writes/s (%d workers)",
 		nsCount, s.m, nodesDone.Sub(start).Round(time.Millisecond), s.n, podCount.Load(), el.Round(time.Millisecond),
 		float64(s.n)/el.Seconds(), writes/el.Seconds(), workers)
+}
+
+// populateInPlace creates the in-place workload: a Deployment of
+// replicas pods in namespace ns(0), spread over the nodes one a node
+// (round robin), Running as populate's are.
+func populateInPlace(tb testing.TB, c client.Client, s *sim, replicas int) {
+	tb.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	dep := deploymentNamed(s.ns(0), inPlaceName, replicas)
+	require.NoError(tb, c.Create(ctx, dep))
+	names := make([]string, replicas)
+	s.inPlaceNodes = make([]int, replicas)
+	for k := range replicas {
+		j := (k*7 + 3) % s.m // not the probes' nodes first
+		s.inPlaceNodes[k], names[k] = j, s.nodes[j]
+	}
+	uids, err := replicaSetAndPods(ctx, c, dep, names)
+	require.NoError(tb, err)
+	s.inPlacePods = uids
+	tb.Logf("in-place workload %s/%s: %d pods in %v", dep.Namespace, dep.Name, replicas, time.Since(start).Round(time.Millisecond))
 }
 
 // identities creates the agents' and the leader's service accounts in

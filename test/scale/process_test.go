@@ -123,6 +123,8 @@ type leaderProc struct {
 	// pprofAddr is where a kerfpprof build serves /debug/pprof ("" when
 	// $KERF_SCALE_PROFILE is unset).
 	pprofAddr string
+	// metricsAddr serves the leader's /metrics.
+	metricsAddr string
 }
 
 // leaderArgs are what startLeader passes to every replica.
@@ -136,9 +138,10 @@ func startLeader(tb testing.TB, a leaderArgs, identity string) *leaderProc {
 	logPath := filepath.Join(a.dir, identity+".log")
 	logFile, err := os.Create(logPath)
 	require.NoError(tb, err)
+	metricsAddr := freeAddr(tb)
 	cmd := exec.Command(a.bin,
 		"--kubeconfig="+a.kubeconfig, "--namespace="+kerfNS, "--identity="+identity, "--lease-name=kerf-leader",
-		"--metrics-addr=127.0.0.1:0", "--webhook-addr=",
+		"--metrics-addr="+metricsAddr, "--webhook-addr=",
 		"--stream-addr="+a.streamAddr, "--stream-cert-dir="+a.certDir,
 		"--agent-audience="+audience, "--agent-service-account="+agentSA)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -148,7 +151,7 @@ func startLeader(tb testing.TB, a leaderArgs, identity string) *leaderProc {
 		cmd.Env = append(os.Environ(), "KERF_LEADER_PPROF_ADDR="+pprofAddr)
 	}
 	require.NoError(tb, cmd.Start())
-	p := &leaderProc{cmd: cmd, done: make(chan struct{}), logPath: logPath, started: time.Now(), pprofAddr: pprofAddr}
+	p := &leaderProc{cmd: cmd, done: make(chan struct{}), logPath: logPath, started: time.Now(), pprofAddr: pprofAddr, metricsAddr: metricsAddr}
 	go func() { p.err = cmd.Wait(); _ = logFile.Close(); close(p.done) }()
 	tb.Cleanup(func() { p.stop(tb) })
 	return p
@@ -254,16 +257,28 @@ func (p *leaderProc) heapProfile(tb testing.TB, name string) {
 	tb.Logf("the leader's heap profile: %s (go tool pprof -sample_index=inuse_space %s)", path, path)
 }
 
-// apiMetric sums the apiserver's samples of metric name whose labels
-// contain every one of labels (`key="value"`), from its /metrics.
-func apiMetric(ctx context.Context, cs kubernetes.Interface, name string, labels ...string) (float64, error) {
-	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+// metric sums the leader's samples of metric name (any labels) from its
+// /metrics.
+func (p *leaderProc) metric(name string) (float64, error) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + p.metricsAddr + "/metrics")
 	if err != nil {
-		return 0, fmt.Errorf("read the apiserver's /metrics: %w", err)
+		return 0, fmt.Errorf("read the leader's /metrics: %w", err)
 	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return 0, fmt.Errorf("read the leader's /metrics: %w", err)
+	}
+	return sumMetric(string(raw), name)
+}
+
+// sumMetric sums the samples of metric name in a Prometheus text
+// exposition whose labels contain every one of labels.
+func sumMetric(raw, name string, labels ...string) (float64, error) {
 	var sum float64
-	for line := range strings.SplitSeq(string(raw), "\n") {
-		if !strings.HasPrefix(line, name+"{") {
+	for line := range strings.SplitSeq(raw, "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
 			continue
 		}
 		ok := true
@@ -282,11 +297,30 @@ func apiMetric(ctx context.Context, cs kubernetes.Interface, name string, labels
 	return sum, nil
 }
 
+// apiMetric sums the apiserver's samples of metric name whose labels
+// contain every one of labels (`key="value"`), from its /metrics.
+func apiMetric(ctx context.Context, cs kubernetes.Interface, name string, labels ...string) (float64, error) {
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the apiserver's /metrics: %w", err)
+	}
+	return sumMetric(string(raw), name, labels...)
+}
+
 // leaderRequests is how many requests of the leader the apiserver has
 // dispatched: its FlowSchema's counter.
 func leaderRequests(tb testing.TB, cs kubernetes.Interface) float64 {
 	tb.Helper()
 	v, err := apiMetric(context.Background(), cs, "apiserver_flowcontrol_dispatched_requests_total", `flow_schema="`+leaderFlowSchema+`"`)
+	require.NoError(tb, err)
+	return v
+}
+
+// resizeRequests is how many pods/resize requests the apiserver has
+// served (any verb, any code).
+func resizeRequests(tb testing.TB, cs kubernetes.Interface) float64 {
+	tb.Helper()
+	v, err := apiMetric(context.Background(), cs, "apiserver_request_total", `resource="pods"`, `subresource="resize"`)
 	require.NoError(tb, err)
 	return v
 }
@@ -303,8 +337,10 @@ func tokenReviews(tb testing.TB, cs kubernetes.Interface) float64 {
 // each, with its node's bound token, over TLS to the leader's stream.
 type agents struct {
 	clients []*agentstream.Client
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// regs are the clients' metrics registries, by node.
+	regs   []*prometheus.Registry
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // nodeIP is node j's own loopback address, 127.1.x.y with y in 1..250
@@ -326,14 +362,15 @@ func startAgents(tb testing.TB, s *sim, addr string, pool *x509.CertPool, tokens
 	running := make(chan struct{}, s.m)
 	for j := range s.m {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: nodeIP(j)}}
+		reg := prometheus.NewRegistry()
 		c, err := agentstream.NewClient(agentstream.Config{
 			Addr: addr, TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 			TokenFile: tokens[j], NodeName: s.nodes[j], OOMSource: "bpf",
-			Registerer: prometheus.NewRegistry(), Log: log,
+			Registerer: reg, Log: log,
 			Dial: func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) },
 		})
 		require.NoError(tb, err)
-		a.clients = append(a.clients, c)
+		a.clients, a.regs = append(a.clients, c), append(a.regs, reg)
 		go func() { _ = c.Run(ctx); running <- struct{}{} }()
 	}
 	go func() {
@@ -357,6 +394,26 @@ func (a *agents) connected() int {
 		}
 	}
 	return n
+}
+
+// bufferedOOM is how many OOM events the agents keep until the leader
+// acknowledges them: the sum of node/stream's
+// kerf_agent_stream_buffered_oom_events over the clients.
+func (a *agents) bufferedOOM(tb testing.TB) int {
+	tb.Helper()
+	n := 0.0
+	for _, reg := range a.regs {
+		mfs, err := reg.Gather()
+		require.NoError(tb, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "kerf_agent_stream_buffered_oom_events" {
+				for _, m := range mf.GetMetric() {
+					n += m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return int(n)
 }
 
 // waitConnected waits until every agent is connected, and returns how
@@ -389,6 +446,10 @@ func sendCounters(ctx context.Context, s *sim, a *agents, interval time.Duration
 			j := s.podNode[i][k]
 			byNode[j] = append(byNode[j], report.ContainerKey{PodUID: string(uid), Name: "app"})
 		}
+	}
+	for k, uid := range s.inPlacePods {
+		j := s.inPlaceNodes[k]
+		byNode[j] = append(byNode[j], report.ContainerKey{PodUID: string(uid), Name: "app"})
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()

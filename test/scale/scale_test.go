@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -182,6 +183,16 @@ func (u *usage) over(from, to time.Time, win time.Duration) (mean, peak float64)
 	return mean, peak
 }
 
+// harnessCPU is this process's user+sys CPU time so far: the harness's,
+// its 1,000 agents' clients included.
+func harnessCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func percentile(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {
 		return 0
@@ -201,12 +212,17 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	m := envInt(b, "KERF_SCALE_NODES", 1000)
 	workers := envInt(b, "KERF_SCALE_WORKERS", 8)
 	probes := min(envInt(b, "KERF_SCALE_OOMS", 50), n/2)
+	outage := min(envInt(b, "KERF_SCALE_OUTAGE_OOMS", 20), (n-probes)/2)
+	inPlaceReplicas := envInt(b, "KERF_SCALE_INPLACE_REPLICAS", 100)
+	// The probes are workloads [0, probes), the outage probes [probes,
+	// first), the wave the rest.
+	first := probes + outage
 	probeGap := envDuration(b, "KERF_SCALE_OOM_GAP", 250*time.Millisecond)
 	sampleEvery := envDuration(b, "KERF_SCALE_SAMPLE_INTERVAL", 10*time.Second)
 	waveTimeout := envDuration(b, "KERF_SCALE_WAVE_TIMEOUT", 15*time.Minute)
 	idle := envDuration(b, "KERF_SCALE_IDLE", 20*time.Second)
-	b.Logf("workloads %d, nodes %d, harness workers %d, OOM probes %d every %v, counters every %v",
-		n, m, workers, probes, probeGap, sampleEvery)
+	b.Logf("workloads %d, nodes %d, harness workers %d, OOM probes %d every %v, outage OOM probes %d, in-place replicas %d, counters every %v",
+		n, m, workers, probes, probeGap, outage, inPlaceReplicas, sampleEvery)
 
 	cp := controlplane.StartForTest(b)
 	c, cs := fastClient(b, cp.Config)
@@ -217,6 +233,8 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	s := &sim{n: n, m: m}
 	leaderKubeconfig := identities(b, c, cs, cp.Config, dir)
 	populate(b, c, s, workers)
+	populateInPlace(b, c, s, inPlaceReplicas)
+	resizes := kubeletResizes(ctx, b, c, s.ns(0), inPlaceName, inPlaceReplicas)
 	tokens := agentTokens(b, c, cs, s, dir, workers)
 	caPool := streamCert(b, dir)
 	args := leaderArgs{bin: buildLeader(b, dir), kubeconfig: leaderKubeconfig, streamAddr: freeAddr(b), certDir: dir, dir: dir}
@@ -230,13 +248,13 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	b.Logf("leader start → %d agents connected: %v", m, tConnect.Round(time.Millisecond))
 	go sendCounters(ctx, s, ag, sampleEvery)
 
-	// The OOM probes: the first workloads' changes are applied and
-	// watched, and a pod of the new template runs on its node.
+	// The OOM probes (and the outage probes of the connect storm): the
+	// first workloads' changes are applied and watched, and a pod of the
+	// new template runs on its node.
 	probeStart := time.Now()
-	for i := range probes {
+	for i := range first {
 		require.NoError(b, c.Create(ctx, recommendation(s.ns(i), i, waveMem)))
 	}
-	probePod := make([]types.UID, probes)
 	require.Eventually(b, func() bool {
 		leader.alive(b)
 		var l v1alpha1.RightsizingRecommendationList
@@ -247,10 +265,11 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 				watching++
 			}
 		}
-		return watching >= probes
+		return watching >= first
 	}, waveTimeout, 200*time.Millisecond, "the probes' changes were never all watched")
-	b.Logf("%d probe changes applied and watched in %v", probes, time.Since(probeStart).Round(time.Millisecond))
-	require.NoError(b, pool(ctx, probes, workers, func(ctx context.Context, i int) error {
+	b.Logf("%d probe changes applied and watched in %v", first, time.Since(probeStart).Round(time.Millisecond))
+	probePod := make([]types.UID, first)
+	require.NoError(b, pool(ctx, first, workers, func(ctx context.Context, i int) error {
 		var dep appsv1.Deployment
 		if err := c.Get(ctx, client.ObjectKey{Namespace: s.ns(i), Name: workloadName(i)}, &dep); err != nil {
 			return err
@@ -273,14 +292,18 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	b.Logf("idle %v: CPU %.0f mCPU, RSS %.0f MiB, %.1f requests/s", idle, idleCPU*1000, float64(idleRSS)/(1<<20), (reqIdle1-reqIdle0)/idleTo.Sub(idleFrom).Seconds())
 	leader.heapProfile(b, "leader-heap-"+strconv.Itoa(n)+".pb.gz")
 
-	// The wave: a recommendation for every other workload at once, and
-	// the probes' OOM kills while it runs.
-	wave := n - probes
-	waveFrom, reqWave0 := time.Now(), leaderRequests(b, cs)
+	// The wave: a recommendation for every other workload at once, the
+	// in-place workload's (strategy InPlace: the leader resizes its pods)
+	// first, and the probes' OOM kills while it runs.
+	wave := n - first
+	waveFrom, reqWave0, resize0, harness0 := time.Now(), leaderRequests(b, cs), resizeRequests(b, cs), harnessCPU()
+	inPlaceRec := recommendationFor(s.ns(0), inPlaceName, v1alpha1.StrategyInPlace, inPlaceMem)
+	require.NoError(b, c.Create(ctx, inPlaceRec))
+	inPlaceAt := time.Now()
 	created := make(chan error, 1)
 	go func() {
 		created <- pool(ctx, wave, workers, func(ctx context.Context, k int) error {
-			i := probes + k
+			i := first + k
 			return c.Create(ctx, recommendation(s.ns(i), i, waveMem))
 		})
 	}()
@@ -294,25 +317,40 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	}
 	require.NoError(b, <-created)
 	createdAt := time.Now()
+	var inPlaceDoneAt time.Time // the in-place change's phase left Applying
+	var inPlacePhase v1alpha1.Phase
+	var inPlaceMsg string
 	for {
 		leader.alive(b)
 		applied, restored := deps.counts()
-		if applied >= n && restored >= probes {
+		if inPlaceDoneAt.IsZero() {
+			var r v1alpha1.RightsizingRecommendation
+			if err := c.Get(ctx, client.ObjectKeyFromObject(inPlaceRec), &r); err == nil {
+				switch r.Status.Phase {
+				case v1alpha1.PhaseApplied, v1alpha1.PhaseWatching, v1alpha1.PhaseHealthy, v1alpha1.PhaseRolledBack,
+					v1alpha1.PhaseFailed, v1alpha1.PhaseBlocked:
+					inPlaceDoneAt, inPlacePhase, inPlaceMsg = time.Now(), r.Status.Phase, r.Status.Message
+				}
+			}
+		}
+		if applied >= n && restored >= probes && !inPlaceDoneAt.IsZero() {
 			break
 		}
 		if time.Since(waveFrom) > waveTimeout {
-			b.Logf("wave timeout %v: %d of %d applied, %d of %d probes rolled back", waveTimeout, applied-probes, wave, restored, probes)
+			seen, held := resizes.counts()
+			b.Logf("wave timeout %v: %d of %d applied, %d of %d probes rolled back, %d of %d pods resized (%d taken hold)",
+				waveTimeout, applied-first, wave, restored, probes, seen, inPlaceReplicas, held)
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	waveTo, reqWave1 := time.Now(), leaderRequests(b, cs)
+	waveTo, reqWave1, resize1, harness1 := time.Now(), leaderRequests(b, cs), resizeRequests(b, cs), harnessCPU()
 	_, peakRSS := leader.memory()
 	waveRSS, _ := leader.memory()
 	waveCPU, peakCPU := u.over(waveFrom, waveTo, 10*time.Second)
 
 	var applyTimes []time.Time
-	for i := probes; i < n; i++ {
+	for i := first; i < n; i++ {
 		if a, _ := deps.at(i); !a.IsZero() {
 			applyTimes = append(applyTimes, a)
 		}
@@ -334,26 +372,95 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 			continue
 		}
 		lat = append(lat, float64(r.Sub(sent[i]).Microseconds())/1000)
-		if appliedAtSend[i]-probes < wave {
+		if appliedAtSend[i]-first < wave {
 			during++
 		}
 	}
+	// The in-place apply: from its recommendation's creation until every
+	// pod's spec carries the new memory (the harness's pod watch), until
+	// the harness, as the kubelet, wrote every pod's resized status, and
+	// until the leader recorded the outcome; and the probes whose OOM kill
+	// was sent while the resizes ran.
+	seenN, heldN := resizes.counts()
+	firstResize, lastResize, lastHeld := resizes.span()
+	resizeReqs := resize1 - resize0
+	writes, conflicts, failures := resizes.writeCounts()
+	inPlaceEnd := lastResize
+	if seenN < inPlaceReplicas || inPlaceEnd.IsZero() {
+		inPlaceEnd = waveTo
+	}
+	var resizeRate float64
+	if seenN > 1 && lastResize.After(firstResize) {
+		resizeRate = float64(seenN-1) / lastResize.Sub(firstResize).Seconds()
+	}
+	// The probes' latencies while the resizes ran and after the last one.
+	var latDuring, latAfter []float64
+	for i := range probes {
+		_, r := deps.at(i)
+		if r.IsZero() || sent[i].Before(inPlaceAt) {
+			continue
+		}
+		l := float64(r.Sub(sent[i]).Microseconds()) / 1000
+		if sent[i].After(inPlaceEnd) {
+			latAfter = append(latAfter, l)
+		} else {
+			latDuring = append(latDuring, l)
+		}
+	}
+	slices.Sort(latDuring)
+	slices.Sort(latAfter)
 	slices.Sort(lat)
 	reqRate := (reqWave1 - reqWave0) / waveTo.Sub(waveFrom).Seconds()
 	b.Logf("wave of %d: created in %v, %d applied by %v (%.1f applied/s, peak %.0f in one second)",
 		wave, createdAt.Sub(waveFrom).Round(time.Millisecond), len(applyTimes), waveTo.Sub(waveFrom).Round(time.Millisecond), applyRate, peakApplyRate)
-	b.Logf("leader during the wave: CPU mean %.0f mCPU, peak (10 s) %.0f mCPU; RSS %.0f MiB, peak %.0f MiB; %.1f apiserver requests/s",
-		waveCPU*1000, peakCPU*1000, float64(waveRSS)/(1<<20), float64(peakRSS)/(1<<20), reqRate)
+	b.Logf("leader during the wave: CPU mean %.0f mCPU, peak (10 s) %.0f mCPU; RSS %.0f MiB, peak %.0f MiB; %.1f apiserver requests/s; the harness's own CPU %.0f mCPU",
+		waveCPU*1000, peakCPU*1000, float64(waveRSS)/(1<<20), float64(peakRSS)/(1<<20), reqRate,
+		1000*(harness1-harness0).Seconds()/waveTo.Sub(waveFrom).Seconds())
 	b.Logf("OOM kill → rollback write seen: %d of %d probes (%d sent while the wave was still applying): p50 %.1f ms, p99 %.1f ms, max %.1f ms",
 		len(lat), probes, during, percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 1))
+	since := func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return t.Sub(inPlaceAt).Round(time.Millisecond).String()
+	}
+	inPlaceAll := "not all"
+	if seenN >= inPlaceReplicas {
+		inPlaceAll = since(lastResize)
+	}
+	heldAll := "not all"
+	if heldN >= inPlaceReplicas {
+		heldAll = since(lastHeld)
+	}
+	b.Logf("in-place apply of %d replicas: %d pods resized (spec) after %s, %d taken hold (status written as the kubelet would) after %s, the leader recorded %q after %s; %.0f pods/resize requests (%.1f resizes/s seen from the first to the last; harness status writes %d, %d conflicts, %d failed)",
+		inPlaceReplicas, seenN, inPlaceAll, heldN, heldAll, inPlacePhase, since(inPlaceDoneAt), resizeReqs, resizeRate,
+		writes, conflicts, failures)
+	if inPlacePhase == v1alpha1.PhaseFailed || inPlacePhase == v1alpha1.PhaseBlocked {
+		b.Logf("in-place apply ended %s: %s", inPlacePhase, inPlaceMsg)
+	}
+	b.Logf("OOM kill → rollback write seen, probes sent while the in-place apply resized: %d, p50 %.1f ms, max %.1f ms; sent after its last resize: %d, p50 %.1f ms, max %.1f ms",
+		len(latDuring), percentile(latDuring, 0.5), percentile(latDuring, 1), len(latAfter), percentile(latAfter, 0.5), percentile(latAfter, 1))
 
 	// The connect storm: the leader restarts; every agent reconnects.
+	// While no leader runs, the outage probes' agents record an OOM kill
+	// each: node/stream's client keeps it until a leader acknowledges it.
 	tr0 := tokenReviews(b, cs)
 	stopAt := time.Now()
 	leader.stop(b)
 	for ag.connected() > 0 && time.Since(stopAt) < 30*time.Second {
 		time.Sleep(20 * time.Millisecond)
 	}
+	restoredBefore := 0
+	for i := probes; i < first; i++ {
+		if _, r := deps.at(i); !r.IsZero() {
+			restoredBefore++
+		}
+	}
+	buffered0 := ag.bufferedOOM(b)
+	for i := probes; i < first; i++ {
+		ag.clients[s.podNode[i][0]].OOM(oom.Kill{Source: "bpf", Time: time.Now(), Count: 1, Comm: "app"}, string(probePod[i]), "app")
+	}
+	buffered := ag.bufferedOOM(b) - buffered0
 	restart := time.Now()
 	leader2 := startLeader(b, args, "scale-2")
 	var leadAt time.Time
@@ -370,6 +477,36 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	}()
 	tStorm := ag.waitConnected(b, leader2, 15*time.Minute)
 	trs := tokenReviews(b, cs) - tr0
+	// The outage's events are counted when their changes are rolled back.
+	var countedAt []time.Time
+	for {
+		countedAt = countedAt[:0]
+		for i := probes; i < first; i++ {
+			if _, r := deps.at(i); r.After(restart) {
+				countedAt = append(countedAt, r)
+			}
+		}
+		if len(countedAt) >= outage || time.Since(restart) > waveTimeout {
+			break
+		}
+		leader2.alive(b)
+		time.Sleep(100 * time.Millisecond)
+	}
+	slices.SortFunc(countedAt, func(a, b time.Time) int { return a.Compare(b) })
+	countedIn := "not all"
+	var countedS float64
+	if len(countedAt) >= outage && outage > 0 {
+		countedIn = countedAt[len(countedAt)-1].Sub(restart).Round(time.Millisecond).String()
+		countedS = countedAt[len(countedAt)-1].Sub(restart).Seconds()
+	}
+	stillBuffered := ag.bufferedOOM(b)
+	leaderCounter := func(name string) float64 {
+		v, err := leader2.metric(name)
+		if err != nil {
+			b.Logf("%s: %v", name, err)
+		}
+		return v
+	}
 	_, storm2RSS := leader2.memory()
 	leadIn := "not seen"
 	if !leadAt.IsZero() {
@@ -377,6 +514,11 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	}
 	b.Logf("connect storm: leader restarted (stop took %v); Lease held after %s; all %d agents back after %v; %.0f TokenReviews; new leader's peak RSS %.0f MiB",
 		restart.Sub(stopAt).Round(time.Millisecond), leadIn, m, tStorm.Round(time.Millisecond), trs, float64(storm2RSS)/(1<<20))
+	b.Logf("connect storm: events buffered during the outage: %d (OOM kills recorded: %d, of outage probes rolled back before it: %d), counted by the new leader: %d (their rollbacks written), time until counted: %s after the restart; agents' buffered OOM events left: %d; the new leader's kerf_stream_oom_events: resent %.0f, pending %.0f, pending counted %.0f, expired %.0f; dropped reports %.0f",
+		buffered, outage, restoredBefore, len(countedAt), countedIn, stillBuffered,
+		leaderCounter("kerf_stream_oom_events_resent_total"), leaderCounter("kerf_stream_oom_events_pending"),
+		leaderCounter("kerf_stream_oom_events_pending_counted_total"), leaderCounter("kerf_stream_oom_events_expired_total"),
+		leaderCounter("kerf_stream_dropped_reports_total"))
 
 	b.ReportMetric(waveCPU*1000, "wave-mCPU")
 	b.ReportMetric(peakCPU*1000, "peak-mCPU")
@@ -385,6 +527,19 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	b.ReportMetric(reqRate, "requests/s")
 	b.ReportMetric(percentile(lat, 0.5), "oom-rollback-p50-ms")
 	b.ReportMetric(percentile(lat, 0.99), "oom-rollback-p99-ms")
+	b.ReportMetric(secondsSince(lastResize, inPlaceAt, seenN >= inPlaceReplicas), "inplace-resized-s")
+	b.ReportMetric(resizeRate, "resizes/s")
 	b.ReportMetric(tStorm.Seconds(), "storm-s")
+	b.ReportMetric(float64(buffered), "storm-buffered-ooms")
+	b.ReportMetric(float64(len(countedAt)), "storm-counted-ooms")
+	b.ReportMetric(countedS, "storm-counted-s")
 	b.ReportMetric(trs, "storm-tokenreviews")
+}
+
+// secondsSince is t - from in seconds when ok, else 0.
+func secondsSince(t, from time.Time, ok bool) float64 {
+	if !ok || t.IsZero() {
+		return 0
+	}
+	return t.Sub(from).Seconds()
 }
