@@ -54,6 +54,11 @@ type outcome struct {
 	// it returned) are emitted and its state is mirrored on the workload.
 	rollbackChanged bool
 	backoff         []string
+	// mirrorLater leaves the mirror to the caller (mirrorPending): a
+	// breach's, written after the restore, whose template patch it would
+	// otherwise precede and make conflict (the patch carries the
+	// resourceVersion the cache read).
+	mirrorLater bool
 	// hook, when set, is a test's hook (AfterRecord, AfterBreach) run once
 	// the outcome is written; when it stops the leader, record returns the
 	// context's error and the pass does nothing more.
@@ -109,7 +114,7 @@ func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 		a.Time = metav1.NewTime(c.now)
 		addHistory(rsr, a)
 	}
-	if err := c.r.Client.Status().Update(ctx, rsr); err != nil {
+	if err := c.writer().Status().Update(ctx, rsr); err != nil {
 		return fmt.Errorf("%s %s/%s: %w", o.doing, rsr.Namespace, rsr.Name, err)
 	}
 
@@ -127,8 +132,9 @@ func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 			typ, msg := policy.Describe(reason, st.Rollback)
 			c.r.Recorder.Eventf(rsr, nil, typ, reason, v1alpha1.EventActionBackoff, "%s", msg)
 		}
-		if err := c.annotate(ctx); err != nil {
-			c.r.Log.Error("mirror rollback state on the workload", "recommendation", rsr.Namespace+"/"+rsr.Name, "err", err)
+		c.mirrorPending = o.mirrorLater
+		if !o.mirrorLater {
+			c.mirror(ctx)
 		}
 	}
 	if o.action != nil {
@@ -163,6 +169,14 @@ func addHistory(rsr *v1alpha1.RightsizingRecommendation, a v1alpha1.Action) {
 	rsr.Status.History = h
 }
 
+// mirror writes status.rollback to the workload (annotate), logging a
+// failure.
+func (c *reconcileContext) mirror(ctx context.Context) {
+	if err := c.annotate(ctx); err != nil {
+		c.r.Log.Error("mirror rollback state on the workload", "recommendation", c.rsr.Namespace+"/"+c.rsr.Name, "err", err)
+	}
+}
+
 // annotate writes status.rollback to the workload's
 // kerf.dev/rollback-state annotation.
 func (c *reconcileContext) annotate(ctx context.Context) error {
@@ -182,7 +196,7 @@ func (c *reconcileContext) annotate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.r.Client.Patch(ctx, w, client.RawPatch(types.MergePatchType, patch))
+	return c.writer().Patch(ctx, w, client.RawPatch(types.MergePatchType, patch))
 }
 
 // recordRefusals records the values the recommender held back, as its
