@@ -293,3 +293,13 @@ func TestWorkersBelowOneAreRefused(t *testing.T) {
 	_, err := New(Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", Workers: -1}, &rest.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.ErrorContains(t, err, "workers (-1) must be at least 1")
 }
+
+// TestANegativeRollbackBudgetIsRefused: a negative Config.RollbackQPS or
+// RollbackBurst is an error naming the fields.
+func TestANegativeRollbackBudgetIsRefused(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	_, err := New(Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", RollbackQPS: -1}, &rest.Config{}, log)
+	require.ErrorContains(t, err, "rollback QPS (-1) and burst (0) must be positive")
+	_, err = New(Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", RollbackBurst: -2}, &rest.Config{}, log)
+	require.ErrorContains(t, err, "rollback QPS (0) and burst (-2) must be positive")
+}
