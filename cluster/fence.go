@@ -44,7 +44,9 @@ var ErrNotLeading = errors.New("not leading")
 //     read, but only one begun after each of them arrived (readLease);
 //     the local check runs again once the Lease is read.
 //
-// The Event recorder writes through the fence too (newRecorder).
+// The Event recorder writes through the fence too (newRecorder). The
+// rollbacks' client reads the Lease on a reader of its own (reader,
+// wrapReading), in its own budget.
 //
 // What is left is the moment between the live read and the write, which
 // the writes' own preconditions (resourceVersion) narrow further.
@@ -74,7 +76,7 @@ type fence struct {
 }
 
 // leaseReads reads the Lease live for the writes of one client budget,
-// sharing each read between the writes waiting for it (read). The
+// sharing each read between the writes waiting for it (readLease). The
 // rollbacks' writes have one of their own (docs/leader.md, "The clients
 // and their budgets"), so that they never wait behind the reads of the
 // applies' writes, nor in the applies' rate limiter.
@@ -88,7 +90,7 @@ type leaseReads struct {
 
 	// readMu guards reading and next: the live read in flight, and the
 	// one that begins once it ends, which every write arriving meanwhile
-	// waits for (read).
+	// waits for (readLease).
 	readMu  sync.Mutex
 	reading bool
 	next    *leaseRead
