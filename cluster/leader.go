@@ -175,6 +175,9 @@ type Leader struct {
 	// writer is the client whose writes it fences.
 	fence  *fence
 	writer client.Client
+	// rollbackWriter is the rollbacks' client (rollbackClients), fenced
+	// as writer is.
+	rollbackWriter client.Client
 }
 
 // The rollbacks' client budget by default (Config.RollbackQPS and
@@ -311,6 +314,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err != nil {
 		return nil, err
 	}
+	l.rollbackWriter = rollbackWriter
 
 	sig := cfg.Signals
 	if sig == nil {

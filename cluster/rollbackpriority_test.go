@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -302,4 +304,19 @@ func TestANegativeRollbackBudgetIsRefused(t *testing.T) {
 	require.ErrorContains(t, err, "rollback QPS (-1) and burst (0) must be positive")
 	_, err = New(Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", RollbackBurst: -2}, &rest.Config{}, log)
 	require.ErrorContains(t, err, "rollback QPS (0) and burst (-2) must be positive")
+}
+
+// TestTheRollbacksClientIsFenced: a replica that does not hold the Lease
+// writes nothing through the rollbacks' client either.
+func TestTheRollbacksClientIsFenced(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	l, err := New(Config{Namespace: ns, LeaseName: "kerf-leader", Identity: "a", WatchNamespaces: []string{ns}},
+		rest.CopyConfig(controlplane.Get(t).Config), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	err = l.rollbackWriter.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unfenced"}})
+	require.ErrorIs(t, err, ErrNotLeading)
+	assert.Equal(t, 1.0, testutil.ToFloat64(l.fence.refused))
+	var cm corev1.ConfigMap
+	assert.True(t, apierrors.IsNotFound(c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "unfenced"}, &cm)), "the write never reached the apiserver")
 }
