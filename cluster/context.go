@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/apply"
 	"github.com/kerf-dev/kerf/cluster/policy"
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
@@ -28,6 +29,12 @@ type reconcileContext struct {
 	resolved *policy.Resolved
 	// now is the pass's one clock reading.
 	now time.Time
+	// rollingBack is set once the pass decides or finishes a rollback:
+	// from then on its writes go through the rollbacks' client (writer).
+	rollingBack bool
+	// mirrorPending says a breach's backoff state is not mirrored on the
+	// workload yet: its mirror waits for the restore (breach).
+	mirrorPending bool
 
 	// The workload and its pods, filled by loadWorkload.
 	workloadRead, podsRead bool
@@ -55,6 +62,23 @@ func (r *RecommendationReconciler) newContext(ctx context.Context, req ctrl.Requ
 	}
 	c.resolved = resolved
 	return c, nil
+}
+
+// writer is the client the pass writes with: the rollbacks' once it
+// rolls back (RecommendationReconciler.RollbackClient), else Client.
+func (c *reconcileContext) writer() client.Client {
+	if c.rollingBack && c.r.RollbackClient != nil {
+		return c.r.RollbackClient
+	}
+	return c.r.Client
+}
+
+// applier is the applier the pass writes with, as writer.
+func (c *reconcileContext) applier() *apply.Applier {
+	if c.rollingBack && c.r.Rollbacks != nil {
+		return c.r.Rollbacks
+	}
+	return c.r.Applier
 }
 
 // resolvePolicy finds the policy that governs the recommendation's

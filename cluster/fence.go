@@ -44,7 +44,9 @@ var ErrNotLeading = errors.New("not leading")
 //     read, but only one begun after each of them arrived (readLease);
 //     the local check runs again once the Lease is read.
 //
-// The Event recorder writes through the fence too (newRecorder).
+// The Event recorder writes through the fence too (newRecorder). The
+// rollbacks' client reads the Lease on a reader of its own (reader,
+// wrapReading), in its own budget.
 //
 // What is left is the moment between the live read and the write, which
 // the writes' own preconditions (resourceVersion) narrow further.
@@ -52,11 +54,13 @@ type fence struct {
 	identity string
 	// valid is how long a renew keeps writes allowed: the renew deadline.
 	valid time.Duration
-	// leases reads the Lease (name) live; nil skips the live check.
-	leases  coordinationv1client.LeaseInterface
-	name    string
+	// lease names the Lease.
+	lease string
+	// leaseReads reads the Lease live for the writes wrap fences; a
+	// budget of its own (reader) has its own.
+	*leaseReads
 	refused prometheus.Counter
-	// reads counts the live reads of the Lease.
+	// reads counts the live reads of the Lease, by every reader.
 	reads prometheus.Counter
 	log   *slog.Logger
 
@@ -65,21 +69,35 @@ type fence struct {
 	// (newRecorder).
 	recorder events.EventRecorder
 
-	// readMu guards reading and next: the live read in flight, and the
-	// one that begins once it ends, which every write arriving meanwhile
-	// waits for (readLease).
-	readMu  sync.Mutex
-	reading bool
-	next    *leaseRead
-
 	// renewed is when the newest successful renew (or acquisition) by
 	// this identity was sent, with its monotonic reading; zero when the
 	// replica does not hold the Lease.
 	renewed time.Time
 }
 
+// leaseReads reads the Lease live for the writes of one client budget,
+// sharing each read between the writes waiting for it (readLease). The
+// rollbacks' writes have one of their own (docs/leader.md, "The clients
+// and their budgets"), so that they never wait behind the reads of the
+// applies' writes, nor in the applies' rate limiter.
+type leaseReads struct {
+	// leases reads the Lease (name) live; nil skips the live check.
+	leases coordinationv1client.LeaseInterface
+	name   string
+	// timeout bounds one read: the renew deadline.
+	timeout time.Duration
+	count   prometheus.Counter
+
+	// readMu guards reading and next: the live read in flight, and the
+	// one that begins once it ends, which every write arriving meanwhile
+	// waits for (readLease).
+	readMu  sync.Mutex
+	reading bool
+	next    *leaseRead
+}
+
 func newFence(identity string, valid time.Duration, leases coordinationv1client.LeaseInterface, name string, reg prometheus.Registerer, log *slog.Logger) *fence {
-	f := &fence{identity: identity, valid: valid, leases: leases, name: name, log: log,
+	f := &fence{identity: identity, valid: valid, lease: name, log: log,
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kerf_leader_fenced_writes_total",
 			Help: "Writes the leader refused to send because it could not show it still held the Lease (renewed within the renew deadline, and named its holder when read).",
@@ -89,7 +107,16 @@ func newFence(identity string, valid time.Duration, leases coordinationv1client.
 		Help: "Live reads of the Lease by the fence: one per write, or fewer when writes arrive together and share one read begun after all of them.",
 	})
 	reg.MustRegister(f.refused, f.reads)
+	f.leaseReads = f.reader(leases)
 	return f
+}
+
+// reader returns a reader of the Lease through leases (nil: no live
+// check) for the writes of another budget than the fence's own: its reads
+// are shared only between that budget's writes, and are counted with the
+// fence's.
+func (f *fence) reader(leases coordinationv1client.LeaseInterface) *leaseReads {
+	return &leaseReads{leases: leases, name: f.lease, timeout: f.valid, count: f.reads}
 }
 
 // leaseRead is one live read of the Lease, shared by the writes that
@@ -107,17 +134,17 @@ type leaseRead struct {
 // for the next one, which begins as soon as the one in flight ends. One
 // write at a time costs one read each; n writes arriving together cost
 // at most two.
-func (f *fence) readLease(ctx context.Context) (*coordinationv1.Lease, error) {
-	f.readMu.Lock()
-	r := f.next
+func (l *leaseReads) readLease(ctx context.Context) (*coordinationv1.Lease, error) {
+	l.readMu.Lock()
+	r := l.next
 	if r == nil {
 		r = &leaseRead{done: make(chan struct{})}
-		f.next = r
-		if !f.reading {
-			f.beginRead()
+		l.next = r
+		if !l.reading {
+			l.beginRead()
 		}
 	}
-	f.readMu.Unlock()
+	l.readMu.Unlock()
 	select {
 	case <-r.done:
 		return r.lease, r.err
@@ -129,20 +156,20 @@ func (f *fence) readLease(ctx context.Context) (*coordinationv1.Lease, error) {
 // beginRead sends the next read; readMu is held. The read has its own
 // deadline, not a write's context: one write giving up does not fail the
 // others.
-func (f *fence) beginRead() {
-	r := f.next
-	f.next, f.reading = nil, true
-	f.reads.Inc()
+func (l *leaseReads) beginRead() {
+	r := l.next
+	l.next, l.reading = nil, true
+	l.count.Inc()
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), f.valid)
-		r.lease, r.err = f.leases.Get(ctx, f.name, metav1.GetOptions{})
+		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+		r.lease, r.err = l.leases.Get(ctx, l.name, metav1.GetOptions{})
 		cancel()
 		close(r.done)
-		f.readMu.Lock()
-		defer f.readMu.Unlock()
-		f.reading = false
-		if f.next != nil {
-			f.beginRead()
+		l.readMu.Lock()
+		defer l.readMu.Unlock()
+		l.reading = false
+		if l.next != nil {
+			l.beginRead()
 		}
 	}()
 }
@@ -178,12 +205,12 @@ func (f *fence) held() (age time.Duration, ok bool) {
 }
 
 // check returns nil when a write may be sent, else an ErrNotLeading,
-// logged and counted.
-func (f *fence) check(ctx context.Context, what string) error {
+// logged and counted. reads reads the Lease live.
+func (f *fence) check(ctx context.Context, what string, reads *leaseReads) error {
 	age, ok := f.held()
 	why := fmt.Sprintf("last renew %s ago, renew deadline %s", age.Truncate(time.Millisecond), f.valid)
-	if ok && f.leases != nil {
-		lease, err := f.readLease(ctx)
+	if ok && reads.leases != nil {
+		lease, err := reads.readLease(ctx)
 		switch {
 		case err != nil:
 			ok, why = false, "read the Lease: "+err.Error()
@@ -207,18 +234,27 @@ func (f *fence) check(ctx context.Context, what string) error {
 	return fmt.Errorf("%s: %w (%s)", what, ErrNotLeading, why)
 }
 
-// wrap fences every mutating request of a transport: reads pass.
+// wrap fences every mutating request of a transport, reading the Lease
+// with the fence's own reader: reads pass.
 func (f *fence) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		switch req.Method {
-		case http.MethodGet, http.MethodHead, http.MethodOptions:
-		default:
-			if err := f.check(req.Context(), req.Method+" "+req.URL.Path); err != nil {
-				return nil, err
+	return f.wrapReading(f.leaseReads)(rt)
+}
+
+// wrapReading is wrap for a budget of its own, whose writes read the
+// Lease with reads (reader).
+func (f *fence) wrapReading(reads *leaseReads) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			switch req.Method {
+			case http.MethodGet, http.MethodHead, http.MethodOptions:
+			default:
+				if err := f.check(req.Context(), req.Method+" "+req.URL.Path, reads); err != nil {
+					return nil, err
+				}
 			}
-		}
-		return rt.RoundTrip(req)
-	})
+			return rt.RoundTrip(req)
+		})
+	}
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)

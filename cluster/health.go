@@ -179,8 +179,13 @@ func (c *reconcileContext) healthy(ctx context.Context, v healthwatch.Verdict) (
 // breach marks the recommendation RolledBack, conditional on its
 // resourceVersion, before anything is restored: from then on the webhook
 // gives the values to no new pod, and of two leaders only one decides.
+// The restore is the next write; the workload's mirror of the backoff
+// state comes after it (the restore's record writes it, or, when the
+// restore did not finish, breach). Every write of the rollback goes
+// through the rollbacks' client (rollingBack).
 func (c *reconcileContext) breach(ctx context.Context, v healthwatch.Verdict) (ctrl.Result, error) {
 	rsr := c.rsr
+	c.rollingBack = true
 	// The values to put back are decided now and recorded with the
 	// breach, so the workload's annotation shows them while the rollback
 	// runs and backs off, and a leader that takes over restores the same.
@@ -201,13 +206,17 @@ func (c *reconcileContext) breach(ctx context.Context, v healthwatch.Verdict) (c
 			st.Breach = &v1alpha1.Breach{Reason: v.Reason, At: metav1.NewTime(c.now), Resources: v.Restore, Figures: v.Figures}
 		},
 		conditions:      []metav1.Condition{newCondition(v1alpha1.ConditionHealthWatch, metav1.ConditionFalse, v.Reason, v.Message)},
-		rollbackChanged: true, backoff: evs,
+		rollbackChanged: true, backoff: evs, mirrorLater: true,
 		hook: c.r.AfterBreach,
 	})
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return c.restore(ctx)
+	res, err := c.restore(ctx)
+	if c.mirrorPending {
+		c.mirror(ctx)
+	}
+	return res, err
 }
 
 // restore puts the breached resources back and records the rollback once,
@@ -218,6 +227,7 @@ func (c *reconcileContext) breach(ctx context.Context, v healthwatch.Verdict) (c
 // the default guardrails for the cooldown and the backoff.
 func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 	rsr := c.rsr
+	c.rollingBack = true
 	b, change := rsr.Status.Breach, rsr.Status.Change
 	if change == nil {
 		// A breach without its change (left by an older leader): nothing
@@ -231,7 +241,7 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 	if err != nil {
 		return c.restoreFailed(ctx, err)
 	}
-	res, err := c.r.Applier.Restore(ctx, rsr, change, values, b.Resources)
+	res, err := c.applier().Restore(ctx, rsr, change, values, b.Resources)
 	gone := ""
 	if err != nil {
 		if !c.workloadGone(ctx, err) {

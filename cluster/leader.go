@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -107,6 +108,13 @@ type Config struct {
 	// Workers is how many recommendations the leader reconciles at once
 	// (the controller's MaxConcurrentReconciles); 0 means DefaultWorkers.
 	Workers int
+	// RollbackQPS and RollbackBurst are the rate limit of the rollbacks'
+	// own client (a breach's status, the restore, and the Lease reads
+	// that fence them), which no other write uses: a wave of applies
+	// never spends it (docs/leader.md, "The clients and their budgets").
+	// Zero means DefaultRollbackQPS and DefaultRollbackBurst.
+	RollbackQPS   float32
+	RollbackBurst int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// AfterRecord and AfterBreach are passed to the reconciler (tests only).
@@ -167,7 +175,19 @@ type Leader struct {
 	// writer is the client whose writes it fences.
 	fence  *fence
 	writer client.Client
+	// rollbackWriter is the rollbacks' client (rollbackClients), fenced
+	// as writer is.
+	rollbackWriter client.Client
 }
+
+// The rollbacks' client budget by default (Config.RollbackQPS and
+// RollbackBurst): the burst holds a 100-replica in-place restore (a resize
+// per pod) at once; rollbacks are rare, so the budget is idle nearly
+// always.
+const (
+	DefaultRollbackQPS   = 25
+	DefaultRollbackBurst = 100
+)
 
 // ShutdownTimeout bounds how long a stopping replica waits for its
 // controllers before it releases the Lease anyway. It stays well below the
@@ -184,6 +204,16 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 	if cfg.Workers < 0 {
 		return nil, fmt.Errorf("leader config: workers (%d) must be at least 1, or 0 for %d", cfg.Workers, DefaultWorkers)
+	}
+	if cfg.RollbackQPS < 0 || cfg.RollbackBurst < 0 {
+		return nil, fmt.Errorf("leader config: rollback QPS (%g) and burst (%d) must be positive, or 0 for %d and %d",
+			cfg.RollbackQPS, cfg.RollbackBurst, DefaultRollbackQPS, DefaultRollbackBurst)
+	}
+	if cfg.RollbackQPS == 0 {
+		cfg.RollbackQPS = DefaultRollbackQPS
+	}
+	if cfg.RollbackBurst == 0 {
+		cfg.RollbackBurst = DefaultRollbackBurst
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -280,6 +310,11 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	// registers it).
 	writer = workload.Indexed(writer)
 	l.writer = writer
+	rollbackWriter, rollbackCS, err := rollbackClients(restConfig, leaseConfig.Timeout, fnc, cfg, mgr, reg)
+	if err != nil {
+		return nil, err
+	}
+	l.rollbackWriter = rollbackWriter
 
 	sig := cfg.Signals
 	if sig == nil {
@@ -313,18 +348,20 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		return nil, err
 	}
 	rec := &RecommendationReconciler{
-		Client:      writer,
-		Applier:     &apply.Applier{Client: writer, Clientset: fencedCS, Now: cfg.Now},
-		Recorder:    recorder,
-		Metrics:     l.Metrics,
-		Now:         cfg.Now,
-		AfterRecord: cfg.AfterRecord,
-		AfterBreach: cfg.AfterBreach,
-		Kernel:      sig.Kernel,
-		Statuses:    sig.Statuses,
-		Throttling:  cfg.Throttling,
-		Log:         log,
-		Workers:     cfg.Workers,
+		Client:         writer,
+		Applier:        &apply.Applier{Client: writer, Clientset: fencedCS, Now: cfg.Now},
+		RollbackClient: rollbackWriter,
+		Rollbacks:      &apply.Applier{Client: rollbackWriter, Clientset: rollbackCS, Now: cfg.Now},
+		Recorder:       recorder,
+		Metrics:        l.Metrics,
+		Now:            cfg.Now,
+		AfterRecord:    cfg.AfterRecord,
+		AfterBreach:    cfg.AfterBreach,
+		Kernel:         sig.Kernel,
+		Statuses:       sig.Statuses,
+		Throttling:     cfg.Throttling,
+		Log:            log,
+		Workers:        cfg.Workers,
 	}
 	if err := rec.SetupWithManager(mgr, sig); err != nil {
 		return nil, err
@@ -353,6 +390,59 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		return nil, fmt.Errorf("add the hub-delivery finalizer releaser: %w", err)
 	}
 	return l, nil
+}
+
+// rollbackClients builds the rollbacks' fenced client and clientset
+// (docs/leader.md, "The clients and their budgets"): one token bucket of
+// their own (cfg.RollbackQPS, cfg.RollbackBurst) for every request they
+// make, the live Lease reads that fence their writes included, which
+// they share only between themselves. The other clients each keep
+// client-go's bucket per client (and per kind for the manager's), which a
+// wave of applies fills: a rollback written through them waited its turn
+// behind the applies' writes and their Lease reads. Its waits are
+// kerf_leader_rollback_client_wait_seconds.
+func rollbackClients(restConfig *rest.Config, leaseTimeout time.Duration, fnc *fence, cfg Config, mgr manager.Manager, reg prometheus.Registerer) (client.Client, kubernetes.Interface, error) {
+	waits := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "kerf_leader_rollback_client_wait_seconds",
+		Help:    "How long the rollbacks' requests (their writes and the Lease reads that fence them) waited for their own client-side rate limit.",
+		Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
+	})
+	reg.MustRegister(waits)
+	budget := rest.CopyConfig(restConfig)
+	budget.QPS, budget.Burst = cfg.RollbackQPS, cfg.RollbackBurst
+	budget.RateLimiter = waitObserver{RateLimiter: flowcontrol.NewTokenBucketRateLimiter(cfg.RollbackQPS, cfg.RollbackBurst), waits: waits}
+	leaseConfig := rest.CopyConfig(budget)
+	leaseConfig.Timeout = leaseTimeout
+	leases, err := kubernetes.NewForConfig(leaseConfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rollbacks' fence client: %w", err)
+	}
+	budget.Wrap(fnc.wrapReading(fnc.reader(leases.CoordinationV1().Leases(cfg.Namespace))))
+	w, err := client.New(budget, client.Options{Scheme: kube.Scheme, Mapper: mgr.GetRESTMapper(),
+		Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("rollbacks' fenced client: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(budget)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rollbacks' fenced clientset: %w", err)
+	}
+	return workload.Indexed(w), cs, nil
+}
+
+// waitObserver is a client's rate limiter that observes each request's
+// wait.
+type waitObserver struct {
+	flowcontrol.RateLimiter
+	waits prometheus.Observer
+}
+
+// Wait implements flowcontrol.RateLimiter, observing the wait.
+func (o waitObserver) Wait(ctx context.Context) error {
+	start := time.Now()
+	err := o.RateLimiter.Wait(ctx)
+	o.waits.Observe(time.Since(start).Seconds())
+	return err
 }
 
 // leaderReads lists every kind the leader reads through its cache. The

@@ -29,10 +29,17 @@ const pendingRequeue = 2 * time.Second
 // status and then makes it run (design section 4). It is level-driven: a
 // leader that restarts, or takes over, reads status and converges.
 type RecommendationReconciler struct {
-	Client   client.Client
-	Applier  *apply.Applier
-	Recorder events.EventRecorder
-	Metrics  *Metrics
+	Client  client.Client
+	Applier *apply.Applier
+	// RollbackClient and Rollbacks write a rollback (a breach's status,
+	// the restore and its record, the workload's mirror): the same as
+	// Client and Applier but on a client budget of their own, which the
+	// applies never spend (docs/leader.md, "The clients and their
+	// budgets"). Nil means Client and Applier.
+	RollbackClient client.Client
+	Rollbacks      *apply.Applier
+	Recorder       events.EventRecorder
+	Metrics        *Metrics
 	// Kernel gives the agents' OOM kill counts; nil counts only what pod
 	// status shows.
 	Kernel healthwatch.KernelSource
@@ -63,6 +70,7 @@ func (r *RecommendationReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{}, err
 	}
 	res, err := c.reconcile(ctx)
+	c.rollingBack = false
 	if err == nil {
 		// After the pass's own work, so a refusal never delays a rollback.
 		err = c.recordRefusals(ctx)

@@ -55,6 +55,11 @@ type outcome struct {
 	// it returned) are emitted and its state is mirrored on the workload.
 	rollbackChanged bool
 	backoff         []string
+	// mirrorLater leaves the mirror to the caller (mirrorPending): a
+	// breach's, written after the restore, whose template patch it would
+	// otherwise precede and make conflict (the patch carries the
+	// resourceVersion the cache read).
+	mirrorLater bool
 	// hook, when set, is a test's hook (AfterRecord, AfterBreach) run once
 	// the outcome is written; when it stops the leader, record returns the
 	// context's error and the pass does nothing more.
@@ -113,7 +118,7 @@ func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 	if cut := fitStatus(st); len(cut) > 0 {
 		c.r.Log.Warn("status cut to the CRD's limits", "recommendation", rsr.Namespace+"/"+rsr.Name, "doing", o.doing, "cut", strings.Join(cut, ", "))
 	}
-	if err := c.r.Client.Status().Update(ctx, rsr); err != nil {
+	if err := c.writer().Status().Update(ctx, rsr); err != nil {
 		if !apierrors.IsInvalid(err) {
 			return fmt.Errorf("%s %s/%s: %w", o.doing, rsr.Namespace, rsr.Name, err)
 		}
@@ -124,7 +129,7 @@ func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 		c.r.Log.Error("the apiserver refused a status write as invalid; writing it again with the outcome's messages left out",
 			"recommendation", rsr.Namespace+"/"+rsr.Name, "doing", o.doing, "err", err)
 		minimalStatus(st, o, err)
-		if err2 := c.r.Client.Status().Update(ctx, rsr); err2 != nil {
+		if err2 := c.writer().Status().Update(ctx, rsr); err2 != nil {
 			c.r.Metrics.InvalidStatus.WithLabelValues(invalidRefused).Inc()
 			return fmt.Errorf("%s %s/%s: %w (and again with the messages left out: %w)", o.doing, rsr.Namespace, rsr.Name, err, err2)
 		}
@@ -146,8 +151,9 @@ func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 			typ, msg := policy.Describe(reason, st.Rollback)
 			c.r.Recorder.Eventf(rsr, nil, typ, reason, v1alpha1.EventActionBackoff, "%s", msg)
 		}
-		if err := c.annotate(ctx); err != nil {
-			c.r.Log.Error("mirror rollback state on the workload", "recommendation", rsr.Namespace+"/"+rsr.Name, "err", err)
+		c.mirrorPending = o.mirrorLater
+		if !o.mirrorLater {
+			c.mirror(ctx)
 		}
 	}
 	if o.action != nil {
@@ -182,6 +188,14 @@ func addHistory(rsr *v1alpha1.RightsizingRecommendation, a v1alpha1.Action) {
 	rsr.Status.History = h
 }
 
+// mirror writes status.rollback to the workload (annotate), logging a
+// failure.
+func (c *reconcileContext) mirror(ctx context.Context) {
+	if err := c.annotate(ctx); err != nil {
+		c.r.Log.Error("mirror rollback state on the workload", "recommendation", c.rsr.Namespace+"/"+c.rsr.Name, "err", err)
+	}
+}
+
 // annotate writes status.rollback to the workload's
 // kerf.dev/rollback-state annotation.
 func (c *reconcileContext) annotate(ctx context.Context) error {
@@ -201,7 +215,7 @@ func (c *reconcileContext) annotate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.r.Client.Patch(ctx, w, client.RawPatch(types.MergePatchType, patch))
+	return c.writer().Patch(ctx, w, client.RawPatch(types.MergePatchType, patch))
 }
 
 // recordRefusals records the values the recommender held back, as its

@@ -47,6 +47,8 @@ func main() {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
 	qps := fs.Float64("kube-api-qps", defaultQPS, "requests per second the leader's Kubernetes clients may make, each (client-go's default, 5, held a 25,000-workload cluster to 2 applies/s: docs/performance.md)")
 	burst := fs.Int("kube-api-burst", defaultBurst, "burst of --kube-api-qps")
+	rollbackQPS := fs.Float64("rollback-api-qps", cluster.DefaultRollbackQPS, "requests per second of the rollbacks' own Kubernetes client (a breach's status, the restore, the Lease reads that fence them), which no apply spends: docs/leader.md")
+	rollbackBurst := fs.Int("rollback-api-burst", cluster.DefaultRollbackBurst, "burst of --rollback-api-qps (the default holds a 100-replica in-place restore at once)")
 	workers := fs.Int("workers", cluster.DefaultWorkers, fmt.Sprintf("recommendations the leader reconciles at once, 1 to %d (never one twice at once; a rollback waits for none of the queued applies, only for a worker: docs/leader.md)", maxWorkers))
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "kerf-system"), "namespace of the leader Lease")
 	leaseName := fs.String("lease-name", "kerf-leader", "name of the coordination.k8s.io Lease the replicas compete for")
@@ -105,6 +107,11 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.Workers = *workers
+	if *rollbackQPS <= 0 || *rollbackBurst <= 0 {
+		log.Error("kerf-leader cannot start", "err", fmt.Sprintf("--rollback-api-qps %g and --rollback-api-burst %d: must be positive", *rollbackQPS, *rollbackBurst))
+		os.Exit(2)
+	}
+	cfg.RollbackQPS, cfg.RollbackBurst = float32(*rollbackQPS), *rollbackBurst
 	if *hubURL != "" {
 		hc, err := hubConfig(*hubURL, *hubTokenFile, *hubCAFile, *clusterName)
 		if err != nil {
