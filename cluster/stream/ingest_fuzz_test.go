@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,16 +36,19 @@ const (
 // snake_case name of what was wrong, in the stream's close status.
 var reasonPattern = regexp.MustCompile(`^[a-z]+(_[a-z]+)*$`)
 
-// frame encodes msgs as the fuzzer's input: each AgentMessage's bytes
-// behind their length, as a varint.
-func frame(msgs ...*streamv1.AgentMessage) []byte {
-	var out []byte
-	for _, m := range msgs {
+// fuzzMessages is how many messages one input holds.
+const fuzzMessages = 6
+
+// encodeAll encodes up to fuzzMessages messages as the fuzzer's input, one
+// []byte each; missing ones are empty (skipped).
+func encodeAll(msgs ...*streamv1.AgentMessage) [fuzzMessages][]byte {
+	var out [fuzzMessages][]byte
+	for i, m := range msgs[:min(len(msgs), fuzzMessages)] {
 		b, err := proto.Marshal(m)
 		if err != nil {
 			panic(err)
 		}
-		out = protowire.AppendBytes(out, b)
+		out[i] = b
 	}
 	return out
 }
@@ -140,7 +142,8 @@ func checkBounds(t *testing.T, srv *Server, in *ingest, streamOpen bool) {
 }
 
 // FuzzIngest feeds the leader's stream ingest raw bytes, read as a series
-// of AgentMessages (each behind its varint length) of one agent on node-a.
+// of up to fuzzMessages AgentMessages (one []byte each: the fuzzer mutates
+// each message alone) of one agent on node-a.
 // A Hello opens a stream (closing the one before, as a reconnect does);
 // messages before the first Hello go to a stream opened with a default
 // one. The ingest never panics, keeps every bound, and refuses a message
@@ -154,6 +157,9 @@ func FuzzIngest(f *testing.F) {
 			containerEvent(1, fuzzPodA, "app", 0, ""),
 			counters(2e9, &streamv1.ContainerCounters{Index: 1, Periods: 10, OomKillsRead: true}),
 			counters(3e9, &streamv1.ContainerCounters{Index: 1, Periods: 10, OomKills: 1, Usage: &streamv1.ContainerUsage{CpuNs: 1e9, WorkingSetDelta: 64 << 20, PeakDelta: 80 << 20}}),
+			oom(1, fuzzPodA, "app")},
+		{hello(fuzzNode),
+			counters(1e9, &streamv1.ContainerCounters{Index: 1, PodUid: string(fuzzPodA), Container: "debug", StartedAtUnixNs: started, Periods: 10}),
 			oom(1, fuzzPodA, "app"), oom(1, fuzzPodA, "app"), oom(2, fuzzPodA, "sidecar"),
 			containerEvent(2, fuzzPodA, "app", 1, "OOMKilled")},
 		// A snapshot of every container, a pass, a gone container.
@@ -177,11 +183,15 @@ func FuzzIngest(f *testing.F) {
 			counters(1e9, &streamv1.ContainerCounters{Index: 1})},
 		{hello(fuzzNode), {}},
 	}
-	for _, s := range seeds {
-		f.Add(frame(s...))
+	add := func(msgs ...*streamv1.AgentMessage) {
+		e := encodeAll(msgs...)
+		f.Add(e[0], e[1], e[2], e[3], e[4], e[5])
 	}
-	f.Add([]byte{0xff})
-	f.Fuzz(func(t *testing.T, data []byte) {
+	for _, s := range seeds {
+		add(s...)
+	}
+	add(hello(fuzzNode), &streamv1.AgentMessage{}, counters(1))
+	f.Fuzz(func(t *testing.T, m0, m1, m2, m3, m4, m5 []byte) {
 		now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 		srv := newFuzzServer(t, &now)
 		var st *fuzzStream
@@ -197,12 +207,10 @@ func FuzzIngest(f *testing.F) {
 			st = &fuzzStream{in: newIngest(srv, fuzzNode, h), id: id}
 		}
 		closed := false
-		for len(data) > 0 {
-			b, n := protowire.ConsumeBytes(data)
-			if n < 0 {
-				return // not a frame: the transport would not deliver it
+		for _, b := range [][]byte{m0, m1, m2, m3, m4, m5} {
+			if len(b) == 0 {
+				continue // no message
 			}
-			data = data[n:]
 			var msg streamv1.AgentMessage
 			if proto.Unmarshal(b, &msg) != nil {
 				return // gRPC refuses a message that does not decode
