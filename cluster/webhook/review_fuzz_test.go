@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -23,11 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -37,10 +34,10 @@ const fuzzReviewUID = "3c4b7f7e-0000-4000-8000-00000000f022"
 // fuzzNamespace holds the fuzzed webhook's workload and recommendation.
 const fuzzNamespace = "kerf-fuzz"
 
-// fuzzInjector is an Injector reading through an informer cache of the
-// real apiserver, which holds a Deployment's ReplicaSet and an applied
-// InPlace recommendation of the Deployment, and the owner reference of
-// that ReplicaSet a pod of the Deployment carries.
+// fuzzInjector is an Injector reading what the real apiserver holds: a
+// Deployment's ReplicaSet and an applied InPlace recommendation of the
+// Deployment; and the owner reference of that ReplicaSet a pod of the
+// Deployment carries.
 func fuzzInjector(f *testing.F) (*Injector, string, metav1.OwnerReference) {
 	cp := controlplane.Get(f)
 	c := cp.Client
@@ -75,20 +72,49 @@ func fuzzInjector(f *testing.F) (*Injector, string, metav1.OwnerReference) {
 		require.NoError(f, c.Get(ctx, client.ObjectKeyFromObject(rsr), rsr))
 	}
 
-	informers, err := cache.New(cp.Config, cache.Options{Scheme: kube.Scheme})
-	require.NoError(f, err)
-	go func() { _ = informers.Start(ctx) }()
-	require.True(f, informers.WaitForCacheSync(ctx))
-	require.Eventually(f, func() bool {
-		var seen v1alpha1.RightsizingRecommendation
-		var seenRS appsv1.ReplicaSet
-		return informers.Get(ctx, client.ObjectKeyFromObject(rsr), &seen) == nil && seen.ResourceVersion == rsr.ResourceVersion &&
-			informers.Get(ctx, client.ObjectKeyFromObject(rs), &seenRS) == nil
-	}, 30*time.Second, 20*time.Millisecond, "the cache never saw the recommendation and its ReplicaSet")
-	in := NewInjector(informers, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	// What the injector reads, read once from the apiserver: a reader
+	// with goroutines of its own (an informer cache) changes the coverage
+	// between runs of one input, which the fuzzer takes for new inputs.
+	snap := &snapshotReader{rs: &metav1.PartialObjectMetadata{}}
+	snap.rs.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
+	require.NoError(f, c.Get(ctx, client.ObjectKeyFromObject(rs), snap.rs))
+	require.NoError(f, c.List(ctx, &snap.rsrs, client.InNamespace(ns.Name)))
+	require.Len(f, snap.rsrs.Items, 1)
+	require.Equal(f, v1alpha1.PhaseApplied, snap.rsrs.Items[0].Status.Phase)
+	in := NewInjector(snap, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	owner := *metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
 	owner.UID = ""
 	return in, ns.Name, owner
+}
+
+// snapshotReader serves the ReplicaSet's metadata and the namespace's
+// recommendations as the apiserver gave them at the fuzzer's start.
+type snapshotReader struct {
+	rs   *metav1.PartialObjectMetadata
+	rsrs v1alpha1.RightsizingRecommendationList
+}
+
+func (r *snapshotReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok || key != client.ObjectKeyFromObject(r.rs) {
+		return apierrors.NewNotFound(appsv1.Resource("replicasets"), key.Name)
+	}
+	r.rs.DeepCopyInto(m)
+	return nil
+}
+
+func (r *snapshotReader) List(_ context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	l, ok := list.(*v1alpha1.RightsizingRecommendationList)
+	if !ok {
+		return fmt.Errorf("list %T: not held", list)
+	}
+	var o client.ListOptions
+	o.ApplyOptions(opts)
+	*l = v1alpha1.RightsizingRecommendationList{}
+	if o.Namespace == r.rs.Namespace {
+		r.rsrs.DeepCopyInto(l)
+	}
+	return nil
 }
 
 // reviewBody is an AdmissionReview v1 of a pod CREATE, as the apiserver
