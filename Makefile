@@ -8,7 +8,7 @@ GO ?= go
 # Test flags: add e.g. TESTFLAGS=-run=TestSmoke.
 TESTFLAGS ?=
 
-.PHONY: all help deps generate vmlinux verify-generated build images test unit bench bench-e2e bench-peers bench-scale lint demo release-plugin test-release clean
+.PHONY: all help deps generate vmlinux verify-generated build images test unit fuzz bench bench-e2e bench-peers bench-scale lint demo release-plugin test-release clean
 
 ## all: the default target, build
 all: build
@@ -71,6 +71,23 @@ UNIT_PKGS = ./api/stream/v1/ ./cluster/policy/ ./cluster/healthwatch/ ./cluster/
 unit:
 	$(GO) vet $(UNIT_PKGS)
 	$(GO) test -count=1 $(TESTFLAGS) $(UNIT_PKGS)
+
+# FUZZTIME is how long make fuzz runs each fuzzer; FUZZ selects them by
+# name (a grep -E pattern). Every `func FuzzX(f *testing.F)` of a _test.go
+# file is found; a crash is saved under its package's testdata/fuzz/FuzzX/,
+# which plain go test then runs as a regular test (docs/security.md,
+# "Fuzzed parsers").
+FUZZTIME ?= 30s
+FUZZ ?= .
+
+## fuzz: run every fuzzer (func FuzzX) for FUZZTIME (default 30s) each, one at a time; FUZZ=pattern selects some
+fuzz: deps
+	@set -e; for f in $$(git grep -l '^func Fuzz' -- '*_test.go'); do \
+	  for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f | grep -E -- '$(FUZZ)'); do \
+	    echo "== $$fn ./$$(dirname $$f)/ for $(FUZZTIME)"; \
+	    KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) $(TESTFLAGS) ./$$(dirname $$f)/; \
+	  done; \
+	done
 
 ## bench: benchmarks (figures, never pass/fail); the sandbox's are in bench-e2e
 bench: deps

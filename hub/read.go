@@ -144,6 +144,12 @@ func decodeCursor(s string, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return errors.New("not a cursor")
 	}
+	// Only the API's own spelling (encoding/json also takes keys in any
+	// case and ignores what follows the object): a token that decodes
+	// re-encodes to itself.
+	if encodeCursor(v) != s {
+		return errors.New("not in the form this API gives")
+	}
 	return nil
 }
 

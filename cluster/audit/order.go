@@ -62,7 +62,8 @@ func (p position) encode() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// decodePosition reads a continue token made by encode.
+// decodePosition reads a continue token made by encode, and only one: a
+// token that decodes re-encodes to itself.
 func decodePosition(s string) (position, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
@@ -81,7 +82,14 @@ func decodePosition(s string) (position, error) {
 	if err != nil || c.Namespace == "" || c.Name == "" || c.Seq < 0 {
 		return position{}, errors.New("incomplete cursor")
 	}
-	return position{Time: t, Namespace: c.Namespace, Name: c.Name, Seq: c.Seq}, nil
+	p := position{Time: t, Namespace: c.Namespace, Name: c.Name, Seq: c.Seq}
+	// Only the API's own spelling: encoding/json also takes keys in any
+	// case and ignores what follows the object, and a time may carry any
+	// zone; a cursor is opaque, so every other spelling is refused.
+	if p.encode() != s {
+		return position{}, errors.New("not in the form this API gives")
+	}
+	return p, nil
 }
 
 // ref is one action of one recommendation, placed in the order; the page's

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
@@ -262,8 +263,11 @@ type skip struct {
 }
 
 func (in *Injector) decide(ctx context.Context, req *admissionv1.AdmissionRequest) (decision, error) {
+	// Decoded as the apiserver decodes (case-sensitive field names): the
+	// patch's paths must exist in the object the apiserver applies it to,
+	// and encoding/json would also read "Spec" or "SPEC" as spec.
 	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+	if err := utiljson.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return decision{}, fmt.Errorf("decode pod: %w", err)
 	}
 	ns := req.Namespace

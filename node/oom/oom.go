@@ -2,9 +2,10 @@
 // whose cgroup it happened in. Three sources, best first (docs/design.md
 // section 5): the BPF tracer on oom/mark_victim, the cgroup files that count
 // kills (memory.events on v2, memory.oom_control on v1), and the kernel log
-// (/dev/kmsg through cadvisor's oomparser). Open picks the best one the node
-// allows and says why the others were not taken; Counts reconciles what the
-// source saw with the cgroup files, so a dropped event is never a missed kill.
+// (/dev/kmsg, read with the package's own parser of the OOM report). Open
+// picks the best one the node allows and says why the others were not
+// taken; Counts reconciles what the source saw with the cgroup files, so a
+// dropped event is never a missed kill.
 package oom
 
 import (

@@ -23,8 +23,14 @@ import (
 // and then allocates until the OOM killer stops it.
 const childEnv = "KERF_OOM_TEST_CHILD"
 
+// commEnv, when set, is the command name the child gives itself first.
+const commEnv = "KERF_OOM_TEST_COMM"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
+		if comm := os.Getenv(commEnv); comm != "" {
+			_ = os.WriteFile("/proc/self/comm", []byte(comm), 0)
+		}
 		allocateForever()
 	}
 	os.Exit(m.Run())
