@@ -8,6 +8,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
 // cacheTransform is what the leader's cache keeps of every object it
@@ -15,8 +17,9 @@ import (
 // it but the managed fields, which nothing in Kerf reads (its writes are
 // patches and a resize; none is a server-side apply, and an update without
 // managed fields keeps the stored ones), and of a Pod also none of the
-// fields stripPod lists; the resource lists of pods and of workload
-// templates are interned (resourceLists). It runs on each object before
+// fields stripPod lists; of a workload's or ReplicaSet's pod template only
+// what stripTemplate keeps, and its digest; the resource lists of pods and
+// of workload templates are interned (resourceLists). It runs on each object before
 // the informer stores it, so every reader of the manager's cache and
 // client sees the stripped object; reads through the API reader are whole.
 func cacheTransform(obj any) (any, error) {
@@ -28,13 +31,13 @@ func cacheTransform(obj any) (any, error) {
 		stripPod(o)
 		internPod(o)
 	case *appsv1.Deployment:
-		internSpec(&o.Spec.Template.Spec)
+		stripTemplate(&o.Spec.Template, true)
 	case *appsv1.ReplicaSet:
-		internSpec(&o.Spec.Template.Spec)
+		stripTemplate(&o.Spec.Template, false)
 	case *appsv1.StatefulSet:
-		internSpec(&o.Spec.Template.Spec)
+		stripTemplate(&o.Spec.Template, true)
 	case *appsv1.DaemonSet:
-		internSpec(&o.Spec.Template.Spec)
+		stripTemplate(&o.Spec.Template, true)
 	}
 	return obj, nil
 }
@@ -149,4 +152,39 @@ func stripPod(p *corev1.Pod) {
 	p.Spec.Volumes = nil
 	p.Spec.Affinity, p.Spec.Tolerations, p.Spec.TopologySpreadConstraints = nil, nil, nil
 	p.Spec.HostAliases = nil
+}
+
+// stripTemplate replaces a pod template by its digest
+// (workload.TemplateDigestAnnotation, computed from the whole template: it
+// is what cluster/workload compares to find a Deployment's current
+// ReplicaSet) and, when containers, what Kerf reads of a workload's
+// template: the containers' and init containers' names, resources, resize
+// policies and restart policies, and the pod-level resources (the values
+// shown and recommended from, the QoS class, the limit checks; the
+// template patch carries only the changed resources and the
+// resourceVersion read, cluster/apply template.go). Nothing reads a
+// ReplicaSet's template but the digest. The template's metadata, images,
+// environment, volumes and scheduling are not kept: nothing in the leader
+// reads them from the cache (the kubectl plugin reads live).
+func stripTemplate(t *corev1.PodTemplateSpec, containers bool) {
+	digest := workload.TemplateDigest(t)
+	kept := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{workload.TemplateDigestAnnotation: digest}}}
+	if containers {
+		keep := func(cs []corev1.Container) []corev1.Container {
+			if cs == nil {
+				return nil
+			}
+			out := make([]corev1.Container, len(cs))
+			for i := range cs {
+				c := &cs[i]
+				out[i] = corev1.Container{Name: c.Name, Resources: c.Resources, ResizePolicy: c.ResizePolicy, RestartPolicy: c.RestartPolicy}
+			}
+			return out
+		}
+		kept.Spec.Containers = keep(t.Spec.Containers)
+		kept.Spec.InitContainers = keep(t.Spec.InitContainers)
+		kept.Spec.Resources = t.Spec.Resources
+		internSpec(&kept.Spec)
+	}
+	*t = kept
 }

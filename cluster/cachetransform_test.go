@@ -16,9 +16,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
@@ -80,10 +83,41 @@ func TestTheCacheHoldsPodsWithoutWhatKerfNeverReads(t *testing.T) {
 		require.Eventually(t, func() bool { return cache.Get(ctx, key, obj) == nil }, 30*time.Second, 50*time.Millisecond)
 		assert.Empty(t, obj.GetManagedFields(), "the cached %T's managed fields", obj)
 	}
-	var cachedDep appsv1.Deployment
+	// Of the templates, their digest and what Kerf reads of them; the
+	// stored objects keep theirs whole, and no digest annotation.
+	var cachedDep, liveDep appsv1.Deployment
 	require.NoError(t, cache.Get(ctx, client.ObjectKeyFromObject(dep), &cachedDep))
-	assert.Equal(t, dep.Spec.Template.Spec.Containers[0].Env, cachedDep.Spec.Template.Spec.Containers[0].Env,
-		"a workload's template is kept whole: ReplicaSets' templates are compared with it")
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), &liveDep))
+	var cachedRS, liveRS appsv1.ReplicaSet
+	require.NoError(t, cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-h1"}, &cachedRS))
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-h1"}, &liveRS))
+	ct := cachedDep.Spec.Template
+	assert.Nil(t, ct.Spec.Containers[0].Env, "the cached template's env")
+	assert.Empty(t, ct.Spec.Containers[0].Image, "its image")
+	assert.Nil(t, ct.Spec.Volumes, "its volumes")
+	assert.Nil(t, ct.Spec.Tolerations, "its tolerations")
+	assert.Nil(t, ct.Labels, "its labels")
+	assert.Equal(t, "app", ct.Spec.Containers[0].Name)
+	assert.Equal(t, liveDep.Spec.Template.Spec.Containers[0].Resources, ct.Spec.Containers[0].Resources, "its resources")
+	assert.Equal(t, liveDep.Spec.Template.Spec.Containers[0].ResizePolicy, ct.Spec.Containers[0].ResizePolicy, "its resize policy")
+	assert.Equal(t, workload.TemplateDigest(&liveDep.Spec.Template), ct.Annotations[workload.TemplateDigestAnnotation], "the whole template's digest")
+	assert.Equal(t, ct.Annotations[workload.TemplateDigestAnnotation], cachedRS.Spec.Template.Annotations[workload.TemplateDigestAnnotation],
+		"the ReplicaSet's template is the Deployment's but for pod-template-hash")
+	assert.Empty(t, cachedRS.Spec.Template.Spec.Containers, "nothing but the digest of a ReplicaSet's template")
+	assert.Equal(t, liveDep.Spec.Replicas, cachedDep.Spec.Replicas)
+	assert.Equal(t, liveDep.Spec.Selector, cachedDep.Spec.Selector)
+	assert.Equal(t, liveDep.Spec.Strategy, cachedDep.Spec.Strategy)
+	assert.Equal(t, liveRS.Labels, cachedRS.Labels)
+	assert.Equal(t, liveRS.Spec.Selector, cachedRS.Spec.Selector)
+	assert.NotContains(t, liveDep.Spec.Template.Annotations, workload.TemplateDigestAnnotation, "the stored Deployment has no digest")
+	assert.Equal(t, dep.Spec.Template.Spec.Containers[0].Env, liveDep.Spec.Template.Spec.Containers[0].Env, "and keeps its env")
+	// The current ReplicaSet and its running pods, read from the cache.
+	w, err := workload.From(&cachedDep)
+	require.NoError(t, err)
+	running, err := workload.RunningPods(ctx, l.Manager().GetClient(), w)
+	require.NoError(t, err)
+	require.Len(t, running, 1, "the pod of the current ReplicaSet, found by the digests")
+	assert.Equal(t, pod.Name, running[0].Name)
 
 	// The in-place apply's write: a resize of the cached pod.
 	cs, err := kubernetes.NewForConfig(cp.Config)
@@ -160,4 +194,98 @@ func TestInterningShrinksTheCachedPods(t *testing.T) {
 	cp := p0.DeepCopy()
 	cp.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("1Gi")
 	assert.Equal(t, "256Mi", p1.Spec.Containers[0].Resources.Limits.Memory().String(), "a copy's write stays in the copy")
+}
+
+// TestStrippingShrinksTheCachedTemplates: Deployments and their
+// ReplicaSets as the scale benchmark makes them, defaulted by the real
+// apiserver, decoded from protobuf as the informer decodes them, hold far
+// less heap with their templates stripped to a digest and what Kerf reads
+// than with the previous transform (managed fields dropped, resource lists
+// interned, templates whole); the figures are logged
+// (docs/performance.md).
+func TestStrippingShrinksTheCachedTemplates(t *testing.T) {
+	cp := controlplane.Get(t)
+	c := cp.Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "w-00000", "100m", "256Mi")
+	dep.Spec.Template.Spec.Containers[0].Image = "registry.k8s.io/pause:3.10"
+	require.NoError(t, c.Create(ctx, dep))
+	labels := map[string]string{"app": dep.Name, appsv1.DefaultDeploymentUniqueLabelKey: "5d8f7c9b6"}
+	tmpl := dep.Spec.Template.DeepCopy()
+	tmpl.Labels = labels
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dep.Name + "-5d8f7c9b6", Labels: labels,
+			Annotations: map[string]string{"deployment.kubernetes.io/desired-replicas": "1", "deployment.kubernetes.io/max-replicas": "2",
+				"deployment.kubernetes.io/revision": "1"},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
+		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: *tmpl},
+	}
+	require.NoError(t, c.Create(ctx, rs))
+	var liveDep appsv1.Deployment
+	var liveRS appsv1.ReplicaSet
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), &liveDep))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(rs), &liveRS))
+	require.NotEmpty(t, liveDep.Spec.Template.Spec.Containers[0].TerminationMessagePath, "the apiserver defaulted the template")
+
+	const n = 2000
+	ser := protobuf.NewSerializer(kube.Scheme, kube.Scheme)
+	var raw [][]byte
+	for i := range n {
+		name := fmt.Sprintf("w-%05d", i)
+		d, r := liveDep.DeepCopy(), liveRS.DeepCopy()
+		d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
+		r.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"}
+		d.Name, d.Labels, d.Spec.Template.Labels = name, map[string]string{"app": name}, map[string]string{"app": name}
+		d.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}
+		d.UID = types.UID(fmt.Sprintf("d-%05d", i))
+		rl := map[string]string{"app": name, appsv1.DefaultDeploymentUniqueLabelKey: "5d8f7c9b6"}
+		r.Name, r.Labels, r.Spec.Template.Labels = name+"-5d8f7c9b6", rl, rl
+		r.Spec.Selector = &metav1.LabelSelector{MatchLabels: rl}
+		r.OwnerReferences[0].Name, r.OwnerReferences[0].UID = name, d.UID
+		for _, o := range []runtime.Object{d, r} {
+			var buf bytes.Buffer
+			require.NoError(t, ser.Encode(o, &buf))
+			raw = append(raw, buf.Bytes())
+		}
+	}
+	// previous is the transform before the templates were stripped.
+	previous := func(obj any) (any, error) {
+		obj.(metav1.Object).SetManagedFields(nil)
+		switch o := obj.(type) {
+		case *appsv1.Deployment:
+			internSpec(&o.Spec.Template.Spec)
+		case *appsv1.ReplicaSet:
+			internSpec(&o.Spec.Template.Spec)
+		}
+		return obj, nil
+	}
+	held := func(transform func(any) (any, error)) (uint64, []runtime.Object) {
+		var before, after goruntime.MemStats
+		goruntime.GC()
+		goruntime.ReadMemStats(&before)
+		objs := make([]runtime.Object, len(raw))
+		for i, b := range raw {
+			obj, _, err := ser.Decode(b, nil, nil)
+			require.NoError(t, err)
+			_, err = transform(obj)
+			require.NoError(t, err)
+			objs[i] = obj
+		}
+		goruntime.GC()
+		goruntime.ReadMemStats(&after)
+		return after.HeapAlloc - before.HeapAlloc, objs
+	}
+	whole, objs := held(previous)
+	goruntime.KeepAlive(objs)
+	objs = nil
+	stripped, objs2 := held(cacheTransform)
+	goruntime.KeepAlive(objs2)
+	t.Logf("%d Deployments and %d ReplicaSets, live heap: %.0f bytes a Deployment and its ReplicaSet with the templates whole, %.0f stripped (%.0f %%)",
+		n, n, float64(whole)/n, float64(stripped)/n, 100*float64(stripped)/float64(whole))
+	assert.Less(t, float64(stripped), 0.75*float64(whole), "stripping the templates saves at least a quarter of a cached Deployment and ReplicaSet")
+	d0, r0 := objs2[0].(*appsv1.Deployment), objs2[1].(*appsv1.ReplicaSet)
+	assert.Equal(t, workload.TemplateDigest(&liveDep.Spec.Template), workload.TemplateDigest(&r0.Spec.Template),
+		"the stripped ReplicaSet's digest is the whole Deployment's")
+	assert.Equal(t, "256Mi", d0.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().String())
 }

@@ -31,11 +31,18 @@ func malformed(reason, format string, args ...any) error {
 
 // container is one indexed container instance on a stream, with its
 // absolute counters (the sum of the deltas received) and its latest usage
-// (the base of the next usage's deltas; zero before the first).
+// (the base of the next usage's deltas; zero before the first). It is
+// kept small, one per container of the node for the stream's life
+// (docs/performance.md): the start as Unix nanoseconds, and the pod UID
+// and name, once the pod is found on the node, the strings of the stream's
+// cache of the node's pods (onNode), shared by every index of the pod and
+// by the signals stores, not each index's own copy from its message.
 type container struct {
-	podUID     types.UID
-	name       string
-	started    time.Time
+	podUID types.UID
+	name   string
+	// startedNs is when the instance started, in Unix nanoseconds; zero
+	// when unknown.
+	startedNs  int64
 	lastNs     uint64
 	periods    uint64
 	throttled  uint64
@@ -53,6 +60,26 @@ type container struct {
 	refused bool
 }
 
+// started is when the instance started; the zero time when unknown.
+func (c *container) started() time.Time {
+	if c.startedNs == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, c.startedNs)
+}
+
+// key is the instance's key among the node's containers.
+func (c *container) key() instanceKey {
+	return instanceKey{c.podUID, c.name, c.started().UnixNano()}
+}
+
+// podNames is a pod found on the stream's node with its containers' names,
+// the strings the stream's containers share.
+type podNames struct {
+	uid   types.UID
+	names []string
+}
+
 // ingest is one stream's state: the index table of the protocol (see
 // streamv1.Counters) and the highest acknowledged OOM seq.
 type ingest struct {
@@ -67,7 +94,7 @@ type ingest struct {
 	used  map[uint32]struct{}
 	// onNode caches pods found on the node, with their containers' names:
 	// a bound pod never moves, and only ephemeral containers are added.
-	onNode map[types.UID][]string
+	onNode map[types.UID]podNames
 	// anchorNs and anchorAt map kernel time to wall time.
 	anchored bool
 	anchorNs uint64
@@ -89,7 +116,7 @@ func newIngest(s *Server, node string, hello *streamv1.Hello) *ingest {
 		node:   node,
 		table:  map[uint32]*container{},
 		used:   map[uint32]struct{}{},
-		onNode: map[types.UID][]string{},
+		onNode: map[types.UID]podNames{},
 		agent:  s.incarnation(node, hello.GetStartedAtUnixNs()),
 	}
 	if ns := hello.GetKernelNs(); ns != 0 {
@@ -225,9 +252,7 @@ func (in *ingest) counters(c *streamv1.Counters) (resync bool, err error) {
 				throttled:  cc.GetThrottled(),
 				throttleNs: cc.GetThrottledNs(),
 			}
-			if cc.GetStartedAtUnixNs() != 0 {
-				e.started = time.Unix(0, cc.GetStartedAtUnixNs())
-			}
+			e.startedNs = cc.GetStartedAtUnixNs()
 			in.table[idx] = e
 		} else {
 			if !known {
@@ -280,17 +305,19 @@ func (in *ingest) counters(c *streamv1.Counters) (resync bool, err error) {
 				if err := in.containerUnknown("counters", e.podUID, e.name); err != nil {
 					return false, err
 				}
+			} else {
+				e.podUID, e.name = in.shared(e.podUID, e.name)
 			}
 		}
 		if e.refused {
 			continue
 		}
-		listed = append(listed, instanceKey{e.podUID, e.name, e.started.UnixNano()})
+		listed = append(listed, e.key())
 		at := in.wall(ns)
 		samples = append(samples, healthwatch.CounterSample{
 			PodUID:    e.podUID,
 			Container: e.name,
-			Started:   e.started,
+			Started:   e.started(),
 			At:        at,
 			Periods:   e.periods,
 			Throttled: e.throttled,
@@ -308,7 +335,7 @@ func (in *ingest) counters(c *streamv1.Counters) (resync bool, err error) {
 	var gone []instanceKey
 	for _, idx := range c.GetGone() {
 		if e, ok := in.table[idx]; ok && e.onNode && !e.refused {
-			gone = append(gone, instanceKey{e.podUID, e.name, e.started.UnixNano()})
+			gone = append(gone, e.key())
 		}
 		delete(in.table, idx)
 	}
@@ -502,7 +529,7 @@ func (in *ingest) containerEvent(ev *streamv1.ContainerEvent) (uint64, error) {
 // cachePod keeps a pod found on the node, with its containers' names.
 func (in *ingest) cachePod(pod *corev1.Pod) {
 	if len(in.onNode) >= in.s.cfg.MaxContainers {
-		in.onNode = map[types.UID][]string{} // a cache: bounded like the index table
+		in.onNode = map[types.UID]podNames{} // a cache: bounded like the index table
 	}
 	spec := &pod.Spec
 	names := make([]string, 0, len(spec.Containers)+len(spec.InitContainers)+len(spec.EphemeralContainers))
@@ -515,7 +542,21 @@ func (in *ingest) cachePod(pod *corev1.Pod) {
 	for i := range spec.EphemeralContainers {
 		names = append(names, spec.EphemeralContainers[i].Name)
 	}
-	in.onNode[pod.UID] = names
+	in.onNode[pod.UID] = podNames{uid: pod.UID, names: names}
+}
+
+// shared returns the stream's cached strings equal to a pod UID and
+// container name (see container), or them when the pod or name is not
+// cached.
+func (in *ingest) shared(uid types.UID, name string) (types.UID, string) {
+	p, ok := in.onNode[uid]
+	if !ok {
+		return uid, name
+	}
+	if i := slices.Index(p.names, name); i >= 0 {
+		name = p.names[i]
+	}
+	return p.uid, name
 }
 
 // hasContainer reports whether the pod's spec names the container, among
@@ -523,7 +564,7 @@ func (in *ingest) cachePod(pod *corev1.Pod) {
 // stream's cache of the node's pods, else (an ephemeral container added
 // since, or a pod not cached) from the leader's pod cache.
 func (in *ingest) hasContainer(uid types.UID, name string) bool {
-	if names, ok := in.onNode[uid]; ok && slices.Contains(names, name) {
+	if p, ok := in.onNode[uid]; ok && slices.Contains(p.names, name) {
 		return true
 	}
 	pod, ok := in.s.cfg.Pods.PodByUID(uid)

@@ -245,10 +245,46 @@ func setDefault[T comparable](v *T, def T) {
 // streams per connection. tlsConfig must not be nil: the agents' tokens
 // travel on this connection.
 func NewGRPCServer(srv *Server, tlsConfig *tls.Config) *grpc.Server {
+	return newGRPCServer(srv, tlsConfig, connectionBuffers()...)
+}
+
+// Per-connection buffers of the stream server's transports. gRPC's
+// default 32 KiB read buffer, held by every connection for its life (on a
+// TLS connection gRPC cannot pool it), was the second cost of the leader's
+// heap at 1,000 nodes (docs/performance.md, "Where the leader's memory
+// goes"). An agent sends a few KiB per sampling pass and the leader
+// answers with acks of a few bytes: a read is rarely larger than the small
+// buffer, and a larger frame is read past it (bufio reads what does not
+// fit straight into the frame; TLS buffers the records below it either
+// way). The write buffer is already borrowed from a pool only while a
+// connection writes (gRPC's shared write buffer, its default); it is made
+// as small. The flow-control window is gRPC's (64 KiB, grown by its BDP
+// estimate): it costs memory only for what arrived and was not read yet,
+// and Connect reads without pause.
+const (
+	// streamReadBuffer is each connection's read buffer.
+	streamReadBuffer = 4 << 10
+	// streamWriteBuffer is the size of the write buffers connections
+	// borrow while they write.
+	streamWriteBuffer = 4 << 10
+)
+
+// connectionBuffers are the transport options sizing each connection's
+// buffers (see streamReadBuffer).
+func connectionBuffers() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ReadBufferSize(streamReadBuffer),
+		grpc.WriteBufferSize(streamWriteBuffer),
+	}
+}
+
+// newGRPCServer is NewGRPCServer with extra options (the connection
+// buffers; the tests compare with gRPC's defaults).
+func newGRPCServer(srv *Server, tlsConfig *tls.Config, extra ...grpc.ServerOption) *grpc.Server {
 	if tlsConfig == nil {
 		panic("stream: NewGRPCServer needs a TLS config")
 	}
-	g := grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(tlsConfig)),
 		grpc.MaxRecvMsgSize(srv.cfg.MaxMessageBytes),
 		// A connection that does not finish its TLS handshake in time is
@@ -265,7 +301,8 @@ func NewGRPCServer(srv *Server, tlsConfig *tls.Config) *grpc.Server {
 		// reconnects with its current token.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * streamv1.KeepaliveTime, Timeout: streamv1.KeepaliveTimeout,
 			MaxConnectionAge: srv.cfg.MaxStreamAge, MaxConnectionAgeGrace: DefaultMaxStreamAgeGrace}),
-	)
+	}
+	g := grpc.NewServer(append(opts, extra...)...)
 	streamv1.RegisterStreamServer(g, srv)
 	return g
 }

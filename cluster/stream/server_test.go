@@ -63,6 +63,8 @@ type fixture struct {
 	// account's.
 	// unbound is the agent service account's but bound to no pod.
 	agentToken, wrongAudience, otherSA, unbound string
+	// serverTLS is the server's TLS config, to serve more servers with.
+	serverTLS *tls.Config
 }
 
 // fixtureOption changes the fixture's server config or pod cache before
@@ -128,6 +130,7 @@ func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 	require.NoError(t, err)
 
 	serverTLS, pool := streamtest.SelfSigned(t)
+	f.serverTLS = serverTLS
 	g := NewGRPCServer(f.srv, serverTLS)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

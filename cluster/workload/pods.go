@@ -9,7 +9,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -158,7 +157,9 @@ func owned(ctx context.Context, r client.Reader, ns string, selector *metav1.Lab
 
 // currentReplicaSet returns a Deployment's current ReplicaSet: the one it
 // controls whose template is the Deployment's (ignoring the
-// pod-template-hash label, as the deployment controller compares them);
+// pod-template-hash label, as the deployment controller compares them:
+// by TemplateDigest, which the leader's cache keeps of the templates it
+// strips);
 // failing that, the highest revision, then the newest. Nil when the
 // Deployment has none, or w is not a Deployment.
 func currentReplicaSet(ctx context.Context, r client.Reader, w *Workload) (*appsv1.ReplicaSet, error) {
@@ -169,8 +170,9 @@ func currentReplicaSet(ctx context.Context, r client.Reader, w *Workload) (*apps
 	if err != nil || len(owned) == 0 {
 		return nil, err
 	}
+	want := TemplateDigest(w.Template)
 	for _, rs := range owned {
-		if sameTemplateIgnoringHash(&rs.Spec.Template, w.Template) {
+		if TemplateDigest(&rs.Spec.Template) == want {
 			return rs, nil
 		}
 	}
@@ -213,19 +215,4 @@ func replicaSets(ctx context.Context, r client.Reader, w *Workload) ([]*appsv1.R
 		}
 	}
 	return owned, nil
-}
-
-// sameTemplateIgnoringHash reports whether two pod templates are equal but
-// for the pod-template-hash label the deployment controller adds.
-func sameTemplateIgnoringHash(a, b *corev1.PodTemplateSpec) bool {
-	a, b = a.DeepCopy(), b.DeepCopy()
-	delete(a.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
-	delete(b.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
-	if len(a.Labels) == 0 {
-		a.Labels = nil
-	}
-	if len(b.Labels) == 0 {
-		b.Labels = nil
-	}
-	return apiequality.Semantic.DeepEqual(a, b)
 }
