@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,6 +73,12 @@ func (tl *testLeader) crash(ctx context.Context) {
 // lease timings unless cfg sets its own, and stops it when the test ends.
 func startLeader(t testing.TB, ns, identity string, cfg Config) *testLeader {
 	t.Helper()
+	return startLeaderOn(t, controlplane.Get(t).Config, ns, identity, cfg)
+}
+
+// startLeaderOn is startLeader with the REST config rc.
+func startLeaderOn(t testing.TB, rc *rest.Config, ns, identity string, cfg Config) *testLeader {
+	t.Helper()
 	cfg.Namespace, cfg.LeaseName, cfg.Identity = ns, "kerf-leader", identity
 	cfg.WatchNamespaces = []string{ns}
 	if cfg.LeaseDuration == 0 {
@@ -81,7 +88,7 @@ func startLeader(t testing.TB, ns, identity string, cfg Config) *testLeader {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	l, err := New(cfg, controlplane.Get(t).Config, log.With("identity", identity))
+	l, err := New(cfg, rc, log.With("identity", identity))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	tl := &testLeader{Leader: l, stop: cancel, done: make(chan error, 1)}

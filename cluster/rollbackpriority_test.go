@@ -30,21 +30,9 @@ import (
 // second (burst as many), as a leader's client is against a large cluster.
 func startLimitedLeader(t *testing.T, ns, identity string, cfg Config, qps float32) *testLeader {
 	t.Helper()
-	cfg.Namespace, cfg.LeaseName, cfg.Identity = ns, "kerf-leader", identity
-	cfg.WatchNamespaces = []string{ns}
-	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 3*time.Second, 2*time.Second, 200*time.Millisecond
 	rc := rest.CopyConfig(controlplane.Get(t).Config)
 	rc.QPS, rc.Burst = qps, int(qps)
-	l, err := New(cfg, rc, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	tl := &testLeader{Leader: l, stop: cancel, done: make(chan error, 1)}
-	go func() { tl.done <- l.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-tl.done
-	})
-	return tl
+	return startLeaderOn(t, rc, ns, identity, cfg)
 }
 
 // TestARollbackGoesBeforeTheQueuedApplies: a wave of applies fills the
