@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -200,7 +201,7 @@ func (c *reconcileContext) finish(ctx context.Context) (ctrl.Result, error) {
 		})
 	}
 	if len(res.Pending) > 0 {
-		return ctrl.Result{RequeueAfter: pendingRequeue}, nil
+		return ctrl.Result{RequeueAfter: pendingRequeue, Priority: ptr.To(pendingPriority)}, nil
 	}
 	msg := fmt.Sprintf("%s applied with strategy %s under %s %s", joinResources(change.Resources), change.Strategy, c.resolved.Ref.Kind, c.resolved.Ref.Name)
 	if len(res.Infeasible) > 0 {

@@ -41,6 +41,11 @@ const (
 	// termination. Its rollback never waits behind the applies queued
 	// before it, only for a worker to finish the pass it runs.
 	harmPriority = 100
+	// pendingPriority is the look again at a change whose pods' in-place
+	// resizes were still in flight: finishing what was started (recording
+	// it Applied, so that its watch starts) goes before starting the
+	// queued applies.
+	pendingPriority = 50
 	// DefaultWorkers is how many recommendations the leader reconciles at
 	// once when Config.Workers is zero.
 	DefaultWorkers = 8
