@@ -1,0 +1,70 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/kerf-dev/kerf/cluster/workload"
+	"github.com/kerf-dev/kerf/internal/kube"
+)
+
+// rollbackClients builds the rollbacks' fenced client and clientset
+// (docs/leader.md, "The clients and their budgets"): one token bucket of
+// their own (cfg.RollbackQPS, cfg.RollbackBurst) for every request they
+// make, the live Lease reads that fence their writes included, which
+// they share only between themselves. The other clients each keep
+// client-go's bucket per client (and per kind for the manager's), which a
+// wave of applies fills: a rollback written through them waited its turn
+// behind the applies' writes and their Lease reads. Its waits are
+// kerf_leader_rollback_client_wait_seconds.
+func rollbackClients(restConfig *rest.Config, leaseTimeout time.Duration, fnc *fence, cfg Config, mgr manager.Manager, reg prometheus.Registerer) (client.Client, kubernetes.Interface, error) {
+	waits := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "kerf_leader_rollback_client_wait_seconds",
+		Help:    "How long the rollbacks' requests (their writes and the Lease reads that fence them) waited for their own client-side rate limit.",
+		Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
+	})
+	reg.MustRegister(waits)
+	budget := rest.CopyConfig(restConfig)
+	budget.QPS, budget.Burst = cfg.RollbackQPS, cfg.RollbackBurst
+	budget.RateLimiter = waitObserver{RateLimiter: flowcontrol.NewTokenBucketRateLimiter(cfg.RollbackQPS, cfg.RollbackBurst), waits: waits}
+	leaseConfig := rest.CopyConfig(budget)
+	leaseConfig.Timeout = leaseTimeout
+	leases, err := kubernetes.NewForConfig(leaseConfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rollbacks' fence client: %w", err)
+	}
+	budget.Wrap(fnc.wrapReading(fnc.reader(leases.CoordinationV1().Leases(cfg.Namespace))))
+	w, err := client.New(budget, client.Options{Scheme: kube.Scheme, Mapper: mgr.GetRESTMapper(),
+		Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("rollbacks' fenced client: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(budget)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rollbacks' fenced clientset: %w", err)
+	}
+	return workload.Indexed(w), cs, nil
+}
+
+// waitObserver is a client's rate limiter that observes each request's
+// wait.
+type waitObserver struct {
+	flowcontrol.RateLimiter
+	waits prometheus.Observer
+}
+
+// Wait implements flowcontrol.RateLimiter, observing the wait.
+func (o waitObserver) Wait(ctx context.Context) error {
+	start := time.Now()
+	err := o.RateLimiter.Wait(ctx)
+	o.waits.Observe(time.Since(start).Seconds())
+	return err
+}
