@@ -173,28 +173,7 @@ func rollbackBeforeWave(t *testing.T, qps float32, workers int, kill func(t *tes
 	time.Sleep(time.Second) // the pod reaches the leader's cache
 
 	// The wave: a change for each of wave Deployments, created at once.
-	var wg sync.WaitGroup
-	errs := make(chan error, wave)
-	for w := range 8 {
-		wg.Go(func() {
-			for i := w; i < wave; i += 8 {
-				name := fmt.Sprintf("wave-%d", i)
-				if err := c.Create(ctx, deployment(ns, name, "500m", "256Mi")); err != nil {
-					errs <- err
-					return
-				}
-				if err := c.Create(ctx, recommendation(ns, name, name, v1alpha1.StrategyRollout, "250m", "256Mi")); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	createWave(t, c, ns, wave)
 	require.Eventually(t, func() bool { return recorded.Load() >= 4 }, 20*time.Second, 10*time.Millisecond, "the wave never started")
 
 	touch := func(v string) {
@@ -341,11 +320,32 @@ func TestAPendingInPlaceApplyIsFinishedBeforeTheQueuedApplies(t *testing.T) {
 		return pod.Generation > 1
 	}, 20*time.Second, 50*time.Millisecond, "the pod was never resized")
 
+	createWave(t, c, ns, wave)
+	require.Eventually(t, func() bool { return recorded.Load() >= 4 }, 20*time.Second, 10*time.Millisecond, "the wave never started")
+	// The change's requeue (every pendingRequeue while its resize is in
+	// flight) falls due once at least behind the whole wave.
+	time.Sleep(pendingRequeue + time.Second)
+
+	kubeletReports(t, c, pod, "")
+	atHold := recorded.Load()
+	left := int64(wave) - atHold
+	require.Greater(t, left, int64(wave/2), "the wave drained before the resize took hold: nothing left to go before")
+	waitApplied(t, c, ns, "web")
+	atApplied := recorded.Load()
+	t.Logf("applies recorded: %d when the resize took hold, %d when it was recorded Applied (of %d)", atHold, atApplied, wave)
+	assert.Less(t, atApplied-atHold, left/3, "the pending apply waited behind the queued applies")
+}
+
+// createWave creates, 8 at a time, n Deployments wave-<i> in ns each with
+// a Rollout recommendation lowering its CPU: a wave of applies.
+func createWave(t *testing.T, c client.Client, ns string, n int) {
+	t.Helper()
+	ctx := context.Background()
 	var wg sync.WaitGroup
-	errs := make(chan error, wave)
+	errs := make(chan error, n)
 	for w := range 8 {
 		wg.Go(func() {
-			for i := w; i < wave; i += 8 {
+			for i := w; i < n; i += 8 {
 				name := fmt.Sprintf("wave-%d", i)
 				if err := c.Create(ctx, deployment(ns, name, "500m", "256Mi")); err != nil {
 					errs <- err
@@ -363,17 +363,4 @@ func TestAPendingInPlaceApplyIsFinishedBeforeTheQueuedApplies(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return recorded.Load() >= 4 }, 20*time.Second, 10*time.Millisecond, "the wave never started")
-	// The change's requeue (every pendingRequeue while its resize is in
-	// flight) falls due once at least behind the whole wave.
-	time.Sleep(pendingRequeue + time.Second)
-
-	kubeletReports(t, c, pod, "")
-	atHold := recorded.Load()
-	left := int64(wave) - atHold
-	require.Greater(t, left, int64(wave/2), "the wave drained before the resize took hold: nothing left to go before")
-	waitApplied(t, c, ns, "web")
-	atApplied := recorded.Load()
-	t.Logf("applies recorded: %d when the resize took hold, %d when it was recorded Applied (of %d)", atHold, atApplied, wave)
-	assert.Less(t, atApplied-atHold, left/3, "the pending apply waited behind the queued applies")
 }
