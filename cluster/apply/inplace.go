@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,29 +28,43 @@ func podContainer(p *corev1.Pod, name string) *corev1.Container {
 }
 
 // resizePods resizes every running pod of the workload to the targets
-// through the pods/resize subresource, then reports each pod: carrying the
-// values (Touched), still resizing (Pending) or failed (Failed). With
-// watched (an apply, whose health watch follows), a resize the kubelet
-// marks Infeasible goes to Infeasible rather than Failed: the watch rolls
-// the change back if it stays so past the grace (docs/health.md).
+// through the pods/resize subresource, up to resizeConcurrency pods at
+// once, then reports each pod in name order: carrying the values
+// (Touched), still resizing (Pending) or failed (Failed). With watched (an
+// apply, whose health watch follows), a resize the kubelet marks
+// Infeasible goes to Infeasible rather than Failed: the watch rolls the
+// change back if it stays so past the grace (docs/health.md).
+//
+// An error on one pod, or ctx ending, stops new resizes from starting;
+// those in flight finish and are reported like the others, and the error
+// of the first pod by name (else ctx's) is returned.
 func (a *Applier) resizePods(ctx context.Context, w *workload.Workload, targets []target, since time.Time, watched bool, res *Result) error {
 	pods, err := workload.RunningPods(ctx, a.Client, w)
 	if err != nil {
 		return err
 	}
-	for i := range pods {
-		if !slices.ContainsFunc(targets, func(t target) bool { return podContainer(&pods[i], t.name) != nil }) {
+	outs := make([]podResize, len(pods))
+	stopped := a.resizeAll(ctx, pods, targets, outs)
+	var first error
+	for i := range outs {
+		o := &outs[i]
+		switch {
+		case o.skipped:
 			res.Notes = append(res.Notes, fmt.Sprintf("pod %s runs none of the containers to resize; left as is", pods[i].Name))
 			continue
-		}
-		p, failure, err := a.resizePod(ctx, &pods[i], targets, res)
-		if err != nil {
-			return err
-		}
-		if failure != nil {
-			res.Failed = append(res.Failed, *failure)
+		case !o.done:
+			continue // not started: ctx ended or another pod's resize failed
+		case o.err != nil:
+			if first == nil {
+				first = o.err
+			}
+			continue
+		case o.failure != nil:
+			res.Failed = append(res.Failed, *o.failure)
 			continue
 		}
+		res.Notes = append(res.Notes, o.notes...)
+		p := o.pod
 		if p == nil { // deleted or stopped meanwhile
 			continue
 		}
@@ -63,6 +79,68 @@ func (a *Applier) resizePods(ctx context.Context, w *workload.Workload, targets 
 		case pending:
 			res.Pending = append(res.Pending, p.Name)
 		}
+	}
+	if first != nil {
+		return first
+	}
+	if stopped != nil {
+		return fmt.Errorf("resize pods of %s: %w", w, stopped)
+	}
+	return nil
+}
+
+// podResize is what resizing one pod gave.
+type podResize struct {
+	skipped bool // the pod runs none of the targets' containers
+	done    bool // resizePod ran
+	pod     *corev1.Pod
+	failure *Failure
+	notes   []string
+	err     error
+}
+
+// resizeAll runs resizePod on every pod that runs one of the targets'
+// containers, up to resizeConcurrency at once, writing outs[i] for
+// pods[i]. It starts no resize once ctx has ended or a resize returned an
+// error, waits for those in flight, and returns ctx's error if ctx ended
+// before every resize started.
+func (a *Applier) resizeAll(ctx context.Context, pods []corev1.Pod, targets []target, outs []podResize) error {
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Bool
+		slots  = make(chan struct{}, a.resizeConcurrency())
+	)
+	defer wg.Wait()
+	for i := range pods {
+		if !slices.ContainsFunc(targets, func(t target) bool { return podContainer(&pods[i], t.name) != nil }) {
+			outs[i].skipped = true
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if err := ctx.Err(); err != nil {
+			<-slots
+			return err
+		}
+		if failed.Load() {
+			<-slots
+			return nil // the failed resize's error is returned
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			o := &outs[i]
+			var notes Result
+			o.pod, o.failure, o.err = a.resizePod(ctx, &pods[i], targets, &notes)
+			o.notes, o.done = notes.Notes, true
+			if o.err != nil {
+				failed.Store(true)
+			}
+		}()
 	}
 	return nil
 }

@@ -70,7 +70,7 @@ var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // env is one test's namespace, clock and Applier.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	cp      *controlplane.ControlPlane
 	ns      string
@@ -78,7 +78,7 @@ type env struct {
 	applier *apply.Applier
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	cp := controlplane.Get(t)
 	e := &env{t: t, ctx: context.Background(), cp: cp, ns: controlplane.UniqueName("ns"), clock: &clock{now: t0}}
