@@ -25,6 +25,14 @@
 //     pods/resize, conditional on resourceVersion and retried on conflict
 //     with a fresh read. A refusal by the apiserver is a Failure with reason
 //     v1alpha1.ResizeRejected.
+//     The pods are resized up to Applier.ResizeConcurrency at once
+//     (DefaultResizeConcurrency, 16; the Clientset's rate limiter still
+//     bounds the requests), and Result lists them by pod name whatever
+//     order the resizes finish in. An error on one pod starts no further
+//     resize; those in flight finish and the error of the first pod by
+//     name is returned (Apply and Restore then return no Result: done
+//     again, the apply reports the pods already resized without writing
+//     them again). A cancelled context starts no further resize either.
 //     RestartContainer resize policies are honoured and noted. The pod's
 //     resize conditions decide: Infeasible ends an apply at once with the
 //     pod in Result.Infeasible, not Failed (the health watch rolls the
