@@ -258,7 +258,8 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}}
 	// The cache keeps no managed fields, and of pods nothing Kerf never
 	// reads (cachetransform.go).
-	cacheOpts := cache.Options{DefaultTransform: cacheTransform}
+	// Its informers' sizes are kerf_leader_cached_objects (cachemetrics.go).
+	cacheOpts := cache.Options{DefaultTransform: cacheTransform, NewInformer: newCachedObjects(reg).newInformer}
 	if len(cfg.WatchNamespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range cfg.WatchNamespaces {

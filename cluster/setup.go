@@ -23,6 +23,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/workload"
+	"github.com/kerf-dev/kerf/internal/cacheindex"
 )
 
 // Field indexes of the leader's cache.
@@ -67,10 +68,13 @@ func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(k
 // "Workers and the rollbacks' priority").
 func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) error {
 	ctx := context.Background()
-	idx := mgr.GetFieldIndexer()
+	// Every index keeps an object under one key (internal/cacheindex):
+	// pods by UID are looked up across all namespaces, the rest in the
+	// workload's namespace.
+	idx := cacheindex.New(mgr.GetCache(), cacheindex.Namespaced)
 	// Pods by UID: the pod an agent's signal is about, for the stream and
 	// for signaled.
-	if err := stream.IndexPodsByUID(ctx, idx); err != nil {
+	if err := stream.IndexPodsByUID(ctx, cacheindex.New(mgr.GetCache(), cacheindex.ClusterWide)); err != nil {
 		return err
 	}
 	if err := idx.IndexField(ctx, &v1alpha1.RightsizingRecommendation{}, targetRefIndex, func(o client.Object) []string {

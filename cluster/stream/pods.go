@@ -23,7 +23,8 @@ type Pods interface {
 const PodUIDField = "metadata.uid"
 
 // IndexPodsByUID adds PodUIDField to the pods of a cache that has not
-// started yet, so that CachedPods can read it.
+// started yet, so that CachedPods can read it: idx's indexes must answer
+// lists across all namespaces (the leader's: cacheindex.ClusterWide).
 func IndexPodsByUID(ctx context.Context, idx client.FieldIndexer) error {
 	if err := idx.IndexField(ctx, &corev1.Pod{}, PodUIDField, func(o client.Object) []string {
 		return []string{string(o.GetUID())}

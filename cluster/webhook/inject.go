@@ -84,7 +84,7 @@ const maxReviewBytes = 8 << 20
 // v1 endpoint (Path) that gives a new pod the values its workload's
 // recommendation applied.
 type Injector struct {
-	// Reader reads ReplicaSets (metadata only) and
+	// Reader reads ReplicaSets (only their metadata is used) and
 	// RightsizingRecommendations; in the leader, the manager's cache.
 	Reader client.Reader
 	// LiveReader, when set, is asked when Reader does not find a pod's

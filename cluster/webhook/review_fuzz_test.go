@@ -75,8 +75,7 @@ func fuzzInjector(f *testing.F) (*Injector, string, metav1.OwnerReference) {
 	// What the injector reads, read once from the apiserver: a reader
 	// with goroutines of its own (an informer cache) changes the coverage
 	// between runs of one input, which the fuzzer takes for new inputs.
-	snap := &snapshotReader{rs: &metav1.PartialObjectMetadata{}}
-	snap.rs.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
+	snap := &snapshotReader{rs: &appsv1.ReplicaSet{}}
 	require.NoError(f, c.Get(ctx, client.ObjectKeyFromObject(rs), snap.rs))
 	require.NoError(f, c.List(ctx, &snap.rsrs, client.InNamespace(ns.Name)))
 	require.Len(f, snap.rsrs.Items, 1)
@@ -87,15 +86,15 @@ func fuzzInjector(f *testing.F) (*Injector, string, metav1.OwnerReference) {
 	return in, ns.Name, owner
 }
 
-// snapshotReader serves the ReplicaSet's metadata and the namespace's
+// snapshotReader serves the ReplicaSet and the namespace's
 // recommendations as the apiserver gave them at the fuzzer's start.
 type snapshotReader struct {
-	rs   *metav1.PartialObjectMetadata
+	rs   *appsv1.ReplicaSet
 	rsrs v1alpha1.RightsizingRecommendationList
 }
 
 func (r *snapshotReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
+	m, ok := obj.(*appsv1.ReplicaSet)
 	if !ok || key != client.ObjectKeyFromObject(r.rs) {
 		return apierrors.NewNotFound(appsv1.Resource("replicasets"), key.Name)
 	}

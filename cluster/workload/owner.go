@@ -43,9 +43,13 @@ func (r Ref) Targets(ns string, ref v1alpha1.TargetRef) bool {
 // owns it: Pod → ReplicaSet → Deployment, Pod → StatefulSet, Pod →
 // DaemonSet. The pod's namespace is the workload's. ok is false when the
 // pod has no such workload (no controller, another kind, a ReplicaSet no
-// Deployment controls). Only the ReplicaSet's metadata is read, from r;
-// when r does not have it (or has another of the same name), the error
-// wraps ErrReplicaSetNotFound.
+// Deployment controls). Only the ReplicaSet's metadata is used, but it is
+// read from r as the typed ReplicaSet, without a copy: the leader's cache
+// holds ReplicaSets so already (the lookups of pods.go), and asking it for
+// their metadata alone would start a second informer holding every
+// ReplicaSet's metadata again (15 MB at 25,000 workloads,
+// docs/performance.md). When r does not have it (or has another of the
+// same name), the error wraps ErrReplicaSetNotFound.
 func Of(ctx context.Context, r client.Reader, pod *corev1.Pod) (ref Ref, ok bool, err error) {
 	owner := metav1.GetControllerOfNoCopy(pod)
 	if owner == nil || !isApps(owner.APIVersion) {
@@ -62,9 +66,8 @@ func Of(ctx context.Context, r client.Reader, pod *corev1.Pod) (ref Ref, ok bool
 		return Ref{}, false, nil
 	}
 	key := client.ObjectKey{Namespace: ns, Name: owner.Name}
-	rs := &metav1.PartialObjectMetadata{}
-	rs.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
-	switch err := r.Get(ctx, key, rs); {
+	rs := &appsv1.ReplicaSet{}
+	switch err := r.Get(ctx, key, rs, client.UnsafeDisableDeepCopy); {
 	case apierrors.IsNotFound(err):
 		return Ref{}, false, fmt.Errorf("get ReplicaSet %s: %w: %w", key, ErrReplicaSetNotFound, err)
 	case err != nil:

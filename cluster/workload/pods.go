@@ -38,7 +38,9 @@ func controllerUID(o client.Object) []string {
 }
 
 // IndexFields registers ControllerIndex for pods and ReplicaSets with idx
-// (a manager's field indexer, before its cache starts).
+// (a manager's field indexer, before its cache starts): its indexes must
+// answer lists in one namespace, all that Pods, RunningPods and the
+// ReplicaSet lookups make (the leader's: cacheindex.Namespaced).
 func IndexFields(ctx context.Context, idx client.FieldIndexer) error {
 	for _, obj := range []client.Object{&corev1.Pod{}, &appsv1.ReplicaSet{}} {
 		if err := idx.IndexField(ctx, obj, ControllerIndex, controllerUID); err != nil {

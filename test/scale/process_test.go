@@ -50,6 +50,12 @@ const leaderBinEnv = "KERF_SCALE_LEADER_BIN"
 // KERF_SCALE_LEADER_BIN must then be a kerfpprof build too.
 const profileEnv = "KERF_SCALE_PROFILE"
 
+// memLimitEnv, when set, is the leader's GOMEMLIMIT (e.g. "512MiB", what
+// the chart's default memory limit gives it, docs/leader.md "Memory"):
+// the harness runs the leader as a process without a container, so with
+// none the runtime's GOGC=100 alone decides its heap's growth.
+const memLimitEnv = "KERF_SCALE_LEADER_GOMEMLIMIT"
+
 // buildLeader builds kerf-leader with hack/build.sh, as its image has it
 // (with the kerfpprof tag when $KERF_SCALE_PROFILE is set), into dir and
 // returns its path; or returns $KERF_SCALE_LEADER_BIN.
@@ -146,9 +152,13 @@ func startLeader(tb testing.TB, a leaderArgs, identity string) *leaderProc {
 		"--agent-audience="+audience, "--agent-service-account="+agentSA)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	var pprofAddr string
+	cmd.Env = os.Environ()
 	if os.Getenv(profileEnv) != "" {
 		pprofAddr = freeAddr(tb)
-		cmd.Env = append(os.Environ(), "KERF_LEADER_PPROF_ADDR="+pprofAddr)
+		cmd.Env = append(cmd.Env, "KERF_LEADER_PPROF_ADDR="+pprofAddr)
+	}
+	if limit := os.Getenv(memLimitEnv); limit != "" {
+		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+limit)
 	}
 	require.NoError(tb, cmd.Start())
 	p := &leaderProc{cmd: cmd, done: make(chan struct{}), logPath: logPath, started: time.Now(), pprofAddr: pprofAddr, metricsAddr: metricsAddr}
