@@ -270,6 +270,13 @@ func TestWorkersBelowOneAreRefused(t *testing.T) {
 	require.ErrorContains(t, err, "workers (-1) must be at least 1")
 }
 
+// TestRollbackWorkersBelowNoneAreRefused: a Config.RollbackWorkers below
+// NoRollbackWorkers is an error naming the field.
+func TestRollbackWorkersBelowNoneAreRefused(t *testing.T) {
+	_, err := New(Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", RollbackWorkers: -2}, &rest.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.ErrorContains(t, err, "rollback workers (-2) must be at least 1, 0 for 2, or NoRollbackWorkers (-1) for none")
+}
+
 // TestANegativeRollbackBudgetIsRefused: a negative Config.RollbackQPS or
 // RollbackBurst is an error naming the fields.
 func TestANegativeRollbackBudgetIsRefused(t *testing.T) {
