@@ -56,11 +56,7 @@ func cacheTransform(obj any) (any, error) {
 // change, so the stored objects keep it. (Recommendations keep theirs:
 // the recommender updates them whole.)
 func dropLastApplied(o metav1.Object) {
-	if a := o.GetAnnotations(); a != nil {
-		if _, ok := a[corev1.LastAppliedConfigAnnotation]; ok {
-			delete(a, corev1.LastAppliedConfigAnnotation)
-		}
-	}
+	delete(o.GetAnnotations(), corev1.LastAppliedConfigAnnotation)
 }
 
 // maxInternedLists bounds the distinct resource lists interned: past it a

@@ -107,6 +107,14 @@ type Config struct {
 	// Workers is how many recommendations the leader reconciles at once
 	// (the controller's MaxConcurrentReconciles); 0 means DefaultWorkers.
 	Workers int
+	// RollbackWorkers is how many more workers are kept for the harm
+	// signals' requests (an OOM kill, a container restart or termination),
+	// on a controller of their own that runs nothing else, so that a
+	// rollback never waits for an apply pass to finish (but one of its
+	// own recommendation). 0 means DefaultRollbackWorkers;
+	// NoRollbackWorkers keeps none (the harm requests then go first in the
+	// one queue, at harmPriority).
+	RollbackWorkers int
 	// RollbackQPS and RollbackBurst are the rate limit of the rollbacks'
 	// own client (a breach's status, the restore, and the Lease reads
 	// that fence them), which no other write uses: a wave of applies
@@ -118,6 +126,8 @@ type Config struct {
 	Now func() time.Time
 	// AfterRecord and AfterBreach are passed to the reconciler (tests only).
 	AfterRecord, AfterBreach func(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation)
+	// DuringPass is passed to the reconciler (tests only).
+	DuringPass func(req ctrl.Request, reserved bool) (done func())
 }
 
 // StreamConfig configures the agents' stream, which only the leader serves
@@ -203,6 +213,10 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 	if cfg.Workers < 0 {
 		return nil, fmt.Errorf("leader config: workers (%d) must be at least 1, or 0 for %d", cfg.Workers, DefaultWorkers)
+	}
+	if cfg.RollbackWorkers < NoRollbackWorkers {
+		return nil, fmt.Errorf("leader config: rollback workers (%d) must be at least 1, 0 for %d, or NoRollbackWorkers (%d) for none",
+			cfg.RollbackWorkers, DefaultRollbackWorkers, NoRollbackWorkers)
 	}
 	if cfg.RollbackQPS < 0 || cfg.RollbackBurst < 0 {
 		return nil, fmt.Errorf("leader config: rollback QPS (%g) and burst (%d) must be positive, or 0 for %d and %d",
@@ -348,20 +362,22 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		return nil, err
 	}
 	rec := &RecommendationReconciler{
-		Client:         writer,
-		Applier:        &apply.Applier{Client: writer, Clientset: fencedCS, Now: cfg.Now},
-		RollbackClient: rollbackWriter,
-		Rollbacks:      &apply.Applier{Client: rollbackWriter, Clientset: rollbackCS, Now: cfg.Now},
-		Recorder:       recorder,
-		Metrics:        l.Metrics,
-		Now:            cfg.Now,
-		AfterRecord:    cfg.AfterRecord,
-		AfterBreach:    cfg.AfterBreach,
-		Kernel:         sig.Kernel,
-		Statuses:       sig.Statuses,
-		Throttling:     cfg.Throttling,
-		Log:            log,
-		Workers:        cfg.Workers,
+		Client:          writer,
+		Applier:         &apply.Applier{Client: writer, Clientset: fencedCS, Now: cfg.Now},
+		RollbackClient:  rollbackWriter,
+		Rollbacks:       &apply.Applier{Client: rollbackWriter, Clientset: rollbackCS, Now: cfg.Now},
+		Recorder:        recorder,
+		Metrics:         l.Metrics,
+		Now:             cfg.Now,
+		AfterRecord:     cfg.AfterRecord,
+		AfterBreach:     cfg.AfterBreach,
+		DuringPass:      cfg.DuringPass,
+		Kernel:          sig.Kernel,
+		Statuses:        sig.Statuses,
+		Throttling:      cfg.Throttling,
+		Log:             log,
+		Workers:         cfg.Workers,
+		RollbackWorkers: cfg.RollbackWorkers,
 	}
 	if err := rec.SetupWithManager(mgr, sig); err != nil {
 		return nil, err

@@ -17,6 +17,13 @@ type Metrics struct {
 	// "fallback" when the write without the outcome's messages succeeded,
 	// "refused" when it was refused too (the write is then retried).
 	InvalidStatus *prometheus.CounterVec
+	// HarmQueueWait is kerf_leader_harm_queue_wait_seconds: how long a
+	// harm signal's request (an OOM kill, a container restart or
+	// termination) waited from its enqueue to the start of its
+	// recommendation's next pass, the lock of a pass of it in the other
+	// path included (docs/leader.md, "Workers and the rollbacks'
+	// priority").
+	HarmQueueWait prometheus.Histogram
 }
 
 // NewMetrics registers the leader's metrics with reg.
@@ -30,8 +37,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kerf_status_writes_invalid_total",
 			Help: "Recommendation status writes the apiserver refused as invalid (422), by outcome: fallback (written again without the messages) or refused.",
 		}, []string{"outcome"}),
+		HarmQueueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kerf_leader_harm_queue_wait_seconds",
+			Help:    "How long a harm signal's request (an OOM kill, a container restart or termination) waited from its enqueue to the start of its recommendation's pass.",
+			Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		}),
 	}
-	reg.MustRegister(m.Actions, m.InvalidStatus)
+	reg.MustRegister(m.Actions, m.InvalidStatus, m.HarmQueueWait)
 	return m
 }
 

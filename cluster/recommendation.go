@@ -54,6 +54,11 @@ type RecommendationReconciler struct {
 	// Workers is how many recommendations are reconciled at once (never
 	// one twice at once); 0 means DefaultWorkers.
 	Workers int
+	// RollbackWorkers is how many workers are kept for the harm signals'
+	// requests, on a controller of their own (docs/leader.md, "Workers
+	// and the rollbacks' priority"); 0 means DefaultRollbackWorkers,
+	// NoRollbackWorkers none.
+	RollbackWorkers int
 	// Now is the clock; tests inject theirs.
 	Now func() time.Time
 	// AfterRecord, when set, runs after a change is recorded in status and
@@ -62,6 +67,10 @@ type RecommendationReconciler struct {
 	// AfterBreach, when set, runs after a breach is recorded and before
 	// the restore; the failover test stops a leader there.
 	AfterBreach func(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation)
+	// DuringPass, when set, runs as a pass of req starts, its lock taken,
+	// in the rollbacks' path (reserved) or the other; the pass ends after
+	// the func it returns (tests only).
+	DuringPass func(req ctrl.Request, reserved bool) (done func())
 }
 
 // Reconcile is one pass over one recommendation.

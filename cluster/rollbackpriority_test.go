@@ -18,8 +18,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/signals"
@@ -268,6 +270,13 @@ func TestWorkersBelowOneAreRefused(t *testing.T) {
 	require.ErrorContains(t, err, "workers (-1) must be at least 1")
 }
 
+// TestRollbackWorkersBelowNoneAreRefused: a Config.RollbackWorkers below
+// NoRollbackWorkers is an error naming the field.
+func TestRollbackWorkersBelowNoneAreRefused(t *testing.T) {
+	_, err := New(Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", RollbackWorkers: -2}, &rest.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.ErrorContains(t, err, "rollback workers (-2) must be at least 1, 0 for 2, or NoRollbackWorkers (-1) for none")
+}
+
 // TestANegativeRollbackBudgetIsRefused: a negative Config.RollbackQPS or
 // RollbackBurst is an error naming the fields.
 func TestANegativeRollbackBudgetIsRefused(t *testing.T) {
@@ -363,4 +372,184 @@ func createWave(t *testing.T, c client.Client, ns string, n int) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
+}
+
+// TestARollbackWaitsForNoApplyWorker: every apply worker is held in an
+// apply pass of the wave (a hook after its record, as a pass waits on the
+// applies' rate limit at scale), then a watched workload's container is
+// OOM-killed (by the agent's signal, and by its pod's status): the
+// rollback is restored on a worker kept for rollbacks while every apply
+// worker is still busy. With none kept (NoRollbackWorkers) it waits for
+// an apply worker, which never comes while the hook holds them: the
+// restore is not written within the 10 s asserted.
+func TestARollbackWaitsForNoApplyWorker(t *testing.T) {
+	t.Run("an agent's OOM kill", func(t *testing.T) {
+		rollbackWithEveryApplyWorkerBusy(t, agentOOMKill)
+	})
+	t.Run("the pod's status", func(t *testing.T) {
+		rollbackWithEveryApplyWorkerBusy(t, func(t *testing.T, c client.Client, _ *signals.Kernel, pod *corev1.Pod) {
+			oomKilled(t, c, pod, "OOMKilled")
+		})
+	})
+}
+
+func rollbackWithEveryApplyWorkerBusy(t *testing.T, kill func(t *testing.T, c client.Client, src *signals.Kernel, pod *corev1.Pod)) {
+	const workers = 2
+	c := controlplane.Get(t).Client
+	ctx := context.Background()
+	ns := namespace(t, c)
+	src := signals.NewKernel()
+	held := make(chan struct{})
+	var busy atomic.Int64
+	cfg := Config{Signals: kernelOnly(src), Workers: workers,
+		AfterRecord: func(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) {
+			if rsr.Name == "victim" {
+				return
+			}
+			busy.Add(1)
+			defer busy.Add(-1)
+			select {
+			case <-held:
+			case <-ctx.Done():
+			}
+		},
+	}
+	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	dep := deployment(ns, "victim", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	l := startLimitedLeader(t, ns, "a", cfg, 50)
+	// Before the leader stops (cleanups run last first).
+	t.Cleanup(sync.OnceFunc(func() { close(held) }))
+	require.NoError(t, c.Create(ctx, recommendation(ns, "victim", "victim", v1alpha1.StrategyRollout, "500m", "128Mi")))
+	waitPhase(t, c, ns, "victim", v1alpha1.PhaseWatching, "")
+	pod := adoptedPod(t, c, dep, "victim-new")
+	time.Sleep(time.Second) // the pod reaches the leader's cache
+
+	createWave(t, c, ns, 4*workers)
+	require.Eventually(t, func() bool { return busy.Load() == workers }, 20*time.Second, 10*time.Millisecond, "the apply workers never all got busy")
+
+	kill(t, c, src, pod)
+	sent := time.Now()
+	restored := func() bool {
+		rsr := getRSR(t, c, ns, "victim")
+		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
+	}
+	require.Eventually(t, restored, 10*time.Second, 20*time.Millisecond, "the rollback waited for an apply worker")
+	t.Logf("OOM kill → restored in %v, %d of %d apply workers busy", time.Since(sent), busy.Load(), workers)
+	assert.Equal(t, int64(workers), busy.Load(), "every apply worker was still busy at the restore")
+	assert.Equal(t, "256Mi", templateResources(t, c, dep).Limits.Memory().String(), "the restore was written")
+	waits := harmWaitsOf(t, l)
+	t.Logf("kerf_leader_harm_queue_wait_seconds: %d requests, %.3f s in all", waits.GetSampleCount(), waits.GetSampleSum())
+	assert.GreaterOrEqual(t, waits.GetSampleCount(), uint64(1), "the harm request's wait was observed")
+}
+
+// TestAHarmRequestWaitsOnlyForItsOwnPass: a watched workload's pass in
+// the apply path (an ordinary update of its pod, held 1 s by a hook) is
+// running when its container is OOM-killed: the harm request, on a worker
+// kept for rollbacks, waits for that one pass (kerf_leader_harm_queue_wait_seconds
+// counts the wait) and the workload is never in two passes at once. With
+// the lock per recommendation taken out, the two passes overlap.
+func TestAHarmRequestWaitsOnlyForItsOwnPass(t *testing.T) {
+	const hold = time.Second
+	c := controlplane.Get(t).Client
+	ctx := context.Background()
+	ns := namespace(t, c)
+	src := signals.NewKernel()
+	var holdNext atomic.Bool
+	entered := make(chan struct{}, 1)
+	var inPass atomic.Int64
+	var overlapped atomic.Bool
+	var reservedPasses atomic.Int64
+	cfg := Config{Signals: kernelOnly(src), Workers: 2,
+		DuringPass: func(req reconcile.Request, reserved bool) func() {
+			if req.Name != "victim" {
+				return func() {}
+			}
+			if inPass.Add(1) > 1 {
+				overlapped.Store(true)
+			}
+			if reserved {
+				reservedPasses.Add(1)
+			} else if holdNext.CompareAndSwap(true, false) {
+				entered <- struct{}{}
+				time.Sleep(hold)
+			}
+			return func() { inPass.Add(-1) }
+		},
+	}
+	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	dep := deployment(ns, "victim", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	l := startLimitedLeader(t, ns, "a", cfg, 50)
+	require.NoError(t, c.Create(ctx, recommendation(ns, "victim", "victim", v1alpha1.StrategyRollout, "500m", "128Mi")))
+	waitPhase(t, c, ns, "victim", v1alpha1.PhaseWatching, "")
+	pod := adoptedPod(t, c, dep, "victim-new")
+	time.Sleep(time.Second) // the pod reaches the leader's cache
+
+	holdNext.Store(true)
+	update(t, c, pod, func() { pod.Annotations = map[string]string{"test/touched": "1"} })
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pod's update never started a pass of its workload")
+	}
+	agentOOMKill(t, c, src, pod)
+	sent := time.Now()
+	waitRestored(t, c, ns, "victim")
+	t.Logf("OOM kill → restored in %v (the apply path's pass held %v)", time.Since(sent), hold)
+	// The held pass, once let go, may restore first (it reads the kill
+	// too); the harm request's pass follows it.
+	require.Eventually(t, func() bool { return reservedPasses.Load() >= 1 }, 10*time.Second, 10*time.Millisecond,
+		"the harm request never ran on a worker kept for rollbacks")
+	assert.False(t, overlapped.Load(), "the workload was in two passes at once")
+	waits := harmWaitsOf(t, l)
+	t.Logf("kerf_leader_harm_queue_wait_seconds: %d requests, %.3f s in all", waits.GetSampleCount(), waits.GetSampleSum())
+	require.GreaterOrEqual(t, waits.GetSampleCount(), uint64(1))
+	assert.Greater(t, waits.GetSampleSum(), (hold / 2).Seconds(), "the wait for the pass of its workload is counted")
+}
+
+// harmWaitsOf is the histogram kerf_leader_harm_queue_wait_seconds of l.
+func harmWaitsOf(t *testing.T, l *testLeader) *dto.Histogram {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, l.Metrics.HarmQueueWait.Write(&m))
+	return m.GetHistogram()
+}
+
+// TestTheKeyLockIsExclusiveAndBounded: passes of one key run one at a
+// time, of different keys side by side; an entry is removed once no pass
+// holds or waits for it, and a wait ends with its context.
+func TestTheKeyLockIsExclusiveAndBounded(t *testing.T) {
+	l := newKeyLock()
+	ctx := context.Background()
+	a, b := types.NamespacedName{Namespace: "ns", Name: "a"}, types.NamespacedName{Namespace: "ns", Name: "b"}
+	var in atomic.Int64
+	var most atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			if !assert.NoError(t, l.lock(ctx, a)) {
+				return
+			}
+			n := in.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(time.Millisecond)
+			in.Add(-1)
+			l.unlock(a)
+		})
+	}
+	require.NoError(t, l.lock(ctx, b), "another key is not held by a's passes")
+	l.unlock(b)
+	wg.Wait()
+	assert.Equal(t, int64(1), most.Load(), "passes of one key ran at once")
+	assert.Equal(t, 0, l.len(), "entries left once unlocked")
+
+	require.NoError(t, l.lock(ctx, a))
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, l.lock(short, a), context.DeadlineExceeded)
+	assert.Equal(t, 1, l.len())
+	l.unlock(a)
+	assert.Equal(t, 0, l.len(), "entries left once unlocked")
 }

@@ -39,8 +39,10 @@ const (
 const (
 	// harmPriority is a request caused by a harm signal: an agent's OOM
 	// kill or container restart, a pod status showing a new restart or
-	// termination. Its rollback never waits behind the applies queued
-	// before it, only for a worker to finish the pass it runs.
+	// termination, when no worker is kept for rollbacks (those have a
+	// controller of their own). Its rollback never waits behind the
+	// applies queued before it, only for a worker to finish the pass it
+	// runs.
 	harmPriority = 100
 	// pendingPriority is the look again at a change whose pods' in-place
 	// resizes were still in flight: finishing what was started (recording
@@ -63,9 +65,11 @@ func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(k
 // event or counters: docs/design.md section 3, a breach is acted on as soon
 // as the signal arrives), the one recommendation whose targetRef names the
 // pod's workload. A pod of a workload without a recommendation reconciles
-// nothing. A harm signal's request goes before every other queued
-// (harmPriority), and r.Workers workers reconcile at once (docs/leader.md,
-// "Workers and the rollbacks' priority").
+// nothing. r.Workers workers reconcile at once; a harm signal's request
+// goes to a controller of its own, run by r.RollbackWorkers workers kept
+// for it, or, with none kept, before every other queued (harmPriority).
+// Both controllers run r, a recommendation never in two passes at once
+// (docs/leader.md, "Workers and the rollbacks' priority").
 func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) error {
 	ctx := context.Background()
 	// Every index keeps an object under one key (internal/cacheindex):
@@ -117,29 +121,69 @@ func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signa
 	if workers < 1 {
 		return fmt.Errorf("recommendation controller: workers is %d, want at least 1", workers)
 	}
-	err := ctrl.NewControllerManagedBy(mgr).
+	rollbackWorkers := r.RollbackWorkers
+	switch {
+	case rollbackWorkers == 0:
+		rollbackWorkers = DefaultRollbackWorkers
+	case rollbackWorkers == NoRollbackWorkers:
+		rollbackWorkers = 0
+	case rollbackWorkers < 0:
+		return fmt.Errorf("recommendation controller: rollback workers is %d, want at least 0, or NoRollbackWorkers", rollbackWorkers)
+	}
+	if r.Metrics == nil {
+		return fmt.Errorf("recommendation controller: no metrics (the harm requests' waits are kerf_leader_harm_queue_wait_seconds)")
+	}
+	p := &passes{r: r, keys: newKeyLock(), waits: newHarmWaits(r.Metrics.HarmQueueWait)}
+	harmAdd := harmAdder(p.waits)
+	// With workers kept for rollbacks, the harm signals feed their
+	// controller only; without, the one controller at harmPriority.
+	applyHarm := harmAdd
+	if rollbackWorkers > 0 {
+		applyHarm = nil
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.RightsizingRecommendation{}).
 		Watches(&v1alpha1.RightsizingPolicy{}, handler.EnqueueRequestsFromMapFunc(m.inScope)).
 		Watches(&v1alpha1.ClusterRightsizingPolicy{}, handler.EnqueueRequestsFromMapFunc(m.inScope)).
 		// A pod status update is a health signal: act on it at once, and
 		// first when it shows a restart or a termination.
-		Watches(&corev1.Pod{}, podHandler{m: m}).
-		WatchesRawSource(source.Channel(harmful, enqueueAt(harmPriority, m.signaled))).
-		WatchesRawSource(source.Channel(counters, handler.EnqueueRequestsFromMapFunc(m.signaled))).
-		WithOptions(controller.Options{
-			// Replicas in one process (tests) each build this controller.
-			SkipNameValidation: ptr.To(true),
-			// The priority queue is controller-runtime's default; the
-			// rollbacks' priority needs it.
-			UsePriorityQueue: ptr.To(true),
-			// A key never runs in two workers at once; what the passes
-			// share is safe for concurrent use (docs/leader.md, "Workers
-			// and the rollbacks' priority").
-			MaxConcurrentReconciles: workers,
-		}).
-		Complete(r)
+		Watches(&corev1.Pod{}, podHandler{m: m, harm: applyHarm}).
+		WatchesRawSource(source.Channel(counters, handler.EnqueueRequestsFromMapFunc(m.signaled)))
+	if rollbackWorkers == 0 {
+		b = b.WatchesRawSource(source.Channel(harmful, enqueueWith(harmAdd, m.signaled)))
+	}
+	err := b.WithOptions(controller.Options{
+		// Replicas in one process (tests) each build this controller.
+		SkipNameValidation: ptr.To(true),
+		// controller-runtime's priority queue, kept for the rollback
+		// path to hand its later looks back to; the rollbacks' priority
+		// needs it.
+		UsePriorityQueue: ptr.To(true),
+		NewQueue:         p.newQueue(mgr.GetLogger()),
+		// A key never runs in two workers at once (the queue's guarantee
+		// within this controller, the key lock across both); what the
+		// passes share is safe for concurrent use (docs/leader.md,
+		// "Workers and the rollbacks' priority").
+		MaxConcurrentReconciles: workers,
+	}).Complete(pathReconciler{p: p})
 	if err != nil {
 		return fmt.Errorf("build recommendation controller: %w", err)
+	}
+	if rollbackWorkers == 0 {
+		return nil
+	}
+	err = ctrl.NewControllerManagedBy(mgr).
+		Named("rightsizingrecommendation-rollbacks").
+		Watches(&corev1.Pod{}, podHandler{m: m, harm: harmAdd, harmOnly: true}).
+		WatchesRawSource(source.Channel(harmful, enqueueWith(harmAdd, m.signaled))).
+		WithOptions(controller.Options{
+			SkipNameValidation:      ptr.To(true),
+			UsePriorityQueue:        ptr.To(true),
+			MaxConcurrentReconciles: rollbackWorkers,
+		}).
+		Complete(pathReconciler{p: p, reserved: true})
+	if err != nil {
+		return fmt.Errorf("build recommendation rollbacks' controller: %w", err)
 	}
 	return nil
 }
@@ -161,12 +205,12 @@ func harm(kind signals.SignalKind) bool {
 	return kind == signals.SignalOOMKill || kind == signals.SignalContainerEvent
 }
 
-// enqueueAt enqueues, for a channel source's generic events, the requests
-// fn maps an event to, at priority.
-func enqueueAt(priority int, fn handler.MapFunc) handler.EventHandler {
+// enqueueWith enqueues, for a channel source's generic events, the
+// requests fn maps an event to, with add.
+func enqueueWith(add func(workqueue.TypedRateLimitingInterface[reconcile.Request], []reconcile.Request), fn handler.MapFunc) handler.EventHandler {
 	return handler.Funcs{
 		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			addAt(q, priority, fn(ctx, e.Object))
+			add(q, fn(ctx, e.Object))
 		},
 	}
 }
@@ -188,13 +232,21 @@ func addAt(q workqueue.TypedRateLimitingInterface[reconcile.Request], priority i
 
 // podHandler enqueues the recommendation of a pod's workload (mapper.pod)
 // as handler.EnqueueRequestsFromMapFunc does (low priority for the
-// informer's initial list and its resyncs), but at harmPriority when an
-// update shows harm (podHarmed).
-type podHandler struct{ m mapper }
+// informer's initial list and its resyncs), but with harm (harmAdder: at
+// harmPriority) when an update shows harm (podHarmed). A nil harm leaves
+// those updates to the rollbacks' controller; harmOnly (that controller's
+// handler) enqueues nothing else.
+type podHandler struct {
+	m        mapper
+	harm     func(workqueue.TypedRateLimitingInterface[reconcile.Request], []reconcile.Request)
+	harmOnly bool
+}
 
 // Create implements handler.EventHandler.
 func (h podHandler) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	h.delegate().Create(ctx, e, q)
+	if !h.harmOnly {
+		h.delegate().Create(ctx, e, q)
+	}
 }
 
 // Update implements handler.EventHandler.
@@ -204,20 +256,28 @@ func (h podHandler) Update(ctx context.Context, e event.UpdateEvent, q workqueue
 	if ok1 && ok2 && podHarmed(oldPod, newPod) {
 		// The workload is the same before and after: a pod's controller
 		// does not change.
-		addAt(q, harmPriority, h.m.pod(ctx, newPod))
+		if h.harm != nil {
+			h.harm(q, h.m.pod(ctx, newPod))
+		}
 		return
 	}
-	h.delegate().Update(ctx, e, q)
+	if !h.harmOnly {
+		h.delegate().Update(ctx, e, q)
+	}
 }
 
 // Delete implements handler.EventHandler.
 func (h podHandler) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	h.delegate().Delete(ctx, e, q)
+	if !h.harmOnly {
+		h.delegate().Delete(ctx, e, q)
+	}
 }
 
 // Generic implements handler.EventHandler.
 func (h podHandler) Generic(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	h.delegate().Generic(ctx, e, q)
+	if !h.harmOnly {
+		h.delegate().Generic(ctx, e, q)
+	}
 }
 
 func (h podHandler) delegate() handler.EventHandler {

@@ -50,6 +50,7 @@ func main() {
 	rollbackQPS := fs.Float64("rollback-api-qps", cluster.DefaultRollbackQPS, "requests per second of the rollbacks' own Kubernetes client (a breach's status, the restore, the Lease reads that fence them), which no apply spends: docs/leader.md")
 	rollbackBurst := fs.Int("rollback-api-burst", cluster.DefaultRollbackBurst, "burst of --rollback-api-qps (the default holds a 100-replica in-place restore at once)")
 	workers := fs.Int("workers", cluster.DefaultWorkers, fmt.Sprintf("recommendations the leader reconciles at once, 1 to %d (never one twice at once; a rollback waits for none of the queued applies, only for a worker: docs/leader.md)", maxWorkers))
+	rollbackWorkers := fs.Int("rollback-workers", cluster.DefaultRollbackWorkers, fmt.Sprintf("workers kept for the harm signals' requests (OOM kills, container restarts), beside --workers, 0 to %d: a rollback never waits for an apply pass to finish (0: none, they go first in the one queue; docs/leader.md)", maxRollbackWorkers))
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "kerf-system"), "namespace of the leader Lease")
 	leaseName := fs.String("lease-name", "kerf-leader", "name of the coordination.k8s.io Lease the replicas compete for")
 	identity := fs.String("identity", envOr("POD_NAME", host), "this replica's name in the Lease")
@@ -107,6 +108,12 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.Workers = *workers
+	rw, err := rollbackWorkersOf(*rollbackWorkers)
+	if err != nil {
+		log.Error("kerf-leader cannot start", "err", err)
+		os.Exit(2)
+	}
+	cfg.RollbackWorkers = rw
 	if *rollbackQPS <= 0 || *rollbackBurst <= 0 {
 		log.Error("kerf-leader cannot start", "err", fmt.Sprintf("--rollback-api-qps %g and --rollback-api-burst %d: must be positive", *rollbackQPS, *rollbackBurst))
 		os.Exit(2)
@@ -191,6 +198,22 @@ const (
 // maxWorkers bounds --workers: past it more workers only wait on the
 // client's rate limit, each with a reconcile's memory.
 const maxWorkers = 256
+
+// maxRollbackWorkers bounds --rollback-workers: they run the harm
+// signals' requests only, each a pass of its own recommendation.
+const maxRollbackWorkers = 64
+
+// rollbackWorkersOf is Config.RollbackWorkers for --rollback-workers n: n,
+// or cluster.NoRollbackWorkers for 0.
+func rollbackWorkersOf(n int) (int, error) {
+	if n < 0 || n > maxRollbackWorkers {
+		return 0, fmt.Errorf("--rollback-workers %d: must be between 0 and %d", n, maxRollbackWorkers)
+	}
+	if n == 0 {
+		return cluster.NoRollbackWorkers, nil
+	}
+	return n, nil
+}
 
 func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, qps float32, burst int, cfg cluster.Config) error {
 	var restConfig *rest.Config

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -86,4 +87,20 @@ func TestHubFlagsAreCheckedBeforeTheLeaderStarts(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "east", hc.Cluster)
 	assert.Nil(t, hc.TLS, "the system's roots")
+}
+
+// TestRollbackWorkersAreBounded: --rollback-workers outside 0 to 64 is
+// refused naming the flag; 0 keeps none.
+func TestRollbackWorkersAreBounded(t *testing.T) {
+	for _, n := range []int{-1, maxRollbackWorkers + 1} {
+		_, err := rollbackWorkersOf(n)
+		require.Error(t, err, "%d", n)
+		assert.Contains(t, err.Error(), fmt.Sprintf("--rollback-workers %d: must be between 0 and %d", n, maxRollbackWorkers))
+	}
+	n, err := rollbackWorkersOf(0)
+	require.NoError(t, err)
+	assert.Equal(t, cluster.NoRollbackWorkers, n)
+	n, err = rollbackWorkersOf(cluster.DefaultRollbackWorkers)
+	require.NoError(t, err)
+	assert.Equal(t, cluster.DefaultRollbackWorkers, n)
 }
