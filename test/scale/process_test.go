@@ -56,6 +56,10 @@ const profileEnv = "KERF_SCALE_PROFILE"
 // none the runtime's GOGC=100 alone decides its heap's growth.
 const memLimitEnv = "KERF_SCALE_LEADER_GOMEMLIMIT"
 
+// leaderFlagsEnv adds flags to every leader replica's command line
+// (e.g. "--rollback-workers=0", to compare a setting side by side).
+const leaderFlagsEnv = "KERF_SCALE_LEADER_FLAGS"
+
 // buildLeader builds kerf-leader with hack/build.sh, as its image has it
 // (with the kerfpprof tag when $KERF_SCALE_PROFILE is set), into dir and
 // returns its path; or returns $KERF_SCALE_LEADER_BIN.
@@ -157,6 +161,7 @@ func startLeader(tb testing.TB, a leaderArgs, identity string) *leaderProc {
 		pprofAddr = freeAddr(tb)
 		cmd.Env = append(cmd.Env, "KERF_LEADER_PPROF_ADDR="+pprofAddr)
 	}
+	cmd.Args = append(cmd.Args, strings.Fields(os.Getenv(leaderFlagsEnv))...)
 	if limit := os.Getenv(memLimitEnv); limit != "" {
 		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+limit)
 	}
@@ -265,6 +270,28 @@ func (p *leaderProc) heapProfile(tb testing.TB, name string) {
 	_, err = io.Copy(f, resp.Body)
 	require.NoError(tb, errors.Join(err, f.Close()), "write %s", path)
 	tb.Logf("the leader's heap profile: %s (go tool pprof -sample_index=inuse_space %s)", path, path)
+}
+
+// keepLeaderLogs copies the leader replicas' logs from dir into
+// $KERF_SCALE_PROFILE, when set, once the benchmark is done (dir, a
+// TempDir, is removed after).
+func keepLeaderLogs(tb testing.TB, dir string) {
+	out := os.Getenv(profileEnv)
+	if out == "" {
+		return
+	}
+	tb.Cleanup(func() {
+		logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+		for _, l := range logs {
+			raw, err := os.ReadFile(l)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(out, "leader-"+filepath.Base(l)), raw, 0o644)
+			}
+			if err != nil {
+				tb.Logf("keep the leader's log %s: %v", l, err)
+			}
+		}
+	})
 }
 
 // metric sums the leader's samples of metric name (any labels) from its

@@ -230,6 +230,7 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	dir := b.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
+	keepLeaderLogs(b, dir)
 
 	s := &sim{n: n, m: m}
 	leaderKubeconfig := identities(b, c, cs, cp.Config, dir)
@@ -417,6 +418,12 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	b.Logf("leader during the wave: CPU mean %.0f mCPU, peak (10 s) %.0f mCPU; RSS %.0f MiB, peak %.0f MiB; %.1f apiserver requests/s; the harness's own CPU %.0f mCPU",
 		waveCPU*1000, peakCPU*1000, float64(waveRSS)/(1<<20), float64(peakRSS)/(1<<20), reqRate,
 		1000*(harness1-harness0).Seconds()/waveTo.Sub(waveFrom).Seconds())
+	// How long the harm signals' requests waited for their pass (the
+	// leader's own metric).
+	harmWait, _ := leader.metric("kerf_leader_harm_queue_wait_seconds_sum")
+	harmN, _ := leader.metric("kerf_leader_harm_queue_wait_seconds_count")
+	b.Logf("the leader's harm requests: %.0f, waiting %.1f ms on average for their pass (kerf_leader_harm_queue_wait_seconds)",
+		harmN, 1000*harmWait/max(harmN, 1))
 	b.Logf("OOM kill → rollback write seen: %d of %d probes (%d sent while the wave was still applying): p50 %.1f ms, p99 %.1f ms, max %.1f ms",
 		len(lat), probes, during, percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 1))
 	since := func(t time.Time) string {
