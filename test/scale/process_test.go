@@ -133,13 +133,16 @@ type leaderProc struct {
 	// pprofAddr is where a kerfpprof build serves /debug/pprof ("" when
 	// $KERF_SCALE_PROFILE is unset).
 	pprofAddr string
-	// metricsAddr serves the leader's /metrics.
-	metricsAddr string
+	// metricsAddr serves the leader's /metrics, read with metricsToken
+	// (a caller bound to kerf-metrics-reader: the leader requires one).
+	metricsAddr, metricsToken string
 }
 
 // leaderArgs are what startLeader passes to every replica.
 type leaderArgs struct {
 	bin, kubeconfig, streamAddr, certDir, dir string
+	// metricsToken reads the replicas' /metrics.
+	metricsToken string
 }
 
 // startLeader starts replica identity, its log (JSON, info) in dir.
@@ -166,7 +169,7 @@ func startLeader(tb testing.TB, a leaderArgs, identity string) *leaderProc {
 		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+limit)
 	}
 	require.NoError(tb, cmd.Start())
-	p := &leaderProc{cmd: cmd, done: make(chan struct{}), logPath: logPath, started: time.Now(), pprofAddr: pprofAddr, metricsAddr: metricsAddr}
+	p := &leaderProc{cmd: cmd, done: make(chan struct{}), logPath: logPath, started: time.Now(), pprofAddr: pprofAddr, metricsAddr: metricsAddr, metricsToken: a.metricsToken}
 	go func() { p.err = cmd.Wait(); _ = logFile.Close(); close(p.done) }()
 	tb.Cleanup(func() { p.stop(tb) })
 	return p
@@ -298,7 +301,12 @@ func keepLeaderLogs(tb testing.TB, dir string) {
 // /metrics.
 func (p *leaderProc) metric(name string) (float64, error) {
 	c := &http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Get("http://" + p.metricsAddr + "/metrics")
+	req, err := http.NewRequest(http.MethodGet, "http://"+p.metricsAddr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+p.metricsToken)
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("read the leader's /metrics: %w", err)
 	}
@@ -306,6 +314,11 @@ func (p *leaderProc) metric(name string) (float64, error) {
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return 0, fmt.Errorf("read the leader's /metrics: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		// The leader requires a token allowed to read /metrics: read
+		// without, every figure was 0.
+		return 0, fmt.Errorf("read the leader's /metrics: %s: %.200s", resp.Status, raw)
 	}
 	return sumMetric(string(raw), name)
 }
