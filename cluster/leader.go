@@ -215,7 +215,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		return nil, fmt.Errorf("leader config: workers (%d) must be at least 1, or 0 for %d", cfg.Workers, DefaultWorkers)
 	}
 	if cfg.RollbackWorkers < NoRollbackWorkers {
-		return nil, fmt.Errorf("leader config: rollback workers (%d) must be at least 1, 0 for %d, or NoRollbackWorkers (%d) for none",
+		return nil, fmt.Errorf("leader config: rollback workers (%d) must be at least 1, 0 for the default (%d), or NoRollbackWorkers (%d) for none",
 			cfg.RollbackWorkers, DefaultRollbackWorkers, NoRollbackWorkers)
 	}
 	if cfg.RollbackQPS < 0 || cfg.RollbackBurst < 0 {

@@ -274,7 +274,7 @@ func TestWorkersBelowOneAreRefused(t *testing.T) {
 // NoRollbackWorkers is an error naming the field.
 func TestRollbackWorkersBelowNoneAreRefused(t *testing.T) {
 	_, err := New(Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", RollbackWorkers: -2}, &rest.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.ErrorContains(t, err, "rollback workers (-2) must be at least 1, 0 for 2, or NoRollbackWorkers (-1) for none")
+	require.ErrorContains(t, err, "rollback workers (-2) must be at least 1, 0 for the default (0), or NoRollbackWorkers (-1) for none")
 }
 
 // TestANegativeRollbackBudgetIsRefused: a negative Config.RollbackQPS or
@@ -378,8 +378,8 @@ func createWave(t *testing.T, c client.Client, ns string, n int) {
 // apply pass of the wave (a hook after its record, as a pass waits on the
 // applies' rate limit at scale), then a watched workload's container is
 // OOM-killed (by the agent's signal, and by its pod's status): the
-// rollback is restored on a worker kept for rollbacks while every apply
-// worker is still busy. With none kept (NoRollbackWorkers) it waits for
+// rollback is restored on a worker kept for rollbacks (2, --rollback-workers)
+// while every apply worker is still busy. With none kept (the default) it waits for
 // an apply worker, which never comes while the hook holds them: the
 // restore is not written within the 10 s asserted.
 func TestARollbackWaitsForNoApplyWorker(t *testing.T) {
@@ -401,7 +401,7 @@ func rollbackWithEveryApplyWorkerBusy(t *testing.T, kill func(t *testing.T, c cl
 	src := signals.NewKernel()
 	held := make(chan struct{})
 	var busy atomic.Int64
-	cfg := Config{Signals: kernelOnly(src), Workers: workers,
+	cfg := Config{Signals: kernelOnly(src), Workers: workers, RollbackWorkers: 2,
 		AfterRecord: func(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) {
 			if rsr.Name == "victim" {
 				return
@@ -460,7 +460,7 @@ func TestAHarmRequestWaitsOnlyForItsOwnPass(t *testing.T) {
 	var inPass atomic.Int64
 	var overlapped atomic.Bool
 	var reservedPasses atomic.Int64
-	cfg := Config{Signals: kernelOnly(src), Workers: 2,
+	cfg := Config{Signals: kernelOnly(src), Workers: 2, RollbackWorkers: 2,
 		DuringPass: func(req reconcile.Request, reserved bool) func() {
 			if req.Name != "victim" {
 				return func() {}

@@ -100,7 +100,7 @@ func TestRollbackWorkersAreBounded(t *testing.T) {
 	n, err := rollbackWorkersOf(0)
 	require.NoError(t, err)
 	assert.Equal(t, cluster.NoRollbackWorkers, n)
-	n, err = rollbackWorkersOf(cluster.DefaultRollbackWorkers)
+	n, err = rollbackWorkersOf(2)
 	require.NoError(t, err)
-	assert.Equal(t, cluster.DefaultRollbackWorkers, n)
+	assert.Equal(t, 2, n)
 }
