@@ -16,9 +16,8 @@ import (
 // watches (docs/performance.md, "Where the leader's memory goes"): all of
 // it but the managed fields, which nothing in Kerf reads (its writes are
 // patches and a resize; none is a server-side apply, and an update without
-// managed fields keeps the stored ones), nor of pods, workloads and
-// ReplicaSets kubectl's last-applied-configuration (dropLastApplied), and
-// of a Pod also none of the fields stripPod lists; of a workload's or ReplicaSet's pod template only
+// managed fields keeps the stored ones), and of a Pod also none of the
+// fields stripPod lists; of a workload's or ReplicaSet's pod template only
 // what stripTemplate keeps, and its digest; the resource lists of pods and
 // of workload templates are interned (resourceLists). It runs on each object before
 // the informer stores it, so every reader of the manager's cache and
@@ -31,32 +30,16 @@ func cacheTransform(obj any) (any, error) {
 	case *corev1.Pod:
 		stripPod(o)
 		internPod(o)
-		dropLastApplied(o)
 	case *appsv1.Deployment:
 		stripTemplate(&o.Spec.Template, true)
-		dropLastApplied(o)
 	case *appsv1.ReplicaSet:
 		stripTemplate(&o.Spec.Template, false)
-		dropLastApplied(o)
 	case *appsv1.StatefulSet:
 		stripTemplate(&o.Spec.Template, true)
-		dropLastApplied(o)
 	case *appsv1.DaemonSet:
 		stripTemplate(&o.Spec.Template, true)
-		dropLastApplied(o)
 	}
 	return obj, nil
-}
-
-// dropLastApplied drops kubectl's last-applied-configuration annotation
-// from a cached pod, workload or ReplicaSet: a copy of the whole object
-// as last applied, often larger than all the rest Kerf keeps of it, which
-// nothing in Kerf reads. Its writes to these kinds are patches and the
-// resize subresource, none of which sends the annotations it did not
-// change, so the stored objects keep it. (Recommendations keep theirs:
-// the recommender updates them whole.)
-func dropLastApplied(o metav1.Object) {
-	delete(o.GetAnnotations(), corev1.LastAppliedConfigAnnotation)
 }
 
 // maxInternedLists bounds the distinct resource lists interned: past it a

@@ -45,7 +45,6 @@ func TestTheCacheHoldsPodsWithoutWhatKerfNeverReads(t *testing.T) {
 	app.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
 	app.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
 	dep.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}
-	dep.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: `{"kind":"Deployment","spec":"…"}`, "team": "checkout"}
 	require.NoError(t, c.Create(ctx, dep))
 	pod := runningPod(t, c, dep)
 	var live corev1.Pod
@@ -111,8 +110,6 @@ func TestTheCacheHoldsPodsWithoutWhatKerfNeverReads(t *testing.T) {
 	assert.Equal(t, liveRS.Labels, cachedRS.Labels)
 	assert.Equal(t, liveRS.Spec.Selector, cachedRS.Spec.Selector)
 	assert.NotContains(t, liveDep.Spec.Template.Annotations, workload.TemplateDigestAnnotation, "the stored Deployment has no digest")
-	assert.Equal(t, map[string]string{"team": "checkout"}, cachedDep.Annotations, "kubectl's last-applied-configuration is not cached")
-	assert.Contains(t, liveDep.Annotations, corev1.LastAppliedConfigAnnotation, "the stored Deployment keeps it")
 	assert.Equal(t, dep.Spec.Template.Spec.Containers[0].Env, liveDep.Spec.Template.Spec.Containers[0].Env, "and keeps its env")
 	// The current ReplicaSet and its running pods, read from the cache.
 	w, err := workload.From(&cachedDep)
