@@ -47,7 +47,10 @@ const (
 // times, and the apply path's queue, which the rollback path hands its
 // later looks back to.
 type passes struct {
-	r     *RecommendationReconciler
+	r *RecommendationReconciler
+	// keys is the lock per recommendation both paths take; nil with no
+	// workers kept for rollbacks, where the one controller's queue never
+	// hands a key to two workers at once.
 	keys  *keyLock
 	waits *harmWaits
 
@@ -96,10 +99,12 @@ type pathReconciler struct {
 // both.
 func (pr pathReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	p := pr.p
-	if err := p.keys.lock(ctx, req.NamespacedName); err != nil {
-		return reconcile.Result{}, err
+	if p.keys != nil {
+		if err := p.keys.lock(ctx, req.NamespacedName); err != nil {
+			return reconcile.Result{}, err
+		}
+		defer p.keys.unlock(req.NamespacedName)
 	}
-	defer p.keys.unlock(req.NamespacedName)
 	p.waits.started(req.NamespacedName)
 	if h := p.r.DuringPass; h != nil {
 		defer h(req, pr.reserved)()

@@ -133,7 +133,10 @@ func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signa
 	if r.Metrics == nil {
 		return fmt.Errorf("recommendation controller: no metrics (the harm requests' waits are kerf_leader_harm_queue_wait_seconds)")
 	}
-	p := &passes{r: r, keys: newKeyLock(), waits: newHarmWaits(r.Metrics.HarmQueueWait)}
+	p := &passes{r: r, waits: newHarmWaits(r.Metrics.HarmQueueWait)}
+	if rollbackWorkers > 0 {
+		p.keys = newKeyLock()
+	}
 	harmAdd := harmAdder(p.waits)
 	// With workers kept for rollbacks, the harm signals feed their
 	// controller only; without, the one controller at harmPriority.
