@@ -29,6 +29,11 @@ type reconcileContext struct {
 	resolved *policy.Resolved
 	// now is the pass's one clock reading.
 	now time.Time
+	// began is when the pass began by the process's own clock (now may
+	// be a test's), and breachRecorded how long the pass's breach write
+	// took: the durations a rollback logs (restore).
+	began          time.Time
+	breachRecorded time.Duration
 	// rollingBack is set once the pass decides or finishes a rollback:
 	// from then on its writes go through the rollbacks' client (writer).
 	rollingBack bool
@@ -55,7 +60,7 @@ func (r *RecommendationReconciler) newContext(ctx context.Context, req ctrl.Requ
 	if rsr.DeletionTimestamp != nil {
 		return nil, nil
 	}
-	c := &reconcileContext{r: r, rsr: &rsr, now: r.Now()}
+	c := &reconcileContext{r: r, rsr: &rsr, now: r.Now(), began: time.Now()}
 	resolved, err := c.resolvePolicy(ctx)
 	if err != nil {
 		return nil, err

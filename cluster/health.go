@@ -199,6 +199,7 @@ func (c *reconcileContext) breach(ctx context.Context, v healthwatch.Verdict) (c
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("roll back %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
+	recordFrom := time.Now()
 	err = c.record(ctx, outcome{
 		doing: "record breach of",
 		phase: v1alpha1.PhaseRolledBack, setReason: true, reason: v.Reason, message: v.Message,
@@ -209,6 +210,7 @@ func (c *reconcileContext) breach(ctx context.Context, v healthwatch.Verdict) (c
 		rollbackChanged: true, backoff: evs, mirrorLater: true,
 		hook: c.r.AfterBreach,
 	})
+	c.breachRecorded = time.Since(recordFrom)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -241,7 +243,9 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 	if err != nil {
 		return c.restoreFailed(ctx, err)
 	}
+	restoreFrom := time.Now()
 	res, err := c.applier().Restore(ctx, rsr, change, values, b.Resources)
+	restoreTook := time.Since(restoreFrom)
 	gone := ""
 	if err != nil {
 		if !c.workloadGone(ctx, err) {
@@ -296,6 +300,13 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// Where a rollback's time went (docs/leader.md, "Logs"): the pass
+	// until its restore was written, the breach's status write and the
+	// restore's own writes in it (a restore finished by a later pass has
+	// no breach write of its own).
+	c.r.Log.Info("rolled back", "recommendation", rsr.Namespace+"/"+rsr.Name, "reason", b.Reason,
+		"untilRestoredMs", millis(restoreFrom.Add(restoreTook).Sub(c.began)),
+		"breachWriteMs", millis(c.breachRecorded), "restoreWriteMs", millis(restoreTook), "passMs", millis(time.Since(c.began)))
 	return ctrl.Result{RequeueAfter: backoffRequeue(rsr, c.now)}, nil
 }
 
@@ -543,3 +554,6 @@ func infeasiblePods(failures []apply.Failure, n int) string {
 	}
 	return joinFit(msgs, "; ", n, "pods")
 }
+
+// millis is d in milliseconds, to a tenth, for a log.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()/100) / 10 }

@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -275,6 +277,45 @@ func (p *leaderProc) heapProfile(tb testing.TB, name string) {
 	tb.Logf("the leader's heap profile: %s (go tool pprof -sample_index=inuse_space %s)", path, path)
 }
 
+// cpuProfile records the leader's CPU profile for d, from now, into
+// $KERF_SCALE_PROFILE as name, in the background; wait waits for it and
+// logs where it went. It does nothing when $KERF_SCALE_PROFILE is unset.
+func (p *leaderProc) cpuProfile(tb testing.TB, name string, d time.Duration) (wait func()) {
+	dir := os.Getenv(profileEnv)
+	if dir == "" || p.pprofAddr == "" {
+		return func() {}
+	}
+	done := make(chan error, 1)
+	path := filepath.Join(dir, name)
+	go func() {
+		c := &http.Client{Timeout: d + time.Minute}
+		resp, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprofAddr, int(d.Seconds())))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			done <- fmt.Errorf("the leader's CPU profile: %s", resp.Status)
+			return
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		done <- errors.Join(err, f.Close())
+	}()
+	return func() {
+		if err := <-done; err != nil {
+			tb.Logf("the leader's CPU profile %s: %v", path, err)
+			return
+		}
+		tb.Logf("the leader's CPU profile: %s (go tool pprof %s)", path, path)
+	}
+}
+
 // keepLeaderLogs copies the leader replicas' logs from dir into
 // $KERF_SCALE_PROFILE, when set, once the benchmark is done (dir, a
 // TempDir, is removed after).
@@ -300,27 +341,64 @@ func keepLeaderLogs(tb testing.TB, dir string) {
 // metric sums the leader's samples of metric name (any labels) from its
 // /metrics.
 func (p *leaderProc) metric(name string) (float64, error) {
+	raw, err := p.scrape()
+	if err != nil {
+		return 0, err
+	}
+	return sumMetric(raw, name)
+}
+
+// goMemory logs where the leader's memory goes, from its Go collector's
+// gauges: the heap's live objects (as of the last GC), the heap's spans in
+// use and those held but not in use (not yet returned to the kernel), the
+// goroutine stacks and the runtime's own structures. RSS is about the sum
+// of all but the live heap (which the spans in use contain).
+func (p *leaderProc) goMemory(tb testing.TB, when string) {
+	raw, err := p.scrape()
+	if err != nil {
+		tb.Logf("the leader's Go memory %s: %v", when, err)
+		return
+	}
+	value := func(name string) float64 {
+		v, err := sumMetric(raw, name)
+		if err != nil {
+			return -1
+		}
+		return v
+	}
+	mib := func(name string) float64 { return value(name) / (1 << 20) }
+	idle, released := mib("go_memstats_heap_idle_bytes"), mib("go_memstats_heap_released_bytes")
+	tb.Logf("the leader's Go memory %s: heap live %.0f MiB (next GC at %.0f), spans in use %.0f, held free %.0f; stacks %.0f; runtime %.0f (mspan %.0f, mcache %.0f, buckets %.0f, gc %.0f, other %.0f); %.0f goroutines",
+		when, mib("go_memstats_heap_alloc_bytes"), mib("go_memstats_next_gc_bytes"), mib("go_memstats_heap_inuse_bytes"), idle-released,
+		mib("go_memstats_stack_inuse_bytes"),
+		mib("go_memstats_mspan_inuse_bytes")+mib("go_memstats_mcache_inuse_bytes")+mib("go_memstats_buck_hash_sys_bytes")+mib("go_memstats_gc_sys_bytes")+mib("go_memstats_other_sys_bytes"),
+		mib("go_memstats_mspan_inuse_bytes"), mib("go_memstats_mcache_inuse_bytes"), mib("go_memstats_buck_hash_sys_bytes"), mib("go_memstats_gc_sys_bytes"), mib("go_memstats_other_sys_bytes"),
+		value("go_goroutines"))
+}
+
+// scrape reads the leader's /metrics.
+func (p *leaderProc) scrape() (string, error) {
 	c := &http.Client{Timeout: 10 * time.Second}
 	req, err := http.NewRequest(http.MethodGet, "http://"+p.metricsAddr+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	req.Header.Set("Authorization", "Bearer "+p.metricsToken)
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("read the leader's /metrics: %w", err)
+		return "", fmt.Errorf("read the leader's /metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return 0, fmt.Errorf("read the leader's /metrics: %w", err)
+		return "", fmt.Errorf("read the leader's /metrics: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		// The leader requires a token allowed to read /metrics: read
 		// without, every figure was 0.
-		return 0, fmt.Errorf("read the leader's /metrics: %s: %.200s", resp.Status, raw)
+		return "", fmt.Errorf("read the leader's /metrics: %s: %.200s", resp.Status, raw)
 	}
-	return sumMetric(string(raw), name)
+	return string(raw), nil
 }
 
 // sumMetric sums the samples of metric name in a Prometheus text
@@ -519,4 +597,79 @@ func sendCounters(ctx context.Context, s *sim, a *agents, interval time.Duration
 		case <-t.C:
 		}
 	}
+}
+
+// rollbackTimes logs where the leader's rollbacks spent their time, from
+// its "rolled back" log lines (cluster/health.go): the pass until its
+// restore was written, the breach's status write and the restore's
+// writes, p50 and max of each.
+func (p *leaderProc) rollbackTimes(tb testing.TB) {
+	raw, err := os.ReadFile(p.logPath)
+	if err != nil {
+		tb.Logf("the leader's rollbacks: %v", err)
+		return
+	}
+	fields := []string{"untilRestoredMs", "breachWriteMs", "restoreWriteMs", "passMs"}
+	got := map[string][]float64{}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if !strings.Contains(line, `"msg":"rolled back"`) {
+			continue
+		}
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		for _, f := range fields {
+			if v, ok := rec[f].(float64); ok {
+				got[f] = append(got[f], v)
+			}
+		}
+	}
+	var parts []string
+	for _, f := range fields {
+		slices.Sort(got[f])
+		parts = append(parts, fmt.Sprintf("%s p50 %.1f, max %.1f", f, percentile(got[f], 0.5), percentile(got[f], 1)))
+	}
+	tb.Logf("the leader's %d rollbacks, by its log: %s", len(got[fields[0]]), strings.Join(parts, "; "))
+}
+
+// apiTimings are the apiserver's own time for the requests a rollback
+// makes (the fence's Lease read, the recommendation's status write, the
+// Deployment's patch), and how long the leader's requests waited in its
+// APF queues: the sum and count of each histogram, by name.
+type apiTimings map[string][2]float64
+
+// apiTimingSeries are the histograms apiTimings reads, by name.
+var apiTimingSeries = []struct {
+	name, metric string
+	labels       []string
+}{
+	{"GET lease", "apiserver_request_duration_seconds", []string{`verb="GET"`, `resource="leases"`}},
+	{"PUT recommendation status", "apiserver_request_duration_seconds", []string{`verb="PUT"`, `resource="rightsizingrecommendations"`, `subresource="status"`}},
+	{"PATCH deployment", "apiserver_request_duration_seconds", []string{`verb="PATCH"`, `resource="deployments"`, `subresource=""`}},
+	{"the leader's APF queue wait", "apiserver_flowcontrol_request_wait_duration_seconds", []string{`flow_schema="` + leaderFlowSchema + `"`}},
+}
+
+// readAPITimings reads apiTimings from the apiserver's /metrics.
+func readAPITimings(tb testing.TB, cs kubernetes.Interface) apiTimings {
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	require.NoError(tb, err, "read the apiserver's /metrics")
+	t := apiTimings{}
+	for _, s := range apiTimingSeries {
+		sum, err1 := sumMetric(string(raw), s.metric+"_sum", s.labels...)
+		n, err2 := sumMetric(string(raw), s.metric+"_count", s.labels...)
+		require.NoError(tb, errors.Join(err1, err2), "%s", s.metric)
+		t[s.name] = [2]float64{sum, n}
+	}
+	return t
+}
+
+// logAPITimings logs the mean of each of apiTimings between from and to.
+func logAPITimings(tb testing.TB, when string, from, to apiTimings) {
+	var parts []string
+	for _, s := range apiTimingSeries {
+		sum, n := to[s.name][0]-from[s.name][0], to[s.name][1]-from[s.name][1]
+		parts = append(parts, fmt.Sprintf("%s %.1f ms (%.0f)", s.name, 1000*sum/max(n, 1), n))
+	}
+	tb.Logf("the apiserver's mean time %s: %s", when, strings.Join(parts, "; "))
 }

@@ -326,6 +326,7 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	idleCPU, _ := u.over(idleFrom, idleTo, time.Second)
 	idleRSS, _ := leader.memory()
 	b.Logf("idle %v: CPU %.0f mCPU, RSS %.0f MiB, %.1f requests/s", idle, idleCPU*1000, float64(idleRSS)/(1<<20), (reqIdle1-reqIdle0)/idleTo.Sub(idleFrom).Seconds())
+	leader.goMemory(b, "idle")
 	leader.heapProfile(b, "leader-heap-"+strconv.Itoa(n)+".pb.gz")
 
 	// The wave: a recommendation for every other workload at once, the
@@ -333,6 +334,8 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	// first, and the probes' OOM kills while it runs.
 	wave := n - first
 	waveFrom, reqWave0, resize0, harness0 := time.Now(), leaderRequests(b, cs), resizeRequests(b, cs), harnessCPU()
+	apiWave0 := readAPITimings(b, cs)
+	waveProfiled := leader.cpuProfile(b, "leader-cpu-"+strconv.Itoa(n)+"-wave.pb.gz", 60*time.Second)
 	inPlaceRec := recommendationFor(s.ns(0), inPlaceName, v1alpha1.StrategyInPlace, inPlaceMem)
 	require.NoError(b, c.Create(ctx, inPlaceRec))
 	inPlaceAt := time.Now()
@@ -387,6 +390,10 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	_, peakRSS := leader.memory()
 	waveRSS, _ := leader.memory()
 	waveCPU, peakCPU := u.over(waveFrom, waveTo, 10*time.Second)
+	logAPITimings(b, "during the wave", apiWave0, readAPITimings(b, cs))
+	leader.goMemory(b, "at the wave's end")
+	waveProfiled()
+	leader.heapProfile(b, "leader-heap-"+strconv.Itoa(n)+"-wave.pb.gz")
 
 	var applyTimes []time.Time
 	for i := first; i < n; i++ {
@@ -466,6 +473,7 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 		harmN, 1000*harmWait/max(harmN, 1))
 	b.Logf("OOM kill → rollback write seen: %d of %d probes (%d sent while the wave was still applying): p50 %.1f ms, p99 %.1f ms, max %.1f ms",
 		len(lat), probes, during, percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 1))
+	leader.rollbackTimes(b)
 	since := func(t time.Time) string {
 		if t.IsZero() {
 			return "never"
