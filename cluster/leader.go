@@ -389,7 +389,11 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err := mgr.Add(recommender); err != nil {
 		return nil, fmt.Errorf("add the recommender: %w", err)
 	}
-	l.usage = NewUsageSeries(mgr.GetClient(), sig, cfg.UsageSeries, cfg.Now, log)
+	// Through the controller index: without it, every pass listed each
+	// workload's namespace (its pods and ReplicaSets) and matched their
+	// labels, half the leader's CPU at 10,000 workloads
+	// (docs/performance.md, "The fourth round").
+	l.usage = NewUsageSeries(workload.Indexed(mgr.GetClient()), sig, cfg.UsageSeries, cfg.Now, log)
 	if err := mgr.Add(l.usage); err != nil {
 		return nil, fmt.Errorf("add the usage series: %w", err)
 	}

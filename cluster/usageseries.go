@@ -224,8 +224,10 @@ type UsageSeries struct {
 }
 
 // NewUsageSeries returns empty series fed from sig, reading the
-// recommendations, workloads and pods through c. A store sig lacks (a
-// test's Stores with a Kernel only) is not read.
+// recommendations, workloads and pods through c: the leader passes its
+// cache's client marked workload.Indexed, so each workload's pods are read
+// through the controller index. A store sig lacks (a test's Stores with a
+// Kernel only) is not read.
 func NewUsageSeries(c client.Reader, sig *signals.Stores, cfg UsageSeriesConfig, now func() time.Time, log *slog.Logger) *UsageSeries {
 	if cfg.Period <= 0 {
 		cfg.Period = DefaultUsageSeriesPeriod
@@ -264,8 +266,10 @@ func (u *UsageSeries) Start(ctx context.Context) error {
 // recommendation targets any more and those with no point left.
 func (u *UsageSeries) Pass(ctx context.Context) error {
 	now := u.now()
+	// Only read: the cache's own objects, not a copy of every one each
+	// pass.
 	var rsrs v1alpha1.RightsizingRecommendationList
-	if err := u.client.List(ctx, &rsrs); err != nil {
+	if err := u.client.List(ctx, &rsrs, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list recommendations: %w", err)
 	}
 	u.mu.Lock()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/signals"
+	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -143,4 +144,15 @@ func TestUsageSeriesBoundAndForgotten(t *testing.T) {
 	require.NoError(t, c.Delete(ctx, rsr))
 	require.NoError(t, u.Pass(ctx))
 	assert.Zero(t, u.Len(), "a workload no recommendation targets has no series")
+}
+
+// TestTheLeadersUsageSeriesReadPodsThroughTheIndex checks the leader's
+// wiring: its series read each workload's pods and ReplicaSets through
+// the cache's controller index. Read through the bare cache client, every
+// pass listed each workload's namespace and matched the labels of all its
+// pods, half the leader's CPU at 10,000 workloads (docs/performance.md).
+func TestTheLeadersUsageSeriesReadPodsThroughTheIndex(t *testing.T) {
+	c := controlplane.Get(t).Client
+	l := startLeader(t, namespace(t, c), "a", Config{})
+	assert.True(t, workload.IsIndexed(l.usage.client), "the usage series' reader is not marked workload.Indexed")
 }

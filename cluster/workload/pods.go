@@ -62,6 +62,11 @@ type indexedClient struct{ client.Client }
 
 func (indexedClient) controllerIndexed() {}
 
+// IsIndexed reports whether r is marked by Indexed: whether Pods and
+// RunningPods read a workload's pods and ReplicaSets through
+// ControllerIndex rather than by listing its namespace.
+func IsIndexed(r client.Reader) bool { return indexed(r) }
+
 // indexed reports whether r is marked by Indexed.
 func indexed(r client.Reader) bool {
 	_, ok := r.(interface{ controllerIndexed() })
