@@ -37,6 +37,9 @@ type reconcileContext struct {
 	// rollingBack is set once the pass decides or finishes a rollback:
 	// from then on its writes go through the rollbacks' client (writer).
 	rollingBack bool
+	// releaseGate releases the applies' yield the pass holds while it
+	// rolls back (beginRollback); nil when it holds none.
+	releaseGate func()
 	// mirrorPending says a breach's backoff state is not mirrored on the
 	// workload yet: its mirror waits for the restore (breach).
 	mirrorPending bool
@@ -67,6 +70,26 @@ func (r *RecommendationReconciler) newContext(ctx context.Context, req ctrl.Requ
 	}
 	c.resolved = resolved
 	return c, nil
+}
+
+// beginRollback marks the pass as rolling back: its writes go through
+// the rollbacks' client, and the applies' writes wait for it to end
+// (rollbackGate).
+func (c *reconcileContext) beginRollback() {
+	c.rollingBack = true
+	if c.releaseGate == nil {
+		c.releaseGate = c.r.gate.hold()
+	}
+}
+
+// endRollback ends what beginRollback began, once the pass's own work is
+// done.
+func (c *reconcileContext) endRollback() {
+	c.rollingBack = false
+	if c.releaseGate != nil {
+		c.releaseGate()
+		c.releaseGate = nil
+	}
 }
 
 // writer is the client the pass writes with: the rollbacks' once it

@@ -185,7 +185,7 @@ func (c *reconcileContext) healthy(ctx context.Context, v healthwatch.Verdict) (
 // through the rollbacks' client (rollingBack).
 func (c *reconcileContext) breach(ctx context.Context, v healthwatch.Verdict) (ctrl.Result, error) {
 	rsr := c.rsr
-	c.rollingBack = true
+	c.beginRollback()
 	// The values to put back are decided now and recorded with the
 	// breach, so the workload's annotation shows them while the rollback
 	// runs and backs off, and a leader that takes over restores the same.
@@ -229,7 +229,7 @@ func (c *reconcileContext) breach(ctx context.Context, v healthwatch.Verdict) (c
 // the default guardrails for the cooldown and the backoff.
 func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 	rsr := c.rsr
-	c.rollingBack = true
+	c.beginRollback()
 	b, change := rsr.Status.Breach, rsr.Status.Change
 	if change == nil {
 		// A breach without its change (left by an older leader): nothing

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -122,6 +123,10 @@ type Config struct {
 	// Zero means DefaultRollbackQPS and DefaultRollbackBurst.
 	RollbackQPS   float32
 	RollbackBurst int
+	// ApplyYield is the longest one write of the applies waits while a
+	// pass rolls back (rollbackGate); 0 means DefaultApplyYield,
+	// NoApplyYield none.
+	ApplyYield time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// AfterRecord and AfterBreach are passed to the reconciler (tests only).
@@ -310,6 +315,13 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 	fencedConfig := rest.CopyConfig(restConfig)
 	fencedConfig.Wrap(fnc.wrap)
+	// Outermost, so that a write waits for the rollbacks before its
+	// fence reads the Lease.
+	var gate *rollbackGate
+	if cfg.ApplyYield != NoApplyYield {
+		gate = newRollbackGate(cmp.Or(cfg.ApplyYield, DefaultApplyYield), reg)
+		fencedConfig.Wrap(gate.wrap)
+	}
 	writer, err := client.New(fencedConfig, client.Options{Scheme: kube.Scheme, Mapper: mgr.GetRESTMapper(),
 		Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
 	if err != nil {
@@ -378,6 +390,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		Log:             log,
 		Workers:         cfg.Workers,
 		RollbackWorkers: cfg.RollbackWorkers,
+		gate:            gate,
 	}
 	if err := rec.SetupWithManager(mgr, sig); err != nil {
 		return nil, err

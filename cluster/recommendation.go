@@ -67,6 +67,10 @@ type RecommendationReconciler struct {
 	// AfterBreach, when set, runs after a breach is recorded and before
 	// the restore; the failover test stops a leader there.
 	AfterBreach func(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation)
+	// gate is the applies' yield to rollbacks: a rollback pass holds it
+	// (reconcileContext.beginRollback); nil without (the tests'
+	// reconcilers, unless they set it).
+	gate *rollbackGate
 	// DuringPass, when set, runs as a pass of req starts, its lock taken,
 	// in the rollbacks' path (reserved) or the other; the pass ends after
 	// the func it returns (tests only).
@@ -79,8 +83,10 @@ func (r *RecommendationReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if c == nil || err != nil {
 		return ctrl.Result{}, err
 	}
-	res, err := c.reconcile(ctx)
-	c.rollingBack = false
+	res, err := func() (ctrl.Result, error) {
+		defer c.endRollback()
+		return c.reconcile(ctx)
+	}()
 	if err == nil {
 		// After the pass's own work, so a refusal never delays a rollback.
 		err = c.recordRefusals(ctx)

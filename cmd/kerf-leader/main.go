@@ -51,6 +51,7 @@ func main() {
 	rollbackBurst := fs.Int("rollback-api-burst", cluster.DefaultRollbackBurst, "burst of --rollback-api-qps (the default holds a 100-replica in-place restore at once)")
 	workers := fs.Int("workers", cluster.DefaultWorkers, fmt.Sprintf("recommendations the leader reconciles at once, 1 to %d (never one twice at once; a rollback waits for none of the queued applies, only for a worker: docs/leader.md)", maxWorkers))
 	rollbackWorkers := fs.Int("rollback-workers", cluster.DefaultRollbackWorkers, fmt.Sprintf("workers kept for the harm signals' requests (OOM kills, container restarts), beside --workers, 0 to %d: a rollback never waits for an apply pass to finish (0: none, they go first in the one queue; docs/leader.md)", maxRollbackWorkers))
+	applyYield := fs.Duration("apply-yield", cluster.DefaultApplyYield, "longest one write of the applies waits while a rollback is being written, so that the rollback meets an apiserver not busy with them (0: never wait; docs/leader.md)")
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "kerf-system"), "namespace of the leader Lease")
 	leaseName := fs.String("lease-name", "kerf-leader", "name of the coordination.k8s.io Lease the replicas compete for")
 	identity := fs.String("identity", envOr("POD_NAME", host), "this replica's name in the Lease")
@@ -119,6 +120,15 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.RollbackQPS, cfg.RollbackBurst = float32(*rollbackQPS), *rollbackBurst
+	switch {
+	case *applyYield < 0:
+		log.Error("kerf-leader cannot start", "err", fmt.Sprintf("--apply-yield %s: must not be negative", *applyYield))
+		os.Exit(2)
+	case *applyYield == 0:
+		cfg.ApplyYield = cluster.NoApplyYield
+	default:
+		cfg.ApplyYield = *applyYield
+	}
 	if *hubURL != "" {
 		hc, err := hubConfig(*hubURL, *hubTokenFile, *hubCAFile, *clusterName)
 		if err != nil {

@@ -1,0 +1,112 @@
+package cluster
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultApplyYield is the longest one write of the applies waits for
+// the rollbacks in progress (rollbackGate, Config.ApplyYield): a rollback
+// pass takes 0.2 to 0.6 s at 10,000 workloads (docs/performance.md), and
+// a storm of rollbacks must slow the applies, not stop them.
+const DefaultApplyYield = time.Second
+
+// NoApplyYield as Config.ApplyYield turns the yield off: the applies'
+// writes never wait for rollbacks.
+const NoApplyYield time.Duration = -1
+
+// rollbackGate makes the applies' writes yield to rollbacks
+// (docs/leader.md, "Workers and the rollbacks' priority"). From the
+// moment a pass decides or resumes a rollback until the pass ends, it
+// holds the gate; meanwhile every mutating request of the leader's other
+// fenced clients (the applies' writes, their status writes and Events)
+// waits before it is sent, up to maxYield, so the rollback's own writes
+// meet an apiserver, and a leader, not busy with the applies' requests.
+// Reads never wait, nor the rollbacks' own client, which the gate does
+// not wrap. A nil gate lets everything through.
+type rollbackGate struct {
+	max time.Duration
+	// waits observes how long each write that found the gate held
+	// waited.
+	waits prometheus.Observer
+
+	mu sync.Mutex
+	// held is how many passes hold the gate; open is closed when none
+	// does (nil then), and made anew when the first takes it.
+	held int
+	open chan struct{}
+}
+
+func newRollbackGate(max time.Duration, reg prometheus.Registerer) *rollbackGate {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "kerf_leader_apply_yield_seconds",
+		Help:    "How long a write of the applies waited for the rollbacks in progress before it was sent (at most --apply-yield each).",
+		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1},
+	})
+	reg.MustRegister(h)
+	return &rollbackGate{max: max, waits: h}
+}
+
+// hold takes the gate for a rollback pass and returns its release, which
+// may be called more than once.
+func (g *rollbackGate) hold() (release func()) {
+	if g == nil {
+		return func() {}
+	}
+	g.mu.Lock()
+	if g.held == 0 {
+		g.open = make(chan struct{})
+	}
+	g.held++
+	g.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if g.held--; g.held == 0 {
+				close(g.open)
+				g.open = nil
+			}
+		})
+	}
+}
+
+// wait waits until no rollback holds the gate, g.max at most, or ctx is
+// done.
+func (g *rollbackGate) wait(ctx context.Context) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	open := g.open
+	g.mu.Unlock()
+	if open == nil {
+		return
+	}
+	start := time.Now()
+	t := time.NewTimer(g.max)
+	defer t.Stop()
+	select {
+	case <-open:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	g.waits.Observe(time.Since(start).Seconds())
+}
+
+// wrap makes every mutating request of a transport wait for the gate.
+func (g *rollbackGate) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		switch req.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			g.wait(req.Context())
+		}
+		return rt.RoundTrip(req)
+	})
+}
