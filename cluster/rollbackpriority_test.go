@@ -139,7 +139,9 @@ func rollbackBeforeWave(t *testing.T, qps float32, workers int, kill func(t *tes
 		at       time.Time
 	}
 	breachAt := make(chan breachSeen, 1)
-	cfg := Config{Signals: kernelOnly(src), Workers: workers,
+	// None kept for rollbacks: the harm request goes first in the one
+	// queue (harmPriority), the path these tests measure.
+	cfg := Config{Signals: kernelOnly(src), Workers: workers, RollbackWorkers: NoRollbackWorkers,
 		AfterRecord: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
 			if rsr.Name == "victim" {
 				return
@@ -274,7 +276,7 @@ func TestWorkersBelowOneAreRefused(t *testing.T) {
 // NoRollbackWorkers is an error naming the field.
 func TestRollbackWorkersBelowNoneAreRefused(t *testing.T) {
 	_, err := New(Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", RollbackWorkers: -2}, &rest.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.ErrorContains(t, err, "rollback workers (-2) must be at least 1, 0 for the default (0), or NoRollbackWorkers (-1) for none")
+	require.ErrorContains(t, err, "rollback workers (-2) must be at least 1, 0 for the default (2), or NoRollbackWorkers (-1) for none")
 }
 
 // TestANegativeRollbackBudgetIsRefused: a negative Config.RollbackQPS or
@@ -379,7 +381,7 @@ func createWave(t *testing.T, c client.Client, ns string, n int) {
 // applies' rate limit at scale), then a watched workload's container is
 // OOM-killed (by the agent's signal, and by its pod's status): the
 // rollback is restored on a worker kept for rollbacks (2, --rollback-workers)
-// while every apply worker is still busy. With none kept (the default) it waits for
+// while every apply worker is still busy. With none kept it waits for
 // an apply worker, which never comes while the hook holds them: the
 // restore is not written within the 10 s asserted.
 func TestARollbackWaitsForNoApplyWorker(t *testing.T) {

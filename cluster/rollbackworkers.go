@@ -24,14 +24,14 @@ import (
 
 const (
 	// DefaultRollbackWorkers is how many workers are kept for the harm
-	// signals' requests when Config.RollbackWorkers is zero: none. Side
-	// by side at 10,000 workloads during a wave (docs/performance.md),
-	// OOM kill → rollback write took p50 154–188 ms with none kept (the
-	// harm requests first in the one queue) and 290–380 ms with 2 kept;
-	// they help where every apply worker is held in a long pass
-	// (TestARollbackWaitsForNoApplyWorker), which the scale harness does
-	// not show.
-	DefaultRollbackWorkers = 0
+	// signals' requests when Config.RollbackWorkers is zero. At 10,000
+	// workloads during a wave (docs/performance.md, "The fourth round"),
+	// with none kept the harm requests waited 50–60 ms on average for an
+	// apply worker to finish its pass, with 2 kept 0.1 ms, and OOM kill →
+	// rollback write took p50 115 ms, p99 309 ms, against 146–173 and
+	// 373–506 ms. (The round before measured the opposite, on a leader
+	// whose usage series took half its CPU.)
+	DefaultRollbackWorkers = 2
 	// NoRollbackWorkers, as Config.RollbackWorkers, keeps no worker for
 	// them: a harm signal's request takes its turn in the one queue, at
 	// harmPriority, for the next of the --workers workers to finish.
