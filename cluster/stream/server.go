@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -461,12 +462,12 @@ func (s *Server) handshake(ctx context.Context, msgs <-chan received) (agent, st
 	return a, token, hello, nil
 }
 
-// reauthenticate reviews the stream's token every ReauthEvery, never from
-// the cache, and ends the stream once the token no longer authenticates
+// reauthenticate reviews the stream's token every ReauthEvery (the first
+// time sooner, firstReauth), never from the cache, and ends the stream once the token no longer authenticates
 // (revoked: its pod, secret or service account deleted; or expired). An
 // apiserver that cannot answer leaves the stream open.
 func (s *Server) reauthenticate(ctx context.Context, cancel context.CancelCauseFunc, token string, log *slog.Logger) {
-	t := time.NewTicker(s.cfg.ReauthEvery)
+	t := time.NewTimer(firstReauth(s.cfg.ReauthEvery))
 	defer t.Stop()
 	for {
 		select {
@@ -474,6 +475,7 @@ func (s *Server) reauthenticate(ctx context.Context, cancel context.CancelCauseF
 			return
 		case <-t.C:
 		}
+		t.Reset(s.cfg.ReauthEvery)
 		_, err := s.tokenReview(ctx, token)
 		var refused *refusal
 		if errors.As(err, &refused) {
@@ -486,6 +488,16 @@ func (s *Server) reauthenticate(ctx context.Context, cancel context.CancelCauseF
 			log.Warn("token review of an open stream failed, keeping it open", "err", err)
 		}
 	}
+}
+
+// firstReauth is when an open stream's token is first reviewed again: at
+// a random point of the second half of every, then every every. Streams
+// opened together (every agent reconnects at once after a leader's
+// failover) so do not have their tokens reviewed together, a burst of a
+// TokenReview per node on the apiserver, every interval ever after; and a
+// revoked token still closes its stream within every.
+func firstReauth(every time.Duration) time.Duration {
+	return every/2 + rand.N(every/2+1)
 }
 
 // recvErr turns the end of the agent's side into a clean return.

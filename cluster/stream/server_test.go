@@ -465,3 +465,22 @@ func TestStream(t *testing.T) {
 		assert.Eventually(t, func() bool { return testutil.ToFloat64(f.srv.metrics.connected) == 0 }, 10*time.Second, 50*time.Millisecond)
 	})
 }
+
+// TestStreamsOpenedTogetherAreReviewedApart: the first review of a
+// stream's token comes at a random point of the interval's second half,
+// so that the 1,000 streams a failover reopens at once do not send 1,000
+// TokenReviews together every interval (all at ReauthEvery before).
+func TestStreamsOpenedTogetherAreReviewedApart(t *testing.T) {
+	const every = 5 * time.Minute
+	seen := map[time.Duration]bool{}
+	lo, hi := every, time.Duration(0)
+	for range 1000 {
+		d := firstReauth(every)
+		require.GreaterOrEqual(t, d, every/2)
+		require.LessOrEqual(t, d, every, "a revoked token must still close its stream within ReauthEvery")
+		seen[d] = true
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	assert.Greater(t, len(seen), 900, "the first reviews are spread")
+	assert.Greater(t, hi-lo, every/3, "over most of the interval's second half")
+}
