@@ -6,6 +6,7 @@ package scale
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -672,4 +673,55 @@ func logAPITimings(tb testing.TB, when string, from, to apiTimings) {
 		parts = append(parts, fmt.Sprintf("%s %.1f ms (%.0f)", s.name, 1000*sum/max(n, 1), n))
 	}
 	tb.Logf("the apiserver's mean time %s: %s", when, strings.Join(parts, "; "))
+}
+
+// requestKinds counts the requests the apiserver served, by verb,
+// resource and subresource ("GET pods", "PUT rightsizingrecommendations/status"),
+// from its apiserver_request_total.
+func requestKinds(tb testing.TB, cs kubernetes.Interface) map[string]float64 {
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	require.NoError(tb, err, "read the apiserver's /metrics")
+	label := func(line, name string) string {
+		i := strings.Index(line, name+`="`)
+		if i < 0 {
+			return ""
+		}
+		rest := line[i+len(name)+2:]
+		return rest[:max(strings.IndexByte(rest, '"'), 0)]
+	}
+	kinds := map[string]float64{}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		require.NoError(tb, err, "parse %q", line)
+		kind := label(line, "verb") + " " + label(line, "resource")
+		if sub := label(line, "subresource"); sub != "" {
+			kind += "/" + sub
+		}
+		kinds[kind] += v
+	}
+	return kinds
+}
+
+// logRequestKinds logs the kinds of request the apiserver served most
+// between two requestKinds, with their rate over d.
+func logRequestKinds(tb testing.TB, when string, from, to map[string]float64, d time.Duration) {
+	type kind struct {
+		name string
+		n    float64
+	}
+	var kinds []kind
+	for name, n := range to {
+		if n -= from[name]; n > 0 {
+			kinds = append(kinds, kind{name, n})
+		}
+	}
+	slices.SortFunc(kinds, func(a, b kind) int { return cmp.Compare(b.n, a.n) })
+	var parts []string
+	for _, k := range kinds[:min(len(kinds), 8)] {
+		parts = append(parts, fmt.Sprintf("%s %.1f/s", k.name, k.n/d.Seconds()))
+	}
+	tb.Logf("the apiserver's requests %s (every client's): %s", when, strings.Join(parts, ", "))
 }

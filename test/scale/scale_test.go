@@ -320,9 +320,10 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	time.Sleep(2 * time.Second) // the new pods reach the leader's cache
 
 	// Idle: everything synced, the agents streaming.
-	idleFrom, reqIdle0 := time.Now(), leaderRequests(b, cs)
+	idleFrom, reqIdle0, kindsIdle0 := time.Now(), leaderRequests(b, cs), requestKinds(b, cs)
 	time.Sleep(idle)
 	idleTo, reqIdle1 := time.Now(), leaderRequests(b, cs)
+	logRequestKinds(b, "while idle", kindsIdle0, requestKinds(b, cs), idleTo.Sub(idleFrom))
 	idleCPU, _ := u.over(idleFrom, idleTo, time.Second)
 	idleRSS, _ := leader.memory()
 	b.Logf("idle %v: CPU %.0f mCPU, RSS %.0f MiB, %.1f requests/s", idle, idleCPU*1000, float64(idleRSS)/(1<<20), (reqIdle1-reqIdle0)/idleTo.Sub(idleFrom).Seconds())
