@@ -49,6 +49,11 @@ import (
 // the process must exit so that it never acts beside the new leader.
 var ErrLeadershipLost = errors.New("leader election lost")
 
+// agentReviewQPS is the rate limit of the agents' TokenReviews' client
+// (its burst: the handshakes allowed at once): 1,000 streams reopened
+// together are authenticated in about 5 s.
+const agentReviewQPS = 200
+
 // Config configures a leader replica.
 type Config struct {
 	// Namespace holds the Lease (the namespace Kerf runs in).
@@ -304,10 +309,6 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err != nil {
 		return nil, fmt.Errorf("build manager: %w", err)
 	}
-	cs, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return nil, fmt.Errorf("clientset: %w", err)
-	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, mgr: mgr, registry: reg, Metrics: NewMetrics(reg), fence: fnc}
 	if l.authn, err = authn.New(authn.Config{REST: restConfig}); err != nil {
@@ -347,6 +348,19 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		sig = signals.New()
 	}
 	if cfg.Stream.Listener != nil {
+		// The agents' TokenReviews (and their pods' reads) on a budget of
+		// their own, sized for a connect storm rather than the
+		// --kube-api-qps every other client has: at 50 a second, the
+		// 1,000 streams a failover reopens took 20 s to authenticate
+		// (docs/performance.md, "The fourth round"). The handshakes in
+		// flight are bounded anyway (--stream-max-handshakes).
+		reviewConfig := rest.CopyConfig(restConfig)
+		reviewConfig.QPS = agentReviewQPS
+		reviewConfig.Burst = cmp.Or(cfg.Stream.Limits.MaxHandshakes, stream.DefaultMaxHandshakes)
+		reviews, err := kubernetes.NewForConfig(reviewConfig)
+		if err != nil {
+			return nil, fmt.Errorf("stream: TokenReviews' client: %w", err)
+		}
 		if err := cfg.Stream.Cert.Validate(); err != nil {
 			return nil, fmt.Errorf("stream: a listener without a certificate (agents send their tokens on it): %w", err)
 		}
@@ -354,7 +368,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 			Audience:                cfg.Stream.Audience,
 			ServiceAccountNamespace: cfg.Stream.ServiceAccountNamespace,
 			ServiceAccountName:      cfg.Stream.ServiceAccountName,
-			Clientset:               cs,
+			Clientset:               reviews,
 			Pods:                    stream.CachedPods{Reader: mgr.GetClient()},
 			Kernel:                  sig.Kernel,
 			Statuses:                sig.Statuses,
