@@ -59,6 +59,10 @@ const profileEnv = "KERF_SCALE_PROFILE"
 // none the runtime's GOGC=100 alone decides its heap's growth.
 const memLimitEnv = "KERF_SCALE_LEADER_GOMEMLIMIT"
 
+// gcPercentEnv, when set, is the leader's GOGC (only the leader's: a GOGC
+// of the harness's own environment would reach its process too).
+const gcPercentEnv = "KERF_SCALE_LEADER_GOGC"
+
 // leaderFlagsEnv adds flags to every leader replica's command line
 // (e.g. "--rollback-workers=0", to compare a setting side by side).
 const leaderFlagsEnv = "KERF_SCALE_LEADER_FLAGS"
@@ -170,6 +174,9 @@ func startLeader(tb testing.TB, a leaderArgs, identity string) *leaderProc {
 	cmd.Args = append(cmd.Args, strings.Fields(os.Getenv(leaderFlagsEnv))...)
 	if limit := os.Getenv(memLimitEnv); limit != "" {
 		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+limit)
+	}
+	if gc := os.Getenv(gcPercentEnv); gc != "" {
+		cmd.Env = append(cmd.Env, "GOGC="+gc)
 	}
 	require.NoError(tb, cmd.Start())
 	p := &leaderProc{cmd: cmd, done: make(chan struct{}), logPath: logPath, started: time.Now(), pprofAddr: pprofAddr, metricsAddr: metricsAddr, metricsToken: a.metricsToken}
@@ -545,8 +552,9 @@ func (a *agents) bufferedOOM(tb testing.TB) int {
 	return int(n)
 }
 
-// waitConnected waits until every agent is connected, and returns how
-// long that took, or fails after timeout.
+// waitConnected waits until every agent is connected and the leader
+// counts every stream (kerf_stream_connected_agents: authenticated, its
+// Hello read), and returns how long that took, or fails after timeout.
 func (a *agents) waitConnected(tb testing.TB, p *leaderProc, timeout time.Duration) time.Duration {
 	tb.Helper()
 	start := time.Now()
@@ -562,7 +570,19 @@ func (a *agents) waitConnected(tb testing.TB, p *leaderProc, timeout time.Durati
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return time.Since(start)
+	// An agent's stream is open before the leader has authenticated it
+	// (a TokenReview): it is back once the leader counts it.
+	for {
+		n, err := p.metric("kerf_stream_connected_agents")
+		if err == nil && int(n) >= len(a.clients) {
+			return time.Since(start)
+		}
+		p.alive(tb)
+		if time.Since(start) > timeout {
+			tb.Fatalf("the leader counts %.0f of %d agents' streams after %v (%v)", n, len(a.clients), timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // sendCounters makes every agent report its node's containers' CFS

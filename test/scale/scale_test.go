@@ -251,7 +251,7 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	sampleEvery := envDuration(b, "KERF_SCALE_SAMPLE_INTERVAL", 10*time.Second)
 	waveTimeout := envDuration(b, "KERF_SCALE_WAVE_TIMEOUT", 15*time.Minute)
 	idle := envDuration(b, "KERF_SCALE_IDLE", 20*time.Second)
-	b.Logf("the leader's GOMEMLIMIT: %q (%s)", os.Getenv(memLimitEnv), memLimitEnv)
+	b.Logf("the leader's GOMEMLIMIT: %q (%s), GOGC: %q (%s)", os.Getenv(memLimitEnv), memLimitEnv, os.Getenv(gcPercentEnv), gcPercentEnv)
 	b.Logf("workloads %d, nodes %d, harness workers %d, OOM probes %d every %v, outage OOM probes %d, in-place replicas %d, counters every %v",
 		n, m, workers, probes, probeGap, outage, inPlaceReplicas, sampleEvery)
 
