@@ -300,7 +300,7 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	// Where a rollback's time went (docs/leader.md, "Logs"): the pass
+	// Where a rollback's time went (docs/leader.md, "Metrics"): the pass
 	// until its restore was written, the breach's status write and the
 	// restore's own writes in it (a restore finished by a later pass has
 	// no breach write of its own).
