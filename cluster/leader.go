@@ -228,6 +228,10 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		return nil, fmt.Errorf("leader config: rollback workers (%d) must be at least 1, 0 for the default (%d), or NoRollbackWorkers (%d) for none",
 			cfg.RollbackWorkers, DefaultRollbackWorkers, NoRollbackWorkers)
 	}
+	if cfg.ApplyYield < 0 && cfg.ApplyYield != NoApplyYield {
+		return nil, fmt.Errorf("leader config: apply yield (%s) must be positive, 0 for the default (%s), or NoApplyYield for none",
+			cfg.ApplyYield, DefaultApplyYield)
+	}
 	if cfg.RollbackQPS < 0 || cfg.RollbackBurst < 0 {
 		return nil, fmt.Errorf("leader config: rollback QPS (%g) and burst (%d) must be positive, or 0 for %d and %d",
 			cfg.RollbackQPS, cfg.RollbackBurst, DefaultRollbackQPS, DefaultRollbackBurst)

@@ -281,6 +281,13 @@ func TestRollbackWorkersBelowNoneAreRefused(t *testing.T) {
 
 // TestANegativeRollbackBudgetIsRefused: a negative Config.RollbackQPS or
 // RollbackBurst is an error naming the fields.
+// TestANegativeApplyYieldIsRefused: a Config.ApplyYield below zero but
+// NoApplyYield is an error naming the field.
+func TestANegativeApplyYieldIsRefused(t *testing.T) {
+	_, err := New(Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", ApplyYield: -time.Second}, &rest.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.ErrorContains(t, err, "leader config: apply yield (-1s) must be positive, 0 for the default (1s), or NoApplyYield for none")
+}
+
 func TestANegativeRollbackBudgetIsRefused(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	_, err := New(Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", RollbackQPS: -1}, &rest.Config{}, log)

@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 	_ "time/tzdata" // freeze windows name IANA time zones; the image has no zoneinfo
 
 	"k8s.io/client-go/rest"
@@ -120,14 +121,9 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.RollbackQPS, cfg.RollbackBurst = float32(*rollbackQPS), *rollbackBurst
-	switch {
-	case *applyYield < 0:
-		log.Error("kerf-leader cannot start", "err", fmt.Sprintf("--apply-yield %s: must not be negative", *applyYield))
+	if cfg.ApplyYield, err = applyYieldOf(*applyYield); err != nil {
+		log.Error("kerf-leader cannot start", "err", err)
 		os.Exit(2)
-	case *applyYield == 0:
-		cfg.ApplyYield = cluster.NoApplyYield
-	default:
-		cfg.ApplyYield = *applyYield
 	}
 	if *hubURL != "" {
 		hc, err := hubConfig(*hubURL, *hubTokenFile, *hubCAFile, *clusterName)
@@ -223,6 +219,18 @@ func rollbackWorkersOf(n int) (int, error) {
 		return cluster.NoRollbackWorkers, nil
 	}
 	return n, nil
+}
+
+// applyYieldOf is Config.ApplyYield for --apply-yield d: d, or
+// cluster.NoApplyYield for 0.
+func applyYieldOf(d time.Duration) (time.Duration, error) {
+	switch {
+	case d < 0:
+		return 0, fmt.Errorf("--apply-yield %s: must not be negative", d)
+	case d == 0:
+		return cluster.NoApplyYield, nil
+	}
+	return d, nil
 }
 
 func run(log *slog.Logger, kubeconfig, metricsAddr, webhookAddr string, qps float32, burst int, cfg cluster.Config) error {

@@ -104,3 +104,16 @@ func TestRollbackWorkersAreBounded(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)
 }
+
+// TestApplyYieldIsNotNegative: a negative --apply-yield is refused naming
+// the flag; 0 turns the yield off.
+func TestApplyYieldIsNotNegative(t *testing.T) {
+	_, err := applyYieldOf(-time.Second)
+	require.ErrorContains(t, err, "--apply-yield -1s: must not be negative")
+	d, err := applyYieldOf(0)
+	require.NoError(t, err)
+	assert.Equal(t, cluster.NoApplyYield, d)
+	d, err = applyYieldOf(500 * time.Millisecond)
+	require.NoError(t, err)
+	assert.Equal(t, 500*time.Millisecond, d)
+}
