@@ -463,9 +463,10 @@ func (s *Server) handshake(ctx context.Context, msgs <-chan received) (agent, st
 }
 
 // reauthenticate reviews the stream's token every ReauthEvery (the first
-// time sooner, firstReauth), never from the cache, and ends the stream once the token no longer authenticates
-// (revoked: its pod, secret or service account deleted; or expired). An
-// apiserver that cannot answer leaves the stream open.
+// time sooner, firstReauth), never from the cache, and ends the stream
+// once the token no longer authenticates (revoked: its pod, secret or
+// service account deleted; or expired). An apiserver that cannot answer
+// leaves the stream open.
 func (s *Server) reauthenticate(ctx context.Context, cancel context.CancelCauseFunc, token string, log *slog.Logger) {
 	t := time.NewTimer(firstReauth(s.cfg.ReauthEvery))
 	defer t.Stop()
