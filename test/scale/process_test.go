@@ -436,11 +436,20 @@ func sumMetric(raw, name string, labels ...string) (float64, error) {
 // apiMetric sums the apiserver's samples of metric name whose labels
 // contain every one of labels (`key="value"`), from its /metrics.
 func apiMetric(ctx context.Context, cs kubernetes.Interface, name string, labels ...string) (float64, error) {
+	raw, err := apiMetrics(ctx, cs)
+	if err != nil {
+		return 0, err
+	}
+	return sumMetric(raw, name, labels...)
+}
+
+// apiMetrics reads the apiserver's /metrics.
+func apiMetrics(ctx context.Context, cs kubernetes.Interface) (string, error) {
 	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("read the apiserver's /metrics: %w", err)
+		return "", fmt.Errorf("read the apiserver's /metrics: %w", err)
 	}
-	return sumMetric(string(raw), name, labels...)
+	return string(raw), nil
 }
 
 // leaderRequests is how many requests of the leader the apiserver has
@@ -673,12 +682,12 @@ var apiTimingSeries = []struct {
 
 // readAPITimings reads apiTimings from the apiserver's /metrics.
 func readAPITimings(tb testing.TB, cs kubernetes.Interface) apiTimings {
-	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	require.NoError(tb, err, "read the apiserver's /metrics")
+	raw, err := apiMetrics(context.Background(), cs)
+	require.NoError(tb, err)
 	t := apiTimings{}
 	for _, s := range apiTimingSeries {
-		sum, err1 := sumMetric(string(raw), s.metric+"_sum", s.labels...)
-		n, err2 := sumMetric(string(raw), s.metric+"_count", s.labels...)
+		sum, err1 := sumMetric(raw, s.metric+"_sum", s.labels...)
+		n, err2 := sumMetric(raw, s.metric+"_count", s.labels...)
 		require.NoError(tb, errors.Join(err1, err2), "%s", s.metric)
 		t[s.name] = [2]float64{sum, n}
 	}
@@ -699,8 +708,8 @@ func logAPITimings(tb testing.TB, when string, from, to apiTimings) {
 // resource and subresource ("GET pods", "PUT rightsizingrecommendations/status"),
 // from its apiserver_request_total.
 func requestKinds(tb testing.TB, cs kubernetes.Interface) map[string]float64 {
-	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	require.NoError(tb, err, "read the apiserver's /metrics")
+	raw, err := apiMetrics(context.Background(), cs)
+	require.NoError(tb, err)
 	label := func(line, name string) string {
 		i := strings.Index(line, name+`="`)
 		if i < 0 {
@@ -710,7 +719,7 @@ func requestKinds(tb testing.TB, cs kubernetes.Interface) map[string]float64 {
 		return rest[:max(strings.IndexByte(rest, '"'), 0)]
 	}
 	kinds := map[string]float64{}
-	for line := range strings.SplitSeq(string(raw), "\n") {
+	for line := range strings.SplitSeq(raw, "\n") {
 		if !strings.HasPrefix(line, "apiserver_request_total{") {
 			continue
 		}
