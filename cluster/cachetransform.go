@@ -16,24 +16,28 @@ import (
 // watches (docs/performance.md, "Where the leader's memory goes"): all of
 // it but the managed fields, which nothing in Kerf reads (its writes are
 // patches and a resize; none is a server-side apply, and an update without
-// managed fields keeps the stored ones), and of a Pod also none of the
-// fields stripPod lists; of a workload's or ReplicaSet's pod template only
-// what stripTemplate keeps, and its digest; the resource lists of pods and
-// of workload templates are interned (resourceLists). It runs on each object before
-// the informer stores it, so every reader of the manager's cache and
-// client sees the stripped object; reads through the API reader are whole.
+// managed fields keeps the stored ones); of a Pod, a ReplicaSet and a
+// Deployment only what a cachedPod, cachedReplicaSet and cachedDeployment
+// keep (types of Kerf's own, which every read copies back into the
+// reader's type); of a workload's or ReplicaSet's pod template only what
+// stripTemplate keeps, and its digest; the resource lists of pods and of
+// workload templates are interned (resourceLists). It runs on each object
+// before the informer stores it, so every reader of the manager's cache
+// and client sees the stripped object; reads through the API reader are
+// whole. It is idempotent, as client-go requires (a resync hands it the
+// stored objects again): a cached type is kept as it is.
 func cacheTransform(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
 	}
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		stripPod(o)
 		internPod(o)
+		return newCachedPod(o), nil
 	case *appsv1.Deployment:
-		stripTemplate(&o.Spec.Template, true)
+		return newCachedDeployment(o), nil
 	case *appsv1.ReplicaSet:
-		stripTemplate(&o.Spec.Template, false)
+		return newCachedReplicaSet(o), nil
 	case *appsv1.StatefulSet:
 		stripTemplate(&o.Spec.Template, true)
 	case *appsv1.DaemonSet:
@@ -124,34 +128,6 @@ func internPod(p *corev1.Pod) {
 			ss[i].AllocatedResources = resourceLists.intern(ss[i].AllocatedResources)
 		}
 	}
-}
-
-// stripPod drops the fields of a pod that no reader of the leader's cache
-// uses. Kerf reads a cached pod's metadata (labels, annotations, owner
-// references, UID, deletion), its containers' and init containers' names,
-// resources and resize policies (QoS class, the in-place resize, the
-// running values), its node and its status (phase, conditions, container
-// statuses and resources, the resize conditions); it never reads volumes,
-// the containers' environment, mounts, command, probes, lifecycle or
-// ports, nor the scheduling constraints. The one write made from a cached
-// pod is the resize (cluster/apply inplace.go), and the apiserver's resize
-// subresource keeps everything of the stored pod but the containers'
-// resources and resize policies, so a stripped pod resizes as a whole one
-// would (TestTheCacheHoldsPodsWithoutWhatKerfNeverReads checks it).
-func stripPod(p *corev1.Pod) {
-	strip := func(cs []corev1.Container) {
-		for i := range cs {
-			c := &cs[i]
-			c.Env, c.EnvFrom, c.VolumeMounts, c.VolumeDevices = nil, nil, nil, nil
-			c.Command, c.Args, c.WorkingDir, c.Ports = nil, nil, "", nil
-			c.LivenessProbe, c.ReadinessProbe, c.StartupProbe, c.Lifecycle = nil, nil, nil, nil
-		}
-	}
-	strip(p.Spec.Containers)
-	strip(p.Spec.InitContainers)
-	p.Spec.Volumes = nil
-	p.Spec.Affinity, p.Spec.Tolerations, p.Spec.TopologySpreadConstraints = nil, nil, nil
-	p.Spec.HostAliases = nil
 }
 
 // stripTemplate replaces a pod template by its digest

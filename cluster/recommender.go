@@ -117,7 +117,8 @@ type trackedWorkload struct {
 	// recommended is when its recommendation was last made.
 	recommended time.Time
 	seen        uint64
-	pods        []*corev1.Pod
+	// pods are its running pods, read in this pass (nil between passes).
+	pods []*corev1.Pod
 	// throttledTo is the end of the throttling window last read.
 	throttledTo time.Time
 	// ckpt is where its checkpoint is.
@@ -289,9 +290,10 @@ func (r *recommender) pass(ctx context.Context) error {
 		r.checkpoint(ctx, pols, nil, now)
 		return nil
 	}
+	// Copies: the leader's cache holds pods in a form of its own
+	// (cachedpod.go). The workloads hold them only for the pass.
 	var pods corev1.PodList
-	// The pods are only read, never changed: the cache's own copies do.
-	if err := r.client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.client.List(ctx, &pods); err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
 	resolved := map[workload.Ref]*resolvedWorkload{}
@@ -367,6 +369,9 @@ func (r *recommender) pass(ctx context.Context) error {
 	// The count is known before the checkpoint writes (which take time).
 	r.trackedGauge.Set(float64(r.tracked))
 	r.checkpoint(ctx, pols, resolved, now)
+	for _, tw := range r.workloads {
+		tw.pods = nil
+	}
 	return nil
 }
 

@@ -260,7 +260,7 @@ func TestPodHarmedIsARestartOrANewTermination(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, podHarmed(tc.old, tc.cur))
+			assert.Equal(t, tc.want, podHarmed(&tc.old.Status, &tc.cur.Status))
 		})
 	}
 }

@@ -254,13 +254,13 @@ func (h podHandler) Create(ctx context.Context, e event.CreateEvent, q workqueue
 
 // Update implements handler.EventHandler.
 func (h podHandler) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
-	newPod, ok2 := e.ObjectNew.(*corev1.Pod)
-	if ok1 && ok2 && podHarmed(oldPod, newPod) {
+	oldStatus, ok1 := podStatus(e.ObjectOld)
+	newStatus, ok2 := podStatus(e.ObjectNew)
+	if ok1 && ok2 && podHarmed(oldStatus, newStatus) {
 		// The workload is the same before and after: a pod's controller
 		// does not change.
 		if h.harm != nil {
-			h.harm(q, h.m.pod(ctx, newPod))
+			h.harm(q, h.m.pod(ctx, e.ObjectNew))
 		}
 		return
 	}
@@ -291,11 +291,11 @@ func (h podHandler) delegate() handler.EventHandler {
 // container (init, regular or ephemeral) restarted (its restartCount grew)
 // or has a termination old did not show (state or lastState terminated:
 // an OOM kill, a crash), which the health watch counts.
-func podHarmed(old, cur *corev1.Pod) bool {
+func podHarmed(old, cur *corev1.PodStatus) bool {
 	for _, statuses := range [][2][]corev1.ContainerStatus{
-		{old.Status.InitContainerStatuses, cur.Status.InitContainerStatuses},
-		{old.Status.ContainerStatuses, cur.Status.ContainerStatuses},
-		{old.Status.EphemeralContainerStatuses, cur.Status.EphemeralContainerStatuses},
+		{old.InitContainerStatuses, cur.InitContainerStatuses},
+		{old.ContainerStatuses, cur.ContainerStatuses},
+		{old.EphemeralContainerStatuses, cur.EphemeralContainerStatuses},
 	} {
 		for i := range statuses[1] {
 			cs := &statuses[1][i]
@@ -353,16 +353,17 @@ func (m mapper) inScope(ctx context.Context, o client.Object) []reconcile.Reques
 
 // pod maps a pod to the recommendation whose targetRef names its workload
 // (Pod → ReplicaSet → Deployment, or its StatefulSet or DaemonSet).
-func (m mapper) pod(ctx context.Context, o client.Object) []reconcile.Request {
-	pod, ok := o.(*corev1.Pod)
-	if !ok {
+// The pod is the informer's (a cachedPod) or a *corev1.Pod read: only its
+// metadata is read.
+func (m mapper) pod(ctx context.Context, pod client.Object) []reconcile.Request {
+	if _, ok := podStatus(pod); !ok {
 		return nil
 	}
 	ref, ok, err := workload.Of(ctx, m.c, pod)
 	if err != nil {
 		// A ReplicaSet the cache has not seen yet: the watch's periodic
 		// look catches up.
-		m.r.Log.Debug("the workload of a pod", "pod", pod.Name, "namespace", pod.Namespace, "err", err)
+		m.r.Log.Debug("the workload of a pod", "pod", pod.GetName(), "namespace", pod.GetNamespace(), "err", err)
 		return nil
 	}
 	if !ok {

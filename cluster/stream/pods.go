@@ -14,7 +14,7 @@ import (
 // find the node of the agent's pod and of every pod an agent reports on.
 type Pods interface {
 	// PodByUID returns the pod with the UID, and false when the cache does
-	// not hold it. The pod may be the cache's own: it is only read.
+	// not hold it.
 	PodByUID(uid types.UID) (*corev1.Pod, bool)
 }
 
@@ -46,15 +46,15 @@ type CachedPods struct {
 // synced, and waits for the sync before.
 const podLookupTimeout = 5 * time.Second
 
-// PodByUID implements Pods. The pod is the cache's own object, not a
-// copy (client.UnsafeDisableDeepCopy: its callers, the stream and the
-// harm signals' mapping, only read it, for every signal that arrives):
-// it must not be modified.
+// PodByUID implements Pods. The pod is a copy: the leader's cache holds
+// pods in a form of its own (cluster/cachedpod.go) that only a copying
+// read turns into a *corev1.Pod. Its callers look a pod up once per pod
+// (the stream keeps what it needs of it) and once per harm signal.
 func (p CachedPods) PodByUID(uid types.UID) (*corev1.Pod, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), podLookupTimeout)
 	defer cancel()
 	var pods corev1.PodList
-	if err := p.Reader.List(ctx, &pods, client.MatchingFields{PodUIDField: string(uid)}, client.UnsafeDisableDeepCopy); err != nil || len(pods.Items) == 0 {
+	if err := p.Reader.List(ctx, &pods, client.MatchingFields{PodUIDField: string(uid)}); err != nil || len(pods.Items) == 0 {
 		return nil, false
 	}
 	return &pods.Items[0], true

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -39,23 +38,24 @@ func (r Ref) Targets(ns string, ref v1alpha1.TargetRef) bool {
 		(ref.APIVersion == "" || ref.APIVersion == appsv1.SchemeGroupVersion.String())
 }
 
-// Of follows the pod's controller chain to the workload Kerf manages that
-// owns it: Pod → ReplicaSet → Deployment, Pod → StatefulSet, Pod →
+// Of follows the pod's controller chain (only its metadata is read: a
+// *corev1.Pod, or the leader's cached pod) to the workload Kerf manages
+// that owns it: Pod → ReplicaSet → Deployment, Pod → StatefulSet, Pod →
 // DaemonSet. The pod's namespace is the workload's. ok is false when the
 // pod has no such workload (no controller, another kind, a ReplicaSet no
 // Deployment controls). Only the ReplicaSet's metadata is used, but it is
-// read from r as the typed ReplicaSet, without a copy: the leader's cache
-// holds ReplicaSets so already (the lookups of pods.go), and asking it for
-// their metadata alone would start a second informer holding every
-// ReplicaSet's metadata again (15 MB at 25,000 workloads,
-// docs/performance.md). When r does not have it (or has another of the
+// read from r as the typed ReplicaSet (a copy: the leader's cache holds
+// ReplicaSets in a form of its own that only a copying read turns into
+// one, cluster/cachedapps.go): asking it for their metadata alone would
+// start a second informer holding every ReplicaSet's metadata again
+// (15 MB at 25,000 workloads, docs/performance.md). When r does not have it (or has another of the
 // same name), the error wraps ErrReplicaSetNotFound.
-func Of(ctx context.Context, r client.Reader, pod *corev1.Pod) (ref Ref, ok bool, err error) {
+func Of(ctx context.Context, r client.Reader, pod metav1.Object) (ref Ref, ok bool, err error) {
 	owner := metav1.GetControllerOfNoCopy(pod)
 	if owner == nil || !isApps(owner.APIVersion) {
 		return Ref{}, false, nil
 	}
-	ns := pod.Namespace
+	ns := pod.GetNamespace()
 	switch owner.Kind {
 	case "StatefulSet":
 		return Ref{v1alpha1.KindStatefulSet, ns, owner.Name}, true, nil
@@ -67,7 +67,7 @@ func Of(ctx context.Context, r client.Reader, pod *corev1.Pod) (ref Ref, ok bool
 	}
 	key := client.ObjectKey{Namespace: ns, Name: owner.Name}
 	rs := &appsv1.ReplicaSet{}
-	switch err := r.Get(ctx, key, rs, client.UnsafeDisableDeepCopy); {
+	switch err := r.Get(ctx, key, rs); {
 	case apierrors.IsNotFound(err):
 		return Ref{}, false, fmt.Errorf("get ReplicaSet %s: %w: %w", key, ErrReplicaSetNotFound, err)
 	case err != nil:

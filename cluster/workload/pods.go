@@ -194,8 +194,9 @@ func currentReplicaSet(ctx context.Context, r client.Reader, w *Workload) (*apps
 }
 
 // replicaSets returns the ReplicaSets the Deployment controls that its
-// selector selects and are not being deleted. They are the reader's own
-// objects, not copies (client.UnsafeDisableDeepCopy): they are only read.
+// selector selects and are not being deleted. They are copies: the
+// leader's cache holds ReplicaSets in a form of its own that only a
+// copying read turns into an appsv1.ReplicaSet (cluster/cachedapps.go).
 // On an Indexed reader they are read through ControllerIndex; otherwise
 // the selector's ReplicaSets are listed.
 func replicaSets(ctx context.Context, r client.Reader, w *Workload) ([]*appsv1.ReplicaSet, error) {
@@ -203,7 +204,7 @@ func replicaSets(ctx context.Context, r client.Reader, w *Workload) ([]*appsv1.R
 	if err != nil {
 		return nil, fmt.Errorf("selector of %s: %w", w, err)
 	}
-	opts := []client.ListOption{client.InNamespace(w.Object.GetNamespace()), client.UnsafeDisableDeepCopy}
+	opts := []client.ListOption{client.InNamespace(w.Object.GetNamespace())}
 	if indexed(r) {
 		opts = append(opts, client.MatchingFields{ControllerIndex: string(w.Object.GetUID())})
 	} else {

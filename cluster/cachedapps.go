@@ -1,0 +1,128 @@
+package cluster
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/cluster/workload"
+)
+
+// cachedReplicaSet and cachedDeployment are what the leader's cache holds
+// of a ReplicaSet and of a Deployment, as cachedPod is of a pod: the
+// decoded structs hold a whole pod template inline (824 of a
+// ReplicaSet's 1,168 bytes), which the cache strips to a digest and, of a
+// Deployment, what Kerf reads (stripTemplate). Every read copies them
+// into the *appsv1.ReplicaSet or *appsv1.Deployment the reader asked for
+// (DeepCopyObject), with the template as stripTemplate leaves it; a read
+// with client.UnsafeDisableDeepCopy fails and must not be made of them.
+//
+// Of a ReplicaSet, Kerf reads its metadata (labels, the revision
+// annotation, the controller reference), its selector and its template's
+// digest (cluster/workload: the owner chain of a pod, a Deployment's
+// current ReplicaSet); of a Deployment, all of it but the parts of its
+// template stripTemplate drops.
+type cachedReplicaSet struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	selector *metav1.LabelSelector
+	digest   string
+}
+
+// cachedDeployment is what the leader's cache holds of a Deployment (see
+// cachedReplicaSet).
+type cachedDeployment struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	replicas, revisionHistoryLimit, progressDeadlineSeconds *int32
+	selector                                                *metav1.LabelSelector
+	strategy                                                appsv1.DeploymentStrategy
+	minReadySeconds                                         int32
+	paused                                                  bool
+	template                                                cachedTemplate
+	status                                                  appsv1.DeploymentStatus
+}
+
+// cachedTemplate is what a cachedDeployment keeps of its pod template:
+// what stripTemplate keeps.
+type cachedTemplate struct {
+	digest                     string
+	containers, initContainers []cachedContainer
+	resources                  *corev1.ResourceRequirements
+}
+
+var (
+	_ client.Object = (*cachedReplicaSet)(nil)
+	_ client.Object = (*cachedDeployment)(nil)
+)
+
+// newCachedReplicaSet keeps of rs what a cachedReplicaSet holds, sharing
+// its metadata and selector: rs is not used after.
+func newCachedReplicaSet(rs *appsv1.ReplicaSet) *cachedReplicaSet {
+	return &cachedReplicaSet{TypeMeta: rs.TypeMeta, ObjectMeta: rs.ObjectMeta, selector: rs.Spec.Selector,
+		digest: workload.TemplateDigest(&rs.Spec.Template)}
+}
+
+// ReplicaSet returns a new appsv1.ReplicaSet holding what c keeps, its own
+// to change.
+func (c *cachedReplicaSet) ReplicaSet() *appsv1.ReplicaSet {
+	rs := &appsv1.ReplicaSet{TypeMeta: c.TypeMeta, Spec: appsv1.ReplicaSetSpec{Selector: c.selector.DeepCopy(),
+		Template: digestTemplate(c.digest)}}
+	c.ObjectMeta.DeepCopyInto(&rs.ObjectMeta)
+	return rs
+}
+
+// DeepCopyObject implements runtime.Object: the *appsv1.ReplicaSet c
+// keeps (ReplicaSet).
+func (c *cachedReplicaSet) DeepCopyObject() runtime.Object { return c.ReplicaSet() }
+
+// newCachedDeployment keeps of d what a cachedDeployment holds, sharing
+// its metadata, spec fields and status: d is not used after.
+func newCachedDeployment(d *appsv1.Deployment) *cachedDeployment {
+	stripTemplate(&d.Spec.Template, true)
+	t := &d.Spec.Template
+	return &cachedDeployment{TypeMeta: d.TypeMeta, ObjectMeta: d.ObjectMeta,
+		replicas: d.Spec.Replicas, revisionHistoryLimit: d.Spec.RevisionHistoryLimit, progressDeadlineSeconds: d.Spec.ProgressDeadlineSeconds,
+		selector: d.Spec.Selector, strategy: d.Spec.Strategy, minReadySeconds: d.Spec.MinReadySeconds, paused: d.Spec.Paused,
+		template: cachedTemplate{digest: t.Annotations[workload.TemplateDigestAnnotation],
+			containers: keepContainers(t.Spec.Containers), initContainers: keepContainers(t.Spec.InitContainers), resources: t.Spec.Resources},
+		status: d.Status}
+}
+
+// Deployment returns a new appsv1.Deployment holding what c keeps, its own
+// to change: its template as stripTemplate leaves it.
+func (c *cachedDeployment) Deployment() *appsv1.Deployment {
+	d := &appsv1.Deployment{TypeMeta: c.TypeMeta, Spec: appsv1.DeploymentSpec{
+		Replicas: copyInt32(c.replicas), RevisionHistoryLimit: copyInt32(c.revisionHistoryLimit),
+		ProgressDeadlineSeconds: copyInt32(c.progressDeadlineSeconds), Selector: c.selector.DeepCopy(),
+		MinReadySeconds: c.minReadySeconds, Paused: c.paused, Template: digestTemplate(c.template.digest),
+	}}
+	c.ObjectMeta.DeepCopyInto(&d.ObjectMeta)
+	c.strategy.DeepCopyInto(&d.Spec.Strategy)
+	c.status.DeepCopyInto(&d.Status)
+	d.Spec.Template.Spec.Containers = inflateContainers(c.template.containers)
+	d.Spec.Template.Spec.InitContainers = inflateContainers(c.template.initContainers)
+	d.Spec.Template.Spec.Resources = c.template.resources.DeepCopy()
+	return d
+}
+
+// DeepCopyObject implements runtime.Object: the *appsv1.Deployment c
+// keeps (Deployment).
+func (c *cachedDeployment) DeepCopyObject() runtime.Object { return c.Deployment() }
+
+// digestTemplate is a stripped template holding only its digest.
+func digestTemplate(digest string) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{workload.TemplateDigestAnnotation: digest}}}
+}
+
+func copyInt32(p *int32) *int32 {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}

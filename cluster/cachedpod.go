@@ -1,0 +1,133 @@
+package cluster
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// cachedPod is what the leader's cache holds of a pod (docs/performance.md,
+// "Where the leader's memory goes"): its metadata, its whole status and,
+// of its spec, only what Kerf reads: the node, the service account (the
+// stream's check of an agent's pod), the containers' and init
+// containers' names, resources, resize and restart policies, the
+// ephemeral containers' names and the pod-level resources. A
+// corev1.Pod's struct alone is 1,240 bytes and a Container's 408, and the
+// apiserver's defaulting fills pointers and strings in both that nothing
+// in Kerf reads; a cachedPod is about half a decoded pod.
+//
+// Readers never see it. Every read of the cache copies the object it
+// returns (controller-runtime's cache reader calls DeepCopyObject), and
+// DeepCopyObject returns the *corev1.Pod the reader asked for, holding
+// what was kept: the cache and the manager's client read pods as before.
+// What sees the cachedPod itself: the cache's index functions (through
+// metav1.Object), the informer's event handlers (podStatus) and a read
+// with client.UnsafeDisableDeepCopy, which must not be made of pods: it
+// fails, the cache having no *corev1.Pod to give.
+//
+// The one write made from a read pod is the in-place resize, and the
+// apiserver's resize subresource keeps everything of the stored pod but
+// the containers' resources and resize policies, so a pod read from the
+// cache resizes as a whole one would (TestTheCacheHoldsPodsWithoutWhatKerfNeverReads).
+type cachedPod struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	nodeName, serviceAccountName string
+	containers, initContainers   []cachedContainer
+	ephemeralContainers          []string
+	resources                    *corev1.ResourceRequirements
+	status                       corev1.PodStatus
+}
+
+// cachedContainer is what a cachedPod keeps of a container.
+type cachedContainer struct {
+	name          string
+	resources     corev1.ResourceRequirements
+	resizePolicy  []corev1.ContainerResizePolicy
+	restartPolicy *corev1.ContainerRestartPolicy
+}
+
+var _ client.Object = (*cachedPod)(nil)
+
+// newCachedPod keeps of p what a cachedPod holds. It shares p's metadata,
+// status and resource lists (interned by internPod before): p is not used
+// after.
+func newCachedPod(p *corev1.Pod) *cachedPod {
+	c := &cachedPod{
+		TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta,
+		nodeName: p.Spec.NodeName, serviceAccountName: p.Spec.ServiceAccountName,
+		containers: keepContainers(p.Spec.Containers), initContainers: keepContainers(p.Spec.InitContainers),
+		resources: p.Spec.Resources, status: p.Status,
+	}
+	if n := len(p.Spec.EphemeralContainers); n > 0 {
+		c.ephemeralContainers = make([]string, n)
+		for i := range p.Spec.EphemeralContainers {
+			c.ephemeralContainers[i] = p.Spec.EphemeralContainers[i].Name
+		}
+	}
+	return c
+}
+
+func keepContainers(cs []corev1.Container) []cachedContainer {
+	if cs == nil {
+		return nil
+	}
+	out := make([]cachedContainer, len(cs))
+	for i := range cs {
+		c := &cs[i]
+		out[i] = cachedContainer{name: c.Name, resources: c.Resources, resizePolicy: c.ResizePolicy, restartPolicy: c.RestartPolicy}
+	}
+	return out
+}
+
+// Pod returns a new corev1.Pod holding what c keeps, its own to change:
+// nothing is shared with c.
+func (c *cachedPod) Pod() *corev1.Pod {
+	p := &corev1.Pod{TypeMeta: c.TypeMeta, Spec: corev1.PodSpec{NodeName: c.nodeName, ServiceAccountName: c.serviceAccountName,
+		Containers: inflateContainers(c.containers), InitContainers: inflateContainers(c.initContainers), Resources: c.resources.DeepCopy()}}
+	c.ObjectMeta.DeepCopyInto(&p.ObjectMeta)
+	c.status.DeepCopyInto(&p.Status)
+	if c.ephemeralContainers != nil {
+		p.Spec.EphemeralContainers = make([]corev1.EphemeralContainer, len(c.ephemeralContainers))
+		for i, name := range c.ephemeralContainers {
+			p.Spec.EphemeralContainers[i].Name = name
+		}
+	}
+	return p
+}
+
+func inflateContainers(cs []cachedContainer) []corev1.Container {
+	if cs == nil {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i := range cs {
+		c := &cs[i]
+		out[i] = corev1.Container{Name: c.name, ResizePolicy: append([]corev1.ContainerResizePolicy(nil), c.resizePolicy...)}
+		c.resources.DeepCopyInto(&out[i].Resources)
+		if c.restartPolicy != nil {
+			rp := *c.restartPolicy
+			out[i].RestartPolicy = &rp
+		}
+	}
+	return out
+}
+
+// DeepCopyObject implements runtime.Object: the *corev1.Pod that c keeps
+// (Pod), the type every reader of the cache asks for.
+func (c *cachedPod) DeepCopyObject() runtime.Object { return c.Pod() }
+
+// podStatus returns the status of a pod the informer delivered: a
+// cachedPod (the leader's cache) or a *corev1.Pod (a cache without the
+// leader's transform).
+func podStatus(o any) (*corev1.PodStatus, bool) {
+	switch p := o.(type) {
+	case *cachedPod:
+		return &p.status, true
+	case *corev1.Pod:
+		return &p.Status, true
+	}
+	return nil, false
+}

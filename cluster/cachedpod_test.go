@@ -1,0 +1,178 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	goruntime "runtime"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/internal/kube"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+// wholePod is a pod with every part a cachedPod keeps and many it drops.
+func wholePod() *corev1.Pod {
+	res := func(cpu, mem string) corev1.ResourceRequirements {
+		l := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
+		return corev1.ResourceRequirements{Requests: l, Limits: l.DeepCopy()}
+	}
+	resize := []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceMemory, RestartPolicy: corev1.RestartContainer}}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-h1-0", UID: "u-1", ResourceVersion: "7", Generation: 2,
+			Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"a": "b"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-h1", UID: "rs-1", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{
+			NodeName: "node-1", ServiceAccountName: "web",
+			Containers: []corev1.Container{{Name: "app", Image: "shop/web:1", Env: []corev1.EnvVar{{Name: "MODE", Value: "serve"}},
+				Resources: res("500m", "256Mi"), ResizePolicy: resize, TerminationMessagePath: "/dev/termination-log",
+				SecurityContext: &corev1.SecurityContext{RunAsNonRoot: ptr.To(true)}}},
+			InitContainers: []corev1.Container{{Name: "proxy", Image: "shop/proxy:1", Resources: res("100m", "64Mi"),
+				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}},
+			EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "busybox"}}},
+			Resources:           &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}},
+			Volumes:             []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			Tolerations:         []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}},
+			SecurityContext:     &corev1.PodSecurityContext{},
+			DNSPolicy:           corev1.DNSClusterFirst, SchedulerName: "default-scheduler",
+			TerminationGracePeriodSeconds: ptr.To[int64](30),
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, QOSClass: corev1.PodQOSBurstable, PodIP: "10.0.0.7",
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", RestartCount: 3, ContainerID: "containerd://1",
+				Resources:            &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}},
+	}
+}
+
+// TestACachedPodReadsBackAsWhatItKept: a cached pod is read back (through
+// DeepCopyObject, as the cache's reader reads) as a *corev1.Pod with its
+// metadata, its status and what Kerf reads of its spec, and nothing else
+// of the spec; the read is the reader's own (a write to it leaves the
+// cached pod as it was); and the transform keeps a cached pod as it is (a
+// resync hands it back).
+func TestACachedPodReadsBackAsWhatItKept(t *testing.T) {
+	whole := wholePod()
+	obj, err := cacheTransform(whole.DeepCopy())
+	require.NoError(t, err)
+	cached, ok := obj.(*cachedPod)
+	require.True(t, ok, "the cache holds a %T", obj)
+	again, err := cacheTransform(cached)
+	require.NoError(t, err)
+	assert.Same(t, cached, again, "the transform is idempotent")
+
+	read, ok := cached.DeepCopyObject().(*corev1.Pod)
+	require.True(t, ok, "a read is a *corev1.Pod")
+	assert.Equal(t, whole.ObjectMeta, read.ObjectMeta)
+	assert.Equal(t, whole.Status, read.Status)
+	want := corev1.PodSpec{NodeName: "node-1", ServiceAccountName: "web",
+		Containers: []corev1.Container{{Name: "app", Resources: whole.Spec.Containers[0].Resources, ResizePolicy: whole.Spec.Containers[0].ResizePolicy}},
+		InitContainers: []corev1.Container{{Name: "proxy", Resources: whole.Spec.InitContainers[0].Resources,
+			RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}},
+		EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug"}}},
+		Resources:           whole.Spec.Resources,
+	}
+	assert.Equal(t, want, read.Spec, "of the spec, what Kerf reads and nothing else")
+
+	read.Labels["app"] = "changed"
+	read.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse("2")
+	read.Spec.Containers[0].ResizePolicy[0].RestartPolicy = corev1.NotRequired
+	*read.Spec.InitContainers[0].RestartPolicy = "Never"
+	read.Spec.Resources.Limits[corev1.ResourceMemory] = resource.MustParse("2Gi")
+	read.Status.ContainerStatuses[0].RestartCount = 9
+	again2 := cached.Pod()
+	assert.Equal(t, whole.ObjectMeta, again2.ObjectMeta, "a write to a read leaves the cached pod's metadata")
+	assert.Equal(t, whole.Status, again2.Status, "its status")
+	assert.Equal(t, want, again2.Spec, "and its spec")
+
+	status, ok := podStatus(cached)
+	require.True(t, ok)
+	assert.Equal(t, int32(3), status.ContainerStatuses[0].RestartCount, "the event handlers read the cached pod's status")
+	_, ok = podStatus(&corev1.Namespace{})
+	assert.False(t, ok, "and nothing of another kind")
+}
+
+// TestCachedPodsHoldLessThanStrippedPods: pods as the real apiserver
+// defaults them (those of the scale benchmark: one container, Running),
+// decoded from protobuf as the informer decodes them, hold far less heap
+// as cached pods than as the stripped *corev1.Pod the cache held before
+// (managed fields, volumes, env, probes and scheduling dropped, resource
+// lists interned in both); the figures are logged (docs/performance.md).
+func TestCachedPodsHoldLessThanStrippedPods(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "w-00000", "100m", "256Mi")
+	dep.Spec.Template.Spec.Containers[0].Image = "registry.k8s.io/pause:3.10"
+	require.NoError(t, c.Create(ctx, dep))
+	var live corev1.Pod
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(runningPod(t, c, dep)), &live))
+	require.NotEmpty(t, live.Spec.Containers[0].TerminationMessagePath, "the apiserver defaulted the pod")
+
+	const n = 3000
+	ser := protobuf.NewSerializer(kube.Scheme, kube.Scheme)
+	raw := make([][]byte, n)
+	for i := range raw {
+		p := live.DeepCopy()
+		p.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+		p.Name, p.UID = fmt.Sprintf("w-%05d-h1-0", i), types.UID(fmt.Sprintf("p-%05d", i))
+		p.Labels = map[string]string{"app": fmt.Sprintf("w-%05d", i)}
+		var buf bytes.Buffer
+		require.NoError(t, ser.Encode(p, &buf))
+		raw[i] = buf.Bytes()
+	}
+	// stripped is the transform before cached pods: the pod kept as a
+	// *corev1.Pod without what Kerf never reads.
+	stripped := func(obj any) (any, error) {
+		p := obj.(*corev1.Pod)
+		p.ManagedFields = nil
+		for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
+			for i := range cs {
+				c := &cs[i]
+				c.Env, c.EnvFrom, c.VolumeMounts, c.VolumeDevices = nil, nil, nil, nil
+				c.Command, c.Args, c.WorkingDir, c.Ports = nil, nil, "", nil
+				c.LivenessProbe, c.ReadinessProbe, c.StartupProbe, c.Lifecycle = nil, nil, nil, nil
+			}
+		}
+		p.Spec.Volumes, p.Spec.Affinity, p.Spec.Tolerations, p.Spec.TopologySpreadConstraints, p.Spec.HostAliases = nil, nil, nil, nil, nil
+		internPod(p)
+		return p, nil
+	}
+	held := func(transform func(any) (any, error)) (uint64, []any) {
+		var before, after goruntime.MemStats
+		goruntime.GC()
+		goruntime.ReadMemStats(&before)
+		objs := make([]any, n)
+		for i, b := range raw {
+			obj, _, err := ser.Decode(b, nil, nil)
+			require.NoError(t, err)
+			objs[i], err = transform(obj)
+			require.NoError(t, err)
+		}
+		goruntime.GC()
+		goruntime.ReadMemStats(&after)
+		return after.HeapAlloc - before.HeapAlloc, objs
+	}
+	before, objs := held(stripped)
+	goruntime.KeepAlive(objs)
+	objs = nil
+	now, objs2 := held(cacheTransform)
+	goruntime.KeepAlive(objs2)
+	// raw was live through both measures: else the second counts it freed.
+	goruntime.KeepAlive(raw)
+	t.Logf("%d pods, live heap: %.0f bytes a pod stripped, %.0f cached (%.0f %%)", n, float64(before)/n, float64(now)/n, 100*float64(now)/float64(before))
+	assert.Less(t, float64(now), 0.75*float64(before), "a cached pod holds at least a quarter less than a stripped one")
+	read := objs2[0].(*cachedPod).Pod()
+	assert.Equal(t, live.Status, read.Status)
+	assert.Equal(t, live.Spec.Containers[0].Resources, read.Spec.Containers[0].Resources)
+}
