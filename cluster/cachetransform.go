@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -21,7 +22,9 @@ import (
 // keep (types of Kerf's own, which every read copies back into the
 // reader's type); of a workload's or ReplicaSet's pod template only what
 // stripTemplate keeps, and its digest; the resource lists of pods and of
-// workload templates are interned (resourceLists). It runs on each object
+// workload templates are interned (resourceLists), and so are the labels,
+// annotations and selectors of pods, ReplicaSets and Deployments
+// (stringMaps). It runs on each object
 // before the informer stores it, so every reader of the manager's cache
 // and client sees the stripped object; reads through the API reader are
 // whole. It is idempotent, as client-go requires (a resync hands it the
@@ -33,10 +36,15 @@ func cacheTransform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		internPod(o)
+		internMeta(&o.ObjectMeta)
 		return newCachedPod(o), nil
 	case *appsv1.Deployment:
+		internMeta(&o.ObjectMeta)
+		internSelector(o.Spec.Selector)
 		return newCachedDeployment(o), nil
 	case *appsv1.ReplicaSet:
+		internMeta(&o.ObjectMeta)
+		internSelector(o.Spec.Selector)
 		return newCachedReplicaSet(o), nil
 	case *appsv1.StatefulSet:
 		stripTemplate(&o.Spec.Template, true)
@@ -163,4 +171,74 @@ func stripTemplate(t *corev1.PodTemplateSpec, containers bool) {
 		internSpec(&kept.Spec)
 	}
 	*t = kept
+}
+
+// maxInternedMaps bounds the distinct label and annotation sets interned.
+// A full table starts over (the objects keep the maps they share), so
+// the sets of objects long deleted do not hold it full: at most about
+// 100 bytes of key and entry each, 10 MB.
+const maxInternedMaps = 100000
+
+// stringMaps holds one shared map per distinct label or annotation set of
+// the cached pods, ReplicaSets and Deployments and of their selectors'
+// matchLabels. Most are equal to another's: a pod's labels are its
+// ReplicaSet's (pod-template-hash included) and its ReplicaSet's
+// selector's, a Deployment's selector is most often its labels, and the
+// deployment controller's annotations (revision, desired and max
+// replicas) are the same on most ReplicaSets and Deployments. A shared map
+// is never written: every read of those kinds copies the object
+// (cachedpod.go, cachedapps.go), and the event handlers only read.
+var stringMaps = &mapInterner{maps: map[string]map[string]string{}, max: maxInternedMaps}
+
+// mapInterner is a bounded table of shared string maps.
+type mapInterner struct {
+	mu   sync.Mutex
+	maps map[string]map[string]string
+	max  int
+}
+
+// intern returns the shared map equal to m, m itself when it is the first
+// such (a full table is emptied first).
+func (in *mapInterner) intern(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return m
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var key strings.Builder
+	for _, k := range keys {
+		// Neither label nor annotation keys hold a NUL; values are
+		// length-prefixed, as annotation values may hold anything.
+		key.WriteString(k)
+		key.WriteByte(0)
+		key.WriteString(strconv.Itoa(len(m[k])))
+		key.WriteByte(0)
+		key.WriteString(m[k])
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if shared, ok := in.maps[key.String()]; ok {
+		return shared
+	}
+	if len(in.maps) >= in.max {
+		clear(in.maps)
+	}
+	in.maps[key.String()] = m
+	return m
+}
+
+// internMeta interns an object's labels and annotations.
+func internMeta(m *metav1.ObjectMeta) {
+	m.Labels = stringMaps.intern(m.Labels)
+	m.Annotations = stringMaps.intern(m.Annotations)
+}
+
+// internSelector interns a selector's matchLabels.
+func internSelector(s *metav1.LabelSelector) {
+	if s != nil {
+		s.MatchLabels = stringMaps.intern(s.MatchLabels)
+	}
 }

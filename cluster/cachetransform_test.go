@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"reflect"
 	goruntime "runtime"
 	"testing"
 	"time"
@@ -292,4 +293,29 @@ func TestStrippingShrinksTheCachedTemplates(t *testing.T) {
 	assert.Equal(t, workload.TemplateDigest(&liveDep.Spec.Template), workload.TemplateDigest(&r0.Spec.Template),
 		"the stripped ReplicaSet's digest is the whole Deployment's")
 	assert.Equal(t, "256Mi", d0.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().String())
+}
+
+// TestEqualStringMapsAreShared: the cache's label and annotation sets
+// equal in content are one map; sets that differ in a key or a value are
+// not, even where joining their keys and values would read the same; and
+// a full table starts over, so that it never stops interning.
+func TestEqualStringMapsAreShared(t *testing.T) {
+	in := &mapInterner{maps: map[string]map[string]string{}, max: 3}
+	same := func(a, b map[string]string) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	a := in.intern(map[string]string{"app": "web", "pod-template-hash": "h1"})
+	b := in.intern(map[string]string{"pod-template-hash": "h1", "app": "web"})
+	assert.True(t, same(a, b), "equal sets share one map")
+	assert.Equal(t, map[string]string{"app": "web", "pod-template-hash": "h1"}, b)
+	c := in.intern(map[string]string{"app": "web", "pod-template-hash": "h2"})
+	assert.False(t, same(a, c), "another value is another map")
+	d := in.intern(map[string]string{"a": "1", "b": "2"})
+	e := in.intern(map[string]string{"a": "1\x00b\x002"})
+	assert.False(t, same(d, e), "values are not confused with the keys after them")
+	assert.Nil(t, in.intern(nil), "nil stays nil")
+	assert.Len(t, in.maps, 1, "the full table started over at the fourth set")
+	f := in.intern(map[string]string{"app": "web", "pod-template-hash": "h1"})
+	assert.False(t, same(a, f), "a set interned before the table started over is interned anew")
+	assert.True(t, same(f, in.intern(map[string]string{"app": "web", "pod-template-hash": "h1"})), "and shared again from then on")
 }

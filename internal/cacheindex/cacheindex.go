@@ -18,6 +18,7 @@ package cacheindex
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	toolscache "k8s.io/client-go/tools/cache"
@@ -88,4 +89,30 @@ func (ix Indexer) IndexField(ctx context.Context, obj client.Object, field strin
 		return fmt.Errorf("index %T by %s: %w", obj, field, err)
 	}
 	return nil
+}
+
+// ErrNoIndexer says an informer has no indexer of its own to look up:
+// the informer of a cache of several namespaces (one per namespace).
+var ErrNoIndexer = errors.New("the informer has no indexer of its own")
+
+// Lookup returns the objects an index of scope, added by an Indexer to
+// informer, holds under value (in namespace ns for a Namespaced index):
+// the informer's own objects, not copies, in the form its transform
+// stores them. They must only be read. It is for the hot paths that
+// would otherwise copy an object to read a few of its fields; on an
+// informer without an indexer of its own it fails with ErrNoIndexer, and
+// the caller lists instead.
+func Lookup(informer cache.Informer, scope Scope, field, ns, value string) ([]any, error) {
+	si, ok := informer.(interface{ GetIndexer() toolscache.Indexer })
+	if !ok {
+		return nil, fmt.Errorf("index %s of %T: %w", field, informer, ErrNoIndexer)
+	}
+	if scope == ClusterWide || ns == "" {
+		ns = allNamespaces
+	}
+	objs, err := si.GetIndexer().ByIndex(fieldIndexPrefix+field, ns+"/"+value)
+	if err != nil {
+		return nil, fmt.Errorf("index %s: %w", field, err)
+	}
+	return objs, nil
 }

@@ -89,8 +89,27 @@ func TestListsFindTheIndexedObjects(t *testing.T) {
 			require.NoError(t, err)
 			si, ok := inf.(interface{ GetIndexer() toolscache.Indexer })
 			if !ok {
-				return // a cache of several namespaces has an informer (and indexer) per namespace
+				// A cache of several namespaces has an informer (and
+				// indexer) per namespace.
+				_, err := Lookup(inf, ClusterWide, "uid", "", string(pods[0].UID))
+				require.ErrorIs(t, err, ErrNoIndexer)
+				return
 			}
+			for _, p := range pods {
+				objs, err := Lookup(inf, ClusterWide, "uid", "", string(p.UID))
+				require.NoError(t, err)
+				require.Len(t, objs, 1, "Lookup finds the pod by UID")
+				got, ok := objs[0].(*corev1.Pod)
+				require.True(t, ok)
+				stored, exists, err := si.GetIndexer().GetByKey(p.Namespace + "/" + p.Name)
+				require.NoError(t, err)
+				require.True(t, exists)
+				require.Same(t, stored, got, "the informer's own object, not a copy")
+			}
+			objs, err := Lookup(inf, Namespaced, "app", pods[0].Namespace, "web")
+			require.NoError(t, err)
+			require.Len(t, objs, 1, "a Namespaced index looked up in its namespace")
+			require.Equal(t, pods[0].UID, objs[0].(*corev1.Pod).UID)
 			keys := func(field string) int { return len(si.GetIndexer().ListIndexFuncValues(fieldIndexPrefix + field)) }
 			require.Equal(t, 4, keys("app"), "web and db in each namespace")
 			require.Equal(t, 4, keys("uid"))
