@@ -197,15 +197,27 @@ type mapInterner struct {
 	max  int
 }
 
+// maxInternedMapBytes bounds the keys and values of a map interned: the
+// table keeps them again as its key, and a large set (kubectl's
+// last-applied-configuration annotation holds the whole object) is
+// rarely another's.
+const maxInternedMapBytes = 512
+
 // intern returns the shared map equal to m, m itself when it is the first
-// such (a full table is emptied first).
+// such (a full table is emptied first) or larger than
+// maxInternedMapBytes.
 func (in *mapInterner) intern(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return m
 	}
+	size := 0
 	keys := make([]string, 0, len(m))
-	for k := range m {
+	for k, v := range m {
 		keys = append(keys, k)
+		size += len(k) + len(v)
+	}
+	if size > maxInternedMapBytes {
+		return m
 	}
 	slices.Sort(keys)
 	var key strings.Builder

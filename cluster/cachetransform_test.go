@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	goruntime "runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -314,6 +316,8 @@ func TestEqualStringMapsAreShared(t *testing.T) {
 	e := in.intern(map[string]string{"a": "1\x00b\x002"})
 	assert.False(t, same(d, e), "values are not confused with the keys after them")
 	assert.Nil(t, in.intern(nil), "nil stays nil")
+	big := map[string]string{"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", maxInternedMapBytes)}
+	assert.False(t, same(in.intern(big), in.intern(maps.Clone(big))), "a set larger than maxInternedMapBytes is kept as it is")
 	assert.Len(t, in.maps, 1, "the full table started over at the fourth set")
 	f := in.intern(map[string]string{"app": "web", "pod-template-hash": "h1"})
 	assert.False(t, same(a, f), "a set interned before the table started over is interned anew")
