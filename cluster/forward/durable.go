@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,7 +24,8 @@ func (f *Forwarder) ensureFinalizer(ctx context.Context, rsr *v1alpha1.Rightsizi
 	if controllerutil.ContainsFinalizer(rsr, Finalizer) {
 		return nil
 	}
-	return f.patchFinalizers(ctx, rsr, append(rsr.Finalizers, Finalizer))
+	// A new slice: rsr may be the cache's own object.
+	return f.patchFinalizers(ctx, rsr, append(slices.Clip(rsr.Finalizers), Finalizer))
 }
 
 // removeFinalizer removes the hub-delivery finalizer and forgets the

@@ -108,8 +108,9 @@ func (r *Releaser) Pass(ctx context.Context) (Released, error) {
 	if err := r.f.loadCursors(ctx); err != nil {
 		return out, err
 	}
+	// The cache's own objects, only read (as Forwarder.Pass lists them).
 	var list v1alpha1.RightsizingRecommendationList
-	if err := r.f.client.List(ctx, &list); err != nil {
+	if err := r.f.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return out, fmt.Errorf("list RightsizingRecommendations: %w", err)
 	}
 	var firstErr error

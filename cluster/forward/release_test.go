@@ -76,3 +76,20 @@ func TestTheReleaserLetsGoOfEveryFinalizerAndCountsWhatTheHubNeverHad(t *testing
 	assert.Equal(t, Released{Undelivered: 3}, got, "nothing left to release")
 	assert.Equal(t, 2.0, testutil.ToFloat64(r.f.metrics.dropped.WithLabelValues("disabled")), "counted once")
 }
+
+// TestAddingTheFinalizerLeavesTheReadObjectAsItWas: the passes read the
+// cache's own recommendations, not copies, so the finalizer is added in a
+// new slice: the read object's finalizers stay as they were even when
+// their slice has room to grow (append would have written into it).
+func TestAddingTheFinalizerLeavesTheReadObjectAsItWas(t *testing.T) {
+	ns := namespace(t)
+	f := &Forwarder{client: client.NewNamespacedClient(controlplane.Get(t).Client, ns)}
+	fins := make([]string, 1, 4)
+	fins[0] = "example.com/other"
+	// None such in ns: the patch finds nothing, which patchFinalizers
+	// takes as done.
+	rsr := &v1alpha1.RightsizingRecommendation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "absent", Finalizers: fins}}
+	require.NoError(t, f.ensureFinalizer(context.Background(), rsr))
+	assert.Equal(t, []string{"example.com/other"}, rsr.Finalizers)
+	assert.Empty(t, fins[:2][1], "nothing was written past the read object's finalizers")
+}
