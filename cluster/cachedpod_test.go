@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	goruntime "runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -148,28 +147,7 @@ func TestCachedPodsHoldLessThanStrippedPods(t *testing.T) {
 		internPod(p)
 		return p, nil
 	}
-	held := func(transform func(any) (any, error)) (uint64, []any) {
-		var before, after goruntime.MemStats
-		goruntime.GC()
-		goruntime.ReadMemStats(&before)
-		objs := make([]any, n)
-		for i, b := range raw {
-			obj, _, err := ser.Decode(b, nil, nil)
-			require.NoError(t, err)
-			objs[i], err = transform(obj)
-			require.NoError(t, err)
-		}
-		goruntime.GC()
-		goruntime.ReadMemStats(&after)
-		return after.HeapAlloc - before.HeapAlloc, objs
-	}
-	before, objs := held(stripped)
-	goruntime.KeepAlive(objs)
-	objs = nil
-	now, objs2 := held(cacheTransform)
-	goruntime.KeepAlive(objs2)
-	// raw was live through both measures: else the second counts it freed.
-	goruntime.KeepAlive(raw)
+	before, now, objs2 := heldHeap(t, raw, stripped, cacheTransform)
 	t.Logf("%d pods, live heap: %.0f bytes a pod stripped, %.0f cached (%.0f %%)", n, float64(before)/n, float64(now)/n, 100*float64(now)/float64(before))
 	assert.Less(t, float64(now), 0.75*float64(before), "a cached pod holds at least a quarter less than a stripped one")
 	read := objs2[0].(*cachedPod).Pod()

@@ -164,31 +164,16 @@ func TestInterningShrinksTheCachedPods(t *testing.T) {
 		require.NoError(t, ser.Encode(pod, &buf))
 		raw[i] = buf.Bytes()
 	}
-	held := func(max int) (uint64, []any) {
-		saved := resourceLists
-		resourceLists = &interner{lists: map[string]corev1.ResourceList{}, max: max}
-		defer func() { resourceLists = saved }()
-		var before, after goruntime.MemStats
-		goruntime.GC()
-		goruntime.ReadMemStats(&before)
-		objs := make([]any, n)
-		for i, b := range raw {
-			obj, _, err := ser.Decode(b, nil, nil)
-			require.NoError(t, err)
-			objs[i], err = cacheTransform(obj)
-			require.NoError(t, err)
+	with := func(max int) func(any) (any, error) {
+		table := &interner{lists: map[string]corev1.ResourceList{}, max: max}
+		return func(obj any) (any, error) {
+			saved := resourceLists
+			resourceLists = table
+			defer func() { resourceLists = saved }()
+			return cacheTransform(obj)
 		}
-		goruntime.GC()
-		goruntime.ReadMemStats(&after)
-		return after.HeapAlloc - before.HeapAlloc, objs
 	}
-	whole, objs := held(0)
-	goruntime.KeepAlive(objs)
-	objs = nil
-	interned, objs2 := held(maxInternedLists)
-	goruntime.KeepAlive(objs2)
-	// raw was live through both measures: else the second counts it freed.
-	goruntime.KeepAlive(raw)
+	whole, interned, objs2 := heldHeap(t, raw, with(0), with(maxInternedLists))
 	t.Logf("%d pods, live heap: %.0f bytes a pod with each its own resource lists, %.0f interned (%.0f %%)",
 		n, float64(whole)/n, float64(interned)/n, 100*float64(interned)/float64(whole))
 	assert.Less(t, float64(interned), 0.8*float64(whole), "interning saves at least a fifth of a cached pod")
@@ -266,28 +251,7 @@ func TestStrippingShrinksTheCachedTemplates(t *testing.T) {
 		}
 		return obj, nil
 	}
-	held := func(transform func(any) (any, error)) (uint64, []any) {
-		var before, after goruntime.MemStats
-		goruntime.GC()
-		goruntime.ReadMemStats(&before)
-		objs := make([]any, len(raw))
-		for i, b := range raw {
-			obj, _, err := ser.Decode(b, nil, nil)
-			require.NoError(t, err)
-			objs[i], err = transform(obj)
-			require.NoError(t, err)
-		}
-		goruntime.GC()
-		goruntime.ReadMemStats(&after)
-		return after.HeapAlloc - before.HeapAlloc, objs
-	}
-	whole, objs := held(previous)
-	goruntime.KeepAlive(objs)
-	objs = nil
-	stripped, objs2 := held(cacheTransform)
-	goruntime.KeepAlive(objs2)
-	// raw was live through both measures: else the second counts it freed.
-	goruntime.KeepAlive(raw)
+	whole, stripped, objs2 := heldHeap(t, raw, previous, cacheTransform)
 	t.Logf("%d Deployments and %d ReplicaSets, live heap: %.0f bytes a Deployment and its ReplicaSet with the templates whole, %.0f stripped (%.0f %%)",
 		n, n, float64(whole)/n, float64(stripped)/n, 100*float64(stripped)/float64(whole))
 	assert.Less(t, float64(stripped), 0.75*float64(whole), "stripping the templates saves at least a quarter of a cached Deployment and ReplicaSet")
@@ -322,4 +286,35 @@ func TestEqualStringMapsAreShared(t *testing.T) {
 	f := in.intern(map[string]string{"app": "web", "pod-template-hash": "h1"})
 	assert.False(t, same(a, f), "a set interned before the table started over is interned anew")
 	assert.True(t, same(f, in.intern(map[string]string{"app": "web", "pod-template-hash": "h1"})), "and shared again from then on")
+}
+
+// heldHeap decodes raw from protobuf, as the informer decodes, and
+// transforms each object with first, then all again with second; it
+// returns the live heap each set of results held and the second's
+// results. raw stays live through both measures: else the second would
+// count its bytes as freed.
+func heldHeap(t *testing.T, raw [][]byte, first, second func(any) (any, error)) (firstBytes, secondBytes uint64, objs []any) {
+	t.Helper()
+	ser := protobuf.NewSerializer(kube.Scheme, kube.Scheme)
+	held := func(transform func(any) (any, error)) (uint64, []any) {
+		var before, after goruntime.MemStats
+		goruntime.GC()
+		goruntime.ReadMemStats(&before)
+		objs := make([]any, len(raw))
+		for i, b := range raw {
+			obj, _, err := ser.Decode(b, nil, nil)
+			require.NoError(t, err)
+			objs[i], err = transform(obj)
+			require.NoError(t, err)
+		}
+		goruntime.GC()
+		goruntime.ReadMemStats(&after)
+		return after.HeapAlloc - before.HeapAlloc, objs
+	}
+	firstBytes, objs = held(first)
+	goruntime.KeepAlive(objs)
+	objs = nil
+	secondBytes, objs = held(second)
+	goruntime.KeepAlive(raw)
+	return firstBytes, secondBytes, objs
 }
