@@ -83,13 +83,14 @@ func (c *cachedReplicaSet) DeepCopyObject() runtime.Object { return c.ReplicaSet
 // newCachedDeployment keeps of d what a cachedDeployment holds, sharing
 // its metadata, spec fields and status: d is not used after.
 func newCachedDeployment(d *appsv1.Deployment) *cachedDeployment {
-	stripTemplate(&d.Spec.Template, true)
-	t := &d.Spec.Template
+	digest := workload.TemplateDigest(&d.Spec.Template)
+	spec := &d.Spec.Template.Spec
+	internSpec(spec)
 	return &cachedDeployment{TypeMeta: d.TypeMeta, ObjectMeta: d.ObjectMeta,
 		replicas: d.Spec.Replicas, revisionHistoryLimit: d.Spec.RevisionHistoryLimit, progressDeadlineSeconds: d.Spec.ProgressDeadlineSeconds,
 		selector: d.Spec.Selector, strategy: d.Spec.Strategy, minReadySeconds: d.Spec.MinReadySeconds, paused: d.Spec.Paused,
-		template: cachedTemplate{digest: t.Annotations[workload.TemplateDigestAnnotation],
-			containers: keepContainers(t.Spec.Containers), initContainers: keepContainers(t.Spec.InitContainers), resources: t.Spec.Resources},
+		template: cachedTemplate{digest: digest,
+			containers: keepContainers(spec.Containers), initContainers: keepContainers(spec.InitContainers), resources: spec.Resources},
 		status: d.Status}
 }
 

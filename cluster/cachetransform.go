@@ -47,9 +47,9 @@ func cacheTransform(obj any) (any, error) {
 		internSelector(o.Spec.Selector)
 		return newCachedReplicaSet(o), nil
 	case *appsv1.StatefulSet:
-		stripTemplate(&o.Spec.Template, true)
+		stripTemplate(&o.Spec.Template)
 	case *appsv1.DaemonSet:
-		stripTemplate(&o.Spec.Template, true)
+		stripTemplate(&o.Spec.Template)
 	}
 	return obj, nil
 }
@@ -141,35 +141,32 @@ func internPod(p *corev1.Pod) {
 // stripTemplate replaces a pod template by its digest
 // (workload.TemplateDigestAnnotation, computed from the whole template: it
 // is what cluster/workload compares to find a Deployment's current
-// ReplicaSet) and, when containers, what Kerf reads of a workload's
-// template: the containers' and init containers' names, resources, resize
+// ReplicaSet) and what Kerf reads of a workload's template: the containers' and init containers' names, resources, resize
 // policies and restart policies, and the pod-level resources (the values
 // shown and recommended from, the QoS class, the limit checks; the
 // template patch carries only the changed resources and the
-// resourceVersion read, cluster/apply template.go). Nothing reads a
-// ReplicaSet's template but the digest. The template's metadata, images,
+// resourceVersion read, cluster/apply template.go). It strips the
+// StatefulSets' and DaemonSets' templates in place; a cachedDeployment
+// keeps the same, and a cachedReplicaSet the digest alone. The template's metadata, images,
 // environment, volumes and scheduling are not kept: nothing in the leader
 // reads them from the cache (the kubectl plugin reads live).
-func stripTemplate(t *corev1.PodTemplateSpec, containers bool) {
-	digest := workload.TemplateDigest(t)
-	kept := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{workload.TemplateDigestAnnotation: digest}}}
-	if containers {
-		keep := func(cs []corev1.Container) []corev1.Container {
-			if cs == nil {
-				return nil
-			}
-			out := make([]corev1.Container, len(cs))
-			for i := range cs {
-				c := &cs[i]
-				out[i] = corev1.Container{Name: c.Name, Resources: c.Resources, ResizePolicy: c.ResizePolicy, RestartPolicy: c.RestartPolicy}
-			}
-			return out
+func stripTemplate(t *corev1.PodTemplateSpec) {
+	kept := digestTemplate(workload.TemplateDigest(t))
+	keep := func(cs []corev1.Container) []corev1.Container {
+		if cs == nil {
+			return nil
 		}
-		kept.Spec.Containers = keep(t.Spec.Containers)
-		kept.Spec.InitContainers = keep(t.Spec.InitContainers)
-		kept.Spec.Resources = t.Spec.Resources
-		internSpec(&kept.Spec)
+		out := make([]corev1.Container, len(cs))
+		for i := range cs {
+			c := &cs[i]
+			out[i] = corev1.Container{Name: c.Name, Resources: c.Resources, ResizePolicy: c.ResizePolicy, RestartPolicy: c.RestartPolicy}
+		}
+		return out
 	}
+	kept.Spec.Containers = keep(t.Spec.Containers)
+	kept.Spec.InitContainers = keep(t.Spec.InitContainers)
+	kept.Spec.Resources = t.Spec.Resources
+	internSpec(&kept.Spec)
 	*t = kept
 }
 
