@@ -24,7 +24,15 @@ type Metrics struct {
 	// path included (docs/leader.md, "Workers and the rollbacks'
 	// priority").
 	HarmQueueWait prometheus.Histogram
+	// HarmLockWait is kerf_leader_harm_lock_wait_seconds: of a harm
+	// request's wait, the part its pass spent on a worker waiting for the
+	// recommendation's lock, held by a pass of it in the other path (the
+	// rest waited for a worker).
+	HarmLockWait prometheus.Histogram
 }
+
+// harmWaitBuckets are the buckets of the harm requests' waits, in seconds.
+var harmWaitBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
 // NewMetrics registers the leader's metrics with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -40,10 +48,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		HarmQueueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kerf_leader_harm_queue_wait_seconds",
 			Help:    "How long a harm signal's request (an OOM kill, a container restart or termination) waited from its enqueue to the start of its recommendation's pass.",
-			Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+			Buckets: harmWaitBuckets,
+		}),
+		HarmLockWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kerf_leader_harm_lock_wait_seconds",
+			Help:    "Of a harm signal's request's wait, how long its pass waited on a worker for the recommendation's lock, held by a pass of it in the other path.",
+			Buckets: harmWaitBuckets,
 		}),
 	}
-	reg.MustRegister(m.Actions, m.InvalidStatus, m.HarmQueueWait)
+	reg.MustRegister(m.Actions, m.InvalidStatus, m.HarmQueueWait, m.HarmLockWait)
 	return m
 }
 

@@ -515,6 +515,12 @@ func TestAHarmRequestWaitsOnlyForItsOwnPass(t *testing.T) {
 	t.Logf("kerf_leader_harm_queue_wait_seconds: %d requests, %.3f s in all", waits.GetSampleCount(), waits.GetSampleSum())
 	require.GreaterOrEqual(t, waits.GetSampleCount(), uint64(1))
 	assert.Greater(t, waits.GetSampleSum(), (hold / 2).Seconds(), "the wait for the pass of its workload is counted")
+	var lm dto.Metric
+	require.NoError(t, l.Metrics.HarmLockWait.Write(&lm))
+	locks := lm.GetHistogram()
+	t.Logf("kerf_leader_harm_lock_wait_seconds: %d requests, %.3f s in all", locks.GetSampleCount(), locks.GetSampleSum())
+	assert.Equal(t, waits.GetSampleCount(), locks.GetSampleCount(), "every harm request's lock wait is observed")
+	assert.Greater(t, locks.GetSampleSum(), (hold / 2).Seconds(), "the wait was for the lock of the apply path's pass")
 }
 
 // harmWaitsOf is the histogram kerf_leader_harm_queue_wait_seconds of l.

@@ -99,13 +99,14 @@ type pathReconciler struct {
 // both.
 func (pr pathReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	p := pr.p
+	began := time.Now()
 	if p.keys != nil {
 		if err := p.keys.lock(ctx, req.NamespacedName); err != nil {
 			return reconcile.Result{}, err
 		}
 		defer p.keys.unlock(req.NamespacedName)
 	}
-	p.waits.started(req.NamespacedName)
+	p.waits.started(req.NamespacedName, time.Since(began))
 	if h := p.r.DuringPass; h != nil {
 		defer h(req, pr.reserved)()
 	}
@@ -189,17 +190,18 @@ func (l *keyLock) len() int {
 
 // harmWaits times the harm signals' requests from their enqueue to the
 // start of the recommendation's next pass (its lock taken), in either
-// path: kerf_leader_harm_queue_wait_seconds.
+// path: kerf_leader_harm_queue_wait_seconds; and the part of it the pass
+// waited for the lock: kerf_leader_harm_lock_wait_seconds.
 type harmWaits struct {
-	hist prometheus.Observer
-	mu   sync.Mutex
+	hist, lockHist prometheus.Observer
+	mu             sync.Mutex
 	// since is when each recommendation was first enqueued by a harm
 	// signal since its last pass started (at most maxHarmWaits).
 	since map[types.NamespacedName]time.Time
 }
 
-func newHarmWaits(hist prometheus.Observer) *harmWaits {
-	return &harmWaits{hist: hist, since: map[types.NamespacedName]time.Time{}}
+func newHarmWaits(hist, lockHist prometheus.Observer) *harmWaits {
+	return &harmWaits{hist: hist, lockHist: lockHist, since: map[types.NamespacedName]time.Time{}}
 }
 
 // queued notes reqs enqueued by a harm signal now; one already waiting
@@ -216,14 +218,15 @@ func (w *harmWaits) queued(reqs []reconcile.Request) {
 }
 
 // started observes the wait of key's harm request, if one waited, as a
-// pass of key starts.
-func (w *harmWaits) started(key types.NamespacedName) {
+// pass of key starts, and locked, how long the pass waited for key's lock.
+func (w *harmWaits) started(key types.NamespacedName, locked time.Duration) {
 	w.mu.Lock()
 	at, ok := w.since[key]
 	delete(w.since, key)
 	w.mu.Unlock()
 	if ok {
 		w.hist.Observe(time.Since(at).Seconds())
+		w.lockHist.Observe(locked.Seconds())
 	}
 }
 

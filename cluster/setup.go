@@ -139,7 +139,7 @@ func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signa
 	if r.Metrics == nil {
 		return fmt.Errorf("recommendation controller: no metrics (the harm requests' waits are kerf_leader_harm_queue_wait_seconds)")
 	}
-	p := &passes{r: r, waits: newHarmWaits(r.Metrics.HarmQueueWait)}
+	p := &passes{r: r, waits: newHarmWaits(r.Metrics.HarmQueueWait, r.Metrics.HarmLockWait)}
 	if rollbackWorkers > 0 {
 		p.keys = newKeyLock()
 	}

@@ -470,8 +470,11 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 		b.Logf("kerf_leader_harm_queue_wait_seconds: %v", err)
 	}
 	harmN, _ := leader.metric("kerf_leader_harm_queue_wait_seconds_count")
-	b.Logf("the leader's harm requests: %.0f, waiting %.1f ms on average for their pass (kerf_leader_harm_queue_wait_seconds)",
-		harmN, 1000*harmWait/max(harmN, 1))
+	lockWait, _ := leader.metric("kerf_leader_harm_lock_wait_seconds_sum")
+	budgetWait, _ := leader.metric("kerf_leader_rollback_client_wait_seconds_sum")
+	budgetN, _ := leader.metric("kerf_leader_rollback_client_wait_seconds_count")
+	b.Logf("the leader's harm requests: %.0f, waiting %.1f ms on average for their pass (kerf_leader_harm_queue_wait_seconds), %.1f ms of it for a pass of the recommendation in the other path (kerf_leader_harm_lock_wait_seconds); the rollbacks' requests: %.0f, waiting %.1f ms on average for their client's rate limit",
+		harmN, 1000*harmWait/max(harmN, 1), 1000*lockWait/max(harmN, 1), budgetN, 1000*budgetWait/max(budgetN, 1))
 	b.Logf("OOM kill → rollback write seen: %d of %d probes (%d sent while the wave was still applying): p50 %.1f ms, p99 %.1f ms, max %.1f ms",
 		len(lat), probes, during, percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 1))
 	leader.rollbackTimes(b)
