@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
@@ -24,8 +25,9 @@ import (
 // stripTemplate keeps, and its digest; the resource lists of pods and of
 // workload templates are interned (resourceLists), and so are the labels,
 // annotations and selectors of pods, ReplicaSets and Deployments
-// (stringMaps). It runs on each object
-// before the informer stores it, so every reader of the manager's cache
+// (stringMaps); a recommendation's strings and resource values are shared
+// too (internRecommendation). It runs on each object before the informer
+// stores it, so every reader of the manager's cache
 // and client sees the stripped object; reads through the API reader are
 // whole. It is idempotent, as client-go requires (a resync hands it the
 // stored objects again): a cached type is kept as it is.
@@ -46,6 +48,8 @@ func cacheTransform(obj any) (any, error) {
 		internMeta(&o.ObjectMeta)
 		internSelector(o.Spec.Selector)
 		return newCachedReplicaSet(o), nil
+	case *v1alpha1.RightsizingRecommendation:
+		internRecommendation(o)
 	case *appsv1.StatefulSet:
 		stripTemplate(&o.Spec.Template)
 	case *appsv1.DaemonSet:

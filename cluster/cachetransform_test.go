@@ -295,7 +295,13 @@ func TestEqualStringMapsAreShared(t *testing.T) {
 // count its bytes as freed.
 func heldHeap(t *testing.T, raw [][]byte, first, second func(any) (any, error)) (firstBytes, secondBytes uint64, objs []any) {
 	t.Helper()
-	ser := protobuf.NewSerializer(kube.Scheme, kube.Scheme)
+	return heldHeapOf(t, protobuf.NewSerializer(kube.Scheme, kube.Scheme), raw, first, second)
+}
+
+// heldHeapOf is heldHeap with the objects decoded by ser (JSON for a
+// custom resource, as the apiserver serves it).
+func heldHeapOf(t *testing.T, ser runtime.Decoder, raw [][]byte, first, second func(any) (any, error)) (firstBytes, secondBytes uint64, objs []any) {
+	t.Helper()
 	held := func(transform func(any) (any, error)) (uint64, []any) {
 		var before, after goruntime.MemStats
 		goruntime.GC()

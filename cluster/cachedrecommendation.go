@@ -1,0 +1,128 @@
+package cluster
+
+import (
+	"reflect"
+	"sync"
+	"unique"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// A cached recommendation is its decoded object, with what many of them
+// hold alike shared (internRecommendation): at 25,000 workloads the
+// recommendations were the largest part of the leader's heap at a wave's
+// end (docs/performance.md, "The sixth round"). A RightsizingRecommendation
+// is a custom resource, decoded from JSON into the Go type every reader
+// asks for, so unlike a pod it is kept as that type, not as a type of
+// Kerf's own: what shrinks it is sharing.
+//
+// What is shared is never written: every read of the cache copies the
+// object (DeepCopy allocates new ResourceValues and Quantities), and the
+// readers that list without a copy (client.UnsafeDisableDeepCopy) only
+// read. A string shared is immutable anyway.
+
+// maxInternedValues bounds the distinct resource values (a CPU and a
+// memory amount) interned. A full table starts over, as stringMaps does
+// (the objects keep the values they share): each entry is a key of about
+// 20 bytes and a value of a few Quantities, at most a few MB.
+const maxInternedValues = 20000
+
+// resourceValues holds one shared *ResourceValues per distinct pair of
+// amounts of the cached recommendations. A recommendation holds about ten
+// (requests and limits of its spec, of its change's previous and applied
+// values and of each history action's old and new), each two Quantities
+// of 64 bytes and a struct of its own, nearly all alike across the
+// workloads a recommender sized the same.
+var resourceValues = &valuesInterner{values: map[string]*v1alpha1.ResourceValues{}, max: maxInternedValues}
+
+// valuesInterner is a bounded table of shared resource values.
+type valuesInterner struct {
+	mu     sync.Mutex
+	values map[string]*v1alpha1.ResourceValues
+	max    int
+}
+
+// intern returns the shared values equal to v (the same amounts in the
+// same formats), v itself when it is the first such (a full table is
+// emptied first). Its Quantities' String is called here, before any
+// sharing: it caches the canonical form in the Quantity, a write that
+// must not race with the readers of a shared one.
+func (in *valuesInterner) intern(v *v1alpha1.ResourceValues) *v1alpha1.ResourceValues {
+	if v == nil {
+		return nil
+	}
+	key := appendQuantityKey(appendQuantityKey(make([]byte, 0, 32), v.CPU), v.Memory)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if shared, ok := in.values[string(key)]; ok {
+		return shared
+	}
+	if len(in.values) >= in.max {
+		clear(in.values)
+	}
+	in.values[string(key)] = v
+	return v
+}
+
+// appendQuantityKey appends what interning compares of q: its canonical
+// form and its format, or "-" when it is not set.
+func appendQuantityKey(key []byte, q *resource.Quantity) []byte {
+	if q == nil {
+		return append(key, '-', ',')
+	}
+	key = append(key, q.String()...)
+	key = append(key, '/')
+	key = append(key, q.Format...)
+	return append(key, ',')
+}
+
+// internRecommendation shares, in a decoded recommendation, its labels
+// and annotations (stringMaps), every *ResourceValues (resourceValues)
+// and every string (unique.Make: the table holds a string only while
+// some object does, so it needs no bound of its own). Most of a
+// recommendation's strings are alike across the cache (the container,
+// kind, policy and reason names, the policy's fingerprint, the messages
+// of the same action) or within it (a pod's name and UID in each of its
+// change's baselines). It walks the object by reflection, so a field
+// added to the type is shared too.
+func internRecommendation(rsr *v1alpha1.RightsizingRecommendation) {
+	internMeta(&rsr.ObjectMeta)
+	internValue(reflect.ValueOf(rsr).Elem())
+}
+
+// valuesType is the type of the resource values internValue shares.
+var valuesType = reflect.TypeFor[*v1alpha1.ResourceValues]()
+
+// internValue interns the strings and resource values held in v, which is
+// settable. Maps are left alone: the labels and annotations are interned
+// as whole maps, and the type holds no others of any size.
+func internValue(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		if s := v.String(); s != "" {
+			v.SetString(unique.Make(s).Value())
+		}
+	case reflect.Pointer:
+		if v.IsNil() {
+			return
+		}
+		if v.Type() == valuesType {
+			v.Set(reflect.ValueOf(resourceValues.intern(v.Interface().(*v1alpha1.ResourceValues))))
+			return
+		}
+		internValue(v.Elem())
+	case reflect.Struct:
+		t := v.Type()
+		for i := range v.NumField() {
+			if t.Field(i).IsExported() {
+				internValue(v.Field(i))
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			internValue(v.Index(i))
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/internal/kube"
+)
+
+// watchingRecommendations are n recommendations as JSON, each as the
+// leader left one in the scale harness (testdata/recommendation-watching.json,
+// read from its apiserver: a Rollout change of two pods' memory, applied
+// and watched), with its own name, UIDs and resourceVersions.
+func watchingRecommendations(t *testing.T, n int) [][]byte {
+	t.Helper()
+	sample, err := os.ReadFile("testdata/recommendation-watching.json")
+	require.NoError(t, err)
+	raw := make([][]byte, n)
+	for i := range raw {
+		r := strings.NewReplacer(
+			"w-00020", fmt.Sprintf("w-%05d", i),
+			"32f24859", fmt.Sprintf("%08x", 3*i), "99739840", fmt.Sprintf("%08x", 3*i+1), "7f91207a", fmt.Sprintf("%08x", 3*i+2),
+			`"51945"`, fmt.Sprintf(`"%d"`, 100000+i), `"51684"`, fmt.Sprintf(`"%d"`, 200000+i),
+		).Replace(string(sample))
+		raw[i] = []byte(r)
+	}
+	return raw
+}
+
+// jsonDecoder decodes as the informer of a custom resource does: JSON
+// into the scheme's Go type.
+func jsonDecoder() runtime.Decoder {
+	return serializer.NewCodecFactory(kube.Scheme).UniversalDeserializer()
+}
+
+// TestACachedRecommendationReadsBackAsDecoded: interning changes nothing
+// a reader sees (the transformed object is equal to the one decoded),
+// two recommendations share their equal values and strings, and a copy
+// read from the cache shares nothing a writer could change under the
+// other.
+func TestACachedRecommendationReadsBackAsDecoded(t *testing.T) {
+	raw := watchingRecommendations(t, 2)
+	dec := jsonDecoder()
+	decode := func(b []byte) *v1alpha1.RightsizingRecommendation {
+		obj, _, err := dec.Decode(b, nil, nil)
+		require.NoError(t, err)
+		return obj.(*v1alpha1.RightsizingRecommendation)
+	}
+	want := decode(raw[0])
+	got, err := cacheTransform(decode(raw[0]))
+	require.NoError(t, err)
+	a := got.(*v1alpha1.RightsizingRecommendation)
+	assert.True(t, equality.Semantic.DeepEqual(want, a), "interning changed the recommendation")
+	again, err := cacheTransform(a)
+	require.NoError(t, err)
+	assert.Same(t, a, again, "interning is idempotent")
+
+	got, err = cacheTransform(decode(raw[1]))
+	require.NoError(t, err)
+	b := got.(*v1alpha1.RightsizingRecommendation)
+	assert.Same(t, a.Spec.Containers[0].Requests, b.Spec.Containers[0].Requests, "equal values are one")
+	assert.Same(t, a.Spec.Containers[0].Requests, a.Status.Change.Containers[0].Applied.Requests, "in one recommendation too")
+	assert.NotSame(t, a.Status.Change.Containers[0].Previous.Requests, a.Status.Change.Containers[0].Applied.Requests,
+		"other values are another")
+	assert.Equal(t, unsafe.StringData(a.Status.Message), unsafe.StringData(b.Status.History[0].Message), "equal strings are one")
+	assert.NotEqual(t, a.Name, b.Name)
+
+	c := a.DeepCopy()
+	c.Spec.Containers[0].Requests.Memory.Set(1)
+	assert.Equal(t, "192Mi", b.Spec.Containers[0].Requests.Memory.String(), "a copy's values are its own")
+}
+
+// TestEqualResourceValuesAreShared: values equal in their amounts and
+// formats are one; another amount, format or an unset amount is another;
+// and a full table starts over.
+func TestEqualResourceValuesAreShared(t *testing.T) {
+	in := &valuesInterner{values: map[string]*v1alpha1.ResourceValues{}, max: 3}
+	q := func(s string) *resource.Quantity { return new(resource.MustParse(s)) }
+	a := in.intern(&v1alpha1.ResourceValues{CPU: q("250m"), Memory: q("256Mi")})
+	assert.Same(t, a, in.intern(&v1alpha1.ResourceValues{CPU: q("250m"), Memory: q("256Mi")}))
+	assert.NotSame(t, a, in.intern(&v1alpha1.ResourceValues{CPU: q("250m"), Memory: q("268435456")}), "another format is another")
+	assert.NotSame(t, a, in.intern(&v1alpha1.ResourceValues{CPU: q("250m")}), "an unset amount is another")
+	assert.Nil(t, in.intern(nil))
+	assert.Len(t, in.values, 3)
+	d := in.intern(&v1alpha1.ResourceValues{Memory: q("1Gi")})
+	assert.Len(t, in.values, 1, "the full table started over at the fourth")
+	assert.NotSame(t, a, in.intern(&v1alpha1.ResourceValues{CPU: q("250m"), Memory: q("256Mi")}), "values interned before it started over are interned anew")
+	assert.Same(t, d, in.intern(&v1alpha1.ResourceValues{Memory: q("1Gi")}))
+}
+
+// TestInterningShrinksTheCachedRecommendations measures the live heap of
+// 10,000 recommendations as the scale harness's leader held them, decoded
+// as the cache decodes them, with the managed fields dropped and with
+// interning too (the figure in docs/performance.md, "The sixth round").
+func TestInterningShrinksTheCachedRecommendations(t *testing.T) {
+	const n = 10000
+	raw := watchingRecommendations(t, n)
+	dropManaged := func(obj any) (any, error) {
+		obj.(*v1alpha1.RightsizingRecommendation).SetManagedFields(nil)
+		return obj, nil
+	}
+	whole, interned, objs := heldHeapOf(t, jsonDecoder(), raw, dropManaged, cacheTransform)
+	t.Logf("%d recommendations, live heap: %.0f bytes each decoded, %.0f interned (%.0f %%)",
+		n, float64(whole)/n, float64(interned)/n, 100*float64(interned)/float64(whole))
+	assert.Less(t, float64(interned), 0.7*float64(whole), "interning saves at least 30 % of a cached recommendation")
+	assert.Equal(t, "w-09999", objs[n-1].(*v1alpha1.RightsizingRecommendation).Name)
+}
