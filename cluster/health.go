@@ -243,8 +243,24 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 	if err != nil {
 		return c.restoreFailed(ctx, err)
 	}
+	// The backoff state the rollback ends in, decided now so that a
+	// restore that patches the template carries its mirror on the
+	// workload (one write fewer in the rollback's pass; else it is
+	// mirrored after the record, as every other change of the state).
+	g := c.rollbackGuardrails()
+	var next *v1alpha1.RollbackState
+	var evs []string
+	var backoffErr error
+	var mirror map[string]*string
+	if rsr.Status.Rollback != nil {
+		next = rsr.Status.Rollback.DeepCopy()
+		evs, backoffErr = policy.BackingOff(c.now, next, g.Backoff)
+		if backoffErr == nil {
+			mirror, backoffErr = mirrorAnnotation(next)
+		}
+	}
 	restoreFrom := time.Now()
-	res, err := c.applier().Restore(ctx, rsr, change, values, b.Resources)
+	res, err := c.applier().Restore(ctx, rsr, change, values, b.Resources, mirror)
 	restoreTook := time.Since(restoreFrom)
 	gone := ""
 	if err != nil {
@@ -265,12 +281,11 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 		return ctrl.Result{RequeueAfter: pendingRequeue}, nil
 	}
 
-	g := c.rollbackGuardrails()
-	var evs []string
-	if rsr.Status.Rollback != nil {
-		if evs, err = policy.BackingOff(c.now, rsr.Status.Rollback, g.Backoff); err != nil {
-			return ctrl.Result{}, fmt.Errorf("back off %s/%s: %w", rsr.Namespace, rsr.Name, err)
-		}
+	if backoffErr != nil {
+		return ctrl.Result{}, fmt.Errorf("back off %s/%s: %w", rsr.Namespace, rsr.Name, backoffErr)
+	}
+	if next != nil {
+		rsr.Status.Rollback = next
 	}
 	msg := fmt.Sprintf("%s rolled back to %s values after %s%s", joinResources(b.Resources), g.RestoreTo, b.Reason, gone)
 	msg += leftPods(res.Left, statusLimits.actionMessage-len(msg))
@@ -295,7 +310,7 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 			{typ: corev1.EventTypeWarning, reason: v1alpha1.EventRolledBack, action: v1alpha1.EventActionRollback, note: "kerf: " + msg + ": " + figures,
 				onWorkload: true},
 		},
-		rollbackChanged: true, backoff: evs,
+		rollbackChanged: true, backoff: evs, mirrored: res.Annotated,
 	})
 	if err != nil {
 		return ctrl.Result{}, err

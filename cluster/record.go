@@ -60,6 +60,9 @@ type outcome struct {
 	// otherwise precede and make conflict (the patch carries the
 	// resourceVersion the cache read).
 	mirrorLater bool
+	// mirrored says the state's mirror is on the workload already,
+	// written with the restore's template patch (apply.Result.Annotated).
+	mirrored bool
 	// hook, when set, is a test's hook (AfterRecord, AfterBreach) run once
 	// the outcome is written; when it stops the leader, record returns the
 	// context's error and the pass does nothing more.
@@ -152,7 +155,7 @@ func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 			c.r.Recorder.Eventf(rsr, nil, typ, reason, v1alpha1.EventActionBackoff, "%s", msg)
 		}
 		c.mirrorPending = o.mirrorLater
-		if !o.mirrorLater {
+		if !o.mirrorLater && !o.mirrored {
 			c.mirror(ctx)
 		}
 	}
@@ -203,19 +206,28 @@ func (c *reconcileContext) annotate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	val, err := policy.AnnotationValue(c.rsr.Status.Rollback)
+	annotations, err := mirrorAnnotation(c.rsr.Status.Rollback)
 	if err != nil {
 		return err
 	}
-	var v any = val
-	if val == "" {
-		v = nil // removes it
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{v1alpha1.RollbackStateAnnotation: v}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
 		return err
 	}
 	return c.writer().Patch(ctx, w, client.RawPatch(types.MergePatchType, patch))
+}
+
+// mirrorAnnotation is the workload's kerf.dev/rollback-state annotation
+// for st, as a patch writes it: nil (removing it) when there is no state.
+func mirrorAnnotation(st *v1alpha1.RollbackState) (map[string]*string, error) {
+	val, err := policy.AnnotationValue(st)
+	if err != nil {
+		return nil, err
+	}
+	if val == "" {
+		return map[string]*string{v1alpha1.RollbackStateAnnotation: nil}, nil
+	}
+	return map[string]*string{v1alpha1.RollbackStateAnnotation: &val}, nil
 }
 
 // recordRefusals records the values the recommender held back, as its

@@ -143,6 +143,66 @@ func TestOwnerStateTellsTheWholeStory(t *testing.T) {
 	assert.Equal(t, v1alpha1.HealthWatchOOMKills, st.Turns[0].Reason)
 }
 
+// TestARollbacksRestoreCarriesItsStateToTheOwner: a Rollout rollback
+// writes the owner once: the version whose template holds the restored
+// values is the one whose annotation says backingOff, and no write of the
+// annotation alone follows (the mirror rides on the restore's patch, one
+// write and one Lease read fewer in the rollback's pass).
+func TestARollbacksRestoreCarriesItsStateToTheOwner(t *testing.T) {
+	cp := controlplane.Get(t)
+	c := cp.Client
+	ns := namespace(t, c)
+	src := signals.NewKernel()
+	dep, _ := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Signals: kernelOnly(src)}, "250m", "128Mi")
+	watching := waitOwnerState(t, c, dep, "monitoring", func(st *v1alpha1.RollbackState) bool {
+		return st != nil && st.State == v1alpha1.BackoffMonitoring
+	})
+	require.NotNil(t, watching)
+	var from appsv1.Deployment
+	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(dep), &from))
+	w, err := cp.Clientset.AppsV1().Deployments(ns).Watch(context.Background(),
+		metav1.ListOptions{FieldSelector: "metadata.name=web", ResourceVersion: from.ResourceVersion})
+	require.NoError(t, err)
+	defer w.Stop()
+
+	pod := adoptedPod(t, c, dep, "web-new-1")
+	time.Sleep(200 * time.Millisecond)
+	src.AddOOMKill(pod.UID, "app", time.Now())
+	waitBackoff(t, c, ns, v1alpha1.BackoffBackingOff, 1)
+	time.Sleep(time.Second) // a mirror of its own would come now
+	var versions []*appsv1.Deployment
+	for done := false; !done; {
+		select {
+		case ev := <-w.ResultChan():
+			if d, ok := ev.Object.(*appsv1.Deployment); ok {
+				versions = append(versions, d)
+			}
+		default:
+			done = true
+		}
+	}
+	restored := -1
+	for i, d := range versions {
+		if d.Spec.Template.Spec.Containers[0].Resources.Requests.Memory().String() == "256Mi" {
+			restored = i
+			break
+		}
+	}
+	require.GreaterOrEqual(t, restored, 0, "no version of the owner had the restored memory (%d versions)", len(versions))
+	raw := versions[restored].Annotations[v1alpha1.RollbackStateAnnotation]
+	var st v1alpha1.RollbackState
+	require.NoError(t, json.Unmarshal([]byte(raw), &st))
+	assert.Equal(t, v1alpha1.BackoffBackingOff, st.State, "the restoring version carries the state it ends in")
+	for _, d := range versions[restored+1:] {
+		assert.NotEqual(t, raw, d.Annotations[v1alpha1.RollbackStateAnnotation], "a later write of the same annotation")
+		assert.Equal(t, "256Mi", d.Spec.Template.Spec.Containers[0].Resources.Requests.Memory().String())
+	}
+	assert.Len(t, versions, restored+1, "no write of the owner after the restore")
+	recorded, err := policy.AnnotationValue(getRSR(t, c, ns, "web").Status.Rollback)
+	require.NoError(t, err)
+	assert.Equal(t, recorded, raw, "it is the state the status recorded")
+}
+
 // TestPolicyGoneMidWatchRemovesTheOwnerState: the policy deleted while a
 // change is watched clears the state with one Normal StateCleared Event,
 // and the owner's annotation goes too (it stayed behind before).

@@ -355,8 +355,15 @@ func TestTheLeadersApplierPassesThePolicy(t *testing.T) {
 	require.NoError(t, w.c.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: "web"}, &hpa))
 	assert.Equal(t, change.HPA.AppliedTargetCPUUtilization, *hpa.Spec.Metrics[1].Resource.Target.AverageUtilization)
 
-	_, err = a.Restore(ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceCPU})
+	// The restore carries the rollback-state mirror in its template
+	// patch, as the leader's does: both in one write pass the policy.
+	state := `{"state":"backingOff","turn":1}`
+	res, err := a.Restore(ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceCPU},
+		map[string]*string{v1alpha1.RollbackStateAnnotation: &state})
 	require.NoError(t, err, "the leader's restore passes the policy")
+	assert.True(t, res.Annotated)
+	require.NoError(t, w.c.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: "web"}, &dep))
+	assert.Equal(t, state, dep.Annotations[v1alpha1.RollbackStateAnnotation])
 }
 
 // TestEveryResourceTheLeaderMayWriteIsInThePolicy keeps rbac-leader.yaml

@@ -87,6 +87,10 @@ type Result struct {
 	// OnDelete workload): they keep the changed values until they are
 	// recreated, when the template's come back.
 	Left []Failure
+	// Annotated says the workload's template patch also wrote the
+	// annotations a restore was given; false when no patch was sent (the
+	// template held the values already, or the strategy resizes pods).
+	Annotated bool
 }
 
 // Failure is a pod whose in-place resize failed.
@@ -198,7 +202,7 @@ func (a *Applier) Apply(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 		strategy = rsr.Spec.Strategy
 	}
 	res := &Result{}
-	if err := a.write(ctx, rsr, strategy, appliedTargets(change), change.AppliedAt.Time, false, res); err != nil {
+	if err := a.write(ctx, rsr, strategy, appliedTargets(change), change.AppliedAt.Time, false, nil, res); err != nil {
 		return nil, fmt.Errorf("apply to %s %s/%s: %w", rsr.Spec.TargetRef.Kind, rsr.Namespace, rsr.Spec.TargetRef.Name, err)
 	}
 	switch {
@@ -226,8 +230,11 @@ func (a *Applier) Apply(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 // had no value before), while a resize leaves it, since Kubernetes cannot
 // remove a value in place. A container absent from values is left alone.
 // The coordinated HPA's target goes back to its previous value when cpu is
-// restored.
-func (a *Applier) Restore(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, change *v1alpha1.Change, values []v1alpha1.ContainerResources, resources []v1alpha1.ResourceName) (*Result, error) {
+// restored. annotations (a nil value removes one) are written on the
+// workload in the template's patch, when one is sent (Result.Annotated):
+// the caller's kerf.dev/rollback-state mirror, which so costs no write of
+// its own.
+func (a *Applier) Restore(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, change *v1alpha1.Change, values []v1alpha1.ContainerResources, resources []v1alpha1.ResourceName, annotations map[string]*string) (*Result, error) {
 	if change == nil {
 		return nil, errors.New("restore: no change")
 	}
@@ -236,7 +243,7 @@ func (a *Applier) Restore(ctx context.Context, rsr *v1alpha1.RightsizingRecommen
 		strategy = rsr.Spec.Strategy
 	}
 	res := &Result{}
-	if err := a.write(ctx, rsr, strategy, restoreTargets(change, values, resources), time.Time{}, true, res); err != nil {
+	if err := a.write(ctx, rsr, strategy, restoreTargets(change, values, resources), time.Time{}, true, annotations, res); err != nil {
 		return nil, fmt.Errorf("restore %s %s/%s: %w", rsr.Spec.TargetRef.Kind, rsr.Namespace, rsr.Spec.TargetRef.Name, err)
 	}
 	if change.HPA != nil && slices.Contains(resources, v1alpha1.ResourceCPU) {
@@ -252,8 +259,9 @@ func (a *Applier) Restore(ctx context.Context, rsr *v1alpha1.RightsizingRecommen
 // zero when unknown. restore says the call undoes a change: Deferred then
 // patches the template back whatever the update strategy, and Deferred, or
 // Rollout on an OnDelete workload, resizes back the pods that started with
-// the values.
-func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, strategy v1alpha1.Strategy, targets []target, since time.Time, restore bool, res *Result) error {
+// the values. annotations are written with a template patch
+// (patchTemplate).
+func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, strategy v1alpha1.Strategy, targets []target, since time.Time, restore bool, annotations map[string]*string, res *Result) error {
 	w, err := a.workload(ctx, rsr)
 	if err != nil {
 		return err
@@ -265,7 +273,7 @@ func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 	case v1alpha1.StrategyInPlace:
 		return a.resizePods(ctx, w, targets, since, !restore, res)
 	case v1alpha1.StrategyRollout:
-		if err := a.patchTemplate(ctx, w, targets, res); err != nil {
+		if err := a.patchTemplate(ctx, w, targets, annotations, res); err != nil {
 			return err
 		}
 		if restore && w.OnDelete() {
@@ -276,13 +284,13 @@ func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 		return nil
 	case v1alpha1.StrategyDeferred:
 		if restore {
-			if err := a.patchTemplate(ctx, w, targets, res); err != nil {
+			if err := a.patchTemplate(ctx, w, targets, annotations, res); err != nil {
 				return err
 			}
 			return a.resizeBack(ctx, w, targets, since, res)
 		}
 		if w.OnDelete() {
-			return a.patchTemplate(ctx, w, targets, res)
+			return a.patchTemplate(ctx, w, targets, annotations, res)
 		}
 		res.Notes = append(res.Notes, fmt.Sprintf("pod template of %s %s left as is: with strategy Deferred the admission webhook gives new pods the values", w.Kind, w.Object.GetName()))
 		return nil

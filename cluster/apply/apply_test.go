@@ -316,6 +316,6 @@ func TestApplyWithoutAChangeIsAnError(t *testing.T) {
 	a := &apply.Applier{}
 	_, err := a.Apply(context.Background(), &v1alpha1.RightsizingRecommendation{}, nil)
 	require.Error(t, err)
-	_, err = a.Restore(context.Background(), &v1alpha1.RightsizingRecommendation{}, nil, nil, nil)
+	_, err = a.Restore(context.Background(), &v1alpha1.RightsizingRecommendation{}, nil, nil, nil, nil)
 	require.Error(t, err)
 }

@@ -151,7 +151,7 @@ func TestInPlaceApplyResizesPodsConcurrently(t *testing.T) {
 
 	m.max.Store(0)
 	m.total.Store(0)
-	res, err = e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), change.Resources)
+	res, err = e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), change.Resources, nil)
 	require.NoError(t, err)
 	assert.Equal(t, int32(41), m.total.Load(), "one resize back per pod")
 	assert.Greater(t, m.max.Load(), int32(apply.DefaultResizeConcurrency/2), "the restore's resizes were in flight together")

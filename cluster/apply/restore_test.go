@@ -2,9 +2,11 @@ package apply_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -40,7 +42,7 @@ func TestRestoreOfMemoryOnlyLeavesCPUAsApplied(t *testing.T) {
 			applied, _ := e.hpaTarget("web")
 
 			// An OOM rollback restores memory only.
-			res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+			res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, nil)
 			require.NoError(t, err)
 			assert.Empty(t, res.Failed)
 
@@ -61,13 +63,13 @@ func TestRestoreOfMemoryOnlyLeavesCPUAsApplied(t *testing.T) {
 
 			// Idempotent: a second restore writes nothing.
 			before := e.resourceVersions(w)
-			again, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+			again, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, nil)
 			require.NoError(t, err)
 			assert.Equal(t, res, again)
 			assert.Equal(t, before, e.resourceVersions(w))
 
 			// A restart rollback then restores cpu too, and the HPA with it.
-			_, err = e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceCPU})
+			_, err = e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceCPU}, nil)
 			require.NoError(t, err)
 			got, rvAfter := e.hpaTarget("web")
 			assert.Equal(t, int32(60), got)
@@ -90,7 +92,7 @@ func TestRestoreOfDeferredOnARollingWorkloadWritesNothingWhenTheTemplateHasThePr
 	change := e.planAndApply(rsr)
 	before := e.resourceVersions(w)
 
-	res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), change.Resources)
+	res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), change.Resources, nil)
 	require.NoError(t, err)
 	assert.Equal(t, before, e.resourceVersions(w), "no pod started with the values")
 	assert.Equal(t, []string{"Deployment/web", "Pod/web-0", "Pod/web-1"}, touchedNames(res), "the template and the pods carry the restored values")
@@ -133,7 +135,7 @@ func TestRestoreOfDeferredResizesBackThePodsThatStartedWithTheValues(t *testing.
 	before := e.resourceVersions(w)
 
 	// An OOM rollback restores memory only.
-	res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+	res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, nil)
 	require.NoError(t, err)
 	assert.Empty(t, res.Failed)
 	assert.Empty(t, res.Left)
@@ -143,7 +145,7 @@ func TestRestoreOfDeferredResizesBackThePodsThatStartedWithTheValues(t *testing.
 	assert.Equal(t, before, e.resourceVersions(w), "the template and the other pods already had the values")
 
 	e.kubeletReports(started.Name)
-	res, err = e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+	res, err = e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, nil)
 	require.NoError(t, err)
 	assert.Empty(t, res.Pending)
 	assert.Contains(t, touchedNames(res), "Pod/"+started.Name)
@@ -162,7 +164,7 @@ func TestRestoreOfRolloutOnOnDeleteResizesBackThePodsOfTheChangedTemplate(t *tes
 	assertResources(t, requirements("750m", "256Mi", "1", "768Mi"), resourcesOf(&recreated.Spec, "app"), "it started from the changed template")
 	before := e.resourceVersions(w)
 
-	res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+	res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, nil)
 	require.NoError(t, err)
 	assert.Empty(t, res.Left)
 	assert.Equal(t, []string{recreated.Name}, res.Pending, "until the kubelet reports the resize")
@@ -186,7 +188,7 @@ func TestRestoreOfDeferredLeavesAPodItCannotResizeBack(t *testing.T) {
 	guaranteed := e.injectedPod(w, "web-guaranteed", requirements("1", "512Mi", "1", "512Mi"))
 	require.Equal(t, corev1.PodQOSGuaranteed, guaranteed.Status.QOSClass)
 
-	res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory})
+	res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, nil)
 	require.NoError(t, err)
 	assert.Empty(t, res.Failed, "the rollback is not failed for it")
 	require.Len(t, res.Left, 1)
@@ -210,7 +212,7 @@ func TestRestoreRemovesAValueTheWorkloadDidNotHave(t *testing.T) {
 			_, err = e.applier.Apply(e.ctx, rsr, change)
 			require.NoError(t, err)
 
-			res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceCPU})
+			res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceCPU}, nil)
 			require.NoError(t, err)
 			if strategy == v1alpha1.StrategyRollout {
 				assertResources(t, noCPULimit.Resources, resourcesOf(&templateOf(e.reread(w.obj)).Spec, "app"), "the limit is removed")
@@ -237,9 +239,65 @@ func TestRestoreToOtherValuesWritesOnlyTheFieldsTheChangeApplied(t *testing.T) {
 		values("app", "600m", "1Gi", "", "640Mi"),
 		values("sidecar", "1", "1Gi", "", ""),
 	}
-	_, err := e.applier.Restore(e.ctx, rsr, change, lastHealthy, change.Resources)
+	_, err := e.applier.Restore(e.ctx, rsr, change, lastHealthy, change.Resources, nil)
 	require.NoError(t, err)
 	tmpl := templateOf(e.reread(w.obj))
 	assertResources(t, requirements("600m", "256Mi", "1", "640Mi"), resourcesOf(&tmpl.Spec, "app"))
 	assertResources(t, sidecarNow, resourcesOf(&tmpl.Spec, "sidecar"))
+}
+
+// TestARestoreWritesTheAnnotationsWithItsTemplatePatch: the annotations a
+// restore is given (the leader's kerf.dev/rollback-state mirror) are
+// written by its template patch, in the same write as the values; a nil
+// value removes one. With nothing to patch (the template holds the values,
+// or the strategy resizes pods) nothing is written and Annotated says so:
+// the caller writes them itself.
+func TestARestoreWritesTheAnnotationsWithItsTemplatePatch(t *testing.T) {
+	e := newEnv(t)
+	w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{})
+	obj := e.reread(w.obj)
+	obj.SetAnnotations(map[string]string{"test/old": "x"})
+	require.NoError(t, e.cp.Client.Update(e.ctx, obj))
+	rsr := e.rsr(w, v1alpha1.StrategyRollout, values("app", "750m", "", "", "768Mi"))
+	change := e.planAndApply(rsr)
+	applied := e.reread(w.obj).GetResourceVersion()
+
+	watch, err := e.cp.Clientset.AppsV1().Deployments(w.obj.GetNamespace()).Watch(e.ctx,
+		metav1.ListOptions{FieldSelector: "metadata.name=web", ResourceVersion: applied})
+	require.NoError(t, err)
+	defer watch.Stop()
+
+	state := "backingOff"
+	annotations := map[string]*string{"test/mirror": &state, "test/old": nil}
+	res, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, annotations)
+	require.NoError(t, err)
+	assert.True(t, res.Annotated)
+	got := e.reread(w.obj)
+	assert.Equal(t, map[string]string{"test/mirror": "backingOff"}, got.GetAnnotations(), "set and removed")
+	assertResources(t, requirements("750m", "256Mi", "1", "512Mi"), resourcesOf(&templateOf(got).Spec, "app"))
+	var writes []string
+	for len(writes) == 0 || writes[len(writes)-1] != got.GetResourceVersion() {
+		select {
+		case ev := <-watch.ResultChan():
+			writes = append(writes, ev.Object.(*appsv1.Deployment).ResourceVersion)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the watch never saw the restore's write (saw %v)", writes)
+		}
+	}
+	assert.Len(t, writes, 1, "the values and the annotations in one write")
+
+	other := "monitoring"
+	again, err := e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory},
+		map[string]*string{"test/mirror": &other})
+	require.NoError(t, err)
+	assert.False(t, again.Annotated, "the template held the values: no patch")
+	assert.Equal(t, got.GetResourceVersion(), e.reread(w.obj).GetResourceVersion(), "nothing written")
+
+	inPlace := e.createWorkload(v1alpha1.KindDeployment, "api", workloadOpts{})
+	rsr = e.rsr(inPlace, v1alpha1.StrategyInPlace, values("app", "750m", "", "", "768Mi"))
+	change = e.planAndApply(rsr)
+	res, err = e.applier.Restore(e.ctx, rsr, change, resources.Previous(change), []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, annotations)
+	require.NoError(t, err)
+	assert.False(t, res.Annotated, "an in-place restore patches no template")
+	assert.NotContains(t, e.reread(inPlace.obj).GetAnnotations(), "test/mirror")
 }

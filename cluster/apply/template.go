@@ -16,8 +16,9 @@ import (
 // strategic-merge patch on spec.template.spec.containers[name].resources
 // that carries the resourceVersion read, so it fails with a conflict when
 // the workload changed since (the caller retries). Nothing is sent when the
-// template already holds the values.
-func (a *Applier) patchTemplate(ctx context.Context, w *workload.Workload, targets []target, res *Result) error {
+// template already holds the values. The patch also sets the workload's
+// annotations (a nil value removes one), and res.Annotated says so.
+func (a *Applier) patchTemplate(ctx context.Context, w *workload.Workload, targets []target, annotations map[string]*string, res *Result) error {
 	obj := w.Object
 	var containers []map[string]any
 	for _, t := range targets {
@@ -43,8 +44,12 @@ func (a *Applier) patchTemplate(ctx context.Context, w *workload.Workload, targe
 		containers = append(containers, map[string]any{"name": c.Name, "resources": sections})
 	}
 	if len(containers) > 0 {
+		meta := map[string]any{"resourceVersion": obj.GetResourceVersion()}
+		if len(annotations) > 0 {
+			meta["annotations"] = annotations
+		}
 		patch := map[string]any{
-			"metadata": map[string]any{"resourceVersion": obj.GetResourceVersion()},
+			"metadata": meta,
 			"spec":     map[string]any{"template": map[string]any{"spec": map[string]any{"containers": containers}}},
 		}
 		data, err := json.Marshal(patch)
@@ -54,6 +59,7 @@ func (a *Applier) patchTemplate(ctx context.Context, w *workload.Workload, targe
 		if err := a.Client.Patch(ctx, obj, client.RawPatch(types.StrategicMergePatchType, data)); err != nil {
 			return fmt.Errorf("patch pod template of %s: %w", w, err)
 		}
+		res.Annotated = len(annotations) > 0
 	}
 	res.Touched = append(res.Touched, v1alpha1.TouchedObject{Kind: string(w.Kind), Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion()})
 	return nil
