@@ -276,7 +276,7 @@ func TestWorkersBelowOneAreRefused(t *testing.T) {
 // NoRollbackWorkers is an error naming the field.
 func TestRollbackWorkersBelowNoneAreRefused(t *testing.T) {
 	_, err := New(Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", RollbackWorkers: -2}, &rest.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.ErrorContains(t, err, "rollback workers (-2) must be at least 1, 0 for the default (2), or NoRollbackWorkers (-1) for none")
+	require.ErrorContains(t, err, "rollback workers (-2) must be at least 1, 0 for the default (4), or NoRollbackWorkers (-1) for none")
 }
 
 // TestANegativeRollbackBudgetIsRefused: a negative Config.RollbackQPS or

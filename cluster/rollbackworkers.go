@@ -25,13 +25,15 @@ import (
 const (
 	// DefaultRollbackWorkers is how many workers are kept for the harm
 	// signals' requests when Config.RollbackWorkers is zero. At 10,000
-	// workloads during a wave (docs/performance.md, "The fourth round"),
-	// with none kept the harm requests waited 50–60 ms on average for an
-	// apply worker to finish its pass, with 2 kept 0.1 ms, and OOM kill →
-	// rollback write took p50 115 ms, p99 309 ms, against 146–173 and
-	// 373–506 ms. (The round before measured the opposite, on a leader
-	// whose usage series took half its CPU.)
-	DefaultRollbackWorkers = 2
+	// workloads during a wave, with the scale harness's OOM kill every
+	// 250 ms and a rollback's pass taking 0.3–0.4 s on a saturated
+	// machine, 2 kept were busy most of the time: the harm requests
+	// waited 211–507 ms on average for one (5 runs), with 4 kept 12–28 ms
+	// (2 runs), and OOM kill → rollback write p50 232–297 ms against
+	// 316–678 (docs/performance.md, "The sixth round"). With none kept
+	// they wait for an apply worker to finish its pass (50–60 ms there,
+	// "The fourth round").
+	DefaultRollbackWorkers = 4
 	// NoRollbackWorkers, as Config.RollbackWorkers, keeps no worker for
 	// them: a harm signal's request takes its turn in the one queue, at
 	// harmPriority, for the next of the --workers workers to finish.
