@@ -30,9 +30,13 @@ const (
 	// machine, 2 kept were busy most of the time: the harm requests
 	// waited 211–507 ms on average for one (5 runs), with 4 kept 12–28 ms
 	// (2 runs), and OOM kill → rollback write p50 232–297 ms against
-	// 316–678 (docs/performance.md, "The sixth round"). With none kept
-	// they wait for an apply worker to finish its pass (50–60 ms there,
-	// "The fourth round").
+	// 316–678 (docs/performance.md, "The sixth round"). At 25,000 (one
+	// run) the wait fell from 345–365 to 73 ms, but there the writes of 4
+	// at once took twice as long each and the end to end did not move:
+	// on that saturated machine the apiserver is the bound, which a
+	// cluster whose apiserver has cores of its own does not share. With
+	// none kept they wait for an apply worker to finish its pass (50–60
+	// ms there, "The fourth round").
 	DefaultRollbackWorkers = 4
 	// NoRollbackWorkers, as Config.RollbackWorkers, keeps no worker for
 	// them: a harm signal's request takes its turn in the one queue, at
