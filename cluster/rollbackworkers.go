@@ -28,7 +28,7 @@ const (
 	// workloads during a wave, with the scale harness's OOM kill every
 	// 250 ms and a rollback's pass taking 0.3–0.4 s on a saturated
 	// machine, 2 kept were busy most of the time: the harm requests
-	// waited 211–507 ms on average for one (5 runs), with 4 kept 12–28 ms
+	// waited 211–508 ms on average for one (4 runs), with 4 kept 12–28 ms
 	// (2 runs), and OOM kill → rollback write p50 232–297 ms against
 	// 316–678 (docs/performance.md, "The sixth round"). At 25,000 (one
 	// run) the wait fell from 345–365 to 73 ms, but there the writes of 4
