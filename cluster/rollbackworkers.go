@@ -33,8 +33,9 @@ const (
 	// 316–678 (docs/performance.md, "The sixth round"). At 25,000 (one
 	// run) the wait fell from 345–365 to 73 ms, but there the writes of 4
 	// at once took twice as long each and the end to end did not move:
-	// on that saturated machine the apiserver is the bound, which a
-	// cluster whose apiserver has cores of its own does not share. With
+	// on that saturated machine the apiserver is the bound (a cluster
+	// whose apiserver has cores of its own should not share it; not
+	// measured here). With
 	// none kept they wait for an apply worker to finish its pass (50–60
 	// ms there, "The fourth round").
 	DefaultRollbackWorkers = 4
