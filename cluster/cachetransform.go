@@ -29,8 +29,9 @@ import (
 // too (internRecommendation). It runs on each object before the informer
 // stores it, so every reader of the manager's cache
 // and client sees the stripped object; reads through the API reader are
-// whole. It is idempotent, as client-go requires (a resync hands it the
-// stored objects again): a cached type is kept as it is.
+// whole. It is idempotent, as client-go asks of a transform that may be
+// handed stored objects again (a Replace of them; its informers' resyncs
+// are not transformed again): a cached type is kept as it is.
 func cacheTransform(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
