@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"reflect"
-	"sync"
 	"unique"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -35,13 +34,11 @@ const maxInternedValues = 20000
 // values and of each history action's old and new), each two Quantities
 // of 64 bytes and a struct of its own, nearly all alike across the
 // workloads a recommender sized the same.
-var resourceValues = &valuesInterner{values: map[string]*v1alpha1.ResourceValues{}, max: maxInternedValues}
+var resourceValues = &valuesInterner{sharedTable[*v1alpha1.ResourceValues]{max: maxInternedValues}}
 
 // valuesInterner is a bounded table of shared resource values.
 type valuesInterner struct {
-	mu     sync.Mutex
-	values map[string]*v1alpha1.ResourceValues
-	max    int
+	sharedTable[*v1alpha1.ResourceValues]
 }
 
 // intern returns the shared values equal to v (the same amounts in the
@@ -54,16 +51,7 @@ func (in *valuesInterner) intern(v *v1alpha1.ResourceValues) *v1alpha1.ResourceV
 		return nil
 	}
 	key := appendQuantityKey(appendQuantityKey(make([]byte, 0, 32), v.CPU), v.Memory)
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if shared, ok := in.values[string(key)]; ok {
-		return shared
-	}
-	if len(in.values) >= in.max {
-		clear(in.values)
-	}
-	in.values[string(key)] = v
-	return v
+	return in.share(string(key), v)
 }
 
 // appendQuantityKey appends what interning compares of q: its canonical

@@ -85,7 +85,7 @@ func TestACachedRecommendationReadsBackAsDecoded(t *testing.T) {
 // formats are one; another amount, format or an unset amount is another;
 // and a full table starts over.
 func TestEqualResourceValuesAreShared(t *testing.T) {
-	in := &valuesInterner{values: map[string]*v1alpha1.ResourceValues{}, max: 3}
+	in := &valuesInterner{sharedTable[*v1alpha1.ResourceValues]{max: 3}}
 	q := func(s string) *resource.Quantity { return new(resource.MustParse(s)) }
 	a := in.intern(&v1alpha1.ResourceValues{CPU: q("250m"), Memory: q("256Mi")})
 	assert.Same(t, a, in.intern(&v1alpha1.ResourceValues{CPU: q("250m"), Memory: q("256Mi")}))

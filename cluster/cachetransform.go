@@ -182,22 +182,43 @@ func stripTemplate(t *corev1.PodTemplateSpec) {
 const maxInternedMaps = 100000
 
 // stringMaps holds one shared map per distinct label or annotation set of
-// the cached pods, ReplicaSets and Deployments and of their selectors'
-// matchLabels. Most are equal to another's: a pod's labels are its
+// the cached pods, ReplicaSets, Deployments and recommendations and of the
+// selectors' matchLabels. Most are equal to another's: a pod's labels are its
 // ReplicaSet's (pod-template-hash included) and its ReplicaSet's
 // selector's, a Deployment's selector is most often its labels, and the
 // deployment controller's annotations (revision, desired and max
 // replicas) are the same on most ReplicaSets and Deployments. A shared map
 // is never written: every read of those kinds copies the object
 // (cachedpod.go, cachedapps.go), and the event handlers only read.
-var stringMaps = &mapInterner{maps: map[string]map[string]string{}, max: maxInternedMaps}
+var stringMaps = &mapInterner{sharedTable[map[string]string]{max: maxInternedMaps}}
+
+// sharedTable is a bounded table of shared values by key, the one
+// stringMaps and resourceValues keep: a full table starts over (the
+// objects keep the values they share), so that the values of objects long
+// deleted do not hold it full.
+type sharedTable[V any] struct {
+	mu     sync.Mutex
+	values map[string]V
+	max    int
+}
+
+// share returns the value kept for key, else keeps v for it (emptying a
+// full table first) and returns v.
+func (t *sharedTable[V]) share(key string, v V) V {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if shared, ok := t.values[key]; ok {
+		return shared
+	}
+	if t.values == nil || len(t.values) >= t.max {
+		t.values = make(map[string]V)
+	}
+	t.values[key] = v
+	return v
+}
 
 // mapInterner is a bounded table of shared string maps.
-type mapInterner struct {
-	mu   sync.Mutex
-	maps map[string]map[string]string
-	max  int
-}
+type mapInterner struct{ sharedTable[map[string]string] }
 
 // maxInternedMapBytes bounds the keys and values of a map interned: the
 // table keeps them again as its key, and a large set (kubectl's
@@ -232,16 +253,7 @@ func (in *mapInterner) intern(m map[string]string) map[string]string {
 		key.WriteByte(0)
 		key.WriteString(m[k])
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if shared, ok := in.maps[key.String()]; ok {
-		return shared
-	}
-	if len(in.maps) >= in.max {
-		clear(in.maps)
-	}
-	in.maps[key.String()] = m
-	return m
+	return in.share(key.String(), m)
 }
 
 // internMeta interns an object's labels and annotations.

@@ -266,7 +266,7 @@ func TestStrippingShrinksTheCachedTemplates(t *testing.T) {
 // not, even where joining their keys and values would read the same; and
 // a full table starts over, so that it never stops interning.
 func TestEqualStringMapsAreShared(t *testing.T) {
-	in := &mapInterner{maps: map[string]map[string]string{}, max: 3}
+	in := &mapInterner{sharedTable[map[string]string]{max: 3}}
 	same := func(a, b map[string]string) bool {
 		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 	}
@@ -282,7 +282,7 @@ func TestEqualStringMapsAreShared(t *testing.T) {
 	assert.Nil(t, in.intern(nil), "nil stays nil")
 	big := map[string]string{"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", maxInternedMapBytes)}
 	assert.False(t, same(in.intern(big), in.intern(maps.Clone(big))), "a set larger than maxInternedMapBytes is kept as it is")
-	assert.Len(t, in.maps, 1, "the full table started over at the fourth set")
+	assert.Len(t, in.values, 1, "the full table started over at the fourth set")
 	f := in.intern(map[string]string{"app": "web", "pod-template-hash": "h1"})
 	assert.False(t, same(a, f), "a set interned before the table started over is interned anew")
 	assert.True(t, same(f, in.intern(map[string]string{"app": "web", "pod-template-hash": "h1"})), "and shared again from then on")
