@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -265,11 +266,16 @@ func TestLeaderWhoseLeaseWasTakenWritesNothing(t *testing.T) {
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond))) // the kill a second after T0
 	require.True(t, a.Leading())
 
-	var lease coordinationv1.Lease
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, &lease))
-	lease.Spec.HolderIdentity = ptr.To("b")
-	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-	require.NoError(t, c.Update(ctx, &lease), "hand the Lease to b")
+	// a's elector renews the Lease meanwhile: a conflict is read again.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var lease coordinationv1.Lease
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, &lease); err != nil {
+			return err
+		}
+		lease.Spec.HolderIdentity = ptr.To("b")
+		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		return c.Update(ctx, &lease)
+	}), "hand the Lease to b")
 	writeOOMKill(t, c, pod)
 
 	select {
@@ -314,11 +320,16 @@ func TestLeaderWhoseLeaseWasTakenEmitsNoEvents(t *testing.T) {
 	a.fence.recorder.Eventf(cm, nil, corev1.EventTypeNormal, "WhileLeading", "Test", "emitted while a leads")
 	waitFor(t, 10*time.Second, func() bool { return emitted("WhileLeading") }, "the Event emitted while leading was never written")
 
-	var lease coordinationv1.Lease
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, &lease))
-	lease.Spec.HolderIdentity = ptr.To("b")
-	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-	require.NoError(t, c.Update(ctx, &lease), "hand the Lease to b")
+	// a's elector renews the Lease meanwhile: a conflict is read again.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var lease coordinationv1.Lease
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kerf-leader"}, &lease); err != nil {
+			return err
+		}
+		lease.Spec.HolderIdentity = ptr.To("b")
+		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		return c.Update(ctx, &lease)
+	}), "hand the Lease to b")
 	refused := testutil.ToFloat64(a.fence.refused)
 	a.fence.recorder.Eventf(cm, nil, corev1.EventTypeNormal, "AfterLosing", "Test", "emitted after a lost the Lease")
 	waitFor(t, 10*time.Second, func() bool { return emitted("AfterLosing") || testutil.ToFloat64(a.fence.refused) > refused },
