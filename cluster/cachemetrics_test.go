@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -48,9 +49,13 @@ func TestTheCacheHoldsEachReplicaSetOnce(t *testing.T) {
 
 	l := startLeader(t, ns, "a", Config{})
 	cache := l.Manager().GetCache()
+	// Each kind's informer syncs on its own: the pod can be cached before
+	// the Deployment is, so the test waits for both before counting.
 	var cached corev1.Pod
+	var cachedDep appsv1.Deployment
 	require.Eventually(t, func() bool {
-		return cache.Get(ctx, client.ObjectKeyFromObject(pod), &cached) == nil
+		return cache.Get(ctx, client.ObjectKeyFromObject(pod), &cached) == nil &&
+			cache.Get(ctx, client.ObjectKeyFromObject(dep), &cachedDep) == nil
 	}, 30*time.Second, 50*time.Millisecond)
 	ref, ok, err := workload.Of(ctx, l.Manager().GetClient(), &cached)
 	require.NoError(t, err)
