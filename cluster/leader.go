@@ -40,6 +40,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/internal/authn"
+	"github.com/kerf-dev/kerf/internal/cacheindex"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/internal/kube"
 	webui "github.com/kerf-dev/kerf/web"
@@ -295,7 +296,10 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		}
 	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Cache:                               cacheOpts,
+		Cache: cacheOpts,
+		// Lists through the field indexes read their value's bucket
+		// (internal/cacheindex).
+		NewCache:                            cacheindex.NewCache,
 		Scheme:                              kube.Scheme,
 		Logger:                              logr.FromSlogHandler(log.Handler()),
 		Metrics:                             metricsserver.Options{BindAddress: "0"},

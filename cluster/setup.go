@@ -74,13 +74,18 @@ func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(k
 // (docs/leader.md, "Workers and the rollbacks' priority").
 func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) error {
 	ctx := context.Background()
-	// Every index keeps an object under one key (internal/cacheindex):
-	// pods by UID are looked up across all namespaces, the rest in the
-	// workload's namespace.
-	idx := cacheindex.New(mgr.GetCache(), cacheindex.Namespaced)
+	// Every index keeps an object under its value's bucket, one key an
+	// object (internal/cacheindex; the leader's cache is a
+	// cacheindex.Cache): pods by UID are looked up across all namespaces,
+	// the rest in the workload's namespace.
+	ic, ok := mgr.GetCache().(*cacheindex.Cache)
+	if !ok {
+		return fmt.Errorf("recommendation controller: the manager's cache is a %T, not a cacheindex.Cache (ctrl.Options.NewCache: cacheindex.NewCache)", mgr.GetCache())
+	}
+	idx := ic.Indexer(cacheindex.Namespaced)
 	// Pods by UID: the pod an agent's signal is about, for the stream and
 	// for signaled.
-	if err := stream.IndexPodsByUID(ctx, cacheindex.New(mgr.GetCache(), cacheindex.ClusterWide)); err != nil {
+	if err := stream.IndexPodsByUID(ctx, ic.Indexer(cacheindex.ClusterWide)); err != nil {
 		return err
 	}
 	if err := idx.IndexField(ctx, &v1alpha1.RightsizingRecommendation{}, targetRefIndex, func(o client.Object) []string {
@@ -96,7 +101,7 @@ func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signa
 	if err != nil {
 		return fmt.Errorf("informer for pods: %w", err)
 	}
-	m := mapper{c: mgr.GetClient(), pods: pods, r: r}
+	m := mapper{c: mgr.GetClient(), cache: ic, pods: pods, r: r}
 	// Harm signals and counter samples come on channels of their own, so
 	// that counters (every pod, every interval) never fill the one an OOM
 	// kill needs: a full channel drops, and the watch's periodic look
@@ -341,10 +346,11 @@ func newTermination(was, cur *corev1.ContainerStateTerminated) bool {
 // they concern, reading the manager's cache.
 type mapper struct {
 	c client.Reader
-	// pods is the cache's informer of pods, which signaled reads
-	// without a copy.
-	pods cache.Informer
-	r    *RecommendationReconciler
+	// cache is the manager's, and pods its informer of pods, which
+	// signaled reads without a copy.
+	cache *cacheindex.Cache
+	pods  cache.Informer
+	r     *RecommendationReconciler
 }
 
 // inScope maps a policy to every recommendation in its scope: a namespaced
@@ -395,14 +401,14 @@ func (m mapper) pod(ctx context.Context, pod client.Object) []reconcile.Request 
 
 // signaled maps an agent's signal, a pod known by UID only, to the pod in
 // the cache and then as pod does. It reads the cache's own object, the
-// cachedPod, through the index (cacheindex.Lookup): a signal comes for
+// cachedPod, through the index (cacheindex.Cache.Lookup): a signal comes for
 // every pod every counters interval (3,500 a second at 35,000 pods and
 // the agents' 10 s), and a copying read made each a whole corev1.Pod (15 %
 // of the leader's CPU in a wave at 25,000 workloads, docs/performance.md).
 // A cache of several namespaces (--watch-namespaces) has no one index to
 // look up: there the pod is read as a copy.
 func (m mapper) signaled(ctx context.Context, o client.Object) []reconcile.Request {
-	objs, err := cacheindex.Lookup(m.pods, cacheindex.ClusterWide, stream.PodUIDField, "", string(o.GetUID()))
+	objs, err := m.cache.Lookup(m.pods, &corev1.Pod{}, stream.PodUIDField, "", string(o.GetUID()))
 	if errors.Is(err, cacheindex.ErrNoIndexer) {
 		pod, ok := stream.CachedPods{Reader: m.c}.PodByUID(o.GetUID())
 		if !ok {

@@ -1,29 +1,52 @@
 // Package cacheindex adds field indexes to a controller-runtime cache that
-// keep each object under one key per value, not two.
+// cost an object a few bytes, not a map of its own.
 //
 // controller-runtime's own IndexField keys every object of a namespace
 // twice, once under "<namespace>/<value>" for lists in one namespace and
 // once under "__all_namespaces/<value>" for lists across all of them, and
-// client-go's indexer keeps a set of object keys per index key. For
-// indexes whose values are nearly unique (a pod's UID, a workload's UID, a
-// recommendation's target) that is two small maps per object: at 25,000
-// workloads the leader's indexes held 43 MB of such sets, more than the
-// pods' specs (docs/performance.md, "Where the leader's memory goes").
-// Every index the leader reads is read one way only: a workload's pods and
-// ReplicaSets and its recommendations in its namespace, a pod by UID across
-// all namespaces. An Indexer of this package keeps the one key its Scope
-// answers, under the names controller-runtime's cache reader looks up, so
-// reads stay client.List with client.MatchingFields.
+// client-go's indexer keeps a set (a map) of object keys per index key.
+// For indexes whose values are nearly unique (a pod's UID, a workload's
+// UID, a recommendation's target) that is a small map per object and per
+// key: at 25,000 workloads the leader's indexes held 43 MB of such sets,
+// more than the pods' specs (docs/performance.md, "Where the leader's
+// memory goes"), and one key per object (this package's first form) still
+// 37 MB.
+//
+// An index of this package keeps each object under one key per value,
+// for the lists of one Scope, and that key is the value's bucket: a hash
+// of the value, one of a fixed number of buckets (Buckets) per namespace,
+// or per cluster for a ClusterWide index. A namespace's objects so share
+// at most that many sets, whatever their number: about 50 bytes an object
+// rather than 300. The Cache of this package (the manager's, through
+// ctrl.Options.NewCache) answers a list through such an index exactly: it
+// reads the value's bucket from the informer's own objects and keeps
+// those whose own value is the one asked, before it copies any, so reads
+// stay client.List with client.MatchingFields and return what they did.
+// Every index the leader reads is read one way only: a workload's pods
+// and ReplicaSets and its recommendations in its namespace, a pod by UID
+// across all namespaces.
 package cacheindex
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
 // Scope is the lists an index answers.
@@ -39,80 +62,318 @@ const (
 	ClusterWide
 )
 
+// Buckets is how many keys an index spreads a namespace's objects over
+// (a ClusterWide index, the cluster's). A bucket's objects are read to
+// answer a list of one value: at 700 pods a namespace, a Namespaced
+// index's bucket holds about 11; a ClusterWide one of 35,000 pods, about
+// 9. Fewer buckets cost less memory and more objects read a lookup.
+var Buckets = map[Scope]uint32{Namespaced: 64, ClusterWide: 4096}
+
 // The names controller-runtime's cache reader (pkg/cache/internal,
 // FieldIndexName and KeyToNamespacedKey) looks an index and its values up
-// by; TestListsFindTheIndexedObjects fails if a new version names them
-// otherwise.
+// by. The Cache answers lists through an index itself but for a cache of
+// several namespaces, where it lists the bucket through the wrapped
+// cache's reader; TestListsFindTheIndexedObjects fails if a new version
+// names them otherwise.
 const (
 	fieldIndexPrefix = "field:"
 	allNamespaces    = "__all_namespaces"
 )
 
-// Indexer is a client.FieldIndexer over a cache whose indexes answer the
-// lists of one Scope.
-type Indexer struct {
-	informers cache.Informers
-	scope     Scope
+// Cache is a controller-runtime cache whose lists by a field this
+// package indexed (Indexer) are answered exactly from the value's bucket.
+// Every other call is the wrapped cache's. A reader that bypasses it (the
+// wrapped cache's own List) would get the whole bucket.
+type Cache struct {
+	cache.Cache
+	scheme *runtime.Scheme
+
+	mu      sync.RWMutex
+	indexes map[indexKey]index
 }
 
-// New returns an Indexer over c (a manager's cache, before it starts)
-// whose indexes answer the lists of scope.
-func New(c cache.Informers, scope Scope) Indexer { return Indexer{informers: c, scope: scope} }
+// indexKey names an index: a kind and a field.
+type indexKey struct {
+	kind  schema.GroupKind
+	field string
+}
+
+// index is what the Cache knows of an index: the lists it answers, its
+// buckets and how an object's values are found.
+type index struct {
+	scope   Scope
+	buckets uint32
+	extract client.IndexerFunc
+}
+
+// NewCache is a cache.NewCacheFunc (ctrl.Options.NewCache): a cache.New
+// wrapped in a Cache.
+func NewCache(config *rest.Config, opts cache.Options) (cache.Cache, error) {
+	c, err := cache.New(config, opts)
+	if err != nil {
+		return nil, err
+	}
+	return Wrap(c, opts.Scheme), nil
+}
+
+// Wrap returns c as a Cache; scheme maps its objects and lists to kinds
+// (nil: client-go's scheme, as controller-runtime's default).
+func Wrap(c cache.Cache, scheme *runtime.Scheme) *Cache {
+	if scheme == nil {
+		scheme = clientgoscheme.Scheme
+	}
+	return &Cache{Cache: c, scheme: scheme, indexes: map[indexKey]index{}}
+}
+
+// Indexer returns an Indexer whose indexes answer the lists of scope, with
+// the scope's Buckets.
+func (c *Cache) Indexer(scope Scope) Indexer {
+	return Indexer{c: c, scope: scope, buckets: Buckets[scope]}
+}
+
+// Indexer is a client.FieldIndexer over a Cache whose indexes answer the
+// lists of one Scope.
+type Indexer struct {
+	c       *Cache
+	scope   Scope
+	buckets uint32
+}
 
 var _ client.FieldIndexer = Indexer{}
 
+// WithBuckets returns ix keeping its objects under n buckets (at least 1)
+// rather than the scope's Buckets.
+func (ix Indexer) WithBuckets(n uint32) Indexer {
+	ix.buckets = max(n, 1)
+	return ix
+}
+
 // IndexField implements client.FieldIndexer: it adds field to the
-// informer of obj's kind, each object under one key per value extract
-// returns.
+// informer of obj's kind, each object under its namespace's (or, for a
+// ClusterWide index, the cluster's) bucket of each value extract returns.
 func (ix Indexer) IndexField(ctx context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
-	informer, err := ix.informers.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+	gvk, err := apiutil.GVKForObject(obj, ix.c.scheme)
+	if err != nil {
+		return fmt.Errorf("index %T by %s: %w", obj, field, err)
+	}
+	informer, err := ix.c.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
 	if err != nil {
 		return fmt.Errorf("informer for %T: %w", obj, err)
 	}
-	index := func(raw any) ([]string, error) {
-		o, ok := raw.(client.Object)
-		if !ok {
-			return nil, fmt.Errorf("index %s: %T is not an object", field, raw)
-		}
-		ns := o.GetNamespace()
-		if ix.scope == ClusterWide || ns == "" {
-			ns = allNamespaces
-		}
-		values := extract(o)
-		keys := make([]string, len(values))
-		for i, v := range values {
-			keys[i] = ns + "/" + v
-		}
-		return keys, nil
-	}
-	if err := informer.AddIndexers(toolscache.Indexers{fieldIndexPrefix + field: index}); err != nil {
+	idx := index{scope: ix.scope, buckets: ix.buckets, extract: extract}
+	if err := informer.AddIndexers(toolscache.Indexers{fieldIndexPrefix + field: idx.keys}); err != nil {
 		return fmt.Errorf("index %T by %s: %w", obj, field, err)
 	}
+	ix.c.mu.Lock()
+	ix.c.indexes[indexKey{gvk.GroupKind(), field}] = idx
+	ix.c.mu.Unlock()
 	return nil
+}
+
+// keys is the index's client-go IndexFunc: the keys of raw's values, each
+// once (two values may share a bucket).
+func (idx index) keys(raw any) ([]string, error) {
+	o, ok := raw.(client.Object)
+	if !ok {
+		return nil, fmt.Errorf("%T is not an object", raw)
+	}
+	values := idx.extract(o)
+	keys := make([]string, 0, len(values))
+	for _, v := range values {
+		if k := idx.key(o.GetNamespace(), v); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+// key is the index key of value for an object in (or a list of) ns: its
+// bucket, under the namespace for a Namespaced index and under all
+// namespaces for a ClusterWide one (or an object of no namespace).
+func (idx index) key(ns, value string) string {
+	if idx.scope == ClusterWide || ns == "" {
+		ns = allNamespaces
+	}
+	return ns + "/" + idx.bucket(value)
+}
+
+// listKey is the index key a list in ns (all namespaces when empty) of
+// value reads, as controller-runtime's KeyToNamespacedKey makes it: a
+// Namespaced index has nothing under all namespaces, a ClusterWide one
+// nothing under one namespace.
+func (idx index) listKey(ns, value string) string {
+	if ns == "" {
+		ns = allNamespaces
+	}
+	return ns + "/" + idx.bucket(value)
+}
+
+// bucket is value's bucket: FNV-1a of its bytes, modulo the buckets.
+func (idx index) bucket(value string) string {
+	h := uint32(2166136261)
+	for i := 0; i < len(value); i++ {
+		h ^= uint32(value[i])
+		h *= 16777619
+	}
+	return strconv.FormatUint(uint64(h%idx.buckets), 10)
+}
+
+// holds reports whether o's own values of the index include value.
+func (idx index) holds(o client.Object, value string) bool {
+	return slices.Contains(idx.extract(o), value)
+}
+
+// lookup is the index of field on gk's objects, if this package added it.
+func (c *Cache) lookup(gk schema.GroupKind, field string) (index, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	idx, ok := c.indexes[indexKey{gk, field}]
+	return idx, ok
+}
+
+// List implements client.Reader: a list whose field selector is one exact
+// match on a field this package indexed reads that value's bucket and
+// keeps the objects whose own value it is; every other list is the
+// wrapped cache's.
+func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	lo := client.ListOptions{}
+	lo.ApplyOptions(opts)
+	field, value, ok := exactField(lo.FieldSelector)
+	if !ok {
+		return c.Cache.List(ctx, list, opts...)
+	}
+	gvk, err := apiutil.GVKForObject(list, c.scheme)
+	if err != nil {
+		return c.Cache.List(ctx, list, opts...)
+	}
+	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
+	idx, ok := c.lookup(gvk.GroupKind(), field)
+	if !ok {
+		return c.Cache.List(ctx, list, opts...)
+	}
+	if lo.Continue != "" {
+		return fmt.Errorf("continue list option is not supported by the cache")
+	}
+	proto, err := c.scheme.New(gvk)
+	if err != nil {
+		return fmt.Errorf("list %s by %s: %w", gvk.Kind, field, err)
+	}
+	obj, ok := proto.(client.Object)
+	if !ok {
+		return fmt.Errorf("list %s by %s: %T is not an object", gvk.Kind, field, proto)
+	}
+	informer, err := c.GetInformer(ctx, obj)
+	if err != nil {
+		return fmt.Errorf("list %s by %s: %w", gvk.Kind, field, err)
+	}
+	si, ok := informer.(interface{ GetIndexer() toolscache.Indexer })
+	if !ok {
+		// A cache of several namespaces has an informer per namespace:
+		// the wrapped cache lists the bucket (copies), and only the
+		// value's objects are kept.
+		return c.listBucket(ctx, list, idx, field, value, opts)
+	}
+	stored, err := si.GetIndexer().ByIndex(fieldIndexPrefix+field, idx.listKey(lo.Namespace, value))
+	if err != nil {
+		return fmt.Errorf("list %s by %s: %w", gvk.Kind, field, err)
+	}
+	copyObjects := lo.UnsafeDisableDeepCopy == nil || !*lo.UnsafeDisableDeepCopy
+	var out []runtime.Object
+	for _, item := range stored {
+		if lo.Limit > 0 && int64(len(out)) >= lo.Limit {
+			break
+		}
+		o, ok := item.(client.Object)
+		if !ok {
+			return fmt.Errorf("cache contained %T, which is not an Object", item)
+		}
+		if !idx.holds(o, value) || lo.LabelSelector != nil && !lo.LabelSelector.Matches(labels.Set(o.GetLabels())) {
+			continue
+		}
+		if copyObjects {
+			cp := o.DeepCopyObject()
+			cp.GetObjectKind().SetGroupVersionKind(gvk)
+			out = append(out, cp)
+		} else {
+			out = append(out, o)
+		}
+	}
+	if err := apimeta.SetList(list, out); err != nil {
+		return fmt.Errorf("list %s by %s: %w", gvk.Kind, field, err)
+	}
+	list.SetContinue("continue-not-supported")
+	return nil
+}
+
+// listBucket lists value's bucket through the wrapped cache (its reader
+// looks the index up by the bucket as it would by a value) and keeps the
+// objects whose own value it is.
+func (c *Cache) listBucket(ctx context.Context, list client.ObjectList, idx index, field, value string, opts []client.ListOption) error {
+	lo := client.ListOptions{}
+	lo.ApplyOptions(opts)
+	bucket := idx.bucket(value)
+	lo.FieldSelector = fields.OneTermEqualSelector(field, bucket)
+	if err := c.Cache.List(ctx, list, &lo); err != nil {
+		return err
+	}
+	items, err := apimeta.ExtractList(list)
+	if err != nil {
+		return fmt.Errorf("list by %s: %w", field, err)
+	}
+	kept := items[:0]
+	for _, item := range items {
+		if o, ok := item.(client.Object); ok && idx.holds(o, value) {
+			kept = append(kept, item)
+		}
+	}
+	return apimeta.SetList(list, kept)
+}
+
+// exactField is the field and value of a selector that is one exact match.
+func exactField(sel fields.Selector) (field, value string, ok bool) {
+	if sel == nil {
+		return "", "", false
+	}
+	reqs := sel.Requirements()
+	if len(reqs) != 1 || (reqs[0].Operator != "=" && reqs[0].Operator != "==") {
+		return "", "", false
+	}
+	return reqs[0].Field, reqs[0].Value, true
 }
 
 // ErrNoIndexer says an informer has no indexer of its own to look up:
 // the informer of a cache of several namespaces (one per namespace).
 var ErrNoIndexer = errors.New("the informer has no indexer of its own")
 
-// Lookup returns the objects an index of scope, added by an Indexer to
-// informer, holds under value (in namespace ns for a Namespaced index):
-// the informer's own objects, not copies, in the form its transform
-// stores them. They must only be read. It is for the hot paths that
-// would otherwise copy an object to read a few of its fields; on an
-// informer without an indexer of its own it fails with ErrNoIndexer, and
-// the caller lists instead.
-func Lookup(informer cache.Informer, scope Scope, field, ns, value string) ([]any, error) {
+// Lookup returns the objects of obj's kind whose field (an index this
+// package added, of scope ClusterWide, or Namespaced looked up in ns) is
+// value, from informer (the Cache's informer of that kind): the informer's
+// own objects, not copies, in the form its transform stores them. They
+// must only be read. It is for the hot paths that would otherwise copy an
+// object to read a few of its fields; on an informer without an indexer
+// of its own it fails with ErrNoIndexer, and the caller lists instead.
+func (c *Cache) Lookup(informer cache.Informer, obj client.Object, field, ns, value string) ([]any, error) {
 	si, ok := informer.(interface{ GetIndexer() toolscache.Indexer })
 	if !ok {
 		return nil, fmt.Errorf("index %s of %T: %w", field, informer, ErrNoIndexer)
 	}
-	if scope == ClusterWide || ns == "" {
-		ns = allNamespaces
+	gvk, err := apiutil.GVKForObject(obj, c.scheme)
+	if err != nil {
+		return nil, fmt.Errorf("index %s of %T: %w", field, obj, err)
 	}
-	objs, err := si.GetIndexer().ByIndex(fieldIndexPrefix+field, ns+"/"+value)
+	idx, ok := c.lookup(gvk.GroupKind(), field)
+	if !ok {
+		return nil, fmt.Errorf("no index %s of %s added by this package", field, gvk.Kind)
+	}
+	if idx.scope == ClusterWide {
+		ns = ""
+	}
+	stored, err := si.GetIndexer().ByIndex(fieldIndexPrefix+field, idx.listKey(ns, value))
 	if err != nil {
 		return nil, fmt.Errorf("index %s: %w", field, err)
 	}
-	return objs, nil
+	return slices.DeleteFunc(stored, func(item any) bool {
+		o, ok := item.(client.Object)
+		return !ok || !idx.holds(o, value)
+	}), nil
 }
