@@ -30,9 +30,12 @@ type reconcileContext struct {
 	// now is the pass's one clock reading.
 	now time.Time
 	// began is when the pass began by the process's own clock (now may
-	// be a test's), and breachRecorded how long the pass's breach write
-	// took: the durations a rollback logs (restore).
+	// be a test's), breachAsked when it asked for its breach's write
+	// (zero in a pass that did not decide the rollback) and
+	// breachRecorded how long that write took: the instants and durations
+	// a rollback logs (restore).
 	began          time.Time
+	breachAsked    time.Time
 	breachRecorded time.Duration
 	// rollingBack is set once the pass decides or finishes a rollback:
 	// from then on its writes go through the rollbacks' client (writer).

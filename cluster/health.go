@@ -199,7 +199,7 @@ func (c *reconcileContext) breach(ctx context.Context, v healthwatch.Verdict) (c
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("roll back %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
-	recordFrom := time.Now()
+	c.breachAsked = time.Now()
 	err = c.record(ctx, outcome{
 		doing: "record breach of",
 		phase: v1alpha1.PhaseRolledBack, setReason: true, reason: v.Reason, message: v.Message,
@@ -210,7 +210,7 @@ func (c *reconcileContext) breach(ctx context.Context, v healthwatch.Verdict) (c
 		rollbackChanged: true, backoff: evs, mirrorLater: true,
 		hook: c.r.AfterBreach,
 	})
-	c.breachRecorded = time.Since(recordFrom)
+	c.breachRecorded = time.Since(c.breachAsked)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -318,10 +318,18 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 	// Where a rollback's time went (docs/leader.md, "Metrics"): the pass
 	// until its restore was written, the breach's status write and the
 	// restore's own writes in it (a restore finished by a later pass has
-	// no breach write of its own).
-	c.r.Log.Info("rolled back", "recommendation", rsr.Namespace+"/"+rsr.Name, "reason", b.Reason,
+	// no breach write of its own); and the instants the pass began, asked
+	// for the breach's write (the rollback's first request) and for the
+	// restore, by the wall clock, which a harness on the same machine
+	// compares with when it caused the harm.
+	attrs := []any{"recommendation", rsr.Namespace + "/" + rsr.Name, "reason", b.Reason,
 		"untilRestoredMs", millis(restoreFrom.Add(restoreTook).Sub(c.began)),
-		"breachWriteMs", millis(c.breachRecorded), "restoreWriteMs", millis(restoreTook), "passMs", millis(time.Since(c.began)))
+		"breachWriteMs", millis(c.breachRecorded), "restoreWriteMs", millis(restoreTook), "passMs", millis(time.Since(c.began)),
+		"passBegan", c.began, "restoreAsked", restoreFrom}
+	if !c.breachAsked.IsZero() {
+		attrs = append(attrs, "breachAsked", c.breachAsked)
+	}
+	c.r.Log.Info("rolled back", attrs...)
 	return ctrl.Result{RequeueAfter: backoffRequeue(rsr, c.now)}, nil
 }
 

@@ -225,8 +225,12 @@ func tail(s string, n int) string {
 const clockTick = 100
 
 // cpu is the leader's user+sys CPU time so far (/proc/<pid>/stat).
-func (p *leaderProc) cpu() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+func (p *leaderProc) cpu() time.Duration { return pidCPU(p.cmd.Process.Pid) }
+
+// pidCPU is process pid's user+sys CPU time so far (/proc/<pid>/stat), 0
+// when it cannot be read.
+func pidCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}
@@ -236,6 +240,30 @@ func (p *leaderProc) cpu() time.Duration {
 	ut, _ := strconv.ParseUint(f[11], 10, 64)
 	st, _ := strconv.ParseUint(f[12], 10, 64)
 	return time.Duration(ut+st) * time.Second / clockTick
+}
+
+// controlPlaneCPU is the user+sys CPU time so far of the processes named
+// kube-apiserver and etcd (/proc/<pid>/comm), the control plane the
+// leader shares this machine's cores with. A process of either name that
+// is not the harness's (another test's) is counted too; the benchmark
+// runs alone.
+func controlPlaneCPU() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil {
+			continue
+		}
+		if name := strings.TrimSpace(string(comm)); name == "kube-apiserver" || name == "etcd" {
+			out[name] += pidCPU(pid)
+		}
+	}
+	return out
 }
 
 // memory is the leader's VmRSS and VmHWM (peak) in bytes.
@@ -632,8 +660,13 @@ func sendCounters(ctx context.Context, s *sim, a *agents, interval time.Duration
 // rollbackTimes logs where the leader's rollbacks spent their time, from
 // its "rolled back" log lines (cluster/health.go): the pass until its
 // restore was written, the breach's status write and the restore's
-// writes, p50 and max of each.
-func (p *leaderProc) rollbackTimes(tb testing.TB) {
+// writes, p50 and max of each. For the probes, by recommendation
+// ("namespace/name") with when the harness sent each one's OOM kill, it
+// logs how long after the kill the leader began the pass, asked for the
+// rollback's first write (the breach's status), asked for the restore
+// and had the restore answered, p50, p99 and max of each: the leader's
+// log and the harness read one wall clock.
+func (p *leaderProc) rollbackTimes(tb testing.TB, killed map[string]time.Time) {
 	raw, err := os.ReadFile(p.logPath)
 	if err != nil {
 		tb.Logf("the leader's rollbacks: %v", err)
@@ -641,6 +674,8 @@ func (p *leaderProc) rollbackTimes(tb testing.TB) {
 	}
 	fields := []string{"untilRestoredMs", "breachWriteMs", "restoreWriteMs", "passMs"}
 	got := map[string][]float64{}
+	steps := []string{"passBegan", "breachAsked", "restoreAsked", "restoreAnswered"}
+	sinceKill := map[string][]float64{}
 	for line := range strings.SplitSeq(string(raw), "\n") {
 		if !strings.Contains(line, `"msg":"rolled back"`) {
 			continue
@@ -654,6 +689,27 @@ func (p *leaderProc) rollbackTimes(tb testing.TB) {
 				got[f] = append(got[f], v)
 			}
 		}
+		name, _ := rec["recommendation"].(string)
+		kill, ok := killed[name]
+		if !ok {
+			continue
+		}
+		at := map[string]time.Time{}
+		for _, f := range steps[:3] {
+			if v, ok := rec[f].(string); ok {
+				if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+					at[f] = t
+				}
+			}
+		}
+		if w, ok := rec["restoreWriteMs"].(float64); ok && !at["restoreAsked"].IsZero() {
+			at["restoreAnswered"] = at["restoreAsked"].Add(time.Duration(w * float64(time.Millisecond)))
+		}
+		for _, f := range steps {
+			if t, ok := at[f]; ok {
+				sinceKill[f] = append(sinceKill[f], float64(t.Sub(kill).Microseconds())/1000)
+			}
+		}
 	}
 	var parts []string
 	for _, f := range fields {
@@ -661,6 +717,13 @@ func (p *leaderProc) rollbackTimes(tb testing.TB) {
 		parts = append(parts, fmt.Sprintf("%s p50 %.1f, max %.1f", f, percentile(got[f], 0.5), percentile(got[f], 1)))
 	}
 	tb.Logf("the leader's %d rollbacks, by its log: %s", len(got[fields[0]]), strings.Join(parts, "; "))
+	parts = parts[:0]
+	for _, f := range steps {
+		l := sinceKill[f]
+		slices.Sort(l)
+		parts = append(parts, fmt.Sprintf("%s %d: p50 %.1f, p99 %.1f, max %.1f ms", f, len(l), percentile(l, 0.5), percentile(l, 0.99), percentile(l, 1)))
+	}
+	tb.Logf("the probes' OOM kill → the leader, by its log (a restore finished by a later pass has no breachAsked): %s", strings.Join(parts, "; "))
 }
 
 // apiTimings are the apiserver's own time for the requests a rollback

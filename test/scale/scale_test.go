@@ -334,7 +334,7 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	// in-place workload's (strategy InPlace: the leader resizes its pods)
 	// first, and the probes' OOM kills while it runs.
 	wave := n - first
-	waveFrom, reqWave0, resize0, harness0 := time.Now(), leaderRequests(b, cs), resizeRequests(b, cs), harnessCPU()
+	waveFrom, reqWave0, resize0, harness0, cp0 := time.Now(), leaderRequests(b, cs), resizeRequests(b, cs), harnessCPU(), controlPlaneCPU()
 	apiWave0 := readAPITimings(b, cs)
 	waveProfiled := leader.cpuProfile(b, "leader-cpu-"+strconv.Itoa(n)+"-wave.pb.gz", 60*time.Second)
 	inPlaceRec := recommendationFor(s.ns(0), inPlaceName, v1alpha1.StrategyInPlace, inPlaceMem)
@@ -387,7 +387,7 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	waveTo, reqWave1, resize1, harness1 := time.Now(), leaderRequests(b, cs), resizeRequests(b, cs), harnessCPU()
+	waveTo, reqWave1, resize1, harness1, cp1 := time.Now(), leaderRequests(b, cs), resizeRequests(b, cs), harnessCPU(), controlPlaneCPU()
 	_, peakRSS := leader.memory()
 	waveRSS, _ := leader.memory()
 	waveCPU, peakCPU := u.over(waveFrom, waveTo, 10*time.Second)
@@ -463,6 +463,9 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	b.Logf("leader during the wave: CPU mean %.0f mCPU, peak (10 s) %.0f mCPU; RSS %.0f MiB, peak %.0f MiB; %.1f apiserver requests/s; the harness's own CPU %.0f mCPU",
 		waveCPU*1000, peakCPU*1000, float64(waveRSS)/(1<<20), float64(peakRSS)/(1<<20), reqRate,
 		1000*(harness1-harness0).Seconds()/waveTo.Sub(waveFrom).Seconds())
+	b.Logf("the machine's cores during the wave: kube-apiserver %.0f mCPU, etcd %.0f mCPU (the leader's and the harness's above)",
+		1000*(cp1["kube-apiserver"]-cp0["kube-apiserver"]).Seconds()/waveTo.Sub(waveFrom).Seconds(),
+		1000*(cp1["etcd"]-cp0["etcd"]).Seconds()/waveTo.Sub(waveFrom).Seconds())
 	// How long the harm signals' requests waited for their pass (the
 	// leader's own metric).
 	harmWait, err := leader.metric("kerf_leader_harm_queue_wait_seconds_sum")
@@ -477,7 +480,11 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 		harmN, 1000*harmWait/max(harmN, 1), 1000*lockWait/max(harmN, 1), budgetN, 1000*budgetWait/max(budgetN, 1))
 	b.Logf("OOM kill → rollback write seen: %d of %d probes (%d sent while the wave was still applying): p50 %.1f ms, p99 %.1f ms, max %.1f ms",
 		len(lat), probes, during, percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 1))
-	leader.rollbackTimes(b)
+	killed := map[string]time.Time{}
+	for i := range probes {
+		killed[s.ns(i)+"/"+workloadName(i)] = sent[i]
+	}
+	leader.rollbackTimes(b, killed)
 	since := func(t time.Time) string {
 		if t.IsZero() {
 			return "never"
