@@ -14,8 +14,8 @@
 //
 // An index of this package keeps each object under one key per value,
 // for the lists of one Scope, and that key is the value's bucket: a hash
-// of the value, one of a fixed number of buckets (Buckets) per namespace,
-// or per cluster for a ClusterWide index. A namespace's objects so share
+// of the value, one of a fixed number of buckets (Scope.Buckets) per
+// namespace, or per cluster for a ClusterWide index. A namespace's objects so share
 // at most that many sets, whatever their number: about 50 bytes an object
 // rather than 300. The Cache of this package (the manager's, through
 // ctrl.Options.NewCache) answers a list through such an index exactly: it
@@ -62,12 +62,23 @@ const (
 	ClusterWide
 )
 
-// Buckets is how many keys an index spreads a namespace's objects over
-// (a ClusterWide index, the cluster's). A bucket's objects are read to
+// How many keys an index spreads a namespace's objects over (a
+// ClusterWide index, the cluster's). A bucket's objects are read to
 // answer a list of one value: at 700 pods a namespace, a Namespaced
 // index's bucket holds about 11; a ClusterWide one of 35,000 pods, about
 // 9. Fewer buckets cost less memory and more objects read a lookup.
-var Buckets = map[Scope]uint32{Namespaced: 64, ClusterWide: 4096}
+const (
+	NamespacedBuckets  = 64
+	ClusterWideBuckets = 4096
+)
+
+// Buckets is the number of buckets of an index of scope.
+func (scope Scope) Buckets() uint32 {
+	if scope == ClusterWide {
+		return ClusterWideBuckets
+	}
+	return NamespacedBuckets
+}
 
 // The names controller-runtime's cache reader (pkg/cache/internal,
 // FieldIndexName and KeyToNamespacedKey) looks an index and its values up
@@ -128,7 +139,7 @@ func Wrap(c cache.Cache, scheme *runtime.Scheme) *Cache {
 // Indexer returns an Indexer whose indexes answer the lists of scope, with
 // the scope's Buckets.
 func (c *Cache) Indexer(scope Scope) Indexer {
-	return Indexer{c: c, scope: scope, buckets: Buckets[scope]}
+	return Indexer{c: c, scope: scope, buckets: scope.Buckets()}
 }
 
 // Indexer is a client.FieldIndexer over a Cache whose indexes answer the

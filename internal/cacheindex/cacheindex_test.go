@@ -176,7 +176,7 @@ func TestBucketsHoldLessThanAKeyAPod(t *testing.T) {
 		}
 	}
 	bucketed := func(scope Scope, extract client.IndexerFunc) toolscache.IndexFunc {
-		return index{scope: scope, buckets: Buckets[scope], extract: extract}.keys
+		return index{scope: scope, buckets: scope.Buckets(), extract: extract}.keys
 	}
 	held := func(indexFunc func(Scope, client.IndexerFunc) toolscache.IndexFunc) float64 {
 		store := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
@@ -194,7 +194,7 @@ func TestBucketsHoldLessThanAKeyAPod(t *testing.T) {
 	}
 	one, buckets := held(oneKey), held(bucketed)
 	t.Logf("the two indexes of %d pods: %.0f bytes a pod with a key per value, %.0f in buckets (Namespaced %d, ClusterWide %d)",
-		len(pods), one, buckets, Buckets[Namespaced], Buckets[ClusterWide])
+		len(pods), one, buckets, NamespacedBuckets, ClusterWideBuckets)
 	assert.Less(t, buckets, one/3, "buckets hold less than a third of a key a value")
 }
 
