@@ -664,8 +664,9 @@ func sendCounters(ctx context.Context, s *sim, a *agents, interval time.Duration
 // ("namespace/name") with when the harness sent each one's OOM kill, it
 // logs how long after the kill the leader began the pass, asked for the
 // rollback's first write (the breach's status), asked for the restore
-// and had the restore answered, p50, p99 and max of each: the leader's
-// log and the harness read one wall clock.
+// and had the restore answered, p50, p99 and max of each, and the
+// slowest probe's steps: the leader's log and the harness read one wall
+// clock.
 func (p *leaderProc) rollbackTimes(tb testing.TB, killed map[string]time.Time) {
 	raw, err := os.ReadFile(p.logPath)
 	if err != nil {
@@ -676,6 +677,8 @@ func (p *leaderProc) rollbackTimes(tb testing.TB, killed map[string]time.Time) {
 	got := map[string][]float64{}
 	steps := []string{"passBegan", "breachAsked", "restoreAsked", "restoreAnswered"}
 	sinceKill := map[string][]float64{}
+	var slowest time.Duration
+	var slowestProbe string
 	for line := range strings.SplitSeq(string(raw), "\n") {
 		if !strings.Contains(line, `"msg":"rolled back"`) {
 			continue
@@ -705,10 +708,16 @@ func (p *leaderProc) rollbackTimes(tb testing.TB, killed map[string]time.Time) {
 		if w, ok := rec["restoreWriteMs"].(float64); ok && !at["restoreAsked"].IsZero() {
 			at["restoreAnswered"] = at["restoreAsked"].Add(time.Duration(w * float64(time.Millisecond)))
 		}
+		var probe []string
 		for _, f := range steps {
 			if t, ok := at[f]; ok {
-				sinceKill[f] = append(sinceKill[f], float64(t.Sub(kill).Microseconds())/1000)
+				ms := float64(t.Sub(kill).Microseconds()) / 1000
+				sinceKill[f] = append(sinceKill[f], ms)
+				probe = append(probe, fmt.Sprintf("%s %.1f", f, ms))
 			}
+		}
+		if t, ok := at["restoreAnswered"]; ok && t.Sub(kill) > slowest {
+			slowest, slowestProbe = t.Sub(kill), name+": "+strings.Join(probe, ", ")+" ms"
 		}
 	}
 	var parts []string
@@ -723,7 +732,7 @@ func (p *leaderProc) rollbackTimes(tb testing.TB, killed map[string]time.Time) {
 		slices.Sort(l)
 		parts = append(parts, fmt.Sprintf("%s %d: p50 %.1f, p99 %.1f, max %.1f ms", f, len(l), percentile(l, 0.5), percentile(l, 0.99), percentile(l, 1)))
 	}
-	tb.Logf("the probes' OOM kill → the leader, by its log (a restore finished by a later pass has no breachAsked): %s", strings.Join(parts, "; "))
+	tb.Logf("the probes' OOM kill → the leader, by its log (a restore finished by a later pass has no breachAsked): %s; the slowest, %s", strings.Join(parts, "; "), slowestProbe)
 }
 
 // apiTimings are the apiserver's own time for the requests a rollback
