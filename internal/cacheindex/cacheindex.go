@@ -16,7 +16,7 @@
 // for the lists of one Scope, and that key is the value's bucket: a hash
 // of the value, one of a fixed number of buckets (Scope.Buckets) per
 // namespace, or per cluster for a ClusterWide index. A namespace's objects so share
-// at most that many sets, whatever their number: about 50 bytes an object
+// at most that many sets, whatever their number: about 55 bytes an object
 // rather than 300. The Cache of this package (the manager's, through
 // ctrl.Options.NewCache) answers a list through such an index exactly: it
 // reads the value's bucket from the informer's own objects and keeps
@@ -65,10 +65,14 @@ const (
 // How many keys an index spreads a namespace's objects over (a
 // ClusterWide index, the cluster's). A bucket's objects are read to
 // answer a list of one value: at 700 pods a namespace, a Namespaced
-// index's bucket holds about 11; a ClusterWide one of 35,000 pods, about
-// 9. Fewer buckets cost less memory and more objects read a lookup.
+// index's bucket holds about 5.5; a ClusterWide one of 35,000 pods,
+// about 8.5. Fewer buckets cost less memory and more objects read a
+// lookup: 35,000 pods' two indexes hold 105 bytes a pod at 64 a
+// namespace, 113 at 128 and 156 at 256 (TestBucketsHoldLessThanAKeyAPod),
+// and at 64 the leader's reads of a wave at 25,000 workloads took about
+// 6 % of its CPU (docs/performance.md, "The seventh round").
 const (
-	NamespacedBuckets  = 64
+	NamespacedBuckets  = 128
 	ClusterWideBuckets = 4096
 )
 
