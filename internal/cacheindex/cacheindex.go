@@ -69,8 +69,8 @@ const (
 // about 8.5. Fewer buckets cost less memory and more objects read a
 // lookup: 35,000 pods' two indexes hold 105 bytes a pod at 64 a
 // namespace, 113 at 128 and 156 at 256 (TestBucketsHoldLessThanAKeyAPod),
-// and at 64 the leader's reads of a wave at 25,000 workloads took about
-// 6 % of its CPU (docs/performance.md, "The seventh round").
+// and at 64 the bucket reads added about 7 % to the leader's CPU in a
+// wave at 25,000 workloads (docs/performance.md, "The seventh round").
 const (
 	NamespacedBuckets  = 128
 	ClusterWideBuckets = 4096
