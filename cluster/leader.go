@@ -296,10 +296,8 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		}
 	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Cache: cacheOpts,
-		// Lists through the field indexes read their value's bucket
-		// (internal/cacheindex).
-		NewCache:                            cacheindex.NewCache,
+		Cache:                               cacheOpts,
+		NewCache:                            cacheindex.NewCache, // lists by a field index read the value's bucket
 		Scheme:                              kube.Scheme,
 		Logger:                              logr.FromSlogHandler(log.Handler()),
 		Metrics:                             metricsserver.Options{BindAddress: "0"},
