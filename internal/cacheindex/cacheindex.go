@@ -114,11 +114,13 @@ type indexKey struct {
 }
 
 // index is what the Cache knows of an index: the lists it answers, its
-// buckets and how an object's values are found.
+// buckets, how an object's values are found, and an object of its kind
+// (what the Cache asks its informer for).
 type index struct {
 	scope   Scope
 	buckets uint32
 	extract client.IndexerFunc
+	obj     client.Object
 }
 
 // NewCache is a cache.NewCacheFunc (ctrl.Options.NewCache): a cache.New
@@ -175,7 +177,7 @@ func (ix Indexer) IndexField(ctx context.Context, obj client.Object, field strin
 	if err != nil {
 		return fmt.Errorf("informer for %T: %w", obj, err)
 	}
-	idx := index{scope: ix.scope, buckets: ix.buckets, extract: extract}
+	idx := index{scope: ix.scope, buckets: ix.buckets, extract: extract, obj: obj}
 	if err := informer.AddIndexers(toolscache.Indexers{fieldIndexPrefix + field: idx.keys}); err != nil {
 		return fmt.Errorf("index %T by %s: %w", obj, field, err)
 	}
@@ -206,10 +208,10 @@ func (idx index) keys(raw any) ([]string, error) {
 // bucket, under the namespace for a Namespaced index and under all
 // namespaces for a ClusterWide one (or an object of no namespace).
 func (idx index) key(ns, value string) string {
-	if idx.scope == ClusterWide || ns == "" {
-		ns = allNamespaces
+	if idx.scope == ClusterWide {
+		ns = ""
 	}
-	return ns + "/" + idx.bucket(value)
+	return idx.listKey(ns, value)
 }
 
 // listKey is the index key a list in ns (all namespaces when empty) of
@@ -269,26 +271,17 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 	if lo.Continue != "" {
 		return fmt.Errorf("continue list option is not supported by the cache")
 	}
-	proto, err := c.scheme.New(gvk)
+	informer, err := c.GetInformer(ctx, idx.obj)
 	if err != nil {
 		return fmt.Errorf("list %s by %s: %w", gvk.Kind, field, err)
 	}
-	obj, ok := proto.(client.Object)
-	if !ok {
-		return fmt.Errorf("list %s by %s: %T is not an object", gvk.Kind, field, proto)
-	}
-	informer, err := c.GetInformer(ctx, obj)
-	if err != nil {
-		return fmt.Errorf("list %s by %s: %w", gvk.Kind, field, err)
-	}
-	si, ok := informer.(interface{ GetIndexer() toolscache.Indexer })
-	if !ok {
+	stored, err := idx.inBucket(informer, field, idx.listKey(lo.Namespace, value), value)
+	if errors.Is(err, ErrNoIndexer) {
 		// A cache of several namespaces has an informer per namespace:
 		// the wrapped cache lists the bucket (copies), and only the
 		// value's objects are kept.
-		return c.listBucket(ctx, list, idx, field, value, opts)
+		return c.listBucket(ctx, list, idx, field, value, lo)
 	}
-	stored, err := si.GetIndexer().ByIndex(fieldIndexPrefix+field, idx.listKey(lo.Namespace, value))
 	if err != nil {
 		return fmt.Errorf("list %s by %s: %w", gvk.Kind, field, err)
 	}
@@ -298,11 +291,8 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 		if lo.Limit > 0 && int64(len(out)) >= lo.Limit {
 			break
 		}
-		o, ok := item.(client.Object)
-		if !ok {
-			return fmt.Errorf("cache contained %T, which is not an Object", item)
-		}
-		if !idx.holds(o, value) || lo.LabelSelector != nil && !lo.LabelSelector.Matches(labels.Set(o.GetLabels())) {
+		o := item.(client.Object) // inBucket keeps objects only
+		if lo.LabelSelector != nil && !lo.LabelSelector.Matches(labels.Set(o.GetLabels())) {
 			continue
 		}
 		if copyObjects {
@@ -323,11 +313,8 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 // listBucket lists value's bucket through the wrapped cache (its reader
 // looks the index up by the bucket as it would by a value) and keeps the
 // objects whose own value it is.
-func (c *Cache) listBucket(ctx context.Context, list client.ObjectList, idx index, field, value string, opts []client.ListOption) error {
-	lo := client.ListOptions{}
-	lo.ApplyOptions(opts)
-	bucket := idx.bucket(value)
-	lo.FieldSelector = fields.OneTermEqualSelector(field, bucket)
+func (c *Cache) listBucket(ctx context.Context, list client.ObjectList, idx index, field, value string, lo client.ListOptions) error {
+	lo.FieldSelector = fields.OneTermEqualSelector(field, idx.bucket(value))
 	if err := c.Cache.List(ctx, list, &lo); err != nil {
 		return err
 	}
@@ -368,10 +355,6 @@ var ErrNoIndexer = errors.New("the informer has no indexer of its own")
 // object to read a few of its fields; on an informer without an indexer
 // of its own it fails with ErrNoIndexer, and the caller lists instead.
 func (c *Cache) Lookup(informer cache.Informer, obj client.Object, field, ns, value string) ([]any, error) {
-	si, ok := informer.(interface{ GetIndexer() toolscache.Indexer })
-	if !ok {
-		return nil, fmt.Errorf("index %s of %T: %w", field, informer, ErrNoIndexer)
-	}
 	gvk, err := apiutil.GVKForObject(obj, c.scheme)
 	if err != nil {
 		return nil, fmt.Errorf("index %s of %T: %w", field, obj, err)
@@ -380,15 +363,30 @@ func (c *Cache) Lookup(informer cache.Informer, obj client.Object, field, ns, va
 	if !ok {
 		return nil, fmt.Errorf("no index %s of %s added by this package", field, gvk.Kind)
 	}
-	if idx.scope == ClusterWide {
-		ns = ""
+	return idx.inBucket(informer, field, idx.key(ns, value), value)
+}
+
+// inBucket returns the objects informer's own indexer holds under key of
+// the index of field whose own value is value, not copies; ErrNoIndexer
+// when the informer has no indexer of its own.
+func (idx index) inBucket(informer cache.Informer, field, key, value string) ([]any, error) {
+	si, ok := informer.(interface{ GetIndexer() toolscache.Indexer })
+	if !ok {
+		return nil, fmt.Errorf("index %s of %T: %w", field, informer, ErrNoIndexer)
 	}
-	stored, err := si.GetIndexer().ByIndex(fieldIndexPrefix+field, idx.listKey(ns, value))
+	stored, err := si.GetIndexer().ByIndex(fieldIndexPrefix+field, key)
 	if err != nil {
 		return nil, fmt.Errorf("index %s: %w", field, err)
 	}
-	return slices.DeleteFunc(stored, func(item any) bool {
+	kept := stored[:0]
+	for _, item := range stored {
 		o, ok := item.(client.Object)
-		return !ok || !idx.holds(o, value)
-	}), nil
+		if !ok {
+			return nil, fmt.Errorf("cache contained %T, which is not an Object", item)
+		}
+		if idx.holds(o, value) {
+			kept = append(kept, item)
+		}
+	}
+	return kept, nil
 }
