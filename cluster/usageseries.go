@@ -56,6 +56,12 @@ type seriesKey struct {
 	container string
 }
 
+// workload is the key of k's workload: k without its container.
+func (k seriesKey) workload() seriesKey {
+	k.container = ""
+	return k
+}
+
 // A point is packed in two uint32s, 8 bytes: cpu holds the mean CPU rate
 // per pod in millicores (25 bits, to 33,554 cores) above the throttled
 // share of CFS periods in percent plus one (7 bits, 0: not read); mem
@@ -216,9 +222,13 @@ type UsageSeries struct {
 	period time.Duration
 	max    int
 
-	mu        sync.Mutex
-	series    map[seriesKey]*usageSeries
-	instances map[instanceRef]*seriesInstance
+	mu     sync.Mutex
+	series map[seriesKey]*usageSeries
+	// perWorkload counts the series of each workload (by its key with
+	// no container): with the table full, a workload with none is not
+	// read, as none could be made for it.
+	perWorkload map[seriesKey]int
+	instances   map[instanceRef]*seriesInstance
 	tick      uint64
 	full      bool
 }
@@ -239,7 +249,7 @@ func NewUsageSeries(c client.Reader, sig *signals.Stores, cfg UsageSeriesConfig,
 		now = time.Now
 	}
 	return &UsageSeries{client: c, usage: sig.Usage, kernel: sig.Kernel, now: now, log: log.With("component", "usageSeries"),
-		period: cfg.Period, max: cfg.MaxSeries, series: map[seriesKey]*usageSeries{}, instances: map[instanceRef]*seriesInstance{}}
+		period: cfg.Period, max: cfg.MaxSeries, series: map[seriesKey]*usageSeries{}, perWorkload: map[seriesKey]int{}, instances: map[instanceRef]*seriesInstance{}}
 }
 
 // NeedLeaderElection says only the elected leader feeds the series.
@@ -284,6 +294,13 @@ func (u *UsageSeries) Pass(ctx context.Context) error {
 			continue
 		}
 		wanted[wk] = true
+		if len(u.series) >= u.max && u.perWorkload[wk] == 0 {
+			// No room for its series: its pods are not read (at 25,000
+			// workloads and the default cap, four fifths of a pass's
+			// reads and of the leader's allocations; docs/performance.md).
+			full = true
+			continue
+		}
 		w, err := workload.Get(ctx, u.client, rsr.Namespace, rsr.Spec.TargetRef)
 		if apierrors.IsNotFound(err) {
 			continue
@@ -307,8 +324,11 @@ func (u *UsageSeries) Pass(ctx context.Context) error {
 	u.full = full
 	oldest := now.Unix()/60 - UsageSeriesPoints
 	for k, s := range u.series {
-		if !wanted[seriesKey{namespace: k.namespace, kind: k.kind, name: k.name}] || s.newest <= oldest {
+		if wk := k.workload(); !wanted[wk] || s.newest <= oldest {
 			delete(u.series, k)
+			if u.perWorkload[wk]--; u.perWorkload[wk] <= 0 {
+				delete(u.perWorkload, wk)
+			}
 		}
 	}
 	for k, in := range u.instances {
@@ -341,6 +361,7 @@ func (u *UsageSeries) feed(wk seriesKey, pods []corev1.Pod, now time.Time) bool 
 				}
 				s = newUsageSeries(minute)
 				u.series[k] = s
+				u.perWorkload[wk]++
 			}
 			names[c.Name] = true
 			u.ingest(s, pod, c.Name, now, kills)

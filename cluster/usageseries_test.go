@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -144,6 +145,45 @@ func TestUsageSeriesBoundAndForgotten(t *testing.T) {
 	require.NoError(t, c.Delete(ctx, rsr))
 	require.NoError(t, u.Pass(ctx))
 	assert.Zero(t, u.Len(), "a workload no recommendation targets has no series")
+}
+
+// TestUsageSeriesReadNoWorkloadWithoutRoom: once the series hold their
+// maximum, a workload with none is not read (its Deployment, ReplicaSets
+// and pods), as none could be made for it; a workload with a series still
+// is. Before, every recommended workload was read each pass: at 25,000
+// workloads and the default cap, four fifths of the reads for nothing.
+func TestUsageSeriesReadNoWorkloadWithoutRoom(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	for _, name := range []string{"a", "b"} {
+		dep := deployment(ns, name, "500m", "256Mi")
+		require.NoError(t, c.Create(ctx, dep))
+		runningPod(t, c, dep)
+		require.NoError(t, c.Create(ctx, recommendation(ns, name, name, v1alpha1.StrategyInPlace, "250m", "128Mi")))
+	}
+	reads := &deploymentReads{Reader: client.NewNamespacedClient(c, ns)}
+	u := NewUsageSeries(reads, signals.New(), UsageSeriesConfig{MaxSeries: 1}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, u.Pass(ctx))
+	require.Equal(t, 1, u.Len(), "the cap holds")
+	assert.Equal(t, []string{"a"}, reads.names, "the first workload fills the table; the second is not read")
+	require.NoError(t, u.Pass(ctx))
+	assert.Equal(t, []string{"a", "a"}, reads.names, "the workload with a series is read again, the other is not")
+	assert.Len(t, u.Usage(ns, v1alpha1.KindDeployment, "a"), 0, "no readings, no points")
+	assert.Equal(t, 1, u.Len())
+}
+
+// deploymentReads records the Deployments read through it.
+type deploymentReads struct {
+	client.Reader
+	names []string
+}
+
+func (r *deploymentReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*appsv1.Deployment); ok {
+		r.names = append(r.names, key.Name)
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
 }
 
 // TestTheLeadersUsageSeriesReadPodsThroughTheIndex checks the leader's
