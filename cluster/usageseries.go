@@ -229,8 +229,8 @@ type UsageSeries struct {
 	// read, as none could be made for it.
 	perWorkload map[seriesKey]int
 	instances   map[instanceRef]*seriesInstance
-	tick      uint64
-	full      bool
+	tick        uint64
+	full        bool
 }
 
 // NewUsageSeries returns empty series fed from sig, reading the
