@@ -385,10 +385,12 @@ func (p *leaderProc) metric(name string) (float64, error) {
 }
 
 // goMemory logs where the leader's memory goes, from its Go collector's
-// gauges: the heap's live objects (as of the last GC), the heap's spans in
-// use and those held but not in use (not yet returned to the kernel), the
-// goroutine stacks and the runtime's own structures. RSS is about the sum
-// of all but the live heap (which the spans in use contain).
+// gauges: the heap's objects allocated (live, and those not yet collected:
+// go_memstats_heap_alloc_bytes; the live heap alone is the heap profile's,
+// taken after a GC), the heap's spans in use and those held but not in use
+// (not yet returned to the kernel), the goroutine stacks and the runtime's
+// own structures. RSS is about the sum of all but the allocated heap
+// (which the spans in use contain).
 func (p *leaderProc) goMemory(tb testing.TB, when string) {
 	raw, err := p.scrape()
 	if err != nil {
@@ -404,7 +406,7 @@ func (p *leaderProc) goMemory(tb testing.TB, when string) {
 	}
 	mib := func(name string) float64 { return value(name) / (1 << 20) }
 	idle, released := mib("go_memstats_heap_idle_bytes"), mib("go_memstats_heap_released_bytes")
-	tb.Logf("the leader's Go memory %s: heap live %.0f MiB (next GC at %.0f), spans in use %.0f, held free %.0f; stacks %.0f; runtime %.0f (mspan %.0f, mcache %.0f, buckets %.0f, gc %.0f, other %.0f); %.0f goroutines",
+	tb.Logf("the leader's Go memory %s: heap allocated %.0f MiB (next GC at %.0f), spans in use %.0f, held free %.0f; stacks %.0f; runtime %.0f (mspan %.0f, mcache %.0f, buckets %.0f, gc %.0f, other %.0f); %.0f goroutines",
 		when, mib("go_memstats_heap_alloc_bytes"), mib("go_memstats_next_gc_bytes"), mib("go_memstats_heap_inuse_bytes"), idle-released,
 		mib("go_memstats_stack_inuse_bytes"),
 		mib("go_memstats_mspan_inuse_bytes")+mib("go_memstats_mcache_inuse_bytes")+mib("go_memstats_buck_hash_sys_bytes")+mib("go_memstats_gc_sys_bytes")+mib("go_memstats_other_sys_bytes"),
