@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -101,7 +103,15 @@ func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signa
 	if err != nil {
 		return fmt.Errorf("informer for pods: %w", err)
 	}
-	m := mapper{c: mgr.GetClient(), cache: ic, pods: pods, r: r}
+	replicaSets, err := mgr.GetCache().GetInformer(ctx, &appsv1.ReplicaSet{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("informer for ReplicaSets: %w", err)
+	}
+	recs, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.RightsizingRecommendation{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("informer for recommendations: %w", err)
+	}
+	m := mapper{c: mgr.GetClient(), cache: ic, pods: pods, replicaSets: replicaSets, recommendations: recs, r: r}
 	// Harm signals and counter samples come on channels of their own, so
 	// that counters (every pod, every interval) never fill the one an OOM
 	// kill needs: a full channel drops, and the watch's periodic look
@@ -346,12 +356,19 @@ func newTermination(was, cur *corev1.ContainerStateTerminated) bool {
 // they concern, reading the manager's cache.
 type mapper struct {
 	c client.Reader
-	// cache is the manager's, and pods its informer of pods, which
-	// signaled reads without a copy.
-	cache *cacheindex.Cache
-	pods  cache.Informer
-	r     *RecommendationReconciler
+	// cache is the manager's, and pods, replicaSets and recommendations
+	// its informers of them, which signaled and pod read without a copy.
+	cache                              *cacheindex.Cache
+	pods, replicaSets, recommendations cache.Informer
+	r                                  *RecommendationReconciler
 }
+
+// The kinds the mapper looks up, for their type alone (not written: a
+// prototype made for each lookup was 1.2 KB of garbage a signal).
+var (
+	podKind            = &corev1.Pod{}
+	recommendationKind = &v1alpha1.RightsizingRecommendation{}
+)
 
 // inScope maps a policy to every recommendation in its scope: a namespaced
 // policy's namespace, or, for a cluster policy (no namespace), every
@@ -374,7 +391,7 @@ func (m mapper) pod(ctx context.Context, pod client.Object) []reconcile.Request 
 	if _, ok := podStatus(pod); !ok {
 		return nil
 	}
-	ref, ok, err := workload.Of(ctx, m.c, pod)
+	ref, ok, err := workload.OfWith(ctx, pod, m.replicaSet)
 	if err != nil {
 		// A ReplicaSet the cache has not seen yet: the watch's periodic
 		// look catches up.
@@ -384,19 +401,59 @@ func (m mapper) pod(ctx context.Context, pod client.Object) []reconcile.Request 
 	if !ok {
 		return nil
 	}
-	var list v1alpha1.RightsizingRecommendationList
-	if err := m.c.List(ctx, &list, client.InNamespace(ref.Namespace), client.MatchingFields{targetRefIndex: targetKey(ref.Kind, ref.Name)},
-		client.UnsafeDisableDeepCopy); err != nil {
-		m.r.Log.Error("list the recommendations of a workload", "workload", ref.String(), "namespace", ref.Namespace, "err", err)
-		return nil
-	}
-	var out []v1alpha1.RightsizingRecommendation
-	for _, rsr := range list.Items {
+	var out []reconcile.Request
+	target := func(rsr *v1alpha1.RightsizingRecommendation) {
 		if ref.Targets(rsr.Namespace, rsr.Spec.TargetRef) {
-			out = append(out, rsr)
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(rsr)})
 		}
 	}
-	return requests(out)
+	// The cache's own recommendations, only read: neither a list nor a
+	// copy for each agent's sample.
+	objs, err := m.cache.Lookup(m.recommendations, recommendationKind, targetRefIndex, ref.Namespace, targetKey(ref.Kind, ref.Name))
+	if errors.Is(err, cacheindex.ErrNoIndexer) {
+		var list v1alpha1.RightsizingRecommendationList
+		if err := m.c.List(ctx, &list, client.InNamespace(ref.Namespace), client.MatchingFields{targetRefIndex: targetKey(ref.Kind, ref.Name)},
+			client.UnsafeDisableDeepCopy); err != nil {
+			m.r.Log.Error("list the recommendations of a workload", "workload", ref.String(), "namespace", ref.Namespace, "err", err)
+			return nil
+		}
+		for i := range list.Items {
+			target(&list.Items[i])
+		}
+		return out
+	}
+	if err != nil {
+		m.r.Log.Error("look up the recommendations of a workload", "workload", ref.String(), "namespace", ref.Namespace, "err", err)
+		return nil
+	}
+	for _, o := range objs {
+		if rsr, ok := o.(*v1alpha1.RightsizingRecommendation); ok {
+			target(rsr)
+		}
+	}
+	return out
+}
+
+// replicaSet reads a ReplicaSet for workload.OfWith: the cache's own
+// (a cachedReplicaSet, only its metadata read), or, in a cache of several
+// namespaces (no one indexer), a copy.
+func (m mapper) replicaSet(ctx context.Context, key client.ObjectKey) (metav1.Object, error) {
+	if m.replicaSets != nil {
+		obj, ok, err := cacheindex.Stored(m.replicaSets, key.Namespace, key.Name)
+		switch {
+		case err == nil && ok:
+			return obj, nil
+		case err == nil:
+			return nil, apierrors.NewNotFound(appsv1.Resource("replicasets"), key.Name)
+		case !errors.Is(err, cacheindex.ErrNoIndexer):
+			return nil, err
+		}
+	}
+	rs := &appsv1.ReplicaSet{}
+	if err := m.c.Get(ctx, key, rs); err != nil {
+		return nil, err
+	}
+	return rs, nil
 }
 
 // signaled maps an agent's signal, a pod known by UID only, to the pod in
@@ -408,7 +465,7 @@ func (m mapper) pod(ctx context.Context, pod client.Object) []reconcile.Request 
 // A cache of several namespaces (--watch-namespaces) has no one index to
 // look up: there the pod is read as a copy.
 func (m mapper) signaled(ctx context.Context, o client.Object) []reconcile.Request {
-	objs, err := m.cache.Lookup(m.pods, &corev1.Pod{}, stream.PodUIDField, "", string(o.GetUID()))
+	objs, err := m.cache.Lookup(m.pods, podKind, stream.PodUIDField, "", string(o.GetUID()))
 	if errors.Is(err, cacheindex.ErrNoIndexer) {
 		pod, ok := stream.CachedPods{Reader: m.c}.PodByUID(o.GetUID())
 		if !ok {

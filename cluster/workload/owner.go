@@ -48,9 +48,29 @@ func (r Ref) Targets(ns string, ref v1alpha1.TargetRef) bool {
 // ReplicaSets in a form of its own that only a copying read turns into
 // one, cluster/cachedapps.go): asking it for their metadata alone would
 // start a second informer holding every ReplicaSet's metadata again
-// (15 MB at 25,000 workloads, docs/performance.md). When r does not have it (or has another of the
-// same name), the error wraps ErrReplicaSetNotFound.
+// (15 MB at 25,000 workloads, docs/performance.md); OfWith reads it
+// otherwise (the leader's cache's own, uncopied). When r does not have it
+// (or has another of the same name), the error wraps
+// ErrReplicaSetNotFound.
 func Of(ctx context.Context, r client.Reader, pod metav1.Object) (ref Ref, ok bool, err error) {
+	return OfWith(ctx, pod, func(ctx context.Context, key client.ObjectKey) (metav1.Object, error) {
+		rs := &appsv1.ReplicaSet{}
+		if err := r.Get(ctx, key, rs); err != nil {
+			return nil, err
+		}
+		return rs, nil
+	})
+}
+
+// ReplicaSetReader returns the ReplicaSet key names, of which only the
+// metadata is read (an object the reader keeps may be returned, not a
+// copy), or an error: a NotFound one when there is none.
+type ReplicaSetReader func(ctx context.Context, key client.ObjectKey) (metav1.Object, error)
+
+// OfWith is Of reading the pod's ReplicaSet with get: the leader's signal
+// mapping reads its cache's own ReplicaSet, where a copying read made a
+// whole ReplicaSet for each agent's sample (docs/performance.md).
+func OfWith(ctx context.Context, pod metav1.Object, get ReplicaSetReader) (ref Ref, ok bool, err error) {
 	owner := metav1.GetControllerOfNoCopy(pod)
 	if owner == nil || !isApps(owner.APIVersion) {
 		return Ref{}, false, nil
@@ -66,14 +86,14 @@ func Of(ctx context.Context, r client.Reader, pod metav1.Object) (ref Ref, ok bo
 		return Ref{}, false, nil
 	}
 	key := client.ObjectKey{Namespace: ns, Name: owner.Name}
-	rs := &appsv1.ReplicaSet{}
-	switch err := r.Get(ctx, key, rs); {
+	rs, err := get(ctx, key)
+	switch {
 	case apierrors.IsNotFound(err):
 		return Ref{}, false, fmt.Errorf("get ReplicaSet %s: %w: %w", key, ErrReplicaSetNotFound, err)
 	case err != nil:
 		return Ref{}, false, fmt.Errorf("get ReplicaSet %s: %w", key, err)
-	case owner.UID != "" && rs.UID != owner.UID:
-		return Ref{}, false, fmt.Errorf("%w: ReplicaSet %s has UID %s, the pod's owner reference %s", ErrReplicaSetNotFound, key, rs.UID, owner.UID)
+	case owner.UID != "" && rs.GetUID() != owner.UID:
+		return Ref{}, false, fmt.Errorf("%w: ReplicaSet %s has UID %s, the pod's owner reference %s", ErrReplicaSetNotFound, key, rs.GetUID(), owner.UID)
 	}
 	d := metav1.GetControllerOfNoCopy(rs)
 	if d == nil || d.Kind != "Deployment" || !isApps(d.APIVersion) {

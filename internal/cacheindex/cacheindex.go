@@ -366,6 +366,27 @@ func (c *Cache) Lookup(informer cache.Informer, obj client.Object, field, ns, va
 	return idx.inBucket(informer, field, idx.key(ns, value), value)
 }
 
+// Stored returns the object of namespace ns and name that informer (a
+// Cache's informer) holds: its own, not a copy, in the form its transform
+// stores it, as Lookup; it must only be read. ok is false when it holds
+// none; on an informer without an indexer of its own it fails with
+// ErrNoIndexer, and the caller reads a copy instead.
+func Stored(informer cache.Informer, ns, name string) (obj client.Object, ok bool, err error) {
+	si, isIndexed := informer.(interface{ GetIndexer() toolscache.Indexer })
+	if !isIndexed {
+		return nil, false, fmt.Errorf("get %s/%s from %T: %w", ns, name, informer, ErrNoIndexer)
+	}
+	item, exists, err := si.GetIndexer().GetByKey(toolscache.ObjectName{Namespace: ns, Name: name}.String())
+	if err != nil || !exists {
+		return nil, false, err
+	}
+	obj, isObject := item.(client.Object)
+	if !isObject {
+		return nil, false, fmt.Errorf("cache contained %T, which is not an Object", item)
+	}
+	return obj, true, nil
+}
+
 // inBucket returns the objects informer's own indexer holds under key of
 // the index of field whose own value is value, not copies; ErrNoIndexer
 // when the informer has no indexer of its own.

@@ -109,8 +109,21 @@ func TestListsFindTheIndexedObjects(t *testing.T) {
 				// indexer) per namespace.
 				_, err := c.Lookup(inf, &corev1.Pod{}, "uid", "", string(pods[0].UID))
 				require.ErrorIs(t, err, ErrNoIndexer)
+				_, _, err = Stored(inf, pods[0].Namespace, pods[0].Name)
+				require.ErrorIs(t, err, ErrNoIndexer)
 				return
 			}
+			for _, p := range pods {
+				got, ok, err := Stored(inf, p.Namespace, p.Name)
+				require.NoError(t, err)
+				require.True(t, ok, "Stored finds %s/%s", p.Namespace, p.Name)
+				stored, _, err := si.GetIndexer().GetByKey(p.Namespace + "/" + p.Name)
+				require.NoError(t, err)
+				require.Same(t, stored, got, "the informer's own object, not a copy")
+			}
+			_, ok, err = Stored(inf, pods[0].Namespace, "none")
+			require.NoError(t, err)
+			require.False(t, ok, "no such pod")
 			for _, p := range pods {
 				objs, err := c.Lookup(inf, &corev1.Pod{}, "uid", "", string(p.UID))
 				require.NoError(t, err)

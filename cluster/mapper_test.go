@@ -1,0 +1,128 @@
+package cluster
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/stream"
+	"github.com/kerf-dev/kerf/internal/cacheindex"
+	"github.com/kerf-dev/kerf/internal/kube"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+// cachedMapper returns the leader's signal mapper over a cache of all
+// namespaces as the leader's (its transform and indexes; one informer
+// and one indexer a kind), each informer limited to ns by a field
+// selector, so that the shared control plane's other objects stay out.
+// The leader's tests watch their namespace (WatchNamespaces), a cache of
+// an informer per namespace, where the mapper reads copies instead.
+func cachedMapper(tb testing.TB, ns string) mapper {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	inNS := cache.ByObject{Field: fields.OneTermEqualSelector("metadata.namespace", ns)}
+	inner, err := cache.New(controlplane.Get(tb).Config, cache.Options{Scheme: kube.Scheme, DefaultTransform: cacheTransform,
+		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: inNS, &appsv1.ReplicaSet{}: inNS, &v1alpha1.RightsizingRecommendation{}: inNS}})
+	require.NoError(tb, err)
+	ic := cacheindex.Wrap(inner, kube.Scheme)
+	require.NoError(tb, stream.IndexPodsByUID(ctx, ic.Indexer(cacheindex.ClusterWide)))
+	require.NoError(tb, ic.Indexer(cacheindex.Namespaced).IndexField(ctx, &v1alpha1.RightsizingRecommendation{}, targetRefIndex, func(o client.Object) []string {
+		ref := o.(*v1alpha1.RightsizingRecommendation).Spec.TargetRef
+		return []string{targetKey(ref.Kind, ref.Name)}
+	}))
+	pods, err := ic.GetInformer(ctx, &corev1.Pod{}, cache.BlockUntilSynced(false))
+	require.NoError(tb, err)
+	replicaSets, err := ic.GetInformer(ctx, &appsv1.ReplicaSet{}, cache.BlockUntilSynced(false))
+	require.NoError(tb, err)
+	recs, err := ic.GetInformer(ctx, &v1alpha1.RightsizingRecommendation{}, cache.BlockUntilSynced(false))
+	require.NoError(tb, err)
+	go func() { _ = ic.Start(ctx) }()
+	require.True(tb, ic.WaitForCacheSync(ctx))
+	return mapper{c: ic, cache: ic, pods: pods, replicaSets: replicaSets, recommendations: recs,
+		r: &RecommendationReconciler{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}}
+}
+
+// TestSignalsMapThroughTheCachesOwnReplicaSet: on a cache of all
+// namespaces, an agent's signal about a pod maps to the recommendation of
+// the pod's Deployment through the cache's own pod and ReplicaSet, read
+// without a copy; a pod whose ReplicaSet the cache lacks, or whose owner
+// reference names another ReplicaSet of that name (another UID), maps to
+// none.
+func TestSignalsMapThroughTheCachesOwnReplicaSet(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	pod := runningPod(t, c, dep)
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")))
+	m := cachedMapper(t, ns)
+
+	signal := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: pod.UID}}
+	want := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: "web"}}}
+	require.Eventually(t, func() bool { return len(m.signaled(ctx, signal)) == 1 }, 30*time.Second, 50*time.Millisecond)
+	assert.Equal(t, want, m.signaled(ctx, signal))
+	rs := metav1.GetControllerOfNoCopy(pod)
+	require.NotNil(t, rs)
+	stored, ok, err := cacheindex.Stored(m.replicaSets, ns, rs.Name)
+	require.NoError(t, err)
+	require.True(t, ok, "the mapper reads the informer's own ReplicaSet")
+	_, isCached := stored.(*cachedReplicaSet)
+	assert.True(t, isCached, "in the cache's own form, %T", stored)
+
+	owned := func(name string, uid types.UID) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name, UID: uid, Controller: new(true)}}}}
+	}
+	assert.Equal(t, want, m.pod(ctx, owned(rs.Name, rs.UID)), "the same owner, from a pod the signal does not name")
+	assert.Empty(t, m.pod(ctx, owned("gone", "u")), "a ReplicaSet the cache lacks")
+	assert.Empty(t, m.pod(ctx, owned(rs.Name, "another")), "another ReplicaSet of that name")
+}
+
+// BenchmarkSignalMapping measures what mapping one agent's signal (a pod
+// by UID, 3,500 a second at 35,000 pods) to its recommendation costs on
+// the leader's cache of all namespaces: the pod and its ReplicaSet read
+// from the cache's own objects.
+func BenchmarkSignalMapping(b *testing.B) {
+	c := controlplane.Get(b).Client
+	ns := namespace(b, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	if err := c.Create(ctx, dep); err != nil {
+		b.Fatal(err)
+	}
+	pod := adoptedPod(b, c, dep, "web-1")
+	if err := c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")); err != nil {
+		b.Fatal(err)
+	}
+	m := cachedMapper(b, ns)
+	signal := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: pod.UID}}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(m.signaled(ctx, signal)) != 1 {
+		if time.Now().After(deadline) {
+			b.Fatal("the signal maps to no recommendation")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(m.signaled(ctx, signal)) != 1 {
+			b.Fatal("the signal maps to no recommendation")
+		}
+	}
+}
