@@ -17,7 +17,8 @@ import (
 // Deployment, what Kerf reads (stripTemplate). Every read copies them
 // into the *appsv1.ReplicaSet or *appsv1.Deployment the reader asked for
 // (DeepCopyObject), with the template as stripTemplate leaves it; a read
-// with client.UnsafeDisableDeepCopy fails and must not be made of them.
+// with client.UnsafeDisableDeepCopy gets a view sharing what they hold
+// (View, as cachedPod's).
 //
 // Of a ReplicaSet, Kerf reads its metadata (labels, the revision
 // annotation, the controller reference), its selector and its template's
@@ -80,6 +81,14 @@ func (c *cachedReplicaSet) ReplicaSet() *appsv1.ReplicaSet {
 // keeps (ReplicaSet).
 func (c *cachedReplicaSet) DeepCopyObject() runtime.Object { return c.ReplicaSet() }
 
+// View implements cacheindex.Viewer: a *appsv1.ReplicaSet holding what c
+// keeps and sharing its metadata and selector, for a read that only
+// reads (see cachedPod.View).
+func (c *cachedReplicaSet) View() runtime.Object {
+	return &appsv1.ReplicaSet{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta,
+		Spec: appsv1.ReplicaSetSpec{Selector: c.selector, Template: digestTemplate(c.digest)}}
+}
+
 // newCachedDeployment keeps of d what a cachedDeployment holds, sharing
 // its metadata, spec fields and status: d is not used after.
 func newCachedDeployment(d *appsv1.Deployment) *cachedDeployment {
@@ -114,6 +123,20 @@ func (c *cachedDeployment) Deployment() *appsv1.Deployment {
 // DeepCopyObject implements runtime.Object: the *appsv1.Deployment c
 // keeps (Deployment).
 func (c *cachedDeployment) DeepCopyObject() runtime.Object { return c.Deployment() }
+
+// View implements cacheindex.Viewer: a *appsv1.Deployment holding what c
+// keeps and sharing it, for a read that only reads (see cachedPod.View).
+func (c *cachedDeployment) View() runtime.Object {
+	d := &appsv1.Deployment{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta, Status: c.status, Spec: appsv1.DeploymentSpec{
+		Replicas: c.replicas, RevisionHistoryLimit: c.revisionHistoryLimit, ProgressDeadlineSeconds: c.progressDeadlineSeconds,
+		Selector: c.selector, Strategy: c.strategy, MinReadySeconds: c.minReadySeconds, Paused: c.paused,
+		Template: digestTemplate(c.template.digest),
+	}}
+	d.Spec.Template.Spec.Containers = viewContainers(c.template.containers)
+	d.Spec.Template.Spec.InitContainers = viewContainers(c.template.initContainers)
+	d.Spec.Template.Spec.Resources = c.template.resources
+	return d
+}
 
 // digestTemplate is a stripped template holding only its digest.
 func digestTemplate(digest string) corev1.PodTemplateSpec {

@@ -23,9 +23,12 @@ import (
 // DeepCopyObject returns the *corev1.Pod the reader asked for, holding
 // what was kept: the cache and the manager's client read pods as before.
 // What sees the cachedPod itself: the cache's index functions (through
-// metav1.Object), the informer's event handlers (podStatus) and a read
-// with client.UnsafeDisableDeepCopy, which must not be made of pods: it
-// fails, the cache having no *corev1.Pod to give.
+// metav1.Object), the informer's event handlers (podStatus) and the
+// lookups of the leader's hot paths (cacheindex.Lookup and Stored). A read
+// with client.UnsafeDisableDeepCopy gets a view (View: a *corev1.Pod
+// sharing what the cachedPod holds, only to be read) where the cache can
+// read its informer's own objects, and a copy elsewhere
+// (cacheindex.Cache.StoresViews).
 //
 // The one write made from a read pod is the in-place resize, and the
 // apiserver's resize subresource keeps everything of the stored pod but
@@ -119,6 +122,38 @@ func inflateContainers(cs []cachedContainer) []corev1.Container {
 // DeepCopyObject implements runtime.Object: the *corev1.Pod that c keeps
 // (Pod), the type every reader of the cache asks for.
 func (c *cachedPod) DeepCopyObject() runtime.Object { return c.Pod() }
+
+// View implements cacheindex.Viewer: a *corev1.Pod holding what c keeps
+// and sharing it (the metadata's maps and slices, the status, the
+// containers' resources), for a read that only reads
+// (client.UnsafeDisableDeepCopy): the Pod's and its containers' structs
+// rather than Pod's deep copy.
+func (c *cachedPod) View() runtime.Object {
+	p := &corev1.Pod{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta, Status: c.status, Spec: corev1.PodSpec{NodeName: c.nodeName,
+		ServiceAccountName: c.serviceAccountName, Containers: viewContainers(c.containers), InitContainers: viewContainers(c.initContainers),
+		Resources: c.resources}}
+	if c.ephemeralContainers != nil {
+		p.Spec.EphemeralContainers = make([]corev1.EphemeralContainer, len(c.ephemeralContainers))
+		for i, name := range c.ephemeralContainers {
+			p.Spec.EphemeralContainers[i].Name = name
+		}
+	}
+	return p
+}
+
+// viewContainers is inflateContainers sharing the containers' resources,
+// resize and restart policies.
+func viewContainers(cs []cachedContainer) []corev1.Container {
+	if cs == nil {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i := range cs {
+		c := &cs[i]
+		out[i] = corev1.Container{Name: c.name, Resources: c.resources, ResizePolicy: c.resizePolicy, RestartPolicy: c.restartPolicy}
+	}
+	return out
+}
 
 // podStatus returns the status of a pod the informer delivered: a
 // cachedPod (the leader's cache) or a *corev1.Pod (a cache without the

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -99,6 +102,39 @@ func TestACachedPodReadsBackAsWhatItKept(t *testing.T) {
 	assert.Equal(t, int32(3), status.ContainerStatuses[0].RestartCount, "the event handlers read the cached pod's status")
 	_, ok = podStatus(&corev1.Namespace{})
 	assert.False(t, ok, "and nothing of another kind")
+}
+
+// TestCachedViewsHoldWhatACopyHolds: a view of a cached pod, ReplicaSet
+// or Deployment (what a read with client.UnsafeDisableDeepCopy gets of the
+// leader's cache) holds what a copy holds, and shares it with the cached
+// object rather than copying it.
+func TestCachedViewsHoldWhatACopyHolds(t *testing.T) {
+	obj, err := cacheTransform(wholePod())
+	require.NoError(t, err)
+	pod := obj.(*cachedPod)
+	view, ok := pod.View().(*corev1.Pod)
+	require.True(t, ok, "a view is a *corev1.Pod")
+	assert.Equal(t, pod.Pod(), view)
+	assert.Equal(t, reflect.ValueOf(pod.Labels).UnsafePointer(), reflect.ValueOf(view.Labels).UnsafePointer(), "sharing the labels")
+	assert.Equal(t, reflect.ValueOf(pod.status.ContainerStatuses).UnsafePointer(), reflect.ValueOf(view.Status.ContainerStatuses).UnsafePointer(), "and the status")
+
+	dep := deployment("shop", "web", "500m", "256Mi")
+	dep.UID, dep.Spec.Replicas = "d-1", ptr.To[int32](3)
+	dep.Spec.Template.Spec.InitContainers = wholePod().Spec.InitContainers
+	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 2}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-h1", UID: "rs-1", Labels: map[string]string{"app": "web"},
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
+		Spec: appsv1.ReplicaSetSpec{Selector: dep.Spec.Selector.DeepCopy(), Template: *dep.Spec.Template.DeepCopy()}}
+	for _, whole := range []client.Object{dep, rs} {
+		obj, err := cacheTransform(whole)
+		require.NoError(t, err)
+		cached, ok := obj.(interface {
+			DeepCopyObject() runtime.Object
+			View() runtime.Object
+		})
+		require.True(t, ok, "%T has a view", obj)
+		assert.Equal(t, cached.DeepCopyObject(), cached.View(), "the view of a %T holds what its copy holds", obj)
+	}
 }
 
 // TestCachedPodsHoldLessThanStrippedPods: pods as the real apiserver

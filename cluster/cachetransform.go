@@ -9,9 +9,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/workload"
+	"github.com/kerf-dev/kerf/internal/cacheindex"
 )
 
 // cacheTransform is what the leader's cache keeps of every object it
@@ -57,6 +60,19 @@ func cacheTransform(obj any) (any, error) {
 		stripTemplate(&o.Spec.Template)
 	}
 	return obj, nil
+}
+
+// newCache is the leader's cache (ctrl.Options.NewCache): a
+// cacheindex.Cache (lists by a field index read the value's bucket) that
+// knows the kinds cacheTransform stores in forms of its own, so that a
+// read of them that only reads (client.UnsafeDisableDeepCopy) gets a view
+// (cachedPod.View) rather than failing.
+func newCache(config *rest.Config, opts cache.Options) (cache.Cache, error) {
+	c, err := cacheindex.NewCache(config, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c, c.(*cacheindex.Cache).StoresViews(&corev1.Pod{}, &appsv1.ReplicaSet{}, &appsv1.Deployment{})
 }
 
 // maxInternedLists bounds the distinct resource lists interned: past it a

@@ -40,7 +40,6 @@ import (
 	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/internal/authn"
-	"github.com/kerf-dev/kerf/internal/cacheindex"
 	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/internal/kube"
 	webui "github.com/kerf-dev/kerf/web"
@@ -297,7 +296,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Cache:                               cacheOpts,
-		NewCache:                            cacheindex.NewCache, // lists by a field index read the value's bucket
+		NewCache:                            newCache, // a cacheindex.Cache: lists by a field index read the value's bucket
 		Scheme:                              kube.Scheme,
 		Logger:                              logr.FromSlogHandler(log.Handler()),
 		Metrics:                             metricsserver.Options{BindAddress: "0"},
@@ -426,7 +425,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	// workload's namespace (its pods and ReplicaSets) and matched their
 	// labels, half the leader's CPU at 10,000 workloads
 	// (docs/performance.md, "The fourth round").
-	l.usage = NewUsageSeries(workload.Indexed(mgr.GetClient()), sig, cfg.UsageSeries, cfg.Now, log)
+	l.usage = NewUsageSeries(workload.Indexed(workload.ReadOnly(mgr.GetClient())), sig, cfg.UsageSeries, cfg.Now, log)
 	if err := mgr.Add(l.usage); err != nil {
 		return nil, fmt.Errorf("add the usage series: %w", err)
 	}

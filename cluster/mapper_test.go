@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"reflect"
 	"testing"
 	"time"
 
@@ -20,14 +21,15 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/stream"
+	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/internal/cacheindex"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 // cachedMapper returns the leader's signal mapper over a cache of all
-// namespaces as the leader's (its transform and indexes; one informer
-// and one indexer a kind), each informer limited to ns by a field
+// namespaces as the leader's (newCache, its transform and indexes; one
+// informer and one indexer a kind), each informer limited to ns by a field
 // selector, so that the shared control plane's other objects stay out.
 // The leader's tests watch their namespace (WatchNamespaces), a cache of
 // an informer per namespace, where the mapper reads copies instead.
@@ -36,11 +38,13 @@ func cachedMapper(tb testing.TB, ns string) mapper {
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
 	inNS := cache.ByObject{Field: fields.OneTermEqualSelector("metadata.namespace", ns)}
-	inner, err := cache.New(controlplane.Get(tb).Config, cache.Options{Scheme: kube.Scheme, DefaultTransform: cacheTransform,
-		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: inNS, &appsv1.ReplicaSet{}: inNS, &v1alpha1.RightsizingRecommendation{}: inNS}})
+	inner, err := newCache(controlplane.Get(tb).Config, cache.Options{Scheme: kube.Scheme, DefaultTransform: cacheTransform,
+		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: inNS, &appsv1.ReplicaSet{}: inNS, &appsv1.Deployment{}: inNS,
+			&v1alpha1.RightsizingRecommendation{}: inNS}})
 	require.NoError(tb, err)
-	ic := cacheindex.Wrap(inner, kube.Scheme)
+	ic := inner.(*cacheindex.Cache)
 	require.NoError(tb, stream.IndexPodsByUID(ctx, ic.Indexer(cacheindex.ClusterWide)))
+	require.NoError(tb, workload.IndexFields(ctx, ic.Indexer(cacheindex.Namespaced)))
 	require.NoError(tb, ic.Indexer(cacheindex.Namespaced).IndexField(ctx, &v1alpha1.RightsizingRecommendation{}, targetRefIndex, func(o client.Object) []string {
 		ref := o.(*v1alpha1.RightsizingRecommendation).Spec.TargetRef
 		return []string{targetKey(ref.Kind, ref.Name)}
@@ -50,6 +54,8 @@ func cachedMapper(tb testing.TB, ns string) mapper {
 	replicaSets, err := ic.GetInformer(ctx, &appsv1.ReplicaSet{}, cache.BlockUntilSynced(false))
 	require.NoError(tb, err)
 	recs, err := ic.GetInformer(ctx, &v1alpha1.RightsizingRecommendation{}, cache.BlockUntilSynced(false))
+	require.NoError(tb, err)
+	_, err = ic.GetInformer(ctx, &appsv1.Deployment{}, cache.BlockUntilSynced(false))
 	require.NoError(tb, err)
 	go func() { _ = ic.Start(ctx) }()
 	require.True(tb, ic.WaitForCacheSync(ctx))
@@ -125,4 +131,47 @@ func BenchmarkSignalMapping(b *testing.B) {
 			b.Fatal("the signal maps to no recommendation")
 		}
 	}
+}
+
+// TestReadOnlyReadsGetTheCachesViews: through the leader's cache (of all
+// namespaces), a workload's pods read with workload.ReadOnly are views
+// sharing the cache's own pods (cachedPod.View), as the usage series read
+// them, and the Deployment a view of the cache's; without it, copies.
+func TestReadOnlyReadsGetTheCachesViews(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, dep))
+	pod := runningPod(t, c, dep)
+	m := cachedMapper(t, ns)
+	cached, err := client.New(controlplane.Get(t).Config, client.Options{Scheme: kube.Scheme, Cache: &client.CacheOptions{Reader: m.cache}})
+	require.NoError(t, err)
+	readOnly, copying := workload.Indexed(workload.ReadOnly(cached)), workload.Indexed(cached)
+
+	shared := func(p *corev1.Pod) bool {
+		stored, ok, err := cacheindex.Stored(m.pods, p.Namespace, p.Name)
+		require.NoError(t, err)
+		require.True(t, ok)
+		return reflect.ValueOf(stored.GetLabels()).UnsafePointer() == reflect.ValueOf(p.Labels).UnsafePointer()
+	}
+	var pods []corev1.Pod
+	require.Eventually(t, func() bool {
+		w, err := workload.Get(ctx, readOnly, ns, v1alpha1.TargetRef{Kind: v1alpha1.KindDeployment, Name: "web"})
+		if err != nil {
+			return false
+		}
+		pods, err = workload.Pods(ctx, readOnly, w)
+		return err == nil && len(pods) == 1
+	}, 30*time.Second, 50*time.Millisecond)
+	assert.Equal(t, pod.UID, pods[0].UID)
+	assert.True(t, shared(&pods[0]), "a read-only read is the cache's pod's view")
+
+	w, err := workload.Get(ctx, copying, ns, v1alpha1.TargetRef{Kind: v1alpha1.KindDeployment, Name: "web"})
+	require.NoError(t, err)
+	pods, err = workload.Pods(ctx, copying, w)
+	require.NoError(t, err)
+	require.Len(t, pods, 1)
+	assert.False(t, shared(&pods[0]), "any other read is a copy")
+	assert.Equal(t, pod.Spec.Containers[0].Resources, pods[0].Spec.Containers[0].Resources)
 }

@@ -290,10 +290,12 @@ func (r *recommender) pass(ctx context.Context) error {
 		r.checkpoint(ctx, pols, nil, now)
 		return nil
 	}
-	// Copies: the leader's cache holds pods in a form of its own
-	// (cachedpod.go). The workloads hold them only for the pass.
+	// Views, only read: the leader's cache holds pods in a form of its
+	// own (cachedpod.go), and a copy of every pod each pass was the
+	// whole pods' size again in garbage. The workloads hold them only for
+	// the pass.
 	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods); err != nil {
+	if err := r.client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
 	resolved := map[workload.Ref]*resolvedWorkload{}

@@ -62,6 +62,24 @@ type indexedClient struct{ client.Client }
 
 func (indexedClient) controllerIndexed() {}
 
+// ReadOnly returns c reading with client.UnsafeDisableDeepCopy: from the
+// leader's cache, its own objects, or views of those it holds in a form
+// of its own (cacheindex.Viewer), rather than copies. What it returns
+// must only be read: a write to it, or to a map or slice it holds, would
+// change the cache. Indexed(ReadOnly(c)) is both.
+func ReadOnly(c client.Client) client.Client { return readOnlyClient{c} }
+
+// readOnlyClient is a client ReadOnly made.
+type readOnlyClient struct{ client.Client }
+
+func (r readOnlyClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return r.Client.Get(ctx, key, obj, append(opts[:len(opts):len(opts)], client.UnsafeDisableDeepCopy)...)
+}
+
+func (r readOnlyClient) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return r.Client.List(ctx, list, append(opts[:len(opts):len(opts)], client.UnsafeDisableDeepCopy)...)
+}
+
 // IsIndexed reports whether r is marked by Indexed: whether Pods and
 // RunningPods read a workload's pods and ReplicaSets through
 // ControllerIndex rather than by listing its namespace.

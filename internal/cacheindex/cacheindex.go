@@ -105,6 +105,8 @@ type Cache struct {
 
 	mu      sync.RWMutex
 	indexes map[indexKey]index
+	// views are the kinds whose informers store Viewers (StoresViews).
+	views map[schema.GroupKind]bool
 }
 
 // indexKey names an index: a kind and a field.
@@ -139,7 +141,7 @@ func Wrap(c cache.Cache, scheme *runtime.Scheme) *Cache {
 	if scheme == nil {
 		scheme = clientgoscheme.Scheme
 	}
-	return &Cache{Cache: c, scheme: scheme, indexes: map[indexKey]index{}}
+	return &Cache{Cache: c, scheme: scheme, indexes: map[indexKey]index{}, views: map[schema.GroupKind]bool{}}
 }
 
 // Indexer returns an Indexer whose indexes answer the lists of scope, with
@@ -257,16 +259,16 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 	lo.ApplyOptions(opts)
 	field, value, ok := exactField(lo.FieldSelector)
 	if !ok {
-		return c.Cache.List(ctx, list, opts...)
+		return c.wrappedList(ctx, list, lo, opts)
 	}
 	gvk, err := apiutil.GVKForObject(list, c.scheme)
 	if err != nil {
-		return c.Cache.List(ctx, list, opts...)
+		return c.wrappedList(ctx, list, lo, opts)
 	}
 	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
 	idx, ok := c.lookup(gvk.GroupKind(), field)
 	if !ok {
-		return c.Cache.List(ctx, list, opts...)
+		return c.wrappedList(ctx, list, lo, opts)
 	}
 	if lo.Continue != "" {
 		return fmt.Errorf("continue list option is not supported by the cache")
@@ -300,7 +302,7 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 			cp.GetObjectKind().SetGroupVersionKind(gvk)
 			out = append(out, cp)
 		} else {
-			out = append(out, o)
+			out = append(out, view(o))
 		}
 	}
 	if err := apimeta.SetList(list, out); err != nil {
@@ -310,11 +312,31 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 	return nil
 }
 
+// wrappedList lists through the wrapped cache, lo being opts applied; a
+// list of a kind StoresViews declared asking for no copy gets views
+// where listViews can give them, else copies.
+func (c *Cache) wrappedList(ctx context.Context, list client.ObjectList, lo client.ListOptions, opts []client.ListOption) error {
+	gvk, viewed := c.viewed(list)
+	if !viewed || lo.UnsafeDisableDeepCopy == nil || !*lo.UnsafeDisableDeepCopy {
+		return c.Cache.List(ctx, list, opts...)
+	}
+	if lo.FieldSelector == nil {
+		if handled, err := c.listViews(ctx, list, gvk, lo); handled {
+			return err
+		}
+	}
+	lo.UnsafeDisableDeepCopy = nil
+	return c.Cache.List(ctx, list, &lo)
+}
+
 // listBucket lists value's bucket through the wrapped cache (its reader
 // looks the index up by the bucket as it would by a value) and keeps the
 // objects whose own value it is.
 func (c *Cache) listBucket(ctx context.Context, list client.ObjectList, idx index, field, value string, lo client.ListOptions) error {
 	lo.FieldSelector = fields.OneTermEqualSelector(field, idx.bucket(value))
+	if _, viewed := c.viewed(list); viewed {
+		lo.UnsafeDisableDeepCopy = nil // copies: no view of a stored form here
+	}
 	if err := c.Cache.List(ctx, list, &lo); err != nil {
 		return err
 	}

@@ -1,0 +1,157 @@
+package cacheindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+)
+
+// Viewer is an object an informer stores in a form of its own (a cache
+// transform's, smaller than the API type) that can give the API type
+// its readers ask for sharing its fields: what a read with
+// client.UnsafeDisableDeepCopy (one that only reads) gets from a Cache, at
+// the cost of the type's structs alone, where DeepCopyObject must copy
+// everything.
+type Viewer interface {
+	View() runtime.Object
+}
+
+// StoresViews declares the kinds whose informers store Viewers (the
+// cache's transform makes them). A Get or List of them with
+// client.UnsafeDisableDeepCopy gets views of the informer's own objects;
+// where the Cache cannot read those (a cache of several namespaces has an
+// informer per namespace), it gets copies, as the wrapped cache would hand
+// out the stored form, which is not the type asked for.
+func (c *Cache) StoresViews(objs ...client.Object) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, obj := range objs {
+		gvk, err := apiutil.GVKForObject(obj, c.scheme)
+		if err != nil {
+			return fmt.Errorf("views of %T: %w", obj, err)
+		}
+		c.views[gvk.GroupKind()] = true
+	}
+	return nil
+}
+
+// viewed reports whether obj (an object or a list) is of a kind
+// StoresViews declared, and its kind.
+func (c *Cache) viewed(obj runtime.Object) (schema.GroupVersionKind, bool) {
+	gvk, err := apiutil.GVKForObject(obj, c.scheme)
+	if err != nil {
+		return gvk, false
+	}
+	if _, isList := obj.(client.ObjectList); isList {
+		gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return gvk, c.views[gvk.GroupKind()]
+}
+
+// view is what a read that only reads gets of a stored object: its view,
+// or the object itself.
+func view(o client.Object) runtime.Object {
+	if v, ok := o.(Viewer); ok {
+		return v.View()
+	}
+	return o
+}
+
+// unsafeGet reports whether opts ask for no copy.
+func unsafeGet(opts []client.GetOption) bool {
+	var o client.GetOptions
+	o.ApplyOptions(opts)
+	return o.UnsafeDisableDeepCopy != nil && *o.UnsafeDisableDeepCopy
+}
+
+// Get implements client.Reader: with client.UnsafeDisableDeepCopy, an
+// object of a kind StoresViews declared is the view of the informer's own
+// (a copy where it has no indexer of its own); every other Get is the
+// wrapped cache's.
+func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	gvk, viewed := c.viewed(obj)
+	if !viewed || !unsafeGet(opts) {
+		return c.Cache.Get(ctx, key, obj, opts...)
+	}
+	informer, err := c.GetInformer(ctx, obj)
+	if err != nil {
+		return fmt.Errorf("get %s %s: %w", gvk.Kind, key, err)
+	}
+	stored, ok, err := Stored(informer, key.Namespace, key.Name)
+	if errors.Is(err, ErrNoIndexer) {
+		return c.Cache.Get(ctx, key, obj) // a copy
+	}
+	if err != nil {
+		return fmt.Errorf("get %s %s: %w", gvk.Kind, key, err)
+	}
+	if !ok {
+		// As controller-runtime's cache reader says it.
+		return apierrors.NewNotFound(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}, key.Name)
+	}
+	out, got := reflect.ValueOf(obj), reflect.ValueOf(view(stored))
+	if !got.Type().AssignableTo(out.Type()) {
+		return fmt.Errorf("cache had type %s, but %s was asked for", got.Type(), out.Type())
+	}
+	out.Elem().Set(got.Elem())
+	return nil
+}
+
+// listViews answers a list of a kind StoresViews declared with
+// client.UnsafeDisableDeepCopy and no field selector: the views of the
+// informer's own objects of the namespace (or all), those the label
+// selector selects. handled is false where it cannot (a limit, a
+// continue, an informer without an indexer of its own): the caller lists
+// copies.
+func (c *Cache) listViews(ctx context.Context, list client.ObjectList, gvk schema.GroupVersionKind, lo client.ListOptions) (handled bool, err error) {
+	if lo.Limit > 0 || lo.Continue != "" {
+		return false, nil
+	}
+	obj, err := c.scheme.New(gvk)
+	if err != nil {
+		return false, nil
+	}
+	informer, err := c.GetInformer(ctx, obj.(client.Object))
+	if err != nil {
+		return true, fmt.Errorf("list %s: %w", gvk.Kind, err)
+	}
+	si, ok := informer.(interface{ GetIndexer() toolscache.Indexer })
+	if !ok {
+		return false, nil
+	}
+	var stored []any
+	if lo.Namespace != "" {
+		if stored, err = si.GetIndexer().ByIndex(toolscache.NamespaceIndex, lo.Namespace); err != nil {
+			return true, fmt.Errorf("list %s in %s: %w", gvk.Kind, lo.Namespace, err)
+		}
+	} else {
+		stored = si.GetIndexer().List()
+	}
+	out := make([]runtime.Object, 0, len(stored))
+	for _, item := range stored {
+		o, ok := item.(client.Object)
+		if !ok {
+			return true, fmt.Errorf("cache contained %T, which is not an Object", item)
+		}
+		if lo.LabelSelector != nil && !lo.LabelSelector.Matches(labels.Set(o.GetLabels())) {
+			continue
+		}
+		out = append(out, view(o))
+	}
+	if err := apimeta.SetList(list, out); err != nil {
+		return true, fmt.Errorf("list %s: %w", gvk.Kind, err)
+	}
+	return true, nil
+}

@@ -1,0 +1,127 @@
+package cacheindex
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/internal/kube"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+// storedPod is a pod in a transform's form of its own, as the leader's
+// cachedPod: its metadata alone. A copy is a whole *corev1.Pod of its
+// own; a view shares the metadata's maps.
+type storedPod struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+}
+
+func (p *storedPod) DeepCopyObject() runtime.Object {
+	out := &corev1.Pod{TypeMeta: p.TypeMeta}
+	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return out
+}
+
+func (p *storedPod) View() runtime.Object {
+	return &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta}
+}
+
+// TestReadsWithoutCopiesGetViews: in a cache whose transform stores pods
+// as Viewers, declared by StoresViews, a Get or a List (by namespace and
+// labels, or by an index) with client.UnsafeDisableDeepCopy gets views
+// of the informer's own pods (their labels the stored map) in a cache of
+// all namespaces, and copies in a cache of two (an informer per
+// namespace); a read without the option gets copies in both.
+func TestReadsWithoutCopiesGetViews(t *testing.T) {
+	cp := controlplane.Get(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	run := controlplane.UniqueName("views")
+	var pods []*corev1.Pod
+	for _, ns := range []string{run + "-a", run + "-b"} {
+		require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+		for _, app := range []string{"web", "db"} {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app, Labels: map[string]string{"app": app, "run": run}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+			require.NoError(t, cp.Client.Create(ctx, p))
+			pods = append(pods, p)
+		}
+	}
+	ofRun := labels.SelectorFromSet(labels.Set{"run": run})
+	store := func(o any) (any, error) {
+		if p, ok := o.(*corev1.Pod); ok {
+			return &storedPod{TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta}, nil
+		}
+		return o, nil
+	}
+	caches := map[string]cache.Options{
+		"all namespaces": {ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: ofRun}}},
+		"two namespaces": {DefaultNamespaces: map[string]cache.Config{pods[0].Namespace: {}, pods[2].Namespace: {}}},
+	}
+	for name, opts := range caches {
+		t.Run(name, func(t *testing.T) {
+			opts.Scheme, opts.DefaultTransform = kube.Scheme, store
+			inner, err := cache.New(cp.Config, opts)
+			require.NoError(t, err)
+			c := Wrap(inner, kube.Scheme)
+			require.NoError(t, c.StoresViews(&corev1.Pod{}))
+			require.NoError(t, c.Indexer(Namespaced).IndexField(ctx, &corev1.Pod{}, "app", byApp))
+			cacheCtx, stop := context.WithCancel(ctx)
+			defer stop()
+			go func() { _ = c.Start(cacheCtx) }()
+			syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
+			defer syncCancel()
+			require.True(t, c.WaitForCacheSync(syncCtx))
+			informer, err := c.GetInformer(ctx, &corev1.Pod{})
+			require.NoError(t, err)
+			views := name == "all namespaces"
+
+			// shared reports whether p's labels are the stored pod's map.
+			shared := func(p *corev1.Pod) bool {
+				stored, ok, err := Stored(informer, p.Namespace, p.Name)
+				if err != nil || !ok {
+					return false
+				}
+				return reflect.ValueOf(stored.GetLabels()).UnsafePointer() == reflect.ValueOf(p.Labels).UnsafePointer()
+			}
+			for _, want := range pods {
+				var got corev1.Pod
+				require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(want), &got, client.UnsafeDisableDeepCopy))
+				require.Equal(t, want.UID, got.UID)
+				assert.Equal(t, views, shared(&got), "Get %s/%s without a copy", want.Namespace, want.Name)
+				require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(want), &got))
+				assert.False(t, shared(&got), "a Get is a copy")
+
+				lists := map[string][]client.ListOption{
+					"by namespace and labels": {client.InNamespace(want.Namespace), client.MatchingLabels{"app": want.Labels["app"]}},
+					"by an index":             {client.InNamespace(want.Namespace), client.MatchingFields{"app": want.Labels["app"]}},
+				}
+				for how, opts := range lists {
+					var list corev1.PodList
+					require.NoError(t, c.List(ctx, &list, append(opts, client.UnsafeDisableDeepCopy)...), how)
+					require.Len(t, list.Items, 1, how)
+					require.Equal(t, want.UID, list.Items[0].UID, how)
+					assert.Equal(t, views, shared(&list.Items[0]), "a list %s without a copy", how)
+					require.NoError(t, c.List(ctx, &list, opts...), how)
+					require.Len(t, list.Items, 1, how)
+					assert.False(t, shared(&list.Items[0]), "a list %s is of copies", how)
+				}
+			}
+			var none corev1.Pod
+			err = c.Get(ctx, client.ObjectKey{Namespace: pods[0].Namespace, Name: "none"}, &none, client.UnsafeDisableDeepCopy)
+			assert.True(t, apierrors.IsNotFound(err), "%v", err)
+		})
+	}
+}
