@@ -63,6 +63,17 @@ func cachedMapper(tb testing.TB, ns string) mapper {
 		r: &RecommendationReconciler{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}}
 }
 
+// runningWeb creates a namespace holding the Deployment web and its
+// running pod (runningPod).
+func runningWeb(t *testing.T) (client.Client, string, *corev1.Pod) {
+	t.Helper()
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	dep := deployment(ns, "web", "500m", "256Mi")
+	require.NoError(t, c.Create(context.Background(), dep))
+	return c, ns, runningPod(t, c, dep)
+}
+
 // TestSignalsMapThroughTheCachesOwnReplicaSet: on a cache of all
 // namespaces, an agent's signal about a pod maps to the recommendation of
 // the pod's Deployment through the cache's own pod and ReplicaSet, read
@@ -70,12 +81,8 @@ func cachedMapper(tb testing.TB, ns string) mapper {
 // reference names another ReplicaSet of that name (another UID), maps to
 // none.
 func TestSignalsMapThroughTheCachesOwnReplicaSet(t *testing.T) {
-	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	c, ns, pod := runningWeb(t)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	pod := runningPod(t, c, dep)
 	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")))
 	m := cachedMapper(t, ns)
 
@@ -138,12 +145,8 @@ func BenchmarkSignalMapping(b *testing.B) {
 // sharing the cache's own pods (cachedPod.View), as the usage series read
 // them, and the Deployment a view of the cache's; without it, copies.
 func TestReadOnlyReadsGetTheCachesViews(t *testing.T) {
-	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	_, ns, pod := runningWeb(t)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	require.NoError(t, c.Create(ctx, dep))
-	pod := runningPod(t, c, dep)
 	m := cachedMapper(t, ns)
 	cached, err := client.New(controlplane.Get(t).Config, client.Options{Scheme: kube.Scheme, Cache: &client.CacheOptions{Reader: m.cache}})
 	require.NoError(t, err)
