@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -203,35 +202,6 @@ func (in *ingest) wall(ns uint64) time.Time {
 		return now
 	}
 	return at
-}
-
-// counterScratch holds the slices one counters message is read into.
-// None is kept past the message (the stores copy what they keep, and
-// nodeContainers only reads), so they are pooled: made anew for every
-// node's message every interval, they were 2 GB of garbage in a
-// 15-minute wave at 1,000 nodes (docs/performance.md).
-type counterScratch struct {
-	samples []healthwatch.CounterSample
-	usage   []signals.UsageSample
-	listed  []instanceKey
-}
-
-// maxPooledScratch bounds the containers a pooled counterScratch holds
-// room for: a larger one (a node of many containers) is left to the GC.
-const maxPooledScratch = 1024
-
-var counterScratches = sync.Pool{New: func() any { return new(counterScratch) }}
-
-// put returns sc to the pool, its slices cleared (they hold strings) or,
-// past maxPooledScratch, dropped.
-func (sc *counterScratch) put() {
-	if max(cap(sc.samples), cap(sc.usage), cap(sc.listed)) > maxPooledScratch {
-		return
-	}
-	clear(sc.samples)
-	clear(sc.usage)
-	clear(sc.listed)
-	counterScratches.Put(sc)
 }
 
 // counters ingests one sampling pass. resync is true when the agent should
