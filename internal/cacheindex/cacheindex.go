@@ -25,6 +25,11 @@
 // Every index the leader reads is read one way only: a workload's pods
 // and ReplicaSets and its recommendations in its namespace, a pod by UID
 // across all namespaces.
+//
+// The hot paths that only read get the informers' own objects instead
+// of copies: Lookup and Stored return them as stored, and a Get or List
+// with client.UnsafeDisableDeepCopy of a kind stored in a transform's form
+// of its own gets views of them (Viewer, Cache.StoresViews).
 package cacheindex
 
 import (
