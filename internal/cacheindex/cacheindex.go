@@ -110,8 +110,10 @@ type Cache struct {
 
 	mu      sync.RWMutex
 	indexes map[indexKey]index
-	// views are the kinds whose informers store Viewers (StoresViews).
-	views map[schema.GroupKind]bool
+	// views are the kinds whose informers store Viewers (StoresViews),
+	// each with an object of its kind (what the Cache asks its informer
+	// for).
+	views map[schema.GroupKind]client.Object
 }
 
 // indexKey names an index: a kind and a field.
@@ -146,7 +148,7 @@ func Wrap(c cache.Cache, scheme *runtime.Scheme) *Cache {
 	if scheme == nil {
 		scheme = clientgoscheme.Scheme
 	}
-	return &Cache{Cache: c, scheme: scheme, indexes: map[indexKey]index{}, views: map[schema.GroupKind]bool{}}
+	return &Cache{Cache: c, scheme: scheme, indexes: map[indexKey]index{}, views: map[schema.GroupKind]client.Object{}}
 }
 
 // Indexer returns an Indexer whose indexes answer the lists of scope, with
@@ -322,11 +324,11 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 // where listViews can give them, else copies.
 func (c *Cache) wrappedList(ctx context.Context, list client.ObjectList, lo client.ListOptions, opts []client.ListOption) error {
 	gvk, viewed := c.viewed(list)
-	if !viewed || lo.UnsafeDisableDeepCopy == nil || !*lo.UnsafeDisableDeepCopy {
+	if viewed == nil || lo.UnsafeDisableDeepCopy == nil || !*lo.UnsafeDisableDeepCopy {
 		return c.Cache.List(ctx, list, opts...)
 	}
 	if lo.FieldSelector == nil {
-		if handled, err := c.listViews(ctx, list, gvk, lo); handled {
+		if handled, err := c.listViews(ctx, list, gvk, viewed, lo); handled {
 			return err
 		}
 	}
@@ -339,7 +341,7 @@ func (c *Cache) wrappedList(ctx context.Context, list client.ObjectList, lo clie
 // objects whose own value it is.
 func (c *Cache) listBucket(ctx context.Context, list client.ObjectList, idx index, field, value string, lo client.ListOptions) error {
 	lo.FieldSelector = fields.OneTermEqualSelector(field, idx.bucket(value))
-	if _, viewed := c.viewed(list); viewed {
+	if _, viewed := c.viewed(list); viewed != nil {
 		lo.UnsafeDisableDeepCopy = nil // copies: no view of a stored form here
 	}
 	if err := c.Cache.List(ctx, list, &lo); err != nil {
@@ -368,6 +370,15 @@ func exactField(sel fields.Selector) (field, value string, ok bool) {
 		return "", "", false
 	}
 	return reqs[0].Field, reqs[0].Value, true
+}
+
+// indexerOf is informer's own indexer, or ErrNoIndexer.
+func indexerOf(informer cache.Informer) (toolscache.Indexer, error) {
+	si, ok := informer.(interface{ GetIndexer() toolscache.Indexer })
+	if !ok {
+		return nil, fmt.Errorf("%T: %w", informer, ErrNoIndexer)
+	}
+	return si.GetIndexer(), nil
 }
 
 // ErrNoIndexer says an informer has no indexer of its own to look up:
@@ -399,11 +410,11 @@ func (c *Cache) Lookup(informer cache.Informer, obj client.Object, field, ns, va
 // none; on an informer without an indexer of its own it fails with
 // ErrNoIndexer, and the caller reads a copy instead.
 func Stored(informer cache.Informer, ns, name string) (obj client.Object, ok bool, err error) {
-	si, isIndexed := informer.(interface{ GetIndexer() toolscache.Indexer })
-	if !isIndexed {
-		return nil, false, fmt.Errorf("get %s/%s from %T: %w", ns, name, informer, ErrNoIndexer)
+	indexer, err := indexerOf(informer)
+	if err != nil {
+		return nil, false, fmt.Errorf("get %s/%s: %w", ns, name, err)
 	}
-	item, exists, err := si.GetIndexer().GetByKey(toolscache.ObjectName{Namespace: ns, Name: name}.String())
+	item, exists, err := indexer.GetByKey(toolscache.ObjectName{Namespace: ns, Name: name}.String())
 	if err != nil || !exists {
 		return nil, false, err
 	}
@@ -418,11 +429,11 @@ func Stored(informer cache.Informer, ns, name string) (obj client.Object, ok boo
 // the index of field whose own value is value, not copies; ErrNoIndexer
 // when the informer has no indexer of its own.
 func (idx index) inBucket(informer cache.Informer, field, key, value string) ([]any, error) {
-	si, ok := informer.(interface{ GetIndexer() toolscache.Indexer })
-	if !ok {
-		return nil, fmt.Errorf("index %s of %T: %w", field, informer, ErrNoIndexer)
+	indexer, err := indexerOf(informer)
+	if err != nil {
+		return nil, fmt.Errorf("index %s: %w", field, err)
 	}
-	stored, err := si.GetIndexer().ByIndex(fieldIndexPrefix+field, key)
+	stored, err := indexer.ByIndex(fieldIndexPrefix+field, key)
 	if err != nil {
 		return nil, fmt.Errorf("index %s: %w", field, err)
 	}

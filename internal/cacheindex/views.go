@@ -41,17 +41,17 @@ func (c *Cache) StoresViews(objs ...client.Object) error {
 		if err != nil {
 			return fmt.Errorf("views of %T: %w", obj, err)
 		}
-		c.views[gvk.GroupKind()] = true
+		c.views[gvk.GroupKind()] = obj
 	}
 	return nil
 }
 
-// viewed reports whether obj (an object or a list) is of a kind
-// StoresViews declared, and its kind.
-func (c *Cache) viewed(obj runtime.Object) (schema.GroupVersionKind, bool) {
+// viewed returns obj's kind (of its items for a list) and, when it is
+// one StoresViews declared, the object declared for it; else nil.
+func (c *Cache) viewed(obj runtime.Object) (schema.GroupVersionKind, client.Object) {
 	gvk, err := apiutil.GVKForObject(obj, c.scheme)
 	if err != nil {
-		return gvk, false
+		return gvk, nil
 	}
 	if _, isList := obj.(client.ObjectList); isList {
 		gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
@@ -83,7 +83,7 @@ func unsafeGet(opts []client.GetOption) bool {
 // wrapped cache's.
 func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	gvk, viewed := c.viewed(obj)
-	if !viewed || !unsafeGet(opts) {
+	if viewed == nil || !unsafeGet(opts) {
 		return c.Cache.Get(ctx, key, obj, opts...)
 	}
 	informer, err := c.GetInformer(ctx, obj)
@@ -109,35 +109,32 @@ func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 	return nil
 }
 
-// listViews answers a list of a kind StoresViews declared with
-// client.UnsafeDisableDeepCopy and no field selector: the views of the
+// listViews answers a list of a kind StoresViews declared (obj, its
+// declared object) with client.UnsafeDisableDeepCopy and no field
+// selector: the views of the
 // informer's own objects of the namespace (or all), those the label
 // selector selects. handled is false where it cannot (a limit, a
 // continue, an informer without an indexer of its own): the caller lists
 // copies.
-func (c *Cache) listViews(ctx context.Context, list client.ObjectList, gvk schema.GroupVersionKind, lo client.ListOptions) (handled bool, err error) {
+func (c *Cache) listViews(ctx context.Context, list client.ObjectList, gvk schema.GroupVersionKind, obj client.Object, lo client.ListOptions) (handled bool, err error) {
 	if lo.Limit > 0 || lo.Continue != "" {
 		return false, nil
 	}
-	obj, err := c.scheme.New(gvk)
-	if err != nil {
-		return false, nil
-	}
-	informer, err := c.GetInformer(ctx, obj.(client.Object))
+	informer, err := c.GetInformer(ctx, obj)
 	if err != nil {
 		return true, fmt.Errorf("list %s: %w", gvk.Kind, err)
 	}
-	si, ok := informer.(interface{ GetIndexer() toolscache.Indexer })
-	if !ok {
+	indexer, err := indexerOf(informer)
+	if err != nil {
 		return false, nil
 	}
 	var stored []any
 	if lo.Namespace != "" {
-		if stored, err = si.GetIndexer().ByIndex(toolscache.NamespaceIndex, lo.Namespace); err != nil {
+		if stored, err = indexer.ByIndex(toolscache.NamespaceIndex, lo.Namespace); err != nil {
 			return true, fmt.Errorf("list %s in %s: %w", gvk.Kind, lo.Namespace, err)
 		}
 	} else {
-		stored = si.GetIndexer().List()
+		stored = indexer.List()
 	}
 	out := make([]runtime.Object, 0, len(stored))
 	for _, item := range stored {
