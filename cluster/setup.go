@@ -449,11 +449,7 @@ func (m mapper) replicaSet(ctx context.Context, key client.ObjectKey) (metav1.Ob
 			return nil, err
 		}
 	}
-	rs := &appsv1.ReplicaSet{}
-	if err := m.c.Get(ctx, key, rs); err != nil {
-		return nil, err
-	}
-	return rs, nil
+	return workload.ReplicaSetsOf(m.c)(ctx, key)
 }
 
 // signaled maps an agent's signal, a pod known by UID only, to the pod in

@@ -53,13 +53,18 @@ func (r Ref) Targets(ns string, ref v1alpha1.TargetRef) bool {
 // (or has another of the same name), the error wraps
 // ErrReplicaSetNotFound.
 func Of(ctx context.Context, r client.Reader, pod metav1.Object) (ref Ref, ok bool, err error) {
-	return OfWith(ctx, pod, func(ctx context.Context, key client.ObjectKey) (metav1.Object, error) {
+	return OfWith(ctx, pod, ReplicaSetsOf(r))
+}
+
+// ReplicaSetsOf reads ReplicaSets from r, as the typed ReplicaSet.
+func ReplicaSetsOf(r client.Reader) ReplicaSetReader {
+	return func(ctx context.Context, key client.ObjectKey) (metav1.Object, error) {
 		rs := &appsv1.ReplicaSet{}
 		if err := r.Get(ctx, key, rs); err != nil {
 			return nil, err
 		}
 		return rs, nil
-	})
+	}
 }
 
 // ReplicaSetReader returns the ReplicaSet key names, of which only the
