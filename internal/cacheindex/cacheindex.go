@@ -323,8 +323,11 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 // list of a kind StoresViews declared asking for no copy gets views
 // where listViews can give them, else copies.
 func (c *Cache) wrappedList(ctx context.Context, list client.ObjectList, lo client.ListOptions, opts []client.ListOption) error {
+	if lo.UnsafeDisableDeepCopy == nil || !*lo.UnsafeDisableDeepCopy {
+		return c.Cache.List(ctx, list, opts...)
+	}
 	gvk, viewed := c.viewed(list)
-	if viewed == nil || lo.UnsafeDisableDeepCopy == nil || !*lo.UnsafeDisableDeepCopy {
+	if viewed == nil {
 		return c.Cache.List(ctx, list, opts...)
 	}
 	if lo.FieldSelector == nil {
@@ -341,8 +344,10 @@ func (c *Cache) wrappedList(ctx context.Context, list client.ObjectList, lo clie
 // objects whose own value it is.
 func (c *Cache) listBucket(ctx context.Context, list client.ObjectList, idx index, field, value string, lo client.ListOptions) error {
 	lo.FieldSelector = fields.OneTermEqualSelector(field, idx.bucket(value))
-	if _, viewed := c.viewed(list); viewed != nil {
-		lo.UnsafeDisableDeepCopy = nil // copies: no view of a stored form here
+	if lo.UnsafeDisableDeepCopy != nil && *lo.UnsafeDisableDeepCopy {
+		if _, viewed := c.viewed(list); viewed != nil {
+			lo.UnsafeDisableDeepCopy = nil // copies: no view of a stored form here
+		}
 	}
 	if err := c.Cache.List(ctx, list, &lo); err != nil {
 		return err

@@ -82,8 +82,11 @@ func unsafeGet(opts []client.GetOption) bool {
 // (a copy where it has no indexer of its own); every other Get is the
 // wrapped cache's.
 func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if !unsafeGet(opts) {
+		return c.Cache.Get(ctx, key, obj, opts...)
+	}
 	gvk, viewed := c.viewed(obj)
-	if viewed == nil || !unsafeGet(opts) {
+	if viewed == nil {
 		return c.Cache.Get(ctx, key, obj, opts...)
 	}
 	informer, err := c.GetInformer(ctx, obj)
