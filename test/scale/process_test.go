@@ -290,17 +290,23 @@ func (p *leaderProc) memory() (rss, peak uint64) {
 	return rss, peak
 }
 
-// heapProfile writes the leader's heap profile (after a GC, so that it
-// shows what is live) into $KERF_SCALE_PROFILE as name, and logs where;
-// it does nothing when $KERF_SCALE_PROFILE is unset.
-func (p *leaderProc) heapProfile(tb testing.TB, name string) {
+// heapProfile writes the leader's heap profile into $KERF_SCALE_PROFILE
+// as name, and logs where; it does nothing when $KERF_SCALE_PROFILE is
+// unset. With gc, a GC runs first, so that it shows what is live now;
+// without, it shows what was live at the last GC, and the leader runs
+// undisturbed (the snapshots during the wave).
+func (p *leaderProc) heapProfile(tb testing.TB, name string, gc bool) {
 	tb.Helper()
 	dir := os.Getenv(profileEnv)
 	if dir == "" || p.pprofAddr == "" {
 		return
 	}
 	c := &http.Client{Timeout: time.Minute}
-	resp, err := c.Get("http://" + p.pprofAddr + "/debug/pprof/heap?gc=1")
+	url := "http://" + p.pprofAddr + "/debug/pprof/heap"
+	if gc {
+		url += "?gc=1"
+	}
+	resp, err := c.Get(url)
 	require.NoError(tb, err, "the leader's heap profile (is %s a kerfpprof build?)", leaderBinEnv)
 	defer resp.Body.Close()
 	require.Equal(tb, http.StatusOK, resp.StatusCode, "the leader's heap profile")

@@ -131,11 +131,12 @@ func watchDeployments(ctx context.Context, tb testing.TB, c client.WithWatch) *d
 	return w
 }
 
-// usage samples the leader's CPU every second.
+// usage samples the leader's CPU and RSS every second.
 type usage struct {
 	mu    sync.Mutex
 	times []time.Time
 	cpus  []time.Duration
+	rss   []uint64
 }
 
 func sampleUsage(ctx context.Context, p *leaderProc) *usage {
@@ -144,8 +145,9 @@ func sampleUsage(ctx context.Context, p *leaderProc) *usage {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
+			rss, _ := p.memory()
 			u.mu.Lock()
-			u.times, u.cpus = append(u.times, time.Now()), append(u.cpus, p.cpu())
+			u.times, u.cpus, u.rss = append(u.times, time.Now()), append(u.cpus, p.cpu()), append(u.rss, rss)
 			u.mu.Unlock()
 			select {
 			case <-ctx.Done():
@@ -182,6 +184,18 @@ func (u *usage) over(from, to time.Time, win time.Duration) (mean, peak float64)
 		}
 	}
 	return mean, peak
+}
+
+// rssPeak is the highest RSS sampled between from and to, and when.
+func (u *usage) rssPeak(from, to time.Time) (peak uint64, at time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for k, t := range u.times {
+		if !t.Before(from) && !t.After(to) && u.rss[k] > peak {
+			peak, at = u.rss[k], t
+		}
+	}
+	return peak, at
 }
 
 // harnessCPU is this process's user+sys CPU time so far: the harness's,
@@ -251,6 +265,7 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	sampleEvery := envDuration(b, "KERF_SCALE_SAMPLE_INTERVAL", 10*time.Second)
 	waveTimeout := envDuration(b, "KERF_SCALE_WAVE_TIMEOUT", 15*time.Minute)
 	idle := envDuration(b, "KERF_SCALE_IDLE", 20*time.Second)
+	snapshotEvery := envDuration(b, "KERF_SCALE_SNAPSHOT_INTERVAL", 2*time.Minute)
 	b.Logf("the leader's GOMEMLIMIT: %q (%s), GOGC: %q (%s)", os.Getenv(memLimitEnv), memLimitEnv, os.Getenv(gcPercentEnv), gcPercentEnv)
 	b.Logf("workloads %d, nodes %d, harness workers %d, OOM probes %d every %v, outage OOM probes %d, in-place replicas %d, counters every %v",
 		n, m, workers, probes, probeGap, outage, inPlaceReplicas, sampleEvery)
@@ -328,7 +343,7 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	idleRSS, _ := leader.memory()
 	b.Logf("idle %v: CPU %.0f mCPU, RSS %.0f MiB, %.1f requests/s", idle, idleCPU*1000, float64(idleRSS)/(1<<20), (reqIdle1-reqIdle0)/idleTo.Sub(idleFrom).Seconds())
 	leader.goMemory(b, "idle")
-	leader.heapProfile(b, "leader-heap-"+strconv.Itoa(n)+".pb.gz")
+	leader.heapProfile(b, "leader-heap-"+strconv.Itoa(n)+".pb.gz", true)
 
 	// The wave: a recommendation for every other workload at once, the
 	// in-place workload's (strategy InPlace: the leader resizes its pods)
@@ -366,8 +381,19 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	var inPlaceDoneAt time.Time // the in-place change's phase left Applying
 	var inPlacePhase v1alpha1.Phase
 	var inPlaceMsg string
+	nextSnapshot := waveFrom.Add(snapshotEvery)
 	for {
 		leader.alive(b)
+		if time.Now().After(nextSnapshot) {
+			// What the leader holds as the wave goes on: its Go memory
+			// and (with $KERF_SCALE_PROFILE) the heap at its last GC.
+			at := time.Since(waveFrom).Round(time.Minute)
+			rss, _ := leader.memory()
+			b.Logf("%v into the wave: RSS %.0f MiB", at, float64(rss)/(1<<20))
+			leader.goMemory(b, at.String()+" into the wave")
+			leader.heapProfile(b, "leader-heap-"+strconv.Itoa(n)+"-wave-"+at.String()+".pb.gz", false)
+			nextSnapshot = nextSnapshot.Add(snapshotEvery)
+		}
 		applied, restored := deps.counts()
 		if inPlaceDoneAt.IsZero() {
 			select {
@@ -394,7 +420,7 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	logAPITimings(b, "during the wave", apiWave0, readAPITimings(b, cs))
 	leader.goMemory(b, "at the wave's end")
 	waveProfiled()
-	leader.heapProfile(b, "leader-heap-"+strconv.Itoa(n)+"-wave.pb.gz")
+	leader.heapProfile(b, "leader-heap-"+strconv.Itoa(n)+"-wave.pb.gz", true)
 
 	var applyTimes []time.Time
 	for i := first; i < n; i++ {
@@ -463,6 +489,13 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	b.Logf("leader during the wave: CPU mean %.0f mCPU, peak (10 s) %.0f mCPU; RSS %.0f MiB, peak %.0f MiB; %.1f apiserver requests/s; the harness's own CPU %.0f mCPU",
 		waveCPU*1000, peakCPU*1000, float64(waveRSS)/(1<<20), float64(peakRSS)/(1<<20), reqRate,
 		1000*(harness1-harness0).Seconds()/waveTo.Sub(waveFrom).Seconds())
+	startPeak, startAt := u.rssPeak(leader.started, probeStart)
+	probesPeak, _ := u.rssPeak(probeStart, idleFrom)
+	idlePeak, _ := u.rssPeak(idleFrom, idleTo)
+	wavePeak, wavePeakAt := u.rssPeak(waveFrom, waveTo)
+	b.Logf("the leader's RSS, highest sampled (every second): from its start until the agents connected %.0f MiB (%v after its start), the probes %.0f MiB, idle %.0f MiB, the wave %.0f MiB (%v into it)",
+		float64(startPeak)/(1<<20), startAt.Sub(leader.started).Round(time.Second), float64(probesPeak)/(1<<20),
+		float64(idlePeak)/(1<<20), float64(wavePeak)/(1<<20), wavePeakAt.Sub(waveFrom).Round(time.Second))
 	b.Logf("the machine's cores during the wave: kube-apiserver %.0f mCPU, etcd %.0f mCPU (the leader's and the harness's above)",
 		1000*(cp1["kube-apiserver"]-cp0["kube-apiserver"]).Seconds()/waveTo.Sub(waveFrom).Seconds(),
 		1000*(cp1["etcd"]-cp0["etcd"]).Seconds()/waveTo.Sub(waveFrom).Seconds())
