@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/kerf-dev/kerf/cluster/eventrec"
 	"github.com/kerf-dev/kerf/internal/kube"
 )
 
@@ -284,36 +285,24 @@ func (l fencedLock) Update(ctx context.Context, rec resourcelock.LeaderElectionR
 
 // newRecorder returns the leader's event recorder, whose Events are
 // written with cfg, the fenced config: an Event is emitted only after the
-// status write it reports passed the fence, but it is sent later, from
-// the broadcaster's own goroutine (and a failed send is retried for up to
-// two minutes, an Event series is updated for up to six), so without the
-// fence a leader frozen past its Lease would still emit on waking. Its
-// broadcaster records from the manager's start (before the election, so
-// nothing emitted is dropped) until its stop.
-func (f *fence) newRecorder(cfg *rest.Config, mgr manager.Manager, name string) (events.EventRecorder, error) {
+// status write it reports passed the fence, but it is sent later, by the
+// recorder's workers (and a send the apiserver could not be reached for is
+// tried again for up to two minutes), so without the fence a leader frozen
+// past its Lease would still emit on waking. The recorder runs with the
+// manager from its start (before the election, so nothing emitted is
+// dropped) until its stop.
+func (f *fence) newRecorder(cfg *rest.Config, mgr manager.Manager, name string, reg prometheus.Registerer) (events.EventRecorder, error) {
 	cs, err := eventsv1client.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("fenced events client: %w", err)
 	}
-	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs})
-	if err := mgr.Add(eventRecording{b}); err != nil {
-		return nil, fmt.Errorf("add the event recording: %w", err)
+	r, err := eventrec.New(eventrec.Config{Events: cs, Scheme: kube.Scheme, Controller: name, Registerer: reg, Log: f.log})
+	if err != nil {
+		return nil, err
 	}
-	f.recorder = b.NewRecorder(kube.Scheme, name)
+	if err := mgr.Add(r); err != nil {
+		return nil, fmt.Errorf("add the event recorder: %w", err)
+	}
+	f.recorder = r
 	return f.recorder, nil
 }
-
-// eventRecording runs an event broadcaster with the manager, leading or
-// not.
-type eventRecording struct{ events.EventBroadcaster }
-
-func (r eventRecording) Start(ctx context.Context) error {
-	if err := r.StartRecordingToSinkWithContext(ctx); err != nil {
-		return fmt.Errorf("record events: %w", err)
-	}
-	<-ctx.Done()
-	r.Shutdown()
-	return nil
-}
-
-func (eventRecording) NeedLeaderElection() bool { return false }

@@ -388,7 +388,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		}
 	}
 
-	recorder, err := fnc.newRecorder(fencedConfig, mgr, "kerf-leader")
+	recorder, err := fnc.newRecorder(fencedConfig, mgr, "kerf-leader", reg)
 	if err != nil {
 		return nil, err
 	}
