@@ -160,11 +160,12 @@ func owned(ctx context.Context, r client.Reader, ns string, selector *metav1.Lab
 			if err := r.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{ControllerIndex: string(uid)}); err != nil {
 				return nil, fmt.Errorf("list pods in %s controlled by %s: %w", ns, uid, err)
 			}
-			for _, p := range list.Items {
-				if sel.Matches(labels.Set(p.Labels)) {
-					pods = append(pods, p)
-				}
+			matched := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return !sel.Matches(labels.Set(p.Labels)) })
+			if pods == nil {
+				pods = matched // one owner's pods (nearly always): not copied again
+				continue
 			}
+			pods = append(pods, matched...)
 		}
 	} else {
 		var list corev1.PodList
