@@ -85,8 +85,20 @@ func (c *cachedReplicaSet) DeepCopyObject() runtime.Object { return c.ReplicaSet
 // keeps and sharing its metadata and selector, for a read that only
 // reads (see cachedPod.View).
 func (c *cachedReplicaSet) View() runtime.Object {
-	return &appsv1.ReplicaSet{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta,
-		Spec: appsv1.ReplicaSetSpec{Selector: c.selector, Template: digestTemplate(c.digest)}}
+	rs := &appsv1.ReplicaSet{}
+	c.ViewInto(rs)
+	return rs
+}
+
+// ViewInto implements cacheindex.Viewer: View written into dst, a
+// *appsv1.ReplicaSet.
+func (c *cachedReplicaSet) ViewInto(dst runtime.Object) bool {
+	rs, ok := dst.(*appsv1.ReplicaSet)
+	if ok {
+		*rs = appsv1.ReplicaSet{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta,
+			Spec: appsv1.ReplicaSetSpec{Selector: c.selector, Template: digestTemplate(c.digest)}}
+	}
+	return ok
 }
 
 // newCachedDeployment keeps of d what a cachedDeployment holds, sharing
@@ -127,7 +139,19 @@ func (c *cachedDeployment) DeepCopyObject() runtime.Object { return c.Deployment
 // View implements cacheindex.Viewer: a *appsv1.Deployment holding what c
 // keeps and sharing it, for a read that only reads (see cachedPod.View).
 func (c *cachedDeployment) View() runtime.Object {
-	d := &appsv1.Deployment{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta, Status: c.status, Spec: appsv1.DeploymentSpec{
+	d := &appsv1.Deployment{}
+	c.ViewInto(d)
+	return d
+}
+
+// ViewInto implements cacheindex.Viewer: View written into dst, a
+// *appsv1.Deployment.
+func (c *cachedDeployment) ViewInto(dst runtime.Object) bool {
+	d, ok := dst.(*appsv1.Deployment)
+	if !ok {
+		return false
+	}
+	*d = appsv1.Deployment{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta, Status: c.status, Spec: appsv1.DeploymentSpec{
 		Replicas: c.replicas, RevisionHistoryLimit: c.revisionHistoryLimit, ProgressDeadlineSeconds: c.progressDeadlineSeconds,
 		Selector: c.selector, Strategy: c.strategy, MinReadySeconds: c.minReadySeconds, Paused: c.paused,
 		Template: digestTemplate(c.template.digest),
@@ -135,7 +159,7 @@ func (c *cachedDeployment) View() runtime.Object {
 	d.Spec.Template.Spec.Containers = viewContainers(c.template.containers)
 	d.Spec.Template.Spec.InitContainers = viewContainers(c.template.initContainers)
 	d.Spec.Template.Spec.Resources = c.template.resources
-	return d
+	return true
 }
 
 // digestTemplate is a stripped template holding only its digest.

@@ -129,7 +129,19 @@ func (c *cachedPod) DeepCopyObject() runtime.Object { return c.Pod() }
 // (client.UnsafeDisableDeepCopy): the Pod's and its containers' structs
 // rather than Pod's deep copy.
 func (c *cachedPod) View() runtime.Object {
-	p := &corev1.Pod{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta, Status: c.status, Spec: corev1.PodSpec{NodeName: c.nodeName,
+	p := &corev1.Pod{}
+	c.ViewInto(p)
+	return p
+}
+
+// ViewInto implements cacheindex.Viewer: View written into dst, a
+// *corev1.Pod (a list's item), whose struct is not allocated anew.
+func (c *cachedPod) ViewInto(dst runtime.Object) bool {
+	p, ok := dst.(*corev1.Pod)
+	if !ok {
+		return false
+	}
+	*p = corev1.Pod{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta, Status: c.status, Spec: corev1.PodSpec{NodeName: c.nodeName,
 		ServiceAccountName: c.serviceAccountName, Containers: viewContainers(c.containers), InitContainers: viewContainers(c.initContainers),
 		Resources: c.resources}}
 	if c.ephemeralContainers != nil {
@@ -138,7 +150,7 @@ func (c *cachedPod) View() runtime.Object {
 			p.Spec.EphemeralContainers[i].Name = name
 		}
 	}
-	return p
+	return true
 }
 
 // viewContainers is inflateContainers sharing the containers' resources,

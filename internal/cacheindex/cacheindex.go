@@ -295,24 +295,28 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 		return fmt.Errorf("list %s by %s: %w", gvk.Kind, field, err)
 	}
 	copyObjects := lo.UnsafeDisableDeepCopy == nil || !*lo.UnsafeDisableDeepCopy
-	var out []runtime.Object
+	var kept []client.Object
 	for _, item := range stored {
-		if lo.Limit > 0 && int64(len(out)) >= lo.Limit {
+		if lo.Limit > 0 && int64(len(kept)) >= lo.Limit {
 			break
 		}
 		o := item.(client.Object) // inBucket keeps objects only
 		if lo.LabelSelector != nil && !lo.LabelSelector.Matches(labels.Set(o.GetLabels())) {
 			continue
 		}
-		if copyObjects {
-			cp := o.DeepCopyObject()
-			cp.GetObjectKind().SetGroupVersionKind(gvk)
-			out = append(out, cp)
-		} else {
-			out = append(out, view(o))
-		}
+		kept = append(kept, o)
 	}
-	if err := apimeta.SetList(list, out); err != nil {
+	if copyObjects {
+		out := make([]runtime.Object, len(kept))
+		for i, o := range kept {
+			out[i] = o.DeepCopyObject()
+			out[i].GetObjectKind().SetGroupVersionKind(gvk)
+		}
+		err = apimeta.SetList(list, out)
+	} else {
+		err = setViews(list, kept)
+	}
+	if err != nil {
 		return fmt.Errorf("list %s by %s: %w", gvk.Kind, field, err)
 	}
 	list.SetContinue("continue-not-supported")

@@ -25,6 +25,10 @@ import (
 // everything.
 type Viewer interface {
 	View() runtime.Object
+	// ViewInto writes the view into dst, an object of the API type (a
+	// list's item, a Get's object), allocating no struct of its own;
+	// false, writing nothing, when dst is of another type.
+	ViewInto(dst runtime.Object) bool
 }
 
 // StoresViews declares the kinds whose informers store Viewers (the
@@ -104,6 +108,9 @@ func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 		// As controller-runtime's cache reader says it.
 		return apierrors.NewNotFound(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}, key.Name)
 	}
+	if v, ok := stored.(Viewer); ok && v.ViewInto(obj) {
+		return nil
+	}
 	out, got := reflect.ValueOf(obj), reflect.ValueOf(view(stored))
 	if !got.Type().AssignableTo(out.Type()) {
 		return fmt.Errorf("cache had type %s, but %s was asked for", got.Type(), out.Type())
@@ -139,7 +146,7 @@ func (c *Cache) listViews(ctx context.Context, list client.ObjectList, gvk schem
 	} else {
 		stored = indexer.List()
 	}
-	out := make([]runtime.Object, 0, len(stored))
+	out := make([]client.Object, 0, len(stored))
 	for _, item := range stored {
 		o, ok := item.(client.Object)
 		if !ok {
@@ -148,10 +155,44 @@ func (c *Cache) listViews(ctx context.Context, list client.ObjectList, gvk schem
 		if lo.LabelSelector != nil && !lo.LabelSelector.Matches(labels.Set(o.GetLabels())) {
 			continue
 		}
-		out = append(out, view(o))
+		out = append(out, o)
 	}
-	if err := apimeta.SetList(list, out); err != nil {
+	if err := setViews(list, out); err != nil {
 		return true, fmt.Errorf("list %s: %w", gvk.Kind, err)
 	}
 	return true, nil
+}
+
+// setViews sets list's items to the views of objs: each written into its
+// item (Viewer.ViewInto) where the items are structs, so that a view costs
+// no struct beside its item; else as apimeta.SetList sets them.
+func setViews(list client.ObjectList, objs []client.Object) error {
+	ptr, err := apimeta.GetItemsPtr(list)
+	if err != nil {
+		return err
+	}
+	items := reflect.ValueOf(ptr).Elem()
+	if items.Kind() != reflect.Slice || items.Type().Elem().Kind() != reflect.Struct {
+		views := make([]runtime.Object, len(objs))
+		for i, o := range objs {
+			views[i] = view(o)
+		}
+		return apimeta.SetList(list, views)
+	}
+	slice := reflect.MakeSlice(items.Type(), len(objs), len(objs))
+	for i, o := range objs {
+		dst := slice.Index(i)
+		if v, ok := o.(Viewer); ok {
+			if item, ok := dst.Addr().Interface().(runtime.Object); ok && v.ViewInto(item) {
+				continue
+			}
+		}
+		got := reflect.ValueOf(view(o))
+		if got.Kind() != reflect.Pointer || !got.Elem().Type().AssignableTo(dst.Type()) {
+			return fmt.Errorf("cache had type %s, but a list of %s was asked for", got.Type(), dst.Type())
+		}
+		dst.Set(got.Elem())
+	}
+	items.Set(slice)
+	return nil
 }

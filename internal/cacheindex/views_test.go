@@ -38,6 +38,14 @@ func (p *storedPod) View() runtime.Object {
 	return &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta}
 }
 
+func (p *storedPod) ViewInto(dst runtime.Object) bool {
+	pod, ok := dst.(*corev1.Pod)
+	if ok {
+		*pod = corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta}
+	}
+	return ok
+}
+
 // TestReadsWithoutCopiesGetViews: in a cache whose transform stores pods
 // as Viewers, declared by StoresViews, a Get or a List (by namespace and
 // labels, or by an index) with client.UnsafeDisableDeepCopy gets views
