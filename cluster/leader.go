@@ -426,6 +426,10 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	// labels, half the leader's CPU at 10,000 workloads
 	// (docs/performance.md, "The fourth round").
 	l.usage = NewUsageSeries(workload.Indexed(workload.ReadOnly(mgr.GetClient())), sig, cfg.UsageSeries, cfg.Now, log)
+	if l.usage.recommendations, err = mgr.GetCache().GetInformer(context.Background(), &v1alpha1.RightsizingRecommendation{},
+		cache.BlockUntilSynced(false)); err != nil {
+		return nil, fmt.Errorf("the usage series' recommendations: %w", err)
+	}
 	if err := mgr.Add(l.usage); err != nil {
 		return nil, fmt.Errorf("add the usage series: %w", err)
 	}

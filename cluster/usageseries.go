@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -13,11 +14,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/workload"
+	"github.com/kerf-dev/kerf/internal/cacheindex"
 	webui "github.com/kerf-dev/kerf/web"
 )
 
@@ -231,6 +234,11 @@ type UsageSeries struct {
 	instances   map[instanceRef]*seriesInstance
 	tick        uint64
 	full        bool
+
+	// recommendations, when set (the leader's cache's informer), is
+	// where a pass reads the recommendations: the informer's own
+	// objects, not a list of copies of 25,000 each pass.
+	recommendations cache.Informer
 }
 
 // NewUsageSeries returns empty series fed from sig, reading the
@@ -276,19 +284,16 @@ func (u *UsageSeries) Start(ctx context.Context) error {
 // recommendation targets any more and those with no point left.
 func (u *UsageSeries) Pass(ctx context.Context) error {
 	now := u.now()
-	// Only read: the cache's own objects, not a copy of every one each
-	// pass.
-	var rsrs v1alpha1.RightsizingRecommendationList
-	if err := u.client.List(ctx, &rsrs, client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("list recommendations: %w", err)
+	rsrs, err := u.recommendationsNow(ctx)
+	if err != nil {
+		return err
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.tick++
 	wanted := map[seriesKey]bool{} // workloads, container empty
 	full := false
-	for i := range rsrs.Items {
-		rsr := &rsrs.Items[i]
+	for _, rsr := range rsrs {
 		wk := seriesKey{namespace: rsr.Namespace, kind: rsr.Spec.TargetRef.Kind, name: rsr.Spec.TargetRef.Name}
 		if wanted[wk] {
 			continue
@@ -337,6 +342,36 @@ func (u *UsageSeries) Pass(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// recommendationsNow returns the recommendations, only to be read: the
+// informer's own where it is set and has an indexer of its own, else a
+// list's (items sharing the cache's objects).
+func (u *UsageSeries) recommendationsNow(ctx context.Context) ([]*v1alpha1.RightsizingRecommendation, error) {
+	if u.recommendations != nil {
+		stored, err := cacheindex.All(u.recommendations)
+		if err == nil {
+			out := make([]*v1alpha1.RightsizingRecommendation, 0, len(stored))
+			for _, o := range stored {
+				if rsr, ok := o.(*v1alpha1.RightsizingRecommendation); ok {
+					out = append(out, rsr)
+				}
+			}
+			return out, nil
+		}
+		if !errors.Is(err, cacheindex.ErrNoIndexer) {
+			return nil, fmt.Errorf("recommendations: %w", err)
+		}
+	}
+	var list v1alpha1.RightsizingRecommendationList
+	if err := u.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list recommendations: %w", err)
+	}
+	out := make([]*v1alpha1.RightsizingRecommendation, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
 }
 
 // feed reads one workload's pods into its containers' series; false when a

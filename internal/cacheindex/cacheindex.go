@@ -434,6 +434,19 @@ func Stored(informer cache.Informer, ns, name string) (obj client.Object, ok boo
 	return obj, true, nil
 }
 
+// All returns every object informer (a Cache's informer) holds: its own,
+// not copies, in the form its transform stores them, to be read only, in
+// no order; ErrNoIndexer on an informer without an indexer of its own
+// (the caller lists copies instead). It costs one slice, where a list
+// costs a struct an object.
+func All(informer cache.Informer) ([]any, error) {
+	indexer, err := indexerOf(informer)
+	if err != nil {
+		return nil, fmt.Errorf("all: %w", err)
+	}
+	return indexer.List(), nil
+}
+
 // inBucket returns the objects informer's own indexer holds under key of
 // the index of field whose own value is value, not copies; ErrNoIndexer
 // when the informer has no indexer of its own.
