@@ -1,12 +1,19 @@
 package cluster
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"reflect"
 	"unique"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/forward"
+	"github.com/kerf-dev/kerf/internal/cacheindex"
 )
 
 // A cached recommendation is its decoded object, with what many of them
@@ -113,4 +120,44 @@ func internValue(v reflect.Value) {
 			internValue(v.Index(i))
 		}
 	}
+}
+
+// cachedRecommendations returns what reads every recommendation for the
+// leader's periodic passes (the usage series, the hub forwarder, the
+// finalizer releaser): informer's own objects, only to be read, at the
+// cost of one slice; where the cache has no indexer of its own (a cache
+// of several namespaces), a list through c, whose items share the
+// cache's objects but copy each one's struct (568 bytes; 14 MB at 25,000
+// every pass).
+func cachedRecommendations(informer cache.Informer, c client.Reader) forward.Recommendations {
+	return func(ctx context.Context) ([]*v1alpha1.RightsizingRecommendation, error) {
+		stored, err := cacheindex.All(informer)
+		if errors.Is(err, cacheindex.ErrNoIndexer) {
+			return listRecommendations(ctx, c)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("recommendations: %w", err)
+		}
+		out := make([]*v1alpha1.RightsizingRecommendation, 0, len(stored))
+		for _, o := range stored {
+			if rsr, ok := o.(*v1alpha1.RightsizingRecommendation); ok {
+				out = append(out, rsr)
+			}
+		}
+		return out, nil
+	}
+}
+
+// listRecommendations lists every recommendation through c without copies
+// (client.UnsafeDisableDeepCopy), only to be read.
+func listRecommendations(ctx context.Context, c client.Reader) ([]*v1alpha1.RightsizingRecommendation, error) {
+	var list v1alpha1.RightsizingRecommendationList
+	if err := c.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list recommendations: %w", err)
+	}
+	out := make([]*v1alpha1.RightsizingRecommendation, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
 }

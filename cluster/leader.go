@@ -184,6 +184,9 @@ type Leader struct {
 	authn *authn.Authenticator
 	// usage is the usage series of the workload pages.
 	usage *UsageSeries
+	// recommendations reads every recommendation from the cache's own
+	// objects, for the periodic passes (cachedRecommendations).
+	recommendations forward.Recommendations
 	// synced is set once the caches are synced: the replica is ready.
 	synced atomic.Bool
 	// stopping is set as soon as Run's context is done: from then on the
@@ -425,11 +428,13 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	// workload's namespace (its pods and ReplicaSets) and matched their
 	// labels, half the leader's CPU at 10,000 workloads
 	// (docs/performance.md, "The fourth round").
-	l.usage = NewUsageSeries(workload.Indexed(workload.ReadOnly(mgr.GetClient())), sig, cfg.UsageSeries, cfg.Now, log)
-	if l.usage.recommendations, err = mgr.GetCache().GetInformer(context.Background(), &v1alpha1.RightsizingRecommendation{},
-		cache.BlockUntilSynced(false)); err != nil {
-		return nil, fmt.Errorf("the usage series' recommendations: %w", err)
+	recs, err := mgr.GetCache().GetInformer(context.Background(), &v1alpha1.RightsizingRecommendation{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, fmt.Errorf("the recommendations' informer: %w", err)
 	}
+	l.recommendations = cachedRecommendations(recs, mgr.GetClient())
+	l.usage = NewUsageSeries(workload.Indexed(workload.ReadOnly(mgr.GetClient())), sig, cfg.UsageSeries, cfg.Now, log)
+	l.usage.recommendations = l.recommendations
 	if err := mgr.Add(l.usage); err != nil {
 		return nil, fmt.Errorf("add the usage series: %w", err)
 	}
@@ -440,7 +445,8 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		if err := l.addForwarder(*cfg.Hub); err != nil {
 			return nil, err
 		}
-	} else if err := mgr.Add(forward.NewReleaser(forward.ReleaseConfig{Namespace: cfg.Namespace, Registerer: reg, Log: l.log}, mgr.GetClient(), mgr.GetAPIReader())); err != nil {
+	} else if err := mgr.Add(forward.NewReleaser(forward.ReleaseConfig{Namespace: cfg.Namespace, Registerer: reg, Log: l.log,
+		Recommendations: l.recommendations}, mgr.GetClient(), mgr.GetAPIReader())); err != nil {
 		// Without a hub the finalizers a hub-configured leader added go
 		// (docs/hub.md, "Turning the hub off").
 		return nil, fmt.Errorf("add the hub-delivery finalizer releaser: %w", err)
@@ -660,6 +666,9 @@ func (l *Leader) addForwarder(hc forward.Config) error {
 	}
 	if hc.Log == nil {
 		hc.Log = l.log
+	}
+	if hc.Recommendations == nil {
+		hc.Recommendations = l.recommendations
 	}
 	fw, err := forward.New(hc, l.writer, l.mgr.GetAPIReader())
 	if err != nil {

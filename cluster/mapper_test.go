@@ -209,7 +209,7 @@ func BenchmarkUsageSeriesPass(b *testing.B) {
 		b.Fatal(err)
 	}
 	u := NewUsageSeries(workload.Indexed(workload.ReadOnly(cached)), signals.New(), UsageSeriesConfig{}, nil, slog.New(slog.DiscardHandler))
-	u.recommendations = m.recommendations // as the leader's
+	u.recommendations = cachedRecommendations(m.recommendations, cached) // as the leader's
 	deadline := time.Now().Add(30 * time.Second)
 	for u.Len() != 1 {
 		if time.Now().After(deadline) {

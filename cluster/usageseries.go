@@ -2,8 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"slices"
@@ -14,13 +12,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/forward"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/workload"
-	"github.com/kerf-dev/kerf/internal/cacheindex"
 	webui "github.com/kerf-dev/kerf/web"
 )
 
@@ -235,10 +232,10 @@ type UsageSeries struct {
 	tick        uint64
 	full        bool
 
-	// recommendations, when set (the leader's cache's informer), is
-	// where a pass reads the recommendations: the informer's own
-	// objects, not a list of copies of 25,000 each pass.
-	recommendations cache.Informer
+	// recommendations, when set (the leader's: cachedRecommendations),
+	// gives a pass the recommendations: the informer's own objects, not
+	// a list copying 25,000 structs each pass.
+	recommendations forward.Recommendations
 }
 
 // NewUsageSeries returns empty series fed from sig, reading the
@@ -344,34 +341,14 @@ func (u *UsageSeries) Pass(ctx context.Context) error {
 	return nil
 }
 
-// recommendationsNow returns the recommendations, only to be read: the
-// informer's own where it is set and has an indexer of its own, else a
-// list's (items sharing the cache's objects).
+// recommendationsNow returns the recommendations, only to be read: from
+// u.recommendations where set, else a list's (items sharing the cache's
+// objects).
 func (u *UsageSeries) recommendationsNow(ctx context.Context) ([]*v1alpha1.RightsizingRecommendation, error) {
 	if u.recommendations != nil {
-		stored, err := cacheindex.All(u.recommendations)
-		if err == nil {
-			out := make([]*v1alpha1.RightsizingRecommendation, 0, len(stored))
-			for _, o := range stored {
-				if rsr, ok := o.(*v1alpha1.RightsizingRecommendation); ok {
-					out = append(out, rsr)
-				}
-			}
-			return out, nil
-		}
-		if !errors.Is(err, cacheindex.ErrNoIndexer) {
-			return nil, fmt.Errorf("recommendations: %w", err)
-		}
+		return u.recommendations(ctx)
 	}
-	var list v1alpha1.RightsizingRecommendationList
-	if err := u.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list recommendations: %w", err)
-	}
-	out := make([]*v1alpha1.RightsizingRecommendation, len(list.Items))
-	for i := range list.Items {
-		out[i] = &list.Items[i]
-	}
-	return out, nil
+	return listRecommendations(ctx, u.client)
 }
 
 // feed reads one workload's pods into its containers' series; false when a

@@ -222,7 +222,7 @@ func TestUsageSeriesReadTheInformersOwnRecommendations(t *testing.T) {
 	require.NoError(t, err)
 	u := NewUsageSeries(workload.Indexed(workload.ReadOnly(noRecommendationLists{cached})), signals.New(), UsageSeriesConfig{}, nil, slog.New(slog.DiscardHandler))
 	require.ErrorContains(t, u.Pass(ctx), "a list of recommendations", "without the informer, a pass lists")
-	u.recommendations = m.recommendations
+	u.recommendations = cachedRecommendations(m.recommendations, noRecommendationLists{cached})
 	require.Eventually(t, func() bool {
 		require.NoError(t, u.Pass(ctx))
 		return u.Len() == 1

@@ -31,6 +31,9 @@ type ReleaseConfig struct {
 	Registerer prometheus.Registerer
 	// Log receives what was released; nil means slog.Default().
 	Log *slog.Logger
+	// Recommendations, when set, gives each pass the recommendations
+	// (Config.Recommendations).
+	Recommendations Recommendations
 }
 
 // Releaser is what a leader runs instead of the Forwarder when no hub is
@@ -64,7 +67,7 @@ func NewReleaser(cfg ReleaseConfig, c client.Client, api client.Reader) *Release
 	if log == nil {
 		log = slog.Default()
 	}
-	f := &Forwarder{cfg: Config{Namespace: cfg.Namespace, Now: time.Now}, client: c, api: api, metrics: newMetrics(cfg.Registerer), log: log}
+	f := &Forwarder{cfg: Config{Namespace: cfg.Namespace, Now: time.Now, Recommendations: cfg.Recommendations}, client: c, api: api, metrics: newMetrics(cfg.Registerer), log: log}
 	return &Releaser{f: f, interval: cfg.Interval, limiter: rate.NewLimiter(rate.Limit(cfg.PerSecond), max(1, int(cfg.PerSecond)))}
 }
 
@@ -108,15 +111,14 @@ func (r *Releaser) Pass(ctx context.Context) (Released, error) {
 	if err := r.f.loadCursors(ctx); err != nil {
 		return out, err
 	}
-	// The cache's own objects, only read (as Forwarder.Pass lists them).
-	var list v1alpha1.RightsizingRecommendationList
-	if err := r.f.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-		return out, fmt.Errorf("list RightsizingRecommendations: %w", err)
+	// The cache's own objects, only read (as Forwarder.Pass reads them).
+	rsrs, err := r.f.recommendations(ctx)
+	if err != nil {
+		return out, err
 	}
 	var firstErr error
 	failed := 0
-	for i := range list.Items {
-		rsr := &list.Items[i]
+	for _, rsr := range rsrs {
 		n := undeliveredCount(rsr, r.f.cursors[rsr.UID])
 		if rsr.DeletionTimestamp == nil {
 			out.Undelivered += n

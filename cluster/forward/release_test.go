@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -92,4 +93,43 @@ func TestAddingTheFinalizerLeavesTheReadObjectAsItWas(t *testing.T) {
 	require.NoError(t, f.ensureFinalizer(context.Background(), rsr))
 	assert.Equal(t, []string{"example.com/other"}, rsr.Finalizers)
 	assert.Empty(t, fins[:2][1], "nothing was written past the read object's finalizers")
+}
+
+// TestAPassReadsTheConfiguredRecommendations: given a source of
+// recommendations (the leader's reads its cache's own objects), a pass
+// reads them from it and lists none.
+func TestAPassReadsTheConfiguredRecommendations(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ctx := context.Background()
+	ns := namespace(t)
+	held := create(t, ns, "held")
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(held), held))
+	held.Finalizers = append(held.Finalizers, Finalizer)
+	require.NoError(t, c.Update(ctx, held))
+
+	asked := 0
+	source := func(ctx context.Context) ([]*v1alpha1.RightsizingRecommendation, error) {
+		asked++
+		var rsr v1alpha1.RightsizingRecommendation
+		err := c.Get(ctx, client.ObjectKeyFromObject(held), &rsr)
+		return []*v1alpha1.RightsizingRecommendation{&rsr}, err
+	}
+	r := NewReleaser(ReleaseConfig{Namespace: ns, Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler),
+		Recommendations: source}, noRecommendationLists{c}, c)
+	got, err := r.Pass(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, asked)
+	assert.Equal(t, 1, got.Recommendations, "the source's recommendation released")
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(held), held))
+	assert.NotContains(t, held.Finalizers, Finalizer)
+}
+
+// noRecommendationLists fails every list of recommendations.
+type noRecommendationLists struct{ client.Client }
+
+func (c noRecommendationLists) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*v1alpha1.RightsizingRecommendationList); ok {
+		return errors.New("a list of recommendations")
+	}
+	return c.Client.List(ctx, list, opts...)
 }
