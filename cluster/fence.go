@@ -288,7 +288,8 @@ func (l fencedLock) Update(ctx context.Context, rec resourcelock.LeaderElectionR
 // status write it reports passed the fence, but it is sent later, by the
 // recorder's workers (and a send the apiserver could not be reached for is
 // tried again for up to two minutes), so without the fence a leader frozen
-// past its Lease would still emit on waking. The recorder runs with the
+// past its Lease would still emit on waking. An Event the fence refused is
+// not tried again. The recorder runs with the
 // manager from its start (before the election, so nothing emitted is
 // dropped) until its stop.
 func (f *fence) newRecorder(cfg *rest.Config, mgr manager.Manager, name string, reg prometheus.Registerer) (events.EventRecorder, error) {
@@ -296,7 +297,8 @@ func (f *fence) newRecorder(cfg *rest.Config, mgr manager.Manager, name string, 
 	if err != nil {
 		return nil, fmt.Errorf("fenced events client: %w", err)
 	}
-	r, err := eventrec.New(eventrec.Config{Events: cs, Scheme: kube.Scheme, Controller: name, Registerer: reg, Log: f.log})
+	r, err := eventrec.New(eventrec.Config{Events: cs, Scheme: kube.Scheme, Controller: name, Registerer: reg, Log: f.log,
+		Final: func(err error) bool { return errors.Is(err, ErrNotLeading) }})
 	if err != nil {
 		return nil, err
 	}

@@ -76,6 +76,11 @@ type Config struct {
 	Workers      int
 	Retries      int
 	RetryWait    time.Duration
+	// Final, when set, says an error is not worth another try though the
+	// apiserver did not answer it (the leader's fence refusing a write
+	// while it cannot show it leads): the Event is counted as failed at
+	// once, and its worker is free for the next.
+	Final func(error) bool
 	// Registerer takes kerf_leader_events_dropped_total and
 	// kerf_leader_events_failed_total.
 	Registerer prometheus.Registerer
@@ -275,7 +280,8 @@ func (r *Recorder) send(ctx context.Context, j *job) {
 			return
 		}
 		var status apierrors.APIStatus
-		if errors.As(err, &status) || try >= r.cfg.Retries || ctx.Err() != nil {
+		final := r.cfg.Final != nil && r.cfg.Final(err)
+		if errors.As(err, &status) || final || try >= r.cfg.Retries || ctx.Err() != nil {
 			r.failed.Inc()
 			r.log.Warn("event not recorded", "reason", j.reason(), "err", err, "attempts", try)
 			return

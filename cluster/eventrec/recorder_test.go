@@ -186,6 +186,23 @@ func TestAnUnreachableApiserverIsTriedAgainThenCounted(t *testing.T) {
 	require.Eventually(t, func() bool { return testutil.ToFloat64(r.failed) == 1 }, 10*time.Second, 10*time.Millisecond)
 }
 
+// TestAFinalErrorIsNotTriedAgain: an error Config.Final calls final (the
+// fence's refusal) is counted at once, not tried Retries times.
+func TestAFinalErrorIsNotTriedAgain(t *testing.T) {
+	_, cm, _ := setUp(t)
+	cs, err := eventsv1client.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1", Timeout: time.Second})
+	require.NoError(t, err)
+	tries := 0
+	r, err := New(Config{Events: cs, Scheme: kube.Scheme, Controller: "kerf-test", RetryWait: time.Hour,
+		Final: func(error) bool { tries++; return true }})
+	require.NoError(t, err)
+	start(t, r)
+	r.Eventf(cm, nil, corev1.EventTypeNormal, "Refused", "Test", "refused")
+	require.Eventually(t, func() bool { return testutil.ToFloat64(r.failed) == 1 }, 10*time.Second, 10*time.Millisecond,
+		"counted at once (another try would wait an hour)")
+	assert.Equal(t, 1, tries)
+}
+
 func TestConfigNamesWhatIsMissing(t *testing.T) {
 	_, err := New(Config{Scheme: kube.Scheme, Controller: "kerf-test"})
 	require.ErrorContains(t, err, "Config.Events")
