@@ -108,18 +108,26 @@ func TestSignalsMapThroughTheCachesOwnReplicaSet(t *testing.T) {
 	assert.Empty(t, m.pod(ctx, owned(rs.Name, "another")), "another ReplicaSet of that name")
 }
 
+// webDeployment creates a namespace holding the Deployment web, with no
+// pod yet.
+func webDeployment(b *testing.B) (client.Client, string, *appsv1.Deployment) {
+	b.Helper()
+	c := controlplane.Get(b).Client
+	ns := namespace(b, c)
+	dep := deployment(ns, "web", "500m", "256Mi")
+	if err := c.Create(context.Background(), dep); err != nil {
+		b.Fatal(err)
+	}
+	return c, ns, dep
+}
+
 // BenchmarkSignalMapping measures what mapping one agent's signal (a pod
 // by UID, 3,500 a second at 35,000 pods) to its recommendation costs on
 // the leader's cache of all namespaces: the pod and its ReplicaSet read
 // from the cache's own objects.
 func BenchmarkSignalMapping(b *testing.B) {
-	c := controlplane.Get(b).Client
-	ns := namespace(b, c)
+	c, ns, dep := webDeployment(b)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	if err := c.Create(ctx, dep); err != nil {
-		b.Fatal(err)
-	}
 	pod := adoptedPod(b, c, dep, "web-1")
 	if err := c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")); err != nil {
 		b.Fatal(err)
@@ -186,13 +194,8 @@ func TestReadOnlyReadsGetTheCachesViews(t *testing.T) {
 // at 25,000 workloads the passes were a quarter of what the leader
 // allocated during a wave (docs/performance.md, "The ninth round").
 func BenchmarkUsageSeriesPass(b *testing.B) {
-	c := controlplane.Get(b).Client
-	ns := namespace(b, c)
+	c, ns, dep := webDeployment(b)
 	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	if err := c.Create(ctx, dep); err != nil {
-		b.Fatal(err)
-	}
 	for _, name := range []string{"web-1", "web-2", "web-3"} {
 		p := adoptedPod(b, c, dep, name)
 		p.Status.Phase = corev1.PodRunning
