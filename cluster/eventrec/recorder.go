@@ -11,7 +11,8 @@
 // at most MaxSeries keys (the least recently used go first) and queues at
 // most QueueSize Events for its Workers; an Event that finds the queue
 // full is dropped and counted (kerf_leader_events_dropped_total), as
-// client-go's broadcaster drops one past its 1,000 queued, uncounted.
+// client-go's broadcaster drops one its watcher's queue of 1,000 has no
+// room for, uncounted.
 //
 // What it writes is client-go's: the Event's name, fields and series
 // (an Event isomorphic to one sent within SeriesWindow, the same type,
