@@ -133,7 +133,7 @@ func cachedRecommendations(informer cache.Informer, c client.Reader) forward.Rec
 	return func(ctx context.Context) ([]*v1alpha1.RightsizingRecommendation, error) {
 		stored, err := cacheindex.All(informer)
 		if errors.Is(err, cacheindex.ErrNoIndexer) {
-			return listRecommendations(ctx, c)
+			return forward.ListRecommendations(ctx, c)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("recommendations: %w", err)
@@ -146,18 +146,4 @@ func cachedRecommendations(informer cache.Informer, c client.Reader) forward.Rec
 		}
 		return out, nil
 	}
-}
-
-// listRecommendations lists every recommendation through c without copies
-// (client.UnsafeDisableDeepCopy), only to be read.
-func listRecommendations(ctx context.Context, c client.Reader) ([]*v1alpha1.RightsizingRecommendation, error) {
-	var list v1alpha1.RightsizingRecommendationList
-	if err := c.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list recommendations: %w", err)
-	}
-	out := make([]*v1alpha1.RightsizingRecommendation, len(list.Items))
-	for i := range list.Items {
-		out[i] = &list.Items[i]
-	}
-	return out, nil
 }

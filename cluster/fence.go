@@ -289,9 +289,8 @@ func (l fencedLock) Update(ctx context.Context, rec resourcelock.LeaderElectionR
 // recorder's workers (and a send the apiserver could not be reached for is
 // tried again for up to two minutes), so without the fence a leader frozen
 // past its Lease would still emit on waking. An Event the fence refused is
-// not tried again. The recorder runs with the
-// manager from its start (before the election, so nothing emitted is
-// dropped) until its stop.
+// not tried again. The recorder runs with the manager from its start
+// (before the election, so nothing emitted is dropped) until its stop.
 func (f *fence) newRecorder(cfg *rest.Config, mgr manager.Manager, name string, reg prometheus.Registerer) (events.EventRecorder, error) {
 	cs, err := eventsv1client.NewForConfig(cfg)
 	if err != nil {

@@ -348,7 +348,7 @@ func (u *UsageSeries) recommendationsNow(ctx context.Context) ([]*v1alpha1.Right
 	if u.recommendations != nil {
 		return u.recommendations(ctx)
 	}
-	return listRecommendations(ctx, u.client)
+	return forward.ListRecommendations(ctx, u.client)
 }
 
 // feed reads one workload's pods into its containers' series; false when a

@@ -124,8 +124,15 @@ func (f *Forwarder) recommendations(ctx context.Context) ([]*v1alpha1.Rightsizin
 	// The cache's own objects, not copies (25,000 copies were 47 MB of
 	// the leader's heap at a wave's end, docs/performance.md): only read,
 	// the patches made from copies (patchFinalizers).
+	return ListRecommendations(ctx, f.client)
+}
+
+// ListRecommendations lists every recommendation through c without copies
+// (client.UnsafeDisableDeepCopy: from a cache, items sharing its objects),
+// only to be read.
+func ListRecommendations(ctx context.Context, c client.Reader) ([]*v1alpha1.RightsizingRecommendation, error) {
 	var list v1alpha1.RightsizingRecommendationList
-	if err := f.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+	if err := c.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list RightsizingRecommendations: %w", err)
 	}
 	out := make([]*v1alpha1.RightsizingRecommendation, len(list.Items))
