@@ -8,9 +8,10 @@ import (
 )
 
 // cachedPod is what the leader's cache holds of a pod (docs/performance.md,
-// "Where the leader's memory goes"): its metadata, its whole status and,
-// of its spec, only what Kerf reads: the node, the service account (the
-// stream's check of an agent's pod), the containers' and init
+// "Where the leader's memory goes"): its metadata, what Kerf reads of its
+// status and more (cachedPodStatus) and, of its spec, only what Kerf
+// reads: the node, the service account (the stream's check of an agent's
+// pod), the containers' and init
 // containers' names, resources, resize and restart policies, the
 // ephemeral containers' names and the pod-level resources. A
 // corev1.Pod's struct alone is 1,240 bytes and a Container's 408, and the
@@ -42,7 +43,7 @@ type cachedPod struct {
 	containers, initContainers   []cachedContainer
 	ephemeralContainers          []string
 	resources                    *corev1.ResourceRequirements
-	status                       corev1.PodStatus
+	status                       cachedPodStatus
 }
 
 // cachedContainer is what a cachedPod keeps of a container.
@@ -63,7 +64,7 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 		TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta,
 		nodeName: p.Spec.NodeName, serviceAccountName: p.Spec.ServiceAccountName,
 		containers: keepContainers(p.Spec.Containers), initContainers: keepContainers(p.Spec.InitContainers),
-		resources: p.Spec.Resources, status: p.Status,
+		resources: p.Spec.Resources, status: keepStatus(&p.Status),
 	}
 	if n := len(p.Spec.EphemeralContainers); n > 0 {
 		c.ephemeralContainers = make([]string, n)
@@ -92,7 +93,8 @@ func (c *cachedPod) Pod() *corev1.Pod {
 	p := &corev1.Pod{TypeMeta: c.TypeMeta, Spec: corev1.PodSpec{NodeName: c.nodeName, ServiceAccountName: c.serviceAccountName,
 		Containers: inflateContainers(c.containers), InitContainers: inflateContainers(c.initContainers), Resources: c.resources.DeepCopy()}}
 	c.ObjectMeta.DeepCopyInto(&p.ObjectMeta)
-	c.status.DeepCopyInto(&p.Status)
+	status := c.status.view()
+	status.DeepCopyInto(&p.Status)
 	if c.ephemeralContainers != nil {
 		p.Spec.EphemeralContainers = make([]corev1.EphemeralContainer, len(c.ephemeralContainers))
 		for i, name := range c.ephemeralContainers {
@@ -141,7 +143,7 @@ func (c *cachedPod) ViewInto(dst runtime.Object) bool {
 	if !ok {
 		return false
 	}
-	*p = corev1.Pod{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta, Status: c.status, Spec: corev1.PodSpec{NodeName: c.nodeName,
+	*p = corev1.Pod{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta, Status: c.status.view(), Spec: corev1.PodSpec{NodeName: c.nodeName,
 		ServiceAccountName: c.serviceAccountName, Containers: viewContainers(c.containers), InitContainers: viewContainers(c.initContainers),
 		Resources: c.resources}}
 	if c.ephemeralContainers != nil {
@@ -168,14 +170,14 @@ func viewContainers(cs []cachedContainer) []corev1.Container {
 }
 
 // podStatus returns the status of a pod the informer delivered: a
-// cachedPod (the leader's cache) or a *corev1.Pod (a cache without the
-// leader's transform).
-func podStatus(o any) (*corev1.PodStatus, bool) {
+// cachedPod's (the leader's cache; a view, only to be read) or a
+// *corev1.Pod's (a cache without the leader's transform).
+func podStatus(o any) (corev1.PodStatus, bool) {
 	switch p := o.(type) {
 	case *cachedPod:
-		return &p.status, true
+		return p.status.view(), true
 	case *corev1.Pod:
-		return &p.Status, true
+		return p.Status, true
 	}
-	return nil, false
+	return corev1.PodStatus{}, false
 }

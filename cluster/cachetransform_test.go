@@ -179,12 +179,12 @@ func TestInterningShrinksTheCachedPods(t *testing.T) {
 	assert.Less(t, float64(interned), 0.8*float64(whole), "interning saves at least a fifth of a cached pod")
 	// Still equal values, and a reader's deep copy is its own.
 	p0, p1 := objs2[0].(*cachedPod), objs2[1].(*cachedPod)
-	assert.Equal(t, "256Mi", p1.status.ContainerStatuses[0].Resources.Limits.Memory().String())
+	assert.Equal(t, "256Mi", p1.status.containers[0].Resources.Limits.Memory().String())
 	cp := p0.DeepCopyObject().(*corev1.Pod)
 	cp.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("1Gi")
 	cp.Status.ContainerStatuses[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("1Gi")
 	assert.Equal(t, "256Mi", p1.containers[0].resources.Limits.Memory().String(), "a copy's write stays in the copy")
-	assert.Equal(t, "256Mi", p0.status.ContainerStatuses[0].Resources.Limits.Memory().String(), "and so does a write to its status")
+	assert.Equal(t, "256Mi", p0.status.containers[0].Resources.Limits.Memory().String(), "and so does a write to its status")
 }
 
 // TestStrippingShrinksTheCachedTemplates: Deployments and their

@@ -277,7 +277,7 @@ func (h podHandler) Create(ctx context.Context, e event.CreateEvent, q workqueue
 func (h podHandler) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	oldStatus, ok1 := podStatus(e.ObjectOld)
 	newStatus, ok2 := podStatus(e.ObjectNew)
-	if ok1 && ok2 && podHarmed(oldStatus, newStatus) {
+	if ok1 && ok2 && podHarmed(&oldStatus, &newStatus) {
 		// The workload is the same before and after: a pod's controller
 		// does not change.
 		if h.harm != nil {
