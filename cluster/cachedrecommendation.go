@@ -79,21 +79,42 @@ func appendQuantityKey(key []byte, q *resource.Quantity) []byte {
 // some object does, so it needs no bound of its own). Most of a
 // recommendation's strings are alike across the cache (the container,
 // kind, policy and reason names, the policy's fingerprint, the messages
-// of the same action) or within it (a pod's name and UID in each of its
-// change's baselines). It walks the object by reflection, so a field
-// added to the type is shared too.
+// of the same action). The UIDs, resourceVersions and pod names
+// (ownFields) are alike only within it (a pod's name and UID in each of
+// its change's baselines): they are shared within the object, not put in
+// unique's table, where each would cost its entry and weak handle (about
+// 200 bytes a recommendation, TestInterningShrinksTheCachedRecommendations).
+// It walks the object by reflection, so a field added to the type is
+// shared too.
 func internRecommendation(rsr *v1alpha1.RightsizingRecommendation) {
 	internMeta(&rsr.ObjectMeta)
-	internValue(reflect.ValueOf(rsr).Elem())
+	internValue(reflect.ValueOf(rsr).Elem(), ownStrings{})
 }
+
+// ownStrings are the strings of one object shared within it only.
+type ownStrings map[string]string
+
+// intern returns the string equal to s met before in the object, else s.
+func (o ownStrings) intern(s string) string {
+	if t, ok := o[s]; ok {
+		return t
+	}
+	o[s] = s
+	return s
+}
+
+// ownFields name the string fields whose values are one object's own:
+// its UID and resourceVersion, those of what its change touched, and its
+// baselines' pods.
+var ownFields = map[string]bool{"UID": true, "PodUID": true, "ResourceVersion": true, "Pod": true}
 
 // valuesType is the type of the resource values internValue shares.
 var valuesType = reflect.TypeFor[*v1alpha1.ResourceValues]()
 
 // internValue interns the strings and resource values held in v, which is
-// settable. Maps are left alone: the labels and annotations are interned
+// settable, those of ownFields within own. Maps are left alone: the labels and annotations are interned
 // as whole maps, and the type holds no others of any size.
-func internValue(v reflect.Value) {
+func internValue(v reflect.Value, own ownStrings) {
 	switch v.Kind() {
 	case reflect.String:
 		if s := v.String(); s != "" {
@@ -107,17 +128,24 @@ func internValue(v reflect.Value) {
 			v.Set(reflect.ValueOf(resourceValues.intern(v.Interface().(*v1alpha1.ResourceValues))))
 			return
 		}
-		internValue(v.Elem())
+		internValue(v.Elem(), own)
 	case reflect.Struct:
 		t := v.Type()
 		for i := range v.NumField() {
-			if t.Field(i).IsExported() {
-				internValue(v.Field(i))
+			f := t.Field(i)
+			switch {
+			case !f.IsExported():
+			case ownFields[f.Name] && f.Type.Kind() == reflect.String:
+				if s := v.Field(i).String(); s != "" {
+					v.Field(i).SetString(own.intern(s))
+				}
+			default:
+				internValue(v.Field(i), own)
 			}
 		}
 	case reflect.Slice, reflect.Array:
 		for i := range v.Len() {
-			internValue(v.Index(i))
+			internValue(v.Index(i), own)
 		}
 	}
 }

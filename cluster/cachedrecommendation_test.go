@@ -76,6 +76,17 @@ func TestACachedRecommendationReadsBackAsDecoded(t *testing.T) {
 	assert.Equal(t, unsafe.StringData(a.Status.Message), unsafe.StringData(b.Status.History[0].Message), "equal strings are one")
 	assert.NotEqual(t, a.Name, b.Name)
 
+	own := decode(raw[0])
+	rb := own.Status.Change.RestartBaselines[0]
+	own.Status.Change.ThrottlingBaselines = []v1alpha1.ThrottlingBaseline{{Pod: strings.Clone(rb.Pod),
+		PodUID: strings.Clone(rb.PodUID), Container: rb.Container}}
+	got, err = cacheTransform(own)
+	require.NoError(t, err)
+	ch := got.(*v1alpha1.RightsizingRecommendation).Status.Change
+	assert.Equal(t, unsafe.StringData(ch.RestartBaselines[0].PodUID), unsafe.StringData(ch.ThrottlingBaselines[0].PodUID),
+		"a pod's UID is one within the recommendation")
+	assert.Equal(t, unsafe.StringData(ch.RestartBaselines[0].Pod), unsafe.StringData(ch.ThrottlingBaselines[0].Pod), "and its name")
+
 	c := a.DeepCopy()
 	c.Spec.Containers[0].Requests.Memory.Set(1)
 	assert.Equal(t, "192Mi", b.Spec.Containers[0].Requests.Memory.String(), "a copy's values are its own")
