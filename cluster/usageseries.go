@@ -231,6 +231,8 @@ type UsageSeries struct {
 	instances   map[instanceRef]*seriesInstance
 	tick        uint64
 	full        bool
+	// scratch is the room a pass reads each workload's pods into.
+	scratch workload.Scratch
 
 	// recommendations, when set (the leader's: cachedRecommendations),
 	// gives a pass the recommendations: the informer's own objects, not
@@ -303,7 +305,7 @@ func (u *UsageSeries) Pass(ctx context.Context) error {
 			full = true
 			continue
 		}
-		w, err := workload.Get(ctx, u.client, rsr.Namespace, rsr.Spec.TargetRef)
+		w, err := workload.GetWith(ctx, u.client, rsr.Namespace, rsr.Spec.TargetRef, &u.scratch)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -311,7 +313,7 @@ func (u *UsageSeries) Pass(ctx context.Context) error {
 			u.log.Debug("workload of a recommendation not read", "namespace", rsr.Namespace, "name", rsr.Name, "err", err)
 			continue
 		}
-		pods, err := workload.Pods(ctx, u.client, w)
+		pods, err := workload.PodsWith(ctx, u.client, w, &u.scratch)
 		if err != nil {
 			return err
 		}

@@ -98,22 +98,66 @@ func indexed(r client.Reader) bool {
 // A pod the selector selects but another controller owns is not the
 // workload's.
 func Pods(ctx context.Context, r client.Reader, w *Workload) ([]corev1.Pod, error) {
+	return PodsWith(ctx, r, w, nil)
+}
+
+// Scratch is the room a caller that reads one workload after another
+// lends to GetWith and PodsWith: on an Indexed reader (the leader's cache,
+// which writes a read into the object it is given and a list's items in
+// the room they have), the workload's object and the lists' items are
+// written into it rather than allocated anew for each workload (the usage
+// series' pass reads thousands). Its zero value is ready. It is not safe
+// for concurrent use.
+type Scratch struct {
+	pods        []corev1.Pod
+	sets        []appsv1.ReplicaSet
+	deployment  appsv1.Deployment
+	statefulSet appsv1.StatefulSet
+	daemonSet   appsv1.DaemonSet
+}
+
+// object is s's object of ref's kind (newObject's, in s's room).
+func (s *Scratch) object(ref v1alpha1.TargetRef) (client.Object, error) {
+	if err := supported(ref); err != nil {
+		return nil, err
+	}
+	switch ref.Kind {
+	case v1alpha1.KindDeployment:
+		return &s.deployment, nil
+	case v1alpha1.KindStatefulSet:
+		return &s.statefulSet, nil
+	}
+	return &s.daemonSet, nil
+}
+
+// PodsWith is Pods in s's room (nil: none): the pods it returns are
+// valid until s's next use.
+func PodsWith(ctx context.Context, r client.Reader, w *Workload, s *Scratch) ([]corev1.Pod, error) {
+	if s == nil || !indexed(r) {
+		s = &Scratch{}
+	}
+	sel, err := metav1.LabelSelectorAsSelector(w.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("selector of %s: %w", w, err)
+	}
 	var owners []types.UID
 	if w.Kind == v1alpha1.KindDeployment {
-		sets, err := replicaSets(ctx, r, w)
+		sets, items, err := replicaSets(ctx, r, w, sel, s.sets[:0])
 		if err != nil {
 			return nil, err
 		}
 		for _, rs := range sets {
 			owners = append(owners, rs.UID)
 		}
+		s.sets = items
 	} else {
 		owners = append(owners, w.Object.GetUID())
 	}
-	pods, err := owned(ctx, r, w.Object.GetNamespace(), w.Selector, owners)
+	pods, err := owned(ctx, r, w.Object.GetNamespace(), sel, owners, s.pods[:0])
 	if err != nil {
 		return nil, fmt.Errorf("pods of %s: %w", w, err)
 	}
+	s.pods = pods
 	return pods, nil
 }
 
@@ -131,7 +175,11 @@ func RunningPods(ctx context.Context, r client.Reader, w *Workload) ([]corev1.Po
 		}
 		owner, sel = rs.UID, rs.Spec.Selector
 	}
-	pods, err := owned(ctx, r, w.Object.GetNamespace(), sel, []types.UID{owner})
+	ls, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return nil, fmt.Errorf("pod selector of %s: %w", w, err)
+	}
+	pods, err := owned(ctx, r, w.Object.GetNamespace(), ls, []types.UID{owner}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("running pods of %s: %w", w, err)
 	}
@@ -145,23 +193,23 @@ func RunningPods(ctx context.Context, r client.Reader, w *Workload) ([]corev1.Po
 // name. On an Indexed reader it reads each owner's pods through
 // ControllerIndex; otherwise it lists the selector's pods and keeps the
 // owners'.
-func owned(ctx context.Context, r client.Reader, ns string, selector *metav1.LabelSelector, owners []types.UID) ([]corev1.Pod, error) {
-	sel, err := metav1.LabelSelectorAsSelector(selector)
-	if err != nil {
-		return nil, fmt.Errorf("pod selector: %w", err)
-	}
+func owned(ctx context.Context, r client.Reader, ns string, sel labels.Selector, owners []types.UID, room []corev1.Pod) ([]corev1.Pod, error) {
 	if sel.Empty() {
 		sel = labels.Nothing()
 	}
 	var pods []corev1.Pod
 	if indexed(r) {
+		pods = room[:0]
 		for _, uid := range owners {
-			var list corev1.PodList
+			// Each owner's pods are listed into the room after those
+			// before (the cache writes them there when they fit), so that
+			// appending them moves nothing.
+			list := corev1.PodList{Items: pods[len(pods):]}
 			if err := r.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{ControllerIndex: string(uid)}); err != nil {
 				return nil, fmt.Errorf("list pods in %s controlled by %s: %w", ns, uid, err)
 			}
 			matched := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return !sel.Matches(labels.Set(p.Labels)) })
-			if pods == nil {
+			if len(pods) == 0 {
 				pods = matched // one owner's pods (nearly always): not copied again
 				continue
 			}
@@ -192,7 +240,11 @@ func currentReplicaSet(ctx context.Context, r client.Reader, w *Workload) (*apps
 	if w.Kind != v1alpha1.KindDeployment {
 		return nil, nil
 	}
-	owned, err := replicaSets(ctx, r, w)
+	sel, err := metav1.LabelSelectorAsSelector(w.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("selector of %s: %w", w, err)
+	}
+	owned, _, err := replicaSets(ctx, r, w, sel, nil)
 	if err != nil || len(owned) == 0 {
 		return nil, err
 	}
@@ -218,22 +270,18 @@ func currentReplicaSet(ctx context.Context, r client.Reader, w *Workload) (*apps
 // copying read turns into an appsv1.ReplicaSet (cluster/cachedapps.go).
 // On an Indexed reader they are read through ControllerIndex; otherwise
 // the selector's ReplicaSets are listed.
-func replicaSets(ctx context.Context, r client.Reader, w *Workload) ([]*appsv1.ReplicaSet, error) {
-	sel, err := metav1.LabelSelectorAsSelector(w.Selector)
-	if err != nil {
-		return nil, fmt.Errorf("selector of %s: %w", w, err)
-	}
+func replicaSets(ctx context.Context, r client.Reader, w *Workload, sel labels.Selector, room []appsv1.ReplicaSet) (owned []*appsv1.ReplicaSet, items []appsv1.ReplicaSet, err error) {
 	opts := []client.ListOption{client.InNamespace(w.Object.GetNamespace())}
+	list := appsv1.ReplicaSetList{Items: room}
 	if indexed(r) {
 		opts = append(opts, client.MatchingFields{ControllerIndex: string(w.Object.GetUID())})
 	} else {
+		list.Items = nil
 		opts = append(opts, client.MatchingLabelsSelector{Selector: sel})
 	}
-	var list appsv1.ReplicaSetList
 	if err := r.List(ctx, &list, opts...); err != nil {
-		return nil, fmt.Errorf("list ReplicaSets of %s: %w", w, err)
+		return nil, nil, fmt.Errorf("list ReplicaSets of %s: %w", w, err)
 	}
-	var owned []*appsv1.ReplicaSet
 	for i := range list.Items {
 		rs := &list.Items[i]
 		if ref := metav1.GetControllerOfNoCopy(rs); ref != nil && ref.UID == w.Object.GetUID() && rs.DeletionTimestamp == nil &&
@@ -241,5 +289,5 @@ func replicaSets(ctx context.Context, r client.Reader, w *Workload) ([]*appsv1.R
 			owned = append(owned, rs)
 		}
 	}
-	return owned, nil
+	return owned, list.Items, nil
 }

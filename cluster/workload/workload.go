@@ -61,18 +61,29 @@ func (w *Workload) String() string {
 // into. It fails with ErrUnsupportedKind for anything but apps/v1
 // Deployment, StatefulSet and DaemonSet.
 func newObject(ref v1alpha1.TargetRef) (client.Object, error) {
-	if ref.APIVersion != "" && ref.APIVersion != appsv1.SchemeGroupVersion.String() {
-		return nil, fmt.Errorf("%w: apiVersion %q (only apps/v1)", ErrUnsupportedKind, ref.APIVersion)
+	if err := supported(ref); err != nil {
+		return nil, err
 	}
 	switch ref.Kind {
 	case v1alpha1.KindDeployment:
 		return &appsv1.Deployment{}, nil
 	case v1alpha1.KindStatefulSet:
 		return &appsv1.StatefulSet{}, nil
-	case v1alpha1.KindDaemonSet:
-		return &appsv1.DaemonSet{}, nil
 	}
-	return nil, fmt.Errorf("%w: kind %q (Deployment, StatefulSet or DaemonSet)", ErrUnsupportedKind, ref.Kind)
+	return &appsv1.DaemonSet{}, nil
+}
+
+// supported checks that ref names a Deployment, StatefulSet or DaemonSet
+// of apps/v1, failing with ErrUnsupportedKind.
+func supported(ref v1alpha1.TargetRef) error {
+	if ref.APIVersion != "" && ref.APIVersion != appsv1.SchemeGroupVersion.String() {
+		return fmt.Errorf("%w: apiVersion %q (only apps/v1)", ErrUnsupportedKind, ref.APIVersion)
+	}
+	switch ref.Kind {
+	case v1alpha1.KindDeployment, v1alpha1.KindStatefulSet, v1alpha1.KindDaemonSet:
+		return nil
+	}
+	return fmt.Errorf("%w: kind %q (Deployment, StatefulSet or DaemonSet)", ErrUnsupportedKind, ref.Kind)
 }
 
 // From describes a workload object already read: a Deployment, StatefulSet
@@ -95,7 +106,19 @@ func From(obj client.Object) (*Workload, error) {
 // Get reads the workload ref names in namespace (a recommendation's
 // targetRef, in the recommendation's namespace).
 func Get(ctx context.Context, r client.Reader, namespace string, ref v1alpha1.TargetRef) (*Workload, error) {
-	obj, err := newObject(ref)
+	return GetWith(ctx, r, namespace, ref, nil)
+}
+
+// GetWith is Get in s's room (nil: none; see Scratch): the workload's
+// object is s's, valid until its next use.
+func GetWith(ctx context.Context, r client.Reader, namespace string, ref v1alpha1.TargetRef, s *Scratch) (*Workload, error) {
+	var obj client.Object
+	var err error
+	if s != nil && indexed(r) {
+		obj, err = s.object(ref)
+	} else {
+		obj, err = newObject(ref)
+	}
 	if err != nil {
 		return nil, err
 	}

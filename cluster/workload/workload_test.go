@@ -117,6 +117,15 @@ func TestGetReadsByTargetRef(t *testing.T) {
 	w, err := Get(context.Background(), c, ns, v1alpha1.TargetRef{Kind: v1alpha1.KindDeployment, Name: "web"})
 	require.NoError(t, err)
 	assert.Equal(t, "Deployment apps/web", w.String())
+	var s Scratch
+	for _, r := range []client.Client{c, Indexed(c)} {
+		ws, err := GetWith(context.Background(), r, ns, v1alpha1.TargetRef{Kind: v1alpha1.KindDeployment, Name: "web"}, &s)
+		require.NoError(t, err)
+		assert.Equal(t, w.Object, ws.Object, "in a Scratch's room, the same object")
+	}
+	assert.Equal(t, "web", s.deployment.Name, "read into the Scratch from an Indexed reader")
+	_, err = GetWith(context.Background(), Indexed(c), ns, v1alpha1.TargetRef{Kind: "CronJob", Name: "web"}, &s)
+	require.ErrorIs(t, err, ErrUnsupportedKind)
 
 	_, err = Get(context.Background(), c, ns, v1alpha1.TargetRef{Kind: v1alpha1.KindStatefulSet, Name: "web"})
 	require.Error(t, err)
@@ -262,6 +271,12 @@ func testPodsAreTheOwnedOnes(t *testing.T, newClient func(*testing.T, ...client.
 	pods, err := Pods(ctx, c, w)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a-new-running", "b-new-running", "c-new-pending", "d-new-deleting", "e-old-running"}, names(pods))
+	var s Scratch
+	for range 2 { // the second in the room of the first
+		withScratch, err := PodsWith(ctx, c, w, &s)
+		require.NoError(t, err)
+		assert.Equal(t, pods, withScratch, "in a Scratch's room, the same pods")
+	}
 
 	running, err := RunningPods(ctx, c, w)
 	require.NoError(t, err)

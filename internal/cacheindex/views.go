@@ -165,7 +165,10 @@ func (c *Cache) listViews(ctx context.Context, list client.ObjectList, gvk schem
 
 // setViews sets list's items to the views of objs: each written into its
 // item (Viewer.ViewInto) where the items are structs, so that a view costs
-// no struct beside its item; else as apimeta.SetList sets them.
+// no struct beside its item; else as apimeta.SetList sets them. Struct
+// items are written in the room the list's items already have when it is
+// enough (what was in the room past them cleared): a caller that lists
+// into the same items again (workload.Scratch) allocates none.
 func setViews(list client.ObjectList, objs []client.Object) error {
 	ptr, err := apimeta.GetItemsPtr(list)
 	if err != nil {
@@ -179,7 +182,16 @@ func setViews(list client.ObjectList, objs []client.Object) error {
 		}
 		return apimeta.SetList(list, views)
 	}
-	slice := reflect.MakeSlice(items.Type(), len(objs), len(objs))
+	var slice reflect.Value
+	if n := len(objs); items.Cap() >= n {
+		room := items.Slice(0, items.Cap())
+		for i := n; i < room.Len(); i++ {
+			room.Index(i).SetZero()
+		}
+		slice = room.Slice(0, n)
+	} else {
+		slice = reflect.MakeSlice(items.Type(), n, n)
+	}
 	for i, o := range objs {
 		dst := slice.Index(i)
 		if v, ok := o.(Viewer); ok {

@@ -51,7 +51,8 @@ func (p *storedPod) ViewInto(dst runtime.Object) bool {
 // labels, or by an index) with client.UnsafeDisableDeepCopy gets views
 // of the informer's own pods (their labels the stored map) in a cache of
 // all namespaces, and copies in a cache of two (an informer per
-// namespace); a read without the option gets copies in both.
+// namespace); a read without the option gets copies in both. A list of
+// views is written in the room its items have.
 func TestReadsWithoutCopiesGetViews(t *testing.T) {
 	cp := controlplane.Get(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -126,6 +127,18 @@ func TestReadsWithoutCopiesGetViews(t *testing.T) {
 					require.Len(t, list.Items, 1, how)
 					assert.False(t, shared(&list.Items[0]), "a list %s is of copies", how)
 				}
+			}
+			if views {
+				// A list whose items have the room is written in it.
+				room := make([]corev1.Pod, 3)
+				room[2].Name = "stale"
+				list := corev1.PodList{Items: room[:0]}
+				require.NoError(t, c.List(ctx, &list, client.InNamespace(pods[0].Namespace), client.MatchingFields{"app": "web"},
+					client.UnsafeDisableDeepCopy))
+				require.Len(t, list.Items, 1)
+				assert.Same(t, &room[0], &list.Items[0], "a list whose items have the room is written in it")
+				assert.Equal(t, pods[0].UID, room[0].UID)
+				assert.Empty(t, room[2].Name, "what was in the room past the items is cleared")
 			}
 			var none corev1.Pod
 			err = c.Get(ctx, client.ObjectKey{Namespace: pods[0].Namespace, Name: "none"}, &none, client.UnsafeDisableDeepCopy)
