@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -129,83 +128,6 @@ func watchDeployments(ctx context.Context, tb testing.TB, c client.WithWatch) *d
 		}
 	}()
 	return w
-}
-
-// usage samples the leader's CPU and RSS every second.
-type usage struct {
-	mu    sync.Mutex
-	times []time.Time
-	cpus  []time.Duration
-	rss   []uint64
-}
-
-func sampleUsage(ctx context.Context, p *leaderProc) *usage {
-	u := &usage{}
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			rss, _ := p.memory()
-			u.mu.Lock()
-			u.times, u.cpus, u.rss = append(u.times, time.Now()), append(u.cpus, p.cpu()), append(u.rss, rss)
-			u.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return u
-}
-
-// over returns the mean CPU (cores) between from and to, and the highest
-// mean over any window of win within it.
-func (u *usage) over(from, to time.Time, win time.Duration) (mean, peak float64) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	var ts []time.Time
-	var cs []time.Duration
-	for k, t := range u.times {
-		if !t.Before(from) && !t.After(to) {
-			ts, cs = append(ts, t), append(cs, u.cpus[k])
-		}
-	}
-	if len(ts) < 2 {
-		return 0, 0
-	}
-	mean = (cs[len(cs)-1] - cs[0]).Seconds() / ts[len(ts)-1].Sub(ts[0]).Seconds()
-	for a := range ts {
-		for b := a + 1; b < len(ts); b++ {
-			if ts[b].Sub(ts[a]) >= win {
-				peak = max(peak, (cs[b]-cs[a]).Seconds()/ts[b].Sub(ts[a]).Seconds())
-				break
-			}
-		}
-	}
-	return mean, peak
-}
-
-// rssPeak is the highest RSS sampled between from and to, and when.
-func (u *usage) rssPeak(from, to time.Time) (peak uint64, at time.Time) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	for k, t := range u.times {
-		if !t.Before(from) && !t.After(to) && u.rss[k] > peak {
-			peak, at = u.rss[k], t
-		}
-	}
-	return peak, at
-}
-
-// harnessCPU is this process's user+sys CPU time so far: the harness's,
-// its 1,000 agents' clients included.
-func harnessCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func percentile(sorted []float64, p float64) float64 {
@@ -496,6 +418,7 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	b.Logf("the leader's RSS, highest sampled (every second): from its start until the agents connected %.0f MiB (%v after its start), the probes %.0f MiB, idle %.0f MiB, the wave %.0f MiB (%v into it)",
 		float64(startPeak)/(1<<20), startAt.Sub(leader.started).Round(time.Second), float64(probesPeak)/(1<<20),
 		float64(idlePeak)/(1<<20), float64(wavePeak)/(1<<20), wavePeakAt.Sub(waveFrom).Round(time.Second))
+	u.write(b, "leader-usage-"+strconv.Itoa(n)+".csv", waveFrom)
 	b.Logf("the machine's cores during the wave: kube-apiserver %.0f mCPU, etcd %.0f mCPU (the leader's and the harness's above)",
 		1000*(cp1["kube-apiserver"]-cp0["kube-apiserver"]).Seconds()/waveTo.Sub(waveFrom).Seconds(),
 		1000*(cp1["etcd"]-cp0["etcd"]).Seconds()/waveTo.Sub(waveFrom).Seconds())

@@ -1,0 +1,114 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// usage samples the leader's CPU and RSS every second.
+type usage struct {
+	mu    sync.Mutex
+	times []time.Time
+	cpus  []time.Duration
+	rss   []uint64
+}
+
+func sampleUsage(ctx context.Context, p *leaderProc) *usage {
+	u := &usage{}
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			rss, _ := p.memory()
+			u.mu.Lock()
+			u.times, u.cpus, u.rss = append(u.times, time.Now()), append(u.cpus, p.cpu()), append(u.rss, rss)
+			u.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return u
+}
+
+// over returns the mean CPU (cores) between from and to, and the highest
+// mean over any window of win within it.
+func (u *usage) over(from, to time.Time, win time.Duration) (mean, peak float64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var ts []time.Time
+	var cs []time.Duration
+	for k, t := range u.times {
+		if !t.Before(from) && !t.After(to) {
+			ts, cs = append(ts, t), append(cs, u.cpus[k])
+		}
+	}
+	if len(ts) < 2 {
+		return 0, 0
+	}
+	mean = (cs[len(cs)-1] - cs[0]).Seconds() / ts[len(ts)-1].Sub(ts[0]).Seconds()
+	for a := range ts {
+		for b := a + 1; b < len(ts); b++ {
+			if ts[b].Sub(ts[a]) >= win {
+				peak = max(peak, (cs[b]-cs[a]).Seconds()/ts[b].Sub(ts[a]).Seconds())
+				break
+			}
+		}
+	}
+	return mean, peak
+}
+
+// rssPeak is the highest RSS sampled between from and to, and when.
+func (u *usage) rssPeak(from, to time.Time) (peak uint64, at time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for k, t := range u.times {
+		if !t.Before(from) && !t.After(to) && u.rss[k] > peak {
+			peak, at = u.rss[k], t
+		}
+	}
+	return peak, at
+}
+
+// write keeps the samples in $KERF_SCALE_PROFILE as name, a CSV of the
+// seconds since the wave began (negative before it), the CPU seconds
+// used and the RSS in MiB: the shape of a peak, which the figures above
+// reduce to its height and time.
+func (u *usage) write(tb testing.TB, name string, waveFrom time.Time) {
+	dir := os.Getenv(profileEnv)
+	if dir == "" {
+		return
+	}
+	u.mu.Lock()
+	var out strings.Builder
+	out.WriteString("wave_s,cpu_s,rss_mib\n")
+	for k, t := range u.times {
+		fmt.Fprintf(&out, "%.1f,%.3f,%.1f\n", t.Sub(waveFrom).Seconds(), u.cpus[k].Seconds(), float64(u.rss[k])/(1<<20))
+	}
+	u.mu.Unlock()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+		tb.Logf("keep the leader's samples: %v", err)
+		return
+	}
+	tb.Logf("the leader's CPU and RSS every second: %s", path)
+}
+
+// harnessCPU is this process's user+sys CPU time so far: the harness's,
+// its 1,000 agents' clients included.
+func harnessCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
