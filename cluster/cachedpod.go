@@ -82,7 +82,7 @@ func keepContainers(cs []corev1.Container) []cachedContainer {
 	out := make([]cachedContainer, len(cs))
 	for i := range cs {
 		c := &cs[i]
-		out[i] = cachedContainer{name: c.Name, resources: c.Resources, resizePolicy: c.ResizePolicy, restartPolicy: c.RestartPolicy}
+		out[i] = cachedContainer{name: internString(c.Name), resources: c.Resources, resizePolicy: c.ResizePolicy, restartPolicy: c.RestartPolicy}
 	}
 	return out
 }

@@ -44,6 +44,7 @@ func keepStatus(s *corev1.PodStatus) cachedPodStatus {
 	for _, ss := range [][]corev1.ContainerStatus{s.ContainerStatuses, s.InitContainerStatuses, s.EphemeralContainerStatuses} {
 		for i := range ss {
 			cs := &ss[i]
+			cs.Name = internString(cs.Name)
 			cs.Image, cs.ImageID, cs.User, cs.VolumeMounts, cs.AllocatedResourcesStatus = "", "", nil, nil, nil
 		}
 	}
