@@ -112,8 +112,9 @@ var ownFields = map[string]bool{"UID": true, "PodUID": true, "ResourceVersion": 
 var valuesType = reflect.TypeFor[*v1alpha1.ResourceValues]()
 
 // internValue interns the strings and resource values held in v, which is
-// settable, those of ownFields within own. Maps are left alone: the labels and annotations are interned
-// as whole maps, and the type holds no others of any size.
+// settable, those of ownFields within own. Maps are left alone: the labels
+// and annotations are interned as whole maps, and the type holds no others
+// of any size.
 func internValue(v reflect.Value, own ownStrings) {
 	switch v.Kind() {
 	case reflect.String:

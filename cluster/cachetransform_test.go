@@ -9,8 +9,8 @@ import (
 	goruntime "runtime"
 	"strings"
 	"testing"
-	"unsafe"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

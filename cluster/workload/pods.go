@@ -149,7 +149,7 @@ func PodsWith(ctx context.Context, r client.Reader, w *Workload, s *Scratch) ([]
 		for _, rs := range sets {
 			owners = append(owners, rs.UID)
 		}
-		s.sets = items
+		s.sets = keptRoom(items)
 	} else {
 		owners = append(owners, w.Object.GetUID())
 	}
@@ -157,8 +157,23 @@ func PodsWith(ctx context.Context, r client.Reader, w *Workload, s *Scratch) ([]
 	if err != nil {
 		return nil, fmt.Errorf("pods of %s: %w", w, err)
 	}
-	s.pods = pods
+	s.pods = keptRoom(pods)
 	return pods, nil
+}
+
+// maxScratchItems bounds the room a Scratch keeps: a workload with more
+// pods (or a Deployment with more ReplicaSets) has its lists' items
+// allocated anew, so that one large workload does not hold that many
+// structs (a pod's is 1,240 bytes) for as long as the Scratch lives.
+const maxScratchItems = 256
+
+// keptRoom is what a Scratch keeps of items as room: items, or none past
+// maxScratchItems.
+func keptRoom[T any](items []T) []T {
+	if cap(items) > maxScratchItems {
+		return nil
+	}
+	return items
 }
 
 // RunningPods returns the workload's pods (see Pods) an in-place resize

@@ -312,3 +312,10 @@ func names(pods []corev1.Pod) []string {
 	}
 	return out
 }
+
+// TestAScratchKeepsABoundedRoom: a Scratch keeps the room of a workload's
+// lists up to maxScratchItems items, and none past it.
+func TestAScratchKeepsABoundedRoom(t *testing.T) {
+	assert.Len(t, keptRoom(make([]corev1.Pod, 3, maxScratchItems)), 3)
+	assert.Nil(t, keptRoom(make([]corev1.Pod, 3, maxScratchItems+1)), "a larger room is not kept")
+}

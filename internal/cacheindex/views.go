@@ -183,7 +183,7 @@ func setViews(list client.ObjectList, objs []client.Object) error {
 		return apimeta.SetList(list, views)
 	}
 	var slice reflect.Value
-	if n := len(objs); items.Cap() >= n {
+	if n := len(objs); items.Cap() > 0 && items.Cap() >= n {
 		room := items.Slice(0, items.Cap())
 		for i := n; i < room.Len(); i++ {
 			room.Index(i).SetZero()
