@@ -38,9 +38,6 @@ func TestSignalEventsAreSmall(t *testing.T) {
 // signal, holding that signal's UID alone: the agents' counters make
 // thousands a second at scale.
 func TestSignalEventsAreUsedAgain(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector drops a sync.Pool's objects at random; the reuse is measured without it")
-	}
 	var read []types.UID
 	mapFn := releasing(func(_ context.Context, o client.Object) []reconcile.Request {
 		read = append(read, o.GetUID())
@@ -50,7 +47,13 @@ func TestSignalEventsAreUsedAgain(t *testing.T) {
 		e := signalEvent("6f1c2b3a-9d4e-4f5a-8b7c-000000000001")
 		mapFn(context.Background(), e.Object)
 	})
-	assert.Zero(t, allocs, "a signal's event allocates nothing once its object is given back")
+	// Under the race detector sync.Pool drops a quarter of what it is
+	// given, at random.
+	most := 0.0
+	if raceEnabled {
+		most = 0.5
+	}
+	assert.LessOrEqual(t, allocs, most, "a signal's event allocates nothing once its object is given back")
 	e := signalEvent("u-2")
 	assert.Equal(t, types.UID("u-2"), e.Object.GetUID())
 	assert.Empty(t, e.Object.GetName(), "an object used again holds its signal's UID alone")
