@@ -231,7 +231,7 @@ type UsageSeries struct {
 	instances   map[instanceRef]*seriesInstance
 	tick        uint64
 	full        bool
-	// scratch is the room a pass reads each workload's pods into.
+	// scratch is the room a pass reads each workload and its pods into.
 	scratch workload.Scratch
 
 	// recommendations, when set (the leader's: cachedRecommendations),
