@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"unique"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -118,9 +117,7 @@ var valuesType = reflect.TypeFor[*v1alpha1.ResourceValues]()
 func internValue(v reflect.Value, own ownStrings) {
 	switch v.Kind() {
 	case reflect.String:
-		if s := v.String(); s != "" {
-			v.SetString(unique.Make(s).Value())
-		}
+		v.SetString(internString(v.String()))
 	case reflect.Pointer:
 		if v.IsNil() {
 			return
