@@ -38,19 +38,55 @@ func (c *reconcileContext) health(ctx context.Context) (ctrl.Result, bool, error
 		// hold a rollback back.
 		res, err := c.restore(ctx)
 		return res, true, err
-	case !current:
-		return ctrl.Result{}, false, nil // a new generation: plan it
 	case st.Phase == v1alpha1.PhaseApplied && st.Change != nil:
+		// A change is watched to its end, whatever newer generation
+		// arrived meanwhile (docs/health.md).
 		res, err := c.startWatch(ctx)
 		return res, true, err
 	case st.Phase == v1alpha1.PhaseWatching && st.Change != nil:
 		res, err := c.watch(ctx)
-		return res, true, err
+		if err != nil || current {
+			return res, true, err
+		}
+		if st.Phase != v1alpha1.PhaseWatching {
+			// The watch ended: the held generation is planned now.
+			return ctrl.Result{RequeueAfter: time.Millisecond}, true, nil
+		}
+		return res, true, c.holdGeneration(ctx)
+	case !current:
+		return ctrl.Result{}, false, nil // a new generation: plan it
 	case st.Rollback != nil && st.Rollback.State == v1alpha1.BackoffBackingOff:
 		res, err := c.advanceBackoff(ctx)
 		return res, true, err
 	}
 	return ctrl.Result{}, false, nil
+}
+
+// holdGeneration records, once per generation, that a newer generation
+// of the spec waits for the running watch to end. Applying it now would
+// end the watch of a change that has not passed one: a harm the first
+// change causes later (an OOM kill under the memory it lowered) would be
+// counted against the second, which may not touch that resource, and
+// never rolled back. So the phase stays Watching, status.reason says
+// WatchRunning, and the new values are planned (guardrails first) once
+// the watch ends healthy or its rollback is restored.
+func (c *reconcileContext) holdGeneration(ctx context.Context) error {
+	rsr := c.rsr
+	st := &rsr.Status
+	t0 := st.Change.AppliedAt.Time
+	msg := fmt.Sprintf("generation %d waits for the watch of the change applied at %s (generation %d) to end, by %s at the latest",
+		rsr.Generation, t0.UTC().Format(time.RFC3339), st.ObservedGeneration,
+		t0.Add(c.resolved.Spec.Guardrails.Rollback.WatchDuration.Duration).UTC().Format(time.RFC3339))
+	if st.Reason == v1alpha1.ReasonWatchRunning && st.Message == msg {
+		return nil // already recorded
+	}
+	return c.record(ctx, outcome{
+		doing:     "record held generation of",
+		setReason: true, reason: v1alpha1.ReasonWatchRunning, message: msg,
+		action: &v1alpha1.Action{Type: v1alpha1.ActionBlocked, Reason: v1alpha1.ReasonWatchRunning, Message: msg},
+		events: []kubeEvent{{typ: corev1.EventTypeNormal, reason: v1alpha1.EventBlocked, action: v1alpha1.EventActionApply,
+			note: v1alpha1.ReasonWatchRunning + ": " + msg}},
+	})
 }
 
 // startWatch moves an applied change into the watch.

@@ -20,6 +20,7 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/policy"
 	"github.com/kerf-dev/kerf/cluster/recommend"
+	"github.com/kerf-dev/kerf/cluster/resources"
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
@@ -141,15 +142,24 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 		}
 		basis.Containers = append(basis.Containers, cb)
 	}
+	// A change not judged by its watch yet is the watch's: a new one
+	// would end that watch, and the harm the first change causes would
+	// go unanswered. The recommender keeps learning and records what it
+	// would ask for as WatchRunning refusals; once the watch ends (a
+	// rollback restored, or healthy) it recommends from what then runs.
+	strategy := rw.resolved.Spec.Recommend.Strategy
+	if strategy == "" {
+		strategy = v1alpha1.DefaultRecommendStrategy
+	}
+	if t0, ok := policy.Unjudged(&existing.Status); ok && existing.Name != "" {
+		holdForWatch(&basis, existing.Spec.Containers, containers, t0)
+		containers, strategy, changed = existing.Spec.Containers, existing.Spec.Strategy, false
+	}
 	// Nothing new is made to ask for the current values; an existing one
 	// is brought to them (a latch that now holds a value at the manifest's
 	// must not leave a lower one asked for).
 	if len(containers) == 0 || (!changed && existing.Name == "") {
 		return nil
-	}
-	strategy := rw.resolved.Spec.Recommend.Strategy
-	if strategy == "" {
-		strategy = v1alpha1.DefaultRecommendStrategy
 	}
 	spec := v1alpha1.RightsizingRecommendationSpec{
 		TargetRef:  v1alpha1.TargetRef{APIVersion: "apps/v1", Kind: ref.Kind, Name: ref.Name},
@@ -189,6 +199,60 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 	}
 	r.log.Info("recommendation updated", "namespace", ref.Namespace, "name", ref.Name, "refusals", refusalCount(basis))
 	return nil
+}
+
+// holdForWatch adds to the basis a WatchRunning refusal for each field
+// whose recommended value (want) differs from what the watched
+// recommendation asks for (asked): what the recommender would ask for,
+// held at the watched value until the watch ends.
+func holdForWatch(basis *recommendationBasis, asked, want []v1alpha1.ContainerResources, appliedAt time.Time) {
+	at := &metav1.Time{Time: appliedAt}
+	for _, w := range want {
+		var held v1alpha1.ContainerResources
+		for _, a := range asked {
+			if a.Name == w.Name {
+				held = a
+			}
+		}
+		var refusals []refusalBasis
+		for _, f := range resources.Fields {
+			to, from := amountOf(f, f.Get(w.Requests, w.Limits)), amountOf(f, f.Get(held.Requests, held.Limits))
+			if to == from {
+				continue
+			}
+			r := recommend.Refusal{Resource: recommend.Resource(f.Resource), Field: recommend.Request, Asked: to, Held: from,
+				Reason: recommend.ReasonWatchRunning, At: appliedAt}
+			if f.Limits {
+				r.Field = recommend.Limit
+			}
+			refusals = append(refusals, refusalBasis{Resource: r.Resource, Field: r.Field, Reason: r.Reason,
+				Asked: r.Asked, Held: r.Held, At: at, Message: r.String()})
+		}
+		if len(refusals) == 0 {
+			continue
+		}
+		found := false
+		for i := range basis.Containers {
+			if cb := &basis.Containers[i]; cb.Name == w.Name {
+				cb.Refusals, found = append(refusals, cb.Refusals...), true
+			}
+		}
+		if !found {
+			basis.Containers = append(basis.Containers, containerBasis{Name: w.Name, Refusals: refusals})
+		}
+	}
+}
+
+// amountOf is a field's value in millicores (cpu) or bytes (memory); 0
+// when absent.
+func amountOf(f resources.Field, q *resource.Quantity) int64 {
+	switch {
+	case q == nil:
+		return 0
+	case f.Resource == v1alpha1.ResourceCPU:
+		return q.MilliValue()
+	}
+	return q.Value()
 }
 
 // holdsOf reads the cooldowns and failedPermanent of a recommendation's

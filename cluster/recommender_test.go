@@ -226,7 +226,15 @@ func TestRecommenderTakesOOMKillsFromThePodStatus(t *testing.T) {
 func TestRecommenderRaisesItsRecommendationWhenTheContainerIsThrottled(t *testing.T) {
 	var sig *signals.Stores
 	var pod *corev1.Pod
-	c, ns := recommendedWeb(t, func(s *signals.Stores, p *corev1.Pod) { sig, pod = s, p })
+	// Paused, so the first recommendation is not applied: the pod keeps
+	// the manifest's 500m for the latch to hold (an applied change would
+	// be watched, and the recommender asks for nothing new meanwhile:
+	// TestRecommenderWaitsForTheWatchSoTheOOMKillRollsBack).
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	p := recommendingPolicy(ns)
+	p.Spec.Guardrails.Paused = true
+	recommendedWebPolicy(t, c, ns, p, func(s *signals.Stores, p *corev1.Pod) { sig, pod = s, p })
 	first, _ := waitRecommended(t, c, ns)
 	require.Less(t, first.Spec.Containers[0].Requests.CPU.MilliValue(), int64(500))
 

@@ -199,7 +199,11 @@ func basisOf(t *testing.T, c client.Client, ns string) (*v1alpha1.RightsizingRec
 func TestRecommenderRestartsAHistoryWhoseShapeThePolicyChanged(t *testing.T) {
 	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
-	dep := web(t, c, ns, recommendingPolicy(ns))
+	// Paused: an applied recommendation would be watched, and the
+	// recommender writes nothing new to a watched one.
+	p := recommendingPolicy(ns)
+	p.Spec.Guardrails.Paused = true
+	dep := web(t, c, ns, p)
 	sig := signals.New()
 	l := startLeader(t, ns, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
 	pod := adoptedPod(t, c, dep, "web-1")

@@ -29,6 +29,12 @@ func recommendedWebUnder(t *testing.T, set func(*v1alpha1.RecommendSpec), before
 	ns := namespace(t, c)
 	p := recommendingPolicy(ns)
 	set(p.Spec.Recommend)
+	return recommendedWebPolicy(t, c, ns, p, before)
+}
+
+// recommendedWebPolicy is recommendedWebLeader under policy p.
+func recommendedWebPolicy(t *testing.T, c client.Client, ns string, p *v1alpha1.RightsizingPolicy, before func(*signals.Stores, *corev1.Pod)) (client.Client, string, *testLeader) {
+	t.Helper()
 	dep := web(t, c, ns, p)
 	sig := signals.New()
 	l := startLeader(t, ns, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})

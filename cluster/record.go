@@ -231,25 +231,26 @@ func mirrorAnnotation(st *v1alpha1.RollbackState) (map[string]*string, error) {
 }
 
 // recordRefusals records the values the recommender held back, as its
-// basis annotation says, once per distinct set: a refused action with the
-// figures, and a Normal Refused Event on the recommendation and its
-// workload. status.recordedRefusals keeps the set's key, so a pass that
-// finds the same set records nothing, and one that finds none clears it,
-// so the same refusals coming back later are recorded again. Only the
-// recommender's own recommendations carry a basis.
+// basis annotation says, when what is refused or why changed: a refused
+// action with the figures, and a Normal Refused Event on the
+// recommendation and its workload. A set is news only when one of its
+// refusals (container, resource, field, reason and the value held) is in
+// none of the refused actions recorded since the last change (applied or
+// rolled back): refusals that end, or come and go between passes, are
+// not recorded again, so status.history (bounded) and the hub keep the
+// actions that matter. status.recordedRefusals keeps the last set's key,
+// so a pass that finds it again reads no history. Only the recommender's
+// own recommendations carry a basis.
 func (c *reconcileContext) recordRefusals(ctx context.Context) error {
 	rsr := c.rsr
 	if rsr.Labels[v1alpha1.RecommendedByLabel] != v1alpha1.RecommendedByKerf {
 		return nil
 	}
 	refusals, messages, key := basisRefusals(rsr.Annotations[v1alpha1.RecommendationBasisAnnotation])
-	if key == rsr.Status.RecordedRefusals {
+	if key == "" || key == rsr.Status.RecordedRefusals || refusalsRecorded(rsr.Status.History, refusals) {
 		return nil
 	}
 	keep := func(st *v1alpha1.RightsizingRecommendationStatus) { st.RecordedRefusals = key }
-	if key == "" {
-		return c.record(ctx, outcome{doing: "record the end of the refusals of", status: keep})
-	}
 	var resources []v1alpha1.ResourceName
 	for _, f := range refusals {
 		if !slices.Contains(resources, f.Resource) {
@@ -279,6 +280,36 @@ func (c *reconcileContext) recordRefusals(ctx context.Context) error {
 			{typ: corev1.EventTypeNormal, reason: v1alpha1.EventRefused, action: v1alpha1.EventActionRecommend, note: note, onWorkload: true},
 		},
 	})
+}
+
+// refusalsRecorded reports whether every refusal is among those of the
+// refused actions recorded since the last change (an applied or
+// rolled_back action) in history.
+func refusalsRecorded(history []v1alpha1.Action, refusals []v1alpha1.Refusal) bool {
+	type id struct {
+		container, field, reason string
+		resource                 v1alpha1.ResourceName
+		held                     int64
+	}
+	seen := map[id]bool{}
+	for i := len(history) - 1; i >= 0; i-- {
+		a := &history[i]
+		if a.Type == v1alpha1.ActionApplied || a.Type == v1alpha1.ActionRolledBack {
+			break
+		}
+		if a.Type != v1alpha1.ActionRefused {
+			continue
+		}
+		for _, f := range a.Refusals {
+			seen[id{f.Container, f.Field, f.Reason, f.Resource, f.Held}] = true
+		}
+	}
+	for _, f := range refusals {
+		if !seen[id{f.Container, f.Field, f.Reason, f.Resource, f.Held}] {
+			return false
+		}
+	}
+	return true
 }
 
 // truncate cuts s to at most n bytes, on a rune boundary, marking the cut.

@@ -32,3 +32,28 @@ func TestHistoryIsNumberedAndTheNumbersOutliveTheTrim(t *testing.T) {
 	assert.Equal(t, before, []int64{got[0].Seq, got[1].Seq}, "numbered as the forwarder numbered them")
 	assert.Equal(t, int64(3), got[2].Seq)
 }
+
+// TestRefusalsThatComeAndGoAreRecordedOnce: a set of refusals is news only
+// when one of its refusals is in no refused action since the last change.
+// Before, a set that ended for a pass and came back (a throttling ratio
+// around its threshold) was recorded again each time.
+func TestRefusalsThatComeAndGoAreRecordedOnce(t *testing.T) {
+	oom := v1alpha1.Refusal{Container: "app", Resource: v1alpha1.ResourceMemory, Field: "request", Reason: "OOMKill", Held: 1 << 30}
+	throttled := v1alpha1.Refusal{Container: "app", Resource: v1alpha1.ResourceCPU, Field: "request", Reason: "Throttled", Held: 64}
+	refused := func(fs ...v1alpha1.Refusal) v1alpha1.Action {
+		return v1alpha1.Action{Type: v1alpha1.ActionRefused, Refusals: fs}
+	}
+	history := []v1alpha1.Action{{Type: v1alpha1.ActionApplied}, refused(oom), {Type: v1alpha1.ActionHealthy}, refused(throttled)}
+
+	assert.True(t, refusalsRecorded(history, []v1alpha1.Refusal{oom}), "the OOM refusal coming back")
+	assert.True(t, refusalsRecorded(history, []v1alpha1.Refusal{oom, throttled}), "both, each recorded since the change")
+	higher := oom
+	higher.Held = 2 << 30
+	assert.False(t, refusalsRecorded(history, []v1alpha1.Refusal{higher}), "a held value that moved is news")
+	other := throttled
+	other.Reason = "UpscaleOnly"
+	assert.False(t, refusalsRecorded(history, []v1alpha1.Refusal{other}), "another reason is news")
+
+	history = append(history, v1alpha1.Action{Type: v1alpha1.ActionRolledBack})
+	assert.False(t, refusalsRecorded(history, []v1alpha1.Refusal{oom}), "after a change every refusal is news again")
+}

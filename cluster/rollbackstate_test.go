@@ -377,8 +377,19 @@ func TestRetryTurnIsGovernedByTheBackoff(t *testing.T) {
 	waitBackoff(t, c, ns, v1alpha1.BackoffMonitoring, 2)
 	assert.Equal(t, "128Mi", templateResources(t, c, dep).Requests.Memory().String(), "the retry was applied at the backoff's expiry")
 
+	// New values while the retry is watched wait for its watch (before,
+	// they were blocked and the retry, still applied, was watched no
+	// more): a kill under the retry's memory still rolls it back.
 	rsr = getRSR(t, c, ns, "web")
 	update(t, c, rsr, func() { memoryOnly(rsr, "100Mi", "100Mi") })
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, v1alpha1.ReasonWatchRunning)
+	pod = adoptedPod(t, c, dep, "web-turn-2")
+	time.Sleep(200 * time.Millisecond)
+	src.AddOOMKill(pod.UID, "app", now())
+	rsr = waitBackoff(t, c, ns, v1alpha1.BackoffBackingOff, 2)
+	assert.Len(t, historyOf(rsr, v1alpha1.ActionRolledBack), 2, "the retry was rolled back too")
+	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String(), "the retry's memory restored")
+	// Then the held values are planned: a decrease in cooldown.
 	waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonCooldown)
 }
 

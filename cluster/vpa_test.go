@@ -265,7 +265,11 @@ func waitVPARecommended(t *testing.T, c client.Client, ns, vpaName string) (*v1a
 func TestRecommenderTakesTheTargetOfAVPAInOffMode(t *testing.T) {
 	installVPACRD(t)
 	ns := namespace(t, controlplane.Get(t).Client)
-	c, _, l := vpaWeb(t, vpaPolicy(ns), func(_ *signals.Stores, pod *corev1.Pod) {
+	// Paused: the recommender writes nothing new to a recommendation
+	// whose change is watched, and the test follows a second target.
+	p := vpaPolicy(ns)
+	p.Spec.Guardrails.Paused = true
+	c, _, l := vpaWeb(t, p, func(_ *signals.Stores, pod *corev1.Pod) {
 		createVPA(t, controlplane.Get(t).Client, pod.Namespace, "goldilocks-web", vpav1.UpdateModeOff, "", "")
 	})
 	require.Eventually(t, func() bool { return vpaSkipped(t, l, vpaNoRecommendation) >= 2 }, 15*time.Second, 50*time.Millisecond,

@@ -124,6 +124,13 @@ const (
 	ReasonNoPolicy        = "NoPolicy"
 )
 
+// ReasonWatchRunning is status.reason, and the blocked action's reason,
+// while a newer generation of the spec waits for the watch of the change
+// already applied to end: the phase stays Watching, and the new values are
+// planned once the watch ends healthy or its rollback is restored
+// (docs/health.md, "A change while another is watched").
+const ReasonWatchRunning = "WatchRunning"
+
 // Condition types on a recommendation.
 const (
 	// ConditionApplied is true once the values were written.
@@ -330,7 +337,8 @@ type RightsizingRecommendationStatus struct {
 	// RecordedRefusals identifies the recommender's refusals (of the
 	// kerf.dev/recommendation-basis annotation) last recorded as a refused
 	// action, so that a set of refusals is recorded once, not every pass;
-	// empty when none are held.
+	// it stays when the refusals end, so the same set coming back is not
+	// recorded again.
 	// +kubebuilder:validation:MaxLength=128
 	// +optional
 	RecordedRefusals string `json:"recordedRefusals,omitempty"`

@@ -334,3 +334,28 @@ func AddRolledBackFingerprint(status *v1alpha1.RightsizingRecommendationStatus, 
 		status.RolledBackFingerprints = slices.Clone(status.RolledBackFingerprints[n-maxRolledBackFingerprints:])
 	}
 }
+
+// Unjudged reports whether the recommendation's change has not been
+// judged by its watch yet, and when it was applied: it is being applied,
+// applied and not watched yet, watched, or breached and not restored. A
+// change that passed its watch (Healthy) or whose rollback was restored
+// is judged. No new change may end such a watch (docs/health.md, "A
+// change while another is watched"): the reconciler holds a newer
+// generation until it ends, and the recommender asks for nothing new.
+func Unjudged(st *v1alpha1.RightsizingRecommendationStatus) (appliedAt time.Time, ok bool) {
+	c := st.Change
+	if c == nil {
+		return time.Time{}, false
+	}
+	switch {
+	case st.Breach != nil && !st.Breach.Restored,
+		st.Phase == v1alpha1.PhaseApplied, st.Phase == v1alpha1.PhaseWatching:
+		return c.AppliedAt.Time, true
+	}
+	for _, cond := range st.Conditions {
+		if cond.Type == v1alpha1.ConditionApplied && cond.Status != metav1.ConditionTrue && cond.Reason == v1alpha1.AppliedReasonApplying {
+			return c.AppliedAt.Time, true
+		}
+	}
+	return time.Time{}, false
+}

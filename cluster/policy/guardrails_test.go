@@ -499,3 +499,35 @@ func TestRetryTurnIsGovernedByTheBackoffNotTheCooldown(t *testing.T) {
 	require.NotNil(t, b)
 	assert.Equal(t, v1alpha1.ReasonCooldown, b.Reason, "no turn left: no retry, the cooldown holds")
 }
+
+// TestUnjudgedUntilTheWatchEnds checks which states of a change no new
+// change may cut short: applying, applied, watched, breached and not yet
+// restored; not healthy, restored, blocked or without a change.
+func TestUnjudgedUntilTheWatchEnds(t *testing.T) {
+	t0 := at("2026-12-05T09:54:10Z")
+	change := &v1alpha1.Change{AppliedAt: metav1.NewTime(t0)}
+	applying := []metav1.Condition{{Type: v1alpha1.ConditionApplied, Status: metav1.ConditionFalse, Reason: v1alpha1.AppliedReasonApplying}}
+	blocked := []metav1.Condition{{Type: v1alpha1.ConditionApplied, Status: metav1.ConditionFalse, Reason: v1alpha1.AppliedReasonBlocked}}
+	for _, tc := range []struct {
+		name string
+		st   v1alpha1.RightsizingRecommendationStatus
+		want bool
+	}{
+		{"applying", v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseHealthy, Change: change, Conditions: applying}, true},
+		{"applied", v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseApplied, Change: change}, true},
+		{"watched", v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseWatching, Change: change}, true},
+		{"breached, not restored", v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseRolledBack, Change: change,
+			Breach: &v1alpha1.Breach{Reason: v1alpha1.HealthWatchOOMKills}}, true},
+		{"restored", v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseRolledBack, Change: change,
+			Breach: &v1alpha1.Breach{Reason: v1alpha1.HealthWatchOOMKills, Restored: true}}, false},
+		{"healthy", v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseHealthy, Change: change}, false},
+		{"blocked after a healthy watch", v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseBlocked, Change: change, Conditions: blocked}, false},
+		{"no change", v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseWatching}, false},
+	} {
+		got, ok := Unjudged(&tc.st)
+		assert.Equal(t, tc.want, ok, tc.name)
+		if tc.want {
+			assert.Equal(t, t0, got, tc.name)
+		}
+	}
+}

@@ -44,6 +44,10 @@ const (
 	ReasonUpscaleOnly Reason = "UpscaleOnly"
 	// ReasonMinChange: the change is smaller than MinChange of the current value.
 	ReasonMinChange Reason = "MinChange"
+	// ReasonWatchRunning: the workload's last change is still watched;
+	// nothing new is asked for until the watch ends, healthy or rolled
+	// back (the caller, which knows the watch, records these).
+	ReasonWatchRunning Reason = "WatchRunning"
 )
 
 // Refusal is one value the recommender did not recommend, with its figures,
@@ -79,6 +83,8 @@ func (r Refusal) String() string {
 		return s + fmt.Sprintf(" (throttling ratio %.3g >= %.3g)", r.Observed, r.Threshold)
 	case ReasonMinChange:
 		return s + fmt.Sprintf(" (change under %.3g of %s)", r.Threshold, r.amount(r.Observed))
+	case ReasonWatchRunning:
+		return s + fmt.Sprintf(" (the change applied at %s is still watched)", r.At.UTC().Format(time.RFC3339))
 	}
 	return s
 }

@@ -400,13 +400,13 @@ func Active(r *v1alpha1.RightsizingRecommendation) bool {
 	default:
 		return false
 	}
-	if !webhookStrategy(r.Spec.Strategy) {
-		return false
+	// The change's strategy, when status records one: a newer spec
+	// waits for the change's watch to end (docs/health.md), and until
+	// then new pods get what the change applied.
+	if c := r.Status.Change; c != nil && c.Strategy != "" {
+		return webhookStrategy(c.Strategy)
 	}
-	if c := r.Status.Change; c != nil && c.Strategy != "" && !webhookStrategy(c.Strategy) {
-		return false
-	}
-	return true
+	return webhookStrategy(r.Spec.Strategy)
 }
 
 func webhookStrategy(s v1alpha1.Strategy) bool {

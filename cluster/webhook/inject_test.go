@@ -198,6 +198,10 @@ func TestActiveOnlyForAppliedInPlaceOrDeferred(t *testing.T) {
 			Change: &v1alpha1.Change{Strategy: v1alpha1.StrategyRollout}},
 	}
 	assert.False(t, Active(r), "a change applied by Rollout reaches pods through the template")
+	// A newer spec waits for the watch of the change: new pods get what
+	// the change applied, with its strategy.
+	r.Spec.Strategy, r.Status.Change.Strategy = v1alpha1.StrategyRollout, v1alpha1.StrategyInPlace
+	assert.True(t, Active(r), "a held spec with strategy Rollout does not stop the watched InPlace change's values")
 }
 
 // TestNewPodValuesPreferWhatTheLeaderApplied checks the source of the

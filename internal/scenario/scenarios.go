@@ -451,6 +451,34 @@ func (e *Env) waitRestored(ctx context.Context, name string) (*v1alpha1.Rightsiz
 	return rsr, err
 }
 
+// waitRolledBack waits until the recommendation's history holds a
+// rolled_back action with reason: the rollback's record, written once
+// the restore is done.
+func (e *Env) waitRolledBack(ctx context.Context, name, reason string) (*v1alpha1.RightsizingRecommendation, error) {
+	var rsr *v1alpha1.RightsizingRecommendation
+	last := ""
+	err := Poll(ctx, 2*time.Minute, 50*time.Millisecond, fmt.Sprintf("recommendation %s/%s to record a rollback for %s", e.Namespace, name, reason), func(ctx context.Context) (bool, error) {
+		r, err := e.RSR(ctx, name)
+		if err != nil {
+			return false, err
+		}
+		rsr, last = r, string(r.Status.Phase)+" "+r.Status.Reason
+		for _, a := range History(r, v1alpha1.ActionRolledBack) {
+			if a.Reason == reason {
+				return true, nil
+			}
+		}
+		if r.Status.Phase == v1alpha1.PhaseFailed {
+			return false, fmt.Errorf("recommendation is %s (%s): %s", r.Status.Phase, r.Status.Reason, r.Status.Message)
+		}
+		return false, nil
+	})
+	if err != nil && rsr != nil {
+		err = fmt.Errorf("%w; it is %s", err, last)
+	}
+	return rsr, err
+}
+
 // replaced waits for a Deferred change to be watched, checks the running
 // pod kept its values, deletes it and returns its replacement, which the
 // webhook gave the new values.
@@ -506,10 +534,14 @@ func (e *Env) applied(ctx context.Context, r *Result, w Workload, memory, cpuMil
 	return nil
 }
 
-// restored waits for the old values in the kernel and records the end
-// state.
+// restored waits for the rollback with reason to be recorded and the old
+// values in the kernel, and records the end state. It reads the history,
+// not the phase: the phase is RolledBack only until the next values are
+// planned (a newer spec held while the change was watched, or the
+// recommender's next recommendation), which may be at once.
 func (e *Env) restored(ctx context.Context, r *Result, w Workload, reason string, memory, cpuMillis int64) error {
-	if _, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseRolledBack, reason, time.Minute); err != nil {
+	rsr, err := e.waitRolledBack(ctx, w.Name, reason)
+	if err != nil {
 		return err
 	}
 	at, err := e.WaitKernelLimits(ctx, w.Selector(), Container, memory, cpuMillis, time.Minute)
@@ -520,11 +552,7 @@ func (e *Env) restored(ctx context.Context, r *Result, w Workload, reason string
 	if r.Restored, err = e.CurrentLimits(ctx, w.Selector(), Container); err != nil {
 		return fmt.Errorf("after the rollback: %w", err)
 	}
-	// The rollback's history entry is written once the restore is done,
-	// after the phase.
-	if r.RSR, err = e.waitRestored(ctx, w.Name); err != nil {
-		return err
-	}
+	r.RSR = rsr
 	r.Timeline = append(r.Timeline, Mark{At: at, Who: "kernel", What: fmt.Sprintf("enforces the old values again: memory.limit_in_bytes %d MiB, %d millicores", r.Restored.MemoryBytes/Mi, r.Restored.CPUMillis())})
 	r.Timeline = append(r.Timeline, e.leaderMarks(ctx, w.Name)...)
 	e.Say("rolled back (%s): the kernel enforces the old values again", reason)

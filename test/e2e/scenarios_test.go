@@ -298,6 +298,21 @@ func TestRecommenderShrinksThenRefusesToLowerAnOOMKilledMemory(t *testing.T) {
 	rb := scenario.History(r.RSR, v1alpha1.ActionRolledBack)
 	require.Len(t, rb, 1, "one rollback: %+v", r.RSR.Status.History)
 	assert.Equal(t, v1alpha1.HealthWatchOOMKills, rb[0].Reason)
+	assert.Equal(t, []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, rb[0].Resources)
+	// No change replaced the watched one before the kill (issue 29: the
+	// recommender's CPU raise did, and the kill went unanswered): the
+	// rollback comes right after the one apply, whatever was refused or
+	// held in between.
+	applied := 0
+	for _, a := range r.RSR.Status.History {
+		if a.Type == v1alpha1.ActionRolledBack {
+			break
+		}
+		if a.Type == v1alpha1.ActionApplied {
+			applied++
+		}
+	}
+	assert.Equal(t, 1, applied, "one change applied before the rollback: %+v", r.RSR.Status.History)
 
 	refusals, err := scenario.Refusals(r.RSR)
 	require.NoError(t, err)
