@@ -86,7 +86,7 @@ func TestEveryObjectIsAcceptedByTheAPIServer(t *testing.T) {
 		"ClusterRole": 4, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1,
 		"Deployment": 1, "PodDisruptionBudget": 1, "Service": 2,
 		"MutatingWebhookConfiguration": 1, "DaemonSet": 1, "ClusterRightsizingPolicy": 1,
-		"NetworkPolicy": 2, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
+		"NetworkPolicy": 2, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3,
 	}, kinds)
 
 	out := apply(t, cp, y)

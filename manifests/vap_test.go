@@ -2,7 +2,14 @@ package manifests_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
+	"math/big"
 	"log/slog"
 	"os"
 	"regexp"
@@ -31,6 +38,7 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster"
 	kerfapply "github.com/kerf-dev/kerf/cluster/apply"
+	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/resources"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/webhook"
@@ -401,8 +409,8 @@ func TestEveryResourceTheLeaderMayWriteIsInThePolicy(t *testing.T) {
 		}
 	}
 
-	// Both policies are bound, enforcing, and only for the leader.
-	for _, name := range []string{"kerf-leader-writes", "kerf-leader-fields"} {
+	// Every policy is bound, enforcing, and only for the leader.
+	for _, name := range []string{"kerf-leader-writes", "kerf-leader-fields", "kerf-leader-webhook"} {
 		var p admissionregistrationv1.ValidatingAdmissionPolicy
 		kustomizetest.Object(t, objs, "ValidatingAdmissionPolicy", name, &p)
 		require.Len(t, p.Spec.MatchConditions, 1)
@@ -509,4 +517,74 @@ func TestARealLeaderAsItsServiceAccountAppliesAChange(t *testing.T) {
 			admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "kerf-leader-former"}, &former) == nil &&
 			own.Labels[cluster.LeaderPodLabel] == "true" && former.Labels[cluster.LeaderPodLabel] == ""
 	}, 30*time.Second, 100*time.Millisecond, "the leader labels its own pod and clears the former leader's")
+}
+
+// TestTheLeaderMayChangeOnlyTheWebhooksCABundle attacks the webhook
+// configuration with kerf-leader's token (issue 30, item 1): before,
+// kerf-leader-writes checked only the operation and the name, so the
+// token could point MutatingWebhookConfiguration kerf at a server of its
+// own for every namespace, or make it fail closed and stop every pod
+// creation. Now only webhooks[*].clientConfig.caBundle may change, which
+// the leader's own cert.PatchCABundle still does.
+func TestTheLeaderMayChangeOnlyTheWebhooksCABundle(t *testing.T) {
+	w := setUpPolicyWorld(t)
+	ctx := context.Background()
+	update := func(mutate func(*admissionregistrationv1.MutatingWebhookConfiguration)) error {
+		var cfg admissionregistrationv1.MutatingWebhookConfiguration
+		if err := w.c.Get(ctx, client.ObjectKey{Name: "kerf"}, &cfg); err != nil {
+			return err
+		}
+		mutate(&cfg)
+		return w.c.Update(ctx, &cfg)
+	}
+	require.NoError(t, cert.PatchCABundle(ctx, w.c, "kerf", selfSignedCA(t)), "the leader publishes its webhook CA")
+
+	const refused = "may change only webhooks[*].clientConfig.caBundle of MutatingWebhookConfiguration kerf"
+	for _, tc := range []struct {
+		name   string
+		mutate func(*admissionregistrationv1.MutatingWebhookConfiguration)
+	}{
+		{"failurePolicy Fail: no pod starts while the webhook is down", func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
+			c.Webhooks[0].FailurePolicy = ptr.To(admissionregistrationv1.Fail)
+		}},
+		{"an empty namespaceSelector: every namespace's pods, kube-system's too", func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
+			c.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{}
+		}},
+		{"a URL elsewhere", func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
+			c.Webhooks[0].ClientConfig.Service = nil
+			c.Webhooks[0].ClientConfig.URL = ptr.To("https://attacker.example:8443/mutate")
+		}},
+		{"more resources: Secrets", func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
+			c.Webhooks[0].Rules[0].Resources = append(c.Webhooks[0].Rules[0].Resources, "secrets")
+		}},
+		{"a second webhook", func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
+			extra := *c.Webhooks[0].DeepCopy()
+			extra.Name = "evil.kerf.dev"
+			c.Webhooks = append(c.Webhooks, extra)
+		}},
+		{"a label", func(c *admissionregistrationv1.MutatingWebhookConfiguration) {
+			c.Labels = map[string]string{"example.com/x": "1"}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := update(tc.mutate)
+			require.Error(t, err, "refused")
+			assert.True(t, apierrors.IsForbidden(err) || apierrors.IsInvalid(err), "a refusal, not %v", err)
+			assert.Contains(t, err.Error(), "ValidatingAdmissionPolicy", "refused by a policy, not by RBAC")
+			assert.Contains(t, err.Error(), refused)
+		})
+	}
+}
+
+// selfSignedCA returns the PEM of a new self-signed CA certificate.
+func selfSignedCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kerf-vap-test"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
