@@ -223,9 +223,24 @@ func (s *Server) authenticate(ctx context.Context) (agent, string, error) {
 	if !ok {
 		return agent{}, "", s.refuse(codes.Unauthenticated, "unauthenticated", "missing authorization: Bearer <token> metadata")
 	}
+	if len(token) > MaxTokenBytes {
+		// Never sent to the apiserver (it answers 413, which would read as
+		// the apiserver failing and spend no budget): a failure of the
+		// source, charged as a refused review would be.
+		key := "ip/" + sourceIP(ctx)
+		if err := s.allowSource(key, time.Now()); err != nil {
+			return agent{}, "", err
+		}
+		s.failSource(key, time.Now())
+		return agent{}, "", s.refuse(codes.Unauthenticated, "token_too_long", "the bearer token is %d bytes, more than %d", len(token), MaxTokenBytes)
+	}
 	a, err := s.agentOf(ctx, token)
 	return a, token, err
 }
+
+// MaxTokenBytes bounds the bearer token a stream may present: a bound
+// service-account token is 1-2 KiB.
+const MaxTokenBytes = 8 << 10
 
 // agentOf returns the agent a token belongs to (see authenticate). A
 // token that a fresh review passed but that is not an agent's (another

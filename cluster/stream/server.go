@@ -293,6 +293,10 @@ func newGRPCServer(srv *Server, tlsConfig *tls.Config, extra ...grpc.ServerOptio
 		grpc.ConnectionTimeout(srv.cfg.HandshakeTimeout),
 		// An agent opens one stream per connection.
 		grpc.MaxConcurrentStreams(streamsPerConnection),
+		// The headers are read before anything is authenticated: room for
+		// the bearer token (MaxTokenBytes) and gRPC's own, not gRPC's
+		// default of 16 MiB.
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
 		// Agents ping every streamv1.KeepaliveTime on an open stream; a ping more
 		// often than half of it is abuse (GOAWAY "too_many_pings").
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: streamv1.KeepaliveTime / 2}),
@@ -300,8 +304,12 @@ func newGRPCServer(srv *Server, tlsConfig *tls.Config, extra ...grpc.ServerOptio
 		// node ends (and its gauge drops) within two minutes; and no
 		// connection outlives MaxStreamAge (plus its grace): the agent
 		// reconnects with its current token.
+		// A connection with no stream for maxConnectionIdle is closed: an
+		// agent keeps its stream open, so only a caller that opens
+		// connections and leaves them idle is cut.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * streamv1.KeepaliveTime, Timeout: streamv1.KeepaliveTimeout,
-			MaxConnectionAge: srv.cfg.MaxStreamAge, MaxConnectionAgeGrace: DefaultMaxStreamAgeGrace}),
+			MaxConnectionAge: srv.cfg.MaxStreamAge, MaxConnectionAgeGrace: DefaultMaxStreamAgeGrace,
+			MaxConnectionIdle: maxConnectionIdle}),
 	}
 	g := grpc.NewServer(append(opts, extra...)...)
 	streamv1.RegisterStreamServer(g, srv)
@@ -311,6 +319,13 @@ func newGRPCServer(srv *Server, tlsConfig *tls.Config, extra ...grpc.ServerOptio
 // streamsPerConnection is how many concurrent streams a connection may
 // carry: an agent needs one, a reconnect may overlap.
 const streamsPerConnection = 2
+
+// maxHeaderListBytes bounds a stream's headers (MaxTokenBytes and gRPC's
+// own), and maxConnectionIdle how long a connection may carry no stream.
+const (
+	maxHeaderListBytes = 16 << 10
+	maxConnectionIdle  = 30 * time.Second
+)
 
 // received is one Recv's result.
 type received struct {
@@ -330,23 +345,31 @@ func (s *Server) Connect(st grpc.BidiStreamingServer[streamv1.AgentMessage, stre
 	defer cancel(nil)
 	// One goroutine receives, so that the stream can end on something
 	// else than a message (a deadline, a revoked token, a newer stream).
-	// It is unbuffered: one message at a time is held.
+	// It is unbuffered: one message at a time is held. It starts only once
+	// the token authenticated (handshake): before, nothing of the stream
+	// is read but its headers, so an unauthenticated caller makes the
+	// leader decode nothing (a 4 MiB message of empty entries decodes to
+	// some 300 MiB), and what it sends waits in the transport's flow-control
+	// window (64 KiB).
 	msgs := make(chan received)
-	go func() {
-		for {
-			m, err := st.Recv()
-			select {
-			case msgs <- received{m, err}:
-			case <-ctx.Done():
-				return
+	receive := func() <-chan received {
+		go func() {
+			for {
+				m, err := st.Recv()
+				select {
+				case msgs <- received{m, err}:
+				case <-ctx.Done():
+					return
+				}
+				if err != nil {
+					return
+				}
 			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+		}()
+		return msgs
+	}
 
-	a, token, hello, err := s.handshake(ctx, msgs)
+	a, token, hello, err := s.handshake(ctx, receive)
 	if err != nil {
 		return err
 	}
@@ -425,8 +448,9 @@ func (s *Server) Connect(st grpc.BidiStreamingServer[streamv1.AgentMessage, stre
 }
 
 // handshake authenticates the stream and reads its Hello within the
-// handshake timeout, as one of at most MaxHandshakes at once.
-func (s *Server) handshake(ctx context.Context, msgs <-chan received) (agent, string, *streamv1.Hello, error) {
+// handshake timeout, as one of at most MaxHandshakes at once. It starts
+// receiving (receive) only once the token authenticated.
+func (s *Server) handshake(ctx context.Context, receive func() <-chan received) (agent, string, *streamv1.Hello, error) {
 	timer := time.NewTimer(s.cfg.HandshakeTimeout)
 	defer timer.Stop()
 	select {
@@ -445,7 +469,7 @@ func (s *Server) handshake(ctx context.Context, msgs <-chan received) (agent, st
 	}
 	var r received
 	select {
-	case r = <-msgs:
+	case r = <-receive():
 	case <-hctx.Done():
 		return agent{}, "", nil, s.refuse(codes.DeadlineExceeded, "handshake_timeout", "no hello within %s", s.cfg.HandshakeTimeout)
 	}
