@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -204,10 +205,10 @@ func TestABadBatchGetsA4xxNamingTheFieldAndChangesNothing(t *testing.T) {
 		msg   string
 	}{
 		{"an unknown top-level field", []byte(`{"cluster":"east","leader":{},"actions":[],"extra":1}`), 400, "extra", `unknown field "extra"`},
-		{"an unknown field in an action", []byte(`{"cluster":"east","leader":{},"actions":[{"key":"k","seq":1,"bogus":true}]}`), 400, "bogus", `unknown field "bogus"`},
-		{"an unknown field in the leader report", []byte(`{"cluster":"east","leader":{"agents":3},"actions":[]}`), 400, "agents", `unknown field "agents"`},
+		{"an unknown field in an action", []byte(`{"cluster":"east","leader":{},"actions":[{"key":"k","seq":1,"bogus":true}]}`), 400, "actions[0].bogus", `unknown field "actions[0].bogus"`},
+		{"an unknown field in the leader report", []byte(`{"cluster":"east","leader":{"agents":3},"actions":[]}`), 400, "leader.agents", `unknown field "leader.agents"`},
 		{"another cluster's name in the body", mustJSON(t, batch("west", valid)), 400, "cluster", `must be the cluster of the path`},
-		{"a wrong JSON type", []byte(`{"cluster":"east","leader":{},"actions":[{"key":"k","seq":"one"}]}`), 400, "actions.seq", "must be a JSON int64"},
+		{"a wrong JSON type", []byte(`{"cluster":"east","leader":{},"actions":[{"key":"k","seq":"one"}]}`), 400, "actions[0].seq", "must be a JSON int64"},
 		{"not JSON", []byte(`{"cluster":`), 400, "", "body:"},
 		{"two JSON values", []byte(`{"cluster":"east","leader":{},"actions":[]} {}`), 400, "", "one JSON object"},
 		{"an unknown action type", with(func(a *hubv1.Action) { a.Type = "exploded" }), 400, "actions[1].type", "must be one of applied, rolled_back, failed, healthy, blocked"},
@@ -580,4 +581,33 @@ func TestReplicasDeliveredTheSameBatchAtOnceStoreItOnce(t *testing.T) {
 			assert.Contains(t, metrics(t, e), `kerf_actions_total{cluster="east",reason="OOMKills",resource="memory",type="rolled_back"} 50`)
 		})
 	}
+}
+
+// TestABatchOfAMillionEmptyActionsIsRefusedBeforeItIsHeld is the attack of
+// issue 30, item 3: one cluster token posts a body within the size limit
+// made of empty actions ("{}," each, 1.4 million in 4 MiB). Before, the
+// hub decoded the whole batch, some 370 MiB live and 1 GiB at the peak
+// against its 512 Mi limit, before counting it. Now it counts while it
+// decodes and refuses the 1,001st action: the request allocates under
+// 32 MiB in the whole test process, the client's copy of the body
+// included.
+func TestABatchOfAMillionEmptyActionsIsRefusedBeforeItIsHeld(t *testing.T) {
+	n := (hubv1.DefaultMaxBodyBytes - 100) / 3
+	body := []byte(`{"cluster":"east","leader":{},"actions":[` + strings.Repeat("{},", n) + `{}]}`)
+	require.LessOrEqual(t, len(body), hubv1.DefaultMaxBodyBytes)
+	each(t, func(t *testing.T, e *env) {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		status, resp := e.do(t, "POST", "/v1/clusters/east/actions", "east", body)
+		runtime.ReadMemStats(&after)
+		allocated := after.TotalAlloc - before.TotalAlloc
+		t.Logf("a %d-byte body of %d empty actions: %d, %d MiB allocated", len(body), n+1, status, allocated>>20)
+		require.Equal(t, http.StatusBadRequest, status, string(resp))
+		var er auditv1.Error
+		require.NoError(t, json.Unmarshal(resp, &er), string(resp))
+		assert.Equal(t, "actions", er.Field)
+		assert.Contains(t, er.Error, "more than 1000 actions")
+		assert.Less(t, allocated, uint64(32<<20), "the batch was decoded before it was counted")
+	})
 }

@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,28 +78,132 @@ func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request) {
 }
 
 // decodeBatch reads the body: JSON, at most MaxBodyBytes, no unknown
-// fields, one value.
+// fields, one value. It decodes as it reads, one action at a time, and
+// stops at the first action past MaxBatchActions: a body of a million
+// empty actions (4 MiB of "{}," decodes to some 370 MiB) is refused
+// before it is held, and the body itself is never held whole.
 func (s *Server) decodeBatch(w http.ResponseWriter, r *http.Request) (*hubv1.Batch, int, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
 		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q: must be application/json", ct)
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody()))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody()))
+	dec.DisallowUnknownFields()
+	b, err := decodeBatchFrom(dec)
 	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("body: larger than %d bytes; send smaller batches (at most %d actions)", s.maxBody(), hubv1.MaxBatchActions)
 	}
 	if err != nil {
-		return nil, http.StatusBadRequest, fmt.Errorf("read body: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	var b hubv1.Batch
-	if err := dec.Decode(&b); err != nil {
-		return nil, http.StatusBadRequest, jsonError(err)
+		return nil, http.StatusBadRequest, err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("body: larger than %d bytes; send smaller batches (at most %d actions)", s.maxBody(), hubv1.MaxBatchActions)
+		}
 		return nil, http.StatusBadRequest, errors.New("body: must be one JSON object, found more after it")
 	}
-	return &b, 0, nil
+	return b, 0, nil
+}
+
+// decodeBatchFrom decodes one Batch object from dec, its actions one at a
+// time (at most MaxBatchActions); an error of the reader is returned as
+// it is, a JSON one as jsonError makes it.
+func decodeBatchFrom(dec *json.Decoder) (*hubv1.Batch, error) {
+	var b hubv1.Batch
+	if err := delim(dec, '{', "body: must be a JSON object"); err != nil {
+		return nil, err
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, readError(err)
+		}
+		key, _ := t.(string)
+		switch key {
+		case "cluster":
+			err = dec.Decode(&b.Cluster)
+		case "leader":
+			err = dec.Decode(&b.Leader)
+		case "actions":
+			err = decodeActions(dec, &b.Actions)
+		default:
+			return nil, &fieldError{field: key, msg: fmt.Sprintf("unknown field %q: the write protocol is api/hub/v1 (docs/hub.md)", key)}
+		}
+		if err != nil {
+			return nil, readErrorIn(key, err)
+		}
+	}
+	if err := delim(dec, '}', "body: the object is not closed"); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// decodeActions decodes the array of actions (or null) into out, one at a
+// time, refusing the one past MaxBatchActions before it is decoded.
+func decodeActions(dec *json.Decoder, out *[]hubv1.Action) error {
+	t, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if t == nil {
+		return nil // null
+	}
+	if d, ok := t.(json.Delim); !ok || d != '[' {
+		return &fieldError{field: "actions", msg: "actions: must be a JSON array"}
+	}
+	for i := 0; dec.More(); i++ {
+		if i == hubv1.MaxBatchActions {
+			return &fieldError{field: "actions", msg: fmt.Sprintf("more than %d actions: at most %d per batch", hubv1.MaxBatchActions, hubv1.MaxBatchActions)}
+		}
+		var a hubv1.Action
+		if err := dec.Decode(&a); err != nil {
+			return readErrorIn(fmt.Sprintf("actions[%d]", i), err)
+		}
+		*out = append(*out, a)
+	}
+	_, err = dec.Token() // ']'
+	return err
+}
+
+// delim reads the delimiter want, or fails with msg.
+func delim(dec *json.Decoder, want json.Delim, msg string) error {
+	t, err := dec.Token()
+	if err != nil {
+		return readError(err)
+	}
+	if d, ok := t.(json.Delim); !ok || d != want {
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// readError is a reader's error as it is (the caller tells a body past
+// its limit), a JSON one as jsonError makes it.
+func readError(err error) error {
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return err
+	}
+	if _, ok := errors.AsType[*fieldError](err); ok {
+		return err
+	}
+	return jsonError(err)
+}
+
+// readErrorIn is readError for the value of field: a type error inside it
+// names the field by its path from the batch.
+func readErrorIn(field string, err error) error {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		path := field
+		if te.Field != "" {
+			path += "." + te.Field
+		}
+		return &fieldError{field: path, msg: fmt.Sprintf("%s: must be a JSON %s, not %s", path, te.Type, te.Value)}
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		f = field + "." + strings.Trim(f, `"`)
+		return &fieldError{field: f, msg: fmt.Sprintf("unknown field %q: the write protocol is api/hub/v1 (docs/hub.md)", f)}
+	}
+	return readError(err)
 }
 
 // jsonError names the field of a decoding error where encoding/json says it.

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -370,5 +371,42 @@ func TestTheLeaderHandsOverWithinItsGracePeriod(t *testing.T) {
 	assert.Greater(t, grace, cluster.ShutdownTimeout+release, "the shutdown and the release end before the SIGKILL")
 	for _, c := range spec.Containers {
 		assert.True(t, c.Lifecycle == nil || c.Lifecycle.PreStop == nil, "container %s: a preStop hook delays the handover", c.Name)
+	}
+}
+
+// TestTheLeaderAndTheHubSetGOMEMLIMITFromTheirLimit: both servers that
+// decode what callers send run the Go runtime with the container's memory
+// limit as its soft limit (issue 30, item 3), so the GC holds the heap
+// under it instead of letting it reach twice the live heap.
+func TestTheLeaderAndTheHubSetGOMEMLIMITFromTheirLimit(t *testing.T) {
+	for _, tc := range []struct{ dir, deployment, container string }{
+		{"manifests", "kerf-leader", "leader"},
+		{"manifests/hub", "kerf-hub", "hub"},
+	} {
+		t.Run(tc.deployment, func(t *testing.T) {
+			objs := kustomizetest.Objects(t, kustomizetest.Render(t, filepath.Join("..", tc.dir)))
+			var d appsv1.Deployment
+			kustomizetest.Object(t, objs, "Deployment", tc.deployment, &d)
+			var c *corev1.Container
+			for i := range d.Spec.Template.Spec.Containers {
+				if d.Spec.Template.Spec.Containers[i].Name == tc.container {
+					c = &d.Spec.Template.Spec.Containers[i]
+				}
+			}
+			require.NotNil(t, c, "container %s", tc.container)
+			require.NotNil(t, c.Resources.Limits.Memory(), "a memory limit")
+			env := map[string]corev1.EnvVar{}
+			for i, e := range c.Env {
+				env[e.Name] = c.Env[i]
+			}
+			require.Contains(t, env, "GOMEMLIMIT")
+			assert.Equal(t, "$(KERF_MEMORY_LIMIT_MIB)MiB", env["GOMEMLIMIT"].Value)
+			ref := env["KERF_MEMORY_LIMIT_MIB"].ValueFrom
+			require.NotNil(t, ref)
+			require.NotNil(t, ref.ResourceFieldRef)
+			assert.Equal(t, "limits.memory", ref.ResourceFieldRef.Resource)
+			assert.Equal(t, tc.container, ref.ResourceFieldRef.ContainerName)
+			assert.Equal(t, "1Mi", ref.ResourceFieldRef.Divisor.String())
+		})
 	}
 }
