@@ -13,9 +13,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
@@ -38,6 +40,52 @@ type Server struct {
 	Log *slog.Logger
 	// Registry gathers /metrics; New makes one with the hub's collector.
 	Registry *prometheus.Registry
+
+	ready readiness
+}
+
+// readiness is the readiness probe's answer, shared: the database is
+// pinged at most once every readyFor, by one probe, and every probe
+// meanwhile gets that answer. /readyz is anonymous and exempt from the
+// in-flight cap (the kubelet must get through a flood), so a flood of it
+// costs the database one ping a second whatever its size.
+type readiness struct {
+	group singleflight.Group
+	mu    sync.Mutex
+	at    time.Time
+	err   error
+	// pings counts kerf_hub_readiness_pings_total; nil counts nothing.
+	pings prometheus.Counter
+}
+
+// readyFor is how long a readiness answer is given again.
+const readyFor = time.Second
+
+// check returns the database's answer, pinging it when the last answer
+// is older than readyFor.
+func (r *readiness) check(st *store.Store) error {
+	r.mu.Lock()
+	if !r.at.IsZero() && time.Since(r.at) < readyFor {
+		err := r.err
+		r.mu.Unlock()
+		return err
+	}
+	r.mu.Unlock()
+	v, _, _ := r.group.Do("ping", func() (any, error) {
+		// Not a probe's context: the ping is every waiting probe's.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if r.pings != nil {
+			r.pings.Inc()
+		}
+		err := st.Ping(ctx)
+		r.mu.Lock()
+		r.at, r.err = time.Now(), err
+		r.mu.Unlock()
+		return err, nil
+	})
+	err, _ := v.(error)
+	return err
 }
 
 // New returns a Server over st whose /metrics serves kerf_actions_total
@@ -47,8 +95,10 @@ func New(st *store.Store, log *slog.Logger) *Server {
 		log = slog.Default()
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&actionsCollector{store: st, log: log})
-	return &Server{Store: st, Now: time.Now, Log: log, Registry: reg}
+	pings := prometheus.NewCounter(prometheus.CounterOpts{Name: "kerf_hub_readiness_pings_total",
+		Help: "Database pings made for the readiness probe (at most one a second, shared by the probes meanwhile)."})
+	reg.MustRegister(&actionsCollector{store: st, log: log}, pings)
+	return &Server{Store: st, Now: time.Now, Log: log, Registry: reg, ready: readiness{pings: pings}}
 }
 
 // Handler returns the hub's routes. Every route but the probes (/healthz,
@@ -93,11 +143,10 @@ func (s *Server) serveLive(w http.ResponseWriter, _ *http.Request) {
 	httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// serveReady is the readiness probe: the database answers within 5 s.
-func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	if err := s.Store.Ping(ctx); err != nil {
+// serveReady is the readiness probe: the database answered a ping within
+// 5 s, at most readyFor ago.
+func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
+	if err := s.ready.check(s.Store); err != nil {
 		s.log().Error("readiness check failed", "err", err)
 		httpjson.Write(w, http.StatusServiceUnavailable, auditv1.Error{Error: "database unavailable"})
 		return

@@ -96,6 +96,10 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (*Store, error) {
 		// reconnecting for every burst of batches.
 		s.db.SetMaxIdleConns(10)
 		s.db.SetConnMaxIdleTime(5 * time.Minute)
+		// And no more than MaxOpenConns, whatever the requests in flight:
+		// one replica never takes PostgreSQL's connections (100 by
+		// default) from the others.
+		s.db.SetMaxOpenConns(MaxOpenConns)
 	}
 	if err := s.db.PingContext(ctx); err != nil {
 		_ = s.db.Close()
@@ -107,6 +111,9 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (*Store, error) {
 	}
 	return s, nil
 }
+
+// MaxOpenConns bounds a store's connections to PostgreSQL.
+const MaxOpenConns = 16
 
 // openSQLite opens the file with foreign keys on, WAL, a busy timeout, and
 // write transactions that take the write lock at BEGIN (so two writers wait
