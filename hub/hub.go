@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/singleflight"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/singleflight"
 
 	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	hubv1 "github.com/kerf-dev/kerf/api/hub/v1"
