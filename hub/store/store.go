@@ -117,7 +117,12 @@ const MaxOpenConns = 16
 
 // openSQLite opens the file with foreign keys on, WAL, a busy timeout, and
 // write transactions that take the write lock at BEGIN (so two writers wait
-// for each other instead of failing to upgrade).
+// for each other instead of failing to upgrade). synchronous is FULL: the
+// WAL is synced at every commit, so a batch the hub answered 200 for
+// survives a crash of its node, not only of its process (with NORMAL a
+// power loss could undo the last commits after the leader moved its
+// cursor past them). The ingest benchmark measured no cost: 4,060-4,260
+// actions/s with NORMAL, 4,320 with FULL, alternated in one run.
 func openSQLite(path string) (*sql.DB, error) {
 	if path == "" {
 		return nil, errors.New("sqlite: needs a file path")
@@ -127,7 +132,7 @@ func openSQLite(path string) (*sql.DB, error) {
 			return nil, fmt.Errorf("create directory of %s: %w", path, err)
 		}
 	}
-	dsn := "file:" + path + "?_txlock=immediate&_pragma=foreign_keys(1)&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
+	dsn := "file:" + path + "?_txlock=immediate&_pragma=foreign_keys(1)&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)"
 	return sql.Open("sqlite", dsn)
 }
 
