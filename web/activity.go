@@ -196,7 +196,7 @@ func (a *Activity) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	renderPage(w, status, "activity.html", view, a.log(), func(h http.Header) { h.Set("Content-Security-Policy", readPageCSP) })
+	renderPage(w, status, "activity.html", view, a.log(), pageHeaders)
 }
 
 // read reads the page through AuditClusters when the source has several

@@ -175,19 +175,24 @@ func (f *Fleet) log() *slog.Logger {
 	return f.Log
 }
 
-// writePage renders a page of the hub's (fleet, sign-in) with their
+// writePage renders a page of the hub's (fleet, sign-in) with the pages'
 // security headers.
 func writePage(w http.ResponseWriter, status int, name string, view any, log *slog.Logger) {
-	renderPage(w, status, name, view, log, func(h http.Header) {
-		h.Set("Cache-Control", "no-store")
-		h.Set("Referrer-Policy", "same-origin")
-		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-	})
+	renderPage(w, status, name, view, log, pageHeaders)
 }
 
-// readPageCSP is the Content-Security-Policy of the pages the leader and
-// the hub both serve (Activity, the workload page).
-const readPageCSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:"
+// pageHeaders are the security headers of every page, the leader's and the
+// hub's: nothing of an audit trail read with a token is kept in a cache
+// (no-store), no referrer leaves the origin, no script runs, and no form
+// posts elsewhere nor does another site frame a page (clickjacking).
+func pageHeaders(h http.Header) {
+	h.Set("Cache-Control", "no-store")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Content-Security-Policy", pageCSP)
+}
+
+// pageCSP is the Content-Security-Policy of every page.
+const pageCSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 // renderPage renders template name with view and writes it with status,
 // its type, nosniff and the headers that headers sets; a template that

@@ -12,14 +12,13 @@ import (
 )
 
 // TestEachPageKeepsItsSecurityHeaders pins the headers of every page, all
-// written by one function: the pages the leader and the hub both serve
-// (Activity, the workload page) send the type, nosniff and their
-// Content-Security-Policy; the hub's own (Fleet, sign-in) add no-store,
-// same-origin referrers and a policy that also bars forms elsewhere and
-// framing.
+// written by one function: the type, nosniff, no-store, same-origin
+// referrers and a Content-Security-Policy that runs no script and bars
+// forms elsewhere and framing. The pages the leader serves (Activity, the
+// workload page) had neither no-store nor frame-ancestors and form-action
+// (issue 30, item 12), which docs/hub.md said they had.
 func TestEachPageKeepsItsSecurityHeaders(t *testing.T) {
-	const readCSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:"
-	const hubCSP = readCSP + "; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+	const csp = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 	workload := http.NewServeMux()
 	workload.Handle("GET /ui/workloads/{namespace}/{name}", &web.WorkloadPage{Source: &workloads{view: rolledBack()}})
 	signIn := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -32,13 +31,13 @@ func TestEachPageKeepsItsSecurityHeaders(t *testing.T) {
 		want         map[string]string
 	}{
 		{"activity", "/", &web.Activity{Source: &fixed{page: auditv1.Page{Items: entries()}}}, http.StatusOK,
-			map[string]string{"Content-Security-Policy": readCSP}},
+			map[string]string{"Content-Security-Policy": csp, "Cache-Control": "no-store", "Referrer-Policy": "same-origin"}},
 		{"workload", "/ui/workloads/shop/web-rsr", workload, http.StatusOK,
-			map[string]string{"Content-Security-Policy": readCSP}},
+			map[string]string{"Content-Security-Policy": csp, "Cache-Control": "no-store", "Referrer-Policy": "same-origin"}},
 		{"fleet", "/", &web.Fleet{Source: fleetSrc{}}, http.StatusOK,
-			map[string]string{"Content-Security-Policy": hubCSP, "Cache-Control": "no-store", "Referrer-Policy": "same-origin"}},
+			map[string]string{"Content-Security-Policy": csp, "Cache-Control": "no-store", "Referrer-Policy": "same-origin"}},
 		{"signin", "/", signIn, http.StatusUnauthorized,
-			map[string]string{"Content-Security-Policy": hubCSP, "Cache-Control": "no-store", "Referrer-Policy": "same-origin"}},
+			map[string]string{"Content-Security-Policy": csp, "Cache-Control": "no-store", "Referrer-Policy": "same-origin"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()

@@ -273,7 +273,7 @@ func (p *WorkloadPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			page.Refresh = int(p.Refresh.Round(time.Second) / time.Second)
 		}
 	}
-	renderPage(w, status, "workload.html", page, p.log(), func(h http.Header) { h.Set("Content-Security-Policy", readPageCSP) })
+	renderPage(w, status, "workload.html", page, p.log(), pageHeaders)
 }
 
 func (p *WorkloadPage) now() time.Time {

@@ -64,6 +64,18 @@ func defaultDatabase() string {
 	return "sqlite:kerf-hub.db"
 }
 
+// databaseFlag defines --database on fs. Its default is applied after
+// parsing, not given to the flag: -h and every flag error print a flag's
+// default, and $KERF_HUB_DATABASE may hold a password.
+func databaseFlag(fs *flag.FlagSet, into *string, usage string) (applyDefault func()) {
+	fs.StringVar(into, "database", "", usage+" (default $KERF_HUB_DATABASE, else sqlite:kerf-hub.db)")
+	return func() {
+		if *into == "" {
+			*into = defaultDatabase()
+		}
+	}
+}
+
 // run executes one command line.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
@@ -92,7 +104,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, log *slog.Logge
 	fs.SetOutput(stderr)
 	cfg := hub.Config{}
 	fs.StringVar(&cfg.Listen, "listen", ":9443", "HTTPS address to serve on")
-	fs.StringVar(&cfg.Database, "database", defaultDatabase(), "database: sqlite:PATH, or a PostgreSQL URL postgres://user@host/db")
+	databaseDefault := databaseFlag(fs, &cfg.Database, "database: sqlite:PATH, or a PostgreSQL URL postgres://user@host/db")
 	fs.StringVar(&cfg.CertFile, "tls-cert-file", "", "TLS certificate (PEM)")
 	fs.StringVar(&cfg.KeyFile, "tls-key-file", "", "TLS private key (PEM)")
 	fs.StringVar(&cfg.SelfSignedCertOut, "self-signed-cert-out", "", "without --tls-cert-file: generate a self-signed certificate and write it (not its key) to this file, for clients' --cacert")
@@ -106,6 +118,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, log *slog.Logge
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
 	}
+	databaseDefault()
 	var err error
 	if cfg.Retention, err = parseDays(*retention); err != nil {
 		return fmt.Errorf("--retention: %w", err)
@@ -154,7 +167,8 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 func admin(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kerf-hub "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	database := fs.String("database", defaultDatabase(), "database: sqlite:PATH, or a PostgreSQL URL")
+	database := new(string)
+	databaseDefault := databaseFlag(fs, database, "database: sqlite:PATH, or a PostgreSQL URL")
 	purge := new(bool)
 	if cmd == "clusters remove" {
 		purge = fs.Bool("purge", false, "also delete the cluster's actions, workloads and counters, and free its name (default: keep them, the audit trail outlives the cluster)")
@@ -163,6 +177,7 @@ func admin(ctx context.Context, cmd string, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
+	databaseDefault()
 	want := map[string]int{"clusters add": 1, "clusters list": 0, "clusters remove": 1, "tokens add-reader": 1, "tokens add-cluster": 1, "tokens list": 0, "tokens revoke": 1}
 	n, ok := want[cmd]
 	if !ok {

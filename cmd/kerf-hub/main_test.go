@@ -191,3 +191,20 @@ func TestAdminCommandsOpenTheDatabaseOfTheEnvironment(t *testing.T) {
 	assert.Contains(t, errOut.String(), "shown only once")
 	assert.Contains(t, runOK(t, "clusters", "list", "--database=sqlite:"+path), "east")
 }
+
+// TestHelpAndFlagErrorsNeverPrintTheDatabasesPassword: -h, and any flag
+// error (which prints the usage), printed --database's default, the
+// environment's KERF_HUB_DATABASE with its password (issue 30, item 13).
+func TestHelpAndFlagErrorsNeverPrintTheDatabasesPassword(t *testing.T) {
+	t.Setenv("KERF_HUB_DATABASE", "postgres://kerf:s3cr3t-pw@db.example:5432/kerf")
+	for _, args := range [][]string{
+		{"serve", "-h"}, {"serve", "--no-such-flag"}, {"serve", "--retention"},
+		{"clusters", "list", "-h"}, {"tokens", "list", "--no-such-flag"},
+	} {
+		var out, errOut bytes.Buffer
+		_ = run(context.Background(), args, &out, &errOut)
+		printed := out.String() + errOut.String()
+		assert.NotContains(t, printed, "s3cr3t-pw", "%v printed the password", args)
+		assert.Contains(t, printed, "-database", "%v printed the usage", args)
+	}
+}
