@@ -551,6 +551,7 @@ func (l *Leader) Run(ctx context.Context) error {
 			return fmt.Errorf("webhook: %w", err)
 		}
 		in := webhook.NewInjector(l.mgr.GetCache(), l.registry, l.log)
+		in.Synced = l.synced.Load
 		in.LiveReader = l.mgr.GetAPIReader()
 		go func() {
 			if err := webhook.ServeListener(ctx, l.cfg.Webhook.Listener, tlsConfig, webhook.Mux(in)); err != nil {

@@ -353,7 +353,7 @@ func TestTheAgentDialsTheLeaderServiceByIPAndPortName(t *testing.T) {
 	assert.Equal(t, "/readyz", lc.ReadinessProbe.HTTPGet.Path)
 	var wsvc corev1.Service
 	kustomizetest.Object(t, objs, "Service", "kerf-webhook", &wsvc)
-	assert.True(t, wsvc.Spec.PublishNotReadyAddresses, "every replica serves the webhook")
+	assert.False(t, wsvc.Spec.PublishNotReadyAddresses, "only ready replicas (caches synced) serve the webhook: a syncing cache may say a rolled-back recommendation is active")
 	assert.False(t, svc.Spec.PublishNotReadyAddresses, "the stream reaches the leader only")
 }
 

@@ -427,7 +427,7 @@ func TestAPIServerCallsWebhook(t *testing.T) {
 		owner := e.workload(t, controlplane.UniqueName("self"), v1alpha1.KindDaemonSet)
 		calls := func() float64 {
 			var n float64
-			for _, r := range []string{ResultInjected, ResultUnchanged, ResultGuarded, ResultNoWorkload, ResultNoRecommendation, ResultInactive, ResultIgnored, ResultError} {
+			for _, r := range []string{ResultInjected, ResultUnchanged, ResultGuarded, ResultNoWorkload, ResultNoRecommendation, ResultInactive, ResultIgnored, ResultNotSynced, ResultError} {
 				n += counterValue(t, e.injector.injections.WithLabelValues(r))
 			}
 			return n

@@ -58,6 +58,10 @@ const (
 	ResultInactive = "inactive"
 	// ResultIgnored: the review was not a pod CREATE.
 	ResultIgnored = "ignored"
+	// ResultNotSynced: the replica's caches are not synced yet, so what
+	// they say of a recommendation may be stale (values since rolled
+	// back): the pod is allowed unchanged, as when the webhook is down.
+	ResultNotSynced = "not_synced"
 	// ResultError: an internal error; the pod was allowed unchanged.
 	ResultError = "error"
 )
@@ -92,6 +96,9 @@ type Injector struct {
 	LiveReader client.Reader
 	// Timeout bounds the work of one review; zero means DefaultTimeout.
 	Timeout time.Duration
+	// Synced, when set, says whether Reader's caches are synced; until
+	// they are, every pod is allowed unchanged (ResultNotSynced).
+	Synced func() bool
 
 	log        *slog.Logger
 	errors     prometheus.Counter
@@ -192,6 +199,10 @@ func (in *Injector) Review(ctx context.Context, req *admissionv1.AdmissionReques
 	podsGVR := metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
 	if req.Operation != admissionv1.Create || req.Resource != podsGVR || req.SubResource != "" {
 		in.injections.WithLabelValues(ResultIgnored).Inc()
+		return resp
+	}
+	if in.Synced != nil && !in.Synced() {
+		in.injections.WithLabelValues(ResultNotSynced).Inc()
 		return resp
 	}
 	timeout := in.Timeout

@@ -370,6 +370,22 @@ func TestHandlerFailsOpen(t *testing.T) {
 		assert.Equal(t, 0.0, counterValue(t, in.errors))
 		assert.Equal(t, 1.0, counterValue(t, in.injections.WithLabelValues(ResultIgnored)))
 	})
+	t.Run("caches not synced", func(t *testing.T) {
+		// A replica still syncing could read a recommendation as it was
+		// before its rollback: nothing is read, the pod goes unchanged.
+		in := NewInjector(brokenReader{panic: true}, prometheus.NewRegistry(), testLogger(t))
+		synced := false
+		in.Synced = func() bool { return synced }
+		_, resp := review(t, in, podRequest(t, owned))
+		assert.True(t, resp.Allowed)
+		assert.Empty(t, resp.Patch)
+		assert.Equal(t, 0.0, counterValue(t, in.errors), "the reader was never asked")
+		assert.Equal(t, 1.0, counterValue(t, in.injections.WithLabelValues(ResultNotSynced)))
+		synced = true
+		_, resp = review(t, in, podRequest(t, owned))
+		assert.True(t, resp.Allowed)
+		assert.Equal(t, 1.0, counterValue(t, in.errors), "once synced the reader is asked (here it panics)")
+	})
 	t.Run("pod without a controller is not looked up", func(t *testing.T) {
 		in := NewInjector(brokenReader{panic: true}, prometheus.NewRegistry(), testLogger(t))
 		_, resp := review(t, in, podRequest(t, &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}))
