@@ -223,6 +223,8 @@ func TestABadBatchGetsA4xxNamingTheFieldAndChangesNothing(t *testing.T) {
 		{"an unknown phase", with(func(a *hubv1.Action) { a.Phase = "Exploded" }), 400, "actions[1].phase", "RolledBack"},
 		{"a negative agent count", []byte(`{"cluster":"east","leader":{"agentsConnected":-1},"actions":[]}`), 400, "leader.agentsConnected", "must not be negative"},
 		{"too many actions", manyJSON, 400, "actions", "at most 1000 per batch"},
+		{"a time hours after the hub's clock", with(func(a *hubv1.Action) { a.Time = metav1.NewTime(time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)) }), 400, "actions[1].time", "after the hub's clock"},
+		{"a reason of free text", with(func(a *hubv1.Action) { a.Reason = "the node is on fire" }), 400, "actions[1].reason", "must be a CamelCase word"},
 		{"an oversized body", huge, 413, "", "larger than 4194304 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -537,7 +539,9 @@ func TestReplicasDeliveredTheSameBatchAtOnceStoreItOnce(t *testing.T) {
 			second, err := store.Open(context.Background(), e.dsn, quiet)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = second.Close() })
-			other := httptestTLS(t, hub.New(second, quiet))
+			replica := hub.New(second, quiet)
+			replica.Now = e.server.Now // the actions are of the env's clock
+			other := httptestTLS(t, replica)
 			var actions []hubv1.Action
 			for i := range 50 {
 				actions = append(actions, action("shop", fmt.Sprintf("w%d", i%5), int64(i/5+1), v1alpha1.ActionRolledBack, "OOMKills", i/5, v1alpha1.ResourceMemory))
@@ -610,4 +614,35 @@ func TestABatchOfAMillionEmptyActionsIsRefusedBeforeItIsHeld(t *testing.T) {
 		assert.Contains(t, er.Error, "more than 1000 actions")
 		assert.Less(t, allocated, uint64(32<<20), "the batch was decoded before it was counted")
 	})
+}
+
+// TestAReasonKerfDoesNotRecordIsCountedAsOther: kerf_actions_total keeps a
+// label per reason for as long as the hub runs, so a writer's own reasons
+// (a CamelCase word each, one per action) would grow it without bound
+// (issue 30, item 11). They are counted under reason="Other"; the action
+// keeps its reason.
+func TestAReasonKerfDoesNotRecordIsCountedAsOther(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		var actions []hubv1.Action
+		for i := range 20 {
+			actions = append(actions, action("shop", "web", int64(i+1), v1alpha1.ActionBlocked, fmt.Sprintf("Invented%d", i), 0))
+		}
+		actions = append(actions, action("shop", "web", 21, v1alpha1.ActionBlocked, v1alpha1.ReasonWatchRunning, 0))
+		e.write(t, "east", actions...)
+		m := metrics(t, e)
+		assert.Contains(t, m, `kerf_actions_total{cluster="east",reason="Other",resource="",type="blocked"} 20`)
+		assert.Contains(t, m, `kerf_actions_total{cluster="east",reason="WatchRunning",resource="",type="blocked"} 1`)
+		assert.NotContains(t, m, "Invented")
+		var page hubv1.AuditPage
+		e.get(t, "/v1/audit?limit=100", &page)
+		assert.Contains(t, reasonsOf(page.Items), "Invented7", "the action keeps its reason")
+	})
+}
+
+func reasonsOf(items []hubv1.Entry) []string {
+	out := make([]string, len(items))
+	for i, e := range items {
+		out[i] = e.Reason
+	}
+	return out
 }

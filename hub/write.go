@@ -50,7 +50,7 @@ func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request) {
 	cluster := r.PathValue("cluster")
 	b, status, err := s.decodeBatch(w, r)
 	if err == nil {
-		err = validateBatch(cluster, b)
+		err = validateBatch(cluster, b, s.now())
 		status = http.StatusBadRequest
 	}
 	if err != nil {
@@ -231,7 +231,7 @@ func writeBodyError(w http.ResponseWriter, status int, err error) {
 
 // validateBatch checks every value of a batch; the first fault is the
 // answer, naming the field.
-func validateBatch(cluster string, b *hubv1.Batch) error {
+func validateBatch(cluster string, b *hubv1.Batch, now time.Time) error {
 	if b.Cluster != cluster {
 		return badField("cluster", "%q: must be the cluster of the path and the token, %q", b.Cluster, cluster)
 	}
@@ -253,7 +253,7 @@ func validateBatch(cluster string, b *hubv1.Batch) error {
 	lastSeq := map[workload]int64{}
 	for i := range b.Actions {
 		a := &b.Actions[i]
-		if err := validateAction(fmt.Sprintf("actions[%d]", i), a); err != nil {
+		if err := validateAction(fmt.Sprintf("actions[%d]", i), a, now); err != nil {
 			return err
 		}
 		wl := workload{a.Namespace, string(a.Workload.Kind), a.Workload.Name}
@@ -265,7 +265,26 @@ func validateBatch(cluster string, b *hubv1.Batch) error {
 	return nil
 }
 
-func validateAction(p string, a *hubv1.Action) error {
+// camelCase reports whether s is a CamelCase word, as an action's reason
+// is: an upper-case ASCII letter, then ASCII letters and digits.
+func camelCase(s string) bool {
+	if s == "" || s[0] < 'A' || s[0] > 'Z' {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// maxAhead is how far past the hub's clock an action's time may be: the
+// clocks' skew. Later, it would escape retention (which deletes by time)
+// and sort before every real action.
+const maxAhead = time.Hour
+
+func validateAction(p string, a *hubv1.Action, now time.Time) error {
 	switch {
 	case a.Key == "" || len(a.Key) > hubv1.MaxKeyLength:
 		return badField(p+".key", "must be 1 to %d bytes, not %d", hubv1.MaxKeyLength, len(a.Key))
@@ -275,6 +294,10 @@ func validateAction(p string, a *hubv1.Action) error {
 		return badField(p+".seq", "%d: must be 1 or more", a.Seq)
 	case a.Time.IsZero():
 		return badField(p+".time", "must be set (RFC 3339)")
+	case a.Time.After(now.Add(maxAhead)):
+		return badField(p+".time", "%s: more than %s after the hub's clock (%s)", a.Time.UTC().Format(time.RFC3339), maxAhead, now.UTC().Format(time.RFC3339))
+	case a.Reason != "" && !camelCase(a.Reason):
+		return badField(p+".reason", "%q: must be a CamelCase word (letters and digits, an upper-case first)", a.Reason)
 	case !slices.Contains(actionTypes, a.Type):
 		return badField(p+".type", "%q: must be one of %s", a.Type, join(actionTypes))
 	case a.Phase != "" && !slices.Contains(phases, a.Phase):

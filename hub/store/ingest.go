@@ -63,6 +63,37 @@ func digest(a *hubv1.Action) (string, error) {
 
 type countKey struct{ typ, reason, resource string }
 
+// OtherReason is the reason label of the actions whose reason Kerf does
+// not record (CountedReason).
+const OtherReason = "Other"
+
+// knownReasons are the reasons a leader records on an action: the health
+// watch's verdicts, the blocks, the failures, the strategies of an apply,
+// and the recommender's refusals (cluster/recommend's Reason values).
+var knownReasons = map[string]bool{
+	"": true,
+	v1alpha1.HealthWatchHealthy: true, v1alpha1.HealthWatchOOMKills: true, v1alpha1.HealthWatchRestarts: true,
+	v1alpha1.HealthWatchThrottling: true, v1alpha1.HealthWatchNotAdopted: true, v1alpha1.HealthWatchUnschedulable: true,
+	v1alpha1.ResizeInfeasible: true, v1alpha1.ResizeDeferred: true, v1alpha1.ResizeInProgress: true, v1alpha1.ResizeRejected: true,
+	v1alpha1.ReasonPaused: true, v1alpha1.ReasonFreezeWindow: true, v1alpha1.ReasonCooldown: true, v1alpha1.ReasonSameValues: true,
+	v1alpha1.ReasonFailedPermanent: true, v1alpha1.ReasonNoPolicy: true, v1alpha1.ReasonWatchRunning: true,
+	v1alpha1.ReasonRollbackError: true,
+	// Deferred is also ResizeDeferred.
+	string(v1alpha1.StrategyInPlace): true, string(v1alpha1.StrategyRollout): true,
+	"OOMKill": true, "Throttled": true, "UpscaleOnly": true, "MinChange": true,
+}
+
+// CountedReason is the reason label an action is counted under in
+// kerf_actions_total: its reason when Kerf records it, else OtherReason.
+// A metric label lives as long as the hub, and a writer's free text
+// would make one each (the action keeps its reason either way).
+func CountedReason(reason string) string {
+	if knownReasons[reason] {
+		return reason
+	}
+	return OtherReason
+}
+
 type newest struct {
 	id        int64
 	time, seq int64
@@ -217,10 +248,10 @@ func (s *Store) Ingest(ctx context.Context, cluster string, b *hubv1.Batch) (hub
 			res.Stored++
 			res.Actions = append(res.Actions, hubv1.ActionResult{Key: a.Key, Status: hubv1.StatusStored})
 			if len(a.Resources) == 0 {
-				counts[countKey{string(a.Type), a.Reason, ""}]++
+				counts[countKey{string(a.Type), CountedReason(a.Reason), ""}]++
 			}
 			for _, rn := range a.Resources {
-				counts[countKey{string(a.Type), a.Reason, string(rn)}]++
+				counts[countKey{string(a.Type), CountedReason(a.Reason), string(rn)}]++
 			}
 			t := a.Time.UnixNano()
 			if n, ok := latest[r.wid]; !ok || t > n.time || (t == n.time && a.Seq > n.seq) {
