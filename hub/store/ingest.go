@@ -71,7 +71,7 @@ const OtherReason = "Other"
 // watch's verdicts, the blocks, the failures, the strategies of an apply,
 // and the recommender's refusals (cluster/recommend's Reason values).
 var knownReasons = map[string]bool{
-	"": true,
+	"":                          true,
 	v1alpha1.HealthWatchHealthy: true, v1alpha1.HealthWatchOOMKills: true, v1alpha1.HealthWatchRestarts: true,
 	v1alpha1.HealthWatchThrottling: true, v1alpha1.HealthWatchNotAdopted: true, v1alpha1.HealthWatchUnschedulable: true,
 	v1alpha1.ResizeInfeasible: true, v1alpha1.ResizeDeferred: true, v1alpha1.ResizeInProgress: true, v1alpha1.ResizeRejected: true,
