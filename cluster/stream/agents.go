@@ -58,6 +58,33 @@ type nodeState struct {
 	agent      *incarnation
 	stream     *liveStream
 	containers map[instanceKey]struct{}
+	// released is when its last stream ended (zero while one is open).
+	released time.Time
+}
+
+// releasedNodeTTL is how long a node's state outlives its last stream: an
+// agent that reconnects within it keeps its incarnation (the OOM events
+// it counted are not counted again, its pending ones carry over). After
+// it the node is taken for gone (scaled down, replaced), and its state is
+// dropped, so the leader's state does not grow with node churn.
+const releasedNodeTTL = time.Hour
+
+// sweepEvery is how often the released nodes are looked over.
+const sweepEvery = time.Minute
+
+// sweepNodes drops the state of the nodes whose last stream ended
+// releasedNodeTTL ago, at most once every sweepEvery; s.nodesMu is held.
+func (s *Server) sweepNodes(now time.Time) {
+	if now.Sub(s.swept) < sweepEvery {
+		return
+	}
+	s.swept = now
+	for name, n := range s.nodes {
+		if n.stream == nil && !n.released.IsZero() && now.Sub(n.released) >= releasedNodeTTL {
+			delete(s.nodes, name)
+		}
+	}
+	s.metrics.nodeStates.Set(float64(len(s.nodes)))
 }
 
 // incarnation returns the node's agent incarnation that started at
@@ -94,6 +121,7 @@ func (s *Server) node(name string) *nodeState {
 	if n == nil {
 		n = &nodeState{containers: map[instanceKey]struct{}{}}
 		s.nodes[name] = n
+		s.metrics.nodeStates.Set(float64(len(s.nodes)))
 	}
 	return n
 }

@@ -179,7 +179,7 @@ func (s *Server) claimNode(node string, cancel context.CancelCauseFunc) (uint64,
 		s.streams--
 	}
 	s.nextStream++
-	n.stream = &liveStream{id: s.nextStream, cancel: cancel}
+	n.stream, n.released = &liveStream{id: s.nextStream, cancel: cancel}, time.Time{}
 	s.streams++
 	s.metrics.streams.Set(float64(s.streams))
 	return n.stream.id, nil
@@ -198,6 +198,9 @@ func (s *Server) releaseNode(node string, id uint64) {
 	n.stream = nil
 	s.streams--
 	s.metrics.streams.Set(float64(s.streams))
+	now := s.cfg.Now()
+	n.released = now
+	s.sweepNodes(now)
 	gone := make([]instanceKey, 0, len(n.containers))
 	for k := range n.containers {
 		gone = append(gone, k)

@@ -25,6 +25,9 @@ type metrics struct {
 	errors    *prometheus.CounterVec
 	streams   prometheus.Gauge
 	reviews   prometheus.Counter
+	// nodeStates is how many nodes the leader holds a state of: those
+	// with a stream and those whose stream ended less than an hour ago.
+	nodeStates prometheus.Gauge
 	// failingSources is how many source IPs have a failure budget.
 	failingSources prometheus.Gauge
 	// pending, pendingCounted and expired follow the OOM events about
@@ -65,6 +68,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "kerf_stream_open_streams",
 		Help: "Authenticated streams open (at most one per node, at most --stream-max-streams).",
 	})
+	m.nodeStates = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kerf_stream_node_states",
+		Help: "Nodes whose agent state the leader holds: with an open stream, or whose stream ended less than an hour ago.",
+	})
 	m.reviews = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kerf_stream_token_reviews_total",
 		Help: "TokenReviews the stream sent to the apiserver (cache misses and re-authentications of open streams).",
@@ -85,7 +92,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "kerf_stream_oom_events_expired_total",
 		Help: "Pending OOM events dropped before their pod appeared, by reason (ttl: waited too long; full: the agent's pending list was full).",
 	}, []string{"reason"})
-	reg.MustRegister(m.connected, m.samples, m.resent, m.events, m.dropped, m.errors, m.streams, m.reviews, m.failingSources,
+	reg.MustRegister(m.connected, m.samples, m.resent, m.events, m.dropped, m.errors, m.streams, m.nodeStates, m.reviews, m.failingSources,
 		m.pending, m.pendingCounted, m.expired)
 	return m
 }

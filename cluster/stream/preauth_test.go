@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,4 +111,44 @@ func TestAnOversizedTokenIsAFailureNotAReview(t *testing.T) {
 
 	// An agent still gets in: its budget is its pod's, not the address's.
 	assert.Equal(t, codes.OK, f.connectOnce(t.Context(), honestAgent{node: "node-a", token: f.agentToken}))
+}
+
+// TestTheStateOfANodeGoneIsDropped: the leader kept each node's agent
+// state forever, so it grew with node churn (issue 30, item 14). A node
+// whose stream ended keeps its state for releasedNodeTTL (an agent that
+// reconnects keeps its incarnation); after it, the next stream's end
+// drops it.
+func TestTheStateOfANodeGoneIsDropped(t *testing.T) {
+	var offset atomic.Int64
+	f := newFixture(t, func(c *Config, _ *cache.Options) {
+		c.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	})
+	states := func() float64 { return testutil.ToFloat64(f.srv.metrics.nodeStates) }
+	// once connects the agent, then ends its stream and waits until the
+	// leader let it go.
+	once := func(a honestAgent) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(t.Context())
+		require.Equal(t, codes.OK, f.connectOnce(ctx, a))
+		cancel()
+		require.Eventually(t, func() bool { return testutil.ToFloat64(f.srv.metrics.streams) == 0 }, 10*time.Second, 10*time.Millisecond,
+			"the stream of %s never ended", a.node)
+	}
+	agents := f.honestAgents(t, 2)
+	once(agents[0])
+	assert.Equal(t, 1.0, states())
+
+	// Within the TTL another node's stream ending drops nothing.
+	offset.Store(int64(releasedNodeTTL / 2))
+	once(agents[1])
+	assert.Equal(t, 2.0, states(), "both nodes' states are kept within the TTL")
+
+	// Past it, the first node's state goes at the next stream's end.
+	offset.Store(int64(releasedNodeTTL + 2*sweepEvery))
+	once(agents[1])
+	assert.Equal(t, 1.0, states(), "the state of the node gone is dropped")
+	f.srv.nodesMu.Lock()
+	_, kept := f.srv.nodes[agents[0].node]
+	f.srv.nodesMu.Unlock()
+	assert.False(t, kept, "node %s, gone for over an hour", agents[0].node)
 }

@@ -177,6 +177,8 @@ type Server struct {
 	// streams counts the authenticated streams; nextStream numbers them.
 	streams    int
 	nextStream uint64
+	// swept is when the states of nodes gone were last dropped.
+	swept time.Time
 }
 
 // New returns a Server for cfg, or an error naming the missing field.
