@@ -114,7 +114,9 @@ func (h *Handler) Audit(ctx context.Context, query url.Values) (auditv1.Page, er
 	if err != nil {
 		return auditv1.Page{}, err
 	}
-	var refs []ref
+	// The page and one more, to know whether another page follows.
+	first := &firstRefs{n: q.limit + 1, refs: make([]ref, 0, q.limit+1)}
+	seen := map[instant]int{}
 	for i := range rsrs {
 		rsr := &rsrs[i]
 		if q.namespace != "" && rsr.Namespace != q.namespace {
@@ -125,11 +127,11 @@ func (h *Handler) Audit(ctx context.Context, query url.Values) (auditv1.Page, er
 		} else if !ok {
 			continue
 		}
-		refs = appendRefs(refs, rsr, func(a *v1alpha1.Action, p position) bool {
+		eachRef(rsr, func(a *v1alpha1.Action, p position) bool {
 			return q.matches(a) && (q.after == nil || p.compare(*q.after) > 0)
-		})
+		}, first.add, seen)
 	}
-	sortRefs(refs)
+	refs := first.sorted()
 	page := auditv1.Page{Items: make([]auditv1.Entry, 0, min(len(refs), q.limit))}
 	for _, rf := range refs[:min(len(refs), q.limit)] {
 		page.Items = append(page.Items, rf.entry())
