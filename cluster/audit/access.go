@@ -66,6 +66,22 @@ func (h *Handler) scopeOf(ctx context.Context) (*scope, error) {
 	return &scope{all: all, user: u, az: h.Authorizer, seen: map[string]bool{}}, nil
 }
 
+// MaxNamespaceReviews bounds the per-namespace reviews of one request of
+// a caller without cluster-wide access: an authenticated caller with no
+// rights made the leader run one SubjectAccessReview per namespace with
+// recommendations, per request (issue 30, item 6). Past the bound the
+// request is refused, asking for a namespace.
+const MaxNamespaceReviews = 32
+
+// tooManyNamespacesError is a request across more namespaces than a
+// caller without cluster-wide access may have reviewed at once.
+type tooManyNamespacesError struct{ user string }
+
+func (e *tooManyNamespacesError) Error() string {
+	return fmt.Sprintf("%s may not %s %s.%s in every namespace, and the actions span more than %d namespaces: name one (namespace=)",
+		e.user, ReadVerb, ReadResource, ReadGroup, MaxNamespaceReviews)
+}
+
 // may reports whether the caller may read namespace ns.
 func (s *scope) may(ctx context.Context, ns string) (bool, error) {
 	if s.all {
@@ -73,6 +89,9 @@ func (s *scope) may(ctx context.Context, ns string) (bool, error) {
 	}
 	if ok, seen := s.seen[ns]; seen {
 		return ok, nil
+	}
+	if len(s.seen) >= MaxNamespaceReviews {
+		return false, &tooManyNamespacesError{user: s.user.Name}
 	}
 	ok, err := s.az.Allowed(ctx, s.user, authn.Resource{Verb: ReadVerb, Group: ReadGroup, Resource: ReadResource, Namespace: ns})
 	if err != nil {
@@ -120,6 +139,9 @@ func accessStatus(err error) (int, string) {
 	if _, ok := errors.AsType[*forbiddenError](err); ok {
 		return http.StatusForbidden, "Forbidden: " + err.Error()
 	}
+	if _, ok := errors.AsType[*tooManyNamespacesError](err); ok {
+		return http.StatusForbidden, "Forbidden: " + err.Error()
+	}
 	if errors.Is(err, errNoUser) {
 		return http.StatusUnauthorized, err.Error()
 	}
@@ -129,7 +151,8 @@ func accessStatus(err error) (int, string) {
 // writeAccessError writes an authorization failure as the API's JSON.
 func writeAccessError(w http.ResponseWriter, err error) bool {
 	_, forbidden := errors.AsType[*forbiddenError](err)
-	if !forbidden && !errors.Is(err, errNoUser) && !isAuthorizeError(err) {
+	_, tooMany := errors.AsType[*tooManyNamespacesError](err)
+	if !forbidden && !tooMany && !errors.Is(err, errNoUser) && !isAuthorizeError(err) {
 		return false
 	}
 	status, _ := accessStatus(err)

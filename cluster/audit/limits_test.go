@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/internal/authn"
 )
 
 // listed is a client.Reader whose List gives items, as the leader's cache
@@ -91,4 +92,46 @@ func TestAPageCostsItsSizeNotTheHistorys(t *testing.T) {
 		cont = page.Continue
 	}
 	assert.Equal(t, len(all), walked)
+}
+
+// countingAuthorizer allows namespaces in allowed and counts the reviews.
+type countingAuthorizer struct {
+	allowed map[string]bool
+	reviews int
+}
+
+func (a *countingAuthorizer) Allowed(_ context.Context, _ *authn.User, r authn.Resource) (bool, error) {
+	a.reviews++
+	return a.allowed[r.Namespace], nil
+}
+
+// TestACallerWithoutRightsCostsBoundedReviews: an authenticated caller
+// with no rights made the leader run one SubjectAccessReview per namespace
+// holding recommendations, on every request (issue 30, item 6). Now a
+// request reviews at most MaxNamespaceReviews namespaces past the
+// cluster-wide review, then is refused, asking for a namespace; naming
+// one costs one review.
+func TestACallerWithoutRightsCostsBoundedReviews(t *testing.T) {
+	base := time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)
+	items := make([]v1alpha1.RightsizingRecommendation, 200)
+	for i := range items {
+		r := &items[i]
+		r.Namespace, r.Name = fmt.Sprintf("ns%03d", i), "web"
+		r.Status.History = []v1alpha1.Action{{Seq: 1, Type: v1alpha1.ActionApplied, Time: metav1.NewTime(base)}}
+	}
+	az := &countingAuthorizer{allowed: map[string]bool{"ns007": true}}
+	h := &Handler{Reader: listed{items: items}, Now: func() time.Time { return base.Add(time.Hour) }, Authorizer: az}
+	ctx := authn.WithUser(context.Background(), &authn.User{Name: "mallory"})
+
+	_, err := h.Audit(ctx, url.Values{})
+	var tooMany *tooManyNamespacesError
+	require.ErrorAs(t, err, &tooMany)
+	assert.Contains(t, err.Error(), "name one (namespace=)")
+	assert.Equal(t, 1+MaxNamespaceReviews, az.reviews, "the cluster-wide review and %d namespaces, not 200", MaxNamespaceReviews)
+
+	az.reviews = 0
+	page, err := h.Audit(ctx, url.Values{"namespace": {"ns007"}})
+	require.NoError(t, err)
+	assert.Len(t, page.Items, 1)
+	assert.Equal(t, 2, az.reviews, "the cluster-wide review and the namespace named")
 }
