@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hubv1 "github.com/kerf-dev/kerf/api/hub/v1"
@@ -140,7 +143,16 @@ func cursors(t *testing.T, ns string) map[string]string {
 	t.Helper()
 	var cm corev1.ConfigMap
 	require.NoError(t, controlplane.Get(t).Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: CursorConfigMap}, &cm))
-	return cm.Data
+	packed := map[types.UID]int64{}
+	require.NoError(t, unpackCursors(cm.BinaryData[packedCursorsKey], packed))
+	out := maps.Clone(cm.Data)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for uid, n := range packed {
+		out[string(uid)] = strconv.FormatInt(n, 10)
+	}
+	return out
 }
 
 // TestActionsRecordedWhileTheHubIsDownArriveOnceAndInOrder records
@@ -187,7 +199,7 @@ func TestActionsRecordedWhileTheHubIsDownArriveOnceAndInOrder(t *testing.T) {
 		c := controlplane.Get(t).Client
 		var cm corev1.ConfigMap
 		require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: CursorConfigMap}, &cm))
-		cm.Data = map[string]string{string(a.UID): "2"}
+		cm.Data, cm.BinaryData = map[string]string{string(a.UID): "2"}, nil
 		require.NoError(t, c.Update(context.Background(), &cm))
 		g := forwarder(t, h, ns, func(c *Config) { c.Identity = "kerf-leader-b" })
 		drain(t, g)
