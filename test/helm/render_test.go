@@ -304,6 +304,16 @@ func TestValuesReachTheirFields(t *testing.T) {
 	assert.EqualValues(t, 2, get(policy, "spec", "guardrails", "rollback", "oomKills"))
 	assert.Equal(t, "0.25", get(policy, "spec", "guardrails", "rollback", "throttlingRatio"))
 
+	// A digest pins the image over the tag (issue 30, item 19).
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	pinned := byKey(t, "the chart", renderChart(t, map[string]any{
+		"agent":  map[string]any{"image": map[string]any{"tag": "v1.2.3", "digest": digest}},
+		"leader": map[string]any{"image": map[string]any{"digest": digest}},
+	}))
+	objs = pinned
+	assert.Equal(t, "kerf.local/kerf-agent@"+digest, container("apps/v1/DaemonSet kerf-system/kerf-agent")["image"])
+	assert.Equal(t, "kerf.local/kerf-leader@"+digest, container("apps/v1/Deployment kerf-system/kerf-leader")["image"])
+
 	off := byKey(t, "the chart", renderChart(t, map[string]any{"defaultPolicy": map[string]any{"enabled": false}}))
 	assert.NotContains(t, off, policy, "defaultPolicy.enabled=false")
 }

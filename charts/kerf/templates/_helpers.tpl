@@ -13,9 +13,15 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 
 {{/*
 kerf.image renders an image reference from a component's image values
-(repository, tag); an empty tag is the chart's appVersion.
+(repository, tag, digest); an empty tag is the chart's appVersion. A
+digest (sha256:...) pins the image: the reference is repository@digest,
+which no push of the same tag can change.
 */}}
 {{- define "kerf.image" -}}
+{{- if .image.digest -}}
+{{ .image.repository }}@{{ .image.digest }}
+{{- else -}}
 {{- $tag := .image.tag | default .chart.AppVersion -}}
 {{ .image.repository }}:{{ $tag }}
+{{- end -}}
 {{- end -}}
