@@ -65,7 +65,8 @@ func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// minute to read a leader's batch and to answer.
 	limits := endpoints.DefaultLimits()
 	limits.ReadTimeout, limits.WriteTimeout, limits.IdleTimeout = 60*time.Second, 60*time.Second, 120*time.Second
-	hs := limits.Server(srv.Handler(), "/healthz", "/readyz")
+	// The sign-in form has a budget of its own (MaxSignInsInFlight).
+	hs := limits.Server(srv.Handler(), "/healthz", "/readyz", uiSignIn)
 	hs.TLSConfig = tlsConfig
 	hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	var wg sync.WaitGroup

@@ -12,6 +12,7 @@ import (
 	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/hub/store"
+	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/web"
 )
 
@@ -21,7 +22,9 @@ const (
 	uiActivity = "/ui/activity"
 	uiWorkload = "/ui/workloads/{cluster}/{namespace}/{name}"
 	uiSignIn   = "/ui/signin"
-	uiSignOut  = "/ui/signout"
+	// signInReadTimeout bounds the read of a sign-in's body.
+	signInReadTimeout = 5 * time.Second
+	uiSignOut         = "/ui/signout"
 )
 
 // SessionCookie names the sign-in session's cookie. The __Host- prefix makes
@@ -38,6 +41,11 @@ const chartHours = 7 * 24
 // maxSignInBody bounds the sign-in form's body.
 const maxSignInBody = 4 << 10
 
+// MaxSignInsInFlight bounds the sign-in requests (the form and its post)
+// served at once; one more gets 503 with Retry-After. It is apart from the
+// server's cap of 64, which anonymous trickled posts could fill.
+const MaxSignInsInFlight = 8
+
 // mountUI adds the web pages to the hub's routes: the Fleet, Activity and
 // workload pages behind the same read access as the API, and the sign-in
 // form.
@@ -46,8 +54,16 @@ func (s *Server) mountUI(mux *http.ServeMux) {
 	mux.Handle("GET "+uiFleet, s.page(&web.Fleet{Source: src, ActivityPath: "activity", SignOut: uiSignOut, Refresh: time.Minute, Log: s.log()}))
 	mux.Handle("GET "+uiActivity, s.page(&web.Activity{Source: src, Refresh: 30 * time.Second, Log: s.log()}))
 	mux.Handle("GET "+uiWorkload, s.page(&web.WorkloadPage{Source: src, Refresh: 30 * time.Second, ActivityHref: uiActivity, Now: s.now, Log: s.log()}))
-	mux.HandleFunc("GET "+uiSignIn, s.serveSignInForm)
-	mux.HandleFunc("POST "+uiSignIn, s.serveSignIn)
+	// The sign-in form is the one route anyone may use before they
+	// authenticate, and its post carries a body: it has a budget of its
+	// own (Serve exempts it from the server's cap), so that trickled
+	// sign-ins cannot take the slots of callers with a token.
+	signIn := http.NewServeMux()
+	signIn.HandleFunc("GET "+uiSignIn, s.serveSignInForm)
+	signIn.HandleFunc("POST "+uiSignIn, s.serveSignIn)
+	limited := endpoints.InFlight(signIn, MaxSignInsInFlight, time.Second)
+	mux.Handle("GET "+uiSignIn, limited)
+	mux.Handle("POST "+uiSignIn, limited)
 	mux.HandleFunc("POST "+uiSignOut, s.serveSignOut)
 	mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, uiFleet, http.StatusSeeOther) })
 	for _, p := range []string{uiFleet, uiActivity, uiWorkload, "/ui/{$}"} {
@@ -252,6 +268,9 @@ func (s *Server) serveSignIn(w http.ResponseWriter, r *http.Request) {
 	if !s.sameOrigin(w, r) {
 		return
 	}
+	// A sign-in's body is a token: read within signInReadTimeout, not the
+	// server's minute for a leader's batch.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(signInReadTimeout))
 	r.Body = http.MaxBytesReader(w, r.Body, maxSignInBody)
 	form := web.SignInForm{Action: uiSignIn, Session: SessionTTL}
 	if err := r.ParseForm(); err != nil {

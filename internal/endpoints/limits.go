@@ -88,6 +88,11 @@ func InFlight(h http.Handler, limit int, retryAfter time.Duration, exempt ...str
 		case slots <- struct{}{}:
 		default:
 			w.Header().Set("Retry-After", retry)
+			// The connection closes after the answer: net/http would
+			// otherwise read the request's unread body (up to 256 KiB)
+			// before answering, which a trickled body holds up for the
+			// server's whole read timeout.
+			w.Header().Set("Connection", "close")
 			http.Error(w, "too many requests in flight; try again shortly", http.StatusServiceUnavailable)
 			return
 		}
