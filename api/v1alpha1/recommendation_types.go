@@ -767,8 +767,9 @@ type Refusal struct {
 	// Field is request or limit.
 	// +kubebuilder:validation:Enum=request;limit
 	Field string `json:"field"`
-	// Reason is OOMKill, Throttled, Cooldown, FailedPermanent or
-	// UpscaleOnly.
+	// Reason is OOMKill, Throttled, Cooldown, FailedPermanent,
+	// UpscaleOnly, or WatchRunning (the change is still watched: the
+	// recommender asks for nothing new until the watch ends).
 	// +kubebuilder:validation:MaxLength=64
 	Reason string `json:"reason"`
 	// Asked is what the estimator asked for, in millicores or bytes.
