@@ -151,7 +151,7 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 	if strategy == "" {
 		strategy = v1alpha1.DefaultRecommendStrategy
 	}
-	if t0, ok := policy.Unjudged(&existing.Status); ok && existing.Name != "" {
+	if t0, ok := policy.Unjudged(&existing.Status); ok {
 		holdForWatch(&basis, existing.Spec.Containers, containers, t0)
 		containers, strategy, changed = existing.Spec.Containers, existing.Spec.Strategy, false
 	}

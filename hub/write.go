@@ -105,8 +105,7 @@ func (s *Server) decodeBatch(w http.ResponseWriter, r *http.Request) (*hubv1.Bat
 }
 
 // decodeBatchFrom decodes one Batch object from dec, its actions one at a
-// time (at most MaxBatchActions); an error of the reader is returned as
-// it is, a JSON one as jsonError makes it.
+// time (at most MaxBatchActions); an error is as jsonError makes it.
 func decodeBatchFrom(dec *json.Decoder) (*hubv1.Batch, error) {
 	var b hubv1.Batch
 	if err := delim(dec, '{', "body: must be a JSON object"); err != nil {
@@ -115,7 +114,7 @@ func decodeBatchFrom(dec *json.Decoder) (*hubv1.Batch, error) {
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
-			return nil, readError(err)
+			return nil, jsonError(err, "")
 		}
 		key, _ := t.(string)
 		switch key {
@@ -129,7 +128,7 @@ func decodeBatchFrom(dec *json.Decoder) (*hubv1.Batch, error) {
 			return nil, &fieldError{field: key, msg: fmt.Sprintf("unknown field %q: the write protocol is api/hub/v1 (docs/hub.md)", key)}
 		}
 		if err != nil {
-			return nil, readErrorIn(key, err)
+			return nil, jsonError(err, key)
 		}
 	}
 	if err := delim(dec, '}', "body: the object is not closed"); err != nil {
@@ -157,7 +156,7 @@ func decodeActions(dec *json.Decoder, out *[]hubv1.Action) error {
 		}
 		var a hubv1.Action
 		if err := dec.Decode(&a); err != nil {
-			return readErrorIn(fmt.Sprintf("actions[%d]", i), err)
+			return jsonError(err, fmt.Sprintf("actions[%d]", i))
 		}
 		*out = append(*out, a)
 	}
@@ -169,7 +168,7 @@ func decodeActions(dec *json.Decoder, out *[]hubv1.Action) error {
 func delim(dec *json.Decoder, want json.Delim, msg string) error {
 	t, err := dec.Token()
 	if err != nil {
-		return readError(err)
+		return jsonError(err, "")
 	}
 	if d, ok := t.(json.Delim); !ok || d != want {
 		return errors.New(msg)
@@ -177,43 +176,34 @@ func delim(dec *json.Decoder, want json.Delim, msg string) error {
 	return nil
 }
 
-// readError is a reader's error as it is (the caller tells a body past
-// its limit), a JSON one as jsonError makes it.
-func readError(err error) error {
+// jsonError is the answer to an error decoding the body's value at path
+// (its path from the batch, such as "actions[3]"; "" for the batch): a
+// reader's error (the body past its limit) and a fieldError as they are,
+// an unknown field or a wrong type named by its whole path.
+func jsonError(err error, path string) error {
 	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		return err
 	}
 	if _, ok := errors.AsType[*fieldError](err); ok {
 		return err
 	}
-	return jsonError(err)
-}
-
-// readErrorIn is readError for the value of field: a type error inside it
-// names the field by its path from the batch.
-func readErrorIn(field string, err error) error {
-	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-		path := field
-		if te.Field != "" {
-			path += "." + te.Field
+	join := func(f string) string {
+		switch {
+		case path == "":
+			return f
+		case f == "":
+			return path
 		}
-		return &fieldError{field: path, msg: fmt.Sprintf("%s: must be a JSON %s, not %s", path, te.Type, te.Value)}
+		return path + "." + f
 	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		f = field + "." + strings.Trim(f, `"`)
+		f = join(strings.Trim(f, `"`))
 		return &fieldError{field: f, msg: fmt.Sprintf("unknown field %q: the write protocol is api/hub/v1 (docs/hub.md)", f)}
 	}
-	return readError(err)
-}
-
-// jsonError names the field of a decoding error where encoding/json says it.
-func jsonError(err error) error {
-	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		f = strings.Trim(f, `"`)
-		return &fieldError{field: f, msg: fmt.Sprintf("unknown field %q: the write protocol is api/hub/v1 (docs/hub.md)", f)}
-	}
-	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
-		return &fieldError{field: te.Field, msg: fmt.Sprintf("%s: must be a JSON %s, not %s", te.Field, te.Type, te.Value)}
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		if f := join(te.Field); f != "" {
+			return &fieldError{field: f, msg: fmt.Sprintf("%s: must be a JSON %s, not %s", f, te.Type, te.Value)}
+		}
 	}
 	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
 		return fmt.Errorf("body: not JSON at byte %d: %v", se.Offset, se)

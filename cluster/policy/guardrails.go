@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -352,10 +353,9 @@ func Unjudged(st *v1alpha1.RightsizingRecommendationStatus) (appliedAt time.Time
 		st.Phase == v1alpha1.PhaseApplied, st.Phase == v1alpha1.PhaseWatching:
 		return c.AppliedAt.Time, true
 	}
-	for _, cond := range st.Conditions {
-		if cond.Type == v1alpha1.ConditionApplied && cond.Status != metav1.ConditionTrue && cond.Reason == v1alpha1.AppliedReasonApplying {
-			return c.AppliedAt.Time, true
-		}
+	if cond := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionApplied); cond != nil &&
+		cond.Status != metav1.ConditionTrue && cond.Reason == v1alpha1.AppliedReasonApplying {
+		return c.AppliedAt.Time, true
 	}
 	return time.Time{}, false
 }

@@ -225,13 +225,13 @@ func (s *Server) authenticate(ctx context.Context) (agent, string, error) {
 	}
 	if len(token) > MaxTokenBytes {
 		// Never sent to the apiserver (it answers 413, which would read as
-		// the apiserver failing and spend no budget): a failure of the
-		// source, charged as a refused review would be.
-		key := "ip/" + sourceIP(ctx)
-		if err := s.allowSource(key, time.Now()); err != nil {
+		// the apiserver failing and spend no budget): a failure charged to
+		// the budget a refused review would be charged to.
+		src, now := s.budgetOf(ctx, token), s.cfg.Now()
+		if err := s.allowSource(src, now); err != nil {
 			return agent{}, "", err
 		}
-		s.failSource(key, time.Now())
+		s.failSource(src, now)
 		return agent{}, "", s.refuse(codes.Unauthenticated, "token_too_long", "the bearer token is %d bytes, more than %d", len(token), MaxTokenBytes)
 	}
 	a, err := s.agentOf(ctx, token)

@@ -14,6 +14,7 @@ import (
 
 	hubv1 "github.com/kerf-dev/kerf/api/hub/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/recommend"
 )
 
 // KeyConflictError is a batch action whose idempotency key the hub already
@@ -80,7 +81,8 @@ var knownReasons = map[string]bool{
 	v1alpha1.ReasonRollbackError: true,
 	// Deferred is also ResizeDeferred.
 	string(v1alpha1.StrategyInPlace): true, string(v1alpha1.StrategyRollout): true,
-	"OOMKill": true, "Throttled": true, "UpscaleOnly": true, "MinChange": true,
+	string(recommend.ReasonOOMKill): true, string(recommend.ReasonThrottled): true,
+	string(recommend.ReasonUpscaleOnly): true, string(recommend.ReasonMinChange): true,
 }
 
 // CountedReason is the reason label an action is counted under in
