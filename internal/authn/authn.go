@@ -48,6 +48,14 @@ const (
 	DefaultMaxEntries = 4096
 	// DefaultReviewTimeout bounds one review's request to the apiserver.
 	DefaultReviewTimeout = 10 * time.Second
+	// DefaultKnownTTL is how long a token stays known after a review found
+	// it valid: its next reviews take the known tokens' lane, which a
+	// flood of new tokens cannot fill. A projected service-account token
+	// is replaced after at most 48 minutes.
+	DefaultKnownTTL = time.Hour
+	// DefaultMaxNewReviews bounds the TokenReviews of tokens not known
+	// that run at once; one more is refused at once (ErrBusy).
+	DefaultMaxNewReviews = 8
 	// MaxTokenBytes is the longest bearer token looked at; a longer one is
 	// refused without a review (service-account tokens are about 1 KiB).
 	MaxTokenBytes = 16 << 10
@@ -55,6 +63,11 @@ const (
 
 // ErrUnauthenticated is returned for a missing, malformed or invalid token.
 var ErrUnauthenticated = errors.New("unauthenticated")
+
+// ErrBusy is returned when DefaultMaxNewReviews (Config.MaxNewReviews)
+// reviews of new tokens are under way: the caller is answered 503 and
+// tries again.
+var ErrBusy = errors.New("too many new tokens under review")
 
 // Config configures an Authenticator.
 type Config struct {
@@ -67,11 +80,11 @@ type Config struct {
 	// `kubectl create token`'s or a pod's default one). The agents'
 	// stream tokens carry the leader's audience and so are refused here.
 	Audiences []string
-	// AllowTTL, DenyTTL, MaxEntries and ReviewTimeout default to the
-	// constants above.
-	AllowTTL, DenyTTL time.Duration
-	MaxEntries        int
-	ReviewTimeout     time.Duration
+	// AllowTTL, DenyTTL, KnownTTL, MaxEntries, MaxNewReviews and
+	// ReviewTimeout default to the constants above.
+	AllowTTL, DenyTTL, KnownTTL time.Duration
+	MaxEntries, MaxNewReviews   int
+	ReviewTimeout               time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -91,13 +104,23 @@ type Resource struct {
 }
 
 // Authenticator reviews tokens and accesses, and caches the answers.
+//
+// Reviews run in two lanes, each with its own client and rate limit: one
+// for tokens found valid within KnownTTL and for access reviews of
+// authenticated users, one for tokens never seen valid, of which at most
+// MaxNewReviews run at once. A flood of new bad tokens fills only the
+// second: a known caller whose cached answer expired is reviewed again
+// without waiting behind it.
 type Authenticator struct {
-	client    rest.Interface
+	client    rest.Interface // the known lane
+	newClient rest.Interface // tokens not known
+	newSlots  chan struct{}
 	audiences []string
 	timeout   time.Duration
 	now       func() time.Time
 
 	validTokens *ttlCache[*User]
+	knownTokens *ttlCache[struct{}]
 	badTokens   *ttlCache[struct{}]
 	allowed     *ttlCache[struct{}]
 	denied      *ttlCache[struct{}]
@@ -129,8 +152,12 @@ func New(cfg Config) (*Authenticator, error) {
 	def(&cfg.AllowTTL, DefaultAllowTTL)
 	def(&cfg.DenyTTL, DefaultDenyTTL)
 	def(&cfg.ReviewTimeout, DefaultReviewTimeout)
+	def(&cfg.KnownTTL, DefaultKnownTTL)
 	if cfg.MaxEntries == 0 {
 		cfg.MaxEntries = DefaultMaxEntries
+	}
+	if cfg.MaxNewReviews <= 0 {
+		cfg.MaxNewReviews = DefaultMaxNewReviews
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -144,13 +171,21 @@ func New(cfg Config) (*Authenticator, error) {
 	if rc.UserAgent == "" {
 		rc.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
+	// Each lane's client makes its own rate limiter from QPS and Burst.
+	rc.RateLimiter = nil
 	client, err := rest.UnversionedRESTClientFor(rc)
 	if err != nil {
 		return nil, fmt.Errorf("authn: apiserver client: %w", err)
 	}
+	newClient, err := rest.UnversionedRESTClientFor(rc)
+	if err != nil {
+		return nil, fmt.Errorf("authn: apiserver client: %w", err)
+	}
 	return &Authenticator{
-		client: client, audiences: slices.Clone(cfg.Audiences), timeout: cfg.ReviewTimeout, now: cfg.Now,
+		client: client, newClient: newClient, newSlots: make(chan struct{}, cfg.MaxNewReviews),
+		audiences: slices.Clone(cfg.Audiences), timeout: cfg.ReviewTimeout, now: cfg.Now,
 		validTokens: newTTLCache[*User](cfg.AllowTTL, cfg.MaxEntries),
+		knownTokens: newTTLCache[struct{}](cfg.KnownTTL, cfg.MaxEntries),
 		badTokens:   newTTLCache[struct{}](cfg.DenyTTL, cfg.MaxEntries),
 		allowed:     newTTLCache[struct{}](cfg.AllowTTL, cfg.MaxEntries),
 		denied:      newTTLCache[struct{}](cfg.DenyTTL, cfg.MaxEntries),
@@ -167,8 +202,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (*User, 
 	if len(token) > MaxTokenBytes {
 		return nil, fmt.Errorf("%w: the bearer token is over %d bytes", ErrUnauthenticated, MaxTokenBytes)
 	}
-	sum := sha256.Sum256([]byte(token))
-	key := hex.EncodeToString(sum[:])
+	key := tokenKey(token)
 	now := a.now()
 	if u, ok := a.validTokens.get(key, now); ok {
 		return u, nil
@@ -176,19 +210,49 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (*User, 
 	if _, ok := a.badTokens.get(key, now); ok {
 		return nil, fmt.Errorf("%w: the token was refused (cached)", ErrUnauthenticated)
 	}
+	_, known := a.knownTokens.get(key, now)
 	return a.tokenCalls.do(key, func() (*User, error) {
-		u, err := a.reviewToken(ctx, token)
+		client := a.client
+		if !known {
+			select {
+			case a.newSlots <- struct{}{}:
+				defer func() { <-a.newSlots }()
+			default:
+				return nil, ErrBusy
+			}
+			client = a.newClient
+		}
+		u, err := a.reviewToken(ctx, client, token)
 		switch {
 		case errors.Is(err, ErrUnauthenticated):
 			a.badTokens.put(key, struct{}{}, a.now())
 		case err == nil:
 			a.validTokens.put(key, u, a.now())
+			a.knownTokens.put(key, struct{}{}, a.now())
 		}
 		return u, err
 	})
 }
 
-func (a *Authenticator) reviewToken(ctx context.Context, token string) (*User, error) {
+// Known reports whether token was found valid within KnownTTL, from the
+// caches alone: a server gives such callers their own budget, which
+// callers with new or bad tokens cannot fill.
+func (a *Authenticator) Known(token string) bool {
+	if token == "" || len(token) > MaxTokenBytes {
+		return false
+	}
+	_, ok := a.knownTokens.get(tokenKey(token), a.now())
+	return ok
+}
+
+// tokenKey is the caches' key of token: its SHA-256, so that no cache
+// holds a token.
+func tokenKey(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+func (a *Authenticator) reviewToken(ctx context.Context, client rest.Interface, token string) (*User, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.timeout)
 	defer cancel()
 	review := &authnv1.TokenReview{
@@ -196,7 +260,7 @@ func (a *Authenticator) reviewToken(ctx context.Context, token string) (*User, e
 		Spec:     authnv1.TokenReviewSpec{Token: token, Audiences: a.audiences},
 	}
 	var out authnv1.TokenReview
-	if err := a.client.Post().AbsPath("/apis/authentication.k8s.io/v1/tokenreviews").Body(review).Do(ctx).Into(&out); err != nil {
+	if err := client.Post().AbsPath("/apis/authentication.k8s.io/v1/tokenreviews").Body(review).Do(ctx).Into(&out); err != nil {
 		return nil, fmt.Errorf("create TokenReview: %w", err)
 	}
 	if !out.Status.Authenticated {

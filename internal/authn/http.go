@@ -76,11 +76,19 @@ func (a *Authenticator) AuthorizedPath(h http.Handler, ew ErrorWriter) http.Hand
 }
 
 // refuse answers err from Authenticate or a review: 401 for a bad token,
-// 503 when the apiserver could not be asked.
+// 503 when the apiserver could not be asked or too many new tokens are
+// under review.
 func refuse(w http.ResponseWriter, r *http.Request, ew ErrorWriter, err error) {
 	if errors.Is(err, ErrUnauthenticated) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="kerf"`)
 		ew(w, r, http.StatusUnauthorized, "Unauthorized: send a Kubernetes bearer token (Authorization: Bearer …)")
+		return
+	}
+	if errors.Is(err, ErrBusy) {
+		// A flood of new tokens: the refusal is the answer, not news
+		// for the log.
+		w.Header().Set("Retry-After", "1")
+		ew(w, r, http.StatusServiceUnavailable, "too many new tokens under review; try again shortly")
 		return
 	}
 	slog.Default().Warn("cannot review a request with the apiserver", "path", r.URL.Path, "err", err)

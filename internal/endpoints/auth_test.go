@@ -2,14 +2,23 @@ package endpoints
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
 
 	"github.com/kerf-dev/kerf/internal/authn"
 	"github.com/kerf-dev/kerf/test/authtest"
@@ -123,4 +132,110 @@ func TestBadTokensAreRememberedNotReviewedAgain(t *testing.T) {
 	t.Logf("TokenReviews for 200 requests: %d with a bad token, %d with a good one", bad, good)
 	assert.LessOrEqual(t, bad, 4, "a bad token is reviewed once, then remembered")
 	assert.LessOrEqual(t, good, 4, "a good token is reviewed once, then remembered")
+}
+
+// TestAKnownTokenGetsThroughAFloodOfNewOnes scrapes /metrics with a
+// reader's token, then floods the server from 96 connections with tokens
+// it has never seen, at the agent's review rate (5 a second), and moves
+// the clock past the reader's cached answer. Every scrape of the reader
+// during the flood must succeed: its token is known, so its new review
+// and its request have budgets of their own. Before, the flood held all
+// 64 request slots and queued ahead of the reader's review behind one
+// rate limiter: the reader got 503s. The heap after the flood is logged
+// and bounded.
+func TestAKnownTokenGetsThroughAFloodOfNewOnes(t *testing.T) {
+	cp := controlplane.Get(t)
+	authtest.InstallReaderRoles(t, cp)
+	reader := authtest.NewCaller(t, cp, controlplane.UniqueName("lanes"), "prometheus")
+	reader.BindCluster(t, cp, authtest.MetricsReader)
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	rc := rest.CopyConfig(cp.Config)
+	rc.QPS, rc.Burst = 5, 10 // client-go's defaults, the agent's
+	base := serveAuthorizedBy(t, rc, authn.Config{Now: now})
+
+	code, body := authtest.Get(t, base+"/metrics", reader.Token)
+	require.Equal(t, http.StatusOK, code, body)
+	heapBefore, rssBefore := memoryNow(t)
+
+	transport := &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 96}
+	defer transport.CloseIdleConnections()
+	flooder := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var answered, shed atomic.Int64
+	for g := range 96 {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+				req.Header.Set("Authorization", fmt.Sprintf("Bearer never-seen-%d-%d", g, i))
+				resp, err := flooder.Do(req)
+				if err != nil {
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				answered.Add(1)
+				if resp.StatusCode == http.StatusServiceUnavailable {
+					shed.Add(1)
+				}
+			}
+		})
+	}
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
+	require.Eventually(t, func() bool { return shed.Load() >= 100 }, time.Minute, 10*time.Millisecond,
+		"the flood fills the new callers' budget")
+	offset.Store(int64(2 * authn.DefaultAllowTTL)) // the reader's cached answer has expired
+
+	for i := range 10 {
+		code, body := authtest.Get(t, base+"/metrics", reader.Token)
+		require.Equal(t, http.StatusOK, code, "scrape %d during the flood: %s", i, body)
+	}
+	stop()
+	wg.Wait()
+	heapAfter, rssAfter := memoryNow(t)
+	t.Logf("flood: %d answers, %d shed with 503; heap %d → %d KiB, RSS %d → %d KiB",
+		answered.Load(), shed.Load(), heapBefore>>10, heapAfter>>10, rssBefore>>10, rssAfter>>10)
+	assert.Less(t, heapAfter, heapBefore+32<<20, "the flood leaves at most the bounded caches behind")
+}
+
+// serveAuthorizedBy is serveAuthorized with the server's own apiserver
+// configuration (its rate limit).
+func serveAuthorizedBy(t *testing.T, rc *rest.Config, cfg authn.Config) string {
+	t.Helper()
+	cfg.REST = rc
+	a, err := authn.New(cfg)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- New(prometheus.NewRegistry(), nil, MetricsAuthorizedBy(a)).ServeListener(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-errc)
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// memoryNow returns the live heap after a collection and the process's
+// resident set, in bytes.
+func memoryNow(t *testing.T) (heap, rss uint64) {
+	t.Helper()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	status, err := os.ReadFile("/proc/self/status")
+	require.NoError(t, err)
+	for line := range strings.Lines(string(status)) {
+		if kb, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
+			require.NoError(t, err)
+			rss = n << 10
+		}
+	}
+	return ms.HeapInuse, rss
 }

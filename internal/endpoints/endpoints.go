@@ -23,6 +23,7 @@ type Server struct {
 	mux    *http.ServeMux
 	ready  func() bool
 	limits Limits
+	authn  *authn.Authenticator
 }
 
 type settings struct {
@@ -47,6 +48,8 @@ func Uncompressed() Option {
 // kerf-metrics-reader ClusterRole): 401 without a valid token, 403 without
 // the right. /healthz and /readyz stay open to the kubelet's probes.
 // Every shipped binary serves its metrics this way (docs/security.md).
+// Callers whose token a knows are served within Limits.MaxInFlight, the
+// others within Limits.MaxNewInFlight (Limits.ServerKnowing).
 func MetricsAuthorizedBy(a *authn.Authenticator) Option {
 	return func(s *settings) { s.metrics = a }
 }
@@ -63,7 +66,7 @@ func New(gatherer prometheus.Gatherer, ready func() bool, opts ...Option) *Serve
 	for _, o := range opts {
 		o(&st)
 	}
-	s := &Server{mux: http.NewServeMux(), ready: ready, limits: st.limits}
+	s := &Server{mux: http.NewServeMux(), ready: ready, limits: st.limits, authn: st.metrics}
 	var metrics http.Handler = promhttp.HandlerFor(gatherer, st.handler)
 	if st.metrics != nil {
 		metrics = st.metrics.AuthorizedPath(metrics, nil)
@@ -97,7 +100,13 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 
 // ServeListener is Serve on a listener the caller opened.
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
-	srv := s.limits.Server(s.mux, "/healthz", "/readyz")
+	exempt := []string{"/healthz", "/readyz"}
+	srv := s.limits.Server(s.mux, exempt...)
+	if s.authn != nil {
+		srv = s.limits.ServerKnowing(s.mux, func(r *http.Request) bool {
+			return s.authn.Known(authn.BearerToken(r))
+		}, exempt...)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -32,6 +32,10 @@ type Limits struct {
 	// MaxInFlight bounds the requests served at once; over it a request
 	// gets 503 with Retry-After (exempt paths aside). Zero means no cap.
 	MaxInFlight int
+	// MaxNewInFlight bounds, apart from MaxInFlight, the requests of
+	// callers the server does not know yet (ServerKnowing): a flood of
+	// new or bad tokens fills this budget, not the known callers'.
+	MaxNewInFlight int
 	// RetryAfter is what the 503 of MaxInFlight asks the client to wait.
 	RetryAfter time.Duration
 }
@@ -39,7 +43,8 @@ type Limits struct {
 // DefaultLimits are the limits of a Kerf endpoint: 10 s for the headers,
 // 30 s for the request and for the answer (the admission webhook's
 // values), 90 s idle, 64 KiB of headers (a bearer token is 1-2 KiB) and 64
-// requests at once, each of which may wait on a TokenReview.
+// requests at once, each of which may wait on a TokenReview, plus 16 of
+// callers not known yet.
 func DefaultLimits() Limits {
 	return Limits{
 		ReadHeaderTimeout: 10 * time.Second,
@@ -48,6 +53,7 @@ func DefaultLimits() Limits {
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		MaxInFlight:       64,
+		MaxNewInFlight:    16,
 		RetryAfter:        time.Second,
 	}
 }
@@ -57,8 +63,29 @@ func DefaultLimits() Limits {
 // kubelet's probes, are served whatever the load, so that a flood does
 // not make the kubelet restart the pod).
 func (l Limits) Server(h http.Handler, exempt ...string) *http.Server {
+	return l.server(InFlight(h, l.MaxInFlight, l.RetryAfter, exempt...))
+}
+
+// ServerKnowing is Server with two budgets: the requests known says come
+// from a caller the server knows (a bearer token found valid lately) are
+// served within MaxInFlight, the others within MaxNewInFlight. A flood of
+// strangers, or of bad tokens each waiting on a review, then cannot lock
+// the known callers out.
+func (l Limits) ServerKnowing(h http.Handler, known func(*http.Request) bool, exempt ...string) *http.Server {
+	knownLane := InFlight(h, l.MaxInFlight, l.RetryAfter, exempt...)
+	newLane := InFlight(h, l.MaxNewInFlight, l.RetryAfter, exempt...)
+	return l.server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if known(r) {
+			knownLane.ServeHTTP(w, r)
+			return
+		}
+		newLane.ServeHTTP(w, r)
+	}))
+}
+
+func (l Limits) server(h http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           InFlight(h, l.MaxInFlight, l.RetryAfter, exempt...),
+		Handler:           h,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		ReadTimeout:       l.ReadTimeout,
 		WriteTimeout:      l.WriteTimeout,
