@@ -75,6 +75,10 @@ type Config struct {
 	// bearer token the apiserver knows (docs/security.md). Nil serves
 	// nothing.
 	Listener net.Listener
+	// ListenerCert, when set, serves Listener over TLS with this
+	// certificate (kerf-leader uses the stream's: one name, one CA for
+	// the agents and the scrapers); nil serves plain HTTP.
+	ListenerCert *cert.Source
 	// WatchNamespaces, when set, limits the leader to recommendations,
 	// policies and workloads in these namespaces; empty means all.
 	WatchNamespaces []string
@@ -182,6 +186,9 @@ type Leader struct {
 	stream  *stream.Server
 	// authn checks the callers of /metrics, the audit API and the pages.
 	authn *authn.Authenticator
+	// serverTLSBySource holds the TLS configuration of each certificate
+	// source Run resolved (serverTLS), so servers that share one share it.
+	serverTLSBySource map[string]*tls.Config
 	// usage is the usage series of the workload pages.
 	usage *UsageSeries
 	// recommendations reads every recommendation from the cache's own
@@ -521,7 +528,15 @@ func (l *Leader) Run(ctx context.Context) error {
 		// Every route but the probes asks the caller's token
 		// (docs/security.md): /metrics a get on the URL, the audit API
 		// and the pages the namespaces it may list recommendations in.
-		srv := endpoints.New(prometheus.Gatherers{l.registry}, l.synced.Load, endpoints.MetricsAuthorizedBy(l.authn))
+		opts := []endpoints.Option{endpoints.MetricsAuthorizedBy(l.authn)}
+		if l.cfg.ListenerCert != nil {
+			tlsConfig, err := l.serverTLS(ctx, "endpoints", *l.cfg.ListenerCert)
+			if err != nil {
+				return err
+			}
+			opts = append(opts, endpoints.ServeTLS(tlsConfig))
+		}
+		srv := endpoints.New(prometheus.Gatherers{l.registry}, l.synced.Load, opts...)
 		auditAPI := audit.New(l.mgr.GetCache())
 		auditAPI.Authorizer = l.authn
 		api := http.NewServeMux()
@@ -632,6 +647,12 @@ func (l *Leader) Run(ctx context.Context) error {
 // files, or a self-managed certificate shared by every replica through a
 // Secret.
 func (l *Leader) serverTLS(ctx context.Context, server string, src cert.Source) (*tls.Config, error) {
+	// One certificate source serves every server that names it (the
+	// stream's serves the endpoints too): one Secret, one renewal loop.
+	key := src.Dir + "\x00" + src.SelfManaged.Namespace + "/" + src.SelfManaged.SecretName
+	if tlsConfig, ok := l.serverTLSBySource[key]; ok {
+		return tlsConfig, nil
+	}
 	var c client.Client
 	if src.Dir == "" {
 		// The manager's client reads from a cache that is not started yet.
@@ -644,6 +665,10 @@ func (l *Leader) serverTLS(ctx context.Context, server string, src cert.Source) 
 	if err != nil {
 		return nil, fmt.Errorf("%s certificate: %w", server, err)
 	}
+	if l.serverTLSBySource == nil {
+		l.serverTLSBySource = make(map[string]*tls.Config)
+	}
+	l.serverTLSBySource[key] = tlsConfig
 	return tlsConfig, nil
 }
 

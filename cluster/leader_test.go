@@ -279,3 +279,47 @@ func TestTheLeaderServesTheActivityPage(t *testing.T) {
 	assert.Contains(t, body, "<html")
 	assert.Contains(t, body, "blocked")
 }
+
+// TestTheLeaderServesItsEndpointsOverTLS: with ListenerCert (kerf-leader
+// --metrics-tls) the metrics, the audit API and the pages are HTTPS with
+// the stream's certificate, which verifies for the leader's Service name
+// against the stream's CA; a plain HTTP request is refused, so no bearer
+// token is read off a clear-text connection. Before, the endpoints were
+// plain HTTP only.
+func TestTheLeaderServesItsEndpointsOverTLS(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	serverCert, pool := streamCert(t, c, ns)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	streamLis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	startLeader(t, ns, "a", Config{Listener: lis, ListenerCert: &serverCert,
+		Stream: StreamConfig{Listener: streamLis, Cert: serverCert, Audience: "kerf-leader",
+			ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}})
+	token := readerToken(t)
+	verifying := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "kerf-leader." + ns + ".svc"}}}
+
+	for _, path := range []string{"/metrics", "/v1/audit?namespace=" + ns, "/ui/activity?namespace=" + ns} {
+		var code int
+		require.Eventually(t, func() bool {
+			req, _ := http.NewRequest(http.MethodGet, "https://"+lis.Addr().String()+path, nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := verifying.Do(req)
+			if err != nil {
+				return false
+			}
+			_ = resp.Body.Close()
+			code = resp.StatusCode
+			return code == http.StatusOK
+		}, 30*time.Second, 100*time.Millisecond, "GET %s over TLS: %d", path, code)
+	}
+
+	resp, err := getAs("http://"+lis.Addr().String()+"/metrics", token)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "plain HTTP is refused: %s", body)
+	assert.NotContains(t, string(body), "kerf_", "no metrics over plain HTTP")
+}

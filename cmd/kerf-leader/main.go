@@ -45,6 +45,7 @@ func main() {
 	host, _ := os.Hostname()
 	fs := flag.NewFlagSet("kerf-leader", flag.ContinueOnError)
 	metricsAddr := fs.String("metrics-addr", ":9401", "address of the /metrics, /healthz and /readyz endpoints, and of the audit API")
+	metricsTLS := fs.Bool("metrics-tls", false, "serve --metrics-addr over HTTPS with the stream's certificate (--stream-cert-dir, or the self-managed one for --stream-service, its CA in --stream-ca-configmap): callers send bearer tokens (docs/security.md)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
 	qps := fs.Float64("kube-api-qps", defaultQPS, "requests per second the leader's Kubernetes clients may make, each (client-go's default, 5, held a 25,000-workload cluster to 2 applies/s: docs/performance.md)")
 	burst := fs.Int("kube-api-burst", defaultBurst, "burst of --kube-api-qps")
@@ -141,11 +142,11 @@ func main() {
 		}
 		cfg.Throttling = src
 	}
-	// Both servers take their certificate the same way: the user's
+	// Every server takes its certificate the same way: the user's
 	// directory, or a self-managed one whose CA goes where their clients
 	// read it (the webhook's caBundle; for the stream, which is TLS only
-	// since agents send their tokens on it, --stream-ca-configmap:
-	// docs/install.md).
+	// since agents send their tokens on it, and the endpoints with
+	// --metrics-tls, --stream-ca-configmap: docs/install.md).
 	cfg.Webhook = cluster.WebhookConfig{Cert: cert.Source{Dir: *webhookCertDir, SelfManaged: cert.Options{
 		Namespace: *namespace, ServiceName: *webhookService, SecretName: *webhookSecret, WebhookConfiguration: *webhookConfig}}}
 	if *webhookAddr != "" {
@@ -163,6 +164,11 @@ func main() {
 		}
 		cfg.Webhook.ClientAuth = auth
 	}
+	streamCert := cert.Source{Dir: *streamCertDir, SelfManaged: cert.Options{
+		Namespace: *namespace, ServiceName: *streamService, SecretName: *streamSecret, CAConfigMap: *streamCAConfigMap}}
+	if *metricsTLS {
+		cfg.ListenerCert = &streamCert
+	}
 	if *streamAddr != "" {
 		ln, err := net.Listen("tcp", *streamAddr)
 		if err != nil {
@@ -171,8 +177,7 @@ func main() {
 		}
 		cfg.Stream = cluster.StreamConfig{Listener: ln,
 			Audience: *agentAudience, ServiceAccountNamespace: *namespace, ServiceAccountName: *agentSA, Limits: limits,
-			Cert: cert.Source{Dir: *streamCertDir, SelfManaged: cert.Options{
-				Namespace: *namespace, ServiceName: *streamService, SecretName: *streamSecret, CAConfigMap: *streamCAConfigMap}}}
+			Cert: streamCert}
 		// health.cadvisorFallback (off by default, docs/design.md section
 		// 3): without a PromQL source, the agents' CFS counters are the
 		// throttling input. OOM kills from the agents are used either way.

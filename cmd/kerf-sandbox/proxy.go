@@ -30,7 +30,7 @@ func leaderProxy(ctx context.Context, e *scenario.Env, log *slog.Logger) (string
 			// failover): look it up each time.
 			base, err := e.LeaderURL(r.In.Context())
 			if err != nil {
-				base = "http://leader-not-found.invalid"
+				base = "https://leader-not-found.invalid"
 			}
 			u, _ := url.Parse(base)
 			r.SetURL(u)
@@ -38,7 +38,9 @@ func leaderProxy(ctx context.Context, e *scenario.Env, log *slog.Logger) (string
 				log.Warn("no reader token for the demo's proxy", "err", err)
 			}
 		},
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// The leader serves HTTPS: checked against the CA it publishes.
+		Transport: e.KerfTransport(),
+		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second}
 	go func() {

@@ -6,6 +6,7 @@ package endpoints
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -24,12 +25,14 @@ type Server struct {
 	ready  func() bool
 	limits Limits
 	authn  *authn.Authenticator
+	tls    *tls.Config
 }
 
 type settings struct {
 	handler promhttp.HandlerOpts
 	metrics *authn.Authenticator
 	limits  Limits
+	tls     *tls.Config
 }
 
 // Option changes how a Server serves.
@@ -54,6 +57,12 @@ func MetricsAuthorizedBy(a *authn.Authenticator) Option {
 	return func(s *settings) { s.metrics = a }
 }
 
+// ServeTLS serves HTTPS (HTTP/2 or HTTP/1.1) with cfg: callers send
+// bearer tokens, which must not cross the network in clear text.
+func ServeTLS(cfg *tls.Config) Option {
+	return func(s *settings) { s.tls = cfg }
+}
+
 // WithLimits replaces the server's DefaultLimits.
 func WithLimits(l Limits) Option {
 	return func(s *settings) { s.limits = l }
@@ -66,7 +75,7 @@ func New(gatherer prometheus.Gatherer, ready func() bool, opts ...Option) *Serve
 	for _, o := range opts {
 		o(&st)
 	}
-	s := &Server{mux: http.NewServeMux(), ready: ready, limits: st.limits, authn: st.metrics}
+	s := &Server{mux: http.NewServeMux(), ready: ready, limits: st.limits, authn: st.metrics, tls: st.tls}
 	var metrics http.Handler = promhttp.HandlerFor(gatherer, st.handler)
 	if st.metrics != nil {
 		metrics = st.metrics.AuthorizedPath(metrics, nil)
@@ -115,7 +124,14 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()
-	err := srv.Serve(ln)
+	var err error
+	if s.tls != nil {
+		// ServeTLS adds h2 to the configuration's protocols.
+		srv.TLSConfig = s.tls.Clone()
+		err = srv.ServeTLS(ln, "", "")
+	} else {
+		err = srv.Serve(ln)
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		<-done
 		return nil

@@ -65,6 +65,11 @@ type Env struct {
 	tokenMu      sync.Mutex
 	token        string
 	tokenExpires time.Time
+	// tlsMu guards the transport of the leader's HTTPS endpoints and the
+	// CA bundle it trusts (leaderTransport).
+	tlsMu     sync.Mutex
+	leaderTLS *http.Transport
+	leaderCA  []byte
 }
 
 func (e *Env) cgroupRoot() string {

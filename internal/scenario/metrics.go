@@ -37,7 +37,7 @@ func (e *Env) Scrape(ctx context.Context, url string) (map[string][]Series, erro
 	if err := e.Authorize(req); err != nil {
 		return nil, err
 	}
-	resp, err := e.httpClient().Do(req)
+	resp, err := e.kerfClient().Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -158,5 +158,5 @@ func (e *Env) LeaderURL(ctx context.Context) (string, error) {
 		}
 		return "", err
 	}
-	return fmt.Sprintf("http://%s:%d", p.Status.PodIP, LeaderMetricsPort), nil
+	return fmt.Sprintf("https://%s:%d", p.Status.PodIP, LeaderMetricsPort), nil
 }

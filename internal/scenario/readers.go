@@ -73,7 +73,7 @@ func (e *Env) Get(ctx context.Context, url string) (string, error) {
 	if err := e.Authorize(req); err != nil {
 		return "", err
 	}
-	resp, err := e.httpClient().Do(req)
+	resp, err := e.kerfClient().Do(req)
 	if err != nil {
 		return "", err
 	}

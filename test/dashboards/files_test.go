@@ -281,7 +281,7 @@ func TestTheMonitoringComponentScrapesTheAgentsAndTheLeader(t *testing.T) {
 		honorLabels        bool
 	}{
 		{"kerf-agent", "kerf-agent", "metrics", agent.Spec.Template, true},
-		{"kerf-leader", "kerf-leader", "http", leader.Spec.Template, false},
+		{"kerf-leader", "kerf-leader", "https", leader.Spec.Template, false},
 	} {
 		var pm monitoringv1.PodMonitor
 		kustomizetest.Object(t, objs, "PodMonitor", c.monitor, &pm)

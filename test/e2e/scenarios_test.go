@@ -57,7 +57,7 @@ func rolledBack(t *testing.T, in *scenario.Installed, e *scenario.Env, r *scenar
 	pods, err := e.KerfPods(ctx, "kerf-leader")
 	require.NoError(t, err)
 	for _, p := range pods {
-		m, err := e.Scrape(ctx, fmt.Sprintf("http://%s:%d/metrics", p.Status.PodIP, scenario.LeaderMetricsPort))
+		m, err := e.Scrape(ctx, fmt.Sprintf("https://%s:%d/metrics", p.Status.PodIP, scenario.LeaderMetricsPort))
 		require.NoError(t, err)
 		for _, res := range resources {
 			total += scenario.Sum(m, "kerf_actions_total", map[string]string{"type": "rolled_back", "reason": reason, "resource": string(res)})
