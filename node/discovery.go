@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -239,10 +240,19 @@ func trimTerminated(t *corev1.ContainerStateTerminated) *corev1.ContainerStateTe
 	return &c
 }
 
+// ErrPodsForbidden is wrapped by InformerPods.Run's error when the
+// apiserver refuses the agent's list of pods: the shipped RBAC grants it
+// only through ClusterRole kerf-agent-pods, bound on request
+// (docs/install.md, "The agent").
+var ErrPodsForbidden = errors.New("the agent may not list pods: bind ClusterRole kerf-agent-pods to its service account " +
+	"(Helm: agent.podsFromAPIServer=true; kustomize: the component manifests/agent-pods), " +
+	"or let it reach the kubelet's Pods API (--pods-api-socket)")
+
 // InformerPods is the fallback PodSource of design section 5, for nodes
 // without the kubelet's Pods API: an apiserver informer restricted to the
 // node's pods with a spec.nodeName field selector. Its cache holds the
-// pods trimmed to what discovery reads.
+// pods trimmed to what discovery reads. Its RBAC cannot be narrowed to the
+// node: the field selector bounds what it caches, not what it may read.
 type InformerPods struct {
 	// Client reaches the apiserver's core v1 API (NewPodClient).
 	Client rest.Interface
@@ -269,6 +279,9 @@ func (s *InformerPods) Run(ctx context.Context, update func([]*corev1.Pod)) erro
 	}
 	selector := fields.OneTermEqualSelector("spec.nodeName", s.NodeName).String()
 	params := runtime.NewParameterCodec(podScheme)
+	if err := s.mayList(ctx, selector, params); err != nil {
+		return err
+	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = selector
@@ -334,5 +347,18 @@ func (s *InformerPods) Run(ctx context.Context, update func([]*corev1.Pod)) erro
 	}
 	<-ctx.Done()
 	<-done
+	return nil
+}
+
+// mayList lists one of the node's pods from the apiserver's cache and
+// returns an error wrapping ErrPodsForbidden when RBAC refuses it, so the
+// agent stops with the fix in its log instead of an informer retrying a
+// 403 forever. Other errors are left to the informer's retries.
+func (s *InformerPods) mayList(ctx context.Context, selector string, params runtime.ParameterCodec) error {
+	o := metav1.ListOptions{FieldSelector: selector, ResourceVersion: "0", Limit: 1}
+	err := s.Client.Get().Resource("pods").VersionedParams(&o, params).Do(ctx).Error()
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("pod discovery on node %s: %w: %w", s.NodeName, ErrPodsForbidden, err)
+	}
 	return nil
 }

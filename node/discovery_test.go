@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/node/report"
@@ -95,6 +97,30 @@ func TestInformerDiscoverySeesOnlyItsNodesPods(t *testing.T) {
 	require.Eventually(t, func() bool { return s.Stats().Tracked == 0 }, 10*time.Second, 20*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// TestInformerPodsWithoutTheRightToListPodsStopsAndNamesTheRole runs the
+// informer as a service account that may not list pods (the shipped
+// RBAC's agent without kerf-agent-pods): it must stop with the role and
+// the flags to set, not retry a 403 forever.
+func TestInformerPodsWithoutTheRightToListPodsStopsAndNamesTheRole(t *testing.T) {
+	cp := controlplane.StartForTest(t)
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:kerf-system:kerf-agent",
+		Groups: []string{"system:serviceaccounts", "system:authenticated"}}
+	client, err := NewPodClient(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = (&InformerPods{Client: client, NodeName: "node-a", Log: testLog()}).Run(ctx, func([]*corev1.Pod) {
+		t.Error("no pods may reach discovery")
+	})
+	require.NoError(t, ctx.Err(), "Run must stop by itself")
+	require.ErrorIs(t, err, ErrPodsForbidden)
+	assert.True(t, apierrors.IsForbidden(err), "the apiserver's refusal is kept: %v", err)
+	for _, want := range []string{"kerf-agent-pods", "agent.podsFromAPIServer", "manifests/agent-pods", "--pods-api-socket", "node-a"} {
+		assert.ErrorContains(t, err, want)
+	}
 }
 
 func TestInformerDiscoveryNeedsANodeName(t *testing.T) {
