@@ -19,6 +19,9 @@ type bpfSource struct {
 	// unified is set when ids indexes the v2 tree: then the event's
 	// CgroupID, not its MemcgID, names the victim's own cgroup.
 	unified bool
+	// hostPIDs is set when the agent sees the host's pids (hostPID): only
+	// then does the tracer's /proc reading describe the victim.
+	hostPIDs bool
 }
 
 func openBPF(opts Options) (Source, error) {
@@ -43,9 +46,10 @@ func openBPF(opts Options) (Source, error) {
 	}
 	tracer, err := bpf.NewOOMTracer(bpf.OOMTracerOptions{Hook: bpf.Hook(opts.BPFHook)})
 	if err != nil {
-		return nil, err
+		return nil, explainRefusal(err)
 	}
-	return &bpfSource{tracer: tracer, memory: memory, ids: ids, unified: memory.Version == 2}, nil
+	return &bpfSource{tracer: tracer, memory: memory, ids: ids, unified: memory.Version == 2,
+		hostPIDs: inHostPIDNamespace()}, nil
 }
 
 func (s *bpfSource) Name() string   { return KindBPF }
@@ -62,29 +66,34 @@ func (s *bpfSource) Run(ctx context.Context, emit func(Kill)) error {
 			}
 			return err
 		}
-		k := Kill{
-			Source:   KindBPF,
-			Time:     ev.Time(),
-			KernelNS: ev.KtimeNS,
-			PID:      int(ev.TGID),
-			Comm:     ev.Comm,
-			CgroupID: ev.MemcgID,
-			Count:    1,
-		}
-		if k.PID == 0 {
-			k.PID = int(ev.PID)
-		}
-		if s.unified {
-			k.CgroupID = ev.CgroupID
-		}
-		if dir, ok := s.ids.Lookup(k.CgroupID); ok {
-			if p, err := s.memory.Rel(dir); err == nil {
-				k.Cgroup = p
-			}
-		}
-		resolve(&k)
-		emit(k)
+		emit(s.kill(&ev))
 	}
+}
+
+// kill turns ev into a Kill with the victim's cgroup. Outside the host's
+// pid namespace the tracer's /proc reading of a victim the BPF program
+// could not read described another process (or none), so such a kill
+// keeps the tracepoint's pid alone; the cgroup's counter still counts it
+// (Counts).
+func (s *bpfSource) kill(ev *bpf.OOMEvent) Kill {
+	k := Kill{Source: KindBPF, Time: ev.Time(), KernelNS: ev.KtimeNS, PID: int(ev.PID), Count: 1}
+	if ev.Resolution != bpf.ResolvedInKernel && !s.hostPIDs {
+		return k
+	}
+	k.Comm, k.CgroupID = ev.Comm, ev.MemcgID
+	if ev.TGID != 0 {
+		k.PID = int(ev.TGID)
+	}
+	if s.unified {
+		k.CgroupID = ev.CgroupID
+	}
+	if dir, ok := s.ids.Lookup(k.CgroupID); ok {
+		if p, err := s.memory.Rel(dir); err == nil {
+			k.Cgroup = p
+		}
+	}
+	resolve(&k)
+	return k
 }
 
 func (s *bpfSource) Close() error { return s.tracer.Close() }

@@ -27,6 +27,9 @@ const childEnv = "KERF_OOM_TEST_CHILD"
 const commEnv = "KERF_OOM_TEST_COMM"
 
 func TestMain(m *testing.M) {
+	if root := os.Getenv(seccompChildEnv); root != "" {
+		openUnderSeccomp(root)
+	}
 	if os.Getenv(childEnv) == "1" {
 		if comm := os.Getenv(commEnv); comm != "" {
 			_ = os.WriteFile("/proc/self/comm", []byte(comm), 0)
