@@ -3,6 +3,7 @@ package cluster
 import (
 	"cmp"
 	"context"
+	"crypto"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -188,7 +189,11 @@ type Leader struct {
 	authn *authn.Authenticator
 	// serverTLSBySource holds the TLS configuration of each certificate
 	// source Run resolved (serverTLS), so servers that share one share it.
-	serverTLSBySource map[string]*tls.Config
+	serverTLSBySource map[string]resolvedCert
+	// streamIssuer is the stream's self-managed certificate, which signs
+	// the agents' /metrics certificates; nil until Run resolved it, and
+	// for a certificate of the user's.
+	streamIssuer atomic.Pointer[cert.SelfManaged]
 	// usage is the usage series of the workload pages.
 	usage *UsageSeries
 	// recommendations reads every recommendation from the cache's own
@@ -389,6 +394,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 			Statuses:                sig.Statuses,
 			Usage:                   sig.Usage,
 			Leading:                 l.Leading,
+			IssueMetricsCertificate: l.issueAgentMetricsCertificate,
 			Registerer:              reg,
 			Log:                     log,
 			Limits:                  cfg.Stream.Limits,
@@ -530,7 +536,7 @@ func (l *Leader) Run(ctx context.Context) error {
 		// and the pages the namespaces it may list recommendations in.
 		opts := []endpoints.Option{endpoints.MetricsAuthorizedBy(l.authn)}
 		if l.cfg.ListenerCert != nil {
-			tlsConfig, err := l.serverTLS(ctx, "endpoints", *l.cfg.ListenerCert)
+			tlsConfig, _, err := l.serverTLS(ctx, "endpoints", *l.cfg.ListenerCert)
 			if err != nil {
 				return err
 			}
@@ -558,7 +564,7 @@ func (l *Leader) Run(ctx context.Context) error {
 		}()
 	}
 	if l.cfg.Webhook.Listener != nil {
-		tlsConfig, err := l.serverTLS(ctx, "webhook", l.cfg.Webhook.Cert)
+		tlsConfig, _, err := l.serverTLS(ctx, "webhook", l.cfg.Webhook.Cert)
 		if err != nil {
 			return err
 		}
@@ -575,9 +581,12 @@ func (l *Leader) Run(ctx context.Context) error {
 		}()
 	}
 	if l.stream != nil {
-		tlsConfig, err := l.serverTLS(ctx, "stream", l.cfg.Stream.Cert)
+		tlsConfig, sm, err := l.serverTLS(ctx, "stream", l.cfg.Stream.Cert)
 		if err != nil {
 			return err
+		}
+		if sm != nil {
+			l.streamIssuer.Store(sm)
 		}
 		gs := stream.NewGRPCServer(l.stream, tlsConfig)
 		go func() {
@@ -646,30 +655,56 @@ func (l *Leader) Run(ctx context.Context) error {
 // servers (the webhook, the stream), the same way for both: the user's
 // files, or a self-managed certificate shared by every replica through a
 // Secret.
-func (l *Leader) serverTLS(ctx context.Context, server string, src cert.Source) (*tls.Config, error) {
+func (l *Leader) serverTLS(ctx context.Context, server string, src cert.Source) (*tls.Config, *cert.SelfManaged, error) {
 	// One certificate source serves every server that names it (the
 	// stream's serves the endpoints too): one Secret, one renewal loop.
 	key := src.Dir + "\x00" + src.SelfManaged.Namespace + "/" + src.SelfManaged.SecretName
-	if tlsConfig, ok := l.serverTLSBySource[key]; ok {
-		return tlsConfig, nil
+	if r, ok := l.serverTLSBySource[key]; ok {
+		return r.config, r.selfManaged, nil
 	}
 	var c client.Client
 	if src.Dir == "" {
 		// The manager's client reads from a cache that is not started yet.
 		var err error
 		if c, err = client.New(l.restConfig, client.Options{Scheme: kube.Scheme}); err != nil {
-			return nil, fmt.Errorf("%s certificate client: %w", server, err)
+			return nil, nil, fmt.Errorf("%s certificate client: %w", server, err)
 		}
 	}
-	tlsConfig, err := src.TLS(ctx, c, l.log.With("server", server))
+	tlsConfig, sm, err := src.Resolve(ctx, c, l.log.With("server", server))
 	if err != nil {
-		return nil, fmt.Errorf("%s certificate: %w", server, err)
+		return nil, nil, fmt.Errorf("%s certificate: %w", server, err)
 	}
 	if l.serverTLSBySource == nil {
-		l.serverTLSBySource = make(map[string]*tls.Config)
+		l.serverTLSBySource = make(map[string]resolvedCert)
 	}
-	l.serverTLSBySource[key] = tlsConfig
-	return tlsConfig, nil
+	l.serverTLSBySource[key] = resolvedCert{tlsConfig, sm}
+	return tlsConfig, sm, nil
+}
+
+// resolvedCert is a certificate source Run resolved: its servers' TLS
+// configuration, and its SelfManaged certificate (nil for the user's
+// files).
+type resolvedCert struct {
+	config      *tls.Config
+	selfManaged *cert.SelfManaged
+}
+
+// AgentMetricsCertificateValidity is how long an agent's /metrics
+// certificate is valid. Every stream brings a new one (at least every
+// stream.DefaultMaxStreamAge), so a day covers a leader away for most of
+// one, and a key taken from a node serves an impostor for a day at most.
+const AgentMetricsCertificateValidity = 24 * time.Hour
+
+// issueAgentMetricsCertificate signs an agent's /metrics certificate with
+// the stream's CA, for the name scrapers check
+// (kerf-agent.<namespace>.svc), naming the node the agent's token proved.
+func (l *Leader) issueAgentMetricsCertificate(pub crypto.PublicKey, node string) ([]byte, error) {
+	sm := l.streamIssuer.Load()
+	if sm == nil {
+		return nil, errors.New("the stream's certificate is not self-managed (--stream-cert-dir): Kerf holds no CA key to sign the agents' with")
+	}
+	name := l.cfg.Stream.ServiceAccountName + "." + l.cfg.Stream.ServiceAccountNamespace + ".svc"
+	return sm.Issue(pub, l.cfg.Stream.ServiceAccountName+":"+node, []string{name}, AgentMetricsCertificateValidity)
 }
 
 // addForwarder adds the hub forwarder, a Runnable only the elected leader

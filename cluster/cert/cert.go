@@ -133,9 +133,19 @@ type certBundle struct {
 // c should read Secrets from the apiserver, not from a cache (a cache would
 // watch every Secret of the cluster and could miss the winner's write).
 func EnsureSelfManaged(ctx context.Context, c client.Client, opts Options) (certPEM, keyPEM, caPEM []byte, err error) {
-	opts, err = opts.withDefaults()
+	b, err := ensureSelfManaged(ctx, c, opts)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	return b.certPEM, b.keyPEM, b.caPEM, nil
+}
+
+// ensureSelfManaged is EnsureSelfManaged returning the whole bundle, the
+// CA's key included.
+func ensureSelfManaged(ctx context.Context, c client.Client, opts Options) (certBundle, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return certBundle{}, err
 	}
 	key := client.ObjectKey{Namespace: opts.Namespace, Name: opts.SecretName}
 	for range ensureAttempts {
@@ -144,7 +154,7 @@ func EnsureSelfManaged(ctx context.Context, c client.Client, opts Options) (cert
 		if apierrors.IsNotFound(err) {
 			b, err := newBundle(opts, nil)
 			if err != nil {
-				return nil, nil, nil, err
+				return certBundle{}, err
 			}
 			s = corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{
@@ -159,21 +169,21 @@ func EnsureSelfManaged(ctx context.Context, c client.Client, opts Options) (cert
 				continue // another replica created it first: use its
 			}
 			if err != nil {
-				return nil, nil, nil, fmt.Errorf("create Secret %s: %w", key, err)
+				return certBundle{}, fmt.Errorf("create Secret %s: %w", key, err)
 			}
-			return b.certPEM, b.keyPEM, b.caPEM, nil
+			return b, nil
 		}
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("get Secret %s: %w", key, err)
+			return certBundle{}, fmt.Errorf("get Secret %s: %w", key, err)
 		}
 
 		b, ca, why := checkBundle(s.Data, opts)
 		if why == "" {
-			return b.certPEM, b.keyPEM, b.caPEM, nil
+			return b, nil
 		}
 		nb, err := newBundle(opts, ca)
 		if err != nil {
-			return nil, nil, nil, err
+			return certBundle{}, err
 		}
 		s.Type = corev1.SecretTypeTLS
 		s.Data = nb.data()
@@ -183,11 +193,11 @@ func EnsureSelfManaged(ctx context.Context, c client.Client, opts Options) (cert
 			continue // another replica renewed it first: use its
 		}
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("renew certificate in Secret %s (%s): %w", key, why, err)
+			return certBundle{}, fmt.Errorf("renew certificate in Secret %s (%s): %w", key, why, err)
 		}
-		return nb.certPEM, nb.keyPEM, nb.caPEM, nil
+		return nb, nil
 	}
-	return nil, nil, nil, fmt.Errorf("ensure certificate in Secret %s: still conflicting after %d attempts", key, ensureAttempts)
+	return certBundle{}, fmt.Errorf("ensure certificate in Secret %s: still conflicting after %d attempts", key, ensureAttempts)
 }
 
 func (b certBundle) data() map[string][]byte {

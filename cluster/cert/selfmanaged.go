@@ -3,7 +3,11 @@ package cert
 import (
 	"bytes"
 	"context"
+	"crypto"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +28,8 @@ type SelfManaged struct {
 
 	cert atomic.Pointer[tls.Certificate]
 	ca   atomic.Pointer[[]byte]
+	// issuer is the Secret's current CA with its key (Issue).
+	issuer atomic.Pointer[authority]
 	// published is whether the last patch (caBundle, CA ConfigMap)
 	// succeeded.
 	published atomic.Bool
@@ -51,11 +57,11 @@ func NewSelfManaged(ctx context.Context, c client.Client, opts Options, log *slo
 }
 
 func (s *SelfManaged) ensure(ctx context.Context) error {
-	certPEM, keyPEM, caPEM, err := EnsureSelfManaged(ctx, s.c, s.opts)
+	b, err := ensureSelfManaged(ctx, s.c, s.opts)
 	if err != nil {
 		return err
 	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	pair, err := tls.X509KeyPair(b.certPEM, b.keyPEM)
 	if err != nil {
 		return fmt.Errorf("load self-managed certificate: %w", err)
 	}
@@ -64,8 +70,53 @@ func (s *SelfManaged) ensure(ctx context.Context) error {
 			"notAfter", pair.Leaf.NotAfter, "hosts", s.opts.Hosts())
 	}
 	s.cert.Store(&pair)
-	s.ca.Store(&caPEM)
+	s.ca.Store(&b.caPEM)
+	// The serving certificate verified against this CA (checkBundle), so
+	// both parse; a failure here leaves Issue refusing.
+	cas, err := parseCerts(b.caPEM)
+	if err != nil || len(cas) == 0 {
+		return fmt.Errorf("load self-managed CA: %v", err)
+	}
+	key, err := parseKey(b.caKeyPEM)
+	if err != nil {
+		return fmt.Errorf("load self-managed CA key: %w", err)
+	}
+	s.issuer.Store(&authority{cert: cas[0], key: key})
 	return nil
+}
+
+// Issue signs a serving certificate for pub, valid for validity from now
+// and for the DNS names hosts, with the CA whose bundle the SelfManaged
+// publishes: clients that trust that bundle (the agents, the scrapers)
+// trust it. It returns the certificate in PEM.
+func (s *SelfManaged) Issue(pub crypto.PublicKey, commonName string, hosts []string, validity time.Duration) ([]byte, error) {
+	ca := s.issuer.Load()
+	if ca == nil {
+		return nil, errors.New("no CA loaded yet")
+	}
+	now := time.Now()
+	if s.opts.Now != nil {
+		now = s.opts.Now()
+	}
+	notAfter := now.Add(validity)
+	if notAfter.After(ca.cert.NotAfter) {
+		notAfter = ca.cert.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: commonName},
+		DNSNames:              hosts,
+		NotBefore:             now.Add(-time.Hour), // tolerate clock skew
+		NotAfter:              notAfter,
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, pub, ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("sign certificate for %s: %w", commonName, err)
+	}
+	return pemCert(der), nil
 }
 
 func (s *SelfManaged) patch(ctx context.Context) error {

@@ -42,22 +42,29 @@ func (s Source) Validate() error {
 // refreshed every hour until ctx ends. c should read Secrets from the
 // apiserver, not from a cache (see EnsureSelfManaged).
 func (s Source) TLS(ctx context.Context, c client.Client, log *slog.Logger) (*tls.Config, error) {
+	cfg, _, err := s.Resolve(ctx, c, log)
+	return cfg, err
+}
+
+// Resolve is TLS, and also returns the SelfManaged certificate, which can
+// issue certificates of its CA (nil for a Dir: Kerf holds no CA key then).
+func (s Source) Resolve(ctx context.Context, c client.Client, log *slog.Logger) (*tls.Config, *SelfManaged, error) {
 	if s.Dir != "" {
 		f, err := NewFile(s.Dir, log)
 		if err != nil {
-			return nil, fmt.Errorf("certificate in %s: %w", s.Dir, err)
+			return nil, nil, fmt.Errorf("certificate in %s: %w", s.Dir, err)
 		}
-		return TLSConfig(f.GetCertificate), nil
+		return TLSConfig(f.GetCertificate), nil, nil
 	}
 	if c == nil {
-		return nil, errors.New("self-managed certificate: no client")
+		return nil, nil, errors.New("self-managed certificate: no client")
 	}
 	sm, err := NewSelfManaged(ctx, c, s.SelfManaged, log)
 	if err != nil {
-		return nil, fmt.Errorf("self-managed certificate in Secret %s/%s: %w", s.SelfManaged.Namespace, s.SelfManaged.SecretName, err)
+		return nil, nil, fmt.Errorf("self-managed certificate in Secret %s/%s: %w", s.SelfManaged.Namespace, s.SelfManaged.SecretName, err)
 	}
 	go sm.Run(ctx, refreshInterval)
-	return TLSConfig(sm.GetCertificate), nil
+	return TLSConfig(sm.GetCertificate), sm, nil
 }
 
 // TLSConfig returns a server TLS configuration (TLS 1.2 or newer) taking

@@ -35,6 +35,8 @@ type metrics struct {
 	pending        prometheus.Gauge
 	pendingCounted prometheus.Counter
 	expired        *prometheus.CounterVec
+	// certificates counts the agents' /metrics certificates by result.
+	certificates *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -92,7 +94,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "kerf_stream_oom_events_expired_total",
 		Help: "Pending OOM events dropped before their pod appeared, by reason (ttl: waited too long; full: the agent's pending list was full).",
 	}, []string{"reason"})
+	m.certificates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kerf_stream_metrics_certificates_total",
+		Help: "Agents' /metrics certificates asked for in a Hello, by result (issued; failed: the leader could not sign one, the agent keeps its last).",
+	}, []string{"result"})
 	reg.MustRegister(m.connected, m.samples, m.resent, m.events, m.dropped, m.errors, m.streams, m.nodeStates, m.reviews, m.failingSources,
-		m.pending, m.pendingCounted, m.expired)
+		m.pending, m.pendingCounted, m.expired, m.certificates)
 	return m
 }

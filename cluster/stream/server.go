@@ -2,7 +2,11 @@ package stream
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -98,6 +102,10 @@ type Config struct {
 	// Leading reports whether this replica is the elected leader; only the
 	// leader serves.
 	Leading func() bool
+	// IssueMetricsCertificate signs the /metrics certificate an agent
+	// asks for in its Hello (metrics_csr), for the request's public key
+	// and the node the agent's token proved; nil issues none.
+	IssueMetricsCertificate func(pub crypto.PublicKey, node string) ([]byte, error)
 	// Registerer receives the stream's metrics; nil means a private
 	// registry.
 	Registerer prometheus.Registerer
@@ -387,6 +395,22 @@ func (s *Server) Connect(st grpc.BidiStreamingServer[streamv1.AgentMessage, stre
 	in := newIngest(s, a.node, hello)
 	defer s.releaseNode(a.node, id)
 	defer s.reauthenticate(ctx, cancel, token, log)()
+	if len(hello.GetMetricsCsr()) > 0 {
+		reply, err := s.metricsCertificate(a.node, hello.GetMetricsCsr(), log)
+		if err != nil {
+			var m *malformedError
+			if errors.As(err, &m) {
+				log.Warn("closing stream", "reason", m.reason, "err", m.msg)
+				return s.refuse(m.code, m.reason, "%s: %s", m.reason, m.msg)
+			}
+			return err
+		}
+		if reply != nil {
+			if err := st.Send(reply); err != nil {
+				return err
+			}
+		}
+	}
 
 	retry := time.NewTicker(pendingRetry)
 	defer retry.Stop()
@@ -547,4 +571,41 @@ func recvErr(err error) error {
 		return nil
 	}
 	return err
+}
+
+// metricsCertificate answers a Hello's metrics_csr: a certificate for its
+// public key (an ECDSA P-256 key, as the agent makes), issued by
+// Config.IssueMetricsCertificate for node. A request past
+// streamv1.MaxCSRBytes, unreadable, not self-signed by its key or for
+// another kind of key closes the stream; a certificate the leader cannot
+// sign is logged and counted, and the stream goes on without one.
+func (s *Server) metricsCertificate(node string, csrDER []byte, log *slog.Logger) (*streamv1.LeaderMessage, error) {
+	if len(csrDER) > streamv1.MaxCSRBytes {
+		return nil, malformed("metrics_csr_too_large", "hello.metrics_csr is %d bytes, over %d", len(csrDER), streamv1.MaxCSRBytes)
+	}
+	csr, err := x509.ParseCertificateRequest(csrDER)
+	if err != nil {
+		return nil, malformed("metrics_csr_invalid", "hello.metrics_csr: %v", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, malformed("metrics_csr_invalid", "hello.metrics_csr is not signed by its key: %v", err)
+	}
+	pub, ok := csr.PublicKey.(*ecdsa.PublicKey)
+	if !ok || pub.Curve != elliptic.P256() {
+		return nil, malformed("metrics_csr_invalid", "hello.metrics_csr: the key must be ECDSA P-256, not %T", csr.PublicKey)
+	}
+	if s.cfg.IssueMetricsCertificate == nil {
+		s.metrics.certificates.WithLabelValues("failed").Inc()
+		log.Warn("the agent asked for a /metrics certificate; this leader issues none")
+		return nil, nil
+	}
+	certPEM, err := s.cfg.IssueMetricsCertificate(pub, node)
+	if err != nil {
+		s.metrics.certificates.WithLabelValues("failed").Inc()
+		log.Warn("cannot issue the agent's /metrics certificate; it keeps serving its last", "err", err)
+		return nil, nil
+	}
+	s.metrics.certificates.WithLabelValues("issued").Inc()
+	return &streamv1.LeaderMessage{Body: &streamv1.LeaderMessage_MetricsCertificate{
+		MetricsCertificate: &streamv1.MetricsCertificate{CertificatePem: certPEM}}}, nil
 }

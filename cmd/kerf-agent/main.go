@@ -45,6 +45,7 @@ func main() {
 	}
 	fs := flag.NewFlagSet("kerf-agent", flag.ContinueOnError)
 	metricsAddr := fs.String("metrics-addr", ":9400", "address of the /metrics, /healthz and /readyz endpoints")
+	metricsTLS := fs.Bool("metrics-tls", false, "serve --metrics-addr over HTTPS with a certificate the leader signs over the stream (for kerf-agent.<namespace>.svc, CA in the leader's kerf-leader-ca; self-signed until the first arrives): callers send bearer tokens (docs/security.md)")
 	oomSource := fs.String("oom-source", oom.KindAuto, "where OOM kills come from: "+strings.Join(oom.Kinds, ", ")+" (auto: the best the node allows)")
 	interval := fs.Duration("interval", time.Second, "how often every container's cpu.stat is sampled")
 	usageInterval := fs.Duration("usage-interval", node.DefaultUsageInterval, "how often every container's usage (CPU, working set, memory peak) is read in full; the passes between read its memory usage alone, for the peak")
@@ -101,6 +102,17 @@ func main() {
 		log.Error("kerf-agent cannot start", "err", err)
 		os.Exit(1)
 	}
+	var metricsCert *metricsCert
+	if *metricsTLS {
+		if *leaderAddr == "" {
+			log.Error("kerf-agent cannot start", "err", "--metrics-tls needs --leader-addr: the leader signs the certificate")
+			os.Exit(2)
+		}
+		if metricsCert, err = newMetricsCert(*nodeName, log); err != nil {
+			log.Error("kerf-agent cannot start", "err", err)
+			os.Exit(1)
+		}
+	}
 	if *leaderAddr != "" {
 		tlsConfig, err := leaderTLS(*leaderCA)
 		if err != nil {
@@ -108,13 +120,17 @@ func main() {
 			os.Exit(2)
 		}
 		tlsConfig.ServerName = *leaderServerName
-		sc, err := stream.NewClient(stream.Config{Addr: *leaderAddr, TLS: tlsConfig, CAFile: *leaderCA, TokenFile: *tokenFile,
-			NodeName: *nodeName, OOMSource: agent.OOMSource(), Registerer: reg, Log: log})
+		sc := stream.Config{Addr: *leaderAddr, TLS: tlsConfig, CAFile: *leaderCA, TokenFile: *tokenFile,
+			NodeName: *nodeName, OOMSource: agent.OOMSource(), Registerer: reg, Log: log}
+		if metricsCert != nil {
+			sc.MetricsCSR, sc.OnMetricsCertificate = metricsCert.csr, metricsCert.issued
+		}
+		client, err := stream.NewClient(sc)
 		if err != nil {
 			log.Error("kerf-agent cannot start", "err", err)
 			os.Exit(2)
 		}
-		agent.SetStream(sc)
+		agent.SetStream(client)
 	}
 	// /metrics asks the caller's token (TokenReview, then a
 	// SubjectAccessReview for get /metrics) of the apiserver, as the
@@ -132,7 +148,11 @@ func main() {
 	errc := make(chan error, 2)
 	go func() { errc <- agent.Run(ctx) }()
 	go func() {
-		errc <- endpoints.New(reg, nil, endpoints.Uncompressed(), endpoints.MetricsAuthorizedBy(metricsAuth)).Serve(ctx, *metricsAddr)
+		opts := []endpoints.Option{endpoints.Uncompressed(), endpoints.MetricsAuthorizedBy(metricsAuth)}
+		if metricsCert != nil {
+			opts = append(opts, endpoints.ServeTLS(metricsCert.tlsConfig()))
+		}
+		errc <- endpoints.New(reg, nil, opts...).Serve(ctx, *metricsAddr)
 	}()
 	for range 2 {
 		if err := <-errc; err != nil {

@@ -65,11 +65,11 @@ type Env struct {
 	tokenMu      sync.Mutex
 	token        string
 	tokenExpires time.Time
-	// tlsMu guards the transport of the leader's HTTPS endpoints and the
-	// CA bundle it trusts (leaderTransport).
-	tlsMu     sync.Mutex
-	leaderTLS *http.Transport
-	leaderCA  []byte
+	// tlsMu guards the transports of Kerf's HTTPS endpoints, by server
+	// name, and the CA bundle they trust (leaderTransport).
+	tlsMu   sync.Mutex
+	kerfTLS map[string]*http.Transport
+	kerfCA  []byte
 }
 
 func (e *Env) cgroupRoot() string {

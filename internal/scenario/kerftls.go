@@ -7,15 +7,20 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// LeaderServerName is the name the leader's certificate covers: its
-// Service's (manifests/leader.yaml). The endpoints are reached by pod IP
-// and checked against this name, as the PodMonitors do.
-const LeaderServerName = "kerf-leader." + KerfNamespace + ".svc"
+// The names Kerf's certificates cover: the leader's Service's
+// (manifests/leader.yaml), and the one the leader signs every agent's
+// /metrics certificate for. The endpoints are reached by pod IP and
+// checked against these names, as the PodMonitors do.
+const (
+	LeaderServerName = "kerf-leader." + KerfNamespace + ".svc"
+	AgentServerName  = "kerf-agent." + KerfNamespace + ".svc"
+)
 
 // leaderCAConfigMap is where the leader publishes the CA of its
 // self-managed certificate (key ca.crt).
@@ -23,14 +28,19 @@ const leaderCAConfigMap = "kerf-leader-ca"
 
 // KerfTransport returns the transport of Kerf's endpoints: HTTPS ones
 // are verified against the CA the leader publishes in ConfigMap
-// kerf-leader-ca and LeaderServerName, read again for each request (a CA
-// rotation); plain HTTP goes through http.DefaultTransport.
+// kerf-leader-ca, read again for each request (a CA rotation), and
+// AgentServerName on the agents' port, LeaderServerName on the others;
+// plain HTTP goes through http.DefaultTransport.
 func (e *Env) KerfTransport() http.RoundTripper {
 	return roundTripper(func(req *http.Request) (*http.Response, error) {
 		if req.URL.Scheme != "https" {
 			return http.DefaultTransport.RoundTrip(req)
 		}
-		tr, err := e.leaderTransport(req.Context())
+		name := LeaderServerName
+		if req.URL.Port() == strconv.Itoa(AgentMetricsPort) {
+			name = AgentServerName
+		}
+		tr, err := e.leaderTransport(req.Context(), name)
 		if err != nil {
 			return nil, err
 		}
@@ -49,8 +59,9 @@ func (e *Env) kerfClient() *http.Client {
 }
 
 // leaderTransport returns a transport that trusts the CA bundle now in
-// ConfigMap kerf-leader-ca, kept while the bundle is the same.
-func (e *Env) leaderTransport(ctx context.Context) (*http.Transport, error) {
+// ConfigMap kerf-leader-ca for serverName, kept while the bundle is the
+// same.
+func (e *Env) leaderTransport(ctx context.Context, serverName string) (*http.Transport, error) {
 	var cm corev1.ConfigMap
 	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: KerfNamespace, Name: leaderCAConfigMap}, &cm); err != nil {
 		return nil, fmt.Errorf("the leader's CA (ConfigMap %s/%s): %w", KerfNamespace, leaderCAConfigMap, err)
@@ -58,18 +69,21 @@ func (e *Env) leaderTransport(ctx context.Context) (*http.Transport, error) {
 	ca := []byte(cm.Data["ca.crt"])
 	e.tlsMu.Lock()
 	defer e.tlsMu.Unlock()
-	if e.leaderTLS != nil && bytes.Equal(e.leaderCA, ca) {
-		return e.leaderTLS, nil
+	if tr := e.kerfTLS[serverName]; tr != nil && bytes.Equal(e.kerfCA, ca) {
+		return tr, nil
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(ca) {
 		return nil, fmt.Errorf("the leader's CA (ConfigMap %s/%s): no certificate in ca.crt", KerfNamespace, leaderCAConfigMap)
 	}
-	if e.leaderTLS != nil {
-		e.leaderTLS.CloseIdleConnections()
+	if !bytes.Equal(e.kerfCA, ca) {
+		for _, old := range e.kerfTLS {
+			old.CloseIdleConnections()
+		}
+		e.kerfTLS, e.kerfCA = map[string]*http.Transport{}, ca
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = &tls.Config{RootCAs: pool, ServerName: LeaderServerName, MinVersion: tls.VersionTLS12}
-	e.leaderTLS, e.leaderCA = tr, ca
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}
+	e.kerfTLS[serverName] = tr
 	return tr, nil
 }

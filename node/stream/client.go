@@ -82,6 +82,13 @@ type Config struct {
 	OOMSource string
 	// AgentVersion and BootID are sent in the Hello; both may be empty.
 	AgentVersion, BootID string
+	// MetricsCSR, when set, is sent in every Hello: a certificate request
+	// (DER) for the key the agent serves /metrics with. The leader's
+	// answer goes to OnMetricsCertificate.
+	MetricsCSR []byte
+	// OnMetricsCertificate receives each /metrics certificate the leader
+	// issues (PEM); nil ignores them.
+	OnMetricsCertificate func(certPEM []byte)
 	// MaxBufferedOOM bounds the unacknowledged OOM events kept; past it the
 	// oldest is dropped and counted. Zero means DefaultMaxBufferedOOM.
 	MaxBufferedOOM int

@@ -79,6 +79,7 @@ func (c *Client) connect(ctx context.Context) error {
 		KernelNs: c.clk.ns(time.Now()),
 		// The incarnation: OOM seqs are unique within it.
 		StartedAtUnixNs: c.clk.at.UnixNano(),
+		MetricsCsr:      c.cfg.MetricsCSR,
 	}}})
 	if err != nil {
 		return fmt.Errorf("send hello: %w", recvCause(st, err))
@@ -160,6 +161,10 @@ func (c *Client) receive(st agentStream) error {
 		switch b := msg.GetBody().(type) {
 		case *streamv1.LeaderMessage_Ack:
 			c.ack(b.Ack.GetOomSeq(), b.Ack.GetEventSeq())
+		case *streamv1.LeaderMessage_MetricsCertificate:
+			if c.cfg.OnMetricsCertificate != nil {
+				c.cfg.OnMetricsCertificate(b.MetricsCertificate.GetCertificatePem())
+			}
 		case *streamv1.LeaderMessage_Resync:
 			c.log.Info("leader asked for a snapshot", "reason", b.Resync.GetReason())
 			c.mu.Lock()

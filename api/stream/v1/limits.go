@@ -33,4 +33,7 @@ const (
 	// MaxPodUIDBytes is the longest pod UID the leader accepts (a UID is
 	// 36 bytes).
 	MaxPodUIDBytes = 128
+	// MaxCSRBytes is the longest Hello.metrics_csr the leader reads (an
+	// ECDSA P-256 request is under 300 bytes).
+	MaxCSRBytes = 4 << 10
 )

@@ -240,8 +240,15 @@ type Hello struct {
 	// seqs are unique within one, so the leader counts an event resent after
 	// a reconnect once, and a restarted agent (seqs from 1 again) anew.
 	StartedAtUnixNs int64 `protobuf:"varint,7,opt,name=started_at_unix_ns,json=startedAtUnixNs,proto3" json:"started_at_unix_ns,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// MetricsCsr, when set, is a PKCS #10 certificate request (DER, at most
+	// MaxCSRBytes) for the key the agent serves its /metrics with over TLS
+	// (kerf-agent --metrics-tls). The leader answers with a
+	// MetricsCertificate signed by the CA it publishes for the stream: its
+	// names and its life are the leader's, only the request's public key is
+	// used.
+	MetricsCsr    []byte `protobuf:"bytes,8,opt,name=metrics_csr,json=metricsCsr,proto3" json:"metrics_csr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -321,6 +328,13 @@ func (x *Hello) GetStartedAtUnixNs() int64 {
 		return x.StartedAtUnixNs
 	}
 	return 0
+}
+
+func (x *Hello) GetMetricsCsr() []byte {
+	if x != nil {
+		return x.MetricsCsr
+	}
+	return nil
 }
 
 // Counters is one sampling pass over the node's containers: CPU throttling
@@ -949,6 +963,7 @@ type LeaderMessage struct {
 	//
 	//	*LeaderMessage_Ack
 	//	*LeaderMessage_Resync
+	//	*LeaderMessage_MetricsCertificate
 	Body          isLeaderMessage_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1009,6 +1024,15 @@ func (x *LeaderMessage) GetResync() *Resync {
 	return nil
 }
 
+func (x *LeaderMessage) GetMetricsCertificate() *MetricsCertificate {
+	if x != nil {
+		if x, ok := x.Body.(*LeaderMessage_MetricsCertificate); ok {
+			return x.MetricsCertificate
+		}
+	}
+	return nil
+}
+
 type isLeaderMessage_Body interface {
 	isLeaderMessage_Body()
 }
@@ -1023,9 +1047,63 @@ type LeaderMessage_Resync struct {
 	Resync *Resync `protobuf:"bytes,2,opt,name=resync,proto3,oneof"`
 }
 
+type LeaderMessage_MetricsCertificate struct {
+	// MetricsCertificate answers the Hello's metrics_csr.
+	MetricsCertificate *MetricsCertificate `protobuf:"bytes,3,opt,name=metrics_certificate,json=metricsCertificate,proto3,oneof"`
+}
+
 func (*LeaderMessage_Ack) isLeaderMessage_Body() {}
 
 func (*LeaderMessage_Resync) isLeaderMessage_Body() {}
+
+func (*LeaderMessage_MetricsCertificate) isLeaderMessage_Body() {}
+
+// MetricsCertificate is the agent's /metrics serving certificate, issued
+// for the Hello's metrics_csr: PEM, the leaf first. Each stream gets a new
+// one; the agent serves the newest.
+type MetricsCertificate struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	CertificatePem []byte                 `protobuf:"bytes,1,opt,name=certificate_pem,json=certificatePem,proto3" json:"certificate_pem,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *MetricsCertificate) Reset() {
+	*x = MetricsCertificate{}
+	mi := &file_api_stream_v1_stream_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsCertificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsCertificate) ProtoMessage() {}
+
+func (x *MetricsCertificate) ProtoReflect() protoreflect.Message {
+	mi := &file_api_stream_v1_stream_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsCertificate.ProtoReflect.Descriptor instead.
+func (*MetricsCertificate) Descriptor() ([]byte, []int) {
+	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MetricsCertificate) GetCertificatePem() []byte {
+	if x != nil {
+		return x.CertificatePem
+	}
+	return nil
+}
 
 // Ack acknowledges every OOM event up to and including oom_seq and every
 // container event up to and including event_seq; the agent may drop them.
@@ -1042,7 +1120,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_api_stream_v1_stream_proto_msgTypes[9]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1132,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_api_stream_v1_stream_proto_msgTypes[9]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1145,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{9}
+	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Ack) GetOomSeq() uint64 {
@@ -1096,7 +1174,7 @@ type Resync struct {
 
 func (x *Resync) Reset() {
 	*x = Resync{}
-	mi := &file_api_stream_v1_stream_proto_msgTypes[10]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1186,7 @@ func (x *Resync) String() string {
 func (*Resync) ProtoMessage() {}
 
 func (x *Resync) ProtoReflect() protoreflect.Message {
-	mi := &file_api_stream_v1_stream_proto_msgTypes[10]
+	mi := &file_api_stream_v1_stream_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1199,7 @@ func (x *Resync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resync.ProtoReflect.Descriptor instead.
 func (*Resync) Descriptor() ([]byte, []int) {
-	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{10}
+	return file_api_stream_v1_stream_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Resync) GetReason() string {
@@ -1141,7 +1219,7 @@ const file_api_stream_v1_stream_proto_rawDesc = "" +
 	"\bcounters\x18\x02 \x01(\v2\x18.kerf.stream.v1.CountersH\x00R\bcounters\x127\n" +
 	"\toom_event\x18\x03 \x01(\v2\x18.kerf.stream.v1.OOMEventH\x00R\boomEvent\x12I\n" +
 	"\x0fcontainer_event\x18\x04 \x01(\v2\x1e.kerf.stream.v1.ContainerEventH\x00R\x0econtainerEventB\x06\n" +
-	"\x04body\"\x8b\x02\n" +
+	"\x04body\"\xac\x02\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12#\n" +
 	"\ragent_version\x18\x02 \x01(\tR\fagentVersion\x12\x17\n" +
@@ -1150,7 +1228,9 @@ const file_api_stream_v1_stream_proto_rawDesc = "" +
 	"oom_source\x18\x04 \x01(\x0e2\x19.kerf.stream.v1.OOMSourceR\toomSource\x12#\n" +
 	"\rfull_snapshot\x18\x05 \x01(\bR\ffullSnapshot\x12\x1b\n" +
 	"\tkernel_ns\x18\x06 \x01(\x04R\bkernelNs\x12+\n" +
-	"\x12started_at_unix_ns\x18\a \x01(\x03R\x0fstartedAtUnixNs\"\x9a\x01\n" +
+	"\x12started_at_unix_ns\x18\a \x01(\x03R\x0fstartedAtUnixNs\x12\x1f\n" +
+	"\vmetrics_csr\x18\b \x01(\fR\n" +
+	"metricsCsr\"\x9a\x01\n" +
 	"\bCounters\x12\x1b\n" +
 	"\tkernel_ns\x18\x01 \x01(\x04R\bkernelNs\x12A\n" +
 	"\n" +
@@ -1199,11 +1279,14 @@ const file_api_stream_v1_stream_proto_rawDesc = "" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12-\n" +
 	"\x13finished_at_unix_ns\x18\x03 \x01(\x03R\x10finishedAtUnixNs\x12!\n" +
 	"\fcontainer_id\x18\x04 \x01(\tR\vcontainerId\x12+\n" +
-	"\x12started_at_unix_ns\x18\x05 \x01(\x03R\x0fstartedAtUnixNs\"r\n" +
+	"\x12started_at_unix_ns\x18\x05 \x01(\x03R\x0fstartedAtUnixNs\"\xc9\x01\n" +
 	"\rLeaderMessage\x12'\n" +
 	"\x03ack\x18\x01 \x01(\v2\x13.kerf.stream.v1.AckH\x00R\x03ack\x120\n" +
-	"\x06resync\x18\x02 \x01(\v2\x16.kerf.stream.v1.ResyncH\x00R\x06resyncB\x06\n" +
-	"\x04body\";\n" +
+	"\x06resync\x18\x02 \x01(\v2\x16.kerf.stream.v1.ResyncH\x00R\x06resync\x12U\n" +
+	"\x13metrics_certificate\x18\x03 \x01(\v2\".kerf.stream.v1.MetricsCertificateH\x00R\x12metricsCertificateB\x06\n" +
+	"\x04body\"=\n" +
+	"\x12MetricsCertificate\x12'\n" +
+	"\x0fcertificate_pem\x18\x01 \x01(\fR\x0ecertificatePem\";\n" +
 	"\x03Ack\x12\x17\n" +
 	"\aoom_seq\x18\x01 \x01(\x04R\x06oomSeq\x12\x1b\n" +
 	"\tevent_seq\x18\x02 \x01(\x04R\beventSeq\" \n" +
@@ -1231,20 +1314,21 @@ func file_api_stream_v1_stream_proto_rawDescGZIP() []byte {
 }
 
 var file_api_stream_v1_stream_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_stream_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_api_stream_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_api_stream_v1_stream_proto_goTypes = []any{
-	(OOMSource)(0),            // 0: kerf.stream.v1.OOMSource
-	(*AgentMessage)(nil),      // 1: kerf.stream.v1.AgentMessage
-	(*Hello)(nil),             // 2: kerf.stream.v1.Hello
-	(*Counters)(nil),          // 3: kerf.stream.v1.Counters
-	(*ContainerCounters)(nil), // 4: kerf.stream.v1.ContainerCounters
-	(*ContainerUsage)(nil),    // 5: kerf.stream.v1.ContainerUsage
-	(*OOMEvent)(nil),          // 6: kerf.stream.v1.OOMEvent
-	(*ContainerEvent)(nil),    // 7: kerf.stream.v1.ContainerEvent
-	(*Termination)(nil),       // 8: kerf.stream.v1.Termination
-	(*LeaderMessage)(nil),     // 9: kerf.stream.v1.LeaderMessage
-	(*Ack)(nil),               // 10: kerf.stream.v1.Ack
-	(*Resync)(nil),            // 11: kerf.stream.v1.Resync
+	(OOMSource)(0),             // 0: kerf.stream.v1.OOMSource
+	(*AgentMessage)(nil),       // 1: kerf.stream.v1.AgentMessage
+	(*Hello)(nil),              // 2: kerf.stream.v1.Hello
+	(*Counters)(nil),           // 3: kerf.stream.v1.Counters
+	(*ContainerCounters)(nil),  // 4: kerf.stream.v1.ContainerCounters
+	(*ContainerUsage)(nil),     // 5: kerf.stream.v1.ContainerUsage
+	(*OOMEvent)(nil),           // 6: kerf.stream.v1.OOMEvent
+	(*ContainerEvent)(nil),     // 7: kerf.stream.v1.ContainerEvent
+	(*Termination)(nil),        // 8: kerf.stream.v1.Termination
+	(*LeaderMessage)(nil),      // 9: kerf.stream.v1.LeaderMessage
+	(*MetricsCertificate)(nil), // 10: kerf.stream.v1.MetricsCertificate
+	(*Ack)(nil),                // 11: kerf.stream.v1.Ack
+	(*Resync)(nil),             // 12: kerf.stream.v1.Resync
 }
 var file_api_stream_v1_stream_proto_depIdxs = []int32{
 	2,  // 0: kerf.stream.v1.AgentMessage.hello:type_name -> kerf.stream.v1.Hello
@@ -1255,15 +1339,16 @@ var file_api_stream_v1_stream_proto_depIdxs = []int32{
 	4,  // 5: kerf.stream.v1.Counters.containers:type_name -> kerf.stream.v1.ContainerCounters
 	5,  // 6: kerf.stream.v1.ContainerCounters.usage:type_name -> kerf.stream.v1.ContainerUsage
 	8,  // 7: kerf.stream.v1.ContainerEvent.terminated:type_name -> kerf.stream.v1.Termination
-	10, // 8: kerf.stream.v1.LeaderMessage.ack:type_name -> kerf.stream.v1.Ack
-	11, // 9: kerf.stream.v1.LeaderMessage.resync:type_name -> kerf.stream.v1.Resync
-	1,  // 10: kerf.stream.v1.Stream.Connect:input_type -> kerf.stream.v1.AgentMessage
-	9,  // 11: kerf.stream.v1.Stream.Connect:output_type -> kerf.stream.v1.LeaderMessage
-	11, // [11:12] is the sub-list for method output_type
-	10, // [10:11] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	11, // 8: kerf.stream.v1.LeaderMessage.ack:type_name -> kerf.stream.v1.Ack
+	12, // 9: kerf.stream.v1.LeaderMessage.resync:type_name -> kerf.stream.v1.Resync
+	10, // 10: kerf.stream.v1.LeaderMessage.metrics_certificate:type_name -> kerf.stream.v1.MetricsCertificate
+	1,  // 11: kerf.stream.v1.Stream.Connect:input_type -> kerf.stream.v1.AgentMessage
+	9,  // 12: kerf.stream.v1.Stream.Connect:output_type -> kerf.stream.v1.LeaderMessage
+	12, // [12:13] is the sub-list for method output_type
+	11, // [11:12] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_api_stream_v1_stream_proto_init() }
@@ -1280,6 +1365,7 @@ func file_api_stream_v1_stream_proto_init() {
 	file_api_stream_v1_stream_proto_msgTypes[8].OneofWrappers = []any{
 		(*LeaderMessage_Ack)(nil),
 		(*LeaderMessage_Resync)(nil),
+		(*LeaderMessage_MetricsCertificate)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1287,7 +1373,7 @@ func file_api_stream_v1_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_stream_v1_stream_proto_rawDesc), len(file_api_stream_v1_stream_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
