@@ -358,7 +358,7 @@ func (s *InformerPods) mayList(ctx context.Context, selector string, params runt
 	o := metav1.ListOptions{FieldSelector: selector, ResourceVersion: "0", Limit: 1}
 	err := s.Client.Get().Resource("pods").VersionedParams(&o, params).Do(ctx).Error()
 	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("pod discovery on node %s: %w: %w", s.NodeName, ErrPodsForbidden, err)
+		return fmt.Errorf("node %s: %w: %w", s.NodeName, ErrPodsForbidden, err)
 	}
 	return nil
 }
