@@ -119,7 +119,7 @@ func (e *Env) AgentMetrics(ctx context.Context) (map[string][]Series, error) {
 	if len(pods) == 0 {
 		return nil, fmt.Errorf("no running kerf-agent pod in %s", KerfNamespace)
 	}
-	return e.Scrape(ctx, fmt.Sprintf("http://%s:%d/metrics", pods[0].Status.PodIP, AgentMetricsPort))
+	return e.Scrape(ctx, fmt.Sprintf("https://%s:%d/metrics", pods[0].Status.PodIP, AgentMetricsPort))
 }
 
 // LeaderPod returns the replica that holds the Lease: the one whose pod
