@@ -331,7 +331,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, mgr: mgr, registry: reg, Metrics: NewMetrics(reg), fence: fnc}
-	if l.authn, err = authn.New(authn.Config{REST: restConfig}); err != nil {
+	if l.authn, err = authn.New(authn.Config{REST: restConfig, OwnAudience: authn.Audience}); err != nil {
 		return nil, fmt.Errorf("endpoints' authentication: %w", err)
 	}
 	fencedConfig := rest.CopyConfig(restConfig)

@@ -140,7 +140,7 @@ func main() {
 		log.Error("kerf-agent cannot start", "err", fmt.Errorf("/metrics authenticates its callers with the apiserver: %w", err))
 		os.Exit(2)
 	}
-	metricsAuth, err := authn.New(authn.Config{REST: kc})
+	metricsAuth, err := authn.New(authn.Config{REST: kc, OwnAudience: authn.Audience})
 	if err != nil {
 		log.Error("kerf-agent cannot start", "err", err)
 		os.Exit(2)

@@ -16,7 +16,9 @@ package authn
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -59,6 +61,11 @@ const (
 	// MaxTokenBytes is the longest bearer token looked at; a longer one is
 	// refused without a review (service-account tokens are about 1 KiB).
 	MaxTokenBytes = 16 << 10
+	// Audience is Kerf's own token audience. A token minted for it
+	// (`kubectl create token --audience kerf`, a projected token with
+	// `audience: kerf`) is good for Kerf's endpoints and nothing else: one
+	// read off a Kerf server cannot be replayed against the apiserver.
+	Audience = "kerf"
 )
 
 // ErrUnauthenticated is returned for a missing, malformed or invalid token.
@@ -80,6 +87,10 @@ type Config struct {
 	// `kubectl create token`'s or a pod's default one). The agents'
 	// stream tokens carry the leader's audience and so are refused here.
 	Audiences []string
+	// OwnAudience, when set, is accepted too: a token whose (unverified)
+	// aud claim names it is reviewed for OwnAudience alone, any other for
+	// Audiences. kerf-agent and kerf-leader set Audience.
+	OwnAudience string
 	// AllowTTL, DenyTTL, KnownTTL, MaxEntries, MaxNewReviews and
 	// ReviewTimeout default to the constants above.
 	AllowTTL, DenyTTL, KnownTTL time.Duration
@@ -116,6 +127,7 @@ type Authenticator struct {
 	newClient rest.Interface // tokens not known
 	newSlots  chan struct{}
 	audiences []string
+	own       string
 	timeout   time.Duration
 	now       func() time.Time
 
@@ -183,7 +195,7 @@ func New(cfg Config) (*Authenticator, error) {
 	}
 	return &Authenticator{
 		client: client, newClient: newClient, newSlots: make(chan struct{}, cfg.MaxNewReviews),
-		audiences: slices.Clone(cfg.Audiences), timeout: cfg.ReviewTimeout, now: cfg.Now,
+		audiences: slices.Clone(cfg.Audiences), own: cfg.OwnAudience, timeout: cfg.ReviewTimeout, now: cfg.Now,
 		validTokens: newTTLCache[*User](cfg.AllowTTL, cfg.MaxEntries),
 		knownTokens: newTTLCache[struct{}](cfg.KnownTTL, cfg.MaxEntries),
 		badTokens:   newTTLCache[struct{}](cfg.DenyTTL, cfg.MaxEntries),
@@ -245,6 +257,33 @@ func (a *Authenticator) Known(token string) bool {
 	return ok
 }
 
+// claimedAudiences returns the aud claim of token when it reads as a JWT,
+// unverified: it only chooses which audience the TokenReview asks about,
+// and the apiserver verifies the token for it.
+func claimedAudiences(token string) []string {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return nil
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return nil
+	}
+	var claims struct {
+		Aud json.RawMessage `json:"aud"`
+	}
+	if json.Unmarshal(payload, &claims) != nil || len(claims.Aud) == 0 {
+		return nil
+	}
+	var one string
+	if json.Unmarshal(claims.Aud, &one) == nil {
+		return []string{one}
+	}
+	var many []string
+	_ = json.Unmarshal(claims.Aud, &many)
+	return many
+}
+
 // tokenKey is the caches' key of token: its SHA-256, so that no cache
 // holds a token.
 func tokenKey(token string) string {
@@ -255,9 +294,13 @@ func tokenKey(token string) string {
 func (a *Authenticator) reviewToken(ctx context.Context, client rest.Interface, token string) (*User, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.timeout)
 	defer cancel()
+	audiences := a.audiences
+	if a.own != "" && slices.Contains(claimedAudiences(token), a.own) {
+		audiences = []string{a.own}
+	}
 	review := &authnv1.TokenReview{
 		TypeMeta: typeMeta(authnv1.SchemeGroupVersion.String(), "TokenReview"),
-		Spec:     authnv1.TokenReviewSpec{Token: token, Audiences: a.audiences},
+		Spec:     authnv1.TokenReviewSpec{Token: token, Audiences: audiences},
 	}
 	var out authnv1.TokenReview
 	if err := client.Post().AbsPath("/apis/authentication.k8s.io/v1/tokenreviews").Body(review).Do(ctx).Into(&out); err != nil {
@@ -270,8 +313,8 @@ func (a *Authenticator) reviewToken(ctx context.Context, client rest.Interface, 
 		}
 		return nil, fmt.Errorf("%w: %s", ErrUnauthenticated, reason)
 	}
-	if len(a.audiences) > 0 && !slices.ContainsFunc(out.Status.Audiences, func(s string) bool { return slices.Contains(a.audiences, s) }) {
-		return nil, fmt.Errorf("%w: the token is for %v, not %v", ErrUnauthenticated, out.Status.Audiences, a.audiences)
+	if len(audiences) > 0 && !slices.ContainsFunc(out.Status.Audiences, func(s string) bool { return slices.Contains(audiences, s) }) {
+		return nil, fmt.Errorf("%w: the token is for %v, not %v", ErrUnauthenticated, out.Status.Audiences, audiences)
 	}
 	u := &User{Name: out.Status.User.Username, UID: out.Status.User.UID, Groups: out.Status.User.Groups}
 	if len(out.Status.User.Extra) > 0 {

@@ -18,7 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/kerf-dev/kerf/internal/authn"
 	"github.com/kerf-dev/kerf/test/authtest"
@@ -238,4 +241,46 @@ func memoryNow(t *testing.T) (heap, rss uint64) {
 		}
 	}
 	return ms.HeapInuse, rss
+}
+
+// TestATokenOfKerfsAudienceIsAccepted: a server with OwnAudience (the
+// agent and the leader) takes a token minted for Kerf's audience, which
+// the apiserver itself refuses, as well as the apiserver's; a token for
+// another audience (the agents' stream tokens among them) or a forged one
+// claiming Kerf's is refused. Before, only apiserver tokens worked, so
+// every token sent to Kerf could be replayed against the apiserver.
+func TestATokenOfKerfsAudienceIsAccepted(t *testing.T) {
+	cp := controlplane.Get(t)
+	authtest.InstallReaderRoles(t, cp)
+	reader := authtest.NewCaller(t, cp, controlplane.UniqueName("audience"), "prometheus")
+	reader.BindCluster(t, cp, authtest.MetricsReader)
+	base := serveAuthorized(t, cp, authn.Config{OwnAudience: authn.Audience})
+	tokenFor := func(audience string) string {
+		tr, err := cp.Clientset.CoreV1().ServiceAccounts(reader.Namespace).CreateToken(context.Background(), reader.Name,
+			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: ptr.To[int64](600)}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		return tr.Status.Token
+	}
+	kerfToken := tokenFor(authn.Audience)
+
+	for _, c := range []struct {
+		name, token string
+		want        int
+	}{
+		{"a token of Kerf's audience", kerfToken, http.StatusOK},
+		{"an apiserver token", reader.Token, http.StatusOK},
+		{"a token of another audience", tokenFor("elsewhere"), http.StatusUnauthorized},
+		{"an agent's stream token", tokenFor("kerf-leader"), http.StatusUnauthorized},
+		{"a forged JWT claiming Kerf's audience", "eyJhbGciOiJSUzI1NiJ9.eyJhdWQiOlsia2VyZiJdLCJzdWIiOiJ4In0.c2ln", http.StatusUnauthorized},
+	} {
+		code, body := authtest.Get(t, base+"/metrics", c.token)
+		assert.Equal(t, c.want, code, "%s: %s", c.name, body)
+	}
+
+	// The apiserver does not take the Kerf token: read off a Kerf server,
+	// it opens nothing else.
+	review, err := cp.Clientset.AuthenticationV1().TokenReviews().Create(context.Background(),
+		&authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: kerfToken}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.False(t, review.Status.Authenticated, "the apiserver refuses a token of Kerf's audience for itself")
 }

@@ -45,7 +45,10 @@ func (e *Env) ReaderToken(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("create %T %s for the scenarios' reader: %w", o, o.GetName(), err)
 		}
 	}
-	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	// A token of Kerf's audience ("kerf", authn.Audience, not imported: the
+	// scenarios see Kerf from outside): Kerf's endpoints take it, the
+	// apiserver does not.
+	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{"kerf"}, ExpirationSeconds: ptr.To[int64](3600)}}
 	if err := e.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
 		return "", fmt.Errorf("token of %s/%s: %w", KerfNamespace, ReaderServiceAccount, err)
 	}
