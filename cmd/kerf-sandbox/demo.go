@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -155,7 +156,12 @@ func runDemo(args []string) int {
 		}
 	}
 
-	leaderURL, _ := e.LeaderURL(ctx)
+	// curl reaches the elected leader by its pod's address and checks
+	// the certificate for the Service's name.
+	leaderHostPort := "<leader pod IP>:9401"
+	if u, err := e.LeaderURL(ctx); err == nil {
+		leaderHostPort = strings.TrimPrefix(u, "https://")
+	}
 	proxyURL, err := leaderProxy(ctx, e, log)
 	if err != nil {
 		proxyURL = "(no local proxy: " + err.Error() + ")"
@@ -169,9 +175,11 @@ func runDemo(args []string) int {
   kubectl -n %s describe rsr %s
   kubectl -n %s describe rsr %s   # the recommender's: its Refused event and refused action say what it held back and why
   kubectl -n %s get events --field-selector type=Warning
-  TOKEN=$(kubectl -n kerf-system create token kerf-scenario-reader)   # bound to kerf-metrics-reader and kerf-audit-reader
-  curl -s -H "Authorization: Bearer $TOKEN" '%s/v1/audit?type=rolled_back'   # the audit API (the elected leader)
-  curl -s -H "Authorization: Bearer $TOKEN" %s/metrics | grep kerf_actions_total
+  TOKEN=$(kubectl -n kerf-system create token kerf-scenario-reader --audience kerf)   # bound to kerf-metrics-reader and kerf-audit-reader; Kerf's audience only
+  kubectl -n kerf-system get configmap kerf-leader-ca -o jsonpath='{.data.ca\.crt}' > kerf-leader-ca.crt   # the leader's HTTPS certificate is for %s
+  LEADER="--cacert kerf-leader-ca.crt --connect-to %s:%d:%s https://%s:%d"
+  curl -s -H "Authorization: Bearer $TOKEN" $LEADER'/v1/audit?type=rolled_back'   # the audit API (the elected leader)
+  curl -s -H "Authorization: Bearer $TOKEN" $LEADER/metrics | grep kerf_actions_total
 
   The leader's web pages, open them in a browser on this machine (a local proxy of
   this demo adds the reader's token the leader asks for; docs/web.md says what to
@@ -186,7 +194,8 @@ func runDemo(args []string) int {
   curl -s --cacert %s -H "Authorization: Bearer $(cat %s)" %s/v1/clusters
 
 The cluster stays up until Ctrl-C.
-`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, describe, demoNamespace, scenario.RecommendWorkload.Name, demoNamespace, leaderURL, leaderURL, proxyURL, demoNamespace, proxyURL, demoNamespace, scenario.RecommendWorkload.Name,
+`, in.Cluster.Kubeconfig, in.Kubectl, demoNamespace, describe, demoNamespace, scenario.RecommendWorkload.Name, demoNamespace,
+		scenario.LeaderServerName, scenario.LeaderServerName, scenario.LeaderMetricsPort, leaderHostPort, scenario.LeaderServerName, scenario.LeaderMetricsPort, proxyURL, demoNamespace, proxyURL, demoNamespace, scenario.RecommendWorkload.Name,
 		in.Hub.ReadTokenFile, in.Hub.CAFile, in.Hub.URL, in.Hub.URL,
 		in.Hub.CAFile, in.Hub.ReadTokenFile, in.Hub.URL, in.Hub.CAFile, in.Hub.ReadTokenFile, in.Hub.URL)
 	if ctx.Err() == nil {
