@@ -113,8 +113,9 @@ type OOMTracerOptions struct {
 	// Hook, when set, forces that hook instead of trying Hooks in order.
 	Hook Hook
 	// ProcRoot is the procfs mount used to resolve victims the BPF program
-	// could not read; the default is /proc. It must show the host's pid
-	// namespace (the agent runs with hostPID).
+	// could not read; the default is /proc. Only one that shows the host's
+	// pid namespace resolves them (an agent run with hostPID, which the
+	// manifests no longer ask for: docs/install.md).
 	ProcRoot string
 	// KernelTypes, when set, replaces /sys/kernel/btf/vmlinux for CO-RE
 	// relocations, for kernels that ship no BTF (e.g. a BTFHub file).
