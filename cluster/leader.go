@@ -652,9 +652,9 @@ func (l *Leader) Run(ctx context.Context) error {
 }
 
 // serverTLS resolves the certificate source of one of the replica's
-// servers (the webhook, the stream), the same way for both: the user's
-// files, or a self-managed certificate shared by every replica through a
-// Secret.
+// servers (the webhook, the stream, the endpoints), the same way for all:
+// the user's files, or a self-managed certificate shared by every replica
+// through a Secret, which it also returns.
 func (l *Leader) serverTLS(ctx context.Context, server string, src cert.Source) (*tls.Config, *cert.SelfManaged, error) {
 	// One certificate source serves every server that names it (the
 	// stream's serves the endpoints too): one Secret, one renewal loop.
