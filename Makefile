@@ -20,6 +20,7 @@ help:
 ## deps: install apt packages and build the control plane into bin/ (idempotent)
 deps:
 	@hack/apt.sh
+	@hack/vmkernel.sh
 	@hack/controlplane.sh
 
 ## generate: regenerate committed generated code (BPF objects, deepcopy, CRDs, protobuf)

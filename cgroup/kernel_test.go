@@ -30,23 +30,27 @@ func cgroupPath(tb testing.TB, m cgroup.Mount, dir string) string {
 	return p
 }
 
+// TestKernelCPUStatCountsThrottlingOfABusyLoop runs on cgroup v1 here and
+// on v2 in the VM (TestKernelTestsOnCgroupV2InAVM): cpu.stat's
+// nr_periods, nr_throttled and throttled_time (v1, ns) or throttled_usec
+// (v2) read the same.
 func TestKernelCPUStatCountsThrottlingOfABusyLoop(t *testing.T) {
-	h, m := kerneltest.V1Controller(t, "cpu")
+	h, m := kerneltest.Controller(t, "cpu")
 	dir := kerneltest.MakeCgroup(t, m.Path)
 	cg := cgroupPath(t, m, dir)
 	p, err := h.Path("cpu", cg)
 	require.NoError(t, err)
 	require.Equal(t, dir, p)
 	const period = 100 * time.Millisecond
-	kerneltest.WriteFile(t, dir, "cpu.cfs_period_us", "100000")
-	kerneltest.WriteFile(t, dir, "cpu.cfs_quota_us", "20000") // 20% of a CPU
+	kerneltest.SetCPUQuota(t, m, dir, 20*time.Millisecond, period) // 20% of a CPU
 
 	r, err := h.OpenCPUStat(cg)
 	require.NoError(t, err)
 	defer r.Close()
 	var s cgroup.CPUStat
 	require.NoError(t, r.Read(&s))
-	assert.Equal(t, cgroup.CPUStat{}, s, "a new cgroup has no periods")
+	assert.Zero(t, s.Periods, "a new cgroup has no periods")
+	assert.Zero(t, s.Throttled)
 
 	cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
 	require.NoError(t, cmd.Start())
@@ -92,7 +96,7 @@ func TestKernelCPUStatCountsThrottlingOfABusyLoop(t *testing.T) {
 }
 
 func TestKernelReaderReportsRemovedCgroupAsGone(t *testing.T) {
-	_, m := kerneltest.V1Controller(t, "cpu")
+	_, m := kerneltest.Controller(t, "cpu")
 	dir := kerneltest.MakeCgroup(t, m.Path)
 	r, err := cgroup.OpenCPUStat(dir)
 	require.NoError(t, err)
@@ -110,6 +114,8 @@ func TestKernelReaderReportsRemovedCgroupAsGone(t *testing.T) {
 	assert.ErrorIs(t, err, cgroup.ErrGone)
 }
 
+// TestKernelOOMControlReadsAV1MemoryCgroup is v1's: memory.oom_control
+// has no v2 file. Its v2 twin is TestKernelMemoryEventsCountAV2OOMKill.
 func TestKernelOOMControlReadsAV1MemoryCgroup(t *testing.T) {
 	h, m := kerneltest.V1Controller(t, "memory")
 	dir := kerneltest.MakeCgroup(t, m.Path)
@@ -140,10 +146,61 @@ func TestKernelOOMControlReadsAV1MemoryCgroup(t *testing.T) {
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = r.Read(&c) }))
 }
 
+// TestKernelMemoryEventsCountAV2OOMKill is v2's: the memory controller
+// counts OOM kills in memory.events (oom_kill), which a kubelet's v2 node
+// has and v1 lacks (TestKernelOOMControlReadsAV1MemoryCgroup is its v1
+// twin). It runs in the VM (TestKernelTestsOnCgroupV2InAVM). A helper
+// process touches 64 MiB in a cgroup of memory.max 32 MiB: the kernel
+// kills it, and the reader the agent opens for the cgroup counts it.
+func TestKernelMemoryEventsCountAV2OOMKill(t *testing.T) {
+	h, m := kerneltest.Controller(t, "memory")
+	if m.Version != 2 {
+		t.Skipf("memory.events is cgroup v2's; this machine has the memory controller on v%d (TestKernelOOMControlReadsAV1MemoryCgroup reads v1's; the VM runs this one)", m.Version)
+	}
+	dir := kerneltest.MakeCgroup(t, m.Path)
+	kerneltest.WriteFile(t, dir, "memory.max", strconv.Itoa(helperAlloc/2))
+	kerneltest.WriteFile(t, dir, "memory.swap.max", "0")
+	kills, err := h.OpenOOMKills(cgroupPath(t, m, dir))
+	require.NoError(t, err)
+	defer kills.Close()
+	require.IsType(t, &cgroup.MemoryEventsReader{}, kills)
+	n, err := kills.OOMKills()
+	require.NoError(t, err)
+	require.Zero(t, n, "a new cgroup has no OOM kill")
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), usageHelperEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	kerneltest.WriteFile(t, dir, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
+	_, err = fmt.Fprintln(stdin, "go")
+	require.NoError(t, err)
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "the helper is killed")
+	assert.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
+
+	n, err = kills.OOMKills()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), n, "memory.events counts the kill")
+	r, err := cgroup.OpenMemoryEvents(dir)
+	require.NoError(t, err)
+	defer r.Close()
+	var e cgroup.MemoryEvents
+	require.NoError(t, r.Read(&e))
+	t.Logf("memory.events after the kill: %+v", e)
+	assert.Positive(t, e.OOM, "the limit was hit")
+}
+
 func TestKernelIDIndexMapsCgroupIDsToPaths(t *testing.T) {
-	h, m := kerneltest.V1Controller(t, "memory")
-	trees := map[string]cgroup.Mount{"v1 memory": m}
-	if u, ok := h.Unified(); ok {
+	h, m := kerneltest.Controller(t, "memory")
+	trees := map[string]cgroup.Mount{fmt.Sprintf("v%d memory", m.Version): m}
+	if u, ok := h.Unified(); ok && u.Path != m.Path {
 		trees["v2"] = u
 	}
 	for name, m := range trees {

@@ -198,6 +198,84 @@ func TestKernelUsageOfABusyProcessMatchesTheKernel(t *testing.T) {
 	assert.ErrorIs(t, err, cgroup.ErrGone)
 }
 
+// TestKernelUsageOfABusyProcessMatchesAV2Kernel is the v2 twin of
+// TestKernelUsageOfABusyProcessMatchesTheKernel, which reads v1's
+// cpuacct and memory files: here cpu.stat's usage_usec, memory.current,
+// memory.stat's inactive_file and memory.peak of one unified cgroup. It
+// runs in the VM (TestKernelTestsOnCgroupV2InAVM).
+func TestKernelUsageOfABusyProcessMatchesAV2Kernel(t *testing.T) {
+	h, m := kerneltest.Controller(t, "memory")
+	if m.Version != 2 {
+		t.Skipf("reads cgroup v2's files; this machine has the memory controller on v%d (TestKernelUsageOfABusyProcessMatchesTheKernel reads v1's; the VM runs this one)", m.Version)
+	}
+	kerneltest.Controller(t, "cpu")
+	dir := kerneltest.MakeCgroup(t, m.Path)
+	cg := cgroupPath(t, m, dir)
+
+	r, err := h.OpenUsage(cg)
+	require.NoError(t, err)
+	defer r.Close()
+	var before cgroup.Usage
+	require.NoError(t, r.Read(&before))
+	assert.True(t, before.PeakAvailable, "6.1 has memory.peak")
+	assert.Zero(t, before.CPU, "a new cgroup has used nothing")
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), usageHelperEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	pid := cmd.Process.Pid
+	kerneltest.WriteFile(t, dir, "cgroup.procs", strconv.Itoa(pid))
+	_, err = io.WriteString(stdin, "go\n")
+	require.NoError(t, err)
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "done\n", line)
+
+	var u cgroup.Usage
+	require.NoError(t, r.Read(&u))
+	t.Logf("after burning %v and touching %d MiB: %+v", helperBurn, helperAlloc>>20, u)
+
+	var stat cgroup.CPUStat
+	require.NoError(t, cgroup.ParseCPUStat(readKernelFile(t, dir, "cpu.stat"), &stat))
+	assert.GreaterOrEqual(t, u.CPU, helperBurn-5*time.Millisecond)
+	assert.LessOrEqual(t, u.CPU, procCPU(t, pid)+20*time.Millisecond, "the cgroup holds only the helper")
+	assert.GreaterOrEqual(t, stat.Usage, u.CPU)
+	assert.InDelta(t, stat.Usage, u.CPU, float64(10*time.Millisecond))
+
+	var kernelMem, kernelPeak uint64
+	var kernelStat cgroup.MemoryStat
+	require.NoError(t, cgroup.ParseValue(readKernelFile(t, dir, "memory.current"), &kernelMem))
+	require.NoError(t, cgroup.ParseMemoryStatV2(readKernelFile(t, dir, "memory.stat"), &kernelStat))
+	require.NoError(t, cgroup.ParseValue(readKernelFile(t, dir, "memory.peak"), &kernelPeak))
+	const slack = 1 << 20
+	assert.GreaterOrEqual(t, u.WorkingSet, uint64(helperAlloc))
+	assert.LessOrEqual(t, u.WorkingSet, u.Memory)
+	assert.InDelta(t, kernelMem, u.Memory, slack)
+	assert.InDelta(t, cgroup.WorkingSet(kernelMem, kernelStat.InactiveFile), u.WorkingSet, slack)
+	assert.GreaterOrEqual(t, u.Peak, u.Memory)
+	assert.InDelta(t, kernelPeak, u.Peak, slack)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = r.Read(&u) }))
+
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	var after cgroup.Usage
+	require.NoError(t, r.Read(&after))
+	assert.Less(t, after.Memory, uint64(helperAlloc))
+	assert.Equal(t, u.Peak, after.Peak, "the peak stays once the memory is uncharged")
+
+	kerneltest.RemoveCgroup(t, dir)
+	err = r.Read(&after)
+	assert.ErrorIs(t, err, cgroup.ErrGone)
+}
+
 // usageCgroups makes n real v1 cgroups, each in the cpuacct and the memory
 // tree, and opens a cgroup.UsageReader on each.
 func usageCgroups(b *testing.B, n int) []*cgroup.UsageReader {

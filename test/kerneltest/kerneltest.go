@@ -44,6 +44,43 @@ func V1Controller(tb testing.TB, controller string) (*cgroup.Hierarchy, cgroup.M
 	return h, m
 }
 
+// Controller returns this machine's hierarchy and the mount that holds
+// controller, on cgroup v1 or v2, or skips the test: it needs root and
+// readable cgroups. On v2 it enables the controller for the root's
+// children (cgroup.subtree_control), as a kubelet does for its pods, so
+// the cgroups a test makes under the mount have its files. The host here
+// has its controllers on v1; the VM of test/vmtest has them on v2.
+func Controller(tb testing.TB, controller string) (*cgroup.Hierarchy, cgroup.Mount) {
+	tb.Helper()
+	if uid := os.Geteuid(); uid != 0 {
+		tb.Skipf("needs root to create cgroups: running as uid %d", uid)
+	}
+	h, err := cgroup.Detect()
+	if err != nil {
+		tb.Skipf("cannot read this machine's cgroups: %v", err)
+	}
+	m, ok := h.Controller(controller)
+	if !ok {
+		tb.Skipf("the cgroup %s controller is on no hierarchy (cgroup mode %s)", controller, h.Mode)
+	}
+	if m.Version == 2 {
+		WriteFile(tb, m.Path, "cgroup.subtree_control", "+"+controller)
+	}
+	return h, m
+}
+
+// SetCPUQuota gives the cgroup dir of m a CFS quota per period: the v1
+// files cpu.cfs_quota_us and cpu.cfs_period_us, or v2's cpu.max.
+func SetCPUQuota(tb testing.TB, m cgroup.Mount, dir string, quota, period time.Duration) {
+	tb.Helper()
+	if m.Version == 2 {
+		WriteFile(tb, dir, "cpu.max", fmt.Sprintf("%d %d", quota.Microseconds(), period.Microseconds()))
+		return
+	}
+	WriteFile(tb, dir, "cpu.cfs_period_us", strconv.FormatInt(period.Microseconds(), 10))
+	WriteFile(tb, dir, "cpu.cfs_quota_us", strconv.FormatInt(quota.Microseconds(), 10))
+}
+
 // MakeCgroup creates a cgroup directory under parent and removes it when
 // the test ends (RemoveCgroup).
 func MakeCgroup(tb testing.TB, parent string) string {
