@@ -17,7 +17,7 @@ all: build
 help:
 	@awk '/^## [a-z0-9-]+:/ { sub(/^## /, ""); i = index($$0, ":"); printf "  %-17s %s\n", substr($$0, 1, i - 1), substr($$0, i + 2) }' $(MAKEFILE_LIST)
 
-## deps: install apt packages and build the control plane into bin/ (idempotent)
+## deps: install apt packages, fetch the VM tests' kernel into bin/vm/ and build the control plane into bin/ (idempotent)
 deps:
 	@hack/apt.sh
 	@hack/vmkernel.sh
