@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -85,6 +86,15 @@ func memoryCgroup(t testing.TB, h *cgroup.Hierarchy) (root, p, dir string) {
 		}
 	})
 	dir = dirs[0]
+	if mem.Version == 2 {
+		// v2 gives a cgroup the memory files only where its parent
+		// delegates the controller, as a kubelet's slices do down to the
+		// container (the VM of test/vmtest).
+		kerneltest.WriteFile(t, mem.Path, "cgroup.subtree_control", "+memory")
+		for _, d := range slices.Backward(dirs[1:]) { // the top first
+			kerneltest.WriteFile(t, d, "cgroup.subtree_control", "+memory")
+		}
+	}
 	limit := []byte(strconv.Itoa(32 << 20))
 	if mem.Version == 2 {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "memory.max"), limit, 0))
