@@ -22,9 +22,27 @@ import (
 // under its limit does.
 const allocEnv = "KERF_NODE_TEST_ALLOCATE"
 
+// holdEnv makes the test binary a process that waits for a byte on
+// stdin (its parent moves it into a cgroup first), touches the number of
+// bytes the variable says and then spins: a busy container of known
+// memory, whatever the shell of the machine (busybox in the VM).
+const holdEnv = "KERF_NODE_TEST_HOLD"
+
 var allocated [][]byte
 
 func init() {
+	if n, err := strconv.Atoi(os.Getenv(holdEnv)); err == nil {
+		var b [1]byte
+		_, _ = os.Stdin.Read(b[:])
+		held := make([]byte, n)
+		for i := 0; i < len(held); i += 4096 {
+			held[i] = 1
+		}
+		allocated = append(allocated, held)
+		for {
+			held[0]++
+		}
+	}
 	if os.Getenv(allocEnv) == "" {
 		return
 	}
@@ -122,16 +140,22 @@ func killChild(t *testing.T, memDir string) {
 func TestKernelOOMKillCountIsAbsoluteAcrossAgentRestarts(t *testing.T) {
 	k := newKernelTree(t)
 	c, _ := k.add(t, "oomc")
-	var memDir string
+	var memDir, limitFile, swapFile string
 	for _, d := range k.dirs("oomc") {
-		if _, err := os.Stat(filepath.Join(d, "memory.limit_in_bytes")); err == nil {
-			memDir = d
+		for _, files := range [][2]string{{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"}, {"memory.max", "memory.swap.max"}} {
+			if _, err := os.Stat(filepath.Join(d, files[0])); err == nil {
+				memDir, limitFile, swapFile = d, files[0], files[1]
+			}
 		}
 	}
 	require.NotEmpty(t, memDir, "the container's memory cgroup")
 	limit := strconv.Itoa(32 << 20)
-	require.NoError(t, os.WriteFile(filepath.Join(memDir, "memory.limit_in_bytes"), []byte(limit), 0))
-	_ = os.WriteFile(filepath.Join(memDir, "memory.memsw.limit_in_bytes"), []byte(limit), 0)
+	require.NoError(t, os.WriteFile(filepath.Join(memDir, limitFile), []byte(limit), 0))
+	swap := limit // v1's memsw counts memory and swap
+	if swapFile == "memory.swap.max" {
+		swap = "0"
+	}
+	_ = os.WriteFile(filepath.Join(memDir, swapFile), []byte(swap), 0)
 
 	first := startAgentRun(t, k, c)
 	killChild(t, memDir)

@@ -1,8 +1,8 @@
 package node
 
 // Tests and benchmarks on the real kernel: they create cgroups in the v1 cpu
-// hierarchy, so they need root (CI runs as root) and skip with the reason
-// otherwise.
+// hierarchy here, and in the v2 tree in the VM (TestKernelSamplerOnCgroupV2InAVM),
+// so they need root (CI runs as root) and skip with the reason otherwise.
 
 import (
 	"fmt"
@@ -41,15 +41,26 @@ type kernelTree struct {
 }
 
 // newKernelTree makes kerf-sampler-<rand> in the v1 cpu, cpuacct and memory
-// hierarchies, removed with its children when the test ends, or skips the
-// test.
+// hierarchies, or in the v2 tree, removed with its children when the test
+// ends, or skips the test.
+//
+// On cgroup v2 (the VM of test/vmtest) the one tree holds every
+// controller: the parent delegates cpu and memory to its children, as a
+// kubelet's pod cgroup does to its containers.
 func newKernelTree(tb testing.TB) *kernelTree {
 	tb.Helper()
-	h, m := kerneltest.V1Controller(tb, "cpu")
+	h, m := kerneltest.Controller(tb, "cpu")
+	if m.Version == 2 {
+		kerneltest.Controller(tb, "memory")
+	}
 	name := fmt.Sprintf("kerf-sampler-%08x", rand.Uint32())
 	k := &kernelTree{h: h, m: m, parent: filepath.Join(m.Path, name)}
 	require.NoError(tb, os.Mkdir(k.parent, 0o755))
 	tb.Cleanup(func() { kerneltest.RemoveCgroup(tb, k.parent) })
+	if m.Version == 2 {
+		kerneltest.WriteFile(tb, k.parent, "cgroup.subtree_control", "+cpu +memory")
+		return k
+	}
 	for _, ctrl := range []string{"cpuacct", "memory"} {
 		_, o := kerneltest.V1Controller(tb, ctrl)
 		if o.Path == m.Path || slices.Contains(k.others, filepath.Join(o.Path, name)) {
@@ -120,8 +131,7 @@ func TestKernelSamplerSeesThrottlingOfABusyLoop(t *testing.T) {
 		cs, dirs = append(cs, c), append(dirs, dir)
 	}
 	busy := dirs[0]
-	kerneltest.WriteFile(t, busy, "cpu.cfs_period_us", "100000")
-	kerneltest.WriteFile(t, busy, "cpu.cfs_quota_us", "20000") // 20% of a CPU
+	kerneltest.SetCPUQuota(t, k.m, busy, 20*time.Millisecond, 100*time.Millisecond) // 20% of a CPU
 
 	s := countersOnly(NewSampler(k.h))
 	defer s.Close()
@@ -165,6 +175,7 @@ func TestKernelSamplerSeesThrottlingOfABusyLoop(t *testing.T) {
 	require.Len(t, latest, n)
 	for i, c := range cs {
 		want := readCPUStat(t, dirs[i])
+		want.Usage = 0 // v2's cpu.stat has the usage too, which countersOnly does not read
 		got := latest[c.Key()]
 		assert.Equal(t, want, cgroup.CPUStat{Periods: got.Periods, Throttled: got.Throttled, ThrottledTime: got.ThrottledTime}, c.Name)
 	}
@@ -227,14 +238,17 @@ func TestKernelSamplerDropsRemovedCgroupWithoutError(t *testing.T) {
 }
 
 // TestKernelSamplerReadsUsageAsTheKernelReports runs a process that holds
-// 30 MB and spins in a real cgroup (v1 cpu, cpuacct, memory) and checks the
+// 30 MB and spins in a real cgroup (v1 cpu, cpuacct, memory, or v2) and checks the
 // sampler's usage and the collector's series against the kernel's files
 // read right after.
 func TestKernelSamplerReadsUsageAsTheKernelReports(t *testing.T) {
 	k := newKernelTree(t)
 	c, _ := k.add(t, "u")
 	dirs := k.dirs("u")
-	cmd := exec.Command("/bin/sh", "-c", `sleep 0.3; x=$(head -c 30000000 /dev/zero | tr '\0' a); while :; do :; done`)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), holdEnv+"=30000000")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -243,6 +257,8 @@ func TestKernelSamplerReadsUsageAsTheKernelReports(t *testing.T) {
 	for _, d := range dirs {
 		kerneltest.WriteFile(t, d, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
 	}
+	_, err = stdin.Write([]byte{1})
+	require.NoError(t, err)
 	s := NewSampler(k.h)
 	defer s.Close()
 	require.True(t, s.UsageEnabled())
@@ -262,8 +278,12 @@ func TestKernelSamplerReadsUsageAsTheKernelReports(t *testing.T) {
 				continue
 			}
 			if name == "memory.stat" {
+				parse := cgroup.ParseMemoryStatV1
+				if k.m.Version == 2 {
+					parse = cgroup.ParseMemoryStatV2
+				}
 				var st cgroup.MemoryStat
-				require.NoError(t, cgroup.ParseMemoryStatV1(data, &st))
+				require.NoError(t, parse(data, &st))
 				return st.InactiveFile
 			}
 			v, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
@@ -273,12 +293,17 @@ func TestKernelSamplerReadsUsageAsTheKernelReports(t *testing.T) {
 		t.Fatalf("no %s in %v", name, dirs)
 		return 0
 	}
-	cpu, mem, inactive, peak := read("cpuacct.usage"), read("memory.usage_in_bytes"), read("memory.stat"), read("memory.max_usage_in_bytes")
-	t.Logf("sampler %+v; kernel after: cpuacct.usage %d, usage %d, inactive file %d, max usage %d", got.Usage, cpu, mem, inactive, peak)
+	var cpu, mem, inactive, peak uint64
+	if k.m.Version == 2 {
+		cpu, mem, inactive, peak = uint64(readCPUStat(t, dirs[0]).Usage), read("memory.current"), read("memory.stat"), read("memory.peak")
+	} else {
+		cpu, mem, inactive, peak = read("cpuacct.usage"), read("memory.usage_in_bytes"), read("memory.stat"), read("memory.max_usage_in_bytes")
+	}
+	t.Logf("sampler %+v; kernel after: CPU %d ns, memory %d, inactive file %d, peak %d", got.Usage, cpu, mem, inactive, peak)
 	assert.GreaterOrEqual(t, cpu, uint64(got.Usage.CPU), "CPU time only grows")
 	assert.Less(t, cpu-uint64(got.Usage.CPU), uint64(200*time.Millisecond), "read moments apart")
 	assert.Greater(t, got.Usage.CPU, 10*time.Millisecond, "the loop spun (for what a loaded machine gave it)")
-	assert.Greater(t, got.Usage.WorkingSet, uint64(25e6), "the shell holds 30 MB")
+	assert.Greater(t, got.Usage.WorkingSet, uint64(25e6), "the helper holds 30 MB")
 	assert.InDelta(t, float64(cgroup.WorkingSet(mem, inactive)), float64(got.Usage.WorkingSet), 2<<20, "the working set holds still")
 	assert.Equal(t, peak, got.Usage.Peak, "the first report's peak is the kernel's")
 	assert.GreaterOrEqual(t, got.Usage.Peak, got.Usage.WorkingSet)
