@@ -64,6 +64,33 @@ func usageHelper() {
 	runtime.KeepAlive(buf)
 }
 
+// runUsageHelper starts usageHelper, moves it into the cgroup directories
+// dirs and returns once it has allocated and burned; it holds its memory
+// until it is killed, at the latest when the test ends.
+func runUsageHelper(t *testing.T, dirs ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), usageHelperEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	for _, dir := range dirs {
+		kerneltest.WriteFile(t, dir, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
+	}
+	_, err = io.WriteString(stdin, "go\n")
+	require.NoError(t, err)
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "done\n", line)
+	return cmd
+}
+
 // processCPU returns the CPU time this process has used, all threads.
 func processCPU() time.Duration {
 	var ts unix.Timespec
@@ -123,25 +150,8 @@ func TestKernelUsageOfABusyProcessMatchesTheKernel(t *testing.T) {
 	require.NoError(t, r.Read(&before))
 	assert.Equal(t, cgroup.Usage{PeakAvailable: true}, before, "a new cgroup has used nothing")
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), usageHelperEnv+"=1")
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	cmd := runUsageHelper(t, cpuDir, memDir)
 	pid := cmd.Process.Pid
-	kerneltest.WriteFile(t, cpuDir, "cgroup.procs", strconv.Itoa(pid))
-	kerneltest.WriteFile(t, memDir, "cgroup.procs", strconv.Itoa(pid))
-	_, err = io.WriteString(stdin, "go\n")
-	require.NoError(t, err)
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "done\n", line)
 
 	var u cgroup.Usage
 	require.NoError(t, r.Read(&u))
@@ -220,24 +230,8 @@ func TestKernelUsageOfABusyProcessMatchesAV2Kernel(t *testing.T) {
 	assert.True(t, before.PeakAvailable, "6.1 has memory.peak")
 	assert.Zero(t, before.CPU, "a new cgroup has used nothing")
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), usageHelperEnv+"=1")
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	cmd := runUsageHelper(t, dir)
 	pid := cmd.Process.Pid
-	kerneltest.WriteFile(t, dir, "cgroup.procs", strconv.Itoa(pid))
-	_, err = io.WriteString(stdin, "go\n")
-	require.NoError(t, err)
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "done\n", line)
 
 	var u cgroup.Usage
 	require.NoError(t, r.Read(&u))

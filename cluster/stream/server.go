@@ -395,8 +395,9 @@ func (s *Server) Connect(st grpc.BidiStreamingServer[streamv1.AgentMessage, stre
 	in := newIngest(s, a.node, hello)
 	defer s.releaseNode(a.node, id)
 	defer s.reauthenticate(ctx, cancel, token, log)()
-	if len(hello.GetMetricsCsr()) > 0 {
-		reply, err := s.metricsCertificate(a.node, hello.GetMetricsCsr(), log)
+	// answer closes the stream on err (a malformed message, with its
+	// reason), else sends reply when there is one.
+	answer := func(reply *streamv1.LeaderMessage, err error) error {
 		if err != nil {
 			var m *malformedError
 			if errors.As(err, &m) {
@@ -406,9 +407,13 @@ func (s *Server) Connect(st grpc.BidiStreamingServer[streamv1.AgentMessage, stre
 			return err
 		}
 		if reply != nil {
-			if err := st.Send(reply); err != nil {
-				return err
-			}
+			return st.Send(reply)
+		}
+		return nil
+	}
+	if len(hello.GetMetricsCsr()) > 0 {
+		if err := answer(s.metricsCertificate(a.node, hello.GetMetricsCsr(), log)); err != nil {
+			return err
 		}
 	}
 
@@ -457,18 +462,8 @@ func (s *Server) Connect(st grpc.BidiStreamingServer[streamv1.AgentMessage, stre
 		default:
 			err = malformed("empty_message", "message has no body")
 		}
-		if err != nil {
-			var m *malformedError
-			if errors.As(err, &m) {
-				log.Warn("closing stream", "reason", m.reason, "err", m.msg)
-				return s.refuse(m.code, m.reason, "%s: %s", m.reason, m.msg)
-			}
+		if err := answer(reply, err); err != nil {
 			return err
-		}
-		if reply != nil {
-			if err := st.Send(reply); err != nil {
-				return err
-			}
 		}
 	}
 }

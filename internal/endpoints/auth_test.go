@@ -30,26 +30,11 @@ import (
 
 func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Hooks{}) }
 
-// serveAuthorized serves reg's /metrics behind an Authenticator of cp's
-// apiserver, as the agent and the leader do.
+// serveAuthorized serves a registry with kerf_test_total on /metrics
+// behind an Authenticator of cp's apiserver, as the agent and the leader
+// do.
 func serveAuthorized(t *testing.T, cp *controlplane.ControlPlane, cfg authn.Config) string {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "kerf_test_total", Help: "A test counter."})
-	reg.MustRegister(c)
-	cfg.REST = cp.Config
-	a, err := authn.New(cfg)
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- New(reg, nil, MetricsAuthorizedBy(a)).ServeListener(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-errc)
-	})
-	return "http://" + ln.Addr().String()
+	return serveAuthorizedBy(t, cp.Config, cfg)
 }
 
 // TestMetricsAskTheCallersToken checks /metrics against real tokens on a
@@ -209,6 +194,8 @@ func TestAKnownTokenGetsThroughAFloodOfNewOnes(t *testing.T) {
 // configuration (its rate limit).
 func serveAuthorizedBy(t *testing.T, rc *rest.Config, cfg authn.Config) string {
 	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "kerf_test_total", Help: "A test counter."}))
 	cfg.REST = rc
 	a, err := authn.New(cfg)
 	require.NoError(t, err)
@@ -216,7 +203,7 @@ func serveAuthorizedBy(t *testing.T, rc *rest.Config, cfg authn.Config) string {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- New(prometheus.NewRegistry(), nil, MetricsAuthorizedBy(a)).ServeListener(ctx, ln) }()
+	go func() { errc <- New(reg, nil, MetricsAuthorizedBy(a)).ServeListener(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-errc)

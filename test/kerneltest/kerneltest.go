@@ -27,17 +27,7 @@ import (
 // the controller on v1.
 func V1Controller(tb testing.TB, controller string) (*cgroup.Hierarchy, cgroup.Mount) {
 	tb.Helper()
-	if uid := os.Geteuid(); uid != 0 {
-		tb.Skipf("needs root to create cgroups: running as uid %d", uid)
-	}
-	h, err := cgroup.Detect()
-	if err != nil {
-		tb.Skipf("cannot read this machine's cgroups: %v", err)
-	}
-	m, ok := h.Controller(controller)
-	if !ok {
-		tb.Skipf("the cgroup v1 %s controller is not mounted (cgroup mode %s)", controller, h.Mode)
-	}
+	h, m := mounted(tb, controller)
 	if m.Version != 1 {
 		tb.Skipf("needs the cgroup v1 %s controller: this machine has it on cgroup v2 (mode %s)", controller, h.Mode)
 	}
@@ -52,6 +42,17 @@ func V1Controller(tb testing.TB, controller string) (*cgroup.Hierarchy, cgroup.M
 // has its controllers on v1; the VM of test/vmtest has them on v2.
 func Controller(tb testing.TB, controller string) (*cgroup.Hierarchy, cgroup.Mount) {
 	tb.Helper()
+	h, m := mounted(tb, controller)
+	if m.Version == 2 {
+		WriteFile(tb, m.Path, "cgroup.subtree_control", "+"+controller)
+	}
+	return h, m
+}
+
+// mounted returns the hierarchy and the mount that holds controller, or
+// skips the test saying why there is none.
+func mounted(tb testing.TB, controller string) (*cgroup.Hierarchy, cgroup.Mount) {
+	tb.Helper()
 	if uid := os.Geteuid(); uid != 0 {
 		tb.Skipf("needs root to create cgroups: running as uid %d", uid)
 	}
@@ -62,9 +63,6 @@ func Controller(tb testing.TB, controller string) (*cgroup.Hierarchy, cgroup.Mou
 	m, ok := h.Controller(controller)
 	if !ok {
 		tb.Skipf("the cgroup %s controller is on no hierarchy (cgroup mode %s)", controller, h.Mode)
-	}
-	if m.Version == 2 {
-		WriteFile(tb, m.Path, "cgroup.subtree_control", "+"+controller)
 	}
 	return h, m
 }
