@@ -51,9 +51,10 @@ const (
 	// DefaultReviewTimeout bounds one review's request to the apiserver.
 	DefaultReviewTimeout = 10 * time.Second
 	// DefaultKnownTTL is how long a token stays known after a review found
-	// it valid: its next reviews take the known tokens' lane, which a
-	// flood of new tokens cannot fill. A projected service-account token
-	// is replaced after at most 48 minutes.
+	// it valid and its user was allowed an access: its next reviews take
+	// the known tokens' lane, which a flood of new tokens cannot fill. A
+	// projected service-account token is replaced after at most 48
+	// minutes.
 	DefaultKnownTTL = time.Hour
 	// DefaultMaxNewReviews bounds the TokenReviews of tokens not known
 	// that run at once; one more is refused at once (ErrBusy).
@@ -132,12 +133,15 @@ type Authenticator struct {
 	now       func() time.Time
 
 	validTokens *ttlCache[*User]
-	knownTokens *ttlCache[struct{}]
-	badTokens   *ttlCache[struct{}]
-	allowed     *ttlCache[struct{}]
-	denied      *ttlCache[struct{}]
-	tokenCalls  flight[*User]
-	accessCalls flight[bool]
+	// knownTokens holds each valid token's userKey; allowedUsers the
+	// users allowed an access. Known wants both.
+	knownTokens  *ttlCache[string]
+	allowedUsers *ttlCache[struct{}]
+	badTokens    *ttlCache[struct{}]
+	allowed      *ttlCache[struct{}]
+	denied       *ttlCache[struct{}]
+	tokenCalls   flight[*User]
+	accessCalls  flight[bool]
 }
 
 var reviewScheme = runtime.NewScheme()
@@ -196,11 +200,12 @@ func New(cfg Config) (*Authenticator, error) {
 	return &Authenticator{
 		client: client, newClient: newClient, newSlots: make(chan struct{}, cfg.MaxNewReviews),
 		audiences: slices.Clone(cfg.Audiences), own: cfg.OwnAudience, timeout: cfg.ReviewTimeout, now: cfg.Now,
-		validTokens: newTTLCache[*User](cfg.AllowTTL, cfg.MaxEntries),
-		knownTokens: newTTLCache[struct{}](cfg.KnownTTL, cfg.MaxEntries),
-		badTokens:   newTTLCache[struct{}](cfg.DenyTTL, cfg.MaxEntries),
-		allowed:     newTTLCache[struct{}](cfg.AllowTTL, cfg.MaxEntries),
-		denied:      newTTLCache[struct{}](cfg.DenyTTL, cfg.MaxEntries),
+		validTokens:  newTTLCache[*User](cfg.AllowTTL, cfg.MaxEntries),
+		knownTokens:  newTTLCache[string](cfg.KnownTTL, cfg.MaxEntries),
+		allowedUsers: newTTLCache[struct{}](cfg.KnownTTL, cfg.MaxEntries),
+		badTokens:    newTTLCache[struct{}](cfg.DenyTTL, cfg.MaxEntries),
+		allowed:      newTTLCache[struct{}](cfg.AllowTTL, cfg.MaxEntries),
+		denied:       newTTLCache[struct{}](cfg.DenyTTL, cfg.MaxEntries),
 	}, nil
 }
 
@@ -240,20 +245,28 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (*User, 
 			a.badTokens.put(key, struct{}{}, a.now())
 		case err == nil:
 			a.validTokens.put(key, u, a.now())
-			a.knownTokens.put(key, struct{}{}, a.now())
+			a.knownTokens.put(key, userKey(u), a.now())
 		}
 		return u, err
 	})
 }
 
-// Known reports whether token was found valid within KnownTTL, from the
+// Known reports whether token was found valid within KnownTTL and its
+// user allowed an access (Allowed, AllowedPath) within KnownTTL, from the
 // caches alone: a server gives such callers their own budget, which
-// callers with new or bad tokens cannot fill.
+// callers with new or bad tokens cannot fill. A valid token of a caller
+// allowed nothing is not known: it would fill that budget with requests
+// waiting on access reviews.
 func (a *Authenticator) Known(token string) bool {
 	if token == "" || len(token) > MaxTokenBytes {
 		return false
 	}
-	_, ok := a.knownTokens.get(tokenKey(token), a.now())
+	now := a.now()
+	user, ok := a.knownTokens.get(tokenKey(token), now)
+	if !ok {
+		return false
+	}
+	_, ok = a.allowedUsers.get(user, now)
 	return ok
 }
 
@@ -343,7 +356,8 @@ func (a *Authenticator) Allowed(ctx context.Context, u *User, r Resource) (bool,
 }
 
 func (a *Authenticator) allowedBy(ctx context.Context, u *User, what string, set func(*authzv1.SubjectAccessReviewSpec)) (bool, error) {
-	key := userKey(u) + "\x01" + what
+	user := userKey(u)
+	key := user + "\x01" + what
 	now := a.now()
 	if _, ok := a.allowed.get(key, now); ok {
 		return true, nil
@@ -358,6 +372,7 @@ func (a *Authenticator) allowedBy(ctx context.Context, u *User, what string, set
 		}
 		if ok {
 			a.allowed.put(key, struct{}{}, a.now())
+			a.allowedUsers.put(user, struct{}{}, a.now())
 		} else {
 			a.denied.put(key, struct{}{}, a.now())
 		}

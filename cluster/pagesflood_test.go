@@ -1,0 +1,208 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/internal/authn"
+	"github.com/kerf-dev/kerf/test/authtest"
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+// TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights
+// serves a leader's endpoints over TLS, as kerf-leader does, on its
+// default apiserver rate (50 a second), and floods them from 96
+// connections with tokens never seen and from 96 more with the valid
+// token of a caller bound to nothing, who asks a new namespace at every
+// request (each a SubjectAccessReview). A reader bound to
+// kerf-audit-reader in its namespace reads the Activity page, the audit
+// API and the workload page meanwhile: every read must succeed. Before,
+// a valid token was known whatever its rights, so the caller without
+// rights held the known callers' 64 slots waiting on its reviews and the
+// reader got 503 at its first read. The heap and the RSS before and
+// after are logged, and the heap is bounded.
+func TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights(t *testing.T) {
+	cp := controlplane.Get(t)
+	c := cp.Client
+	ns := namespace(t, c)
+	ctx := context.Background()
+	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
+	base, tlsConfig := leaderEndpoints(t, ns)
+	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
+
+	authtest.InstallReaderRoles(t, cp)
+	reader := authtest.NewCaller(t, cp, ns, "auditor")
+	reader.BindNamespace(t, cp, authtest.AuditReader, ns)
+	nobody := authtest.NewCaller(t, cp, ns, "nobody")
+
+	readerClient := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig.Clone()}}
+	pages := []string{"/ui/activity?namespace=" + ns, "/v1/audit?namespace=" + ns, "/ui/workloads/" + ns + "/web"}
+	read := func(path string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+reader.Token)
+		resp, err := readerClient.Do(req)
+		require.NoError(t, err, "GET %s", path)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	require.Eventually(t, func() bool {
+		code, body := read(pages[0])
+		return code == http.StatusOK && strings.Contains(body, v1alpha1.ReasonNoPolicy)
+	}, 30*time.Second, 100*time.Millisecond, "the Activity page shows the blocked action")
+	for _, p := range pages {
+		code, body := read(p)
+		require.Equal(t, http.StatusOK, code, "%s before the flood: %s", p, body)
+	}
+	warm := time.Now()
+	heapBefore, rssBefore := leaderMemoryNow(t)
+	goroutines := runtime.NumGoroutine()
+
+	// The two floods, each on its own 96 connections.
+	type flood struct {
+		name     string
+		client   *http.Client
+		answered atomic.Int64
+		shed     atomic.Int64 // 503
+		refused  atomic.Int64 // 401, 403, or an empty list
+	}
+	newFlood := func(name string) *flood {
+		tr := &http.Transport{TLSClientConfig: tlsConfig.Clone(), MaxIdleConnsPerHost: 96}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &flood{name: name, client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	}
+	strangers, withoutRights := newFlood("never-seen tokens"), newFlood("a caller without rights")
+	fctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	send := func(f *flood, path, token string) {
+		req, _ := http.NewRequestWithContext(fctx, http.MethodGet, base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := f.client.Do(req)
+		if err != nil {
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		f.answered.Add(1)
+		switch {
+		case resp.StatusCode == http.StatusServiceUnavailable:
+			f.shed.Add(1)
+		case resp.StatusCode == http.StatusUnauthorized, resp.StatusCode == http.StatusForbidden:
+			f.refused.Add(1)
+		case resp.StatusCode == http.StatusOK && path == "/v1/audit" && !strings.Contains(string(b), ns):
+			// A list across namespaces leaves out those the caller
+			// may not read: every one here.
+			f.refused.Add(1)
+		default:
+			t.Errorf("%s got %d for %s: %.200s", f.name, resp.StatusCode, path, b)
+		}
+	}
+	for g := range 96 {
+		wg.Go(func() {
+			for i := 0; fctx.Err() == nil; i++ {
+				send(strangers, pages[i%len(pages)], fmt.Sprintf("never-seen-%d-%d", g, i))
+			}
+		})
+		wg.Go(func() {
+			for i := 0; fctx.Err() == nil; i++ {
+				other := fmt.Sprintf("flood-%d-%d", g, i)
+				path := []string{"/ui/activity?namespace=" + other, "/v1/audit?namespace=" + other, "/ui/workloads/" + other + "/web", "/v1/audit"}[i%4]
+				send(withoutRights, path, nobody.Token)
+			}
+		})
+	}
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
+	require.Eventually(t, func() bool {
+		return strangers.shed.Load() >= 100 && withoutRights.refused.Load() >= 200
+	}, time.Minute, 10*time.Millisecond, "the floods are on: the new callers' budget full, the caller without rights refused")
+
+	// Ten rounds, and on until the reader's cached refusal across
+	// namespaces (it is bound in ns alone) has expired and been asked
+	// again during the flood.
+	reads := 0
+	for i := 0; i < 10 || time.Since(warm) < authn.DefaultDenyTTL+time.Second; i++ {
+		for _, p := range pages {
+			code, body := read(p)
+			require.Equal(t, http.StatusOK, code, "read %d of %s during the flood: %s", i, p, body)
+			reads++
+		}
+	}
+	stop()
+	wg.Wait()
+	strangers.client.CloseIdleConnections()
+	withoutRights.client.CloseIdleConnections()
+	readerClient.CloseIdleConnections()
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= goroutines+8 }, time.Minute, 10*time.Millisecond,
+		"the server lets go of the floods' connections")
+	heapAfter, rssAfter := leaderMemoryNow(t)
+	for _, f := range []*flood{strangers, withoutRights} {
+		t.Logf("%s: %d answers, %d shed with 503, %d refused (401, 403, an empty list)", f.name, f.answered.Load(), f.shed.Load(), f.refused.Load())
+	}
+	t.Logf("the reader: %d reads during the floods, all 200", reads)
+	t.Logf("heap %d → %d KiB, RSS %d → %d KiB", heapBefore>>10, heapAfter>>10, rssBefore>>10, rssAfter>>10)
+	assert.Less(t, heapAfter, heapBefore+32<<20, "the floods leave at most the bounded caches behind")
+}
+
+// leaderEndpoints starts a leader in ns whose endpoints (metrics, audit
+// API, pages) serve HTTPS with the stream's certificate, as kerf-leader
+// --metrics-tls does, on kerf-leader's default apiserver rate. It
+// returns their base URL and a TLS configuration that verifies them.
+func leaderEndpoints(t *testing.T, ns string) (string, *tls.Config) {
+	t.Helper()
+	cp := controlplane.Get(t)
+	serverCert, pool := streamCert(t, cp.Client, ns)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	rc := rest.CopyConfig(cp.Config)
+	rc.QPS, rc.Burst = 50, 100 // kerf-leader's --kube-api-qps and --kube-api-burst
+	// kerf-leader's lease timings: the floods share the test's two cores
+	// with the leader, whose renewals the short timings of the other
+	// tests could miss.
+	startLeaderOn(t, rc, ns, "a", Config{Listener: lis, ListenerCert: &serverCert,
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second})
+	return "https://" + lis.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "kerf-leader." + ns + ".svc", MinVersion: tls.VersionTLS12}
+}
+
+// leaderMemoryNow returns the live heap after two collections (a
+// sync.Pool keeps its objects through one) and the process's resident
+// set, in bytes.
+func leaderMemoryNow(t *testing.T) (heap, rss uint64) {
+	t.Helper()
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	status, err := os.ReadFile("/proc/self/status")
+	require.NoError(t, err)
+	for line := range strings.Lines(string(status)) {
+		if kb, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
+			require.NoError(t, err)
+			rss = n << 10
+		}
+	}
+	return ms.HeapInuse, rss
+}
