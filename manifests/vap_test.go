@@ -309,10 +309,15 @@ func TestTheLeaderMayChangeOnlyResourcesItsAnnotationsTheHPATargetAndItsLabel(t 
 			return w.merge(&corev1.Pod{}, namespace, leaderPod, `{"metadata":{"labels":{"app.kubernetes.io/component":"agent"}}}`)
 		}, "only the kerf.dev/leader label"},
 		{"a Secret of another name in kerf-system", func() error {
-			return w.c.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "stolen"}})
+			// As cert.EnsureSelfManaged makes its Secrets, but for the name:
+			// kerf-leader-fields passes it, kerf-leader-writes does not.
+			return w.c.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "stolen",
+				Labels: map[string]string{"app.kubernetes.io/name": "kerf", "app.kubernetes.io/component": "webhook", "app.kubernetes.io/managed-by": "kerf"}},
+				Type: corev1.SecretTypeTLS, StringData: map[string]string{"tls.crt": "", "tls.key": "", "ca.crt": "", "ca.key": ""}})
 		}, "writes only kerf-webhook-cert, kerf-leader-cert of /secrets"},
 		{"a ConfigMap of another name in kerf-system", func() error {
-			return w.c.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "stolen"}})
+			return w.c.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "stolen",
+				Labels: map[string]string{"app.kubernetes.io/name": "kerf", "app.kubernetes.io/component": "leader"}}})
 		}, "writes only kerf-leader-ca, kerf-hub-delivery of /configmaps"},
 	}
 	for _, tc := range cases {
