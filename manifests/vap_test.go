@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -171,9 +172,13 @@ func setUpPolicyWorld(t *testing.T) *policyWorld {
 	c, cs := asLeaderPod(t, cp)
 	w := &policyWorld{ns: ns, c: c, cs: cs}
 	// A policy is enforced once the apiserver has loaded it: wait until an
-	// image change is refused.
+	// image change is refused. Each try names another image: one that
+	// passed before the policy was loaded would make the next the same
+	// image, no change, which the policy lets through.
+	tries := 0
 	require.Eventually(t, func() bool {
-		err := w.strategic(&appsv1.Deployment{}, ns, "web", `{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"evil:1"}]}}}}`)
+		tries++
+		err := w.strategic(&appsv1.Deployment{}, ns, "web", fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"wait-for-policy:%d"}]}}}}`, tries))
 		return err != nil && strings.Contains(err.Error(), "kerf-leader")
 	}, 30*time.Second, 200*time.Millisecond, "the apiserver never enforced manifests/vap.yaml")
 	return w

@@ -293,8 +293,10 @@ func TestAStolenLeaderTokenChangesOnlyWhatTheLeadersCodeChanges(t *testing.T) {
 		require.NoError(t, client.IgnoreNotFound(admin.Delete(ctx, obj)))
 	}
 	// What a user made: a recommendation, an Event, a checkpoint.
+	// A user names a recommendation as they like: not after its workload.
 	mine := recommendation(ns, "mine", "300m")
 	mine.Labels, mine.Annotations = nil, nil
+	mine.Spec.TargetRef.Name = "web"
 	require.NoError(t, admin.Create(ctx, mine))
 	require.NoError(t, admin.Create(ctx, &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "scheduled"},
 		EventTime: metav1.NowMicro(), ReportingController: "default-scheduler", ReportingInstance: "default-scheduler-x",
