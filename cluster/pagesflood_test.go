@@ -29,15 +29,19 @@ import (
 // TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights
 // serves a leader's endpoints over TLS, as kerf-leader does, on its
 // default apiserver rate (50 a second), and floods them from 96
-// connections with tokens never seen and from 96 more with the valid
-// token of a caller bound to nothing, who asks a new namespace at every
-// request (each a SubjectAccessReview). A reader bound to
-// kerf-audit-reader in its namespace reads the Activity page, the audit
-// API and the workload page meanwhile: every read must succeed. Before,
-// a valid token was known whatever its rights, so the caller without
-// rights held the known callers' 64 slots waiting on its reviews and the
-// reader got 503 at its first read. The heap and the RSS before and
-// after are logged, and the heap is bounded.
+// connections with tokens never seen, from 96 more with the valid token
+// of a caller bound to nothing, who asks a new namespace at every request
+// (each a SubjectAccessReview), and from 96 more with a metrics reader's
+// token (a stolen Prometheus token), known to the server since it
+// scraped /metrics, asking the same of the audit API and the pages. A
+// reader bound to kerf-audit-reader in its namespace reads the Activity
+// page, the audit API and the workload page meanwhile: every read must
+// succeed. Before, a valid token was known whatever its rights, so the
+// caller without rights held the known callers' 64 slots waiting on its
+// reviews and the reader got 503 at its first read; and a known caller
+// could hold all 64 (the metrics reader did) until each caller got a
+// share of them. The heap and the RSS before and after are logged, and
+// the heap is bounded.
 func TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights(t *testing.T) {
 	cp := controlplane.Get(t)
 	c := cp.Client
@@ -52,13 +56,15 @@ func TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights(t *tes
 	reader := authtest.NewCaller(t, cp, ns, "auditor")
 	reader.BindNamespace(t, cp, authtest.AuditReader, ns)
 	nobody := authtest.NewCaller(t, cp, ns, "nobody")
+	scraper := authtest.NewCaller(t, cp, ns, "prometheus")
+	scraper.BindCluster(t, cp, authtest.MetricsReader)
 
 	readerClient := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig.Clone()}}
 	pages := []string{"/ui/activity?namespace=" + ns, "/v1/audit?namespace=" + ns, "/ui/workloads/" + ns + "/web"}
-	read := func(path string) (int, string) {
+	readAs := func(token, path string) (int, string) {
 		req, err := http.NewRequest(http.MethodGet, base+path, nil)
 		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+reader.Token)
+		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := readerClient.Do(req)
 		require.NoError(t, err, "GET %s", path)
 		defer resp.Body.Close()
@@ -66,6 +72,7 @@ func TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights(t *tes
 		require.NoError(t, err)
 		return resp.StatusCode, string(b)
 	}
+	read := func(path string) (int, string) { return readAs(reader.Token, path) }
 	require.Eventually(t, func() bool {
 		code, body := read(pages[0])
 		return code == http.StatusOK && strings.Contains(body, v1alpha1.ReasonNoPolicy)
@@ -74,6 +81,8 @@ func TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights(t *tes
 		code, body := read(p)
 		require.Equal(t, http.StatusOK, code, "%s before the flood: %s", p, body)
 	}
+	code, body := readAs(scraper.Token, "/metrics")
+	require.Equal(t, http.StatusOK, code, "the metrics reader scrapes, and is known: %.200s", body)
 	warm := time.Now()
 	heapBefore, rssBefore := leaderMemoryNow(t)
 	goroutines := runtime.NumGoroutine()
@@ -91,7 +100,7 @@ func TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights(t *tes
 		t.Cleanup(tr.CloseIdleConnections)
 		return &flood{name: name, client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 	}
-	strangers, withoutRights := newFlood("never-seen tokens"), newFlood("a caller without rights")
+	strangers, withoutRights, known := newFlood("never-seen tokens"), newFlood("a caller without rights"), newFlood("a known metrics reader")
 	fctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	send := func(f *flood, path, token string) {
@@ -130,14 +139,21 @@ func TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights(t *tes
 				send(withoutRights, path, nobody.Token)
 			}
 		})
+		wg.Go(func() {
+			for i := 0; fctx.Err() == nil; i++ {
+				other := fmt.Sprintf("known-%d-%d", g, i)
+				path := []string{"/ui/activity?namespace=" + other, "/v1/audit?namespace=" + other, "/ui/workloads/" + other + "/web", "/v1/audit"}[i%4]
+				send(known, path, scraper.Token)
+			}
+		})
 	}
 	defer func() {
 		stop()
 		wg.Wait()
 	}()
 	require.Eventually(t, func() bool {
-		return strangers.shed.Load() >= 100 && withoutRights.refused.Load() >= 200
-	}, time.Minute, 10*time.Millisecond, "the floods are on: the new callers' budget full, the caller without rights refused")
+		return strangers.shed.Load() >= 100 && withoutRights.refused.Load() >= 200 && known.shed.Load() >= 100
+	}, time.Minute, 10*time.Millisecond, "the floods are on: the new callers' budget full, the caller without rights refused, the metrics reader's share full")
 
 	// Ten rounds, and on until the reader's cached refusal across
 	// namespaces (it is bound in ns alone) has expired and been asked
@@ -154,11 +170,12 @@ func TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights(t *tes
 	wg.Wait()
 	strangers.client.CloseIdleConnections()
 	withoutRights.client.CloseIdleConnections()
+	known.client.CloseIdleConnections()
 	readerClient.CloseIdleConnections()
 	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= goroutines+8 }, time.Minute, 10*time.Millisecond,
 		"the server lets go of the floods' connections")
 	heapAfter, rssAfter := leaderMemoryNow(t)
-	for _, f := range []*flood{strangers, withoutRights} {
+	for _, f := range []*flood{strangers, withoutRights, known} {
 		t.Logf("%s: %d answers, %d shed with 503, %d refused (401, 403, an empty list)", f.name, f.answered.Load(), f.shed.Load(), f.refused.Load())
 	}
 	t.Logf("the reader: %d reads during the floods, all 200", reads)

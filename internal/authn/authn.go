@@ -133,9 +133,9 @@ type Authenticator struct {
 	now       func() time.Time
 
 	validTokens *ttlCache[*User]
-	// knownTokens holds each valid token's userKey; allowedUsers the
+	// knownTokens holds each valid token's user; allowedUsers the
 	// users allowed an access. Known wants both.
-	knownTokens  *ttlCache[string]
+	knownTokens  *ttlCache[knownUser]
 	allowedUsers *ttlCache[struct{}]
 	badTokens    *ttlCache[struct{}]
 	allowed      *ttlCache[struct{}]
@@ -201,7 +201,7 @@ func New(cfg Config) (*Authenticator, error) {
 		client: client, newClient: newClient, newSlots: make(chan struct{}, cfg.MaxNewReviews),
 		audiences: slices.Clone(cfg.Audiences), own: cfg.OwnAudience, timeout: cfg.ReviewTimeout, now: cfg.Now,
 		validTokens:  newTTLCache[*User](cfg.AllowTTL, cfg.MaxEntries),
-		knownTokens:  newTTLCache[string](cfg.KnownTTL, cfg.MaxEntries),
+		knownTokens:  newTTLCache[knownUser](cfg.KnownTTL, cfg.MaxEntries),
 		allowedUsers: newTTLCache[struct{}](cfg.KnownTTL, cfg.MaxEntries),
 		badTokens:    newTTLCache[struct{}](cfg.DenyTTL, cfg.MaxEntries),
 		allowed:      newTTLCache[struct{}](cfg.AllowTTL, cfg.MaxEntries),
@@ -245,29 +245,35 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (*User, 
 			a.badTokens.put(key, struct{}{}, a.now())
 		case err == nil:
 			a.validTokens.put(key, u, a.now())
-			a.knownTokens.put(key, userKey(u), a.now())
+			a.knownTokens.put(key, knownUser{key: userKey(u), name: u.Name}, a.now())
 		}
 		return u, err
 	})
 }
 
-// Known reports whether token was found valid within KnownTTL and its
-// user allowed an access (Allowed, AllowedPath) within KnownTTL, from the
-// caches alone: a server gives such callers their own budget, which
-// callers with new or bad tokens cannot fill. A valid token of a caller
-// allowed nothing is not known: it would fill that budget with requests
-// waiting on access reviews.
-func (a *Authenticator) Known(token string) bool {
+// knownUser is what a valid token is known as: its user's cache key and
+// name.
+type knownUser struct{ key, name string }
+
+// Known returns the user name of token when it was found valid within
+// KnownTTL and its user allowed an access (Allowed, AllowedPath) within
+// KnownTTL, from the caches alone: a server gives such callers their own
+// budget, which callers with new or bad tokens cannot fill, and shares it
+// out by name. A valid token of a caller allowed nothing is not known: it
+// would fill that budget with requests waiting on access reviews.
+func (a *Authenticator) Known(token string) (string, bool) {
 	if token == "" || len(token) > MaxTokenBytes {
-		return false
+		return "", false
 	}
 	now := a.now()
 	user, ok := a.knownTokens.get(tokenKey(token), now)
 	if !ok {
-		return false
+		return "", false
 	}
-	_, ok = a.allowedUsers.get(user, now)
-	return ok
+	if _, ok = a.allowedUsers.get(user.key, now); !ok {
+		return "", false
+	}
+	return user.name, true
 }
 
 // claimedAudiences returns the aud claim of token when it reads as a JWT,

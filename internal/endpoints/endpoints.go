@@ -112,7 +112,7 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	exempt := []string{"/healthz", "/readyz"}
 	srv := s.limits.Server(s.mux, exempt...)
 	if s.authn != nil {
-		srv = s.limits.ServerKnowing(s.mux, func(r *http.Request) bool {
+		srv = s.limits.ServerKnowing(s.mux, func(r *http.Request) (string, bool) {
 			return s.authn.Known(authn.BearerToken(r))
 		}, exempt...)
 	}

@@ -1,10 +1,12 @@
 package endpoints
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -36,6 +38,11 @@ type Limits struct {
 	// callers the server does not know yet (ServerKnowing): a flood of
 	// new or bad tokens fills this budget, not the known callers'.
 	MaxNewInFlight int
+	// MaxInFlightPerCaller bounds, within MaxInFlight, the requests of one
+	// known caller (by user name): a known token, stolen or gone wrong,
+	// takes that share of the known callers' budget and no more, each of
+	// its requests perhaps waiting on access reviews.
+	MaxInFlightPerCaller int
 	// RetryAfter is what the 503 of MaxInFlight asks the client to wait.
 	RetryAfter time.Duration
 }
@@ -43,8 +50,8 @@ type Limits struct {
 // DefaultLimits are the limits of a Kerf endpoint: 10 s for the headers,
 // 30 s for the request and for the answer (the admission webhook's
 // values), 90 s idle, 64 KiB of headers (a bearer token is 1-2 KiB) and 64
-// requests at once, each of which may wait on a TokenReview, plus 16 of
-// callers not known yet.
+// requests at once, each of which may wait on a TokenReview, at most 16
+// of them of one caller, plus 16 of callers not known yet.
 func DefaultLimits() Limits {
 	return Limits{
 		ReadHeaderTimeout: 10 * time.Second,
@@ -54,7 +61,10 @@ func DefaultLimits() Limits {
 		MaxHeaderBytes:    64 << 10,
 		MaxInFlight:       64,
 		MaxNewInFlight:    16,
-		RetryAfter:        time.Second,
+		// A quarter of MaxInFlight: four callers at their cap leave
+		// nothing, a scraper and a reader at theirs leave half.
+		MaxInFlightPerCaller: 16,
+		RetryAfter:           time.Second,
 	}
 }
 
@@ -67,20 +77,58 @@ func (l Limits) Server(h http.Handler, exempt ...string) *http.Server {
 }
 
 // ServerKnowing is Server with two budgets: the requests known says come
-// from a caller the server knows (a bearer token found valid lately) are
-// served within MaxInFlight, the others within MaxNewInFlight. A flood of
-// strangers, or of bad tokens each waiting on a review, then cannot lock
-// the known callers out.
-func (l Limits) ServerKnowing(h http.Handler, known func(*http.Request) bool, exempt ...string) *http.Server {
-	knownLane := InFlight(h, l.MaxInFlight, l.RetryAfter, exempt...)
+// from a caller the server knows (a bearer token found valid lately, and
+// the caller's name) are served within MaxInFlight, at most
+// MaxInFlightPerCaller of them for one caller, the others within
+// MaxNewInFlight. A flood of strangers, or of bad tokens each waiting on
+// a review, then cannot lock the known callers out, nor can one known
+// caller.
+func (l Limits) ServerKnowing(h http.Handler, known func(*http.Request) (string, bool), exempt ...string) *http.Server {
+	perCaller := perCallerInFlight(h, l.MaxInFlightPerCaller, l.RetryAfter)
+	knownLane := InFlight(perCaller, l.MaxInFlight, l.RetryAfter, exempt...)
 	newLane := InFlight(h, l.MaxNewInFlight, l.RetryAfter, exempt...)
 	return l.server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if known(r) {
-			knownLane.ServeHTTP(w, r)
+		if name, ok := known(r); ok {
+			knownLane.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, name)))
 			return
 		}
 		newLane.ServeHTTP(w, r)
 	}))
+}
+
+// callerKey holds a known caller's name in a request's context, for
+// perCallerInFlight.
+type callerKey struct{}
+
+// perCallerInFlight serves at most limit requests of h at once per caller
+// named in the request's context (callerKey); one more gets 503 as in
+// InFlight. It sits behind InFlight's cap, so it counts at most that many
+// callers. A limit of 0 or less returns h.
+func perCallerInFlight(h http.Handler, limit int, retryAfter time.Duration) http.Handler {
+	if limit <= 0 {
+		return h
+	}
+	var mu sync.Mutex
+	inFlight := map[string]int{}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, _ := r.Context().Value(callerKey{}).(string)
+		mu.Lock()
+		if inFlight[name] >= limit {
+			mu.Unlock()
+			refuse(w, retryAfter)
+			return
+		}
+		inFlight[name]++
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			if inFlight[name]--; inFlight[name] == 0 {
+				delete(inFlight, name)
+			}
+			mu.Unlock()
+		}()
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (l Limits) server(h http.Handler) *http.Server {
@@ -103,8 +151,6 @@ func InFlight(h http.Handler, limit int, retryAfter time.Duration, exempt ...str
 	if limit <= 0 {
 		return h
 	}
-	secs := max(1, int((retryAfter+time.Second-1)/time.Second))
-	retry := strconv.Itoa(secs)
 	slots := make(chan struct{}, limit)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if slices.Contains(exempt, r.URL.Path) {
@@ -114,16 +160,22 @@ func InFlight(h http.Handler, limit int, retryAfter time.Duration, exempt ...str
 		select {
 		case slots <- struct{}{}:
 		default:
-			w.Header().Set("Retry-After", retry)
-			// The connection closes after the answer: net/http would
-			// otherwise read the request's unread body (up to 256 KiB)
-			// before answering, which a trickled body holds up for the
-			// server's whole read timeout.
-			w.Header().Set("Connection", "close")
-			http.Error(w, "too many requests in flight; try again shortly", http.StatusServiceUnavailable)
+			refuse(w, retryAfter)
 			return
 		}
 		defer func() { <-slots }()
 		h.ServeHTTP(w, r)
 	})
+}
+
+// refuse answers 503 Service Unavailable with Retry-After (retryAfter
+// rounded up to seconds, at least 1).
+func refuse(w http.ResponseWriter, retryAfter time.Duration) {
+	secs := max(1, int((retryAfter+time.Second-1)/time.Second))
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	// The connection closes after the answer: net/http would otherwise
+	// read the request's unread body (up to 256 KiB) before answering,
+	// which a trickled body holds up for the server's whole read timeout.
+	w.Header().Set("Connection", "close")
+	http.Error(w, "too many requests in flight; try again shortly", http.StatusServiceUnavailable)
 }
