@@ -67,9 +67,12 @@ const budgetProfile = "KERF_BUDGET_PROFILE"
 // reports its CPU (utime+stime of /proc/<pid>/stat over wall time, % of
 // one core) and its RSS at the end and its peak since start (VmRSS, VmHWM).
 // It runs the agent's default --usage-interval (10 s) at both scrapes, and
-// --usage-interval=1s at the 15 s scrape: usage read on every pass. Each
-// sub-benchmark starts a fresh agent. Extra agent environment:
-// KERF_BUDGET_AGENT_ENV.
+// --usage-interval=1s at the 15 s scrape: usage read on every pass. The
+// /metrics-tls runs serve /metrics as the manifests do (--metrics-tls,
+// the certificate the leader stream signs) at both scrapes; the scraper
+// verifies it and, like Prometheus, keeps its connection alive (HTTP/2
+// over TLS), so one handshake serves the window. Each sub-benchmark
+// starts a fresh agent. Extra agent environment: KERF_BUDGET_AGENT_ENV.
 func BenchmarkAgentProcessBudget330(b *testing.B) {
 	root, mounts := agenttest.Cgroups(b, "kerf-budget")
 	cp := controlplane.StartForTest(b)
@@ -95,7 +98,8 @@ func BenchmarkAgentProcessBudget330(b *testing.B) {
 		agenttest.BusyLoop(b, c.Dirs)
 	}
 
-	leader := leadertest.Start(b, cp, leadertest.Options{Audience: budgetAudience, Namespace: budgetNamespace, ServiceAccount: budgetAgentSA})
+	leader := leadertest.Start(b, cp, leadertest.Options{Audience: budgetAudience, Namespace: budgetNamespace, ServiceAccount: budgetAgentSA,
+		IssueMetricsCertificates: true})
 	addr, caFile := leader.Addr, leader.CAFile
 	tokenFile := filepath.Join(b.TempDir(), "token")
 	require.NoError(b, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(b, cs, budgetNamespace, budgetAgentSA, budgetAudience, agentPod)), 0o600))
@@ -112,19 +116,27 @@ func BenchmarkAgentProcessBudget330(b *testing.B) {
 		"--leader-addr=" + addr, "--leader-ca=" + caFile, "--token-file=" + tokenFile,
 	}
 	// The agent's default --usage-interval (10 s), and usage read on every
-	// pass, the cost the default avoids.
+	// pass, the cost the default avoids; plain HTTP, and HTTPS as shipped.
 	for _, run := range []struct {
 		scrape time.Duration
 		usage  string
-	}{{15 * time.Second, ""}, {time.Second, ""}, {15 * time.Second, "1s"}} {
+		tls    bool
+	}{{15 * time.Second, "", false}, {time.Second, "", false}, {15 * time.Second, "1s", false},
+		{15 * time.Second, "", true}, {time.Second, "", true}} {
 		scrape, name, args := run.scrape, "scrape="+run.scrape.String(), args
+		opts := agenttest.Options{Name: "kerf-agent", AddrFlag: "--metrics-addr=", Token: scraper.Token,
+			Env: strings.Fields(os.Getenv(budgetEnv)), Pprof: os.Getenv(budgetProfile) != ""}
 		if run.usage != "" {
 			name += "/usage-interval=" + run.usage
 			args = append(args[:len(args):len(args)], "--usage-interval="+run.usage)
 		}
+		if run.tls {
+			name += "/metrics-tls"
+			args = append(args[:len(args):len(args)], "--metrics-tls")
+			opts.MetricsCA, opts.MetricsServerName = leader.MetricsPool, leader.MetricsServerName
+		}
 		b.Run(name, func(b *testing.B) {
-			a := agenttest.Start(b, bin, args, agenttest.Options{Name: "kerf-agent", AddrFlag: "--metrics-addr=", Token: scraper.Token,
-				Env: strings.Fields(os.Getenv(budgetEnv)), Pprof: os.Getenv(budgetProfile) != ""})
+			a := agenttest.Start(b, bin, args, opts)
 			a.WaitTracked(b, budgetPods*budgetContainers, time.Minute)
 			var cpu, wall time.Duration
 			for b.Loop() {
@@ -137,8 +149,8 @@ func BenchmarkAgentProcessBudget330(b *testing.B) {
 			b.ReportMetric(rss, "MiB-RSS")
 			b.ReportMetric(hwm, "MiB-maxRSS")
 			m := a.Metrics(b)
-			b.Logf("agent pid %d, %s: %.3f%% of a core (%v CPU in %v), VmRSS %.1f MiB (anonymous %.1f, file %.1f: the binary's pages), VmHWM %.1f MiB; Go heap in use %.1f MiB, stacks %.1f MiB, runtime total %.1f MiB, GOGC=%s GOMEMLIMIT=%s",
-				a.Cmd.Process.Pid, name, 100*cpu.Seconds()/wall.Seconds(), cpu, wall.Round(time.Millisecond), rss, anon, file, hwm,
+			b.Logf("agent pid %d, %s over %s: %.3f%% of a core (%v CPU in %v), VmRSS %.1f MiB (anonymous %.1f, file %.1f: the binary's pages), VmHWM %.1f MiB; Go heap in use %.1f MiB, stacks %.1f MiB, runtime total %.1f MiB, GOGC=%s GOMEMLIMIT=%s",
+				a.Cmd.Process.Pid, name, a.Proto(), 100*cpu.Seconds()/wall.Seconds(), cpu, wall.Round(time.Millisecond), rss, anon, file, hwm,
 				m["go_memstats_heap_inuse_bytes"]/(1<<20), m["go_memstats_stack_inuse_bytes"]/(1<<20), m["go_memstats_sys_bytes"]/(1<<20),
 				envOr("GOGC", fmt.Sprintf("%d (the agent's default)", defaultGCPercent)), envOr("GOMEMLIMIT", "none"))
 		})
@@ -154,7 +166,7 @@ func measure(b *testing.B, a *agenttest.Process, scrape, window time.Duration) (
 	if a.PprofURL != "" {
 		go func() {
 			defer close(profiled)
-			saveProfile(b, a, fmt.Sprintf("profile?seconds=%d", int(window.Seconds())-5), fmt.Sprintf("cpu-scrape%v.pprof", scrape))
+			saveProfile(b, a, fmt.Sprintf("profile?seconds=%d", int(window.Seconds())-5), profileName(b, "cpu"))
 		}()
 	} else {
 		close(profiled)
@@ -172,11 +184,18 @@ func measure(b *testing.B, a *agenttest.Process, scrape, window time.Duration) (
 		case <-end:
 			cpu, wall = a.CPUTime(b)-cpu0, time.Since(wall0)
 			if a.PprofURL != "" {
-				saveProfile(b, a, "heap", fmt.Sprintf("heap-scrape%v.pprof", scrape))
+				saveProfile(b, a, "heap", profileName(b, "heap"))
 			}
 			return cpu, wall
 		}
 	}
+}
+
+// profileName names the kind of profile of sub-benchmark b, e.g.
+// cpu-scrape=15s_metrics-tls.pprof.
+func profileName(b *testing.B, kind string) string {
+	_, sub, _ := strings.Cut(b.Name(), "/")
+	return kind + "-" + strings.ReplaceAll(sub, "/", "_") + ".pprof"
 }
 
 // saveProfile saves the agent's pprof profile at path (under

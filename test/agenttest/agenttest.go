@@ -9,6 +9,8 @@ package agenttest
 import (
 	"bufio"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
@@ -239,6 +241,7 @@ type Process struct {
 	name    string
 	token   string
 	client  *http.Client
+	proto   string // of the last scrape's answer
 	logFile string
 	exited  chan struct{} // closed once it exited, with waitErr set
 	waitErr error
@@ -259,6 +262,34 @@ type Options struct {
 	// Token is sent as the bearer token of Scrape (the agent's /metrics
 	// asks for one allowed to get /metrics); empty sends none.
 	Token string
+	// MetricsCA, when set, makes Scrape use HTTPS and accept only a
+	// certificate for MetricsServerName that MetricsCA verifies: the
+	// agent's with --metrics-tls once the leader signed it
+	// (leadertest.Stream.MetricsPool). Until then Scrape fails, so the
+	// waits retry.
+	MetricsCA         *x509.CertPool
+	MetricsServerName string
+}
+
+// scrapeTransport is an http.Transport as Prometheus scrapes with
+// (prometheus/common's config.NewRoundTripperFromConfig at a scrape
+// config's defaults): kept-alive connections, idle for up to 5 minutes, so
+// one connection (and one TLS handshake) serves every scrape; HTTP/2 over
+// TLS (enable_http2 defaults to true). Go asks for gzip and decompresses,
+// as Prometheus's enable_compression does.
+func scrapeTransport(tlsConfig *tls.Config) *http.Transport {
+	t := &http.Transport{
+		MaxIdleConns:          20000,
+		MaxIdleConnsPerHost:   1000,
+		IdleConnTimeout:       5 * time.Minute,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		TLSClientConfig:       tlsConfig,
+		Protocols:             &http.Protocols{},
+	}
+	t.Protocols.SetHTTP1(true)
+	t.Protocols.SetHTTP2(true)
+	return t
 }
 
 // FreeAddr returns a loopback host:port free at the time.
@@ -277,7 +308,14 @@ func FreeAddr(tb testing.TB) string {
 func Start(tb testing.TB, bin string, args []string, opts Options) *Process {
 	tb.Helper()
 	addr := FreeAddr(tb)
-	p := &Process{Addr: addr, MetricsURL: "http://" + addr + "/metrics", name: opts.Name, token: opts.Token, client: &http.Client{Timeout: 10 * time.Second},
+	scheme, tlsConfig := "http", (*tls.Config)(nil)
+	if opts.MetricsCA != nil {
+		scheme, tlsConfig = "https", &tls.Config{RootCAs: opts.MetricsCA, ServerName: opts.MetricsServerName, MinVersion: tls.VersionTLS12}
+	}
+	transport := scrapeTransport(tlsConfig)
+	tb.Cleanup(transport.CloseIdleConnections)
+	p := &Process{Addr: addr, MetricsURL: scheme + "://" + addr + "/metrics", name: opts.Name, token: opts.Token,
+		client:  &http.Client{Timeout: 10 * time.Second, Transport: transport},
 		logFile: filepath.Join(tb.TempDir(), opts.Name+".log"), exited: make(chan struct{})}
 	logs, err := os.Create(p.logFile)
 	require.NoError(tb, err)
@@ -375,6 +413,7 @@ func (p *Process) Scrape() (map[string]float64, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", p.MetricsURL, resp.Status)
 	}
+	p.proto = resp.Proto
 	m := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -389,6 +428,10 @@ func (p *Process) Scrape() (map[string]float64, error) {
 	}
 	return m, sc.Err()
 }
+
+// Proto returns the protocol of the last scrape's answer (HTTP/1.1,
+// HTTP/2.0), "" before the first.
+func (p *Process) Proto() string { return p.proto }
 
 // CPUTime returns the child's user plus system CPU time from
 // /proc/<pid>/stat (utime and stime, fields 14 and 15, in clock ticks of

@@ -2,11 +2,14 @@
 // tests: the real stream server (TLS, TokenReview of the agent's bound
 // token against a real apiserver, pods from a controller-runtime cache read
 // as the leader reads its own: stream.CachedPods) on a loopback port,
-// feeding a signals.Kernel.
+// feeding a signals.Kernel. On request it also signs the agents' /metrics
+// certificates (--metrics-tls) with a self-managed CA kept in a Secret of
+// the agents' namespace, as the leader does.
 package leadertest
 
 import (
 	"context"
+	"crypto"
 	"crypto/x509"
 	"encoding/pem"
 	"io"
@@ -16,11 +19,14 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/internal/kube"
@@ -40,7 +46,21 @@ type Options struct {
 	Usage *signals.Usage
 	// Log receives the server's log (nil: discarded).
 	Log io.Writer
+	// IssueMetricsCertificates makes the stream answer an agent's
+	// metrics_csr as the leader does (cluster.Leader's
+	// issueAgentMetricsCertificate): a certificate for
+	// <ServiceAccount>.<Namespace>.svc signed by cert.SelfManaged's CA.
+	// The Namespace must exist: the CA's Secret is made there.
+	IssueMetricsCertificates bool
 }
+
+// metricsSecret is the Secret of the CA that signs the agents' /metrics
+// certificates, named as kerf-leader's --stream-secret default.
+const metricsSecret = "kerf-leader-cert"
+
+// metricsValidity is how long an agent's /metrics certificate is valid, as
+// cluster.AgentMetricsCertificateValidity.
+const metricsValidity = 24 * time.Hour
 
 // Stream is a running leader stream.
 type Stream struct {
@@ -54,6 +74,11 @@ type Stream struct {
 	// in Usage.
 	Kernel *signals.Kernel
 	Usage  *signals.Usage
+	// MetricsPool trusts the agents' /metrics certificates it issued,
+	// for MetricsServerName (kerf-agent.<namespace>.svc); nil unless
+	// Options.IssueMetricsCertificates.
+	MetricsPool       *x509.CertPool
+	MetricsServerName string
 }
 
 // Pods is a synced pod cache of cp, indexed and read as the leader reads
@@ -88,6 +113,12 @@ func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Stream {
 	}
 	var leading atomic.Bool
 	leading.Store(true)
+	log := slog.New(slog.NewTextHandler(opts.Log, nil))
+	st := &Stream{Kernel: opts.Kernel, Usage: opts.Usage}
+	var issue func(crypto.PublicKey, string) ([]byte, error)
+	if opts.IssueMetricsCertificates {
+		issue, st.MetricsPool, st.MetricsServerName = metricsIssuer(t, cp, opts, log)
+	}
 	srv, err := stream.New(stream.Config{
 		Audience:                opts.Audience,
 		ServiceAccountNamespace: opts.Namespace,
@@ -97,8 +128,9 @@ func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Stream {
 		Kernel:                  opts.Kernel,
 		Usage:                   opts.Usage,
 		Leading:                 leading.Load,
+		IssueMetricsCertificate: issue,
 		Registerer:              prometheus.NewRegistry(),
-		Log:                     slog.New(slog.NewTextHandler(opts.Log, nil)),
+		Log:                     log,
 	})
 	require.NoError(t, err)
 	serverTLS, pool := streamtest.SelfSigned(t)
@@ -109,5 +141,24 @@ func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options) *Stream {
 	require.NoError(t, err)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
-	return &Stream{Addr: lis.Addr().String(), Pool: pool, CAFile: caFile, Kernel: opts.Kernel, Usage: opts.Usage}
+	st.Addr, st.Pool, st.CAFile = lis.Addr().String(), pool, caFile
+	return st
+}
+
+// metricsIssuer returns what signs the agents' /metrics certificates as
+// the leader does, the pool that verifies them and the name they are for.
+// The CA is cert.SelfManaged's, in a Secret of opts.Namespace.
+func metricsIssuer(t testing.TB, cp *controlplane.ControlPlane, opts Options, log *slog.Logger) (func(crypto.PublicKey, string) ([]byte, error), *x509.CertPool, string) {
+	t.Helper()
+	c, err := client.New(cp.Config, client.Options{Scheme: kube.Scheme})
+	require.NoError(t, err)
+	sm, err := cert.NewSelfManaged(t.Context(), c, cert.Options{Namespace: opts.Namespace, ServiceName: "kerf-leader", SecretName: metricsSecret}, log)
+	require.NoError(t, err, "the CA of the agents' /metrics certificates")
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(sm.CABundle()), "the self-managed CA bundle holds no certificate")
+	name := opts.ServiceAccount + "." + opts.Namespace + ".svc"
+	issue := func(pub crypto.PublicKey, node string) ([]byte, error) {
+		return sm.Issue(pub, opts.ServiceAccount+":"+node, []string{name}, metricsValidity)
+	}
+	return issue, pool, name
 }
