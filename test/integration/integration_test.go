@@ -220,7 +220,9 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 
 	// Usage: the stream's readings of the last 8 s (the leader keeps 4,
 	// one every 2 s) are values Prometheus scraped from the agent, and the
-	// busy loop's CPU time grows by about its quota.
+	// busy loop's CPU time grows, by at most its quota: on a busy machine
+	// it gets less (0.14 of a core beside stress-ng --cpu 2), so its
+	// quota is a ceiling, not a figure to meet.
 	for _, p := range pods {
 		t.Run(p.Name+"/usage", func(t *testing.T) {
 			readings := usage.Since(p.UID, "app", time.Time{}, nil)
@@ -245,7 +247,8 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 			}
 			assert.GreaterOrEqual(t, last.Peak, last.WorkingSet, "the peak includes page cache and is at least the usage")
 			if p == throttled {
-				assert.InDelta(t, 0.2, rate, 0.05, "a busy loop under a 20%% quota")
+				assert.Positive(t, rate, "a busy loop uses CPU")
+				assert.LessOrEqual(t, rate, 0.25, "a busy loop under a 20%% quota stays under it")
 			}
 		})
 	}
