@@ -1,30 +1,20 @@
 package cluster
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"log/slog"
-	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentstream "github.com/kerf-dev/kerf/node/stream"
 	"github.com/kerf-dev/kerf/test/controlplane"
-	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
 // TestTheLeaderSignsTheAgentsMetricsCertificate: an agent that sends a
@@ -36,33 +26,12 @@ import (
 // had no certificate to serve TLS with.
 func TestTheLeaderSignsTheAgentsMetricsCertificate(t *testing.T) {
 	c := controlplane.Get(t).Client
-	cs := controlplane.Get(t).Clientset
 	ns := namespace(t, c)
-	ctx := context.Background()
-	nodeName := node(t, c)
-	serverCert, pool := streamCert(t, c, ns)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	require.NoError(t, c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kerf-agent"}}))
-	agentPod := streamtest.CreatePod(t, cs, ns, "kerf-agent-node-1", nodeName, "kerf-agent")
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	require.NoError(t, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(t, cs, ns, "kerf-agent", "kerf-leader", agentPod)), 0o600))
-	l := startLeader(t, ns, "a", Config{Stream: StreamConfig{Listener: lis, Cert: serverCert,
-		Audience: "kerf-leader", ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}})
+	s := newAgentStream(t, c, ns)
+	l := startLeader(t, ns, "a", Config{Stream: s.config()})
 	require.Eventually(t, l.Leading, 15*time.Second, 50*time.Millisecond)
-
 	runAgent := func(csr []byte, issued func([]byte)) {
-		agent, err := agentstream.NewClient(agentstream.Config{
-			Addr: lis.Addr().String(), TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-			TokenFile: tokenFile, NodeName: nodeName, MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-			MetricsCSR: csr, OnMetricsCertificate: issued,
-			Registerer: prometheus.NewRegistry(), Log: slog.New(slog.NewTextHandler(streamtest.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
-		})
-		require.NoError(t, err)
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { _ = agent.Run(runCtx); close(done) }()
-		t.Cleanup(func() { cancel(); <-done })
+		s.run(t, func(cfg *agentstream.Config) { cfg.MetricsCSR, cfg.OnMetricsCertificate = csr, issued })
 	}
 
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -82,10 +51,10 @@ func TestTheLeaderSignsTheAgentsMetricsCertificate(t *testing.T) {
 	require.NotNil(t, block)
 	leaf, err := x509.ParseCertificate(block.Bytes)
 	require.NoError(t, err)
-	_, err = leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "kerf-agent." + ns + ".svc", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	_, err = leaf.Verify(x509.VerifyOptions{Roots: s.pool, DNSName: "kerf-agent." + ns + ".svc", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 	require.NoError(t, err, "the stream's CA signed it for the agents' name")
 	assert.Equal(t, []string{"kerf-agent." + ns + ".svc"}, leaf.DNSNames, "the names are the leader's, not the request's")
-	assert.Equal(t, "kerf-agent:"+nodeName, leaf.Subject.CommonName, "it names the node the token proved")
+	assert.Equal(t, "kerf-agent:"+s.nodeName, leaf.Subject.CommonName, "it names the node the token proved")
 	assert.True(t, leaf.PublicKey.(*ecdsa.PublicKey).Equal(key.Public()), "it is for the agent's key")
 	assert.WithinDuration(t, time.Now().Add(AgentMetricsCertificateValidity), leaf.NotAfter, time.Minute)
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/node/report"
 	agentstream "github.com/kerf-dev/kerf/node/stream"
@@ -40,39 +42,71 @@ type agentLeader struct {
 	signals *signals.Stores
 }
 
+// agentStream is what a leader's agent stream in ns and a real agent's
+// client need: the listener and certificate the stream serves, the pool
+// that verifies it, the test node, and a projected token of the
+// kerf-agent service account bound to an agent pod on that node.
+type agentStream struct {
+	ns        string
+	lis       net.Listener
+	cert      cert.Source
+	pool      *x509.CertPool
+	nodeName  string
+	tokenFile string
+}
+
+func newAgentStream(t *testing.T, c client.Client, ns string) *agentStream {
+	t.Helper()
+	cs := controlplane.Get(t).Clientset
+	s := &agentStream{ns: ns, nodeName: node(t, c), tokenFile: filepath.Join(t.TempDir(), "token")}
+	s.cert, s.pool = streamCert(t, c, ns)
+	var err error
+	s.lis, err = net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.NoError(t, c.Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kerf-agent"}}))
+	agentPod := streamtest.CreatePod(t, cs, ns, "kerf-agent-node-1", s.nodeName, "kerf-agent")
+	require.NoError(t, os.WriteFile(s.tokenFile, []byte(streamtest.CreateToken(t, cs, ns, "kerf-agent", "kerf-leader", agentPod)), 0o600))
+	return s
+}
+
+// config is the leader's StreamConfig that serves it.
+func (s *agentStream) config() StreamConfig {
+	return StreamConfig{Listener: s.lis, Cert: s.cert, Audience: "kerf-leader", ServiceAccountNamespace: s.ns, ServiceAccountName: "kerf-agent"}
+}
+
+// run connects a real agent's stream client, set further by mutate (nil:
+// as is), until the test ends.
+func (s *agentStream) run(t *testing.T, mutate func(*agentstream.Config)) *agentstream.Client {
+	t.Helper()
+	cfg := agentstream.Config{
+		Addr: s.lis.Addr().String(), TLS: &tls.Config{RootCAs: s.pool, MinVersion: tls.VersionTLS12},
+		TokenFile: s.tokenFile, NodeName: s.nodeName, MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		Registerer: prometheus.NewRegistry(), Log: slog.New(slog.NewTextHandler(streamtest.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	agent, err := agentstream.NewClient(cfg)
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = agent.Run(runCtx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return agent
+}
+
 // watchedWebWithAgent is watchedWeb with the stream on and an agent
 // connected; it returns once the change is watched and the agent's
 // stream is open.
 func watchedWebWithAgent(t *testing.T, c client.Client, ns string, p *v1alpha1.RightsizingPolicy) *agentLeader {
 	t.Helper()
-	ctx := context.Background()
-	cs := controlplane.Get(t).Clientset
-	nodeName := node(t, c)
-	serverCert, pool := streamCert(t, c, ns)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-
-	require.NoError(t, c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kerf-agent"}}))
-	agentPod := streamtest.CreatePod(t, cs, ns, "kerf-agent-node-1", nodeName, "kerf-agent")
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	require.NoError(t, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(t, cs, ns, "kerf-agent", "kerf-leader", agentPod)), 0o600))
-
+	s := newAgentStream(t, c, ns)
 	sig := signals.New()
-	dep, l := watchedWeb(t, c, ns, p, Config{Signals: sig, Stream: StreamConfig{Listener: lis, Cert: serverCert,
-		Audience: "kerf-leader", ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}}, "250m", "128Mi")
+	dep, l := watchedWeb(t, c, ns, p, Config{Signals: sig, Stream: s.config()}, "250m", "128Mi")
 	require.Eventually(t, l.Leading, 15*time.Second, 50*time.Millisecond)
 
 	reg := prometheus.NewRegistry()
-	agent, err := agentstream.NewClient(agentstream.Config{
-		Addr: lis.Addr().String(), TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-		TokenFile: tokenFile, NodeName: nodeName, MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-		Registerer: reg, Log: slog.New(slog.NewTextHandler(streamtest.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { _ = agent.Run(runCtx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	agent := s.run(t, func(cfg *agentstream.Config) { cfg.Registerer = reg })
 	require.Eventually(t, func() bool { return agent.State() == agentstream.Connected }, 15*time.Second, 20*time.Millisecond)
 	return &agentLeader{dep: dep, leader: l, agent: agent, registry: reg, signals: sig}
 }

@@ -7,9 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +22,7 @@ import (
 	"github.com/kerf-dev/kerf/internal/authn"
 	"github.com/kerf-dev/kerf/test/authtest"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/memtest"
 )
 
 // TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights
@@ -84,7 +83,7 @@ func TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights(t *tes
 	code, body := readAs(scraper.Token, "/metrics")
 	require.Equal(t, http.StatusOK, code, "the metrics reader scrapes, and is known: %.200s", body)
 	warm := time.Now()
-	heapBefore, rssBefore := leaderMemoryNow(t)
+	heapBefore, rssBefore := memtest.Now(t)
 	goroutines := runtime.NumGoroutine()
 
 	// The two floods, each on its own 96 connections.
@@ -174,7 +173,7 @@ func TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights(t *tes
 	readerClient.CloseIdleConnections()
 	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= goroutines+8 }, time.Minute, 10*time.Millisecond,
 		"the server lets go of the floods' connections")
-	heapAfter, rssAfter := leaderMemoryNow(t)
+	heapAfter, rssAfter := memtest.Now(t)
 	for _, f := range []*flood{strangers, withoutRights, known} {
 		t.Logf("%s: %d answers, %d shed with 503, %d refused (401, 403, an empty list)", f.name, f.answered.Load(), f.shed.Load(), f.refused.Load())
 	}
@@ -201,25 +200,4 @@ func leaderEndpoints(t *testing.T, ns string) (string, *tls.Config) {
 	startLeaderOn(t, rc, ns, "a", Config{Listener: lis, ListenerCert: &serverCert,
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second})
 	return "https://" + lis.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "kerf-leader." + ns + ".svc", MinVersion: tls.VersionTLS12}
-}
-
-// leaderMemoryNow returns the live heap after two collections (a
-// sync.Pool keeps its objects through one) and the process's resident
-// set, in bytes.
-func leaderMemoryNow(t *testing.T) (heap, rss uint64) {
-	t.Helper()
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	status, err := os.ReadFile("/proc/self/status")
-	require.NoError(t, err)
-	for line := range strings.Lines(string(status)) {
-		if kb, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
-			require.NoError(t, err)
-			rss = n << 10
-		}
-	}
-	return ms.HeapInuse, rss
 }

@@ -11,10 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +24,7 @@ import (
 
 	hubv1 "github.com/kerf-dev/kerf/api/hub/v1"
 	"github.com/kerf-dev/kerf/hub"
+	"github.com/kerf-dev/kerf/test/memtest"
 )
 
 // TestASignedInReaderGetsThroughAFloodOfStrangers floods kerf-hub serve
@@ -64,7 +63,7 @@ func floodThePages(t *testing.T, backend string) {
 		code, body := read(p)
 		require.Equal(t, http.StatusOK, code, "%s before the flood: %s", p, body)
 	}
-	heapBefore, rssBefore := memoryNow(t)
+	heapBefore, rssBefore := memtest.Now(t)
 	goroutines := runtime.NumGoroutine()
 
 	u, err := url.Parse(base)
@@ -154,7 +153,7 @@ func floodThePages(t *testing.T, backend string) {
 	h2.CloseIdleConnections()
 	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= goroutines+8 }, time.Minute, 10*time.Millisecond,
 		"the server lets go of the flood's connections")
-	heapAfter, rssAfter := memoryNow(t)
+	heapAfter, rssAfter := memtest.Now(t)
 	t.Logf("a new sign-in during the flood took %d tries", signIns)
 	t.Logf("flood: %d answers, %d shed with 503 (%d sign-ins), %d refused (401, 403, 400), %d oversized (431), %d trickled headers cut; heap %d → %d KiB, RSS %d → %d KiB",
 		answered.Load(), shed.Load()+shedSignIns.Load(), shedSignIns.Load(), refused.Load(), oversized.Load(), trickledCut.Load(), heapBefore>>10, heapAfter>>10, rssBefore>>10, rssAfter>>10)
@@ -324,25 +323,4 @@ func trySignIn(t *testing.T, base string, client *http.Client, token string) int
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	return resp.StatusCode
-}
-
-// memoryNow returns the live heap after two collections (a sync.Pool
-// keeps its objects through one) and the process's resident set, in
-// bytes.
-func memoryNow(t *testing.T) (heap, rss uint64) {
-	t.Helper()
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	status, err := os.ReadFile("/proc/self/status")
-	require.NoError(t, err)
-	for line := range strings.Lines(string(status)) {
-		if kb, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
-			require.NoError(t, err)
-			rss = n << 10
-		}
-	}
-	return ms.HeapInuse, rss
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/node/report"
 	"github.com/kerf-dev/kerf/test/kerneltest"
+	"github.com/kerf-dev/kerf/test/memtest"
 )
 
 // kernelTree is a temporary parent cgroup in this machine's v1 cpu
@@ -418,8 +419,8 @@ func BenchmarkAgentBudget330(b *testing.B) {
 		b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "%core")
 		b.ReportMetric(float64(cpu.Microseconds())/passes, "cpu-µs/pass")
 	}
-	b.ReportMetric(procStatusMiB(b, "VmHWM"), "MiB-maxRSS")
-	b.ReportMetric(procStatusMiB(b, "VmRSS"), "MiB-RSS")
+	b.ReportMetric(memtest.MiB(memtest.Status(b, 0, "VmHWM")), "MiB-maxRSS")
+	b.ReportMetric(memtest.MiB(memtest.Status(b, 0, "VmRSS")), "MiB-RSS")
 }
 
 // cpuTime returns the process's user plus system CPU time.
@@ -429,25 +430,6 @@ func cpuTime(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// procStatusMiB returns a kB field of /proc/self/status in MiB.
-func procStatusMiB(tb testing.TB, field string) float64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for line := range strings.Lines(string(data)) {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			if err != nil {
-				tb.Fatalf("parse %s in /proc/self/status: %v", field, err)
-			}
-			return kb / 1024
-		}
-	}
-	tb.Fatalf("no %s in /proc/self/status", field)
-	return 0
 }
 
 // BenchmarkScrape330 is one scrape of the collector over 330 real cgroups:

@@ -6,10 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,6 +22,7 @@ import (
 	"github.com/kerf-dev/kerf/internal/authn"
 	"github.com/kerf-dev/kerf/test/authtest"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/memtest"
 )
 
 func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Hooks{}) }
@@ -144,7 +141,7 @@ func TestAKnownTokenGetsThroughAFloodOfNewOnes(t *testing.T) {
 
 	code, body := authtest.Get(t, base+"/metrics", reader.Token)
 	require.Equal(t, http.StatusOK, code, body)
-	heapBefore, rssBefore := memoryNow(t)
+	heapBefore, rssBefore := memtest.Now(t)
 
 	transport := &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 96}
 	defer transport.CloseIdleConnections()
@@ -184,7 +181,7 @@ func TestAKnownTokenGetsThroughAFloodOfNewOnes(t *testing.T) {
 	}
 	stop()
 	wg.Wait()
-	heapAfter, rssAfter := memoryNow(t)
+	heapAfter, rssAfter := memtest.Now(t)
 	t.Logf("flood: %d answers, %d shed with 503; heap %d → %d KiB, RSS %d → %d KiB",
 		answered.Load(), shed.Load(), heapBefore>>10, heapAfter>>10, rssBefore>>10, rssAfter>>10)
 	assert.Less(t, heapAfter, heapBefore+32<<20, "the flood leaves at most the bounded caches behind")
@@ -209,25 +206,6 @@ func serveAuthorizedBy(t *testing.T, rc *rest.Config, cfg authn.Config) string {
 		require.NoError(t, <-errc)
 	})
 	return "http://" + ln.Addr().String()
-}
-
-// memoryNow returns the live heap after a collection and the process's
-// resident set, in bytes.
-func memoryNow(t *testing.T) (heap, rss uint64) {
-	t.Helper()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	status, err := os.ReadFile("/proc/self/status")
-	require.NoError(t, err)
-	for line := range strings.Lines(string(status)) {
-		if kb, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
-			require.NoError(t, err)
-			rss = n << 10
-		}
-	}
-	return ms.HeapInuse, rss
 }
 
 // TestATokenOfKerfsAudienceIsAccepted: a server with OwnAudience (the

@@ -35,6 +35,7 @@ import (
 	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/kerneltest"
+	"github.com/kerf-dev/kerf/test/memtest"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
 
@@ -456,15 +457,5 @@ func (p *Process) CPUTime(tb testing.TB) time.Duration {
 // VmHWM, RssAnon, ...) in MiB.
 func (p *Process) StatusMiB(tb testing.TB, field string) float64 {
 	tb.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid))
-	require.NoError(tb, err)
-	for line := range strings.Lines(string(data)) {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			require.NoError(tb, err, "%s in /proc/<pid>/status", field)
-			return kb / 1024
-		}
-	}
-	tb.Fatalf("no %s in /proc/<pid>/status", field)
-	return 0
+	return memtest.MiB(memtest.Status(tb, p.Cmd.Process.Pid, field))
 }
