@@ -91,7 +91,19 @@ type Agent struct {
 	discoveryGauge *prometheus.GaugeVec
 	stream         Stream          // nil without a leader to stream to
 	changed        []report.Sample // reused by every pass
+	// layout is the kubelet's cgroup layout, checked every
+	// layoutCheckInterval; layoutProblem is kerf_agent_layout_problem.
+	layout        cgroup.Layout
+	hierarchy     *cgroup.Hierarchy // nil when the node's cgroups could not be read
+	layoutProblem *prometheus.GaugeVec
+	layoutChecked time.Time
+	notFoundLog   time.Time // when a cgroup not found was last logged
 }
+
+// layoutCheckInterval is how often the agent looks again for the pods'
+// cgroup (CheckLayout), and how often at most it logs containers whose
+// cgroup was not found.
+const layoutCheckInterval = time.Minute
 
 // OOMSource names the OOM source in use: bpf, cgroup or kmsg.
 func (a *Agent) OOMSource() string { return a.source.Name() }
@@ -153,10 +165,15 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Agent, error
 		}))
 	}
 	a.sources.WithLabelValues(src.Name(), src.Detail()).Set(1)
+	a.layout = cfg.Layout
+	a.layoutProblem = newLayoutProblemGauge()
+	reg.MustRegister(a.layoutProblem)
 	log.Info("OOM source chosen", "source", src.Name(), "detail", src.Detail(), "asked", cfg.OOMSource)
 	if h, err := cgroup.Detect(); err != nil {
 		log.Warn("cpu.stat sampling disabled", "err", err)
+		a.layoutProblem.WithLabelValues(ProblemNoCgroups).Set(1)
 	} else {
+		a.hierarchy = h
 		a.sampler = NewSampler(h)
 		usage := cfg.UsageInterval
 		if usage <= 0 {
@@ -291,9 +308,11 @@ func (a *Agent) sample(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			if p := a.sampler.Sample(now); p.Err != nil {
+			p := a.sampler.Sample(now)
+			if p.Err != nil {
 				a.log.Debug("cpu.stat sampling pass had errors", "errors", p.Errors, "err", p.Err)
 			}
+			a.checkLayout(now, p)
 			a.reconcileOOM()
 			if a.stream != nil {
 				a.changed = a.sampler.Changed(a.changed[:0])
@@ -301,6 +320,38 @@ func (a *Agent) sample(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// checkLayout says when the agent cannot read the node's containers: it
+// looks for the pods' cgroup every layoutCheckInterval, and marks a pass
+// that found none of the cgroups it looked for, logging the path.
+func (a *Agent) checkLayout(now time.Time, p Pass) {
+	if a.layoutChecked.IsZero() || now.Sub(a.layoutChecked) >= layoutCheckInterval {
+		a.layoutChecked = now
+		err := CheckLayout(a.hierarchy, a.layout)
+		if err != nil {
+			a.log.Warn("the agent cannot read the node's containers", "err", err)
+		}
+		a.layoutProblem.WithLabelValues(ProblemKubepodsNotFound).Set(boolGauge(err != nil))
+	}
+	switch {
+	case p.NotFound > 0 && p.Read == 0:
+		a.layoutProblem.WithLabelValues(ProblemContainersNotFound).Set(1)
+	case p.Read > 0:
+		a.layoutProblem.WithLabelValues(ProblemContainersNotFound).Set(0)
+	}
+	if p.NotFound > 0 && (a.notFoundLog.IsZero() || now.Sub(a.notFoundLog) >= layoutCheckInterval) {
+		a.notFoundLog = now
+		a.log.Warn("running containers' cgroups not found: if this repeats, --cgroup-driver or --kubelet-cgroup-root is not the kubelet's",
+			"notFound", p.NotFound, "read", p.Read, "path", p.NotFoundPath, "driver", a.layout.Driver, "kubeletCgroupRoot", rootFlag(a.layout))
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // reconcileOOM reconciles each tracked container's OOM kill count with the

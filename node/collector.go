@@ -23,9 +23,9 @@ type Collector struct {
 	sampler *Sampler
 	oom     OOMCounts
 
-	periods, throttledPeriods, throttledSeconds, oomEvents *prometheus.Desc
-	cpuUsage, workingSet, maxUsage                         *prometheus.Desc
-	samples, usageReads, readErrors, gone, tracked         *prometheus.Desc
+	periods, throttledPeriods, throttledSeconds, oomEvents   *prometheus.Desc
+	cpuUsage, workingSet, maxUsage                           *prometheus.Desc
+	samples, usageReads, readErrors, gone, notFound, tracked *prometheus.Desc
 }
 
 // NewCollector returns a collector of s's samples and oom's counts; oom may
@@ -58,6 +58,8 @@ func NewCollector(s *Sampler, oom OOMCounts) *Collector {
 			"Failed opens and reads of cpu.stat and the usage files, other than of a removed cgroup.", nil, nil),
 		gone: prometheus.NewDesc("kerf_agent_cgroups_gone_total",
 			"Tracked containers whose cgroup was found removed.", nil, nil),
+		notFound: prometheus.NewDesc("kerf_agent_cgroups_not_found_total",
+			"Running containers whose cgroup was not where the layout names it at their first read (kerf_agent_layout_problem says when none is found).", nil, nil),
 		tracked: prometheus.NewDesc("kerf_agent_tracked_containers",
 			"Containers the sampler tracks.", nil, nil),
 	}
@@ -66,7 +68,7 @@ func NewCollector(s *Sampler, oom OOMCounts) *Collector {
 // Describe sends the descriptors of every metric the collector exports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.periods, c.throttledPeriods, c.throttledSeconds, c.oomEvents,
-		c.cpuUsage, c.workingSet, c.maxUsage, c.samples, c.usageReads, c.readErrors, c.gone, c.tracked} {
+		c.cpuUsage, c.workingSet, c.maxUsage, c.samples, c.usageReads, c.readErrors, c.gone, c.notFound, c.tracked} {
 		ch <- d
 	}
 }
@@ -145,6 +147,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(stats.Samples))
 	ch <- prometheus.MustNewConstMetric(c.usageReads, prometheus.CounterValue, float64(stats.UsageReads))
 	ch <- prometheus.MustNewConstMetric(c.readErrors, prometheus.CounterValue, float64(stats.ReadErrors))
+	ch <- prometheus.MustNewConstMetric(c.notFound, prometheus.CounterValue, float64(stats.NotFound))
 	ch <- prometheus.MustNewConstMetric(c.gone, prometheus.CounterValue, float64(stats.Gone))
 	ch <- prometheus.MustNewConstMetric(c.tracked, prometheus.GaugeValue, float64(stats.Tracked))
 }

@@ -27,7 +27,7 @@ func TestCollectorExportsCadvisorSeriesAndHealth(t *testing.T) {
 	b := container("b", "/kubepods/b")
 	b.Namespace, b.Pod, b.PodUID = "jobs", "batch-1", "1f0e4a1c-7a8f-4f3c-9d2e-1a2b3c4d5e6f"
 	require.NoError(t, s.Set([]Container{container("a", "/kubepods/a"), b, container("new", "/kubepods/new")}))
-	s.Sample(time.Unix(1, 0)) // "new" has no cgroup: gone
+	s.Sample(time.Unix(1, 0)) // "new" has no cgroup: not found
 	c := NewCollector(s, fakeOOM{"/kubepods/a": 3})
 
 	want := `
@@ -50,7 +50,10 @@ container_oom_events_total{container="b",namespace="jobs",pod="batch-1"} 0
 container_oom_events_total{container="new",namespace="default",pod="web-0"} 0
 # HELP kerf_agent_cgroups_gone_total Tracked containers whose cgroup was found removed.
 # TYPE kerf_agent_cgroups_gone_total counter
-kerf_agent_cgroups_gone_total 1
+kerf_agent_cgroups_gone_total 0
+# HELP kerf_agent_cgroups_not_found_total Running containers whose cgroup was not where the layout names it at their first read (kerf_agent_layout_problem says when none is found).
+# TYPE kerf_agent_cgroups_not_found_total counter
+kerf_agent_cgroups_not_found_total 1
 # HELP kerf_agent_read_errors_total Failed opens and reads of cpu.stat and the usage files, other than of a removed cgroup.
 # TYPE kerf_agent_read_errors_total counter
 kerf_agent_read_errors_total 0

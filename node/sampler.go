@@ -57,6 +57,13 @@ type Pass struct {
 	Errors int
 	// Gone counts containers found gone in this pass.
 	Gone int
+	// NotFound counts containers whose cgroup was not there at their
+	// first open: a running container's cgroup is made before the kubelet
+	// says it runs, so the layout (--cgroup-driver, --kubelet-cgroup-root)
+	// is not the kubelet's, or it exited in between. NotFoundPath is the
+	// first such path.
+	NotFound     int
+	NotFoundPath string
 	// Usage counts the containers whose usage was read in full (CPU,
 	// memory, memory.stat, peak): every container on a pass the usage
 	// interval made due, and a container's first pass.
@@ -76,6 +83,8 @@ type SamplerStats struct {
 	ReadErrors uint64
 	// Gone counts containers whose cgroup was found removed.
 	Gone uint64
+	// NotFound counts containers whose cgroup was never found (Pass).
+	NotFound uint64
 	// Tracked is the number of containers tracked now.
 	Tracked int
 }
@@ -138,8 +147,13 @@ type Sampler struct {
 	mu      sync.Mutex
 	entries []*tracked
 	index   map[report.ContainerKey]int
-	seq     uint64
-	stats   SamplerStats
+	// goneBefore holds the cgroup paths of the containers the latest Set
+	// dropped as gone: discovery, a little behind the kernel, may list
+	// one once more, and its cgroup not found then is gone, not a layout
+	// the agent cannot read.
+	goneBefore map[string]struct{}
+	seq        uint64
+	stats      SamplerStats
 	// usageInterval is how often usage is read in full; 0 is every pass.
 	usageInterval time.Duration
 	lastUsage     time.Time
@@ -262,9 +276,16 @@ func (s *Sampler) Set(cs []Container) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	clear(s.goneBefore)
 	for i := len(s.entries) - 1; i >= 0; i-- {
 		e := s.entries[i]
 		if _, ok := want[e.c.Key()]; !ok || e.gone {
+			if e.gone {
+				if s.goneBefore == nil {
+					s.goneBefore = map[string]struct{}{}
+				}
+				s.goneBefore[e.c.CgroupPath] = struct{}{}
+			}
 			s.removeLocked(e.c.Key())
 		}
 	}
@@ -302,9 +323,17 @@ func (s *Sampler) Sample(now time.Time) Pass {
 		if e.r == nil {
 			r, err := s.open(e.c.CgroupPath)
 			if err != nil {
+				if _, ok := s.goneBefore[e.c.CgroupPath]; ok && errors.Is(err, cgroup.ErrGone) {
+					e.gone = true // listed once more after it went
+					p.Gone++
+					continue
+				}
 				if errors.Is(err, cgroup.ErrGone) {
 					e.gone = true
-					p.Gone++
+					p.NotFound++
+					if p.NotFoundPath == "" {
+						p.NotFoundPath = e.c.CgroupPath
+					}
 					continue
 				}
 				p.Errors++
@@ -378,6 +407,7 @@ func (s *Sampler) Sample(now time.Time) Pass {
 	s.stats.Samples += uint64(p.Read)
 	s.stats.UsageReads += uint64(p.Usage)
 	s.stats.ReadErrors += uint64(p.Errors)
+	s.stats.NotFound += uint64(p.NotFound)
 	s.stats.Gone += uint64(p.Gone)
 	return p
 }

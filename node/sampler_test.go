@@ -175,15 +175,21 @@ func TestSamplerCountsReadErrorsAndReadsTheRest(t *testing.T) {
 	assert.Equal(t, SamplerStats{Samples: 3, ReadErrors: 1, Tracked: 2}, s.Stats())
 }
 
-func TestSamplerDropsContainerWhoseCgroupNeverExisted(t *testing.T) {
+// TestSamplerCountsAContainerWhoseCgroupWasNeverFound: a container whose
+// cgroup is not there at its first open is dropped and counted apart from
+// the gone ones, with its path, since a wrong layout looks just so. Before,
+// it counted as gone, and an agent with the wrong --cgroup-driver reported
+// nothing and said nothing.
+func TestSamplerCountsAContainerWhoseCgroupWasNeverFound(t *testing.T) {
 	f := newFixtureTree(t)
 	s := NewSampler(f.h)
 	defer s.Close()
 	require.NoError(t, s.Set([]Container{container("a", "/kubepods/missing")}))
 	p := s.Sample(time.Unix(1, 0))
-	assert.Equal(t, Pass{Gone: 1}, p)
+	assert.Equal(t, Pass{NotFound: 1, NotFoundPath: "/kubepods/missing"}, p)
+	assert.Equal(t, Pass{}, s.Sample(time.Unix(2, 0)), "counted once")
 	require.NoError(t, s.Set(nil))
-	assert.Equal(t, SamplerStats{Gone: 1}, s.Stats())
+	assert.Equal(t, SamplerStats{NotFound: 1}, s.Stats())
 }
 
 func TestSamplerPassDoesNotAllocate(t *testing.T) {
