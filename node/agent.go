@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -98,7 +99,17 @@ type Agent struct {
 	layoutProblem *prometheus.GaugeVec
 	layoutChecked time.Time
 	notFoundLog   time.Time // when a cgroup not found was last logged
+	// unreadable is set while the node's cgroups or the pods' cgroup
+	// cannot be found: Ready says false.
+	unreadable atomic.Bool
 }
+
+// Ready reports whether the agent can read the node's containers: a
+// hierarchy with a cpu controller and the pods' cgroup its layout names
+// (CheckLayout). kerf-agent serves it on /readyz, so an agent told the
+// wrong --cgroup-driver shows as not ready, on its node, in kubectl get
+// pods and kubectl kerf status.
+func (a *Agent) Ready() bool { return !a.unreadable.Load() }
 
 // layoutCheckInterval is how often the agent looks again for the pods'
 // cgroup (CheckLayout), and how often at most it logs containers whose
@@ -172,6 +183,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Agent, error
 	if h, err := cgroup.Detect(); err != nil {
 		log.Warn("cpu.stat sampling disabled", "err", err)
 		a.layoutProblem.WithLabelValues(ProblemNoCgroups).Set(1)
+		a.unreadable.Store(true)
 	} else {
 		a.hierarchy = h
 		a.sampler = NewSampler(h)
@@ -184,6 +196,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Agent, error
 			log.Warn("usage reading disabled: the node has no memory controller or no CPU accounting")
 		}
 		reg.MustRegister(NewCollector(a.sampler, a.counts))
+		a.checkLayout(time.Now(), Pass{}) // said at start, and Ready from the first probe
 	}
 	if err := a.chooseDiscovery(cfg, reg); err != nil {
 		_ = a.source.Close()
@@ -333,6 +346,7 @@ func (a *Agent) checkLayout(now time.Time, p Pass) {
 			a.log.Warn("the agent cannot read the node's containers", "err", err)
 		}
 		a.layoutProblem.WithLabelValues(ProblemKubepodsNotFound).Set(boolGauge(err != nil))
+		a.unreadable.Store(err != nil)
 	}
 	switch {
 	case p.NotFound > 0 && p.Read == 0:

@@ -69,9 +69,11 @@ func TestKernelAnAgentOfTheWrongDriverSaysSo(t *testing.T) {
 	assert.Equal(t, 0.0, problem(ProblemNoCgroups))
 	assert.Contains(t, logs.String(), "set --cgroup-driver=cgroupfs")
 	assert.Contains(t, logs.String(), "path="+root+".slice/x")
+	assert.False(t, a.Ready(), "not ready: /readyz says so to the kubelet")
 
 	a.layout.Driver = cgroup.DriverCgroupfs
 	a.checkLayout(now.Add(layoutCheckInterval), Pass{Read: 1})
 	assert.Equal(t, 0.0, problem(ProblemKubepodsNotFound))
 	assert.Equal(t, 0.0, problem(ProblemContainersNotFound))
+	assert.True(t, a.Ready())
 }

@@ -152,7 +152,9 @@ func main() {
 		if metricsCert != nil {
 			opts = append(opts, endpoints.ServeTLS(metricsCert.tlsConfig()))
 		}
-		errc <- endpoints.New(reg, nil, opts...).Serve(ctx, *metricsAddr)
+		// Not ready while the agent cannot read the node's containers
+		// (node.CheckLayout): the pod shows it, on its node.
+		errc <- endpoints.New(reg, agent.Ready, opts...).Serve(ctx, *metricsAddr)
 	}()
 	for range 2 {
 		if err := <-errc; err != nil {

@@ -423,3 +423,37 @@ func TestTheBinaryAsKubectlRunsIt(t *testing.T) {
 		assert.Contains(t, out, want)
 	}
 }
+
+// TestStatusNamesTheNodesWhoseAgentIsNotReady: two kerf-agent pods, one
+// ready, one not (an agent that cannot read its node's containers says so
+// on /readyz): status names the node of the second after its table, on
+// the error stream, and not the first's; -o yaml stays a document.
+// Before, nothing in kubectl kerf said a node was unseen.
+func TestStatusNamesTheNodesWhoseAgentIsNotReady(t *testing.T) {
+	cp := controlplane.Get(t)
+	f := newFixture(t, cp)
+	ctx := context.Background()
+	kerfNS := controlplane.UniqueName("kerf")
+	require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kerfNS}}))
+	for _, a := range []struct {
+		name, node string
+		ready      corev1.ConditionStatus
+	}{{"kerf-agent-a", "node-a", corev1.ConditionTrue}, {"kerf-agent-b", "node-b", corev1.ConditionFalse}} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: kerfNS, Name: a.name,
+			Labels: map[string]string{"app.kubernetes.io/name": "kerf", "app.kubernetes.io/component": "agent"}},
+			Spec: corev1.PodSpec{NodeName: a.node, Containers: []corev1.Container{{Name: "agent", Image: "kerf.local/kerf-agent:dev"}}}}
+		require.NoError(t, cp.Client.Create(ctx, pod))
+		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: a.ready}}}
+		require.NoError(t, cp.Client.Status().Update(ctx, pod))
+	}
+
+	code, out, errOut := kerf(t, cp, "status", "-n", f.ns, "--kerf-namespace", kerfNS)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "Deployment/web")
+	assert.Equal(t, "kerf-agent is not ready on node node-b (pod "+kerfNS+"/kerf-agent-b, Running): Kerf does not see that node's containers; its log says why.\n", errOut)
+
+	code, out, errOut = kerf(t, cp, "status", "-n", f.ns, "--kerf-namespace", kerfNS, "-o", "yaml")
+	require.Equal(t, 0, code, errOut)
+	assert.Empty(t, errOut, "a document alone")
+	assert.NotContains(t, out, "kerf-agent")
+}

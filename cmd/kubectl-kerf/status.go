@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,22 +22,31 @@ import (
 
 func newStatusCommand(o *options) *cobra.Command {
 	var all bool
-	var output string
+	var output, kerfNamespace string
 	cmd := &cobra.Command{
 		Use:   "status [-n NAMESPACE | -A] [-o wide|yaml|json]",
 		Short: "Each workload with a RightsizingRecommendation: phase, values, last action",
 		Long: "status lists each workload with a RightsizingRecommendation: its phase, the\n" +
 			"recommended values against the manifest's (recommended→manifest, per\n" +
-			"container), Kerf's last action and how long ago it was.",
+			"container), Kerf's last action and how long ago it was. It then names\n" +
+			"each node whose kerf-agent is not ready (it cannot read the node's\n" +
+			"containers, or is not running): Kerf does not see that node's harm.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			return o.status(cmd.Context(), all, output)
+			if err := o.status(cmd.Context(), all, output); err != nil {
+				return err
+			}
+			if output == outputYAML || output == outputJSON {
+				return nil
+			}
+			return o.agentsNotReady(cmd.Context(), kerfNamespace)
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List the workloads of every namespace")
+	cmd.Flags().StringVar(&kerfNamespace, "kerf-namespace", "kerf-system", "The namespace Kerf is installed in, where its agents run")
 	addOutputFlag(cmd, &output)
 	return cmd
 }
@@ -150,4 +161,47 @@ func valuesAgainst(recommended []v1alpha1.ContainerResources, manifest map[strin
 		}
 	}
 	return orNone(strings.Join(reqs, "; ")), orNone(strings.Join(lims, "; "))
+}
+
+// agentLabels select the kerf-agent pods (manifests/agent.yaml).
+var agentLabels = client.MatchingLabels{"app.kubernetes.io/name": "kerf", "app.kubernetes.io/component": "agent"}
+
+// agentsNotReady names, on the error stream, each node whose kerf-agent
+// pod in ns is not ready: not running, or unable to read the node's
+// containers (its /readyz, node.Agent.Ready). A user who may not list
+// pods there is told nothing more.
+func (o *options) agentsNotReady(ctx context.Context, ns string) error {
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	var pods corev1.PodList
+	err = c.List(ctx, &pods, client.InNamespace(ns), agentLabels)
+	switch {
+	case apierrors.IsForbidden(err), apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("list the kerf-agent pods in %s: %w", ns, err)
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Spec.NodeName, b.Spec.NodeName) })
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if podReady(p) {
+			continue
+		}
+		node := cmp.Or(p.Spec.NodeName, "<unscheduled>")
+		fmt.Fprintf(o.streams.ErrOut, "kerf-agent is not ready on node %s (pod %s/%s, %s): Kerf does not see that node's containers; its log says why.\n",
+			node, p.Namespace, p.Name, cmp.Or(string(p.Status.Phase), "Unknown"))
+	}
+	return nil
+}
+
+// podReady is the pod's Ready condition.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
