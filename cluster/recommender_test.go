@@ -51,7 +51,6 @@ func recommendedWebLeader(t *testing.T, before func(*signals.Stores, *corev1.Pod
 	ns := namespace(t, c)
 	dep := web(t, c, ns, recommendingPolicy(ns))
 	sig := signals.New()
-	l := startLeader(t, ns, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
 	pod := adoptedPod(t, c, dep, "web-1")
 	if before != nil {
 		before(sig, pod)
@@ -61,6 +60,11 @@ func recommendedWebLeader(t *testing.T, before func(*signals.Stores, *corev1.Pod
 		sig.Usage.Add(signals.UsageSample{PodUID: pod.UID, Container: "app", At: now.Add(time.Duration(i-3) * time.Second),
 			CPU: time.Duration(i) * 50 * time.Millisecond, WorkingSet: 40 << 20, Peak: 40 << 20})
 	}
+	// The leader starts once the pod, what the test adds and the usage
+	// are in place: its first pass sees them all, and none of them lands
+	// between two passes (on a loaded machine the first recommendation was
+	// written without the latch of what came a moment later).
+	l := startLeader(t, ns, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
 	return c, ns, l
 }
 

@@ -37,7 +37,6 @@ func recommendedWebPolicy(t *testing.T, c client.Client, ns string, p *v1alpha1.
 	t.Helper()
 	dep := web(t, c, ns, p)
 	sig := signals.New()
-	l := startLeader(t, ns, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
 	pod := adoptedPod(t, c, dep, "web-1")
 	if before != nil {
 		before(sig, pod)
@@ -47,6 +46,11 @@ func recommendedWebPolicy(t *testing.T, c client.Client, ns string, p *v1alpha1.
 		sig.Usage.Add(signals.UsageSample{PodUID: pod.UID, Container: "app", At: now.Add(time.Duration(i-3) * time.Second),
 			CPU: time.Duration(i) * 50 * time.Millisecond, WorkingSet: 40 << 20, Peak: 40 << 20})
 	}
+	// The leader starts once the pod, what the test adds and the usage
+	// are in place: its first pass sees them all, and none of them lands
+	// between two passes (on a loaded machine the first recommendation was
+	// written without the latch of what came a moment later).
+	l := startLeader(t, ns, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
 	return c, ns, l
 }
 

@@ -226,7 +226,6 @@ func vpaWeb(t *testing.T, p *v1alpha1.RightsizingPolicy, before func(*signals.St
 	c := controlplane.Get(t).Client
 	dep := web(t, c, p.Namespace, p)
 	sig := signals.New()
-	l := startLeader(t, p.Namespace, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
 	pod := adoptedPod(t, c, dep, "web-1")
 	if before != nil {
 		before(sig, pod)
@@ -236,6 +235,11 @@ func vpaWeb(t *testing.T, p *v1alpha1.RightsizingPolicy, before func(*signals.St
 		sig.Usage.Add(signals.UsageSample{PodUID: pod.UID, Container: "app", At: now.Add(time.Duration(i-3) * time.Second),
 			CPU: time.Duration(i) * 50 * time.Millisecond, WorkingSet: 40 << 20, Peak: 40 << 20})
 	}
+	// The leader starts once the pod, what the test adds and the usage
+	// are in place: its first pass sees them all, and none of them lands
+	// between two passes (on a loaded machine the first recommendation was
+	// written without the latch of what came a moment later).
+	l := startLeader(t, p.Namespace, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
 	return c, p.Namespace, l
 }
 
