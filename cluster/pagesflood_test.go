@@ -150,9 +150,16 @@ func TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights(t *tes
 		stop()
 		wg.Wait()
 	}()
-	require.Eventually(t, func() bool {
-		return strangers.shed.Load() >= 100 && withoutRights.refused.Load() >= 200 && known.shed.Load() >= 100
-	}, time.Minute, 10*time.Millisecond, "the floods are on: the new callers' budget full, the caller without rights refused, the metrics reader's share full")
+	// Under the race detector on a loaded machine each of the 288
+	// connections' handshakes is slow (a 503 closes its connection): the
+	// wait is for a few of each, for up to two minutes.
+	floodsOn := func() bool {
+		return strangers.shed.Load() >= 20 && withoutRights.refused.Load() >= 20 && known.shed.Load() >= 20
+	}
+	if !assert.Eventually(t, floodsOn, 2*time.Minute, 10*time.Millisecond) {
+		t.Fatalf("the floods are not on: %d of the new callers shed (503), %d refusals of the caller without rights, %d of the metrics reader shed",
+			strangers.shed.Load(), withoutRights.refused.Load(), known.shed.Load())
+	}
 
 	// Ten rounds, and on until the reader's cached refusal across
 	// namespaces (it is bound in ns alone) has expired and been asked
