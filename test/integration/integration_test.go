@@ -2,7 +2,7 @@ package integration
 
 // The whole chain of design sections 3, 5 and 6, every part real: pods on
 // a real apiserver whose containers are real cgroups (one throttled by a
-// 20 ms / 100 ms CFS quota under a busy loop, one with room to spare) →
+// 5 ms / 100 ms CFS quota under a busy loop, one with room to spare) →
 // kerf-agent as cmd/kerf-agent wires it (node.New, the apiserver pod
 // discovery, the sampler, the stream client, the endpoints' /metrics) →
 // the leader's stream server (TLS, TokenReview) and its signals.Kernel; and
@@ -117,7 +117,11 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 	throttledDir := containerCgroup(t, cpuMount, layout, throttled)
 	idleDir := containerCgroup(t, cpuMount, layout, idle)
 	kerneltest.WriteFile(t, throttledDir, "cpu.cfs_period_us", strconv.Itoa(int(cfsPeriod.Microseconds())))
-	kerneltest.WriteFile(t, throttledDir, "cpu.cfs_quota_us", "20000") // 20% of a CPU
+	// 5% of a CPU: the loop uses it up in most periods even when it
+	// shares the machine's cores with a dozen others (at 20% it was
+	// throttled in 14% of the periods beside a loaded make test, under
+	// the 25% the throttled assertions want).
+	kerneltest.WriteFile(t, throttledDir, "cpu.cfs_quota_us", "5000")
 	kerneltest.WriteFile(t, idleDir, "cpu.cfs_period_us", strconv.Itoa(int(cfsPeriod.Microseconds())))
 	kerneltest.WriteFile(t, idleDir, "cpu.cfs_quota_us", "200000") // two CPUs: never throttled
 	// A busy loop, and a light load that runs in most periods; each in its
@@ -221,7 +225,7 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 	// Usage: the stream's readings of the last 8 s (the leader keeps 4,
 	// one every 2 s) are values Prometheus scraped from the agent, and the
 	// busy loop's CPU time grows, by at most its quota: on a busy machine
-	// it gets less (0.14 of a core beside stress-ng --cpu 2), so its
+	// it gets less (0.14 of a 0.2 quota beside stress-ng --cpu 2), so its
 	// quota is a ceiling, not a figure to meet.
 	for _, p := range pods {
 		t.Run(p.Name+"/usage", func(t *testing.T) {
@@ -248,7 +252,7 @@ func TestThrottlingFromPromQLAndFromTheAgentsStreamAgree(t *testing.T) {
 			assert.GreaterOrEqual(t, last.Peak, last.WorkingSet, "the peak includes page cache and is at least the usage")
 			if p == throttled {
 				assert.Positive(t, rate, "a busy loop uses CPU")
-				assert.LessOrEqual(t, rate, 0.25, "a busy loop under a 20%% quota stays under it")
+				assert.LessOrEqual(t, rate, 0.0625, "a busy loop under a 5%% quota stays under it")
 			}
 		})
 	}
