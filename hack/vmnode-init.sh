@@ -1,0 +1,56 @@
+#!/bin/busybox sh
+# The vmnode guest's init after switch_root (hack/vmnode.sh): mounts,
+# cgroup v2, network, containerd, the images, the kubelet. Each step
+# prints "vmnode-mark STEP UPTIME" on the console for the timings.
+/bin/busybox --install -s /bin
+export PATH=/usr/local/bin:/usr/bin:/usr/sbin:/bin:/sbin HOME=/root
+mark() { echo "vmnode-mark $1 $(cut -d' ' -f1 /proc/uptime)"; }
+. /etc/kerf/env
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
+mount -t tmpfs -o mode=755 tmpfs /run
+mount -t tmpfs tmpfs /tmp
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+mount -o remount,rw /
+mount --make-rshared /
+hostname "$NODE"
+mark mounted
+echo "kernel $(uname -r), cgroup controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
+
+for m in overlay bridge br_netfilter veth nf_conntrack iptable_filter iptable_nat nft_compat xt_comment xt_mark xt_conntrack xt_addrtype xt_MASQUERADE xt_nat xt_multiport xt_statistic; do
+	modprobe $m 2>/dev/null || echo "modprobe $m failed"
+done
+sysctl -qw net.ipv4.ip_forward=1
+sysctl -qw net.bridge.bridge-nf-call-iptables=1
+ip link set lo up
+ip addr add "$GUEST_IP/30" dev eth0
+ip link set eth0 up
+ip route add default via "$HOST_IP"
+mark network
+telnetd -p 2323 -l /bin/sh -b "$GUEST_IP"
+
+# The kubelet wants its controllers enabled down the tree.
+echo "+cpu +cpuset +memory +pids +io +hugetlb" >/sys/fs/cgroup/cgroup.subtree_control
+
+mkdir -p /var/log
+containerd --config /etc/kerf/containerd.toml >/var/log/containerd.log 2>&1 &
+until ctr version >/dev/null 2>&1; do sleep 0.2; done
+mark containerd-serving
+for img in /images/*.tar; do
+	ctr -n k8s.io images import "$img" >/dev/null && echo "imported $img"
+done
+mark images-imported
+kubelet --config=/etc/kerf/kubelet.yaml --kubeconfig=/etc/kerf/kubelet.kubeconfig \
+	--node-ip="$GUEST_IP" --hostname-override="$NODE" >/var/log/kubelet.log 2>&1 &
+mark kubelet-started
+if [ -x /usr/local/bin/kube-proxy ]; then
+	kube-proxy --kubeconfig=/etc/kerf/kubelet.kubeconfig --hostname-override="$NODE" --proxy-mode=iptables \
+		--cluster-cidr=10.88.78.0/24 >/var/log/kube-proxy.log 2>&1 &
+fi
+# Follow the kubelet's errors on the console; the shell is on telnet port 2323.
+sleep 1
+tail -F /var/log/kubelet.log | grep --line-buffered -E '^E|Successfully registered|fail' &
+while true; do sleep 3600; done
