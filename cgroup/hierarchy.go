@@ -276,8 +276,28 @@ func hierarchyFromMountinfo(data, hostRoot string) (*Hierarchy, error) {
 			return nil, fmt.Errorf("read v2 controllers: %w", err)
 		}
 		h.Mounts[i].Controllers = strings.Fields(string(b))
+		h.Mounts[i].Root = outsideNamespaceRoot(h.Mounts[i])
 	}
 	return h, nil
+}
+
+// outsideNamespaceRoot returns the root of a v2 mount seen from inside a
+// cgroup namespace. There mountinfo gives the root relative to the
+// namespace's own, "/../../../.." for the host's /sys/fs/cgroup mounted
+// into a container of kubepods/<qos>/pod<uid>/<id> (containerd gives
+// every container its own cgroup namespace on cgroup v2): the mount shows
+// cgroups above the namespace, whose absolute paths mountinfo does not
+// tell. When its top directory is the hierarchy's root, the only cgroup
+// without cgroup.events, the root is "/"; otherwise it is left as is and
+// Join refuses the paths.
+func outsideNamespaceRoot(m Mount) string {
+	if m.Root != "/.." && !strings.HasPrefix(m.Root, "/../") {
+		return m.Root
+	}
+	if _, err := os.Stat(filepath.Join(m.Path, "cgroup.events")); errors.Is(err, os.ErrNotExist) {
+		return "/"
+	}
+	return m.Root
 }
 
 // sameHierarchy returns the index of a mount of the same hierarchy as m, or -1.
