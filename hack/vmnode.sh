@@ -65,14 +65,28 @@ build)
 	for b in $bins; do cp "$b" "$R$b"; done
 	for p in bridge host-local loopback portmap; do cp /usr/lib/cni/$p "$R/usr/lib/cni/"; done
 	cp "$K8S/kubelet" "$R/usr/local/bin/"
-	if [ "${VMNODE_PROXY:-0}" = 1 ]; then cp "$K8S/kube-proxy" "$R/usr/local/bin/"; fi
-	for b in $bins "$K8S/kubelet" /usr/lib/cni/bridge; do
+	extra=
+	if [ "${VMNODE_PROXY:-0}" = 1 ]; then
+		# kube-proxy (iptables mode) with Debian's iptables-nft and its
+		# extensions, as the sandbox's own kube-proxy identity.
+		cp "$K8S/kube-proxy" "$R/usr/local/bin/"
+		cp "$STATE/kubeconfigs/kube-proxy.kubeconfig" "$R/etc/kerf/"
+		cp /usr/sbin/xtables-nft-multi "$R/usr/sbin/"
+		for t in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
+			ln -sf xtables-nft-multi "$R/usr/sbin/$t"
+		done
+		mkdir -p "$R/usr/lib/x86_64-linux-gnu"
+		cp -a /usr/lib/x86_64-linux-gnu/xtables "$R/usr/lib/x86_64-linux-gnu/"
+		extra="/usr/sbin/xtables-nft-multi $(ls /usr/lib/x86_64-linux-gnu/xtables/*.so)"
+	fi
+	for b in $bins "$K8S/kubelet" /usr/lib/cni/bridge $extra; do
 		ldd "$b" | awk '/=>/ {print $3}'
 	done | cat - <(echo /lib64/ld-linux-x86-64.so.2) | sort -u | while read -r lib; do
 		mkdir -p "$R$(dirname "$lib")"
 		cp -L "$lib" "$R$lib"
 	done
 	cp /bin/busybox "$R/bin/busybox"
+	ln -sf /bin/busybox "$R/sbin/modprobe" # the kernel's module loader
 	mkdir -p "$R/lib/modules"
 	cp -a "$OUT/kernel/lib/modules/$KVER" "$R/lib/modules/"
 	cp bin/images/kerf-pause.tar "$R/images/"
