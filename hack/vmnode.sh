@@ -212,9 +212,9 @@ run)
 	OUT=$2
 	exec qemu-system-x86_64 -kernel bin/vm/vmlinuz -initrd "$OUT/initrd.cpio" \
 		-append "console=ttyS0 quiet panic=-1 rdinit=/init" \
-		-m "${VMNODE_MEM:-2048}" -smp 2 -cpu max -nographic -no-reboot -nodefaults -serial stdio \
+		-m "${VMNODE_MEM:-1024}" -smp 2 -cpu max -nographic -no-reboot -nodefaults -serial stdio \
 		-drive file="$OUT/disk.img",format=raw,if=virtio,cache=unsafe \
-		-netdev tap,id=n0,ifname="$TAP",script=no,downscript=no -device virtio-net-pci,netdev=n0
+		-netdev tap,id=n0,ifname="$TAP",script=no,downscript=no -device virtio-net-pci,netdev=n0,romfile=
 	;;
 *)
 	echo "usage: $0 build STATE_DIR OUT_DIR | net | run OUT_DIR" >&2
