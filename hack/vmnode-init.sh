@@ -41,14 +41,16 @@ until ctr version >/dev/null 2>&1; do sleep 0.2; done
 mark containerd-serving
 # The pause image before the kubelet (it never pulls it), the others after:
 # importing is slow under TCG (about 6 s for a 9 MB image).
-ctr -n k8s.io images import /images/kerf-pause.tar >/dev/null && echo "imported kerf-pause.tar"
-mark pause-imported
+if [ ! -e /etc/kerf/images-preloaded ]; then
+	ctr -n k8s.io images import /images/kerf-pause.tar >/dev/null && echo "imported kerf-pause.tar"
+	mark pause-imported
+fi
 kubelet --config=/etc/kerf/kubelet.yaml --kubeconfig=/etc/kerf/kubelet.kubeconfig \
 	--node-ip="$GUEST_IP" --hostname-override="$NODE" >/var/log/kubelet.log 2>&1 &
 mark kubelet-started
 (
 	for img in /images/*.tar; do
-		[ "$img" = /images/kerf-pause.tar ] && continue
+		[ "$img" = /images/kerf-pause.tar ] || [ ! -e "$img" ] && continue
 		ctr -n k8s.io images import "$img" >/dev/null && echo "imported $img"
 	done
 	mark images-imported

@@ -91,6 +91,29 @@ build)
 	cp -a "$OUT/kernel/lib/modules/$KVER" "$R/lib/modules/"
 	cp bin/images/kerf-pause.tar "$R/images/"
 	for img in ${VMNODE_IMAGES:-}; do cp "$img" "$R/images/"; done
+	if [ "${VMNODE_PRELOAD:-0}" = 1 ]; then
+		# Unpack the images on the host into the guest's containerd root
+		# (content store, metadata, overlayfs snapshots are plain files):
+		# a throwaway containerd of its own sockets, without CRI.
+		C=$(realpath "$OUT")/preload
+		RR=$(realpath "$R")
+		rm -rf "$C"
+		mkdir -p "$C" "$RR/var/lib/containerd"
+		printf '%s\n' 'version = 2' "root = \"$RR/var/lib/containerd\"" "state = \"$C/state\"" \
+			'disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]' \
+			'[grpc]' "  address = \"$C/ctd.sock\"" '[ttrpc]' "  address = \"$C/ctd.sock.ttrpc\"" \
+			'[debug]' "  address = \"$C/debug.sock\"" >"$C/config.toml"
+		containerd --config "$C/config.toml" >"$C/log" 2>&1 &
+		ctd=$!
+		for _ in $(seq 100); do ctr --address "$C/ctd.sock" version >/dev/null 2>&1 && break; sleep 0.1; done
+		for img in "$RR"/images/*.tar; do
+			ctr -n k8s.io --address "$C/ctd.sock" images import "$img" >/dev/null
+		done
+		kill "$ctd"
+		wait "$ctd" || true
+		rm -f "$RR"/images/*.tar
+		touch "$RR/etc/kerf/images-preloaded"
+	fi
 
 	# Configuration: defaults wherever the kubelet and containerd have them.
 	cp "$STATE/pki/ca.crt" "$P/client.crt" "$P/client.key" "$P/serving.crt" "$P/serving.key" "$R/etc/kerf/"
