@@ -17,12 +17,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 NODE=${VMNODE_NAME:-kerf-vm}
-GUEST_IP=10.88.76.2
+GUEST_IP=10.88.76.2 # sandbox.VMNodeIP (internal/sandbox/vmnode.go)
 HOST_IP=10.88.76.1
 TAP=${VMNODE_TAP:-kerfvm0}
 POD_CIDR=10.88.78.0/24
-POD_GW=10.88.78.1
-API=https://10.88.77.1:16443
 KVER=$(sed 's/^linux-image-//' bin/vm/package)
 K8S=$(ls -d bin/k8s-v* | head -1)
 
@@ -32,8 +30,8 @@ build)
 	STATE=$2
 	OUT=$3
 	mkdir -p "$OUT"
-	rm -rf "$OUT/root" "$OUT/initrd.d" "$OUT/pki"
-	mkdir -p "$OUT/root" "$OUT/initrd.d" "$OUT/pki"
+	rm -rf "$OUT/root" "$OUT/initrd.d"
+	mkdir -p "$OUT/root" "$OUT/initrd.d"
 	R=$OUT/root
 
 	# The kernel's modules: the package's, unpacked (dpkg-deb, no hook).
@@ -44,20 +42,6 @@ build)
 		rm -rf "$tmp"
 		busybox depmod -b "$OUT/kernel" "$KVER"
 	fi
-
-	# Certificates: the node's client (system:node:NAME in system:nodes,
-	# for the Node authorizer and NodeRestriction) and serving ones, signed
-	# by the sandbox's CA.
-	P=$OUT/pki
-	ext() { printf 'keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=%s\n%s' "$1" "${2:-}"; }
-	openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$P/client.key" \
-		-subj "/O=system:nodes/CN=system:node:$NODE" -out "$P/client.csr" 2>/dev/null
-	openssl x509 -req -in "$P/client.csr" -CA "$STATE/pki/ca.crt" -CAkey "$STATE/pki/ca.key" -CAcreateserial \
-		-days 365 -extfile <(ext clientAuth) -out "$P/client.crt" 2>/dev/null
-	openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$P/serving.key" \
-		-subj "/CN=$NODE" -out "$P/serving.csr" 2>/dev/null
-	openssl x509 -req -in "$P/serving.csr" -CA "$STATE/pki/ca.crt" -CAkey "$STATE/pki/ca.key" -CAcreateserial \
-		-days 365 -extfile <(ext serverAuth "subjectAltName=IP:$GUEST_IP,DNS:$NODE") -out "$P/serving.crt" 2>/dev/null
 
 	# Binaries and their shared libraries.
 	mkdir -p "$R"/{bin,sbin,usr/bin,usr/sbin,usr/local/bin,usr/lib/cni,lib64,etc/kerf,etc/cni/net.d,images,proc,sys,dev,run,tmp,var/lib,var/log,root}
@@ -115,64 +99,10 @@ build)
 		touch "$RR/etc/kerf/images-preloaded"
 	fi
 
-	# Configuration: defaults wherever the kubelet and containerd have them.
-	cp "$STATE/pki/ca.crt" "$P/client.crt" "$P/client.key" "$P/serving.crt" "$P/serving.key" "$R/etc/kerf/"
-	b64() { base64 -w0 "$1"; }
-	cat >"$R/etc/kerf/kubelet.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: kerf-sandbox
-  cluster: {server: $API, certificate-authority-data: $(b64 "$STATE/pki/ca.crt")}
-users:
-- name: node
-  user: {client-certificate-data: $(b64 "$P/client.crt"), client-key-data: $(b64 "$P/client.key")}
-contexts:
-- name: kerf-sandbox
-  context: {cluster: kerf-sandbox, user: node}
-current-context: kerf-sandbox
-EOF
-	cat >"$R/etc/kerf/kubelet.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
-tlsCertFile: /etc/kerf/serving.crt
-tlsPrivateKeyFile: /etc/kerf/serving.key
-authentication:
-  anonymous: {enabled: false}
-  webhook: {enabled: true}
-  x509: {clientCAFile: /etc/kerf/ca.crt}
-authorization: {mode: Webhook}
-clusterDomain: cluster.local
-resolvConf: /etc/resolv.conf
-EOF
-	cat >"$R/etc/kerf/containerd.toml" <<EOF
-version = 2
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "kerf.local/pause:1"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        BinaryName = "/usr/sbin/runc"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "/etc/cni/net.d"
-EOF
-	cat >"$R/etc/cni/net.d/10-kerf.conflist" <<EOF
-{
-  "cniVersion": "0.4.0",
-  "name": "kerf-vmnode",
-  "plugins": [
-    {"type": "bridge", "bridge": "kerf0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GW"}]], "routes": [{"dst": "0.0.0.0/0"}]}}
-  ]
-}
-EOF
+	# Certificates (the node's client one, system:node:NAME in system:nodes,
+	# and its serving one, signed by the sandbox's CA) and the kubelet's,
+	# containerd's and CNI's configuration: internal/sandbox/vmnode.go.
+	go run hack/vmnode-config.go "$STATE" "$NODE" "$R"
 	echo "127.0.0.1 localhost" >"$R/etc/hosts"
 	echo "$GUEST_IP $NODE" >>"$R/etc/hosts"
 	echo "nameserver $HOST_IP" >"$R/etc/resolv.conf"
