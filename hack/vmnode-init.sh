@@ -1,0 +1,67 @@
+#!/bin/busybox sh
+# The vmnode guest's init after switch_root (hack/vmnode.sh): mounts,
+# cgroup v2, network, containerd, the images, the kubelet. Each step
+# prints "vmnode-mark STEP UPTIME" on the console for the timings.
+/bin/busybox --install -s /bin
+export PATH=/usr/local/bin:/usr/bin:/usr/sbin:/bin:/sbin HOME=/root
+mark() { echo "vmnode-mark $1 $(cut -d' ' -f1 /proc/uptime)"; }
+. /etc/kerf/env
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
+mount -t tmpfs -o mode=755 tmpfs /run
+mount -t tmpfs tmpfs /tmp
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+mount -o remount,rw /
+mount --make-rshared /
+hostname "$NODE"
+mark mounted
+echo "kernel $(uname -r), cgroup controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
+
+for m in overlay bridge br_netfilter veth nf_conntrack iptable_filter iptable_nat nft_compat xt_comment xt_mark xt_conntrack xt_addrtype xt_MASQUERADE xt_nat xt_multiport xt_statistic; do
+	modprobe $m 2>/dev/null || echo "modprobe $m failed"
+done
+sysctl -qw net.ipv4.ip_forward=1
+sysctl -qw net.bridge.bridge-nf-call-iptables=1
+ip link set lo up
+ip addr add "$GUEST_IP/30" dev eth0
+ip link set eth0 up
+ip route add default via "$HOST_IP"
+mark network
+telnetd -p 2323 -l /bin/sh -b "$GUEST_IP"
+
+# The kubelet wants its controllers enabled down the tree.
+echo "+cpu +cpuset +memory +pids +io +hugetlb" >/sys/fs/cgroup/cgroup.subtree_control
+
+mkdir -p /var/log
+containerd --config /etc/kerf/containerd.toml >/var/log/containerd.log 2>&1 &
+until ctr version >/dev/null 2>&1; do sleep 0.2; done
+mark containerd-serving
+# The pause image before the kubelet (it never pulls it), the others after:
+# importing is slow under TCG (about 6 s for a 9 MB image).
+if [ ! -e /etc/kerf/images-preloaded ]; then
+	ctr -n k8s.io images import /images/kerf-pause.tar >/dev/null && echo "imported kerf-pause.tar"
+	mark pause-imported
+fi
+kubelet --config=/etc/kerf/kubelet.yaml --kubeconfig=/etc/kerf/kubelet.kubeconfig \
+	--node-ip="$GUEST_IP" --hostname-override="$NODE" >/var/log/kubelet.log 2>&1 &
+mark kubelet-started
+(
+	for img in /images/*.tar; do
+		[ "$img" = /images/kerf-pause.tar ] || [ ! -e "$img" ] && continue
+		ctr -n k8s.io images import "$img" >/dev/null && echo "imported $img"
+	done
+	mark images-imported
+) &
+if [ -x /usr/local/bin/kube-proxy ]; then
+	kube-proxy --kubeconfig=/etc/kerf/kube-proxy.kubeconfig --hostname-override="$NODE" --proxy-mode=iptables \
+		--cluster-cidr=10.88.76.0/22 >/var/log/kube-proxy.log 2>&1 &
+	mark kube-proxy-started
+fi
+# The shell is on telnet port 2323 (busybox telnetd, no authentication:
+# the tap is reachable from the sandbox's network namespace only).
+until grep -q 'Successfully registered node' /var/log/kubelet.log; do sleep 0.2; done
+mark node-registered
+while true; do sleep 3600; done

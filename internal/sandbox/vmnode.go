@@ -1,0 +1,257 @@
+package sandbox
+
+// The sandbox's second node in a VM (issue 31 item 2), as far as it was
+// tried on branch vmnode (NOTES-vmnode.md, hack/vmnode.sh): the guest's
+// addresses, its certificates signed by the sandbox's CA, and its
+// containerd, kubelet and CNI configuration. Up does not start a VM yet.
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// The VM node's network: a tap device on the host, a /30 link, and the
+// guest's pod range routed through the guest. The guest reaches the
+// apiserver at APIServerURL through its default route (the host).
+const (
+	// VMNodeName is the VM node's default name.
+	VMNodeName = "kerf-vm"
+	// VMTap is the host's tap device for the VM.
+	VMTap = "kerfvm0"
+	// VMHostIP is the host's address on the tap, the guest's gateway.
+	VMHostIP = "10.88.76.1"
+	// VMNodeIP is the guest's address: its InternalIP, where the apiserver
+	// reaches its kubelet.
+	VMNodeIP = "10.88.76.2"
+	// VMLinkPrefix is the link's prefix length.
+	VMLinkPrefix = 30
+	// VMPodCIDR is the guest's pod range, routed on the host via VMNodeIP.
+	VMPodCIDR = "10.88.78.0/24"
+	// VMPodGateway is the guest bridge's address.
+	VMPodGateway = "10.88.78.1"
+)
+
+// vmNodeIdentities are the VM node's kubelet certificates: the client one
+// the Node authorizer and NodeRestriction know (system:node:<name> in
+// system:nodes) and the serving one for the apiserver's logs and exec.
+func vmNodeIdentities(node string) []identity {
+	return []identity{
+		{file: "vm-kubelet-client", cn: "system:node:" + node, orgs: []string{"system:nodes"}},
+		{file: "vm-kubelet-serving", cn: node, server: true, dns: []string{node},
+			ips: []net.IP{net.ParseIP(VMNodeIP)}},
+	}
+}
+
+// writeVMNodePKI issues the VM node's certificates under the sandbox's
+// pki directory, signed by its CA (pki/ca.crt, pki/ca.key).
+func writeVMNodePKI(dir, node string) error {
+	ca, caKey, err := loadCA(dir)
+	if err != nil {
+		return err
+	}
+	now := time.Now().Add(-time.Hour)
+	for _, id := range vmNodeIdentities(node) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return fmt.Errorf("generate key for %s: %w", id.file, err)
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: serial(),
+			Subject:      pkix.Name{CommonName: id.cn, Organization: id.orgs},
+			NotBefore:    now,
+			NotAfter:     now.Add(certLifetime),
+			KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+			DNSNames:     id.dns,
+			IPAddresses:  id.ips,
+		}
+		if id.server {
+			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
+		if err != nil {
+			return fmt.Errorf("sign certificate %s: %w", id.file, err)
+		}
+		if err := writePair(dir, id.file, der, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadCA reads the sandbox's CA certificate and key from dir.
+func loadCA(dir string) (*x509.Certificate, crypto.Signer, error) {
+	crtPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox CA: %w", err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, "ca.key"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox CA: %w", err)
+	}
+	cb, _ := pem.Decode(crtPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, nil, errors.New("sandbox CA: no PEM block in ca.crt or ca.key")
+	}
+	ca, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox CA certificate: %w", err)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox CA key: %w", err)
+	}
+	signer, ok := k.(crypto.Signer)
+	if !ok {
+		return nil, nil, fmt.Errorf("sandbox CA key: %T cannot sign", k)
+	}
+	return ca, signer, nil
+}
+
+// Paths in the guest: containerd's and the kubelet's defaults, the node's
+// files under /etc/kerf.
+const (
+	vmGuestConfigDir       = "/etc/kerf"
+	vmGuestContainerdSock  = "/run/containerd/containerd.sock"
+	vmGuestCNIBinDir       = "/usr/lib/cni"
+	vmGuestCNIConfDir      = "/etc/cni/net.d"
+	vmGuestKubeletConfig   = vmGuestConfigDir + "/kubelet.yaml"
+	vmGuestKubeletKubeconf = vmGuestConfigDir + "/kubelet.kubeconfig"
+)
+
+// vmContainerdConfig is the guest containerd's configuration: the
+// sandbox's CRI settings, containerd's defaults for everything else (its
+// own machine: no restrict_oom_score_adj, default root, state and socket).
+func vmContainerdConfig() string {
+	r := strings.NewReplacer("$PAUSE", PauseImageRef, "$CNIBIN", vmGuestCNIBinDir, "$CNICONF", vmGuestCNIConfDir,
+		"$RUNC", runcBinary)
+	return r.Replace(`version = 2
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = "$RUNC"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$CNIBIN"
+    conf_dir = "$CNICONF"
+`)
+}
+
+// vmKubeletConfig is the guest kubelet's configuration: the kubelet's
+// defaults (cgroupfs, failCgroupV1 and failSwapOn true, root dir
+// /var/lib/kubelet with the Pods API socket where the agent DaemonSet
+// mounts it from) but for the runtime endpoint and the same x509 and
+// webhook authentication as the host node's.
+func vmKubeletConfig() string {
+	d := vmGuestConfigDir
+	return `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://` + vmGuestContainerdSock + `
+tlsCertFile: ` + d + `/vm-kubelet-serving.crt
+tlsPrivateKeyFile: ` + d + `/vm-kubelet-serving.key
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: ` + d + `/ca.crt
+authorization:
+  mode: Webhook
+clusterDomain: cluster.local
+resolvConf: /etc/resolv.conf
+`
+}
+
+// vmKubeletArgs are the guest kubelet's flags.
+func vmKubeletArgs(node string) []string {
+	return []string{
+		"--config=" + vmGuestKubeletConfig,
+		"--kubeconfig=" + vmGuestKubeletKubeconf,
+		"--node-ip=" + VMNodeIP,
+		"--hostname-override=" + node,
+	}
+}
+
+// vmCNIConfig is the guest's bridge network: a bridge of the same name in
+// the guest, its own pod range, host-local IPAM in its default directory.
+func vmCNIConfig() string {
+	return fmt.Sprintf(`{
+  "cniVersion": "0.4.0",
+  "name": "kerf-sandbox-vm",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": %q,
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": %q, "gateway": %q}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+`, BridgeName, VMPodCIDR, VMPodGateway)
+}
+
+// WriteVMNodeFiles issues the VM node's certificates with the sandbox's CA
+// at stateDir (once: existing ones are kept) and writes the guest's files
+// under root, the staging directory of its disk: /etc/kerf/ (CA, serving
+// pair, kubelet configuration and kubeconfig, containerd configuration) and
+// the CNI configuration. hack/vmnode.sh runs it through
+// hack/vmnode-config.go.
+func WriteVMNodeFiles(stateDir, node, root string) error {
+	l := layout{state: stateDir}
+	if _, err := os.Stat(l.pkiFile("vm-kubelet-client.crt")); errors.Is(err, os.ErrNotExist) {
+		if err := writeVMNodePKI(l.pki(), node); err != nil {
+			return err
+		}
+	}
+	etc := filepath.Join(root, vmGuestConfigDir)
+	if err := writeKubeconfig(l, filepath.Join(root, vmGuestKubeletKubeconf), "vm-kubelet-client"); err != nil {
+		return err
+	}
+	files := map[string]string{
+		filepath.Join(etc, "kubelet.yaml"):                         vmKubeletConfig(),
+		filepath.Join(etc, "containerd.toml"):                      vmContainerdConfig(),
+		filepath.Join(root, vmGuestCNIConfDir, "10-kerf.conflist"): vmCNIConfig(),
+	}
+	for _, name := range []string{"ca.crt", "vm-kubelet-serving.crt", "vm-kubelet-serving.key"} {
+		raw, err := os.ReadFile(l.pkiFile(name))
+		if err != nil {
+			return err
+		}
+		files[filepath.Join(etc, name)] = string(raw)
+	}
+	for path, content := range files {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+	}
+	return nil
+}
