@@ -12,7 +12,7 @@ import (
 // An agent in a container with its own cgroup namespace (containerd's
 // default on cgroup v2) that mounts the host's /sys/fs/cgroup sees the
 // mount's root relative to its namespace: seen on the vmnode guest
-// (NOTES-vmnode.md), where the agent failed with "cgroup path /kubepods is
+// (docs/vmnode.md), where the agent failed with "cgroup path /kubepods is
 // outside the mount at /sys/fs/cgroup (its root is /../../../..)".
 func TestDetectResolvesTheHierarchyRootSeenFromACgroupNamespace(t *testing.T) {
 	dir := t.TempDir()

@@ -1,7 +1,7 @@
 //go:build ignore
 
 // Writes the vmnode guest's certificates and configuration (see
-// hack/vmnode.sh and NOTES-vmnode.md): go run hack/vmnode-config.go
+// hack/vmnode.sh and docs/vmnode.md): go run hack/vmnode-config.go
 // STATE_DIR NODE ROOT.
 package main
 

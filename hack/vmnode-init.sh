@@ -30,7 +30,12 @@ ip addr add "$GUEST_IP/30" dev eth0
 ip link set eth0 up
 ip route add default via "$HOST_IP"
 mark network
-telnetd -p 2323 -l /bin/sh -b "$GUEST_IP"
+# A root shell without authentication, for looking around: only when the
+# disk was built with VMNODE_DEBUG_SHELL=1 (anyone who reaches the tap
+# gets root in the guest).
+if [ -e /etc/kerf/debug-shell ]; then
+	telnetd -p 2323 -l /bin/sh -b "$GUEST_IP"
+fi
 
 # The kubelet wants its controllers enabled down the tree.
 echo "+cpu +cpuset +memory +pids +io +hugetlb" >/sys/fs/cgroup/cgroup.subtree_control
@@ -60,8 +65,6 @@ if [ -x /usr/local/bin/kube-proxy ]; then
 		--cluster-cidr=10.88.76.0/22 >/var/log/kube-proxy.log 2>&1 &
 	mark kube-proxy-started
 fi
-# The shell is on telnet port 2323 (busybox telnetd, no authentication:
-# the tap is reachable from the sandbox's network namespace only).
 until grep -q 'Successfully registered node' /var/log/kubelet.log; do sleep 0.2; done
 mark node-registered
 while true; do sleep 3600; done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Experimental (issue 31 item 2, see NOTES-vmnode.md): builds a second
+# Experimental (issue 31 item 2, see docs/vmnode.md): builds a second
 # sandbox node as a VM — Debian's 6.1 cloud kernel (bin/vm/vmlinuz, cgroup
 # v2), a tiny busybox initramfs that loads the virtio modules and
 # switch_roots to an ext4 disk image holding the host's containerd, runc,
@@ -75,6 +75,7 @@ build)
 	cp -a "$OUT/kernel/lib/modules/$KVER" "$R/lib/modules/"
 	cp bin/images/kerf-pause.tar "$R/images/"
 	for img in ${VMNODE_IMAGES:-}; do cp "$img" "$R/images/"; done
+	if [ "${VMNODE_DEBUG_SHELL:-0}" = 1 ]; then touch "$R/etc/kerf/debug-shell"; fi
 	if [ "${VMNODE_PRELOAD:-0}" = 1 ]; then
 		# Unpack the images on the host into the guest's containerd root
 		# (content store, metadata, overlayfs snapshots are plain files):

@@ -1,7 +1,7 @@
 package sandbox
 
 // The sandbox's second node in a VM (issue 31 item 2), as far as it was
-// tried on branch vmnode (NOTES-vmnode.md, hack/vmnode.sh): the guest's
+// tried on branch vmnode (docs/vmnode.md, hack/vmnode.sh): the guest's
 // addresses, its certificates signed by the sandbox's CA, and its
 // containerd, kubelet and CNI configuration. Up does not start a VM yet.
 
