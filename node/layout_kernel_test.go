@@ -15,6 +15,20 @@ import (
 	"github.com/kerf-dev/kerf/cgroup"
 )
 
+// kubepodsTree is a kernel tree whose parent stands for a kubelet's
+// --cgroup-root (root, as a cgroup path) and holds the pods' cgroup as the
+// cgroupfs driver names it (kubepods, its directory).
+func kubepodsTree(t *testing.T) (k *kernelTree, root, kubepods string) {
+	t.Helper()
+	k = newKernelTree(t)
+	root, err := k.m.Rel(k.parent)
+	require.NoError(t, err)
+	kubepods = filepath.Join(k.parent, "kubepods")
+	require.NoError(t, os.Mkdir(kubepods, 0o755))
+	t.Cleanup(func() { _ = os.Remove(kubepods) })
+	return k, root, kubepods
+}
+
 // TestKernelLayoutCheckNamesThePathAndTheDriver makes a kubelet's pods
 // cgroup as the cgroupfs driver names it (<root>/kubepods) under a root of
 // its own in the real cpu hierarchy. The agent's layout with that driver
@@ -22,15 +36,9 @@ import (
 // and which driver would find the pods. Before, an agent told the wrong
 // driver sampled nothing and said nothing.
 func TestKernelLayoutCheckNamesThePathAndTheDriver(t *testing.T) {
-	k := newKernelTree(t)
-	root, err := k.m.Rel(k.parent)
-	require.NoError(t, err)
-	kubepods := filepath.Join(k.parent, "kubepods")
-	require.NoError(t, os.Mkdir(kubepods, 0o755))
-	t.Cleanup(func() { _ = os.Remove(kubepods) })
-
+	k, root, kubepods := kubepodsTree(t)
 	assert.NoError(t, CheckLayout(k.h, cgroup.Layout{Driver: cgroup.DriverCgroupfs, Root: root}))
-	err = CheckLayout(k.h, cgroup.Layout{Driver: cgroup.DriverSystemd, Root: root})
+	err := CheckLayout(k.h, cgroup.Layout{Driver: cgroup.DriverSystemd, Root: root})
 	require.Error(t, err)
 	slice, _ := cgroup.Layout{Driver: cgroup.DriverSystemd, Root: root}.KubepodsDir()
 	wantDir, _ := k.h.Path("cpu", slice)
@@ -51,12 +59,7 @@ func TestKernelLayoutCheckNamesThePathAndTheDriver(t *testing.T) {
 // of its containers, and the log names the paths. Told the right driver,
 // a minute later, with a container read, both go back to 0.
 func TestKernelAnAgentOfTheWrongDriverSaysSo(t *testing.T) {
-	k := newKernelTree(t)
-	root, err := k.m.Rel(k.parent)
-	require.NoError(t, err)
-	kubepods := filepath.Join(k.parent, "kubepods")
-	require.NoError(t, os.Mkdir(kubepods, 0o755))
-	t.Cleanup(func() { _ = os.Remove(kubepods) })
+	k, root, _ := kubepodsTree(t)
 	var logs bytes.Buffer
 	a := &Agent{log: slog.New(slog.NewTextHandler(&logs, nil)), hierarchy: k.h,
 		layout: cgroup.Layout{Driver: cgroup.DriverSystemd, Root: root}, layoutProblem: newLayoutProblemGauge()}

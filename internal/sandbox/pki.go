@@ -84,31 +84,8 @@ func writePKI(dir, node string) error {
 	if err := writePair(dir, "ca", caDER, caKey); err != nil {
 		return err
 	}
-	for _, id := range identities(node) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return fmt.Errorf("generate key for %s: %w", id.file, err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: serial(),
-			Subject:      pkix.Name{CommonName: id.cn, Organization: id.orgs},
-			NotBefore:    now,
-			NotAfter:     now.Add(certLifetime),
-			KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-			DNSNames:     id.dns,
-			IPAddresses:  id.ips,
-		}
-		if id.server {
-			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
-		if err != nil {
-			return fmt.Errorf("sign certificate %s: %w", id.file, err)
-		}
-		if err := writePair(dir, id.file, der, key); err != nil {
-			return err
-		}
+	if err := issue(dir, identities(node), ca, caKey, now); err != nil {
+		return err
 	}
 
 	// The service-account key pair: the apiserver signs tokens with the
@@ -155,6 +132,38 @@ func writePEM(path, typ string, der []byte, mode os.FileMode) error {
 	data := pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 	if err := os.WriteFile(path, data, mode); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// issue writes a key and a certificate signed by ca for each of ids into
+// dir, valid from now for certLifetime.
+func issue(dir string, ids []identity, ca *x509.Certificate, caKey crypto.Signer, now time.Time) error {
+	for _, id := range ids {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return fmt.Errorf("generate key for %s: %w", id.file, err)
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: serial(),
+			Subject:      pkix.Name{CommonName: id.cn, Organization: id.orgs},
+			NotBefore:    now,
+			NotAfter:     now.Add(certLifetime),
+			KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+			DNSNames:     id.dns,
+			IPAddresses:  id.ips,
+		}
+		if id.server {
+			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
+		if err != nil {
+			return fmt.Errorf("sign certificate %s: %w", id.file, err)
+		}
+		if err := writePair(dir, id.file, der, key); err != nil {
+			return err
+		}
 	}
 	return nil
 }

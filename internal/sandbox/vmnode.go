@@ -7,11 +7,7 @@ package sandbox
 
 import (
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -62,33 +58,7 @@ func writeVMNodePKI(dir, node string) error {
 		return err
 	}
 	now := time.Now().Add(-time.Hour)
-	for _, id := range vmNodeIdentities(node) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return fmt.Errorf("generate key for %s: %w", id.file, err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: serial(),
-			Subject:      pkix.Name{CommonName: id.cn, Organization: id.orgs},
-			NotBefore:    now,
-			NotAfter:     now.Add(certLifetime),
-			KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-			DNSNames:     id.dns,
-			IPAddresses:  id.ips,
-		}
-		if id.server {
-			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
-		if err != nil {
-			return fmt.Errorf("sign certificate %s: %w", id.file, err)
-		}
-		if err := writePair(dir, id.file, der, key); err != nil {
-			return err
-		}
-	}
-	return nil
+	return issue(dir, vmNodeIdentities(node), ca, caKey, now)
 }
 
 // loadCA reads the sandbox's CA certificate and key from dir.
