@@ -285,9 +285,9 @@ func postBatch(t *testing.T, base string, client *http.Client, token string, b h
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 }
 
-// signInThroughTheForm posts token to the sign-in form, as a browser
-// does, and returns the session cookie.
-func signInThroughTheForm(t *testing.T, base string, client *http.Client, token string) *http.Cookie {
+// postSignIn posts token to the sign-in form once, as a browser does,
+// without following the redirect.
+func postSignIn(t *testing.T, base string, client *http.Client, token string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, base+"/ui/signin", strings.NewReader(url.Values{"token": {token}}.Encode()))
 	require.NoError(t, err)
@@ -297,6 +297,14 @@ func signInThroughTheForm(t *testing.T, base string, client *http.Client, token 
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := c.Do(req)
 	require.NoError(t, err)
+	return resp
+}
+
+// signInThroughTheForm posts token to the sign-in form, as a browser
+// does, and returns the session cookie.
+func signInThroughTheForm(t *testing.T, base string, client *http.Client, token string) *http.Cookie {
+	t.Helper()
+	resp := postSignIn(t, base, client, token)
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode, string(body))
@@ -312,14 +320,7 @@ func signInThroughTheForm(t *testing.T, base string, client *http.Client, token 
 // trySignIn posts token to the sign-in form once and returns the status.
 func trySignIn(t *testing.T, base string, client *http.Client, token string) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, base+"/ui/signin", strings.NewReader(url.Values{"token": {token}}.Encode()))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", base)
-	c := *client
-	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	resp, err := c.Do(req)
-	require.NoError(t, err)
+	resp := postSignIn(t, base, client, token)
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	return resp.StatusCode

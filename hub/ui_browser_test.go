@@ -6,11 +6,9 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,46 +25,16 @@ import (
 	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	hubv1 "github.com/kerf-dev/kerf/api/hub/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/hub"
-	"github.com/kerf-dev/kerf/hub/store"
 )
 
 // inDocs are the screenshots docs/web.md shows.
 var inDocs = map[string]bool{"web-fleet.png": true, "web-fleet-phone.png": true, "web-hub-activity.png": true, "web-hub-workload.png": true, "web-hub-signin.png": true}
 
-// servedHub runs kerf-hub serve (SQLite, a self-signed certificate) until
-// the test ends, with clusters east and west and a read token.
+// servedHub runs kerf-hub serve on SQLite (servedHubOn) until the test
+// ends, with clusters east and west and a read token.
 func servedHub(t *testing.T) (base string, client *http.Client, tokens map[string]string) {
 	t.Helper()
-	dir := t.TempDir()
-	dsn := "sqlite:" + filepath.Join(dir, "hub.db")
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.Open(ctx, dsn, quiet)
-	require.NoError(t, err)
-	tokens = map[string]string{}
-	for _, c := range []string{"east", "west"} {
-		tokens[c], err = st.AddCluster(ctx, c)
-		require.NoError(t, err)
-	}
-	tokens["reader"], err = st.AddReader(ctx, "ops")
-	require.NoError(t, err)
-	require.NoError(t, st.Close())
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	certFile := filepath.Join(dir, "hub.crt")
-	go func() {
-		done <- hub.Serve(ctx, hub.Config{Listen: "127.0.0.1:0", Database: dsn, SelfSignedCertOut: certFile, SelfSignedHosts: []string{"127.0.0.1"},
-			Retention: 400 * 24 * time.Hour, RetentionEvery: time.Hour, MaxBodyBytes: hubv1.DefaultMaxBodyBytes,
-			Ready: func(a net.Addr) { ready <- a }}, quiet)
-	}()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
-	select {
-	case a := <-ready:
-		base = "https://" + a.String()
-	case err := <-done:
-		t.Fatalf("kerf-hub serve: %v", err)
-	}
-	return base, trustingClient(t, certFile), tokens
+	return servedHubOn(t, "sqlite")
 }
 
 // shopActions are a week of one cluster's actions: a rollout applied every
