@@ -384,14 +384,17 @@ func TestOOMTracerReportsVictimKilledByAnotherProcess(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(func() { assert.NoError(t, tr.Close()) })
 
-			// The holder takes 3/4 of the limit; the allocator's quarter
-			// (plus both Go runtimes) pushes the cgroup over it, and the
-			// holder, the larger, dies.
+			// The holder takes half the limit, which leaves room for its Go
+			// runtime (CI's VM once OOM-killed a holder of 3/4 before it
+			// finished). The allocator's half pushes the cgroup over the
+			// limit, and the holder dies: its oom_score_adj of 1000 makes it
+			// the OOM killer's choice whatever the two sizes are.
 			cg := newMemoryCgroup(t)
-			holder := startVictim(t, cg, victimLimit*3/4)
+			holder := startVictim(t, cg, victimLimit/2)
+			writeFile(t, fmt.Sprintf("/proc/%d/oom_score_adj", holder.pid), "1000")
 			holder.trigger(t)
 			holder.waitTouched(t)
-			allocator := startVictim(t, cg, victimLimit/4)
+			allocator := startVictim(t, cg, victimLimit/2)
 			allocator.trigger(t)
 
 			// The holder is not waited for before the event is read, so its
