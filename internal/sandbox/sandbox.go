@@ -98,8 +98,18 @@ type Options struct {
 	// Log receives progress; nil discards it.
 	Log *slog.Logger
 	// Timeout bounds each wait (a component becoming healthy, the node
-	// becoming Ready); zero means 3 minutes.
+	// becoming Ready); zero means 3 minutes. The VM node's own start waits
+	// at least VMNodeTimeout.
 	Timeout time.Duration
+	// VMNode adds a second node, VMNodeName: a QEMU guest with Debian's
+	// cgroup v2 kernel (bin/vm of `make deps`) running containerd and a
+	// kubelet with its defaults. It carries the taint VMNodeTaint, so only
+	// pods that tolerate it run there (Kerf's agent tolerates every taint).
+	VMNode bool
+	// Images are image archives every node gets: imported into the host
+	// node's containerd after it starts and unpacked into the VM node's
+	// disk before it boots. Cluster.ImportImage reaches the host node only.
+	Images []string
 }
 
 // Cluster is a running sandbox.
@@ -125,6 +135,8 @@ type Cluster struct {
 	HostPodsAPISocket string
 	// Reused says Up found this sandbox running and healthy.
 	Reused bool
+	// VMNode is the VM node's name, empty when the sandbox has none.
+	VMNode string
 }
 
 // resolved is Options with defaults filled in and binaries located.

@@ -37,6 +37,13 @@ const (
 	VMPodCIDR = "10.88.78.0/24"
 	// VMPodGateway is the guest bridge's address.
 	VMPodGateway = "10.88.78.1"
+	// VMNodeTaint is the key of the VM node's NoSchedule taint (value
+	// "true") and of its label (the same): a pod meant for the v2 node
+	// tolerates the one and selects the other.
+	VMNodeTaint = "kerf.dev/vm-node"
+	// VMNodeTimeout is the least Up waits for the VM node to be Ready: a
+	// guest under TCG on a busy machine took 40 s.
+	VMNodeTimeout = 5 * time.Minute
 )
 
 // vmNodeIdentities are the VM node's kubelet certificates: the client one
