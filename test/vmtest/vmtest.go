@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kerf-dev/kerf/internal/initramfs"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
@@ -195,49 +196,13 @@ func writeInitramfs(path, testBinary, run string) error {
 	if err != nil {
 		return fmt.Errorf("initramfs: %w", err)
 	}
-	var w cpioWriter
+	var w initramfs.Archive
 	for _, d := range []string{"bin", "sys", "sys/fs", "sys/fs/cgroup", "sys/kernel", "sys/kernel/tracing", "proc", "dev", "tmp"} {
-		w.dir(d)
+		w.Dir(d)
 	}
-	w.file("bin/busybox", 0o755, bb)
-	w.file("init", 0o755, []byte(initScript))
-	w.file("pkg.test", 0o755, tb)
-	w.file("run-pattern", 0o644, []byte(run))
-	return os.WriteFile(path, w.close(), 0o644)
-}
-
-// cpioWriter writes the newc format (cpio -H newc), the one the kernel
-// unpacks into its initramfs: a 110-byte ASCII header per entry, the name
-// and the data each padded to 4 bytes, and a TRAILER!!! entry.
-type cpioWriter struct {
-	buf bytes.Buffer
-	ino int
-}
-
-func (w *cpioWriter) entry(name string, mode uint32, data []byte) {
-	w.ino++
-	fmt.Fprintf(&w.buf, "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-		w.ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name)+1, 0)
-	w.buf.WriteString(name)
-	w.buf.WriteByte(0)
-	w.pad()
-	w.buf.Write(data)
-	w.pad()
-}
-
-func (w *cpioWriter) pad() {
-	for w.buf.Len()%4 != 0 {
-		w.buf.WriteByte(0)
-	}
-}
-
-func (w *cpioWriter) dir(name string) { w.entry(name, 0o040755, nil) }
-
-func (w *cpioWriter) file(name string, perm uint32, data []byte) {
-	w.entry(name, 0o100000|perm, data)
-}
-
-func (w *cpioWriter) close() []byte {
-	w.entry("TRAILER!!!", 0, nil)
-	return w.buf.Bytes()
+	w.File("bin/busybox", 0o755, bb)
+	w.File("init", 0o755, []byte(initScript))
+	w.File("pkg.test", 0o755, tb)
+	w.File("run-pattern", 0o644, []byte(run))
+	return os.WriteFile(path, w.Bytes(), 0o644)
 }
