@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/kerf-dev/kerf/internal/sandbox"
@@ -45,8 +46,15 @@ func runUp(args []string) int {
 	node := fs.String("node-name", sandbox.DefaultNodeName, "name the node registers with")
 	pause := fs.String("pause-image", "", "image archive tagged "+sandbox.PauseImageRef+" to import before the kubelet starts (required on a fresh sandbox)")
 	binDir := fs.String("bin-dir", "", "directory with the binaries of 'make deps' (default: the repository's bin/)")
+	nodes := fs.Int("nodes", 1, "1, or 2 for a second node "+sandbox.VMNodeName+" in a VM with a cgroup v2 kernel (tainted "+sandbox.VMNodeTaint+"=true:NoSchedule)")
+	var images stringList
+	fs.Var(&images, "image", "an image archive every node gets (repeat the flag); the VM node has only these and the pause image")
 	if code := parse(fs, args); code >= 0 {
 		return code
+	}
+	if *nodes != 1 && *nodes != 2 {
+		fmt.Fprintf(os.Stderr, "kerf-sandbox up: --nodes %d: the sandbox has 1 node, or 2 with the VM node\n", *nodes)
+		return 2
 	}
 	dir, ok := absStateDir(*stateDir)
 	if !ok {
@@ -55,7 +63,8 @@ func runUp(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	c, err := sandbox.Up(ctx, sandbox.Options{StateDir: dir, NodeName: *node, PauseImage: *pause, BinDir: *binDir, Log: log})
+	c, err := sandbox.Up(ctx, sandbox.Options{StateDir: dir, NodeName: *node, PauseImage: *pause, BinDir: *binDir, Log: log,
+		VMNode: *nodes == 2, Images: images})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kerf-sandbox up: %v\n", err)
 		return 1
@@ -69,7 +78,20 @@ Kerf sandbox: node %s is Ready (apiserver %s)
 Pods API socket for the agent: %s
 Stop it and remove everything: kerf-sandbox down --state-dir %s
 `, c.NodeName, sandbox.APIServerURL, c.Kubeconfig, c.HostPodsAPISocket, c.StateDir)
+	if c.VMNode != "" {
+		fmt.Printf("Second node %s (cgroup v2, in QEMU) is Ready: pods run there when they tolerate %s\n", c.VMNode, sandbox.VMNodeTaint)
+	}
 	return 0
+}
+
+// stringList is a flag that may be given more than once.
+type stringList []string
+
+func (s *stringList) String() string { return strings.Join(*s, ",") }
+
+func (s *stringList) Set(v string) error {
+	*s = append(*s, v)
+	return nil
 }
 
 // stateDirOnly parses the flags of a command whose only flag is

@@ -64,7 +64,15 @@ func teardown(ctx context.Context, l layout, log *slog.Logger, removeState bool)
 		_ = os.Remove(l.pidFile(name))
 	}
 
-	// The node agents first, so nothing restarts the pods we stop.
+	// The VM node first (its disk is thrown away with the state), then
+	// the host node's agents, so nothing restarts the pods we stop.
+	stop(vmComponent)
+	if _, err := os.Stat(l.marker(markerVMTap)); err == nil {
+		log.Info("deleting the VM node's tap " + VMTap)
+		if err := deleteVMTap(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	stop("kube-proxy")
 	stop("kubelet")
 	if err := stopPods(ctx, l, log); err != nil {
@@ -115,6 +123,7 @@ func teardown(ctx context.Context, l layout, log *slog.Logger, removeState bool)
 	} else {
 		_ = os.Remove(l.marker(markerBridge))
 		_ = os.Remove(l.marker(markerKubepods))
+		_ = os.Remove(l.marker(markerVMTap))
 	}
 	return errors.Join(errs...)
 }

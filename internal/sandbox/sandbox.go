@@ -146,6 +146,9 @@ type resolved struct {
 	l       layout
 	bins    map[string]string
 	timeout time.Duration
+	// vmKernel and qemu boot the VM node (Options.VMNode).
+	vmKernel vmKernel
+	qemu     string
 }
 
 func resolve(opts Options) (*resolved, error) {
@@ -197,6 +200,16 @@ func resolve(opts Options) (*resolved, error) {
 			return nil, fmt.Errorf("sandbox needs %s on PATH: %w", tool, err)
 		}
 	}
+	for i, img := range r.Images {
+		if _, err := os.Stat(img); err != nil {
+			return nil, fmt.Errorf("Options.Images[%d]: %w", i, err)
+		}
+	}
+	if r.VMNode {
+		if err := r.resolveVMNode(); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
@@ -228,7 +241,7 @@ func (r *resolved) components() []component {
 	l, pki := r.l, r.l.pkiFile
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClientPort)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeerPort)
-	return []component{
+	comps := []component{
 		{name: "etcd", binary: r.bins["etcd"], args: []string{
 			"--name=kerf-sandbox",
 			"--data-dir=" + l.etcdData(),
@@ -303,6 +316,10 @@ func (r *resolved) components() []component {
 			"--iptables-localhost-nodeports=false",
 		}},
 	}
+	if r.VMNode {
+		comps = append(comps, r.vmComponentOf())
+	}
+	return comps
 }
 
 // ports lists every TCP address a component listens on, checked free

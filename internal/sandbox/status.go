@@ -43,6 +43,13 @@ type State struct {
 	// PodsAPIMounted says the kubelet's Pods API directory is bind-mounted
 	// on HostPodsAPIDir.
 	PodsAPIMounted bool
+	// VMNode is the VM node's name, empty when the sandbox has none; its
+	// QEMU is the component "vm".
+	VMNode string
+	// VMNodeReady says the VM node's Ready condition is True.
+	VMNodeReady bool
+	// VMNodeMessage says why the VM node is not Ready.
+	VMNodeMessage string
 }
 
 // Running counts the components that run.
@@ -59,7 +66,7 @@ func (s *State) Running() int {
 // Healthy says every component runs, the node is Ready and the admin
 // kubeconfig exists: the sandbox can be used as is.
 func (s *State) Healthy() bool {
-	return s.Running() == len(s.Components) && s.NodeReady && s.Kubeconfig != ""
+	return s.Running() == len(s.Components) && s.NodeReady && s.Kubeconfig != "" && (s.VMNode == "" || s.VMNodeReady)
 }
 
 // String renders the state for people, one line per component.
@@ -84,6 +91,13 @@ func (s *State) String() string {
 		fmt.Fprintf(&b, "  %-24s Ready\n", "node "+s.NodeName)
 	} else {
 		fmt.Fprintf(&b, "  %-24s not Ready: %s\n", "node "+s.NodeName, s.NodeMessage)
+	}
+	if s.VMNode != "" {
+		if s.VMNodeReady {
+			fmt.Fprintf(&b, "  %-24s Ready (cgroup v2, in QEMU; console %s)\n", "node "+s.VMNode, filepath.Join(s.StateDir, "logs", vmComponent+".log"))
+		} else {
+			fmt.Fprintf(&b, "  %-24s not Ready: %s\n", "node "+s.VMNode, s.VMNodeMessage)
+		}
 	}
 	if s.PodsAPIMounted {
 		fmt.Fprintf(&b, "  %-24s %s\n", "pods API", filepath.Join(HostPodsAPIDir, podsAPISocketName))
@@ -112,7 +126,12 @@ func Status(ctx context.Context, stateDir string) (*State, error) {
 		return s, nil
 	}
 	s.Exists = true
-	for _, name := range componentNames {
+	names := componentNames
+	if raw, err := os.ReadFile(l.marker(markerVMNode)); err == nil {
+		s.VMNode = strings.TrimSpace(string(raw))
+		names = append(names[:len(names):len(names)], vmComponent)
+	}
+	for _, name := range names {
 		pid := readPID(l, name)
 		s.Components = append(s.Components, ComponentState{
 			Name: name, PID: pid, Log: l.logFile(name),
@@ -126,12 +145,18 @@ func Status(ctx context.Context, stateDir string) (*State, error) {
 		s.PodsAPIMounted = true
 	}
 	s.NodeReady, s.NodeMessage = nodeReady(ctx, l, s.NodeName)
+	if s.VMNode != "" {
+		s.VMNodeReady, s.VMNodeMessage = nodeReady(ctx, l, s.VMNode)
+	}
 	return s, nil
 }
 
 // binaryName is the executable name a component's process runs.
 func binaryName(component string) string {
-	return component // every component's binary carries its name
+	if component == vmComponent {
+		return qemuBinary
+	}
+	return component // every other component's binary carries its name
 }
 
 // recordedNodeName is the node name Up recorded, or the default.

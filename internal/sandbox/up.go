@@ -52,6 +52,9 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	if linkExists(BridgeName) {
 		return nil, fmt.Errorf("network interface %s already exists (another sandbox? 'kerf-sandbox status' and 'kerf-sandbox down')", BridgeName)
 	}
+	if r.VMNode && linkExists(VMTap) {
+		return nil, fmt.Errorf("network interface %s already exists (another sandbox with a VM node? 'kerf-sandbox status' and 'kerf-sandbox down')", VMTap)
+	}
 
 	began := time.Now()
 	c, err := r.up(ctx)
@@ -79,12 +82,17 @@ func (r *resolved) reuseOrClean(ctx context.Context) (*Cluster, error) {
 			return nil, fmt.Errorf("a sandbox with node %q runs at %s, not %q: run 'kerf-sandbox down --state-dir %s' first",
 				st.NodeName, r.StateDir, r.NodeName, r.StateDir)
 		}
+		if (st.VMNode != "") != r.VMNode {
+			return nil, fmt.Errorf("the sandbox at %s runs with VM node %q, and Options.VMNode is %v: run 'kerf-sandbox down --state-dir %s' first",
+				r.StateDir, st.VMNode, r.VMNode, r.StateDir)
+		}
 		r.Log.Info("reusing the healthy sandbox already running", "stateDir", r.StateDir)
 		c, err := connect(r.l, r.NodeName)
 		if err != nil {
 			return nil, err
 		}
 		c.Reused = true
+		c.VMNode = st.VMNode
 		return c, nil
 	case st.Running() == 0:
 		r.Log.Warn("found a stale sandbox (no component running, e.g. after a crash or reboot): cleaning it up and starting over", "stateDir", r.StateDir)
@@ -119,6 +127,32 @@ func (r *resolved) up(ctx context.Context) (*Cluster, error) {
 	if err := prepareHost(l); err != nil {
 		return nil, err
 	}
+	// The VM node's disk is built while the control plane starts, and
+	// waited for before this returns, whatever happens.
+	vmDisk := func() error { return nil }
+	if r.VMNode {
+		if err := os.MkdirAll(l.vmDir(), 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(l.marker(markerVMNode), []byte(VMNodeName+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+		diskCtx, cancel := context.WithCancel(ctx)
+		var diskErr error
+		built := make(chan struct{})
+		go func() {
+			diskErr = r.buildVMDisk(diskCtx)
+			close(built)
+		}()
+		vmDisk = func() error {
+			<-built
+			return diskErr
+		}
+		defer func() {
+			cancel()
+			<-built
+		}()
+	}
 
 	procs := map[string]*process{}
 	comps := map[string]component{}
@@ -134,11 +168,11 @@ func (r *resolved) up(ctx context.Context) (*Cluster, error) {
 		procs[name] = p
 		return nil
 	}
-	// wait polls check until it succeeds, failing early if the component's
-	// process exits, and logs how long it took.
-	wait := func(name, what string, check func(context.Context) error) error {
+	// waitFor polls check until it succeeds, failing early if the
+	// component's process exits, and logs how long it took.
+	waitFor := func(name, what string, timeout time.Duration, check func(context.Context) error) error {
 		began := time.Now()
-		wctx, cancel := context.WithTimeout(ctx, r.timeout)
+		wctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		var last error
 		for {
@@ -158,6 +192,9 @@ func (r *resolved) up(ctx context.Context) (*Cluster, error) {
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
+	}
+	wait := func(name, what string, check func(context.Context) error) error {
+		return waitFor(name, what, r.timeout, check)
 	}
 
 	if err := launch("etcd"); err != nil {
@@ -200,6 +237,11 @@ func (r *resolved) up(ctx context.Context) (*Cluster, error) {
 	if err := r.importPause(ctx); err != nil {
 		return nil, err
 	}
+	for _, img := range r.Images {
+		if err := importImage(ctx, l.containerdSocket(), img); err != nil {
+			return nil, fmt.Errorf("Options.Images: %w", err)
+		}
+	}
 	if err := launch("kubelet"); err != nil {
 		return nil, err
 	}
@@ -229,6 +271,12 @@ func (r *resolved) up(ctx context.Context) (*Cluster, error) {
 		return err
 	}); err != nil {
 		return nil, err
+	}
+	if r.VMNode {
+		if err := r.startVMNode(ctx, vmDisk, launch, waitFor); err != nil {
+			return nil, err
+		}
+		c.VMNode = VMNodeName
 	}
 	raw, err := os.ReadFile(l.kubeconfigFor("admin"))
 	if err != nil {

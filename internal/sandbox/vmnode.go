@@ -1,11 +1,13 @@
 package sandbox
 
-// The sandbox's second node in a VM (issue 31 item 2), as far as it was
-// tried on branch vmnode (docs/vmnode.md, hack/vmnode.sh): the guest's
-// addresses, its certificates signed by the sandbox's CA, and its
-// containerd, kubelet and CNI configuration. Up does not start a VM yet.
+// The sandbox's second node, a VM (Options.VMNode; docs/sandbox.md, "A
+// second node"): the guest's addresses, its certificates signed by the
+// sandbox's CA, its containerd, kubelet and CNI configuration, the tap
+// device it reaches the host by, and QEMU as one more component. Its disk
+// and initramfs: vmdisk.go.
 
 import (
+	"context"
 	"crypto"
 	"crypto/x509"
 	"encoding/pem"
@@ -13,7 +15,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -44,6 +48,23 @@ const (
 	// VMNodeTimeout is the least Up waits for the VM node to be Ready: a
 	// guest under TCG on a busy machine took 40 s.
 	VMNodeTimeout = 5 * time.Minute
+	// VMKVMEnv, set to "1", boots the VM node with KVM (as test/vmtest's
+	// KVMEnv). TCG is the default: QEMU fails on this project's machines'
+	// nested /dev/kvm.
+	VMKVMEnv = "KERF_VM_KVM"
+	// VMDebugShellEnv, set to "1" when Up runs, gives the guest a root
+	// shell without authentication on VMNodeIP port 2323 (busybox
+	// telnetd), for looking around: whoever reaches the tap gets root in
+	// the guest, so it is off by default.
+	VMDebugShellEnv = "KERF_VM_DEBUG_SHELL"
+
+	vmComponent  = "vm"
+	qemuBinary   = "qemu-system-x86_64"
+	markerVMNode = "vm-node"
+	markerVMTap  = "created-vm-tap"
+	// vmMemoryMiB is the guest's memory: the kubelet, containerd, the
+	// agent and a few small workloads used about 300 MB.
+	vmMemoryMiB = 1536
 )
 
 // vmNodeIdentities are the VM node's kubelet certificates: the client one
@@ -156,6 +177,10 @@ authorization:
   mode: Webhook
 clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
+registerWithTaints:
+- key: ` + VMNodeTaint + `
+  value: "true"
+  effect: NoSchedule
 `
 }
 
@@ -166,6 +191,7 @@ func vmKubeletArgs(node string) []string {
 		"--kubeconfig=" + vmGuestKubeletKubeconf,
 		"--node-ip=" + VMNodeIP,
 		"--hostname-override=" + node,
+		"--node-labels=" + VMNodeTaint + "=true",
 	}
 }
 
@@ -197,8 +223,7 @@ func vmCNIConfig() string {
 // at stateDir (once: existing ones are kept) and writes the guest's files
 // under root, the staging directory of its disk: /etc/kerf/ (CA, serving
 // pair, kubelet configuration and kubeconfig, containerd configuration) and
-// the CNI configuration. hack/vmnode.sh runs it through
-// hack/vmnode-config.go.
+// the CNI configuration.
 func WriteVMNodeFiles(stateDir, node, root string) error {
 	l := layout{state: stateDir}
 	if _, err := os.Stat(l.pkiFile("vm-kubelet-client.crt")); errors.Is(err, os.ErrNotExist) {
@@ -231,4 +256,109 @@ func WriteVMNodeFiles(stateDir, node, root string) error {
 		}
 	}
 	return nil
+}
+
+// vmComponentOf is QEMU booting the VM node: the kernel of `make deps`,
+// the initramfs and disk under the state directory (so owned() knows the
+// process), the console on its output (logs/vm.log), the network card on
+// the tap.
+func (r *resolved) vmComponentOf() component {
+	l := r.l
+	args := []string{
+		"-kernel", r.vmKernel.image, "-initrd", l.vmInitrd(),
+		"-append", "console=ttyS0 quiet panic=-1 rdinit=/init",
+		"-m", strconv.Itoa(vmMemoryMiB), "-smp", "2", "-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
+		"-drive", "file=" + l.vmDisk() + ",format=raw,if=virtio,cache=unsafe",
+		"-netdev", "tap,id=n0,ifname=" + VMTap + ",script=no,downscript=no",
+		"-device", "virtio-net-pci,netdev=n0,romfile=",
+	}
+	if os.Getenv(VMKVMEnv) == "1" {
+		args = append(args, "-enable-kvm", "-cpu", "host")
+	} else {
+		args = append(args, "-cpu", "max")
+	}
+	return component{name: vmComponent, binary: r.qemu, args: args}
+}
+
+// createVMTap makes the host's end of the VM node's link: the tap, its
+// address, the route to the guest's pods and IP forwarding.
+func createVMTap() error {
+	if linkExists(VMTap) {
+		return fmt.Errorf("network interface %s already exists (another sandbox with a VM node? 'kerf-sandbox status' and 'kerf-sandbox down')", VMTap)
+	}
+	for _, args := range [][]string{
+		{"tuntap", "add", "dev", VMTap, "mode", "tap"},
+		{"addr", "add", VMHostIP + "/" + strconv.Itoa(VMLinkPrefix), "dev", VMTap},
+		{"link", "set", VMTap, "up"},
+		{"route", "replace", VMPodCIDR, "via", VMNodeIP, "dev", VMTap, "onlink"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0); err != nil {
+		return fmt.Errorf("enable IP forwarding for the VM node: %w", err)
+	}
+	return nil
+}
+
+// deleteVMTap removes the tap; its address and route go with it.
+func deleteVMTap() error {
+	if !linkExists(VMTap) {
+		return nil
+	}
+	if out, err := exec.Command("ip", "link", "del", VMTap).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip link del %s: %v: %s", VMTap, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// resolveVMNode checks that the machine can run the VM node and finds
+// what it boots.
+func (r *resolved) resolveVMNode() error {
+	k, err := findVMKernel(r.binDir)
+	if err != nil {
+		return fmt.Errorf("Options.VMNode: %w", err)
+	}
+	r.vmKernel = k
+	if r.qemu, err = exec.LookPath(qemuBinary); err != nil {
+		return fmt.Errorf("Options.VMNode: no %s (run 'make deps': hack/apt.sh installs qemu-system-x86)", qemuBinary)
+	}
+	for _, tool := range []string{mkfsBinary, "ldd", "cp"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("Options.VMNode: no %s on PATH (run 'make deps': hack/apt.sh)", tool)
+		}
+	}
+	need := append([]string{busyboxBinary, "/dev/net/tun"}, vmGuestBinaries...)
+	for _, p := range need {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("Options.VMNode: %w (run 'make deps')", err)
+		}
+	}
+	return nil
+}
+
+// startVMNode waits for the disk, makes the tap, boots the guest and
+// waits for its node to be Ready.
+func (r *resolved) startVMNode(ctx context.Context, disk func() error, launch func(string) error,
+	waitFor func(name, what string, timeout time.Duration, check func(context.Context) error) error) error {
+	if err := disk(); err != nil {
+		return fmt.Errorf("Options.VMNode: %w", err)
+	}
+	if err := createVMTap(); err != nil {
+		return err
+	}
+	if err := os.WriteFile(r.l.marker(markerVMTap), nil, 0o644); err != nil {
+		return err
+	}
+	if err := launch(vmComponent); err != nil {
+		return err
+	}
+	return waitFor(vmComponent, "VM node "+VMNodeName+" Ready", max(r.timeout, VMNodeTimeout), func(ctx context.Context) error {
+		ready, msg := nodeReady(ctx, r.l, VMNodeName)
+		if !ready {
+			return errors.New(msg)
+		}
+		return nil
+	})
 }

@@ -1,7 +1,8 @@
 #!/bin/busybox sh
-# The vmnode guest's init after switch_root (hack/vmnode.sh): mounts,
-# cgroup v2, network, containerd, the images, the kubelet. Each step
-# prints "vmnode-mark STEP UPTIME" on the console for the timings.
+# The VM node's init after the initramfs switched to its disk
+# (internal/sandbox/vmdisk.go): mounts, cgroup v2, network, containerd and
+# the kubelet. The images are on the disk already. Each step prints
+# "vmnode-mark STEP UPTIME" on the console (logs/vm.log on the host).
 /bin/busybox --install -s /bin
 export PATH=/usr/local/bin:/usr/bin:/usr/sbin:/bin:/sbin HOME=/root
 mark() { echo "vmnode-mark $1 $(cut -d' ' -f1 /proc/uptime)"; }
@@ -26,13 +27,13 @@ done
 sysctl -qw net.ipv4.ip_forward=1
 sysctl -qw net.bridge.bridge-nf-call-iptables=1
 ip link set lo up
-ip addr add "$GUEST_IP/30" dev eth0
+ip addr add "$GUEST_IP/$LINK_PREFIX" dev eth0
 ip link set eth0 up
 ip route add default via "$HOST_IP"
 mark network
-# A root shell without authentication, for looking around: only when the
-# disk was built with VMNODE_DEBUG_SHELL=1 (anyone who reaches the tap
-# gets root in the guest).
+# A root shell without authentication, for looking around: only when Up
+# ran with KERF_VM_DEBUG_SHELL=1 (whoever reaches the tap gets root in the
+# guest).
 if [ -e /etc/kerf/debug-shell ]; then
 	telnetd -p 2323 -l /bin/sh -b "$GUEST_IP"
 fi
@@ -44,27 +45,16 @@ mkdir -p /var/log
 containerd --config /etc/kerf/containerd.toml >/var/log/containerd.log 2>&1 &
 until ctr version >/dev/null 2>&1; do sleep 0.2; done
 mark containerd-serving
-# The pause image before the kubelet (it never pulls it), the others after:
-# importing is slow under TCG (about 6 s for a 9 MB image).
-if [ ! -e /etc/kerf/images-preloaded ]; then
-	ctr -n k8s.io images import /images/kerf-pause.tar >/dev/null && echo "imported kerf-pause.tar"
-	mark pause-imported
-fi
-kubelet --config=/etc/kerf/kubelet.yaml --kubeconfig=/etc/kerf/kubelet.kubeconfig \
-	--node-ip="$GUEST_IP" --hostname-override="$NODE" >/var/log/kubelet.log 2>&1 &
+# shellcheck disable=SC2086 # KUBELET_ARGS is a list of flags
+kubelet $KUBELET_ARGS >/var/log/kubelet.log 2>&1 &
 mark kubelet-started
-(
-	for img in /images/*.tar; do
-		[ "$img" = /images/kerf-pause.tar ] || [ ! -e "$img" ] && continue
-		ctr -n k8s.io images import "$img" >/dev/null && echo "imported $img"
-	done
-	mark images-imported
-) &
-if [ -x /usr/local/bin/kube-proxy ]; then
-	kube-proxy --kubeconfig=/etc/kerf/kube-proxy.kubeconfig --hostname-override="$NODE" --proxy-mode=iptables \
-		--cluster-cidr=10.88.76.0/22 >/var/log/kube-proxy.log 2>&1 &
-	mark kube-proxy-started
-fi
-until grep -q 'Successfully registered node' /var/log/kubelet.log; do sleep 0.2; done
+until grep -q 'Successfully registered node' /var/log/kubelet.log; do
+	if ! kill -0 $! 2>/dev/null; then
+		echo "the kubelet exited; the end of its log:"
+		tail -n 30 /var/log/kubelet.log
+		break
+	fi
+	sleep 0.2
+done
 mark node-registered
 while true; do sleep 3600; done
