@@ -14,7 +14,7 @@ set -euo pipefail
 # one-node sandbox cluster (kerf-sandbox) and the end-to-end tests.
 # qemu-system-x86, busybox-static: the VM the kernel tests run in again on
 # cgroup v2 (test/vmtest; its kernel comes from hack/vmkernel.sh).
-PACKAGES=(clang llvm libbpf-dev bpftool protobuf-compiler prometheus iproute2 util-linux procps git make containerd runc containernetworking-plugins iptables conntrack ethtool socat postgresql-15 chromium fonts-liberation qemu-system-x86 busybox-static)
+PACKAGES=(clang llvm libbpf-dev bpftool protobuf-compiler prometheus iproute2 util-linux procps git make containerd runc containernetworking-plugins iptables conntrack ethtool socat postgresql-15 chromium fonts-liberation qemu-system-x86 busybox-static e2fsprogs)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
