@@ -13,7 +13,8 @@ set -euo pipefail
 # containerd, runc, containernetworking-plugins, iptables, conntrack: the
 # one-node sandbox cluster (kerf-sandbox) and the end-to-end tests.
 # qemu-system-x86, busybox-static: the VM the kernel tests run in again on
-# cgroup v2 (test/vmtest; its kernel comes from hack/vmkernel.sh).
+# cgroup v2 (test/vmtest; its kernel comes from hack/vmkernel.sh), and the
+# sandbox's VM node; e2fsprogs: mkfs.ext4 -d writes that node's disk.
 PACKAGES=(clang llvm libbpf-dev bpftool protobuf-compiler prometheus iproute2 util-linux procps git make containerd runc containernetworking-plugins iptables conntrack ethtool socat postgresql-15 chromium fonts-liberation qemu-system-x86 busybox-static e2fsprogs)
 
 missing=()
