@@ -316,26 +316,47 @@ func deleteVMTap() error {
 // resolveVMNode checks that the machine can run the VM node and finds
 // what it boots.
 func (r *resolved) resolveVMNode() error {
-	k, err := findVMKernel(r.binDir)
+	k, qemu, err := findVMNodeParts(r.binDir)
 	if err != nil {
 		return fmt.Errorf("Options.VMNode: %w", err)
 	}
-	r.vmKernel = k
-	if r.qemu, err = exec.LookPath(qemuBinary); err != nil {
-		return fmt.Errorf("Options.VMNode: no %s (run 'make deps': hack/apt.sh installs qemu-system-x86)", qemuBinary)
+	r.vmKernel, r.qemu = k, qemu
+	return nil
+}
+
+// CanRunVMNode says why this machine cannot run the VM node with the
+// binaries under binDir (empty: as Up finds them), or nil when it can.
+func CanRunVMNode(binDir string) error {
+	dir, err := findBinDir(binDir)
+	if err != nil {
+		return err
+	}
+	_, _, err = findVMNodeParts(dir)
+	return err
+}
+
+// findVMNodeParts finds the VM node's kernel and QEMU, and checks the
+// tools and binaries its disk is built from.
+func findVMNodeParts(binDir string) (vmKernel, string, error) {
+	k, err := findVMKernel(binDir)
+	if err != nil {
+		return k, "", err
+	}
+	qemu, err := exec.LookPath(qemuBinary)
+	if err != nil {
+		return k, "", fmt.Errorf("no %s (run 'make deps': hack/apt.sh installs qemu-system-x86)", qemuBinary)
 	}
 	for _, tool := range []string{mkfsBinary, "ldd", "cp"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("Options.VMNode: no %s on PATH (run 'make deps': hack/apt.sh)", tool)
+			return k, "", fmt.Errorf("no %s on PATH (run 'make deps': hack/apt.sh)", tool)
 		}
 	}
-	need := append([]string{busyboxBinary, "/dev/net/tun"}, vmGuestBinaries...)
-	for _, p := range need {
+	for _, p := range append([]string{busyboxBinary, "/dev/net/tun"}, vmGuestBinaries...) {
 		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("Options.VMNode: %w (run 'make deps')", err)
+			return k, "", fmt.Errorf("%w (run 'make deps')", err)
 		}
 	}
-	return nil
+	return k, qemu, nil
 }
 
 // startVMNode waits for the disk, makes the tap, boots the guest and
