@@ -2,7 +2,9 @@
 // end-to-end tests (image kerf.local/kerf-workload:dev): a static program
 // that allocates memory, burns CPU and crashes when told, by flags at start
 // or through its HTTP control endpoint, so that OOM kills, throttling and
-// restarts happen on demand. See docs/install.md.
+// restarts happen on demand. It also reports the limits the kernel enforces
+// on its container (GET /limits), for nodes whose cgroup files the scenarios
+// cannot read. See docs/install.md.
 package main
 
 import (
@@ -25,6 +27,7 @@ func main() {
 	crashAfter := fs.Duration("crash-after", 0, "exit with --exit-code this long after the start (0: never)")
 	exitCode := fs.Int("exit-code", 1, "exit code of --crash-after")
 	listen := fs.String("listen", ":8080", "address of the HTTP control endpoint (empty: none)")
+	cgroupRoot := fs.String("cgroup-root", "/sys/fs/cgroup", "where the container's cgroup is mounted, for GET /limits")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: kerf-workload [flags]\n\n"+
 			"Kerf's test workload. HTTP control endpoint:\n"+
@@ -32,6 +35,7 @@ func main() {
 			"  POST /free               free every allocation\n"+
 			"  POST /burn?millicores=N  burn N thousandths of a core (0 stops)\n"+
 			"  POST /crash?code=N       exit now with code N\n"+
+			"  GET  /limits             the kernel's limits of this container (JSON)\n"+
 			"  GET  /healthz, GET /stats (JSON)\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
@@ -60,7 +64,7 @@ func main() {
 		log.Info("kerf-workload exiting", "code", code)
 		os.Exit(code)
 	}
-	w := newWorkload(exit)
+	w := newWorkload(exit, *cgroupRoot)
 	if *crashAfter > 0 {
 		time.AfterFunc(*crashAfter, func() { exit(*exitCode) })
 	}

@@ -24,6 +24,9 @@ const burnPeriod = 10 * time.Millisecond
 type workload struct {
 	started time.Time
 	exit    func(code int)
+	// cgroupRoot is where the container's cgroup is mounted, for GET
+	// /limits.
+	cgroupRoot string
 
 	mu       sync.Mutex
 	chunks   [][]byte
@@ -31,8 +34,8 @@ type workload struct {
 	stopBurn chan struct{} // closed to stop the current burners
 }
 
-func newWorkload(exit func(int)) *workload {
-	return &workload{started: time.Now(), exit: exit}
+func newWorkload(exit func(int), cgroupRoot string) *workload {
+	return &workload{started: time.Now(), exit: exit, cgroupRoot: cgroupRoot}
 }
 
 // Alloc allocates mib MiB more, touches every page and keeps it.
@@ -137,6 +140,15 @@ func (w *workload) Handler() http.Handler {
 	mux.HandleFunc("GET /stats", func(rw http.ResponseWriter, _ *http.Request) {
 		rw.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(rw).Encode(w.Stats())
+	})
+	mux.HandleFunc("GET /limits", func(rw http.ResponseWriter, _ *http.Request) {
+		l, err := readLimits(w.cgroupRoot)
+		if err != nil {
+			http.Error(rw, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		rw.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(rw).Encode(l)
 	})
 	mux.HandleFunc("POST /alloc", func(rw http.ResponseWriter, r *http.Request) {
 		mib, ok := intParam(rw, r, "mib", 1)
