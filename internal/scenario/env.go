@@ -4,13 +4,17 @@
 // narrates them for people; test/e2e runs them and asserts the end states.
 //
 // A scenario talks to the cluster through the apiserver, to the workload
-// through its HTTP control endpoint on the pod network, to the agent and the
-// leader through their /metrics, and to the kernel through the pods' cgroup
-// files on this machine (the cluster is one node: this one).
+// through its HTTP control endpoint on the pod network, to the agent of the
+// workload's node and to the leader through their /metrics, and to the
+// kernel through the pods' cgroup files on this machine (the host node), or,
+// for a pod on the sandbox's VM node (cgroup v2, files not visible here),
+// through the workload's own GET /limits. Env.Node pins the workloads to one
+// node; TwoNodes spreads one over both.
 package scenario
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/cgroup"
+	"github.com/kerf-dev/kerf/internal/sandbox"
 )
 
 // WorkloadImage is the image of kerf-workload, the program scenarios make
@@ -57,10 +62,20 @@ type Env struct {
 	// timeout).
 	HTTP *http.Client
 	// Kills, when set, gives the kernel's own time of OOM kills (a BPF
-	// tracer on this machine) for the timelines.
+	// tracer on this machine) for the timelines, of pods on this machine
+	// only: a kill on the VM node is timed by the agent and the kubelet.
 	Kills *KillLog
+	// Node, when set, is the node every workload the scenarios deploy runs
+	// on (nodeSelector kubernetes.io/hostname), tolerating the VM node's
+	// taint when it is the VM node (label sandbox.VMNodeTaint=true). Empty:
+	// wherever the scheduler puts them (on the one-node sandbox, this
+	// machine).
+	Node string
 
 	mu sync.Mutex
+	// nodeMu guards vmNodes, whether each node seen is the VM node.
+	nodeMu  sync.Mutex
+	vmNodes map[string]bool
 	// tokenMu guards the reader's token (ReaderToken).
 	tokenMu      sync.Mutex
 	token        string
@@ -173,7 +188,8 @@ func (e *Env) RunningPods(ctx context.Context, sel map[string]string) ([]corev1.
 }
 
 // ContainerDir returns the cgroup directory of a pod's container under the
-// v1 controller ctrl (cpu, memory), on this machine.
+// v1 controller ctrl (cpu, memory), on this machine: for pods on the host
+// node only (KernelLimits reads the others through the workload).
 func (e *Env) ContainerDir(pod *corev1.Pod, container, ctrl string) (string, error) {
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name != container || cs.ContainerID == "" {
@@ -192,18 +208,26 @@ func (e *Env) ContainerDir(pod *corev1.Pod, container, ctrl string) (string, err
 	return "", fmt.Errorf("pod %s/%s: container %q has no containerID yet", pod.Namespace, pod.Name, container)
 }
 
-// Limits are a container's limits as the kernel enforces them.
+// Limits are a container's limits as the kernel enforces them, from cgroup
+// v1 or v2 files. The JSON is kerf-workload's GET /limits.
 type Limits struct {
-	// MemoryBytes is memory.limit_in_bytes.
-	MemoryBytes int64
+	// Version is the cgroup version the values come from: 1 or 2.
+	Version int `json:"cgroupVersion"`
+	// MemoryBytes is v1's memory.limit_in_bytes as the kernel writes it, or
+	// v2's memory.max (-1: "max").
+	MemoryBytes int64 `json:"memoryBytes"`
 	// CPUQuotaMicros is cpu.cfs_quota_us (-1: none); CPUPeriodMicros is
-	// cpu.cfs_period_us.
-	CPUQuotaMicros, CPUPeriodMicros int64
-	// CPUShares is cpu.shares, which the CPU request sets.
-	CPUShares int64
+	// cpu.cfs_period_us. On v2 they are cpu.max's two fields ("max" is -1).
+	CPUQuotaMicros  int64 `json:"cpuQuotaMicros"`
+	CPUPeriodMicros int64 `json:"cpuPeriodMicros"`
+	// CPUShares is v1's cpu.shares, which the CPU request sets (0 on v2).
+	CPUShares int64 `json:"cpuShares"`
+	// CPUWeight is v2's cpu.weight (0 on v1): runc converts the kubelet's
+	// shares to it, 1 + (shares-2)*9999/262142 in runc 1.1.
+	CPUWeight int64 `json:"cpuWeight"`
 }
 
-// CPUMillis is the quota as millicores (-1: none).
+// CPUMillis is the quota as millicores (-1: none), on v1 and v2.
 func (l Limits) CPUMillis() int64 {
 	if l.CPUQuotaMicros < 0 || l.CPUPeriodMicros == 0 {
 		return -1
@@ -211,9 +235,50 @@ func (l Limits) CPUMillis() int64 {
 	return l.CPUQuotaMicros * 1000 / l.CPUPeriodMicros
 }
 
-// KernelLimits reads a container's limits from its cgroup files.
-func (e *Env) KernelLimits(pod *corev1.Pod, container string) (Limits, error) {
-	var l Limits
+// MemoryFile names the file MemoryBytes comes from, for the narration.
+func (l Limits) MemoryFile() string {
+	if l.Version == 2 {
+		return "memory.max"
+	}
+	return "memory.limit_in_bytes"
+}
+
+// CPUQuotaFile names the file the CPU quota comes from, for the narration.
+func (l Limits) CPUQuotaFile() string {
+	if l.Version == 2 {
+		return "cpu.max"
+	}
+	return "cpu.cfs_quota_us"
+}
+
+// cpuRequest says what the CPU request set in the kernel, for the
+// narration: cpu.shares on v1, cpu.weight on v2.
+func (l Limits) cpuRequest() string {
+	if l.Version == 2 {
+		return fmt.Sprintf("cpu.weight %d", l.CPUWeight)
+	}
+	return fmt.Sprintf("cpu.shares %d", l.CPUShares)
+}
+
+// KernelLimits reads a container's limits as the kernel enforces them:
+// from its cgroup files on this machine, or, for a pod on the VM node,
+// from the workload's GET /limits (its own cgroup; container must be
+// Container, the workload's one).
+func (e *Env) KernelLimits(ctx context.Context, pod *corev1.Pod, container string) (Limits, error) {
+	vm, err := e.onVMNode(ctx, pod.Spec.NodeName)
+	if err != nil {
+		return Limits{}, err
+	}
+	if vm {
+		return e.workloadLimits(ctx, pod, container)
+	}
+	return e.hostLimits(pod, container)
+}
+
+// hostLimits reads a container's limits from its v1 cgroup files on this
+// machine.
+func (e *Env) hostLimits(pod *corev1.Pod, container string) (Limits, error) {
+	l := Limits{Version: 1}
 	mem, err := e.ContainerDir(pod, container, "memory")
 	if err != nil {
 		return l, err
@@ -244,20 +309,106 @@ func (e *Env) KernelLimits(pod *corev1.Pod, container string) (Limits, error) {
 	return l, nil
 }
 
+// errNotAnswering is matched by the error of a workload's endpoint that
+// does not answer, as while its container restarts after an OOM kill.
+var errNotAnswering = errors.New("the workload does not answer")
+
+// workloadLimits asks the workload in pod for its container's limits
+// (kerf-workload's GET /limits).
+func (e *Env) workloadLimits(ctx context.Context, pod *corev1.Pod, container string) (Limits, error) {
+	var l Limits
+	if container != Container {
+		return l, fmt.Errorf("pod %s/%s on node %s: the workload reports the limits of its own container %q only, not %q", pod.Namespace, pod.Name, pod.Spec.NodeName, Container, container)
+	}
+	if pod.Status.PodIP == "" {
+		return l, fmt.Errorf("pod %s/%s has no IP yet: %w", pod.Namespace, pod.Name, errNotAnswering)
+	}
+	url := fmt.Sprintf("http://%s:%d/limits", pod.Status.PodIP, controlPort)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return l, err
+	}
+	resp, err := e.httpClient().Do(req)
+	if err != nil {
+		return l, fmt.Errorf("GET %s (pod %s on node %s): %w: %v", url, pod.Name, pod.Spec.NodeName, errNotAnswering, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return l, fmt.Errorf("GET %s: %w: %v", url, errNotAnswering, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return l, fmt.Errorf("GET %s: %s: the image %s predates GET /limits", url, resp.Status, WorkloadImage)
+	case resp.StatusCode != http.StatusOK:
+		return l, fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if err := json.Unmarshal(body, &l); err != nil {
+		return l, fmt.Errorf("GET %s: %w", url, err)
+	}
+	if l.Version != 1 && l.Version != 2 {
+		return l, fmt.Errorf("GET %s: cgroupVersion %d: want 1 or 2", url, l.Version)
+	}
+	return l, nil
+}
+
+// restarting says whether err is that of reading the limits of a container
+// that is not there right now: after an OOM kill its old cgroup is gone
+// until the pod's status names the new one, and its endpoint does not
+// answer until it runs again.
+func restarting(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, errNotAnswering)
+}
+
+// onVMNode says whether node is the sandbox's VM node (label
+// sandbox.VMNodeTaint=true), whose cgroup files this machine cannot read.
+// An empty node (a pod not scheduled yet) is not. Nodes keep their labels
+// in the sandbox: the answer is read once per node.
+func (e *Env) onVMNode(ctx context.Context, node string) (bool, error) {
+	if node == "" {
+		return false, nil
+	}
+	e.nodeMu.Lock()
+	vm, ok := e.vmNodes[node]
+	e.nodeMu.Unlock()
+	if ok {
+		return vm, nil
+	}
+	var n corev1.Node
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+		return false, fmt.Errorf("node %s: %w", node, err)
+	}
+	vm = n.Labels[sandbox.VMNodeTaint] == "true"
+	e.nodeMu.Lock()
+	if e.vmNodes == nil {
+		e.vmNodes = map[string]bool{}
+	}
+	e.vmNodes[node] = vm
+	e.nodeMu.Unlock()
+	return vm, nil
+}
+
+// VMNodeGrace is added to the scenarios' waits when their pods may run on
+// the VM node: under emulation (TCG) a pod takes 5-30 s to start, and
+// every restart and resize is as slow (docs/vmnode.md).
+const VMNodeGrace = 4 * time.Minute
+
 // WaitKernelLimits waits until the container of every running pod matching
 // sel has the given limits in its cgroup (memory in bytes, cpu in
 // millicores; 0 leaves one unchecked) and returns when it saw them.
 func (e *Env) WaitKernelLimits(ctx context.Context, sel map[string]string, container string, memory, cpuMillis int64, timeout time.Duration) (time.Time, error) {
 	var seen time.Time
+	var last error // the last read that failed while the container restarted
 	err := Poll(ctx, timeout, 20*time.Millisecond, fmt.Sprintf("the kernel to enforce memory=%d cpu=%dm on %s", memory, cpuMillis, container), func(ctx context.Context) (bool, error) {
 		pods, err := e.RunningPods(ctx, sel)
 		if err != nil || len(pods) == 0 {
 			return false, err
 		}
 		for i := range pods {
-			l, err := e.KernelLimits(&pods[i], container)
-			if errors.Is(err, fs.ErrNotExist) {
-				return false, nil // restarted (an OOM kill): its old cgroup is gone until the pod's status names the new one
+			l, err := e.KernelLimits(ctx, &pods[i], container)
+			if restarting(err) {
+				last = err
+				return false, nil
 			}
 			if err != nil {
 				return false, err
@@ -269,25 +420,34 @@ func (e *Env) WaitKernelLimits(ctx context.Context, sel map[string]string, conta
 		seen = time.Now()
 		return true, nil
 	})
+	if err != nil && last != nil {
+		err = fmt.Errorf("%w (while restarting: %v)", err, last)
+	}
 	return seen, err
 }
 
 // CurrentLimits returns the kernel's limits of container in the first
-// running pod sel selects, waiting up to 30 s while the container restarts
-// (its pod's status still names the cgroup the kernel removed).
-func (e *Env) CurrentLimits(ctx context.Context, sel map[string]string, container string) (Limits, error) {
+// running pod sel selects, waiting up to timeout while the container
+// restarts (its pod's status still names the cgroup the kernel removed, or
+// its endpoint does not answer yet).
+func (e *Env) CurrentLimits(ctx context.Context, sel map[string]string, container string, timeout time.Duration) (Limits, error) {
 	var l Limits
-	err := Poll(ctx, 30*time.Second, 20*time.Millisecond, "the kernel's limits of "+container, func(ctx context.Context) (bool, error) {
+	var last error
+	err := Poll(ctx, timeout, 20*time.Millisecond, "the kernel's limits of "+container, func(ctx context.Context) (bool, error) {
 		pods, err := e.RunningPods(ctx, sel)
 		if err != nil || len(pods) == 0 {
 			return false, err
 		}
-		l, err = e.KernelLimits(&pods[0], container)
-		if errors.Is(err, fs.ErrNotExist) {
+		l, err = e.KernelLimits(ctx, &pods[0], container)
+		if restarting(err) {
+			last = err
 			return false, nil
 		}
 		return err == nil, err
 	})
+	if err != nil && last != nil {
+		err = fmt.Errorf("%w (while restarting: %v)", err, last)
+	}
 	return l, err
 }
 
@@ -297,7 +457,7 @@ func (e *Env) Control(ctx context.Context, pod *corev1.Pod, verb, query string) 
 	if pod.Status.PodIP == "" {
 		return fmt.Errorf("pod %s has no IP yet", pod.Name)
 	}
-	url := fmt.Sprintf("http://%s:8080/%s", pod.Status.PodIP, verb)
+	url := fmt.Sprintf("http://%s:%d/%s", pod.Status.PodIP, controlPort, verb)
 	if query != "" {
 		url += "?" + query
 	}
@@ -320,6 +480,9 @@ func (e *Env) Control(ctx context.Context, pod *corev1.Pod, verb, query string) 
 	}
 	return nil
 }
+
+// controlPort is the port of the workload's HTTP control endpoint.
+const controlPort = 8080
 
 // quantity parses a quantity the scenarios spell as constants.
 func quantity(s string) *resource.Quantity {

@@ -110,8 +110,26 @@ func (e *Env) KerfPods(ctx context.Context, component string) ([]corev1.Pod, err
 	return out, nil
 }
 
-// AgentMetrics scrapes the agent on the node (the sandbox has one).
+// AgentMetrics scrapes the first running agent: on the one-node sandbox,
+// the agent. With more nodes, AgentMetricsOn picks the node's.
 func (e *Env) AgentMetrics(ctx context.Context) (map[string][]Series, error) {
+	return e.AgentMetricsOn(ctx, "")
+}
+
+// AgentMetricsOn scrapes the agent on node, the one that watches the pods
+// there (the DaemonSet runs one per node); an empty node means the first
+// running agent.
+func (e *Env) AgentMetricsOn(ctx context.Context, node string) (map[string][]Series, error) {
+	p, err := e.AgentPod(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	return e.Scrape(ctx, fmt.Sprintf("https://%s:%d/metrics", p.Status.PodIP, AgentMetricsPort))
+}
+
+// AgentPod returns the running kerf-agent pod on node (empty: the first
+// running one).
+func (e *Env) AgentPod(ctx context.Context, node string) (*corev1.Pod, error) {
 	pods, err := e.KerfPods(ctx, "kerf-agent")
 	if err != nil {
 		return nil, err
@@ -119,7 +137,17 @@ func (e *Env) AgentMetrics(ctx context.Context) (map[string][]Series, error) {
 	if len(pods) == 0 {
 		return nil, fmt.Errorf("no running kerf-agent pod in %s", KerfNamespace)
 	}
-	return e.Scrape(ctx, fmt.Sprintf("https://%s:%d/metrics", pods[0].Status.PodIP, AgentMetricsPort))
+	if node == "" {
+		return &pods[0], nil
+	}
+	var others []string
+	for i := range pods {
+		if pods[i].Spec.NodeName == node {
+			return &pods[i], nil
+		}
+		others = append(others, pods[i].Name+" on "+pods[i].Spec.NodeName)
+	}
+	return nil, fmt.Errorf("no running kerf-agent pod on node %s in %s (running: %s)", node, KerfNamespace, strings.Join(others, ", "))
 }
 
 // LeaderPod returns the replica that holds the Lease: the one whose pod

@@ -79,7 +79,10 @@ func Refusals(rsr *v1alpha1.RightsizingRecommendation) ([]Refusal, error) {
 // recommendation.
 func (e *Env) Recommender(ctx context.Context, opts Options) (*Result, error) {
 	w := RecommendWorkload
-	r := &Result{Workload: w}
+	r, err := e.newResult(ctx, w)
+	if err != nil {
+		return r, err
+	}
 	if err := e.EnsurePolicy(ctx, WatchDuration); err != nil {
 		return r, err
 	}
@@ -90,15 +93,15 @@ func (e *Env) Recommender(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return r, err
 	}
-	if r.Before, err = e.KernelLimits(pod, Container); err != nil {
+	if r.Before, err = e.KernelLimits(ctx, pod, Container); err != nil {
 		return r, err
 	}
-	r.mark("kernel", "memory.limit_in_bytes %d MiB, %d millicores", r.Before.MemoryBytes/Mi, r.Before.CPUMillis())
+	r.mark("kernel", "%s %d MiB, %d millicores", r.Before.MemoryFile(), r.Before.MemoryBytes/Mi, r.Before.CPUMillis())
 	e.Say("the recommender's policy asks for 30 s of history; the agent reads the container's usage every 10 s")
 
 	// The recommender writes the recommendation once it has the history.
 	var rsr *v1alpha1.RightsizingRecommendation
-	err = Poll(ctx, 3*time.Minute, 250*time.Millisecond, "the recommender's recommendation", func(ctx context.Context) (bool, error) {
+	err = Poll(ctx, r.wait(3*time.Minute), 250*time.Millisecond, "the recommender's recommendation", func(ctx context.Context) (bool, error) {
 		got, err := e.RSR(ctx, w.Name)
 		if apierrors.IsNotFound(err) {
 			return false, nil
@@ -148,7 +151,7 @@ func (e *Env) Recommender(ctx context.Context, opts Options) (*Result, error) {
 	// From now on the memory is held: the next recommendation says so.
 	e.Say("the recommender's next pass: it must not lower the memory of a container the kernel OOM-killed")
 	var held []Refusal
-	err = Poll(ctx, 2*time.Minute, 250*time.Millisecond, "the recommender's refusal to lower the memory", func(ctx context.Context) (bool, error) {
+	err = Poll(ctx, r.wait(2*time.Minute), 250*time.Millisecond, "the recommender's refusal to lower the memory", func(ctx context.Context) (bool, error) {
 		got, err := e.RSR(ctx, w.Name)
 		if err != nil {
 			return false, err

@@ -46,6 +46,25 @@ type Result struct {
 	// after the apply and after the rollback (Restarts scenario with an
 	// HPA only).
 	HPATarget [3]int32
+	// grace is added to the waits for pods on the VM node (VMNodeGrace).
+	grace time.Duration
+}
+
+// wait is a wait of d, longer when the scenario's pods run on the VM node.
+func (r *Result) wait(d time.Duration) time.Duration { return d + r.grace }
+
+// newResult starts the result of a scenario on workload w, with the VM
+// node's grace when Env.Node is the VM node.
+func (e *Env) newResult(ctx context.Context, w Workload) (*Result, error) {
+	r := &Result{Workload: w}
+	vm, err := e.onVMNode(ctx, e.Node)
+	if err != nil {
+		return r, fmt.Errorf("the scenarios' node (Env.Node): %w", err)
+	}
+	if vm {
+		r.grace = VMNodeGrace
+	}
+	return r, nil
 }
 
 // Options change how a scenario runs.
@@ -82,7 +101,7 @@ func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return r, err
 	}
-	r.mark("kernel", "memory.limit_in_bytes %d MiB", r.Before.MemoryBytes/Mi)
+	r.mark("kernel", "%s %d MiB", r.Before.MemoryFile(), r.Before.MemoryBytes/Mi)
 
 	strategy := v1alpha1.StrategyInPlace
 	if opts.Deferred {
@@ -114,7 +133,7 @@ func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 	}
 
 	labels := map[string]string{"namespace": e.Namespace, "pod": pod.Name, "container": Container}
-	before, err := e.agentCounter(ctx, "container_oom_events_total", labels)
+	before, err := e.agentCounter(ctx, pod.Spec.NodeName, "container_oom_events_total", labels)
 	if err != nil {
 		return r, err
 	}
@@ -123,24 +142,9 @@ func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 		if err != nil || len(pods) == 0 {
 			return r, fmt.Errorf("the workload's pod is gone before the kill: %v", err)
 		}
-		dir, err := e.ContainerDir(&pods[0], Container, "memory")
-		if err != nil {
+		if err := e.traceKill(ctx, r, &pods[0]); err != nil {
 			return r, err
 		}
-		memcg, err := cgroup.CgroupID(dir)
-		if err != nil {
-			return r, err
-		}
-		go func() {
-			kctx, cancel := context.WithTimeout(ctx, time.Minute)
-			defer cancel()
-			if ev, err := e.Kills.Wait(kctx, memcg); err == nil {
-				e.mu.Lock()
-				r.kernelKill = ev.Time()
-				r.kernelWhat = fmt.Sprintf("OOM kill of pid %d (%s), BPF timestamp", ev.TGID, ev.Comm)
-				e.mu.Unlock()
-			}
-		}()
 	}
 	r.Pod = pod.Name
 	e.Say("asking the workload to allocate 160 MiB: over its new 96 MiB limit")
@@ -148,10 +152,61 @@ func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 	if err := e.Control(ctx, pod, "alloc", "mib=160"); err != nil {
 		return r, err
 	}
+	if err := e.awaitOOMRollback(ctx, r, w, pod, labels, before); err != nil {
+		return r, err
+	}
+	err = e.restored(ctx, r, w, v1alpha1.HealthWatchOOMKills, r.Before.MemoryBytes, 0)
+	e.mu.Lock()
+	if !r.kernelKill.IsZero() {
+		r.Timeline = append(r.Timeline, Mark{At: r.kernelKill, Who: "kernel", What: r.kernelWhat})
+		r.signal(r.kernelKill)
+	}
+	e.mu.Unlock()
+	return r, err
+}
+
+// traceKill starts waiting for the kernel's OOM kill of pod's container in
+// Env.Kills, for the timeline: a BPF tracer on this machine, so for pods on
+// the host node only.
+func (e *Env) traceKill(ctx context.Context, r *Result, pod *corev1.Pod) error {
+	vm, err := e.onVMNode(ctx, pod.Spec.NodeName)
+	if err != nil {
+		return err
+	}
+	if vm {
+		e.Say("no BPF timestamp of the kill: pod %s runs on the VM node %s, the tracer on this machine", pod.Name, pod.Spec.NodeName)
+		return nil
+	}
+	dir, err := e.ContainerDir(pod, Container, "memory")
+	if err != nil {
+		return err
+	}
+	memcg, err := cgroup.CgroupID(dir)
+	if err != nil {
+		return err
+	}
+	go func() {
+		kctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if ev, err := e.Kills.Wait(kctx, memcg); err == nil {
+			e.mu.Lock()
+			r.kernelKill = ev.Time()
+			r.kernelWhat = fmt.Sprintf("OOM kill of pid %d (%s), BPF timestamp", ev.TGID, ev.Comm)
+			e.mu.Unlock()
+		}
+	}()
+	return nil
+}
+
+// awaitOOMRollback waits until the kubelet reports pod's container
+// OOMKilled and the recommendation reads RolledBack, marking what the agent
+// on pod's node (its OOM counter past before), the kubelet and the leader
+// show on the way.
+func (e *Env) awaitOOMRollback(ctx context.Context, r *Result, w Workload, pod *corev1.Pod, labels map[string]string, before float64) error {
 	var agentSaw, kubeletSaw bool
-	err = Poll(ctx, 2*time.Minute, 20*time.Millisecond, "the OOM kill to be seen and rolled back", func(ctx context.Context) (bool, error) {
+	return Poll(ctx, r.wait(2*time.Minute), 20*time.Millisecond, "the OOM kill to be seen and rolled back", func(ctx context.Context) (bool, error) {
 		if !agentSaw {
-			if n, err := e.agentCounter(ctx, "container_oom_events_total", labels); err == nil && n > before {
+			if n, err := e.agentCounter(ctx, pod.Spec.NodeName, "container_oom_events_total", labels); err == nil && n > before {
 				agentSaw = true
 				r.signal(time.Now())
 				r.mark("agent", "container_oom_events_total %g → %g", before, n)
@@ -182,17 +237,6 @@ func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 		// so a slow look may miss the killed one's.
 		return kubeletSaw && !r.RolledBack.IsZero(), nil
 	})
-	if err != nil {
-		return r, err
-	}
-	err = e.restored(ctx, r, w, v1alpha1.HealthWatchOOMKills, r.Before.MemoryBytes, 0)
-	e.mu.Lock()
-	if !r.kernelKill.IsZero() {
-		r.Timeline = append(r.Timeline, Mark{At: r.kernelKill, Who: "kernel", What: r.kernelWhat})
-		r.signal(r.kernelKill)
-	}
-	e.mu.Unlock()
-	return r, err
 }
 
 // ThrottleWorkload is the throttling scenario's workload: it burns 400
@@ -210,7 +254,7 @@ func (e *Env) Throttling(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return r, err
 	}
-	r.mark("kernel", "cpu.cfs_quota_us %d per %d µs (%d millicores)", r.Before.CPUQuotaMicros, r.Before.CPUPeriodMicros, r.Before.CPUMillis())
+	r.mark("kernel", "%s %d per %d µs (%d millicores)", r.Before.CPUQuotaFile(), r.Before.CPUQuotaMicros, r.Before.CPUPeriodMicros, r.Before.CPUMillis())
 
 	e.Say("recommending a CPU limit of 100m (from 1), in place; the workload keeps burning 400m")
 	r.Changed = time.Now()
@@ -229,15 +273,16 @@ func (e *Env) Throttling(ctx context.Context, opts Options) (*Result, error) {
 		}
 	}
 	labels := map[string]string{"namespace": e.Namespace, "pod": pod.Name, "container": Container}
-	p0, _ := e.agentCounter(ctx, "container_cpu_cfs_periods_total", labels)
-	t0, _ := e.agentCounter(ctx, "container_cpu_cfs_throttled_periods_total", labels)
+	node := pod.Spec.NodeName
+	p0, _ := e.agentCounter(ctx, node, "container_cpu_cfs_periods_total", labels)
+	t0, _ := e.agentCounter(ctx, node, "container_cpu_cfs_throttled_periods_total", labels)
 	e.Say("the kernel throttles it now; the rule counts from 2 minutes after the change, once 300 periods are in the window")
 	windowOpen := r.Applied2m()
 	var saidThrottled, saidWindow, said300 bool
 	var pw, tw float64 // counters at the window start
-	err = Poll(ctx, 6*time.Minute, 250*time.Millisecond, "the throttling rollback", func(ctx context.Context) (bool, error) {
-		p, err1 := e.agentCounter(ctx, "container_cpu_cfs_periods_total", labels)
-		t, err2 := e.agentCounter(ctx, "container_cpu_cfs_throttled_periods_total", labels)
+	err = Poll(ctx, r.wait(6*time.Minute), 250*time.Millisecond, "the throttling rollback", func(ctx context.Context) (bool, error) {
+		p, err1 := e.agentCounter(ctx, node, "container_cpu_cfs_periods_total", labels)
+		t, err2 := e.agentCounter(ctx, node, "container_cpu_cfs_throttled_periods_total", labels)
 		if err1 == nil && err2 == nil && p > p0 {
 			if !saidThrottled && (t-t0)/(p-p0) >= 0.25 && p-p0 >= 10 {
 				saidThrottled = true
@@ -277,7 +322,10 @@ func (e *Env) Throttling(ctx context.Context, opts Options) (*Result, error) {
 // begin runs a scenario's first steps: the policy, the workload running,
 // and the kernel's limits of its container before any change.
 func (e *Env) begin(ctx context.Context, w Workload) (*Result, *corev1.Pod, error) {
-	r := &Result{Workload: w}
+	r, err := e.newResult(ctx, w)
+	if err != nil {
+		return r, nil, err
+	}
 	if err := e.EnsurePolicy(ctx, WatchDuration); err != nil {
 		return r, nil, err
 	}
@@ -285,7 +333,7 @@ func (e *Env) begin(ctx context.Context, w Workload) (*Result, *corev1.Pod, erro
 	if err != nil {
 		return r, nil, err
 	}
-	r.Before, err = e.KernelLimits(pod, Container)
+	r.Before, err = e.KernelLimits(ctx, pod, Container)
 	return r, pod, err
 }
 
@@ -310,7 +358,7 @@ func (e *Env) Restarts(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return r, err
 	}
-	r.mark("kernel", "cpu.shares %d, memory.limit_in_bytes %d MiB", r.Before.CPUShares, r.Before.MemoryBytes/Mi)
+	r.mark("kernel", "%s, %s %d MiB", r.Before.cpuRequest(), r.Before.MemoryFile(), r.Before.MemoryBytes/Mi)
 	var hpa *v1alpha1.HPACoordination
 	if opts.HPA {
 		if err := e.Client.Create(ctx, hpaFor(e.Namespace, w.Name, 60)); err != nil {
@@ -328,10 +376,10 @@ func (e *Env) Restarts(ctx context.Context, opts Options) (*Result, error) {
 	}, hpa); err != nil {
 		return r, err
 	}
-	if _, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseWatching, "", time.Minute); err != nil {
+	if _, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseWatching, "", r.wait(time.Minute)); err != nil {
 		return r, err
 	}
-	if err := Poll(ctx, 2*time.Minute, 50*time.Millisecond, "the new pod with cpu request 100m", func(ctx context.Context) (bool, error) {
+	if err := Poll(ctx, r.wait(2*time.Minute), 50*time.Millisecond, "the new pod with cpu request 100m", func(ctx context.Context) (bool, error) {
 		pods, err := e.RunningPods(ctx, w.Selector())
 		if err != nil || len(pods) != 1 {
 			return false, err
@@ -344,10 +392,10 @@ func (e *Env) Restarts(ctx context.Context, opts Options) (*Result, error) {
 	}); err != nil {
 		return r, err
 	}
-	if r.Applied, err = e.KernelLimits(pod, Container); err != nil {
+	if r.Applied, err = e.KernelLimits(ctx, pod, Container); err != nil {
 		return r, err
 	}
-	r.mark("kernel", "new pod: cpu.shares %d", r.Applied.CPUShares)
+	r.mark("kernel", "new pod: %s", r.Applied.cpuRequest())
 	if opts.HPA {
 		if r.HPATarget[1], err = e.hpaTarget(ctx, w.Name); err != nil {
 			return r, err
@@ -366,7 +414,7 @@ func (e *Env) Restarts(ctx context.Context, opts Options) (*Result, error) {
 		if err := e.Control(ctx, pod, "crash", "code=1"); err != nil {
 			return r, err
 		}
-		if err := Poll(ctx, 2*time.Minute, 50*time.Millisecond, fmt.Sprintf("restart %d", i), func(ctx context.Context) (bool, error) {
+		if err := Poll(ctx, r.wait(2*time.Minute), 50*time.Millisecond, fmt.Sprintf("restart %d", i), func(ctx context.Context) (bool, error) {
 			var p corev1.Pod
 			if err := e.Client.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
 				return false, err
@@ -393,13 +441,13 @@ func (e *Env) Restarts(ctx context.Context, opts Options) (*Result, error) {
 			r.signal(time.Now())
 		}
 	}
-	rsr, seen, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts, time.Minute)
+	rsr, seen, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts, r.wait(time.Minute))
 	if err != nil {
 		return r, err
 	}
 	r.RSR, r.RolledBack = rsr, seen
 	r.mark("scenario", "recommendation reads RolledBack (%s)", rsr.Status.Reason)
-	if err := Poll(ctx, 2*time.Minute, 50*time.Millisecond, "a pod with the manifest's requests again", func(ctx context.Context) (bool, error) {
+	if err := Poll(ctx, r.wait(2*time.Minute), 50*time.Millisecond, "a pod with the manifest's requests again", func(ctx context.Context) (bool, error) {
 		pods, err := e.RunningPods(ctx, w.Selector())
 		if err != nil || len(pods) != 1 {
 			return false, err
@@ -413,13 +461,13 @@ func (e *Env) Restarts(ctx context.Context, opts Options) (*Result, error) {
 	}); err != nil {
 		return r, err
 	}
-	if r.Restored, err = e.KernelLimits(pod, Container); err != nil {
+	if r.Restored, err = e.KernelLimits(ctx, pod, Container); err != nil {
 		return r, err
 	}
 	r.KernelRestored = time.Now()
-	r.mark("kernel", "new pod: cpu.shares %d, memory.limit_in_bytes %d MiB", r.Restored.CPUShares, r.Restored.MemoryBytes/Mi)
+	r.mark("kernel", "new pod: %s, %s %d MiB", r.Restored.cpuRequest(), r.Restored.MemoryFile(), r.Restored.MemoryBytes/Mi)
 	if opts.HPA {
-		if err := Poll(ctx, 30*time.Second, 50*time.Millisecond, "the HPA target back at 60%", func(ctx context.Context) (bool, error) {
+		if err := Poll(ctx, r.wait(30*time.Second), 50*time.Millisecond, "the HPA target back at 60%", func(ctx context.Context) (bool, error) {
 			t, err := e.hpaTarget(ctx, w.Name)
 			r.HPATarget[2] = t
 			return err == nil && t == r.HPATarget[0], err
@@ -428,7 +476,7 @@ func (e *Env) Restarts(ctx context.Context, opts Options) (*Result, error) {
 		}
 		r.mark("leader", "HPA CPU utilization target back to %d%%", r.HPATarget[2])
 	}
-	if r.RSR, err = e.waitRestored(ctx, w.Name); err != nil {
+	if r.RSR, err = e.waitRestored(ctx, w.Name, r.wait(time.Minute)); err != nil {
 		return r, err
 	}
 	r.Timeline = append(r.Timeline, e.leaderMarks(ctx, w.Name)...)
@@ -438,9 +486,9 @@ func (e *Env) Restarts(ctx context.Context, opts Options) (*Result, error) {
 // waitRestored waits until the leader recorded the rollback as done
 // (status.breach.restored, with its rolled_back action): the phase reads
 // RolledBack first, the record follows the restore.
-func (e *Env) waitRestored(ctx context.Context, name string) (*v1alpha1.RightsizingRecommendation, error) {
+func (e *Env) waitRestored(ctx context.Context, name string, timeout time.Duration) (*v1alpha1.RightsizingRecommendation, error) {
 	var rsr *v1alpha1.RightsizingRecommendation
-	err := Poll(ctx, time.Minute, 50*time.Millisecond, "the rollback of "+name+" to be recorded as restored", func(ctx context.Context) (bool, error) {
+	err := Poll(ctx, timeout, 50*time.Millisecond, "the rollback of "+name+" to be recorded as restored", func(ctx context.Context) (bool, error) {
 		r, err := e.RSR(ctx, name)
 		if err != nil {
 			return false, err
@@ -454,10 +502,10 @@ func (e *Env) waitRestored(ctx context.Context, name string) (*v1alpha1.Rightsiz
 // waitRolledBack waits until the recommendation's history holds a
 // rolled_back action with reason: the rollback's record, written once
 // the restore is done.
-func (e *Env) waitRolledBack(ctx context.Context, name, reason string) (*v1alpha1.RightsizingRecommendation, error) {
+func (e *Env) waitRolledBack(ctx context.Context, name, reason string, timeout time.Duration) (*v1alpha1.RightsizingRecommendation, error) {
 	var rsr *v1alpha1.RightsizingRecommendation
 	last := ""
-	err := Poll(ctx, 2*time.Minute, 50*time.Millisecond, fmt.Sprintf("recommendation %s/%s to record a rollback for %s", e.Namespace, name, reason), func(ctx context.Context) (bool, error) {
+	err := Poll(ctx, timeout, 50*time.Millisecond, fmt.Sprintf("recommendation %s/%s to record a rollback for %s", e.Namespace, name, reason), func(ctx context.Context) (bool, error) {
 		r, err := e.RSR(ctx, name)
 		if err != nil {
 			return false, err
@@ -483,10 +531,10 @@ func (e *Env) waitRolledBack(ctx context.Context, name, reason string) (*v1alpha
 // pod kept its values, deletes it and returns its replacement, which the
 // webhook gave the new values.
 func (e *Env) replaced(ctx context.Context, r *Result, w Workload, pod *corev1.Pod) (*corev1.Pod, error) {
-	if _, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseWatching, "", time.Minute); err != nil {
+	if _, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseWatching, "", r.wait(time.Minute)); err != nil {
 		return nil, err
 	}
-	l, err := e.KernelLimits(pod, Container)
+	l, err := e.KernelLimits(ctx, pod, Container)
 	if err != nil {
 		return nil, err
 	}
@@ -494,12 +542,12 @@ func (e *Env) replaced(ctx context.Context, r *Result, w Workload, pod *corev1.P
 		return nil, fmt.Errorf("pod %s changed before it was recreated (Deferred): %+v, was %+v", pod.Name, l, r.Before)
 	}
 	e.Say("the running pod keeps its values (Deferred); deleting it: its replacement starts with the new ones")
-	r.mark("scenario", "pod %s deleted; it ran memory.limit_in_bytes %d MiB still", pod.Name, l.MemoryBytes/Mi)
+	r.mark("scenario", "pod %s deleted; it ran %s %d MiB still", pod.Name, l.MemoryFile(), l.MemoryBytes/Mi)
 	if err := e.Client.Delete(ctx, pod); err != nil {
 		return nil, err
 	}
 	var fresh *corev1.Pod
-	err = Poll(ctx, 2*time.Minute, 50*time.Millisecond, "the replacement pod", func(ctx context.Context) (bool, error) {
+	err = Poll(ctx, r.wait(2*time.Minute), 50*time.Millisecond, "the replacement pod", func(ctx context.Context) (bool, error) {
 		pods, err := e.RunningPods(ctx, w.Selector())
 		if err != nil || len(pods) != 1 || pods[0].UID == pod.UID {
 			return false, err
@@ -517,19 +565,19 @@ func (e *Env) replaced(ctx context.Context, r *Result, w Workload, pod *corev1.P
 // applied waits for the change to be watched and enforced by the kernel;
 // how says how the values got there, for the narration.
 func (e *Env) applied(ctx context.Context, r *Result, w Workload, memory, cpuMillis int64, how string) error {
-	rsr, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseWatching, "", time.Minute)
+	rsr, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseWatching, "", r.wait(time.Minute))
 	if err != nil {
 		return err
 	}
 	r.RSR = rsr
-	at, err := e.WaitKernelLimits(ctx, w.Selector(), Container, memory, cpuMillis, time.Minute)
+	at, err := e.WaitKernelLimits(ctx, w.Selector(), Container, memory, cpuMillis, r.wait(time.Minute))
 	if err != nil {
 		return err
 	}
-	if r.Applied, err = e.CurrentLimits(ctx, w.Selector(), Container); err != nil {
+	if r.Applied, err = e.CurrentLimits(ctx, w.Selector(), Container, r.wait(30*time.Second)); err != nil {
 		return fmt.Errorf("after the resize: %w", err)
 	}
-	r.Timeline = append(r.Timeline, Mark{At: at, Who: "kernel", What: fmt.Sprintf("enforces the change: memory.limit_in_bytes %d MiB, %d millicores", r.Applied.MemoryBytes/Mi, r.Applied.CPUMillis())})
+	r.Timeline = append(r.Timeline, Mark{At: at, Who: "kernel", What: fmt.Sprintf("enforces the change: %s %d MiB, %d millicores", r.Applied.MemoryFile(), r.Applied.MemoryBytes/Mi, r.Applied.CPUMillis())})
 	e.Say("the kernel enforces the new values (%s)", how)
 	return nil
 }
@@ -540,20 +588,20 @@ func (e *Env) applied(ctx context.Context, r *Result, w Workload, memory, cpuMil
 // planned (a newer spec held while the change was watched, or the
 // recommender's next recommendation), which may be at once.
 func (e *Env) restored(ctx context.Context, r *Result, w Workload, reason string, memory, cpuMillis int64) error {
-	rsr, err := e.waitRolledBack(ctx, w.Name, reason)
+	rsr, err := e.waitRolledBack(ctx, w.Name, reason, r.wait(2*time.Minute))
 	if err != nil {
 		return err
 	}
-	at, err := e.WaitKernelLimits(ctx, w.Selector(), Container, memory, cpuMillis, time.Minute)
+	at, err := e.WaitKernelLimits(ctx, w.Selector(), Container, memory, cpuMillis, r.wait(time.Minute))
 	if err != nil {
 		return err
 	}
 	r.KernelRestored = at
-	if r.Restored, err = e.CurrentLimits(ctx, w.Selector(), Container); err != nil {
+	if r.Restored, err = e.CurrentLimits(ctx, w.Selector(), Container, r.wait(30*time.Second)); err != nil {
 		return fmt.Errorf("after the rollback: %w", err)
 	}
 	r.RSR = rsr
-	r.Timeline = append(r.Timeline, Mark{At: at, Who: "kernel", What: fmt.Sprintf("enforces the old values again: memory.limit_in_bytes %d MiB, %d millicores", r.Restored.MemoryBytes/Mi, r.Restored.CPUMillis())})
+	r.Timeline = append(r.Timeline, Mark{At: at, Who: "kernel", What: fmt.Sprintf("enforces the old values again: %s %d MiB, %d millicores", r.Restored.MemoryFile(), r.Restored.MemoryBytes/Mi, r.Restored.CPUMillis())})
 	r.Timeline = append(r.Timeline, e.leaderMarks(ctx, w.Name)...)
 	e.Say("rolled back (%s): the kernel enforces the old values again", reason)
 	return nil
@@ -569,10 +617,10 @@ func (r *Result) signal(at time.Time) {
 	}
 }
 
-// agentCounter sums a counter of the agent's /metrics over the series that
-// match labels.
-func (e *Env) agentCounter(ctx context.Context, name string, labels map[string]string) (float64, error) {
-	m, err := e.AgentMetrics(ctx)
+// agentCounter sums a counter of /metrics of the agent on node (the
+// workload pod's) over the series that match labels.
+func (e *Env) agentCounter(ctx context.Context, node, name string, labels map[string]string) (float64, error) {
+	m, err := e.AgentMetricsOn(ctx, node)
 	if err != nil {
 		return 0, err
 	}

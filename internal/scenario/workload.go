@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/internal/sandbox"
 )
 
 // Container is the name of the workload's one container.
@@ -28,17 +29,36 @@ type Workload struct {
 	CPURequest, CPULimit, MemoryRequest, MemoryLimit string
 	// Args are kerf-workload's flags, such as --burn-millicores=300.
 	Args []string
+	// Replicas is the number of pods (0: one).
+	Replicas int32
+	// OnePerNode keeps any two replicas off the same node (a required
+	// podAntiAffinity on kubernetes.io/hostname).
+	OnePerNode bool
+	// Node, when set, is the only node the pods may run on (a nodeSelector
+	// on kubernetes.io/hostname).
+	Node string
+	// TolerateVMNode lets the pods run on the sandbox's VM node: they
+	// tolerate its NoSchedule taint sandbox.VMNodeTaint.
+	TolerateVMNode bool
 }
 
 // Selector is the label selector of the workload's pods.
 func (w Workload) Selector() map[string]string { return map[string]string{"app": w.Name} }
 
+// replicas is the number of pods the Deployment runs.
+func (w Workload) replicas() int32 {
+	if w.Replicas == 0 {
+		return 1
+	}
+	return w.Replicas
+}
+
 // Deployment is the workload's Deployment in ns.
 func (w Workload) Deployment(ns string) *appsv1.Deployment {
-	return &appsv1.Deployment{
+	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w.Name, Labels: w.Selector()},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
+			Replicas: ptr.To(w.replicas()),
 			Selector: &metav1.LabelSelector{MatchLabels: w.Selector()},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
 			Template: corev1.PodTemplateSpec{
@@ -70,23 +90,73 @@ func (w Workload) Deployment(ns string) *appsv1.Deployment {
 			},
 		},
 	}
+	spec := &d.Spec.Template.Spec
+	if w.Node != "" {
+		spec.NodeSelector = map[string]string{corev1.LabelHostname: w.Node}
+	}
+	if w.TolerateVMNode {
+		spec.Tolerations = []corev1.Toleration{{Key: sandbox.VMNodeTaint, Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	if w.OnePerNode {
+		spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: w.Selector()},
+				TopologyKey:   corev1.LabelHostname,
+			}},
+		}}
+	}
+	return d
 }
 
-// Deploy creates the workload and waits for its pod to be ready.
+// Deploy creates the workload, on Env.Node when it is set, and waits for
+// its pods to be ready; it returns the first.
 func (e *Env) Deploy(ctx context.Context, w Workload) (*corev1.Pod, error) {
-	e.Say("deploying %s (requests cpu %s memory %s, limits cpu %s memory %s)", w.Name, w.CPURequest, w.MemoryRequest, w.CPULimit, w.MemoryLimit)
+	w, err := e.place(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	where := ""
+	if w.Node != "" {
+		where = " on node " + w.Node
+	}
+	e.Say("deploying %s%s (requests cpu %s memory %s, limits cpu %s memory %s)", w.Name, where, w.CPURequest, w.MemoryRequest, w.CPULimit, w.MemoryLimit)
 	if err := e.Client.Create(ctx, w.Deployment(e.Namespace)); err != nil {
 		return nil, fmt.Errorf("create Deployment %s/%s: %w", e.Namespace, w.Name, err)
 	}
-	return e.WaitPod(ctx, w, 2*time.Minute)
+	timeout := 2 * time.Minute
+	if w.TolerateVMNode {
+		timeout += VMNodeGrace
+	}
+	return e.WaitPod(ctx, w, timeout)
 }
 
-// WaitPod waits for one ready pod of the workload and returns it.
+// place pins the workload to Env.Node, tolerating the VM node's taint
+// when that node is the VM node.
+func (e *Env) place(ctx context.Context, w Workload) (Workload, error) {
+	if e.Node == "" {
+		return w, nil
+	}
+	vm, err := e.onVMNode(ctx, e.Node)
+	if err != nil {
+		return w, fmt.Errorf("pin the workloads to Env.Node: %w", err)
+	}
+	w.Node = e.Node
+	w.TolerateVMNode = w.TolerateVMNode || vm
+	return w, nil
+}
+
+// WaitPod waits for the workload's replicas (one unless it says more) to be
+// ready and returns the first.
 func (e *Env) WaitPod(ctx context.Context, w Workload, timeout time.Duration) (*corev1.Pod, error) {
 	var pod corev1.Pod
-	err := Poll(ctx, timeout, 100*time.Millisecond, "a ready pod of "+w.Name, func(ctx context.Context) (bool, error) {
+	n := w.replicas()
+	what := "a ready pod of " + w.Name
+	if n > 1 {
+		what = fmt.Sprintf("%d ready pods of %s", n, w.Name)
+	}
+	err := Poll(ctx, timeout, 100*time.Millisecond, what, func(ctx context.Context) (bool, error) {
 		pods, err := e.RunningPods(ctx, w.Selector())
-		if err != nil || len(pods) != 1 {
+		if err != nil || len(pods) != int(n) {
 			return false, err
 		}
 		pod = pods[0]

@@ -123,7 +123,7 @@ func TestOOMKillRollsBackMemoryInPlace(t *testing.T) {
 		return true, nil
 	}))
 	assert.Equal(t, "256Mi", fresh.Spec.Containers[0].Resources.Limits.Memory().String(), "the webhook must not inject rolled-back values")
-	l, err := e.KernelLimits(fresh, scenario.Container)
+	l, err := e.KernelLimits(ctx, fresh, scenario.Container)
 	require.NoError(t, err)
 	assert.EqualValues(t, 256*scenario.Mi, l.MemoryBytes)
 }
