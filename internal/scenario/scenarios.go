@@ -46,6 +46,10 @@ type Result struct {
 	// after the apply and after the rollback (Restarts scenario with an
 	// HPA only).
 	HPATarget [3]int32
+	// Bystander is the pod left alone while Pod misbehaves (TwoNodes).
+	Bystander string
+	// Replicas are the workload's pods at the end (TwoNodes).
+	Replicas []Replica
 	// grace is added to the waits for pods on the VM node (VMNodeGrace).
 	grace time.Duration
 }
