@@ -33,6 +33,10 @@ type InstallOptions struct {
 	Log *slog.Logger
 	// Say narrates the steps for people (nil: none).
 	Say func(format string, args ...any)
+	// VMNode adds the sandbox's second node, a cgroup v2 VM
+	// (sandbox.Options.VMNode) that gets the built images too, and makes
+	// Install wait for Kerf's agent there as well.
+	VMNode bool
 }
 
 // Installed is a sandbox running Kerf from manifests/.
@@ -72,14 +76,23 @@ func Install(ctx context.Context, opts InstallOptions) (*Installed, error) {
 	}
 	done()
 	var pause string
+	var others []string
 	for _, a := range archives {
 		if a.Ref == sandbox.PauseImageRef {
 			pause = a.Path
+		} else {
+			others = append(others, a.Path)
 		}
 	}
 
-	done = step("bringing up the one-node cluster (etcd, apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy) in " + opts.StateDir)
-	c, err := sandbox.Up(ctx, sandbox.Options{StateDir: opts.StateDir, PauseImage: pause, Log: opts.Log})
+	sb := sandbox.Options{StateDir: opts.StateDir, PauseImage: pause, Log: opts.Log}
+	what := "bringing up the one-node cluster (etcd, apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy) in " + opts.StateDir
+	if opts.VMNode {
+		sb.VMNode, sb.Images = true, others
+		what = "bringing up the two-node cluster (etcd, apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy; a cgroup v2 VM node with containerd and a kubelet) in " + opts.StateDir
+	}
+	done = step(what)
+	c, err := sandbox.Up(ctx, sb)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox up (logs in %s/logs): %w", opts.StateDir, err)
 	}
@@ -127,22 +140,35 @@ func Install(ctx context.Context, opts InstallOptions) (*Installed, error) {
 	}
 	done()
 
+	// The one node's agent, or each node's.
+	agentNodes, timeout := []string{""}, 3*time.Minute
+	if c.VMNode != "" {
+		agentNodes = []string{c.NodeName, c.VMNode}
+		timeout += sandbox.VMNodeTimeout
+	}
 	done = step("waiting for the agent and the elected leader")
 	env := &Env{Client: cl}
-	if err := Poll(ctx, 3*time.Minute, 250*time.Millisecond, "a running kerf-agent and a ready (elected) kerf-leader", func(ctx context.Context) (bool, error) {
-		agents, err := env.KerfPods(ctx, "kerf-agent")
-		if err != nil || len(agents) == 0 || !podReady(agents[0].Status.Conditions) {
-			return false, err
+	if err := Poll(ctx, timeout, 250*time.Millisecond, "a running kerf-agent on each node and a ready (elected) kerf-leader", func(ctx context.Context) (bool, error) {
+		for _, node := range agentNodes {
+			agent, err := env.AgentPod(ctx, node)
+			if err != nil || !podReady(agent.Status.Conditions) {
+				return false, err
+			}
 		}
 		if _, err := env.LeaderPod(ctx); err != nil {
 			return false, err
 		}
 		// The agent streams to the leader once it found it.
-		m, err := env.AgentMetrics(ctx)
-		if err != nil {
-			return false, err
+		for _, node := range agentNodes {
+			m, err := env.AgentMetricsOn(ctx, node)
+			if err != nil {
+				return false, err
+			}
+			if Sum(m, "kerf_agent_stream_state", map[string]string{"state": "connected"}) != 1 {
+				return false, nil
+			}
 		}
-		return Sum(m, "kerf_agent_stream_state", map[string]string{"state": "connected"}) == 1, nil
+		return true, nil
 	}); err != nil {
 		describe, _ := in.Run(ctx, "-n", KerfNamespace, "get", "pods,events", "-o", "wide")
 		return nil, fmt.Errorf("%w\n%s\n(logs: kubectl -n %s logs; node logs in %s/logs)", err, describe, KerfNamespace, opts.StateDir)
