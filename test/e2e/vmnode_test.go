@@ -1,0 +1,97 @@
+package e2e
+
+// The scenarios on the sandbox's VM node: a QEMU guest with a cgroup v2
+// kernel, tainted so that only pods that tolerate it run there. Its pods
+// start in 5-30 s under emulation; the scenarios wait minutes for them
+// (scenario.VMNodeGrace) and these tests assert no durations.
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/internal/scenario"
+)
+
+// vmCluster returns the sandbox with Kerf installed, skipping the test when
+// the sandbox has no VM node.
+func vmCluster(t *testing.T) *scenario.Installed {
+	t.Helper()
+	in := cluster(t)
+	if in.Cluster.VMNode == "" {
+		t.Skip("the sandbox has no VM node (cgroup v2): the e2e setup did not start one (scenario.InstallOptions.VMNode)")
+	}
+	return in
+}
+
+// TestV2NodeOOMInPlace runs the OOM scenario on a workload pinned to the
+// VM node: the memory decrease is resized in place into cgroup v2's
+// memory.max, the kill is seen by that node's agent and kubelet, and the
+// rollback puts the old memory.max back in the same pod.
+func TestV2NodeOOMInPlace(t *testing.T) {
+	t.Parallel()
+	in := vmCluster(t)
+	e := env(t, in)
+	e.Node = in.Cluster.VMNode
+	ctx := t.Context()
+	r, err := e.OOM(ctx, scenario.Options{})
+	require.NoError(t, err)
+
+	rolledBack(t, in, e, r, v1alpha1.HealthWatchOOMKills, v1alpha1.ResourceMemory)
+	assert.Equal(t, 2, r.Before.Version, "read from cgroup v2 on the VM node")
+	assert.EqualValues(t, 256*scenario.Mi, r.Before.MemoryBytes, "memory.max before the change")
+	assert.EqualValues(t, 96*scenario.Mi, r.Applied.MemoryBytes, "memory.max once applied in place")
+	assert.EqualValues(t, 256*scenario.Mi, r.Restored.MemoryBytes, "memory.max after the rollback")
+	assert.EqualValues(t, 500, r.Before.CPUMillis(), "cpu.max of the 500m limit")
+	assert.Equal(t, r.Before.CPUQuotaMicros, r.Restored.CPUQuotaMicros, "CPU untouched")
+	assert.Contains(t, strings.Join(scenario.History(r.RSR, v1alpha1.ActionRolledBack)[0].Figures, ","), "oomKills")
+
+	pods, err := e.RunningPods(ctx, r.Workload.Selector())
+	require.NoError(t, err)
+	require.Len(t, pods, 1)
+	assert.Equal(t, in.Cluster.VMNode, pods[0].Spec.NodeName)
+	assert.Equal(t, r.Pod, pods[0].Name, "resized back in place, not recreated")
+	assert.Equal(t, "256Mi", pods[0].Spec.Containers[0].Resources.Limits.Memory().String())
+}
+
+// TestTwoNodesRollBackOnce: one workload, a pod on each node, the memory
+// decrease resized into both, and only the VM node's pod OOM-killed. The
+// leader rolls the workload back once; both pods get the old limit back in
+// place (each read by its own node's reader: v1 files on the host, the
+// workload's GET /limits on the VM), and the host node's pod is neither
+// restarted nor recreated.
+func TestTwoNodesRollBackOnce(t *testing.T) {
+	t.Parallel()
+	in := vmCluster(t)
+	e := env(t, in)
+	r, err := e.TwoNodes(t.Context(), scenario.Options{})
+	require.NoError(t, err)
+
+	// Exactly one rolled_back action, one RolledBack Event on the
+	// recommendation and on the Deployment.
+	rolledBack(t, in, e, r, v1alpha1.HealthWatchOOMKills, v1alpha1.ResourceMemory)
+	assert.EqualValues(t, 256*scenario.Mi, r.Before.MemoryBytes, "the VM node's pod before the change")
+	assert.EqualValues(t, 96*scenario.Mi, r.Applied.MemoryBytes, "the VM node's pod once applied in place")
+
+	require.Len(t, r.Replicas, 2, "%+v", r.Replicas)
+	for _, p := range r.Replicas {
+		assert.EqualValues(t, 256*scenario.Mi, p.Limits.MemoryBytes, "pod %s on %s: %s after the rollback", p.Pod, p.Node, p.Limits.MemoryFile())
+		switch p.Pod {
+		case r.Pod:
+			assert.True(t, p.VM, "the OOM-killed pod runs on the VM node")
+			assert.Equal(t, in.Cluster.VMNode, p.Node)
+			assert.Equal(t, 2, p.Limits.Version)
+			assert.GreaterOrEqual(t, p.Restarts, int32(1), "OOM-killed, restarted in its pod")
+		case r.Bystander:
+			assert.False(t, p.VM)
+			assert.Equal(t, in.Cluster.NodeName, p.Node)
+			assert.Equal(t, 1, p.Limits.Version)
+			assert.Zero(t, p.Restarts, "the host node's pod was not restarted")
+		default:
+			t.Errorf("pod %s on %s was not there before the change: a pod was recreated (had %s and %s)", p.Pod, p.Node, r.Pod, r.Bystander)
+		}
+	}
+}
