@@ -110,15 +110,15 @@ func (e *Env) KerfPods(ctx context.Context, component string) ([]corev1.Pod, err
 	return out, nil
 }
 
-// AgentMetrics scrapes the first running agent: on the one-node sandbox,
-// the agent. With more nodes, AgentMetricsOn picks the node's.
+// AgentMetrics scrapes the agent of this machine's node: on the one-node
+// sandbox, the agent. AgentMetricsOn picks another node's.
 func (e *Env) AgentMetrics(ctx context.Context) (map[string][]Series, error) {
 	return e.AgentMetricsOn(ctx, "")
 }
 
 // AgentMetricsOn scrapes the agent on node, the one that watches the pods
-// there (the DaemonSet runs one per node); an empty node means the first
-// running agent.
+// there (the DaemonSet runs one per node); an empty node means this
+// machine's (AgentPod).
 func (e *Env) AgentMetricsOn(ctx context.Context, node string) (map[string][]Series, error) {
 	p, err := e.AgentPod(ctx, node)
 	if err != nil {
@@ -127,8 +127,8 @@ func (e *Env) AgentMetricsOn(ctx context.Context, node string) (map[string][]Ser
 	return e.Scrape(ctx, fmt.Sprintf("https://%s:%d/metrics", p.Status.PodIP, AgentMetricsPort))
 }
 
-// AgentPod returns the running kerf-agent pod on node (empty: the first
-// running one).
+// AgentPod returns the running kerf-agent pod on node. An empty node
+// means this machine's: the first agent that is not on the VM node.
 func (e *Env) AgentPod(ctx context.Context, node string) (*corev1.Pod, error) {
 	pods, err := e.KerfPods(ctx, "kerf-agent")
 	if err != nil {
@@ -137,17 +137,28 @@ func (e *Env) AgentPod(ctx context.Context, node string) (*corev1.Pod, error) {
 	if len(pods) == 0 {
 		return nil, fmt.Errorf("no running kerf-agent pod in %s", KerfNamespace)
 	}
-	if node == "" {
-		return &pods[0], nil
-	}
 	var others []string
 	for i := range pods {
-		if pods[i].Spec.NodeName == node {
-			return &pods[i], nil
+		p := &pods[i]
+		if node != "" && p.Spec.NodeName == node {
+			return p, nil
 		}
-		others = append(others, pods[i].Name+" on "+pods[i].Spec.NodeName)
+		if node == "" {
+			vm, err := e.onVMNode(ctx, p.Spec.NodeName)
+			if err != nil {
+				return nil, err
+			}
+			if !vm {
+				return p, nil
+			}
+		}
+		others = append(others, p.Name+" on "+p.Spec.NodeName)
 	}
-	return nil, fmt.Errorf("no running kerf-agent pod on node %s in %s (running: %s)", node, KerfNamespace, strings.Join(others, ", "))
+	where := "node " + node
+	if node == "" {
+		where = "a node other than the VM node"
+	}
+	return nil, fmt.Errorf("no running kerf-agent pod on %s in %s (running: %s)", where, KerfNamespace, strings.Join(others, ", "))
 }
 
 // LeaderPod returns the replica that holds the Lease: the one whose pod

@@ -102,9 +102,9 @@ func TestAgentPodIsTheOneOnTheWorkloadsNode(t *testing.T) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: KerfNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		require.NoError(t, err)
 	}
-	agent := func(node, ip string) string {
+	agent := func(name, node, ip string) string {
 		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: KerfNamespace, Name: controlplane.UniqueName("kerf-agent")},
+			ObjectMeta: metav1.ObjectMeta{Namespace: KerfNamespace, Name: controlplane.UniqueName(name)},
 			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "agent", Image: "kerf.local/kerf-agent:dev"}}},
 		}
 		require.NoError(t, c.Create(ctx, p))
@@ -113,7 +113,8 @@ func TestAgentPodIsTheOneOnTheWorkloadsNode(t *testing.T) {
 		t.Cleanup(func() { _ = c.Delete(context.Background(), p) })
 		return p.Name
 	}
-	onHost, onVM := agent(host, "10.88.0.10"), agent(vm, "10.88.78.10")
+	// The VM node's agent is listed first (by name).
+	onVM, onHost := agent("kerf-agent-a", vm, "10.88.78.10"), agent("kerf-agent-b", host, "10.88.0.10")
 	e := &Env{Client: c}
 
 	for node, want := range map[string]string{host: onHost, vm: onVM} {
@@ -121,7 +122,11 @@ func TestAgentPodIsTheOneOnTheWorkloadsNode(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, p.Name, "the agent on %s", node)
 	}
-	_, err := e.AgentPod(ctx, "elsewhere")
+	// This machine's agent: not the VM node's, whichever is listed first.
+	p, err := e.AgentPod(ctx, "")
+	require.NoError(t, err)
+	assert.Equal(t, onHost, p.Name, "no node given: not the VM node's agent")
+	_, err = e.AgentPod(ctx, "elsewhere")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "on node elsewhere")
 	assert.Contains(t, err.Error(), onVM+" on "+vm, "names the agents that run")
