@@ -98,16 +98,21 @@ func Install(ctx context.Context, opts InstallOptions) (*Installed, error) {
 	}
 	done()
 
-	done = step("importing the images into containerd")
-	for _, a := range archives {
-		if a.Ref == sandbox.PauseImageRef {
-			continue
+	// Up imported Options.Images into the host node's containerd when it
+	// started the sandbox; a reused one gets this checkout's images here
+	// (the VM node keeps those of its disk).
+	if len(sb.Images) == 0 || c.Reused {
+		done = step("importing the images into containerd")
+		for _, a := range archives {
+			if a.Ref == sandbox.PauseImageRef {
+				continue
+			}
+			if err := c.ImportImage(ctx, a.Path); err != nil {
+				return nil, fmt.Errorf("import %s: %w", a.Ref, err)
+			}
 		}
-		if err := c.ImportImage(ctx, a.Path); err != nil {
-			return nil, fmt.Errorf("import %s: %w", a.Ref, err)
-		}
+		done()
 	}
-	done()
 
 	// controller-runtime's client logs through its own global logger.
 	if opts.Log != nil {
