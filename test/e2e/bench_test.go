@@ -248,16 +248,23 @@ func setAgentOOMSource(ctx context.Context, in *scenario.Installed, source strin
 		return err
 	}
 	e := &scenario.Env{Client: in.Client}
-	return scenario.Poll(ctx, 3*time.Minute, 250*time.Millisecond, "the agent with --oom-source="+source, func(ctx context.Context) (bool, error) {
+	return scenario.Poll(ctx, 3*time.Minute+scenario.VMNodeGrace, 250*time.Millisecond, "every agent with --oom-source="+source, func(ctx context.Context) (bool, error) {
 		pods, err := e.KerfPods(ctx, "kerf-agent")
-		if err != nil || len(pods) != 1 || !slices.Contains(pods[0].Spec.Containers[0].Args, "--oom-source="+source) {
+		if err != nil || len(pods) != len(nodes(in.Cluster)) {
 			return false, err
 		}
-		m, err := e.AgentMetrics(ctx)
-		if err != nil {
-			return false, nil
+		for _, p := range pods {
+			if !slices.Contains(p.Spec.Containers[0].Args, "--oom-source="+source) {
+				return false, nil
+			}
 		}
-		return scenario.Sum(m, "kerf_agent_stream_state", map[string]string{"state": "connected"}) == 1, nil
+		for _, node := range nodes(in.Cluster) {
+			m, err := e.AgentMetricsOn(ctx, node)
+			if err != nil || scenario.Sum(m, "kerf_agent_stream_state", map[string]string{"state": "connected"}) != 1 {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 }
 

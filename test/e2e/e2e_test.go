@@ -36,6 +36,9 @@ var (
 	stateDir    string
 	repoRoot    string
 	unlock      func()
+	// withVMNode says whether the sandbox gets its VM node (cgroup v2):
+	// always under make test, elsewhere where the machine can boot it.
+	withVMNode bool
 )
 
 func TestMain(m *testing.M) {
@@ -90,6 +93,15 @@ func prepare() {
 	if stateDir, setupErr = os.MkdirTemp("/var/tmp", "kerf-e2e-"); setupErr != nil {
 		return
 	}
+	withVMNode = true
+	if err := sandbox.CanRunVMNode(""); err != nil {
+		if controlplane.Required() {
+			setupErr = fmt.Errorf("the sandbox's VM node (cgroup v2) cannot run: %w", err)
+			return
+		}
+		say("no VM node (cgroup v2) in this sandbox, its tests skip: %v", err)
+		withVMNode = false
+	}
 	_ = os.Remove(stateDir) // Up creates it
 }
 
@@ -100,7 +112,7 @@ func setup() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	installed, setupErr = scenario.Install(ctx, scenario.InstallOptions{RepoRoot: repoRoot, StateDir: stateDir, Log: warnLog(), Say: say})
+	installed, setupErr = scenario.Install(ctx, scenario.InstallOptions{RepoRoot: repoRoot, StateDir: stateDir, Log: warnLog(), Say: say, VMNode: withVMNode})
 }
 
 // warnLog logs the sandbox's warnings to stderr.

@@ -97,23 +97,30 @@ func upBare() (*sandbox.Cluster, map[string]string, error) {
 			pause = a.Path
 		}
 	}
-	say("bringing up the one-node cluster in %s", stateDir)
-	c, err := sandbox.Up(ctx, sandbox.Options{StateDir: stateDir, PauseImage: pause, Log: log})
-	if err != nil {
-		return nil, nil, fmt.Errorf("sandbox up (logs in %s/logs): %w", stateDir, err)
-	}
 	tags := map[string]string{}
+	var others []string
 	for _, a := range archives {
 		if a.Ref == sandbox.PauseImageRef {
 			continue
 		}
-		if err := c.ImportImage(ctx, a.Path); err != nil {
-			return nil, nil, fmt.Errorf("import %s: %w", a.Ref, err)
-		}
+		others = append(others, a.Path)
 		i := strings.LastIndex(a.Ref, ":")
 		tags[a.Ref[:i]] = a.Ref[i+1:]
 	}
+	say("bringing up the cluster in %s (VM node: %v)", stateDir, withVMNode)
+	c, err := sandbox.Up(ctx, sandbox.Options{StateDir: stateDir, PauseImage: pause, Log: log, VMNode: withVMNode, Images: others})
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox up (logs in %s/logs): %w", stateDir, err)
+	}
 	return c, tags, nil
+}
+
+// nodes are the sandbox's nodes: the host's, and the VM node if it has one.
+func nodes(c *sandbox.Cluster) []string {
+	if c.VMNode != "" {
+		return []string{c.NodeName, c.VMNode}
+	}
+	return []string{c.NodeName}
 }
 
 // helmValues are the install's values: the images imported into the
@@ -317,17 +324,19 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 			return false, err
 		}
 		agents, err := e.KerfPods(ctx, "kerf-agent")
-		if err != nil || len(agents) != 1 || notReady(agents[0]) {
+		if err != nil || len(agents) != len(nodes(sb)) || slices.ContainsFunc(agents, notReady) {
 			return false, err
 		}
 		if leader, err = e.LeaderPod(ctx); err != nil {
 			return false, nil
 		}
-		m, err := e.AgentMetrics(ctx)
-		if err != nil {
-			return false, nil
+		for _, node := range nodes(sb) {
+			m, err := e.AgentMetricsOn(ctx, node)
+			if err != nil || scenario.Sum(m, "kerf_agent_stream_state", map[string]string{"state": "connected"}) != 1 {
+				return false, nil
+			}
 		}
-		return scenario.Sum(m, "kerf_agent_stream_state", map[string]string{"state": "connected"}) == 1, nil
+		return true, nil
 	}), "pods:\n%s", describePods(ctx, c))
 	var lease coordinationv1.Lease
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: scenario.KerfNamespace, Name: "kerf-leader"}, &lease))
