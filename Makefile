@@ -113,7 +113,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 
-## demo: a real one-node cluster, Kerf installed from manifests/, five real rollbacks narrated (the last after a recommender decrease); Ctrl-C tears it down
+## demo: a real two-node cluster (this machine's cgroup v1 node, a cgroup v2 VM node), Kerf installed from manifests/, six real rollbacks narrated (one on the v2 node, the last after a recommender decrease); Ctrl-C tears it down
 demo: deps build
 	bin/kerf-sandbox demo
 

@@ -29,7 +29,8 @@ func runDemo(args []string) int {
 	fs := flag.NewFlagSet("kerf-sandbox demo", flag.ContinueOnError)
 	stateDir := fs.String("state-dir", sandbox.DefaultStateDir, "directory for all of the sandbox's state (on a real disk, not overlayfs or tmpfs)")
 	keep := fs.Bool("keep", false, "leave the sandbox running on exit (kerf-sandbox down removes it)")
-	only := fs.String("scenario", "all", "which scenario to run: oom, throttling, restarts, deferred, recommender or all")
+	only := fs.String("scenario", "all", "which scenario to run: oom, oom-v2, throttling, restarts, deferred, recommender or all")
+	nodes := fs.Int("nodes", 2, "2: the host's cgroup v1 node and a VM node with a cgroup v2 kernel (oom-v2 runs there); 1: the host's only")
 	if code := parse(fs, args); code >= 0 {
 		return code
 	}
@@ -38,10 +39,24 @@ func runDemo(args []string) int {
 		return 2
 	}
 	switch *only {
-	case "all", "oom", "throttling", "restarts", "deferred", "recommender":
+	case "all", "oom", "oom-v2", "throttling", "restarts", "deferred", "recommender":
 	default:
-		fmt.Fprintf(os.Stderr, "--scenario %q: must be oom, throttling, restarts, deferred, recommender or all\n", *only)
+		fmt.Fprintf(os.Stderr, "--scenario %q: must be oom, oom-v2, throttling, restarts, deferred, recommender or all\n", *only)
 		return 2
+	}
+	if *nodes != 1 && *nodes != 2 {
+		fmt.Fprintf(os.Stderr, "--nodes %d: 1, or 2 with the VM node\n", *nodes)
+		return 2
+	}
+	if *nodes == 1 && *only == "oom-v2" {
+		fmt.Fprintln(os.Stderr, "--scenario oom-v2 runs on the VM node: --nodes 2")
+		return 2
+	}
+	if *nodes == 2 {
+		if err := sandbox.CanRunVMNode(""); err != nil {
+			fmt.Fprintf(os.Stderr, "the demo's second node, a VM with a cgroup v2 kernel, cannot run here: %v\n(--nodes 1 runs the demo on this machine's node only)\n", err)
+			return 1
+		}
 	}
 	root, err := kube.RepoRoot()
 	if err != nil {
@@ -75,8 +90,12 @@ func runDemo(args []string) int {
 		return 1
 	}
 	defer unlock()
-	fmt.Println("Kerf demo: a real one-node cluster on this machine, Kerf installed from manifests/ with kerf-hub, five real rollbacks.")
-	in, err := scenario.Install(ctx, scenario.InstallOptions{RepoRoot: root, StateDir: dir, Log: log, Say: say})
+	if *nodes == 2 {
+		fmt.Println("Kerf demo: a real cluster on this machine (its cgroup v1 node and a cgroup v2 node in a VM), Kerf installed from manifests/ with kerf-hub, six real rollbacks.")
+	} else {
+		fmt.Println("Kerf demo: a real one-node cluster on this machine, Kerf installed from manifests/ with kerf-hub, five real rollbacks.")
+	}
+	in, err := scenario.Install(ctx, scenario.InstallOptions{RepoRoot: root, StateDir: dir, Log: log, Say: say, VMNode: *nodes == 2})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "\nthe demo could not set up: %v\n", err)
 		teardown()
@@ -101,10 +120,22 @@ func runDemo(args []string) int {
 		key, title, story string
 		run               func(context.Context, scenario.Options) (*scenario.Result, error)
 	}
+	// The same OOM scenario on the VM node, in a namespace of its own.
+	v2 := &scenario.Env{Client: in.Client, Namespace: demoNamespace + "-v2", Out: os.Stdout, Node: in.Cluster.VMNode}
+	if in.Cluster.VMNode != "" {
+		if err := freshNamespace(ctx, in.Client, v2.Namespace); err != nil {
+			fmt.Fprintf(os.Stderr, "namespace %s: %v\n", v2.Namespace, err)
+			teardown()
+			return 1
+		}
+	}
 	steps := []step{
 		{"oom", "1. A memory decrease that gets OOM-killed (InPlace)",
 			"The workload's memory limit goes from 256Mi to 96Mi in place; then it allocates 160 MiB. The kernel OOM-kills it, the agent's BPF tracer sees the kill, the leader puts 256Mi back in place.",
 			e.OOM},
+		{"oom-v2", "1b. The same, on the cgroup v2 node (InPlace, node " + sandbox.VMNodeName + ")",
+			"The node users run: Debian's 6.1 kernel with cgroup v2 in a VM, the kubelet's defaults. The resize writes memory.max; the agent on that node catches the kill with its BPF tracer and reads memory.events; the leader, on the other node, rolls it back. The VM is emulated (TCG), so its pods are slower than the host's.",
+			v2.OOM},
 		{"throttling", "2. A CPU decrease that throttles (InPlace; the 2-minute, 300-period rule)",
 			"The workload burns 400 millicores; its CPU limit goes from 1 to 100m. The kernel throttles it in most periods. The rule waits two minutes after the change, then 300 periods, and rolls the CPU back: about two and a half minutes.",
 			e.Throttling},
@@ -128,7 +159,7 @@ func runDemo(args []string) int {
 	describe := scenario.OOMWorkload.Name // the first recommendation that rolled back
 	ran := false
 	for _, s := range steps {
-		if *only != "all" && *only != s.key {
+		if *only != "all" && *only != s.key || s.key == "oom-v2" && in.Cluster.VMNode == "" {
 			continue
 		}
 		fmt.Printf("\n== %s\n   %s\n\n", s.title, s.story)

@@ -8,6 +8,7 @@ package e2e
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -94,4 +95,73 @@ func TestTwoNodesRollBackOnce(t *testing.T) {
 			t.Errorf("pod %s on %s was not there before the change: a pod was recreated (had %s and %s)", p.Pod, p.Node, r.Pod, r.Bystander)
 		}
 	}
+}
+
+// TestV2NodeDeferredOOMKill runs the Deferred scenario on the VM node: the
+// replacement pod starts with the webhook's memory.max, is OOM-killed, and
+// is resized back in place.
+func TestV2NodeDeferredOOMKill(t *testing.T) {
+	t.Parallel()
+	in := vmCluster(t)
+	e := env(t, in)
+	e.Node = in.Cluster.VMNode
+	r, err := e.OOM(t.Context(), scenario.Options{Deferred: true})
+	require.NoError(t, err)
+
+	rolledBack(t, in, e, r, v1alpha1.HealthWatchOOMKills, v1alpha1.ResourceMemory)
+	assert.Equal(t, 2, r.Applied.Version, "read from cgroup v2 on the VM node")
+	assert.EqualValues(t, 256*scenario.Mi, r.Before.MemoryBytes, "memory.max before the change")
+	assert.EqualValues(t, 96*scenario.Mi, r.Applied.MemoryBytes, "memory.max of the pod that started after the change")
+	assert.EqualValues(t, 256*scenario.Mi, r.Restored.MemoryBytes, "memory.max after the rollback")
+	assert.Equal(t, v1alpha1.StrategyDeferred, r.RSR.Status.Change.Strategy)
+	pods, err := e.RunningPods(t.Context(), r.Workload.Selector())
+	require.NoError(t, err)
+	require.Len(t, pods, 1)
+	assert.Equal(t, in.Cluster.VMNode, pods[0].Spec.NodeName)
+	assert.Equal(t, r.Pod, pods[0].Name, "resized back in place, not recreated")
+}
+
+// TestV2NodeThrottlingAtTheRealDefaults runs the throttling rule as shipped
+// on the VM node: cpu.max drops to 100m under a 400-millicore burn, the
+// agent reads throttled periods from cgroup v2's cpu.stat (nr_periods,
+// nr_throttled, throttled_usec), and two minutes and 300 periods after the
+// change the leader puts 1 core back.
+func TestV2NodeThrottlingAtTheRealDefaults(t *testing.T) {
+	t.Parallel()
+	in := vmCluster(t)
+	e := env(t, in)
+	e.Node = in.Cluster.VMNode
+	r, err := e.Throttling(t.Context(), scenario.Options{})
+	require.NoError(t, err)
+
+	rolledBack(t, in, e, r, v1alpha1.HealthWatchThrottling, v1alpha1.ResourceCPU)
+	assert.Equal(t, 2, r.Applied.Version, "read from cgroup v2 on the VM node")
+	assert.EqualValues(t, 1000, r.Before.CPUMillis(), "cpu.max before: 1 core")
+	assert.EqualValues(t, 100, r.Applied.CPUMillis(), "cpu.max once applied: 100m")
+	assert.EqualValues(t, 1000, r.Restored.CPUMillis(), "cpu.max after the rollback")
+	assert.Equal(t, r.Before.MemoryBytes, r.Restored.MemoryBytes, "memory untouched")
+	rb := scenario.History(r.RSR, v1alpha1.ActionRolledBack)[0]
+	assert.GreaterOrEqual(t, rb.Time.Sub(r.RSR.Status.Change.AppliedAt.Time), 2*time.Minute)
+	assert.Contains(t, strings.Join(rb.Figures, ","), "throttling")
+}
+
+// TestV2NodeRestartsRollBackByRollout runs the restarts scenario on the VM
+// node: a rollout raises both requests (cpu.weight goes up with the CPU
+// request), the new pod crashes three times, and every touched resource
+// and the HPA target are rolled back.
+func TestV2NodeRestartsRollBackByRollout(t *testing.T) {
+	t.Parallel()
+	in := vmCluster(t)
+	e := env(t, in)
+	e.Node = in.Cluster.VMNode
+	r, err := e.Restarts(t.Context(), scenario.Options{HPA: true})
+	require.NoError(t, err)
+
+	rolledBack(t, in, e, r, v1alpha1.HealthWatchRestarts, v1alpha1.ResourceCPU, v1alpha1.ResourceMemory)
+	assert.Equal(t, 2, r.Applied.Version, "read from cgroup v2 on the VM node")
+	// runc converts the kubelet's shares to cpu.weight; its formula
+	// changed between runc versions, so only the order is asserted.
+	assert.Greater(t, r.Applied.CPUWeight, r.Before.CPUWeight, "cpu.weight of a 100m request above a 50m one's")
+	assert.Equal(t, r.Before.CPUWeight, r.Restored.CPUWeight, "cpu.weight after the rollback")
+	assert.Equal(t, [3]int32{60, 30, 60}, r.HPATarget, "HPA CPU utilization target: before, applied, rolled back")
 }
