@@ -28,17 +28,29 @@ import (
 const benchKills = 20
 
 // BenchmarkOOMKillToRollback measures, on the real cluster, the time from
-// the kernel's OOM kill (the BPF event's own kernel timestamp, from a
-// tracer this benchmark runs on the host) to
+// the kernel's OOM kill to
 //   - decided: the recommendation reads RolledBack (the leader's first
 //     write of the rollback),
 //   - request: the pod's spec carries the old memory limit again (the
 //     pods/resize request reached the apiserver), and
 //   - restored: the kernel enforces the old limit in the pod's cgroup,
 //
-// over benchKills kills with the agent's OOM source on (auto: BPF) and the
-// same with --oom-source=off, where the leader learns of the kill from pod
-// status only: the kubelet's path, the baseline. Run it with make bench-e2e.
+// over benchKills kills on each path:
+//   - agent: the host's cgroup v1 node with the agent's OOM source on
+//     (auto: BPF); the kill's time is the BPF event's own kernel timestamp,
+//     from a tracer this benchmark runs on the host;
+//   - kubelet: the same with --oom-source=off, where the leader learns of
+//     the kill from pod status only: the kubelet's path, the baseline;
+//   - agent-v2: the VM node (cgroup v2, emulated by TCG) with the agent's
+//     OOM source on; no tracer on the host sees its kernel, so the kill's
+//     time is when the guest kernel's "Killed process" line reached the
+//     host on the VM's serial console (scenario.ConsoleKills), and
+//     restored is read through the workload's GET /limits.
+//
+// It also reports each node's agent CPU (cores, averaged over the run) and
+// RSS: the VM's are TCG's, compare the ratio between the nodes, not the
+// absolute figures. KERF_BENCH_PATH=agent|kubelet|agent-v2 runs one path.
+// Run it with make bench-e2e.
 func BenchmarkOOMKillToRollback(b *testing.B) {
 	in := cluster(b)
 	ctx := b.Context()
@@ -47,19 +59,43 @@ func BenchmarkOOMKillToRollback(b *testing.B) {
 		b.Fatalf("the benchmark times kills with its own BPF tracer: %v", err)
 	}
 	defer kills.Close()
+	var console *scenario.ConsoleKills
+	if in.Cluster.VMNode != "" {
+		if console, err = scenario.NewConsoleKills(filepath.Join(in.Cluster.StateDir, "logs", "vm.log")); err != nil {
+			b.Fatal(err)
+		}
+		defer console.Close()
+	}
+	usage := startAgentUsage(ctx, b, in)
 
-	for _, path := range []struct{ name, source string }{{"agent", "auto"}, {"kubelet", "off"}} {
+	paths := []struct{ name, source, node string }{{"agent", "auto", ""}, {"kubelet", "off", ""}, {"agent-v2", "auto", in.Cluster.VMNode}}
+	for _, path := range paths {
 		if only := os.Getenv("KERF_BENCH_PATH"); only != "" && only != path.name {
+			continue
+		}
+		if path.name == "agent-v2" && path.node == "" {
+			b.Logf("agent-v2: the sandbox has no VM node, skipped")
 			continue
 		}
 		if err := setAgentOOMSource(ctx, in, path.source); err != nil {
 			b.Fatal(err)
 		}
 		e := benchEnv(b, in, "bench-"+path.name)
+		e.Node = path.node
+		clock := killClock(func(ctx context.Context, memcg uint64, _ time.Time) (time.Time, error) {
+			ev, err := kills.Wait(ctx, memcg)
+			return ev.Time(), err
+		})
+		if path.node != "" {
+			clock = func(ctx context.Context, _ uint64, since time.Time) (time.Time, error) {
+				k, err := console.Wait(ctx, since, "kerf-workload")
+				return k.Seen, err
+			}
+		}
 		var decided, request, restored []time.Duration
 		for i := range benchKills {
 			name := fmt.Sprintf("kill-%02d", i)
-			m, err := oneKill(ctx, e, kills, name)
+			m, err := oneKill(ctx, e, clock, name)
 			if err != nil {
 				rsr, _ := e.RSR(ctx, name)
 				b.Logf("recommendation status: %+v", rsr.Status)
@@ -81,12 +117,75 @@ func BenchmarkOOMKillToRollback(b *testing.B) {
 			p50, p99 := percentile(s.d, 50), percentile(s.d, 99)
 			b.ReportMetric(p50.Seconds()*1000, path.name+"-"+s.what+"-p50-ms")
 			b.ReportMetric(p99.Seconds()*1000, path.name+"-"+s.what+"-p99-ms")
-			b.Logf("%-7s kill → %-8s n=%d p50 %7.1f ms  p99 %7.1f ms  max %7.1f ms", path.name, s.what, len(s.d),
+			b.Logf("%-8s kill → %-8s n=%d p50 %7.1f ms  p99 %7.1f ms  max %7.1f ms", path.name, s.what, len(s.d),
 				p50.Seconds()*1000, p99.Seconds()*1000, slices.Max(s.d).Seconds()*1000)
 		}
 	}
 	if err := setAgentOOMSource(ctx, in, "auto"); err != nil {
 		b.Fatal(err)
+	}
+	usage(b)
+}
+
+// killClock returns when the kernel killed in the memory cgroup memcg (a
+// host cgroup's inode) or, on the VM node, the first kill since.
+type killClock func(ctx context.Context, memcg uint64, since time.Time) (time.Time, error)
+
+// startAgentUsage reads each node's agent CPU seconds now; the function it
+// returns reads them again and reports the agent's average CPU over the
+// interval and its RSS, per node. An agent restarted in between (the
+// --oom-source rollouts) is measured from its own start.
+func startAgentUsage(ctx context.Context, b *testing.B, in *scenario.Installed) func(*testing.B) {
+	e := &scenario.Env{Client: in.Client}
+	type sample struct {
+		pod      string
+		cpu, rss float64
+		at       time.Time
+	}
+	read := func(node string) (sample, error) {
+		p, err := e.AgentPod(ctx, node)
+		if err != nil {
+			return sample{}, err
+		}
+		m, err := e.AgentMetricsOn(ctx, node)
+		if err != nil {
+			return sample{}, err
+		}
+		return sample{pod: p.Name, cpu: scenario.Sum(m, "process_cpu_seconds_total", nil),
+			rss: scenario.Sum(m, "process_resident_memory_bytes", nil), at: time.Now()}, nil
+	}
+	first := map[string]sample{}
+	for _, node := range nodes(in.Cluster) {
+		s, err := read(node)
+		if err != nil {
+			b.Fatalf("the agent on %s: %v", node, err)
+		}
+		first[node] = s
+	}
+	return func(b *testing.B) {
+		for _, node := range nodes(in.Cluster) {
+			s, err := read(node)
+			if err != nil {
+				b.Fatalf("the agent on %s: %v", node, err)
+			}
+			f := first[node]
+			if f.pod != s.pod {
+				// Restarted by a rollout: its counter started at 0 with it.
+				f = sample{pod: s.pod, at: s.at.Add(-time.Duration(s.cpu * float64(time.Second)))}
+				b.Logf("the agent on %s restarted during the run: its CPU is averaged over its own life", node)
+				if p, err := e.AgentPod(ctx, node); err == nil && p.Status.StartTime != nil {
+					f.at = p.Status.StartTime.Time
+				}
+			}
+			cores := (s.cpu - f.cpu) / s.at.Sub(f.at).Seconds()
+			label := "v1"
+			if node == in.Cluster.VMNode {
+				label = "v2"
+			}
+			b.ReportMetric(cores*1000, "agent-"+label+"-cpu-millicores")
+			b.ReportMetric(s.rss/(1<<20), "agent-"+label+"-rss-MiB")
+			b.Logf("agent on %s (cgroup %s): %.1f millicores over %.0f s, RSS %.1f MiB", node, label, cores*1000, s.at.Sub(f.at).Seconds(), s.rss/(1<<20))
+		}
 	}
 }
 
@@ -104,10 +203,14 @@ func benchEnv(b *testing.B, in *scenario.Installed, ns string) *scenario.Env {
 
 // oneKill deploys a workload, decreases its memory in place, OOM-kills it
 // and returns the three latencies from the kill.
-func oneKill(ctx context.Context, e *scenario.Env, kills *scenario.KillLog, name string) ([3]time.Duration, error) {
+func oneKill(ctx context.Context, e *scenario.Env, clock killClock, name string) ([3]time.Duration, error) {
 	var out [3]time.Duration
 	w := scenario.OOMWorkload
 	w.Name = name
+	timeout := time.Minute
+	if e.Node != "" {
+		timeout += scenario.VMNodeGrace
+	}
 	if _, err := e.Deploy(ctx, w); err != nil {
 		return out, err
 	}
@@ -116,10 +219,10 @@ func oneKill(ctx context.Context, e *scenario.Env, kills *scenario.KillLog, name
 	}, nil); err != nil {
 		return out, err
 	}
-	if _, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseWatching, "", time.Minute); err != nil {
+	if _, _, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseWatching, "", timeout); err != nil {
 		return out, err
 	}
-	if _, err := e.WaitKernelLimits(ctx, w.Selector(), scenario.Container, 96*scenario.Mi, 0, time.Minute); err != nil {
+	if _, err := e.WaitKernelLimits(ctx, w.Selector(), scenario.Container, 96*scenario.Mi, 0, timeout); err != nil {
 		return out, err
 	}
 	pods, err := e.RunningPods(ctx, w.Selector())
@@ -127,16 +230,22 @@ func oneKill(ctx context.Context, e *scenario.Env, kills *scenario.KillLog, name
 		return out, fmt.Errorf("want one running pod: %v", err)
 	}
 	pod := pods[0]
-	dir, err := e.ContainerDir(&pod, scenario.Container, "memory")
-	if err != nil {
-		return out, err
-	}
-	memcg, err := cgroup.CgroupID(dir)
-	if err != nil {
-		return out, err
+	var memcg uint64
+	restored := func(ctx context.Context) (time.Time, error) { return kernelRestored(ctx, e, &pod, 256*scenario.Mi) }
+	if e.Node == "" {
+		dir, err := e.ContainerDir(&pod, scenario.Container, "memory")
+		if err != nil {
+			return out, err
+		}
+		if memcg, err = cgroup.CgroupID(dir); err != nil {
+			return out, err
+		}
+		restored = func(ctx context.Context) (time.Time, error) {
+			return podCgroupRestored(ctx, filepath.Dir(dir), 256*scenario.Mi)
+		}
 	}
 
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	var tDecided, tRequest, tRestored time.Time
@@ -158,13 +267,14 @@ func oneKill(ctx context.Context, e *scenario.Env, kills *scenario.KillLog, name
 	}()
 	go func() {
 		defer wg.Done()
-		tRestored, errs[2] = podCgroupRestored(wctx, filepath.Dir(dir), 256*scenario.Mi)
+		tRestored, errs[2] = restored(wctx)
 	}()
 	time.Sleep(200 * time.Millisecond) // the watches are open
+	asked := time.Now()
 	if err := e.Control(ctx, &pod, "alloc", "mib=160"); err != nil {
 		return out, err
 	}
-	kill, err := kills.Wait(wctx, memcg)
+	t0, err := clock(wctx, memcg, asked)
 	wg.Wait()
 	if err != nil {
 		return out, err
@@ -172,10 +282,28 @@ func oneKill(ctx context.Context, e *scenario.Env, kills *scenario.KillLog, name
 	if err := errors.Join(errs[:]...); err != nil {
 		return out, err
 	}
-	t0 := kill.Time()
 	out = [3]time.Duration{tDecided.Sub(t0), tRequest.Sub(t0), tRestored.Sub(t0)}
 	// The workload is done with: keep the node's pod count low.
 	return out, e.Client.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace, Name: w.Name}})
+}
+
+// kernelRestored asks the pod's workload for its kernel limits (GET
+// /limits, scenario.Env.KernelLimits) every 5 ms and returns when memory
+// is back at limit; it keeps asking while the container restarts.
+func kernelRestored(ctx context.Context, e *scenario.Env, pod *corev1.Pod, limit int64) (time.Time, error) {
+	for {
+		var p corev1.Pod
+		if err := e.Client.Get(ctx, client.ObjectKeyFromObject(pod), &p); err == nil {
+			if l, err := e.KernelLimits(ctx, &p, scenario.Container); err == nil && l.MemoryBytes == limit {
+				return time.Now(), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("pod %s never enforced %d bytes: %w", pod.Name, limit, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // firstSeen watches list's kind in the namespace and returns when an
