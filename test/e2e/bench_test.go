@@ -47,9 +47,9 @@ const benchKills = 20
 //     host on the VM's serial console (scenario.ConsoleKills), and
 //     restored is read through the workload's GET /limits.
 //
-// It also reports each node's agent CPU (cores, averaged over the run) and
-// RSS: the VM's are TCG's, compare the ratio between the nodes, not the
-// absolute figures. KERF_BENCH_PATH=agent|kubelet|agent-v2 runs one path.
+// It also reports, per path, the CPU (averaged over the path's kills) and
+// RSS of the agent on the node of the kills: the VM's are TCG's, compare
+// the ratio between the nodes, not the absolute figures. KERF_BENCH_PATH=agent|kubelet|agent-v2 runs one path.
 // Run it with make bench-e2e.
 func BenchmarkOOMKillToRollback(b *testing.B) {
 	in := cluster(b)
@@ -66,7 +66,6 @@ func BenchmarkOOMKillToRollback(b *testing.B) {
 		}
 		defer console.Close()
 	}
-	usage := startAgentUsage(ctx, b, in)
 
 	paths := []struct{ name, source, node string }{{"agent", "auto", ""}, {"kubelet", "off", ""}, {"agent-v2", "auto", in.Cluster.VMNode}}
 	for _, path := range paths {
@@ -82,6 +81,11 @@ func BenchmarkOOMKillToRollback(b *testing.B) {
 		}
 		e := benchEnv(b, in, "bench-"+path.name)
 		e.Node = path.node
+		node := path.node
+		if node == "" {
+			node = in.Cluster.NodeName
+		}
+		usage := agentUsage(ctx, b, in, node)
 		clock := killClock(func(ctx context.Context, memcg uint64, _ time.Time) (time.Time, error) {
 			ev, err := kills.Wait(ctx, memcg)
 			return ev.Time(), err
@@ -120,72 +124,49 @@ func BenchmarkOOMKillToRollback(b *testing.B) {
 			b.Logf("%-8s kill → %-8s n=%d p50 %7.1f ms  p99 %7.1f ms  max %7.1f ms", path.name, s.what, len(s.d),
 				p50.Seconds()*1000, p99.Seconds()*1000, slices.Max(s.d).Seconds()*1000)
 		}
+		usage(b, path.name)
 	}
 	if err := setAgentOOMSource(ctx, in, "auto"); err != nil {
 		b.Fatal(err)
 	}
-	usage(b)
 }
 
 // killClock returns when the kernel killed in the memory cgroup memcg (a
 // host cgroup's inode) or, on the VM node, the first kill since.
 type killClock func(ctx context.Context, memcg uint64, since time.Time) (time.Time, error)
 
-// startAgentUsage reads each node's agent CPU seconds now; the function it
-// returns reads them again and reports the agent's average CPU over the
-// interval and its RSS, per node. An agent restarted in between (the
-// --oom-source rollouts) is measured from its own start.
-func startAgentUsage(ctx context.Context, b *testing.B, in *scenario.Installed) func(*testing.B) {
+// agentUsage reads the CPU seconds of the agent on node now; the function
+// it returns reads them again and reports that agent's average CPU over
+// the interval and its RSS, labelled with the path.
+func agentUsage(ctx context.Context, b *testing.B, in *scenario.Installed, node string) func(b *testing.B, path string) {
 	e := &scenario.Env{Client: in.Client}
 	type sample struct {
 		pod      string
 		cpu, rss float64
 		at       time.Time
 	}
-	read := func(node string) (sample, error) {
+	read := func() sample {
 		p, err := e.AgentPod(ctx, node)
-		if err != nil {
-			return sample{}, err
-		}
-		m, err := e.AgentMetricsOn(ctx, node)
-		if err != nil {
-			return sample{}, err
-		}
-		return sample{pod: p.Name, cpu: scenario.Sum(m, "process_cpu_seconds_total", nil),
-			rss: scenario.Sum(m, "process_resident_memory_bytes", nil), at: time.Now()}, nil
-	}
-	first := map[string]sample{}
-	for _, node := range nodes(in.Cluster) {
-		s, err := read(node)
 		if err != nil {
 			b.Fatalf("the agent on %s: %v", node, err)
 		}
-		first[node] = s
-	}
-	return func(b *testing.B) {
-		for _, node := range nodes(in.Cluster) {
-			s, err := read(node)
-			if err != nil {
-				b.Fatalf("the agent on %s: %v", node, err)
-			}
-			f := first[node]
-			if f.pod != s.pod {
-				// Restarted by a rollout: its counter started at 0 with it.
-				f = sample{pod: s.pod, at: s.at.Add(-time.Duration(s.cpu * float64(time.Second)))}
-				b.Logf("the agent on %s restarted during the run: its CPU is averaged over its own life", node)
-				if p, err := e.AgentPod(ctx, node); err == nil && p.Status.StartTime != nil {
-					f.at = p.Status.StartTime.Time
-				}
-			}
-			cores := (s.cpu - f.cpu) / s.at.Sub(f.at).Seconds()
-			label := "v1"
-			if node == in.Cluster.VMNode {
-				label = "v2"
-			}
-			b.ReportMetric(cores*1000, "agent-"+label+"-cpu-millicores")
-			b.ReportMetric(s.rss/(1<<20), "agent-"+label+"-rss-MiB")
-			b.Logf("agent on %s (cgroup %s): %.1f millicores over %.0f s, RSS %.1f MiB", node, label, cores*1000, s.at.Sub(f.at).Seconds(), s.rss/(1<<20))
+		m, err := e.AgentMetricsOn(ctx, node)
+		if err != nil {
+			b.Fatalf("the agent on %s: %v", node, err)
 		}
+		return sample{pod: p.Name, cpu: scenario.Sum(m, "process_cpu_seconds_total", nil),
+			rss: scenario.Sum(m, "process_resident_memory_bytes", nil), at: time.Now()}
+	}
+	first := read()
+	return func(b *testing.B, path string) {
+		last := read()
+		if last.pod != first.pod {
+			b.Fatalf("the agent on %s restarted during the %s path (%s, then %s)", node, path, first.pod, last.pod)
+		}
+		cores := (last.cpu - first.cpu) / last.at.Sub(first.at).Seconds()
+		b.ReportMetric(cores*1000, path+"-agent-cpu-millicores")
+		b.ReportMetric(last.rss/(1<<20), path+"-agent-rss-MiB")
+		b.Logf("%-8s the agent on %s: %.1f millicores over %.0f s of kills, RSS %.1f MiB", path, node, cores*1000, last.at.Sub(first.at).Seconds(), last.rss/(1<<20))
 	}
 }
 
