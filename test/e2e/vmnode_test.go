@@ -6,12 +6,15 @@ package e2e
 // (scenario.VMNodeGrace) and these tests assert no durations.
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/internal/scenario"
@@ -164,4 +167,40 @@ func TestV2NodeRestartsRollBackByRollout(t *testing.T) {
 	assert.Greater(t, r.Applied.CPUWeight, r.Before.CPUWeight, "cpu.weight of a 100m request above a 50m one's")
 	assert.Equal(t, r.Before.CPUWeight, r.Restored.CPUWeight, "cpu.weight after the rollback")
 	assert.Equal(t, [3]int32{60, 30, 60}, r.HPATarget, "HPA CPU utilization target: before, applied, rolled back")
+}
+
+// TestV2NodeAgentReadsItsNodesCgroups checks the agent on the VM node as a
+// user would on a cgroup v2 node: ready, its layout found (no
+// kerf_agent_layout_problem), the BPF OOM source in use, pods discovered
+// through the kubelet's Pods API, no read errors, CPU usage read for a pod
+// there, and its stream to the leader open. In its container it sees
+// /sys/fs/cgroup from its own cgroup namespace (docs/kernel.md).
+func TestV2NodeAgentReadsItsNodesCgroups(t *testing.T) {
+	t.Parallel()
+	in := vmCluster(t)
+	e := env(t, in)
+	e.Node = in.Cluster.VMNode
+	ctx := t.Context()
+	w := scenario.Workload{Name: "v2-agent", CPURequest: "10m", CPULimit: "200m", MemoryRequest: "16Mi", MemoryLimit: "64Mi",
+		Args: []string{"--burn-millicores=50"}}
+	pod, err := e.Deploy(ctx, w)
+	require.NoError(t, err)
+	require.Equal(t, in.Cluster.VMNode, pod.Spec.NodeName)
+
+	agent, err := e.AgentPod(ctx, in.Cluster.VMNode)
+	require.NoError(t, err)
+	labels := map[string]string{"namespace": e.Namespace, "pod": pod.Name, "container": scenario.Container}
+	var m map[string][]scenario.Series
+	require.NoError(t, scenario.Poll(ctx, scenario.VMNodeGrace, time.Second, "the VM node's agent to read the pod's CPU", func(ctx context.Context) (bool, error) {
+		m, err = e.AgentMetricsOn(ctx, in.Cluster.VMNode)
+		return err == nil && scenario.Sum(m, "container_cpu_usage_seconds_total", labels) > 0, nil
+	}), "agent %s: %v", agent.Name, err)
+	assert.Zero(t, scenario.Sum(m, "kerf_agent_layout_problem", nil), "no layout problem on cgroup v2")
+	assert.Zero(t, scenario.Sum(m, "kerf_agent_read_errors_total", nil))
+	assert.Equal(t, 1.0, scenario.Sum(m, "kerf_agent_oom_source", map[string]string{"source": "bpf"}), "the BPF OOM source on the 6.1 kernel")
+	assert.Equal(t, 1.0, scenario.Sum(m, "kerf_agent_discovery", map[string]string{"source": "kubelet"}), "pods from the kubelet's Pods API")
+	assert.Equal(t, 1.0, scenario.Sum(m, "kerf_agent_stream_state", map[string]string{"state": "connected"}))
+	assert.True(t, slices.ContainsFunc(agent.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+	}), "the agent is Ready (its /readyz checks the layout)")
 }
