@@ -83,8 +83,6 @@ func (e *Env) ChildOOM(ctx context.Context, opts Options) (*Result, error) {
 	}
 	pod = &pods[0]
 	r.Pod = pod.Name
-	r.Child.RestartsBefore = restartCount(pod)
-	r.Child.Restarts = r.Child.RestartsBefore
 	labels := map[string]string{"namespace": e.Namespace, "pod": pod.Name, "container": Container}
 	before, err := e.agentCounter(ctx, pod.Spec.NodeName, "container_oom_events_total", labels)
 	if err != nil {
@@ -95,15 +93,23 @@ func (e *Env) ChildOOM(ctx context.Context, opts Options) (*Result, error) {
 			return r, err
 		}
 	}
+	cw := &childWatch{changed: r.Changed, pod: pod, labels: labels, agentBefore: before, outcome: r.Child}
+	cw.outcome.RestartsBefore = restartCount(pod)
+	cw.outcome.Restarts = cw.outcome.RestartsBefore
+	stop := e.watchChild(ctx, cw)
 	e.Say("asking the workload to allocate 160 MiB in a child process: over its new 96 MiB limit")
 	r.mark("scenario", "POST /alloc?mib=160&child=1")
-	if err := e.Control(ctx, pod, "alloc", "mib=160&child=1"); err != nil {
-		return r, err
+	err = e.Control(ctx, pod, "alloc", "mib=160&child=1")
+	if err == nil {
+		err = e.childOOMRollback(ctx, r, w)
 	}
-	if err := e.awaitChildOOMRollback(ctx, r, w, pod, labels, before); err != nil {
-		return r, err
+	stop()
+	if err == nil {
+		// Pod status keeps restartCount and the last termination: a last
+		// look has whatever the kubelet reported on the way.
+		e.lookAtChild(ctx, cw)
 	}
-	err = e.restored(ctx, r, w, v1alpha1.HealthWatchOOMKills, r.Before.MemoryBytes, 0)
+	cw.into(r)
 	e.mu.Lock()
 	if !r.kernelKill.IsZero() {
 		r.Timeline = append(r.Timeline, Mark{At: r.kernelKill, Who: "kernel", What: r.kernelWhat})
@@ -111,95 +117,131 @@ func (e *Env) ChildOOM(ctx context.Context, opts Options) (*Result, error) {
 	}
 	e.mu.Unlock()
 	if err != nil {
-		return r, err
+		return r, fmt.Errorf("%w; seen of the kill: %+v", err, r.Child)
 	}
-
-	e.Say("watching the recommendation %s more: the rollback must stay the only one", onceSettle)
-	if r.RSR, err = e.rolledBackOnce(ctx, w.Name, onceSettle); err != nil {
-		return r, err
-	}
-	// Pod status keeps restartCount and the last termination: read at the
-	// end, it has whatever the kubelet reported on the way.
-	var p corev1.Pod
-	if err := e.Client.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
-		return r, fmt.Errorf("read pod %s at the end: %w", pod.Name, err)
-	}
-	r.observeKubelet(&p)
 	c := r.Child
 	oomKilled := "no OOMKilled in pod status"
 	if c.OOMKilled {
 		oomKilled = "OOMKilled in pod status"
 	}
-	r.mark("kubelet", "pod %s at the end: restartCount %d → %d, %s", p.Name, c.RestartsBefore, c.Restarts, oomKilled)
+	r.mark("kubelet", "pod %s at the end: restartCount %d → %d, %s", pod.Name, c.RestartsBefore, c.Restarts, oomKilled)
 	e.Say("the container restarted: %t (restartCount %d → %d); the kubelet reported OOMKilled: %t; the agent counted %g OOM kills; the child's end as the workload saw it: %q",
 		c.Restarted(), c.RestartsBefore, c.Restarts, c.OOMKilled, c.AgentOOMKills, c.ChildExit)
 	return r, nil
 }
 
-// awaitChildOOMRollback waits until the recommendation reads RolledBack,
-// marking on the way what the agent on pod's node (its OOM counter past
-// before), the kubelet (a restart, an OOMKilled termination) and the
-// workload (its child's end) show. It waits for no one of them: which
-// shows the kill is what the scenario finds out.
-func (e *Env) awaitChildOOMRollback(ctx context.Context, r *Result, w Workload, pod *corev1.Pod, labels map[string]string, before float64) error {
-	err := Poll(ctx, r.wait(2*time.Minute), 50*time.Millisecond, "the child's OOM kill to be rolled back", func(ctx context.Context) (bool, error) {
-		if n, err := e.agentCounter(ctx, pod.Spec.NodeName, "container_oom_events_total", labels); err == nil && n-before > r.Child.AgentOOMKills {
-			if r.Child.AgentOOMKills == 0 {
-				r.signal(time.Now())
-			}
-			r.Child.AgentOOMKills = n - before
-			r.mark("agent", "container_oom_events_total %g → %g", before, n)
-		}
-		var p corev1.Pod
-		if err := e.Client.Get(ctx, client.ObjectKeyFromObject(pod), &p); err == nil {
-			r.observeKubelet(&p)
-		}
-		if r.Child.ChildExit == "" {
-			if s, err := e.workloadStats(ctx, pod); err == nil && s.Child != nil && s.Child.State == "exited" {
-				r.Child.ChildExit = s.Child.Exit
-				r.mark("workload", "child pid %d exited: %s; the parent (pid %d) answers", s.Child.PID, s.Child.Exit, s.PID)
-			}
-		}
-		rsr, err := e.RSR(ctx, w.Name)
-		if err != nil {
-			return false, err
-		}
-		if rsr.Status.Phase == v1alpha1.PhaseRolledBack {
-			r.RolledBack = time.Now()
-			r.mark("scenario", "recommendation reads RolledBack (%s)", rsr.Status.Reason)
-			return true, nil
-		}
-		return false, nil
-	})
+// childOOMRollback waits for the rollback of the child's kill: the
+// recommendation RolledBack for OOMKills, the old memory in the kernel, and
+// no second rollback for onceSettle more.
+func (e *Env) childOOMRollback(ctx context.Context, r *Result, w Workload) error {
+	_, seen, err := e.WaitPhase(ctx, w.Name, v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills, r.wait(2*time.Minute))
 	if err != nil {
-		return fmt.Errorf("%w; seen of the kill: %+v", err, r.Child)
+		return err
 	}
-	return nil
+	r.RolledBack = seen
+	r.Timeline = append(r.Timeline, Mark{At: seen, Who: "scenario", What: "recommendation reads RolledBack (OOMKills)"})
+	if err := e.restored(ctx, r, w, v1alpha1.HealthWatchOOMKills, r.Before.MemoryBytes, 0); err != nil {
+		return err
+	}
+	e.Say("watching the recommendation %s more: the rollback must stay the only one", onceSettle)
+	r.RSR, err = e.rolledBackOnce(ctx, w.Name, onceSettle)
+	return err
 }
 
-// observeKubelet records in r.Child what pod status shows of the
-// workload's container: a higher restartCount, a run terminated OOMKilled
-// after the change. It marks each the first time.
-func (r *Result) observeKubelet(p *corev1.Pod) {
+// childWatch is what the agent, the kubelet and the workload show of a
+// child's OOM kill, gathered apart from the scenario's timeline while the
+// scenario waits, and added to it at the end (into).
+type childWatch struct {
+	changed     time.Time // the change's time: terminations before it are not the kill's
+	pod         *corev1.Pod
+	labels      map[string]string // the container's series in the agent's metrics
+	agentBefore float64           // its container_oom_events_total before the allocation
+	outcome     ChildOutcome
+	marks       Timeline
+	first       time.Time // the first sign of the kill
+}
+
+// watchChild looks at the kill every 50 ms until the returned stop is
+// called. No one of the agent, the kubelet and the workload is waited for:
+// which of them shows the kill is what the scenario finds out.
+func (e *Env) watchChild(ctx context.Context, cw *childWatch) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			e.lookAtChild(ctx, cw)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// lookAtChild reads the agent's OOM counter, pod status and, until the
+// workload has said how its child ended, its GET /stats, once.
+func (e *Env) lookAtChild(ctx context.Context, cw *childWatch) {
+	if n, err := e.agentCounter(ctx, cw.pod.Spec.NodeName, "container_oom_events_total", cw.labels); err == nil && n-cw.agentBefore > cw.outcome.AgentOOMKills {
+		cw.outcome.AgentOOMKills = n - cw.agentBefore
+		cw.mark("agent", "container_oom_events_total %g → %g", cw.agentBefore, n)
+	}
+	var p corev1.Pod
+	if err := e.Client.Get(ctx, client.ObjectKeyFromObject(cw.pod), &p); err == nil {
+		cw.observeKubelet(&p)
+	}
+	if cw.outcome.ChildExit == "" {
+		if s, err := e.workloadStats(ctx, cw.pod); err == nil && s.Child != nil && s.Child.State == "exited" {
+			cw.outcome.ChildExit = s.Child.Exit
+			cw.mark("workload", "child pid %d exited: %s; the parent (pid %d) answers", s.Child.PID, s.Child.Exit, s.PID)
+		}
+	}
+}
+
+// observeKubelet records what pod status shows of the workload's
+// container: a higher restartCount, a run terminated OOMKilled after the
+// change. It marks each the first time.
+func (cw *childWatch) observeKubelet(p *corev1.Pod) {
 	for _, cs := range p.Status.ContainerStatuses {
 		if cs.Name != Container {
 			continue
 		}
-		if cs.RestartCount > r.Child.Restarts {
-			r.Child.Restarts = cs.RestartCount
-			r.signal(time.Now())
-			r.mark("kubelet", "restartCount %d", cs.RestartCount)
+		if cs.RestartCount > cw.outcome.Restarts {
+			cw.outcome.Restarts = cs.RestartCount
+			cw.mark("kubelet", "restartCount %d", cs.RestartCount)
 		}
 		// Status times are whole seconds.
-		since := r.Changed.Truncate(time.Second)
+		since := cw.changed.Truncate(time.Second)
 		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
-			if r.Child.OOMKilled || t == nil || t.Reason != "OOMKilled" || t.FinishedAt.Time.Before(since) {
+			if cw.outcome.OOMKilled || t == nil || t.Reason != "OOMKilled" || t.FinishedAt.Time.Before(since) {
 				continue
 			}
-			r.Child.OOMKilled = true
-			r.signal(time.Now())
-			r.mark("kubelet", "pod status: container terminated, reason OOMKilled, exit code %d (finishedAt %s, whole seconds)", t.ExitCode, t.FinishedAt.Format("15:04:05"))
+			cw.outcome.OOMKilled = true
+			cw.mark("kubelet", "pod status: container terminated, reason OOMKilled, exit code %d (finishedAt %s, whole seconds)", t.ExitCode, t.FinishedAt.Format("15:04:05"))
 		}
+	}
+}
+
+func (cw *childWatch) mark(who, format string, args ...any) {
+	now := time.Now()
+	if cw.first.IsZero() {
+		cw.first = now
+	}
+	cw.marks = append(cw.marks, Mark{At: now, Who: who, What: fmt.Sprintf(format, args...)})
+}
+
+// into adds what the watch saw to r: the outcome, the marks and the first
+// sign of the kill.
+func (cw *childWatch) into(r *Result) {
+	r.Child = cw.outcome
+	r.Timeline = append(r.Timeline, cw.marks...)
+	if !cw.first.IsZero() {
+		r.signal(cw.first)
 	}
 }
 

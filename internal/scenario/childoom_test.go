@@ -37,10 +37,12 @@ func TestObserveKubeletRecordsRestartsAndOOMKilledAfterTheChange(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &Result{Changed: changed}
+			cw := &childWatch{changed: changed}
 			p := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{tt.status}}}
-			r.observeKubelet(p)
-			r.observeKubelet(p)
+			cw.observeKubelet(p)
+			cw.observeKubelet(p)
+			r := &Result{}
+			cw.into(r)
 			assert.Equal(t, tt.restarted, r.Child.Restarted())
 			assert.Equal(t, tt.oomKilled, r.Child.OOMKilled)
 			want := 0
@@ -51,6 +53,7 @@ func TestObserveKubeletRecordsRestartsAndOOMKilledAfterTheChange(t *testing.T) {
 				want++
 			}
 			assert.Len(t, r.Timeline, want, "one mark for each, the first time: %+v", r.Timeline)
+			assert.Equal(t, want > 0, !r.Signal.IsZero(), "the first mark is the signal")
 		})
 	}
 }
