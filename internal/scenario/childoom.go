@@ -52,7 +52,7 @@ func (c ChildOutcome) Restarted() bool { return c.Restarts > c.RestartsBefore }
 // kubelet reported OOMKilled.
 func (e *Env) ChildOOM(ctx context.Context, opts Options) (*Result, error) {
 	w := ChildOOMWorkload
-	r, pod, err := e.begin(ctx, w)
+	r, _, err := e.begin(ctx, w)
 	if err != nil {
 		return r, err
 	}
@@ -81,7 +81,7 @@ func (e *Env) ChildOOM(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil || len(pods) != 1 {
 		return r, fmt.Errorf("want the workload's one running pod before the allocation, have %d: %v", len(pods), err)
 	}
-	pod = &pods[0]
+	pod := &pods[0]
 	r.Pod = pod.Name
 	labels := map[string]string{"namespace": e.Namespace, "pod": pod.Name, "container": Container}
 	before, err := e.agentCounter(ctx, pod.Spec.NodeName, "container_oom_events_total", labels)
