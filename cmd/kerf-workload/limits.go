@@ -33,6 +33,10 @@ type Limits struct {
 	CPUShares int64 `json:"cpuShares"`
 	// CPUWeight is v2's cpu.weight (0 on v1).
 	CPUWeight int64 `json:"cpuWeight"`
+	// MemoryOOMGroup says the OOM killer kills every process of the cgroup
+	// together: v2's memory.oom.group is 1. False on v1, which has no such
+	// setting and kills one process.
+	MemoryOOMGroup bool `json:"memoryOOMGroup"`
 }
 
 // readLimits reads the limits of the cgroup mounted at root, the
@@ -53,8 +57,9 @@ func readLimits(root string) (Limits, error) {
 	}
 }
 
-// readLimitsV2 reads memory.max, cpu.max and cpu.weight (the kernel's
-// Documentation/admin-guide/cgroup-v2.rst).
+// readLimitsV2 reads memory.max, cpu.max, cpu.weight and memory.oom.group
+// (the kernel's Documentation/admin-guide/cgroup-v2.rst; a kernel before
+// 4.19 has no memory.oom.group and kills one process).
 func readLimitsV2(dir string) (Limits, error) {
 	l := Limits{Version: 2}
 	raw, err := readFile(dir, "memory.max")
@@ -72,6 +77,14 @@ func readLimitsV2(dir string) (Limits, error) {
 	}
 	if l.CPUWeight, err = readValue(dir, "cpu.weight"); err != nil {
 		return l, err
+	}
+	group, err := readValue(dir, "memory.oom.group")
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return l, err
+	default:
+		l.MemoryOOMGroup = group == 1
 	}
 	return l, nil
 }

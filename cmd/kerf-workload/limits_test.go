@@ -29,13 +29,15 @@ func cgroupTree(t *testing.T, files map[string]string) string {
 }
 
 // v2Tree is a container's cgroup in its own cgroup namespace on v2: 96Mi,
-// 500m, the weight of a 50m request.
+// 500m, the weight of a 50m request, OOM-killed as a group (the kubelet's
+// default).
 func v2Tree(over map[string]string) map[string]string {
 	files := map[string]string{
 		"cgroup.controllers": "cpuset cpu io memory hugetlb pids\n",
 		"memory.max":         "100663296\n",
 		"cpu.max":            "50000 100000\n",
 		"cpu.weight":         "2\n",
+		"memory.oom.group":   "1\n",
 	}
 	for k, v := range over {
 		files[k] = v
@@ -65,8 +67,8 @@ func TestReadLimitsReadsTheContainersOwnCgroupOnV1AndV2(t *testing.T) {
 		want  Limits
 	}{
 		{"v2", v2Tree(nil),
-			Limits{Version: 2, MemoryBytes: 96 << 20, CPUQuotaMicros: 50000, CPUPeriodMicros: 100000, CPUWeight: 2}},
-		{"v2 without limits", v2Tree(map[string]string{"memory.max": "max\n", "cpu.max": "max 100000\n", "cpu.weight": "100\n"}),
+			Limits{Version: 2, MemoryBytes: 96 << 20, CPUQuotaMicros: 50000, CPUPeriodMicros: 100000, CPUWeight: 2, MemoryOOMGroup: true}},
+		{"v2 without limits, one process killed", v2Tree(map[string]string{"memory.max": "max\n", "cpu.max": "max 100000\n", "cpu.weight": "100\n", "memory.oom.group": "0\n"}),
 			Limits{Version: 2, MemoryBytes: -1, CPUQuotaMicros: -1, CPUPeriodMicros: 100000, CPUWeight: 100}},
 		{"v1", v1Tree(nil),
 			Limits{Version: 1, MemoryBytes: 256 << 20, CPUQuotaMicros: 100000, CPUPeriodMicros: 100000, CPUShares: 51}},
@@ -82,6 +84,16 @@ func TestReadLimitsReadsTheContainersOwnCgroupOnV1AndV2(t *testing.T) {
 	}
 }
 
+// A kernel before 4.19 has no memory.oom.group: it kills one process.
+func TestReadLimitsWithoutMemoryOOMGroupIsOneProcessKilled(t *testing.T) {
+	root := cgroupTree(t, v2Tree(nil))
+	require.NoError(t, os.Remove(filepath.Join(root, "memory.oom.group")))
+	got, err := readLimits(root)
+	require.NoError(t, err)
+	assert.False(t, got.MemoryOOMGroup)
+	assert.EqualValues(t, 96<<20, got.MemoryBytes)
+}
+
 func TestReadLimitsNamesTheFileItCannotRead(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -95,6 +107,7 @@ func TestReadLimitsNamesTheFileItCannotRead(t *testing.T) {
 		{"v2 cpu.max one field", v2Tree(map[string]string{"cpu.max": "max\n"}), "", "cpu.max", false},
 		{"v2 cpu.max period max", v2Tree(map[string]string{"cpu.max": "50000 max\n"}), "", "cpu.max", false},
 		{"v2 cpu.weight truncated", v2Tree(map[string]string{"cpu.weight": "10"}), "", "cpu.weight", true},
+		{"v2 memory.oom.group not a number", v2Tree(map[string]string{"memory.oom.group": "yes\n"}), "", "memory.oom.group", true},
 		{"v1 quota not a number", v1Tree(map[string]string{"cpu/cpu.cfs_quota_us": "none\n"}), "", "cpu.cfs_quota_us", false},
 		{"v1 shares negative", v1Tree(map[string]string{"cpu/cpu.shares": "-2\n"}), "", "cpu.shares", true},
 		{"v1 memory missing", v1Tree(nil), "memory/memory.limit_in_bytes", "memory.limit_in_bytes", false},
@@ -121,7 +134,7 @@ func TestLimitsEndpointServesTheCgroupUnderCgroupRoot(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	var got Limits
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
-	assert.Equal(t, Limits{Version: 2, MemoryBytes: 96 << 20, CPUQuotaMicros: 50000, CPUPeriodMicros: 100000, CPUWeight: 2}, got)
+	assert.Equal(t, Limits{Version: 2, MemoryBytes: 96 << 20, CPUQuotaMicros: 50000, CPUPeriodMicros: 100000, CPUWeight: 2, MemoryOOMGroup: true}, got)
 }
 
 func TestLimitsEndpointAnswers500NamingTheFile(t *testing.T) {

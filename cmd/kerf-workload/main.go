@@ -2,9 +2,10 @@
 // end-to-end tests (image kerf.local/kerf-workload:dev): a static program
 // that allocates memory, burns CPU and crashes when told, by flags at start
 // or through its HTTP control endpoint, so that OOM kills, throttling and
-// restarts happen on demand. It also reports the limits the kernel enforces
-// on its container (GET /limits), for nodes whose cgroup files the scenarios
-// cannot read. See docs/install.md.
+// restarts happen on demand. A child process can allocate instead, so that
+// the OOM killer takes it and not the main process. It also reports the
+// limits the kernel enforces on its container (GET /limits), for nodes
+// whose cgroup files the scenarios cannot read. See docs/install.md.
 package main
 
 import (
@@ -21,6 +22,10 @@ import (
 )
 
 func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if mib, ok := os.LookupEnv(childEnv); ok {
+		os.Exit(runChild(log, mib))
+	}
 	fs := flag.NewFlagSet("kerf-workload", flag.ContinueOnError)
 	allocMiB := fs.Int("alloc-mib", 0, "MiB to allocate and touch at start")
 	burn := fs.Int("burn-millicores", 0, "CPU to burn from the start, in thousandths of a core")
@@ -31,11 +36,12 @@ func main() {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: kerf-workload [flags]\n\n"+
 			"Kerf's test workload. HTTP control endpoint:\n"+
-			"  POST /alloc?mib=N        allocate and touch N MiB more, keep it\n"+
-			"  POST /free               free every allocation\n"+
-			"  POST /burn?millicores=N  burn N thousandths of a core (0 stops)\n"+
-			"  POST /crash?code=N       exit now with code N\n"+
-			"  GET  /limits             the kernel's limits of this container (JSON)\n"+
+			"  POST /alloc?mib=N          allocate and touch N MiB more, keep it\n"+
+			"  POST /alloc?mib=N&child=1  the same in a child process, one at a time\n"+
+			"  POST /free                 free every allocation, end the child\n"+
+			"  POST /burn?millicores=N    burn N thousandths of a core (0 stops)\n"+
+			"  POST /crash?code=N         exit now with code N\n"+
+			"  GET  /limits               the kernel's limits of this container (JSON)\n"+
 			"  GET  /healthz, GET /stats (JSON)\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
@@ -45,7 +51,6 @@ func main() {
 		}
 		os.Exit(2)
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	switch {
 	case *allocMiB < 0:
 		log.Error("kerf-workload cannot start", "err", fmt.Sprintf("--alloc-mib %d: must be ≥ 0", *allocMiB))
@@ -64,7 +69,7 @@ func main() {
 		log.Info("kerf-workload exiting", "code", code)
 		os.Exit(code)
 	}
-	w := newWorkload(exit, *cgroupRoot)
+	w := newWorkload(exit, *cgroupRoot, log)
 	if *crashAfter > 0 {
 		time.AfterFunc(*crashAfter, func() { exit(*exitCode) })
 	}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"runtime"
@@ -24,6 +26,7 @@ const burnPeriod = 10 * time.Millisecond
 type workload struct {
 	started time.Time
 	exit    func(code int)
+	log     *slog.Logger
 	// cgroupRoot is where the container's cgroup is mounted, for GET
 	// /limits.
 	cgroupRoot string
@@ -32,27 +35,36 @@ type workload struct {
 	chunks   [][]byte
 	burn     int           // millicores
 	stopBurn chan struct{} // closed to stop the current burners
+	child    *child        // the last child process (POST /alloc?child=1)
 }
 
-func newWorkload(exit func(int), cgroupRoot string) *workload {
-	return &workload{started: time.Now(), exit: exit, cgroupRoot: cgroupRoot}
+func newWorkload(exit func(int), cgroupRoot string, log *slog.Logger) *workload {
+	return &workload{started: time.Now(), exit: exit, cgroupRoot: cgroupRoot, log: log}
 }
 
 // Alloc allocates mib MiB more, touches every page and keeps it.
 func (w *workload) Alloc(mib int) {
 	for range mib {
-		b := make([]byte, 1<<20)
-		for i := 0; i < len(b); i += pageSize {
-			b[i] = 1
-		}
+		b := touchedMiB()
 		w.mu.Lock()
 		w.chunks = append(w.chunks, b)
 		w.mu.Unlock()
 	}
 }
 
-// Free drops every allocation and returns the memory to the kernel.
+// touchedMiB allocates one MiB and touches every page of it.
+func touchedMiB() []byte {
+	b := make([]byte, 1<<20)
+	for i := 0; i < len(b); i += pageSize {
+		b[i] = 1
+	}
+	return b
+}
+
+// Free drops every allocation, ends the child process if one runs, and
+// returns the memory to the kernel.
 func (w *workload) Free() {
+	w.stopChild()
 	w.mu.Lock()
 	w.chunks = nil
 	w.mu.Unlock()
@@ -103,12 +115,16 @@ type Stats struct {
 	RSSBytes       int64   `json:"rssBytes"`
 	Goroutines     int     `json:"goroutines"`
 	PID            int     `json:"pid"`
+	// Child is the last child process, running or not (POST
+	// /alloc?child=1); absent before the first.
+	Child *ChildStats `json:"child,omitempty"`
 }
 
-// Stats reports the current allocation, burn and the process's RSS.
+// Stats reports the current allocation, burn, the process's RSS and its
+// last child.
 func (w *workload) Stats() Stats {
 	w.mu.Lock()
-	s := Stats{AllocatedMiB: len(w.chunks), BurnMillicores: w.burn}
+	s := Stats{AllocatedMiB: len(w.chunks), BurnMillicores: w.burn, Child: w.childStats()}
 	w.mu.Unlock()
 	s.UptimeSeconds = time.Since(w.started).Seconds()
 	s.RSSBytes = rss()
@@ -155,8 +171,27 @@ func (w *workload) Handler() http.Handler {
 		if !ok {
 			return
 		}
-		w.Alloc(mib)
-		w.writeStats(rw)
+		switch c := r.URL.Query().Get("child"); c {
+		case "", "0":
+			w.Alloc(mib)
+			w.writeStats(rw)
+		case "1":
+			// Accepted: the child allocates on its own, and may be
+			// OOM-killed while it does; GET /stats follows it.
+			_, err := w.StartChild(mib)
+			switch {
+			case errors.Is(err, errChildRunning):
+				http.Error(rw, err.Error(), http.StatusConflict)
+			case err != nil:
+				http.Error(rw, err.Error(), http.StatusInternalServerError)
+			default:
+				rw.Header().Set("Content-Type", "application/json")
+				rw.WriteHeader(http.StatusAccepted)
+				_ = json.NewEncoder(rw).Encode(w.Stats())
+			}
+		default:
+			http.Error(rw, fmt.Sprintf("query parameter child=%q: must be 0 or 1", c), http.StatusBadRequest)
+		}
 	})
 	mux.HandleFunc("POST /free", func(rw http.ResponseWriter, _ *http.Request) {
 		w.Free()

@@ -225,6 +225,10 @@ type Limits struct {
 	// CPUWeight is v2's cpu.weight (0 on v1): runc converts the kubelet's
 	// shares to it, 1 + (shares-2)*9999/262142 in runc 1.1.
 	CPUWeight int64 `json:"cpuWeight"`
+	// MemoryOOMGroup says the OOM killer kills every process of the
+	// container together: v2's memory.oom.group is 1, which the kubelet
+	// sets by default (singleProcessOOMKill false). False on v1.
+	MemoryOOMGroup bool `json:"memoryOOMGroup"`
 }
 
 // CPUMillis is the quota as millicores (-1: none), on v1 and v2.

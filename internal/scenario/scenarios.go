@@ -50,6 +50,9 @@ type Result struct {
 	Bystander string
 	// Replicas are the workload's pods at the end (TwoNodes).
 	Replicas []Replica
+	// Child is how the container took its child process's OOM kill
+	// (ChildOOM).
+	Child ChildOutcome
 	// grace is added to the waits for pods on the VM node (VMNodeGrace).
 	grace time.Duration
 }

@@ -69,8 +69,8 @@ func TestLimitsDecodeTheWorkloadsV1AndV2Answers(t *testing.T) {
 		cpuFile    string
 		cpuRequest string
 	}{
-		{"v2", `{"cgroupVersion":2,"memoryBytes":100663296,"cpuQuotaMicros":50000,"cpuPeriodMicros":100000,"cpuShares":0,"cpuWeight":2}`,
-			Limits{Version: 2, MemoryBytes: 96 * Mi, CPUQuotaMicros: 50000, CPUPeriodMicros: 100000, CPUWeight: 2}, 500, "memory.max", "cpu.max", "cpu.weight 2"},
+		{"v2", `{"cgroupVersion":2,"memoryBytes":100663296,"cpuQuotaMicros":50000,"cpuPeriodMicros":100000,"cpuShares":0,"cpuWeight":2,"memoryOOMGroup":true}`,
+			Limits{Version: 2, MemoryBytes: 96 * Mi, CPUQuotaMicros: 50000, CPUPeriodMicros: 100000, CPUWeight: 2, MemoryOOMGroup: true}, 500, "memory.max", "cpu.max", "cpu.weight 2"},
 		{"v2 without a quota", `{"cgroupVersion":2,"memoryBytes":-1,"cpuQuotaMicros":-1,"cpuPeriodMicros":100000,"cpuShares":0,"cpuWeight":100}`,
 			Limits{Version: 2, MemoryBytes: -1, CPUQuotaMicros: -1, CPUPeriodMicros: 100000, CPUWeight: 100}, -1, "memory.max", "cpu.max", "cpu.weight 100"},
 		{"v1", `{"cgroupVersion":1,"memoryBytes":268435456,"cpuQuotaMicros":100000,"cpuPeriodMicros":100000,"cpuShares":51,"cpuWeight":0}`,
