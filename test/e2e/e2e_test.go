@@ -85,7 +85,9 @@ func prepare() {
 	if repoRoot, setupErr = kube.RepoRoot(); setupErr != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// The other packages' sandboxes (internal/sandbox's two, the
+	// integration tests') come first on a busy machine: wait for them.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if unlock, setupErr = sandbox.Lock(ctx); setupErr != nil {
 		return
