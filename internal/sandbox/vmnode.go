@@ -366,10 +366,11 @@ func (r *resolved) startVMNode(ctx context.Context, disk func() error, launch fu
 	if err := disk(); err != nil {
 		return fmt.Errorf("Options.VMNode: %w", err)
 	}
-	if err := createVMTap(); err != nil {
+	// Recorded first: a tap made but not configured is still Down's.
+	if err := os.WriteFile(r.l.marker(markerVMTap), nil, 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(r.l.marker(markerVMTap), nil, 0o644); err != nil {
+	if err := createVMTap(); err != nil {
 		return err
 	}
 	if err := launch(vmComponent); err != nil {
