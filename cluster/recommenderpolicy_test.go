@@ -55,11 +55,11 @@ func recommendedWebPolicy(t *testing.T, c client.Client, ns string, p *v1alpha1.
 }
 
 // refusalsOf returns the basis's refusals of the container with reason.
-func refusalsOf(basis recommendationBasis, reason recommend.Reason) []refusalBasis {
-	var out []refusalBasis
+func refusalsOf(basis v1alpha1.RecommendationBasis, reason recommend.Reason) []v1alpha1.RefusalBasis {
+	var out []v1alpha1.RefusalBasis
 	for _, c := range basis.Containers {
 		for _, f := range c.Refusals {
-			if f.Reason == reason {
+			if recommend.Reason(f.Reason) == reason {
 				out = append(out, f)
 			}
 		}

@@ -132,14 +132,14 @@ func TestAPersonsChangeWaitsForTheWatch(t *testing.T) {
 
 // watchRunningRefusals are the WatchRunning refusals of a recommendation's
 // basis annotation.
-func watchRunningRefusals(t *testing.T, rsr *v1alpha1.RightsizingRecommendation) []refusalBasis {
+func watchRunningRefusals(t *testing.T, rsr *v1alpha1.RightsizingRecommendation) []v1alpha1.RefusalBasis {
 	t.Helper()
-	var basis recommendationBasis
+	var basis v1alpha1.RecommendationBasis
 	require.NoError(t, json.Unmarshal([]byte(rsr.Annotations[v1alpha1.RecommendationBasisAnnotation]), &basis))
-	var out []refusalBasis
+	var out []v1alpha1.RefusalBasis
 	for _, cb := range basis.Containers {
 		for _, f := range cb.Refusals {
-			if f.Reason == recommend.ReasonWatchRunning {
+			if recommend.Reason(f.Reason) == recommend.ReasonWatchRunning {
 				out = append(out, f)
 			}
 		}

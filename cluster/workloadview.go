@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -60,11 +59,11 @@ func (v *WorkloadViews) Workload(ctx context.Context, id webui.WorkloadID) (webu
 	}
 	view.Containers = containerValues(&rsr, w)
 	if raw := rsr.Annotations[v1alpha1.RecommendationBasisAnnotation]; raw != "" {
-		var b webui.Basis
-		if err := json.Unmarshal([]byte(raw), &b); err != nil {
-			view.BasisError = fmt.Sprintf("annotation %s: %v", v1alpha1.RecommendationBasisAnnotation, err)
+		b, err := v1alpha1.ParseRecommendationBasis(raw)
+		if err != nil {
+			view.BasisError = err.Error()
 		} else {
-			view.Basis = &b
+			view.Basis = b
 		}
 	}
 	for i := range rsr.Status.History {
