@@ -304,10 +304,6 @@ func refusalCount(b v1alpha1.RecommendationBasis) int {
 	return n
 }
 
-// maxRefusalsRecorded bounds the refusals of one refused action, as
-// status.history's schema does.
-const maxRefusalsRecorded = 16
-
 // heldBack reports whether a refusal kept a value from going down, the
 // refusals recorded as refused actions: the latches and upscale-only.
 // MinChange is a change too small to make, not a value held back, and
@@ -315,7 +311,7 @@ const maxRefusalsRecorded = 16
 func heldBack(r recommend.Reason) bool { return r != recommend.ReasonMinChange }
 
 // basisRefusals reads the refusals a recommendation's basis annotation
-// holds back (heldBack), at most maxRefusalsRecorded, with their
+// holds back (heldBack), at most v1alpha1.MaxActionRefusals, with their
 // messages, and their key: what identifies the set (container, resource,
 // field, reason and the value held), empty when there are none or the
 // annotation cannot be read.
@@ -334,7 +330,7 @@ func basisRefusals(annotation string) (refusals []v1alpha1.Refusal, messages []s
 				continue
 			}
 			fmt.Fprintf(h, "%s/%s/%s/%s/%d\n", c.Name, f.Resource, f.Field, f.Reason, f.Held)
-			if len(refusals) == maxRefusalsRecorded {
+			if len(refusals) == v1alpha1.MaxActionRefusals {
 				continue
 			}
 			refusals = append(refusals, v1alpha1.Refusal{

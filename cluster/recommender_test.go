@@ -103,7 +103,7 @@ func TestRecommenderLowersWhatAnIdleWorkloadDoesNotUse(t *testing.T) {
 	assert.Equal(t, got.Requests.CPU.MilliValue(), got.Limits.CPU.MilliValue(), "the manifest's limit = request is kept")
 	assert.Equal(t, got.Requests.Memory.Value(), got.Limits.Memory.Value(), "the manifest's limit = request is kept")
 	for _, f := range basis.Containers[0].Refusals {
-		assert.NotEqual(t, recommend.ReasonOOMKill, f.Reason, "no OOM kill, no OOM refusal: %s", f.Message)
+		assert.NotEqual(t, string(recommend.ReasonOOMKill), f.Reason, "no OOM kill, no OOM refusal: %s", f.Message)
 	}
 }
 

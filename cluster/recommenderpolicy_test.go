@@ -102,7 +102,7 @@ func TestRecommenderRefusesToLowerAnUpscaleOnlyResource(t *testing.T) {
 	up := refusalsOf(basis, recommend.ReasonUpscaleOnly)
 	require.NotEmpty(t, up, "the upscale-only refusal is recorded: %+v", basis.Containers[0].Refusals)
 	for _, f := range up {
-		assert.Equal(t, recommend.Memory, f.Resource)
+		assert.Equal(t, v1alpha1.ResourceMemory, f.Resource)
 		assert.Equal(t, int64(256<<20), f.Held)
 		assert.Less(t, f.Asked, int64(256<<20), "what the estimator asked for")
 	}

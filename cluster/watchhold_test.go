@@ -46,7 +46,7 @@ func TestRecommenderWaitsForTheWatchSoTheOOMKillRollsBack(t *testing.T) {
 		return len(watchRunningRefusals(t, rsr)) > 0 && len(historyOf(rsr, v1alpha1.ActionRefused)) > 0
 	}, "the recommender never said it holds its CPU raise for the watch")
 	f := watchRunningRefusals(t, held)[0]
-	assert.Equal(t, recommend.CPU, f.Resource)
+	assert.Equal(t, v1alpha1.ResourceCPU, f.Resource)
 	assert.Greater(t, f.Asked, f.Held, "it would raise CPU")
 	assert.Equal(t, lowered.Requests.CPU.MilliValue(), f.Held, "held at the watched value")
 	assert.Contains(t, f.Message, "is still watched")
