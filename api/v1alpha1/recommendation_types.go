@@ -350,9 +350,10 @@ type RightsizingRecommendationStatus struct {
 }
 
 // The limits of a recommendation's status, beside the markers that set
-// them: the leader cuts what it writes to them, so a write is never
-// refused. The markers cannot name Go constants; limits_test.go checks that
-// manifests/crd carries the same figures.
+// them. The leader cuts what it writes to them, so no write is refused;
+// the hub checks the actions it receives against them. The markers cannot
+// name Go constants: limits_test.go checks that manifests/crd carries the
+// same figures.
 const (
 	// MaxReasonLength bounds status.reason and the reason of an action, a
 	// rollback and a turn.
