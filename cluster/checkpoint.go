@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/policy"
 	"github.com/kerf-dev/kerf/cluster/recommend"
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
@@ -129,7 +130,7 @@ func (r *recommender) listCheckpoints(ctx context.Context, fn func(*v1alpha1.Rig
 // container's checkpoint that cannot be loaded is logged with why, counted
 // and ignored.
 func (r *recommender) loadCheckpoints(ctx context.Context) error {
-	pols, err := r.listPolicies(ctx)
+	pols, err := policy.Gatherer{Reader: r.client}.All(ctx)
 	if err != nil {
 		return err
 	}
@@ -146,7 +147,7 @@ func (r *recommender) loadCheckpoints(ctx context.Context) error {
 
 // checkpointModel is the model a checkpoint's workload's states are under:
 // the one it has in memory, else its policy's, else the defaults'.
-func (r *recommender) checkpointModel(ctx context.Context, pols *policies, ck *v1alpha1.RightsizingCheckpoint) *recommend.Model {
+func (r *recommender) checkpointModel(ctx context.Context, pols *policy.Policies, ck *v1alpha1.RightsizingCheckpoint) *recommend.Model {
 	ref := workload.Ref{Kind: ck.Spec.TargetRef.Kind, Namespace: ck.Namespace, Name: ck.Spec.TargetRef.Name}
 	if tw := r.workloads[ref]; tw != nil && tw.model != nil {
 		return tw.model
@@ -250,7 +251,7 @@ func (r *recommender) encodeCheckpoint(tw *trackedWorkload, into *v1alpha1.Right
 // at most CheckpointWrites writes and deletes per pass. It then deletes the
 // checkpoints of the workloads forgotten, and every interval collects the
 // checkpoints of workloads that are gone or no longer recommended for.
-func (r *recommender) checkpoint(ctx context.Context, pols *policies, resolved map[workload.Ref]*resolvedWorkload, now time.Time) {
+func (r *recommender) checkpoint(ctx context.Context, pols *policy.Policies, resolved map[workload.Ref]*resolvedWorkload, now time.Time) {
 	budget := r.ckptWrites
 	budget -= r.dropCheckpoints(ctx, budget)
 	due := r.ckptDue[:0]
@@ -407,7 +408,7 @@ func (r *recommender) deleteCheckpoint(ctx context.Context, ns, name string) err
 // The owner reference has the garbage collector delete a deleted
 // workload's checkpoint too; this covers the policy and a cluster without
 // one.
-func (r *recommender) collectCheckpoints(ctx context.Context, pols *policies, budget int) error {
+func (r *recommender) collectCheckpoints(ctx context.Context, pols *policy.Policies, budget int) error {
 	var stale []workload.Ref
 	err := r.listCheckpoints(ctx, func(ck *v1alpha1.RightsizingCheckpoint) {
 		ref := workload.Ref{Kind: ck.Spec.TargetRef.Kind, Namespace: ck.Namespace, Name: ck.Spec.TargetRef.Name}

@@ -105,13 +105,13 @@ func TestRecommenderResumesFromItsCheckpointAfterFailover(t *testing.T) {
 
 // waitRecommendedBy waits for the recommender's recommendation for web
 // and returns it with its basis, whatever its sample count.
-func waitRecommendedBy(t *testing.T, c client.Client, ns string) (*v1alpha1.RightsizingRecommendation, recommendationBasis) {
+func waitRecommendedBy(t *testing.T, c client.Client, ns string) (*v1alpha1.RightsizingRecommendation, v1alpha1.RecommendationBasis) {
 	t.Helper()
 	var rsr v1alpha1.RightsizingRecommendation
 	require.Eventually(t, func() bool {
 		return c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, &rsr) == nil
 	}, 30*time.Second, 50*time.Millisecond, "the recommender made no recommendation")
-	var basis recommendationBasis
+	var basis v1alpha1.RecommendationBasis
 	require.NoError(t, json.Unmarshal([]byte(rsr.Annotations[v1alpha1.RecommendationBasisAnnotation]), &basis))
 	require.Len(t, basis.Containers, 1)
 	return &rsr, basis

@@ -117,9 +117,9 @@ func (c *reconcileContext) applier() *apply.Applier {
 // kind, namespace and name alone.
 func (c *reconcileContext) resolvePolicy(ctx context.Context) (*policy.Resolved, error) {
 	rsr := c.rsr
-	var ns corev1.Namespace
-	if err := c.r.Client.Get(ctx, client.ObjectKey{Name: rsr.Namespace}, &ns); err != nil {
-		return nil, fmt.Errorf("read namespace %s: %w", rsr.Namespace, err)
+	pols, err := policy.Gatherer{Reader: c.r.Client}.InNamespace(ctx, rsr.Namespace)
+	if err != nil {
+		return nil, err
 	}
 	workload, err := c.workload(ctx)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -129,18 +129,7 @@ func (c *reconcileContext) resolvePolicy(ctx context.Context) (*policy.Resolved,
 	if workload != nil {
 		w.Labels = workload.GetLabels()
 	}
-	// The policies are the cache's own objects, not copies: Resolve only
-	// reads them, and copies the spec of the one it chooses. A pass so
-	// costs no copy of every policy in the cluster.
-	var namespaced v1alpha1.RightsizingPolicyList
-	if err := c.r.Client.List(ctx, &namespaced, client.InNamespace(rsr.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list RightsizingPolicies in %s: %w", rsr.Namespace, err)
-	}
-	var cluster v1alpha1.ClusterRightsizingPolicyList
-	if err := c.r.Client.List(ctx, &cluster, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list ClusterRightsizingPolicies: %w", err)
-	}
-	return policy.Resolve(w, ns.Labels, namespaced.Items, cluster.Items)
+	return pols.Resolve(w)
 }
 
 // workload returns the recommendation's workload object (see

@@ -404,7 +404,7 @@ func (c *reconcileContext) restoreFailed(ctx context.Context, cause error) (ctrl
 	}
 	// Cut as the status write would, so that the same error is found
 	// recorded on the next retry.
-	msg := fit(cause.Error(), maxActionMessage)
+	msg := fit(cause.Error(), v1alpha1.MaxActionMessageLength)
 	if !failureRecorded(rsr.Status.History, rsr.Status.Breach.At.Time, msg) {
 		err := c.record(ctx, outcome{
 			doing: "record failed restore of",

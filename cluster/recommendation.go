@@ -204,7 +204,7 @@ func (c *reconcileContext) finish(ctx context.Context) (ctrl.Result, error) {
 	}
 	if len(res.Failed) > 0 {
 		f := res.Failed[0]
-		msg := podFailures(res.Failed, maxActionMessage)
+		msg := podFailures(res.Failed, v1alpha1.MaxActionMessageLength)
 		return ctrl.Result{}, c.record(ctx, outcome{
 			doing: "record failed apply of",
 			phase: v1alpha1.PhaseFailed, setReason: true, reason: f.Reason, message: msg,
@@ -221,7 +221,7 @@ func (c *reconcileContext) finish(ctx context.Context) (ctrl.Result, error) {
 	msg := fmt.Sprintf("%s applied with strategy %s under %s %s", joinResources(change.Resources), change.Strategy, c.resolved.Ref.Kind, c.resolved.Ref.Name)
 	if len(res.Infeasible) > 0 {
 		// The health watch rolls the change back if it stays so.
-		msg += "; " + infeasiblePods(res.Infeasible, maxActionMessage-len(msg)-len("; "))
+		msg += "; " + infeasiblePods(res.Infeasible, v1alpha1.MaxActionMessageLength-len(msg)-len("; "))
 	}
 	return ctrl.Result{}, c.record(ctx, outcome{
 		doing: "record apply of",

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -23,59 +22,6 @@ import (
 	"github.com/kerf-dev/kerf/cluster/resources"
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
-
-// recommendationBasis is the JSON of RecommendationBasisAnnotation: what a
-// recommendation was made from.
-type recommendationBasis struct {
-	// MadeAt is when the values were computed.
-	MadeAt time.Time `json:"madeAt"`
-	// Policy is the policy whose spec.recommend the values follow.
-	Policy string `json:"policy"`
-	// CPUPercentile, MemoryPercentile and SafetyMargin are the estimators'
-	// parameters, as fractions.
-	CPUPercentile    float64 `json:"cpuPercentile"`
-	MemoryPercentile float64 `json:"memoryPercentile"`
-	SafetyMargin     float64 `json:"safetyMargin"`
-	// Containers are the figures per container.
-	Containers []containerBasis `json:"containers"`
-	// Source is where the targets came from: Kerf, or VPA with the
-	// VerticalPodAutoscaler's name and updateMode.
-	Source        v1alpha1.RecommendSource `json:"source,omitempty"`
-	VPA           string                   `json:"vpa,omitempty"`
-	VPAUpdateMode string                   `json:"vpaUpdateMode,omitempty"`
-}
-
-// containerBasis is one container's figures.
-type containerBasis struct {
-	Name string `json:"name"`
-	// Samples, History and Confidence are the history's.
-	Samples    uint32  `json:"samples"`
-	History    string  `json:"history"`
-	Confidence float64 `json:"confidence"`
-	// TargetCPUMilli and TargetMemoryBytes are the estimate before the
-	// latches and guards.
-	TargetCPUMilli    int64 `json:"targetCPUMilli"`
-	TargetMemoryBytes int64 `json:"targetMemoryBytes"`
-	// Refusals are the values held back, with why.
-	Refusals []refusalBasis `json:"refusals,omitempty"`
-	// Lower and Upper are the estimate's (or the VPA's) bounds, figures
-	// only.
-	Lower *boundBasis `json:"lower,omitempty"`
-	Upper *boundBasis `json:"upper,omitempty"`
-}
-
-// refusalBasis is one recommend.Refusal.
-type refusalBasis struct {
-	Resource  recommend.Resource `json:"resource"`
-	Field     recommend.Field    `json:"field"`
-	Reason    recommend.Reason   `json:"reason"`
-	Asked     int64              `json:"asked"`
-	Held      int64              `json:"held"`
-	Observed  float64            `json:"observed"`
-	Threshold float64            `json:"threshold"`
-	At        *metav1.Time       `json:"at,omitempty"`
-	Message   string             `json:"message"`
-}
 
 // recommendFor makes the workload's recommendation and creates or updates
 // its RightsizingRecommendation, when any container's values change.
@@ -100,7 +46,7 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 	}
 	holds := holdsOf(&existing.Status, now)
 	p := m.Params()
-	basis := recommendationBasis{MadeAt: now.UTC().Truncate(time.Second), Policy: string(rw.resolved.Ref.Kind) + "/" + rw.resolved.Ref.Name,
+	basis := v1alpha1.RecommendationBasis{MadeAt: now.UTC().Truncate(time.Second), Policy: string(rw.resolved.Ref.Kind) + "/" + rw.resolved.Ref.Name,
 		CPUPercentile: p.CPUPercentile, MemoryPercentile: p.MemoryPercentile, SafetyMargin: p.SafetyMargin}
 	vpa, ok, err := r.fromVPA(ctx, ref, rw, &basis, now)
 	if !ok {
@@ -129,11 +75,11 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 		}
 		changed = changed || res.Changed
 		containers = append(containers, v1alpha1.ContainerResources{Name: c.Name, Requests: valuesOf(res.Request), Limits: valuesOf(res.Limit)})
-		cb := containerBasis{Name: c.Name, Samples: res.Estimate.Samples, History: res.Estimate.History.Round(time.Second).String(),
+		cb := v1alpha1.ContainerBasis{Name: c.Name, Samples: res.Estimate.Samples, History: res.Estimate.History.Round(time.Second).String(),
 			Confidence: res.Estimate.Confidence, TargetCPUMilli: res.Estimate.Target.CPUMilli, TargetMemoryBytes: res.Estimate.Target.MemoryBytes,
 			Lower: boundBasisOf(res.Estimate.Lower), Upper: boundBasisOf(res.Estimate.Upper)}
 		for _, f := range res.Refusals {
-			rb := refusalBasis{Resource: f.Resource, Field: f.Field, Reason: f.Reason, Asked: f.Asked, Held: f.Held,
+			rb := v1alpha1.RefusalBasis{Resource: v1alpha1.ResourceName(f.Resource), Field: string(f.Field), Reason: string(f.Reason), Asked: f.Asked, Held: f.Held,
 				Observed: f.Observed, Threshold: f.Threshold, Message: f.String()}
 			if !f.At.IsZero() {
 				rb.At = &metav1.Time{Time: f.At}
@@ -169,7 +115,7 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 	if existing.Name != "" && sameSpec(existing.Spec, spec) && sameRefusals(existing.Annotations[v1alpha1.RecommendationBasisAnnotation], basis) {
 		return nil
 	}
-	raw, err := json.Marshal(basis)
+	raw, err := basis.Encode()
 	if err != nil {
 		return fmt.Errorf("encode the recommendation's basis: %w", err)
 	}
@@ -177,7 +123,7 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 		rsr := &v1alpha1.RightsizingRecommendation{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name,
 				Labels:      map[string]string{v1alpha1.RecommendedByLabel: v1alpha1.RecommendedByKerf},
-				Annotations: map[string]string{v1alpha1.RecommendationBasisAnnotation: string(raw)}},
+				Annotations: map[string]string{v1alpha1.RecommendationBasisAnnotation: raw}},
 			Spec: spec,
 		}
 		if err := r.client.Create(ctx, rsr); err != nil {
@@ -193,7 +139,7 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 	if existing.Annotations == nil {
 		existing.Annotations = map[string]string{}
 	}
-	existing.Annotations[v1alpha1.RecommendationBasisAnnotation] = string(raw)
+	existing.Annotations[v1alpha1.RecommendationBasisAnnotation] = raw
 	if err := r.client.Patch(ctx, &existing, from); err != nil {
 		return fmt.Errorf("update recommendation %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
@@ -205,7 +151,7 @@ func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *re
 // whose recommended value (want) differs from what the watched
 // recommendation asks for (asked): what the recommender would ask for,
 // held at the watched value until the watch ends.
-func holdForWatch(basis *recommendationBasis, asked, want []v1alpha1.ContainerResources, appliedAt time.Time) {
+func holdForWatch(basis *v1alpha1.RecommendationBasis, asked, want []v1alpha1.ContainerResources, appliedAt time.Time) {
 	at := &metav1.Time{Time: appliedAt}
 	for _, w := range want {
 		var held v1alpha1.ContainerResources
@@ -214,7 +160,7 @@ func holdForWatch(basis *recommendationBasis, asked, want []v1alpha1.ContainerRe
 				held = a
 			}
 		}
-		var refusals []refusalBasis
+		var refusals []v1alpha1.RefusalBasis
 		for _, f := range resources.Fields {
 			to, from := amountOf(f, f.Get(w.Requests, w.Limits)), amountOf(f, f.Get(held.Requests, held.Limits))
 			if to == from {
@@ -225,7 +171,7 @@ func holdForWatch(basis *recommendationBasis, asked, want []v1alpha1.ContainerRe
 			if f.Limits {
 				r.Field = recommend.Limit
 			}
-			refusals = append(refusals, refusalBasis{Resource: r.Resource, Field: r.Field, Reason: r.Reason,
+			refusals = append(refusals, v1alpha1.RefusalBasis{Resource: v1alpha1.ResourceName(r.Resource), Field: string(r.Field), Reason: string(r.Reason),
 				Asked: r.Asked, Held: r.Held, At: at, Message: r.String()})
 		}
 		if len(refusals) == 0 {
@@ -238,7 +184,7 @@ func holdForWatch(basis *recommendationBasis, asked, want []v1alpha1.ContainerRe
 			}
 		}
 		if !found {
-			basis.Containers = append(basis.Containers, containerBasis{Name: w.Name, Refusals: refusals})
+			basis.Containers = append(basis.Containers, v1alpha1.ContainerBasis{Name: w.Name, Refusals: refusals})
 		}
 	}
 }
@@ -332,12 +278,12 @@ func sameSpec(a, b v1alpha1.RightsizingRecommendationSpec) bool {
 
 // sameRefusals reports whether the recorded basis held back the same
 // values for the same reasons as basis.
-func sameRefusals(recorded string, basis recommendationBasis) bool {
-	var old recommendationBasis
-	if json.Unmarshal([]byte(recorded), &old) != nil {
+func sameRefusals(recorded string, basis v1alpha1.RecommendationBasis) bool {
+	old, err := v1alpha1.ParseRecommendationBasis(recorded)
+	if err != nil {
 		return false
 	}
-	key := func(b recommendationBasis) []string {
+	key := func(b v1alpha1.RecommendationBasis) []string {
 		var out []string
 		for _, c := range b.Containers {
 			for _, f := range c.Refusals {
@@ -346,21 +292,17 @@ func sameRefusals(recorded string, basis recommendationBasis) bool {
 		}
 		return out
 	}
-	return slices.Equal(key(old), key(basis))
+	return slices.Equal(key(*old), key(basis))
 }
 
 // refusalCount counts the refusals of a basis, for the log.
-func refusalCount(b recommendationBasis) int {
+func refusalCount(b v1alpha1.RecommendationBasis) int {
 	n := 0
 	for _, c := range b.Containers {
 		n += len(c.Refusals)
 	}
 	return n
 }
-
-// maxRefusalsRecorded bounds the refusals of one refused action, as
-// status.history's schema does.
-const maxRefusalsRecorded = 16
 
 // heldBack reports whether a refusal kept a value from going down, the
 // refusals recorded as refused actions: the latches and upscale-only.
@@ -369,27 +311,30 @@ const maxRefusalsRecorded = 16
 func heldBack(r recommend.Reason) bool { return r != recommend.ReasonMinChange }
 
 // basisRefusals reads the refusals a recommendation's basis annotation
-// holds back (heldBack), at most maxRefusalsRecorded, with their
+// holds back (heldBack), at most v1alpha1.MaxActionRefusals, with their
 // messages, and their key: what identifies the set (container, resource,
 // field, reason and the value held), empty when there are none or the
 // annotation cannot be read.
 func basisRefusals(annotation string) (refusals []v1alpha1.Refusal, messages []string, key string) {
-	var b recommendationBasis
-	if annotation == "" || json.Unmarshal([]byte(annotation), &b) != nil {
+	if annotation == "" {
+		return nil, nil, ""
+	}
+	b, err := v1alpha1.ParseRecommendationBasis(annotation)
+	if err != nil {
 		return nil, nil, ""
 	}
 	h := sha256.New()
 	for _, c := range b.Containers {
 		for _, f := range c.Refusals {
-			if !heldBack(f.Reason) {
+			if !heldBack(recommend.Reason(f.Reason)) {
 				continue
 			}
 			fmt.Fprintf(h, "%s/%s/%s/%s/%d\n", c.Name, f.Resource, f.Field, f.Reason, f.Held)
-			if len(refusals) == maxRefusalsRecorded {
+			if len(refusals) == v1alpha1.MaxActionRefusals {
 				continue
 			}
 			refusals = append(refusals, v1alpha1.Refusal{
-				Container: c.Name, Resource: v1alpha1.ResourceName(f.Resource), Field: string(f.Field), Reason: string(f.Reason),
+				Container: c.Name, Resource: f.Resource, Field: f.Field, Reason: f.Reason,
 				Asked: f.Asked, Held: f.Held, Observed: decimal(f.Observed), Threshold: decimal(f.Threshold), At: f.At,
 			})
 			messages = append(messages, c.Name+": "+f.Message)

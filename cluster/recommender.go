@@ -238,30 +238,6 @@ func (r *recommender) Start(ctx context.Context) error {
 	}
 }
 
-// policies is one pass's view of the policies and namespaces.
-type policies struct {
-	namespaces map[string]map[string]string
-	namespaced map[string][]v1alpha1.RightsizingPolicy
-	cluster    []v1alpha1.ClusterRightsizingPolicy
-}
-
-// anyEnabled reports whether any policy enables spec.recommend.
-func (p *policies) anyEnabled() bool {
-	for _, c := range p.cluster {
-		if c.Spec.Recommend != nil && c.Spec.Recommend.Enabled {
-			return true
-		}
-	}
-	for _, ps := range p.namespaced {
-		for _, np := range ps {
-			if np.Spec.Recommend != nil && np.Spec.Recommend.Enabled {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // resolvedWorkload is one pass's view of a workload: the object and the
 // policy that governs it when that policy enables spec.recommend.
 type resolvedWorkload struct {
@@ -277,11 +253,11 @@ type resolvedWorkload struct {
 func (r *recommender) pass(ctx context.Context) error {
 	now := r.now()
 	r.tick++
-	pols, err := r.listPolicies(ctx)
+	pols, err := policy.Gatherer{Reader: r.client}.All(ctx)
 	if err != nil {
 		return err
 	}
-	if !pols.anyEnabled() {
+	if !pols.AnyRecommends() {
 		// Nothing is recommended for: keep no history and read no pods.
 		clear(r.workloads)
 		clear(r.instances)
@@ -377,39 +353,14 @@ func (r *recommender) pass(ctx context.Context) error {
 	return nil
 }
 
-// listPolicies reads the policies and namespace labels once per pass.
-func (r *recommender) listPolicies(ctx context.Context) (*policies, error) {
-	var nss corev1.NamespaceList
-	if err := r.client.List(ctx, &nss); err != nil {
-		return nil, fmt.Errorf("list namespaces: %w", err)
-	}
-	var namespaced v1alpha1.RightsizingPolicyList
-	if err := r.client.List(ctx, &namespaced); err != nil {
-		return nil, fmt.Errorf("list RightsizingPolicies: %w", err)
-	}
-	var cluster v1alpha1.ClusterRightsizingPolicyList
-	if err := r.client.List(ctx, &cluster); err != nil {
-		return nil, fmt.Errorf("list ClusterRightsizingPolicies: %w", err)
-	}
-	p := &policies{namespaces: map[string]map[string]string{}, namespaced: map[string][]v1alpha1.RightsizingPolicy{}, cluster: cluster.Items}
-	for _, ns := range nss.Items {
-		p.namespaces[ns.Name] = ns.Labels
-	}
-	for _, np := range namespaced.Items {
-		p.namespaced[np.Namespace] = append(p.namespaced[np.Namespace], np)
-	}
-	return p, nil
-}
-
 // resolve returns the workload and its policy when that policy enables
 // spec.recommend, else nil.
-func (r *recommender) resolve(ctx context.Context, pols *policies, ref workload.Ref) *resolvedWorkload {
+func (r *recommender) resolve(ctx context.Context, pols *policy.Policies, ref workload.Ref) *resolvedWorkload {
 	w, err := workload.Get(ctx, r.client, ref.Namespace, v1alpha1.TargetRef{Kind: ref.Kind, Name: ref.Name})
 	if err != nil {
 		return nil
 	}
-	res, err := policy.Resolve(policy.Workload{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, Labels: w.Object.GetLabels()},
-		pols.namespaces[ref.Namespace], pols.namespaced[ref.Namespace], pols.cluster)
+	res, err := pols.Resolve(policy.Workload{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, Labels: w.Object.GetLabels()})
 	if err != nil || res == nil || res.Spec.Recommend == nil || !res.Spec.Recommend.Enabled {
 		return nil
 	}

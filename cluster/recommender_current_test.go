@@ -48,7 +48,7 @@ func TestRecommenderHoldsTheCPULatchAgainstWhatThePodsRun(t *testing.T) {
 			assert.Negative(t, got.Requests.Memory.Cmp(resource.MustParse("256Mi")), "memory is still lowered: %s", got.Requests.Memory)
 			var held int64
 			for _, f := range basis.Containers[0].Refusals {
-				if f.Reason == recommend.ReasonThrottled && f.Resource == recommend.CPU && f.Field == recommend.Request {
+				if recommend.Reason(f.Reason) == recommend.ReasonThrottled && recommend.Resource(f.Resource) == recommend.CPU && recommend.Field(f.Field) == recommend.Request {
 					held = f.Held
 				}
 			}

@@ -70,7 +70,7 @@ func recommendedWebLeader(t *testing.T, before func(*signals.Stores, *corev1.Pod
 
 // waitRecommended waits for the recommendation the recommender makes for
 // web and returns it with its basis.
-func waitRecommended(t *testing.T, c client.Client, ns string) (*v1alpha1.RightsizingRecommendation, recommendationBasis) {
+func waitRecommended(t *testing.T, c client.Client, ns string) (*v1alpha1.RightsizingRecommendation, v1alpha1.RecommendationBasis) {
 	t.Helper()
 	var rsr v1alpha1.RightsizingRecommendation
 	require.Eventually(t, func() bool {
@@ -81,7 +81,7 @@ func waitRecommended(t *testing.T, c client.Client, ns string) (*v1alpha1.Rights
 	assert.Equal(t, v1alpha1.StrategyInPlace, rsr.Spec.Strategy)
 	require.Len(t, rsr.Spec.Containers, 1)
 	require.Equal(t, "app", rsr.Spec.Containers[0].Name)
-	var basis recommendationBasis
+	var basis v1alpha1.RecommendationBasis
 	require.NoError(t, json.Unmarshal([]byte(rsr.Annotations[v1alpha1.RecommendationBasisAnnotation]), &basis), "the figures it was made from")
 	require.Len(t, basis.Containers, 1)
 	assert.Equal(t, uint32(3), basis.Containers[0].Samples, "three CPU rates from four readings")
@@ -103,7 +103,7 @@ func TestRecommenderLowersWhatAnIdleWorkloadDoesNotUse(t *testing.T) {
 	assert.Equal(t, got.Requests.CPU.MilliValue(), got.Limits.CPU.MilliValue(), "the manifest's limit = request is kept")
 	assert.Equal(t, got.Requests.Memory.Value(), got.Limits.Memory.Value(), "the manifest's limit = request is kept")
 	for _, f := range basis.Containers[0].Refusals {
-		assert.NotEqual(t, recommend.ReasonOOMKill, f.Reason, "no OOM kill, no OOM refusal: %s", f.Message)
+		assert.NotEqual(t, string(recommend.ReasonOOMKill), f.Reason, "no OOM kill, no OOM refusal: %s", f.Message)
 	}
 }
 
@@ -121,9 +121,9 @@ func TestRecommenderNeverLowersTheMemoryOfAnOOMKilledContainer(t *testing.T) {
 	// The kill is at the limit (256Mi): at least max(256Mi+100Mi, 256Mi×1.2).
 	assert.GreaterOrEqual(t, got.Requests.Memory.Value(), int64(356<<20), "memory request %s after an OOM kill", got.Requests.Memory)
 	assert.GreaterOrEqual(t, got.Limits.Memory.Value(), got.Requests.Memory.Value())
-	var oom *refusalBasis
+	var oom *v1alpha1.RefusalBasis
 	for i, f := range basis.Containers[0].Refusals {
-		if f.Reason == recommend.ReasonOOMKill && f.Resource == recommend.Memory && f.Field == recommend.Request {
+		if recommend.Reason(f.Reason) == recommend.ReasonOOMKill && recommend.Resource(f.Resource) == recommend.Memory && recommend.Field(f.Field) == recommend.Request {
 			oom = &basis.Containers[0].Refusals[i]
 		}
 	}
@@ -169,9 +169,9 @@ func TestRecommenderNeverLowersTheCPUOfAThrottledContainer(t *testing.T) {
 	assert.Equal(t, int64(500), got.Requests.CPU.MilliValue(), "CPU request %s of a throttled container", got.Requests.CPU)
 	assert.Equal(t, int64(500), got.Limits.CPU.MilliValue(), "CPU limit %s of a throttled container", got.Limits.CPU)
 	assert.Negative(t, got.Requests.Memory.Cmp(resource.MustParse("256Mi")), "memory is still lowered: %s", got.Requests.Memory)
-	var throttled *refusalBasis
+	var throttled *v1alpha1.RefusalBasis
 	for i, f := range basis.Containers[0].Refusals {
-		if f.Reason == recommend.ReasonThrottled && f.Resource == recommend.CPU && f.Field == recommend.Request {
+		if recommend.Reason(f.Reason) == recommend.ReasonThrottled && recommend.Resource(f.Resource) == recommend.CPU && recommend.Field(f.Field) == recommend.Request {
 			throttled = &basis.Containers[0].Refusals[i]
 		}
 	}
@@ -218,7 +218,7 @@ func TestRecommenderTakesOOMKillsFromThePodStatus(t *testing.T) {
 	assert.GreaterOrEqual(t, got.Requests.Memory.Value(), int64(356<<20), "memory request %s after an OOM kill", got.Requests.Memory)
 	var reasons []recommend.Reason
 	for _, f := range basis.Containers[0].Refusals {
-		reasons = append(reasons, f.Reason)
+		reasons = append(reasons, recommend.Reason(f.Reason))
 	}
 	assert.Contains(t, reasons, recommend.ReasonOOMKill)
 }
@@ -254,11 +254,11 @@ func TestRecommenderRaisesItsRecommendationWhenTheContainerIsThrottled(t *testin
 	}, 15*time.Second, 50*time.Millisecond, "the recommendation still lowers the CPU of a throttled container")
 	assert.Equal(t, v1alpha1.RecommendedByKerf, got.Labels[v1alpha1.RecommendedByLabel])
 	assert.Equal(t, first.Spec.Containers[0].Requests.Memory.Value(), got.Spec.Containers[0].Requests.Memory.Value(), "memory as before")
-	var basis recommendationBasis
+	var basis v1alpha1.RecommendationBasis
 	require.NoError(t, json.Unmarshal([]byte(got.Annotations[v1alpha1.RecommendationBasisAnnotation]), &basis))
 	var reasons []recommend.Reason
 	for _, f := range basis.Containers[0].Refusals {
-		reasons = append(reasons, f.Reason)
+		reasons = append(reasons, recommend.Reason(f.Reason))
 	}
 	assert.Contains(t, reasons, recommend.ReasonThrottled)
 }

@@ -56,7 +56,7 @@ func TestRecommenderTakesThePolicysOOMBump(t *testing.T) {
 	oom := refusalsOf(basis, recommend.ReasonOOMKill)
 	require.NotEmpty(t, oom, "the OOM latch's refusal: %+v", basis.Containers[0].Refusals)
 	for _, f := range oom {
-		if f.Field == recommend.Request {
+		if recommend.Field(f.Field) == recommend.Request {
 			assert.Equal(t, float64(384<<20), f.Threshold, "the OOM floor")
 			assert.Equal(t, float64(256<<20), f.Observed, "the peak at the kill: the limit")
 		}
@@ -182,10 +182,10 @@ func setRecommend(t *testing.T, c client.Client, ns string, set func(*v1alpha1.R
 }
 
 // basisOf reads the recommendation web's basis.
-func basisOf(t *testing.T, c client.Client, ns string) (*v1alpha1.RightsizingRecommendation, recommendationBasis) {
+func basisOf(t *testing.T, c client.Client, ns string) (*v1alpha1.RightsizingRecommendation, v1alpha1.RecommendationBasis) {
 	t.Helper()
 	rsr := getRSR(t, c, ns, "web")
-	var b recommendationBasis
+	var b v1alpha1.RecommendationBasis
 	require.NoError(t, json.Unmarshal([]byte(rsr.Annotations[v1alpha1.RecommendationBasisAnnotation]), &b))
 	require.Len(t, b.Containers, 1)
 	return rsr, b

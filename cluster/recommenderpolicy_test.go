@@ -55,11 +55,11 @@ func recommendedWebPolicy(t *testing.T, c client.Client, ns string, p *v1alpha1.
 }
 
 // refusalsOf returns the basis's refusals of the container with reason.
-func refusalsOf(basis recommendationBasis, reason recommend.Reason) []refusalBasis {
-	var out []refusalBasis
+func refusalsOf(basis v1alpha1.RecommendationBasis, reason recommend.Reason) []v1alpha1.RefusalBasis {
+	var out []v1alpha1.RefusalBasis
 	for _, c := range basis.Containers {
 		for _, f := range c.Refusals {
-			if f.Reason == reason {
+			if recommend.Reason(f.Reason) == reason {
 				out = append(out, f)
 			}
 		}
@@ -102,7 +102,7 @@ func TestRecommenderRefusesToLowerAnUpscaleOnlyResource(t *testing.T) {
 	up := refusalsOf(basis, recommend.ReasonUpscaleOnly)
 	require.NotEmpty(t, up, "the upscale-only refusal is recorded: %+v", basis.Containers[0].Refusals)
 	for _, f := range up {
-		assert.Equal(t, recommend.Memory, f.Resource)
+		assert.Equal(t, v1alpha1.ResourceMemory, f.Resource)
 		assert.Equal(t, int64(256<<20), f.Held)
 		assert.Less(t, f.Asked, int64(256<<20), "what the estimator asked for")
 	}

@@ -19,9 +19,6 @@ import (
 	"github.com/kerf-dev/kerf/cluster/policy"
 )
 
-// historyLimit is how many actions status.history keeps (design section 2).
-const historyLimit = 100
-
 // outcome is one transition of a recommendation: what one status write
 // records, and what is said about it once that write succeeded. record
 // writes it whole, so status, history, Events and kerf_actions_total never
@@ -170,9 +167,9 @@ func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 }
 
 // addHistory numbers an action (Seq, one after the newest entry's) and
-// appends it, keeping the newest historyLimit. Entries recorded before Seq
-// existed are numbered first, from 1 by position, as the hub forwarder
-// numbers them (forward.SeqOf).
+// appends it, keeping the newest v1alpha1.MaxHistory. Entries recorded
+// before Seq existed are numbered first, from 1 by position, as the hub
+// forwarder numbers them (forward.SeqOf).
 func addHistory(rsr *v1alpha1.RightsizingRecommendation, a v1alpha1.Action) {
 	h := rsr.Status.History
 	if n := len(h); n > 0 && h[n-1].Seq == 0 {
@@ -185,8 +182,8 @@ func addHistory(rsr *v1alpha1.RightsizingRecommendation, a v1alpha1.Action) {
 		a.Seq = h[n-1].Seq + 1
 	}
 	h = append(h, a)
-	if len(h) > historyLimit {
-		h = slices.Clone(h[len(h)-historyLimit:])
+	if len(h) > v1alpha1.MaxHistory {
+		h = slices.Clone(h[len(h)-v1alpha1.MaxHistory:])
 	}
 	rsr.Status.History = h
 }
@@ -264,12 +261,12 @@ func (c *reconcileContext) recordRefusals(ctx context.Context) error {
 	// The action says what was held back; its figures, one per value,
 	// how much and why. The Event, whose note the apiserver bounds to
 	// 1 kB, says both.
-	msg := truncate("the recommender held back "+strings.Join(held, ", "), 4096)
+	msg := cutTo("the recommender held back "+strings.Join(held, ", "), v1alpha1.MaxActionMessageLength, ellipsis)
 	figures := make([]string, len(messages))
 	for i, m := range messages {
-		figures[i] = truncate(m, 256)
+		figures[i] = cutTo(m, v1alpha1.MaxFigureLength, ellipsis)
 	}
-	note := truncate(msg+": "+strings.Join(messages, "; "), 1024)
+	note := cutTo(msg+": "+strings.Join(messages, "; "), maxEventNote, ellipsis)
 	return c.record(ctx, outcome{
 		doing:  "record the refusals of",
 		status: keep,
@@ -312,42 +309,14 @@ func refusalsRecorded(history []v1alpha1.Action, refusals []v1alpha1.Refusal) bo
 	return true
 }
 
-// truncate cuts s to at most n bytes, on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-// The CRD's limits on what the leader writes to a recommendation's status
-// (api/v1alpha1/recommendation_types.go, and metav1.Condition's), and the
-// apiserver's on an Event's note. fitStatus keeps every status write
-// within them.
-const (
-	maxReason           = 128
-	maxStatusMessage    = 32768
-	maxConditionMessage = 32768
-	maxActionMessage    = 4096
-	maxRollbackMessage  = 4096
-	maxFigures          = 16
-	maxFigure           = 256
-	maxContainers       = 64
-	maxRefusals         = 16
-	maxTouched          = 1024
-	maxBaselines        = 4096
-	maxTurns            = 100
-	maxOutcome          = 64
-	maxEventNote        = 1024
-)
+// maxEventNote is the apiserver's limit on an Event's note. The status'
+// limits are api/v1alpha1's (MaxHistory, MaxReasonLength and the rest),
+// beside the CRD markers they mirror.
+const maxEventNote = 1024
 
 // statusLimits are the limits fitStatus cuts the action messages to; a
 // test loosens them to make the apiserver refuse a write.
-var statusLimits = struct{ actionMessage int }{actionMessage: maxActionMessage}
+var statusLimits = struct{ actionMessage int }{actionMessage: v1alpha1.MaxActionMessageLength}
 
 // The outcome label of kerf_status_writes_invalid_total.
 const (
@@ -355,21 +324,30 @@ const (
 	invalidRefused  = "refused"
 )
 
-// fit cuts s to at most n bytes, on a rune boundary, and says how many
-// bytes were left out: "… (and 1234 more bytes)".
-func fit(s string, n int) string {
+// cutTo cuts s to at most n bytes, on a rune boundary, and ends it with
+// mark(k), k being the bytes left out. It is the leader's one string
+// cutter; fit and the refusals' ellipsis are its two marks.
+func cutTo(s string, n int, mark func(left int) string) string {
 	if len(s) <= n {
 		return s
 	}
-	// The count is at most len(s), so its suffix is at most this long.
-	cut := max(n-len(moreBytes(len(s))), 0)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
+	// k is at most len(s), so its mark is at most this long.
+	at := max(n-len(mark(len(s))), 0)
+	for at > 0 && !utf8.RuneStart(s[at]) {
+		at--
 	}
-	return s[:cut] + moreBytes(len(s)-cut)
+	return s[:at] + mark(len(s)-at)
 }
 
+// fit cuts s to at most n bytes and says how many bytes were left out:
+// "… (and 1234 more bytes)".
+func fit(s string, n int) string { return cutTo(s, n, moreBytes) }
+
 func moreBytes(n int) string { return fmt.Sprintf("… (and %d more bytes)", n) }
+
+// ellipsis marks a cut with "…" alone, as the refusals' message, figures
+// and Event note do.
+func ellipsis(int) string { return "…" }
 
 // joinFit joins items with sep into at most n bytes: as many whole items
 // as fit, then "… (and N more <noun>)" for those left out. When not even
@@ -398,23 +376,24 @@ func joinFit(items []string, sep string, n int, noun string) string {
 	return strings.Join(items[:kept], sep) + more(len(items)-kept)
 }
 
-// fitFigures keeps at most maxFigures figures of at most maxFigure bytes
-// each; the last kept one says how many were left out.
+// fitFigures keeps at most v1alpha1.MaxFigures figures of at most
+// v1alpha1.MaxFigureLength bytes each; the last kept one says how many
+// were left out.
 func fitFigures(f []string) []string {
-	if len(f) > maxFigures {
-		f = append(slices.Clone(f[:maxFigures-1]), fmt.Sprintf("… and %d more figures", len(f)-maxFigures+1))
+	if len(f) > v1alpha1.MaxFigures {
+		f = append(slices.Clone(f[:v1alpha1.MaxFigures-1]), fmt.Sprintf("… and %d more figures", len(f)-v1alpha1.MaxFigures+1))
 	}
 	for i := range f {
-		f[i] = fit(f[i], maxFigure)
+		f[i] = fit(f[i], v1alpha1.MaxFigureLength)
 	}
 	return f
 }
 
 // capTouched keeps every touched object that is not a pod (the workload,
-// the HPA) and the first pods, up to maxTouched in all, in their order,
-// and returns how many pods it left out.
+// the HPA) and the first pods, up to v1alpha1.MaxTouched in all, in their
+// order, and returns how many pods it left out.
 func capTouched(touched []v1alpha1.TouchedObject) ([]v1alpha1.TouchedObject, int32) {
-	if len(touched) <= maxTouched {
+	if len(touched) <= v1alpha1.MaxTouched {
 		return touched, 0
 	}
 	others := 0
@@ -423,15 +402,15 @@ func capTouched(touched []v1alpha1.TouchedObject) ([]v1alpha1.TouchedObject, int
 			others++
 		}
 	}
-	room := max(maxTouched-others, 0)
-	out := make([]v1alpha1.TouchedObject, 0, maxTouched)
+	room := max(v1alpha1.MaxTouched-others, 0)
+	out := make([]v1alpha1.TouchedObject, 0, v1alpha1.MaxTouched)
 	for _, o := range touched {
 		if o.Kind == "Pod" {
-			if room == 0 || len(out) == maxTouched {
+			if room == 0 || len(out) == v1alpha1.MaxTouched {
 				continue
 			}
 			room--
-		} else if len(out) == maxTouched {
+		} else if len(out) == v1alpha1.MaxTouched {
 			continue
 		}
 		out = append(out, o)
@@ -462,43 +441,43 @@ func fitStatus(st *v1alpha1.RightsizingRecommendationStatus) []string {
 		}
 		return false
 	}
-	str("reason", &st.Reason, maxReason)
-	str("message", &st.Message, maxStatusMessage)
+	str("reason", &st.Reason, v1alpha1.MaxReasonLength)
+	str("message", &st.Message, v1alpha1.MaxStatusMessageLength)
 	for i := range st.Conditions {
-		str("conditions["+st.Conditions[i].Type+"].message", &st.Conditions[i].Message, maxConditionMessage)
+		str("conditions["+st.Conditions[i].Type+"].message", &st.Conditions[i].Message, v1alpha1.MaxConditionMessageLength)
 	}
 	for i := range st.History {
 		a := &st.History[i]
-		str(fmt.Sprintf("history[%d].reason", i), &a.Reason, maxReason)
+		str(fmt.Sprintf("history[%d].reason", i), &a.Reason, v1alpha1.MaxReasonLength)
 		str(fmt.Sprintf("history[%d].message", i), &a.Message, statusLimits.actionMessage)
-		if list(fmt.Sprintf("history[%d].figures", i), len(a.Figures), maxFigures) || slices.ContainsFunc(a.Figures, func(f string) bool { return len(f) > maxFigure }) {
+		if list(fmt.Sprintf("history[%d].figures", i), len(a.Figures), v1alpha1.MaxFigures) || slices.ContainsFunc(a.Figures, func(f string) bool { return len(f) > v1alpha1.MaxFigureLength }) {
 			a.Figures = fitFigures(a.Figures)
 		}
-		if list(fmt.Sprintf("history[%d].containers", i), len(a.Containers), maxContainers) {
-			a.Containers = a.Containers[:maxContainers]
+		if list(fmt.Sprintf("history[%d].containers", i), len(a.Containers), v1alpha1.MaxActionContainers) {
+			a.Containers = a.Containers[:v1alpha1.MaxActionContainers]
 		}
-		if list(fmt.Sprintf("history[%d].refusals", i), len(a.Refusals), maxRefusals) {
-			a.Refusals = a.Refusals[:maxRefusals]
+		if list(fmt.Sprintf("history[%d].refusals", i), len(a.Refusals), v1alpha1.MaxActionRefusals) {
+			a.Refusals = a.Refusals[:v1alpha1.MaxActionRefusals]
 		}
 	}
 	if b := st.Breach; b != nil {
-		if list("breach.figures", len(b.Figures), maxFigures) || slices.ContainsFunc(b.Figures, func(f string) bool { return len(f) > maxFigure }) {
+		if list("breach.figures", len(b.Figures), v1alpha1.MaxFigures) || slices.ContainsFunc(b.Figures, func(f string) bool { return len(f) > v1alpha1.MaxFigureLength }) {
 			b.Figures = fitFigures(b.Figures)
 		}
 	}
 	if r := st.Rollback; r != nil {
-		str("rollback.reason", &r.Reason, maxReason)
-		str("rollback.message", &r.Message, maxRollbackMessage)
-		if list("rollback.turns", len(r.Turns), maxTurns) {
-			r.Turns = slices.Clone(r.Turns[len(r.Turns)-maxTurns:])
+		str("rollback.reason", &r.Reason, v1alpha1.MaxReasonLength)
+		str("rollback.message", &r.Message, v1alpha1.MaxRollbackMessageLength)
+		if list("rollback.turns", len(r.Turns), v1alpha1.MaxTurns) {
+			r.Turns = slices.Clone(r.Turns[len(r.Turns)-v1alpha1.MaxTurns:])
 		}
 		for i := range r.Turns {
-			str(fmt.Sprintf("rollback.turns[%d].reason", i), &r.Turns[i].Reason, maxReason)
-			str(fmt.Sprintf("rollback.turns[%d].outcome", i), &r.Turns[i].Outcome, maxOutcome)
+			str(fmt.Sprintf("rollback.turns[%d].reason", i), &r.Turns[i].Reason, v1alpha1.MaxReasonLength)
+			str(fmt.Sprintf("rollback.turns[%d].outcome", i), &r.Turns[i].Outcome, v1alpha1.MaxOutcomeLength)
 		}
 	}
 	if ch := st.Change; ch != nil {
-		if list("change.touched", len(ch.Touched), maxTouched) {
+		if list("change.touched", len(ch.Touched), v1alpha1.MaxTouched) {
 			var omitted int32
 			ch.Touched, omitted = capTouched(ch.Touched)
 			ch.TouchedOmitted += omitted
@@ -507,14 +486,14 @@ func fitStatus(st *v1alpha1.RightsizingRecommendationStatus) []string {
 		// restarts and kills in full, and one without a throttling
 		// baseline starts its window anew: cutting errs towards a
 		// rollback, never towards a change left unwatched.
-		if list("change.restartBaselines", len(ch.RestartBaselines), maxBaselines) {
-			ch.RestartBaselines = ch.RestartBaselines[:maxBaselines]
+		if list("change.restartBaselines", len(ch.RestartBaselines), v1alpha1.MaxBaselines) {
+			ch.RestartBaselines = ch.RestartBaselines[:v1alpha1.MaxBaselines]
 		}
-		if list("change.oomBaselines", len(ch.OOMBaselines), maxBaselines) {
-			ch.OOMBaselines = ch.OOMBaselines[:maxBaselines]
+		if list("change.oomBaselines", len(ch.OOMBaselines), v1alpha1.MaxBaselines) {
+			ch.OOMBaselines = ch.OOMBaselines[:v1alpha1.MaxBaselines]
 		}
-		if list("change.throttlingBaselines", len(ch.ThrottlingBaselines), maxBaselines) {
-			ch.ThrottlingBaselines = ch.ThrottlingBaselines[:maxBaselines]
+		if list("change.throttlingBaselines", len(ch.ThrottlingBaselines), v1alpha1.MaxBaselines) {
+			ch.ThrottlingBaselines = ch.ThrottlingBaselines[:v1alpha1.MaxBaselines]
 		}
 	}
 	return cut

@@ -10,19 +10,19 @@ import (
 )
 
 // TestHistoryIsNumberedAndTheNumbersOutliveTheTrim: each action gets the
-// next Seq, the oldest are trimmed at historyLimit without renumbering, and
+// next Seq, the oldest are trimmed at v1alpha1.MaxHistory without renumbering, and
 // a history recorded before Seq existed is numbered by position, as the
 // hub forwarder numbered it (forward.SeqOf), so its idempotency keys stay
 // the same across the upgrade.
 func TestHistoryIsNumberedAndTheNumbersOutliveTheTrim(t *testing.T) {
 	var rsr v1alpha1.RightsizingRecommendation
-	for range historyLimit + 5 {
+	for range v1alpha1.MaxHistory + 5 {
 		addHistory(&rsr, v1alpha1.Action{Type: v1alpha1.ActionBlocked})
 	}
 	h := rsr.Status.History
-	assert.Len(t, h, historyLimit)
+	assert.Len(t, h, v1alpha1.MaxHistory)
 	assert.Equal(t, int64(6), h[0].Seq, "seq 1 to 5 trimmed")
-	assert.Equal(t, int64(historyLimit+5), h[len(h)-1].Seq)
+	assert.Equal(t, int64(v1alpha1.MaxHistory+5), h[len(h)-1].Seq)
 
 	var legacy v1alpha1.RightsizingRecommendation
 	legacy.Status.History = []v1alpha1.Action{{Type: v1alpha1.ActionApplied}, {Type: v1alpha1.ActionHealthy}}

@@ -127,7 +127,7 @@ func TestRollbackOfFortyFailingPodsIsRecorded(t *testing.T) {
 	rb := historyOf(rsr, v1alpha1.ActionRolledBack)
 	require.Len(t, rb, 1)
 	msg := rb[0].Message
-	assert.LessOrEqual(t, len(msg), maxActionMessage)
+	assert.LessOrEqual(t, len(msg), v1alpha1.MaxActionMessageLength)
 	assert.True(t, utf8.ValidString(msg), "cut on a rune boundary")
 	assert.Contains(t, msg, "not resized back, these keep the changed values until they are recreated: pod web-h1-")
 	m := regexp.MustCompile(`… \(and (\d+) more pods\)$`).FindStringSubmatch(msg)
@@ -223,25 +223,25 @@ func TestFittedStatusIsAcceptedByTheCRD(t *testing.T) {
 	require.NoError(t, c.Status().Update(ctx, rsr), "the fitted status is accepted")
 	got := getRSR(t, c, ns, "web")
 	ch := got.Status.Change
-	require.Len(t, ch.Touched, maxTouched)
+	require.Len(t, ch.Touched, v1alpha1.MaxTouched)
 	assert.Equal(t, "Deployment", ch.Touched[0].Kind, "the workload is kept")
-	assert.Equal(t, int32(2001-maxTouched), ch.TouchedOmitted)
-	assert.Len(t, ch.RestartBaselines, maxBaselines)
+	assert.Equal(t, int32(2001-v1alpha1.MaxTouched), ch.TouchedOmitted)
+	assert.Len(t, ch.RestartBaselines, v1alpha1.MaxBaselines)
 	h := got.Status.History[0]
-	assert.LessOrEqual(t, len(h.Message), maxActionMessage)
+	assert.LessOrEqual(t, len(h.Message), v1alpha1.MaxActionMessageLength)
 	assert.Regexp(t, `… \(and \d+ more bytes\)$`, h.Message)
 	assert.True(t, utf8.ValidString(h.Message))
-	require.Len(t, h.Figures, maxFigures)
-	assert.Equal(t, "… and 5 more figures", h.Figures[maxFigures-1])
-	assert.LessOrEqual(t, len(h.Figures[0]), maxFigure)
-	assert.Len(t, got.Status.Breach.Figures, maxFigures)
-	assert.LessOrEqual(t, len(got.Status.Rollback.Message), maxRollbackMessage)
-	assert.LessOrEqual(t, len(got.Status.Message), maxStatusMessage)
+	require.Len(t, h.Figures, v1alpha1.MaxFigures)
+	assert.Equal(t, "… and 5 more figures", h.Figures[v1alpha1.MaxFigures-1])
+	assert.LessOrEqual(t, len(h.Figures[0]), v1alpha1.MaxFigureLength)
+	assert.Len(t, got.Status.Breach.Figures, v1alpha1.MaxFigures)
+	assert.LessOrEqual(t, len(got.Status.Rollback.Message), v1alpha1.MaxRollbackMessageLength)
+	assert.LessOrEqual(t, len(got.Status.Message), v1alpha1.MaxStatusMessageLength)
 }
 
-// TestCutsSayWhatTheyLeaveOut: fit and joinFit stay within their bound,
-// cut on a rune boundary and count what they leave out; capTouched keeps
-// the objects that are not pods.
+// TestCutsSayWhatTheyLeaveOut: fit, cutTo and joinFit stay within their
+// bound and cut on a rune boundary; fit and joinFit count what they leave
+// out; capTouched keeps the objects that are not pods.
 func TestCutsSayWhatTheyLeaveOut(t *testing.T) {
 	s := strings.Repeat("日本", 1000) // three bytes a rune
 	for _, n := range []int{0, 5, 30, 31, 32, 100, 4096} {
@@ -254,6 +254,16 @@ func TestCutsSayWhatTheyLeaveOut(t *testing.T) {
 		assert.Equal(t, len(s), len(m[1])+left, "n=%d: the count is what was left out", n)
 	}
 	assert.Equal(t, "short", fit("short", 5))
+	// The refusals' mark, "…" alone, is cut the same way.
+	for _, n := range []int{3, 4, 5, 256, 1024} {
+		got := cutTo(s, n, ellipsis)
+		assert.LessOrEqual(t, len(got), n, "n=%d", n)
+		require.True(t, utf8.ValidString(got), "n=%d", n)
+		prefix, ok := strings.CutSuffix(got, "…")
+		require.True(t, ok, got)
+		assert.True(t, strings.HasPrefix(s, prefix), "n=%d", n)
+		assert.Greater(t, len(prefix), n-len("…")-utf8.UTFMax, "n=%d: only a partial rune is dropped", n)
+	}
 
 	items := make([]string, 40)
 	for i := range items {
@@ -273,11 +283,11 @@ func TestCutsSayWhatTheyLeaveOut(t *testing.T) {
 	}
 	touched = append(touched, v1alpha1.TouchedObject{Kind: "HorizontalPodAutoscaler", Name: "web"})
 	kept, omitted := capTouched(touched)
-	require.Len(t, kept, maxTouched)
-	assert.Equal(t, int32(1502-maxTouched), omitted)
+	require.Len(t, kept, v1alpha1.MaxTouched)
+	assert.Equal(t, int32(1502-v1alpha1.MaxTouched), omitted)
 	assert.Equal(t, "Deployment", kept[0].Kind)
-	assert.Equal(t, "HorizontalPodAutoscaler", kept[maxTouched-1].Kind)
-	assert.Equal(t, "1021", kept[maxTouched-2].Name)
+	assert.Equal(t, "HorizontalPodAutoscaler", kept[v1alpha1.MaxTouched-1].Kind)
+	assert.Equal(t, "1021", kept[v1alpha1.MaxTouched-2].Name)
 	small, none := capTouched(touched[:10])
 	assert.Len(t, small, 10)
 	assert.Zero(t, none)

@@ -256,7 +256,7 @@ func recommendOne(m *recommend.Model, st *recommend.ContainerState, t *vpaTarget
 // source VPA (nil for source Kerf), and records the source in the basis.
 // ok is false when the workload takes its targets from a VPA and there are
 // none to take (counted and logged): nothing is written.
-func (r *recommender) fromVPA(ctx context.Context, ref workload.Ref, rw *resolvedWorkload, basis *recommendationBasis, now time.Time) (t *vpaTargets, ok bool, err error) {
+func (r *recommender) fromVPA(ctx context.Context, ref workload.Ref, rw *resolvedWorkload, basis *v1alpha1.RecommendationBasis, now time.Time) (t *vpaTargets, ok bool, err error) {
 	basis.Source = v1alpha1.RecommendSourceKerf
 	if rw.resolved.Spec.Recommend.Source != v1alpha1.RecommendSourceVPA {
 		return nil, true, nil
@@ -269,16 +269,10 @@ func (r *recommender) fromVPA(ctx context.Context, ref workload.Ref, rw *resolve
 	return t, true, nil
 }
 
-// boundBasis is a bound in the basis: millicores and bytes.
-type boundBasis struct {
-	CPUMilli    int64 `json:"cpuMilli,omitempty"`
-	MemoryBytes int64 `json:"memoryBytes,omitempty"`
-}
-
 // boundBasisOf is a bound for the basis; nil when unset.
-func boundBasisOf(b recommend.Resources) *boundBasis {
+func boundBasisOf(b recommend.Resources) *v1alpha1.BoundBasis {
 	if b == (recommend.Resources{}) {
 		return nil
 	}
-	return &boundBasis{CPUMilli: b.CPUMilli, MemoryBytes: b.MemoryBytes}
+	return &v1alpha1.BoundBasis{CPUMilli: b.CPUMilli, MemoryBytes: b.MemoryBytes}
 }

@@ -245,7 +245,7 @@ func vpaWeb(t *testing.T, p *v1alpha1.RightsizingPolicy, before func(*signals.St
 
 // waitVPARecommended waits for web's recommendation and returns it with
 // its basis, checking the basis names the VPA.
-func waitVPARecommended(t *testing.T, c client.Client, ns, vpaName string) (*v1alpha1.RightsizingRecommendation, recommendationBasis) {
+func waitVPARecommended(t *testing.T, c client.Client, ns, vpaName string) (*v1alpha1.RightsizingRecommendation, v1alpha1.RecommendationBasis) {
 	t.Helper()
 	var rsr v1alpha1.RightsizingRecommendation
 	require.Eventually(t, func() bool {
@@ -253,7 +253,7 @@ func waitVPARecommended(t *testing.T, c client.Client, ns, vpaName string) (*v1a
 	}, 30*time.Second, 50*time.Millisecond, "the recommender made no recommendation from the VPA")
 	assert.Equal(t, v1alpha1.RecommendedByKerf, rsr.Labels[v1alpha1.RecommendedByLabel])
 	require.Len(t, rsr.Spec.Containers, 1)
-	var basis recommendationBasis
+	var basis v1alpha1.RecommendationBasis
 	require.NoError(t, json.Unmarshal([]byte(rsr.Annotations[v1alpha1.RecommendationBasisAnnotation]), &basis))
 	assert.Equal(t, v1alpha1.RecommendSourceVPA, basis.Source)
 	assert.Equal(t, vpaName, basis.VPA)
@@ -295,8 +295,8 @@ func TestRecommenderTakesTheTargetOfAVPAInOffMode(t *testing.T) {
 	assert.Equal(t, int64(180<<20), cb.TargetMemoryBytes)
 	require.NotNil(t, cb.Lower)
 	require.NotNil(t, cb.Upper)
-	assert.Equal(t, boundBasis{CPUMilli: 60, MemoryBytes: 90 << 20}, *cb.Lower, "the VPA's lower bound, as figures")
-	assert.Equal(t, boundBasis{CPUMilli: 240, MemoryBytes: 360 << 20}, *cb.Upper, "the VPA's upper bound, as figures")
+	assert.Equal(t, v1alpha1.BoundBasis{CPUMilli: 60, MemoryBytes: 90 << 20}, *cb.Lower, "the VPA's lower bound, as figures")
+	assert.Equal(t, v1alpha1.BoundBasis{CPUMilli: 240, MemoryBytes: 360 << 20}, *cb.Upper, "the VPA's upper bound, as figures")
 	assert.Empty(t, cb.Refusals)
 
 	// A new target is followed.
@@ -323,9 +323,9 @@ func TestRecommenderKeepsTheOOMLatchOverAVPA(t *testing.T) {
 	assert.Equal(t, int64(150), got.Requests.CPU.MilliValue(), "CPU follows the VPA")
 	assert.GreaterOrEqual(t, got.Requests.Memory.Value(), int64(356<<20), "memory request %s after an OOM kill, though the VPA says 100Mi", got.Requests.Memory)
 	assert.GreaterOrEqual(t, got.Limits.Memory.Value(), got.Requests.Memory.Value())
-	var oom *refusalBasis
+	var oom *v1alpha1.RefusalBasis
 	for i, f := range basis.Containers[0].Refusals {
-		if f.Reason == recommend.ReasonOOMKill && f.Resource == recommend.Memory && f.Field == recommend.Request {
+		if recommend.Reason(f.Reason) == recommend.ReasonOOMKill && recommend.Resource(f.Resource) == recommend.Memory && recommend.Field(f.Field) == recommend.Request {
 			oom = &basis.Containers[0].Refusals[i]
 		}
 	}

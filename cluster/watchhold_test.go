@@ -46,7 +46,7 @@ func TestRecommenderWaitsForTheWatchSoTheOOMKillRollsBack(t *testing.T) {
 		return len(watchRunningRefusals(t, rsr)) > 0 && len(historyOf(rsr, v1alpha1.ActionRefused)) > 0
 	}, "the recommender never said it holds its CPU raise for the watch")
 	f := watchRunningRefusals(t, held)[0]
-	assert.Equal(t, recommend.CPU, f.Resource)
+	assert.Equal(t, v1alpha1.ResourceCPU, f.Resource)
 	assert.Greater(t, f.Asked, f.Held, "it would raise CPU")
 	assert.Equal(t, lowered.Requests.CPU.MilliValue(), f.Held, "held at the watched value")
 	assert.Contains(t, f.Message, "is still watched")
@@ -132,14 +132,14 @@ func TestAPersonsChangeWaitsForTheWatch(t *testing.T) {
 
 // watchRunningRefusals are the WatchRunning refusals of a recommendation's
 // basis annotation.
-func watchRunningRefusals(t *testing.T, rsr *v1alpha1.RightsizingRecommendation) []refusalBasis {
+func watchRunningRefusals(t *testing.T, rsr *v1alpha1.RightsizingRecommendation) []v1alpha1.RefusalBasis {
 	t.Helper()
-	var basis recommendationBasis
+	var basis v1alpha1.RecommendationBasis
 	require.NoError(t, json.Unmarshal([]byte(rsr.Annotations[v1alpha1.RecommendationBasisAnnotation]), &basis))
-	var out []refusalBasis
+	var out []v1alpha1.RefusalBasis
 	for _, cb := range basis.Containers {
 		for _, f := range cb.Refusals {
-			if f.Reason == recommend.ReasonWatchRunning {
+			if recommend.Reason(f.Reason) == recommend.ReasonWatchRunning {
 				out = append(out, f)
 			}
 		}

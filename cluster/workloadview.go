@@ -2,11 +2,9 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,11 +58,11 @@ func (v *WorkloadViews) Workload(ctx context.Context, id webui.WorkloadID) (webu
 	}
 	view.Containers = containerValues(&rsr, w)
 	if raw := rsr.Annotations[v1alpha1.RecommendationBasisAnnotation]; raw != "" {
-		var b webui.Basis
-		if err := json.Unmarshal([]byte(raw), &b); err != nil {
-			view.BasisError = fmt.Sprintf("annotation %s: %v", v1alpha1.RecommendationBasisAnnotation, err)
+		b, err := v1alpha1.ParseRecommendationBasis(raw)
+		if err != nil {
+			view.BasisError = err.Error()
 		} else {
-			view.Basis = &b
+			view.Basis = b
 		}
 	}
 	for i := range rsr.Status.History {
@@ -81,27 +79,19 @@ func (v *WorkloadViews) Workload(ctx context.Context, id webui.WorkloadID) (webu
 }
 
 // resolvePolicy finds the policy that governs the workload as the
-// reconciler does (context.go): by the namespace's labels and the
+// reconciler does (policy.Gatherer): by the namespace's labels and the
 // workload's own, or by kind, namespace and name alone when the workload
 // does not exist.
 func (v *WorkloadViews) resolvePolicy(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, w *workload.Workload, view *webui.WorkloadView) error {
-	var ns corev1.Namespace
-	if err := v.Reader.Get(ctx, client.ObjectKey{Name: rsr.Namespace}, &ns); err != nil {
-		return fmt.Errorf("read namespace %s: %w", rsr.Namespace, err)
+	pols, err := policy.Gatherer{Reader: v.Reader}.InNamespace(ctx, rsr.Namespace)
+	if err != nil {
+		return err
 	}
 	pw := policy.Workload{Kind: rsr.Spec.TargetRef.Kind, Namespace: rsr.Namespace, Name: rsr.Spec.TargetRef.Name}
 	if w != nil {
 		pw.Labels = w.Object.GetLabels()
 	}
-	var namespaced v1alpha1.RightsizingPolicyList
-	if err := v.Reader.List(ctx, &namespaced, client.InNamespace(rsr.Namespace)); err != nil {
-		return fmt.Errorf("list RightsizingPolicies in %s: %w", rsr.Namespace, err)
-	}
-	var cluster v1alpha1.ClusterRightsizingPolicyList
-	if err := v.Reader.List(ctx, &cluster); err != nil {
-		return fmt.Errorf("list ClusterRightsizingPolicies: %w", err)
-	}
-	res, err := policy.Resolve(pw, ns.Labels, namespaced.Items, cluster.Items)
+	res, err := pols.Resolve(pw)
 	switch {
 	case err != nil:
 		view.PolicyError = err.Error()

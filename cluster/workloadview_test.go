@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -107,13 +106,13 @@ func rolledBackWeb(t *testing.T) (*testLeader, string, net.Addr) {
 		}
 	}
 
-	basis := webui.Basis{MadeAt: now.Add(-time.Hour).UTC().Truncate(time.Second), Policy: "RightsizingPolicy/default", CPUPercentile: 0.9, MemoryPercentile: 0.9, SafetyMargin: 0.15,
-		Containers: []webui.BasisContainer{{Name: "app", Samples: 8640, History: "24h0m0s", Confidence: 1, TargetCPUMilli: 210, TargetMemoryBytes: 110 << 20,
-			Refusals: []webui.Refusal{{Resource: "cpu", Field: "request", Reason: "MinChange", Asked: 450, Held: 500, Observed: 0.1, Threshold: 0.1,
+	basis := v1alpha1.RecommendationBasis{MadeAt: now.Add(-time.Hour).UTC().Truncate(time.Second), Policy: "RightsizingPolicy/default", CPUPercentile: 0.9, MemoryPercentile: 0.9, SafetyMargin: 0.15,
+		Containers: []v1alpha1.ContainerBasis{{Name: "app", Samples: 8640, History: "24h0m0s", Confidence: 1, TargetCPUMilli: 210, TargetMemoryBytes: 110 << 20,
+			Refusals: []v1alpha1.RefusalBasis{{Resource: "cpu", Field: "request", Reason: "MinChange", Asked: 450, Held: 500, Observed: 0.1, Threshold: 0.1,
 				Message: "cpu request 450m held at 500m: a change of 10% is below minChangePercent 10%"}}}}}
-	raw, err := json.Marshal(basis)
+	raw, err := basis.Encode()
 	require.NoError(t, err)
-	update(t, c, rsr, func() { rsr.Annotations = map[string]string{v1alpha1.RecommendationBasisAnnotation: string(raw)} })
+	update(t, c, rsr, func() { rsr.Annotations = map[string]string{v1alpha1.RecommendationBasisAnnotation: raw} })
 	require.Eventually(t, func() bool {
 		var got v1alpha1.RightsizingRecommendation
 		return l.mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(rsr), &got) == nil && got.Annotations[v1alpha1.RecommendationBasisAnnotation] != ""

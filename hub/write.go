@@ -292,10 +292,10 @@ func validateAction(p string, a *hubv1.Action, now time.Time) error {
 		return badField(p+".type", "%q: must be one of %s", a.Type, join(actionTypes))
 	case a.Phase != "" && !slices.Contains(phases, a.Phase):
 		return badField(p+".phase", "%q: must be empty or one of %s", a.Phase, join(phases))
-	case len(a.Reason) > 128:
-		return badField(p+".reason", "at most 128 bytes, not %d", len(a.Reason))
-	case len(a.Message) > 4096:
-		return badField(p+".message", "at most 4096 bytes, not %d", len(a.Message))
+	case len(a.Reason) > v1alpha1.MaxReasonLength:
+		return badField(p+".reason", "at most %d bytes, not %d", v1alpha1.MaxReasonLength, len(a.Reason))
+	case len(a.Message) > v1alpha1.MaxActionMessageLength:
+		return badField(p+".message", "at most %d bytes, not %d", v1alpha1.MaxActionMessageLength, len(a.Message))
 	case len(validation.IsDNS1123Label(a.Namespace)) > 0:
 		return badField(p+".namespace", "%q: must be a namespace name (lower-case letters, digits and '-', at most 63)", a.Namespace)
 	case len(validation.IsDNS1123Subdomain(a.Recommendation)) > 0:
@@ -306,12 +306,12 @@ func validateAction(p string, a *hubv1.Action, now time.Time) error {
 		return badField(p+".workload.name", "%q: must be a workload name (lower-case letters, digits, '-' and '.', at most 253)", a.Workload.Name)
 	case len(a.Resources) > len(resourceNames):
 		return badField(p+".resources", "at most %d", len(resourceNames))
-	case len(a.Containers) > 64:
-		return badField(p+".containers", "at most 64, not %d", len(a.Containers))
-	case len(a.Figures) > 16:
-		return badField(p+".figures", "at most 16, not %d", len(a.Figures))
-	case len(a.Refusals) > 16:
-		return badField(p+".refusals", "at most 16, not %d", len(a.Refusals))
+	case len(a.Containers) > v1alpha1.MaxActionContainers:
+		return badField(p+".containers", "at most %d, not %d", v1alpha1.MaxActionContainers, len(a.Containers))
+	case len(a.Figures) > v1alpha1.MaxFigures:
+		return badField(p+".figures", "at most %d, not %d", v1alpha1.MaxFigures, len(a.Figures))
+	case len(a.Refusals) > v1alpha1.MaxActionRefusals:
+		return badField(p+".refusals", "at most %d, not %d", v1alpha1.MaxActionRefusals, len(a.Refusals))
 	}
 	for j, r := range a.Resources {
 		if !slices.Contains(resourceNames, r) || slices.Index(a.Resources, r) != j {
@@ -324,8 +324,8 @@ func validateAction(p string, a *hubv1.Action, now time.Time) error {
 		}
 	}
 	for j, f := range a.Figures {
-		if len(f) > 256 {
-			return badField(fmt.Sprintf("%s.figures[%d]", p, j), "at most 256 bytes, not %d", len(f))
+		if len(f) > v1alpha1.MaxFigureLength {
+			return badField(fmt.Sprintf("%s.figures[%d]", p, j), "at most %d bytes, not %d", v1alpha1.MaxFigureLength, len(f))
 		}
 	}
 	for j := range a.Refusals {
@@ -347,16 +347,16 @@ func validateRefusal(p string, f *v1alpha1.Refusal) error {
 		return badField(p+".resource", "%q: must be one of %s", f.Resource, join(resourceNames))
 	case !slices.Contains(refusalFields, f.Field):
 		return badField(p+".field", "%q: must be one of %s", f.Field, join(refusalFields))
-	case f.Reason == "" || len(f.Reason) > 64:
-		return badField(p+".reason", "must be 1 to 64 bytes, not %d", len(f.Reason))
+	case f.Reason == "" || len(f.Reason) > v1alpha1.MaxRefusalReasonLength:
+		return badField(p+".reason", "must be 1 to %d bytes, not %d", v1alpha1.MaxRefusalReasonLength, len(f.Reason))
 	case f.Asked < 0:
 		return badField(p+".asked", "%d: must not be negative", f.Asked)
 	case f.Held < 0:
 		return badField(p+".held", "%d: must not be negative", f.Held)
-	case len(f.Observed) > 32:
-		return badField(p+".observed", "at most 32 bytes, not %d", len(f.Observed))
-	case len(f.Threshold) > 32:
-		return badField(p+".threshold", "at most 32 bytes, not %d", len(f.Threshold))
+	case len(f.Observed) > v1alpha1.MaxRefusalFigureLength:
+		return badField(p+".observed", "at most %d bytes, not %d", v1alpha1.MaxRefusalFigureLength, len(f.Observed))
+	case len(f.Threshold) > v1alpha1.MaxRefusalFigureLength:
+		return badField(p+".threshold", "at most %d bytes, not %d", v1alpha1.MaxRefusalFigureLength, len(f.Threshold))
 	}
 	return nil
 }

@@ -32,6 +32,11 @@ var templates = template.Must(template.New("").Funcs(template.FuncMap{
 	"join":    joinResources,
 	"utc":     func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"short":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") },
+
+	// The recommender's basis, on the workload page.
+	"parameters": basisParameters,
+	"target":     basisTarget,
+	"percent":    percent,
 }).ParseFS(templateFS, "templates/*.html"))
 
 // Source reads the actions the Activity page shows. Query holds the audit

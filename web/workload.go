@@ -82,7 +82,7 @@ type WorkloadView struct {
 	// kerf.dev/recommendation-basis annotation); nil for a recommendation
 	// the recommender did not make. BasisError says why it could not be
 	// read.
-	Basis      *Basis
+	Basis      *v1alpha1.RecommendationBasis
 	BasisError string
 	// History are the recommendation's actions, oldest first
 	// (status.history).
@@ -123,52 +123,6 @@ type ContainerValues struct {
 	Recommended *v1alpha1.Resources
 	// Manifest are the pod template's values; nil when not known.
 	Manifest *v1alpha1.Resources
-}
-
-// Basis is the JSON of the kerf.dev/recommendation-basis annotation the
-// recommender writes (docs/recommender.md): the figures it made the values
-// from and the values it refused to recommend, with why.
-type Basis struct {
-	// MadeAt is when the values were computed.
-	MadeAt time.Time `json:"madeAt"`
-	// Policy is the policy whose spec.recommend the values follow.
-	Policy string `json:"policy"`
-	// CPUPercentile, MemoryPercentile and SafetyMargin are the estimators'
-	// parameters, as fractions.
-	CPUPercentile    float64 `json:"cpuPercentile"`
-	MemoryPercentile float64 `json:"memoryPercentile"`
-	SafetyMargin     float64 `json:"safetyMargin"`
-	// Containers are the figures per container.
-	Containers []BasisContainer `json:"containers"`
-}
-
-// BasisContainer is one container's figures in a Basis.
-type BasisContainer struct {
-	// Name is the container's name.
-	Name string `json:"name"`
-	// Samples, History and Confidence are the usage history's.
-	Samples    uint32  `json:"samples"`
-	History    string  `json:"history"`
-	Confidence float64 `json:"confidence"`
-	// TargetCPUMilli and TargetMemoryBytes are the estimate before the
-	// latches and guards.
-	TargetCPUMilli    int64 `json:"targetCPUMilli"`
-	TargetMemoryBytes int64 `json:"targetMemoryBytes"`
-	// Refusals are the values held back, with why.
-	Refusals []Refusal `json:"refusals,omitempty"`
-}
-
-// Refusal is a value the recommender held back, with why.
-type Refusal struct {
-	Resource  string       `json:"resource"`
-	Field     string       `json:"field"`
-	Reason    string       `json:"reason"`
-	Asked     int64        `json:"asked"`
-	Held      int64        `json:"held"`
-	Observed  float64      `json:"observed"`
-	Threshold float64      `json:"threshold"`
-	At        *metav1.Time `json:"at,omitempty"`
-	Message   string       `json:"message"`
 }
 
 // ContainerUsage is one container's usage over time, over all the
@@ -428,17 +382,15 @@ func limitsOf(r *v1alpha1.Resources) string {
 	return values(r.Limits)
 }
 
-// Target is the estimate before the latches and guards, as "cpu 250m,
-// memory 128Mi".
-func (c BasisContainer) Target() string {
+// basisTarget is a container's estimate before the latches and guards,
+// as "cpu 250m, memory 128Mi" (the template's target).
+func basisTarget(c v1alpha1.ContainerBasis) string {
 	return "cpu " + formatValue(v1alpha1.ResourceCPU, float64(c.TargetCPUMilli)) + ", memory " + formatValue(v1alpha1.ResourceMemory, float64(c.TargetMemoryBytes))
 }
 
-// ConfidencePercent is the confidence as a percentage.
-func (c BasisContainer) ConfidencePercent() string { return percent(c.Confidence) }
-
-// Parameters are the estimators' parameters, as percentages.
-func (b *Basis) Parameters() string {
+// basisParameters are the estimators' parameters, as percentages (the
+// template's parameters).
+func basisParameters(b *v1alpha1.RecommendationBasis) string {
 	return fmt.Sprintf("CPU percentile %s, memory percentile %s, safety margin %s", percent(b.CPUPercentile), percent(b.MemoryPercentile), percent(b.SafetyMargin))
 }
 

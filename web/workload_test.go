@@ -77,9 +77,9 @@ func rolledBack() web.WorkloadView {
 		Policy: &web.Policy{Kind: v1alpha1.PolicyKindNamespaced, Namespace: "shop", Name: "default", Weight: 10,
 			Guardrails: v1alpha1.Guardrails{Rollback: v1alpha1.RollbackGuardrails{OOMKills: ptr.To[int32](1), ThrottlingRatio: "0.25"}}},
 		Containers: []web.ContainerValues{{Name: "app", Recommended: ptr.To(mem("128Mi")), Manifest: ptr.To(mem("256Mi"))}},
-		Basis: &web.Basis{MadeAt: t0.Add(-time.Minute), Policy: "RightsizingPolicy/default", CPUPercentile: 0.9, MemoryPercentile: 0.9, SafetyMargin: 0.15,
-			Containers: []web.BasisContainer{{Name: "app", Samples: 8640, History: "24h0m0s", Confidence: 1, TargetCPUMilli: 120, TargetMemoryBytes: 120 << 20,
-				Refusals: []web.Refusal{{Resource: "memory", Field: "limit", Reason: "OOMLatch", Message: "memory limit held at 256Mi after an OOM kill"}}}}},
+		Basis: &v1alpha1.RecommendationBasis{MadeAt: t0.Add(-time.Minute), Policy: "RightsizingPolicy/default", CPUPercentile: 0.9, MemoryPercentile: 0.9, SafetyMargin: 0.15,
+			Containers: []v1alpha1.ContainerBasis{{Name: "app", Samples: 8640, History: "24h0m0s", Confidence: 1, TargetCPUMilli: 120, TargetMemoryBytes: 120 << 20,
+				Refusals: []v1alpha1.RefusalBasis{{Resource: "memory", Field: "limit", Reason: "OOMLatch", Message: "memory limit held at 256Mi after an OOM kill"}}}}},
 		History: []auditv1.Entry{applied, back},
 		Usage:   []web.ContainerUsage{{Container: "app", Step: time.Minute, Points: pts}},
 		Now:     t0.Add(15 * time.Minute),
@@ -107,6 +107,7 @@ func TestWorkloadPageShowsTheRollbackPlainly(t *testing.T) {
 	assert.Contains(t, body, `<tr><th scope="row">app</th><td data-label="Recommended requests">memory 128Mi</td><td data-label="Recommended limits">memory 128Mi</td><td data-label="Manifest requests">memory 256Mi</td><td data-label="Manifest limits">memory 256Mi</td></tr>`)
 	assert.Contains(t, body, "<li>memory limit: OOMLatch — memory limit held at 256Mi after an OOM kill</li>", "the recommender's refusal")
 	assert.Contains(t, body, "CPU percentile 90%, memory percentile 90%, safety margin 15%")
+	assert.Contains(t, body, "<dt>Estimate</dt><dd>cpu 120m, memory 120Mi</dd><dt>History</dt><dd>24h0m0s, 8640 samples, confidence 100%</dd>")
 }
 
 func TestWorkloadPageUnknownIs404(t *testing.T) {

@@ -349,6 +349,27 @@ type RightsizingRecommendationStatus struct {
 	History []Action `json:"history,omitempty"`
 }
 
+// The limits of a recommendation's status, beside the markers that set
+// them. The leader cuts what it writes to them, so no write is refused;
+// the hub checks the actions it receives against them. The markers cannot
+// name Go constants: limits_test.go checks that manifests/crd carries the
+// same figures.
+const (
+	// MaxReasonLength bounds status.reason and the reason of an action, a
+	// rollback and a turn.
+	MaxReasonLength = 128
+	// MaxStatusMessageLength bounds status.message.
+	MaxStatusMessageLength = 32768
+	// MaxConditionMessageLength bounds a condition's message; the marker
+	// is metav1.Condition's own.
+	MaxConditionMessageLength = 32768
+	// MaxRolledBackFingerprints bounds status.rolledBackFingerprints.
+	MaxRolledBackFingerprints = 100
+	// MaxHistory bounds status.history: the newest actions are kept
+	// (docs/design.md section 2).
+	MaxHistory = 100
+)
+
 // PolicyKind is the kind of a policy.
 // +kubebuilder:validation:Enum=RightsizingPolicy;ClusterRightsizingPolicy
 type PolicyKind string
@@ -434,6 +455,15 @@ type Change struct {
 	// +optional
 	OOMBaselines []OOMBaseline `json:"oomBaselines,omitempty"`
 }
+
+// The limits of a Change.
+const (
+	// MaxTouched bounds change.touched.
+	MaxTouched = 1024
+	// MaxBaselines bounds each of change.restartBaselines,
+	// change.oomBaselines and change.throttlingBaselines.
+	MaxBaselines = 4096
+)
 
 // OOMBaseline is one container instance's kernel OOM kill count (the
 // memory cgroup's cumulative oom_kill counter) at a point in time.
@@ -655,6 +685,14 @@ type RollbackState struct {
 	Turns []BackoffTurn `json:"turns,omitempty"`
 }
 
+// The limits of a RollbackState.
+const (
+	// MaxRollbackMessageLength bounds rollback.message.
+	MaxRollbackMessageLength = 4096
+	// MaxTurns bounds rollback.turns: the newest turns are kept.
+	MaxTurns = 100
+)
+
 // BackoffTurn is one attempt of the same values.
 type BackoffTurn struct {
 	// Turn is the attempt's number, from 1.
@@ -674,6 +712,9 @@ type BackoffTurn struct {
 	// +optional
 	Reason string `json:"reason,omitempty"`
 }
+
+// MaxOutcomeLength bounds a BackoffTurn's outcome.
+const MaxOutcomeLength = 64
 
 // The outcomes recorded on a BackoffTurn when it ends.
 const (
@@ -756,6 +797,19 @@ type Action struct {
 	Refusals []Refusal `json:"refusals,omitempty"`
 }
 
+// The limits of an Action; MaxFigures bounds a Breach's figures too.
+const (
+	// MaxActionMessageLength bounds an action's message.
+	MaxActionMessageLength = 4096
+	// MaxActionContainers bounds an action's containers.
+	MaxActionContainers = 64
+	// MaxFigures bounds an action's figures and MaxFigureLength each one.
+	MaxFigures      = 16
+	MaxFigureLength = 256
+	// MaxActionRefusals bounds a refused action's refusals.
+	MaxActionRefusals = 16
+)
+
 // Refusal is one value the recommender did not recommend, and why: the
 // figures of recommend.Refusal (docs/recommender.md).
 type Refusal struct {
@@ -790,6 +844,14 @@ type Refusal struct {
 	// +optional
 	At *metav1.Time `json:"at,omitempty"`
 }
+
+// The limits of a Refusal.
+const (
+	// MaxRefusalReasonLength bounds a refusal's reason.
+	MaxRefusalReasonLength = 64
+	// MaxRefusalFigureLength bounds a refusal's observed and threshold.
+	MaxRefusalFigureLength = 32
+)
 
 // ContainerValueChange is one container's old and new values in an action.
 type ContainerValueChange struct {

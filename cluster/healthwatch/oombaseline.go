@@ -13,9 +13,6 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 )
 
-// MaxOOMBaselines bounds status.change.oomBaselines, as the CRD does.
-const MaxOOMBaselines = 4096
-
 // oomInstance names one container instance for its OOM baseline: the
 // pod, the container and the instance's start in Unix seconds (status
 // times are whole seconds; math.MinInt64 when unknown).
@@ -81,10 +78,10 @@ func (b *oomBaselines) since(p *corev1.Pod, name string, in InstanceOOMKills, t0
 }
 
 // toRecord returns the baselines to record: the recorded ones with the
-// added ones, as many as MaxOOMBaselines leaves room for; nil when none is
-// added.
+// added ones, as many as v1alpha1.MaxBaselines (the CRD's bound of
+// status.change.oomBaselines) leaves room for; nil when none is added.
 func (b *oomBaselines) toRecord() []v1alpha1.OOMBaseline {
-	room := MaxOOMBaselines - len(b.recorded)
+	room := v1alpha1.MaxBaselines - len(b.recorded)
 	if len(b.added) == 0 || room <= 0 {
 		return nil
 	}

@@ -125,10 +125,6 @@ func truncated(r *big.Rat, decimals int) string {
 	return new(big.Rat).SetFrac(q, scale).FloatString(decimals)
 }
 
-// MaxThrottlingBaselines bounds status.change.throttlingBaselines, as the
-// CRD does.
-const MaxThrottlingBaselines = 4096
-
 // windowsWithBaselines sums the window [from, to] of the agents' raw
 // counters (as Counters does) with the recorded baselines added as samples
 // of the instance that ran at their time, so that a container whose window
@@ -183,7 +179,7 @@ func windowsWithBaselines(src CounterSource, pods []*corev1.Pod, names []string,
 			Periods: int64(min(x.Periods, math.MaxInt64)), Throttled: int64(min(x.Throttled, math.MaxInt64)), At: metav1.NewTime(x.At)})
 	}
 	var out []v1alpha1.ThrottlingBaseline
-	if room := MaxThrottlingBaselines - len(recorded); len(added) > 0 && room > 0 {
+	if room := v1alpha1.MaxBaselines - len(recorded); len(added) > 0 && room > 0 {
 		slices.SortFunc(added, func(a, b v1alpha1.ThrottlingBaseline) int {
 			return cmp.Or(cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.PodUID, b.PodUID), cmp.Compare(a.Container, b.Container))
 		})

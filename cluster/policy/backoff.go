@@ -12,9 +12,6 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 )
 
-// maxTurns is how many turns status.rollback.turns keeps (its MaxItems).
-const maxTurns = 100
-
 // StartMonitoring moves st to monitoring for the values identified by
 // fingerprint when they have just been applied under the governing
 // policy, and opens a turn (docs/design.md section 4). The same
@@ -268,11 +265,11 @@ func endTurn(st *v1alpha1.RollbackState, now time.Time, outcome, reason string) 
 	}
 }
 
-// appendTurn adds a turn, keeping the newest maxTurns.
+// appendTurn adds a turn, keeping the newest v1alpha1.MaxTurns.
 func appendTurn(turns []v1alpha1.BackoffTurn, t v1alpha1.BackoffTurn) []v1alpha1.BackoffTurn {
 	turns = append(turns, t)
-	if len(turns) > maxTurns {
-		turns = append([]v1alpha1.BackoffTurn(nil), turns[len(turns)-maxTurns:]...)
+	if len(turns) > v1alpha1.MaxTurns {
+		turns = append([]v1alpha1.BackoffTurn(nil), turns[len(turns)-v1alpha1.MaxTurns:]...)
 	}
 	return turns
 }

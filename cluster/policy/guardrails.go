@@ -318,10 +318,6 @@ func ceilSecond(t time.Time) time.Time {
 	return t
 }
 
-// maxRolledBackFingerprints is how many fingerprints
-// status.rolledBackFingerprints keeps (its MaxItems).
-const maxRolledBackFingerprints = 100
-
 // AddRolledBackFingerprint records that the values of fingerprint were
 // rolled back, so CheckApply does not apply them again unless the backoff
 // allows it (docs/design.md section 4). The list is a set; when full, the
@@ -331,8 +327,8 @@ func AddRolledBackFingerprint(status *v1alpha1.RightsizingRecommendationStatus, 
 		return
 	}
 	status.RolledBackFingerprints = append(status.RolledBackFingerprints, fingerprint)
-	if n := len(status.RolledBackFingerprints); n > maxRolledBackFingerprints {
-		status.RolledBackFingerprints = slices.Clone(status.RolledBackFingerprints[n-maxRolledBackFingerprints:])
+	if n := len(status.RolledBackFingerprints); n > v1alpha1.MaxRolledBackFingerprints {
+		status.RolledBackFingerprints = slices.Clone(status.RolledBackFingerprints[n-v1alpha1.MaxRolledBackFingerprints:])
 	}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -20,31 +19,6 @@ import (
 // maxBasis bounds the kerf.dev/recommendation-basis annotation explain
 // decodes (an object's annotations total at most 256 KiB).
 const maxBasis = 256 << 10
-
-// basis is the part of the kerf.dev/recommendation-basis annotation that
-// explain shows: the refusals per container (cluster/recommended.go's
-// recommendationBasis).
-type basis struct {
-	MadeAt     time.Time `json:"madeAt"`
-	Policy     string    `json:"policy"`
-	Source     string    `json:"source,omitempty"`
-	Containers []struct {
-		Name       string  `json:"name"`
-		Samples    uint32  `json:"samples"`
-		History    string  `json:"history"`
-		Confidence float64 `json:"confidence"`
-		Refusals   []struct {
-			Resource  string  `json:"resource"`
-			Field     string  `json:"field"`
-			Reason    string  `json:"reason"`
-			Asked     int64   `json:"asked"`
-			Held      int64   `json:"held"`
-			Observed  float64 `json:"observed"`
-			Threshold float64 `json:"threshold"`
-			Message   string  `json:"message"`
-		} `json:"refusals,omitempty"`
-	} `json:"containers"`
-}
 
 func newExplainCommand(o *options) *cobra.Command {
 	return &cobra.Command{
@@ -138,7 +112,7 @@ func explainTo(w io.Writer, now time.Time, r *v1alpha1.RightsizingRecommendation
 		for _, cb := range b.Containers {
 			for _, rf := range cb.Refusals {
 				line := fmt.Sprintf("  %s %s %s: %s, held %s instead of %s (observed %s, threshold %s)", cb.Name, rf.Resource, rf.Field, rf.Reason,
-					formatAmount(v1alpha1.ResourceName(rf.Resource), rf.Held), formatAmount(v1alpha1.ResourceName(rf.Resource), rf.Asked), decimal(rf.Observed), decimal(rf.Threshold))
+					formatAmount(rf.Resource, rf.Held), formatAmount(rf.Resource, rf.Asked), decimal(rf.Observed), decimal(rf.Threshold))
 				if rf.Message != "" {
 					line += "\n    " + rf.Message
 				}
@@ -200,15 +174,17 @@ func backoffNext(now time.Time, rb *v1alpha1.RollbackState) string {
 	return s
 }
 
-func decodeBasis(raw string) (*basis, error) {
+// decodeBasis reads the kerf.dev/recommendation-basis annotation, at most
+// maxBasis bytes.
+func decodeBasis(raw string) (*v1alpha1.RecommendationBasis, error) {
 	if len(raw) > maxBasis {
 		return nil, fmt.Errorf("annotation %s: %d bytes, more than %d", v1alpha1.RecommendationBasisAnnotation, len(raw), maxBasis)
 	}
-	var b basis
-	if err := json.Unmarshal([]byte(raw), &b); err != nil {
-		return nil, fmt.Errorf("decode annotation %s: %w", v1alpha1.RecommendationBasisAnnotation, err)
+	b, err := v1alpha1.ParseRecommendationBasis(raw)
+	if err != nil {
+		return nil, fmt.Errorf("decode %w", err)
 	}
-	return &b, nil
+	return b, nil
 }
 
 // lastOf is the newest action of type t, or nil.

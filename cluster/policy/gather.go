@@ -1,0 +1,106 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// Gatherer reads what choosing a workload's policy needs: its namespace's
+// labels and the policies that may select it. It is the package's one
+// reader; Policies.Resolve then decides with Resolve. cert-manager's
+// policies.Gatherer is the model.
+//
+// The reconciler, the recommender and the workload pages use it, so they
+// choose the same policy for a workload.
+type Gatherer struct {
+	// Reader reads namespaces and policies: the leader's cache.
+	Reader client.Reader
+}
+
+// Policies are the namespace labels and policies a Gatherer read, for one
+// namespace or for all.
+type Policies struct {
+	namespaces map[string]map[string]string
+	namespaced map[string][]v1alpha1.RightsizingPolicy
+	cluster    []v1alpha1.ClusterRightsizingPolicy
+}
+
+// InNamespace reads the namespace ns, its RightsizingPolicies and every
+// ClusterRightsizingPolicy: what a workload in ns is governed by.
+//
+// It runs on every reconcile, so the policies are the cache's own
+// objects, not copies. Resolve only reads them, and copies the spec of
+// the one it chooses.
+func (g Gatherer) InNamespace(ctx context.Context, ns string) (*Policies, error) {
+	var namespace corev1.Namespace
+	if err := g.Reader.Get(ctx, client.ObjectKey{Name: ns}, &namespace); err != nil {
+		return nil, fmt.Errorf("read namespace %s: %w", ns, err)
+	}
+	var namespaced v1alpha1.RightsizingPolicyList
+	if err := g.Reader.List(ctx, &namespaced, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list RightsizingPolicies in %s: %w", ns, err)
+	}
+	var cluster v1alpha1.ClusterRightsizingPolicyList
+	if err := g.Reader.List(ctx, &cluster, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list ClusterRightsizingPolicies: %w", err)
+	}
+	return &Policies{
+		namespaces: map[string]map[string]string{ns: namespace.Labels},
+		namespaced: map[string][]v1alpha1.RightsizingPolicy{ns: namespaced.Items},
+		cluster:    cluster.Items,
+	}, nil
+}
+
+// All reads every namespace and every policy, once for a pass over many
+// workloads (the recommender's).
+func (g Gatherer) All(ctx context.Context) (*Policies, error) {
+	var nss corev1.NamespaceList
+	if err := g.Reader.List(ctx, &nss); err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	var namespaced v1alpha1.RightsizingPolicyList
+	if err := g.Reader.List(ctx, &namespaced); err != nil {
+		return nil, fmt.Errorf("list RightsizingPolicies: %w", err)
+	}
+	var cluster v1alpha1.ClusterRightsizingPolicyList
+	if err := g.Reader.List(ctx, &cluster); err != nil {
+		return nil, fmt.Errorf("list ClusterRightsizingPolicies: %w", err)
+	}
+	p := &Policies{namespaces: map[string]map[string]string{}, namespaced: map[string][]v1alpha1.RightsizingPolicy{}, cluster: cluster.Items}
+	for _, ns := range nss.Items {
+		p.namespaces[ns.Name] = ns.Labels
+	}
+	for _, np := range namespaced.Items {
+		p.namespaced[np.Namespace] = append(p.namespaced[np.Namespace], np)
+	}
+	return p, nil
+}
+
+// Resolve returns the policy that governs w, or nil, as the package's
+// Resolve does. A workload in a namespace the Policies were not read for
+// is judged without namespace labels or RightsizingPolicies.
+func (p *Policies) Resolve(w Workload) (*Resolved, error) {
+	return Resolve(w, p.namespaces[w.Namespace], p.namespaced[w.Namespace], p.cluster)
+}
+
+// AnyRecommends reports whether any policy enables spec.recommend.
+func (p *Policies) AnyRecommends() bool {
+	for _, c := range p.cluster {
+		if c.Spec.Recommend != nil && c.Spec.Recommend.Enabled {
+			return true
+		}
+	}
+	for _, ps := range p.namespaced {
+		for _, np := range ps {
+			if np.Spec.Recommend != nil && np.Spec.Recommend.Enabled {
+				return true
+			}
+		}
+	}
+	return false
+}
