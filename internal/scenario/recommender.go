@@ -2,7 +2,6 @@ package scenario
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -37,13 +36,13 @@ func RecommendPolicy(ns string, watchFor time.Duration) *v1alpha1.RightsizingPol
 // Refusal is one value the recommender held back, as its recommendation's
 // basis annotation (kerf.dev/recommendation-basis) records it.
 type Refusal struct {
-	Container string `json:"-"`
-	Resource  string `json:"resource"`
-	Field     string `json:"field"`
-	Reason    string `json:"reason"`
-	Asked     int64  `json:"asked"`
-	Held      int64  `json:"held"`
-	Message   string `json:"message"`
+	Container string
+	Resource  string
+	Field     string
+	Reason    string
+	Asked     int64
+	Held      int64
+	Message   string
 }
 
 // Refusals reads the refusals of the recommender's basis annotation.
@@ -52,20 +51,15 @@ func Refusals(rsr *v1alpha1.RightsizingRecommendation) ([]Refusal, error) {
 	if !ok {
 		return nil, nil
 	}
-	var basis struct {
-		Containers []struct {
-			Name     string    `json:"name"`
-			Refusals []Refusal `json:"refusals"`
-		} `json:"containers"`
-	}
-	if err := json.Unmarshal([]byte(raw), &basis); err != nil {
-		return nil, fmt.Errorf("annotation %s of %s/%s: %w", v1alpha1.RecommendationBasisAnnotation, rsr.Namespace, rsr.Name, err)
+	basis, err := v1alpha1.ParseRecommendationBasis(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
 	var out []Refusal
 	for _, c := range basis.Containers {
 		for _, f := range c.Refusals {
-			f.Container = c.Name
-			out = append(out, f)
+			out = append(out, Refusal{Container: c.Name, Resource: string(f.Resource), Field: f.Field, Reason: f.Reason,
+				Asked: f.Asked, Held: f.Held, Message: f.Message})
 		}
 	}
 	return out, nil
