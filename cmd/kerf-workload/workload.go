@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/kerf-dev/kerf/cgroup"
 )
 
 // pageSize is the stride at which allocated memory is touched, so that
@@ -158,7 +160,7 @@ func (w *workload) Handler() http.Handler {
 		_ = json.NewEncoder(rw).Encode(w.Stats())
 	})
 	mux.HandleFunc("GET /limits", func(rw http.ResponseWriter, _ *http.Request) {
-		l, err := readLimits(w.cgroupRoot)
+		l, err := cgroup.ReadLimits(w.cgroupRoot)
 		if err != nil {
 			http.Error(rw, err.Error(), http.StatusInternalServerError)
 			return

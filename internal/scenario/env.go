@@ -209,55 +209,13 @@ func (e *Env) ContainerDir(pod *corev1.Pod, container, ctrl string) (string, err
 }
 
 // Limits are a container's limits as the kernel enforces them, from cgroup
-// v1 or v2 files. The JSON is kerf-workload's GET /limits.
-type Limits struct {
-	// Version is the cgroup version the values come from: 1 or 2.
-	Version int `json:"cgroupVersion"`
-	// MemoryBytes is v1's memory.limit_in_bytes as the kernel writes it, or
-	// v2's memory.max (-1: "max").
-	MemoryBytes int64 `json:"memoryBytes"`
-	// CPUQuotaMicros is cpu.cfs_quota_us (-1: none); CPUPeriodMicros is
-	// cpu.cfs_period_us. On v2 they are cpu.max's two fields ("max" is -1).
-	CPUQuotaMicros  int64 `json:"cpuQuotaMicros"`
-	CPUPeriodMicros int64 `json:"cpuPeriodMicros"`
-	// CPUShares is v1's cpu.shares, which the CPU request sets (0 on v2).
-	CPUShares int64 `json:"cpuShares"`
-	// CPUWeight is v2's cpu.weight (0 on v1): runc converts the kubelet's
-	// shares to it, 1 + (shares-2)*9999/262142 in runc 1.1.
-	CPUWeight int64 `json:"cpuWeight"`
-	// MemoryOOMGroup says the OOM killer kills every process of the
-	// container together: v2's memory.oom.group is 1, which the kubelet
-	// sets by default (singleProcessOOMKill false). False on v1.
-	MemoryOOMGroup bool `json:"memoryOOMGroup"`
-}
-
-// CPUMillis is the quota as millicores (-1: none), on v1 and v2.
-func (l Limits) CPUMillis() int64 {
-	if l.CPUQuotaMicros < 0 || l.CPUPeriodMicros == 0 {
-		return -1
-	}
-	return l.CPUQuotaMicros * 1000 / l.CPUPeriodMicros
-}
-
-// MemoryFile names the file MemoryBytes comes from, for the narration.
-func (l Limits) MemoryFile() string {
-	if l.Version == 2 {
-		return "memory.max"
-	}
-	return "memory.limit_in_bytes"
-}
-
-// CPUQuotaFile names the file the CPU quota comes from, for the narration.
-func (l Limits) CPUQuotaFile() string {
-	if l.Version == 2 {
-		return "cpu.max"
-	}
-	return "cpu.cfs_quota_us"
-}
+// v1 or v2 files: cgroup.Limits, whose JSON kerf-workload's GET /limits
+// serves.
+type Limits = cgroup.Limits
 
 // cpuRequest says what the CPU request set in the kernel, for the
 // narration: cpu.shares on v1, cpu.weight on v2.
-func (l Limits) cpuRequest() string {
+func cpuRequest(l Limits) string {
 	if l.Version == 2 {
 		return fmt.Sprintf("cpu.weight %d", l.CPUWeight)
 	}

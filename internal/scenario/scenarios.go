@@ -365,7 +365,7 @@ func (e *Env) Restarts(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return r, err
 	}
-	r.mark("kernel", "%s, %s %d MiB", r.Before.cpuRequest(), r.Before.MemoryFile(), r.Before.MemoryBytes/Mi)
+	r.mark("kernel", "%s, %s %d MiB", cpuRequest(r.Before), r.Before.MemoryFile(), r.Before.MemoryBytes/Mi)
 	var hpa *v1alpha1.HPACoordination
 	if opts.HPA {
 		if err := e.Client.Create(ctx, hpaFor(e.Namespace, w.Name, 60)); err != nil {
@@ -402,7 +402,7 @@ func (e *Env) Restarts(ctx context.Context, opts Options) (*Result, error) {
 	if r.Applied, err = e.KernelLimits(ctx, pod, Container); err != nil {
 		return r, err
 	}
-	r.mark("kernel", "new pod: %s", r.Applied.cpuRequest())
+	r.mark("kernel", "new pod: %s", cpuRequest(r.Applied))
 	if opts.HPA {
 		if r.HPATarget[1], err = e.hpaTarget(ctx, w.Name); err != nil {
 			return r, err
@@ -472,7 +472,7 @@ func (e *Env) Restarts(ctx context.Context, opts Options) (*Result, error) {
 		return r, err
 	}
 	r.KernelRestored = time.Now()
-	r.mark("kernel", "new pod: %s, %s %d MiB", r.Restored.cpuRequest(), r.Restored.MemoryFile(), r.Restored.MemoryBytes/Mi)
+	r.mark("kernel", "new pod: %s, %s %d MiB", cpuRequest(r.Restored), r.Restored.MemoryFile(), r.Restored.MemoryBytes/Mi)
 	if opts.HPA {
 		if err := Poll(ctx, r.wait(30*time.Second), 50*time.Millisecond, "the HPA target back at 60%", func(ctx context.Context) (bool, error) {
 			t, err := e.hpaTarget(ctx, w.Name)

@@ -84,7 +84,7 @@ func TestLimitsDecodeTheWorkloadsV1AndV2Answers(t *testing.T) {
 			assert.Equal(t, tt.millis, l.CPUMillis())
 			assert.Equal(t, tt.memoryFile, l.MemoryFile())
 			assert.Equal(t, tt.cpuFile, l.CPUQuotaFile())
-			assert.Equal(t, tt.cpuRequest, l.cpuRequest())
+			assert.Equal(t, tt.cpuRequest, cpuRequest(l))
 		})
 	}
 }

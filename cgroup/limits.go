@@ -1,4 +1,4 @@
-package main
+package cgroup
 
 import (
 	"bytes"
@@ -10,14 +10,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-
-	"github.com/kerf-dev/kerf/cgroup"
 )
 
-// Limits is what GET /limits returns: the limits the kernel enforces on
-// this container, read from its own cgroup. The scenarios read it for pods
-// on a node whose cgroup files they cannot see (internal/scenario's Limits
-// decodes the same JSON).
+// Limits are the limits the kernel enforces on a container, read from its
+// cgroup's files on v1 or v2. The JSON is kerf-workload's GET /limits,
+// which the scenarios read for pods on a node whose cgroup files they
+// cannot see.
 type Limits struct {
 	// Version is the cgroup version the values come from: 1 or 2.
 	Version int `json:"cgroupVersion"`
@@ -31,7 +29,8 @@ type Limits struct {
 	CPUPeriodMicros int64 `json:"cpuPeriodMicros"`
 	// CPUShares is v1's cpu.shares (0 on v2).
 	CPUShares int64 `json:"cpuShares"`
-	// CPUWeight is v2's cpu.weight (0 on v1).
+	// CPUWeight is v2's cpu.weight (0 on v1): runc converts the kubelet's
+	// shares to it, 1 + (shares-2)*9999/262142 in runc 1.1.
 	CPUWeight int64 `json:"cpuWeight"`
 	// MemoryOOMGroup says the OOM killer kills every process of the cgroup
 	// together: v2's memory.oom.group is 1. False on v1, which has no such
@@ -39,13 +38,13 @@ type Limits struct {
 	MemoryOOMGroup bool `json:"memoryOOMGroup"`
 }
 
-// readLimits reads the limits of the cgroup mounted at root, the
-// container's /sys/fs/cgroup. On cgroup v2 containerd gives each container
+// ReadLimits reads the limits of the cgroup mounted at root, as a
+// container sees its /sys/fs/cgroup. On cgroup v2 containerd gives each container
 // its own cgroup namespace, so root is the container's cgroup; on v1 runc
 // mounts each controller's tree from the container's cgroup. A unified
 // mount (root/cgroup.controllers) means v2; otherwise the v1 controller
 // directories are read (a hybrid node's v1 trees hold the limits).
-func readLimits(root string) (Limits, error) {
+func ReadLimits(root string) (Limits, error) {
 	_, err := os.Stat(filepath.Join(root, "cgroup.controllers"))
 	switch {
 	case err == nil:
@@ -62,23 +61,23 @@ func readLimits(root string) (Limits, error) {
 // 4.19 has no memory.oom.group and kills one process).
 func readLimitsV2(dir string) (Limits, error) {
 	l := Limits{Version: 2}
-	raw, err := readFile(dir, "memory.max")
+	raw, err := readLimitFile(dir, "memory.max")
 	if err != nil {
 		return l, err
 	}
-	if l.MemoryBytes, err = parseMax(raw); err != nil {
+	if l.MemoryBytes, err = parseLimitMax(raw); err != nil {
 		return l, fmt.Errorf("%s: %w", filepath.Join(dir, "memory.max"), err)
 	}
-	if raw, err = readFile(dir, "cpu.max"); err != nil {
+	if raw, err = readLimitFile(dir, "cpu.max"); err != nil {
 		return l, err
 	}
 	if l.CPUQuotaMicros, l.CPUPeriodMicros, err = parseCPUMax(raw); err != nil {
 		return l, fmt.Errorf("%s: %w", filepath.Join(dir, "cpu.max"), err)
 	}
-	if l.CPUWeight, err = readValue(dir, "cpu.weight"); err != nil {
+	if l.CPUWeight, err = readLimitValue(dir, "cpu.weight"); err != nil {
 		return l, err
 	}
-	group, err := readValue(dir, "memory.oom.group")
+	group, err := readLimitValue(dir, "memory.oom.group")
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
@@ -95,10 +94,10 @@ func readLimitsV1(root string) (Limits, error) {
 	l := Limits{Version: 1}
 	mem, cpu := filepath.Join(root, "memory"), filepath.Join(root, "cpu")
 	var err error
-	if l.MemoryBytes, err = readValue(mem, "memory.limit_in_bytes"); err != nil {
+	if l.MemoryBytes, err = readLimitValue(mem, "memory.limit_in_bytes"); err != nil {
 		return l, err
 	}
-	raw, err := readFile(cpu, "cpu.cfs_quota_us")
+	raw, err := readLimitFile(cpu, "cpu.cfs_quota_us")
 	if err != nil {
 		return l, err
 	}
@@ -106,16 +105,16 @@ func readLimitsV1(root string) (Limits, error) {
 	if l.CPUQuotaMicros, err = strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64); err != nil {
 		return l, fmt.Errorf("%s: %w", filepath.Join(cpu, "cpu.cfs_quota_us"), err)
 	}
-	if l.CPUPeriodMicros, err = readValue(cpu, "cpu.cfs_period_us"); err != nil {
+	if l.CPUPeriodMicros, err = readLimitValue(cpu, "cpu.cfs_period_us"); err != nil {
 		return l, err
 	}
-	if l.CPUShares, err = readValue(cpu, "cpu.shares"); err != nil {
+	if l.CPUShares, err = readLimitValue(cpu, "cpu.shares"); err != nil {
 		return l, err
 	}
 	return l, nil
 }
 
-func readFile(dir, name string) ([]byte, error) {
+func readLimitFile(dir, name string) ([]byte, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, name))
 	if err != nil {
 		return nil, fmt.Errorf("read cgroup limit: %w", err)
@@ -123,14 +122,14 @@ func readFile(dir, name string) ([]byte, error) {
 	return raw, nil
 }
 
-// readValue reads a file of one decimal number and a newline.
-func readValue(dir, name string) (int64, error) {
-	raw, err := readFile(dir, name)
+// readLimitValue reads a file of one decimal number and a newline.
+func readLimitValue(dir, name string) (int64, error) {
+	raw, err := readLimitFile(dir, name)
 	if err != nil {
 		return 0, err
 	}
 	var v uint64
-	if err := cgroup.ParseValue(raw, &v); err != nil {
+	if err := ParseValue(raw, &v); err != nil {
 		return 0, fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
 	}
 	if v > math.MaxInt64 {
@@ -139,13 +138,13 @@ func readValue(dir, name string) (int64, error) {
 	return int64(v), nil
 }
 
-// parseMax parses a v2 file of one number or "max" (-1), and a newline.
-func parseMax(raw []byte) (int64, error) {
+// parseLimitMax parses a v2 file of one number or "max" (-1), and a newline.
+func parseLimitMax(raw []byte) (int64, error) {
 	if string(raw) == "max\n" {
 		return -1, nil
 	}
 	var v uint64
-	if err := cgroup.ParseValue(raw, &v); err != nil {
+	if err := ParseValue(raw, &v); err != nil {
 		return 0, fmt.Errorf("want a decimal integer or max: %w", err)
 	}
 	if v > math.MaxInt64 {
@@ -161,11 +160,35 @@ func parseCPUMax(raw []byte) (quota, period int64, err error) {
 	if len(f) != 2 || !bytes.HasSuffix(raw, []byte("\n")) {
 		return 0, 0, fmt.Errorf("%q: want \"$MAX $PERIOD\" and a newline", raw)
 	}
-	if quota, err = parseMax(append(slices.Clip(f[0]), '\n')); err != nil {
+	if quota, err = parseLimitMax(append(slices.Clip(f[0]), '\n')); err != nil {
 		return 0, 0, fmt.Errorf("quota: %w", err)
 	}
-	if period, err = parseMax(append(slices.Clip(f[1]), '\n')); err != nil || period <= 0 {
+	if period, err = parseLimitMax(append(slices.Clip(f[1]), '\n')); err != nil || period <= 0 {
 		return 0, 0, fmt.Errorf("period %q: want a positive number of microseconds", f[1])
 	}
 	return quota, period, nil
+}
+
+// CPUMillis is the quota as millicores (-1: none), on v1 and v2.
+func (l Limits) CPUMillis() int64 {
+	if l.CPUQuotaMicros < 0 || l.CPUPeriodMicros == 0 {
+		return -1
+	}
+	return l.CPUQuotaMicros * 1000 / l.CPUPeriodMicros
+}
+
+// MemoryFile names the file MemoryBytes comes from.
+func (l Limits) MemoryFile() string {
+	if l.Version == 2 {
+		return "memory.max"
+	}
+	return "memory.limit_in_bytes"
+}
+
+// CPUQuotaFile names the file the CPU quota comes from.
+func (l Limits) CPUQuotaFile() string {
+	if l.Version == 2 {
+		return "cpu.max"
+	}
+	return "cpu.cfs_quota_us"
 }
