@@ -123,6 +123,13 @@ func runDemo(args []string) int {
 	// The same OOM scenario on the VM node, in a namespace of its own.
 	v2 := &scenario.Env{Client: in.Client, Namespace: demoNamespace + "-v2", Out: os.Stdout, Node: in.Cluster.VMNode}
 	if in.Cluster.VMNode != "" {
+		// The VM's console gives its timelines the kernel's time of the kill.
+		if console, err := in.VMConsole(); err != nil {
+			say("the VM's console is not followed (%v): its timeline starts at what the agent and the kubelet report", err)
+		} else {
+			defer console.Close()
+			v2.Console = console
+		}
 		if err := freshNamespace(ctx, in.Client, v2.Namespace); err != nil {
 			fmt.Fprintf(os.Stderr, "namespace %s: %v\n", v2.Namespace, err)
 			teardown()

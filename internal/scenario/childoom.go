@@ -88,8 +88,8 @@ func (e *Env) ChildOOM(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return r, err
 	}
-	if e.Kills != nil {
-		if err := e.traceKill(ctx, r, pod); err != nil {
+	if e.Kills != nil || e.Console != nil {
+		if err := e.traceKill(ctx, r, pod, childComm); err != nil {
 			return r, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
@@ -34,6 +35,13 @@ type ConsoleKill struct {
 	Comm string
 	Seen time.Time
 }
+
+// The names (comm) the kernel gives kerf-workload's processes in its kill
+// lines: the program, and the child of POST /alloc?child=1.
+const (
+	workloadComm = "kerf-workload"
+	childComm    = "kerf-child"
+)
 
 // maxConsoleKills bounds what a ConsoleKills keeps: the oldest go first.
 const maxConsoleKills = 1024
@@ -103,6 +111,14 @@ func (k *ConsoleKills) record(line []byte, at time.Time) {
 	case k.notify <- struct{}{}:
 	default:
 	}
+}
+
+// VMConsole follows the console of the sandbox's VM node, for Env.Console.
+func (in *Installed) VMConsole() (*ConsoleKills, error) {
+	if in.Cluster.VMNode == "" {
+		return nil, fmt.Errorf("the sandbox at %s has no VM node", in.Cluster.StateDir)
+	}
+	return NewConsoleKills(filepath.Join(in.Cluster.StateDir, "logs", "vm.log"))
 }
 
 // Wait returns the first kill of a process named comm that the console

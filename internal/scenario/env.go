@@ -65,6 +65,9 @@ type Env struct {
 	// tracer on this machine) for the timelines, of pods on this machine
 	// only: a kill on the VM node is timed by the agent and the kubelet.
 	Kills *KillLog
+	// Console, when set, gives the time the VM node's console showed each
+	// OOM kill there, for the timelines of pods on the VM node.
+	Console *ConsoleKills
 	// Node, when set, is the node every workload the scenarios deploy runs
 	// on (nodeSelector kubernetes.io/hostname), tolerating the VM node's
 	// taint when it is the VM node (label sandbox.VMNodeTaint=true). Empty:

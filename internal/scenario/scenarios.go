@@ -144,12 +144,12 @@ func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return r, err
 	}
-	if e.Kills != nil {
+	if e.Kills != nil || e.Console != nil {
 		pods, err := e.RunningPods(ctx, w.Selector())
 		if err != nil || len(pods) == 0 {
 			return r, fmt.Errorf("the workload's pod is gone before the kill: %v", err)
 		}
-		if err := e.traceKill(ctx, r, &pods[0]); err != nil {
+		if err := e.traceKill(ctx, r, &pods[0], workloadComm); err != nil {
 			return r, err
 		}
 	}
@@ -172,16 +172,36 @@ func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 	return r, err
 }
 
-// traceKill starts waiting for the kernel's OOM kill of pod's container in
-// Env.Kills, for the timeline: a BPF tracer on this machine, so for pods on
-// the host node only.
-func (e *Env) traceKill(ctx context.Context, r *Result, pod *corev1.Pod) error {
+// traceKill starts waiting for the kernel's OOM kill of the process
+// named comm in pod's container, for the timeline: from Env.Kills (a BPF
+// tracer on this machine) for a pod on the host node, from Env.Console
+// (the VM's serial console) for a pod on the VM node. It does nothing
+// where the Env has neither.
+func (e *Env) traceKill(ctx context.Context, r *Result, pod *corev1.Pod, comm string) error {
 	vm, err := e.onVMNode(ctx, pod.Spec.NodeName)
 	if err != nil {
 		return err
 	}
-	if vm {
-		e.Say("no BPF timestamp of the kill: pod %s runs on the VM node %s, the tracer on this machine", pod.Name, pod.Spec.NodeName)
+	found := func(at time.Time, what string) {
+		e.mu.Lock()
+		r.kernelKill, r.kernelWhat = at, what
+		e.mu.Unlock()
+	}
+	switch {
+	case vm && e.Console != nil:
+		since := time.Now()
+		go func() {
+			kctx, cancel := context.WithTimeout(ctx, r.wait(time.Minute))
+			defer cancel()
+			if k, err := e.Console.Wait(kctx, since, comm); err == nil {
+				found(k.Seen, fmt.Sprintf("OOM kill of pid %d (%s), as the VM's console showed it", k.PID, k.Comm))
+			}
+		}()
+		return nil
+	case vm:
+		e.Say("no kernel time of the kill: pod %s runs on the VM node %s, and no console is followed", pod.Name, pod.Spec.NodeName)
+		return nil
+	case e.Kills == nil:
 		return nil
 	}
 	dir, err := e.ContainerDir(pod, Container, "memory")
@@ -196,10 +216,7 @@ func (e *Env) traceKill(ctx context.Context, r *Result, pod *corev1.Pod) error {
 		kctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		if ev, err := e.Kills.Wait(kctx, memcg); err == nil {
-			e.mu.Lock()
-			r.kernelKill = ev.Time()
-			r.kernelWhat = fmt.Sprintf("OOM kill of pid %d (%s), BPF timestamp", ev.TGID, ev.Comm)
-			e.mu.Unlock()
+			found(ev.Time(), fmt.Sprintf("OOM kill of pid %d (%s), BPF timestamp", ev.TGID, ev.Comm))
 		}
 	}()
 	return nil

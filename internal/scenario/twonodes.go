@@ -96,8 +96,8 @@ func (e *Env) TwoNodes(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return r, err
 	}
-	if e.Kills != nil {
-		if err := e.traceKill(ctx, r, victim); err != nil {
+	if e.Kills != nil || e.Console != nil {
+		if err := e.traceKill(ctx, r, victim, workloadComm); err != nil {
 			return r, err
 		}
 	}

@@ -61,7 +61,7 @@ func BenchmarkOOMKillToRollback(b *testing.B) {
 	defer kills.Close()
 	var console *scenario.ConsoleKills
 	if in.Cluster.VMNode != "" {
-		if console, err = scenario.NewConsoleKills(filepath.Join(in.Cluster.StateDir, "logs", "vm.log")); err != nil {
+		if console, err = in.VMConsole(); err != nil {
 			b.Fatal(err)
 		}
 		defer console.Close()

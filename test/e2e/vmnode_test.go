@@ -41,8 +41,15 @@ func TestV2NodeOOMInPlace(t *testing.T) {
 	e := env(t, in)
 	e.Node = in.Cluster.VMNode
 	ctx := t.Context()
+	console, err := in.VMConsole()
+	require.NoError(t, err, "the VM's console times the kernel's kill")
+	defer console.Close()
+	e.Console = console
 	r, err := e.OOM(ctx, scenario.Options{})
 	require.NoError(t, err)
+	require.True(t, slices.ContainsFunc(r.Timeline, func(m scenario.Mark) bool { return m.Who == "kernel" && strings.HasPrefix(m.What, "OOM kill of pid") }),
+		"the timeline has the kernel's kill, from the VM's console")
+	assert.False(t, r.RolledBack.Before(r.Signal), "rolled back after the kill")
 
 	rolledBack(t, in, e, r, v1alpha1.HealthWatchOOMKills, v1alpha1.ResourceMemory)
 	assert.Equal(t, 2, r.Before.Version, "read from cgroup v2 on the VM node")
