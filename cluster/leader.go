@@ -36,6 +36,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/forward"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
+	"github.com/kerf-dev/kerf/cluster/pages"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/webhook"
@@ -114,7 +115,7 @@ type Config struct {
 	Recommender RecommenderConfig
 	// UsageSeries bounds the usage series the workload pages chart
 	// (docs/web.md).
-	UsageSeries UsageSeriesConfig
+	UsageSeries pages.UsageSeriesConfig
 	// Workers is how many recommendations the leader reconciles at once
 	// (the controller's MaxConcurrentReconciles); 0 means DefaultWorkers.
 	Workers int
@@ -195,7 +196,7 @@ type Leader struct {
 	// for a certificate of the user's.
 	streamIssuer atomic.Pointer[cert.SelfManaged]
 	// usage is the usage series of the workload pages.
-	usage *UsageSeries
+	usage *pages.UsageSeries
 	// recommendations reads every recommendation from the cache's own
 	// objects, for the periodic passes (cachedRecommendations).
 	recommendations forward.Recommendations
@@ -446,8 +447,8 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		return nil, fmt.Errorf("the recommendations' informer: %w", err)
 	}
 	l.recommendations = cachedRecommendations(recs, mgr.GetClient())
-	l.usage = NewUsageSeries(workload.Indexed(workload.ReadOnly(mgr.GetClient())), sig, cfg.UsageSeries, cfg.Now, log)
-	l.usage.recommendations = l.recommendations
+	l.usage = pages.NewUsageSeries(workload.Indexed(workload.ReadOnly(mgr.GetClient())), sig, cfg.UsageSeries, cfg.Now, log)
+	l.usage.Recommendations = l.recommendations
 	if err := mgr.Add(l.usage); err != nil {
 		return nil, fmt.Errorf("add the usage series: %w", err)
 	}
@@ -552,7 +553,7 @@ func (l *Leader) Run(ctx context.Context) error {
 		srv.Mux().Handle("GET /ui/activity", l.authn.Authenticated(auditAPI.AuthorizeNamespace(activity,
 			func(r *http.Request) string { return r.URL.Query().Get("namespace") }), nil))
 		workloads := &webui.WorkloadPage{
-			Source:  &WorkloadViews{Reader: l.mgr.GetCache(), Series: l.usage, Now: l.cfg.Now},
+			Source:  &pages.WorkloadViews{Reader: l.mgr.GetCache(), Series: l.usage, Now: l.cfg.Now},
 			Refresh: 30 * time.Second, ActivityHref: "../../activity", Log: l.log,
 		}
 		srv.Mux().Handle("GET /ui/workloads/{namespace}/{name}", l.authn.Authenticated(auditAPI.AuthorizeNamespace(workloads,
