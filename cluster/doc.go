@@ -9,6 +9,8 @@
 // the Lease.
 //
 // Parts with a job of their own are packages below it, among them:
+//   - cluster/fence: write fencing, the rollbacks' client budget and the
+//     applies' gate.
 //   - cluster/pages: the workload pages' views and usage series.
 //
 // docs/development.md, "Layout", lists them all.
