@@ -77,11 +77,11 @@ func (r *RecommendationReconciler) newContext(ctx context.Context, req ctrl.Requ
 
 // beginRollback marks the pass as rolling back: its writes go through
 // the rollbacks' client, and the applies' writes wait for it to end
-// (rollbackGate).
+// (fence.RollbackGate).
 func (c *reconcileContext) beginRollback() {
 	c.rollingBack = true
 	if c.releaseGate == nil {
-		c.releaseGate = c.r.gate.hold()
+		c.releaseGate = c.r.gate.Hold()
 	}
 }
 

@@ -34,8 +34,10 @@ import (
 	"github.com/kerf-dev/kerf/cluster/apply"
 	"github.com/kerf-dev/kerf/cluster/audit"
 	"github.com/kerf-dev/kerf/cluster/cert"
+	"github.com/kerf-dev/kerf/cluster/fence"
 	"github.com/kerf-dev/kerf/cluster/forward"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
+	"github.com/kerf-dev/kerf/cluster/pages"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/webhook"
@@ -114,7 +116,7 @@ type Config struct {
 	Recommender RecommenderConfig
 	// UsageSeries bounds the usage series the workload pages chart
 	// (docs/web.md).
-	UsageSeries UsageSeriesConfig
+	UsageSeries pages.UsageSeriesConfig
 	// Workers is how many recommendations the leader reconciles at once
 	// (the controller's MaxConcurrentReconciles); 0 means DefaultWorkers.
 	Workers int
@@ -134,7 +136,7 @@ type Config struct {
 	RollbackQPS   float32
 	RollbackBurst int
 	// ApplyYield is the longest one write of the applies waits while a
-	// pass rolls back (rollbackGate); 0 means DefaultApplyYield,
+	// pass rolls back (fence.RollbackGate); 0 means DefaultApplyYield,
 	// NoApplyYield none.
 	ApplyYield time.Duration
 	// Now is the clock; nil means time.Now.
@@ -195,7 +197,7 @@ type Leader struct {
 	// for a certificate of the user's.
 	streamIssuer atomic.Pointer[cert.SelfManaged]
 	// usage is the usage series of the workload pages.
-	usage *UsageSeries
+	usage *pages.UsageSeries
 	// recommendations reads every recommendation from the cache's own
 	// objects, for the periodic passes (cachedRecommendations).
 	recommendations forward.Recommendations
@@ -205,11 +207,11 @@ type Leader struct {
 	// replica no longer leads, although the manager keeps renewing the
 	// Lease until its controllers have stopped and then releases it.
 	stopping atomic.Bool
-	// fence lets writes through only while the Lease is held (fence.go);
+	// fence lets writes through only while the Lease is held (cluster/fence);
 	// writer is the client whose writes it fences.
-	fence  *fence
+	fence  *fence.Fence
 	writer client.Client
-	// rollbackWriter is the rollbacks' client (rollbackClients), fenced
+	// rollbackWriter is the rollbacks' client (fence.RollbackClients), fenced
 	// as writer is.
 	rollbackWriter client.Client
 }
@@ -222,6 +224,17 @@ const (
 	DefaultRollbackQPS   = 25
 	DefaultRollbackBurst = 100
 )
+
+// DefaultApplyYield is the longest one write of the applies waits for
+// the rollbacks in progress (fence.RollbackGate, Config.ApplyYield): a
+// rollback pass takes 0.2 to 0.6 s at 10,000 workloads
+// (docs/performance.md), and a storm of rollbacks must slow the applies,
+// not stop them.
+const DefaultApplyYield = time.Second
+
+// NoApplyYield as Config.ApplyYield turns the yield off: the applies'
+// writes never wait for rollbacks.
+const NoApplyYield time.Duration = -1
 
 // ShutdownTimeout bounds how long a stopping replica waits for its
 // controllers before it releases the Lease anyway. It stays well below the
@@ -293,8 +306,8 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err != nil {
 		return nil, fmt.Errorf("fence client: %w", err)
 	}
-	fnc := newFence(cfg.Identity, cfg.RenewDeadline, fenceClient.CoordinationV1().Leases(cfg.Namespace), cfg.LeaseName, reg, log)
-	lock := fencedLock{fence: fnc, Interface: &resourcelock.LeaseLock{
+	fnc := fence.New(cfg.Identity, cfg.RenewDeadline, fenceClient.CoordinationV1().Leases(cfg.Namespace), cfg.LeaseName, reg, log)
+	lock := fence.Lock{Fence: fnc, Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.LeaseName},
 		Client:     leaseClient.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
@@ -335,13 +348,13 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		return nil, fmt.Errorf("endpoints' authentication: %w", err)
 	}
 	fencedConfig := rest.CopyConfig(restConfig)
-	fencedConfig.Wrap(fnc.wrap)
+	fencedConfig.Wrap(fnc.Wrap)
 	// Outermost, so that a write waits for the rollbacks before its
 	// fence reads the Lease.
-	var gate *rollbackGate
+	var gate *fence.RollbackGate
 	if cfg.ApplyYield != NoApplyYield {
-		gate = newRollbackGate(cmp.Or(cfg.ApplyYield, DefaultApplyYield), reg)
-		fencedConfig.Wrap(gate.wrap)
+		gate = fence.NewRollbackGate(cmp.Or(cfg.ApplyYield, DefaultApplyYield), reg)
+		fencedConfig.Wrap(gate.Wrap)
 	}
 	writer, err := client.New(fencedConfig, client.Options{Scheme: kube.Scheme, Mapper: mgr.GetRESTMapper(),
 		Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
@@ -357,7 +370,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	// registers it).
 	writer = workload.Indexed(writer)
 	l.writer = writer
-	rollbackWriter, rollbackCS, err := rollbackClients(restConfig, leaseConfig.Timeout, fnc, cfg, mgr, reg)
+	rollbackWriter, rollbackCS, err := fence.RollbackClients(restConfig, leaseConfig.Timeout, fnc, cfg.Namespace, cfg.RollbackQPS, cfg.RollbackBurst, mgr, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +417,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		}
 	}
 
-	recorder, err := fnc.newRecorder(fencedConfig, mgr, "kerf-leader", reg)
+	recorder, err := fnc.NewRecorder(fencedConfig, mgr, "kerf-leader", reg)
 	if err != nil {
 		return nil, err
 	}
@@ -446,8 +459,8 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		return nil, fmt.Errorf("the recommendations' informer: %w", err)
 	}
 	l.recommendations = cachedRecommendations(recs, mgr.GetClient())
-	l.usage = NewUsageSeries(workload.Indexed(workload.ReadOnly(mgr.GetClient())), sig, cfg.UsageSeries, cfg.Now, log)
-	l.usage.recommendations = l.recommendations
+	l.usage = pages.NewUsageSeries(workload.Indexed(workload.ReadOnly(mgr.GetClient())), sig, cfg.UsageSeries, cfg.Now, log)
+	l.usage.Recommendations = l.recommendations
 	if err := mgr.Add(l.usage); err != nil {
 		return nil, fmt.Errorf("add the usage series: %w", err)
 	}
@@ -503,7 +516,7 @@ func (l *Leader) Leading() bool {
 	if l.stopping.Load() {
 		return false
 	}
-	if _, held := l.fence.held(); !held {
+	if _, held := l.fence.Held(); !held {
 		return false // a renew too old: frozen, or about to lose the Lease
 	}
 	select {
@@ -552,7 +565,7 @@ func (l *Leader) Run(ctx context.Context) error {
 		srv.Mux().Handle("GET /ui/activity", l.authn.Authenticated(auditAPI.AuthorizeNamespace(activity,
 			func(r *http.Request) string { return r.URL.Query().Get("namespace") }), nil))
 		workloads := &webui.WorkloadPage{
-			Source:  &WorkloadViews{Reader: l.mgr.GetCache(), Series: l.usage, Now: l.cfg.Now},
+			Source:  &pages.WorkloadViews{Reader: l.mgr.GetCache(), Series: l.usage, Now: l.cfg.Now},
 			Refresh: 30 * time.Second, ActivityHref: "../../activity", Log: l.log,
 		}
 		srv.Mux().Handle("GET /ui/workloads/{namespace}/{name}", l.authn.Authenticated(auditAPI.AuthorizeNamespace(workloads,

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/pages"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/workload"
@@ -211,8 +212,8 @@ func BenchmarkUsageSeriesPass(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	u := NewUsageSeries(workload.Indexed(workload.ReadOnly(cached)), signals.New(), UsageSeriesConfig{}, nil, slog.New(slog.DiscardHandler))
-	u.recommendations = cachedRecommendations(m.recommendations, cached) // as the leader's
+	u := pages.NewUsageSeries(workload.Indexed(workload.ReadOnly(cached)), signals.New(), pages.UsageSeriesConfig{}, nil, slog.New(slog.DiscardHandler))
+	u.Recommendations = cachedRecommendations(m.recommendations, cached) // as the leader's
 	deadline := time.Now().Add(30 * time.Second)
 	for u.Len() != 1 {
 		if time.Now().After(deadline) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
+	"github.com/kerf-dev/kerf/cluster/fence"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/policy"
 )
@@ -70,7 +71,7 @@ type RecommendationReconciler struct {
 	// gate is the applies' yield to rollbacks: a rollback pass holds it
 	// (reconcileContext.beginRollback); nil without (the tests'
 	// reconcilers, unless they set it).
-	gate *rollbackGate
+	gate *fence.RollbackGate
 	// DuringPass, when set, runs as a pass of req starts, its lock taken,
 	// in the rollbacks' path (reserved) or the other; the pass ends after
 	// the func it returns (tests only).

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/fence"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
@@ -305,8 +305,8 @@ func TestTheRollbacksClientIsFenced(t *testing.T) {
 		rest.CopyConfig(controlplane.Get(t).Config), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	err = l.rollbackWriter.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unfenced"}})
-	require.ErrorIs(t, err, ErrNotLeading)
-	assert.Equal(t, 1.0, testutil.ToFloat64(l.fence.refused))
+	require.ErrorIs(t, err, fence.ErrNotLeading)
+	assert.Equal(t, 1.0, fencedWrites(l))
 	var cm corev1.ConfigMap
 	assert.True(t, apierrors.IsNotFound(c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "unfenced"}, &cm)), "the write never reached the apiserver")
 }

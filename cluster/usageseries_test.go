@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime"
 	"testing"
 	"time"
 
@@ -16,95 +15,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/pages"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
-
-var seriesT0 = time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)
-
-func minuteOf(t time.Time) int64 { return t.Unix() / 60 }
-
-func TestUsageSeriesKeepsSixHoursOfMinutes(t *testing.T) {
-	m0 := minuteOf(seriesT0)
-	s := newUsageSeries(m0)
-	s.addMemory(m0, 100<<20)
-	s.addMemory(m0, 50<<20) // the highest of the minute stays
-	s.addCPU(m0, 3, 30)
-	s.addCPU(m0+1, 6, 30)
-	s.setOOMKills(m0+1, 2)
-	s.setOOMKills(m0+1, 1) // a re-read counts once
-	s.setThrottled(m0+2, 0)
-	pts := s.points()
-	require.Len(t, pts, 3)
-	assert.Equal(t, seriesT0, pts[0].At)
-	assert.Equal(t, int64(100<<20), pts[0].MemoryBytes)
-	assert.Equal(t, int64(100), pts[0].CPUMilli, "3 s of CPU over 30 s")
-	assert.Equal(t, -1, pts[0].ThrottledPercent, "not read")
-	assert.Equal(t, int64(-1), pts[1].MemoryBytes)
-	assert.Equal(t, int64(200), pts[1].CPUMilli)
-	assert.Equal(t, 2, pts[1].OOMKills)
-	assert.Equal(t, 0, pts[2].ThrottledPercent, "read, and none throttled")
-
-	// A minute older than the ring is dropped; six hours on, the first
-	// minutes have gone.
-	s.addMemory(m0-UsageSeriesPoints, 1<<20)
-	assert.Len(t, s.points(), 3)
-	s.addMemory(m0+UsageSeriesPoints, 7<<20)
-	pts = s.points()
-	require.Len(t, pts, 3, "minute m0 fell out of the ring")
-	assert.Equal(t, seriesT0.Add(time.Minute), pts[0].At)
-	assert.Equal(t, int64(7<<20), pts[2].MemoryBytes)
-	// Saturating fields: 7 OOM kills at most, 100% throttled.
-	s.setOOMKills(m0+UsageSeriesPoints, 300)
-	s.setThrottled(m0+UsageSeriesPoints, 250)
-	last := s.points()[2]
-	assert.Equal(t, 7, last.OOMKills)
-	assert.Equal(t, 100, last.ThrottledPercent)
-	assert.Equal(t, int64(7<<20), last.MemoryBytes, "the packed neighbours are untouched")
-	// Far on, everything older is cleared.
-	s.addMemory(m0+10*UsageSeriesPoints, 9<<20)
-	assert.Len(t, s.points(), 1)
-}
-
-func TestUsageSeriesCPUIsTheMeanPerPod(t *testing.T) {
-	m0 := minuteOf(seriesT0)
-	s := newUsageSeries(m0)
-	s.addCPU(m0, 6, 30)  // a pod at 200m
-	s.addCPU(m0, 12, 30) // another at 400m
-	assert.Equal(t, int64(300), s.points()[0].CPUMilli)
-	// A reading two minutes late no longer changes the sums.
-	s.addCPU(m0+2, 3, 30)
-	s.addCPU(m0, 30, 30)
-	assert.Equal(t, int64(300), s.points()[0].CPUMilli)
-}
-
-// TestUsageSeriesMemoryAtTheCap measures the heap that DefaultUsageSeriesMax
-// full series take, as docs/web.md states it.
-func TestUsageSeriesMemoryAtTheCap(t *testing.T) {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	u := NewUsageSeries(nil, signals.New(), UsageSeriesConfig{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	m0 := minuteOf(seriesT0)
-	for i := range DefaultUsageSeriesMax {
-		k := seriesKey{namespace: fmt.Sprintf("team-payments-%04d", i/10), kind: v1alpha1.KindDeployment,
-			name: fmt.Sprintf("checkout-frontend-%04d", i), container: "app"}
-		s := newUsageSeries(m0)
-		for m := range int64(UsageSeriesPoints) {
-			s.addCPU(m0+m, 3, 30)
-			s.addMemory(m0+m, 200<<20)
-		}
-		u.series[k] = s
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	heap := float64(after.HeapAlloc-before.HeapAlloc) / 1e6
-	t.Logf("%d full series of %d points: %.1f MB of heap (%.0f B per series)", u.Len(), UsageSeriesPoints, heap, heap*1e6/float64(u.Len()))
-	assert.Less(t, heap, 18.0, "docs/web.md states about 16 MB")
-	runtime.KeepAlive(u)
-}
 
 // TestUsageSeriesBoundAndForgotten feeds a pass on the real control plane:
 // a recommended Deployment with two containers gets one series at
@@ -128,7 +44,7 @@ func TestUsageSeriesBoundAndForgotten(t *testing.T) {
 	// The namespace alone, as a leader's cache limited to it reads: the
 	// control plane holds other tests' recommendations.
 	nc := client.NewNamespacedClient(c, ns)
-	u := NewUsageSeries(nc, sig, UsageSeriesConfig{MaxSeries: 1}, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	u := pages.NewUsageSeries(nc, sig, pages.UsageSeriesConfig{MaxSeries: 1}, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, u.Pass(ctx))
 	assert.Equal(t, 1, u.Len(), "the cap holds")
 	usage := u.Usage(ns, v1alpha1.KindDeployment, "web")
@@ -138,7 +54,7 @@ func TestUsageSeriesBoundAndForgotten(t *testing.T) {
 	assert.Equal(t, int64(10<<20), usage[0].Points[0].MemoryBytes)
 
 	// Stores without usage (a test's kernel only) are not read.
-	bare := NewUsageSeries(nc, &signals.Stores{}, UsageSeriesConfig{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	bare := pages.NewUsageSeries(nc, &signals.Stores{}, pages.UsageSeriesConfig{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, bare.Pass(ctx))
 	assert.Equal(t, 2, bare.Len(), "a series per container, with no point")
 	assert.Empty(t, bare.Usage(ns, v1alpha1.KindDeployment, "web"))
@@ -164,7 +80,7 @@ func TestUsageSeriesReadNoWorkloadWithoutRoom(t *testing.T) {
 		require.NoError(t, c.Create(ctx, recommendation(ns, name, name, v1alpha1.StrategyInPlace, "250m", "128Mi")))
 	}
 	reads := &deploymentReads{Reader: client.NewNamespacedClient(c, ns)}
-	u := NewUsageSeries(reads, signals.New(), UsageSeriesConfig{MaxSeries: 1}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	u := pages.NewUsageSeries(reads, signals.New(), pages.UsageSeriesConfig{MaxSeries: 1}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, u.Pass(ctx))
 	require.Equal(t, 1, u.Len(), "the cap holds")
 	assert.Equal(t, []string{"a"}, reads.names, "the first workload fills the table; the second is not read")
@@ -195,7 +111,7 @@ func (r *deploymentReads) Get(ctx context.Context, key client.ObjectKey, obj cli
 func TestTheLeadersUsageSeriesReadPodsThroughTheIndex(t *testing.T) {
 	c := controlplane.Get(t).Client
 	l := startLeader(t, namespace(t, c), "a", Config{})
-	assert.True(t, workload.IsIndexed(l.usage.client), "the usage series' reader is not marked workload.Indexed")
+	assert.True(t, workload.IsIndexed(l.usage.Reader()), "the usage series' reader is not marked workload.Indexed")
 }
 
 // noRecommendationLists fails every list of recommendations.
@@ -220,9 +136,9 @@ func TestUsageSeriesReadTheInformersOwnRecommendations(t *testing.T) {
 	m := cachedMapper(t, ns)
 	cached, err := client.New(controlplane.Get(t).Config, client.Options{Scheme: kube.Scheme, Cache: &client.CacheOptions{Reader: m.cache}})
 	require.NoError(t, err)
-	u := NewUsageSeries(workload.Indexed(workload.ReadOnly(noRecommendationLists{cached})), signals.New(), UsageSeriesConfig{}, nil, slog.New(slog.DiscardHandler))
+	u := pages.NewUsageSeries(workload.Indexed(workload.ReadOnly(noRecommendationLists{cached})), signals.New(), pages.UsageSeriesConfig{}, nil, slog.New(slog.DiscardHandler))
 	require.ErrorContains(t, u.Pass(ctx), "a list of recommendations", "without the informer, a pass lists")
-	u.recommendations = cachedRecommendations(m.recommendations, noRecommendationLists{cached})
+	u.Recommendations = cachedRecommendations(m.recommendations, noRecommendationLists{cached})
 	require.Eventually(t, func() bool {
 		require.NoError(t, u.Pass(ctx))
 		return u.Len() == 1

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
+	"github.com/kerf-dev/kerf/cluster/pages"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	webui "github.com/kerf-dev/kerf/web"
@@ -48,12 +49,7 @@ func rolledBackWeb(t *testing.T) (*testLeader, string, net.Addr) {
 	dep, l := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Signals: sig, Listener: lis, Now: clock}, "500m", "128Mi")
 	pod := adoptedPod(t, c, dep, "web-new-1")
 	require.Eventually(t, func() bool {
-		if l.usage.Pass(ctx) != nil {
-			return false
-		}
-		l.usage.mu.Lock()
-		defer l.usage.mu.Unlock()
-		return l.usage.instances[instanceRef{pod.UID, "app"}] != nil
+		return l.usage.Pass(ctx) == nil && l.usage.Reads(pod.UID, "app")
 	}, 10*time.Second, 50*time.Millisecond, "the pod reaches the leader's cache and the series")
 
 	// 30 minutes of readings every 30 s, four at a time as the store keeps
@@ -128,7 +124,7 @@ func TestWorkloadPageOfARolledBackWorkload(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("source", func(t *testing.T) {
-		src := &WorkloadViews{Reader: l.mgr.GetCache(), Series: l.usage}
+		src := &pages.WorkloadViews{Reader: l.mgr.GetCache(), Series: l.usage}
 		v, err := src.Workload(ctx, webui.WorkloadID{Namespace: ns, Name: "web"})
 		require.NoError(t, err)
 		assert.Equal(t, v1alpha1.PhaseRolledBack, v.Phase)

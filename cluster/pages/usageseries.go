@@ -1,4 +1,4 @@
-package cluster
+package pages
 
 import (
 	"context"
@@ -199,6 +199,10 @@ type seriesInstance struct {
 	seen      uint64
 }
 
+// oomKilledReason is the reason the kubelet gives a container's
+// termination by the OOM killer.
+const oomKilledReason = "OOMKilled"
+
 type instanceRef struct {
 	pod       types.UID
 	container string
@@ -234,10 +238,10 @@ type UsageSeries struct {
 	// scratch is the room a pass reads each workload and its pods into.
 	scratch workload.Scratch
 
-	// recommendations, when set (the leader's: cachedRecommendations),
+	// Recommendations, when set (the leader's: cachedRecommendations),
 	// gives a pass the recommendations: the informer's own objects, not
-	// a list copying 25,000 structs each pass.
-	recommendations forward.Recommendations
+	// a list copying 25,000 structs each pass. Set it before Start.
+	Recommendations forward.Recommendations
 }
 
 // NewUsageSeries returns empty series fed from sig, reading the
@@ -344,11 +348,11 @@ func (u *UsageSeries) Pass(ctx context.Context) error {
 }
 
 // recommendationsNow returns the recommendations, only to be read: from
-// u.recommendations where set, else a list's (items sharing the cache's
+// u.Recommendations where set, else a list's (items sharing the cache's
 // objects).
 func (u *UsageSeries) recommendationsNow(ctx context.Context) ([]*v1alpha1.RightsizingRecommendation, error) {
-	if u.recommendations != nil {
-		return u.recommendations(ctx)
+	if u.Recommendations != nil {
+		return u.Recommendations(ctx)
 	}
 	return forward.ListRecommendations(ctx, u.client)
 }
@@ -494,4 +498,16 @@ func (u *UsageSeries) Len() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return len(u.series)
+}
+
+// Reader returns what the series read the recommendations, workloads and
+// pods through.
+func (u *UsageSeries) Reader() client.Reader { return u.client }
+
+// Reads reports whether the last pass read the pod's container: the pod
+// was running, and its workload is recommended and has room for a series.
+func (u *UsageSeries) Reads(pod types.UID, container string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.instances[instanceRef{pod, container}] != nil
 }

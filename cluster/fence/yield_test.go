@@ -1,4 +1,4 @@
-package cluster
+package fence
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// gatedServer is an HTTP server behind a rollbackGate's transport, noting
+// gatedServer is an HTTP server behind a RollbackGate's transport, noting
 // the requests it received.
 type gatedServer struct {
 	client *http.Client
@@ -22,7 +22,7 @@ type gatedServer struct {
 	got    []string
 }
 
-func newGatedServer(t *testing.T, g *rollbackGate) *gatedServer {
+func newGatedServer(t *testing.T, g *RollbackGate) *gatedServer {
 	s := &gatedServer{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
@@ -31,7 +31,7 @@ func newGatedServer(t *testing.T, g *rollbackGate) *gatedServer {
 	}))
 	t.Cleanup(srv.Close)
 	s.url = srv.URL
-	s.client = &http.Client{Transport: g.wrap(http.DefaultTransport)}
+	s.client = &http.Client{Transport: g.Wrap(http.DefaultTransport)}
 	return s
 }
 
@@ -62,10 +62,10 @@ func (s *gatedServer) received() []string {
 
 func TestAnApplyWriteWaitsForTheRollbackInProgress(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	g := newRollbackGate(time.Minute, reg)
+	g := NewRollbackGate(time.Minute, reg)
 	s := newGatedServer(t, g)
 
-	release := g.hold()
+	release := g.Hold()
 	patch := s.send(t, http.MethodPatch)
 	<-s.send(t, http.MethodGet) // a read never waits
 	select {
@@ -91,9 +91,9 @@ func TestAnApplyWriteWaitsForTheRollbackInProgress(t *testing.T) {
 }
 
 func TestTheGateStaysHeldUntilEveryRollbackEnds(t *testing.T) {
-	g := newRollbackGate(time.Minute, prometheus.NewRegistry())
+	g := NewRollbackGate(time.Minute, prometheus.NewRegistry())
 	s := newGatedServer(t, g)
-	first, second := g.hold(), g.hold()
+	first, second := g.Hold(), g.Hold()
 	put := s.send(t, http.MethodPut)
 	first()
 	first()
@@ -112,9 +112,9 @@ func TestTheGateStaysHeldUntilEveryRollbackEnds(t *testing.T) {
 
 func TestAWriteWaitsForRollbacksNoLongerThanTheLimit(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	g := newRollbackGate(50*time.Millisecond, reg)
+	g := NewRollbackGate(50*time.Millisecond, reg)
 	s := newGatedServer(t, g)
-	release := g.hold()
+	release := g.Hold()
 	defer release()
 	select {
 	case <-s.send(t, http.MethodDelete):
@@ -124,7 +124,7 @@ func TestAWriteWaitsForRollbacksNoLongerThanTheLimit(t *testing.T) {
 	require.Equal(t, []string{http.MethodDelete}, s.received())
 
 	// No gate at all lets everything through.
-	var none *rollbackGate
-	none.hold()()
+	var none *RollbackGate
+	none.Hold()()
 	none.wait(context.Background())
 }

@@ -1,4 +1,4 @@
-package cluster
+package fence
 
 import (
 	"context"
@@ -9,17 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// DefaultApplyYield is the longest one write of the applies waits for
-// the rollbacks in progress (rollbackGate, Config.ApplyYield): a rollback
-// pass takes 0.2 to 0.6 s at 10,000 workloads (docs/performance.md), and
-// a storm of rollbacks must slow the applies, not stop them.
-const DefaultApplyYield = time.Second
-
-// NoApplyYield as Config.ApplyYield turns the yield off: the applies'
-// writes never wait for rollbacks.
-const NoApplyYield time.Duration = -1
-
-// rollbackGate makes the applies' writes yield to rollbacks
+// RollbackGate makes the applies' writes yield to rollbacks
 // (docs/leader.md, "Workers and the rollbacks' priority"). From the
 // moment a pass decides or resumes a rollback until the pass ends, it
 // holds the gate; meanwhile every mutating request of the leader's other
@@ -28,7 +18,7 @@ const NoApplyYield time.Duration = -1
 // meet an apiserver, and a leader, not busy with the applies' requests.
 // Reads never wait, nor the rollbacks' own client, which the gate does
 // not wrap. A nil gate lets everything through.
-type rollbackGate struct {
+type RollbackGate struct {
 	max time.Duration
 	// waits observes how long each write that found the gate held
 	// waited.
@@ -41,19 +31,21 @@ type rollbackGate struct {
 	open chan struct{}
 }
 
-func newRollbackGate(max time.Duration, reg prometheus.Registerer) *rollbackGate {
+// NewRollbackGate returns an open gate whose writes wait max at most; its
+// histogram of the waits is registered with reg.
+func NewRollbackGate(max time.Duration, reg prometheus.Registerer) *RollbackGate {
 	h := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "kerf_leader_apply_yield_seconds",
 		Help:    "How long a write of the applies waited for the rollbacks in progress before it was sent (at most --apply-yield each).",
 		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1},
 	})
 	reg.MustRegister(h)
-	return &rollbackGate{max: max, waits: h}
+	return &RollbackGate{max: max, waits: h}
 }
 
-// hold takes the gate for a rollback pass and returns its release, which
+// Hold takes the gate for a rollback pass and returns its release, which
 // may be called more than once.
-func (g *rollbackGate) hold() (release func()) {
+func (g *RollbackGate) Hold() (release func()) {
 	if g == nil {
 		return func() {}
 	}
@@ -78,7 +70,7 @@ func (g *rollbackGate) hold() (release func()) {
 
 // wait waits until no rollback holds the gate, g.max at most, or ctx is
 // done.
-func (g *rollbackGate) wait(ctx context.Context) {
+func (g *RollbackGate) wait(ctx context.Context) {
 	if g == nil {
 		return
 	}
@@ -99,8 +91,8 @@ func (g *rollbackGate) wait(ctx context.Context) {
 	g.waits.Observe(time.Since(start).Seconds())
 }
 
-// wrap makes every mutating request of a transport wait for the gate.
-func (g *rollbackGate) wrap(rt http.RoundTripper) http.RoundTripper {
+// Wrap makes every mutating request of a transport wait for the gate.
+func (g *RollbackGate) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		switch req.Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:

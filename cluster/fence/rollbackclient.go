@@ -1,4 +1,4 @@
-package cluster
+package fence
 
 import (
 	"context"
@@ -16,16 +16,17 @@ import (
 	"github.com/kerf-dev/kerf/internal/kube"
 )
 
-// rollbackClients builds the rollbacks' fenced client and clientset
+// RollbackClients builds the rollbacks' fenced client and clientset
 // (docs/leader.md, "The clients and their budgets"): one token bucket of
-// their own (cfg.RollbackQPS, cfg.RollbackBurst) for every request they
-// make, the live Lease reads that fence their writes included, which
-// they share only between themselves. The other clients each keep
-// client-go's bucket per client (and per kind for the manager's), which a
-// wave of applies fills: a rollback written through them waited its turn
-// behind the applies' writes and their Lease reads. Its waits are
+// their own (qps, burst) for every request they make, the live Lease
+// reads that fence their writes included, which they share only between
+// themselves. Those reads read f's Lease in namespace, with leaseTimeout.
+// The other clients each keep client-go's bucket per client (and per
+// kind for the manager's), which a wave of applies fills: a rollback
+// written through them waited its turn behind the applies' writes and
+// their Lease reads. Its waits are
 // kerf_leader_rollback_client_wait_seconds.
-func rollbackClients(restConfig *rest.Config, leaseTimeout time.Duration, fnc *fence, cfg Config, mgr manager.Manager, reg prometheus.Registerer) (client.Client, kubernetes.Interface, error) {
+func RollbackClients(restConfig *rest.Config, leaseTimeout time.Duration, f *Fence, namespace string, qps float32, burst int, mgr manager.Manager, reg prometheus.Registerer) (client.Client, kubernetes.Interface, error) {
 	waits := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "kerf_leader_rollback_client_wait_seconds",
 		Help:    "How long the rollbacks' requests (their writes and the Lease reads that fence them) waited for their own client-side rate limit.",
@@ -33,15 +34,15 @@ func rollbackClients(restConfig *rest.Config, leaseTimeout time.Duration, fnc *f
 	})
 	reg.MustRegister(waits)
 	budget := rest.CopyConfig(restConfig)
-	budget.QPS, budget.Burst = cfg.RollbackQPS, cfg.RollbackBurst
-	budget.RateLimiter = waitObserver{RateLimiter: flowcontrol.NewTokenBucketRateLimiter(cfg.RollbackQPS, cfg.RollbackBurst), waits: waits}
+	budget.QPS, budget.Burst = qps, burst
+	budget.RateLimiter = waitObserver{RateLimiter: flowcontrol.NewTokenBucketRateLimiter(qps, burst), waits: waits}
 	leaseConfig := rest.CopyConfig(budget)
 	leaseConfig.Timeout = leaseTimeout
 	leases, err := kubernetes.NewForConfig(leaseConfig)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rollbacks' fence client: %w", err)
 	}
-	budget.Wrap(fnc.wrapReading(fnc.reader(leases.CoordinationV1().Leases(cfg.Namespace))))
+	budget.Wrap(f.wrapReading(f.reader(leases.CoordinationV1().Leases(namespace))))
 	w, err := client.New(budget, client.Options{Scheme: kube.Scheme, Mapper: mgr.GetRESTMapper(),
 		Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
 	if err != nil {

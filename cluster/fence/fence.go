@@ -1,4 +1,4 @@
-package cluster
+package fence
 
 import (
 	"context"
@@ -24,13 +24,13 @@ import (
 )
 
 // ErrNotLeading is the error of a write the fence refused: the replica
-// cannot show that it still holds the Lease (see fence).
+// cannot show that it still holds the Lease (see Fence).
 var ErrNotLeading = errors.New("not leading")
 
-// fence ties the leader's writes to its leadership (docs/leader.md,
+// Fence ties the leader's writes to its leadership (docs/leader.md,
 // "Fencing"). Each mutating request passes two checks before it is sent:
 //   - Locally: the elector renews the Lease every RetryPeriod through
-//     fencedLock, which notes when each successful renew was sent; the
+//     Lock, which notes when each successful renew was sent; the
 //     newest must be younger than the renew deadline, by the monotonic and
 //     the wall clock. Another replica takes the Lease only once it has seen
 //     it unrenewed for a whole LeaseDuration, from a reading made after
@@ -45,19 +45,19 @@ var ErrNotLeading = errors.New("not leading")
 //     read, but only one begun after each of them arrived (readLease);
 //     the local check runs again once the Lease is read.
 //
-// The Event recorder writes through the fence too (newRecorder). The
+// The Event recorder writes through the fence too (NewRecorder). The
 // rollbacks' client reads the Lease on a reader of its own (reader,
 // wrapReading), in its own budget.
 //
 // What is left is the moment between the live read and the write, which
 // the writes' own preconditions (resourceVersion) narrow further.
-type fence struct {
+type Fence struct {
 	identity string
 	// valid is how long a renew keeps writes allowed: the renew deadline.
 	valid time.Duration
 	// lease names the Lease.
 	lease string
-	// leaseReads reads the Lease live for the writes wrap fences; a
+	// leaseReads reads the Lease live for the writes Wrap fences; a
 	// budget of its own (reader) has its own.
 	*leaseReads
 	refused prometheus.Counter
@@ -67,7 +67,7 @@ type fence struct {
 
 	mu sync.Mutex
 	// recorder is the event recorder whose Events pass the fence
-	// (newRecorder).
+	// (NewRecorder).
 	recorder events.EventRecorder
 
 	// renewed is when the newest successful renew (or acquisition) by
@@ -97,8 +97,11 @@ type leaseReads struct {
 	next    *leaseRead
 }
 
-func newFence(identity string, valid time.Duration, leases coordinationv1client.LeaseInterface, name string, reg prometheus.Registerer, log *slog.Logger) *fence {
-	f := &fence{identity: identity, valid: valid, lease: name, log: log,
+// New returns the fence of replica identity over the Lease name, read live
+// through leases (nil: no live check); a renew keeps writes allowed for
+// valid, the renew deadline. Its counters are registered with reg.
+func New(identity string, valid time.Duration, leases coordinationv1client.LeaseInterface, name string, reg prometheus.Registerer, log *slog.Logger) *Fence {
+	f := &Fence{identity: identity, valid: valid, lease: name, log: log,
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kerf_leader_fenced_writes_total",
 			Help: "Writes the leader refused to send because it could not show it still held the Lease (renewed within the renew deadline, and named its holder when read).",
@@ -116,7 +119,7 @@ func newFence(identity string, valid time.Duration, leases coordinationv1client.
 // check) for the writes of another budget than the fence's own: its reads
 // are shared only between that budget's writes, and are counted with the
 // fence's.
-func (f *fence) reader(leases coordinationv1client.LeaseInterface) *leaseReads {
+func (f *Fence) reader(leases coordinationv1client.LeaseInterface) *leaseReads {
 	return &leaseReads{leases: leases, name: f.lease, timeout: f.valid, count: f.reads}
 }
 
@@ -176,7 +179,7 @@ func (l *leaseReads) beginRead() {
 }
 
 // observe records the outcome of a Lease write sent at sent.
-func (f *fence) observe(sent time.Time, rec resourcelock.LeaderElectionRecord, err error) {
+func (f *Fence) observe(sent time.Time, rec resourcelock.LeaderElectionRecord, err error) {
 	if err != nil {
 		return // the previous renew still counts until it is too old
 	}
@@ -189,11 +192,11 @@ func (f *fence) observe(sent time.Time, rec resourcelock.LeaderElectionRecord, e
 	}
 }
 
-// held reports whether the replica may write now, and how old its newest
+// Held reports whether the replica may write now, and how old its newest
 // renew is. Both the monotonic and the wall clock must agree: the monotonic
 // clock is immune to clock steps, the wall clock keeps counting where a
 // paused VM's monotonic clock may not have.
-func (f *fence) held() (age time.Duration, ok bool) {
+func (f *Fence) Held() (age time.Duration, ok bool) {
 	f.mu.Lock()
 	renewed := f.renewed
 	f.mu.Unlock()
@@ -207,8 +210,8 @@ func (f *fence) held() (age time.Duration, ok bool) {
 
 // check returns nil when a write may be sent, else an ErrNotLeading,
 // logged and counted. reads reads the Lease live.
-func (f *fence) check(ctx context.Context, what string, reads *leaseReads) error {
-	age, ok := f.held()
+func (f *Fence) check(ctx context.Context, what string, reads *leaseReads) error {
+	age, ok := f.Held()
 	why := fmt.Sprintf("last renew %s ago, renew deadline %s", age.Truncate(time.Millisecond), f.valid)
 	if ok && reads.leases != nil {
 		lease, err := reads.readLease(ctx)
@@ -223,7 +226,7 @@ func (f *fence) check(ctx context.Context, what string, reads *leaseReads) error
 			ok, why = false, fmt.Sprintf("the Lease is held by %q", holder)
 		default:
 			// A pause during the read shows here.
-			age, ok = f.held()
+			age, ok = f.Held()
 			why = fmt.Sprintf("last renew %s ago once the Lease was read, renew deadline %s", age.Truncate(time.Millisecond), f.valid)
 		}
 	}
@@ -235,15 +238,15 @@ func (f *fence) check(ctx context.Context, what string, reads *leaseReads) error
 	return fmt.Errorf("%s: %w (%s)", what, ErrNotLeading, why)
 }
 
-// wrap fences every mutating request of a transport, reading the Lease
+// Wrap fences every mutating request of a transport, reading the Lease
 // with the fence's own reader: reads pass.
-func (f *fence) wrap(rt http.RoundTripper) http.RoundTripper {
+func (f *Fence) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return f.wrapReading(f.leaseReads)(rt)
 }
 
-// wrapReading is wrap for a budget of its own, whose writes read the
+// wrapReading is Wrap for a budget of its own, whose writes read the
 // Lease with reads (reader).
-func (f *fence) wrapReading(reads *leaseReads) func(http.RoundTripper) http.RoundTripper {
+func (f *Fence) wrapReading(reads *leaseReads) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 			switch req.Method {
@@ -262,28 +265,30 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// fencedLock is the elector's Lease lock, noting each successful renew in
+// Lock is the elector's Lease lock, noting each successful renew in
 // its fence.
-type fencedLock struct {
+type Lock struct {
 	resourcelock.Interface
-	fence *fence
+	Fence *Fence
 }
 
-func (l fencedLock) Create(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+// Create implements resourcelock.Interface, noting the renew.
+func (l Lock) Create(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
 	sent := time.Now()
 	err := l.Interface.Create(ctx, rec)
-	l.fence.observe(sent, rec, err)
+	l.Fence.observe(sent, rec, err)
 	return err
 }
 
-func (l fencedLock) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+// Update implements resourcelock.Interface, noting the renew.
+func (l Lock) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
 	sent := time.Now()
 	err := l.Interface.Update(ctx, rec)
-	l.fence.observe(sent, rec, err)
+	l.Fence.observe(sent, rec, err)
 	return err
 }
 
-// newRecorder returns the leader's event recorder, whose Events are
+// NewRecorder returns the leader's event recorder, whose Events are
 // written with cfg, the fenced config: an Event is emitted only after the
 // status write it reports passed the fence, but it is sent later, by the
 // recorder's workers (and a send the apiserver could not be reached for is
@@ -291,7 +296,7 @@ func (l fencedLock) Update(ctx context.Context, rec resourcelock.LeaderElectionR
 // past its Lease would still emit on waking. An Event the fence refused is
 // not tried again. The recorder runs with the manager from its start
 // (before the election, so nothing emitted is dropped) until its stop.
-func (f *fence) newRecorder(cfg *rest.Config, mgr manager.Manager, name string, reg prometheus.Registerer) (events.EventRecorder, error) {
+func (f *Fence) NewRecorder(cfg *rest.Config, mgr manager.Manager, name string, reg prometheus.Registerer) (events.EventRecorder, error) {
 	cs, err := eventsv1client.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("fenced events client: %w", err)
@@ -306,4 +311,15 @@ func (f *fence) newRecorder(cfg *rest.Config, mgr manager.Manager, name string, 
 	}
 	f.recorder = r
 	return f.recorder, nil
+}
+
+// Recorder returns the event recorder NewRecorder made, nil before.
+func (f *Fence) Recorder() events.EventRecorder { return f.recorder }
+
+// Renewed returns when the newest successful renew by this replica was
+// sent; zero when it does not hold the Lease.
+func (f *Fence) Renewed() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.renewed
 }
