@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -14,53 +13,14 @@ import (
 	"github.com/kerf-dev/kerf/cgroup"
 )
 
-// cgroupTree writes files (path relative to the root → content) under a
-// new directory, as a container sees its /sys/fs/cgroup.
-func cgroupTree(t *testing.T, files map[string]string) string {
-	t.Helper()
-	root := t.TempDir()
-	for name, content := range files {
-		p := filepath.Join(root, name)
-		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
-		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
-	}
-	return root
-}
-
-// v2Tree is a container's cgroup in its own cgroup namespace on v2: 96Mi,
-// 500m, the weight of a 50m request, OOM-killed as a group (the kubelet's
-// default).
-func v2Tree(over map[string]string) map[string]string {
-	files := map[string]string{
-		"cgroup.controllers": "cpuset cpu io memory hugetlb pids\n",
-		"memory.max":         "100663296\n",
-		"cpu.max":            "50000 100000\n",
-		"cpu.weight":         "2\n",
-		"memory.oom.group":   "1\n",
-	}
-	for k, v := range over {
-		files[k] = v
-	}
-	return files
-}
-
-// v1Tree is a container's cgroup as runc mounts it on v1: 256Mi, 1 core,
-// the shares of a 50m request.
-func v1Tree(over map[string]string) map[string]string {
-	files := map[string]string{
-		"memory/memory.limit_in_bytes": "268435456\n",
-		"cpu/cpu.cfs_quota_us":         "100000\n",
-		"cpu/cpu.cfs_period_us":        "100000\n",
-		"cpu/cpu.shares":               "51\n",
-	}
-	for k, v := range over {
-		files[k] = v
-	}
-	return files
-}
+// The endpoint serves cgroup.ReadLimits (tested in cgroup/ on fixture
+// trees of both versions) from --cgroup-root: testdata/cgroup-v2 is a
+// container's cgroup in its own namespace on v2 (96Mi, 500m, the weight of
+// a 50m request, OOM-killed as a group); testdata/cgroup-v1-no-shares a v1
+// one that lacks cpu/cpu.shares.
 
 func TestLimitsEndpointServesTheCgroupUnderCgroupRoot(t *testing.T) {
-	p := start(t, "--cgroup-root", cgroupTree(t, v2Tree(nil)))
+	p := start(t, "--cgroup-root", filepath.Join("testdata", "cgroup-v2"))
 	resp, err := http.Get(p.url + "/limits")
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -71,9 +31,7 @@ func TestLimitsEndpointServesTheCgroupUnderCgroupRoot(t *testing.T) {
 }
 
 func TestLimitsEndpointAnswers500NamingTheFile(t *testing.T) {
-	root := cgroupTree(t, v1Tree(nil))
-	require.NoError(t, os.Remove(filepath.Join(root, "cpu", "cpu.shares")))
-	p := start(t, "--cgroup-root", root)
+	p := start(t, "--cgroup-root", filepath.Join("testdata", "cgroup-v1-no-shares"))
 	resp, err := http.Get(p.url + "/limits")
 	require.NoError(t, err)
 	defer resp.Body.Close()
