@@ -59,13 +59,7 @@ func (e *Env) ChildOOM(ctx context.Context, opts Options) (*Result, error) {
 	r.Child.OOMGroup = r.Before.MemoryOOMGroup
 	r.mark("kernel", "%s %d MiB, %s", r.Before.MemoryFile(), r.Before.MemoryBytes/Mi, oomGroupFile(r.Before))
 
-	e.Say("recommending memory 48Mi request / 96Mi limit, InPlace")
-	r.Changed = time.Now()
-	r.mark("scenario", "RightsizingRecommendation: memory limit 256Mi → 96Mi, InPlace")
-	if _, err := e.Recommend(ctx, w, v1alpha1.StrategyInPlace, v1alpha1.ContainerResources{
-		Requests: &v1alpha1.ResourceValues{Memory: quantity("48Mi")},
-		Limits:   &v1alpha1.ResourceValues{Memory: quantity("96Mi")},
-	}, nil); err != nil {
+	if err := e.decreaseMemory(ctx, r, w, v1alpha1.StrategyInPlace, ""); err != nil {
 		return r, err
 	}
 	if err := e.applied(ctx, r, w, 96*Mi, 0, "pod resized in place, no restart"); err != nil {

@@ -114,13 +114,7 @@ func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 	if opts.Deferred {
 		strategy = v1alpha1.StrategyDeferred
 	}
-	e.Say("recommending memory 48Mi request / 96Mi limit, %s", strategy)
-	r.Changed = time.Now()
-	r.mark("scenario", "RightsizingRecommendation: memory limit 256Mi → 96Mi, %s", strategy)
-	if _, err := e.Recommend(ctx, w, strategy, v1alpha1.ContainerResources{
-		Requests: &v1alpha1.ResourceValues{Memory: quantity("48Mi")},
-		Limits:   &v1alpha1.ResourceValues{Memory: quantity("96Mi")},
-	}, nil); err != nil {
+	if err := e.decreaseMemory(ctx, r, w, strategy, ""); err != nil {
 		return r, err
 	}
 	how := "pod resized in place, no restart"
@@ -170,6 +164,20 @@ func (e *Env) OOM(ctx context.Context, opts Options) (*Result, error) {
 	}
 	e.mu.Unlock()
 	return r, err
+}
+
+// decreaseMemory recommends the OOM scenarios' change, memory limit
+// 256Mi → 96Mi and request 48Mi, with strategy, and marks when; also (such
+// as ", for both pods") ends the narration's line.
+func (e *Env) decreaseMemory(ctx context.Context, r *Result, w Workload, strategy v1alpha1.Strategy, also string) error {
+	e.Say("recommending memory 48Mi request / 96Mi limit, %s%s", strategy, also)
+	r.Changed = time.Now()
+	r.mark("scenario", "RightsizingRecommendation: memory limit 256Mi → 96Mi, %s", strategy)
+	_, err := e.Recommend(ctx, w, strategy, v1alpha1.ContainerResources{
+		Requests: &v1alpha1.ResourceValues{Memory: quantity("48Mi")},
+		Limits:   &v1alpha1.ResourceValues{Memory: quantity("96Mi")},
+	}, nil)
+	return err
 }
 
 // traceKill starts waiting for the kernel's OOM kill of the process

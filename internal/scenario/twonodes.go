@@ -70,13 +70,7 @@ func (e *Env) TwoNodes(ctx context.Context, opts Options) (*Result, error) {
 	r.mark("kernel", "pod %s on %s: %s %d MiB; pod %s on %s: %s %d MiB", victim.Name, victim.Spec.NodeName, r.Before.MemoryFile(), r.Before.MemoryBytes/Mi,
 		bystander.Name, bystander.Spec.NodeName, other.MemoryFile(), other.MemoryBytes/Mi)
 
-	e.Say("recommending memory 48Mi request / 96Mi limit, InPlace, for both pods")
-	r.Changed = time.Now()
-	r.mark("scenario", "RightsizingRecommendation: memory limit 256Mi → 96Mi, InPlace")
-	if _, err := e.Recommend(ctx, w, v1alpha1.StrategyInPlace, v1alpha1.ContainerResources{
-		Requests: &v1alpha1.ResourceValues{Memory: quantity("48Mi")},
-		Limits:   &v1alpha1.ResourceValues{Memory: quantity("96Mi")},
-	}, nil); err != nil {
+	if err := e.decreaseMemory(ctx, r, w, v1alpha1.StrategyInPlace, ", for both pods"); err != nil {
 		return r, err
 	}
 	if err := e.applied(ctx, r, w, 96*Mi, 0, "both pods resized in place, no restart"); err != nil {
