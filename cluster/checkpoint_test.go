@@ -87,7 +87,10 @@ func TestRecommenderResumesFromItsCheckpointAfterFailover(t *testing.T) {
 	assert.Equal(t, int32(recommend.CheckpointVersion), ck.Status.Containers[0].Version)
 	assert.Len(t, ck.Status.Containers[0].Fingerprint, 8)
 	assert.NotNil(t, ck.Status.WrittenAt)
-	assert.Positive(t, metricValue(t, a, "kerf_recommender_checkpoints_written_total"))
+	// The counter goes up once the write returned, which can be after the
+	// checkpoint is seen here.
+	assert.Eventually(t, func() bool { return metricValue(t, a, "kerf_recommender_checkpoints_written_total") > 0 },
+		time.Minute, 10*time.Millisecond, "kerf_recommender_checkpoints_written_total")
 	stopLeader(t, a)
 
 	// b makes its own recommendation: a's is removed, so b's basis shows.
