@@ -1,4 +1,4 @@
-package cluster
+package recommender
 
 import (
 	"context"
@@ -19,17 +19,17 @@ import (
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
-// RecommenderConfig configures the leader's recommender loop
+// Config configures the leader's recommender loop
 // (docs/recommender.md). Whether a workload is recommended for, and how, is
 // its policy's spec.recommend; this only tunes the loop.
-type RecommenderConfig struct {
+type Config struct {
 	// Period is how often the loop reads the agents' usage readings from
-	// signals.Usage; zero means DefaultRecommenderPeriod. It must stay
+	// signals.Usage; zero means DefaultPeriod. It must stay
 	// within the store's span (signals.UsageSamples readings) for no
 	// reading to be missed.
 	Period time.Duration
 	// MaxContainers bounds the workload containers whose history is kept;
-	// zero means DefaultRecommenderMaxContainers. Beyond it new ones are
+	// zero means DefaultMaxContainers. Beyond it new ones are
 	// not tracked (and a warning says so).
 	MaxContainers int
 	// CheckpointInterval is how long a workload's RightsizingCheckpoint
@@ -41,22 +41,22 @@ type RecommenderConfig struct {
 	CheckpointWrites int
 }
 
-// Defaults of RecommenderConfig.
+// Defaults of Config.
 const (
-	// DefaultRecommenderPeriod reads every reading of the agents' default
+	// DefaultPeriod reads every reading of the agents' default
 	// 10 s usage interval well within the store's four.
-	DefaultRecommenderPeriod = 10 * time.Second
-	// DefaultRecommenderMaxContainers bounds the history to about 100 MB
+	DefaultPeriod = 10 * time.Second
+	// DefaultMaxContainers bounds the history to about 100 MB
 	// at the core's worst case of two full histograms per container.
-	DefaultRecommenderMaxContainers = 100_000
+	DefaultMaxContainers = 100_000
 )
 
-// recommender is the leader's recommender loop, a manager Runnable only the
+// Loop is the leader's recommender loop, a manager Runnable only the
 // elected leader runs: every Period it feeds the usage readings of the pods
 // of the workloads whose policy enables spec.recommend into per workload
 // and container states (cluster/recommend), and every policy interval it
 // makes their recommendations and writes them.
-type recommender struct {
+type Loop struct {
 	client client.Client
 	usage  *signals.Usage
 	kernel *signals.Kernel
@@ -154,10 +154,10 @@ type trackedInstance struct {
 	seen   uint64
 }
 
-// newRecommender returns the loop over the usage and kernel stores, with
+// New returns the loop over the usage and kernel stores, with
 // its metrics on reg; reader reads its checkpoints in namespaces (all
 // when empty).
-func newRecommender(c client.Client, reader client.Reader, namespaces []string, sig *signals.Stores, cfg RecommenderConfig, now func() time.Time, reg prometheus.Registerer, log *slog.Logger) (*recommender, error) {
+func New(c client.Client, reader client.Reader, namespaces []string, sig *signals.Stores, cfg Config, now func() time.Time, reg prometheus.Registerer, log *slog.Logger) (*Loop, error) {
 	base, err := recommend.NewModel(recommend.DefaultParams())
 	if err != nil {
 		return nil, fmt.Errorf("recommender: %w", err)
@@ -188,15 +188,15 @@ func newRecommender(c client.Client, reader client.Reader, namespaces []string, 
 		return nil, err
 	}
 	if cfg.Period <= 0 {
-		cfg.Period = DefaultRecommenderPeriod
+		cfg.Period = DefaultPeriod
 	}
 	if cfg.MaxContainers <= 0 {
-		cfg.MaxContainers = DefaultRecommenderMaxContainers
+		cfg.MaxContainers = DefaultMaxContainers
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &recommender{
+	return &Loop{
 		client: c, usage: sig.Usage, kernel: sig.Kernel, now: now, log: log.With("component", "recommender"),
 		period: cfg.Period, max: cfg.MaxContainers, base: base,
 		models: map[recommend.Params]*recommend.Model{base.Params(): base}, modelMetrics: mm,
@@ -209,12 +209,12 @@ func newRecommender(c client.Client, reader client.Reader, namespaces []string, 
 
 // NeedLeaderElection makes only the elected leader run the loop: a
 // standby's recommendations would race the leader's.
-func (r *recommender) NeedLeaderElection() bool { return true }
+func (r *Loop) NeedLeaderElection() bool { return true }
 
 // Start runs the loop until ctx ends: it resumes from the checkpoints
 // before its first pass, and writes them at the end. A failed pass (or
 // load) is logged and the next one tries again.
-func (r *recommender) Start(ctx context.Context) error {
+func (r *Loop) Start(ctx context.Context) error {
 	t := time.NewTicker(r.period)
 	defer t.Stop()
 	defer r.flushCheckpoints()
@@ -250,7 +250,7 @@ type resolvedWorkload struct {
 
 // pass reads the new usage readings, feeds the states, and makes the
 // recommendations that are due.
-func (r *recommender) pass(ctx context.Context) error {
+func (r *Loop) pass(ctx context.Context) error {
 	now := r.now()
 	r.tick++
 	pols, err := policy.Gatherer{Reader: r.client}.All(ctx)
@@ -267,7 +267,7 @@ func (r *recommender) pass(ctx context.Context) error {
 		return nil
 	}
 	// Views, only read: the leader's cache holds pods in a form of its
-	// own (cachedpod.go), and a copy of every pod each pass was the
+	// own (cluster/cachedpod.go), and a copy of every pod each pass was the
 	// whole pods' size again in garbage. The workloads hold them only for
 	// the pass.
 	var pods corev1.PodList
@@ -355,7 +355,7 @@ func (r *recommender) pass(ctx context.Context) error {
 
 // resolve returns the workload and its policy when that policy enables
 // spec.recommend, else nil.
-func (r *recommender) resolve(ctx context.Context, pols *policy.Policies, ref workload.Ref) *resolvedWorkload {
+func (r *Loop) resolve(ctx context.Context, pols *policy.Policies, ref workload.Ref) *resolvedWorkload {
 	w, err := workload.Get(ctx, r.client, ref.Namespace, v1alpha1.TargetRef{Kind: ref.Kind, Name: ref.Name})
 	if err != nil {
 		return nil
@@ -368,7 +368,7 @@ func (r *recommender) resolve(ctx context.Context, pols *policy.Policies, ref wo
 }
 
 // prune forgets the pods no longer listed and the workloads that are gone.
-func (r *recommender) prune(ctx context.Context) {
+func (r *Loop) prune(ctx context.Context) {
 	for k, in := range r.instances {
 		if in.seen != r.tick {
 			delete(r.instances, k)
@@ -396,7 +396,7 @@ func (r *recommender) prune(ctx context.Context) {
 
 // forget drops a workload's history: it is gone, or no policy enables
 // the recommender for it any more.
-func (r *recommender) forget(ref workload.Ref) {
+func (r *Loop) forget(ref workload.Ref) {
 	if tw := r.workloads[ref]; tw != nil {
 		r.tracked -= len(tw.containers)
 		delete(r.workloads, ref)
