@@ -2,7 +2,8 @@
 // agents' usage readings into RightsizingRecommendations for the
 // workloads whose policy enables spec.recommend (docs/recommender.md).
 //
-//   - Loop runs a pass every Config.Period, on the elected leader only.
+//   - Loop runs a pass every Config.Period, on the elected leader only,
+//     as named steps, each timed (kerf_recommender_pass_seconds).
 //   - ingest.go feeds each container's readings and OOM kills into its
 //     state; models.go gives each workload its policy's model.
 //   - recommended.go makes the recommendations, vpa.go takes a VPA's

@@ -86,6 +86,8 @@ type Loop struct {
 	tracked      int
 	trackedGauge prometheus.Gauge
 	tick         uint64
+	// steps times each pass's steps (pass).
+	steps *prometheus.HistogramVec
 
 	// The checkpoints (checkpoint.go): reader reads them from the
 	// apiserver in namespaces (all when empty), the ones the leader
@@ -169,6 +171,14 @@ func New(c client.Client, reader client.Reader, namespaces []string, sig *signal
 	if err := reg.Register(gauge); err != nil {
 		return nil, fmt.Errorf("register the recommender's metric: %w", err)
 	}
+	steps := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "kerf_recommender_pass_seconds",
+		Help:    "How long the recommender's passes took, by step (policies, feed, throttling, prune, recommend, checkpoint) and in total.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
+	}, []string{"step"})
+	if err := reg.Register(steps); err != nil {
+		return nil, fmt.Errorf("register the recommender's pass metric: %w", err)
+	}
 	ckm, err := newCheckpointMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -201,7 +211,7 @@ func New(c client.Client, reader client.Reader, namespaces []string, sig *signal
 		period: cfg.Period, max: cfg.MaxContainers, base: base,
 		models: map[recommend.Params]*recommend.Model{base.Params(): base}, modelMetrics: mm,
 		workloads: map[workload.Ref]*trackedWorkload{}, instances: map[instanceKey]*trackedInstance{},
-		refs: map[types.UID]workload.Ref{}, trackedGauge: gauge,
+		refs: map[types.UID]workload.Ref{}, trackedGauge: gauge, steps: steps,
 		reader: reader, namespaces: namespaces, ckptInterval: cfg.CheckpointInterval, ckptWrites: cfg.CheckpointWrites,
 		ckptMetrics: ckm, dropped: map[workload.Ref]bool{}, vpa: vpa,
 	}, nil
@@ -248,12 +258,24 @@ type resolvedWorkload struct {
 	modelErr error
 }
 
-// pass reads the new usage readings, feeds the states, and makes the
-// recommendations that are due.
+// pass is one pass of the loop, in named steps, each timed in
+// kerf_recommender_pass_seconds{step}, as the VPA recommender's RunOnce
+// times its own:
+//   - policies: read the policies. When none enables spec.recommend, the
+//     loop forgets every history, reads no pods and goes to checkpoint.
+//   - feed: read the running pods' new usage readings and OOM kills into
+//     their workloads' states.
+//   - throttling: feed each workload's CFS throttling ratio.
+//   - prune: forget the pods no longer listed and the workloads gone.
+//   - recommend: make and write the recommendations that are due.
+//   - checkpoint: write the checkpoints that are due, delete the stale.
 func (r *Loop) pass(ctx context.Context) error {
 	now := r.now()
 	r.tick++
+	timer := startSteps(r.steps)
+	defer timer.total()
 	pols, err := policy.Gatherer{Reader: r.client}.All(ctx)
+	timer.step("policies")
 	if err != nil {
 		return err
 	}
@@ -264,15 +286,41 @@ func (r *Loop) pass(ctx context.Context) error {
 		clear(r.refs)
 		r.tracked = 0
 		r.checkpoint(ctx, pols, nil, now)
+		timer.step("checkpoint")
 		return nil
 	}
+	resolved, err := r.feed(ctx, pols, now)
+	timer.step("feed")
+	if err != nil {
+		return err
+	}
+	r.throttling(now)
+	timer.step("throttling")
+	r.prune(ctx)
+	timer.step("prune")
+	r.recommendDue(ctx, resolved, now)
+	timer.step("recommend")
+	// The count is known before the checkpoint writes (which take time).
+	r.trackedGauge.Set(float64(r.tracked))
+	r.checkpoint(ctx, pols, resolved, now)
+	timer.step("checkpoint")
+	for _, tw := range r.workloads {
+		tw.pods = nil
+	}
+	return nil
+}
+
+// feed reads the running pods' new usage readings and OOM kills into
+// their workloads' states, and returns the workloads it resolved: nil
+// for one whose policy does not enable spec.recommend.
+func (r *Loop) feed(ctx context.Context, pols *policy.Policies, now time.Time) (map[workload.Ref]*resolvedWorkload, error) {
 	// Views, only read: the leader's cache holds pods in a form of its
 	// own (cluster/cachedpod.go), and a copy of every pod each pass was the
 	// whole pods' size again in garbage. The workloads hold them only for
 	// the pass.
 	var pods corev1.PodList
 	if err := r.client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("list pods: %w", err)
+		return nil, fmt.Errorf("list pods: %w", err)
 	}
 	resolved := map[workload.Ref]*resolvedWorkload{}
 	full := false
@@ -284,6 +332,7 @@ func (r *Loop) pass(ctx context.Context) error {
 		ref, ok := r.refs[pod.UID]
 		if !ok {
 			var found bool
+			var err error
 			ref, found, err = workload.Of(ctx, r.client, pod)
 			if err != nil || !found {
 				continue // a ReplicaSet the cache has not seen yet is found on a later pass
@@ -326,8 +375,12 @@ func (r *Loop) pass(ctx context.Context) error {
 	if full {
 		r.log.Warn("recommender tracks its maximum of containers; new ones are not recommended for", "maxContainers", r.max)
 	}
-	r.throttling(now)
-	r.prune(ctx)
+	return resolved, nil
+}
+
+// recommendDue makes and writes the recommendations of the workloads
+// seen in this pass whose policy's interval elapsed since their last.
+func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*resolvedWorkload, now time.Time) {
 	for ref, tw := range r.workloads {
 		rw := resolved[ref]
 		if rw == nil || tw.seen != r.tick {
@@ -344,13 +397,31 @@ func (r *Loop) pass(ctx context.Context) error {
 		}
 		tw.recommended = now
 	}
-	// The count is known before the checkpoint writes (which take time).
-	r.trackedGauge.Set(float64(r.tracked))
-	r.checkpoint(ctx, pols, resolved, now)
-	for _, tw := range r.workloads {
-		tw.pods = nil
-	}
-	return nil
+}
+
+// stepTimer times one pass's steps: each step's time since the previous
+// one ended, and the pass's total.
+type stepTimer struct {
+	seconds     *prometheus.HistogramVec
+	start, last time.Time
+}
+
+// startSteps starts timing a pass's steps into seconds.
+func startSteps(seconds *prometheus.HistogramVec) *stepTimer {
+	now := time.Now()
+	return &stepTimer{seconds: seconds, start: now, last: now}
+}
+
+// step observes the step that just ended.
+func (s *stepTimer) step(name string) {
+	now := time.Now()
+	s.seconds.WithLabelValues(name).Observe(now.Sub(s.last).Seconds())
+	s.last = now
+}
+
+// total observes the whole pass.
+func (s *stepTimer) total() {
+	s.seconds.WithLabelValues("total").Observe(time.Since(s.start).Seconds())
 }
 
 // resolve returns the workload and its policy when that policy enables
