@@ -16,6 +16,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/recommend"
+	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
@@ -23,7 +24,7 @@ import (
 // checkpointingConfig is a leader whose recommender reads every 200 ms and
 // writes a changed checkpoint every 300 ms.
 func checkpointingConfig(sig *signals.Stores) Config {
-	return Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond, CheckpointInterval: 300 * time.Millisecond}}
+	return Config{Signals: sig, Recommender: recommender.Config{Period: 200 * time.Millisecond, CheckpointInterval: 300 * time.Millisecond}}
 }
 
 // feedUsage adds n readings one second apart, ending at end, of container
@@ -135,7 +136,7 @@ func TestRecommenderIgnoresACheckpointItCannotLoad(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", Labels: map[string]string{v1alpha1.RecommendedByLabel: v1alpha1.RecommendedByKerf}},
 		Spec:       v1alpha1.RightsizingCheckpointSpec{TargetRef: v1alpha1.TargetRef{Kind: v1alpha1.KindDeployment, Name: "web"}},
 		Status: v1alpha1.RightsizingCheckpointStatus{Containers: []v1alpha1.ContainerCheckpoint{
-			{Name: "app", Version: 1, Fingerprint: fingerprintHex(m), Data: []byte("not a checkpoint"), WrittenAt: metav1.Now()},
+			{Name: "app", Version: 1, Fingerprint: recommender.Fingerprint(m), Data: []byte("not a checkpoint"), WrittenAt: metav1.Now()},
 			{Name: "sidecar", Version: 1, Fingerprint: "00000000", Data: []byte("KRCP"), WrittenAt: metav1.Now()},
 		}},
 	}
@@ -169,7 +170,7 @@ func TestRecommenderDeletesTheCheckpointsOfWorkloadsThatAreGone(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ghost", Labels: map[string]string{v1alpha1.RecommendedByLabel: v1alpha1.RecommendedByKerf}},
 		Spec:       v1alpha1.RightsizingCheckpointSpec{TargetRef: v1alpha1.TargetRef{Kind: v1alpha1.KindDeployment, Name: "ghost"}},
 		Status: v1alpha1.RightsizingCheckpointStatus{Containers: []v1alpha1.ContainerCheckpoint{
-			{Name: "app", Version: 1, Fingerprint: fingerprintHex(m), Data: empty.AppendCheckpoint(m, nil), WrittenAt: metav1.Now()},
+			{Name: "app", Version: 1, Fingerprint: recommender.Fingerprint(m), Data: empty.AppendCheckpoint(m, nil), WrittenAt: metav1.Now()},
 		}},
 	}
 	require.NoError(t, c.Create(ctx, ghost))

@@ -38,6 +38,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/forward"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/pages"
+	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/webhook"
@@ -113,7 +114,7 @@ type Config struct {
 	// Recommender tunes the recommender loop the elected leader runs for
 	// the workloads whose policy enables spec.recommend
 	// (docs/recommender.md).
-	Recommender RecommenderConfig
+	Recommender recommender.Config
 	// UsageSeries bounds the usage series the workload pages chart
 	// (docs/web.md).
 	UsageSeries pages.UsageSeriesConfig
@@ -443,11 +444,11 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err := rec.SetupWithManager(mgr, sig); err != nil {
 		return nil, err
 	}
-	recommender, err := newRecommender(writer, mgr.GetAPIReader(), cfg.WatchNamespaces, sig, cfg.Recommender, cfg.Now, reg, log)
+	loop, err := recommender.New(writer, mgr.GetAPIReader(), cfg.WatchNamespaces, sig, cfg.Recommender, cfg.Now, reg, log)
 	if err != nil {
 		return nil, err
 	}
-	if err := mgr.Add(recommender); err != nil {
+	if err := mgr.Add(loop); err != nil {
 		return nil, fmt.Errorf("add the recommender: %w", err)
 	}
 	// Through the controller index: without it, every pass listed each

@@ -18,6 +18,7 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/recommend"
+	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
@@ -64,7 +65,7 @@ func recommendedWebLeader(t *testing.T, before func(*signals.Stores, *corev1.Pod
 	// are in place: its first pass sees them all, and none of them lands
 	// between two passes (on a loaded machine the first recommendation was
 	// written without the latch of what came a moment later).
-	l := startLeader(t, ns, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
+	l := startLeader(t, ns, "a", Config{Signals: sig, Recommender: recommender.Config{Period: 200 * time.Millisecond}})
 	return c, ns, l
 }
 

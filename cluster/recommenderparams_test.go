@@ -3,13 +3,9 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -20,8 +16,8 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/recommend"
+	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/signals"
-	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
@@ -137,7 +133,7 @@ func TestRecommenderTakesThePolicysPercentilesAndMemoryInterval(t *testing.T) {
 	rs.MemoryAggregationInterval = &metav1.Duration{Duration: time.Minute}
 	dep := web(t, c, ns, p)
 	sig := signals.New()
-	startLeader(t, ns, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
+	startLeader(t, ns, "a", Config{Signals: sig, Recommender: recommender.Config{Period: 200 * time.Millisecond}})
 	pod := adoptedPod(t, c, dep, "web-1")
 
 	var readings []reading
@@ -167,8 +163,8 @@ func TestRecommenderTakesThePolicysPercentilesAndMemoryInterval(t *testing.T) {
 	assert.Equal(t, e.Target.MemoryBytes, cb.TargetMemoryBytes)
 	require.NotNil(t, cb.Lower)
 	require.NotNil(t, cb.Upper)
-	assert.Equal(t, boundBasisOf(e.Lower), cb.Lower, "lower bound: the 10th percentile, confidence over 10m")
-	assert.Equal(t, boundBasisOf(e.Upper), cb.Upper, "upper bound: the 99th percentile")
+	assert.Equal(t, &v1alpha1.BoundBasis{CPUMilli: e.Lower.CPUMilli, MemoryBytes: e.Lower.MemoryBytes}, cb.Lower, "lower bound: the 10th percentile, confidence over 10m")
+	assert.Equal(t, &v1alpha1.BoundBasis{CPUMilli: e.Upper.CPUMilli, MemoryBytes: e.Upper.MemoryBytes}, cb.Upper, "upper bound: the 99th percentile")
 	assert.Equal(t, e.Target.CPUMilli, rsr.Spec.Containers[0].Requests.CPU.MilliValue())
 }
 
@@ -205,7 +201,7 @@ func TestRecommenderRestartsAHistoryWhoseShapeThePolicyChanged(t *testing.T) {
 	p.Spec.Guardrails.Paused = true
 	dep := web(t, c, ns, p)
 	sig := signals.New()
-	l := startLeader(t, ns, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
+	l := startLeader(t, ns, "a", Config{Signals: sig, Recommender: recommender.Config{Period: 200 * time.Millisecond}})
 	pod := adoptedPod(t, c, dep, "web-1")
 	old := feedReadings(sig, pod, time.Now(), 0, []reading{{ago: 4 * time.Second, workingSet: 40 << 20},
 		{ago: 3 * time.Second, cpuMilli: 200, workingSet: 40 << 20}, {ago: 2 * time.Second, cpuMilli: 200, workingSet: 40 << 20},
@@ -249,64 +245,6 @@ func TestRecommenderRestartsAHistoryWhoseShapeThePolicyChanged(t *testing.T) {
 	assert.Equal(t, 1.0, metricValue(t, l, "kerf_recommender_history_restarts_total"), "restarted once")
 }
 
-// TestRecommenderBoundsItsModels checks the bound of distinct parameter
-// sets: beyond maxModels a policy's parameters get the defaults' model,
-// said with fellBack; the models no workload uses are dropped, at most
-// once a pass, to make room.
-func TestRecommenderBoundsItsModels(t *testing.T) {
-	r, err := newRecommender(nil, nil, nil, signals.New(), RecommenderConfig{}, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	r.tick = 1
-	spec := func(pct int32) v1alpha1.PolicySpec {
-		return v1alpha1.PolicySpec{Recommend: &v1alpha1.RecommendSpec{Enabled: true, CPUPercentile: ptr.To(pct)}}
-	}
-	// The defaults' model and 63 others: a workload uses each.
-	for pct := int32(1); pct < maxModels; pct++ {
-		m, fellBack, err := r.model(spec(pct))
-		require.NoError(t, err)
-		require.False(t, fellBack, "model %d of %d", pct+1, maxModels)
-		assert.InDelta(t, float64(pct)/100, m.Params().CPUPercentile, 1e-9)
-		r.workloads[workloadRef(pct)] = &trackedWorkload{model: m}
-	}
-	require.Len(t, r.models, maxModels)
-	again, fellBack, err := r.model(spec(5))
-	require.NoError(t, err)
-	assert.False(t, fellBack)
-	assert.Same(t, r.workloads[workloadRef(5)].model, again, "the same parameters, the same model")
-
-	m, fellBack, err := r.model(spec(80))
-	require.NoError(t, err)
-	assert.True(t, fellBack, "one model too many")
-	assert.Same(t, r.base, m)
-	require.Len(t, r.models, maxModels)
-
-	// A workload forgotten frees its model, from the next pass on.
-	delete(r.workloads, workloadRef(7))
-	_, fellBack, _ = r.model(spec(81))
-	assert.True(t, fellBack, "pruned at most once a pass")
-	r.tick++
-	m, fellBack, err = r.model(spec(81))
-	require.NoError(t, err)
-	assert.False(t, fellBack)
-	assert.InDelta(t, 0.81, m.Params().CPUPercentile, 1e-9)
-	assert.Len(t, r.models, maxModels)
-	assert.Contains(t, r.models, r.workloads[workloadRef(8)].model.Params(), "models in use are kept")
-	assert.NotContains(t, r.models, spec7Params(t, r), "the unused one was dropped")
-}
-
-// spec7Params is the parameters of the policy with cpuPercentile 7.
-func spec7Params(t *testing.T, r *recommender) recommend.Params {
-	t.Helper()
-	p, err := r.params(v1alpha1.PolicySpec{Recommend: &v1alpha1.RecommendSpec{Enabled: true, CPUPercentile: ptr.To[int32](7)}})
-	require.NoError(t, err)
-	return p
-}
-
-// workloadRef is the test's Deployment number i.
-func workloadRef(i int32) workload.Ref {
-	return workload.Ref{Kind: v1alpha1.KindDeployment, Namespace: "ns", Name: "w" + strconv.Itoa(int(i))}
-}
-
 // TestRecommenderResumesAHistoryUnderItsPolicysModel checks checkpoints
 // under a policy whose parameters shape the state (memoryHalfLife 12h,
 // memoryAggregationIntervals 4): leader a writes web's checkpoint with
@@ -338,7 +276,7 @@ func TestRecommenderResumesAHistoryUnderItsPolicysModel(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &ck) == nil && len(ck.Status.Containers) == 1
 	}, 30*time.Second, 50*time.Millisecond, "no checkpoint of web")
-	assert.Equal(t, fingerprintHex(m), ck.Status.Containers[0].Fingerprint, "the policy's model's fingerprint")
+	assert.Equal(t, recommender.Fingerprint(m), ck.Status.Containers[0].Fingerprint, "the policy's model's fingerprint")
 	st, err := recommend.LoadCheckpoint(m, ck.Status.Containers[0].Data)
 	require.NoError(t, err)
 	assert.Equal(t, uint32(3), st.Samples())

@@ -17,6 +17,7 @@ import (
 	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/recommend"
+	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
@@ -50,7 +51,7 @@ func recommendedWebPolicy(t *testing.T, c client.Client, ns string, p *v1alpha1.
 	// are in place: its first pass sees them all, and none of them lands
 	// between two passes (on a loaded machine the first recommendation was
 	// written without the latch of what came a moment later).
-	l := startLeader(t, ns, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
+	l := startLeader(t, ns, "a", Config{Signals: sig, Recommender: recommender.Config{Period: 200 * time.Millisecond}})
 	return c, ns, l
 }
 

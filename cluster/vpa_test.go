@@ -27,6 +27,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/recommend"
+	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -239,7 +240,7 @@ func vpaWeb(t *testing.T, p *v1alpha1.RightsizingPolicy, before func(*signals.St
 	// are in place: its first pass sees them all, and none of them lands
 	// between two passes (on a loaded machine the first recommendation was
 	// written without the latch of what came a moment later).
-	l := startLeader(t, p.Namespace, "a", Config{Signals: sig, Recommender: RecommenderConfig{Period: 200 * time.Millisecond}})
+	l := startLeader(t, p.Namespace, "a", Config{Signals: sig, Recommender: recommender.Config{Period: 200 * time.Millisecond}})
 	return c, p.Namespace, l
 }
 
@@ -276,7 +277,7 @@ func TestRecommenderTakesTheTargetOfAVPAInOffMode(t *testing.T) {
 	c, _, l := vpaWeb(t, p, func(_ *signals.Stores, pod *corev1.Pod) {
 		createVPA(t, controlplane.Get(t).Client, pod.Namespace, "goldilocks-web", vpav1.UpdateModeOff, "", "")
 	})
-	require.Eventually(t, func() bool { return vpaSkipped(t, l, vpaNoRecommendation) >= 2 }, 15*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return vpaSkipped(t, l, "NoRecommendation") >= 2 }, 15*time.Second, 50*time.Millisecond,
 		"a VPA without a recommendation is not counted")
 	var none v1alpha1.RightsizingRecommendation
 	assert.True(t, apierrors.IsNotFound(c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, &none)),
@@ -345,7 +346,7 @@ func TestRecommenderRefusesAVPAThatChangesThePodsItself(t *testing.T) {
 		// Auto, deprecated in v1.8.1 but what most VPAs in use say.
 		createVPA(t, controlplane.Get(t).Client, pod.Namespace, "web", vpav1.UpdateMode("Auto"), "150m", "100Mi")
 	})
-	require.Eventually(t, func() bool { return vpaSkipped(t, l, vpaActive) >= 3 }, 15*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return vpaSkipped(t, l, "UpdateModeActive") >= 3 }, 15*time.Second, 50*time.Millisecond,
 		"a VPA in Auto mode is not refused")
 	var none v1alpha1.RightsizingRecommendation
 	assert.True(t, apierrors.IsNotFound(c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, &none)),
@@ -362,7 +363,7 @@ func TestRecommenderRefusesAVPAThatChangesThePodsItself(t *testing.T) {
 
 	// A second VPA naming the same workload: Kerf takes neither.
 	createVPA(t, c, ns, "web-2", vpav1.UpdateModeOff, "400m", "300Mi")
-	require.Eventually(t, func() bool { return vpaSkipped(t, l, vpaMultiple) >= 2 }, 15*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return vpaSkipped(t, l, "MultipleVPAs") >= 2 }, 15*time.Second, 50*time.Millisecond,
 		"two VPAs for one workload are not refused")
 	assert.Equal(t, int64(150), getRSR(t, c, ns, "web").Spec.Containers[0].Requests.CPU.MilliValue(), "the recommendation is left as it was")
 }
@@ -375,7 +376,7 @@ func TestRecommenderRunsWithoutTheVPACRD(t *testing.T) {
 	removeVPACRD(t)
 	ns := namespace(t, controlplane.Get(t).Client)
 	c, _, l := vpaWeb(t, vpaPolicy(ns), nil)
-	require.Eventually(t, func() bool { return vpaSkipped(t, l, vpaNoCRD) >= 2 }, 15*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return vpaSkipped(t, l, "NoCRD") >= 2 }, 15*time.Second, 50*time.Millisecond,
 		"source VPA without the CRD is not counted")
 	assert.True(t, l.Leading(), "the leader leads without the VPA CRD")
 	var none v1alpha1.RightsizingRecommendation
@@ -388,33 +389,4 @@ func TestRecommenderRunsWithoutTheVPACRD(t *testing.T) {
 	assert.Equal(t, v1alpha1.RecommendSourceKerf, basis.Source)
 	assert.Empty(t, basis.VPA)
 	assert.Negative(t, rsr.Spec.Containers[0].Requests.CPU.Cmp(resource.MustParse("100m")), "Kerf's own target for 50m of use")
-}
-
-// TestVPAModesKerfTakesTargetsFrom checks which updateModes Kerf accepts:
-// only those in which VPA never changes a running pod.
-func TestVPAModesKerfTakesTargetsFrom(t *testing.T) {
-	for _, tc := range []struct {
-		mode *vpav1.UpdateMode
-		want vpav1.UpdateMode
-		ok   bool
-	}{
-		{ptr.To(vpav1.UpdateModeOff), vpav1.UpdateModeOff, true},
-		{ptr.To(vpav1.UpdateModeInitial), vpav1.UpdateModeInitial, true},
-		{nil, vpav1.UpdateModeRecreate, false}, // VPA's default
-		{ptr.To(vpav1.UpdateModeRecreate), vpav1.UpdateModeRecreate, false},
-		{ptr.To(vpav1.UpdateMode("Auto")), "Auto", false},
-		{ptr.To(vpav1.UpdateModeInPlaceOrRecreate), vpav1.UpdateModeInPlaceOrRecreate, false},
-		{ptr.To(vpav1.UpdateModeInPlace), vpav1.UpdateModeInPlace, false},
-	} {
-		vpa := &vpav1.VerticalPodAutoscaler{}
-		if tc.mode != nil {
-			vpa.Spec.UpdatePolicy = &vpav1.PodUpdatePolicy{UpdateMode: tc.mode}
-		}
-		mode, ok := vpaModeOf(vpa)
-		assert.Equal(t, tc.want, mode)
-		assert.Equal(t, tc.ok, ok, "mode %s", mode)
-	}
-	mode, ok := vpaModeOf(&vpav1.VerticalPodAutoscaler{Spec: vpav1.VerticalPodAutoscalerSpec{UpdatePolicy: &vpav1.PodUpdatePolicy{}}})
-	assert.Equal(t, vpav1.UpdateModeRecreate, mode, "a policy without a mode is VPA's default")
-	assert.False(t, ok)
 }

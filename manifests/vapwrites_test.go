@@ -214,7 +214,7 @@ func (w *leaderWritesWorld) statusUpdate(name string, mutate func(*v1alpha1.Righ
 	return w.c.Status().Update(ctx, &rsr, opts...)
 }
 
-// recommendation is a recommendation as cluster/recommended.go creates it.
+// recommendation is a recommendation as cluster/recommender/recommended.go creates it.
 func recommendation(ns, name, cpu string) *v1alpha1.RightsizingRecommendation {
 	return &v1alpha1.RightsizingRecommendation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
@@ -229,7 +229,7 @@ func recommendation(ns, name, cpu string) *v1alpha1.RightsizingRecommendation {
 	}
 }
 
-// checkpoint is a checkpoint as cluster/checkpoint.go writes it, owned by
+// checkpoint is a checkpoint as cluster/recommender/checkpoint.go writes it, owned by
 // the Deployment dep.
 func checkpoint(dep *appsv1.Deployment) *v1alpha1.RightsizingCheckpoint {
 	return &v1alpha1.RightsizingCheckpoint{
@@ -407,7 +407,7 @@ func TestAStolenLeaderTokenChangesOnlyWhatTheLeadersCodeChanges(t *testing.T) {
 			return w.update(&cm, namespace, "kerf-leader-ca", func() { cm.Immutable = ptr.To(true) })
 		}, "may not make configmaps kerf-system/kerf-leader-ca immutable"},
 
-		// RightsizingRecommendations (cluster/recommended.go, cluster/forward).
+		// RightsizingRecommendations (cluster/recommender/recommended.go, cluster/forward).
 		{"a recommendation made", func(t *testing.T) error { return w.c.Create(ctx, recommendation(ns, "kerfs", "200m")) }, ""},
 		{"its values updated", func(t *testing.T) error {
 			existing := &v1alpha1.RightsizingRecommendation{}
@@ -547,7 +547,7 @@ func TestAStolenLeaderTokenChangesOnlyWhatTheLeadersCodeChanges(t *testing.T) {
 			return w.patch(e, ns, e.Name, func() { e.Labels = map[string]string{"example.com/x": "1"} })
 		}, "may not change metadata.labels of events " + ns + "/"},
 
-		// RightsizingCheckpoints (cluster/checkpoint.go putCheckpoint,
+		// RightsizingCheckpoints (cluster/recommender/checkpoint.go putCheckpoint,
 		// deleteCheckpoint).
 		{"a checkpoint written and written again", func(t *testing.T) error {
 			ck := checkpoint(&dep)

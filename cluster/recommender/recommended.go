@@ -1,13 +1,9 @@
-package cluster
+package recommender
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,7 +21,7 @@ import (
 
 // recommendFor makes the workload's recommendation and creates or updates
 // its RightsizingRecommendation, when any container's values change.
-func (r *recommender) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedWorkload, tw *trackedWorkload, now time.Time) error {
+func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedWorkload, tw *trackedWorkload, now time.Time) error {
 	if rw.modelErr != nil {
 		return rw.modelErr
 	}
@@ -302,59 +298,4 @@ func refusalCount(b v1alpha1.RecommendationBasis) int {
 		n += len(c.Refusals)
 	}
 	return n
-}
-
-// heldBack reports whether a refusal kept a value from going down, the
-// refusals recorded as refused actions: the latches and upscale-only.
-// MinChange is a change too small to make, not a value held back, and
-// stays in the basis only.
-func heldBack(r recommend.Reason) bool { return r != recommend.ReasonMinChange }
-
-// basisRefusals reads the refusals a recommendation's basis annotation
-// holds back (heldBack), at most v1alpha1.MaxActionRefusals, with their
-// messages, and their key: what identifies the set (container, resource,
-// field, reason and the value held), empty when there are none or the
-// annotation cannot be read.
-func basisRefusals(annotation string) (refusals []v1alpha1.Refusal, messages []string, key string) {
-	if annotation == "" {
-		return nil, nil, ""
-	}
-	b, err := v1alpha1.ParseRecommendationBasis(annotation)
-	if err != nil {
-		return nil, nil, ""
-	}
-	h := sha256.New()
-	for _, c := range b.Containers {
-		for _, f := range c.Refusals {
-			if !heldBack(recommend.Reason(f.Reason)) {
-				continue
-			}
-			fmt.Fprintf(h, "%s/%s/%s/%s/%d\n", c.Name, f.Resource, f.Field, f.Reason, f.Held)
-			if len(refusals) == v1alpha1.MaxActionRefusals {
-				continue
-			}
-			refusals = append(refusals, v1alpha1.Refusal{
-				Container: c.Name, Resource: f.Resource, Field: f.Field, Reason: f.Reason,
-				Asked: f.Asked, Held: f.Held, Observed: decimal(f.Observed), Threshold: decimal(f.Threshold), At: f.At,
-			})
-			messages = append(messages, c.Name+": "+f.Message)
-		}
-	}
-	if len(refusals) == 0 {
-		return nil, nil, ""
-	}
-	return refusals, messages, hex.EncodeToString(h.Sum(nil)[:16])
-}
-
-// decimal writes a refusal's figure as a decimal string: bytes and
-// millicores whole, a ratio (kept as a float32 by the state) to float32's
-// shortest digits; zero is no figure, the empty string.
-func decimal(v float64) string {
-	switch {
-	case v == 0:
-		return ""
-	case v == math.Trunc(v) && math.Abs(v) < 1<<53:
-		return strconv.FormatInt(int64(v), 10)
-	}
-	return strconv.FormatFloat(v, 'f', -1, 32)
 }

@@ -1,4 +1,4 @@
-package cluster
+package recommender
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
-// Defaults of the recommender's checkpoints (RecommenderConfig).
+// Defaults of the recommender's checkpoints (Config).
 const (
 	// DefaultCheckpointInterval is how long a workload's checkpoint waits
 	// before it is written again (VPA writes every minute; ten minutes of
@@ -77,8 +77,8 @@ func newCheckpointMetrics(reg prometheus.Registerer) (*checkpointMetrics, error)
 	return m, nil
 }
 
-// fingerprintHex is the model's fingerprint as a checkpoint records it.
-func fingerprintHex(m *recommend.Model) string { return fmt.Sprintf("%08x", m.Fingerprint()) }
+// Fingerprint is the model's fingerprint as a checkpoint records it.
+func Fingerprint(m *recommend.Model) string { return fmt.Sprintf("%08x", m.Fingerprint()) }
 
 // checkpointMark is what the loop keeps of a workload's checkpoint.
 type checkpointMark struct {
@@ -97,7 +97,7 @@ type checkpointMark struct {
 // the namespaces it watches, a page at a time, read from the apiserver
 // (not a cache: the checkpoints are read at start and at collection only,
 // and a cache would hold them all on every replica).
-func (r *recommender) listCheckpoints(ctx context.Context, fn func(*v1alpha1.RightsizingCheckpoint)) error {
+func (r *Loop) listCheckpoints(ctx context.Context, fn func(*v1alpha1.RightsizingCheckpoint)) error {
 	namespaces := r.namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{""}
@@ -129,7 +129,7 @@ func (r *recommender) listCheckpoints(ctx context.Context, fn func(*v1alpha1.Rig
 // first pass of a new leader. A state already in memory wins; a
 // container's checkpoint that cannot be loaded is logged with why, counted
 // and ignored.
-func (r *recommender) loadCheckpoints(ctx context.Context) error {
+func (r *Loop) loadCheckpoints(ctx context.Context) error {
 	pols, err := policy.Gatherer{Reader: r.client}.All(ctx)
 	if err != nil {
 		return err
@@ -147,7 +147,7 @@ func (r *recommender) loadCheckpoints(ctx context.Context) error {
 
 // checkpointModel is the model a checkpoint's workload's states are under:
 // the one it has in memory, else its policy's, else the defaults'.
-func (r *recommender) checkpointModel(ctx context.Context, pols *policy.Policies, ck *v1alpha1.RightsizingCheckpoint) *recommend.Model {
+func (r *Loop) checkpointModel(ctx context.Context, pols *policy.Policies, ck *v1alpha1.RightsizingCheckpoint) *recommend.Model {
 	ref := workload.Ref{Kind: ck.Spec.TargetRef.Kind, Namespace: ck.Namespace, Name: ck.Spec.TargetRef.Name}
 	if tw := r.workloads[ref]; tw != nil && tw.model != nil {
 		return tw.model
@@ -163,14 +163,14 @@ func (r *recommender) checkpointModel(ctx context.Context, pols *policy.Policies
 // loadCheckpoint loads one checkpoint's containers under the model m and
 // returns how many; a container checkpointed under another model is
 // refused by its fingerprint.
-func (r *recommender) loadCheckpoint(ck *v1alpha1.RightsizingCheckpoint, m *recommend.Model) int {
+func (r *Loop) loadCheckpoint(ck *v1alpha1.RightsizingCheckpoint, m *recommend.Model) int {
 	ref := workload.Ref{Kind: ck.Spec.TargetRef.Kind, Namespace: ck.Namespace, Name: ck.Spec.TargetRef.Name}
 	tw := r.workloads[ref]
 	if tw == nil {
 		tw = &trackedWorkload{containers: map[string]*recommend.ContainerState{}, model: m}
 	}
 	m = tw.model
-	fp := fingerprintHex(m)
+	fp := Fingerprint(m)
 	loaded, refused := 0, false
 	for _, c := range ck.Status.Containers {
 		if tw.containers[c.Name] != nil {
@@ -217,7 +217,7 @@ func (r *recommender) loadCheckpoint(ck *v1alpha1.RightsizingCheckpoint, m *reco
 // into is not nil, fills into's containers with them (sorted by name, at
 // most MaxCheckpointContainers: the pod spec bounds a workload's
 // containers, and the rest are skipped with a warning).
-func (r *recommender) encodeCheckpoint(tw *trackedWorkload, into *v1alpha1.RightsizingCheckpointStatus) (uint64, []string) {
+func (r *Loop) encodeCheckpoint(tw *trackedWorkload, into *v1alpha1.RightsizingCheckpointStatus) (uint64, []string) {
 	names := make([]string, 0, len(tw.containers))
 	for name := range tw.containers {
 		names = append(names, name)
@@ -251,7 +251,7 @@ func (r *recommender) encodeCheckpoint(tw *trackedWorkload, into *v1alpha1.Right
 // at most CheckpointWrites writes and deletes per pass. It then deletes the
 // checkpoints of the workloads forgotten, and every interval collects the
 // checkpoints of workloads that are gone or no longer recommended for.
-func (r *recommender) checkpoint(ctx context.Context, pols *policy.Policies, resolved map[workload.Ref]*resolvedWorkload, now time.Time) {
+func (r *Loop) checkpoint(ctx context.Context, pols *policy.Policies, resolved map[workload.Ref]*resolvedWorkload, now time.Time) {
 	budget := r.ckptWrites
 	budget -= r.dropCheckpoints(ctx, budget)
 	due := r.ckptDue[:0]
@@ -281,7 +281,7 @@ func (r *recommender) checkpoint(ctx context.Context, pols *policy.Policies, res
 // most budget (unbounded when negative), and returns how many it tried.
 // One whose states did not change since its last write is not written
 // (and does not count).
-func (r *recommender) writeCheckpoints(ctx context.Context, due []workload.Ref, budget int, now time.Time) int {
+func (r *Loop) writeCheckpoints(ctx context.Context, due []workload.Ref, budget int, now time.Time) int {
 	slices.SortFunc(due, func(a, b workload.Ref) int {
 		if c := r.workloads[a].ckpt.at.Compare(r.workloads[b].ckpt.at); c != 0 {
 			return c
@@ -314,7 +314,7 @@ func (r *recommender) writeCheckpoints(ctx context.Context, due []workload.Ref, 
 		}
 		tried++
 		at := metav1.NewTime(now.UTC().Truncate(time.Second))
-		fp := fingerprintHex(tw.model)
+		fp := Fingerprint(tw.model)
 		for i := range ck.Status.Containers {
 			ck.Status.Containers[i].Fingerprint, ck.Status.Containers[i].WrittenAt = fp, at
 		}
@@ -333,7 +333,7 @@ func (r *recommender) writeCheckpoints(ctx context.Context, due []workload.Ref, 
 // owner, spec and status (its lists are replaced, not merged), or a create
 // when it does not exist. The last writer wins: a former leader's late
 // write at shutdown is replaced by the new leader's next one.
-func (r *recommender) putCheckpoint(ctx context.Context, ck *v1alpha1.RightsizingCheckpoint) error {
+func (r *Loop) putCheckpoint(ctx context.Context, ck *v1alpha1.RightsizingCheckpoint) error {
 	body, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"labels": ck.Labels, "ownerReferences": ck.OwnerReferences},
 		"spec":     ck.Spec, "status": ck.Status,
@@ -354,7 +354,7 @@ func (r *recommender) putCheckpoint(ctx context.Context, ck *v1alpha1.Rightsizin
 // flushCheckpoints writes, at shutdown, every checkpoint whose states
 // changed since its last write, within checkpointShutdownTimeout (best
 // effort: what does not fit is lost, as a crash would lose it).
-func (r *recommender) flushCheckpoints() {
+func (r *Loop) flushCheckpoints() {
 	ctx, cancel := context.WithTimeout(context.Background(), checkpointShutdownTimeout)
 	defer cancel()
 	due := r.ckptDue[:0]
@@ -369,7 +369,7 @@ func (r *recommender) flushCheckpoints() {
 
 // dropCheckpoints deletes the checkpoints of the workloads forgotten, at
 // most budget, and returns how many it tried.
-func (r *recommender) dropCheckpoints(ctx context.Context, budget int) int {
+func (r *Loop) dropCheckpoints(ctx context.Context, budget int) int {
 	tried := 0
 	for ref := range r.dropped {
 		if tried >= budget {
@@ -390,7 +390,7 @@ func (r *recommender) dropCheckpoints(ctx context.Context, budget int) int {
 }
 
 // deleteCheckpoint deletes one checkpoint; one already gone is fine.
-func (r *recommender) deleteCheckpoint(ctx context.Context, ns, name string) error {
+func (r *Loop) deleteCheckpoint(ctx context.Context, ns, name string) error {
 	err := r.client.Delete(ctx, &v1alpha1.RightsizingCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -408,7 +408,7 @@ func (r *recommender) deleteCheckpoint(ctx context.Context, ns, name string) err
 // The owner reference has the garbage collector delete a deleted
 // workload's checkpoint too; this covers the policy and a cluster without
 // one.
-func (r *recommender) collectCheckpoints(ctx context.Context, pols *policy.Policies, budget int) error {
+func (r *Loop) collectCheckpoints(ctx context.Context, pols *policy.Policies, budget int) error {
 	var stale []workload.Ref
 	err := r.listCheckpoints(ctx, func(ck *v1alpha1.RightsizingCheckpoint) {
 		ref := workload.Ref{Kind: ck.Spec.TargetRef.Kind, Namespace: ck.Namespace, Name: ck.Spec.TargetRef.Name}

@@ -1,4 +1,4 @@
-package cluster
+package recommender
 
 import (
 	"fmt"
@@ -20,7 +20,7 @@ import (
 // params returns the recommender parameters of a policy's spec.recommend
 // and throttling ratio: the defaults' bucket layout with every other
 // parameter the policy's.
-func (r *recommender) params(spec v1alpha1.PolicySpec) (recommend.Params, error) {
+func (r *Loop) params(spec v1alpha1.PolicySpec) (recommend.Params, error) {
 	rs := spec.Recommend.DeepCopy()
 	rs.SetDefaults()
 	p := r.base.Params()
@@ -60,7 +60,7 @@ func (r *recommender) params(spec v1alpha1.PolicySpec) (recommend.Params, error)
 // and shared by the workloads that have them. When maxModels distinct
 // models are in use (after dropping, at most once a pass, the ones no
 // workload uses) it returns the defaults' model and fellBack.
-func (r *recommender) model(spec v1alpha1.PolicySpec) (m *recommend.Model, fellBack bool, err error) {
+func (r *Loop) model(spec v1alpha1.PolicySpec) (m *recommend.Model, fellBack bool, err error) {
 	p, err := r.params(spec)
 	if err != nil {
 		return nil, false, err
@@ -94,7 +94,7 @@ func (r *recommender) model(spec v1alpha1.PolicySpec) (m *recommend.Model, fellB
 // window): old samples cannot be re-weighted into the new shape, and a
 // restarted history must not lower what a latch holds. Any other change
 // applies at once.
-func (r *recommender) adopt(ref workload.Ref, tw *trackedWorkload, rw *resolvedWorkload, now time.Time) {
+func (r *Loop) adopt(ref workload.Ref, tw *trackedWorkload, rw *resolvedWorkload, now time.Time) {
 	m, fellBack, err := r.model(rw.resolved.Spec)
 	if err != nil {
 		rw.modelErr = fmt.Errorf("recommender parameters of %s %s: %w", rw.resolved.Ref.Kind, rw.resolved.Ref.Name, err)
@@ -133,7 +133,7 @@ func (r *recommender) adopt(ref workload.Ref, tw *trackedWorkload, rw *resolvedW
 	}
 	r.log.Info("recommender history restarts: the policy changed a parameter that shapes it", "namespace", ref.Namespace, "workload", ref.String(),
 		"policy", string(rw.resolved.Ref.Kind)+"/"+rw.resolved.Ref.Name, "containers", len(tw.containers),
-		"fingerprint", fingerprintHex(m), "previousFingerprint", fingerprintHex(old))
+		"fingerprint", Fingerprint(m), "previousFingerprint", Fingerprint(old))
 	r.modelMetrics.restarted.Inc()
 }
 

@@ -1,4 +1,4 @@
-package cluster
+package recommender
 
 import (
 	"context"
@@ -256,7 +256,7 @@ func recommendOne(m *recommend.Model, st *recommend.ContainerState, t *vpaTarget
 // source VPA (nil for source Kerf), and records the source in the basis.
 // ok is false when the workload takes its targets from a VPA and there are
 // none to take (counted and logged): nothing is written.
-func (r *recommender) fromVPA(ctx context.Context, ref workload.Ref, rw *resolvedWorkload, basis *v1alpha1.RecommendationBasis, now time.Time) (t *vpaTargets, ok bool, err error) {
+func (r *Loop) fromVPA(ctx context.Context, ref workload.Ref, rw *resolvedWorkload, basis *v1alpha1.RecommendationBasis, now time.Time) (t *vpaTargets, ok bool, err error) {
 	basis.Source = v1alpha1.RecommendSourceKerf
 	if rw.resolved.Spec.Recommend.Source != v1alpha1.RecommendSourceVPA {
 		return nil, true, nil

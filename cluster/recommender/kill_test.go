@@ -1,4 +1,4 @@
-package cluster
+package recommender
 
 import (
 	"testing"
@@ -48,7 +48,7 @@ func TestAnOOMKillIsLatchedAtTheLimitItHappenedUnder(t *testing.T) {
 	}
 	require.NoError(t, c.Status().Update(ctx, rsr))
 
-	r := &recommender{client: c}
+	r := &Loop{client: c}
 	ref := workload.Ref{Kind: v1alpha1.KindDeployment, Namespace: ns, Name: "web"}
 	assert.Equal(t, applied.Value(), r.killLimit(ctx, ref, "app", pass, gi.Value(), gi.Value()),
 		"applied and rolled back since the previous pass: the kill was under 250Mi")

@@ -1,4 +1,4 @@
-package cluster
+package recommender
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 
 // ingest feeds a running container's new usage readings and OOM kills into
 // its workload's state.
-func (r *recommender) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c corev1.Container, m *recommend.Model, st *recommend.ContainerState, now time.Time) {
+func (r *Loop) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c corev1.Container, m *recommend.Model, st *recommend.ContainerState, now time.Time) {
 	k := instanceKey{pod.UID, c.Name}
 	in := r.instances[k]
 	if in == nil {
@@ -75,7 +75,7 @@ func (r *recommender) ingest(ctx context.Context, ref workload.Ref, pod *corev1.
 // passes (the usual course of an OOM kill: the rollback takes a few
 // seconds, the passes are 10 s apart) is seen by no pass, and the limit
 // now is the one the rollback restored.
-func (r *recommender) killLimit(ctx context.Context, ref workload.Ref, container string, since time.Time, now, previous int64) int64 {
+func (r *Loop) killLimit(ctx context.Context, ref workload.Ref, container string, since time.Time, now, previous int64) int64 {
 	low := func(a, b int64) int64 {
 		if a == 0 || (b > 0 && b < a) {
 			return b
@@ -136,7 +136,7 @@ func memoryLimit(pod *corev1.Pod, c corev1.Container) int64 {
 // throttling feeds each tracked workload's CFS throttling ratio since its
 // previous read (for a workload tracked anew, over the span the kernel
 // store keeps every sample of), summed over its pods per container name.
-func (r *recommender) throttling(now time.Time) {
+func (r *Loop) throttling(now time.Time) {
 	for _, tw := range r.workloads {
 		if tw.seen != r.tick || len(tw.pods) == 0 {
 			continue

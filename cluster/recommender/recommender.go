@@ -1,4 +1,4 @@
-package cluster
+package recommender
 
 import (
 	"context"
@@ -19,17 +19,17 @@ import (
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
-// RecommenderConfig configures the leader's recommender loop
+// Config configures the leader's recommender loop
 // (docs/recommender.md). Whether a workload is recommended for, and how, is
 // its policy's spec.recommend; this only tunes the loop.
-type RecommenderConfig struct {
+type Config struct {
 	// Period is how often the loop reads the agents' usage readings from
-	// signals.Usage; zero means DefaultRecommenderPeriod. It must stay
+	// signals.Usage; zero means DefaultPeriod. It must stay
 	// within the store's span (signals.UsageSamples readings) for no
 	// reading to be missed.
 	Period time.Duration
 	// MaxContainers bounds the workload containers whose history is kept;
-	// zero means DefaultRecommenderMaxContainers. Beyond it new ones are
+	// zero means DefaultMaxContainers. Beyond it new ones are
 	// not tracked (and a warning says so).
 	MaxContainers int
 	// CheckpointInterval is how long a workload's RightsizingCheckpoint
@@ -41,22 +41,22 @@ type RecommenderConfig struct {
 	CheckpointWrites int
 }
 
-// Defaults of RecommenderConfig.
+// Defaults of Config.
 const (
-	// DefaultRecommenderPeriod reads every reading of the agents' default
+	// DefaultPeriod reads every reading of the agents' default
 	// 10 s usage interval well within the store's four.
-	DefaultRecommenderPeriod = 10 * time.Second
-	// DefaultRecommenderMaxContainers bounds the history to about 100 MB
+	DefaultPeriod = 10 * time.Second
+	// DefaultMaxContainers bounds the history to about 100 MB
 	// at the core's worst case of two full histograms per container.
-	DefaultRecommenderMaxContainers = 100_000
+	DefaultMaxContainers = 100_000
 )
 
-// recommender is the leader's recommender loop, a manager Runnable only the
+// Loop is the leader's recommender loop, a manager Runnable only the
 // elected leader runs: every Period it feeds the usage readings of the pods
 // of the workloads whose policy enables spec.recommend into per workload
 // and container states (cluster/recommend), and every policy interval it
 // makes their recommendations and writes them.
-type recommender struct {
+type Loop struct {
 	client client.Client
 	usage  *signals.Usage
 	kernel *signals.Kernel
@@ -86,6 +86,8 @@ type recommender struct {
 	tracked      int
 	trackedGauge prometheus.Gauge
 	tick         uint64
+	// steps times each pass's steps (pass).
+	steps *prometheus.HistogramVec
 
 	// The checkpoints (checkpoint.go): reader reads them from the
 	// apiserver in namespaces (all when empty), the ones the leader
@@ -154,10 +156,10 @@ type trackedInstance struct {
 	seen   uint64
 }
 
-// newRecommender returns the loop over the usage and kernel stores, with
+// New returns the loop over the usage and kernel stores, with
 // its metrics on reg; reader reads its checkpoints in namespaces (all
 // when empty).
-func newRecommender(c client.Client, reader client.Reader, namespaces []string, sig *signals.Stores, cfg RecommenderConfig, now func() time.Time, reg prometheus.Registerer, log *slog.Logger) (*recommender, error) {
+func New(c client.Client, reader client.Reader, namespaces []string, sig *signals.Stores, cfg Config, now func() time.Time, reg prometheus.Registerer, log *slog.Logger) (*Loop, error) {
 	base, err := recommend.NewModel(recommend.DefaultParams())
 	if err != nil {
 		return nil, fmt.Errorf("recommender: %w", err)
@@ -168,6 +170,14 @@ func newRecommender(c client.Client, reader client.Reader, namespaces []string, 
 	})
 	if err := reg.Register(gauge); err != nil {
 		return nil, fmt.Errorf("register the recommender's metric: %w", err)
+	}
+	steps := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "kerf_recommender_pass_seconds",
+		Help:    "How long the recommender's passes took, by step (policies, feed, throttling, prune, recommend, checkpoint) and in total.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
+	}, []string{"step"})
+	if err := reg.Register(steps); err != nil {
+		return nil, fmt.Errorf("register the recommender's pass metric: %w", err)
 	}
 	ckm, err := newCheckpointMetrics(reg)
 	if err != nil {
@@ -188,20 +198,20 @@ func newRecommender(c client.Client, reader client.Reader, namespaces []string, 
 		return nil, err
 	}
 	if cfg.Period <= 0 {
-		cfg.Period = DefaultRecommenderPeriod
+		cfg.Period = DefaultPeriod
 	}
 	if cfg.MaxContainers <= 0 {
-		cfg.MaxContainers = DefaultRecommenderMaxContainers
+		cfg.MaxContainers = DefaultMaxContainers
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &recommender{
+	return &Loop{
 		client: c, usage: sig.Usage, kernel: sig.Kernel, now: now, log: log.With("component", "recommender"),
 		period: cfg.Period, max: cfg.MaxContainers, base: base,
 		models: map[recommend.Params]*recommend.Model{base.Params(): base}, modelMetrics: mm,
 		workloads: map[workload.Ref]*trackedWorkload{}, instances: map[instanceKey]*trackedInstance{},
-		refs: map[types.UID]workload.Ref{}, trackedGauge: gauge,
+		refs: map[types.UID]workload.Ref{}, trackedGauge: gauge, steps: steps,
 		reader: reader, namespaces: namespaces, ckptInterval: cfg.CheckpointInterval, ckptWrites: cfg.CheckpointWrites,
 		ckptMetrics: ckm, dropped: map[workload.Ref]bool{}, vpa: vpa,
 	}, nil
@@ -209,12 +219,12 @@ func newRecommender(c client.Client, reader client.Reader, namespaces []string, 
 
 // NeedLeaderElection makes only the elected leader run the loop: a
 // standby's recommendations would race the leader's.
-func (r *recommender) NeedLeaderElection() bool { return true }
+func (r *Loop) NeedLeaderElection() bool { return true }
 
 // Start runs the loop until ctx ends: it resumes from the checkpoints
 // before its first pass, and writes them at the end. A failed pass (or
 // load) is logged and the next one tries again.
-func (r *recommender) Start(ctx context.Context) error {
+func (r *Loop) Start(ctx context.Context) error {
 	t := time.NewTicker(r.period)
 	defer t.Stop()
 	defer r.flushCheckpoints()
@@ -248,12 +258,24 @@ type resolvedWorkload struct {
 	modelErr error
 }
 
-// pass reads the new usage readings, feeds the states, and makes the
-// recommendations that are due.
-func (r *recommender) pass(ctx context.Context) error {
+// pass is one pass of the loop, in named steps, each timed in
+// kerf_recommender_pass_seconds{step}, as the VPA recommender's RunOnce
+// times its own:
+//   - policies: read the policies. When none enables spec.recommend, the
+//     loop forgets every history, reads no pods and goes to checkpoint.
+//   - feed: read the running pods' new usage readings and OOM kills into
+//     their workloads' states.
+//   - throttling: feed each workload's CFS throttling ratio.
+//   - prune: forget the pods no longer listed and the workloads gone.
+//   - recommend: make and write the recommendations that are due.
+//   - checkpoint: write the checkpoints that are due, delete the stale.
+func (r *Loop) pass(ctx context.Context) error {
 	now := r.now()
 	r.tick++
+	timer := startSteps(r.steps)
+	defer timer.total()
 	pols, err := policy.Gatherer{Reader: r.client}.All(ctx)
+	timer.step("policies")
 	if err != nil {
 		return err
 	}
@@ -264,15 +286,41 @@ func (r *recommender) pass(ctx context.Context) error {
 		clear(r.refs)
 		r.tracked = 0
 		r.checkpoint(ctx, pols, nil, now)
+		timer.step("checkpoint")
 		return nil
 	}
+	resolved, err := r.feed(ctx, pols, now)
+	timer.step("feed")
+	if err != nil {
+		return err
+	}
+	r.throttling(now)
+	timer.step("throttling")
+	r.prune(ctx)
+	timer.step("prune")
+	r.recommendDue(ctx, resolved, now)
+	timer.step("recommend")
+	// The count is known before the checkpoint writes (which take time).
+	r.trackedGauge.Set(float64(r.tracked))
+	r.checkpoint(ctx, pols, resolved, now)
+	timer.step("checkpoint")
+	for _, tw := range r.workloads {
+		tw.pods = nil
+	}
+	return nil
+}
+
+// feed reads the running pods' new usage readings and OOM kills into
+// their workloads' states, and returns the workloads it resolved: nil
+// for one whose policy does not enable spec.recommend.
+func (r *Loop) feed(ctx context.Context, pols *policy.Policies, now time.Time) (map[workload.Ref]*resolvedWorkload, error) {
 	// Views, only read: the leader's cache holds pods in a form of its
-	// own (cachedpod.go), and a copy of every pod each pass was the
+	// own (cluster/cachedpod.go), and a copy of every pod each pass was the
 	// whole pods' size again in garbage. The workloads hold them only for
 	// the pass.
 	var pods corev1.PodList
 	if err := r.client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("list pods: %w", err)
+		return nil, fmt.Errorf("list pods: %w", err)
 	}
 	resolved := map[workload.Ref]*resolvedWorkload{}
 	full := false
@@ -284,6 +332,7 @@ func (r *recommender) pass(ctx context.Context) error {
 		ref, ok := r.refs[pod.UID]
 		if !ok {
 			var found bool
+			var err error
 			ref, found, err = workload.Of(ctx, r.client, pod)
 			if err != nil || !found {
 				continue // a ReplicaSet the cache has not seen yet is found on a later pass
@@ -326,8 +375,12 @@ func (r *recommender) pass(ctx context.Context) error {
 	if full {
 		r.log.Warn("recommender tracks its maximum of containers; new ones are not recommended for", "maxContainers", r.max)
 	}
-	r.throttling(now)
-	r.prune(ctx)
+	return resolved, nil
+}
+
+// recommendDue makes and writes the recommendations of the workloads
+// seen in this pass whose policy's interval elapsed since their last.
+func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*resolvedWorkload, now time.Time) {
 	for ref, tw := range r.workloads {
 		rw := resolved[ref]
 		if rw == nil || tw.seen != r.tick {
@@ -344,18 +397,36 @@ func (r *recommender) pass(ctx context.Context) error {
 		}
 		tw.recommended = now
 	}
-	// The count is known before the checkpoint writes (which take time).
-	r.trackedGauge.Set(float64(r.tracked))
-	r.checkpoint(ctx, pols, resolved, now)
-	for _, tw := range r.workloads {
-		tw.pods = nil
-	}
-	return nil
+}
+
+// stepTimer times one pass's steps: each step's time since the previous
+// one ended, and the pass's total.
+type stepTimer struct {
+	seconds     *prometheus.HistogramVec
+	start, last time.Time
+}
+
+// startSteps starts timing a pass's steps into seconds.
+func startSteps(seconds *prometheus.HistogramVec) *stepTimer {
+	now := time.Now()
+	return &stepTimer{seconds: seconds, start: now, last: now}
+}
+
+// step observes the step that just ended.
+func (s *stepTimer) step(name string) {
+	now := time.Now()
+	s.seconds.WithLabelValues(name).Observe(now.Sub(s.last).Seconds())
+	s.last = now
+}
+
+// total observes the whole pass.
+func (s *stepTimer) total() {
+	s.seconds.WithLabelValues("total").Observe(time.Since(s.start).Seconds())
 }
 
 // resolve returns the workload and its policy when that policy enables
 // spec.recommend, else nil.
-func (r *recommender) resolve(ctx context.Context, pols *policy.Policies, ref workload.Ref) *resolvedWorkload {
+func (r *Loop) resolve(ctx context.Context, pols *policy.Policies, ref workload.Ref) *resolvedWorkload {
 	w, err := workload.Get(ctx, r.client, ref.Namespace, v1alpha1.TargetRef{Kind: ref.Kind, Name: ref.Name})
 	if err != nil {
 		return nil
@@ -368,7 +439,7 @@ func (r *recommender) resolve(ctx context.Context, pols *policy.Policies, ref wo
 }
 
 // prune forgets the pods no longer listed and the workloads that are gone.
-func (r *recommender) prune(ctx context.Context) {
+func (r *Loop) prune(ctx context.Context) {
 	for k, in := range r.instances {
 		if in.seen != r.tick {
 			delete(r.instances, k)
@@ -396,7 +467,7 @@ func (r *recommender) prune(ctx context.Context) {
 
 // forget drops a workload's history: it is gone, or no policy enables
 // the recommender for it any more.
-func (r *recommender) forget(ref workload.Ref) {
+func (r *Loop) forget(ref workload.Ref) {
 	if tw := r.workloads[ref]; tw != nil {
 		r.tracked -= len(tw.containers)
 		delete(r.workloads, ref)
