@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -91,29 +92,41 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 }
 
 // cniConfig is the bridge network: bridge kerf0 with the node's address as
-// gateway, host-local IPAM keeping its leases in the state directory.
+// gateway, host-local IPAM keeping its leases in the state directory, and
+// hostPorts.
 func cniConfig(l layout) string {
-	return fmt.Sprintf(`{
-  "cniVersion": "0.4.0",
-  "name": "kerf-sandbox",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": %q,
-      "isGateway": true,
-      "ipMasq": false,
-      "hairpinMode": true,
-      "ipam": {
-        "type": "host-local",
-        "ranges": [[{"subnet": %q, "gateway": %q}]],
-        "routes": [{"dst": "0.0.0.0/0"}],
-        "dataDir": %q
-      }
-    },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
+	return bridgeConflist("kerf-sandbox", PodCIDR, NodeIP, l.cniIPAMDir(), true)
 }
-`, BridgeName, PodCIDR, NodeIP, l.cniIPAMDir())
+
+// bridgeConflist is a node's CNI configuration: a bridge named BridgeName
+// routing subnet with gateway as the pods' default route, no masquerade
+// (each node's pod range is routed to it), host-local IPAM (its leases in
+// dataDir, or its default directory when empty) and, with portmap, the
+// portmap plugin for hostPorts.
+func bridgeConflist(name, subnet, gateway, dataDir string, portmap bool) string {
+	type rng struct {
+		Subnet  string `json:"subnet"`
+		Gateway string `json:"gateway"`
+	}
+	ipam := map[string]any{
+		"type":   "host-local",
+		"ranges": [][]rng{{{Subnet: subnet, Gateway: gateway}}},
+		"routes": []map[string]string{{"dst": "0.0.0.0/0"}},
+	}
+	if dataDir != "" {
+		ipam["dataDir"] = dataDir
+	}
+	plugins := []map[string]any{{
+		"type": "bridge", "bridge": BridgeName, "isGateway": true, "ipMasq": false, "hairpinMode": true, "ipam": ipam,
+	}}
+	if portmap {
+		plugins = append(plugins, map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}})
+	}
+	raw, err := json.MarshalIndent(map[string]any{"cniVersion": "0.4.0", "name": name, "plugins": plugins}, "", "  ")
+	if err != nil {
+		panic(err) // maps of strings, bools and slices of them always marshal
+	}
+	return string(raw) + "\n"
 }
 
 // kubeletConfig is the KubeletConfiguration known to work on these

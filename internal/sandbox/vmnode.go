@@ -196,27 +196,10 @@ func vmKubeletArgs(node string) []string {
 }
 
 // vmCNIConfig is the guest's bridge network: a bridge of the same name in
-// the guest, its own pod range, host-local IPAM in its default directory.
+// the guest, its own pod range, host-local IPAM in its default directory,
+// no portmap.
 func vmCNIConfig() string {
-	return fmt.Sprintf(`{
-  "cniVersion": "0.4.0",
-  "name": "kerf-sandbox-vm",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": %q,
-      "isGateway": true,
-      "ipMasq": false,
-      "hairpinMode": true,
-      "ipam": {
-        "type": "host-local",
-        "ranges": [[{"subnet": %q, "gateway": %q}]],
-        "routes": [{"dst": "0.0.0.0/0"}]
-      }
-    }
-  ]
-}
-`, BridgeName, VMPodCIDR, VMPodGateway)
+	return bridgeConflist("kerf-sandbox-vm", VMPodCIDR, VMPodGateway, "", false)
 }
 
 // WriteVMNodeFiles issues the VM node's certificates with the sandbox's CA
