@@ -1,6 +1,7 @@
 package recommender
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"testing"
@@ -33,6 +34,9 @@ func TestAPassTimesEachOfItsSteps(t *testing.T) {
 	p := &v1alpha1.RightsizingPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "recommend"}}
 	p.Spec.Recommend = &v1alpha1.RecommendSpec{Enabled: true, Interval: &metav1.Duration{Duration: time.Second}}
 	require.NoError(t, c.Create(t.Context(), p))
+	// The pass reads the policies of every namespace: a later run of this
+	// test (-count) must not find this one.
+	t.Cleanup(func() { _ = c.Delete(context.Background(), p) })
 	require.NoError(t, r.pass(t.Context()))
 	assert.Equal(t, map[string]uint64{"policies": 2, "feed": 1, "throttling": 1, "prune": 1, "recommend": 1, "checkpoint": 2, "total": 2},
 		passSteps(t, reg), "every step once more")
