@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"crypto/ecdsa"
@@ -9,6 +9,9 @@ import (
 	"encoding/pem"
 	"testing"
 	"time"
+
+	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/test/leadertest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -26,9 +29,9 @@ import (
 // had no certificate to serve TLS with.
 func TestTheLeaderSignsTheAgentsMetricsCertificate(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	s := newAgentStream(t, c, ns)
-	l := startLeader(t, ns, "a", Config{Stream: s.config()})
+	l := leadertest.StartReplica(t, ns, "a", cluster.Config{Stream: s.config()})
 	require.Eventually(t, l.Leading, 15*time.Second, 50*time.Millisecond)
 	runAgent := func(csr []byte, issued func([]byte)) {
 		s.run(t, func(cfg *agentstream.Config) { cfg.MetricsCSR, cfg.OnMetricsCertificate = csr, issued })
@@ -56,7 +59,7 @@ func TestTheLeaderSignsTheAgentsMetricsCertificate(t *testing.T) {
 	assert.Equal(t, []string{"kerf-agent." + ns + ".svc"}, leaf.DNSNames, "the names are the leader's, not the request's")
 	assert.Equal(t, "kerf-agent:"+s.nodeName, leaf.Subject.CommonName, "it names the node the token proved")
 	assert.True(t, leaf.PublicKey.(*ecdsa.PublicKey).Equal(key.Public()), "it is for the agent's key")
-	assert.WithinDuration(t, time.Now().Add(AgentMetricsCertificateValidity), leaf.NotAfter, time.Minute)
+	assert.WithinDuration(t, time.Now().Add(cluster.AgentMetricsCertificateValidity), leaf.NotAfter, time.Minute)
 
 	// A request whose signature is not its key's: the leader closes the
 	// stream rather than sign a key nobody proved to hold.
@@ -64,9 +67,9 @@ func TestTheLeaderSignsTheAgentsMetricsCertificate(t *testing.T) {
 	forged[len(forged)-5] ^= 0xff
 	runAgent(forged, func([]byte) { t.Error("a forged request got a certificate") })
 	require.Eventually(t, func() bool {
-		return metricValue(t, l, "kerf_stream_errors_total", "reason", "metrics_csr_invalid") >= 1
+		return leadertest.MetricValue(t, l, "kerf_stream_errors_total", "reason", "metrics_csr_invalid") >= 1
 	}, 30*time.Second, 50*time.Millisecond, "the forged request closes its stream")
 	// The node's two agents replace each other's streams: the good one
 	// gets a new certificate on each.
-	assert.GreaterOrEqual(t, metricValue(t, l, "kerf_stream_metrics_certificates_total", "result", "issued"), 1.0)
+	assert.GreaterOrEqual(t, leadertest.MetricValue(t, l, "kerf_stream_metrics_certificates_total", "result", "issued"), 1.0)
 }

@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/test/leadertest"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -23,31 +26,31 @@ import (
 func BenchmarkSignalToRollbackRequest(b *testing.B) {
 	c := controlplane.Get(b).Client
 	ctx := context.Background()
-	ns := namespace(b, c)
+	ns := leadertest.Namespace(b, c)
 	const n = 20
 	src := signals.NewKernel()
 	var mu sync.Mutex
 	decided := map[string]time.Time{}
-	startLeader(b, ns, "a", Config{Signals: kernelOnly(src), AfterBreach: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
+	leadertest.StartReplica(b, ns, "a", cluster.Config{Signals: kernelOnly(src), AfterBreach: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
 		mu.Lock()
 		decided[rsr.Name] = time.Now()
 		mu.Unlock()
 	}})
-	if err := c.Create(ctx, policyWith(ns, time.Hour, nil)); err != nil {
+	if err := c.Create(ctx, leadertest.PolicyWith(ns, time.Hour, nil)); err != nil {
 		b.Fatal(err)
 	}
 	pods := make([]types.UID, n)
 	for i := range n {
 		name := fmt.Sprintf("web-%d", i)
-		dep := deployment(ns, name, "500m", "256Mi")
+		dep := leadertest.Deployment(ns, name, "500m", "256Mi")
 		if err := c.Create(ctx, dep); err != nil {
 			b.Fatal(err)
 		}
-		if err := c.Create(ctx, recommendation(ns, name, name, v1alpha1.StrategyRollout, "500m", "128Mi")); err != nil {
+		if err := c.Create(ctx, leadertest.Recommendation(ns, name, name, v1alpha1.StrategyRollout, "500m", "128Mi")); err != nil {
 			b.Fatal(err)
 		}
-		waitPhase(b, c, ns, name, v1alpha1.PhaseWatching, "")
-		pods[i] = adoptedPod(b, c, dep, name+"-new").UID
+		leadertest.WaitPhase(b, c, ns, name, v1alpha1.PhaseWatching, "")
+		pods[i] = leadertest.AdoptedPod(b, c, dep, name+"-new").UID
 	}
 	time.Sleep(time.Second) // the pods reach the leader's cache
 	b.ResetTimer()

@@ -19,7 +19,7 @@ import (
 // cachedKinds reads kerf_leader_cached_objects of l: objects held by kind.
 func cachedKinds(t *testing.T, l *testLeader) map[string]float64 {
 	t.Helper()
-	mfs, err := l.registry.Gather()
+	mfs, err := l.Registry().Gather()
 	require.NoError(t, err)
 	kinds := map[string]float64{}
 	for _, mf := range mfs {

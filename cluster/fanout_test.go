@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/test/leadertest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -82,11 +85,11 @@ func newFanout(t testing.TB, n int) *fanout {
 	t.Helper()
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	f := &fanout{c: c, breach: map[string]time.Time{}}
 	var mu sync.Mutex
 	watching := map[string]bool{}
-	startLeader(t, ns, "a", Config{
+	leadertest.StartReplica(t, ns, "a", cluster.Config{
 		AfterRecord: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
 			mu.Lock()
 			watching[rsr.Name] = true
@@ -98,16 +101,16 @@ func newFanout(t testing.TB, n int) *fanout {
 			f.mu.Unlock()
 		},
 	})
-	require.NoError(t, c.Create(ctx, policyWith(ns, time.Hour, nil)))
+	require.NoError(t, c.Create(ctx, leadertest.PolicyWith(ns, time.Hour, nil)))
 	for i := range n {
 		name := fmt.Sprintf("web-%d", i)
-		dep := deployment(ns, name, "500m", "256Mi")
+		dep := leadertest.Deployment(ns, name, "500m", "256Mi")
 		require.NoError(t, c.Create(ctx, dep))
-		require.NoError(t, c.Create(ctx, recommendation(ns, name, name, v1alpha1.StrategyRollout, "500m", "128Mi")))
+		require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, name, name, v1alpha1.StrategyRollout, "500m", "128Mi")))
 	}
-	orphan := deployment(ns, "orphan", "500m", "256Mi")
+	orphan := leadertest.Deployment(ns, "orphan", "500m", "256Mi")
 	require.NoError(t, c.Create(ctx, orphan))
-	f.orphan = adoptedPod(t, c, orphan, "orphan-1")
+	f.orphan = leadertest.AdoptedPod(t, c, orphan, "orphan-1")
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -117,7 +120,7 @@ func newFanout(t testing.TB, n int) *fanout {
 	// rollout would.
 	for i := range n {
 		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("web-%d", i)}}
-		f.pods = append(f.pods, adoptedPod(t, c, dep, dep.Name+"-new"))
+		f.pods = append(f.pods, leadertest.AdoptedPod(t, c, dep, dep.Name+"-new"))
 	}
 	return f
 }

@@ -1,10 +1,11 @@
-package cluster
+package cluster_test
 
 import (
 	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -14,11 +15,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/cluster/fence"
+	"github.com/kerf-dev/kerf/test/leadertest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -40,7 +47,7 @@ const (
 // fenceLease are the child's and the standby's lease timings: short, so
 // that the freeze outlasts the Lease quickly, but with room for a loaded
 // machine, so that the child keeps the Lease until it is frozen.
-var fenceLease = Config{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 200 * time.Millisecond}
+var fenceLease = cluster.Config{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 200 * time.Millisecond}
 
 func init() {
 	if os.Getenv(fenceChildEnv) == "" {
@@ -70,7 +77,7 @@ func runFencedChild() int {
 	cfg.Namespace, cfg.LeaseName, cfg.Identity, cfg.WatchNamespaces = ns, "kerf-leader", "a", []string{ns}
 	var (
 		once sync.Once
-		l    *Leader
+		l    *cluster.Leader
 	)
 	cfg.AfterRecord = func(context.Context, *v1alpha1.RightsizingRecommendation) {
 		once.Do(func() {
@@ -84,7 +91,7 @@ func runFencedChild() int {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		})
 	}
-	l, err = New(cfg, rc, slog.New(slog.NewTextHandler(os.Stderr, nil)).With("identity", "a"))
+	l, err = cluster.New(cfg, rc, slog.New(slog.NewTextHandler(os.Stderr, nil)).With("identity", "a"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "leader:", err)
 		return 2
@@ -111,10 +118,10 @@ func runFencedChild() int {
 func TestFrozenLeaderWritesNothingAfterWaking(t *testing.T) {
 	cp := controlplane.Get(t)
 	c := cp.Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
-	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
-	pod := runningPod(t, c, dep)
+	dep := leadertest.Web(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil))
+	pod := leadertest.RunningPod(t, c, dep)
 
 	exe, err := os.Executable()
 	require.NoError(t, err)
@@ -149,32 +156,32 @@ func TestFrozenLeaderWritesNothingAfterWaking(t *testing.T) {
 		}
 		return *lease.Spec.HolderIdentity
 	}
-	waitFor(t, 30*time.Second, func() bool { return holder() == "a" }, "a never led")
-	b := startLeader(t, ns, "b", fenceLease)
+	leadertest.WaitFor(t, 30*time.Second, func() bool { return holder() == "a" }, "a never led")
+	b := leadertest.StartReplica(t, ns, "b", fenceLease)
 
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")))
+	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")))
 	select {
 	case l := <-lines:
 		require.Equal(t, "decided", l)
 	case <-time.After(30 * time.Second):
 		t.Fatal("a never recorded the change")
 	}
-	waitFor(t, 10*time.Second, func() bool { return processState(child.Process.Pid) == "T" }, "a is not stopped")
+	leadertest.WaitFor(t, 10*time.Second, func() bool { return processState(child.Process.Pid) == "T" }, "a is not stopped")
 	frozen := time.Now()
 
 	// b takes over and acts: it finishes the change a recorded, then the
 	// pod is OOM-killed and b resizes it back.
-	waitFor(t, 30*time.Second, b.Leading, "b never took over")
-	kubeletReports(t, c, pod, "")
-	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	oomKilled(t, c, pod, "OOMKilled")
-	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	leadertest.WaitFor(t, 30*time.Second, b.Leading, "b never took over")
+	leadertest.KubeletReports(t, c, pod, "")
+	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	leadertest.OOMKilled(t, c, pod, "OOMKilled")
+	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
 	requests := func() string {
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 		r := pod.Spec.Containers[0].Resources.Requests
 		return r.Cpu().String() + "/" + r.Memory().String()
 	}
-	waitFor(t, 20*time.Second, func() bool { return requests() == "250m/256Mi" }, "b never resized the memory back")
+	leadertest.WaitFor(t, 20*time.Second, func() bool { return requests() == "250m/256Mi" }, "b never resized the memory back")
 	require.Greater(t, time.Since(frozen), fenceLease.LeaseDuration, "a was frozen past its Lease")
 
 	// a wakes in the middle of its apply. Every version of the pod from
@@ -214,7 +221,7 @@ func TestFrozenLeaderWritesNothingAfterWaking(t *testing.T) {
 	assert.Equal(t, "250m/256Mi", requests(), "the pod keeps b's values (memory rolled back), not a's 128Mi")
 	require.Len(t, out, 2, "a's output: %q", out)
 	assert.NotEqual(t, "fenced 0", out[0], "a counts its refused writes")
-	assert.Equal(t, "run "+ErrLeadershipLost.Error(), out[1])
+	assert.Equal(t, "run "+cluster.ErrLeadershipLost.Error(), out[1])
 	assert.Contains(t, stderr.String(), "write refused: not leading")
 	assert.Contains(t, stderr.String(), "/pods/"+pod.Name+"/resize", "the refused write is the pod's resize")
 	assert.Equal(t, corev1.PodRunning, pod.Status.Phase)
@@ -247,10 +254,10 @@ func processState(pid int) string {
 // template keeps the change's values, and a counts the refusal.
 func TestLeaderWhoseLeaseWasTakenWritesNothing(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
-	dep, a := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{}, "250m", "128Mi")
-	pod := adoptedPod(t, c, dep, "web-new-1")
+	dep, a := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), cluster.Config{}, "250m", "128Mi")
+	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond))) // the kill a second after T0
 	require.True(t, a.Leading())
 
@@ -267,15 +274,15 @@ func TestLeaderWhoseLeaseWasTakenWritesNothing(t *testing.T) {
 	writeOOMKill(t, c, pod)
 
 	select {
-	case err := <-a.done:
-		a.done <- err // for the cleanup
-		require.ErrorIs(t, err, ErrLeadershipLost)
+	case err := <-a.Done:
+		a.Done <- err // for the cleanup
+		require.ErrorIs(t, err, cluster.ErrLeadershipLost)
 	case <-time.After(30 * time.Second):
 		t.Fatal("a never noticed it lost the Lease")
 	}
-	rsr := getRSR(t, c, ns, "web")
+	rsr := leadertest.GetRSR(t, c, ns, "web")
 	assert.Equal(t, v1alpha1.PhaseWatching, rsr.Status.Phase, "a did not roll back under b's Lease")
-	assert.Equal(t, "128Mi", templateResources(t, c, dep).Requests.Memory().String(), "the template keeps the change's values")
+	assert.Equal(t, "128Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String(), "the template keeps the change's values")
 	assert.Positive(t, fencedWrites(a.Leader), "a counted its refused writes")
 }
 
@@ -289,12 +296,12 @@ func TestLeaderWhoseLeaseWasTakenWritesNothing(t *testing.T) {
 func TestLeaderWhoseLeaseWasTakenEmitsNoEvents(t *testing.T) {
 	cp := controlplane.Get(t)
 	c := cp.Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "regarding"}}
 	require.NoError(t, c.Create(ctx, cm))
-	a := startLeader(t, ns, "a", Config{})
-	waitFor(t, 30*time.Second, a.Leading, "a never led")
+	a := leadertest.StartReplica(t, ns, "a", cluster.Config{})
+	leadertest.WaitFor(t, 30*time.Second, a.Leading, "a never led")
 	emitted := func(reason string) bool {
 		list, err := cp.Clientset.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 		require.NoError(t, err)
@@ -306,7 +313,7 @@ func TestLeaderWhoseLeaseWasTakenEmitsNoEvents(t *testing.T) {
 		return false
 	}
 	a.fence.Recorder().Eventf(cm, nil, corev1.EventTypeNormal, "WhileLeading", "Test", "emitted while a leads")
-	waitFor(t, 10*time.Second, func() bool { return emitted("WhileLeading") }, "the Event emitted while leading was never written")
+	leadertest.WaitFor(t, 10*time.Second, func() bool { return emitted("WhileLeading") }, "the Event emitted while leading was never written")
 
 	// a's elector renews the Lease meanwhile: a conflict is read again.
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -320,7 +327,7 @@ func TestLeaderWhoseLeaseWasTakenEmitsNoEvents(t *testing.T) {
 	}), "hand the Lease to b")
 	refused := fencedWrites(a.Leader)
 	a.fence.Recorder().Eventf(cm, nil, corev1.EventTypeNormal, "AfterLosing", "Test", "emitted after a lost the Lease")
-	waitFor(t, 10*time.Second, func() bool { return emitted("AfterLosing") || fencedWrites(a.Leader) > refused },
+	leadertest.WaitFor(t, 10*time.Second, func() bool { return emitted("AfterLosing") || fencedWrites(a.Leader) > refused },
 		"the Event was neither written nor refused")
 	time.Sleep(500 * time.Millisecond) // an Event written meanwhile would be listed by now
 	assert.False(t, emitted("AfterLosing"), "a wrote an Event under b's Lease")
@@ -329,8 +336,8 @@ func TestLeaderWhoseLeaseWasTakenEmitsNoEvents(t *testing.T) {
 
 // fencedWrites reads the writes l's fence refused
 // (kerf_leader_fenced_writes_total) from its registry.
-func fencedWrites(l *Leader) float64 {
-	mfs, err := l.registry.Gather()
+func fencedWrites(l *cluster.Leader) float64 {
+	mfs, err := l.Registry().Gather()
 	if err != nil {
 		return -1
 	}
@@ -340,4 +347,19 @@ func fencedWrites(l *Leader) float64 {
 		}
 	}
 	return 0
+}
+
+// TestTheRollbacksClientIsFenced: a replica that does not hold the Lease
+// writes nothing through the rollbacks' client either.
+func TestTheRollbacksClientIsFenced(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := leadertest.Namespace(t, c)
+	l, err := cluster.New(cluster.Config{Namespace: ns, LeaseName: "kerf-leader", Identity: "a", WatchNamespaces: []string{ns}},
+		rest.CopyConfig(controlplane.Get(t).Config), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	err = cluster.RollbackWriter(l).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unfenced"}})
+	require.ErrorIs(t, err, fence.ErrNotLeading)
+	assert.Equal(t, 1.0, fencedWrites(l))
+	var cm corev1.ConfigMap
+	assert.True(t, apierrors.IsNotFound(c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "unfenced"}, &cm)), "the write never reached the apiserver")
 }

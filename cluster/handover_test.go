@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
@@ -12,6 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/test/leadertest"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
@@ -31,7 +34,7 @@ import (
 
 // productionTimings sets kerf-leader's default lease timings (15 s, 10 s,
 // 2 s) on cfg, so that a handover costs what it costs in a cluster.
-func productionTimings(cfg Config) Config {
+func productionTimings(cfg cluster.Config) cluster.Config {
 	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
 	return cfg
 }
@@ -68,18 +71,18 @@ type handover struct {
 
 // runHandover runs one handover in a fresh namespace, on the lease timings
 // of cfg (startLeader's short ones when zero).
-func runHandover(t testing.TB, cfg Config) handover {
+func runHandover(t testing.TB, cfg cluster.Config) handover {
 	t.Helper()
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
-	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
-	a, b := leaderPair(t, ns, cfg, cfg)
-	if err := c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")); err != nil {
+	dep := leadertest.Web(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil))
+	a, b := leadertest.Pair(t, ns, cfg, cfg)
+	if err := c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")); err != nil {
 		t.Fatal(err)
 	}
-	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	pod := adoptedPod(t, c, dep, "web-new-1")
+	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
 	// The pod reaches both caches, and the kill lands a second after the
 	// change was recorded (status times have one-second resolution).
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
@@ -89,7 +92,7 @@ func runHandover(t testing.TB, cfg Config) handover {
 
 	var h handover
 	h.stopped = time.Now()
-	a.stop()
+	a.Stop()
 	writeOOMKill(t, c, pod)
 	h.killed = time.Now()
 	deadline := time.Now().Add(60 * time.Second)
@@ -97,7 +100,7 @@ func runHandover(t testing.TB, cfg Config) handover {
 		if h.leading.IsZero() && b.Leading() {
 			h.leading = time.Now()
 		}
-		if getRSR(t, c, ns, "web").Status.Phase == v1alpha1.PhaseRolledBack {
+		if leadertest.GetRSR(t, c, ns, "web").Status.Phase == v1alpha1.PhaseRolledBack {
 			h.rolledBack = time.Now()
 			break
 		}
@@ -109,20 +112,8 @@ func runHandover(t testing.TB, cfg Config) handover {
 	if h.leading.IsZero() {
 		h.leading = h.rolledBack
 	}
-	waitGracefulStop(t, a)
+	leadertest.WaitGracefulStop(t, a)
 	return h
-}
-
-// waitFor polls cond every 20 ms until it holds or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // BenchmarkOOMRollbackAcrossHandover measures, on a real apiserver and
@@ -138,7 +129,7 @@ func BenchmarkOOMRollbackAcrossHandover(b *testing.B) {
 	for range b.N {
 		var toRollback, toLeading, leadingToRollback []float64
 		for range handoverRuns {
-			h := runHandover(b, productionTimings(Config{}))
+			h := runHandover(b, productionTimings(cluster.Config{}))
 			toRollback = append(toRollback, float64(h.rolledBack.Sub(h.killed).Milliseconds()))
 			toLeading = append(toLeading, float64(h.leading.Sub(h.stopped).Milliseconds()))
 			leadingToRollback = append(leadingToRollback, float64(h.rolledBack.Sub(h.leading).Milliseconds()))
@@ -164,15 +155,15 @@ func BenchmarkOOMRollbackAcrossHandover(b *testing.B) {
 // takeover starts reconciling at once instead of listing them first.
 func TestStandbyCachesWhatTheLeaderReadsBeforeItLeads(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
 	require.NoError(t, c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kerf-leader"},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("other"), LeaseDurationSeconds: ptr.To[int32](3600),
 			RenewTime: &metav1.MicroTime{Time: time.Now()}}}))
-	b := startLeader(t, ns, "b", Config{})
+	b := leadertest.StartReplica(t, ns, "b", cluster.Config{})
 	require.Eventually(t, b.synced.Load, 30*time.Second, 20*time.Millisecond, "the standby never synced its caches")
 	require.False(t, b.Leading())
-	for _, obj := range leaderReads() {
+	for _, obj := range cluster.LeaderReads() {
 		// Asking for an informer the cache lacks creates it unsynced.
 		inf, err := b.Manager().GetCache().GetInformer(ctx, obj, cache.BlockUntilSynced(false))
 		require.NoError(t, err)
@@ -185,11 +176,11 @@ func TestStandbyCachesWhatTheLeaderReadsBeforeItLeads(t *testing.T) {
 // labeled kerf.dev/leader) and refuses it while none does.
 type leaderService struct {
 	ln       net.Listener
-	replicas map[*testLeader]string // replica → its stream's address
+	replicas map[*leadertest.Replica]string // replica → its stream's address
 }
 
 // newLeaderService serves until the test ends.
-func newLeaderService(t *testing.T, replicas map[*testLeader]string) *leaderService {
+func newLeaderService(t *testing.T, replicas map[*leadertest.Replica]string) *leaderService {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -248,23 +239,23 @@ func newLeaderService(t *testing.T, replicas map[*testLeader]string) *leaderServ
 // (pod status never shows the kill).
 func TestGracefulHandoverHandsTheAgentsEventsToTheNextLeader(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
 	cs := controlplane.Get(t).Clientset
-	nodeName := node(t, c)
-	serverCert, pool := streamCert(t, c, ns)
+	nodeName := leadertest.Node(t, c)
+	serverCert, pool := leadertest.StreamCert(t, c, ns)
 	require.NoError(t, c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kerf-agent"}}))
 	agentPod := streamtest.CreatePod(t, cs, ns, "kerf-agent-node-1", nodeName, "kerf-agent")
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(t, cs, ns, "kerf-agent", "kerf-leader", agentPod)), 0o600))
 
-	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
-	replicas := map[*testLeader]string{}
-	var a, b *testLeader
+	dep := leadertest.Web(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil))
+	replicas := map[*leadertest.Replica]string{}
+	var a, b *leadertest.Replica
 	for _, id := range []string{"a", "b"} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
-		l := startLeader(t, ns, id, Config{Stream: StreamConfig{Listener: ln, Cert: serverCert,
+		l := leadertest.StartReplica(t, ns, id, cluster.Config{Stream: cluster.StreamConfig{Listener: ln, Cert: serverCert,
 			Audience: "kerf-leader", ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}})
 		replicas[l] = ln.Addr().String()
 		if id == "a" {
@@ -287,19 +278,19 @@ func TestGracefulHandoverHandsTheAgentsEventsToTheNextLeader(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-agentDone })
 	require.Eventually(t, func() bool { return agent.State() == agentstream.Connected }, 15*time.Second, 20*time.Millisecond)
 
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
-	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	pod := adoptedPod(t, c, dep, "web-new-1")
+	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
 
-	a.stop()
+	a.Stop()
 	agent.ContainerEvent(agentSees(pod, 1, "OOMKilled", "containerd://run-1", time.Now()))
-	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
 	assert.True(t, b.Leading(), "b rolled back")
 	assert.Equal(t, []string{"oomKills 1 ≥ 1"}, rsr.Status.Breach.Figures)
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 	assert.Nil(t, pod.Status.ContainerStatuses[0].LastTerminationState.Terminated, "pod status never showed the kill")
-	waitGracefulStop(t, a)
+	leadertest.WaitGracefulStop(t, a)
 }
 
 // leaderPod creates the pod of a leader replica, as the Deployment would.
@@ -316,7 +307,7 @@ func labeled(t *testing.T, c client.Client, pod *corev1.Pod) bool {
 	t.Helper()
 	var got corev1.Pod
 	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(pod), &got))
-	return got.Labels[LeaderPodLabel] == "true"
+	return got.Labels[cluster.LeaderPodLabel] == "true"
 }
 
 // TestAStoppingLeaderHandsOverBeforeItReleasesTheLease stops the leader
@@ -327,29 +318,29 @@ func labeled(t *testing.T, c client.Client, pod *corev1.Pod) bool {
 // own pod.
 func TestAStoppingLeaderHandsOverBeforeItReleasesTheLease(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
-	web(t, c, ns, namespacedPolicy(ns, false))
+	leadertest.Web(t, c, ns, leadertest.NamespacedPolicy(ns, false))
 	podA, podB := leaderPod(t, c, ns, "kerf-leader-a"), leaderPod(t, c, ns, "kerf-leader-b")
 	inReconcile, finish := make(chan struct{}), make(chan struct{})
 	var once, finishOnce sync.Once
 	release := func() { finishOnce.Do(func() { close(finish) }) }
-	a := startLeader(t, ns, "a", Config{PodName: podA.Name, AfterRecord: func(context.Context, *v1alpha1.RightsizingRecommendation) {
+	a := leadertest.StartReplica(t, ns, "a", cluster.Config{PodName: podA.Name, AfterRecord: func(context.Context, *v1alpha1.RightsizingRecommendation) {
 		once.Do(func() { close(inReconcile) })
 		<-finish
 	}})
 	require.Eventually(t, a.Leading, 15*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return labeled(t, c, podA) }, 10*time.Second, 20*time.Millisecond, "the leader never labeled its pod")
-	b := startLeader(t, ns, "b", Config{PodName: podB.Name})
+	b := leadertest.StartReplica(t, ns, "b", cluster.Config{PodName: podB.Name})
 	t.Cleanup(release) // runs before the leaders' cleanups: a failed assertion does not hold a's stop
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
 	select {
 	case <-inReconcile:
 	case <-time.After(30 * time.Second):
 		t.Fatal("a never recorded the change")
 	}
 
-	a.stop()
+	a.Stop()
 	require.Eventually(t, func() bool { return !labeled(t, c, podA) }, 5*time.Second, 20*time.Millisecond,
 		"the stopping leader kept its label")
 	assert.False(t, a.Leading(), "a stopping replica does not lead")
@@ -362,5 +353,5 @@ func TestAStoppingLeaderHandsOverBeforeItReleasesTheLease(t *testing.T) {
 	require.Eventually(t, b.Leading, 15*time.Second, 20*time.Millisecond, "b never took over")
 	require.Eventually(t, func() bool { return labeled(t, c, podB) && !labeled(t, c, podA) }, 10*time.Second, 20*time.Millisecond,
 		"the new leader's pod is not the one labeled")
-	waitApplied(t, c, ns, "web") // b finishes a's change
+	leadertest.WaitApplied(t, c, ns, "web") // b finishes a's change
 }

@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
+	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/test/leadertest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,34 +61,34 @@ func TestTwoClustersActionsReachTheHubOnceThroughAnOutageAndAFailover(t *testing
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
 	hubtest.EachBackend(t, []string{"east", "west"}, func(t *testing.T, h *hubtest.Hub) {
-		east, west := namespace(t, c), namespace(t, c)
-		require.NoError(t, c.Create(ctx, deployment(east, "web", "500m", "256Mi")))
-		require.NoError(t, c.Create(ctx, deployment(east, "other", "500m", "256Mi")))
-		p := namespacedPolicy(east, true)
+		east, west := leadertest.Namespace(t, c), leadertest.Namespace(t, c)
+		require.NoError(t, c.Create(ctx, leadertest.Deployment(east, "web", "500m", "256Mi")))
+		require.NoError(t, c.Create(ctx, leadertest.Deployment(east, "other", "500m", "256Mi")))
+		p := leadertest.NamespacedPolicy(east, true)
 		require.NoError(t, c.Create(ctx, p))
-		a := startLeader(t, east, "a", Config{Hub: hubConfig(t, h, "east")})
-		require.NoError(t, c.Create(ctx, recommendation(east, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
-		require.NoError(t, c.Create(ctx, recommendation(east, "other", "other", v1alpha1.StrategyRollout, "250m", "256Mi")))
-		waitPhase(t, c, east, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
-		waitPhase(t, c, east, "other", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
+		a := leadertest.StartReplica(t, east, "a", cluster.Config{Hub: hubConfig(t, h, "east")})
+		require.NoError(t, c.Create(ctx, leadertest.Recommendation(east, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+		require.NoError(t, c.Create(ctx, leadertest.Recommendation(east, "other", "other", v1alpha1.StrategyRollout, "250m", "256Mi")))
+		leadertest.WaitPhase(t, c, east, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
+		leadertest.WaitPhase(t, c, east, "other", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
 		require.Eventually(t, func() bool { return len(h.Audit(t, url.Values{"cluster": {"east"}})) == 2 },
 			15*time.Second, 100*time.Millisecond, "a delivers while the hub is up")
 
 		h.Stop()
-		a.stop()
-		b := startLeader(t, east, "b", Config{Hub: hubConfig(t, h, "east")})
+		a.Stop()
+		b := leadertest.StartReplica(t, east, "b", cluster.Config{Hub: hubConfig(t, h, "east")})
 		require.Eventually(t, b.Leading, 15*time.Second, 50*time.Millisecond)
-		update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
-		waitApplied(t, c, east, "web")
-		other := waitApplied(t, c, east, "other")
+		leadertest.Update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
+		leadertest.WaitApplied(t, c, east, "web")
+		other := leadertest.WaitApplied(t, c, east, "other")
 		otherHistory := historyKeys(other)
 		require.Len(t, otherHistory, 2, "blocked, then applied")
 		require.NoError(t, c.Delete(ctx, other))
 
-		startLeader(t, west, "w", Config{Hub: hubConfig(t, h, "west")})
-		require.NoError(t, c.Create(ctx, deployment(west, "api", "500m", "256Mi")))
-		require.NoError(t, c.Create(ctx, recommendation(west, "api", "api", v1alpha1.StrategyRollout, "250m", "256Mi")))
-		waitPhase(t, c, west, "api", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
+		leadertest.StartReplica(t, west, "w", cluster.Config{Hub: hubConfig(t, h, "west")})
+		require.NoError(t, c.Create(ctx, leadertest.Deployment(west, "api", "500m", "256Mi")))
+		require.NoError(t, c.Create(ctx, leadertest.Recommendation(west, "api", "api", v1alpha1.StrategyRollout, "250m", "256Mi")))
+		leadertest.WaitPhase(t, c, west, "api", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
 		time.Sleep(time.Second) // the forwarders fail and back off meanwhile
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(other), other), "kept while its applied action is undelivered")
 
@@ -94,13 +96,13 @@ func TestTwoClustersActionsReachTheHubOnceThroughAnOutageAndAFailover(t *testing
 		require.Eventually(t, func() bool {
 			return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(other), other))
 		}, 20*time.Second, 100*time.Millisecond, "the deleted recommendation is let go once delivered")
-		web, api := getRSR(t, c, east, "web"), getRSR(t, c, west, "api")
+		web, api := leadertest.GetRSR(t, c, east, "web"), leadertest.GetRSR(t, c, west, "api")
 		require.Eventually(t, func() bool {
 			return len(h.Audit(t, url.Values{"cluster": {"east"}})) == len(web.Status.History)+2 &&
 				len(h.Audit(t, url.Values{"cluster": {"west"}})) == len(api.Status.History)
 		}, 20*time.Second, 100*time.Millisecond, "every action reaches the hub")
 		time.Sleep(500 * time.Millisecond) // nothing more arrives
-		web, api = getRSR(t, c, east, "web"), getRSR(t, c, west, "api")
+		web, api = leadertest.GetRSR(t, c, east, "web"), leadertest.GetRSR(t, c, west, "api")
 		eastGot, westGot := h.Audit(t, url.Values{"cluster": {"east"}}), h.Audit(t, url.Values{"cluster": {"west"}})
 		assert.Equal(t, historyKeys(web), hubHistory(eastGot, east, "web"), "once each, in order")
 		assert.Equal(t, otherHistory, hubHistory(eastGot, east, "other"), "the deleted recommendation's actions too")
@@ -128,55 +130,29 @@ func TestARollbackDoesNotWaitForTheHub(t *testing.T) {
 	c := controlplane.Get(t).Client
 	h := hubtest.Start(t, hubtest.SQLite(t), "east")
 	h.Stop()
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	hc := hubConfig(t, h, "east")
 	hc.MinBackoff, hc.MaxBackoff = 5*time.Second, 10*time.Second
-	dep, _ := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Hub: hc}, "250m", "128Mi")
-	pod := adoptedPod(t, c, dep, "web-new-1")
+	dep, _ := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), cluster.Config{Hub: hc}, "250m", "128Mi")
+	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
 
 	start := time.Now()
-	oomKilled(t, c, pod, "OOMKilled")
-	waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
-	rsr := waitRestored(t, c, ns, "web")
+	leadertest.OOMKilled(t, c, pod, "OOMKilled")
+	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr := leadertest.WaitRestored(t, c, ns, "web")
 	assert.Less(t, time.Since(start), 15*time.Second, "the rollback waited for nothing (the hub is down all along)")
-	assert.Equal(t, "256Mi", templateResources(t, c, dep).Requests.Memory().String())
+	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String())
 
 	h.Up(t)
 	require.Eventually(t, func() bool {
 		return h.ActionsTotal(t, "east", "rolled_back", v1alpha1.HealthWatchOOMKills, "memory") == 1
 	}, 30*time.Second, 200*time.Millisecond, "the rollback reaches the hub")
 	require.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, "web")
+		rsr = leadertest.GetRSR(t, c, ns, "web")
 		return len(h.Audit(t, url.Values{"cluster": {"east"}})) == len(rsr.Status.History)
 	}, 30*time.Second, 200*time.Millisecond)
 	assert.Equal(t, historyKeys(rsr), hubHistory(h.Audit(t, url.Values{"cluster": {"east"}}), ns, "web"))
 	assert.Equal(t, 0.0, h.ActionsTotal(t, "east", "rolled_back", v1alpha1.HealthWatchOOMKills, "cpu"))
-}
-
-// metricValue is the value of the leader's series name whose labels hold
-// all of labels (a gauge or a counter), -1 when absent.
-func metricValue(t *testing.T, l *testLeader, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := l.registry.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				if !slices.ContainsFunc(m.GetLabel(), func(lp *dto.LabelPair) bool { return lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] }) {
-					continue series
-				}
-			}
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return -1
 }
 
 // TestALeaderWithoutAHubLetsItsRecommendationsGo turns the hub off the way
@@ -190,39 +166,39 @@ func TestALeaderWithoutAHubLetsItsRecommendationsGo(t *testing.T) {
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
 	h := hubtest.Start(t, hubtest.SQLite(t), "east")
-	ns := namespace(t, c)
-	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
-	require.NoError(t, c.Create(ctx, deployment(ns, "other", "500m", "256Mi")))
-	p := namespacedPolicy(ns, true)
+	ns := leadertest.Namespace(t, c)
+	require.NoError(t, c.Create(ctx, leadertest.Deployment(ns, "web", "500m", "256Mi")))
+	require.NoError(t, c.Create(ctx, leadertest.Deployment(ns, "other", "500m", "256Mi")))
+	p := leadertest.NamespacedPolicy(ns, true)
 	require.NoError(t, c.Create(ctx, p))
-	a := startLeader(t, ns, "a", Config{Hub: hubConfig(t, h, "east")})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
-	require.NoError(t, c.Create(ctx, recommendation(ns, "other", "other", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	a := leadertest.StartReplica(t, ns, "a", cluster.Config{Hub: hubConfig(t, h, "east")})
+	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "other", "other", v1alpha1.StrategyRollout, "250m", "256Mi")))
 	require.Eventually(t, func() bool { return len(h.Audit(t, url.Values{"cluster": {"east"}})) == 2 },
 		15*time.Second, 100*time.Millisecond, "a delivers the two blocked actions")
 	for _, name := range []string{"web", "other"} {
-		assert.Contains(t, getRSR(t, c, ns, name).Finalizers, forward.Finalizer)
+		assert.Contains(t, leadertest.GetRSR(t, c, ns, name).Finalizers, forward.Finalizer)
 	}
 
 	h.Stop()
-	update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
-	waitApplied(t, c, ns, "web")
-	other := waitApplied(t, c, ns, "other")
-	a.stop()
+	leadertest.Update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
+	leadertest.WaitApplied(t, c, ns, "web")
+	other := leadertest.WaitApplied(t, c, ns, "other")
+	a.Stop()
 	require.NoError(t, c.Delete(ctx, other))
 	time.Sleep(500 * time.Millisecond)
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(other), other), "kept by the finalizer while no leader runs")
 
-	b := startLeader(t, ns, "b", Config{})
+	b := leadertest.StartReplica(t, ns, "b", cluster.Config{})
 	require.Eventually(t, func() bool {
 		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(other), other))
 	}, 20*time.Second, 100*time.Millisecond, "the deleted recommendation is really deleted")
 	require.Eventually(t, func() bool {
-		return !slices.Contains(getRSR(t, c, ns, "web").Finalizers, forward.Finalizer)
+		return !slices.Contains(leadertest.GetRSR(t, c, ns, "web").Finalizers, forward.Finalizer)
 	}, 10*time.Second, 100*time.Millisecond, "the live recommendation's finalizer goes too")
 	require.Eventually(t, func() bool {
-		return metricValue(t, b, "kerf_hub_dropped_total", "reason", "disabled") == 1
+		return leadertest.MetricValue(t, b, "kerf_hub_dropped_total", "reason", "disabled") == 1
 	}, 10*time.Second, 100*time.Millisecond, "other's applied action, never delivered, is counted as dropped")
-	assert.GreaterOrEqual(t, metricValue(t, b, "kerf_hub_undelivered"), 1.0, "web's applied action stays in its history, undelivered")
-	assert.Equal(t, 0.0, metricValue(t, b, "kerf_hub_dropped_total", "reason", "deleted"))
+	assert.GreaterOrEqual(t, leadertest.MetricValue(t, b, "kerf_hub_undelivered"), 1.0, "web's applied action stays in its history, undelivered")
+	assert.Equal(t, 0.0, leadertest.MetricValue(t, b, "kerf_hub_dropped_total", "reason", "deleted"))
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/pages"
 	"github.com/kerf-dev/kerf/cluster/recommender"
+	"github.com/kerf-dev/kerf/cluster/rightsizing"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/webhook"
@@ -119,14 +120,14 @@ type Config struct {
 	// (docs/web.md).
 	UsageSeries pages.UsageSeriesConfig
 	// Workers is how many recommendations the leader reconciles at once
-	// (the controller's MaxConcurrentReconciles); 0 means DefaultWorkers.
+	// (the controller's MaxConcurrentReconciles); 0 means rightsizing.DefaultWorkers.
 	Workers int
 	// RollbackWorkers is how many more workers are kept for the harm
 	// signals' requests (an OOM kill, a container restart or termination),
 	// on a controller of their own that runs nothing else, so that a
 	// rollback never waits for an apply pass to finish (but one of its
-	// own recommendation). 0 means DefaultRollbackWorkers;
-	// NoRollbackWorkers keeps none (the harm requests then go first in the
+	// own recommendation). 0 means rightsizing.DefaultRollbackWorkers;
+	// rightsizing.NoRollbackWorkers keeps none (the harm requests then go first in the
 	// one queue, at harmPriority).
 	RollbackWorkers int
 	// RollbackQPS and RollbackBurst are the rate limit of the rollbacks'
@@ -186,7 +187,7 @@ type Leader struct {
 	mgr        manager.Manager
 	registry   *prometheus.Registry
 	// Metrics are the replica's metrics, on its own registry.
-	Metrics *Metrics
+	Metrics *rightsizing.Metrics
 	stream  *stream.Server
 	// authn checks the callers of /metrics, the audit API and the pages.
 	authn *authn.Authenticator
@@ -251,11 +252,11 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		return nil, fmt.Errorf("leader config: namespace (%q), lease name (%q) and identity (%q) must be set", cfg.Namespace, cfg.LeaseName, cfg.Identity)
 	}
 	if cfg.Workers < 0 {
-		return nil, fmt.Errorf("leader config: workers (%d) must be at least 1, or 0 for %d", cfg.Workers, DefaultWorkers)
+		return nil, fmt.Errorf("leader config: workers (%d) must be at least 1, or 0 for %d", cfg.Workers, rightsizing.DefaultWorkers)
 	}
-	if cfg.RollbackWorkers < NoRollbackWorkers {
+	if cfg.RollbackWorkers < rightsizing.NoRollbackWorkers {
 		return nil, fmt.Errorf("leader config: rollback workers (%d) must be at least 1, 0 for the default (%d), or NoRollbackWorkers (%d) for none",
-			cfg.RollbackWorkers, DefaultRollbackWorkers, NoRollbackWorkers)
+			cfg.RollbackWorkers, rightsizing.DefaultRollbackWorkers, rightsizing.NoRollbackWorkers)
 	}
 	if cfg.ApplyYield < 0 && cfg.ApplyYield != NoApplyYield {
 		return nil, fmt.Errorf("leader config: apply yield (%s) must be positive, 0 for the default (%s), or NoApplyYield for none",
@@ -344,7 +345,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		return nil, fmt.Errorf("build manager: %w", err)
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, mgr: mgr, registry: reg, Metrics: NewMetrics(reg), fence: fnc}
+	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, mgr: mgr, registry: reg, Metrics: rightsizing.NewMetrics(reg), fence: fnc}
 	if l.authn, err = authn.New(authn.Config{REST: restConfig, OwnAudience: authn.Audience}); err != nil {
 		return nil, fmt.Errorf("endpoints' authentication: %w", err)
 	}
@@ -422,7 +423,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err != nil {
 		return nil, err
 	}
-	rec := &RecommendationReconciler{
+	rec := &rightsizing.Reconciler{
 		Client:          writer,
 		Applier:         &apply.Applier{Client: writer, Clientset: fencedCS, Now: cfg.Now},
 		RollbackClient:  rollbackWriter,
@@ -439,7 +440,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		Log:             log,
 		Workers:         cfg.Workers,
 		RollbackWorkers: cfg.RollbackWorkers,
-		gate:            gate,
+		Gate:            gate,
 	}
 	if err := rec.SetupWithManager(mgr, sig); err != nil {
 		return nil, err
@@ -533,6 +534,9 @@ func (l *Leader) Manager() manager.Manager { return l.mgr }
 
 // Registry is the replica's metrics registry.
 func (l *Leader) Registry() *prometheus.Registry { return l.registry }
+
+// UsageSeries is the usage series the replica's workload pages chart.
+func (l *Leader) UsageSeries() *pages.UsageSeries { return l.usage }
 
 // Run runs the replica until ctx is done (nil) or the Lease is lost
 // (ErrLeadershipLost): then it has stopped acting and the caller must exit.

@@ -1,15 +1,20 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/test/authtest"
+	"github.com/kerf-dev/kerf/test/leadertest"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -18,6 +23,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,17 +35,17 @@ import (
 
 func TestRecommendationWithoutPolicyIsBlocked(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
-	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
-	startLeader(t, ns, "a", Config{})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	require.NoError(t, c.Create(ctx, leadertest.Deployment(ns, "web", "500m", "256Mi")))
+	leadertest.StartReplica(t, ns, "a", cluster.Config{})
+	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
 
-	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
+	rsr := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
 	assert.Contains(t, rsr.Status.Message, "no RightsizingPolicy or ClusterRightsizingPolicy selects Deployment web")
 	assert.Nil(t, rsr.Status.Change, "nothing is applied without a policy")
 	require.Eventually(t, func() bool {
-		return len(eventsFor(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.ReasonNoPolicy)) == 1
+		return len(leadertest.EventsFor(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.ReasonNoPolicy)) == 1
 	}, 10*time.Second, 50*time.Millisecond)
 
 	var dep appsv1.Deployment
@@ -49,13 +55,13 @@ func TestRecommendationWithoutPolicyIsBlocked(t *testing.T) {
 
 func TestRolloutIsAppliedAndRecorded(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
-	web(t, c, ns, namespacedPolicy(ns, false))
-	l := startLeader(t, ns, "a", Config{})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	leadertest.Web(t, c, ns, leadertest.NamespacedPolicy(ns, false))
+	l := leadertest.StartReplica(t, ns, "a", cluster.Config{})
+	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
 
-	rsr := waitApplied(t, c, ns, "web")
+	rsr := leadertest.WaitApplied(t, c, ns, "web")
 	require.NotNil(t, rsr.Status.Change)
 	ch := rsr.Status.Change
 	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, ch.Resources, "only cpu differs")
@@ -66,33 +72,33 @@ func TestRolloutIsAppliedAndRecorded(t *testing.T) {
 	assert.NotEmpty(t, ch.PolicyFingerprint)
 	require.NotNil(t, rsr.Status.Policy)
 	assert.Equal(t, "guard", rsr.Status.Policy.Name)
-	assert.Len(t, historyOf(rsr, v1alpha1.ActionApplied), 1)
+	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionApplied), 1)
 
 	var dep appsv1.Deployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
 	assert.Equal(t, "250m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String())
 	assert.Equal(t, "256Mi", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Memory().String())
 
-	require.Eventually(t, func() bool { return len(eventsFor(t, c, ns, "web", corev1.EventTypeNormal, "Applied")) == 1 }, 10*time.Second, 50*time.Millisecond)
-	counts(t, l.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu"), 1)
+	require.Eventually(t, func() bool { return len(leadertest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, "Applied")) == 1 }, 10*time.Second, 50*time.Millisecond)
+	leadertest.Counts(t, l.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu"), 1)
 	assert.Equal(t, 0.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("applied", "Rollout", "memory")))
 }
 
 func TestPausedPolicyBlocksUntilUnpaused(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
-	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
-	p := namespacedPolicy(ns, true)
+	require.NoError(t, c.Create(ctx, leadertest.Deployment(ns, "web", "500m", "256Mi")))
+	p := leadertest.NamespacedPolicy(ns, true)
 	require.NoError(t, c.Create(ctx, p))
-	startLeader(t, ns, "a", Config{})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+	leadertest.StartReplica(t, ns, "a", cluster.Config{})
+	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
 
-	rsr := waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
-	assert.Len(t, historyOf(rsr, v1alpha1.ActionBlocked), 1)
+	rsr := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
+	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionBlocked), 1)
 
-	update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
-	rsr = waitApplied(t, c, ns, "web")
+	leadertest.Update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
+	rsr = leadertest.WaitApplied(t, c, ns, "web")
 	assert.ElementsMatch(t, []v1alpha1.ResourceName{"cpu", "memory"}, rsr.Status.Change.Resources)
 }
 
@@ -102,22 +108,22 @@ func TestPausedPolicyBlocksUntilUnpaused(t *testing.T) {
 // it lets the apply go ahead.
 func TestPausedAnnotationBlocksOneRecommendationUntilRemoved(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
-	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
-	require.NoError(t, c.Create(ctx, namespacedPolicy(ns, false)))
-	startLeader(t, ns, "a", Config{})
-	rsr := recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")
+	require.NoError(t, c.Create(ctx, leadertest.Deployment(ns, "web", "500m", "256Mi")))
+	require.NoError(t, c.Create(ctx, leadertest.NamespacedPolicy(ns, false)))
+	leadertest.StartReplica(t, ns, "a", cluster.Config{})
+	rsr := leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")
 	rsr.Annotations = map[string]string{v1alpha1.PausedAnnotation: "true"}
 	require.NoError(t, c.Create(ctx, rsr))
 
-	got := waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
+	got := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
 	assert.Contains(t, got.Status.Message, v1alpha1.PausedAnnotation)
-	assert.Len(t, historyOf(got, v1alpha1.ActionBlocked), 1)
+	assert.Len(t, leadertest.HistoryOf(got, v1alpha1.ActionBlocked), 1)
 	assert.Nil(t, got.Status.Change, "nothing applied while paused")
 
-	update(t, c, got, func() { delete(got.Annotations, v1alpha1.PausedAnnotation) })
-	got = waitApplied(t, c, ns, "web")
+	leadertest.Update(t, c, got, func() { delete(got.Annotations, v1alpha1.PausedAnnotation) })
+	got = leadertest.WaitApplied(t, c, ns, "web")
 	assert.ElementsMatch(t, []v1alpha1.ResourceName{"cpu", "memory"}, got.Status.Change.Resources)
 }
 
@@ -126,24 +132,24 @@ func TestPausedAnnotationBlocksOneRecommendationUntilRemoved(t *testing.T) {
 // ErrLeadershipLost (kerf-leader then exits) and the other takes over.
 func TestOnlyOneReplicaLeadsAndLosingTheLeaseStopsIt(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
-	a := startLeader(t, ns, "a", Config{})
+	ns := leadertest.Namespace(t, c)
+	a := leadertest.StartReplica(t, ns, "a", cluster.Config{})
 	require.Eventually(t, a.Leading, 15*time.Second, 50*time.Millisecond)
-	b := startLeader(t, ns, "b", Config{})
+	b := leadertest.StartReplica(t, ns, "b", cluster.Config{})
 	time.Sleep(time.Second)
 	assert.False(t, b.Leading(), "two replicas lead at once")
 
 	// Another holder takes the Lease, as after a partition (update
 	// retries on conflict: the leader renews the Lease every 200 ms).
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kerf-leader"}}
-	update(t, c, lease, func() {
+	leadertest.Update(t, c, lease, func() {
 		lease.Spec.HolderIdentity = ptr.To("intruder")
 		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(time.Hour)}
 	})
 	select {
-	case err := <-a.done:
-		a.done <- err // for the cleanup
-		assert.ErrorIs(t, err, ErrLeadershipLost)
+	case err := <-a.Done:
+		a.Done <- err // for the cleanup
+		assert.ErrorIs(t, err, cluster.ErrLeadershipLost)
 	case <-time.After(15 * time.Second):
 		t.Fatal("the replica that lost its Lease kept running")
 	}
@@ -154,28 +160,28 @@ func TestOnlyOneReplicaLeadsAndLosingTheLeaseStopsIt(t *testing.T) {
 // takes over and finishes that change: applied once, recorded once.
 func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
-	web(t, c, ns, namespacedPolicy(ns, false))
+	leadertest.Web(t, c, ns, leadertest.NamespacedPolicy(ns, false))
 
 	// The leader dies between recording and applying.
-	a := startCrashingLeader(t, ns, func(cfg *Config, crash func(context.Context, *v1alpha1.RightsizingRecommendation)) {
+	a := leadertest.StartCrashing(t, ns, func(cfg *cluster.Config, crash func(context.Context, *v1alpha1.RightsizingRecommendation)) {
 		cfg.AfterRecord = crash
 	})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
-	a.waitCrashed(t, "recorded the change")
+	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	a.WaitCrashed(t, "recorded the change")
 	var dep appsv1.Deployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
 	assert.Equal(t, "500m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String(), "a stopped before applying")
-	rsr := getRSR(t, c, ns, "web")
+	rsr := leadertest.GetRSR(t, c, ns, "web")
 	require.NotNil(t, rsr.Status.Change, "a recorded the change")
 	recordedAt := rsr.Status.Change.AppliedAt
 
-	b := startLeader(t, ns, "b", Config{})
+	b := leadertest.StartReplica(t, ns, "b", cluster.Config{})
 	require.Eventually(t, b.Leading, 15*time.Second, 50*time.Millisecond)
-	rsr = waitApplied(t, c, ns, "web")
+	rsr = leadertest.WaitApplied(t, c, ns, "web")
 	assert.Equal(t, recordedAt, rsr.Status.Change.AppliedAt, "b finished a's change instead of planning a new one")
-	assert.Len(t, historyOf(rsr, v1alpha1.ActionApplied), 1, "recorded once")
+	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionApplied), 1, "recorded once")
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
 	assert.Equal(t, "250m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String())
 	// Generations: created, the template patched once, and the
@@ -187,7 +193,7 @@ func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the watch never started")
 	assert.Equal(t, int64(3), dep.Generation, "the template was patched once")
 	time.Sleep(500 * time.Millisecond)
-	assert.Len(t, eventsFor(t, c, ns, "web", corev1.EventTypeNormal, "Applied"), 1)
+	assert.Len(t, leadertest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, "Applied"), 1)
 	total := testutil.ToFloat64(a.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu")) +
 		testutil.ToFloat64(b.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu"))
 	assert.Equal(t, 1.0, total)
@@ -198,7 +204,7 @@ func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 // shared CA signed, whichever of them leads.
 func TestEveryReplicaServesTheWebhook(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	src := cert.Source{SelfManaged: cert.Options{Namespace: ns, ServiceName: "kerf-webhook", SecretName: "kerf-webhook-cert",
 		ExtraHosts: []string{"127.0.0.1"}, WebhookConfiguration: "kerf-test-absent"}}
 	var addrs []string
@@ -206,7 +212,7 @@ func TestEveryReplicaServesTheWebhook(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		addrs = append(addrs, ln.Addr().String())
-		startLeader(t, ns, id, Config{Webhook: WebhookConfig{Listener: ln, Cert: src, ClientAuth: webhook.ClientAuth{AllowUnauthenticated: true}}})
+		leadertest.StartReplica(t, ns, id, cluster.Config{Webhook: cluster.WebhookConfig{Listener: ln, Cert: src, ClientAuth: webhook.ClientAuth{AllowUnauthenticated: true}}})
 	}
 	var secret corev1.Secret
 	require.Eventually(t, func() bool {
@@ -229,12 +235,12 @@ func TestEveryReplicaServesTheWebhook(t *testing.T) {
 
 func TestInPlaceResizesRunningPodsAndWaitsForTheKubelet(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
-	dep, pod, _ := inPlaceWeb(t, c, ns, namespacedPolicy(ns, false), "250m", "256Mi")
+	dep, pod, _ := leadertest.InPlaceWeb(t, c, ns, leadertest.NamespacedPolicy(ns, false), "250m", "256Mi")
 
-	kubeletReports(t, c, pod, "")
-	rsr := waitApplied(t, c, ns, "web")
+	leadertest.KubeletReports(t, c, pod, "")
+	rsr := leadertest.WaitApplied(t, c, ns, "web")
 	assert.Equal(t, "250m", pod.Spec.Containers[0].Resources.Requests.Cpu().String(), "resized in place")
 	assert.Contains(t, touchedKinds(rsr), "Pod")
 	var got appsv1.Deployment
@@ -255,19 +261,19 @@ func touchedKinds(rsr *v1alpha1.RightsizingRecommendation) []string {
 // recommendation's action is on it.
 func TestTheLeaderServesTheActivityPage(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
-	require.NoError(t, c.Create(ctx, deployment(ns, "web", "500m", "256Mi")))
+	require.NoError(t, c.Create(ctx, leadertest.Deployment(ns, "web", "500m", "256Mi")))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	startLeader(t, ns, "a", Config{Listener: lis})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
-	waitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
+	leadertest.StartReplica(t, ns, "a", cluster.Config{Listener: lis})
+	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
 
 	var body string
-	token := readerToken(t)
+	token := authtest.ReaderToken(t)
 	require.Eventually(t, func() bool {
-		resp, err := getAs("http://"+lis.Addr().String()+"/ui/activity?namespace="+ns, token)
+		resp, err := authtest.GetAs("http://"+lis.Addr().String()+"/ui/activity?namespace="+ns, token)
 		if err != nil {
 			return false
 		}
@@ -288,16 +294,16 @@ func TestTheLeaderServesTheActivityPage(t *testing.T) {
 // plain HTTP only.
 func TestTheLeaderServesItsEndpointsOverTLS(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
-	serverCert, pool := streamCert(t, c, ns)
+	ns := leadertest.Namespace(t, c)
+	serverCert, pool := leadertest.StreamCert(t, c, ns)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	streamLis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	startLeader(t, ns, "a", Config{Listener: lis, ListenerCert: &serverCert,
-		Stream: StreamConfig{Listener: streamLis, Cert: serverCert, Audience: "kerf-leader",
+	leadertest.StartReplica(t, ns, "a", cluster.Config{Listener: lis, ListenerCert: &serverCert,
+		Stream: cluster.StreamConfig{Listener: streamLis, Cert: serverCert, Audience: "kerf-leader",
 			ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}})
-	token := readerToken(t)
+	token := authtest.ReaderToken(t)
 	verifying := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "kerf-leader." + ns + ".svc"}}}
 
@@ -316,10 +322,41 @@ func TestTheLeaderServesItsEndpointsOverTLS(t *testing.T) {
 		}, 30*time.Second, 100*time.Millisecond, "GET %s over TLS: %d", path, code)
 	}
 
-	resp, err := getAs("http://"+lis.Addr().String()+"/metrics", token)
+	resp, err := authtest.GetAs("http://"+lis.Addr().String()+"/metrics", token)
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "plain HTTP is refused: %s", body)
 	assert.NotContains(t, string(body), "kerf_", "no metrics over plain HTTP")
+}
+
+// TestWorkersBelowOneAreRefused: a negative Config.Workers is an error
+// naming the field.
+func TestWorkersBelowOneAreRefused(t *testing.T) {
+	_, err := cluster.New(cluster.Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", Workers: -1}, &rest.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.ErrorContains(t, err, "workers (-1) must be at least 1")
+}
+
+// TestRollbackWorkersBelowNoneAreRefused: a Config.RollbackWorkers below
+// NoRollbackWorkers is an error naming the field.
+func TestRollbackWorkersBelowNoneAreRefused(t *testing.T) {
+	_, err := cluster.New(cluster.Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", RollbackWorkers: -2}, &rest.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.ErrorContains(t, err, "rollback workers (-2) must be at least 1, 0 for the default (4), or NoRollbackWorkers (-1) for none")
+}
+
+// TestANegativeApplyYieldIsRefused: a Config.ApplyYield below zero but
+// NoApplyYield is an error naming the field.
+func TestANegativeApplyYieldIsRefused(t *testing.T) {
+	_, err := cluster.New(cluster.Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", ApplyYield: -time.Second}, &rest.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.ErrorContains(t, err, "leader config: apply yield (-1s) must be positive, 0 for the default (1s), or NoApplyYield for none")
+}
+
+// TestANegativeRollbackBudgetIsRefused: a negative Config.RollbackQPS or
+// RollbackBurst is an error naming the fields.
+func TestANegativeRollbackBudgetIsRefused(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	_, err := cluster.New(cluster.Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", RollbackQPS: -1}, &rest.Config{}, log)
+	require.ErrorContains(t, err, "rollback QPS (-1) and burst (0) must be positive")
+	_, err = cluster.New(cluster.Config{Namespace: "kerf-system", LeaseName: "kerf-leader", Identity: "a", RollbackBurst: -2}, &rest.Config{}, log)
+	require.ErrorContains(t, err, "rollback QPS (0) and burst (-2) must be positive")
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"reflect"
@@ -27,6 +28,7 @@ import (
 	"github.com/kerf-dev/kerf/internal/cacheindex"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
 // cachedMapper returns the leader's signal mapper over a cache of all
@@ -230,4 +232,36 @@ func BenchmarkUsageSeriesPass(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// noRecommendationLists fails every list of recommendations.
+type noRecommendationLists struct{ client.Client }
+
+func (c noRecommendationLists) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*v1alpha1.RightsizingRecommendationList); ok {
+		return fmt.Errorf("a list of recommendations")
+	}
+	return c.Client.List(ctx, list, opts...)
+}
+
+// TestUsageSeriesReadTheInformersOwnRecommendations: given the cache's
+// informer of recommendations (as the leader gives it), a pass reads the
+// informer's own recommendations and lists none (at 25,000 a list copied
+// each one's struct, every pass); without the informer, it lists them.
+func TestUsageSeriesReadTheInformersOwnRecommendations(t *testing.T) {
+	_, ns, _ := runningWeb(t)
+	ctx := context.Background()
+	c := controlplane.Get(t).Client
+	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")))
+	m := cachedMapper(t, ns)
+	cached, err := client.New(controlplane.Get(t).Config, client.Options{Scheme: kube.Scheme, Cache: &client.CacheOptions{Reader: m.cache}})
+	require.NoError(t, err)
+	u := pages.NewUsageSeries(workload.Indexed(workload.ReadOnly(noRecommendationLists{cached})), signals.New(), pages.UsageSeriesConfig{}, nil, slog.New(slog.DiscardHandler))
+	require.ErrorContains(t, u.Pass(ctx), "a list of recommendations", "without the informer, a pass lists")
+	u.Recommendations = cluster.cachedRecommendations(m.recommendations, noRecommendationLists{cached})
+	require.Eventually(t, func() bool {
+		require.NoError(t, u.Pass(ctx))
+		return u.Len() == 1
+	}, 30*time.Second, 50*time.Millisecond, "the web Deployment's container has a series")
+	assert.Len(t, u.Usage(ns, v1alpha1.KindDeployment, "web"), 0, "no reading yet")
 }

@@ -1,9 +1,12 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/test/leadertest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,15 +27,15 @@ import (
 // take 5 for the count at T0 and count none.
 func TestOOMBaselinesSurviveFailover(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
 	srcA, srcB := signals.NewKernel(), signals.NewKernel()
-	dep := web(t, c, ns, policyWith(ns, time.Hour, nil))
-	pod := runningPod(t, c, dep)
-	a, b := leaderPair(t, ns, Config{Signals: kernelOnly(srcA)}, Config{Signals: kernelOnly(srcB)})
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "500m", "128Mi")))
-	kubeletReports(t, c, pod, "")
-	waitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	dep := leadertest.Web(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil))
+	pod := leadertest.RunningPod(t, c, dep)
+	a, b := leadertest.Pair(t, ns, cluster.Config{Signals: kernelOnly(srcA)}, cluster.Config{Signals: kernelOnly(srcB)})
+	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "500m", "128Mi")))
+	leadertest.KubeletReports(t, c, pod, "")
+	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
 	started := time.Now().Add(-time.Hour).Truncate(time.Second) // the instance that ran at T0
 	sample := func(kills uint64) healthwatch.CounterSample {
 		return healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: started, At: time.Now(), Periods: 10,
@@ -40,7 +43,7 @@ func TestOOMBaselinesSurviveFailover(t *testing.T) {
 	}
 
 	srcA.AddSamples(sample(2))
-	rsr := waitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
+	rsr := leadertest.WaitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
 		return len(rsr.Status.Change.OOMBaselines) > 0
 	}, "a never recorded the OOM baselines")
 	require.Len(t, rsr.Status.Change.OOMBaselines, 1)
@@ -50,9 +53,9 @@ func TestOOMBaselinesSurviveFailover(t *testing.T) {
 	assert.Equal(t, []any{pod.Name, string(pod.UID), "app", int64(2)}, []any{base.Pod, base.PodUID, base.Container, base.OOMKills})
 	require.Equal(t, v1alpha1.PhaseWatching, rsr.Status.Phase, "kills before the change are no breach")
 
-	failOver(t, a, b)
+	leadertest.FailOver(t, a, b)
 	srcB.AddSamples(sample(5))
-	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr = leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
 	require.NotNil(t, rsr.Status.Breach)
 	assert.Equal(t, []string{"oomKills 3 ≥ 1"}, rsr.Status.Breach.Figures, "from a's baseline")
 	assert.Equal(t, []v1alpha1.ResourceName{"memory"}, rsr.Status.Breach.Resources)

@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/test/leadertest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -120,8 +123,8 @@ func TestOOMKillsWhileLeaderAndAgentWereDownRollBack(t *testing.T) {
 	cp := controlplane.Get(t)
 	c, cs := cp.Client, cp.Clientset
 	ctx := context.Background()
-	ns := namespace(t, c)
-	nodeName := node(t, c)
+	ns := leadertest.Namespace(t, c)
+	nodeName := leadertest.Node(t, c)
 	bin := agenttest.BuildAgent(t)
 
 	opts := cert.Options{Namespace: ns, ServiceName: "kerf-leader", SecretName: "kerf-stream-cert", ExtraHosts: []string{"127.0.0.1"}}
@@ -133,8 +136,8 @@ func TestOOMKillsWhileLeaderAndAgentWereDownRollBack(t *testing.T) {
 	agentPod := streamtest.CreatePod(t, cs, ns, "kerf-agent-node-1", nodeName, "kerf-agent")
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(t, cs, ns, "kerf-agent", "kerf-leader", agentPod)), 0o600))
-	leaderConfig := func(sig *signals.Stores, lis net.Listener) Config {
-		return Config{Signals: sig, Stream: StreamConfig{Listener: lis, Cert: cert.Source{SelfManaged: opts},
+	leaderConfig := func(sig *signals.Stores, lis net.Listener) cluster.Config {
+		return cluster.Config{Signals: sig, Stream: cluster.StreamConfig{Listener: lis, Cert: cert.Source{SelfManaged: opts},
 			Audience: "kerf-leader", ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}}
 	}
 
@@ -142,11 +145,11 @@ func TestOOMKillsWhileLeaderAndAgentWereDownRollBack(t *testing.T) {
 	require.NoError(t, err)
 	addr := lis.Addr().String()
 	sigA := signals.New()
-	dep, a := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), leaderConfig(sigA, lis), "250m", "128Mi")
+	dep, a := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), leaderConfig(sigA, lis), "250m", "128Mi")
 	require.Eventually(t, a.Leading, 15*time.Second, 50*time.Millisecond)
 
 	// The Rollout's new pod, running one container whose cgroup is real.
-	pod := adoptedPod(t, c, dep, "web-new-1")
+	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
 	id := make([]byte, 32)
 	_, _ = rand.Read(id)
 	containerID := "containerd://" + hex.EncodeToString(id)
@@ -184,34 +187,34 @@ func TestOOMKillsWhileLeaderAndAgentWereDownRollBack(t *testing.T) {
 	}
 	require.Eventually(t, counted(sigA, 0), time.Minute, 100*time.Millisecond,
 		"leader a never received the container's OOM kill count; the agent's log: %s", agent.tail())
-	assert.Equal(t, v1alpha1.PhaseWatching, getRSR(t, c, ns, "web").Status.Phase)
+	assert.Equal(t, v1alpha1.PhaseWatching, leadertest.GetRSR(t, c, ns, "web").Status.Phase)
 
 	// Leader a goes, then the agent: three kills while neither runs.
-	a.stop()
-	err = <-a.done
-	a.done <- err
+	a.Stop()
+	err = <-a.Done
+	a.Done <- err
 	agent.stop(t)
 	for range 3 {
 		oomKillChild(t, memDir)
 	}
-	assert.Equal(t, v1alpha1.PhaseWatching, getRSR(t, c, ns, "web").Status.Phase)
+	assert.Equal(t, v1alpha1.PhaseWatching, leadertest.GetRSR(t, c, ns, "web").Status.Phase)
 
 	// The agent restarts, then leader b comes, on a's address.
 	agent = startAgentProcess(t, bin, args)
 	var lisB net.Listener
 	require.Eventually(t, func() bool { lisB, err = net.Listen("tcp", addr); return err == nil }, 10*time.Second, 50*time.Millisecond)
 	sigB := signals.New()
-	b := startLeader(t, ns, "b", leaderConfig(sigB, lisB))
+	b := leadertest.StartReplica(t, ns, "b", leaderConfig(sigB, lisB))
 	require.Eventually(t, b.Leading, 30*time.Second, 50*time.Millisecond)
 	require.Eventually(t, counted(sigB, 3), time.Minute, 100*time.Millisecond,
 		"leader b never received the absolute count 3; the agent's log: %s", agent.tail())
 
 	var rsr *v1alpha1.RightsizingRecommendation
 	if !assert.Eventually(t, func() bool {
-		rsr = getRSR(t, c, ns, "web")
+		rsr = leadertest.GetRSR(t, c, ns, "web")
 		return rsr.Status.Phase == v1alpha1.PhaseRolledBack
 	}, time.Minute, 100*time.Millisecond) {
-		cond := condition(rsr, v1alpha1.ConditionHealthWatch)
+		cond := leadertest.Condition(rsr, v1alpha1.ConditionHealthWatch)
 		t.Fatalf("never rolled back: %s %s, health watch %+v", rsr.Status.Phase, rsr.Status.Reason, cond)
 	}
 	assert.Equal(t, v1alpha1.HealthWatchOOMKills, rsr.Status.Reason)

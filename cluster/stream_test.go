@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/test/leadertest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,17 +26,17 @@ import (
 // as unauthenticated) and the other replica tells it to go elsewhere.
 func TestOnlyTheLeaderServesTheStream(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	ctx := context.Background()
-	serverCert, pool := streamCert(t, c, ns)
+	serverCert, pool := leadertest.StreamCert(t, c, ns)
 
-	replicas := map[string]*testLeader{}
+	replicas := map[string]*leadertest.Replica{}
 	addrs := map[string]string{}
 	for _, id := range []string{"a", "b"} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		addrs[id] = ln.Addr().String()
-		replicas[id] = startLeader(t, ns, id, Config{Stream: StreamConfig{Listener: ln, Cert: serverCert,
+		replicas[id] = leadertest.StartReplica(t, ns, id, cluster.Config{Stream: cluster.StreamConfig{Listener: ln, Cert: serverCert,
 			Audience: "kerf-leader", ServiceAccountNamespace: ns, ServiceAccountName: "kerf-agent"}})
 		if id == "a" {
 			require.Eventually(t, replicas[id].Leading, 15*time.Second, 50*time.Millisecond)

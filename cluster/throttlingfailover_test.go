@@ -1,9 +1,12 @@
-package cluster
+package cluster_test
 
 import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/test/leadertest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,14 +27,14 @@ import (
 // 0.25), and b rolls cpu back.
 func TestThrottlingWindowSurvivesFailover(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := leadertest.Namespace(t, c)
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	srcA, srcB := signals.NewKernel(), signals.NewKernel()
-	dep, a := watchedWeb(t, c, ns, policyWith(ns, time.Hour, nil), Config{Now: now, Signals: kernelOnly(srcA), Throttling: srcA}, "250m", "256Mi")
-	b := startLeader(t, ns, "b", Config{Now: now, Signals: kernelOnly(srcB), Throttling: srcB})
-	t0 := getRSR(t, c, ns, "web").Status.Change.AppliedAt.Time
-	pod := adoptedPod(t, c, dep, "web-new-1")
+	dep, a := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), cluster.Config{Now: now, Signals: kernelOnly(srcA), Throttling: srcA}, "250m", "256Mi")
+	b := leadertest.StartReplica(t, ns, "b", cluster.Config{Now: now, Signals: kernelOnly(srcB), Throttling: srcB})
+	t0 := leadertest.GetRSR(t, c, ns, "web").Status.Change.AppliedAt.Time
+	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond) // the pod reaches both caches
 
 	// a, at T0+2m40s: the window opened with 100 periods, 10 throttled;
@@ -42,7 +45,7 @@ func TestThrottlingWindowSurvivesFailover(t *testing.T) {
 		return healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: t0.Add(at), Periods: periods, Throttled: throttled}
 	}
 	srcA.AddSamples(sample(healthwatch.ThrottlingDelay-time.Second, 100, 10), sample(healthwatch.ThrottlingDelay+30*time.Second, 250, 100))
-	rsr := waitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
+	rsr := leadertest.WaitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
 		return len(rsr.Status.Change.ThrottlingBaselines) > 0
 	}, "a never recorded the throttling baselines")
 	require.Len(t, rsr.Status.Change.ThrottlingBaselines, 1)
@@ -54,17 +57,17 @@ func TestThrottlingWindowSurvivesFailover(t *testing.T) {
 
 	// Failover at T0+3m: b takes over with a store that starts now.
 	offset.Store(int64(throttlingFailoverAt))
-	failOver(t, a, b)
+	leadertest.FailOver(t, a, b)
 	srcB.AddSamples(sample(throttlingFailoverAt-time.Second, 300, 150), sample(throttlingFailoverAt+5*time.Second, 420, 160))
 	offset.Store(int64(throttlingFailoverAt + 10*time.Second))
 	srcB.AddSamples(sample(throttlingFailoverAt+6*time.Second, 420, 160))
 
-	rsr = waitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
+	rsr = leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
 	require.NotNil(t, rsr.Status.Breach)
 	require.NotEmpty(t, rsr.Status.Breach.Figures)
 	assert.Contains(t, rsr.Status.Breach.Figures[0], "throttlingRatio 0.46 ≥ 0.25 (container app, 320 periods)",
 		"b's window starts at T0+2m from a's baseline, not at its own first sample")
-	rsr = waitRestored(t, c, ns, "web")
+	rsr = leadertest.WaitRestored(t, c, ns, "web")
 	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, rsr.Status.Breach.Resources)
 }
 

@@ -246,7 +246,7 @@ func TestTheLeaderMayChangeOnlyResourcesItsAnnotationsTheHPATargetAndItsLabel(t 
 		// policy's message.
 		refused string
 	}{
-		// What the leader writes (cluster/apply, cluster/record.go,
+		// What the leader writes (cluster/apply, cluster/rightsizing/record.go,
 		// cluster/leaderpod.go).
 		{"a Deployment container's resources", func() error { return w.strategic(&appsv1.Deployment{}, ns, "web", resourcesPatch) }, ""},
 		{"removing a limit", func() error {

@@ -457,7 +457,7 @@ func TestAStolenLeaderTokenChangesOnlyWhatTheLeadersCodeChanges(t *testing.T) {
 			return w.patch(&r, ns, "mine", func() { r.Finalizers = append(r.Finalizers, "example.com/never") })
 		}, "may add or remove only the kerf.dev/hub-delivery finalizer of rightsizingrecommendations " + ns + "/mine"},
 
-		// Their status (cluster/record.go): the audit history.
+		// Their status (cluster/rightsizing/record.go): the audit history.
 		{"an action recorded", func(t *testing.T) error {
 			return w.statusUpdate("mine", func(r *v1alpha1.RightsizingRecommendation) {
 				r.Status.History = append(r.Status.History, recorded(int64(len(r.Status.History))+1, "applied"))

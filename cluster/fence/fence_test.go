@@ -36,9 +36,7 @@ func TestMain(m *testing.M) {
 // namespace creates a fresh namespace for one test.
 func namespace(t testing.TB, c client.Client) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kerf-fence-test-"}}
-	require.NoError(t, c.Create(context.Background(), ns))
-	return ns.Name
+	return controlplane.Namespace(t, c, "kerf-fence-test-")
 }
 
 // fenceOnLease is a fence of identity a over the Lease kerf-leader of ns,

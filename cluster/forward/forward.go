@@ -4,7 +4,7 @@
 // with an idempotency key per action, backoff with jitter on failure.
 //
 // It runs beside the reconciler, never inside it: the reconciler records
-// an action in status.history (cluster/record.go) and goes on; the
+// an action in status.history (cluster/rightsizing/record.go) and goes on; the
 // Forwarder, a manager Runnable that only the elected leader runs, reads
 // the recommendations from the cache and sends what the hub has not
 // acknowledged yet. A hub that is down or slow therefore delays nothing

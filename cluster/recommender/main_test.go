@@ -1,12 +1,8 @@
 package recommender
 
 import (
-	"context"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -21,7 +17,5 @@ func TestMain(m *testing.M) {
 // namespace creates a fresh namespace for one test.
 func namespace(t testing.TB, c client.Client) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kerf-recommender-test-"}}
-	require.NoError(t, c.Create(context.Background(), ns))
-	return ns.Name
+	return controlplane.Namespace(t, c, "kerf-recommender-test-")
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/forward"
 	"github.com/kerf-dev/kerf/cluster/promql"
+	"github.com/kerf-dev/kerf/cluster/rightsizing"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/webhook"
@@ -51,8 +52,8 @@ func main() {
 	burst := fs.Int("kube-api-burst", defaultBurst, "burst of --kube-api-qps")
 	rollbackQPS := fs.Float64("rollback-api-qps", cluster.DefaultRollbackQPS, "requests per second of the rollbacks' own Kubernetes client (a breach's status, the restore, the Lease reads that fence them), which no apply spends: docs/leader.md")
 	rollbackBurst := fs.Int("rollback-api-burst", cluster.DefaultRollbackBurst, "burst of --rollback-api-qps (the default holds a 100-replica in-place restore at once)")
-	workers := fs.Int("workers", cluster.DefaultWorkers, fmt.Sprintf("recommendations the leader reconciles at once, 1 to %d (never one twice at once; a rollback waits for none of the queued applies, only for a worker: docs/leader.md)", maxWorkers))
-	rollbackWorkers := fs.Int("rollback-workers", cluster.DefaultRollbackWorkers, fmt.Sprintf("workers kept for the harm signals' requests (OOM kills, container restarts), beside --workers, 0 to %d: a rollback never waits for an apply pass to finish (0: none, they go first in the one queue; docs/leader.md)", maxRollbackWorkers))
+	workers := fs.Int("workers", rightsizing.DefaultWorkers, fmt.Sprintf("recommendations the leader reconciles at once, 1 to %d (never one twice at once; a rollback waits for none of the queued applies, only for a worker: docs/leader.md)", maxWorkers))
+	rollbackWorkers := fs.Int("rollback-workers", rightsizing.DefaultRollbackWorkers, fmt.Sprintf("workers kept for the harm signals' requests (OOM kills, container restarts), beside --workers, 0 to %d: a rollback never waits for an apply pass to finish (0: none, they go first in the one queue; docs/leader.md)", maxRollbackWorkers))
 	applyYield := fs.Duration("apply-yield", cluster.DefaultApplyYield, "longest one write of the applies waits while a rollback is being written, so that the rollback meets an apiserver not busy with them (0: never wait; docs/leader.md)")
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "kerf-system"), "namespace of the leader Lease")
 	leaseName := fs.String("lease-name", "kerf-leader", "name of the coordination.k8s.io Lease the replicas compete for")
@@ -215,13 +216,13 @@ const maxWorkers = 256
 const maxRollbackWorkers = 64
 
 // rollbackWorkersOf is Config.RollbackWorkers for --rollback-workers n: n,
-// or cluster.NoRollbackWorkers for 0.
+// or rightsizing.NoRollbackWorkers for 0.
 func rollbackWorkersOf(n int) (int, error) {
 	if n < 0 || n > maxRollbackWorkers {
 		return 0, fmt.Errorf("--rollback-workers %d: must be between 0 and %d", n, maxRollbackWorkers)
 	}
 	if n == 0 {
-		return cluster.NoRollbackWorkers, nil
+		return rightsizing.NoRollbackWorkers, nil
 	}
 	return n, nil
 }

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -172,4 +174,37 @@ func Get(t testing.TB, url, token string) (int, string) {
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return resp.StatusCode, string(body)
+}
+
+// ReaderToken is a token bound to both reader ClusterRoles in every
+// namespace: what the leader's /metrics, audit API and pages want since
+// they authenticate (docs/security.md).
+func ReaderToken(t *testing.T) string {
+	t.Helper()
+	cp := controlplane.Get(t)
+	InstallReaderRoles(t, cp)
+	c := NewCaller(t, cp, controlplane.UniqueName("readers"), "reader")
+	c.BindCluster(t, cp, MetricsReader)
+	c.BindCluster(t, cp, AuditReader)
+	return c.Token
+}
+
+// GetAs sends GET url with token as its bearer token.
+func GetAs(url, token string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	return http.DefaultClient.Do(req)
+}
+
+// BrowseAs makes the browser of bctx send token on every request, as an
+// authenticating proxy in front of the leader would (docs/web.md).
+func BrowseAs(t *testing.T, bctx context.Context, token string) {
+	t.Helper()
+	_, err := chromedp.Call(bctx, network.Enable, network.EnableParams{})
+	require.NoError(t, err)
+	_, err = chromedp.Call(bctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": "Bearer " + token}})
+	require.NoError(t, err)
 }

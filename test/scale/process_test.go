@@ -666,7 +666,7 @@ func sendCounters(ctx context.Context, s *sim, a *agents, interval time.Duration
 }
 
 // rollbackTimes logs where the leader's rollbacks spent their time, from
-// its "rolled back" log lines (cluster/health.go): the pass until its
+// its "rolled back" log lines (cluster/rightsizing/rollback.go): the pass until its
 // restore was written, the breach's status write and the restore's
 // writes, p50 and max of each. For the probes, by recommendation
 // ("namespace/name") with when the harness sent each one's OOM kill, it

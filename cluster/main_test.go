@@ -1,0 +1,14 @@
+package cluster_test
+
+import (
+	"testing"
+
+	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/hubtest"
+)
+
+// TestMain shares one control plane among the package's tests
+// (controlplane.Get): a start costs seconds.
+func TestMain(m *testing.M) {
+	controlplane.Main(m, controlplane.Hooks{Teardown: hubtest.StopPostgres})
+}

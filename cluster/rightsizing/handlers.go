@@ -1,0 +1,187 @@
+package rightsizing
+
+import (
+	"context"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kerf-dev/kerf/cluster/signals"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// signalEvent is the event a signal about a pod puts on its channel: the
+// pod's UID alone, which is all m.signaled reads, in the smallest object
+// that carries it (a PartialObjectMetadata, 264 bytes; a corev1.Pod is
+// 1,240, and up to 8,192 events wait in the channels at scale:
+// docs/performance.md), taken from signalObjects.
+func signalEvent(uid types.UID) event.GenericEvent {
+	o := signalObjects.Get().(*metav1.PartialObjectMetadata)
+	o.UID = uid
+	return event.GenericEvent{Object: o}
+}
+
+// signalObjects are the signal events' objects, used again: at 25,000
+// workloads the agents' counters are 3,500 signals a second, 6 % of what
+// the leader allocated (docs/performance.md, "The tenth round"). An
+// object comes back once the channel refused its event or its one
+// handler read it (releasing).
+var signalObjects = sync.Pool{New: func() any { return new(metav1.PartialObjectMetadata) }}
+
+// releaseSignalEvent gives a signal event's object back to signalObjects.
+func releaseSignalEvent(o client.Object) {
+	if p, ok := o.(*metav1.PartialObjectMetadata); ok {
+		*p = metav1.PartialObjectMetadata{}
+		signalObjects.Put(p)
+	}
+}
+
+// releasing is fn giving the signal event's object back once it has read
+// it: a signal channel's events have one handler, and fn (m.signaled)
+// keeps nothing of the object.
+func releasing(fn handler.MapFunc) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		reqs := fn(ctx, o)
+		releaseSignalEvent(o)
+		return reqs
+	}
+}
+
+// harm reports whether a signal of kind is a harm signal, whose requests
+// go first (harmPriority): an OOM kill or a container event (a restart, a
+// termination). Counter samples are not: every pod sends them all the
+// time, and throttling is judged over a window.
+func harm(kind signals.SignalKind) bool {
+	return kind == signals.SignalOOMKill || kind == signals.SignalContainerEvent
+}
+
+// enqueueWith enqueues, for a channel source's generic events, the
+// requests fn maps an event to, with add.
+func enqueueWith(add func(workqueue.TypedRateLimitingInterface[reconcile.Request], []reconcile.Request), fn handler.MapFunc) handler.EventHandler {
+	return handler.Funcs{
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, fn(ctx, e.Object))
+		},
+	}
+}
+
+// addAt adds reqs to q at priority. An item already queued at a lower
+// priority moves up to it, behind the items already at it.
+func addAt(q workqueue.TypedRateLimitingInterface[reconcile.Request], priority int, reqs []reconcile.Request) {
+	if len(reqs) == 0 {
+		return
+	}
+	if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(priority)}, reqs...)
+		return
+	}
+	for _, req := range reqs {
+		q.Add(req)
+	}
+}
+
+// podHandler enqueues the recommendation of a pod's workload (mapper.pod)
+// as handler.EnqueueRequestsFromMapFunc does (low priority for the
+// informer's initial list and its resyncs), but with harm (harmAdder: at
+// harmPriority) when an update shows harm (podHarmed). A nil harm leaves
+// those updates to the rollbacks' controller; harmOnly (that controller's
+// handler) enqueues nothing else.
+type podHandler struct {
+	m        mapper
+	harm     func(workqueue.TypedRateLimitingInterface[reconcile.Request], []reconcile.Request)
+	harmOnly bool
+}
+
+// Create implements handler.EventHandler.
+func (h podHandler) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if !h.harmOnly {
+		h.delegate().Create(ctx, e, q)
+	}
+}
+
+// Update implements handler.EventHandler.
+func (h podHandler) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	oldStatus, ok1 := podStatus(e.ObjectOld)
+	newStatus, ok2 := podStatus(e.ObjectNew)
+	if ok1 && ok2 && podHarmed(&oldStatus, &newStatus) {
+		// The workload is the same before and after: a pod's controller
+		// does not change.
+		if h.harm != nil {
+			h.harm(q, h.m.pod(ctx, e.ObjectNew))
+		}
+		return
+	}
+	if !h.harmOnly {
+		h.delegate().Update(ctx, e, q)
+	}
+}
+
+// Delete implements handler.EventHandler.
+func (h podHandler) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if !h.harmOnly {
+		h.delegate().Delete(ctx, e, q)
+	}
+}
+
+// Generic implements handler.EventHandler.
+func (h podHandler) Generic(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if !h.harmOnly {
+		h.delegate().Generic(ctx, e, q)
+	}
+}
+
+func (h podHandler) delegate() handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(h.m.pod)
+}
+
+// podHarmed reports whether the update from old to cur shows harm: a
+// container (init, regular or ephemeral) restarted (its restartCount grew)
+// or has a termination old did not show (state or lastState terminated:
+// an OOM kill, a crash), which the health watch counts.
+func podHarmed(old, cur *corev1.PodStatus) bool {
+	for _, statuses := range [][2][]corev1.ContainerStatus{
+		{old.InitContainerStatuses, cur.InitContainerStatuses},
+		{old.ContainerStatuses, cur.ContainerStatuses},
+		{old.EphemeralContainerStatuses, cur.EphemeralContainerStatuses},
+	} {
+		for i := range statuses[1] {
+			cs := &statuses[1][i]
+			var was *corev1.ContainerStatus
+			for j := range statuses[0] {
+				if statuses[0][j].Name == cs.Name {
+					was = &statuses[0][j]
+					break
+				}
+			}
+			if was == nil {
+				if cs.RestartCount > 0 || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil {
+					return true
+				}
+				continue
+			}
+			if cs.RestartCount > was.RestartCount ||
+				newTermination(was.State.Terminated, cs.State.Terminated) ||
+				newTermination(was.LastTerminationState.Terminated, cs.LastTerminationState.Terminated) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// newTermination reports whether cur is a termination was is not (another
+// run: container ID or finish time).
+func newTermination(was, cur *corev1.ContainerStateTerminated) bool {
+	if cur == nil {
+		return false
+	}
+	return was == nil || was.ContainerID != cur.ContainerID || !was.FinishedAt.Equal(&cur.FinishedAt)
+}

@@ -1,0 +1,153 @@
+package rightsizing
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/recommend"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// recordRefusals records the values the recommender held back, as its
+// basis annotation says, when what is refused or why changed: a refused
+// action with the figures, and a Normal Refused Event on the
+// recommendation and its workload. A set is news only when one of its
+// refusals (container, resource, field, reason and the value held) is in
+// none of the refused actions recorded since the last change (applied or
+// rolled back): refusals that end, or come and go between passes, are
+// not recorded again, so status.history (bounded) and the hub keep the
+// actions that matter. status.recordedRefusals keeps the last set's key,
+// so a pass that finds it again reads no history. Only the recommender's
+// own recommendations carry a basis.
+func (c *reconcileContext) recordRefusals(ctx context.Context) error {
+	rsr := c.rsr
+	if rsr.Labels[v1alpha1.RecommendedByLabel] != v1alpha1.RecommendedByKerf {
+		return nil
+	}
+	refusals, messages, key := basisRefusals(rsr.Annotations[v1alpha1.RecommendationBasisAnnotation])
+	if key == "" || key == rsr.Status.RecordedRefusals || refusalsRecorded(rsr.Status.History, refusals) {
+		return nil
+	}
+	keep := func(st *v1alpha1.RightsizingRecommendationStatus) { st.RecordedRefusals = key }
+	var resources []v1alpha1.ResourceName
+	for _, f := range refusals {
+		if !slices.Contains(resources, f.Resource) {
+			resources = append(resources, f.Resource)
+		}
+	}
+	held := make([]string, len(refusals))
+	for i, f := range refusals {
+		held[i] = fmt.Sprintf("%s %s of %s (%s)", f.Resource, f.Field, f.Container, f.Reason)
+	}
+	// The action says what was held back; its figures, one per value,
+	// how much and why. The Event, whose note the apiserver bounds to
+	// 1 kB, says both.
+	msg := cutTo("the recommender held back "+strings.Join(held, ", "), v1alpha1.MaxActionMessageLength, ellipsis)
+	figures := make([]string, len(messages))
+	for i, m := range messages {
+		figures[i] = cutTo(m, v1alpha1.MaxFigureLength, ellipsis)
+	}
+	note := cutTo(msg+": "+strings.Join(messages, "; "), maxEventNote, ellipsis)
+	return c.record(ctx, outcome{
+		doing:  "record the refusals of",
+		status: keep,
+		action: &v1alpha1.Action{Type: v1alpha1.ActionRefused, Reason: refusals[0].Reason, Message: msg,
+			Resources: resources, Figures: figures, Refusals: refusals},
+		events: []kubeEvent{
+			{typ: corev1.EventTypeNormal, reason: v1alpha1.EventRefused, action: v1alpha1.EventActionRecommend, note: note},
+			{typ: corev1.EventTypeNormal, reason: v1alpha1.EventRefused, action: v1alpha1.EventActionRecommend, note: note, onWorkload: true},
+		},
+	})
+}
+
+// refusalsRecorded reports whether every refusal is among those of the
+// refused actions recorded since the last change (an applied or
+// rolled_back action) in history.
+func refusalsRecorded(history []v1alpha1.Action, refusals []v1alpha1.Refusal) bool {
+	type id struct {
+		container, field, reason string
+		resource                 v1alpha1.ResourceName
+		held                     int64
+	}
+	seen := map[id]bool{}
+	for i := len(history) - 1; i >= 0; i-- {
+		a := &history[i]
+		if a.Type == v1alpha1.ActionApplied || a.Type == v1alpha1.ActionRolledBack {
+			break
+		}
+		if a.Type != v1alpha1.ActionRefused {
+			continue
+		}
+		for _, f := range a.Refusals {
+			seen[id{f.Container, f.Field, f.Reason, f.Resource, f.Held}] = true
+		}
+	}
+	for _, f := range refusals {
+		if !seen[id{f.Container, f.Field, f.Reason, f.Resource, f.Held}] {
+			return false
+		}
+	}
+	return true
+}
+
+// heldBack reports whether a refusal kept a value from going down, the
+// refusals recorded as refused actions: the latches and upscale-only.
+// MinChange is a change too small to make, not a value held back, and
+// stays in the basis only.
+func heldBack(r recommend.Reason) bool { return r != recommend.ReasonMinChange }
+
+// basisRefusals reads the refusals a recommendation's basis annotation
+// holds back (heldBack), at most v1alpha1.MaxActionRefusals, with their
+// messages, and their key: what identifies the set (container, resource,
+// field, reason and the value held), empty when there are none or the
+// annotation cannot be read.
+func basisRefusals(annotation string) (refusals []v1alpha1.Refusal, messages []string, key string) {
+	if annotation == "" {
+		return nil, nil, ""
+	}
+	b, err := v1alpha1.ParseRecommendationBasis(annotation)
+	if err != nil {
+		return nil, nil, ""
+	}
+	h := sha256.New()
+	for _, c := range b.Containers {
+		for _, f := range c.Refusals {
+			if !heldBack(recommend.Reason(f.Reason)) {
+				continue
+			}
+			fmt.Fprintf(h, "%s/%s/%s/%s/%d\n", c.Name, f.Resource, f.Field, f.Reason, f.Held)
+			if len(refusals) == v1alpha1.MaxActionRefusals {
+				continue
+			}
+			refusals = append(refusals, v1alpha1.Refusal{
+				Container: c.Name, Resource: f.Resource, Field: f.Field, Reason: f.Reason,
+				Asked: f.Asked, Held: f.Held, Observed: decimal(f.Observed), Threshold: decimal(f.Threshold), At: f.At,
+			})
+			messages = append(messages, c.Name+": "+f.Message)
+		}
+	}
+	if len(refusals) == 0 {
+		return nil, nil, ""
+	}
+	return refusals, messages, hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// decimal writes a refusal's figure as a decimal string: bytes and
+// millicores whole, a ratio (kept as a float32 by the state) to float32's
+// shortest digits; zero is no figure, the empty string.
+func decimal(v float64) string {
+	switch {
+	case v == 0:
+		return ""
+	case v == math.Trunc(v) && math.Abs(v) < 1<<53:
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'f', -1, 32)
+}
