@@ -8,14 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kerf-dev/kerf/cluster"
-	"github.com/kerf-dev/kerf/test/leadertest"
-
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
 // BenchmarkSignalToRollbackRequest measures the leader's decision latency

@@ -4,9 +4,10 @@ import (
 	"context"
 	"time"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/policy"
-	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // freshTurn reports whether the rolled-back values the recommendation

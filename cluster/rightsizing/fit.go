@@ -6,8 +6,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
 )
 
 // maxEventNote is the apiserver's limit on an Event's note. The status'

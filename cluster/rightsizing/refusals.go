@@ -10,9 +10,10 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/recommend"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // recordRefusals records the values the recommender held back, as its

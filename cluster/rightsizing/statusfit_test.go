@@ -15,10 +15,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/kerf-dev/kerf/cluster"
-	"github.com/kerf-dev/kerf/cluster/rightsizing"
-	"github.com/kerf-dev/kerf/test/leadertest"
-
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,7 +26,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/cluster/rightsizing"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
 // longContainer is a container name as long as Kubernetes allows (63).

@@ -5,18 +5,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kerf-dev/kerf/cluster"
-	"github.com/kerf-dev/kerf/test/leadertest"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/recommend"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
 // TestRecommenderWaitsForTheWatchSoTheOOMKillRollsBack is the demo's

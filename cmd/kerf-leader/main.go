@@ -20,10 +20,9 @@ import (
 	"time"
 	_ "time/tzdata" // freeze windows name IANA time zones; the image has no zoneinfo
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/cert"
