@@ -3,12 +3,8 @@ package cluster
 import (
 	"cmp"
 	"context"
-	"crypto"
-	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -36,7 +32,6 @@ import (
 	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/fence"
 	"github.com/kerf-dev/kerf/cluster/forward"
-	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/pages"
 	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/rightsizing"
@@ -49,134 +44,6 @@ import (
 	"github.com/kerf-dev/kerf/internal/kube"
 	webui "github.com/kerf-dev/kerf/web"
 )
-
-// ErrLeadershipLost is returned by Run when the leader's Lease was lost:
-// the process must exit so that it never acts beside the new leader.
-var ErrLeadershipLost = errors.New("leader election lost")
-
-// agentReviewQPS is the rate limit of the agents' TokenReviews' client
-// (its burst: the handshakes allowed at once): 1,000 streams reopened
-// together are authenticated in about 5 s.
-const agentReviewQPS = 200
-
-// Config configures a leader replica.
-type Config struct {
-	// Namespace holds the Lease (the namespace Kerf runs in).
-	Namespace string
-	// LeaseName is the coordination.k8s.io Lease the replicas compete for.
-	LeaseName string
-	// Identity names this replica in the Lease (its pod name).
-	Identity string
-	// PodName, when set, is this replica's pod in Namespace: while leading
-	// it carries the label LeaderPodLabel, which the kerf-leader Service
-	// selects so the agents' streams reach the leader.
-	PodName string
-	// LeaseDuration, RenewDeadline and RetryPeriod tune the election; zero
-	// means 15 s, 10 s and 2 s.
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	// Listener serves /metrics, /healthz and /readyz (ready once the
-	// replica's caches are synced: it serves the webhook and can take over),
-	// the audit API and the web pages. Every route but the probes wants a
-	// bearer token the apiserver knows (docs/security.md). Nil serves
-	// nothing.
-	Listener net.Listener
-	// ListenerCert, when set, serves Listener over TLS with this
-	// certificate (kerf-leader uses the stream's: one name, one CA for
-	// the agents and the scrapers); nil serves plain HTTP.
-	ListenerCert *cert.Source
-	// WatchNamespaces, when set, limits the leader to recommendations,
-	// policies and workloads in these namespaces; empty means all.
-	WatchNamespaces []string
-	// Registry, when set, is the registry the replica's metrics go to (so
-	// parts built before it, such as a PromQL source, share it); nil means
-	// a new one.
-	Registry *prometheus.Registry
-	// Signals are the stores of what the agents report (OOM kills, CFS
-	// counters, container events): the stream writes them and the health
-	// watch reads them, evaluating a pod's watch as soon as one signals it.
-	// Nil means signals.New().
-	Signals *signals.Stores
-	// Throttling gives CFS counters (nil: throttling not evaluated): a
-	// PromQL source, or Signals.Kernel when the agents' counters are the
-	// throttling input (health.cadvisorFallback, docs/design.md section 3).
-	Throttling healthwatch.ThrottlingSource
-	// Stream, when its Listener is set, serves the agents' stream on the
-	// leader, feeding Signals.
-	Stream StreamConfig
-	// Webhook, when its Listener is set, serves the mutating admission
-	// webhook on every replica (leading or not).
-	Webhook WebhookConfig
-	// Hub, when set, forwards every recorded action to kerf-hub
-	// (cluster/forward, docs/hub.md): only the elected leader runs it,
-	// beside the reconciler. Its Namespace, Identity, Registerer, Now and
-	// Log default to the replica's. Nil forwards nothing, and removes the
-	// hub-delivery finalizer from the recommendations (forward.Releaser).
-	Hub *forward.Config
-	// Recommender tunes the recommender loop the elected leader runs for
-	// the workloads whose policy enables spec.recommend
-	// (docs/recommender.md).
-	Recommender recommender.Config
-	// UsageSeries bounds the usage series the workload pages chart
-	// (docs/web.md).
-	UsageSeries pages.UsageSeriesConfig
-	// Workers is how many recommendations the leader reconciles at once
-	// (the controller's MaxConcurrentReconciles); 0 means rightsizing.DefaultWorkers.
-	Workers int
-	// RollbackWorkers is how many more workers are kept for the harm
-	// signals' requests (an OOM kill, a container restart or termination),
-	// on a controller of their own that runs nothing else, so that a
-	// rollback never waits for an apply pass to finish (but one of its
-	// own recommendation). 0 means rightsizing.DefaultRollbackWorkers;
-	// rightsizing.NoRollbackWorkers keeps none (the harm requests then go first in the
-	// one queue, at harmPriority).
-	RollbackWorkers int
-	// RollbackQPS and RollbackBurst are the rate limit of the rollbacks'
-	// own client (a breach's status, the restore, and the Lease reads
-	// that fence them), which no other write uses: a wave of applies
-	// never spends it (docs/leader.md, "The clients and their budgets").
-	// Zero means DefaultRollbackQPS and DefaultRollbackBurst.
-	RollbackQPS   float32
-	RollbackBurst int
-	// ApplyYield is the longest one write of the applies waits while a
-	// pass rolls back (fence.RollbackGate); 0 means DefaultApplyYield,
-	// NoApplyYield none.
-	ApplyYield time.Duration
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// AfterRecord and AfterBreach are passed to the reconciler (tests only).
-	AfterRecord, AfterBreach func(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation)
-	// DuringPass is passed to the reconciler (tests only).
-	DuringPass func(req ctrl.Request, reserved bool) (done func())
-}
-
-// StreamConfig configures the agents' stream, which only the leader serves
-// (docs/design.md section 6).
-type StreamConfig struct {
-	// Listener serves gRPC over TLS; nil serves no stream.
-	Listener net.Listener
-	// Cert is where the stream's certificate comes from (required with
-	// Listener: the agents send their tokens on it).
-	Cert cert.Source
-	// Audience is the audience the agents' tokens must carry.
-	Audience string
-	// ServiceAccountNamespace and ServiceAccountName name the agents'
-	// service account.
-	ServiceAccountNamespace, ServiceAccountName string
-	// Limits bound the stream (zero fields: stream's defaults).
-	Limits stream.Limits
-}
-
-// WebhookConfig configures the admission webhook every replica serves.
-type WebhookConfig struct {
-	// Listener serves HTTPS; nil serves no webhook.
-	Listener net.Listener
-	// Cert is where the webhook's certificate comes from; a self-managed
-	// one keeps the caBundle of its Options.WebhookConfiguration current.
-	Cert cert.Source
-	// ClientAuth authenticates the webhook's callers (the apiserver's
-	// client certificate); the zero value refuses to serve.
-	ClientAuth webhook.ClientAuth
-}
 
 // Leader is one kerf-leader replica. Every replica runs; the one that holds
 // the Lease applies and rolls back.
@@ -217,34 +84,6 @@ type Leader struct {
 	// as writer is.
 	rollbackWriter client.Client
 }
-
-// The rollbacks' client budget by default (Config.RollbackQPS and
-// RollbackBurst): the burst holds a 100-replica in-place restore (a resize
-// per pod) at once; rollbacks are rare, so the budget is idle nearly
-// always.
-const (
-	DefaultRollbackQPS   = 25
-	DefaultRollbackBurst = 100
-)
-
-// DefaultApplyYield is the longest one write of the applies waits for
-// the rollbacks in progress (fence.RollbackGate, Config.ApplyYield): a
-// rollback pass takes 0.2 to 0.6 s at 10,000 workloads
-// (docs/performance.md), and a storm of rollbacks must slow the applies,
-// not stop them.
-const DefaultApplyYield = time.Second
-
-// NoApplyYield as Config.ApplyYield turns the yield off: the applies'
-// writes never wait for rollbacks.
-const NoApplyYield time.Duration = -1
-
-// ShutdownTimeout bounds how long a stopping replica waits for its
-// controllers before it releases the Lease anyway. It stays well below the
-// pod's terminationGracePeriodSeconds (manifests/leader.yaml, checked by
-// the manifests' tests), so that the release always happens before the
-// kubelet's SIGKILL: a replica killed before its release costs the standby
-// a whole LeaseDuration.
-const ShutdownTimeout = 10 * time.Second
 
 // New builds a leader replica for the cluster restConfig reaches.
 func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error) {
@@ -667,94 +506,4 @@ func (l *Leader) Run(ctx context.Context) error {
 		return ErrLeadershipLost
 	}
 	return err
-}
-
-// serverTLS resolves the certificate source of one of the replica's
-// servers (the webhook, the stream, the endpoints), the same way for all:
-// the user's files, or a self-managed certificate shared by every replica
-// through a Secret, which it also returns.
-func (l *Leader) serverTLS(ctx context.Context, server string, src cert.Source) (*tls.Config, *cert.SelfManaged, error) {
-	// One certificate source serves every server that names it (the
-	// stream's serves the endpoints too): one Secret, one renewal loop.
-	key := src.Dir + "\x00" + src.SelfManaged.Namespace + "/" + src.SelfManaged.SecretName
-	if r, ok := l.serverTLSBySource[key]; ok {
-		return r.config, r.selfManaged, nil
-	}
-	var c client.Client
-	if src.Dir == "" {
-		// The manager's client reads from a cache that is not started yet.
-		var err error
-		if c, err = client.New(l.restConfig, client.Options{Scheme: kube.Scheme}); err != nil {
-			return nil, nil, fmt.Errorf("%s certificate client: %w", server, err)
-		}
-	}
-	tlsConfig, sm, err := src.Resolve(ctx, c, l.log.With("server", server))
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s certificate: %w", server, err)
-	}
-	if l.serverTLSBySource == nil {
-		l.serverTLSBySource = make(map[string]resolvedCert)
-	}
-	l.serverTLSBySource[key] = resolvedCert{tlsConfig, sm}
-	return tlsConfig, sm, nil
-}
-
-// resolvedCert is a certificate source Run resolved: its servers' TLS
-// configuration, and its SelfManaged certificate (nil for the user's
-// files).
-type resolvedCert struct {
-	config      *tls.Config
-	selfManaged *cert.SelfManaged
-}
-
-// AgentMetricsCertificateValidity is how long an agent's /metrics
-// certificate is valid. Every stream brings a new one (at least every
-// stream.DefaultMaxStreamAge), so a day covers a leader away for most of
-// one, and a key taken from a node serves an impostor for a day at most.
-const AgentMetricsCertificateValidity = 24 * time.Hour
-
-// issueAgentMetricsCertificate signs an agent's /metrics certificate with
-// the stream's CA, for the name scrapers check
-// (kerf-agent.<namespace>.svc), naming the node the agent's token proved.
-func (l *Leader) issueAgentMetricsCertificate(pub crypto.PublicKey, node string) ([]byte, error) {
-	sm := l.streamIssuer.Load()
-	if sm == nil {
-		return nil, errors.New("the stream's certificate is not self-managed (--stream-cert-dir): Kerf holds no CA key to sign the agents' with")
-	}
-	name := l.cfg.Stream.ServiceAccountName + "." + l.cfg.Stream.ServiceAccountNamespace + ".svc"
-	return sm.Issue(pub, l.cfg.Stream.ServiceAccountName+":"+node, []string{name}, AgentMetricsCertificateValidity)
-}
-
-// addForwarder adds the hub forwarder, a Runnable only the elected leader
-// runs, with the replica's namespace, identity, metrics, clock and log.
-func (l *Leader) addForwarder(hc forward.Config) error {
-	if hc.Namespace == "" {
-		hc.Namespace = l.cfg.Namespace
-	}
-	if hc.Identity == "" {
-		hc.Identity = l.cfg.Identity
-	}
-	if hc.Registerer == nil {
-		hc.Registerer = l.registry
-	}
-	if hc.AgentsConnected == nil && l.stream != nil {
-		hc.AgentsConnected = forward.GaugeReader(l.registry, "kerf_stream_connected_agents")
-	}
-	if hc.Now == nil {
-		hc.Now = l.cfg.Now
-	}
-	if hc.Log == nil {
-		hc.Log = l.log
-	}
-	if hc.Recommendations == nil {
-		hc.Recommendations = l.recommendations
-	}
-	fw, err := forward.New(hc, l.writer, l.mgr.GetAPIReader())
-	if err != nil {
-		return fmt.Errorf("hub forwarder: %w", err)
-	}
-	if err := l.mgr.Add(fw); err != nil {
-		return fmt.Errorf("add the hub forwarder: %w", err)
-	}
-	return nil
 }
