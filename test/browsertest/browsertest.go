@@ -75,7 +75,7 @@ func Start(t *testing.T, opts Options) (context.Context, func() []string) {
 
 // Screenshot saves the whole page as name under the test's artifact
 // directory (go test -artifacts keeps it) and, when inDocs and
-// KERF_UPDATE_SCREENSHOTS=1, as docs/name too.
+// KERF_UPDATE_SCREENSHOTS=1, in docs/ too.
 func Screenshot(t *testing.T, ctx context.Context, name string, inDocs bool) {
 	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
