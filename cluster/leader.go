@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -28,7 +27,6 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
-	"github.com/kerf-dev/kerf/cluster/audit"
 	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/fence"
 	"github.com/kerf-dev/kerf/cluster/forward"
@@ -37,12 +35,9 @@ import (
 	"github.com/kerf-dev/kerf/cluster/rightsizing"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
-	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/internal/authn"
-	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/internal/kube"
-	webui "github.com/kerf-dev/kerf/web"
 )
 
 // Leader is one kerf-leader replica. Every replica runs; the one that holds
@@ -386,74 +381,17 @@ func (l *Leader) UsageSeries() *pages.UsageSeries { return l.usage }
 func (l *Leader) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var stopStream func()
-	if l.cfg.Listener != nil {
-		// Every route but the probes asks the caller's token
-		// (docs/security.md): /metrics a get on the URL, the audit API
-		// and the pages the namespaces it may list recommendations in.
-		opts := []endpoints.Option{endpoints.MetricsAuthorizedBy(l.authn)}
-		if l.cfg.ListenerCert != nil {
-			tlsConfig, _, err := l.serverTLS(ctx, "endpoints", *l.cfg.ListenerCert)
-			if err != nil {
-				return err
-			}
-			opts = append(opts, endpoints.ServeTLS(tlsConfig))
-		}
-		srv := endpoints.New(prometheus.Gatherers{l.registry}, l.synced.Load, opts...)
-		auditAPI := audit.New(l.mgr.GetCache())
-		auditAPI.Authorizer = l.authn
-		api := http.NewServeMux()
-		auditAPI.Register(api)
-		srv.Mux().Handle("/v1/", l.authn.Authenticated(api, audit.WriteRefusal))
-		activity := &webui.Activity{Source: auditAPI, Refresh: 30 * time.Second}
-		srv.Mux().Handle("GET /ui/activity", l.authn.Authenticated(auditAPI.AuthorizeNamespace(activity,
-			func(r *http.Request) string { return r.URL.Query().Get("namespace") }), nil))
-		workloads := &webui.WorkloadPage{
-			Source:  &pages.WorkloadViews{Reader: l.mgr.GetCache(), Series: l.usage, Now: l.cfg.Now},
-			Refresh: 30 * time.Second, ActivityHref: "../../activity", Log: l.log,
-		}
-		srv.Mux().Handle("GET /ui/workloads/{namespace}/{name}", l.authn.Authenticated(auditAPI.AuthorizeNamespace(workloads,
-			func(r *http.Request) string { return r.PathValue("namespace") }), nil))
-		go func() {
-			if err := srv.ServeListener(ctx, l.cfg.Listener); err != nil {
-				l.log.Error("endpoints stopped", "err", err)
-			}
-		}()
+	if err := l.serveEndpoints(ctx); err != nil {
+		return err
 	}
-	if l.cfg.Webhook.Listener != nil {
-		tlsConfig, _, err := l.serverTLS(ctx, "webhook", l.cfg.Webhook.Cert)
-		if err != nil {
-			return err
-		}
-		if tlsConfig, err = l.cfg.Webhook.ClientAuth.ServerTLS(tlsConfig, l.log.With("server", "webhook")); err != nil {
-			return fmt.Errorf("webhook: %w", err)
-		}
-		in := webhook.NewInjector(l.mgr.GetCache(), l.registry, l.log)
-		in.Synced = l.synced.Load
-		in.LiveReader = l.mgr.GetAPIReader()
-		go func() {
-			if err := webhook.ServeListener(ctx, l.cfg.Webhook.Listener, tlsConfig, webhook.Mux(in)); err != nil {
-				l.log.Error("webhook stopped", "err", err)
-			}
-		}()
+	if err := l.serveWebhook(ctx); err != nil {
+		return err
 	}
-	if l.stream != nil {
-		tlsConfig, sm, err := l.serverTLS(ctx, "stream", l.cfg.Stream.Cert)
-		if err != nil {
-			return err
-		}
-		if sm != nil {
-			l.streamIssuer.Store(sm)
-		}
-		gs := stream.NewGRPCServer(l.stream, tlsConfig)
-		go func() {
-			if err := gs.Serve(l.cfg.Stream.Listener); err != nil {
-				l.log.Error("stream stopped", "err", err)
-			}
-		}()
-		defer gs.Stop()
-		stopStream = gs.Stop
+	stopStream, err := l.serveStream(ctx)
+	if err != nil {
+		return err
 	}
+	defer stopStream()
 	if l.cfg.PodName != "" {
 		if err := l.unmarkOwnPod(ctx); err != nil {
 			return err
@@ -473,9 +411,7 @@ func (l *Leader) Run(ctx context.Context) error {
 				"identity", l.cfg.Identity, "lease", l.cfg.Namespace+"/"+l.cfg.LeaseName, "shutdownTimeout", ShutdownTimeout)
 		}
 		l.stopping.Store(true)
-		if stopStream != nil {
-			stopStream()
-		}
+		stopStream()
 		if l.cfg.PodName != "" {
 			// Best effort: the next leader clears a label left behind.
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -501,7 +437,7 @@ func (l *Leader) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	err := l.mgr.Start(ctx)
+	err = l.mgr.Start(ctx)
 	if err != nil && err.Error() == ErrLeadershipLost.Error() {
 		return ErrLeadershipLost
 	}

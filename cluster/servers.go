@@ -6,13 +6,21 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kerf-dev/kerf/cluster/audit"
 	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/forward"
+	"github.com/kerf-dev/kerf/cluster/pages"
+	"github.com/kerf-dev/kerf/cluster/stream"
+	"github.com/kerf-dev/kerf/cluster/webhook"
+	"github.com/kerf-dev/kerf/internal/endpoints"
 	"github.com/kerf-dev/kerf/internal/kube"
+	webui "github.com/kerf-dev/kerf/web"
 )
 
 // serverTLS resolves the certificate source of one of the replica's
@@ -103,4 +111,92 @@ func (l *Leader) addForwarder(hc forward.Config) error {
 		return fmt.Errorf("add the hub forwarder: %w", err)
 	}
 	return nil
+}
+
+// serveEndpoints serves /metrics, the probes, the audit API and the web
+// pages on Config.Listener until ctx is done; without a listener it
+// serves nothing. Every route but the probes asks the caller's token
+// (docs/security.md): /metrics a get on the URL, the audit API and the
+// pages the namespaces it may list recommendations in.
+func (l *Leader) serveEndpoints(ctx context.Context) error {
+	if l.cfg.Listener == nil {
+		return nil
+	}
+	opts := []endpoints.Option{endpoints.MetricsAuthorizedBy(l.authn)}
+	if l.cfg.ListenerCert != nil {
+		tlsConfig, _, err := l.serverTLS(ctx, "endpoints", *l.cfg.ListenerCert)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, endpoints.ServeTLS(tlsConfig))
+	}
+	srv := endpoints.New(prometheus.Gatherers{l.registry}, l.synced.Load, opts...)
+	auditAPI := audit.New(l.mgr.GetCache())
+	auditAPI.Authorizer = l.authn
+	api := http.NewServeMux()
+	auditAPI.Register(api)
+	srv.Mux().Handle("/v1/", l.authn.Authenticated(api, audit.WriteRefusal))
+	activity := &webui.Activity{Source: auditAPI, Refresh: 30 * time.Second}
+	srv.Mux().Handle("GET /ui/activity", l.authn.Authenticated(auditAPI.AuthorizeNamespace(activity,
+		func(r *http.Request) string { return r.URL.Query().Get("namespace") }), nil))
+	workloads := &webui.WorkloadPage{
+		Source:  &pages.WorkloadViews{Reader: l.mgr.GetCache(), Series: l.usage, Now: l.cfg.Now},
+		Refresh: 30 * time.Second, ActivityHref: "../../activity", Log: l.log,
+	}
+	srv.Mux().Handle("GET /ui/workloads/{namespace}/{name}", l.authn.Authenticated(auditAPI.AuthorizeNamespace(workloads,
+		func(r *http.Request) string { return r.PathValue("namespace") }), nil))
+	go func() {
+		if err := srv.ServeListener(ctx, l.cfg.Listener); err != nil {
+			l.log.Error("endpoints stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// serveWebhook serves the admission webhook on Config.Webhook.Listener
+// until ctx is done, on every replica; without a listener it serves
+// nothing.
+func (l *Leader) serveWebhook(ctx context.Context) error {
+	if l.cfg.Webhook.Listener == nil {
+		return nil
+	}
+	tlsConfig, _, err := l.serverTLS(ctx, "webhook", l.cfg.Webhook.Cert)
+	if err != nil {
+		return err
+	}
+	if tlsConfig, err = l.cfg.Webhook.ClientAuth.ServerTLS(tlsConfig, l.log.With("server", "webhook")); err != nil {
+		return fmt.Errorf("webhook: %w", err)
+	}
+	in := webhook.NewInjector(l.mgr.GetCache(), l.registry, l.log)
+	in.Synced = l.synced.Load
+	in.LiveReader = l.mgr.GetAPIReader()
+	go func() {
+		if err := webhook.ServeListener(ctx, l.cfg.Webhook.Listener, tlsConfig, webhook.Mux(in)); err != nil {
+			l.log.Error("webhook stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// serveStream serves the agents' stream on Config.Stream.Listener and
+// returns what stops it (a no-op without a stream). Only the leader
+// acknowledges what the stream receives (Leading).
+func (l *Leader) serveStream(ctx context.Context) (stop func(), err error) {
+	if l.stream == nil {
+		return func() {}, nil
+	}
+	tlsConfig, sm, err := l.serverTLS(ctx, "stream", l.cfg.Stream.Cert)
+	if err != nil {
+		return nil, err
+	}
+	if sm != nil {
+		l.streamIssuer.Store(sm)
+	}
+	gs := stream.NewGRPCServer(l.stream, tlsConfig)
+	go func() {
+		if err := gs.Serve(l.cfg.Stream.Listener); err != nil {
+			l.log.Error("stream stopped", "err", err)
+		}
+	}()
+	return gs.Stop, nil
 }
