@@ -20,19 +20,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/cachestore"
 	"github.com/kerf-dev/kerf/cluster/pages"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/workload"
-	"github.com/kerf-dev/kerf/internal/cacheindex"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 // cachedMapper returns the leader's signal mapper over a cache of all
-// namespaces as the leader's (newCache, its transform and indexes; one
-// informer and one indexer a kind), each informer limited to ns by a field
-// selector, so that the shared control plane's other objects stay out.
+// namespaces as the leader's (cachestore.NewCache, its transform and
+// indexes; one informer and one indexer a kind), each informer limited to
+// ns by a field selector, so that the shared control plane's other
+// objects stay out.
 // The leader's tests watch their namespace (WatchNamespaces), a cache of
 // an informer per namespace, where the mapper reads copies instead.
 func cachedMapper(tb testing.TB, ns string) mapper {
@@ -40,14 +41,14 @@ func cachedMapper(tb testing.TB, ns string) mapper {
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
 	inNS := cache.ByObject{Field: fields.OneTermEqualSelector("metadata.namespace", ns)}
-	inner, err := newCache(controlplane.Get(tb).Config, cache.Options{Scheme: kube.Scheme, DefaultTransform: cacheTransform,
+	inner, err := cachestore.NewCache(controlplane.Get(tb).Config, cache.Options{Scheme: kube.Scheme, DefaultTransform: cachestore.Transform,
 		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: inNS, &appsv1.ReplicaSet{}: inNS, &appsv1.Deployment{}: inNS,
 			&v1alpha1.RightsizingRecommendation{}: inNS}})
 	require.NoError(tb, err)
-	ic := inner.(*cacheindex.Cache)
-	require.NoError(tb, stream.IndexPodsByUID(ctx, ic.Indexer(cacheindex.ClusterWide)))
-	require.NoError(tb, workload.IndexFields(ctx, ic.Indexer(cacheindex.Namespaced)))
-	require.NoError(tb, ic.Indexer(cacheindex.Namespaced).IndexField(ctx, &v1alpha1.RightsizingRecommendation{}, targetRefIndex, func(o client.Object) []string {
+	ic := inner.(*cachestore.Cache)
+	require.NoError(tb, stream.IndexPodsByUID(ctx, ic.Indexer(cachestore.ClusterWide)))
+	require.NoError(tb, workload.IndexFields(ctx, ic.Indexer(cachestore.Namespaced)))
+	require.NoError(tb, ic.Indexer(cachestore.Namespaced).IndexField(ctx, &v1alpha1.RightsizingRecommendation{}, targetRefIndex, func(o client.Object) []string {
 		ref := o.(*v1alpha1.RightsizingRecommendation).Spec.TargetRef
 		return []string{targetKey(ref.Kind, ref.Name)}
 	}))
@@ -94,11 +95,11 @@ func TestSignalsMapThroughTheCachesOwnReplicaSet(t *testing.T) {
 	assert.Equal(t, want, m.signaled(ctx, signal))
 	rs := metav1.GetControllerOfNoCopy(pod)
 	require.NotNil(t, rs)
-	stored, ok, err := cacheindex.Stored(m.replicaSets, ns, rs.Name)
+	stored, ok, err := cachestore.Stored(m.replicaSets, ns, rs.Name)
 	require.NoError(t, err)
 	require.True(t, ok, "the mapper reads the informer's own ReplicaSet")
-	_, isCached := stored.(*cachedReplicaSet)
-	assert.True(t, isCached, "in the cache's own form, %T", stored)
+	_, isCopy := stored.(*appsv1.ReplicaSet)
+	assert.False(t, isCopy, "in the cache's own form, not an *appsv1.ReplicaSet")
 
 	owned := func(name string, uid types.UID) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p", OwnerReferences: []metav1.OwnerReference{{
@@ -152,7 +153,7 @@ func BenchmarkSignalMapping(b *testing.B) {
 
 // TestReadOnlyReadsGetTheCachesViews: through the leader's cache (of all
 // namespaces), a workload's pods read with workload.ReadOnly are views
-// sharing the cache's own pods (cachedPod.View), as the usage series read
+// sharing the cache's own pods (their View), as the usage series read
 // them, and the Deployment a view of the cache's; without it, copies.
 func TestReadOnlyReadsGetTheCachesViews(t *testing.T) {
 	_, ns, pod := runningWeb(t)
@@ -163,7 +164,7 @@ func TestReadOnlyReadsGetTheCachesViews(t *testing.T) {
 	readOnly, copying := workload.Indexed(workload.ReadOnly(cached)), workload.Indexed(cached)
 
 	shared := func(p *corev1.Pod) bool {
-		stored, ok, err := cacheindex.Stored(m.pods, p.Namespace, p.Name)
+		stored, ok, err := cachestore.Stored(m.pods, p.Namespace, p.Name)
 		require.NoError(t, err)
 		require.True(t, ok)
 		return reflect.ValueOf(stored.GetLabels()).UnsafePointer() == reflect.ValueOf(p.Labels).UnsafePointer()
@@ -213,7 +214,7 @@ func BenchmarkUsageSeriesPass(b *testing.B) {
 		b.Fatal(err)
 	}
 	u := pages.NewUsageSeries(workload.Indexed(workload.ReadOnly(cached)), signals.New(), pages.UsageSeriesConfig{}, nil, slog.New(slog.DiscardHandler))
-	u.Recommendations = cachedRecommendations(m.recommendations, cached) // as the leader's
+	u.Recommendations = cachestore.Recommendations(m.recommendations, cached) // as the leader's
 	deadline := time.Now().Add(30 * time.Second)
 	for u.Len() != 1 {
 		if time.Now().After(deadline) {

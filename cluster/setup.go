@@ -25,10 +25,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/cachestore"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/workload"
-	"github.com/kerf-dev/kerf/internal/cacheindex"
 )
 
 // Field indexes of the leader's cache.
@@ -78,17 +78,17 @@ func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(k
 func (r *RecommendationReconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) error {
 	ctx := context.Background()
 	// Every index keeps an object under its value's bucket, one key an
-	// object (internal/cacheindex; the leader's cache is a
-	// cacheindex.Cache): pods by UID are looked up across all namespaces,
-	// the rest in the workload's namespace.
-	ic, ok := mgr.GetCache().(*cacheindex.Cache)
+	// object (the leader's cache is a cachestore.Cache): pods by UID are
+	// looked up across all namespaces, the rest in the workload's
+	// namespace.
+	ic, ok := mgr.GetCache().(*cachestore.Cache)
 	if !ok {
-		return fmt.Errorf("recommendation controller: the manager's cache is a %T, not a cacheindex.Cache (ctrl.Options.NewCache: cacheindex.NewCache)", mgr.GetCache())
+		return fmt.Errorf("recommendation controller: the manager's cache is a %T, not a cachestore.Cache (ctrl.Options.NewCache: cachestore.NewCache)", mgr.GetCache())
 	}
-	idx := ic.Indexer(cacheindex.Namespaced)
+	idx := ic.Indexer(cachestore.Namespaced)
 	// Pods by UID: the pod an agent's signal is about, for the stream and
 	// for signaled.
-	if err := stream.IndexPodsByUID(ctx, ic.Indexer(cacheindex.ClusterWide)); err != nil {
+	if err := stream.IndexPodsByUID(ctx, ic.Indexer(cachestore.ClusterWide)); err != nil {
 		return err
 	}
 	if err := idx.IndexField(ctx, &v1alpha1.RightsizingRecommendation{}, targetRefIndex, func(o client.Object) []string {
@@ -306,8 +306,8 @@ func (h podHandler) Create(ctx context.Context, e event.CreateEvent, q workqueue
 
 // Update implements handler.EventHandler.
 func (h podHandler) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	oldStatus, ok1 := podStatus(e.ObjectOld)
-	newStatus, ok2 := podStatus(e.ObjectNew)
+	oldStatus, ok1 := cachestore.PodStatus(e.ObjectOld)
+	newStatus, ok2 := cachestore.PodStatus(e.ObjectNew)
 	if ok1 && ok2 && podHarmed(&oldStatus, &newStatus) {
 		// The workload is the same before and after: a pod's controller
 		// does not change.
@@ -389,7 +389,7 @@ type mapper struct {
 	c client.Reader
 	// cache is the manager's, and pods, replicaSets and recommendations
 	// its informers of them, which signaled and pod read without a copy.
-	cache                              *cacheindex.Cache
+	cache                              *cachestore.Cache
 	pods, replicaSets, recommendations cache.Informer
 	r                                  *RecommendationReconciler
 }
@@ -416,10 +416,10 @@ func (m mapper) inScope(ctx context.Context, o client.Object) []reconcile.Reques
 
 // pod maps a pod to the recommendation whose targetRef names its workload
 // (Pod → ReplicaSet → Deployment, or its StatefulSet or DaemonSet).
-// The pod is the informer's (a cachedPod) or a *corev1.Pod read: only its
-// metadata is read.
+// The pod is the informer's (in cachestore's form) or a *corev1.Pod read:
+// only its metadata is read.
 func (m mapper) pod(ctx context.Context, pod client.Object) []reconcile.Request {
-	if _, ok := podStatus(pod); !ok {
+	if _, ok := cachestore.PodStatus(pod); !ok {
 		return nil
 	}
 	ref, ok, err := workload.OfWith(ctx, pod, m.replicaSet)
@@ -441,7 +441,7 @@ func (m mapper) pod(ctx context.Context, pod client.Object) []reconcile.Request 
 	// The cache's own recommendations, only read: neither a list nor a
 	// copy for each agent's sample.
 	objs, err := m.cache.Lookup(m.recommendations, recommendationKind, targetRefIndex, ref.Namespace, targetKey(ref.Kind, ref.Name))
-	if errors.Is(err, cacheindex.ErrNoIndexer) {
+	if errors.Is(err, cachestore.ErrNoIndexer) {
 		var list v1alpha1.RightsizingRecommendationList
 		if err := m.c.List(ctx, &list, client.InNamespace(ref.Namespace), client.MatchingFields{targetRefIndex: targetKey(ref.Kind, ref.Name)},
 			client.UnsafeDisableDeepCopy); err != nil {
@@ -465,18 +465,18 @@ func (m mapper) pod(ctx context.Context, pod client.Object) []reconcile.Request 
 	return out
 }
 
-// replicaSet reads a ReplicaSet for workload.OfWith: the cache's own
-// (a cachedReplicaSet, only its metadata read), or, in a cache of several
+// replicaSet reads a ReplicaSet for workload.OfWith: the cache's own (in
+// cachestore's form, only its metadata read), or, in a cache of several
 // namespaces (no one indexer), a copy.
 func (m mapper) replicaSet(ctx context.Context, key client.ObjectKey) (metav1.Object, error) {
 	if m.replicaSets != nil {
-		obj, ok, err := cacheindex.Stored(m.replicaSets, key.Namespace, key.Name)
+		obj, ok, err := cachestore.Stored(m.replicaSets, key.Namespace, key.Name)
 		switch {
 		case err == nil && ok:
 			return obj, nil
 		case err == nil:
 			return nil, apierrors.NewNotFound(appsv1.Resource("replicasets"), key.Name)
-		case !errors.Is(err, cacheindex.ErrNoIndexer):
+		case !errors.Is(err, cachestore.ErrNoIndexer):
 			return nil, err
 		}
 	}
@@ -484,16 +484,16 @@ func (m mapper) replicaSet(ctx context.Context, key client.ObjectKey) (metav1.Ob
 }
 
 // signaled maps an agent's signal, a pod known by UID only, to the pod in
-// the cache and then as pod does. It reads the cache's own object, the
-// cachedPod, through the index (cacheindex.Cache.Lookup): a signal comes for
-// every pod every counters interval (3,500 a second at 35,000 pods and
-// the agents' 10 s), and a copying read made each a whole corev1.Pod (15 %
-// of the leader's CPU in a wave at 25,000 workloads, docs/performance.md).
-// A cache of several namespaces (--watch-namespaces) has no one index to
-// look up: there the pod is read as a copy.
+// the cache and then as pod does. It reads the cache's own object, in
+// cachestore's form, through the index (cachestore.Cache.Lookup): a
+// signal comes for every pod every counters interval (3,500 a second at
+// 35,000 pods and the agents' 10 s), and a copying read made each a whole
+// corev1.Pod (15 % of the leader's CPU in a wave at 25,000 workloads,
+// docs/performance.md). A cache of several namespaces (--watch-namespaces)
+// has no one index to look up: there the pod is read as a copy.
 func (m mapper) signaled(ctx context.Context, o client.Object) []reconcile.Request {
 	objs, err := m.cache.Lookup(m.pods, podKind, stream.PodUIDField, "", string(o.GetUID()))
-	if errors.Is(err, cacheindex.ErrNoIndexer) {
+	if errors.Is(err, cachestore.ErrNoIndexer) {
 		pod, ok := stream.CachedPods{Reader: m.c}.PodByUID(o.GetUID())
 		if !ok {
 			return nil

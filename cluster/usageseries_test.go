@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/cachestore"
 	"github.com/kerf-dev/kerf/cluster/pages"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/workload"
@@ -138,7 +139,7 @@ func TestUsageSeriesReadTheInformersOwnRecommendations(t *testing.T) {
 	require.NoError(t, err)
 	u := pages.NewUsageSeries(workload.Indexed(workload.ReadOnly(noRecommendationLists{cached})), signals.New(), pages.UsageSeriesConfig{}, nil, slog.New(slog.DiscardHandler))
 	require.ErrorContains(t, u.Pass(ctx), "a list of recommendations", "without the informer, a pass lists")
-	u.Recommendations = cachedRecommendations(m.recommendations, noRecommendationLists{cached})
+	u.Recommendations = cachestore.Recommendations(m.recommendations, noRecommendationLists{cached})
 	require.Eventually(t, func() bool {
 		require.NoError(t, u.Pass(ctx))
 		return u.Len() == 1
