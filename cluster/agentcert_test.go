@@ -16,6 +16,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster"
 	agentstream "github.com/kerf-dev/kerf/node/stream"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -28,7 +29,7 @@ import (
 // had no certificate to serve TLS with.
 func TestTheLeaderSignsTheAgentsMetricsCertificate(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	s := newAgentStream(t, c, ns)
 	l := leadertest.StartReplica(t, ns, "a", cluster.Config{Stream: s.config()})
 	require.Eventually(t, l.Leading, 15*time.Second, 50*time.Millisecond)

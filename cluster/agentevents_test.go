@@ -28,6 +28,7 @@ import (
 	"github.com/kerf-dev/kerf/node/report"
 	agentstream "github.com/kerf-dev/kerf/node/stream"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
@@ -60,8 +61,8 @@ type agentStream struct {
 func newAgentStream(t *testing.T, c client.Client, ns string) *agentStream {
 	t.Helper()
 	cs := controlplane.Get(t).Clientset
-	s := &agentStream{ns: ns, nodeName: leadertest.Node(t, c), tokenFile: filepath.Join(t.TempDir(), "token")}
-	s.cert, s.pool = leadertest.StreamCert(t, c, ns)
+	s := &agentStream{ns: ns, nodeName: kubetest.Node(t, c), tokenFile: filepath.Join(t.TempDir(), "token")}
+	s.cert, s.pool = kubetest.StreamCert(t, c, ns)
 	var err error
 	s.lis, err = net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -131,10 +132,10 @@ func agentSees(pod *corev1.Pod, n int32, reason, runID string, finished time.Tim
 // status still shows no restart.
 func TestAgentRestartsRollBackBeforePodStatus(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	a := watchedWebWithAgent(t, c, ns, leadertest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.OOMKills = ptr.To[int32](5) }))
-	pod := leadertest.AdoptedPod(t, c, a.dep, "web-new-1")
+	a := watchedWebWithAgent(t, c, ns, kubetest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.OOMKills = ptr.To[int32](5) }))
+	pod := kubetest.AdoptedPod(t, c, a.dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond) // the pod reaches the leader's cache
 
 	finished := time.Now()
@@ -142,7 +143,7 @@ func TestAgentRestartsRollBackBeforePodStatus(t *testing.T) {
 	for n := int32(1); n <= 3; n++ {
 		a.agent.ContainerEvent(agentSees(pod, n, "Error", fmt.Sprintf("containerd://run-%d", n), finished))
 	}
-	rsr := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
+	rsr := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
 	t.Logf("agent container events → RolledBack seen by the test: %v (pod status: never)", time.Since(sent))
 	require.NotNil(t, rsr.Status.Breach)
 	assert.Contains(t, rsr.Status.Breach.Figures, "restarts 3 ≥ 3")
@@ -150,10 +151,10 @@ func TestAgentRestartsRollBackBeforePodStatus(t *testing.T) {
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 	assert.Zero(t, pod.Status.ContainerStatuses[0].RestartCount, "pod status never showed a restart")
 	require.Eventually(t, func() bool {
-		rsr = leadertest.GetRSR(t, c, ns, "web")
+		rsr = kubetest.GetRSR(t, c, ns, "web")
 		return rsr.Status.Breach.Restored
 	}, 20*time.Second, 50*time.Millisecond)
-	res := leadertest.TemplateResources(t, c, a.dep)
+	res := kubetest.TemplateResources(t, c, a.dep)
 	assert.Equal(t, "500m", res.Requests.Cpu().String())
 	assert.Equal(t, "256Mi", res.Requests.Memory().String())
 }
@@ -164,28 +165,28 @@ func TestAgentRestartsRollBackBeforePodStatus(t *testing.T) {
 // kernel OOM event was sent (--oom-source=off on the node, say).
 func TestAgentOOMKilledTerminationRollsBackMemoryBeforePodStatus(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	a := watchedWebWithAgent(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil))
-	pod := leadertest.AdoptedPod(t, c, a.dep, "web-new-1")
+	a := watchedWebWithAgent(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil))
+	pod := kubetest.AdoptedPod(t, c, a.dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond)
 
 	sent := time.Now()
 	a.agent.ContainerEvent(agentSees(pod, 1, "OOMKilled", "containerd://run-1", sent))
-	rsr := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
 	t.Logf("agent OOMKilled termination → RolledBack seen by the test: %v (pod status: never)", time.Since(sent))
 	assert.Equal(t, []string{"oomKills 1 ≥ 1"}, rsr.Status.Breach.Figures)
 	assert.Equal(t, []v1alpha1.ResourceName{"memory"}, rsr.Status.Breach.Resources)
-	cond := leadertest.Condition(rsr, v1alpha1.ConditionHealthWatch)
+	cond := kubetest.Condition(rsr, v1alpha1.ConditionHealthWatch)
 	require.NotNil(t, cond)
 	assert.Contains(t, cond.Message, "oomKills 1 ≥ 1 (pod web-new-1 container app: 1 (status, 1 seen by the agent ahead of pod status; no kernel data))")
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 	assert.Nil(t, pod.Status.ContainerStatuses[0].LastTerminationState.Terminated, "pod status never showed the kill")
 	require.Eventually(t, func() bool {
-		rsr = leadertest.GetRSR(t, c, ns, "web")
+		rsr = kubetest.GetRSR(t, c, ns, "web")
 		return rsr.Status.Breach.Restored
 	}, 20*time.Second, 50*time.Millisecond)
-	res := leadertest.TemplateResources(t, c, a.dep)
+	res := kubetest.TemplateResources(t, c, a.dep)
 	assert.Equal(t, "256Mi", res.Requests.Memory().String(), "memory restored")
 	assert.Equal(t, "250m", res.Requests.Cpu().String(), "cpu, not breached, stays applied")
 }
@@ -197,12 +198,12 @@ func TestAgentOOMKilledTerminationRollsBackMemoryBeforePodStatus(t *testing.T) {
 // the agent sees then breaches both signals with counts of exactly two.
 func TestPodStatusCatchingUpWithTheAgentCountsOnce(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	a := watchedWebWithAgent(t, c, ns, leadertest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
+	a := watchedWebWithAgent(t, c, ns, kubetest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
 		g.OOMKills, g.Restarts = ptr.To[int32](2), ptr.To[int32](2)
 	}))
-	pod := leadertest.AdoptedPod(t, c, a.dep, "web-new-1")
+	pod := kubetest.AdoptedPod(t, c, a.dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond)
 
 	// A termination counts when it finished after T0, which has
@@ -213,7 +214,7 @@ func TestPodStatusCatchingUpWithTheAgentCountsOnce(t *testing.T) {
 	a.agent.ContainerEvent(agentSees(pod, 1, "OOMKilled", "containerd://run-1", first))
 	require.Eventually(t, func() bool { return a.acknowledged(t) }, 10*time.Second, 20*time.Millisecond)
 	time.Sleep(500 * time.Millisecond) // the leader evaluates on the signal
-	assert.Equal(t, v1alpha1.PhaseWatching, leadertest.GetRSR(t, c, ns, "web").Status.Phase, "one restart and one kill of two allowed")
+	assert.Equal(t, v1alpha1.PhaseWatching, kubetest.GetRSR(t, c, ns, "web").Status.Phase, "one restart and one kill of two allowed")
 
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 	cs := &pod.Status.ContainerStatuses[0]
@@ -222,11 +223,11 @@ func TestPodStatusCatchingUpWithTheAgentCountsOnce(t *testing.T) {
 		ContainerID: "containerd://run-1", StartedAt: metav1.NewTime(first.Add(-time.Second)), FinishedAt: metav1.NewTime(first)}}
 	require.NoError(t, c.Status().Update(ctx, pod))
 	time.Sleep(time.Second) // the leader sees the pod update and evaluates
-	assert.Equal(t, v1alpha1.PhaseWatching, leadertest.GetRSR(t, c, ns, "web").Status.Phase, "one restart and one kill, each counted once")
+	assert.Equal(t, v1alpha1.PhaseWatching, kubetest.GetRSR(t, c, ns, "web").Status.Phase, "one restart and one kill, each counted once")
 
 	second := time.Now()
 	a.agent.ContainerEvent(agentSees(pod, 2, "OOMKilled", "containerd://run-2", second))
-	rsr := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
+	rsr := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
 	assert.Equal(t, []string{"restarts 2 ≥ 2", "oomKills 2 ≥ 2"}, rsr.Status.Breach.Figures)
 }
 
@@ -234,7 +235,7 @@ func TestPodStatusCatchingUpWithTheAgentCountsOnce(t *testing.T) {
 // event the agent sent: it has stored them and signalled their pods.
 func (a *agentLeader) acknowledged(t *testing.T) bool {
 	t.Helper()
-	mfs, err := a.Registry().Gather()
+	mfs, err := a.registry.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() == "kerf_agent_stream_buffered_container_events" {
@@ -249,9 +250,9 @@ func (a *agentLeader) acknowledged(t *testing.T) bool {
 // reads (the leader wires the store into its stream server).
 func TestAgentsUsageReachesTheLeadersStore(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
-	al := watchedWebWithAgent(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil))
-	pod := leadertest.AdoptedPod(t, c, al.dep, "web-new")
+	ns := kubetest.Namespace(t, c)
+	al := watchedWebWithAgent(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil))
+	pod := kubetest.AdoptedPod(t, c, al.dep, "web-new")
 	key := report.ContainerKey{PodUID: string(pod.UID), Name: "app"}
 	al.agent.Counters([]report.Sample{{Key: key, At: time.Now(), Periods: 10, HasUsage: true,
 		Usage: report.Usage{CPU: 1500 * time.Millisecond, WorkingSet: 64 << 20, Peak: 80 << 20}}})

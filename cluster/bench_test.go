@@ -14,6 +14,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -25,31 +26,31 @@ import (
 func BenchmarkSignalToRollbackRequest(b *testing.B) {
 	c := controlplane.Get(b).Client
 	ctx := context.Background()
-	ns := leadertest.Namespace(b, c)
+	ns := kubetest.Namespace(b, c)
 	const n = 20
 	src := signals.NewKernel()
 	var mu sync.Mutex
 	decided := map[string]time.Time{}
-	leadertest.StartReplica(b, ns, "a", cluster.Config{Signals: kernelOnly(src), AfterBreach: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
+	leadertest.StartReplica(b, ns, "a", cluster.Config{Signals: kubetest.KernelOnly(src), AfterBreach: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
 		mu.Lock()
 		decided[rsr.Name] = time.Now()
 		mu.Unlock()
 	}})
-	if err := c.Create(ctx, leadertest.PolicyWith(ns, time.Hour, nil)); err != nil {
+	if err := c.Create(ctx, kubetest.PolicyWith(ns, time.Hour, nil)); err != nil {
 		b.Fatal(err)
 	}
 	pods := make([]types.UID, n)
 	for i := range n {
 		name := fmt.Sprintf("web-%d", i)
-		dep := leadertest.Deployment(ns, name, "500m", "256Mi")
+		dep := kubetest.Deployment(ns, name, "500m", "256Mi")
 		if err := c.Create(ctx, dep); err != nil {
 			b.Fatal(err)
 		}
-		if err := c.Create(ctx, leadertest.Recommendation(ns, name, name, v1alpha1.StrategyRollout, "500m", "128Mi")); err != nil {
+		if err := c.Create(ctx, kubetest.Recommendation(ns, name, name, v1alpha1.StrategyRollout, "500m", "128Mi")); err != nil {
 			b.Fatal(err)
 		}
-		leadertest.WaitPhase(b, c, ns, name, v1alpha1.PhaseWatching, "")
-		pods[i] = leadertest.AdoptedPod(b, c, dep, name+"-new").UID
+		kubetest.WaitPhase(b, c, ns, name, v1alpha1.PhaseWatching, "")
+		pods[i] = kubetest.AdoptedPod(b, c, dep, name+"-new").UID
 	}
 	time.Sleep(time.Second) // the pods reach the leader's cache
 	b.ResetTimer()

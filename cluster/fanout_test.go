@@ -19,6 +19,7 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -84,7 +85,7 @@ func newFanout(t testing.TB, n int) *fanout {
 	t.Helper()
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	f := &fanout{c: c, breach: map[string]time.Time{}}
 	var mu sync.Mutex
 	watching := map[string]bool{}
@@ -100,16 +101,16 @@ func newFanout(t testing.TB, n int) *fanout {
 			f.mu.Unlock()
 		},
 	})
-	require.NoError(t, c.Create(ctx, leadertest.PolicyWith(ns, time.Hour, nil)))
+	require.NoError(t, c.Create(ctx, kubetest.PolicyWith(ns, time.Hour, nil)))
 	for i := range n {
 		name := fmt.Sprintf("web-%d", i)
-		dep := leadertest.Deployment(ns, name, "500m", "256Mi")
+		dep := kubetest.Deployment(ns, name, "500m", "256Mi")
 		require.NoError(t, c.Create(ctx, dep))
-		require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, name, name, v1alpha1.StrategyRollout, "500m", "128Mi")))
+		require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, name, name, v1alpha1.StrategyRollout, "500m", "128Mi")))
 	}
-	orphan := leadertest.Deployment(ns, "orphan", "500m", "256Mi")
+	orphan := kubetest.Deployment(ns, "orphan", "500m", "256Mi")
 	require.NoError(t, c.Create(ctx, orphan))
-	f.orphan = leadertest.AdoptedPod(t, c, orphan, "orphan-1")
+	f.orphan = kubetest.AdoptedPod(t, c, orphan, "orphan-1")
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -119,7 +120,7 @@ func newFanout(t testing.TB, n int) *fanout {
 	// rollout would.
 	for i := range n {
 		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("web-%d", i)}}
-		f.pods = append(f.pods, leadertest.AdoptedPod(t, c, dep, dep.Name+"-new"))
+		f.pods = append(f.pods, kubetest.AdoptedPod(t, c, dep, dep.Name+"-new"))
 	}
 	return f
 }

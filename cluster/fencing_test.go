@@ -31,6 +31,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/fence"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -80,7 +81,7 @@ func runFencedChild() int {
 	)
 	cfg.AfterRecord = func(context.Context, *v1alpha1.RightsizingRecommendation) {
 		once.Do(func() {
-			renewed := l.fence.Renewed
+			renewed := cluster.FenceOf(l).Renewed
 			// The renew is noted once its answer was read: the elector
 			// only logs and sleeps after it.
 			for last := renewed(); renewed().Equal(last); {
@@ -117,10 +118,10 @@ func runFencedChild() int {
 func TestFrozenLeaderWritesNothingAfterWaking(t *testing.T) {
 	cp := controlplane.Get(t)
 	c := cp.Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep := leadertest.Web(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil))
-	pod := leadertest.RunningPod(t, c, dep)
+	dep := kubetest.Web(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil))
+	pod := kubetest.RunningPod(t, c, dep)
 
 	exe, err := os.Executable()
 	require.NoError(t, err)
@@ -155,32 +156,32 @@ func TestFrozenLeaderWritesNothingAfterWaking(t *testing.T) {
 		}
 		return *lease.Spec.HolderIdentity
 	}
-	leadertest.WaitFor(t, 30*time.Second, func() bool { return holder() == "a" }, "a never led")
+	kubetest.WaitFor(t, 30*time.Second, func() bool { return holder() == "a" }, "a never led")
 	b := leadertest.StartReplica(t, ns, "b", fenceLease)
 
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")))
 	select {
 	case l := <-lines:
 		require.Equal(t, "decided", l)
 	case <-time.After(30 * time.Second):
 		t.Fatal("a never recorded the change")
 	}
-	leadertest.WaitFor(t, 10*time.Second, func() bool { return processState(child.Process.Pid) == "T" }, "a is not stopped")
+	kubetest.WaitFor(t, 10*time.Second, func() bool { return processState(child.Process.Pid) == "T" }, "a is not stopped")
 	frozen := time.Now()
 
 	// b takes over and acts: it finishes the change a recorded, then the
 	// pod is OOM-killed and b resizes it back.
-	leadertest.WaitFor(t, 30*time.Second, b.Leading, "b never took over")
-	leadertest.KubeletReports(t, c, pod, "")
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	leadertest.OOMKilled(t, c, pod, "OOMKilled")
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	kubetest.WaitFor(t, 30*time.Second, b.Leading, "b never took over")
+	kubetest.KubeletReports(t, c, pod, "")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
 	requests := func() string {
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 		r := pod.Spec.Containers[0].Resources.Requests
 		return r.Cpu().String() + "/" + r.Memory().String()
 	}
-	leadertest.WaitFor(t, 20*time.Second, func() bool { return requests() == "250m/256Mi" }, "b never resized the memory back")
+	kubetest.WaitFor(t, 20*time.Second, func() bool { return requests() == "250m/256Mi" }, "b never resized the memory back")
 	require.Greater(t, time.Since(frozen), fenceLease.LeaseDuration, "a was frozen past its Lease")
 
 	// a wakes in the middle of its apply. Every version of the pod from
@@ -253,10 +254,10 @@ func processState(pid int) string {
 // template keeps the change's values, and a counts the refusal.
 func TestLeaderWhoseLeaseWasTakenWritesNothing(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep, a := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), cluster.Config{}, "250m", "128Mi")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	dep, a := leadertest.WatchedWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), cluster.Config{}, "250m", "128Mi")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond))) // the kill a second after T0
 	require.True(t, a.Leading())
 
@@ -279,9 +280,9 @@ func TestLeaderWhoseLeaseWasTakenWritesNothing(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("a never noticed it lost the Lease")
 	}
-	rsr := leadertest.GetRSR(t, c, ns, "web")
+	rsr := kubetest.GetRSR(t, c, ns, "web")
 	assert.Equal(t, v1alpha1.PhaseWatching, rsr.Status.Phase, "a did not roll back under b's Lease")
-	assert.Equal(t, "128Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String(), "the template keeps the change's values")
+	assert.Equal(t, "128Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String(), "the template keeps the change's values")
 	assert.Positive(t, fencedWrites(a.Leader), "a counted its refused writes")
 }
 
@@ -295,12 +296,12 @@ func TestLeaderWhoseLeaseWasTakenWritesNothing(t *testing.T) {
 func TestLeaderWhoseLeaseWasTakenEmitsNoEvents(t *testing.T) {
 	cp := controlplane.Get(t)
 	c := cp.Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "regarding"}}
 	require.NoError(t, c.Create(ctx, cm))
 	a := leadertest.StartReplica(t, ns, "a", cluster.Config{})
-	leadertest.WaitFor(t, 30*time.Second, a.Leading, "a never led")
+	kubetest.WaitFor(t, 30*time.Second, a.Leading, "a never led")
 	emitted := func(reason string) bool {
 		list, err := cp.Clientset.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 		require.NoError(t, err)
@@ -311,8 +312,8 @@ func TestLeaderWhoseLeaseWasTakenEmitsNoEvents(t *testing.T) {
 		}
 		return false
 	}
-	a.fence.Recorder().Eventf(cm, nil, corev1.EventTypeNormal, "WhileLeading", "Test", "emitted while a leads")
-	leadertest.WaitFor(t, 10*time.Second, func() bool { return emitted("WhileLeading") }, "the Event emitted while leading was never written")
+	cluster.FenceOf(a.Leader).Recorder().Eventf(cm, nil, corev1.EventTypeNormal, "WhileLeading", "Test", "emitted while a leads")
+	kubetest.WaitFor(t, 10*time.Second, func() bool { return emitted("WhileLeading") }, "the Event emitted while leading was never written")
 
 	// a's elector renews the Lease meanwhile: a conflict is read again.
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -325,8 +326,8 @@ func TestLeaderWhoseLeaseWasTakenEmitsNoEvents(t *testing.T) {
 		return c.Update(ctx, &lease)
 	}), "hand the Lease to b")
 	refused := fencedWrites(a.Leader)
-	a.fence.Recorder().Eventf(cm, nil, corev1.EventTypeNormal, "AfterLosing", "Test", "emitted after a lost the Lease")
-	leadertest.WaitFor(t, 10*time.Second, func() bool { return emitted("AfterLosing") || fencedWrites(a.Leader) > refused },
+	cluster.FenceOf(a.Leader).Recorder().Eventf(cm, nil, corev1.EventTypeNormal, "AfterLosing", "Test", "emitted after a lost the Lease")
+	kubetest.WaitFor(t, 10*time.Second, func() bool { return emitted("AfterLosing") || fencedWrites(a.Leader) > refused },
 		"the Event was neither written nor refused")
 	time.Sleep(500 * time.Millisecond) // an Event written meanwhile would be listed by now
 	assert.False(t, emitted("AfterLosing"), "a wrote an Event under b's Lease")
@@ -352,7 +353,7 @@ func fencedWrites(l *cluster.Leader) float64 {
 // writes nothing through the rollbacks' client either.
 func TestTheRollbacksClientIsFenced(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	l, err := cluster.New(cluster.Config{Namespace: ns, LeaseName: "kerf-leader", Identity: "a", WatchNamespaces: []string{ns}},
 		rest.CopyConfig(controlplane.Get(t).Config), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)

@@ -27,6 +27,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster"
 	agentstream "github.com/kerf-dev/kerf/node/stream"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
@@ -73,15 +74,15 @@ type handover struct {
 func runHandover(t testing.TB, cfg cluster.Config) handover {
 	t.Helper()
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep := leadertest.Web(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil))
+	dep := kubetest.Web(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil))
 	a, b := leadertest.Pair(t, ns, cfg, cfg)
-	if err := c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")); err != nil {
+	if err := c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")); err != nil {
 		t.Fatal(err)
 	}
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 	// The pod reaches both caches, and the kill lands a second after the
 	// change was recorded (status times have one-second resolution).
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
@@ -99,7 +100,7 @@ func runHandover(t testing.TB, cfg cluster.Config) handover {
 		if h.leading.IsZero() && b.Leading() {
 			h.leading = time.Now()
 		}
-		if leadertest.GetRSR(t, c, ns, "web").Status.Phase == v1alpha1.PhaseRolledBack {
+		if kubetest.GetRSR(t, c, ns, "web").Status.Phase == v1alpha1.PhaseRolledBack {
 			h.rolledBack = time.Now()
 			break
 		}
@@ -154,13 +155,13 @@ func BenchmarkOOMRollbackAcrossHandover(b *testing.B) {
 // takeover starts reconciling at once instead of listing them first.
 func TestStandbyCachesWhatTheLeaderReadsBeforeItLeads(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
 	require.NoError(t, c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kerf-leader"},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("other"), LeaseDurationSeconds: ptr.To[int32](3600),
 			RenewTime: &metav1.MicroTime{Time: time.Now()}}}))
 	b := leadertest.StartReplica(t, ns, "b", cluster.Config{})
-	require.Eventually(t, b.synced.Load, 30*time.Second, 20*time.Millisecond, "the standby never synced its caches")
+	require.Eventually(t, func() bool { return cluster.Synced(b.Leader) }, 30*time.Second, 20*time.Millisecond, "the standby never synced its caches")
 	require.False(t, b.Leading())
 	for _, obj := range cluster.LeaderReads() {
 		// Asking for an informer the cache lacks creates it unsynced.
@@ -238,17 +239,17 @@ func newLeaderService(t *testing.T, replicas map[*leadertest.Replica]string) *le
 // (pod status never shows the kill).
 func TestGracefulHandoverHandsTheAgentsEventsToTheNextLeader(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
 	cs := controlplane.Get(t).Clientset
-	nodeName := leadertest.Node(t, c)
-	serverCert, pool := leadertest.StreamCert(t, c, ns)
+	nodeName := kubetest.Node(t, c)
+	serverCert, pool := kubetest.StreamCert(t, c, ns)
 	require.NoError(t, c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kerf-agent"}}))
 	agentPod := streamtest.CreatePod(t, cs, ns, "kerf-agent-node-1", nodeName, "kerf-agent")
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte(streamtest.CreateToken(t, cs, ns, "kerf-agent", "kerf-leader", agentPod)), 0o600))
 
-	dep := leadertest.Web(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil))
+	dep := kubetest.Web(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil))
 	replicas := map[*leadertest.Replica]string{}
 	var a, b *leadertest.Replica
 	for _, id := range []string{"a", "b"} {
@@ -277,14 +278,14 @@ func TestGracefulHandoverHandsTheAgentsEventsToTheNextLeader(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-agentDone })
 	require.Eventually(t, func() bool { return agent.State() == agentstream.Connected }, 15*time.Second, 20*time.Millisecond)
 
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
 
 	a.Stop()
 	agent.ContainerEvent(agentSees(pod, 1, "OOMKilled", "containerd://run-1", time.Now()))
-	rsr := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
 	assert.True(t, b.Leading(), "b rolled back")
 	assert.Equal(t, []string{"oomKills 1 ≥ 1"}, rsr.Status.Breach.Figures)
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
@@ -317,9 +318,9 @@ func labeled(t *testing.T, c client.Client, pod *corev1.Pod) bool {
 // own pod.
 func TestAStoppingLeaderHandsOverBeforeItReleasesTheLease(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	leadertest.Web(t, c, ns, leadertest.NamespacedPolicy(ns, false))
+	kubetest.Web(t, c, ns, kubetest.NamespacedPolicy(ns, false))
 	podA, podB := leaderPod(t, c, ns, "kerf-leader-a"), leaderPod(t, c, ns, "kerf-leader-b")
 	inReconcile, finish := make(chan struct{}), make(chan struct{})
 	var once, finishOnce sync.Once
@@ -332,7 +333,7 @@ func TestAStoppingLeaderHandsOverBeforeItReleasesTheLease(t *testing.T) {
 	require.Eventually(t, func() bool { return labeled(t, c, podA) }, 10*time.Second, 20*time.Millisecond, "the leader never labeled its pod")
 	b := leadertest.StartReplica(t, ns, "b", cluster.Config{PodName: podB.Name})
 	t.Cleanup(release) // runs before the leaders' cleanups: a failed assertion does not hold a's stop
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
 	select {
 	case <-inReconcile:
 	case <-time.After(30 * time.Second):
@@ -352,5 +353,5 @@ func TestAStoppingLeaderHandsOverBeforeItReleasesTheLease(t *testing.T) {
 	require.Eventually(t, b.Leading, 15*time.Second, 20*time.Millisecond, "b never took over")
 	require.Eventually(t, func() bool { return labeled(t, c, podB) && !labeled(t, c, podA) }, 10*time.Second, 20*time.Millisecond,
 		"the new leader's pod is not the one labeled")
-	leadertest.WaitApplied(t, c, ns, "web") // b finishes a's change
+	kubetest.WaitApplied(t, c, ns, "web") // b finishes a's change
 }

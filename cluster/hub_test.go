@@ -18,6 +18,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/forward"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/hubtest"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -60,16 +61,16 @@ func TestTwoClustersActionsReachTheHubOnceThroughAnOutageAndAFailover(t *testing
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
 	hubtest.EachBackend(t, []string{"east", "west"}, func(t *testing.T, h *hubtest.Hub) {
-		east, west := leadertest.Namespace(t, c), leadertest.Namespace(t, c)
-		require.NoError(t, c.Create(ctx, leadertest.Deployment(east, "web", "500m", "256Mi")))
-		require.NoError(t, c.Create(ctx, leadertest.Deployment(east, "other", "500m", "256Mi")))
-		p := leadertest.NamespacedPolicy(east, true)
+		east, west := kubetest.Namespace(t, c), kubetest.Namespace(t, c)
+		require.NoError(t, c.Create(ctx, kubetest.Deployment(east, "web", "500m", "256Mi")))
+		require.NoError(t, c.Create(ctx, kubetest.Deployment(east, "other", "500m", "256Mi")))
+		p := kubetest.NamespacedPolicy(east, true)
 		require.NoError(t, c.Create(ctx, p))
 		a := leadertest.StartReplica(t, east, "a", cluster.Config{Hub: hubConfig(t, h, "east")})
-		require.NoError(t, c.Create(ctx, leadertest.Recommendation(east, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
-		require.NoError(t, c.Create(ctx, leadertest.Recommendation(east, "other", "other", v1alpha1.StrategyRollout, "250m", "256Mi")))
-		leadertest.WaitPhase(t, c, east, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
-		leadertest.WaitPhase(t, c, east, "other", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
+		require.NoError(t, c.Create(ctx, kubetest.Recommendation(east, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+		require.NoError(t, c.Create(ctx, kubetest.Recommendation(east, "other", "other", v1alpha1.StrategyRollout, "250m", "256Mi")))
+		kubetest.WaitPhase(t, c, east, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
+		kubetest.WaitPhase(t, c, east, "other", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
 		require.Eventually(t, func() bool { return len(h.Audit(t, url.Values{"cluster": {"east"}})) == 2 },
 			15*time.Second, 100*time.Millisecond, "a delivers while the hub is up")
 
@@ -77,17 +78,17 @@ func TestTwoClustersActionsReachTheHubOnceThroughAnOutageAndAFailover(t *testing
 		a.Stop()
 		b := leadertest.StartReplica(t, east, "b", cluster.Config{Hub: hubConfig(t, h, "east")})
 		require.Eventually(t, b.Leading, 15*time.Second, 50*time.Millisecond)
-		leadertest.Update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
-		leadertest.WaitApplied(t, c, east, "web")
-		other := leadertest.WaitApplied(t, c, east, "other")
+		kubetest.Update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
+		kubetest.WaitApplied(t, c, east, "web")
+		other := kubetest.WaitApplied(t, c, east, "other")
 		otherHistory := historyKeys(other)
 		require.Len(t, otherHistory, 2, "blocked, then applied")
 		require.NoError(t, c.Delete(ctx, other))
 
 		leadertest.StartReplica(t, west, "w", cluster.Config{Hub: hubConfig(t, h, "west")})
-		require.NoError(t, c.Create(ctx, leadertest.Deployment(west, "api", "500m", "256Mi")))
-		require.NoError(t, c.Create(ctx, leadertest.Recommendation(west, "api", "api", v1alpha1.StrategyRollout, "250m", "256Mi")))
-		leadertest.WaitPhase(t, c, west, "api", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
+		require.NoError(t, c.Create(ctx, kubetest.Deployment(west, "api", "500m", "256Mi")))
+		require.NoError(t, c.Create(ctx, kubetest.Recommendation(west, "api", "api", v1alpha1.StrategyRollout, "250m", "256Mi")))
+		kubetest.WaitPhase(t, c, west, "api", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
 		time.Sleep(time.Second) // the forwarders fail and back off meanwhile
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(other), other), "kept while its applied action is undelivered")
 
@@ -95,13 +96,13 @@ func TestTwoClustersActionsReachTheHubOnceThroughAnOutageAndAFailover(t *testing
 		require.Eventually(t, func() bool {
 			return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(other), other))
 		}, 20*time.Second, 100*time.Millisecond, "the deleted recommendation is let go once delivered")
-		web, api := leadertest.GetRSR(t, c, east, "web"), leadertest.GetRSR(t, c, west, "api")
+		web, api := kubetest.GetRSR(t, c, east, "web"), kubetest.GetRSR(t, c, west, "api")
 		require.Eventually(t, func() bool {
 			return len(h.Audit(t, url.Values{"cluster": {"east"}})) == len(web.Status.History)+2 &&
 				len(h.Audit(t, url.Values{"cluster": {"west"}})) == len(api.Status.History)
 		}, 20*time.Second, 100*time.Millisecond, "every action reaches the hub")
 		time.Sleep(500 * time.Millisecond) // nothing more arrives
-		web, api = leadertest.GetRSR(t, c, east, "web"), leadertest.GetRSR(t, c, west, "api")
+		web, api = kubetest.GetRSR(t, c, east, "web"), kubetest.GetRSR(t, c, west, "api")
 		eastGot, westGot := h.Audit(t, url.Values{"cluster": {"east"}}), h.Audit(t, url.Values{"cluster": {"west"}})
 		assert.Equal(t, historyKeys(web), hubHistory(eastGot, east, "web"), "once each, in order")
 		assert.Equal(t, otherHistory, hubHistory(eastGot, east, "other"), "the deleted recommendation's actions too")
@@ -129,25 +130,25 @@ func TestARollbackDoesNotWaitForTheHub(t *testing.T) {
 	c := controlplane.Get(t).Client
 	h := hubtest.Start(t, hubtest.SQLite(t), "east")
 	h.Stop()
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	hc := hubConfig(t, h, "east")
 	hc.MinBackoff, hc.MaxBackoff = 5*time.Second, 10*time.Second
-	dep, _ := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), cluster.Config{Hub: hc}, "250m", "128Mi")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	dep, _ := leadertest.WatchedWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), cluster.Config{Hub: hc}, "250m", "128Mi")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 
 	start := time.Now()
-	leadertest.OOMKilled(t, c, pod, "OOMKilled")
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
-	rsr := leadertest.WaitRestored(t, c, ns, "web")
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr := kubetest.WaitRestored(t, c, ns, "web")
 	assert.Less(t, time.Since(start), 15*time.Second, "the rollback waited for nothing (the hub is down all along)")
-	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String())
+	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String())
 
 	h.Up(t)
 	require.Eventually(t, func() bool {
 		return h.ActionsTotal(t, "east", "rolled_back", v1alpha1.HealthWatchOOMKills, "memory") == 1
 	}, 30*time.Second, 200*time.Millisecond, "the rollback reaches the hub")
 	require.Eventually(t, func() bool {
-		rsr = leadertest.GetRSR(t, c, ns, "web")
+		rsr = kubetest.GetRSR(t, c, ns, "web")
 		return len(h.Audit(t, url.Values{"cluster": {"east"}})) == len(rsr.Status.History)
 	}, 30*time.Second, 200*time.Millisecond)
 	assert.Equal(t, historyKeys(rsr), hubHistory(h.Audit(t, url.Values{"cluster": {"east"}}), ns, "web"))
@@ -165,24 +166,24 @@ func TestALeaderWithoutAHubLetsItsRecommendationsGo(t *testing.T) {
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
 	h := hubtest.Start(t, hubtest.SQLite(t), "east")
-	ns := leadertest.Namespace(t, c)
-	require.NoError(t, c.Create(ctx, leadertest.Deployment(ns, "web", "500m", "256Mi")))
-	require.NoError(t, c.Create(ctx, leadertest.Deployment(ns, "other", "500m", "256Mi")))
-	p := leadertest.NamespacedPolicy(ns, true)
+	ns := kubetest.Namespace(t, c)
+	require.NoError(t, c.Create(ctx, kubetest.Deployment(ns, "web", "500m", "256Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Deployment(ns, "other", "500m", "256Mi")))
+	p := kubetest.NamespacedPolicy(ns, true)
 	require.NoError(t, c.Create(ctx, p))
 	a := leadertest.StartReplica(t, ns, "a", cluster.Config{Hub: hubConfig(t, h, "east")})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "other", "other", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "other", "other", v1alpha1.StrategyRollout, "250m", "256Mi")))
 	require.Eventually(t, func() bool { return len(h.Audit(t, url.Values{"cluster": {"east"}})) == 2 },
 		15*time.Second, 100*time.Millisecond, "a delivers the two blocked actions")
 	for _, name := range []string{"web", "other"} {
-		assert.Contains(t, leadertest.GetRSR(t, c, ns, name).Finalizers, forward.Finalizer)
+		assert.Contains(t, kubetest.GetRSR(t, c, ns, name).Finalizers, forward.Finalizer)
 	}
 
 	h.Stop()
-	leadertest.Update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
-	leadertest.WaitApplied(t, c, ns, "web")
-	other := leadertest.WaitApplied(t, c, ns, "other")
+	kubetest.Update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
+	kubetest.WaitApplied(t, c, ns, "web")
+	other := kubetest.WaitApplied(t, c, ns, "other")
 	a.Stop()
 	require.NoError(t, c.Delete(ctx, other))
 	time.Sleep(500 * time.Millisecond)
@@ -193,7 +194,7 @@ func TestALeaderWithoutAHubLetsItsRecommendationsGo(t *testing.T) {
 		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(other), other))
 	}, 20*time.Second, 100*time.Millisecond, "the deleted recommendation is really deleted")
 	require.Eventually(t, func() bool {
-		return !slices.Contains(leadertest.GetRSR(t, c, ns, "web").Finalizers, forward.Finalizer)
+		return !slices.Contains(kubetest.GetRSR(t, c, ns, "web").Finalizers, forward.Finalizer)
 	}, 10*time.Second, 100*time.Millisecond, "the live recommendation's finalizer goes too")
 	require.Eventually(t, func() bool {
 		return leadertest.MetricValue(t, b, "kerf_hub_dropped_total", "reason", "disabled") == 1

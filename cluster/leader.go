@@ -27,6 +27,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
+	"github.com/kerf-dev/kerf/cluster/cachestore"
 	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/fence"
 	"github.com/kerf-dev/kerf/cluster/forward"
@@ -63,7 +64,7 @@ type Leader struct {
 	// usage is the usage series of the workload pages.
 	usage *pages.UsageSeries
 	// recommendations reads every recommendation from the cache's own
-	// objects, for the periodic passes (cachedRecommendations).
+	// objects, for the periodic passes (cachestore.Recommendations).
 	recommendations forward.Recommendations
 	// synced is set once the caches are synced: the replica is ready.
 	synced atomic.Bool
@@ -149,9 +150,9 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
 	}}
 	// The cache keeps no managed fields, and of pods nothing Kerf never
-	// reads (cachetransform.go).
-	// Its informers' sizes are kerf_leader_cached_objects (cachemetrics.go).
-	cacheOpts := cache.Options{DefaultTransform: cacheTransform, NewInformer: newCachedObjects(reg).newInformer}
+	// reads (cluster/cachestore).
+	// Its informers' sizes are kerf_leader_cached_objects.
+	cacheOpts := cache.Options{DefaultTransform: cachestore.Transform, NewInformer: cachestore.NewObjectCounts(reg).NewInformer}
 	if len(cfg.WatchNamespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range cfg.WatchNamespaces {
@@ -160,7 +161,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Cache:                               cacheOpts,
-		NewCache:                            newCache, // a cacheindex.Cache: lists by a field index read the value's bucket
+		NewCache:                            cachestore.NewCache, // lists by a field index read the value's bucket
 		Scheme:                              kube.Scheme,
 		Logger:                              logr.FromSlogHandler(log.Handler()),
 		Metrics:                             metricsserver.Options{BindAddress: "0"},
@@ -294,7 +295,7 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err != nil {
 		return nil, fmt.Errorf("the recommendations' informer: %w", err)
 	}
-	l.recommendations = cachedRecommendations(recs, mgr.GetClient())
+	l.recommendations = cachestore.Recommendations(recs, mgr.GetClient())
 	l.usage = pages.NewUsageSeries(workload.Indexed(workload.ReadOnly(mgr.GetClient())), sig, cfg.UsageSeries, cfg.Now, log)
 	l.usage.Recommendations = l.recommendations
 	if err := mgr.Add(l.usage); err != nil {

@@ -29,22 +29,23 @@ import (
 	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/test/authtest"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
 func TestRecommendationWithoutPolicyIsBlocked(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	require.NoError(t, c.Create(ctx, leadertest.Deployment(ns, "web", "500m", "256Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Deployment(ns, "web", "500m", "256Mi")))
 	leadertest.StartReplica(t, ns, "a", cluster.Config{})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
 
-	rsr := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
+	rsr := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
 	assert.Contains(t, rsr.Status.Message, "no RightsizingPolicy or ClusterRightsizingPolicy selects Deployment web")
 	assert.Nil(t, rsr.Status.Change, "nothing is applied without a policy")
 	require.Eventually(t, func() bool {
-		return len(leadertest.EventsFor(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.ReasonNoPolicy)) == 1
+		return len(kubetest.EventsFor(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.ReasonNoPolicy)) == 1
 	}, 10*time.Second, 50*time.Millisecond)
 
 	var dep appsv1.Deployment
@@ -54,13 +55,13 @@ func TestRecommendationWithoutPolicyIsBlocked(t *testing.T) {
 
 func TestRolloutIsAppliedAndRecorded(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	leadertest.Web(t, c, ns, leadertest.NamespacedPolicy(ns, false))
+	kubetest.Web(t, c, ns, kubetest.NamespacedPolicy(ns, false))
 	l := leadertest.StartReplica(t, ns, "a", cluster.Config{})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
 
-	rsr := leadertest.WaitApplied(t, c, ns, "web")
+	rsr := kubetest.WaitApplied(t, c, ns, "web")
 	require.NotNil(t, rsr.Status.Change)
 	ch := rsr.Status.Change
 	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, ch.Resources, "only cpu differs")
@@ -71,33 +72,33 @@ func TestRolloutIsAppliedAndRecorded(t *testing.T) {
 	assert.NotEmpty(t, ch.PolicyFingerprint)
 	require.NotNil(t, rsr.Status.Policy)
 	assert.Equal(t, "guard", rsr.Status.Policy.Name)
-	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionApplied), 1)
+	assert.Len(t, kubetest.HistoryOf(rsr, v1alpha1.ActionApplied), 1)
 
 	var dep appsv1.Deployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
 	assert.Equal(t, "250m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String())
 	assert.Equal(t, "256Mi", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Memory().String())
 
-	require.Eventually(t, func() bool { return len(leadertest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, "Applied")) == 1 }, 10*time.Second, 50*time.Millisecond)
-	leadertest.Counts(t, l.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu"), 1)
+	require.Eventually(t, func() bool { return len(kubetest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, "Applied")) == 1 }, 10*time.Second, 50*time.Millisecond)
+	kubetest.Counts(t, l.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu"), 1)
 	assert.Equal(t, 0.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("applied", "Rollout", "memory")))
 }
 
 func TestPausedPolicyBlocksUntilUnpaused(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	require.NoError(t, c.Create(ctx, leadertest.Deployment(ns, "web", "500m", "256Mi")))
-	p := leadertest.NamespacedPolicy(ns, true)
+	require.NoError(t, c.Create(ctx, kubetest.Deployment(ns, "web", "500m", "256Mi")))
+	p := kubetest.NamespacedPolicy(ns, true)
 	require.NoError(t, c.Create(ctx, p))
 	leadertest.StartReplica(t, ns, "a", cluster.Config{})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
 
-	rsr := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
-	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionBlocked), 1)
+	rsr := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
+	assert.Len(t, kubetest.HistoryOf(rsr, v1alpha1.ActionBlocked), 1)
 
-	leadertest.Update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
-	rsr = leadertest.WaitApplied(t, c, ns, "web")
+	kubetest.Update(t, c, p, func() { p.Spec.Guardrails.Paused = false })
+	rsr = kubetest.WaitApplied(t, c, ns, "web")
 	assert.ElementsMatch(t, []v1alpha1.ResourceName{"cpu", "memory"}, rsr.Status.Change.Resources)
 }
 
@@ -107,22 +108,22 @@ func TestPausedPolicyBlocksUntilUnpaused(t *testing.T) {
 // it lets the apply go ahead.
 func TestPausedAnnotationBlocksOneRecommendationUntilRemoved(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	require.NoError(t, c.Create(ctx, leadertest.Deployment(ns, "web", "500m", "256Mi")))
-	require.NoError(t, c.Create(ctx, leadertest.NamespacedPolicy(ns, false)))
+	require.NoError(t, c.Create(ctx, kubetest.Deployment(ns, "web", "500m", "256Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.NamespacedPolicy(ns, false)))
 	leadertest.StartReplica(t, ns, "a", cluster.Config{})
-	rsr := leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")
+	rsr := kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")
 	rsr.Annotations = map[string]string{v1alpha1.PausedAnnotation: "true"}
 	require.NoError(t, c.Create(ctx, rsr))
 
-	got := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
+	got := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonPaused)
 	assert.Contains(t, got.Status.Message, v1alpha1.PausedAnnotation)
-	assert.Len(t, leadertest.HistoryOf(got, v1alpha1.ActionBlocked), 1)
+	assert.Len(t, kubetest.HistoryOf(got, v1alpha1.ActionBlocked), 1)
 	assert.Nil(t, got.Status.Change, "nothing applied while paused")
 
-	leadertest.Update(t, c, got, func() { delete(got.Annotations, v1alpha1.PausedAnnotation) })
-	got = leadertest.WaitApplied(t, c, ns, "web")
+	kubetest.Update(t, c, got, func() { delete(got.Annotations, v1alpha1.PausedAnnotation) })
+	got = kubetest.WaitApplied(t, c, ns, "web")
 	assert.ElementsMatch(t, []v1alpha1.ResourceName{"cpu", "memory"}, got.Status.Change.Resources)
 }
 
@@ -131,7 +132,7 @@ func TestPausedAnnotationBlocksOneRecommendationUntilRemoved(t *testing.T) {
 // ErrLeadershipLost (kerf-leader then exits) and the other takes over.
 func TestOnlyOneReplicaLeadsAndLosingTheLeaseStopsIt(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	a := leadertest.StartReplica(t, ns, "a", cluster.Config{})
 	require.Eventually(t, a.Leading, 15*time.Second, 50*time.Millisecond)
 	b := leadertest.StartReplica(t, ns, "b", cluster.Config{})
@@ -141,7 +142,7 @@ func TestOnlyOneReplicaLeadsAndLosingTheLeaseStopsIt(t *testing.T) {
 	// Another holder takes the Lease, as after a partition (update
 	// retries on conflict: the leader renews the Lease every 200 ms).
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kerf-leader"}}
-	leadertest.Update(t, c, lease, func() {
+	kubetest.Update(t, c, lease, func() {
 		lease.Spec.HolderIdentity = ptr.To("intruder")
 		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(time.Hour)}
 	})
@@ -159,28 +160,28 @@ func TestOnlyOneReplicaLeadsAndLosingTheLeaseStopsIt(t *testing.T) {
 // takes over and finishes that change: applied once, recorded once.
 func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	leadertest.Web(t, c, ns, leadertest.NamespacedPolicy(ns, false))
+	kubetest.Web(t, c, ns, kubetest.NamespacedPolicy(ns, false))
 
 	// The leader dies between recording and applying.
 	a := leadertest.StartCrashing(t, ns, func(cfg *cluster.Config, crash func(context.Context, *v1alpha1.RightsizingRecommendation)) {
 		cfg.AfterRecord = crash
 	})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
 	a.WaitCrashed(t, "recorded the change")
 	var dep appsv1.Deployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
 	assert.Equal(t, "500m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String(), "a stopped before applying")
-	rsr := leadertest.GetRSR(t, c, ns, "web")
+	rsr := kubetest.GetRSR(t, c, ns, "web")
 	require.NotNil(t, rsr.Status.Change, "a recorded the change")
 	recordedAt := rsr.Status.Change.AppliedAt
 
 	b := leadertest.StartReplica(t, ns, "b", cluster.Config{})
 	require.Eventually(t, b.Leading, 15*time.Second, 50*time.Millisecond)
-	rsr = leadertest.WaitApplied(t, c, ns, "web")
+	rsr = kubetest.WaitApplied(t, c, ns, "web")
 	assert.Equal(t, recordedAt, rsr.Status.Change.AppliedAt, "b finished a's change instead of planning a new one")
-	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionApplied), 1, "recorded once")
+	assert.Len(t, kubetest.HistoryOf(rsr, v1alpha1.ActionApplied), 1, "recorded once")
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
 	assert.Equal(t, "250m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String())
 	// Generations: created, the template patched once, and the
@@ -192,7 +193,7 @@ func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the watch never started")
 	assert.Equal(t, int64(3), dep.Generation, "the template was patched once")
 	time.Sleep(500 * time.Millisecond)
-	assert.Len(t, leadertest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, "Applied"), 1)
+	assert.Len(t, kubetest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, "Applied"), 1)
 	total := testutil.ToFloat64(a.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu")) +
 		testutil.ToFloat64(b.Metrics.Actions.WithLabelValues("applied", "Rollout", "cpu"))
 	assert.Equal(t, 1.0, total)
@@ -203,7 +204,7 @@ func TestFailoverMidApplyAppliesOnce(t *testing.T) {
 // shared CA signed, whichever of them leads.
 func TestEveryReplicaServesTheWebhook(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	src := cert.Source{SelfManaged: cert.Options{Namespace: ns, ServiceName: "kerf-webhook", SecretName: "kerf-webhook-cert",
 		ExtraHosts: []string{"127.0.0.1"}, WebhookConfiguration: "kerf-test-absent"}}
 	var addrs []string
@@ -234,12 +235,12 @@ func TestEveryReplicaServesTheWebhook(t *testing.T) {
 
 func TestInPlaceResizesRunningPodsAndWaitsForTheKubelet(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep, pod, _ := leadertest.InPlaceWeb(t, c, ns, leadertest.NamespacedPolicy(ns, false), "250m", "256Mi")
+	dep, pod, _ := leadertest.InPlaceWeb(t, c, ns, kubetest.NamespacedPolicy(ns, false), "250m", "256Mi")
 
-	leadertest.KubeletReports(t, c, pod, "")
-	rsr := leadertest.WaitApplied(t, c, ns, "web")
+	kubetest.KubeletReports(t, c, pod, "")
+	rsr := kubetest.WaitApplied(t, c, ns, "web")
 	assert.Equal(t, "250m", pod.Spec.Containers[0].Resources.Requests.Cpu().String(), "resized in place")
 	assert.Contains(t, touchedKinds(rsr), "Pod")
 	var got appsv1.Deployment
@@ -260,14 +261,14 @@ func touchedKinds(rsr *v1alpha1.RightsizingRecommendation) []string {
 // recommendation's action is on it.
 func TestTheLeaderServesTheActivityPage(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	require.NoError(t, c.Create(ctx, leadertest.Deployment(ns, "web", "500m", "256Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Deployment(ns, "web", "500m", "256Mi")))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	leadertest.StartReplica(t, ns, "a", cluster.Config{Listener: lis})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
 
 	var body string
 	token := authtest.ReaderToken(t)
@@ -293,8 +294,8 @@ func TestTheLeaderServesTheActivityPage(t *testing.T) {
 // plain HTTP only.
 func TestTheLeaderServesItsEndpointsOverTLS(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
-	serverCert, pool := leadertest.StreamCert(t, c, ns)
+	ns := kubetest.Namespace(t, c)
+	serverCert, pool := kubetest.StreamCert(t, c, ns)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	streamLis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -13,6 +13,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -26,15 +27,15 @@ import (
 // take 5 for the count at T0 and count none.
 func TestOOMBaselinesSurviveFailover(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
 	srcA, srcB := signals.NewKernel(), signals.NewKernel()
-	dep := leadertest.Web(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil))
-	pod := leadertest.RunningPod(t, c, dep)
-	a, b := leadertest.Pair(t, ns, cluster.Config{Signals: kernelOnly(srcA)}, cluster.Config{Signals: kernelOnly(srcB)})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "500m", "128Mi")))
-	leadertest.KubeletReports(t, c, pod, "")
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	dep := kubetest.Web(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil))
+	pod := kubetest.RunningPod(t, c, dep)
+	a, b := leadertest.Pair(t, ns, cluster.Config{Signals: kubetest.KernelOnly(srcA)}, cluster.Config{Signals: kubetest.KernelOnly(srcB)})
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "500m", "128Mi")))
+	kubetest.KubeletReports(t, c, pod, "")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
 	started := time.Now().Add(-time.Hour).Truncate(time.Second) // the instance that ran at T0
 	sample := func(kills uint64) healthwatch.CounterSample {
 		return healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: started, At: time.Now(), Periods: 10,
@@ -42,7 +43,7 @@ func TestOOMBaselinesSurviveFailover(t *testing.T) {
 	}
 
 	srcA.AddSamples(sample(2))
-	rsr := leadertest.WaitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
+	rsr := kubetest.WaitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
 		return len(rsr.Status.Change.OOMBaselines) > 0
 	}, "a never recorded the OOM baselines")
 	require.Len(t, rsr.Status.Change.OOMBaselines, 1)
@@ -54,7 +55,7 @@ func TestOOMBaselinesSurviveFailover(t *testing.T) {
 
 	leadertest.FailOver(t, a, b)
 	srcB.AddSamples(sample(5))
-	rsr = leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr = kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
 	require.NotNil(t, rsr.Status.Breach)
 	assert.Equal(t, []string{"oomKills 3 ≥ 1"}, rsr.Status.Breach.Figures, "from a's baseline")
 	assert.Equal(t, []v1alpha1.ResourceName{"memory"}, rsr.Status.Breach.Resources)

@@ -26,6 +26,7 @@ import (
 	"github.com/kerf-dev/kerf/test/agenttest"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kerneltest"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
@@ -122,8 +123,8 @@ func TestOOMKillsWhileLeaderAndAgentWereDownRollBack(t *testing.T) {
 	cp := controlplane.Get(t)
 	c, cs := cp.Client, cp.Clientset
 	ctx := context.Background()
-	ns := leadertest.Namespace(t, c)
-	nodeName := leadertest.Node(t, c)
+	ns := kubetest.Namespace(t, c)
+	nodeName := kubetest.Node(t, c)
 	bin := agenttest.BuildAgent(t)
 
 	opts := cert.Options{Namespace: ns, ServiceName: "kerf-leader", SecretName: "kerf-stream-cert", ExtraHosts: []string{"127.0.0.1"}}
@@ -144,11 +145,11 @@ func TestOOMKillsWhileLeaderAndAgentWereDownRollBack(t *testing.T) {
 	require.NoError(t, err)
 	addr := lis.Addr().String()
 	sigA := signals.New()
-	dep, a := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), leaderConfig(sigA, lis), "250m", "128Mi")
+	dep, a := leadertest.WatchedWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), leaderConfig(sigA, lis), "250m", "128Mi")
 	require.Eventually(t, a.Leading, 15*time.Second, 50*time.Millisecond)
 
 	// The Rollout's new pod, running one container whose cgroup is real.
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 	id := make([]byte, 32)
 	_, _ = rand.Read(id)
 	containerID := "containerd://" + hex.EncodeToString(id)
@@ -186,7 +187,7 @@ func TestOOMKillsWhileLeaderAndAgentWereDownRollBack(t *testing.T) {
 	}
 	require.Eventually(t, counted(sigA, 0), time.Minute, 100*time.Millisecond,
 		"leader a never received the container's OOM kill count; the agent's log: %s", agent.tail())
-	assert.Equal(t, v1alpha1.PhaseWatching, leadertest.GetRSR(t, c, ns, "web").Status.Phase)
+	assert.Equal(t, v1alpha1.PhaseWatching, kubetest.GetRSR(t, c, ns, "web").Status.Phase)
 
 	// Leader a goes, then the agent: three kills while neither runs.
 	a.Stop()
@@ -196,7 +197,7 @@ func TestOOMKillsWhileLeaderAndAgentWereDownRollBack(t *testing.T) {
 	for range 3 {
 		oomKillChild(t, memDir)
 	}
-	assert.Equal(t, v1alpha1.PhaseWatching, leadertest.GetRSR(t, c, ns, "web").Status.Phase)
+	assert.Equal(t, v1alpha1.PhaseWatching, kubetest.GetRSR(t, c, ns, "web").Status.Phase)
 
 	// The agent restarts, then leader b comes, on a's address.
 	agent = startAgentProcess(t, bin, args)
@@ -210,10 +211,10 @@ func TestOOMKillsWhileLeaderAndAgentWereDownRollBack(t *testing.T) {
 
 	var rsr *v1alpha1.RightsizingRecommendation
 	if !assert.Eventually(t, func() bool {
-		rsr = leadertest.GetRSR(t, c, ns, "web")
+		rsr = kubetest.GetRSR(t, c, ns, "web")
 		return rsr.Status.Phase == v1alpha1.PhaseRolledBack
 	}, time.Minute, 100*time.Millisecond) {
-		cond := leadertest.Condition(rsr, v1alpha1.ConditionHealthWatch)
+		cond := kubetest.Condition(rsr, v1alpha1.ConditionHealthWatch)
 		t.Fatalf("never rolled back: %s %s, health watch %+v", rsr.Status.Phase, rsr.Status.Reason, cond)
 	}
 	assert.Equal(t, v1alpha1.HealthWatchOOMKills, rsr.Status.Reason)

@@ -17,6 +17,7 @@ import (
 	streamv1 "github.com/kerf-dev/kerf/api/stream/v1"
 	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -25,9 +26,9 @@ import (
 // as unauthenticated) and the other replica tells it to go elsewhere.
 func TestOnlyTheLeaderServesTheStream(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	serverCert, pool := leadertest.StreamCert(t, c, ns)
+	serverCert, pool := kubetest.StreamCert(t, c, ns)
 
 	replicas := map[string]*leadertest.Replica{}
 	addrs := map[string]string{}

@@ -13,6 +13,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -26,14 +27,14 @@ import (
 // 0.25), and b rolls cpu back.
 func TestThrottlingWindowSurvivesFailover(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	srcA, srcB := signals.NewKernel(), signals.NewKernel()
-	dep, a := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), cluster.Config{Now: now, Signals: kernelOnly(srcA), Throttling: srcA}, "250m", "256Mi")
-	b := leadertest.StartReplica(t, ns, "b", cluster.Config{Now: now, Signals: kernelOnly(srcB), Throttling: srcB})
-	t0 := leadertest.GetRSR(t, c, ns, "web").Status.Change.AppliedAt.Time
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	dep, a := leadertest.WatchedWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), cluster.Config{Now: now, Signals: kubetest.KernelOnly(srcA), Throttling: srcA}, "250m", "256Mi")
+	b := leadertest.StartReplica(t, ns, "b", cluster.Config{Now: now, Signals: kubetest.KernelOnly(srcB), Throttling: srcB})
+	t0 := kubetest.GetRSR(t, c, ns, "web").Status.Change.AppliedAt.Time
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond) // the pod reaches both caches
 
 	// a, at T0+2m40s: the window opened with 100 periods, 10 throttled;
@@ -44,7 +45,7 @@ func TestThrottlingWindowSurvivesFailover(t *testing.T) {
 		return healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: t0.Add(at), Periods: periods, Throttled: throttled}
 	}
 	srcA.AddSamples(sample(healthwatch.ThrottlingDelay-time.Second, 100, 10), sample(healthwatch.ThrottlingDelay+30*time.Second, 250, 100))
-	rsr := leadertest.WaitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
+	rsr := kubetest.WaitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
 		return len(rsr.Status.Change.ThrottlingBaselines) > 0
 	}, "a never recorded the throttling baselines")
 	require.Len(t, rsr.Status.Change.ThrottlingBaselines, 1)
@@ -61,12 +62,12 @@ func TestThrottlingWindowSurvivesFailover(t *testing.T) {
 	offset.Store(int64(throttlingFailoverAt + 10*time.Second))
 	srcB.AddSamples(sample(throttlingFailoverAt+6*time.Second, 420, 160))
 
-	rsr = leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
+	rsr = kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
 	require.NotNil(t, rsr.Status.Breach)
 	require.NotEmpty(t, rsr.Status.Breach.Figures)
 	assert.Contains(t, rsr.Status.Breach.Figures[0], "throttlingRatio 0.46 ≥ 0.25 (container app, 320 periods)",
 		"b's window starts at T0+2m from a's baseline, not at its own first sample")
-	rsr = leadertest.WaitRestored(t, c, ns, "web")
+	rsr = kubetest.WaitRestored(t, c, ns, "web")
 	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, rsr.Status.Breach.Resources)
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/kerf-dev/kerf/internal/authn"
 	"github.com/kerf-dev/kerf/test/authtest"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 	"github.com/kerf-dev/kerf/test/memtest"
 )
@@ -46,12 +47,12 @@ import (
 func TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights(t *testing.T) {
 	cp := controlplane.Get(t)
 	c := cp.Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	require.NoError(t, c.Create(ctx, leadertest.Deployment(ns, "web", "500m", "256Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Deployment(ns, "web", "500m", "256Mi")))
 	base, tlsConfig := leaderEndpoints(t, ns)
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
 
 	authtest.InstallReaderRoles(t, cp)
 	reader := authtest.NewCaller(t, cp, ns, "auditor")
@@ -198,7 +199,7 @@ func TestAnAuditReaderGetsThroughAFloodOfStrangersAndCallersWithoutRights(t *tes
 func leaderEndpoints(t *testing.T, ns string) (string, *tls.Config) {
 	t.Helper()
 	cp := controlplane.Get(t)
-	serverCert, pool := leadertest.StreamCert(t, cp.Client, ns)
+	serverCert, pool := kubetest.StreamCert(t, cp.Client, ns)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	rc := rest.CopyConfig(cp.Config)

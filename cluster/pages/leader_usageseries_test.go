@@ -19,6 +19,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -27,13 +28,13 @@ import (
 // MaxSeries 1, and none once its recommendation is gone.
 func TestUsageSeriesBoundAndForgotten(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep := leadertest.Deployment(ns, "web", "500m", "256Mi")
+	dep := kubetest.Deployment(ns, "web", "500m", "256Mi")
 	dep.Spec.Template.Spec.Containers = append(dep.Spec.Template.Spec.Containers, corev1.Container{Name: "sidecar", Image: "kerf.local/kerf-workload:dev"})
 	require.NoError(t, c.Create(ctx, dep))
-	pod := leadertest.RunningPod(t, c, dep)
-	rsr := leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")
+	pod := kubetest.RunningPod(t, c, dep)
+	rsr := kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")
 	require.NoError(t, c.Create(ctx, rsr))
 
 	sig := signals.New()
@@ -71,13 +72,13 @@ func TestUsageSeriesBoundAndForgotten(t *testing.T) {
 // workloads and the default cap, four fifths of the reads for nothing.
 func TestUsageSeriesReadNoWorkloadWithoutRoom(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
 	for _, name := range []string{"a", "b"} {
-		dep := leadertest.Deployment(ns, name, "500m", "256Mi")
+		dep := kubetest.Deployment(ns, name, "500m", "256Mi")
 		require.NoError(t, c.Create(ctx, dep))
-		leadertest.RunningPod(t, c, dep)
-		require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, name, name, v1alpha1.StrategyInPlace, "250m", "128Mi")))
+		kubetest.RunningPod(t, c, dep)
+		require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, name, name, v1alpha1.StrategyInPlace, "250m", "128Mi")))
 	}
 	reads := &deploymentReads{Reader: client.NewNamespacedClient(c, ns)}
 	u := pages.NewUsageSeries(reads, signals.New(), pages.UsageSeriesConfig{MaxSeries: 1}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -110,6 +111,6 @@ func (r *deploymentReads) Get(ctx context.Context, key client.ObjectKey, obj cli
 // pods, half the leader's CPU at 10,000 workloads (docs/performance.md).
 func TestTheLeadersUsageSeriesReadPodsThroughTheIndex(t *testing.T) {
 	c := controlplane.Get(t).Client
-	l := leadertest.StartReplica(t, leadertest.Namespace(t, c), "a", cluster.Config{})
+	l := leadertest.StartReplica(t, kubetest.Namespace(t, c), "a", cluster.Config{})
 	assert.True(t, workload.IsIndexed(l.UsageSeries().Reader()), "the usage series' reader is not marked workload.Indexed")
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/kerf-dev/kerf/test/authtest"
 	"github.com/kerf-dev/kerf/test/browsertest"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 	webui "github.com/kerf-dev/kerf/web"
 )
@@ -39,7 +40,7 @@ import (
 func rolledBackWeb(t *testing.T) (*leadertest.Replica, string, net.Addr) {
 	t.Helper()
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
 	sig := signals.New()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -48,8 +49,8 @@ func rolledBackWeb(t *testing.T) (*leadertest.Replica, string, net.Addr) {
 	// the usage after it too (well within the 10m backoff).
 	var offset atomic.Int64
 	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	dep, l := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), cluster.Config{Signals: sig, Listener: lis, Now: clock}, "500m", "128Mi")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	dep, l := leadertest.WatchedWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), cluster.Config{Signals: sig, Listener: lis, Now: clock}, "500m", "128Mi")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 	require.Eventually(t, func() bool {
 		return l.UsageSeries().Pass(ctx) == nil && l.UsageSeries().Reads(pod.UID, "app")
 	}, 10*time.Second, 50*time.Millisecond, "the pod reaches the leader's cache and the series")
@@ -85,8 +86,8 @@ func rolledBackWeb(t *testing.T) (*leadertest.Replica, string, net.Addr) {
 	)
 	require.NoError(t, l.UsageSeries().Pass(ctx))
 	sig.Kernel.AddOOMKill(pod.UID, "app", time.Now())
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
-	rsr := leadertest.WaitRestored(t, c, ns, "web")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr := kubetest.WaitRestored(t, c, ns, "web")
 	require.NoError(t, l.UsageSeries().Pass(ctx))
 
 	// Eight minutes on, the restarted container runs under the restored
@@ -110,7 +111,7 @@ func rolledBackWeb(t *testing.T) (*leadertest.Replica, string, net.Addr) {
 				Message: "cpu request 450m held at 500m: a change of 10% is below minChangePercent 10%"}}}}}
 	raw, err := basis.Encode()
 	require.NoError(t, err)
-	leadertest.Update(t, c, rsr, func() { rsr.Annotations = map[string]string{v1alpha1.RecommendationBasisAnnotation: raw} })
+	kubetest.Update(t, c, rsr, func() { rsr.Annotations = map[string]string{v1alpha1.RecommendationBasisAnnotation: raw} })
 	require.Eventually(t, func() bool {
 		var got v1alpha1.RightsizingRecommendation
 		return l.Manager().GetCache().Get(ctx, client.ObjectKeyFromObject(rsr), &got) == nil && got.Annotations[v1alpha1.RecommendationBasisAnnotation] != ""

@@ -20,6 +20,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -73,14 +74,14 @@ func stopLeader(t *testing.T, l *leadertest.Replica) {
 func TestRecommenderResumesFromItsCheckpointAfterFailover(t *testing.T) {
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
-	ns := leadertest.Namespace(t, c)
-	dep := leadertest.Web(t, c, ns, leadertest.RecommendingPolicy(ns))
+	ns := kubetest.Namespace(t, c)
+	dep := kubetest.Web(t, c, ns, kubetest.RecommendingPolicy(ns))
 	sigA := signals.New()
 	a := leadertest.StartReplica(t, ns, "a", checkpointingConfig(sigA))
-	pod := leadertest.AdoptedPod(t, c, dep, "web-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-1")
 	now := time.Now()
 	feedUsage(sigA, pod, now, 0, 4)
-	first, basisA := leadertest.WaitRecommended(t, c, ns)
+	first, basisA := kubetest.WaitRecommended(t, c, ns)
 	ck := waitCheckpoint(t, c, ns, 3)
 	assert.Equal(t, v1alpha1.TargetRef{APIVersion: "apps/v1", Kind: v1alpha1.KindDeployment, Name: "web"}, ck.Spec.TargetRef)
 	assert.Equal(t, v1alpha1.RecommendedByKerf, ck.Labels[v1alpha1.RecommendedByLabel])
@@ -130,8 +131,8 @@ func waitRecommendedBy(t *testing.T, c client.Client, ns string) (*v1alpha1.Righ
 func TestRecommenderIgnoresACheckpointItCannotLoad(t *testing.T) {
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
-	ns := leadertest.Namespace(t, c)
-	dep := leadertest.Web(t, c, ns, leadertest.RecommendingPolicy(ns))
+	ns := kubetest.Namespace(t, c)
+	dep := kubetest.Web(t, c, ns, kubetest.RecommendingPolicy(ns))
 	m, err := recommend.NewModel(recommend.DefaultParams())
 	require.NoError(t, err)
 	bad := &v1alpha1.RightsizingCheckpoint{
@@ -145,9 +146,9 @@ func TestRecommenderIgnoresACheckpointItCannotLoad(t *testing.T) {
 	require.NoError(t, c.Create(ctx, bad))
 	sig := signals.New()
 	l := leadertest.StartReplica(t, ns, "a", checkpointingConfig(sig))
-	pod := leadertest.AdoptedPod(t, c, dep, "web-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-1")
 	feedUsage(sig, pod, time.Now(), 0, 4)
-	_, basis := leadertest.WaitRecommended(t, c, ns) // three samples: nothing carried over
+	_, basis := kubetest.WaitRecommended(t, c, ns) // three samples: nothing carried over
 	assert.Equal(t, uint32(3), basis.Containers[0].Samples)
 	assert.Equal(t, 1.0, leadertest.MetricValue(t, l, "kerf_recommender_checkpoint_containers_refused_total", "reason", "corrupt"))
 	assert.Equal(t, 1.0, leadertest.MetricValue(t, l, "kerf_recommender_checkpoint_containers_refused_total", "reason", "fingerprint"))
@@ -163,8 +164,8 @@ func TestRecommenderIgnoresACheckpointItCannotLoad(t *testing.T) {
 func TestRecommenderDeletesTheCheckpointsOfWorkloadsThatAreGone(t *testing.T) {
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
-	ns := leadertest.Namespace(t, c)
-	dep := leadertest.Web(t, c, ns, leadertest.RecommendingPolicy(ns))
+	ns := kubetest.Namespace(t, c)
+	dep := kubetest.Web(t, c, ns, kubetest.RecommendingPolicy(ns))
 	m, err := recommend.NewModel(recommend.DefaultParams())
 	require.NoError(t, err)
 	var empty recommend.ContainerState
@@ -178,7 +179,7 @@ func TestRecommenderDeletesTheCheckpointsOfWorkloadsThatAreGone(t *testing.T) {
 	require.NoError(t, c.Create(ctx, ghost))
 	sig := signals.New()
 	l := leadertest.StartReplica(t, ns, "a", checkpointingConfig(sig))
-	pod := leadertest.AdoptedPod(t, c, dep, "web-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-1")
 	feedUsage(sig, pod, time.Now(), 0, 4)
 	waitCheckpoint(t, c, ns, 3)
 	gone := func(name string) func() bool {
@@ -200,15 +201,15 @@ func TestRecommenderDeletesTheCheckpointsOfWorkloadsThatAreGone(t *testing.T) {
 func TestRecommenderDeletesTheCheckpointWhenThePolicyNoLongerRecommends(t *testing.T) {
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
-	ns := leadertest.Namespace(t, c)
-	p := leadertest.RecommendingPolicy(ns)
-	dep := leadertest.Web(t, c, ns, p)
+	ns := kubetest.Namespace(t, c)
+	p := kubetest.RecommendingPolicy(ns)
+	dep := kubetest.Web(t, c, ns, p)
 	sig := signals.New()
 	leadertest.StartReplica(t, ns, "a", checkpointingConfig(sig))
-	pod := leadertest.AdoptedPod(t, c, dep, "web-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-1")
 	feedUsage(sig, pod, time.Now(), 0, 4)
 	waitCheckpoint(t, c, ns, 3)
-	leadertest.Update(t, c, p, func() { p.Spec.Recommend.Enabled = false })
+	kubetest.Update(t, c, p, func() { p.Spec.Recommend.Enabled = false })
 	require.Eventually(t, func() bool {
 		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &v1alpha1.RightsizingCheckpoint{}))
 	}, 15*time.Second, 50*time.Millisecond, "the checkpoint of a workload no longer recommended for is kept")

@@ -15,7 +15,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/recommend"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
-	"github.com/kerf-dev/kerf/test/leadertest"
+	"github.com/kerf-dev/kerf/test/kubetest"
 )
 
 // TestRecommenderHoldsTheCPULatchAgainstWhatThePodsRun checks that the
@@ -42,7 +42,7 @@ func TestRecommenderHoldsTheCPULatchAgainstWhatThePodsRun(t *testing.T) {
 					healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: now.Add(-time.Minute), At: now.Add(-2 * time.Second), Periods: 100},
 					healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: now.Add(-time.Minute), At: now, Periods: 200, Throttled: 60})
 			})
-			rsr, basis := leadertest.WaitRecommended(t, c, ns)
+			rsr, basis := kubetest.WaitRecommended(t, c, ns)
 			got := rsr.Spec.Containers[0]
 			assert.Equal(t, int64(800), got.Requests.CPU.MilliValue(), "CPU request %s of a throttled container running 800m", got.Requests.CPU)
 			assert.Equal(t, int64(800), got.Limits.CPU.MilliValue(), "CPU limit %s of a throttled container running 800m", got.Limits.CPU)

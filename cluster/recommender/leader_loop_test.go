@@ -19,6 +19,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/recommend"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -39,7 +40,7 @@ func recommendedWeb(t *testing.T, before func(*signals.Stores, *corev1.Pod)) (cl
 // the recommender's.
 func TestRecommenderLowersWhatAnIdleWorkloadDoesNotUse(t *testing.T) {
 	c, ns := recommendedWeb(t, nil)
-	rsr, basis := leadertest.WaitRecommended(t, c, ns)
+	rsr, basis := kubetest.WaitRecommended(t, c, ns)
 	got := rsr.Spec.Containers[0]
 	assert.Negative(t, got.Requests.CPU.Cmp(resource.MustParse("100m")), "CPU request %s for 50m of use", got.Requests.CPU)
 	assert.Positive(t, got.Requests.CPU.Cmp(resource.MustParse("50m")), "CPU request %s keeps a margin over 50m", got.Requests.CPU)
@@ -59,7 +60,7 @@ func TestRecommenderNeverLowersTheMemoryOfAnOOMKilledContainer(t *testing.T) {
 	c, ns := recommendedWeb(t, func(sig *signals.Stores, pod *corev1.Pod) {
 		sig.Kernel.AddOOMKill(pod.UID, "app", time.Now().Add(-time.Minute))
 	})
-	rsr, basis := leadertest.WaitRecommended(t, c, ns)
+	rsr, basis := kubetest.WaitRecommended(t, c, ns)
 	got := rsr.Spec.Containers[0]
 	assert.Negative(t, got.Requests.CPU.Cmp(resource.MustParse("500m")), "CPU is still lowered: %s", got.Requests.CPU)
 	// The kill is at the limit (256Mi): at least max(256Mi+100Mi, 256Mi×1.2).
@@ -84,12 +85,12 @@ func TestRecommenderNeverLowersTheMemoryOfAnOOMKilledContainer(t *testing.T) {
 func TestRecommenderLeavesOthersRecommendationsAlone(t *testing.T) {
 	c, ns := recommendedWeb(t, func(_ *signals.Stores, pod *corev1.Pod) {
 		// Made before the readings come, so before the recommender could.
-		mine := leadertest.Recommendation(pod.Namespace, "web", "web", v1alpha1.StrategyRollout, "400m", "200Mi")
+		mine := kubetest.Recommendation(pod.Namespace, "web", "web", v1alpha1.StrategyRollout, "400m", "200Mi")
 		require.NoError(t, controlplane.Get(t).Client.Create(context.Background(), mine))
 	})
 	// Ten of the recommender's passes, one of its recommendations a second.
 	time.Sleep(2 * time.Second)
-	got := leadertest.GetRSR(t, c, ns, "web")
+	got := kubetest.GetRSR(t, c, ns, "web")
 	assert.Empty(t, got.Labels[v1alpha1.RecommendedByLabel])
 	assert.Empty(t, got.Annotations[v1alpha1.RecommendationBasisAnnotation])
 	assert.Equal(t, v1alpha1.StrategyRollout, got.Spec.Strategy)
@@ -108,7 +109,7 @@ func TestRecommenderNeverLowersTheCPUOfAThrottledContainer(t *testing.T) {
 			healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: now.Add(-time.Minute), At: now.Add(-2 * time.Second), Periods: 100},
 			healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: now.Add(-time.Minute), At: now, Periods: 200, Throttled: 60})
 	})
-	rsr, basis := leadertest.WaitRecommended(t, c, ns)
+	rsr, basis := kubetest.WaitRecommended(t, c, ns)
 	got := rsr.Spec.Containers[0]
 	assert.Equal(t, int64(500), got.Requests.CPU.MilliValue(), "CPU request %s of a throttled container", got.Requests.CPU)
 	assert.Equal(t, int64(500), got.Limits.CPU.MilliValue(), "CPU limit %s of a throttled container", got.Limits.CPU)
@@ -131,7 +132,7 @@ func TestRecommenderNeverLowersTheCPUOfAThrottledContainer(t *testing.T) {
 // (kerf_recommender_containers).
 func TestRecommenderForgetsAWorkloadThatIsGone(t *testing.T) {
 	c, ns, l := leadertest.RecommendedWeb(t, nil)
-	leadertest.WaitRecommended(t, c, ns)
+	kubetest.WaitRecommended(t, c, ns)
 	tracked := func() float64 {
 		mfs, err := l.Registry().Gather()
 		require.NoError(t, err)
@@ -155,9 +156,9 @@ func TestRecommenderForgetsAWorkloadThatIsGone(t *testing.T) {
 // the kernel store, latches memory the same way.
 func TestRecommenderTakesOOMKillsFromThePodStatus(t *testing.T) {
 	c, ns := recommendedWeb(t, func(_ *signals.Stores, pod *corev1.Pod) {
-		leadertest.OOMKilled(t, controlplane.Get(t).Client, pod, "OOMKilled")
+		kubetest.OOMKilled(t, controlplane.Get(t).Client, pod, "OOMKilled")
 	})
-	rsr, basis := leadertest.WaitRecommended(t, c, ns)
+	rsr, basis := kubetest.WaitRecommended(t, c, ns)
 	got := rsr.Spec.Containers[0]
 	assert.GreaterOrEqual(t, got.Requests.Memory.Value(), int64(356<<20), "memory request %s after an OOM kill", got.Requests.Memory)
 	var reasons []recommend.Reason
@@ -179,11 +180,11 @@ func TestRecommenderRaisesItsRecommendationWhenTheContainerIsThrottled(t *testin
 	// be watched, and the recommender asks for nothing new meanwhile:
 	// TestRecommenderWaitsForTheWatchSoTheOOMKillRollsBack).
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
-	p := leadertest.RecommendingPolicy(ns)
+	ns := kubetest.Namespace(t, c)
+	p := kubetest.RecommendingPolicy(ns)
 	p.Spec.Guardrails.Paused = true
 	recommendedWebPolicy(t, c, ns, p, func(s *signals.Stores, p *corev1.Pod) { sig, pod = s, p })
-	first, _ := leadertest.WaitRecommended(t, c, ns)
+	first, _ := kubetest.WaitRecommended(t, c, ns)
 	require.Less(t, first.Spec.Containers[0].Requests.CPU.MilliValue(), int64(500))
 
 	started := time.Now().Add(-time.Minute)
@@ -193,7 +194,7 @@ func TestRecommenderRaisesItsRecommendationWhenTheContainerIsThrottled(t *testin
 
 	var got *v1alpha1.RightsizingRecommendation
 	require.Eventually(t, func() bool {
-		got = leadertest.GetRSR(t, c, ns, "web")
+		got = kubetest.GetRSR(t, c, ns, "web")
 		return got.Spec.Containers[0].Requests.CPU.MilliValue() == 500
 	}, 15*time.Second, 50*time.Millisecond, "the recommendation still lowers the CPU of a throttled container")
 	assert.Equal(t, v1alpha1.RecommendedByKerf, got.Labels[v1alpha1.RecommendedByLabel])

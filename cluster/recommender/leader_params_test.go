@@ -20,6 +20,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -31,7 +32,7 @@ func TestRecommenderTakesThePolicysPodMinimum(t *testing.T) {
 	c, ns, _ := recommendedWebUnder(t, func(rs *v1alpha1.RecommendSpec) {
 		rs.PodMinimum = &v1alpha1.PodMinimum{CPU: ptr.To(resource.MustParse("80m")), Memory: ptr.To(resource.MustParse("100Mi"))}
 	}, nil)
-	rsr, basis := leadertest.WaitRecommended(t, c, ns)
+	rsr, basis := kubetest.WaitRecommended(t, c, ns)
 	got := rsr.Spec.Containers[0]
 	assert.Equal(t, int64(80), got.Requests.CPU.MilliValue(), "CPU request %s: the pod minimum", got.Requests.CPU)
 	assert.Equal(t, int64(100<<20), got.Requests.Memory.Value(), "memory request %s: the pod minimum, not the default 250Mi", got.Requests.Memory)
@@ -48,7 +49,7 @@ func TestRecommenderTakesThePolicysOOMBump(t *testing.T) {
 	}, func(sig *signals.Stores, pod *corev1.Pod) {
 		sig.Kernel.AddOOMKill(pod.UID, "app", time.Now().Add(-time.Minute))
 	})
-	rsr, basis := leadertest.WaitRecommended(t, c, ns)
+	rsr, basis := kubetest.WaitRecommended(t, c, ns)
 	got := rsr.Spec.Containers[0]
 	assert.Equal(t, int64(384<<20), got.Requests.Memory.Value(), "memory request %s: 256Mi × 1.5", got.Requests.Memory)
 	oom := refusalsOf(basis, recommend.ReasonOOMKill)
@@ -122,8 +123,8 @@ func localEstimate(t *testing.T, p recommend.Params, samples []signals.UsageSamp
 // with those parameters, which differ from the defaults'.
 func TestRecommenderTakesThePolicysPercentilesAndMemoryInterval(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
-	p := leadertest.RecommendingPolicy(ns)
+	ns := kubetest.Namespace(t, c)
+	p := kubetest.RecommendingPolicy(ns)
 	rs := p.Spec.Recommend
 	// The history reaches minHistory with the last batch only, so the one
 	// recommendation is made from every reading.
@@ -133,10 +134,10 @@ func TestRecommenderTakesThePolicysPercentilesAndMemoryInterval(t *testing.T) {
 	rs.ConfidenceInterval = &metav1.Duration{Duration: 10 * time.Minute}
 	rs.PodMinimum = &v1alpha1.PodMinimum{CPU: ptr.To(resource.MustParse("0")), Memory: ptr.To(resource.MustParse("0"))}
 	rs.MemoryAggregationInterval = &metav1.Duration{Duration: time.Minute}
-	dep := leadertest.Web(t, c, ns, p)
+	dep := kubetest.Web(t, c, ns, p)
 	sig := signals.New()
 	leadertest.StartReplica(t, ns, "a", cluster.Config{Signals: sig, Recommender: recommender.Config{Period: 200 * time.Millisecond}})
-	pod := leadertest.AdoptedPod(t, c, dep, "web-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-1")
 
 	var readings []reading
 	for i := range 20 {
@@ -182,7 +183,7 @@ func setRecommend(t *testing.T, c client.Client, ns string, set func(*v1alpha1.R
 // basisOf reads the recommendation web's basis.
 func basisOf(t *testing.T, c client.Client, ns string) (*v1alpha1.RightsizingRecommendation, v1alpha1.RecommendationBasis) {
 	t.Helper()
-	rsr := leadertest.GetRSR(t, c, ns, "web")
+	rsr := kubetest.GetRSR(t, c, ns, "web")
 	var b v1alpha1.RecommendationBasis
 	require.NoError(t, json.Unmarshal([]byte(rsr.Annotations[v1alpha1.RecommendationBasisAnnotation]), &b))
 	require.Len(t, b.Containers, 1)
@@ -196,15 +197,15 @@ func basisOf(t *testing.T, c client.Client, ns string) (*v1alpha1.RightsizingRec
 // new ones only, and a 200m past no longer holds up a 50m present.
 func TestRecommenderRestartsAHistoryWhoseShapeThePolicyChanged(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	// Paused: an applied recommendation would be watched, and the
 	// recommender writes nothing new to a watched one.
-	p := leadertest.RecommendingPolicy(ns)
+	p := kubetest.RecommendingPolicy(ns)
 	p.Spec.Guardrails.Paused = true
-	dep := leadertest.Web(t, c, ns, p)
+	dep := kubetest.Web(t, c, ns, p)
 	sig := signals.New()
 	l := leadertest.StartReplica(t, ns, "a", cluster.Config{Signals: sig, Recommender: recommender.Config{Period: 200 * time.Millisecond}})
-	pod := leadertest.AdoptedPod(t, c, dep, "web-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-1")
 	old := feedReadings(sig, pod, time.Now(), 0, []reading{{ago: 4 * time.Second, workingSet: 40 << 20},
 		{ago: 3 * time.Second, cpuMilli: 200, workingSet: 40 << 20}, {ago: 2 * time.Second, cpuMilli: 200, workingSet: 40 << 20},
 		{ago: time.Second, cpuMilli: 200, workingSet: 40 << 20}})
@@ -255,17 +256,17 @@ func TestRecommenderRestartsAHistoryWhoseShapeThePolicyChanged(t *testing.T) {
 func TestRecommenderResumesAHistoryUnderItsPolicysModel(t *testing.T) {
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
-	ns := leadertest.Namespace(t, c)
-	p := leadertest.RecommendingPolicy(ns)
+	ns := kubetest.Namespace(t, c)
+	p := kubetest.RecommendingPolicy(ns)
 	p.Spec.Recommend.MemoryHalfLife = &metav1.Duration{Duration: 12 * time.Hour}
 	p.Spec.Recommend.MemoryAggregationIntervals = ptr.To[int32](4)
-	dep := leadertest.Web(t, c, ns, p)
+	dep := kubetest.Web(t, c, ns, p)
 	sigA := signals.New()
 	a := leadertest.StartReplica(t, ns, "a", checkpointingConfig(sigA))
-	pod := leadertest.AdoptedPod(t, c, dep, "web-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-1")
 	now := time.Now()
 	feedUsage(sigA, pod, now, 0, 4)
-	first, _ := leadertest.WaitRecommended(t, c, ns)
+	first, _ := kubetest.WaitRecommended(t, c, ns)
 
 	params := recommend.DefaultParams()
 	params.MemoryHalfLife, params.MemoryIntervals = 12*time.Hour, 4

@@ -21,6 +21,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -29,8 +30,8 @@ import (
 func recommendedWebUnder(t *testing.T, set func(*v1alpha1.RecommendSpec), before func(*signals.Stores, *corev1.Pod)) (client.Client, string, *leadertest.Replica) {
 	t.Helper()
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
-	p := leadertest.RecommendingPolicy(ns)
+	ns := kubetest.Namespace(t, c)
+	p := kubetest.RecommendingPolicy(ns)
 	set(p.Spec.Recommend)
 	return recommendedWebPolicy(t, c, ns, p, before)
 }
@@ -38,9 +39,9 @@ func recommendedWebUnder(t *testing.T, set func(*v1alpha1.RecommendSpec), before
 // recommendedWebPolicy is recommendedWebLeader under policy p.
 func recommendedWebPolicy(t *testing.T, c client.Client, ns string, p *v1alpha1.RightsizingPolicy, before func(*signals.Stores, *corev1.Pod)) (client.Client, string, *leadertest.Replica) {
 	t.Helper()
-	dep := leadertest.Web(t, c, ns, p)
+	dep := kubetest.Web(t, c, ns, p)
 	sig := signals.New()
-	pod := leadertest.AdoptedPod(t, c, dep, "web-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-1")
 	if before != nil {
 		before(sig, pod)
 	}
@@ -82,7 +83,7 @@ func TestRecommenderKeepsRequestsWithinThePolicysBounds(t *testing.T) {
 				MaxAllowed: &v1alpha1.ResourceValues{Memory: ptr.To(resource.MustParse("100Mi"))}},
 		}
 	}, nil)
-	rsr, basis := leadertest.WaitRecommended(t, c, ns)
+	rsr, basis := kubetest.WaitRecommended(t, c, ns)
 	got := rsr.Spec.Containers[0]
 	assert.Equal(t, int64(200), got.Requests.CPU.MilliValue(), "CPU request %s: app's minAllowed, not the 60m usage asks nor the 300m of \"*\"", got.Requests.CPU)
 	assert.Equal(t, int64(100<<20), got.Requests.Memory.Value(), "memory request %s: app's maxAllowed", got.Requests.Memory)
@@ -97,7 +98,7 @@ func TestRecommenderRefusesToLowerAnUpscaleOnlyResource(t *testing.T) {
 	c, ns, _ := recommendedWebUnder(t, func(rs *v1alpha1.RecommendSpec) {
 		rs.UpscaleOnly = []v1alpha1.ResourceName{v1alpha1.ResourceMemory}
 	}, nil)
-	rsr, basis := leadertest.WaitRecommended(t, c, ns)
+	rsr, basis := kubetest.WaitRecommended(t, c, ns)
 	got := rsr.Spec.Containers[0]
 	assert.Less(t, got.Requests.CPU.MilliValue(), int64(500), "CPU is not upscale-only: %s", got.Requests.CPU)
 	assert.Equal(t, int64(256<<20), got.Requests.Memory.Value(), "memory request %s of an upscale-only memory", got.Requests.Memory)
@@ -118,7 +119,7 @@ func TestRecommenderLeavesLimitsWithoutKeepLimitProportion(t *testing.T) {
 	c, ns, _ := recommendedWebUnder(t, func(rs *v1alpha1.RecommendSpec) {
 		rs.KeepLimitProportion = ptr.To(false)
 	}, nil)
-	rsr, _ := leadertest.WaitRecommended(t, c, ns)
+	rsr, _ := kubetest.WaitRecommended(t, c, ns)
 	got := rsr.Spec.Containers[0]
 	assert.Less(t, got.Requests.CPU.MilliValue(), int64(500), "CPU request %s", got.Requests.CPU)
 	assert.Less(t, got.Requests.Memory.Value(), int64(256<<20), "memory request %s", got.Requests.Memory)
@@ -135,10 +136,10 @@ func TestRecommenderRecordsARefusalOnceAsAnActionAndAnEvent(t *testing.T) {
 	c, ns, _ := recommendedWebUnder(t, func(*v1alpha1.RecommendSpec) {}, func(sig *signals.Stores, pod *corev1.Pod) {
 		sig.Kernel.AddOOMKill(pod.UID, "app", time.Now().Add(-time.Minute))
 	})
-	leadertest.WaitRecommended(t, c, ns)
+	kubetest.WaitRecommended(t, c, ns)
 	var refused []v1alpha1.Action
 	require.Eventually(t, func() bool {
-		refused = leadertest.HistoryOf(leadertest.GetRSR(t, c, ns, "web"), v1alpha1.ActionRefused)
+		refused = kubetest.HistoryOf(kubetest.GetRSR(t, c, ns, "web"), v1alpha1.ActionRefused)
 		return len(refused) > 0
 	}, 15*time.Second, 50*time.Millisecond, "no refused action recorded")
 	a := refused[0]
@@ -162,24 +163,24 @@ func TestRecommenderRecordsARefusalOnceAsAnActionAndAnEvent(t *testing.T) {
 	assert.Equal(t, strconv.FormatInt(req.Held, 10), req.Threshold, "the OOM floor")
 	assert.NotNil(t, req.At, "when the kill happened")
 	// The audit API and the hub forwarder build their entry with EntryOf.
-	entry := auditv1.EntryOf(leadertest.GetRSR(t, c, ns, "web"), &a)
+	entry := auditv1.EntryOf(kubetest.GetRSR(t, c, ns, "web"), &a)
 	assert.Equal(t, v1alpha1.ActionRefused, entry.Type)
 	assert.Equal(t, a.Refusals, entry.Refusals, "the figures reach the audit API and the hub")
 
 	// More passes: the recommender's (five a second, a recommendation a
 	// second) and the reconciler's, woken by changes to the recommendation.
 	for i := range 3 {
-		rsr := leadertest.GetRSR(t, c, ns, "web")
+		rsr := kubetest.GetRSR(t, c, ns, "web")
 		patch := client.MergeFrom(rsr.DeepCopy())
 		rsr.Labels["test/pass"] = strconv.Itoa(i)
 		require.NoError(t, c.Patch(context.Background(), rsr, patch))
 		time.Sleep(time.Second)
 	}
-	got := leadertest.GetRSR(t, c, ns, "web")
-	assert.Len(t, leadertest.HistoryOf(got, v1alpha1.ActionRefused), 1, "one refused action for one set of refusals: %+v", got.Status.History)
+	got := kubetest.GetRSR(t, c, ns, "web")
+	assert.Len(t, kubetest.HistoryOf(got, v1alpha1.ActionRefused), 1, "one refused action for one set of refusals: %+v", got.Status.History)
 	assert.NotEmpty(t, got.Status.RecordedRefusals)
 	var evs []eventsv1.Event
-	for _, e := range leadertest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventRefused) {
+	for _, e := range kubetest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventRefused) {
 		if e.Regarding.Kind == "RightsizingRecommendation" {
 			evs = append(evs, e)
 		}

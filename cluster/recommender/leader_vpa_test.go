@@ -32,6 +32,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -138,7 +139,7 @@ func waitVPACRDGone(t *testing.T) {
 
 // vpaPolicy is recommendingPolicy taking its targets from the VPA.
 func vpaPolicy(ns string) *v1alpha1.RightsizingPolicy {
-	p := leadertest.RecommendingPolicy(ns)
+	p := kubetest.RecommendingPolicy(ns)
 	p.Spec.Recommend.Source = v1alpha1.RecommendSourceVPA
 	return p
 }
@@ -227,9 +228,9 @@ func vpaSkipped(t *testing.T, l *leadertest.Replica, reason string) float64 {
 func vpaWeb(t *testing.T, p *v1alpha1.RightsizingPolicy, before func(*signals.Stores, *corev1.Pod)) (client.Client, string, *leadertest.Replica) {
 	t.Helper()
 	c := controlplane.Get(t).Client
-	dep := leadertest.Web(t, c, p.Namespace, p)
+	dep := kubetest.Web(t, c, p.Namespace, p)
 	sig := signals.New()
-	pod := leadertest.AdoptedPod(t, c, dep, "web-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-1")
 	if before != nil {
 		before(sig, pod)
 	}
@@ -271,7 +272,7 @@ func waitVPARecommended(t *testing.T, c client.Client, ns, vpaName string) (*v1a
 // the basis and its bounds recorded.
 func TestRecommenderTakesTheTargetOfAVPAInOffMode(t *testing.T) {
 	installVPACRD(t)
-	ns := leadertest.Namespace(t, controlplane.Get(t).Client)
+	ns := kubetest.Namespace(t, controlplane.Get(t).Client)
 	// Paused: the recommender writes nothing new to a recommendation
 	// whose change is watched, and the test follows a second target.
 	p := vpaPolicy(ns)
@@ -305,7 +306,7 @@ func TestRecommenderTakesTheTargetOfAVPAInOffMode(t *testing.T) {
 	// A new target is followed.
 	writeVPATarget(t, c, ns, "goldilocks-web", "300m", "200Mi")
 	require.Eventually(t, func() bool {
-		return leadertest.GetRSR(t, c, ns, "web").Spec.Containers[0].Requests.CPU.MilliValue() == 300
+		return kubetest.GetRSR(t, c, ns, "web").Spec.Containers[0].Requests.CPU.MilliValue() == 300
 	}, 15*time.Second, 50*time.Millisecond, "the VPA's new target is not followed")
 }
 
@@ -316,7 +317,7 @@ func TestRecommenderTakesTheTargetOfAVPAInOffMode(t *testing.T) {
 // follows the VPA.
 func TestRecommenderKeepsTheOOMLatchOverAVPA(t *testing.T) {
 	installVPACRD(t)
-	ns := leadertest.Namespace(t, controlplane.Get(t).Client)
+	ns := kubetest.Namespace(t, controlplane.Get(t).Client)
 	c, _, _ := vpaWeb(t, vpaPolicy(ns), func(sig *signals.Stores, pod *corev1.Pod) {
 		createVPA(t, controlplane.Get(t).Client, pod.Namespace, "web", vpav1.UpdateModeOff, "150m", "100Mi")
 		sig.Kernel.AddOOMKill(pod.UID, "app", time.Now().Add(-time.Minute))
@@ -343,7 +344,7 @@ func TestRecommenderKeepsTheOOMLatchOverAVPA(t *testing.T) {
 // counted; once the VPA is switched to Off its target is taken.
 func TestRecommenderRefusesAVPAThatChangesThePodsItself(t *testing.T) {
 	installVPACRD(t)
-	ns := leadertest.Namespace(t, controlplane.Get(t).Client)
+	ns := kubetest.Namespace(t, controlplane.Get(t).Client)
 	c, _, l := vpaWeb(t, vpaPolicy(ns), func(_ *signals.Stores, pod *corev1.Pod) {
 		// Auto, deprecated in v1.8.1 but what most VPAs in use say.
 		createVPA(t, controlplane.Get(t).Client, pod.Namespace, "web", vpav1.UpdateMode("Auto"), "150m", "100Mi")
@@ -367,7 +368,7 @@ func TestRecommenderRefusesAVPAThatChangesThePodsItself(t *testing.T) {
 	createVPA(t, c, ns, "web-2", vpav1.UpdateModeOff, "400m", "300Mi")
 	require.Eventually(t, func() bool { return vpaSkipped(t, l, "MultipleVPAs") >= 2 }, 15*time.Second, 50*time.Millisecond,
 		"two VPAs for one workload are not refused")
-	assert.Equal(t, int64(150), leadertest.GetRSR(t, c, ns, "web").Spec.Containers[0].Requests.CPU.MilliValue(), "the recommendation is left as it was")
+	assert.Equal(t, int64(150), kubetest.GetRSR(t, c, ns, "web").Spec.Containers[0].Requests.CPU.MilliValue(), "the recommendation is left as it was")
 }
 
 // TestRecommenderRunsWithoutTheVPACRD checks a cluster without the VPA
@@ -376,7 +377,7 @@ func TestRecommenderRefusesAVPAThatChangesThePodsItself(t *testing.T) {
 // Kerf the recommender's own recommendation is written.
 func TestRecommenderRunsWithoutTheVPACRD(t *testing.T) {
 	removeVPACRD(t)
-	ns := leadertest.Namespace(t, controlplane.Get(t).Client)
+	ns := kubetest.Namespace(t, controlplane.Get(t).Client)
 	c, _, l := vpaWeb(t, vpaPolicy(ns), nil)
 	require.Eventually(t, func() bool { return vpaSkipped(t, l, "NoCRD") >= 2 }, 15*time.Second, 50*time.Millisecond,
 		"source VPA without the CRD is not counted")
@@ -386,8 +387,8 @@ func TestRecommenderRunsWithoutTheVPACRD(t *testing.T) {
 
 	var p v1alpha1.RightsizingPolicy
 	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: vpaPolicy(ns).Name}, &p))
-	leadertest.Update(t, c, &p, func() { p.Spec.Recommend.Source = v1alpha1.RecommendSourceKerf })
-	rsr, basis := leadertest.WaitRecommended(t, c, ns)
+	kubetest.Update(t, c, &p, func() { p.Spec.Recommend.Source = v1alpha1.RecommendSourceKerf })
+	rsr, basis := kubetest.WaitRecommended(t, c, ns)
 	assert.Equal(t, v1alpha1.RecommendSourceKerf, basis.Source)
 	assert.Empty(t, basis.VPA)
 	assert.Negative(t, rsr.Spec.Containers[0].Requests.CPU.Cmp(resource.MustParse("100m")), "Kerf's own target for 50m of use")

@@ -315,8 +315,8 @@ func (r *Loop) pass(ctx context.Context) error {
 // for one whose policy does not enable spec.recommend.
 func (r *Loop) feed(ctx context.Context, pols *policy.Policies, now time.Time) (map[workload.Ref]*resolvedWorkload, error) {
 	// Views, only read: the leader's cache holds pods in a form of its
-	// own (cluster/cachedpod.go), and a copy of every pod each pass was the
-	// whole pods' size again in garbage. The workloads hold them only for
+	// own (cluster/cachestore/pod.go), and a copy of every pod each pass
+	// was the whole pods' size again in garbage. The workloads hold them only for
 	// the pass.
 	var pods corev1.PodList
 	if err := r.client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {

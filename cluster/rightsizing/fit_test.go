@@ -17,6 +17,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 )
 
 // TestFittedStatusIsAcceptedByTheCRD: a status with every field the
@@ -27,9 +28,10 @@ import (
 // 977 pods left out, the messages say how much they lost.
 func TestFittedStatusIsAcceptedByTheCRD(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := controlplane.Namespace(t, c, "kerf-rightsizing-test-")
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	rsr := newRecommendation(t, c, ns, v1alpha1.StrategyDeferred)
+	rsr := kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyDeferred, "500m", "128Mi")
+	require.NoError(t, c.Create(ctx, rsr))
 
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	long := func(n int) string { return strings.Repeat("é", n/2) } // two bytes a rune
@@ -69,7 +71,7 @@ func TestFittedStatusIsAcceptedByTheCRD(t *testing.T) {
 	cut := fitStatus(&rsr.Status)
 	assert.NotEmpty(t, cut)
 	require.NoError(t, c.Status().Update(ctx, rsr), "the fitted status is accepted")
-	got := readRecommendation(t, c, ns)
+	got := kubetest.GetRSR(t, c, ns, "web")
 	ch := got.Status.Change
 	require.Len(t, ch.Touched, v1alpha1.MaxTouched)
 	assert.Equal(t, "Deployment", ch.Touched[0].Kind, "the workload is kept")

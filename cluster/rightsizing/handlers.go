@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/kerf-dev/kerf/cluster/cachestore"
 	"github.com/kerf-dev/kerf/cluster/signals"
 )
 
@@ -109,8 +110,8 @@ func (h podHandler) Create(ctx context.Context, e event.CreateEvent, q workqueue
 
 // Update implements handler.EventHandler.
 func (h podHandler) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	oldStatus, ok1 := podStatus(e.ObjectOld)
-	newStatus, ok2 := podStatus(e.ObjectNew)
+	oldStatus, ok1 := cachestore.PodStatus(e.ObjectOld)
+	newStatus, ok2 := cachestore.PodStatus(e.ObjectNew)
 	if ok1 && ok2 && podHarmed(&oldStatus, &newStatus) {
 		// The workload is the same before and after: a pod's controller
 		// does not change.

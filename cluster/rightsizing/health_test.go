@@ -24,24 +24,25 @@ import (
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
 func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep, l := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), cluster.Config{}, "250m", "128Mi")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	dep, l := leadertest.WatchedWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), cluster.Config{}, "250m", "128Mi")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 
-	leadertest.OOMKilled(t, c, pod, "OOMKilled")
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
-	rsr := leadertest.WaitRestored(t, c, ns, "web")
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr := kubetest.WaitRestored(t, c, ns, "web")
 
-	res := leadertest.TemplateResources(t, c, dep)
+	res := kubetest.TemplateResources(t, c, dep)
 	assert.Equal(t, "256Mi", res.Requests.Memory().String(), "memory restored")
 	assert.Equal(t, "250m", res.Requests.Cpu().String(), "cpu, not breached, stays applied")
-	rb := leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
+	rb := kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
 	require.Len(t, rb, 1)
 	assert.Equal(t, v1alpha1.HealthWatchOOMKills, rb[0].Reason)
 	assert.Equal(t, []v1alpha1.ResourceName{"memory"}, rb[0].Resources)
@@ -50,7 +51,7 @@ func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
 	assert.Equal(t, "128Mi", rb[0].Containers[0].Old.Requests.Memory.String())
 	assert.Equal(t, "256Mi", rb[0].Containers[0].New.Requests.Memory.String())
 
-	c1 := leadertest.Condition(rsr, v1alpha1.ConditionHealthWatch)
+	c1 := kubetest.Condition(rsr, v1alpha1.ConditionHealthWatch)
 	require.NotNil(t, c1)
 	assert.Equal(t, v1alpha1.HealthWatchOOMKills, c1.Reason)
 	require.Len(t, rsr.Status.Cooldowns, 1)
@@ -59,9 +60,9 @@ func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
 	require.NotNil(t, rsr.Status.Rollback)
 	assert.Equal(t, v1alpha1.BackoffBackingOff, rsr.Status.Rollback.State)
 
-	leadertest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
+	kubetest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
 	assert.Equal(t, 0.0, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "cpu")))
-	leadertest.WaitEvents(t, c, ns, "web", corev1.EventTypeWarning, "RolledBack", 2) // on the RSR and on the Deployment
+	kubetest.WaitEvents(t, c, ns, "web", corev1.EventTypeWarning, "RolledBack", 2) // on the RSR and on the Deployment
 	var got appsv1.Deployment
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), &got))
 	var mirrored v1alpha1.RollbackState
@@ -71,58 +72,58 @@ func TestOOMKillRollsBackMemoryOnly(t *testing.T) {
 
 func TestRestartsRollBackEveryTouchedResourceEvenWhenPaused(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
-	p := leadertest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.Restarts = ptr.To[int32](2) })
+	ns := kubetest.Namespace(t, c)
+	p := kubetest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.Restarts = ptr.To[int32](2) })
 	dep, l := leadertest.WatchedWeb(t, c, ns, p, cluster.Config{}, "250m", "128Mi")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 
 	// A pause holds applies back, never a rollback.
-	leadertest.Update(t, c, p, func() { p.Spec.Guardrails.Paused = true })
+	kubetest.Update(t, c, p, func() { p.Spec.Guardrails.Paused = true })
 
-	leadertest.OOMKilled(t, c, pod, "Error")
+	kubetest.OOMKilled(t, c, pod, "Error")
 	time.Sleep(300 * time.Millisecond)
-	assert.Equal(t, v1alpha1.PhaseWatching, leadertest.GetRSR(t, c, ns, "web").Status.Phase, "one restart of two allowed")
-	leadertest.OOMKilled(t, c, pod, "Error")
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
-	rsr := leadertest.WaitRestored(t, c, ns, "web")
-	res := leadertest.TemplateResources(t, c, dep)
+	assert.Equal(t, v1alpha1.PhaseWatching, kubetest.GetRSR(t, c, ns, "web").Status.Phase, "one restart of two allowed")
+	kubetest.OOMKilled(t, c, pod, "Error")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
+	rsr := kubetest.WaitRestored(t, c, ns, "web")
+	res := kubetest.TemplateResources(t, c, dep)
 	assert.Equal(t, "256Mi", res.Requests.Memory().String())
 	assert.Equal(t, "500m", res.Requests.Cpu().String())
-	assert.Contains(t, leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack)[0].Figures, "restarts 2 ≥ 2")
-	leadertest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Restarts", "cpu"), 1)
-	leadertest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Restarts", "memory"), 1)
+	assert.Contains(t, kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack)[0].Figures, "restarts 2 ≥ 2")
+	kubetest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Restarts", "cpu"), 1)
+	kubetest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Restarts", "memory"), 1)
 	assert.Len(t, rsr.Status.Cooldowns, 2, "both resources cool down after a restart rollback")
 }
 
 func TestWatchEndsHealthy(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
-	dep, _ := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, 2*time.Second, nil), cluster.Config{}, "250m", "128Mi")
-	leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	ns := kubetest.Namespace(t, c)
+	dep, _ := leadertest.WatchedWeb(t, c, ns, kubetest.PolicyWith(ns, 2*time.Second, nil), cluster.Config{}, "250m", "128Mi")
+	kubetest.AdoptedPod(t, c, dep, "web-new-1")
 	// The reconcile that sees the adopted pod writes the message; on a
 	// loaded machine it may come after the pod is created.
 	var watching *metav1.Condition
 	require.Eventually(t, func() bool {
-		watching = leadertest.Condition(leadertest.GetRSR(t, c, ns, "web"), v1alpha1.ConditionHealthWatch)
+		watching = kubetest.Condition(kubetest.GetRSR(t, c, ns, "web"), v1alpha1.ConditionHealthWatch)
 		return watching != nil && strings.Contains(watching.Message, "not evaluated yet")
 	}, 30*time.Second, 20*time.Millisecond, "the HealthWatch condition says what is not evaluated yet")
 	assert.Equal(t, v1alpha1.HealthWatchWatching, watching.Reason, "Watching while watching, whatever is not evaluated yet")
 	assert.Contains(t, watching.Message, "not evaluated yet: throttling: no throttling source is configured")
 
-	rsr := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseHealthy, "")
-	healthy := leadertest.Condition(rsr, v1alpha1.ConditionHealthWatch)
+	rsr := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseHealthy, "")
+	healthy := kubetest.Condition(rsr, v1alpha1.ConditionHealthWatch)
 	require.NotNil(t, healthy)
 	assert.Equal(t, v1alpha1.HealthWatchHealthy, healthy.Reason)
 	assert.Equal(t, metav1.ConditionTrue, healthy.Status)
 	assert.Contains(t, healthy.Message, "never evaluated: throttling: no throttling source is configured")
 	require.NotNil(t, rsr.Status.LastHealthy)
 	assert.Equal(t, rsr.Status.Change.ValueFingerprint, rsr.Status.LastHealthy.ValueFingerprint)
-	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionHealthy), 1)
+	assert.Len(t, kubetest.HistoryOf(rsr, v1alpha1.ActionHealthy), 1)
 	assert.Equal(t, v1alpha1.BackoffMonitoringSucceeded, rsr.Status.Rollback.State)
 	require.Eventually(t, func() bool {
-		return len(leadertest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventMonitoringSucceeded)) == 1
+		return len(kubetest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventMonitoringSucceeded)) == 1
 	}, 10*time.Second, 50*time.Millisecond)
-	assert.Len(t, leadertest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventMonitoringStarted), 1)
+	assert.Len(t, kubetest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventMonitoringStarted), 1)
 }
 
 // TestFailoverMidRollbackRestoresOnce stops the leader right after it marked
@@ -130,24 +131,24 @@ func TestWatchEndsHealthy(t *testing.T) {
 // the rollback is recorded once.
 func TestFailoverMidRollbackRestoresOnce(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep := leadertest.Web(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil))
+	dep := kubetest.Web(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil))
 	// The leader dies between marking and restoring.
 	a := leadertest.StartCrashing(t, ns, func(cfg *cluster.Config, crash func(context.Context, *v1alpha1.RightsizingRecommendation)) {
 		cfg.AfterBreach = crash
 	})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
-	leadertest.OOMKilled(t, c, pod, "OOMKilled")
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
 	a.WaitCrashed(t, "marked the breach")
-	assert.Equal(t, "128Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String(), "a stopped before restoring")
+	assert.Equal(t, "128Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String(), "a stopped before restoring")
 
 	b := leadertest.StartReplica(t, ns, "b", cluster.Config{})
-	rsr := leadertest.WaitRestored(t, c, ns, "web")
-	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String())
-	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack), 1)
+	rsr := kubetest.WaitRestored(t, c, ns, "web")
+	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String())
+	assert.Len(t, kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack), 1)
 	time.Sleep(500 * time.Millisecond)
 	total := testutil.ToFloat64(a.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory")) +
 		testutil.ToFloat64(b.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"))
@@ -160,15 +161,15 @@ func TestFailoverMidRollbackRestoresOnce(t *testing.T) {
 // signal alone.
 func TestKernelOOMKillRollsBackBeforePodStatus(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
 	kernel := signals.NewKernel()
-	dep, _ := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), cluster.Config{Signals: kernelOnly(kernel)}, "500m", "128Mi")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	dep, _ := leadertest.WatchedWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), cluster.Config{Signals: kubetest.KernelOnly(kernel)}, "500m", "128Mi")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond) // the pod reaches the leader's cache
 
 	kernel.AddOOMKill(pod.UID, "app", time.Now())
-	rsr := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
 	require.NotNil(t, rsr.Status.Breach)
 	assert.Contains(t, rsr.Status.Breach.Figures, "oomKills 1 ≥ 1")
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
@@ -180,14 +181,14 @@ func TestKernelOOMKillRollsBackBeforePodStatus(t *testing.T) {
 // T0+2m), and 400 periods with 200 throttled make a ratio of 0.5.
 func TestThrottlingRollsBackCPU(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	src := signals.NewKernel()
-	dep, l := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), cluster.Config{Now: now, Signals: kernelOnly(src), Throttling: src}, "250m", "256Mi")
-	rsr := leadertest.GetRSR(t, c, ns, "web")
+	dep, l := leadertest.WatchedWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), cluster.Config{Now: now, Signals: kubetest.KernelOnly(src), Throttling: src}, "250m", "256Mi")
+	rsr := kubetest.GetRSR(t, c, ns, "web")
 	t0 := rsr.Status.Change.AppliedAt.Time
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond)
 
 	offset.Store(int64(3 * time.Minute))
@@ -196,25 +197,20 @@ func TestThrottlingRollsBackCPU(t *testing.T) {
 		healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: windowStart.Add(-time.Second), Periods: 100, Throttled: 10},
 		healthwatch.CounterSample{PodUID: pod.UID, Container: "app", Started: t0, At: now(), Periods: 500, Throttled: 210},
 	)
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
-	rsr = leadertest.WaitRestored(t, c, ns, "web")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
+	rsr = kubetest.WaitRestored(t, c, ns, "web")
 	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, rsr.Status.Breach.Resources)
 	assert.Contains(t, rsr.Status.Breach.Figures[0], "throttlingRatio 0.5")
-	assert.Equal(t, "500m", leadertest.TemplateResources(t, c, dep).Requests.Cpu().String(), "cpu restored")
-	leadertest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Throttling", "cpu"), 1)
+	assert.Equal(t, "500m", kubetest.TemplateResources(t, c, dep).Requests.Cpu().String(), "cpu restored")
+	kubetest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Throttling", "cpu"), 1)
 
 	// CPU decreases are now in cooldown.
-	leadertest.Update(t, c, rsr, func() {
-		rsr.Spec.Containers[0].Requests.CPU = leadertest.Q("200m")
-		rsr.Spec.Containers[0].Limits.CPU = leadertest.Q("200m")
+	kubetest.Update(t, c, rsr, func() {
+		rsr.Spec.Containers[0].Requests.CPU = kubetest.Q("200m")
+		rsr.Spec.Containers[0].Limits.CPU = kubetest.Q("200m")
 	})
-	rsr = leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonCooldown)
-	assert.Equal(t, "500m", leadertest.TemplateResources(t, c, dep).Requests.Cpu().String(), "the decrease was not applied")
-}
-
-// kernelOnly returns the leader's signal stores around a test's Kernel.
-func kernelOnly(k *signals.Kernel) *signals.Stores {
-	return &signals.Stores{Kernel: k, Statuses: signals.NewAgentStatuses(0)}
+	rsr = kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonCooldown)
+	assert.Equal(t, "500m", kubetest.TemplateResources(t, c, dep).Requests.Cpu().String(), "the decrease was not applied")
 }
 
 // TestResizeRestartsAreNotCounted: three replicas resized in place with
@@ -223,25 +219,25 @@ func kernelOnly(k *signals.Kernel) *signals.Stores {
 // restarts: 3); one more restart each is.
 func TestResizeRestartsAreNotCounted(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep := leadertest.Deployment(ns, "web", "500m", "256Mi")
+	dep := kubetest.Deployment(ns, "web", "500m", "256Mi")
 	dep.Spec.Replicas = ptr.To[int32](3)
 	dep.Spec.Template.Spec.Containers[0].ResizePolicy = []corev1.ContainerResizePolicy{
 		{ResourceName: corev1.ResourceMemory, RestartPolicy: corev1.RestartContainer}}
 	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, leadertest.PolicyWith(ns, time.Hour, nil)))
-	first := leadertest.RunningPod(t, c, dep)
+	require.NoError(t, c.Create(ctx, kubetest.PolicyWith(ns, time.Hour, nil)))
+	first := kubetest.RunningPod(t, c, dep)
 	pods := []*corev1.Pod{first}
 	for i := 2; i <= 3; i++ {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("web-h1-%d", i), Labels: first.Labels,
 			OwnerReferences: first.OwnerReferences}, Spec: *first.Spec.DeepCopy()}
 		require.NoError(t, c.Create(ctx, p))
-		leadertest.MarkRunning(t, c, p)
+		kubetest.MarkRunning(t, c, p)
 		pods = append(pods, p)
 	}
 	leadertest.StartReplica(t, ns, "a", cluster.Config{})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "500m", "128Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "500m", "128Mi")))
 
 	restart := func(p *corev1.Pod) {
 		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -251,18 +247,18 @@ func TestResizeRestartsAreNotCounted(t *testing.T) {
 		}))
 	}
 	for _, p := range pods {
-		leadertest.KubeletReports(t, c, p, "")
+		kubetest.KubeletReports(t, c, p, "")
 		restart(p) // the kubelet restarted app to resize its memory
 	}
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
 	time.Sleep(500 * time.Millisecond)
-	rsr := leadertest.GetRSR(t, c, ns, "web")
+	rsr := kubetest.GetRSR(t, c, ns, "web")
 	assert.Equal(t, v1alpha1.PhaseWatching, rsr.Status.Phase, "the resize's own restarts are no harm")
 
 	for _, p := range pods {
 		restart(p)
 	}
-	rsr = leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
+	rsr = kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
 	require.NotNil(t, rsr.Status.Breach)
 	assert.Equal(t, []string{"restarts 3 ≥ 3"}, rsr.Status.Breach.Figures)
 	assert.Contains(t, rsr.Status.Message, "1 more caused by the resize (resizePolicy RestartContainer) not counted")

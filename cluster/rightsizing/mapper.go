@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/cachestore"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/workload"
-	"github.com/kerf-dev/kerf/internal/cacheindex"
 )
 
 // mapper maps the objects the controller watches to the recommendations
@@ -24,7 +24,7 @@ type mapper struct {
 	c client.Reader
 	// cache is the manager's, and pods, replicaSets and recommendations
 	// its informers of them, which signaled and pod read without a copy.
-	cache                              *cacheindex.Cache
+	cache                              *cachestore.Cache
 	pods, replicaSets, recommendations cache.Informer
 	r                                  *Reconciler
 }
@@ -54,7 +54,7 @@ func (m mapper) inScope(ctx context.Context, o client.Object) []reconcile.Reques
 // The pod is the informer's (a cachedPod) or a *corev1.Pod read: only its
 // metadata is read.
 func (m mapper) pod(ctx context.Context, pod client.Object) []reconcile.Request {
-	if _, ok := podStatus(pod); !ok {
+	if _, ok := cachestore.PodStatus(pod); !ok {
 		return nil
 	}
 	ref, ok, err := workload.OfWith(ctx, pod, m.replicaSet)
@@ -76,7 +76,7 @@ func (m mapper) pod(ctx context.Context, pod client.Object) []reconcile.Request 
 	// The cache's own recommendations, only read: neither a list nor a
 	// copy for each agent's sample.
 	objs, err := m.cache.Lookup(m.recommendations, recommendationKind, targetRefIndex, ref.Namespace, targetKey(ref.Kind, ref.Name))
-	if errors.Is(err, cacheindex.ErrNoIndexer) {
+	if errors.Is(err, cachestore.ErrNoIndexer) {
 		var list v1alpha1.RightsizingRecommendationList
 		if err := m.c.List(ctx, &list, client.InNamespace(ref.Namespace), client.MatchingFields{targetRefIndex: targetKey(ref.Kind, ref.Name)},
 			client.UnsafeDisableDeepCopy); err != nil {
@@ -105,13 +105,13 @@ func (m mapper) pod(ctx context.Context, pod client.Object) []reconcile.Request 
 // namespaces (no one indexer), a copy.
 func (m mapper) replicaSet(ctx context.Context, key client.ObjectKey) (metav1.Object, error) {
 	if m.replicaSets != nil {
-		obj, ok, err := cacheindex.Stored(m.replicaSets, key.Namespace, key.Name)
+		obj, ok, err := cachestore.Stored(m.replicaSets, key.Namespace, key.Name)
 		switch {
 		case err == nil && ok:
 			return obj, nil
 		case err == nil:
 			return nil, apierrors.NewNotFound(appsv1.Resource("replicasets"), key.Name)
-		case !errors.Is(err, cacheindex.ErrNoIndexer):
+		case !errors.Is(err, cachestore.ErrNoIndexer):
 			return nil, err
 		}
 	}
@@ -120,7 +120,7 @@ func (m mapper) replicaSet(ctx context.Context, key client.ObjectKey) (metav1.Ob
 
 // signaled maps an agent's signal, a pod known by UID only, to the pod in
 // the cache and then as pod does. It reads the cache's own object, the
-// cachedPod, through the index (cacheindex.Cache.Lookup): a signal comes for
+// cachedPod, through the index (cachestore.Cache.Lookup): a signal comes for
 // every pod every counters interval (3,500 a second at 35,000 pods and
 // the agents' 10 s), and a copying read made each a whole corev1.Pod (15 %
 // of the leader's CPU in a wave at 25,000 workloads, docs/performance.md).
@@ -128,7 +128,7 @@ func (m mapper) replicaSet(ctx context.Context, key client.ObjectKey) (metav1.Ob
 // look up: there the pod is read as a copy.
 func (m mapper) signaled(ctx context.Context, o client.Object) []reconcile.Request {
 	objs, err := m.cache.Lookup(m.pods, podKind, stream.PodUIDField, "", string(o.GetUID()))
-	if errors.Is(err, cacheindex.ErrNoIndexer) {
+	if errors.Is(err, cachestore.ErrNoIndexer) {
 		pod, ok := stream.CachedPods{Reader: m.c}.PodByUID(o.GetUID())
 		if !ok {
 			return nil

@@ -23,6 +23,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -33,10 +34,10 @@ import (
 // once allowed the rollback completes and is recorded once.
 func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep, l := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), cluster.Config{}, "500m", "128Mi")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	dep, l := leadertest.WatchedWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), cluster.Config{}, "500m", "128Mi")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 
 	deny := &admissionregistrationv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "deny-restore-" + ns},
@@ -67,7 +68,7 @@ func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 	t.Cleanup(func() { _ = c.Delete(ctx, binding); _ = c.Delete(ctx, deny) })
 	// The apiserver loads new policies asynchronously: wait until it refuses.
 	require.Eventually(t, func() bool {
-		probe := leadertest.Deployment(ns, "probe", "500m", "128Mi")
+		probe := kubetest.Deployment(ns, "probe", "500m", "128Mi")
 		if err := c.Create(ctx, probe); err != nil {
 			return false
 		}
@@ -77,11 +78,11 @@ func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 		return c.Update(ctx, probe) != nil
 	}, 15*time.Second, 100*time.Millisecond, "the admission policy never took effect")
 
-	leadertest.OOMKilled(t, c, pod, "OOMKilled")
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
 	var rsr *v1alpha1.RightsizingRecommendation
 	require.Eventually(t, func() bool {
-		rsr = leadertest.GetRSR(t, c, ns, "web")
-		for _, a := range leadertest.HistoryOf(rsr, v1alpha1.ActionFailed) {
+		rsr = kubetest.GetRSR(t, c, ns, "web")
+		for _, a := range kubetest.HistoryOf(rsr, v1alpha1.ActionFailed) {
 			if a.Reason == v1alpha1.ReasonRollbackError {
 				return true
 			}
@@ -90,19 +91,19 @@ func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 	}, 20*time.Second, 50*time.Millisecond, "the failed restore was not recorded")
 	assert.Equal(t, v1alpha1.PhaseRolledBack, rsr.Status.Phase, "marked RolledBack before restoring")
 	assert.False(t, rsr.Status.Breach.Restored)
-	for _, a := range leadertest.HistoryOf(rsr, v1alpha1.ActionFailed) {
+	for _, a := range kubetest.HistoryOf(rsr, v1alpha1.ActionFailed) {
 		assert.Contains(t, a.Message, "memory may not go back to 256Mi yet", "only the refusal is a failure, not a conflict")
 	}
-	assert.Equal(t, "128Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String())
+	assert.Equal(t, "128Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String())
 
 	require.NoError(t, c.Delete(ctx, binding))
 	require.Eventually(t, func() bool {
-		rsr = leadertest.GetRSR(t, c, ns, "web")
+		rsr = kubetest.GetRSR(t, c, ns, "web")
 		return rsr.Status.Breach.Restored
 	}, 30*time.Second, 100*time.Millisecond, "the restore never succeeded")
-	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String())
-	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack), 1)
-	leadertest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
+	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String())
+	assert.Len(t, kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack), 1)
+	kubetest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
 	assert.GreaterOrEqual(t, testutil.ToFloat64(l.Metrics.Actions.WithLabelValues("failed", v1alpha1.ReasonRollbackError, "memory")), 1.0)
 }
 
@@ -113,17 +114,17 @@ func TestFailedRestoreIsRetriedUntilItSucceeds(t *testing.T) {
 // failedPermanent.
 func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep := leadertest.Web(t, c, ns, leadertest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
+	dep := kubetest.Web(t, c, ns, kubetest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
 		g.Cooldown = &metav1.Duration{}
 		g.Backoff = v1alpha1.Backoff{TimePeriod: &metav1.Duration{Duration: 10 * time.Second}, MultiplyByTurn: 1, MaxAttempts: 2}
 	}))
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	src := signals.NewKernel()
-	leadertest.StartReplica(t, ns, "a", cluster.Config{Now: now, Signals: kernelOnly(src)})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
+	leadertest.StartReplica(t, ns, "a", cluster.Config{Now: now, Signals: kubetest.KernelOnly(src)})
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
 	// poke makes the leader look now, as the expiry's timer would.
 	// The leader writes the status meanwhile: a conflict is retried.
 	poke := func(i int) {
@@ -142,7 +143,7 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 	waitState := func(state v1alpha1.BackoffState, turn int32) *v1alpha1.RightsizingRecommendation {
 		var rsr *v1alpha1.RightsizingRecommendation
 		require.Eventually(t, func() bool {
-			rsr = leadertest.GetRSR(t, c, ns, "web")
+			rsr = kubetest.GetRSR(t, c, ns, "web")
 			st := rsr.Status.Rollback
 			return st != nil && st.State == state && st.Turn == turn
 		}, 20*time.Second, 50*time.Millisecond, "never reached %s in turn %d", state, turn)
@@ -151,7 +152,7 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 
 	for turn := int32(1); turn <= 2; turn++ {
 		waitState(v1alpha1.BackoffMonitoring, turn)
-		pod := leadertest.AdoptedPod(t, c, dep, fmt.Sprintf("web-turn-%d", turn))
+		pod := kubetest.AdoptedPod(t, c, dep, fmt.Sprintf("web-turn-%d", turn))
 		time.Sleep(200 * time.Millisecond)
 		src.AddOOMKill(pod.UID, "app", now())
 		rsr := waitState(v1alpha1.BackoffBackingOff, turn)
@@ -161,18 +162,18 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 		wait := rsr.Status.Rollback.Expiry.Sub(rsr.Status.Breach.At.Time)
 		want := time.Duration(turn) * 10 * time.Second
 		assert.True(t, wait >= want && wait <= want+2*time.Second, "expiry = timePeriod × multiplyByTurn × turn: %s after the breach, want %s", wait, want)
-		assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String(), "turn %d rolled back", turn)
+		assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String(), "turn %d rolled back", turn)
 		offset.Add(int64(time.Duration(turn)*10*time.Second + time.Second))
 		poke(int(turn))
 	}
 	rsr := waitState(v1alpha1.BackoffFailedPermanent, 2)
-	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack), 2)
-	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionApplied), 2, "the same values were tried once more")
-	leadertest.WaitEvents(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.EventBackoffExhausted, 1)
-	assert.Len(t, leadertest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventBackoffTurnCompleted), 1)
+	assert.Len(t, kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack), 2)
+	assert.Len(t, kubetest.HistoryOf(rsr, v1alpha1.ActionApplied), 2, "the same values were tried once more")
+	kubetest.WaitEvents(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.EventBackoffExhausted, 1)
+	assert.Len(t, kubetest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventBackoffTurnCompleted), 1)
 	poke(3)
 	time.Sleep(500 * time.Millisecond)
-	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String(), "never applied a third time")
+	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String(), "never applied a third time")
 }
 
 // TestInPlaceOOMRollbackResizesPodsBack applies a memory decrease in place,
@@ -180,54 +181,54 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 // once the kubelet reports the old values again.
 func TestInPlaceOOMRollbackResizesPodsBack(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep, pod, l := leadertest.InPlaceWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), "500m", "128Mi")
+	dep, pod, l := leadertest.InPlaceWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), "500m", "128Mi")
 
-	leadertest.KubeletReports(t, c, pod, "")
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	leadertest.OOMKilled(t, c, pod, "OOMKilled")
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	kubetest.KubeletReports(t, c, pod, "")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
 	require.Eventually(t, func() bool {
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 		return pod.Spec.Containers[0].Resources.Requests.Memory().String() == "256Mi"
 	}, 20*time.Second, 50*time.Millisecond, "the pod was never resized back")
-	assert.False(t, leadertest.GetRSR(t, c, ns, "web").Status.Breach.Restored, "restored only once the kubelet runs the values")
+	assert.False(t, kubetest.GetRSR(t, c, ns, "web").Status.Breach.Restored, "restored only once the kubelet runs the values")
 
 	// The kubelet runs the old values again.
 	pod.Status.ObservedGeneration = pod.Generation
 	pod.Status.ContainerStatuses[0].Resources = pod.Spec.Containers[0].Resources.DeepCopy()
 	require.NoError(t, c.Status().Update(ctx, pod))
-	leadertest.WaitRestored(t, c, ns, "web")
+	kubetest.WaitRestored(t, c, ns, "web")
 	assert.Equal(t, "500m", pod.Spec.Containers[0].Resources.Requests.Cpu().String())
-	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String(), "the template was never changed")
-	leadertest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
+	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String(), "the template was never changed")
+	kubetest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
 }
 
 // A workload deleted while its rollback runs leaves nothing to restore: the
 // rollback ends, says so, and is not retried as an error.
 func TestRollbackOfADeletedWorkloadEnds(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep := leadertest.Web(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil))
+	dep := kubetest.Web(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil))
 	leadertest.StartReplica(t, ns, "a", cluster.Config{AfterBreach: func(ctx context.Context, _ *v1alpha1.RightsizingRecommendation) {
 		require.NoError(t, c.Delete(ctx, dep))
 		// The leader reads the workload from its cache: wait until the
 		// deletion is there, as it would be in a real cluster soon after.
 		time.Sleep(500 * time.Millisecond)
 	}})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
-	leadertest.OOMKilled(t, c, pod, "OOMKilled")
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
 
-	rsr := leadertest.WaitRestored(t, c, ns, "web")
+	rsr := kubetest.WaitRestored(t, c, ns, "web")
 	assert.Equal(t, v1alpha1.PhaseRolledBack, rsr.Status.Phase)
-	rb := leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
+	rb := kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
 	require.Len(t, rb, 1)
 	assert.Contains(t, rb[0].Message, "Deployment "+ns+"/web is gone, nothing left to restore")
-	assert.Empty(t, leadertest.HistoryOf(rsr, v1alpha1.ActionFailed), "a deleted workload is no restore failure")
+	assert.Empty(t, kubetest.HistoryOf(rsr, v1alpha1.ActionFailed), "a deleted workload is no restore failure")
 	assert.Contains(t, rsr.Status.RolledBackFingerprints, rsr.Status.Change.ValueFingerprint)
 }
 
@@ -239,17 +240,17 @@ func TestRollbackOfADeletedWorkloadEnds(t *testing.T) {
 // the pod that keeps the changed values.
 func TestDeferredRollbackNamesAPodItCannotResizeBack(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep := leadertest.Deployment(ns, "web", "500m", "256Mi")
+	dep := kubetest.Deployment(ns, "web", "500m", "256Mi")
 	dep.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("128Mi")}
 	require.NoError(t, c.Create(ctx, dep))
-	old := leadertest.RunningPod(t, c, dep) // Burstable, as the template
-	require.NoError(t, c.Create(ctx, leadertest.PolicyWith(ns, time.Hour, nil)))
+	old := kubetest.RunningPod(t, c, dep) // Burstable, as the template
+	require.NoError(t, c.Create(ctx, kubetest.PolicyWith(ns, time.Hour, nil)))
 	leadertest.StartReplica(t, ns, "a", cluster.Config{})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyDeferred, "500m", "256Mi")))
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyDeferred, "500m", "256Mi")))
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
 
 	// A pod of the same ReplicaSet starts, and the webhook gives it the values.
 	started := &corev1.Pod{
@@ -258,22 +259,22 @@ func TestDeferredRollbackNamesAPodItCannotResizeBack(t *testing.T) {
 	}
 	started.Spec.Containers[0].Resources.Requests = started.Spec.Containers[0].Resources.Limits.DeepCopy()
 	require.NoError(t, c.Create(ctx, started))
-	leadertest.MarkRunning(t, c, started)
+	kubetest.MarkRunning(t, c, started)
 	require.Equal(t, corev1.PodQOSGuaranteed, started.Status.QOSClass)
 
-	leadertest.OOMKilled(t, c, started, "OOMKilled")
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
-	rsr := leadertest.WaitRestored(t, c, ns, "web")
-	rb := leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
+	kubetest.OOMKilled(t, c, started, "OOMKilled")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr := kubetest.WaitRestored(t, c, ns, "web")
+	rb := kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
 	require.Len(t, rb, 1)
 	assert.Contains(t, rb[0].Message, "not resized back, these keep the changed values until they are recreated: pod web-h1-started: Rejected")
 	assert.NotContains(t, rb[0].Message, old.Name)
-	assert.Empty(t, leadertest.HistoryOf(rsr, v1alpha1.ActionFailed), "the rollback did not fail on it")
+	assert.Empty(t, kubetest.HistoryOf(rsr, v1alpha1.ActionFailed), "the rollback did not fail on it")
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(started), started))
 	assert.Equal(t, "256Mi", started.Spec.Containers[0].Resources.Requests.Memory().String(), "left as it started")
 	require.Eventually(t, func() bool {
 		// One on the recommendation, one on the Deployment: both are web.
-		evs := leadertest.EventsFor(t, c, ns, "web", corev1.EventTypeWarning, "RolledBack")
+		evs := kubetest.EventsFor(t, c, ns, "web", corev1.EventTypeWarning, "RolledBack")
 		return len(evs) == 2 && strings.Contains(evs[0].Note, "web-h1-started") && strings.Contains(evs[1].Note, "web-h1-started")
 	}, 10*time.Second, 50*time.Millisecond, "the Warning events name the pod")
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 )
 
 // TestFailedRestoreRecordsEachDistinctErrorOnce runs the failed-restore
@@ -26,9 +27,10 @@ import (
 func TestFailedRestoreRecordsEachDistinctErrorOnce(t *testing.T) {
 	cp := controlplane.Get(t)
 	c := cp.Client
-	ns := controlplane.Namespace(t, c, "kerf-rightsizing-test-")
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	rsr := newRecommendation(t, c, ns, v1alpha1.StrategyRollout)
+	rsr := kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")
+	require.NoError(t, c.Create(ctx, rsr))
 	breachAt := metav1.NewTime(time.Now().Truncate(time.Second))
 	rsr.Status = v1alpha1.RightsizingRecommendationStatus{
 		Phase: v1alpha1.PhaseRolledBack, Reason: v1alpha1.HealthWatchOOMKills,
@@ -51,7 +53,7 @@ func TestFailedRestoreRecordsEachDistinctErrorOnce(t *testing.T) {
 		_, err := rc.restoreFailed(ctx, cause)
 		require.ErrorContains(t, err, cause.Error())
 	}
-	got := readRecommendation(t, c, ns)
+	got := kubetest.GetRSR(t, c, ns, "web")
 	var msgs []string
 	for _, a := range got.Status.History {
 		if a.Type == v1alpha1.ActionFailed {

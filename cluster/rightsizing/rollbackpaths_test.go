@@ -21,6 +21,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/promql"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 	"github.com/kerf-dev/kerf/test/promtest"
 )
@@ -31,30 +32,30 @@ import (
 // new apply blocked by it shows.
 func TestRollbackWhileAFreezeWindowIsOpen(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
-	p := leadertest.PolicyWith(ns, time.Hour, nil)
+	ns := kubetest.Namespace(t, c)
+	p := kubetest.PolicyWith(ns, time.Hour, nil)
 	dep, _ := leadertest.WatchedWeb(t, c, ns, p, cluster.Config{}, "250m", "128Mi")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 
 	// Open every minute for an hour: open now, whatever the time.
-	leadertest.Update(t, c, p, func() {
+	kubetest.Update(t, c, p, func() {
 		p.Spec.Guardrails.FreezeWindows = []v1alpha1.FreezeWindow{{Schedule: "* * * * *", Duration: metav1.Duration{Duration: time.Hour}, TimeZone: "UTC"}}
 	})
 	time.Sleep(300 * time.Millisecond) // the policy reaches the leader's cache
 
-	leadertest.OOMKilled(t, c, pod, "OOMKilled")
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
-	rsr := leadertest.WaitRestored(t, c, ns, "web")
-	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String(), "memory restored inside the freeze window")
-	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack), 1)
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	rsr := kubetest.WaitRestored(t, c, ns, "web")
+	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String(), "memory restored inside the freeze window")
+	assert.Len(t, kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack), 1)
 
 	// The window was open: other values are held back by it.
-	leadertest.Update(t, c, rsr, func() {
-		rsr.Spec.Containers[0].Requests.Memory = leadertest.Q("200Mi")
-		rsr.Spec.Containers[0].Limits.Memory = leadertest.Q("200Mi")
+	kubetest.Update(t, c, rsr, func() {
+		rsr.Spec.Containers[0].Requests.Memory = kubetest.Q("200Mi")
+		rsr.Spec.Containers[0].Limits.Memory = kubetest.Q("200Mi")
 	})
-	rsr = leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonFreezeWindow)
-	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String(), "the freeze held the apply back")
+	rsr = kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonFreezeWindow)
+	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String(), "the freeze held the apply back")
 }
 
 // hpaFor is an autoscaling/v2 HPA of Deployment target with a cpu
@@ -87,25 +88,25 @@ func hpaTarget(t *testing.T, c client.Client, hpa *autoscalingv2.HorizontalPodAu
 // puts the target back with the request.
 func TestRollbackRestoresTheHPATarget(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep := leadertest.Web(t, c, ns, leadertest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.Restarts = ptr.To[int32](1) }))
+	dep := kubetest.Web(t, c, ns, kubetest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.Restarts = ptr.To[int32](1) }))
 	hpa := hpaFor(ns, "web", 60)
 	require.NoError(t, c.Create(ctx, hpa))
 	leadertest.StartReplica(t, ns, "a", cluster.Config{})
-	rec := leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")
+	rec := kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")
 	rec.Spec.HPA = &v1alpha1.HPACoordination{Coordinate: true}
 	require.NoError(t, c.Create(ctx, rec))
-	rsr := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	rsr := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
 	require.NotNil(t, rsr.Status.Change.HPA, "the HPA was coordinated")
 	assert.Equal(t, v1alpha1.HPAChange{Name: "web", PreviousTargetCPUUtilization: 60, AppliedTargetCPUUtilization: 120}, *rsr.Status.Change.HPA)
 	assert.Equal(t, int32(120), hpaTarget(t, c, hpa), "60% of 500m is 120% of 250m")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 
-	leadertest.OOMKilled(t, c, pod, "Error") // a restart: every touched resource, cpu here
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
-	rsr = leadertest.WaitRestored(t, c, ns, "web")
-	assert.Equal(t, "500m", leadertest.TemplateResources(t, c, dep).Requests.Cpu().String(), "cpu restored")
+	kubetest.OOMKilled(t, c, pod, "Error") // a restart: every touched resource, cpu here
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
+	rsr = kubetest.WaitRestored(t, c, ns, "web")
+	assert.Equal(t, "500m", kubetest.TemplateResources(t, c, dep).Requests.Cpu().String(), "cpu restored")
 	assert.Equal(t, int32(60), hpaTarget(t, c, hpa), "the HPA target restored with the cpu request")
 	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, rsr.Status.Breach.Resources)
 }
@@ -143,7 +144,7 @@ func newCadvisorTarget(t *testing.T, namespace, pod, container string) *cadvisor
 // window, from T0+2m, has begun and the counters' series are born in it).
 func TestPromQLThrottlingRollsBackCPU(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	var offset atomic.Int64
 	offset.Store(int64(-3 * time.Minute))
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
@@ -155,23 +156,23 @@ func TestPromQLThrottlingRollsBackCPU(t *testing.T) {
 	src, err := promql.New(promql.Config{URL: promURL}, nil)
 	require.NoError(t, err)
 
-	dep, l := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), cluster.Config{Now: now, Throttling: src}, "250m", "256Mi")
+	dep, l := leadertest.WatchedWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), cluster.Config{Now: now, Throttling: src}, "250m", "256Mi")
 	offset.Store(0)
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
-	t0 := leadertest.GetRSR(t, c, ns, "web").Status.Change.AppliedAt.Time
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
+	t0 := kubetest.GetRSR(t, c, ns, "web").Status.Change.AppliedAt.Time
 	require.Eventually(t, func() bool {
 		w, err := src.ThrottleWindows([]*corev1.Pod{pod}, []string{"app"}, t0.Add(2*time.Minute), time.Now())
 		return err == nil && w["app"].Periods == 400
 	}, 30*time.Second, 100*time.Millisecond, "Prometheus never had the counters")
-	assert.Equal(t, v1alpha1.PhaseWatching, leadertest.GetRSR(t, c, ns, "web").Status.Phase, "nothing but the PromQL source says throttled")
+	assert.Equal(t, v1alpha1.PhaseWatching, kubetest.GetRSR(t, c, ns, "web").Status.Phase, "nothing but the PromQL source says throttled")
 
 	// A pod update makes the leader look now rather than at its next
 	// periodic look.
-	leadertest.Update(t, c, pod, func() { metav1.SetMetaDataAnnotation(&pod.ObjectMeta, "test/poke", "1") })
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
-	rsr := leadertest.WaitRestored(t, c, ns, "web")
+	kubetest.Update(t, c, pod, func() { metav1.SetMetaDataAnnotation(&pod.ObjectMeta, "test/poke", "1") })
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchThrottling)
+	rsr := kubetest.WaitRestored(t, c, ns, "web")
 	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, rsr.Status.Breach.Resources)
 	assert.Contains(t, rsr.Status.Breach.Figures[0], "throttlingRatio 0.5")
-	assert.Equal(t, "500m", leadertest.TemplateResources(t, c, dep).Requests.Cpu().String(), "cpu restored")
-	leadertest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Throttling", "cpu"), 1)
+	assert.Equal(t, "500m", kubetest.TemplateResources(t, c, dep).Requests.Cpu().String(), "cpu restored")
+	kubetest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Throttling", "cpu"), 1)
 }

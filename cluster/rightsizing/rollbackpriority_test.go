@@ -21,6 +21,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/rightsizing"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -52,7 +53,7 @@ func TestARollbackGoesBeforeTheQueuedApplies(t *testing.T) {
 	})
 	t.Run("the pod's status", func(t *testing.T) {
 		rollbackBeforeWave(t, 20, 4, func(t *testing.T, c client.Client, _ *signals.Kernel, pod *corev1.Pod) {
-			leadertest.OOMKilled(t, c, pod, "OOMKilled")
+			kubetest.OOMKilled(t, c, pod, "OOMKilled")
 		})
 	})
 }
@@ -120,7 +121,7 @@ func rollbackBeforeWave(t *testing.T, qps float32, workers int, kill func(t *tes
 	const wave = 240
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	src := signals.NewKernel()
 
 	var recorded atomic.Int64
@@ -137,7 +138,7 @@ func rollbackBeforeWave(t *testing.T, qps float32, workers int, kill func(t *tes
 	breachAt := make(chan breachSeen, 1)
 	// None kept for rollbacks: the harm request goes first in the one
 	// queue (harmPriority), the path these tests measure.
-	cfg := cluster.Config{Signals: kernelOnly(src), Workers: workers, RollbackWorkers: rightsizing.NoRollbackWorkers,
+	cfg := cluster.Config{Signals: kubetest.KernelOnly(src), Workers: workers, RollbackWorkers: rightsizing.NoRollbackWorkers,
 		AfterRecord: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
 			if rsr.Name == "victim" {
 				return
@@ -163,13 +164,13 @@ func rollbackBeforeWave(t *testing.T, qps float32, workers int, kill func(t *tes
 			}
 		},
 	}
-	require.NoError(t, c.Create(ctx, leadertest.PolicyWith(ns, time.Hour, nil)))
-	dep := leadertest.Deployment(ns, "victim", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, kubetest.PolicyWith(ns, time.Hour, nil)))
+	dep := kubetest.Deployment(ns, "victim", "500m", "256Mi")
 	require.NoError(t, c.Create(ctx, dep))
 	l := startLimitedLeader(t, ns, "a", cfg, qps)
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "victim", "victim", v1alpha1.StrategyRollout, "500m", "128Mi")))
-	leadertest.WaitPhase(t, c, ns, "victim", v1alpha1.PhaseWatching, "")
-	pod := leadertest.AdoptedPod(t, c, dep, "victim-new")
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "victim", "victim", v1alpha1.StrategyRollout, "500m", "128Mi")))
+	kubetest.WaitPhase(t, c, ns, "victim", v1alpha1.PhaseWatching, "")
+	pod := kubetest.AdoptedPod(t, c, dep, "victim-new")
 	time.Sleep(time.Second) // the pod reaches the leader's cache
 
 	// The wave: a change for each of wave Deployments, created at once.
@@ -177,7 +178,7 @@ func rollbackBeforeWave(t *testing.T, qps float32, workers int, kill func(t *tes
 	require.Eventually(t, func() bool { return recorded.Load() >= 4 }, 20*time.Second, 10*time.Millisecond, "the wave never started")
 
 	touch := func(v string) {
-		leadertest.Update(t, c, pod, func() { pod.Annotations = map[string]string{"test/touched": v} })
+		kubetest.Update(t, c, pod, func() { pod.Annotations = map[string]string{"test/touched": v} })
 	}
 	touch("1")
 	time.Sleep(time.Second)
@@ -199,7 +200,7 @@ func rollbackBeforeWave(t *testing.T, qps float32, workers int, kill func(t *tes
 		t.Fatalf("no breach 20 s after the OOM kill; %d of %d applies recorded", recorded.Load(), wave)
 	}
 	atBreach := seen.recorded
-	rsr := leadertest.WaitRestored(t, c, ns, "victim")
+	rsr := kubetest.WaitRestored(t, c, ns, "victim")
 	atRestore := recorded.Load()
 	fig := waveFigures{breach: seen.at.Sub(sent), restored: time.Since(sent), appliedMeanwhile: atRestore - atOOM}
 	t.Logf("OOM kill → breach in %v, → restored in %v; applies recorded: %d at the kill, %d at the breach, %d at the restore (of %d)",
@@ -211,7 +212,7 @@ func rollbackBeforeWave(t *testing.T, qps float32, workers int, kill func(t *tes
 	assert.True(t, concurrent.Load(), "two applies never ran at once with %d workers", workers)
 
 	// The rollback is written: the template has the values from before.
-	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Limits.Memory().String())
+	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Limits.Memory().String())
 	return l, fig
 }
 
@@ -226,17 +227,17 @@ func TestAPendingInPlaceApplyIsFinishedBeforeTheQueuedApplies(t *testing.T) {
 	const wave = 240
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	var recorded atomic.Int64
 	cfg := cluster.Config{Workers: 4, AfterRecord: func(_ context.Context, rsr *v1alpha1.RightsizingRecommendation) {
 		if rsr.Name != "web" {
 			recorded.Add(1)
 		}
 	}}
-	dep := leadertest.Web(t, c, ns, leadertest.NamespacedPolicy(ns, false))
-	pod := leadertest.RunningPod(t, c, dep)
+	dep := kubetest.Web(t, c, ns, kubetest.NamespacedPolicy(ns, false))
+	pod := kubetest.RunningPod(t, c, dep)
 	startLimitedLeader(t, ns, "a", cfg, 20)
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "256Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "256Mi")))
 	require.Eventually(t, func() bool {
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 		return pod.Generation > 1
@@ -248,11 +249,11 @@ func TestAPendingInPlaceApplyIsFinishedBeforeTheQueuedApplies(t *testing.T) {
 	// flight) falls due once at least behind the whole wave.
 	time.Sleep(rightsizing.PendingRequeue + time.Second)
 
-	leadertest.KubeletReports(t, c, pod, "")
+	kubetest.KubeletReports(t, c, pod, "")
 	atHold := recorded.Load()
 	left := int64(wave) - atHold
 	require.Greater(t, left, int64(wave/2), "the wave drained before the resize took hold: nothing left to go before")
-	leadertest.WaitApplied(t, c, ns, "web")
+	kubetest.WaitApplied(t, c, ns, "web")
 	atApplied := recorded.Load()
 	t.Logf("applies recorded: %d when the resize took hold, %d when it was recorded Applied (of %d)", atHold, atApplied, wave)
 	assert.Less(t, atApplied-atHold, left/3, "the pending apply waited behind the queued applies")
@@ -269,11 +270,11 @@ func createWave(t *testing.T, c client.Client, ns string, n int) {
 		wg.Go(func() {
 			for i := w; i < n; i += 8 {
 				name := fmt.Sprintf("wave-%d", i)
-				if err := c.Create(ctx, leadertest.Deployment(ns, name, "500m", "256Mi")); err != nil {
+				if err := c.Create(ctx, kubetest.Deployment(ns, name, "500m", "256Mi")); err != nil {
 					errs <- err
 					return
 				}
-				if err := c.Create(ctx, leadertest.Recommendation(ns, name, name, v1alpha1.StrategyRollout, "250m", "256Mi")); err != nil {
+				if err := c.Create(ctx, kubetest.Recommendation(ns, name, name, v1alpha1.StrategyRollout, "250m", "256Mi")); err != nil {
 					errs <- err
 					return
 				}
@@ -301,7 +302,7 @@ func TestARollbackWaitsForNoApplyWorker(t *testing.T) {
 	})
 	t.Run("the pod's status", func(t *testing.T) {
 		rollbackWithEveryApplyWorkerBusy(t, func(t *testing.T, c client.Client, _ *signals.Kernel, pod *corev1.Pod) {
-			leadertest.OOMKilled(t, c, pod, "OOMKilled")
+			kubetest.OOMKilled(t, c, pod, "OOMKilled")
 		})
 	})
 }
@@ -310,11 +311,11 @@ func rollbackWithEveryApplyWorkerBusy(t *testing.T, kill func(t *testing.T, c cl
 	const workers = 2
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	src := signals.NewKernel()
 	held := make(chan struct{})
 	var busy atomic.Int64
-	cfg := cluster.Config{Signals: kernelOnly(src), Workers: workers, RollbackWorkers: 2,
+	cfg := cluster.Config{Signals: kubetest.KernelOnly(src), Workers: workers, RollbackWorkers: 2,
 		AfterRecord: func(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) {
 			if rsr.Name == "victim" {
 				return
@@ -327,15 +328,15 @@ func rollbackWithEveryApplyWorkerBusy(t *testing.T, kill func(t *testing.T, c cl
 			}
 		},
 	}
-	require.NoError(t, c.Create(ctx, leadertest.PolicyWith(ns, time.Hour, nil)))
-	dep := leadertest.Deployment(ns, "victim", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, kubetest.PolicyWith(ns, time.Hour, nil)))
+	dep := kubetest.Deployment(ns, "victim", "500m", "256Mi")
 	require.NoError(t, c.Create(ctx, dep))
 	l := startLimitedLeader(t, ns, "a", cfg, 50)
 	// Before the leader stops (cleanups run last first).
 	t.Cleanup(sync.OnceFunc(func() { close(held) }))
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "victim", "victim", v1alpha1.StrategyRollout, "500m", "128Mi")))
-	leadertest.WaitPhase(t, c, ns, "victim", v1alpha1.PhaseWatching, "")
-	pod := leadertest.AdoptedPod(t, c, dep, "victim-new")
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "victim", "victim", v1alpha1.StrategyRollout, "500m", "128Mi")))
+	kubetest.WaitPhase(t, c, ns, "victim", v1alpha1.PhaseWatching, "")
+	pod := kubetest.AdoptedPod(t, c, dep, "victim-new")
 	time.Sleep(time.Second) // the pod reaches the leader's cache
 
 	createWave(t, c, ns, 4*workers)
@@ -344,13 +345,13 @@ func rollbackWithEveryApplyWorkerBusy(t *testing.T, kill func(t *testing.T, c cl
 	kill(t, c, src, pod)
 	sent := time.Now()
 	restored := func() bool {
-		rsr := leadertest.GetRSR(t, c, ns, "victim")
+		rsr := kubetest.GetRSR(t, c, ns, "victim")
 		return rsr.Status.Breach != nil && rsr.Status.Breach.Restored
 	}
 	require.Eventually(t, restored, 10*time.Second, 20*time.Millisecond, "the rollback waited for an apply worker")
 	t.Logf("OOM kill → restored in %v, %d of %d apply workers busy", time.Since(sent), busy.Load(), workers)
 	assert.Equal(t, int64(workers), busy.Load(), "every apply worker was still busy at the restore")
-	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Limits.Memory().String(), "the restore was written")
+	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Limits.Memory().String(), "the restore was written")
 	waits := harmWaitsOf(t, l)
 	t.Logf("kerf_leader_harm_queue_wait_seconds: %d requests, %.3f s in all", waits.GetSampleCount(), waits.GetSampleSum())
 	assert.GreaterOrEqual(t, waits.GetSampleCount(), uint64(1), "the harm request's wait was observed")
@@ -366,14 +367,14 @@ func TestAHarmRequestWaitsOnlyForItsOwnPass(t *testing.T) {
 	const hold = time.Second
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	src := signals.NewKernel()
 	var holdNext atomic.Bool
 	entered := make(chan struct{}, 1)
 	var inPass atomic.Int64
 	var overlapped atomic.Bool
 	var reservedPasses atomic.Int64
-	cfg := cluster.Config{Signals: kernelOnly(src), Workers: 2, RollbackWorkers: 2,
+	cfg := cluster.Config{Signals: kubetest.KernelOnly(src), Workers: 2, RollbackWorkers: 2,
 		DuringPass: func(req reconcile.Request, reserved bool) func() {
 			if req.Name != "victim" {
 				return func() {}
@@ -390,17 +391,17 @@ func TestAHarmRequestWaitsOnlyForItsOwnPass(t *testing.T) {
 			return func() { inPass.Add(-1) }
 		},
 	}
-	require.NoError(t, c.Create(ctx, leadertest.PolicyWith(ns, time.Hour, nil)))
-	dep := leadertest.Deployment(ns, "victim", "500m", "256Mi")
+	require.NoError(t, c.Create(ctx, kubetest.PolicyWith(ns, time.Hour, nil)))
+	dep := kubetest.Deployment(ns, "victim", "500m", "256Mi")
 	require.NoError(t, c.Create(ctx, dep))
 	l := startLimitedLeader(t, ns, "a", cfg, 50)
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "victim", "victim", v1alpha1.StrategyRollout, "500m", "128Mi")))
-	leadertest.WaitPhase(t, c, ns, "victim", v1alpha1.PhaseWatching, "")
-	pod := leadertest.AdoptedPod(t, c, dep, "victim-new")
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "victim", "victim", v1alpha1.StrategyRollout, "500m", "128Mi")))
+	kubetest.WaitPhase(t, c, ns, "victim", v1alpha1.PhaseWatching, "")
+	pod := kubetest.AdoptedPod(t, c, dep, "victim-new")
 	time.Sleep(time.Second) // the pod reaches the leader's cache
 
 	holdNext.Store(true)
-	leadertest.Update(t, c, pod, func() { pod.Annotations = map[string]string{"test/touched": "1"} })
+	kubetest.Update(t, c, pod, func() { pod.Annotations = map[string]string{"test/touched": "1"} })
 	select {
 	case <-entered:
 	case <-time.After(10 * time.Second):
@@ -408,7 +409,7 @@ func TestAHarmRequestWaitsOnlyForItsOwnPass(t *testing.T) {
 	}
 	agentOOMKill(t, c, src, pod)
 	sent := time.Now()
-	leadertest.WaitRestored(t, c, ns, "victim")
+	kubetest.WaitRestored(t, c, ns, "victim")
 	t.Logf("OOM kill → restored in %v (the apply path's pass held %v)", time.Since(sent), hold)
 	// The held pass, once let go, may restore first (it reads the kill
 	// too); the harm request's pass follows it.

@@ -28,6 +28,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/rightsizing"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -84,7 +85,7 @@ func waitBackoff(t *testing.T, c client.Client, ns string, state v1alpha1.Backof
 	t.Helper()
 	var rsr *v1alpha1.RightsizingRecommendation
 	require.Eventually(t, func() bool {
-		rsr = leadertest.GetRSR(t, c, ns, "web")
+		rsr = kubetest.GetRSR(t, c, ns, "web")
 		st := rsr.Status.Rollback
 		return st != nil && st.State == state && st.Turn == turn
 	}, 20*time.Second, 50*time.Millisecond, "never reached %s in turn %d", state, turn)
@@ -97,24 +98,24 @@ func waitBackoff(t *testing.T, c client.Client, ns string, state v1alpha1.Backof
 // values are cleared and the turns stay. RollingBackStarted is a Warning.
 func TestOwnerStateTellsTheWholeStory(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	src := signals.NewKernel()
-	p := leadertest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
+	p := kubetest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
 		g.Backoff = v1alpha1.Backoff{TimePeriod: &metav1.Duration{Duration: 10 * time.Second}, MaxAttempts: 2}
 	})
-	dep, _ := leadertest.WatchedWeb(t, c, ns, p, cluster.Config{Now: now, Signals: kernelOnly(src)}, "250m", "128Mi")
+	dep, _ := leadertest.WatchedWeb(t, c, ns, p, cluster.Config{Now: now, Signals: kubetest.KernelOnly(src)}, "250m", "128Mi")
 	watching := waitOwnerState(t, c, dep, "monitoring", func(st *v1alpha1.RollbackState) bool {
 		return st != nil && st.State == v1alpha1.BackoffMonitoring
 	})
-	rsr := leadertest.GetRSR(t, c, ns, "web")
+	rsr := kubetest.GetRSR(t, c, ns, "web")
 	require.NotNil(t, watching.Policy)
 	assert.Equal(t, *rsr.Status.Policy, *watching.Policy, "the policy reference and its fingerprint")
 	assert.NotEmpty(t, watching.Policy.Fingerprint)
 	assert.Empty(t, watching.Restoring)
 
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond)
 	src.AddOOMKill(pod.UID, "app", now())
 	waitBackoff(t, c, ns, v1alpha1.BackoffBackingOff, 1)
@@ -128,7 +129,7 @@ func TestOwnerStateTellsTheWholeStory(t *testing.T) {
 	require.NotNil(t, st.Restoring[0].Requests)
 	assert.Equal(t, "256Mi", st.Restoring[0].Requests.Memory.String())
 	assert.Nil(t, st.Restoring[0].Requests.CPU, "cpu is not rolled back")
-	started := leadertest.WaitEvents(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.EventRollingBackStarted, 1)
+	started := kubetest.WaitEvents(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.EventRollingBackStarted, 1)
 	assert.Contains(t, started[0].Note, "after OOMKills")
 
 	offset.Add(int64(11 * time.Second))
@@ -149,9 +150,9 @@ func TestOwnerStateTellsTheWholeStory(t *testing.T) {
 func TestARollbacksRestoreCarriesItsStateToTheOwner(t *testing.T) {
 	cp := controlplane.Get(t)
 	c := cp.Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	src := signals.NewKernel()
-	dep, _ := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), cluster.Config{Signals: kernelOnly(src)}, "250m", "128Mi")
+	dep, _ := leadertest.WatchedWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), cluster.Config{Signals: kubetest.KernelOnly(src)}, "250m", "128Mi")
 	watching := waitOwnerState(t, c, dep, "monitoring", func(st *v1alpha1.RollbackState) bool {
 		return st != nil && st.State == v1alpha1.BackoffMonitoring
 	})
@@ -163,7 +164,7 @@ func TestARollbacksRestoreCarriesItsStateToTheOwner(t *testing.T) {
 	require.NoError(t, err)
 	defer w.Stop()
 
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
 	time.Sleep(200 * time.Millisecond)
 	src.AddOOMKill(pod.UID, "app", time.Now())
 	waitBackoff(t, c, ns, v1alpha1.BackoffBackingOff, 1)
@@ -196,7 +197,7 @@ func TestARollbacksRestoreCarriesItsStateToTheOwner(t *testing.T) {
 		assert.Equal(t, "256Mi", d.Spec.Template.Spec.Containers[0].Resources.Requests.Memory().String())
 	}
 	assert.Len(t, versions, restored+1, "no write of the owner after the restore")
-	recorded, err := policy.AnnotationValue(leadertest.GetRSR(t, c, ns, "web").Status.Rollback)
+	recorded, err := policy.AnnotationValue(kubetest.GetRSR(t, c, ns, "web").Status.Rollback)
 	require.NoError(t, err)
 	assert.Equal(t, recorded, raw, "it is the state the status recorded")
 }
@@ -206,17 +207,17 @@ func TestARollbacksRestoreCarriesItsStateToTheOwner(t *testing.T) {
 // and the owner's annotation goes too (it stayed behind before).
 func TestPolicyGoneMidWatchRemovesTheOwnerState(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
-	p := leadertest.PolicyWith(ns, time.Hour, nil)
+	ns := kubetest.Namespace(t, c)
+	p := kubetest.PolicyWith(ns, time.Hour, nil)
 	dep, _ := leadertest.WatchedWeb(t, c, ns, p, cluster.Config{}, "250m", "128Mi")
 	waitOwnerState(t, c, dep, "a state", func(st *v1alpha1.RollbackState) bool { return st != nil })
 
 	require.NoError(t, c.Delete(context.Background(), p))
-	rsr := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
+	rsr := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
 	assert.Nil(t, rsr.Status.Rollback)
 	assert.Nil(t, rsr.Status.Change)
 	waitOwnerState(t, c, dep, "no state", func(st *v1alpha1.RollbackState) bool { return st == nil })
-	leadertest.WaitEvents(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventStateCleared, 1)
+	kubetest.WaitEvents(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventStateCleared, 1)
 }
 
 // TestPolicyGoneMidRollbackFinishesTheRestore stops a leader right after
@@ -226,48 +227,48 @@ func TestPolicyGoneMidWatchRemovesTheOwnerState(t *testing.T) {
 // with no restore retried on nothing.
 func TestPolicyGoneMidRollbackFinishesTheRestore(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	p := leadertest.PolicyWith(ns, time.Hour, nil)
-	dep := leadertest.Web(t, c, ns, p)
+	p := kubetest.PolicyWith(ns, time.Hour, nil)
+	dep := kubetest.Web(t, c, ns, p)
 	a := leadertest.StartCrashing(t, ns, func(cfg *cluster.Config, crash func(context.Context, *v1alpha1.RightsizingRecommendation)) {
 		cfg.AfterBreach = crash
 	})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
-	leadertest.OOMKilled(t, c, pod, "OOMKilled")
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")))
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
 	a.WaitCrashed(t, "marked the breach")
 	require.NoError(t, c.Delete(ctx, p))
 
 	leadertest.StartReplica(t, ns, "b", cluster.Config{})
-	rsr := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
-	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String(), "the decided rollback was finished")
-	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack), 1)
+	rsr := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
+	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String(), "the decided rollback was finished")
+	assert.Len(t, kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack), 1)
 	assert.Nil(t, rsr.Status.Breach, "the breach goes with its change")
 	assert.Nil(t, rsr.Status.Change)
 	assert.Contains(t, rsr.Status.RolledBackFingerprints, policy.ValueFingerprint(rsr.Spec.Containers))
 	waitOwnerState(t, c, dep, "no state", func(st *v1alpha1.RollbackState) bool { return st == nil })
-	leadertest.WaitEvents(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventStateCleared, 1)
+	kubetest.WaitEvents(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventStateCleared, 1)
 
-	p2 := leadertest.PolicyWith(ns, time.Hour, nil)
+	p2 := kubetest.PolicyWith(ns, time.Hour, nil)
 	require.NoError(t, c.Create(ctx, p2))
 	// The memory rollback's cooldown blocks the decrease first; behind
 	// it the values are SameValues.
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonCooldown)
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonCooldown)
 	time.Sleep(500 * time.Millisecond)
-	rsr = leadertest.GetRSR(t, c, ns, "web")
+	rsr = kubetest.GetRSR(t, c, ns, "web")
 	assert.Equal(t, v1alpha1.PhaseBlocked, rsr.Status.Phase)
-	assert.Empty(t, leadertest.HistoryOf(rsr, v1alpha1.ActionFailed), "no restore retried on a missing change")
-	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String())
+	assert.Empty(t, kubetest.HistoryOf(rsr, v1alpha1.ActionFailed), "no restore retried on a missing change")
+	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String())
 }
 
 // memoryOnly asks for container app's memory request (and limit, unless
 // empty) alone.
 func memoryOnly(rsr *v1alpha1.RightsizingRecommendation, request, limit string) {
-	rsr.Spec.Containers = []v1alpha1.ContainerResources{{Name: "app", Requests: &v1alpha1.ResourceValues{Memory: leadertest.Q(request)}}}
+	rsr.Spec.Containers = []v1alpha1.ContainerResources{{Name: "app", Requests: &v1alpha1.ResourceValues{Memory: kubetest.Q(request)}}}
 	if limit != "" {
-		rsr.Spec.Containers[0].Limits = &v1alpha1.ResourceValues{Memory: leadertest.Q(limit)}
+		rsr.Spec.Containers[0].Limits = &v1alpha1.ResourceValues{Memory: kubetest.Q(limit)}
 	}
 }
 
@@ -278,31 +279,31 @@ func memoryOnly(rsr *v1alpha1.RightsizingRecommendation, request, limit string) 
 // the last known good values.
 func TestRestoreToLastHealthyFillsWhatItLacksFromPrevious(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	p := leadertest.PolicyWith(ns, 2*time.Second, func(g *v1alpha1.RollbackGuardrails) { g.RestoreTo = v1alpha1.RestoreLastHealthy })
-	dep := leadertest.Web(t, c, ns, p)
+	p := kubetest.PolicyWith(ns, 2*time.Second, func(g *v1alpha1.RollbackGuardrails) { g.RestoreTo = v1alpha1.RestoreLastHealthy })
+	dep := kubetest.Web(t, c, ns, p)
 	leadertest.StartReplica(t, ns, "a", cluster.Config{})
-	rsr := leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")
+	rsr := kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")
 	memoryOnly(rsr, "200Mi", "")
 	require.NoError(t, c.Create(ctx, rsr))
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	leadertest.AdoptedPod(t, c, dep, "web-healthy-1")
-	healthy := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseHealthy, "")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	kubetest.AdoptedPod(t, c, dep, "web-healthy-1")
+	healthy := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseHealthy, "")
 	require.NotNil(t, healthy.Status.LastHealthy)
 
-	leadertest.Update(t, c, p, func() { p.Spec.Guardrails.Rollback.WatchDuration = &metav1.Duration{Duration: time.Hour} })
-	leadertest.Update(t, c, rsr, func() { memoryOnly(rsr, "128Mi", "128Mi") })
+	kubetest.Update(t, c, p, func() { p.Spec.Guardrails.Rollback.WatchDuration = &metav1.Duration{Duration: time.Hour} })
+	kubetest.Update(t, c, rsr, func() { memoryOnly(rsr, "128Mi", "128Mi") })
 	require.Eventually(t, func() bool {
-		r := leadertest.GetRSR(t, c, ns, "web")
+		r := kubetest.GetRSR(t, c, ns, "web")
 		return r.Status.Phase == v1alpha1.PhaseWatching && r.Status.ObservedGeneration == r.Generation
 	}, 20*time.Second, 50*time.Millisecond, "the second change was never watched")
-	assert.Equal(t, "128Mi", leadertest.TemplateResources(t, c, dep).Limits.Memory().String())
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
-	leadertest.OOMKilled(t, c, pod, "OOMKilled")
-	leadertest.WaitRestored(t, c, ns, "web")
+	assert.Equal(t, "128Mi", kubetest.TemplateResources(t, c, dep).Limits.Memory().String())
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
+	kubetest.WaitRestored(t, c, ns, "web")
 
-	res := leadertest.TemplateResources(t, c, dep)
+	res := kubetest.TemplateResources(t, c, dep)
 	assert.Equal(t, "200Mi", res.Requests.Memory().String(), "the last healthy request")
 	lim, ok := res.Limits[corev1.ResourceMemory]
 	require.True(t, ok, "the memory limit was not deleted")
@@ -319,30 +320,30 @@ func TestRestoreToLastHealthyFillsWhatItLacksFromPrevious(t *testing.T) {
 // before the change.
 func TestRestoreToManifestPutsBackTheLastAppliedTemplate(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep := leadertest.Deployment(ns, "web", "500m", "256Mi")
+	dep := kubetest.Deployment(ns, "web", "500m", "256Mi")
 	manifest := dep.DeepCopy()
 	manifest.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{corev1.ResourceCPU: *leadertest.Q("500m"), corev1.ResourceMemory: *leadertest.Q("300Mi")},
-		Limits:   corev1.ResourceList{corev1.ResourceCPU: *leadertest.Q("500m"), corev1.ResourceMemory: *leadertest.Q("300Mi")},
+		Requests: corev1.ResourceList{corev1.ResourceCPU: *kubetest.Q("500m"), corev1.ResourceMemory: *kubetest.Q("300Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: *kubetest.Q("500m"), corev1.ResourceMemory: *kubetest.Q("300Mi")},
 	}
 	raw, err := json.Marshal(manifest)
 	require.NoError(t, err)
 	dep.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: string(raw)}
 	require.NoError(t, c.Create(ctx, dep))
-	require.NoError(t, c.Create(ctx, leadertest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.RestoreTo = v1alpha1.RestoreManifest })))
+	require.NoError(t, c.Create(ctx, kubetest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) { g.RestoreTo = v1alpha1.RestoreManifest })))
 	leadertest.StartReplica(t, ns, "a", cluster.Config{})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
-	leadertest.OOMKilled(t, c, pod, "OOMKilled")
-	rsr := leadertest.WaitRestored(t, c, ns, "web")
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
+	rsr := kubetest.WaitRestored(t, c, ns, "web")
 
-	res := leadertest.TemplateResources(t, c, dep)
+	res := kubetest.TemplateResources(t, c, dep)
 	assert.Equal(t, "300Mi", res.Requests.Memory().String(), "the manifest's request")
 	assert.Equal(t, "300Mi", res.Limits.Memory().String(), "the manifest's limit")
-	rb := leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
+	rb := kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
 	require.Len(t, rb, 1)
 	assert.Contains(t, rb[0].Message, "rolled back to Manifest values")
 }
@@ -353,18 +354,18 @@ func TestRestoreToManifestPutsBackTheLastAppliedTemplate(t *testing.T) {
 // lower memory below what runs are still blocked by the cooldown.
 func TestRetryTurnIsGovernedByTheBackoff(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep := leadertest.Web(t, c, ns, leadertest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
+	dep := kubetest.Web(t, c, ns, kubetest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
 		g.Backoff = v1alpha1.Backoff{TimePeriod: &metav1.Duration{Duration: 10 * time.Second}, MaxAttempts: 2}
 	}))
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	src := signals.NewKernel()
-	leadertest.StartReplica(t, ns, "a", cluster.Config{Now: now, Signals: kernelOnly(src)})
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
+	leadertest.StartReplica(t, ns, "a", cluster.Config{Now: now, Signals: kubetest.KernelOnly(src)})
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
 	waitBackoff(t, c, ns, v1alpha1.BackoffMonitoring, 1)
-	pod := leadertest.AdoptedPod(t, c, dep, "web-turn-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-turn-1")
 	time.Sleep(200 * time.Millisecond)
 	src.AddOOMKill(pod.UID, "app", now())
 	rsr := waitBackoff(t, c, ns, v1alpha1.BackoffBackingOff, 1)
@@ -373,22 +374,22 @@ func TestRetryTurnIsGovernedByTheBackoff(t *testing.T) {
 	offset.Add(int64(11 * time.Second))
 	poker(t, c, ns)()
 	waitBackoff(t, c, ns, v1alpha1.BackoffMonitoring, 2)
-	assert.Equal(t, "128Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String(), "the retry was applied at the backoff's expiry")
+	assert.Equal(t, "128Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String(), "the retry was applied at the backoff's expiry")
 
 	// New values while the retry is watched wait for its watch (before,
 	// they were blocked and the retry, still applied, was watched no
 	// more): a kill under the retry's memory still rolls it back.
-	rsr = leadertest.GetRSR(t, c, ns, "web")
-	leadertest.Update(t, c, rsr, func() { memoryOnly(rsr, "100Mi", "100Mi") })
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, v1alpha1.ReasonWatchRunning)
-	pod = leadertest.AdoptedPod(t, c, dep, "web-turn-2")
+	rsr = kubetest.GetRSR(t, c, ns, "web")
+	kubetest.Update(t, c, rsr, func() { memoryOnly(rsr, "100Mi", "100Mi") })
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, v1alpha1.ReasonWatchRunning)
+	pod = kubetest.AdoptedPod(t, c, dep, "web-turn-2")
 	time.Sleep(200 * time.Millisecond)
 	src.AddOOMKill(pod.UID, "app", now())
 	rsr = waitBackoff(t, c, ns, v1alpha1.BackoffBackingOff, 2)
-	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack), 2, "the retry was rolled back too")
-	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String(), "the retry's memory restored")
+	assert.Len(t, kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack), 2, "the retry was rolled back too")
+	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String(), "the retry's memory restored")
 	// Then the held values are planned: a decrease in cooldown.
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonCooldown)
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonCooldown)
 }
 
 // TestFailedPermanentReopensOnlyForAChangedPolicy: values the backoff gave
@@ -396,21 +397,21 @@ func TestRetryTurnIsGovernedByTheBackoff(t *testing.T) {
 // (its fingerprint) starts a fresh run of them at turn 1.
 func TestFailedPermanentReopensOnlyForAChangedPolicy(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	p := leadertest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
+	p := kubetest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
 		g.Cooldown = &metav1.Duration{}
 		g.Backoff = v1alpha1.Backoff{TimePeriod: &metav1.Duration{Duration: 10 * time.Second}, MaxAttempts: 1}
 	})
-	dep := leadertest.Web(t, c, ns, p)
+	dep := kubetest.Web(t, c, ns, p)
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	src := signals.NewKernel()
-	leadertest.StartReplica(t, ns, "a", cluster.Config{Now: now, Signals: kernelOnly(src)})
+	leadertest.StartReplica(t, ns, "a", cluster.Config{Now: now, Signals: kubetest.KernelOnly(src)})
 	poke := poker(t, c, ns)
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "128Mi")))
 	waitBackoff(t, c, ns, v1alpha1.BackoffMonitoring, 1)
-	pod := leadertest.AdoptedPod(t, c, dep, "web-turn-1")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-turn-1")
 	time.Sleep(200 * time.Millisecond)
 	src.AddOOMKill(pod.UID, "app", now())
 	waitBackoff(t, c, ns, v1alpha1.BackoffBackingOff, 1)
@@ -422,15 +423,15 @@ func TestFailedPermanentReopensOnlyForAChangedPolicy(t *testing.T) {
 
 	poke()
 	time.Sleep(500 * time.Millisecond)
-	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String(), "the same policy never retries them")
-	assert.Len(t, leadertest.HistoryOf(leadertest.GetRSR(t, c, ns, "web"), v1alpha1.ActionApplied), 1)
+	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String(), "the same policy never retries them")
+	assert.Len(t, kubetest.HistoryOf(kubetest.GetRSR(t, c, ns, "web"), v1alpha1.ActionApplied), 1)
 
-	leadertest.Update(t, c, p, func() { p.Spec.Guardrails.Rollback.Restarts = ptr32(5) })
+	kubetest.Update(t, c, p, func() { p.Spec.Guardrails.Rollback.Restarts = ptr32(5) })
 	rsr = waitBackoff(t, c, ns, v1alpha1.BackoffMonitoring, 1)
 	assert.Len(t, rsr.Status.Rollback.Turns, 1, "a fresh run forgets the old turns")
 	assert.NotEqual(t, rsr.Status.Rollback.Policy.Fingerprint, "", "the new policy state is recorded")
-	assert.Equal(t, "128Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String(), "applied again under the changed policy")
-	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionApplied), 2)
+	assert.Equal(t, "128Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String(), "applied again under the changed policy")
+	assert.Len(t, kubetest.HistoryOf(rsr, v1alpha1.ActionApplied), 2)
 }
 
 func ptr32(v int32) *int32 { return &v }

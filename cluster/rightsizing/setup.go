@@ -17,10 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/cachestore"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/workload"
-	"github.com/kerf-dev/kerf/internal/cacheindex"
 )
 
 // Field indexes of the leader's cache.
@@ -70,17 +70,17 @@ func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(k
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) error {
 	ctx := context.Background()
 	// Every index keeps an object under its value's bucket, one key an
-	// object (internal/cacheindex; the leader's cache is a
-	// cacheindex.Cache): pods by UID are looked up across all namespaces,
-	// the rest in the workload's namespace.
-	ic, ok := mgr.GetCache().(*cacheindex.Cache)
+	// object (the leader's cache is a cachestore.Cache): pods by UID are
+	// looked up across all namespaces, the rest in the workload's
+	// namespace.
+	ic, ok := mgr.GetCache().(*cachestore.Cache)
 	if !ok {
-		return fmt.Errorf("recommendation controller: the manager's cache is a %T, not a cacheindex.Cache (ctrl.Options.NewCache: cacheindex.NewCache)", mgr.GetCache())
+		return fmt.Errorf("recommendation controller: the manager's cache is a %T, not a cachestore.Cache (ctrl.Options.NewCache: cachestore.NewCache)", mgr.GetCache())
 	}
-	idx := ic.Indexer(cacheindex.Namespaced)
+	idx := ic.Indexer(cachestore.Namespaced)
 	// Pods by UID: the pod an agent's signal is about, for the stream and
 	// for signaled.
-	if err := stream.IndexPodsByUID(ctx, ic.Indexer(cacheindex.ClusterWide)); err != nil {
+	if err := stream.IndexPodsByUID(ctx, ic.Indexer(cachestore.ClusterWide)); err != nil {
 		return err
 	}
 	if err := idx.IndexField(ctx, &v1alpha1.RightsizingRecommendation{}, targetRefIndex, func(o client.Object) []string {

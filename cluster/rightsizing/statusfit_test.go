@@ -29,6 +29,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/rightsizing"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -47,7 +48,7 @@ var longContainer = "app-" + strings.Repeat("c", 59)
 func fortyFailingPods(t *testing.T) (c client.Client, ns string, l *leadertest.Replica) {
 	t.Helper()
 	c = controlplane.Get(t).Client
-	ns = leadertest.Namespace(t, c)
+	ns = kubetest.Namespace(t, c)
 	ctx := context.Background()
 	labels := map[string]string{"app": "web", "pod-template-hash": "h1"}
 	res := corev1.ResourceRequirements{
@@ -66,7 +67,7 @@ func fortyFailingPods(t *testing.T) (c client.Client, ns string, l *leadertest.R
 	}
 	require.NoError(t, c.Create(ctx, rs))
 	// The breach waits for all 40: restarts and OOM kills of 40.
-	require.NoError(t, c.Create(ctx, leadertest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
+	require.NoError(t, c.Create(ctx, kubetest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
 		g.Restarts, g.OOMKills = ptr.To[int32](40), ptr.To[int32](40)
 	})))
 	l = leadertest.StartReplica(t, ns, "a", cluster.Config{})
@@ -76,16 +77,16 @@ func fortyFailingPods(t *testing.T) (c client.Client, ns string, l *leadertest.R
 			TargetRef: v1alpha1.TargetRef{APIVersion: "apps/v1", Kind: v1alpha1.KindDeployment, Name: "web"},
 			Strategy:  v1alpha1.StrategyDeferred,
 			Containers: []v1alpha1.ContainerResources{{Name: longContainer,
-				Requests: &v1alpha1.ResourceValues{CPU: leadertest.Q("20m"), Memory: leadertest.Q("32Mi")},
-				Limits:   &v1alpha1.ResourceValues{CPU: leadertest.Q("20m"), Memory: leadertest.Q("32Mi")}}},
+				Requests: &v1alpha1.ResourceValues{CPU: kubetest.Q("20m"), Memory: kubetest.Q("32Mi")},
+				Limits:   &v1alpha1.ResourceValues{CPU: kubetest.Q("20m"), Memory: kubetest.Q("32Mi")}}},
 		},
 	}
 	require.NoError(t, c.Create(ctx, rsr))
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
 
 	// The pods start after the change with its values, and all are
 	// OOM-killed in a later second than T0.
-	nodeName := leadertest.Node(t, c)
+	nodeName := kubetest.Node(t, c)
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 	for i := range 40 {
 		pod := &corev1.Pod{
@@ -120,13 +121,13 @@ func TestRollbackOfFortyFailingPodsIsRecorded(t *testing.T) {
 	c, ns, l := fortyFailingPods(t)
 	t.Cleanup(func() {
 		if t.Failed() {
-			r := leadertest.GetRSR(t, c, ns, "web")
+			r := kubetest.GetRSR(t, c, ns, "web")
 			t.Logf("recommendation: %s %s: %s", r.Status.Phase, r.Status.Reason, r.Status.Message)
 		}
 	})
-	leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
-	rsr := leadertest.WaitRestored(t, c, ns, "web")
-	rb := leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchRestarts)
+	rsr := kubetest.WaitRestored(t, c, ns, "web")
+	rb := kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
 	require.Len(t, rb, 1)
 	msg := rb[0].Message
 	assert.LessOrEqual(t, len(msg), v1alpha1.MaxActionMessageLength)
@@ -139,9 +140,9 @@ func TestRollbackOfFortyFailingPodsIsRecorded(t *testing.T) {
 	assert.Positive(t, shown)
 	assert.Equal(t, 40, shown+more, "every pod is named or counted")
 	assert.Equal(t, []string{"restarts 40 ≥ 40", "oomKills 40 ≥ 40"}, rb[0].Figures)
-	leadertest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Restarts", "memory"), 1)
+	kubetest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Restarts", "memory"), 1)
 	assert.Zero(t, testutil.ToFloat64(l.Metrics.InvalidStatus.WithLabelValues(rightsizing.InvalidFallback)), "no write was refused")
-	evs := leadertest.WaitEvents(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.EventRolledBack, 2)
+	evs := kubetest.WaitEvents(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.EventRolledBack, 2)
 	for _, e := range evs {
 		assert.LessOrEqual(t, len(e.Note), rightsizing.MaxEventNote)
 	}
@@ -157,15 +158,15 @@ func TestRollbackOfFortyFailingPodsIsRecorded(t *testing.T) {
 func TestRefusedStatusWriteFallsBackToAMinimalStatus(t *testing.T) {
 	t.Cleanup(rightsizing.LoosenActionMessageLimit(1 << 20)) // after the leader stops
 	c, ns, l := fortyFailingPods(t)
-	rsr := leadertest.WaitRestored(t, c, ns, "web")
+	rsr := kubetest.WaitRestored(t, c, ns, "web")
 	assert.Equal(t, v1alpha1.PhaseRolledBack, rsr.Status.Phase)
-	rb := leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
+	rb := kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
 	require.Len(t, rb, 1)
 	assert.True(t, strings.HasPrefix(rb[0].Message, "message left out: the apiserver refused the status write: "), rb[0].Message)
 	assert.Contains(t, rb[0].Message, "status.history")
 	assert.LessOrEqual(t, len(rb[0].Message), 512)
 	// Counted just after the write the test saw: wait for it.
-	leadertest.Counts(t, l.Metrics.InvalidStatus.WithLabelValues(rightsizing.InvalidFallback), 1)
+	kubetest.Counts(t, l.Metrics.InvalidStatus.WithLabelValues(rightsizing.InvalidFallback), 1)
 	assert.Zero(t, testutil.ToFloat64(l.Metrics.InvalidStatus.WithLabelValues(rightsizing.InvalidRefused)))
-	leadertest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Restarts", "memory"), 1)
+	kubetest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "Restarts", "memory"), 1)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/recommend"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
@@ -31,11 +32,11 @@ func TestRecommenderWaitsForTheWatchSoTheOOMKillRollsBack(t *testing.T) {
 	var sig *signals.Stores
 	var pod *corev1.Pod
 	c, ns, l := leadertest.RecommendedWeb(t, func(s *signals.Stores, p *corev1.Pod) { sig, pod = s, p })
-	first, _ := leadertest.WaitRecommended(t, c, ns)
+	first, _ := kubetest.WaitRecommended(t, c, ns)
 	lowered := first.Spec.Containers[0]
 	require.Less(t, lowered.Limits.Memory.Value(), int64(256<<20), "the recommender lowers the memory")
-	leadertest.KubeletReports(t, c, pod, "")
-	watched := leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	kubetest.KubeletReports(t, c, pod, "")
+	watched := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
 	require.Equal(t, first.Generation, watched.Generation)
 
 	// The workload now uses 400m: the recommender would raise CPU.
@@ -44,8 +45,8 @@ func TestRecommenderWaitsForTheWatchSoTheOOMKillRollsBack(t *testing.T) {
 		sig.Usage.Add(signals.UsageSample{PodUID: pod.UID, Container: "app", At: now.Add(time.Duration(i+1) * time.Second),
 			CPU: 150*time.Millisecond + time.Duration(i+1)*400*time.Millisecond, WorkingSet: 40 << 20, Peak: 40 << 20})
 	}
-	held := leadertest.WaitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
-		return len(watchRunningRefusals(t, rsr)) > 0 && len(leadertest.HistoryOf(rsr, v1alpha1.ActionRefused)) > 0
+	held := kubetest.WaitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
+		return len(watchRunningRefusals(t, rsr)) > 0 && len(kubetest.HistoryOf(rsr, v1alpha1.ActionRefused)) > 0
 	}, "the recommender never said it holds its CPU raise for the watch")
 	f := watchRunningRefusals(t, held)[0]
 	assert.Equal(t, v1alpha1.ResourceCPU, f.Resource)
@@ -57,27 +58,27 @@ func TestRecommenderWaitsForTheWatchSoTheOOMKillRollsBack(t *testing.T) {
 	// More recommender passes (five a second, a recommendation a second)
 	// record nothing more and change nothing.
 	time.Sleep(2 * time.Second)
-	got := leadertest.GetRSR(t, c, ns, "web")
+	got := kubetest.GetRSR(t, c, ns, "web")
 	assert.Equal(t, first.Generation, got.Generation, "no new change while the first is watched")
-	assert.Len(t, leadertest.HistoryOf(got, v1alpha1.ActionRefused), 1, "the hold is recorded once: %+v", got.Status.History)
+	assert.Len(t, kubetest.HistoryOf(got, v1alpha1.ActionRefused), 1, "the hold is recorded once: %+v", got.Status.History)
 
 	// The kill under the lowered memory rolls it back.
-	leadertest.OOMKilled(t, c, pod, "OOMKilled")
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
 	kubeletReportsAgain(t, c, pod)
-	rsr := leadertest.WaitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
-		return len(leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack)) > 0
+	rsr := kubetest.WaitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
+		return len(kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack)) > 0
 	}, "the OOM kill was never rolled back")
-	rb := leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
+	rb := kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
 	require.Len(t, rb, 1, "exactly one rollback: %+v", rsr.Status.History)
 	assert.Equal(t, v1alpha1.HealthWatchOOMKills, rb[0].Reason)
 	assert.Equal(t, []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, rb[0].Resources)
 	require.NoError(t, c.Get(t.Context(), client.ObjectKeyFromObject(pod), pod))
 	assert.Equal(t, "256Mi", pod.Spec.Containers[0].Resources.Limits.Memory().String(), "the memory is back")
-	leadertest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
+	kubetest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
 
 	// Only now the recommender asks again, from the restored values: the
 	// memory it would lower is held by the kill and the cooldown.
-	next := leadertest.WaitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
+	next := kubetest.WaitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
 		return rsr.Generation > first.Generation
 	}, "the recommender never recommended again after the rollback")
 	assert.Greater(t, next.Spec.Containers[0].Requests.CPU.MilliValue(), lowered.Requests.CPU.MilliValue(), "the CPU raise")
@@ -93,43 +94,43 @@ func TestRecommenderWaitsForTheWatchSoTheOOMKillRollsBack(t *testing.T) {
 // guardrails (here the memory cooldown the rollback started).
 func TestAPersonsChangeWaitsForTheWatch(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := leadertest.Namespace(t, c)
-	dep, l := leadertest.WatchedWeb(t, c, ns, leadertest.PolicyWith(ns, time.Hour, nil), cluster.Config{}, "250m", "128Mi")
-	pod := leadertest.AdoptedPod(t, c, dep, "web-new-1")
-	rsr := leadertest.GetRSR(t, c, ns, "web")
+	ns := kubetest.Namespace(t, c)
+	dep, l := leadertest.WatchedWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), cluster.Config{}, "250m", "128Mi")
+	pod := kubetest.AdoptedPod(t, c, dep, "web-new-1")
+	rsr := kubetest.GetRSR(t, c, ns, "web")
 
 	// A person raises CPU and keeps the memory: on its own, a CPU-only
 	// change.
-	leadertest.Update(t, c, rsr, func() {
-		rsr.Spec.Containers[0].Requests.CPU = leadertest.Q("300m")
-		rsr.Spec.Containers[0].Limits.CPU = leadertest.Q("300m")
+	kubetest.Update(t, c, rsr, func() {
+		rsr.Spec.Containers[0].Requests.CPU = kubetest.Q("300m")
+		rsr.Spec.Containers[0].Limits.CPU = kubetest.Q("300m")
 	})
-	rsr = leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, v1alpha1.ReasonWatchRunning)
+	rsr = kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, v1alpha1.ReasonWatchRunning)
 	assert.Contains(t, rsr.Status.Message, "waits for the watch of the change applied at")
 	assert.Less(t, rsr.Status.ObservedGeneration, rsr.Generation, "the new generation is not acted on yet")
-	assert.Equal(t, "250m", leadertest.TemplateResources(t, c, dep).Requests.Cpu().String(), "the held values are not applied")
-	blocked := leadertest.HistoryOf(rsr, v1alpha1.ActionBlocked)
+	assert.Equal(t, "250m", kubetest.TemplateResources(t, c, dep).Requests.Cpu().String(), "the held values are not applied")
+	blocked := kubetest.HistoryOf(rsr, v1alpha1.ActionBlocked)
 	require.Len(t, blocked, 1)
 	assert.Equal(t, v1alpha1.ReasonWatchRunning, blocked[0].Reason)
 
 	// The kill under the first change's memory is that change's harm.
-	leadertest.OOMKilled(t, c, pod, "OOMKilled")
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
 	// The phase is RolledBack only until the held generation is planned,
 	// at once: the history keeps the rollback.
-	rsr = leadertest.WaitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
-		return len(leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack)) > 0
+	rsr = kubetest.WaitRSR(t, c, ns, "web", func(rsr *v1alpha1.RightsizingRecommendation) bool {
+		return len(kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack)) > 0
 	}, "the OOM kill was never rolled back")
-	rb := leadertest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
+	rb := kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
 	require.Len(t, rb, 1)
 	assert.Equal(t, v1alpha1.HealthWatchOOMKills, rb[0].Reason)
 	assert.Equal(t, []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, rb[0].Resources)
-	assert.Equal(t, "256Mi", leadertest.TemplateResources(t, c, dep).Requests.Memory().String(), "memory restored")
-	leadertest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
+	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String(), "memory restored")
+	kubetest.Counts(t, l.Metrics.Actions.WithLabelValues("rolled_back", "OOMKills", "memory"), 1)
 
 	// Then the held generation: its 128Mi is a decrease in cooldown.
-	rsr = leadertest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonCooldown)
+	rsr = kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonCooldown)
 	assert.Equal(t, rsr.Generation, rsr.Status.ObservedGeneration)
-	assert.Len(t, leadertest.HistoryOf(rsr, v1alpha1.ActionBlocked), 2, "WatchRunning once, then Cooldown: %+v", rsr.Status.History)
+	assert.Len(t, kubetest.HistoryOf(rsr, v1alpha1.ActionBlocked), 2, "WatchRunning once, then Cooldown: %+v", rsr.Status.History)
 }
 
 // watchRunningRefusals are the WatchRunning refusals of a recommendation's

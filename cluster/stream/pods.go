@@ -24,7 +24,7 @@ const PodUIDField = "metadata.uid"
 
 // IndexPodsByUID adds PodUIDField to the pods of a cache that has not
 // started yet, so that CachedPods can read it: idx's indexes must answer
-// lists across all namespaces (the leader's: cacheindex.ClusterWide).
+// lists across all namespaces (the leader's: cachestore.ClusterWide).
 func IndexPodsByUID(ctx context.Context, idx client.FieldIndexer) error {
 	if err := idx.IndexField(ctx, &corev1.Pod{}, PodUIDField, func(o client.Object) []string {
 		return []string{string(o.GetUID())}
@@ -47,8 +47,8 @@ type CachedPods struct {
 const podLookupTimeout = 5 * time.Second
 
 // PodByUID implements Pods. The pod is a copy: the leader's cache holds
-// pods in a form of its own (cluster/cachedpod.go) that only a copying
-// read turns into a *corev1.Pod. Its callers look a pod up once per pod
+// pods in a form of its own (cluster/cachestore/pod.go) that only a
+// copying read turns into a *corev1.Pod. Its callers look a pod up once per pod
 // (the stream keeps what it needs of it) and once per harm signal.
 func (p CachedPods) PodByUID(uid types.UID) (*corev1.Pod, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), podLookupTimeout)

@@ -23,8 +23,9 @@ import (
 // pod template of each workload and ReplicaSet it keeps (on the cached copy
 // only, never written to the apiserver): the template's TemplateDigest,
 // computed from the whole template before the cache strips it down to what
-// Kerf reads (cluster/cachetransform.go). currentReplicaSet compares the
-// digests of two templates that carry it in place of the templates.
+// Kerf reads (cluster/cachestore/transform.go). currentReplicaSet
+// compares the digests of two templates that carry it in place of the
+// templates.
 const TemplateDigestAnnotation = "kerf.dev/cached-template-digest"
 
 var (

@@ -46,8 +46,8 @@ func (r Ref) Targets(ns string, ref v1alpha1.TargetRef) bool {
 // Deployment controls). Only the ReplicaSet's metadata is used, but it is
 // read from r as the typed ReplicaSet (a copy: the leader's cache holds
 // ReplicaSets in a form of its own that only a copying read turns into
-// one, cluster/cachedapps.go): asking it for their metadata alone would
-// start a second informer holding every ReplicaSet's metadata again
+// one, cluster/cachestore/apps.go): asking it for their metadata alone
+// would start a second informer holding every ReplicaSet's metadata again
 // (15 MB at 25,000 workloads, docs/performance.md); OfWith reads it
 // otherwise (the leader's cache's own, uncopied). When r does not have it
 // (or has another of the same name), the error wraps

@@ -40,7 +40,7 @@ func controllerUID(o client.Object) []string {
 // IndexFields registers ControllerIndex for pods and ReplicaSets with idx
 // (a manager's field indexer, before its cache starts): its indexes must
 // answer lists in one namespace, all that Pods, RunningPods and the
-// ReplicaSet lookups make (the leader's: cacheindex.Namespaced).
+// ReplicaSet lookups make (the leader's: cachestore.Namespaced).
 func IndexFields(ctx context.Context, idx client.FieldIndexer) error {
 	for _, obj := range []client.Object{&corev1.Pod{}, &appsv1.ReplicaSet{}} {
 		if err := idx.IndexField(ctx, obj, ControllerIndex, controllerUID); err != nil {
@@ -64,9 +64,9 @@ func (indexedClient) controllerIndexed() {}
 
 // ReadOnly returns c reading with client.UnsafeDisableDeepCopy: from the
 // leader's cache, its own objects, or views of those it holds in a form
-// of its own (cacheindex.Viewer), rather than copies. What it returns
-// must only be read: a write to it, or to a map or slice it holds, would
-// change the cache. Indexed(ReadOnly(c)) is both.
+// of its own (cluster/cachestore's views), rather than copies. What it
+// returns must only be read: a write to it, or to a map or slice it
+// holds, would change the cache. Indexed(ReadOnly(c)) is both.
 func ReadOnly(c client.Client) client.Client { return readOnlyClient{c} }
 
 // readOnlyClient is a client ReadOnly made.
@@ -282,8 +282,8 @@ func currentReplicaSet(ctx context.Context, r client.Reader, w *Workload) (*apps
 // replicaSets returns the ReplicaSets the Deployment controls that its
 // selector selects and are not being deleted. They are copies: the
 // leader's cache holds ReplicaSets in a form of its own that only a
-// copying read turns into an appsv1.ReplicaSet (cluster/cachedapps.go).
-// On an Indexed reader they are read through ControllerIndex; otherwise
+// copying read turns into an appsv1.ReplicaSet
+// (cluster/cachestore/apps.go). On an Indexed reader they are read through ControllerIndex; otherwise
 // the selector's ReplicaSets are listed.
 func replicaSets(ctx context.Context, r client.Reader, w *Workload, sel labels.Selector, room []appsv1.ReplicaSet) (owned []*appsv1.ReplicaSet, items []appsv1.ReplicaSet, err error) {
 	opts := []client.ListOption{client.InNamespace(w.Object.GetNamespace())}

@@ -1,4 +1,4 @@
-package cluster
+package rightsizing
 
 import (
 	"context"
@@ -21,20 +21,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/cachestore"
 	"github.com/kerf-dev/kerf/cluster/pages"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/workload"
-	"github.com/kerf-dev/kerf/internal/cacheindex"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
-	"github.com/kerf-dev/kerf/test/leadertest"
+	"github.com/kerf-dev/kerf/test/kubetest"
 )
 
 // cachedMapper returns the leader's signal mapper over a cache of all
-// namespaces as the leader's (newCache, its transform and indexes; one
-// informer and one indexer a kind), each informer limited to ns by a field
-// selector, so that the shared control plane's other objects stay out.
+// namespaces as the leader's (cachestore.NewCache, its transform and
+// indexes; one informer and one indexer a kind), each informer limited to
+// ns by a field selector, so that the shared control plane's other
+// objects stay out.
 // The leader's tests watch their namespace (WatchNamespaces), a cache of
 // an informer per namespace, where the mapper reads copies instead.
 func cachedMapper(tb testing.TB, ns string) mapper {
@@ -42,14 +43,14 @@ func cachedMapper(tb testing.TB, ns string) mapper {
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
 	inNS := cache.ByObject{Field: fields.OneTermEqualSelector("metadata.namespace", ns)}
-	inner, err := newCache(controlplane.Get(tb).Config, cache.Options{Scheme: kube.Scheme, DefaultTransform: cacheTransform,
+	inner, err := cachestore.NewCache(controlplane.Get(tb).Config, cache.Options{Scheme: kube.Scheme, DefaultTransform: cachestore.Transform,
 		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: inNS, &appsv1.ReplicaSet{}: inNS, &appsv1.Deployment{}: inNS,
 			&v1alpha1.RightsizingRecommendation{}: inNS}})
 	require.NoError(tb, err)
-	ic := inner.(*cacheindex.Cache)
-	require.NoError(tb, stream.IndexPodsByUID(ctx, ic.Indexer(cacheindex.ClusterWide)))
-	require.NoError(tb, workload.IndexFields(ctx, ic.Indexer(cacheindex.Namespaced)))
-	require.NoError(tb, ic.Indexer(cacheindex.Namespaced).IndexField(ctx, &v1alpha1.RightsizingRecommendation{}, targetRefIndex, func(o client.Object) []string {
+	ic := inner.(*cachestore.Cache)
+	require.NoError(tb, stream.IndexPodsByUID(ctx, ic.Indexer(cachestore.ClusterWide)))
+	require.NoError(tb, workload.IndexFields(ctx, ic.Indexer(cachestore.Namespaced)))
+	require.NoError(tb, ic.Indexer(cachestore.Namespaced).IndexField(ctx, &v1alpha1.RightsizingRecommendation{}, targetRefIndex, func(o client.Object) []string {
 		ref := o.(*v1alpha1.RightsizingRecommendation).Spec.TargetRef
 		return []string{targetKey(ref.Kind, ref.Name)}
 	}))
@@ -64,7 +65,7 @@ func cachedMapper(tb testing.TB, ns string) mapper {
 	go func() { _ = ic.Start(ctx) }()
 	require.True(tb, ic.WaitForCacheSync(ctx))
 	return mapper{c: ic, cache: ic, pods: pods, replicaSets: replicaSets, recommendations: recs,
-		r: &RecommendationReconciler{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}}
+		r: &Reconciler{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}}
 }
 
 // runningWeb creates a namespace holding the Deployment web and its
@@ -72,10 +73,10 @@ func cachedMapper(tb testing.TB, ns string) mapper {
 func runningWeb(t *testing.T) (client.Client, string, *corev1.Pod) {
 	t.Helper()
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
-	dep := deployment(ns, "web", "500m", "256Mi")
+	ns := kubetest.Namespace(t, c)
+	dep := kubetest.Deployment(ns, "web", "500m", "256Mi")
 	require.NoError(t, c.Create(context.Background(), dep))
-	return c, ns, runningPod(t, c, dep)
+	return c, ns, kubetest.RunningPod(t, c, dep)
 }
 
 // TestSignalsMapThroughTheCachesOwnReplicaSet: on a cache of all
@@ -87,7 +88,7 @@ func runningWeb(t *testing.T) (client.Client, string, *corev1.Pod) {
 func TestSignalsMapThroughTheCachesOwnReplicaSet(t *testing.T) {
 	c, ns, pod := runningWeb(t)
 	ctx := context.Background()
-	require.NoError(t, c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")))
 	m := cachedMapper(t, ns)
 
 	signal := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: pod.UID}}
@@ -96,11 +97,11 @@ func TestSignalsMapThroughTheCachesOwnReplicaSet(t *testing.T) {
 	assert.Equal(t, want, m.signaled(ctx, signal))
 	rs := metav1.GetControllerOfNoCopy(pod)
 	require.NotNil(t, rs)
-	stored, ok, err := cacheindex.Stored(m.replicaSets, ns, rs.Name)
+	stored, ok, err := cachestore.Stored(m.replicaSets, ns, rs.Name)
 	require.NoError(t, err)
 	require.True(t, ok, "the mapper reads the informer's own ReplicaSet")
-	_, isCached := stored.(*cachedReplicaSet)
-	assert.True(t, isCached, "in the cache's own form, %T", stored)
+	_, isCopy := stored.(*appsv1.ReplicaSet)
+	assert.False(t, isCopy, "in the cache's own form, not an *appsv1.ReplicaSet")
 
 	owned := func(name string, uid types.UID) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p", OwnerReferences: []metav1.OwnerReference{{
@@ -116,8 +117,8 @@ func TestSignalsMapThroughTheCachesOwnReplicaSet(t *testing.T) {
 func webDeployment(b *testing.B) (client.Client, string, *appsv1.Deployment) {
 	b.Helper()
 	c := controlplane.Get(b).Client
-	ns := namespace(b, c)
-	dep := deployment(ns, "web", "500m", "256Mi")
+	ns := kubetest.Namespace(b, c)
+	dep := kubetest.Deployment(ns, "web", "500m", "256Mi")
 	if err := c.Create(context.Background(), dep); err != nil {
 		b.Fatal(err)
 	}
@@ -131,8 +132,8 @@ func webDeployment(b *testing.B) (client.Client, string, *appsv1.Deployment) {
 func BenchmarkSignalMapping(b *testing.B) {
 	c, ns, dep := webDeployment(b)
 	ctx := context.Background()
-	pod := adoptedPod(b, c, dep, "web-1")
-	if err := c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")); err != nil {
+	pod := kubetest.AdoptedPod(b, c, dep, "web-1")
+	if err := c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")); err != nil {
 		b.Fatal(err)
 	}
 	m := cachedMapper(b, ns)
@@ -154,7 +155,7 @@ func BenchmarkSignalMapping(b *testing.B) {
 
 // TestReadOnlyReadsGetTheCachesViews: through the leader's cache (of all
 // namespaces), a workload's pods read with workload.ReadOnly are views
-// sharing the cache's own pods (cachedPod.View), as the usage series read
+// sharing the cache's own pods (their View), as the usage series read
 // them, and the Deployment a view of the cache's; without it, copies.
 func TestReadOnlyReadsGetTheCachesViews(t *testing.T) {
 	_, ns, pod := runningWeb(t)
@@ -165,7 +166,7 @@ func TestReadOnlyReadsGetTheCachesViews(t *testing.T) {
 	readOnly, copying := workload.Indexed(workload.ReadOnly(cached)), workload.Indexed(cached)
 
 	shared := func(p *corev1.Pod) bool {
-		stored, ok, err := cacheindex.Stored(m.pods, p.Namespace, p.Name)
+		stored, ok, err := cachestore.Stored(m.pods, p.Namespace, p.Name)
 		require.NoError(t, err)
 		require.True(t, ok)
 		return reflect.ValueOf(stored.GetLabels()).UnsafePointer() == reflect.ValueOf(p.Labels).UnsafePointer()
@@ -200,13 +201,13 @@ func BenchmarkUsageSeriesPass(b *testing.B) {
 	c, ns, dep := webDeployment(b)
 	ctx := context.Background()
 	for _, name := range []string{"web-1", "web-2", "web-3"} {
-		p := adoptedPod(b, c, dep, name)
+		p := kubetest.AdoptedPod(b, c, dep, name)
 		p.Status.Phase = corev1.PodRunning
 		if err := c.Status().Update(ctx, p); err != nil {
 			b.Fatal(err)
 		}
 	}
-	if err := c.Create(ctx, recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")); err != nil {
+	if err := c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")); err != nil {
 		b.Fatal(err)
 	}
 	m := cachedMapper(b, ns)
@@ -215,7 +216,7 @@ func BenchmarkUsageSeriesPass(b *testing.B) {
 		b.Fatal(err)
 	}
 	u := pages.NewUsageSeries(workload.Indexed(workload.ReadOnly(cached)), signals.New(), pages.UsageSeriesConfig{}, nil, slog.New(slog.DiscardHandler))
-	u.Recommendations = cachedRecommendations(m.recommendations, cached) // as the leader's
+	u.Recommendations = cachestore.Recommendations(m.recommendations, cached) // as the leader's
 	deadline := time.Now().Add(30 * time.Second)
 	for u.Len() != 1 {
 		if time.Now().After(deadline) {
@@ -252,13 +253,13 @@ func TestUsageSeriesReadTheInformersOwnRecommendations(t *testing.T) {
 	_, ns, _ := runningWeb(t)
 	ctx := context.Background()
 	c := controlplane.Get(t).Client
-	require.NoError(t, c.Create(ctx, leadertest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")))
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "128Mi")))
 	m := cachedMapper(t, ns)
 	cached, err := client.New(controlplane.Get(t).Config, client.Options{Scheme: kube.Scheme, Cache: &client.CacheOptions{Reader: m.cache}})
 	require.NoError(t, err)
 	u := pages.NewUsageSeries(workload.Indexed(workload.ReadOnly(noRecommendationLists{cached})), signals.New(), pages.UsageSeriesConfig{}, nil, slog.New(slog.DiscardHandler))
 	require.ErrorContains(t, u.Pass(ctx), "a list of recommendations", "without the informer, a pass lists")
-	u.Recommendations = cluster.cachedRecommendations(m.recommendations, noRecommendationLists{cached})
+	u.Recommendations = cachestore.Recommendations(m.recommendations, noRecommendationLists{cached})
 	require.Eventually(t, func() bool {
 		require.NoError(t, u.Pass(ctx))
 		return u.Len() == 1

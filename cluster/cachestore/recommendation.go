@@ -1,4 +1,4 @@
-package cluster
+package cachestore
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/forward"
-	"github.com/kerf-dev/kerf/internal/cacheindex"
 )
 
 // A cached recommendation is its decoded object, with what many of them
@@ -148,17 +147,17 @@ func internValue(v reflect.Value, own ownStrings) {
 	}
 }
 
-// cachedRecommendations returns what reads every recommendation for the
-// leader's periodic passes (the usage series, the hub forwarder, the
-// finalizer releaser): informer's own objects, only to be read, at the
-// cost of one slice; where the cache has no indexer of its own (a cache
-// of several namespaces), a list through c, whose items share the
+// Recommendations returns what reads every recommendation for the
+// leader's periodic passes: the usage series, the hub forwarder, the
+// finalizer releaser. It reads informer's own objects, only to be read,
+// at the cost of one slice. Where the cache has no indexer of its own (a
+// cache of several namespaces), it lists through c: the items share the
 // cache's objects but copy each one's struct (568 bytes; 14 MB at 25,000
 // every pass).
-func cachedRecommendations(informer cache.Informer, c client.Reader) forward.Recommendations {
+func Recommendations(informer cache.Informer, c client.Reader) forward.Recommendations {
 	return func(ctx context.Context) ([]*v1alpha1.RightsizingRecommendation, error) {
-		stored, err := cacheindex.All(informer)
-		if errors.Is(err, cacheindex.ErrNoIndexer) {
+		stored, err := allStored(informer)
+		if errors.Is(err, ErrNoIndexer) {
 			return forward.ListRecommendations(ctx, c)
 		}
 		if err != nil {

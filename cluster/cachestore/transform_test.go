@@ -1,4 +1,4 @@
-package cluster
+package cachestore
 
 import (
 	"bytes"
@@ -9,7 +9,6 @@ import (
 	goruntime "runtime"
 	"strings"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
@@ -21,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,119 +27,6 @@ import (
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
-
-// TestTheCacheHoldsPodsWithoutWhatKerfNeverReads: the leader's cache keeps
-// no managed fields (of pods, ReplicaSets, Deployments) and of a pod none
-// of its volumes, environment, probes or scheduling constraints, but all
-// that Kerf reads; and a resize written from the stripped cached pod, as
-// the in-place apply writes it, changes only the resources: the stored
-// pod keeps what the cache dropped.
-func TestTheCacheHoldsPodsWithoutWhatKerfNeverReads(t *testing.T) {
-	cp := controlplane.Get(t)
-	c := cp.Client
-	ns := namespace(t, c)
-	ctx := context.Background()
-	dep := deployment(ns, "web", "500m", "256Mi")
-	dep.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
-	app := &dep.Spec.Template.Spec.Containers[0]
-	app.Env = []corev1.EnvVar{{Name: "MODE", Value: "serve"}}
-	app.Command = []string{"/kerf-workload"}
-	app.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
-	app.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
-	dep.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}
-	require.NoError(t, c.Create(ctx, dep))
-	pod := runningPod(t, c, dep)
-	var live corev1.Pod
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), &live))
-	require.NotEmpty(t, live.ManagedFields, "the apiserver keeps managed fields (else this test checks nothing)")
-
-	l := startLeader(t, ns, "a", Config{})
-	cache := l.Manager().GetCache()
-	var cached corev1.Pod
-	require.Eventually(t, func() bool {
-		return cache.Get(ctx, client.ObjectKeyFromObject(pod), &cached) == nil
-	}, 30*time.Second, 50*time.Millisecond, "the pod never reached the leader's cache")
-
-	assert.Empty(t, cached.ManagedFields, "the cached pod's managed fields")
-	cc := cached.Spec.Containers[0]
-	assert.Nil(t, cc.Env, "env")
-	assert.Nil(t, cc.Command, "command")
-	assert.Nil(t, cc.VolumeMounts, "volume mounts")
-	assert.Nil(t, cc.ReadinessProbe, "readiness probe")
-	assert.Nil(t, cached.Spec.Volumes, "volumes")
-	assert.Nil(t, cached.Spec.Tolerations, "tolerations")
-	// What Kerf reads is all there.
-	assert.Equal(t, live.Labels, cached.Labels)
-	assert.Equal(t, live.OwnerReferences, cached.OwnerReferences)
-	assert.Equal(t, live.Spec.NodeName, cached.Spec.NodeName)
-	assert.Equal(t, "app", cc.Name)
-	assert.Equal(t, "500m", cc.Resources.Requests.Cpu().String())
-	assert.Equal(t, live.Spec.Containers[0].ResizePolicy, cc.ResizePolicy)
-	assert.Equal(t, live.Status, cached.Status)
-
-	for _, obj := range []client.Object{&appsv1.ReplicaSet{}, &appsv1.Deployment{}} {
-		key := client.ObjectKey{Namespace: ns, Name: "web-h1"}
-		if _, ok := obj.(*appsv1.Deployment); ok {
-			key.Name = "web"
-		}
-		require.Eventually(t, func() bool { return cache.Get(ctx, key, obj) == nil }, 30*time.Second, 50*time.Millisecond)
-		assert.Empty(t, obj.GetManagedFields(), "the cached %T's managed fields", obj)
-	}
-	// Of the templates, their digest and what Kerf reads of them; the
-	// stored objects keep theirs whole, and no digest annotation.
-	var cachedDep, liveDep appsv1.Deployment
-	require.NoError(t, cache.Get(ctx, client.ObjectKeyFromObject(dep), &cachedDep))
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(dep), &liveDep))
-	var cachedRS, liveRS appsv1.ReplicaSet
-	require.NoError(t, cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-h1"}, &cachedRS))
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-h1"}, &liveRS))
-	ct := cachedDep.Spec.Template
-	assert.Nil(t, ct.Spec.Containers[0].Env, "the cached template's env")
-	assert.Empty(t, ct.Spec.Containers[0].Image, "its image")
-	assert.Nil(t, ct.Spec.Volumes, "its volumes")
-	assert.Nil(t, ct.Spec.Tolerations, "its tolerations")
-	assert.Nil(t, ct.Labels, "its labels")
-	assert.Equal(t, "app", ct.Spec.Containers[0].Name)
-	assert.Equal(t, liveDep.Spec.Template.Spec.Containers[0].Resources, ct.Spec.Containers[0].Resources, "its resources")
-	assert.Equal(t, liveDep.Spec.Template.Spec.Containers[0].ResizePolicy, ct.Spec.Containers[0].ResizePolicy, "its resize policy")
-	assert.Equal(t, workload.TemplateDigest(&liveDep.Spec.Template), ct.Annotations[workload.TemplateDigestAnnotation], "the whole template's digest")
-	assert.Equal(t, ct.Annotations[workload.TemplateDigestAnnotation], cachedRS.Spec.Template.Annotations[workload.TemplateDigestAnnotation],
-		"the ReplicaSet's template is the Deployment's but for pod-template-hash")
-	assert.Empty(t, cachedRS.Spec.Template.Spec.Containers, "nothing but the digest of a ReplicaSet's template")
-	assert.Equal(t, liveDep.Spec.Replicas, cachedDep.Spec.Replicas)
-	assert.Equal(t, liveDep.Spec.Selector, cachedDep.Spec.Selector)
-	assert.Equal(t, liveDep.Spec.Strategy, cachedDep.Spec.Strategy)
-	assert.Equal(t, liveRS.Labels, cachedRS.Labels)
-	assert.Equal(t, liveRS.Spec.Selector, cachedRS.Spec.Selector)
-	assert.NotContains(t, liveDep.Spec.Template.Annotations, workload.TemplateDigestAnnotation, "the stored Deployment has no digest")
-	assert.Equal(t, dep.Spec.Template.Spec.Containers[0].Env, liveDep.Spec.Template.Spec.Containers[0].Env, "and keeps its env")
-	// The current ReplicaSet and its running pods, read from the cache.
-	w, err := workload.From(&cachedDep)
-	require.NoError(t, err)
-	running, err := workload.RunningPods(ctx, l.Manager().GetClient(), w)
-	require.NoError(t, err)
-	require.Len(t, running, 1, "the pod of the current ReplicaSet, found by the digests")
-	assert.Equal(t, pod.Name, running[0].Name)
-
-	// The in-place apply's write: a resize of the cached pod.
-	cs, err := kubernetes.NewForConfig(cp.Config)
-	require.NoError(t, err)
-	desired := cached.DeepCopy()
-	desired.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("250m")
-	desired.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse("250m")
-	_, err = cs.CoreV1().Pods(ns).UpdateResize(ctx, pod.Name, desired, metav1.UpdateOptions{})
-	require.NoError(t, err, "resize from the cached pod")
-	var after corev1.Pod
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), &after))
-	assert.Equal(t, "250m", after.Spec.Containers[0].Resources.Requests.Cpu().String(), "resized")
-	ac := after.Spec.Containers[0]
-	assert.Equal(t, live.Spec.Containers[0].Env, ac.Env, "the stored pod keeps its env")
-	assert.Equal(t, live.Spec.Containers[0].VolumeMounts, ac.VolumeMounts, "and its mounts")
-	assert.Equal(t, live.Spec.Containers[0].ReadinessProbe, ac.ReadinessProbe, "and its probe")
-	assert.Equal(t, live.Spec.Volumes, after.Spec.Volumes, "and its volumes")
-	assert.Equal(t, live.Spec.Tolerations, after.Spec.Tolerations, "and its tolerations")
-	assert.NotEmpty(t, after.ManagedFields, "and its managed fields")
-}
 
 // TestInterningShrinksTheCachedPods: pods as the scale benchmark makes
 // them (one container, 100m / 256Mi, Running), decoded from protobuf as
@@ -171,7 +56,7 @@ func TestInterningShrinksTheCachedPods(t *testing.T) {
 			saved := resourceLists
 			resourceLists = table
 			defer func() { resourceLists = saved }()
-			return cacheTransform(obj)
+			return Transform(obj)
 		}
 	}
 	whole, interned, objs2 := heldHeap(t, raw, with(0), with(maxInternedLists))
@@ -256,7 +141,7 @@ func TestStrippingShrinksTheCachedTemplates(t *testing.T) {
 		}
 		return obj, nil
 	}
-	whole, stripped, objs2 := heldHeap(t, raw, previous, cacheTransform)
+	whole, stripped, objs2 := heldHeap(t, raw, previous, Transform)
 	t.Logf("%d Deployments and %d ReplicaSets, live heap: %.0f bytes a Deployment and its ReplicaSet with the templates whole, %.0f stripped (%.0f %%)",
 		n, n, float64(whole)/n, float64(stripped)/n, 100*float64(stripped)/float64(whole))
 	assert.Less(t, float64(stripped), 0.75*float64(whole), "stripping the templates saves at least a quarter of a cached Deployment and ReplicaSet")

@@ -1,4 +1,4 @@
-package cacheindex
+package cachestore
 
 import (
 	"context"
@@ -21,8 +21,6 @@ import (
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
-
-func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Hooks{}) }
 
 // byApp is the test's index value: a pod's "app" label.
 func byApp(o client.Object) []string { return []string{o.GetLabels()["app"]} }
@@ -66,9 +64,9 @@ func TestListsFindTheIndexedObjects(t *testing.T) {
 			opts.Scheme = kube.Scheme
 			inner, err := cache.New(cp.Config, opts)
 			require.NoError(t, err)
-			c := Wrap(inner, kube.Scheme)
-			require.NoError(t, c.Indexer(Namespaced).WithBuckets(buckets).IndexField(ctx, &corev1.Pod{}, "app", byApp))
-			require.NoError(t, c.Indexer(ClusterWide).WithBuckets(buckets).IndexField(ctx, &corev1.Pod{}, "uid", byUID))
+			c := wrap(inner, kube.Scheme)
+			require.NoError(t, c.Indexer(Namespaced).withBuckets(buckets).IndexField(ctx, &corev1.Pod{}, "app", byApp))
+			require.NoError(t, c.Indexer(ClusterWide).withBuckets(buckets).IndexField(ctx, &corev1.Pod{}, "uid", byUID))
 			require.NoError(t, c.IndexField(ctx, &corev1.Pod{}, "uid-both", byUID), "controller-runtime's own, to compare")
 			cacheCtx, stop := context.WithCancel(ctx)
 			defer stop()
@@ -189,7 +187,7 @@ func TestBucketsHoldLessThanAKeyAPod(t *testing.T) {
 		}
 	}
 	bucketed := func(scope Scope, extract client.IndexerFunc) toolscache.IndexFunc {
-		return index{scope: scope, buckets: scope.Buckets(), extract: extract}.keys
+		return index{scope: scope, buckets: scope.buckets(), extract: extract}.keys
 	}
 	held := func(indexFunc func(Scope, client.IndexerFunc) toolscache.IndexFunc) float64 {
 		store := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
@@ -207,7 +205,7 @@ func TestBucketsHoldLessThanAKeyAPod(t *testing.T) {
 	}
 	one, buckets := held(oneKey), held(bucketed)
 	t.Logf("the two indexes of %d pods: %.0f bytes a pod with a key per value, %.0f in buckets (Namespaced %d, ClusterWide %d)",
-		len(pods), one, buckets, NamespacedBuckets, ClusterWideBuckets)
+		len(pods), one, buckets, namespacedBuckets, clusterWideBuckets)
 	assert.Less(t, buckets, one/3, "buckets hold less than a third of a key a value")
 }
 

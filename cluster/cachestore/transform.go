@@ -1,4 +1,4 @@
-package cluster
+package cachestore
 
 import (
 	"slices"
@@ -15,28 +15,31 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/workload"
-	"github.com/kerf-dev/kerf/internal/cacheindex"
 )
 
-// cacheTransform is what the leader's cache keeps of every object it
-// watches (docs/performance.md, "Where the leader's memory goes"): all of
-// it but the managed fields, which nothing in Kerf reads (its writes are
-// patches and a resize; none is a server-side apply, and an update without
-// managed fields keeps the stored ones); of a Pod, a ReplicaSet and a
-// Deployment only what a cachedPod, cachedReplicaSet and cachedDeployment
-// keep (types of Kerf's own, which every read copies back into the
-// reader's type); of a workload's or ReplicaSet's pod template only what
-// stripTemplate keeps, and its digest; the resource lists of pods and of
-// workload templates are interned (resourceLists), and so are the labels,
-// annotations and selectors of pods, ReplicaSets and Deployments
-// (stringMaps); a recommendation's strings and resource values are shared
-// too (internRecommendation). It runs on each object before the informer
-// stores it, so every reader of the manager's cache
-// and client sees the stripped object; reads through the API reader are
-// whole. It is idempotent, as client-go asks of a transform that may be
-// handed stored objects again (a Replace of them; its informers' resyncs
-// are not transformed again): a cached type is kept as it is.
-func cacheTransform(obj any) (any, error) {
+// Transform is the leader's cache.Options.DefaultTransform: what the
+// cache keeps of every object it watches (docs/performance.md, "Where the
+// leader's memory goes").
+//   - It drops the managed fields, which nothing in Kerf reads. Kerf's
+//     writes are patches and a resize, none a server-side apply, and an
+//     update without managed fields keeps the stored ones.
+//   - A Pod, a ReplicaSet and a Deployment become a cachedPod,
+//     cachedReplicaSet and cachedDeployment: types of this package, which
+//     every read copies back into the reader's type.
+//   - A workload's or ReplicaSet's pod template keeps what stripTemplate
+//     keeps, and its digest.
+//   - The resource lists of pods and of workload templates are interned
+//     (resourceLists). So are the labels, annotations and selectors of
+//     pods, ReplicaSets and Deployments (stringMaps). A recommendation's
+//     strings and resource values are shared too (internRecommendation).
+//
+// It runs on each object before the informer stores it, so every reader
+// of the manager's cache and client sees the stripped object. Reads
+// through the API reader are whole. It is idempotent, as client-go asks
+// of a transform that may be handed stored objects again (a Replace; the
+// informers' resyncs are not transformed again): a cached type is kept as
+// it is.
+func Transform(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
 	}
@@ -63,17 +66,19 @@ func cacheTransform(obj any) (any, error) {
 	return obj, nil
 }
 
-// newCache is the leader's cache (ctrl.Options.NewCache): a
-// cacheindex.Cache (lists by a field index read the value's bucket) that
-// knows the kinds cacheTransform stores in forms of its own, so that a
-// read of them that only reads (client.UnsafeDisableDeepCopy) gets a view
-// (cachedPod.View) rather than failing.
-func newCache(config *rest.Config, opts cache.Options) (cache.Cache, error) {
-	c, err := cacheindex.NewCache(config, opts)
+// NewCache is the leader's cache, a cache.NewCacheFunc
+// (ctrl.Options.NewCache): a *Cache, whose lists by a field index read the
+// value's bucket. It knows the kinds Transform stores in forms of its
+// own, so that a read of them that only reads
+// (client.UnsafeDisableDeepCopy) gets a view (cachedPod.View) rather than
+// failing.
+func NewCache(config *rest.Config, opts cache.Options) (cache.Cache, error) {
+	inner, err := cache.New(config, opts)
 	if err != nil {
 		return nil, err
 	}
-	return c, c.(*cacheindex.Cache).StoresViews(&corev1.Pod{}, &appsv1.ReplicaSet{}, &appsv1.Deployment{})
+	c := wrap(inner, opts.Scheme)
+	return c, c.storesViews(&corev1.Pod{}, &appsv1.ReplicaSet{}, &appsv1.Deployment{})
 }
 
 // maxInternedLists bounds the distinct resource lists interned: past it a
@@ -206,7 +211,7 @@ const maxInternedMaps = 100000
 // deployment controller's annotations (revision, desired and max
 // replicas) are the same on most ReplicaSets and Deployments. A shared map
 // is never written: every read of those kinds copies the object
-// (cachedpod.go, cachedapps.go), and the event handlers only read.
+// (pod.go, apps.go), and the event handlers only read.
 var stringMaps = &mapInterner{sharedTable[map[string]string]{max: maxInternedMaps}}
 
 // sharedTable is a bounded table of shared values by key, the one

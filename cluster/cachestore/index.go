@@ -1,36 +1,4 @@
-// Package cacheindex adds field indexes to a controller-runtime cache that
-// cost an object a few bytes, not a map of its own.
-//
-// controller-runtime's own IndexField keys every object of a namespace
-// twice, once under "<namespace>/<value>" for lists in one namespace and
-// once under "__all_namespaces/<value>" for lists across all of them, and
-// client-go's indexer keeps a set (a map) of object keys per index key.
-// For indexes whose values are nearly unique (a pod's UID, a workload's
-// UID, a recommendation's target) that is a small map per object and per
-// key: at 25,000 workloads the leader's indexes held 43 MB of such sets,
-// more than the pods' specs (docs/performance.md, "Where the leader's
-// memory goes"), and one key per object (this package's first form) still
-// 37 MB.
-//
-// An index of this package keeps each object under one key per value,
-// for the lists of one Scope, and that key is the value's bucket: a hash
-// of the value, one of a fixed number of buckets (Scope.Buckets) per
-// namespace, or per cluster for a ClusterWide index. A namespace's objects so share
-// at most that many sets, whatever their number: about 55 bytes an object
-// rather than 300. The Cache of this package (the manager's, through
-// ctrl.Options.NewCache) answers a list through such an index exactly: it
-// reads the value's bucket from the informer's own objects and keeps
-// those whose own value is the one asked, before it copies any, so reads
-// stay client.List with client.MatchingFields and return what they did.
-// Every index the leader reads is read one way only: a workload's pods
-// and ReplicaSets and its recommendations in its namespace, a pod by UID
-// across all namespaces.
-//
-// The hot paths that only read get the informers' own objects instead
-// of copies: Lookup and Stored return them as stored, and a Get or List
-// with client.UnsafeDisableDeepCopy of a kind stored in a transform's form
-// of its own gets views of them (Viewer, Cache.StoresViews).
-package cacheindex
+package cachestore
 
 import (
 	"context"
@@ -47,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -68,25 +35,21 @@ const (
 )
 
 // How many keys an index spreads a namespace's objects over (a
-// ClusterWide index, the cluster's). A bucket's objects are read to
-// answer a list of one value: at 700 pods a namespace, a Namespaced
-// index's bucket holds about 5.5; a ClusterWide one of 35,000 pods,
-// about 8.5. Fewer buckets cost less memory and more objects read a
-// lookup: 35,000 pods' two indexes hold 105 bytes a pod at 64 a
-// namespace, 113 at 128 and 156 at 256 (TestBucketsHoldLessThanAKeyAPod),
-// and at 64 the bucket reads added about 7 % to the leader's CPU in a
-// wave at 25,000 workloads (docs/performance.md, "The seventh round").
+// ClusterWide index, the cluster's). A list of one value reads its
+// bucket's objects. Fewer buckets cost less memory and more objects read
+// a lookup: docs/performance.md, "The seventh round", has the figures
+// (TestBucketsHoldLessThanAKeyAPod).
 const (
-	NamespacedBuckets  = 128
-	ClusterWideBuckets = 4096
+	namespacedBuckets  = 128
+	clusterWideBuckets = 4096
 )
 
-// Buckets is the number of buckets of an index of scope.
-func (scope Scope) Buckets() uint32 {
+// buckets is the number of buckets of an index of scope.
+func (scope Scope) buckets() uint32 {
 	if scope == ClusterWide {
-		return ClusterWideBuckets
+		return clusterWideBuckets
 	}
-	return NamespacedBuckets
+	return namespacedBuckets
 }
 
 // The names controller-runtime's cache reader (pkg/cache/internal,
@@ -110,7 +73,7 @@ type Cache struct {
 
 	mu      sync.RWMutex
 	indexes map[indexKey]index
-	// views are the kinds whose informers store Viewers (StoresViews),
+	// views are the kinds whose informers store viewers (storesViews),
 	// each with an object of its kind (what the Cache asks its informer
 	// for).
 	views map[schema.GroupKind]client.Object
@@ -132,19 +95,9 @@ type index struct {
 	obj     client.Object
 }
 
-// NewCache is a cache.NewCacheFunc (ctrl.Options.NewCache): a cache.New
-// wrapped in a Cache.
-func NewCache(config *rest.Config, opts cache.Options) (cache.Cache, error) {
-	c, err := cache.New(config, opts)
-	if err != nil {
-		return nil, err
-	}
-	return Wrap(c, opts.Scheme), nil
-}
-
-// Wrap returns c as a Cache; scheme maps its objects and lists to kinds
+// wrap returns c as a Cache; scheme maps its objects and lists to kinds
 // (nil: client-go's scheme, as controller-runtime's default).
-func Wrap(c cache.Cache, scheme *runtime.Scheme) *Cache {
+func wrap(c cache.Cache, scheme *runtime.Scheme) *Cache {
 	if scheme == nil {
 		scheme = clientgoscheme.Scheme
 	}
@@ -152,9 +105,9 @@ func Wrap(c cache.Cache, scheme *runtime.Scheme) *Cache {
 }
 
 // Indexer returns an Indexer whose indexes answer the lists of scope, with
-// the scope's Buckets.
+// the scope's buckets.
 func (c *Cache) Indexer(scope Scope) Indexer {
-	return Indexer{c: c, scope: scope, buckets: scope.Buckets()}
+	return Indexer{c: c, scope: scope, buckets: scope.buckets()}
 }
 
 // Indexer is a client.FieldIndexer over a Cache whose indexes answer the
@@ -167,9 +120,9 @@ type Indexer struct {
 
 var _ client.FieldIndexer = Indexer{}
 
-// WithBuckets returns ix keeping its objects under n buckets (at least 1)
-// rather than the scope's Buckets.
-func (ix Indexer) WithBuckets(n uint32) Indexer {
+// withBuckets returns ix keeping its objects under n buckets (at least 1)
+// rather than the scope's.
+func (ix Indexer) withBuckets(n uint32) Indexer {
 	ix.buckets = max(n, 1)
 	return ix
 }
@@ -324,7 +277,7 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 }
 
 // wrappedList lists through the wrapped cache, lo being opts applied; a
-// list of a kind StoresViews declared asking for no copy gets views
+// list of a kind storesViews declared asking for no copy gets views
 // where listViews can give them, else copies.
 func (c *Cache) wrappedList(ctx context.Context, list client.ObjectList, lo client.ListOptions, opts []client.ListOption) error {
 	if lo.UnsafeDisableDeepCopy == nil || !*lo.UnsafeDisableDeepCopy {
@@ -434,12 +387,12 @@ func Stored(informer cache.Informer, ns, name string) (obj client.Object, ok boo
 	return obj, true, nil
 }
 
-// All returns every object informer (a Cache's informer) holds: its own,
-// not copies, in the form its transform stores them, to be read only, in
-// no order; ErrNoIndexer on an informer without an indexer of its own
-// (the caller lists copies instead). It costs one slice, where a list
-// costs a struct an object.
-func All(informer cache.Informer) ([]any, error) {
+// allStored returns every object informer (a Cache's informer) holds:
+// its own, not copies, in the form its transform stores them, to be read
+// only, in no order; ErrNoIndexer on an informer without an indexer of
+// its own (the caller lists copies instead). It costs one slice, where a
+// list costs a struct an object.
+func allStored(informer cache.Informer) ([]any, error) {
 	indexer, err := indexerOf(informer)
 	if err != nil {
 		return nil, fmt.Errorf("all: %w", err)

@@ -1,4 +1,4 @@
-package cacheindex
+package cachestore
 
 import (
 	"context"
@@ -17,13 +17,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
-// Viewer is an object an informer stores in a form of its own (a cache
+// viewer is an object an informer stores in a form of its own (a cache
 // transform's, smaller than the API type) that can give the API type
 // its readers ask for sharing its fields: what a read with
 // client.UnsafeDisableDeepCopy (one that only reads) gets from a Cache, at
 // the cost of the type's structs alone, where DeepCopyObject must copy
 // everything.
-type Viewer interface {
+type viewer interface {
 	View() runtime.Object
 	// ViewInto writes the view into dst, an object of the API type (a
 	// list's item, a Get's object), allocating no struct of its own;
@@ -31,13 +31,13 @@ type Viewer interface {
 	ViewInto(dst runtime.Object) bool
 }
 
-// StoresViews declares the kinds whose informers store Viewers (the
+// storesViews declares the kinds whose informers store viewers (the
 // cache's transform makes them). A Get or List of them with
 // client.UnsafeDisableDeepCopy gets views of the informer's own objects;
 // where the Cache cannot read those (a cache of several namespaces has an
 // informer per namespace), it gets copies, as the wrapped cache would hand
 // out the stored form, which is not the type asked for.
-func (c *Cache) StoresViews(objs ...client.Object) error {
+func (c *Cache) storesViews(objs ...client.Object) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, obj := range objs {
@@ -51,7 +51,7 @@ func (c *Cache) StoresViews(objs ...client.Object) error {
 }
 
 // viewed returns obj's kind (of its items for a list) and, when it is
-// one StoresViews declared, the object declared for it; else nil.
+// one storesViews declared, the object declared for it; else nil.
 func (c *Cache) viewed(obj runtime.Object) (schema.GroupVersionKind, client.Object) {
 	gvk, err := apiutil.GVKForObject(obj, c.scheme)
 	if err != nil {
@@ -68,7 +68,7 @@ func (c *Cache) viewed(obj runtime.Object) (schema.GroupVersionKind, client.Obje
 // view is what a read that only reads gets of a stored object: its view,
 // or the object itself.
 func view(o client.Object) runtime.Object {
-	if v, ok := o.(Viewer); ok {
+	if v, ok := o.(viewer); ok {
 		return v.View()
 	}
 	return o
@@ -82,7 +82,7 @@ func unsafeGet(opts []client.GetOption) bool {
 }
 
 // Get implements client.Reader: with client.UnsafeDisableDeepCopy, an
-// object of a kind StoresViews declared is the view of the informer's own
+// object of a kind storesViews declared is the view of the informer's own
 // (a copy where it has no indexer of its own); every other Get is the
 // wrapped cache's.
 func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -108,7 +108,7 @@ func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 		// As controller-runtime's cache reader says it.
 		return apierrors.NewNotFound(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}, key.Name)
 	}
-	if v, ok := stored.(Viewer); ok && v.ViewInto(obj) {
+	if v, ok := stored.(viewer); ok && v.ViewInto(obj) {
 		return nil
 	}
 	out, got := reflect.ValueOf(obj), reflect.ValueOf(view(stored))
@@ -119,7 +119,7 @@ func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 	return nil
 }
 
-// listViews answers a list of a kind StoresViews declared (obj, its
+// listViews answers a list of a kind storesViews declared (obj, its
 // declared object) with client.UnsafeDisableDeepCopy and no field
 // selector: the views of the
 // informer's own objects of the namespace (or all), those the label
@@ -164,7 +164,7 @@ func (c *Cache) listViews(ctx context.Context, list client.ObjectList, gvk schem
 }
 
 // setViews sets list's items to the views of objs: each written into its
-// item (Viewer.ViewInto) where the items are structs, so that a view costs
+// item (viewer.ViewInto) where the items are structs, so that a view costs
 // no struct beside its item; else as apimeta.SetList sets them. Struct
 // items are written in the room the list's items already have when it is
 // enough (what was in the room past them cleared): a caller that lists
@@ -194,7 +194,7 @@ func setViews(list client.ObjectList, objs []client.Object) error {
 	}
 	for i, o := range objs {
 		dst := slice.Index(i)
-		if v, ok := o.(Viewer); ok {
+		if v, ok := o.(viewer); ok {
 			if item, ok := dst.Addr().Interface().(runtime.Object); ok && v.ViewInto(item) {
 				continue
 			}

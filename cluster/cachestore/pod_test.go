@@ -1,4 +1,4 @@
-package cluster
+package cachestore
 
 import (
 	"bytes"
@@ -71,11 +71,11 @@ func wholePod() *corev1.Pod {
 // resync hands it back).
 func TestACachedPodReadsBackAsWhatItKept(t *testing.T) {
 	whole := wholePod()
-	obj, err := cacheTransform(whole.DeepCopy())
+	obj, err := Transform(whole.DeepCopy())
 	require.NoError(t, err)
 	cached, ok := obj.(*cachedPod)
 	require.True(t, ok, "the cache holds a %T", obj)
-	again, err := cacheTransform(cached)
+	again, err := Transform(cached)
 	require.NoError(t, err)
 	assert.Same(t, cached, again, "the transform is idempotent")
 
@@ -107,10 +107,10 @@ func TestACachedPodReadsBackAsWhatItKept(t *testing.T) {
 	assert.Equal(t, withoutUnreadStatus(whole.Status), again2.Status, "its status")
 	assert.Equal(t, want, again2.Spec, "and its spec")
 
-	status, ok := podStatus(cached)
+	status, ok := PodStatus(cached)
 	require.True(t, ok)
 	assert.Equal(t, int32(3), status.ContainerStatuses[0].RestartCount, "the event handlers read the cached pod's status")
-	_, ok = podStatus(&corev1.Namespace{})
+	_, ok = PodStatus(&corev1.Namespace{})
 	assert.False(t, ok, "and nothing of another kind")
 }
 
@@ -119,7 +119,7 @@ func TestACachedPodReadsBackAsWhatItKept(t *testing.T) {
 // leader's cache) holds what a copy holds, and shares it with the cached
 // object rather than copying it.
 func TestCachedViewsHoldWhatACopyHolds(t *testing.T) {
-	obj, err := cacheTransform(wholePod())
+	obj, err := Transform(wholePod())
 	require.NoError(t, err)
 	pod := obj.(*cachedPod)
 	view, ok := pod.View().(*corev1.Pod)
@@ -136,7 +136,7 @@ func TestCachedViewsHoldWhatACopyHolds(t *testing.T) {
 		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
 		Spec: appsv1.ReplicaSetSpec{Selector: dep.Spec.Selector.DeepCopy(), Template: *dep.Spec.Template.DeepCopy()}}
 	for _, whole := range []client.Object{dep, rs} {
-		obj, err := cacheTransform(whole)
+		obj, err := Transform(whole)
 		require.NoError(t, err)
 		cached, ok := obj.(interface {
 			DeepCopyObject() runtime.Object
@@ -198,7 +198,7 @@ func TestCachedPodsHoldLessThanStrippedPods(t *testing.T) {
 		internPod(p)
 		return p, nil
 	}
-	before, now, objs2 := heldHeap(t, raw, stripped, cacheTransform)
+	before, now, objs2 := heldHeap(t, raw, stripped, Transform)
 	t.Logf("%d pods, live heap: %.0f bytes a pod stripped, %.0f cached (%.0f %%)", n, float64(before)/n, float64(now)/n, 100*float64(now)/float64(before))
 	assert.Less(t, float64(now), 0.75*float64(before), "a cached pod holds at least a quarter less than a stripped one")
 	read := objs2[0].(*cachedPod).Pod()
@@ -208,7 +208,7 @@ func TestCachedPodsHoldLessThanStrippedPods(t *testing.T) {
 	// The status as a kubelet writes it: five conditions, the IPs, the
 	// image and the service account token's volume mount.
 	kubelet := kubeletStatus(live)
-	before, now, objs2 = heldHeap(t, encode(kubelet), stripped, cacheTransform)
+	before, now, objs2 = heldHeap(t, encode(kubelet), stripped, Transform)
 	t.Logf("%d pods with a kubelet's status, live heap: %.0f bytes a pod stripped, %.0f cached (%.0f %%)", n, float64(before)/n, float64(now)/n, 100*float64(now)/float64(before))
 	assert.Less(t, float64(now), 0.75*float64(before), "a cached pod holds at least a quarter less than a stripped one")
 	assert.Equal(t, withoutUnreadStatus(kubelet), objs2[0].(*cachedPod).Pod().Status)
@@ -284,7 +284,7 @@ func TestEveryPodStatusFieldIsKeptOrDropped(t *testing.T) {
 		st.Conditions[1].Type = corev1.PodResizeInProgress
 		p := wholePod()
 		p.Status = *st.DeepCopy()
-		obj, err := cacheTransform(p)
+		obj, err := Transform(p)
 		require.NoError(t, err)
 		assert.Equal(t, withoutUnreadStatus(st), obj.(*cachedPod).Pod().Status)
 	}

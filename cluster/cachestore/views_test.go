@@ -1,4 +1,4 @@
-package cacheindex
+package cachestore
 
 import (
 	"context"
@@ -47,7 +47,7 @@ func (p *storedPod) ViewInto(dst runtime.Object) bool {
 }
 
 // TestReadsWithoutCopiesGetViews: in a cache whose transform stores pods
-// as Viewers, declared by StoresViews, a Get or a List (by namespace and
+// as viewers, declared by storesViews, a Get or a List (by namespace and
 // labels, or by an index) with client.UnsafeDisableDeepCopy gets views
 // of the informer's own pods (their labels the stored map) in a cache of
 // all namespaces, and copies in a cache of two (an informer per
@@ -84,8 +84,8 @@ func TestReadsWithoutCopiesGetViews(t *testing.T) {
 			opts.Scheme, opts.DefaultTransform = kube.Scheme, store
 			inner, err := cache.New(cp.Config, opts)
 			require.NoError(t, err)
-			c := Wrap(inner, kube.Scheme)
-			require.NoError(t, c.StoresViews(&corev1.Pod{}))
+			c := wrap(inner, kube.Scheme)
+			require.NoError(t, c.storesViews(&corev1.Pod{}))
 			require.NoError(t, c.Indexer(Namespaced).IndexField(ctx, &corev1.Pod{}, "app", byApp))
 			cacheCtx, stop := context.WithCancel(ctx)
 			defer stop()

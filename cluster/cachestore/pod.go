@@ -1,4 +1,4 @@
-package cluster
+package cachestore
 
 import (
 	corev1 "k8s.io/api/core/v1"
@@ -24,17 +24,18 @@ import (
 // DeepCopyObject returns the *corev1.Pod the reader asked for, holding
 // what was kept: the cache and the manager's client read pods as before.
 // What sees the cachedPod itself: the cache's index functions (through
-// metav1.Object), the informer's event handlers (podStatus) and the
-// lookups of the leader's hot paths (cacheindex.Lookup and Stored). A read
+// metav1.Object), the informer's event handlers (PodStatus) and the
+// lookups of the leader's hot paths (Cache.Lookup and Stored). A read
 // with client.UnsafeDisableDeepCopy gets a view (View: a *corev1.Pod
 // sharing what the cachedPod holds, only to be read) where the cache can
 // read its informer's own objects, and a copy elsewhere
-// (cacheindex.Cache.StoresViews).
+// (Cache.storesViews).
 //
 // The one write made from a read pod is the in-place resize, and the
 // apiserver's resize subresource keeps everything of the stored pod but
 // the containers' resources and resize policies, so a pod read from the
-// cache resizes as a whole one would (TestTheCacheHoldsPodsWithoutWhatKerfNeverReads).
+// cache resizes as a whole one would (TestTheCacheHoldsPodsWithoutWhatKerfNeverReads,
+// in cluster/).
 type cachedPod struct {
 	metav1.TypeMeta
 	metav1.ObjectMeta
@@ -125,7 +126,7 @@ func inflateContainers(cs []cachedContainer) []corev1.Container {
 // (Pod), the type every reader of the cache asks for.
 func (c *cachedPod) DeepCopyObject() runtime.Object { return c.Pod() }
 
-// View implements cacheindex.Viewer: a *corev1.Pod holding what c keeps
+// View implements viewer: a *corev1.Pod holding what c keeps
 // and sharing it (the metadata's maps and slices, the status, the
 // containers' resources), for a read that only reads
 // (client.UnsafeDisableDeepCopy): the Pod's and its containers' structs
@@ -136,7 +137,7 @@ func (c *cachedPod) View() runtime.Object {
 	return p
 }
 
-// ViewInto implements cacheindex.Viewer: View written into dst, a
+// ViewInto implements viewer: View written into dst, a
 // *corev1.Pod (a list's item), whose struct is not allocated anew.
 func (c *cachedPod) ViewInto(dst runtime.Object) bool {
 	p, ok := dst.(*corev1.Pod)
@@ -169,10 +170,11 @@ func viewContainers(cs []cachedContainer) []corev1.Container {
 	return out
 }
 
-// podStatus returns the status of a pod the informer delivered: a
+// PodStatus returns the status of a pod an informer delivered: a
 // cachedPod's (the leader's cache; a view, only to be read) or a
-// *corev1.Pod's (a cache without the leader's transform).
-func podStatus(o any) (corev1.PodStatus, bool) {
+// *corev1.Pod's (a cache without Transform). ok is false for any other
+// object.
+func PodStatus(o any) (corev1.PodStatus, bool) {
 	switch p := o.(type) {
 	case *cachedPod:
 		return p.status.view(), true

@@ -1,4 +1,4 @@
-package cluster
+package cachestore
 
 import (
 	"reflect"
@@ -11,14 +11,16 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
-// cachedObjects is the collector of kerf_leader_cached_objects: how many
+// ObjectCounts is the collector of kerf_leader_cached_objects: how many
 // objects each informer of the leader's cache holds, by the kind it
-// watches ("ReplicaSet"; "ReplicaSet (metadata)" for a metadata-only
-// watch). The cache is most of the leader's memory (docs/performance.md):
-// the gauge tells an operator what it holds, and a second informer of a
-// kind (a reader asking for the metadata of a kind already held whole)
-// shows as a second series.
-type cachedObjects struct {
+// watches.
+//
+// The kind is "ReplicaSet", or "ReplicaSet (metadata)" for a
+// metadata-only watch. The cache is most of the leader's memory
+// (docs/performance.md). The gauge tells an operator what it holds. A
+// second informer of a kind (a reader asking for the metadata of a kind
+// already held whole) shows as a second series.
+type ObjectCounts struct {
 	desc *prometheus.Desc
 
 	mu     sync.Mutex
@@ -31,17 +33,19 @@ type cachedStore struct {
 	store toolscache.Store
 }
 
-func newCachedObjects(reg prometheus.Registerer) *cachedObjects {
-	c := &cachedObjects{desc: prometheus.NewDesc("kerf_leader_cached_objects",
+// NewObjectCounts returns the collector of kerf_leader_cached_objects,
+// registered with reg; its NewInformer makes the informers it counts.
+func NewObjectCounts(reg prometheus.Registerer) *ObjectCounts {
+	c := &ObjectCounts{desc: prometheus.NewDesc("kerf_leader_cached_objects",
 		"Objects held by the leader's cache, by the kind each informer watches (a metadata-only informer as \"Kind (metadata)\").",
 		[]string{"kind"}, nil)}
 	reg.MustRegister(c)
 	return c
 }
 
-// newInformer is the cache's cache.Options.NewInformer: client-go's
+// NewInformer is the cache's cache.Options.NewInformer: client-go's
 // shared informer, its store counted.
-func (c *cachedObjects) newInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+func (c *ObjectCounts) NewInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 	inf := toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
 	kind := reflect.TypeOf(obj).Elem().Name()
 	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
@@ -54,11 +58,11 @@ func (c *cachedObjects) newInformer(lw toolscache.ListerWatcher, obj runtime.Obj
 }
 
 // Describe implements prometheus.Collector.
-func (c *cachedObjects) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *ObjectCounts) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 // Collect implements prometheus.Collector: one series per kind, the sum
 // of its informers (a cache of several namespaces has one per namespace).
-func (c *cachedObjects) Collect(ch chan<- prometheus.Metric) {
+func (c *ObjectCounts) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	counts := map[string]int{}
 	for _, s := range c.stores {

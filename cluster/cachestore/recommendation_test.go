@@ -1,4 +1,4 @@
-package cluster
+package cachestore
 
 import (
 	"fmt"
@@ -58,15 +58,15 @@ func TestACachedRecommendationReadsBackAsDecoded(t *testing.T) {
 		return obj.(*v1alpha1.RightsizingRecommendation)
 	}
 	want := decode(raw[0])
-	got, err := cacheTransform(decode(raw[0]))
+	got, err := Transform(decode(raw[0]))
 	require.NoError(t, err)
 	a := got.(*v1alpha1.RightsizingRecommendation)
 	assert.True(t, equality.Semantic.DeepEqual(want, a), "interning changed the recommendation")
-	again, err := cacheTransform(a)
+	again, err := Transform(a)
 	require.NoError(t, err)
 	assert.Same(t, a, again, "interning is idempotent")
 
-	got, err = cacheTransform(decode(raw[1]))
+	got, err = Transform(decode(raw[1]))
 	require.NoError(t, err)
 	b := got.(*v1alpha1.RightsizingRecommendation)
 	assert.Same(t, a.Spec.Containers[0].Requests, b.Spec.Containers[0].Requests, "equal values are one")
@@ -80,7 +80,7 @@ func TestACachedRecommendationReadsBackAsDecoded(t *testing.T) {
 	rb := own.Status.Change.RestartBaselines[0]
 	own.Status.Change.ThrottlingBaselines = []v1alpha1.ThrottlingBaseline{{Pod: strings.Clone(rb.Pod),
 		PodUID: strings.Clone(rb.PodUID), Container: rb.Container}}
-	got, err = cacheTransform(own)
+	got, err = Transform(own)
 	require.NoError(t, err)
 	ch := got.(*v1alpha1.RightsizingRecommendation).Status.Change
 	assert.Equal(t, unsafe.StringData(ch.RestartBaselines[0].PodUID), unsafe.StringData(ch.ThrottlingBaselines[0].PodUID),
@@ -121,7 +121,7 @@ func TestInterningShrinksTheCachedRecommendations(t *testing.T) {
 		obj.(*v1alpha1.RightsizingRecommendation).SetManagedFields(nil)
 		return obj, nil
 	}
-	whole, interned, objs := heldHeapOf(t, jsonDecoder(), raw, dropManaged, cacheTransform)
+	whole, interned, objs := heldHeapOf(t, jsonDecoder(), raw, dropManaged, Transform)
 	t.Logf("%d recommendations, live heap: %.0f bytes each decoded, %.0f interned (%.0f %%)",
 		n, float64(whole)/n, float64(interned)/n, 100*float64(interned)/float64(whole))
 	assert.Less(t, float64(interned), 0.7*float64(whole), "interning saves at least 30 % of a cached recommendation")

@@ -1,4 +1,4 @@
-package cluster
+package cachestore
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
@@ -81,7 +81,7 @@ func (c *cachedReplicaSet) ReplicaSet() *appsv1.ReplicaSet {
 // keeps (ReplicaSet).
 func (c *cachedReplicaSet) DeepCopyObject() runtime.Object { return c.ReplicaSet() }
 
-// View implements cacheindex.Viewer: a *appsv1.ReplicaSet holding what c
+// View implements viewer: a *appsv1.ReplicaSet holding what c
 // keeps and sharing its metadata and selector, for a read that only
 // reads (see cachedPod.View).
 func (c *cachedReplicaSet) View() runtime.Object {
@@ -90,7 +90,7 @@ func (c *cachedReplicaSet) View() runtime.Object {
 	return rs
 }
 
-// ViewInto implements cacheindex.Viewer: View written into dst, a
+// ViewInto implements viewer: View written into dst, a
 // *appsv1.ReplicaSet.
 func (c *cachedReplicaSet) ViewInto(dst runtime.Object) bool {
 	rs, ok := dst.(*appsv1.ReplicaSet)
@@ -136,7 +136,7 @@ func (c *cachedDeployment) Deployment() *appsv1.Deployment {
 // keeps (Deployment).
 func (c *cachedDeployment) DeepCopyObject() runtime.Object { return c.Deployment() }
 
-// View implements cacheindex.Viewer: a *appsv1.Deployment holding what c
+// View implements viewer: a *appsv1.Deployment holding what c
 // keeps and sharing it, for a read that only reads (see cachedPod.View).
 func (c *cachedDeployment) View() runtime.Object {
 	d := &appsv1.Deployment{}
@@ -144,7 +144,7 @@ func (c *cachedDeployment) View() runtime.Object {
 	return d
 }
 
-// ViewInto implements cacheindex.Viewer: View written into dst, a
+// ViewInto implements viewer: View written into dst, a
 // *appsv1.Deployment.
 func (c *cachedDeployment) ViewInto(dst runtime.Object) bool {
 	d, ok := dst.(*appsv1.Deployment)
