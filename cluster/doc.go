@@ -1,13 +1,12 @@
-// Package cluster is kerf-leader, Kerf's cluster-level leader
-// (docs/design.md sections 2-4, docs/leader.md).
+// Package cluster is one kerf-leader replica: its configuration, its
+// clients, its election and its servers (docs/leader.md).
 //
-// The root holds one replica: its configuration, clients, election and
-// servers (leader.go), and the RightsizingRecommendation reconciler. It
-// reads the agents' stream, the workloads, pods, policies and
-// recommendations; it writes resizes, pod templates, HPAs, recommendation
-// status, Events and the Lease.
-//
-// Parts with a job of their own are packages below it, among them:
+// config.go holds Config; leader.go builds the replica (New) and runs it
+// (Run); servers.go serves the endpoints, the webhook and the agents'
+// stream; leaderpod.go labels the leading replica's pod. Every part the
+// replica runs is a package below it, among them:
+//   - cluster/rightsizing: the RightsizingRecommendation controller,
+//     which applies, watches and rolls back (a file per step).
 //   - cluster/cachestore: the leader's cache, what it keeps of each
 //     object, its field indexes and views.
 //   - cluster/fence: write fencing, the rollbacks' client budget and the

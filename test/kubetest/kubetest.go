@@ -1,3 +1,10 @@
+// Package kubetest makes the Kubernetes objects the leader's tests work
+// on, and waits on what the leader records about them.
+//
+// It holds workloads and their pods as a kubelet reports them,
+// recommendations and policies, and the waits on a recommendation's
+// phase, history and Events. It starts no leader (test/leadertest does),
+// so the internal tests of the leader's packages can use it too.
 package kubetest
 
 import (

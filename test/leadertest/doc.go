@@ -2,10 +2,9 @@
 // plane (test/controlplane): a whole replica, or the stream's end alone.
 //
 // replica.go starts whole replicas (StartReplica, Pair, StartCrashing)
-// and holds the helpers of the tests that need one: workloads,
-// recommendations and policies, what kubelets report, and the waits on
-// what the leader records. The tests of cluster, cluster/rightsizing,
-// cluster/recommender and cluster/pages use it.
+// and what needs one (WatchedWeb, InPlaceWeb, RecommendedWeb). The tests
+// of cluster, cluster/rightsizing, cluster/recommender and cluster/pages
+// use it, with test/kubetest for the objects.
 //
 // stream.go serves the leader's side of the agents' stream alone (Start):
 // the real stream server (TLS, TokenReview of the agent's bound token
