@@ -8,22 +8,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
@@ -38,7 +32,6 @@ import (
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/internal/authn"
-	"github.com/kerf-dev/kerf/internal/kube"
 )
 
 // Leader is one kerf-leader replica. Every replica runs; the one that holds
@@ -82,187 +75,112 @@ type Leader struct {
 }
 
 // New builds a leader replica for the cluster restConfig reaches.
+//
+// It builds the parts in the order they depend on each other: the
+// election (the Lease, the fence, the manager), the clients that write
+// through the fence, the agents' stream, then the parts the manager
+// runs: the reconciler, the recommender, the pages' usage series and the
+// hub forwarder.
 func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error) {
-	if cfg.Namespace == "" || cfg.LeaseName == "" || cfg.Identity == "" {
-		return nil, fmt.Errorf("leader config: namespace (%q), lease name (%q) and identity (%q) must be set", cfg.Namespace, cfg.LeaseName, cfg.Identity)
-	}
-	if cfg.Workers < 0 {
-		return nil, fmt.Errorf("leader config: workers (%d) must be at least 1, or 0 for %d", cfg.Workers, rightsizing.DefaultWorkers)
-	}
-	if cfg.RollbackWorkers < rightsizing.NoRollbackWorkers {
-		return nil, fmt.Errorf("leader config: rollback workers (%d) must be at least 1, 0 for the default (%d), or NoRollbackWorkers (%d) for none",
-			cfg.RollbackWorkers, rightsizing.DefaultRollbackWorkers, rightsizing.NoRollbackWorkers)
-	}
-	if cfg.ApplyYield < 0 && cfg.ApplyYield != NoApplyYield {
-		return nil, fmt.Errorf("leader config: apply yield (%s) must be positive, 0 for the default (%s), or NoApplyYield for none",
-			cfg.ApplyYield, DefaultApplyYield)
-	}
-	if cfg.RollbackQPS < 0 || cfg.RollbackBurst < 0 {
-		return nil, fmt.Errorf("leader config: rollback QPS (%g) and burst (%d) must be positive, or 0 for %d and %d",
-			cfg.RollbackQPS, cfg.RollbackBurst, DefaultRollbackQPS, DefaultRollbackBurst)
-	}
-	if cfg.RollbackQPS == 0 {
-		cfg.RollbackQPS = DefaultRollbackQPS
-	}
-	if cfg.RollbackBurst == 0 {
-		cfg.RollbackBurst = DefaultRollbackBurst
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	dur := func(d *time.Duration, def time.Duration) {
-		if *d == 0 {
-			*d = def
-		}
-	}
-	dur(&cfg.LeaseDuration, 15*time.Second)
-	dur(&cfg.RenewDeadline, 10*time.Second)
-	dur(&cfg.RetryPeriod, 2*time.Second)
-	// The Lease client gives up on a request well before the renew
-	// deadline, so one hung request cannot cost the lease.
-	leaseConfig := rest.CopyConfig(restConfig)
-	leaseConfig.Timeout = max(cfg.RenewDeadline/2, time.Second)
-	leaseClient, err := kubernetes.NewForConfig(leaseConfig)
-	if err != nil {
-		return nil, fmt.Errorf("lease client: %w", err)
+	if err := cfg.complete(); err != nil {
+		return nil, err
 	}
 	reg := cfg.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	// Every write of the reconciler, the applier, the recommender and the
-	// hub forwarder goes through the fence: only while the Lease's newest
-	// renew is younger than the renew deadline and the Lease, read live,
-	// names this replica (docs/leader.md, "Fencing").
-	// Its live reads of the Lease have a client of their own, so that
-	// they never take the elector's turn in its rate limiter, with the
-	// writes' rate (one read per write) and the Lease client's timeout.
-	fenceConfig := rest.CopyConfig(restConfig)
-	fenceConfig.Timeout = leaseConfig.Timeout
-	fenceClient, err := kubernetes.NewForConfig(fenceConfig)
-	if err != nil {
-		return nil, fmt.Errorf("fence client: %w", err)
-	}
-	fnc := fence.New(cfg.Identity, cfg.RenewDeadline, fenceClient.CoordinationV1().Leases(cfg.Namespace), cfg.LeaseName, reg, log)
-	lock := fence.Lock{Fence: fnc, Interface: &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.LeaseName},
-		Client:     leaseClient.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
-	}}
-	// The cache keeps no managed fields, and of pods nothing Kerf never
-	// reads (cluster/cachestore).
-	// Its informers' sizes are kerf_leader_cached_objects.
-	cacheOpts := cache.Options{DefaultTransform: cachestore.Transform, NewInformer: cachestore.NewObjectCounts(reg).NewInformer}
-	if len(cfg.WatchNamespaces) > 0 {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range cfg.WatchNamespaces {
-			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
-		}
-	}
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Cache:                               cacheOpts,
-		NewCache:                            cachestore.NewCache, // lists by a field index read the value's bucket
-		Scheme:                              kube.Scheme,
-		Logger:                              logr.FromSlogHandler(log.Handler()),
-		Metrics:                             metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:              "0",
-		LeaderElection:                      true,
-		LeaderElectionID:                    cfg.LeaseName,
-		LeaderElectionNamespace:             cfg.Namespace,
-		LeaderElectionReleaseOnCancel:       true,
-		GracefulShutdownTimeout:             ptr.To(ShutdownTimeout),
-		LeaderElectionResourceLockInterface: lock,
-		LeaseDuration:                       &cfg.LeaseDuration,
-		RenewDeadline:                       &cfg.RenewDeadline,
-		RetryPeriod:                         &cfg.RetryPeriod,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("build manager: %w", err)
-	}
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, mgr: mgr, registry: reg, Metrics: rightsizing.NewMetrics(reg), fence: fnc}
-	if l.authn, err = authn.New(authn.Config{REST: restConfig, OwnAudience: authn.Audience}); err != nil {
-		return nil, fmt.Errorf("endpoints' authentication: %w", err)
-	}
-	fencedConfig := rest.CopyConfig(restConfig)
-	fencedConfig.Wrap(fnc.Wrap)
-	// Outermost, so that a write waits for the rollbacks before its
-	// fence reads the Lease.
-	var gate *fence.RollbackGate
-	if cfg.ApplyYield != NoApplyYield {
-		gate = fence.NewRollbackGate(cmp.Or(cfg.ApplyYield, DefaultApplyYield), reg)
-		fencedConfig.Wrap(gate.Wrap)
-	}
-	writer, err := client.New(fencedConfig, client.Options{Scheme: kube.Scheme, Mapper: mgr.GetRESTMapper(),
-		Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
-	if err != nil {
-		return nil, fmt.Errorf("fenced client: %w", err)
-	}
-	fencedCS, err := kubernetes.NewForConfig(fencedConfig)
-	if err != nil {
-		return nil, fmt.Errorf("fenced clientset: %w", err)
-	}
-	// The reconciler and the applier read a workload's pods and
-	// ReplicaSets through the cache's controller index (SetupWithManager
-	// registers it).
-	writer = workload.Indexed(writer)
-	l.writer = writer
-	rollbackWriter, rollbackCS, err := fence.RollbackClients(restConfig, leaseConfig.Timeout, fnc, cfg.Namespace, cfg.RollbackQPS, cfg.RollbackBurst, mgr, reg)
+	l := &Leader{cfg: cfg, restConfig: restConfig, log: log, registry: reg}
+	c, err := l.newElection()
 	if err != nil {
 		return nil, err
 	}
-	l.rollbackWriter = rollbackWriter
-
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	l.Metrics = rightsizing.NewMetrics(reg)
+	if l.authn, err = authn.New(authn.Config{REST: restConfig, OwnAudience: authn.Audience}); err != nil {
+		return nil, fmt.Errorf("endpoints' authentication: %w", err)
+	}
+	if err := l.newWriters(c); err != nil {
+		return nil, err
+	}
 	sig := cfg.Signals
 	if sig == nil {
 		sig = signals.New()
 	}
-	if cfg.Stream.Listener != nil {
-		// The agents' TokenReviews (and their pods' reads) on a budget of
-		// their own, sized for a connect storm rather than the
-		// --kube-api-qps every other client has: at 50 a second, the
-		// 1,000 streams a failover reopens took 20 s to authenticate
-		// (docs/performance.md, "The fourth round"). The handshakes in
-		// flight are bounded anyway (--stream-max-handshakes).
-		reviewConfig := rest.CopyConfig(restConfig)
-		reviewConfig.QPS = agentReviewQPS
-		reviewConfig.Burst = cmp.Or(cfg.Stream.Limits.MaxHandshakes, stream.DefaultMaxHandshakes)
-		reviews, err := kubernetes.NewForConfig(reviewConfig)
-		if err != nil {
-			return nil, fmt.Errorf("stream: TokenReviews' client: %w", err)
-		}
-		if err := cfg.Stream.Cert.Validate(); err != nil {
-			return nil, fmt.Errorf("stream: a listener without a certificate (agents send their tokens on it): %w", err)
-		}
-		l.stream, err = stream.New(stream.Config{
-			Audience:                cfg.Stream.Audience,
-			ServiceAccountNamespace: cfg.Stream.ServiceAccountNamespace,
-			ServiceAccountName:      cfg.Stream.ServiceAccountName,
-			Clientset:               reviews,
-			Pods:                    stream.CachedPods{Reader: mgr.GetClient()},
-			Kernel:                  sig.Kernel,
-			Statuses:                sig.Statuses,
-			Usage:                   sig.Usage,
-			Leading:                 l.Leading,
-			IssueMetricsCertificate: l.issueAgentMetricsCertificate,
-			Registerer:              reg,
-			Log:                     log,
-			Limits:                  cfg.Stream.Limits,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("stream: %w", err)
-		}
-	}
-
-	recorder, err := fnc.NewRecorder(fencedConfig, mgr, "kerf-leader", reg)
-	if err != nil {
+	if err := l.newStream(sig); err != nil {
 		return nil, err
 	}
+	for _, add := range []func(*clients, *signals.Stores) error{l.addReconciler, l.addRecommender, l.addUsageSeries} {
+		if err := add(c, sig); err != nil {
+			return nil, err
+		}
+	}
+	if err := warmInformers(l.mgr.GetCache()); err != nil {
+		return nil, err
+	}
+	if err := l.addHub(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// newStream builds the agents' stream when Config.Stream has a listener;
+// it feeds sig.
+func (l *Leader) newStream(sig *signals.Stores) error {
+	cfg := l.cfg
+	if cfg.Stream.Listener == nil {
+		return nil
+	}
+	// The agents' TokenReviews (and their pods' reads) on a budget of
+	// their own, sized for a connect storm rather than the
+	// --kube-api-qps every other client has: at 50 a second, the 1,000
+	// streams a failover reopens took 20 s to authenticate
+	// (docs/performance.md, "The fourth round"). The handshakes in flight
+	// are bounded anyway (--stream-max-handshakes).
+	reviewConfig := rest.CopyConfig(l.restConfig)
+	reviewConfig.QPS = agentReviewQPS
+	reviewConfig.Burst = cmp.Or(cfg.Stream.Limits.MaxHandshakes, stream.DefaultMaxHandshakes)
+	reviews, err := kubernetes.NewForConfig(reviewConfig)
+	if err != nil {
+		return fmt.Errorf("stream: TokenReviews' client: %w", err)
+	}
+	if err := cfg.Stream.Cert.Validate(); err != nil {
+		return fmt.Errorf("stream: a listener without a certificate (agents send their tokens on it): %w", err)
+	}
+	l.stream, err = stream.New(stream.Config{
+		Audience:                cfg.Stream.Audience,
+		ServiceAccountNamespace: cfg.Stream.ServiceAccountNamespace,
+		ServiceAccountName:      cfg.Stream.ServiceAccountName,
+		Clientset:               reviews,
+		Pods:                    stream.CachedPods{Reader: l.mgr.GetClient()},
+		Kernel:                  sig.Kernel,
+		Statuses:                sig.Statuses,
+		Usage:                   sig.Usage,
+		Leading:                 l.Leading,
+		IssueMetricsCertificate: l.issueAgentMetricsCertificate,
+		Registerer:              l.registry,
+		Log:                     l.log,
+		Limits:                  cfg.Stream.Limits,
+	})
+	if err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	return nil
+}
+
+// addReconciler adds the RightsizingRecommendation controller
+// (cluster/rightsizing): its applies write through the fenced clients,
+// its rollbacks through the rollbacks' own.
+func (l *Leader) addReconciler(c *clients, sig *signals.Stores) error {
+	cfg := l.cfg
+	recorder, err := l.fence.NewRecorder(c.fenced, l.mgr, "kerf-leader", l.registry)
+	if err != nil {
+		return err
+	}
 	rec := &rightsizing.Reconciler{
-		Client:          writer,
-		Applier:         &apply.Applier{Client: writer, Clientset: fencedCS, Now: cfg.Now},
-		RollbackClient:  rollbackWriter,
-		Rollbacks:       &apply.Applier{Client: rollbackWriter, Clientset: rollbackCS, Now: cfg.Now},
+		Client:          l.writer,
+		Applier:         &apply.Applier{Client: l.writer, Clientset: c.fencedClientset, Now: cfg.Now},
+		RollbackClient:  l.rollbackWriter,
+		Rollbacks:       &apply.Applier{Client: l.rollbackWriter, Clientset: c.rollbackClientset, Now: cfg.Now},
 		Recorder:        recorder,
 		Metrics:         l.Metrics,
 		Now:             cfg.Now,
@@ -272,49 +190,61 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 		Kernel:          sig.Kernel,
 		Statuses:        sig.Statuses,
 		Throttling:      cfg.Throttling,
-		Log:             log,
+		Log:             l.log,
 		Workers:         cfg.Workers,
 		RollbackWorkers: cfg.RollbackWorkers,
-		Gate:            gate,
+		Gate:            c.gate,
 	}
-	if err := rec.SetupWithManager(mgr, sig); err != nil {
-		return nil, err
-	}
-	loop, err := recommender.New(writer, mgr.GetAPIReader(), cfg.WatchNamespaces, sig, cfg.Recommender, cfg.Now, reg, log)
+	return rec.SetupWithManager(l.mgr, sig)
+}
+
+// addRecommender adds the recommender's loop (cluster/recommender), which
+// writes through the fenced client.
+func (l *Leader) addRecommender(_ *clients, sig *signals.Stores) error {
+	cfg := l.cfg
+	loop, err := recommender.New(l.writer, l.mgr.GetAPIReader(), cfg.WatchNamespaces, sig, cfg.Recommender, cfg.Now, l.registry, l.log)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := mgr.Add(loop); err != nil {
-		return nil, fmt.Errorf("add the recommender: %w", err)
+	if err := l.mgr.Add(loop); err != nil {
+		return fmt.Errorf("add the recommender: %w", err)
 	}
+	return nil
+}
+
+// addUsageSeries adds the usage series the workload pages chart
+// (cluster/pages), and reads every recommendation from the cache's own
+// objects for it and the hub's periodic passes.
+func (l *Leader) addUsageSeries(_ *clients, sig *signals.Stores) error {
 	// Through the controller index: without it, every pass listed each
 	// workload's namespace (its pods and ReplicaSets) and matched their
 	// labels, half the leader's CPU at 10,000 workloads
 	// (docs/performance.md, "The fourth round").
-	recs, err := mgr.GetCache().GetInformer(context.Background(), &v1alpha1.RightsizingRecommendation{}, cache.BlockUntilSynced(false))
+	recs, err := l.mgr.GetCache().GetInformer(context.Background(), &v1alpha1.RightsizingRecommendation{}, cache.BlockUntilSynced(false))
 	if err != nil {
-		return nil, fmt.Errorf("the recommendations' informer: %w", err)
+		return fmt.Errorf("the recommendations' informer: %w", err)
 	}
-	l.recommendations = cachestore.Recommendations(recs, mgr.GetClient())
-	l.usage = pages.NewUsageSeries(workload.Indexed(workload.ReadOnly(mgr.GetClient())), sig, cfg.UsageSeries, cfg.Now, log)
+	l.recommendations = cachestore.Recommendations(recs, l.mgr.GetClient())
+	l.usage = pages.NewUsageSeries(workload.Indexed(workload.ReadOnly(l.mgr.GetClient())), sig, l.cfg.UsageSeries, l.cfg.Now, l.log)
 	l.usage.Recommendations = l.recommendations
-	if err := mgr.Add(l.usage); err != nil {
-		return nil, fmt.Errorf("add the usage series: %w", err)
+	if err := l.mgr.Add(l.usage); err != nil {
+		return fmt.Errorf("add the usage series: %w", err)
 	}
-	if err := warmInformers(mgr.GetCache()); err != nil {
-		return nil, err
+	return nil
+}
+
+// addHub adds the hub forwarder when Config.Hub is set. Without a hub, it
+// adds the releaser that removes the hub-delivery finalizers a
+// hub-configured leader added (docs/hub.md, "Turning the hub off").
+func (l *Leader) addHub() error {
+	if l.cfg.Hub != nil {
+		return l.addForwarder(*l.cfg.Hub)
 	}
-	if cfg.Hub != nil {
-		if err := l.addForwarder(*cfg.Hub); err != nil {
-			return nil, err
-		}
-	} else if err := mgr.Add(forward.NewReleaser(forward.ReleaseConfig{Namespace: cfg.Namespace, Registerer: reg, Log: l.log,
-		Recommendations: l.recommendations}, mgr.GetClient(), mgr.GetAPIReader())); err != nil {
-		// Without a hub the finalizers a hub-configured leader added go
-		// (docs/hub.md, "Turning the hub off").
-		return nil, fmt.Errorf("add the hub-delivery finalizer releaser: %w", err)
+	if err := l.mgr.Add(forward.NewReleaser(forward.ReleaseConfig{Namespace: l.cfg.Namespace, Registerer: l.registry, Log: l.log,
+		Recommendations: l.recommendations}, l.mgr.GetClient(), l.mgr.GetAPIReader())); err != nil {
+		return fmt.Errorf("add the hub-delivery finalizer releaser: %w", err)
 	}
-	return l, nil
+	return nil
 }
 
 // leaderReads lists every kind the leader reads through its cache. The

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/cluster/rightsizing"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
@@ -99,7 +100,7 @@ func TestRollbackWorkersAreBounded(t *testing.T) {
 	}
 	n, err := rollbackWorkersOf(0)
 	require.NoError(t, err)
-	assert.Equal(t, cluster.NoRollbackWorkers, n)
+	assert.Equal(t, rightsizing.NoRollbackWorkers, n)
 	n, err = rollbackWorkersOf(2)
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)

@@ -1,0 +1,158 @@
+package webhook
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/resources"
+)
+
+// containerChange is a container of a pod and the resources it gets.
+type containerChange struct {
+	index     int // in spec.containers
+	resources corev1.ResourceRequirements
+}
+
+// inject computes, without changing pod, the resources of each of its
+// containers (spec.containers, by name) that values change, setting only
+// the CPU and memory requests and limits values give (and touched allows,
+// when not nil). A container whose limit would fall below its request is
+// skipped; so is every container when the pod-level resources
+// (spec.resources) would be exceeded. Kubernetes would refuse either pod.
+func inject(pod *corev1.Pod, values map[string]v1alpha1.Resources, touched map[corev1.ResourceName]bool) ([]containerChange, []skip) {
+	var changes []containerChange
+	var skips []skip
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		v, ok := values[c.Name]
+		if !ok {
+			continue
+		}
+		res := *c.Resources.DeepCopy()
+		changed := setValues(&res.Requests, v.Requests, touched)
+		changed = setValues(&res.Limits, v.Limits, touched) || changed
+		if !changed {
+			continue
+		}
+		if lb, bad := resources.LimitBelowRequest(res); bad {
+			skips = append(skips, skip{c.Name, SkipLimitBelowRequest,
+				fmt.Sprintf("%s: limit %s < request %s", lb.Resource, lb.Limit.String(), lb.Request.String())})
+			continue
+		}
+		changes = append(changes, containerChange{index: i, resources: res})
+	}
+	if len(changes) > 0 && pod.Spec.Resources != nil {
+		if detail, bad := podResourcesExceeded(pod, changes); bad {
+			for _, ch := range changes {
+				skips = append(skips, skip{pod.Spec.Containers[ch.index].Name, SkipPodResources, detail})
+			}
+			changes = nil
+		}
+	}
+	return changes, skips
+}
+
+// setValues sets the CPU and memory quantities of v in *list and reports
+// whether that changed anything.
+func setValues(list *corev1.ResourceList, v *v1alpha1.ResourceValues, touched map[corev1.ResourceName]bool) bool {
+	if v == nil {
+		return false
+	}
+	changed := false
+	set := func(name corev1.ResourceName, q *resource.Quantity) {
+		if q == nil || (touched != nil && !touched[name]) {
+			return
+		}
+		if old, ok := (*list)[name]; ok && old.Cmp(*q) == 0 {
+			return
+		}
+		if *list == nil {
+			*list = corev1.ResourceList{}
+		}
+		(*list)[name] = q.DeepCopy()
+		changed = true
+	}
+	set(corev1.ResourceCPU, v.CPU)
+	set(corev1.ResourceMemory, v.Memory)
+	return changed
+}
+
+// podResourcesExceeded checks the changed containers against the pod-level
+// resources: the requests of the regular and sidecar containers may not sum
+// above the pod's request, and no container limit may exceed the pod's.
+func podResourcesExceeded(pod *corev1.Pod, changes []containerChange) (string, bool) {
+	podRes := pod.Spec.Resources
+	resOf := make([]corev1.ResourceRequirements, len(pod.Spec.Containers))
+	for i, c := range pod.Spec.Containers {
+		resOf[i] = c.Resources
+	}
+	for _, ch := range changes {
+		resOf[ch.index] = ch.resources
+	}
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if podReq, ok := podRes.Requests[name]; ok {
+			var sum resource.Quantity
+			for _, r := range resOf {
+				if q, ok := r.Requests[name]; ok {
+					sum.Add(q)
+				}
+			}
+			for _, c := range pod.Spec.InitContainers {
+				if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+					if q, ok := c.Resources.Requests[name]; ok {
+						sum.Add(q)
+					}
+				}
+			}
+			if sum.Cmp(podReq) > 0 {
+				return fmt.Sprintf("containers request %s %s, above the pod's %s", sum.String(), name, podReq.String()), true
+			}
+		}
+		if podLim, ok := podRes.Limits[name]; ok {
+			for _, ch := range changes {
+				if q, ok := ch.resources.Limits[name]; ok && q.Cmp(podLim) > 0 {
+					return fmt.Sprintf("container %s limit %s %s, above the pod's %s",
+						pod.Spec.Containers[ch.index].Name, name, q.String(), podLim.String()), true
+				}
+			}
+		}
+	}
+	return "", false
+}
+
+// patchOp is one RFC 6902 operation.
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
+}
+
+// jsonPatch writes the changes as a JSONPatch: each changed container's
+// resources replaced whole ("add" creates or replaces an object member),
+// and InjectedAnnotation set.
+func jsonPatch(pod *corev1.Pod, changes []containerChange, annotation string) ([]byte, error) {
+	ops := make([]patchOp, 0, len(changes)+1)
+	for _, ch := range changes {
+		ops = append(ops, patchOp{Op: "add", Path: fmt.Sprintf("/spec/containers/%d/resources", ch.index), Value: ch.resources})
+	}
+	if pod.Annotations == nil {
+		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{InjectedAnnotation: annotation}})
+	} else {
+		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(InjectedAnnotation), Value: annotation})
+	}
+	b, err := json.Marshal(ops)
+	if err != nil {
+		return nil, fmt.Errorf("encode JSONPatch: %w", err)
+	}
+	return b, nil
+}
+
+// escapePointer escapes a JSON Pointer reference token (RFC 6901).
+func escapePointer(s string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+}
