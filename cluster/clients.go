@@ -34,7 +34,7 @@ type clients struct {
 	// fenced writes only while the replica holds the Lease, after the
 	// rollbacks in progress (gate).
 	fenced *rest.Config
-	// gate is the applies' yield to rollbacks; nil with NoApplyYield.
+	// gate is the applies' yield to rollbacks; nil with fence.NoApplyYield.
 	gate                               *fence.RollbackGate
 	fencedClientset, rollbackClientset kubernetes.Interface
 }
@@ -52,16 +52,16 @@ func (cfg *Config) complete() error {
 		return fmt.Errorf("leader config: rollback workers (%d) must be at least 1, 0 for the default (%d), or NoRollbackWorkers (%d) for none",
 			cfg.RollbackWorkers, rightsizing.DefaultRollbackWorkers, rightsizing.NoRollbackWorkers)
 	}
-	if cfg.ApplyYield < 0 && cfg.ApplyYield != NoApplyYield {
+	if cfg.ApplyYield < 0 && cfg.ApplyYield != fence.NoApplyYield {
 		return fmt.Errorf("leader config: apply yield (%s) must be positive, 0 for the default (%s), or NoApplyYield for none",
-			cfg.ApplyYield, DefaultApplyYield)
+			cfg.ApplyYield, fence.DefaultApplyYield)
 	}
 	if cfg.RollbackQPS < 0 || cfg.RollbackBurst < 0 {
 		return fmt.Errorf("leader config: rollback QPS (%g) and burst (%d) must be positive, or 0 for %d and %d",
-			cfg.RollbackQPS, cfg.RollbackBurst, DefaultRollbackQPS, DefaultRollbackBurst)
+			cfg.RollbackQPS, cfg.RollbackBurst, fence.DefaultRollbackQPS, fence.DefaultRollbackBurst)
 	}
-	cfg.RollbackQPS = cmp.Or(cfg.RollbackQPS, DefaultRollbackQPS)
-	cfg.RollbackBurst = cmp.Or(cfg.RollbackBurst, DefaultRollbackBurst)
+	cfg.RollbackQPS = cmp.Or(cfg.RollbackQPS, fence.DefaultRollbackQPS)
+	cfg.RollbackBurst = cmp.Or(cfg.RollbackBurst, fence.DefaultRollbackBurst)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -143,8 +143,8 @@ func (l *Leader) newWriters(c *clients) error {
 	c.fenced.Wrap(l.fence.Wrap)
 	// Outermost, so that a write waits for the rollbacks before its
 	// fence reads the Lease.
-	if cfg.ApplyYield != NoApplyYield {
-		c.gate = fence.NewRollbackGate(cmp.Or(cfg.ApplyYield, DefaultApplyYield), l.registry)
+	if cfg.ApplyYield != fence.NoApplyYield {
+		c.gate = fence.NewRollbackGate(cmp.Or(cfg.ApplyYield, fence.DefaultApplyYield), l.registry)
 		c.fenced.Wrap(c.gate.Wrap)
 	}
 	writer, err := client.New(c.fenced, client.Options{Scheme: kube.Scheme, Mapper: l.mgr.GetRESTMapper(),

@@ -104,12 +104,12 @@ type Config struct {
 	// own client (a breach's status, the restore, and the Lease reads
 	// that fence them), which no other write uses: a wave of applies
 	// never spends it (docs/leader.md, "The clients and their budgets").
-	// Zero means DefaultRollbackQPS and DefaultRollbackBurst.
+	// Zero means fence.DefaultRollbackQPS and fence.DefaultRollbackBurst.
 	RollbackQPS   float32
 	RollbackBurst int
 	// ApplyYield is the longest one write of the applies waits while a
-	// pass rolls back (fence.RollbackGate); 0 means DefaultApplyYield,
-	// NoApplyYield none.
+	// pass rolls back (fence.RollbackGate); 0 means fence.DefaultApplyYield,
+	// fence.NoApplyYield none.
 	ApplyYield time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -147,26 +147,6 @@ type WebhookConfig struct {
 	// client certificate); the zero value refuses to serve.
 	ClientAuth webhook.ClientAuth
 }
-
-// The rollbacks' client budget by default (Config.RollbackQPS and
-// RollbackBurst): the burst holds a 100-replica in-place restore (a resize
-// per pod) at once; rollbacks are rare, so the budget is idle nearly
-// always.
-const (
-	DefaultRollbackQPS   = 25
-	DefaultRollbackBurst = 100
-)
-
-// DefaultApplyYield is the longest one write of the applies waits for
-// the rollbacks in progress (fence.RollbackGate, Config.ApplyYield): a
-// rollback pass takes 0.2 to 0.6 s at 10,000 workloads
-// (docs/performance.md), and a storm of rollbacks must slow the applies,
-// not stop them.
-const DefaultApplyYield = time.Second
-
-// NoApplyYield as Config.ApplyYield turns the yield off: the applies'
-// writes never wait for rollbacks.
-const NoApplyYield time.Duration = -1
 
 // ShutdownTimeout bounds how long a stopping replica waits for its
 // controllers before it releases the Lease anyway. It stays well below the

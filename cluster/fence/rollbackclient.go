@@ -69,3 +69,12 @@ func (o waitObserver) Wait(ctx context.Context) error {
 	o.waits.Observe(time.Since(start).Seconds())
 	return err
 }
+
+// The rollbacks' client budget by default (the leader's --rollback-api-qps
+// and --rollback-api-burst): the burst holds a 100-replica in-place restore (a resize
+// per pod) at once; rollbacks are rare, so the budget is idle nearly
+// always.
+const (
+	DefaultRollbackQPS   = 25
+	DefaultRollbackBurst = 100
+)

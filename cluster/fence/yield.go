@@ -102,3 +102,14 @@ func (g *RollbackGate) Wrap(rt http.RoundTripper) http.RoundTripper {
 		return rt.RoundTrip(req)
 	})
 }
+
+// DefaultApplyYield is the longest one write of the applies waits for
+// the rollbacks in progress (RollbackGate, the leader's --apply-yield): a
+// rollback pass takes 0.2 to 0.6 s at 10,000 workloads
+// (docs/performance.md), and a storm of rollbacks must slow the applies,
+// not stop them.
+const DefaultApplyYield = time.Second
+
+// NoApplyYield as the leader's apply yield turns the gate off: the applies'
+// writes never wait for rollbacks.
+const NoApplyYield time.Duration = -1

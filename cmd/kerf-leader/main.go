@@ -26,6 +26,7 @@ import (
 
 	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/cert"
+	"github.com/kerf-dev/kerf/cluster/fence"
 	"github.com/kerf-dev/kerf/cluster/forward"
 	"github.com/kerf-dev/kerf/cluster/promql"
 	"github.com/kerf-dev/kerf/cluster/rightsizing"
@@ -49,11 +50,11 @@ func main() {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
 	qps := fs.Float64("kube-api-qps", defaultQPS, "requests per second the leader's Kubernetes clients may make, each (client-go's default, 5, held a 25,000-workload cluster to 2 applies/s: docs/performance.md)")
 	burst := fs.Int("kube-api-burst", defaultBurst, "burst of --kube-api-qps")
-	rollbackQPS := fs.Float64("rollback-api-qps", cluster.DefaultRollbackQPS, "requests per second of the rollbacks' own Kubernetes client (a breach's status, the restore, the Lease reads that fence them), which no apply spends: docs/leader.md")
-	rollbackBurst := fs.Int("rollback-api-burst", cluster.DefaultRollbackBurst, "burst of --rollback-api-qps (the default holds a 100-replica in-place restore at once)")
+	rollbackQPS := fs.Float64("rollback-api-qps", fence.DefaultRollbackQPS, "requests per second of the rollbacks' own Kubernetes client (a breach's status, the restore, the Lease reads that fence them), which no apply spends: docs/leader.md")
+	rollbackBurst := fs.Int("rollback-api-burst", fence.DefaultRollbackBurst, "burst of --rollback-api-qps (the default holds a 100-replica in-place restore at once)")
 	workers := fs.Int("workers", rightsizing.DefaultWorkers, fmt.Sprintf("recommendations the leader reconciles at once, 1 to %d (never one twice at once; a rollback waits for none of the queued applies, only for a worker: docs/leader.md)", maxWorkers))
 	rollbackWorkers := fs.Int("rollback-workers", rightsizing.DefaultRollbackWorkers, fmt.Sprintf("workers kept for the harm signals' requests (OOM kills, container restarts), beside --workers, 0 to %d: a rollback never waits for an apply pass to finish (0: none, they go first in the one queue; docs/leader.md)", maxRollbackWorkers))
-	applyYield := fs.Duration("apply-yield", cluster.DefaultApplyYield, "longest one write of the applies waits while a rollback is being written, so that the rollback meets an apiserver not busy with them (0: never wait; docs/leader.md)")
+	applyYield := fs.Duration("apply-yield", fence.DefaultApplyYield, "longest one write of the applies waits while a rollback is being written, so that the rollback meets an apiserver not busy with them (0: never wait; docs/leader.md)")
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "kerf-system"), "namespace of the leader Lease")
 	leaseName := fs.String("lease-name", "kerf-leader", "name of the coordination.k8s.io Lease the replicas compete for")
 	identity := fs.String("identity", envOr("POD_NAME", host), "this replica's name in the Lease")
@@ -227,13 +228,13 @@ func rollbackWorkersOf(n int) (int, error) {
 }
 
 // applyYieldOf is Config.ApplyYield for --apply-yield d: d, or
-// cluster.NoApplyYield for 0.
+// fence.NoApplyYield for 0.
 func applyYieldOf(d time.Duration) (time.Duration, error) {
 	switch {
 	case d < 0:
 		return 0, fmt.Errorf("--apply-yield %s: must not be negative", d)
 	case d == 0:
-		return cluster.NoApplyYield, nil
+		return fence.NoApplyYield, nil
 	}
 	return d, nil
 }

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/cluster"
+	"github.com/kerf-dev/kerf/cluster/fence"
 	"github.com/kerf-dev/kerf/cluster/rightsizing"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -113,7 +114,7 @@ func TestApplyYieldIsNotNegative(t *testing.T) {
 	require.ErrorContains(t, err, "--apply-yield -1s: must not be negative")
 	d, err := applyYieldOf(0)
 	require.NoError(t, err)
-	assert.Equal(t, cluster.NoApplyYield, d)
+	assert.Equal(t, fence.NoApplyYield, d)
 	d, err = applyYieldOf(500 * time.Millisecond)
 	require.NoError(t, err)
 	assert.Equal(t, 500*time.Millisecond, d)
