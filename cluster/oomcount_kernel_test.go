@@ -187,6 +187,12 @@ func TestOOMKillsWhileLeaderAndAgentWereDownRollBack(t *testing.T) {
 	}
 	require.Eventually(t, counted(sigA, 0), time.Minute, 100*time.Millisecond,
 		"leader a never received the container's OOM kill count; the agent's log: %s", agent.tail())
+	// Kills made while no leader runs count from the baseline a leader
+	// recorded; a that stopped before writing it would leave b none, and b
+	// would take the count it first sees, 3, as the baseline.
+	kubetest.WaitRSR(t, c, ns, "web", func(r *v1alpha1.RightsizingRecommendation) bool {
+		return r.Status.Change != nil && len(r.Status.Change.OOMBaselines) == 1
+	}, "leader a never recorded the container's OOM baseline")
 	assert.Equal(t, v1alpha1.PhaseWatching, kubetest.GetRSR(t, c, ns, "web").Status.Phase)
 
 	// Leader a goes, then the agent: three kills while neither runs.
