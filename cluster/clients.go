@@ -23,10 +23,10 @@ import (
 	"github.com/kerf-dev/kerf/internal/kube"
 )
 
-// clients are what New builds for the parts that write: the REST
-// configuration that writes through the fence, the clientsets over it
-// and over the rollbacks' budget, and the applies' gate
-// (docs/leader.md, "The clients and their budgets").
+// clients holds what New builds for the writers: the fenced REST
+// configuration, clientsets over it and over the rollbacks' budget, and
+// the applies' gate. docs/leader.md, "The clients and their budgets",
+// has the design.
 type clients struct {
 	// leaseTimeout bounds a request of the Lease's clients and of the
 	// rollbacks', well below the renew deadline.
@@ -85,11 +85,11 @@ func (l *Leader) newElection() (*clients, error) {
 		return nil, fmt.Errorf("lease client: %w", err)
 	}
 	// Every write of the reconciler, the applier, the recommender and the
-	// hub forwarder goes through the fence: only while the Lease's newest
-	// renew is younger than the renew deadline and the Lease, read live,
-	// names this replica (docs/leader.md, "Fencing"). Its live reads of
-	// the Lease have a client of their own, so that they never take the
-	// elector's turn in its rate limiter.
+	// hub forwarder goes through the fence (docs/leader.md, "Fencing").
+	// It passes only while the Lease's newest renew is younger than the
+	// renew deadline and the Lease, read live, names this replica. Its
+	// live reads of the Lease have a client of their own, so that they
+	// never take the elector's turn in its rate limiter.
 	fenceClient, err := kubernetes.NewForConfig(leaseConfig)
 	if err != nil {
 		return nil, fmt.Errorf("fence client: %w", err)
@@ -101,7 +101,7 @@ func (l *Leader) newElection() (*clients, error) {
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
 	}}
 	// The cache keeps no managed fields, and of pods nothing Kerf never
-	// reads; its informers' sizes are kerf_leader_cached_objects
+	// reads. kerf_leader_cached_objects gives its informers' sizes
 	// (cluster/cachestore).
 	cacheOpts := cache.Options{DefaultTransform: cachestore.Transform, NewInformer: cachestore.NewObjectCounts(l.registry).NewInformer}
 	if len(cfg.WatchNamespaces) > 0 {
@@ -133,10 +133,10 @@ func (l *Leader) newElection() (*clients, error) {
 	return c, nil
 }
 
-// newWriters builds the clients that write: the fenced client and
-// clientset of the applies, the recommender and the hub forwarder
-// (behind the applies' gate), and the rollbacks' own pair on a budget
-// the applies never spend.
+// newWriters builds the clients that write, in two pairs.
+//   - the fenced client and clientset of the applies, the recommender
+//     and the hub forwarder, behind the applies' gate;
+//   - the rollbacks' own pair, on a budget the applies never spend.
 func (l *Leader) newWriters(c *clients) error {
 	cfg := l.cfg
 	c.fenced = rest.CopyConfig(l.restConfig)
@@ -156,8 +156,8 @@ func (l *Leader) newWriters(c *clients) error {
 		return fmt.Errorf("fenced clientset: %w", err)
 	}
 	// The reconciler and the applier read a workload's pods and
-	// ReplicaSets through the cache's controller index (SetupWithManager
-	// registers it).
+	// ReplicaSets through the cache's controller index, which
+	// SetupWithManager registers.
 	l.writer = workload.Indexed(writer)
 	l.rollbackWriter, c.rollbackClientset, err = fence.RollbackClients(l.restConfig, c.leaseTimeout, l.fence, cfg.Namespace,
 		cfg.RollbackQPS, cfg.RollbackBurst, l.mgr, l.registry)

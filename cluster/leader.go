@@ -61,9 +61,9 @@ type Leader struct {
 	recommendations forward.Recommendations
 	// synced is set once the caches are synced: the replica is ready.
 	synced atomic.Bool
-	// stopping is set as soon as Run's context is done: from then on the
-	// replica no longer leads, although the manager keeps renewing the
-	// Lease until its controllers have stopped and then releases it.
+	// stopping is set as soon as Run's context is done. From then on the
+	// replica no longer leads. The manager still renews the Lease until
+	// its controllers have stopped, and then releases it.
 	stopping atomic.Bool
 	// fence lets writes through only while the Lease is held (cluster/fence);
 	// writer is the client whose writes it fences.
@@ -76,11 +76,12 @@ type Leader struct {
 
 // New builds a leader replica for the cluster restConfig reaches.
 //
-// It builds the parts in the order they depend on each other: the
-// election (the Lease, the fence, the manager), the clients that write
-// through the fence, the agents' stream, then the parts the manager
-// runs: the reconciler, the recommender, the pages' usage series and the
-// hub forwarder.
+// It builds the parts in the order they depend on each other:
+//   - the election: the Lease, the fence, the manager;
+//   - the clients that write through the fence;
+//   - the agents' stream;
+//   - the parts the manager runs: the reconciler, the recommender, the
+//     pages' usage series and the hub forwarder.
 func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error) {
 	if err := cfg.complete(); err != nil {
 		return nil, err
@@ -130,12 +131,11 @@ func (l *Leader) newStream(sig *signals.Stores) error {
 	if cfg.Stream.Listener == nil {
 		return nil
 	}
-	// The agents' TokenReviews (and their pods' reads) on a budget of
-	// their own, sized for a connect storm rather than the
-	// --kube-api-qps every other client has: at 50 a second, the 1,000
-	// streams a failover reopens took 20 s to authenticate
-	// (docs/performance.md, "The fourth round"). The handshakes in flight
-	// are bounded anyway (--stream-max-handshakes).
+	// The agents' TokenReviews and their pods' reads have a budget of
+	// their own (agentReviewQPS). It is sized for a connect storm, not
+	// the --kube-api-qps every other client has (docs/leader.md, "The
+	// clients' budgets"). The handshakes in flight are bounded anyway
+	// (--stream-max-handshakes).
 	reviewConfig := rest.CopyConfig(l.restConfig)
 	reviewConfig.QPS = agentReviewQPS
 	reviewConfig.Burst = cmp.Or(cfg.Stream.Limits.MaxHandshakes, stream.DefaultMaxHandshakes)
@@ -213,18 +213,17 @@ func (l *Leader) addRecommender(_ *clients, sig *signals.Stores) error {
 }
 
 // addUsageSeries adds the usage series the workload pages chart
-// (cluster/pages), and reads every recommendation from the cache's own
-// objects for it and the hub's periodic passes.
+// (cluster/pages). The series and the hub's periodic passes read every
+// recommendation from the cache's own objects.
 func (l *Leader) addUsageSeries(_ *clients, sig *signals.Stores) error {
-	// Through the controller index: without it, every pass listed each
-	// workload's namespace (its pods and ReplicaSets) and matched their
-	// labels, half the leader's CPU at 10,000 workloads
-	// (docs/performance.md, "The fourth round").
 	recs, err := l.mgr.GetCache().GetInformer(context.Background(), &v1alpha1.RightsizingRecommendation{}, cache.BlockUntilSynced(false))
 	if err != nil {
 		return fmt.Errorf("the recommendations' informer: %w", err)
 	}
 	l.recommendations = cachestore.Recommendations(recs, l.mgr.GetClient())
+	// The series reads a workload's pods and ReplicaSets through the
+	// controller index (workload.Indexed), not by listing its namespace:
+	// docs/performance.md, "The fourth round", has the cost of the list.
 	l.usage = pages.NewUsageSeries(workload.Indexed(workload.ReadOnly(l.mgr.GetClient())), sig, l.cfg.UsageSeries, l.cfg.Now, l.log)
 	l.usage.Recommendations = l.recommendations
 	if err := l.mgr.Add(l.usage); err != nil {
@@ -248,11 +247,11 @@ func (l *Leader) addHub() error {
 }
 
 // leaderReads lists every kind the leader reads through its cache. The
-// controllers start only on election, and an informer the cache has not
-// been asked for yet starts on the first read, with a LIST of the whole
-// kind: a standby that took over would spend its first reconciles waiting
-// for those. Asked for at New, they run on every replica from the start,
-// so a standby takes over with them synced.
+// controllers start only on election. An informer the cache has not been
+// asked for yet starts on the first read, with a LIST of the whole kind,
+// so a standby that took over would spend its first reconciles waiting.
+// Asked for at New, they run on every replica from the start, and a
+// standby takes over with them synced.
 func leaderReads() []client.Object {
 	return []client.Object{
 		&v1alpha1.RightsizingRecommendation{}, &v1alpha1.RightsizingPolicy{}, &v1alpha1.ClusterRightsizingPolicy{},
@@ -263,8 +262,8 @@ func leaderReads() []client.Object {
 }
 
 // warmInformers asks c, before it starts, for an informer of every kind
-// in leaderReads, so they start and sync with the cache (the replica is
-// Ready only then).
+// in leaderReads. They start and sync with the cache, and the replica is
+// Ready only then.
 func warmInformers(c cache.Cache) error {
 	for _, obj := range leaderReads() {
 		if _, err := c.GetInformer(context.Background(), obj, cache.BlockUntilSynced(false)); err != nil {
@@ -276,8 +275,8 @@ func warmInformers(c cache.Cache) error {
 
 // Leading reports whether this replica leads: it holds the Lease and is
 // not stopping. A stopping replica stops leading at once, before it
-// releases the Lease, so that its stream acknowledges nothing its stopped
-// controllers would no longer act on: the agents keep those events and
+// releases the Lease. So its stream acknowledges nothing its stopped
+// controllers would no longer act on; the agents keep those events and
 // send them to the next leader.
 func (l *Leader) Leading() bool {
 	if l.stopping.Load() {
@@ -304,11 +303,14 @@ func (l *Leader) Registry() *prometheus.Registry { return l.registry }
 func (l *Leader) UsageSeries() *pages.UsageSeries { return l.usage }
 
 // Run runs the replica until ctx is done (nil) or the Lease is lost
-// (ErrLeadershipLost): then it has stopped acting and the caller must exit.
-// When ctx is done (SIGTERM) the replica stops leading at once (Leading),
-// closes the agents' streams and removes its pod's label; its controllers
-// then stop, within ShutdownTimeout, and it releases the Lease before Run
-// returns, so that the standby takes over at its next retry.
+// (ErrLeadershipLost). Then it has stopped acting and the caller must exit.
+//
+// When ctx is done (SIGTERM), the replica hands over:
+//   - it stops leading at once (Leading), closes the agents' streams and
+//     removes its pod's label;
+//   - its controllers stop, within ShutdownTimeout;
+//   - it releases the Lease before Run returns, so that the standby takes
+//     over at its next retry.
 func (l *Leader) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -329,10 +331,10 @@ func (l *Leader) Run(ctx context.Context) error {
 		}
 	}
 	// A graceful stop (SIGTERM) hands over at once, while the manager
-	// stops the controllers and then releases the Lease: the replica stops
-	// leading, closes the agents' streams (they reconnect through the
-	// Service, to the next leader) and removes its pod's label (the
-	// Service stops selecting it).
+	// stops the controllers and then releases the Lease. The replica stops
+	// leading and closes the agents' streams, which reconnect through the
+	// Service to the next leader. It removes its pod's label, so the
+	// Service stops selecting it.
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)

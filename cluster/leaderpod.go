@@ -14,9 +14,9 @@ import (
 
 // LeaderPodLabel marks the pod of the replica that holds the Lease (value
 // "true"). The kerf-leader Service selects it, so the agents' streams reach
-// the leader, while every replica stays Ready: a PodDisruptionBudget can
-// then let a drain evict the leader's pod (the standby takes over) instead
-// of blocking on a standby that would never be Ready.
+// the leader, while every replica stays Ready. A PodDisruptionBudget can
+// then let a drain evict the leader's pod, and the standby takes over.
+// Were the standby never Ready, the drain would block on it.
 const LeaderPodLabel = "kerf.dev/leader"
 
 // labelPatch sets LeaderPodLabel (value "true") or removes it (value "").
@@ -30,7 +30,7 @@ func labelPatch(value string) client.Patch {
 }
 
 // unmarkOwnPod removes the label from this replica's pod: a replica that
-// starts (again) does not lead yet.
+// starts, or starts again, does not lead yet.
 func (l *Leader) unmarkOwnPod(ctx context.Context) error {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: l.cfg.Namespace, Name: l.cfg.PodName}}
 	if err := l.mgr.GetClient().Patch(ctx, pod, labelPatch("")); err != nil {
@@ -40,8 +40,8 @@ func (l *Leader) unmarkOwnPod(ctx context.Context) error {
 }
 
 // markLeaderPod labels this replica's pod and removes the label from any
-// other pod that still has it (a leader that died without cleaning up),
-// retrying until it succeeds or ctx is done.
+// other pod that still has it. A leader that died without cleaning up
+// leaves one. It retries until it succeeds or ctx is done.
 func (l *Leader) markLeaderPod(ctx context.Context) {
 	delay := 100 * time.Millisecond
 	for {

@@ -24,12 +24,12 @@ import (
 )
 
 // serverTLS resolves the certificate source of one of the replica's
-// servers (the webhook, the stream, the endpoints), the same way for all:
-// the user's files, or a self-managed certificate shared by every replica
-// through a Secret, which it also returns.
+// servers: the webhook, the stream or the endpoints. All resolve the same
+// way: the user's files, or a self-managed certificate shared by every
+// replica through a Secret. It returns the self-managed one too.
 func (l *Leader) serverTLS(ctx context.Context, server string, src cert.Source) (*tls.Config, *cert.SelfManaged, error) {
-	// One certificate source serves every server that names it (the
-	// stream's serves the endpoints too): one Secret, one renewal loop.
+	// One certificate source serves every server that names it; the
+	// stream's serves the endpoints too. One Secret, one renewal loop.
 	key := src.Dir + "\x00" + src.SelfManaged.Namespace + "/" + src.SelfManaged.SecretName
 	if r, ok := l.serverTLSBySource[key]; ok {
 		return r.config, r.selfManaged, nil
@@ -54,16 +54,16 @@ func (l *Leader) serverTLS(ctx context.Context, server string, src cert.Source) 
 }
 
 // resolvedCert is a certificate source Run resolved: its servers' TLS
-// configuration, and its SelfManaged certificate (nil for the user's
-// files).
+// configuration, and its SelfManaged certificate, nil for the user's
+// files.
 type resolvedCert struct {
 	config      *tls.Config
 	selfManaged *cert.SelfManaged
 }
 
 // AgentMetricsCertificateValidity is how long an agent's /metrics
-// certificate is valid. Every stream brings a new one (at least every
-// stream.DefaultMaxStreamAge), so a day covers a leader away for most of
+// certificate is valid. Every stream brings a new one, at least every
+// stream.DefaultMaxStreamAge. So a day covers a leader away for most of
 // one, and a key taken from a node serves an impostor for a day at most.
 const AgentMetricsCertificateValidity = 24 * time.Hour
 
@@ -179,7 +179,7 @@ func (l *Leader) serveWebhook(ctx context.Context) error {
 }
 
 // serveStream serves the agents' stream on Config.Stream.Listener and
-// returns what stops it (a no-op without a stream). Only the leader
+// returns what stops it, a no-op without a stream. Only the leader
 // acknowledges what the stream receives (Leading).
 func (l *Leader) serveStream(ctx context.Context) (stop func(), err error) {
 	if l.stream == nil {

@@ -11,20 +11,23 @@ import (
 )
 
 // cachedReplicaSet and cachedDeployment are what the leader's cache holds
-// of a ReplicaSet and of a Deployment, as cachedPod is of a pod: the
-// decoded structs hold a whole pod template inline (824 of a
-// ReplicaSet's 1,168 bytes), which the cache strips to a digest and, of a
-// Deployment, what Kerf reads (stripTemplate). Every read copies them
-// into the *appsv1.ReplicaSet or *appsv1.Deployment the reader asked for
-// (DeepCopyObject), with the template as stripTemplate leaves it; a read
-// with client.UnsafeDisableDeepCopy gets a view sharing what they hold
-// (View, as cachedPod's).
+// of a ReplicaSet and of a Deployment, as cachedPod is of a pod. The
+// decoded structs hold a whole pod template inline. The cache strips it
+// to a digest and, of a Deployment, to what Kerf reads (stripTemplate).
+// docs/leader.md, "Reading from the cache: what each cut saved", has the
+// sizes.
+//
+// Every read copies them into the *appsv1.ReplicaSet or
+// *appsv1.Deployment the reader asked for (DeepCopyObject), with the
+// template as stripTemplate leaves it. A read with
+// client.UnsafeDisableDeepCopy gets a view sharing what they hold (View,
+// as cachedPod's).
 //
 // Of a ReplicaSet, Kerf reads its metadata (labels, the revision
 // annotation, the controller reference), its selector and its template's
-// digest (cluster/workload: the owner chain of a pod, a Deployment's
-// current ReplicaSet); of a Deployment, all of it but the parts of its
-// template stripTemplate drops.
+// digest. cluster/workload reads them for the owner chain of a pod and a
+// Deployment's current ReplicaSet. Of a Deployment, Kerf reads all of it
+// but the parts of its template stripTemplate drops.
 type cachedReplicaSet struct {
 	metav1.TypeMeta
 	metav1.ObjectMeta

@@ -56,7 +56,7 @@ func (scope Scope) buckets() uint32 {
 // FieldIndexName and KeyToNamespacedKey) looks an index and its values up
 // by. The Cache answers lists through an index itself but for a cache of
 // several namespaces, where it lists the bucket through the wrapped
-// cache's reader; TestListsFindTheIndexedObjects fails if a new version
+// cache's reader. TestListsFindTheIndexedObjects fails if a new version
 // names them otherwise.
 const (
 	fieldIndexPrefix = "field:"
@@ -85,9 +85,9 @@ type indexKey struct {
 	field string
 }
 
-// index is what the Cache knows of an index: the lists it answers, its
-// buckets, how an object's values are found, and an object of its kind
-// (what the Cache asks its informer for).
+// index is what the Cache knows of an index. That is the lists it
+// answers, its buckets, how an object's values are found, and an object
+// of its kind, which the Cache asks its informer for.
 type index struct {
 	scope   Scope
 	buckets uint32
@@ -128,8 +128,9 @@ func (ix Indexer) withBuckets(n uint32) Indexer {
 }
 
 // IndexField implements client.FieldIndexer: it adds field to the
-// informer of obj's kind, each object under its namespace's (or, for a
-// ClusterWide index, the cluster's) bucket of each value extract returns.
+// informer of obj's kind. Each object goes under the bucket of each value
+// extract returns: its namespace's bucket, or the cluster's for a
+// ClusterWide index.
 func (ix Indexer) IndexField(ctx context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
 	gvk, err := apiutil.GVKForObject(obj, ix.c.scheme)
 	if err != nil {
@@ -166,9 +167,9 @@ func (idx index) keys(raw any) ([]string, error) {
 	return keys, nil
 }
 
-// key is the index key of value for an object in (or a list of) ns: its
-// bucket, under the namespace for a Namespaced index and under all
-// namespaces for a ClusterWide one (or an object of no namespace).
+// key is the index key of value for an object in ns, or a list of ns: its
+// bucket. The bucket is under the namespace for a Namespaced index, and
+// under all namespaces for a ClusterWide one or an object of no namespace.
 func (idx index) key(ns, value string) string {
 	if idx.scope == ClusterWide {
 		ns = ""
@@ -176,10 +177,10 @@ func (idx index) key(ns, value string) string {
 	return idx.listKey(ns, value)
 }
 
-// listKey is the index key a list in ns (all namespaces when empty) of
-// value reads, as controller-runtime's KeyToNamespacedKey makes it: a
-// Namespaced index has nothing under all namespaces, a ClusterWide one
-// nothing under one namespace.
+// listKey is the index key a list of value in ns reads, as
+// controller-runtime's KeyToNamespacedKey makes it. An empty ns is all
+// namespaces. A Namespaced index has nothing under all namespaces, a
+// ClusterWide one nothing under one namespace.
 func (idx index) listKey(ns, value string) string {
 	if ns == "" {
 		ns = allNamespaces
@@ -210,10 +211,10 @@ func (c *Cache) lookup(gk schema.GroupKind, field string) (index, bool) {
 	return idx, ok
 }
 
-// List implements client.Reader: a list whose field selector is one exact
-// match on a field this package indexed reads that value's bucket and
-// keeps the objects whose own value it is; every other list is the
-// wrapped cache's.
+// List implements client.Reader, answering a list by a field this package
+// indexed exactly. Such a list's field selector is one exact match. It
+// reads that value's bucket and keeps the objects whose own value it is.
+// Every other list is the wrapped cache's.
 func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	lo := client.ListOptions{}
 	lo.ApplyOptions(opts)
@@ -276,8 +277,8 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 	return nil
 }
 
-// wrappedList lists through the wrapped cache, lo being opts applied; a
-// list of a kind storesViews declared asking for no copy gets views
+// wrappedList lists through the wrapped cache, lo being opts applied. A
+// list of a kind storesViews declared, asking for no copy, gets views
 // where listViews can give them, else copies.
 func (c *Cache) wrappedList(ctx context.Context, list client.ObjectList, lo client.ListOptions, opts []client.ListOption) error {
 	if lo.UnsafeDisableDeepCopy == nil || !*lo.UnsafeDisableDeepCopy {
@@ -296,9 +297,9 @@ func (c *Cache) wrappedList(ctx context.Context, list client.ObjectList, lo clie
 	return c.Cache.List(ctx, list, &lo)
 }
 
-// listBucket lists value's bucket through the wrapped cache (its reader
-// looks the index up by the bucket as it would by a value) and keeps the
-// objects whose own value it is.
+// listBucket lists value's bucket through the wrapped cache and keeps the
+// objects whose own value it is. The wrapped cache's reader looks the
+// index up by the bucket as it would by a value.
 func (c *Cache) listBucket(ctx context.Context, list client.ObjectList, idx index, field, value string, lo client.ListOptions) error {
 	lo.FieldSelector = fields.OneTermEqualSelector(field, idx.bucket(value))
 	if lo.UnsafeDisableDeepCopy != nil && *lo.UnsafeDisableDeepCopy {
@@ -347,13 +348,15 @@ func indexerOf(informer cache.Informer) (toolscache.Indexer, error) {
 // the informer of a cache of several namespaces (one per namespace).
 var ErrNoIndexer = errors.New("the informer has no indexer of its own")
 
-// Lookup returns the objects of obj's kind whose field (an index this
-// package added, of scope ClusterWide, or Namespaced looked up in ns) is
-// value, from informer (the Cache's informer of that kind): the informer's
-// own objects, not copies, in the form its transform stores them. They
-// must only be read. It is for the hot paths that would otherwise copy an
-// object to read a few of its fields; on an informer without an indexer
-// of its own it fails with ErrNoIndexer, and the caller lists instead.
+// Lookup returns the objects of obj's kind whose field is value, from
+// informer, the Cache's informer of that kind. field is an index this
+// package added: of scope ClusterWide, or Namespaced and looked up in ns.
+//
+// It returns the informer's own objects, not copies, in the form its
+// transform stores them; they must only be read. It is for the hot paths
+// that would otherwise copy an object to read a few of its fields. On an
+// informer without an indexer of its own it fails with ErrNoIndexer, and
+// the caller lists instead.
 func (c *Cache) Lookup(informer cache.Informer, obj client.Object, field, ns, value string) ([]any, error) {
 	gvk, err := apiutil.GVKForObject(obj, c.scheme)
 	if err != nil {
@@ -366,11 +369,12 @@ func (c *Cache) Lookup(informer cache.Informer, obj client.Object, field, ns, va
 	return idx.inBucket(informer, field, idx.key(ns, value), value)
 }
 
-// Stored returns the object of namespace ns and name that informer (a
-// Cache's informer) holds: its own, not a copy, in the form its transform
-// stores it, as Lookup; it must only be read. ok is false when it holds
-// none; on an informer without an indexer of its own it fails with
-// ErrNoIndexer, and the caller reads a copy instead.
+// Stored returns the object of namespace ns and name that informer, a
+// Cache's informer, holds. As Lookup, it returns the informer's own
+// object, not a copy, in the form its transform stores it; it must only
+// be read. ok is false when it holds none. On an informer without an
+// indexer of its own it fails with ErrNoIndexer, and the caller reads a
+// copy instead.
 func Stored(informer cache.Informer, ns, name string) (obj client.Object, ok bool, err error) {
 	indexer, err := indexerOf(informer)
 	if err != nil {
@@ -387,11 +391,11 @@ func Stored(informer cache.Informer, ns, name string) (obj client.Object, ok boo
 	return obj, true, nil
 }
 
-// allStored returns every object informer (a Cache's informer) holds:
-// its own, not copies, in the form its transform stores them, to be read
-// only, in no order; ErrNoIndexer on an informer without an indexer of
-// its own (the caller lists copies instead). It costs one slice, where a
-// list costs a struct an object.
+// allStored returns every object informer, a Cache's informer, holds, in
+// no order. They are its own, not copies, in the form its transform
+// stores them, to be read only. It costs one slice, where a list costs a
+// struct an object. On an informer without an indexer of its own it
+// fails with ErrNoIndexer, and the caller lists copies instead.
 func allStored(informer cache.Informer) ([]any, error) {
 	indexer, err := indexerOf(informer)
 	if err != nil {
@@ -400,9 +404,9 @@ func allStored(informer cache.Informer) ([]any, error) {
 	return indexer.List(), nil
 }
 
-// inBucket returns the objects informer's own indexer holds under key of
-// the index of field whose own value is value, not copies; ErrNoIndexer
-// when the informer has no indexer of its own.
+// inBucket returns the objects under key of field's index whose own value
+// is value, from informer's own indexer. They are not copies. It fails
+// with ErrNoIndexer when the informer has no indexer of its own.
 func (idx index) inBucket(informer cache.Informer, field, key, value string) ([]any, error) {
 	indexer, err := indexerOf(informer)
 	if err != nil {

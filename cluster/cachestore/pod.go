@@ -7,35 +7,41 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// cachedPod is what the leader's cache holds of a pod (docs/performance.md,
-// "Where the leader's memory goes"): its metadata, what Kerf reads of its
-// status and more (cachedPodStatus) and, of its spec, only what Kerf
-// reads: the node, the service account (the stream's check of an agent's
-// pod), the containers' and init
-// containers' names, resources, resize and restart policies, the
-// ephemeral containers' names and the pod-level resources. A
-// corev1.Pod's struct alone is 1,240 bytes and a Container's 408, and the
+// cachedPod is what the leader's cache holds of a pod: its metadata, a
+// cachedPodStatus, and what Kerf reads of its spec. Of the spec it keeps:
+//   - the node, and the service account (the stream's check of an
+//     agent's pod);
+//   - the containers' and init containers' names, resources, resize and
+//     restart policies;
+//   - the ephemeral containers' names and the pod-level resources.
+//
+// A corev1.Pod's struct and its Containers' are large, and the
 // apiserver's defaulting fills pointers and strings in both that nothing
-// in Kerf reads; a cachedPod holds three fifths of the heap a decoded pod
-// stripped of what Kerf never reads held (TestCachedPodsHoldLessThanStrippedPods).
+// in Kerf reads. A cachedPod holds much less heap than a decoded pod
+// stripped of what Kerf never reads
+// (TestCachedPodsHoldLessThanStrippedPods). The sizes are in
+// docs/leader.md, "Reading from the cache: what each cut saved";
+// docs/performance.md, "Where the leader's memory goes", has the whole.
 //
 // Readers never see it. Every read of the cache copies the object it
-// returns (controller-runtime's cache reader calls DeepCopyObject), and
-// DeepCopyObject returns the *corev1.Pod the reader asked for, holding
-// what was kept: the cache and the manager's client read pods as before.
-// What sees the cachedPod itself: the cache's index functions (through
-// metav1.Object), the informer's event handlers (PodStatus) and the
-// lookups of the leader's hot paths (Cache.Lookup and Stored). A read
-// with client.UnsafeDisableDeepCopy gets a view (View: a *corev1.Pod
-// sharing what the cachedPod holds, only to be read) where the cache can
-// read its informer's own objects, and a copy elsewhere
-// (Cache.storesViews).
+// returns: controller-runtime's cache reader calls DeepCopyObject. That
+// returns the *corev1.Pod the reader asked for, holding what was kept, so
+// the cache and the manager's client read pods as before. What sees the
+// cachedPod itself:
+//   - the cache's index functions, through metav1.Object;
+//   - the informer's event handlers (PodStatus);
+//   - the lookups of the leader's hot paths (Cache.Lookup and Stored).
 //
-// The one write made from a read pod is the in-place resize, and the
+// A read with client.UnsafeDisableDeepCopy gets a view where the cache
+// can read its informer's own objects, and a copy elsewhere
+// (Cache.storesViews). The view (View) is a *corev1.Pod sharing what the
+// cachedPod holds, only to be read.
+//
+// The one write made from a read pod is the in-place resize. The
 // apiserver's resize subresource keeps everything of the stored pod but
-// the containers' resources and resize policies, so a pod read from the
-// cache resizes as a whole one would (TestTheCacheHoldsPodsWithoutWhatKerfNeverReads,
-// in cluster/).
+// the containers' resources and resize policies. So a pod read from the
+// cache resizes as a whole one would
+// (TestTheCacheHoldsPodsWithoutWhatKerfNeverReads, in cluster/).
 type cachedPod struct {
 	metav1.TypeMeta
 	metav1.ObjectMeta
@@ -126,11 +132,11 @@ func inflateContainers(cs []cachedContainer) []corev1.Container {
 // (Pod), the type every reader of the cache asks for.
 func (c *cachedPod) DeepCopyObject() runtime.Object { return c.Pod() }
 
-// View implements viewer: a *corev1.Pod holding what c keeps
-// and sharing it (the metadata's maps and slices, the status, the
-// containers' resources), for a read that only reads
-// (client.UnsafeDisableDeepCopy): the Pod's and its containers' structs
-// rather than Pod's deep copy.
+// View implements viewer: a *corev1.Pod holding what c keeps and sharing
+// it, for a read that only reads (client.UnsafeDisableDeepCopy). It
+// shares the metadata's maps and slices, the status and the containers'
+// resources. It costs the Pod's and its containers' structs rather than
+// Pod's deep copy.
 func (c *cachedPod) View() runtime.Object {
 	p := &corev1.Pod{}
 	c.ViewInto(p)
@@ -170,10 +176,10 @@ func viewContainers(cs []cachedContainer) []corev1.Container {
 	return out
 }
 
-// PodStatus returns the status of a pod an informer delivered: a
-// cachedPod's (the leader's cache; a view, only to be read) or a
-// *corev1.Pod's (a cache without Transform). ok is false for any other
-// object.
+// PodStatus returns the status of a pod an informer delivered. Of a
+// cachedPod, in the leader's cache, it is a view, only to be read. Of a
+// *corev1.Pod, from a cache without Transform, it is the pod's. ok is
+// false for any other object.
 func PodStatus(o any) (corev1.PodStatus, bool) {
 	switch p := o.(type) {
 	case *cachedPod:

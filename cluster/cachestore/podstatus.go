@@ -8,17 +8,21 @@ import (
 )
 
 // cachedPodStatus is what a cachedPod keeps of its pod's status: what Kerf
-// reads and what describes the pod's state, in 192 of a corev1.PodStatus's
-// 384 bytes (a cachedPod of 568 bytes, in Go's size class of 576, is 192
-// bytes less than with the whole status). Of the conditions it keeps those
-// Kerf reads (keptPodConditions); of each container's status all but the
-// image, the user, the volume mounts and the device health, which nothing
-// in Kerf reads. The pod's and node's IPs, the nominated node, the resource
-// claims, the volume health and the resize status (deprecated for the
-// resize conditions) are not kept: a kubelet writes them on every pod,
-// and nothing in the leader reads them from its cache (docs/leader.md,
-// "Memory"). TestEveryPodStatusFieldIsKeptOrDropped lists the fields, so a
-// field a new Kubernetes adds is kept or dropped by a choice.
+// reads and what describes the pod's state. Keeping less puts a cachedPod
+// in a smaller size class of Go's allocator (docs/leader.md, "Reading
+// from the cache: what each cut saved", has the sizes).
+//   - Of the conditions it keeps those Kerf reads (keptPodConditions).
+//   - Of each container's status it keeps all but the image, the user,
+//     the volume mounts and the device health, which nothing in Kerf
+//     reads.
+//   - The pod's and node's IPs, the nominated node, the resource claims,
+//     the volume health and the resize status are not kept. A kubelet
+//     writes them on every pod, and nothing in the leader reads them from
+//     its cache. The resize status is deprecated for the resize
+//     conditions.
+//
+// TestEveryPodStatusFieldIsKeptOrDropped lists the fields, so a field a
+// new Kubernetes adds is kept or dropped by a choice.
 type cachedPodStatus struct {
 	phase                                           corev1.PodPhase
 	qosClass                                        corev1.PodQOSClass
@@ -34,8 +38,8 @@ type cachedPodStatus struct {
 // keptPodConditions are the pod conditions Kerf reads: an unschedulable
 // pod (PodScheduled) and a resize pending or in progress
 // (cluster/healthwatch, cluster/apply). A kubelet writes four more on
-// every pod (Ready, ContainersReady, Initialized,
-// PodReadyToStartContainers), about 150 bytes each.
+// every pod, which are not kept: Ready, ContainersReady, Initialized and
+// PodReadyToStartContainers.
 var keptPodConditions = []corev1.PodConditionType{corev1.PodScheduled, corev1.PodResizePending, corev1.PodResizeInProgress}
 
 // keepStatus returns what a cachedPodStatus keeps of s, sharing it: s is
@@ -54,9 +58,9 @@ func keepStatus(s *corev1.PodStatus) cachedPodStatus {
 		allocatedResources: s.AllocatedResources, resources: s.Resources}
 }
 
-// keepConditions returns the conditions of cs Kerf reads, in a slice of
-// their own (the decoded one is left to the GC), or cs itself when it
-// holds no other.
+// keepConditions returns the conditions of cs that Kerf reads, in a slice
+// of their own, leaving the decoded one to the GC. When cs holds no
+// other, it returns cs itself.
 func keepConditions(cs []corev1.PodCondition) []corev1.PodCondition {
 	n := 0
 	for i := range cs {

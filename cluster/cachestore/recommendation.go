@@ -15,12 +15,12 @@ import (
 )
 
 // A cached recommendation is its decoded object, with what many of them
-// hold alike shared (internRecommendation): at 25,000 workloads the
-// recommendations were the largest part of the leader's heap at a wave's
-// end (docs/performance.md, "The sixth round"). A RightsizingRecommendation
-// is a custom resource, decoded from JSON into the Go type every reader
-// asks for, so unlike a pod it is kept as that type, not as a type of
-// Kerf's own: what shrinks it is sharing.
+// hold alike shared (internRecommendation). At scale the recommendations
+// were the largest part of the leader's heap at a wave's end
+// (docs/leader.md, "Reading from the cache: what each cut saved"). A
+// RightsizingRecommendation is a custom resource, decoded from JSON into
+// the Go type every reader asks for. So unlike a pod it is kept as that
+// type, not as a type of Kerf's own, and what shrinks it is sharing.
 //
 // What is shared is never written: every read of the cache copies the
 // object (DeepCopy allocates new ResourceValues and Quantities), and the
@@ -28,16 +28,16 @@ import (
 // read. A string shared is immutable anyway.
 
 // maxInternedValues bounds the distinct resource values (a CPU and a
-// memory amount) interned. A full table starts over, as stringMaps does
-// (the objects keep the values they share): each entry is a key of about
-// 20 bytes and a value of a few Quantities, at most a few MB.
+// memory amount) interned. A full table starts over, as stringMaps does;
+// the objects keep the values they share. Each entry is a key of about
+// 20 bytes and a value of a few Quantities: at most a few MB.
 const maxInternedValues = 20000
 
 // resourceValues holds one shared *ResourceValues per distinct pair of
-// amounts of the cached recommendations. A recommendation holds about ten
-// (requests and limits of its spec, of its change's previous and applied
-// values and of each history action's old and new), each two Quantities
-// of 64 bytes and a struct of its own, nearly all alike across the
+// amounts of the cached recommendations. A recommendation holds about
+// ten: the requests and limits of its spec, of its change's previous and
+// applied values, and of each history action's old and new. Each is two
+// Quantities and a struct of its own, nearly all alike across the
 // workloads a recommender sized the same.
 var resourceValues = &valuesInterner{sharedTable[*v1alpha1.ResourceValues]{max: maxInternedValues}}
 
@@ -46,10 +46,10 @@ type valuesInterner struct {
 	sharedTable[*v1alpha1.ResourceValues]
 }
 
-// intern returns the shared values equal to v (the same amounts in the
-// same formats), v itself when it is the first such (a full table is
-// emptied first). Its Quantities' String is called here, before any
-// sharing: it caches the canonical form in the Quantity, a write that
+// intern returns the shared values equal to v: the same amounts in the
+// same formats. It returns v itself when it is the first such, emptying a
+// full table first. Its Quantities' String is called here, before any
+// sharing. String caches the canonical form in the Quantity, a write that
 // must not race with the readers of a shared one.
 func (in *valuesInterner) intern(v *v1alpha1.ResourceValues) *v1alpha1.ResourceValues {
 	if v == nil {
@@ -71,19 +71,21 @@ func appendQuantityKey(key []byte, q *resource.Quantity) []byte {
 	return append(key, ',')
 }
 
-// internRecommendation shares, in a decoded recommendation, its labels
-// and annotations (stringMaps), every *ResourceValues (resourceValues)
-// and every string (unique.Make: the table holds a string only while
-// some object does, so it needs no bound of its own). Most of a
-// recommendation's strings are alike across the cache (the container,
-// kind, policy and reason names, the policy's fingerprint, the messages
-// of the same action). The UIDs, resourceVersions and pod names
-// (ownFields) are alike only within it (a pod's name and UID in each of
-// its change's baselines): they are shared within the object, not put in
-// unique's table, where each would cost its entry and weak handle (about
-// 200 bytes a recommendation, TestInterningShrinksTheCachedRecommendations).
-// It walks the object by reflection, so a field added to the type is
-// shared too.
+// internRecommendation shares what a decoded recommendation holds alike
+// with others. It shares:
+//   - its labels and annotations (stringMaps);
+//   - every *ResourceValues (resourceValues);
+//   - every string (unique.Make). The table holds a string only while
+//     some object does, so it needs no bound of its own.
+//
+// Most of a recommendation's strings are alike across the cache: the
+// container, kind, policy and reason names, the policy's fingerprint, the
+// messages of the same action. The UIDs, resourceVersions and pod names
+// (ownFields) are alike only within it, as a pod's name and UID in each
+// of its change's baselines. They are shared within the object, not put
+// in unique's table, where each would cost its entry and weak handle
+// (TestInterningShrinksTheCachedRecommendations). It walks the object by
+// reflection, so a field added to the type is shared too.
 func internRecommendation(rsr *v1alpha1.RightsizingRecommendation) {
 	internMeta(&rsr.ObjectMeta)
 	internValue(reflect.ValueOf(rsr).Elem(), ownStrings{})
@@ -150,10 +152,10 @@ func internValue(v reflect.Value, own ownStrings) {
 // Recommendations returns what reads every recommendation for the
 // leader's periodic passes: the usage series, the hub forwarder, the
 // finalizer releaser. It reads informer's own objects, only to be read,
-// at the cost of one slice. Where the cache has no indexer of its own (a
-// cache of several namespaces), it lists through c: the items share the
-// cache's objects but copy each one's struct (568 bytes; 14 MB at 25,000
-// every pass).
+// at the cost of one slice. Where the cache has no indexer of its own, in
+// a cache of several namespaces, it lists through c. The items share the
+// cache's objects but copy each one's struct (docs/leader.md, "Memory:
+// how tight a limit costs what").
 func Recommendations(informer cache.Informer, c client.Reader) forward.Recommendations {
 	return func(ctx context.Context) ([]*v1alpha1.RightsizingRecommendation, error) {
 		stored, err := allStored(informer)

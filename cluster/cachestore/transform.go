@@ -35,10 +35,10 @@ import (
 //
 // It runs on each object before the informer stores it, so every reader
 // of the manager's cache and client sees the stripped object. Reads
-// through the API reader are whole. It is idempotent, as client-go asks
-// of a transform that may be handed stored objects again (a Replace; the
-// informers' resyncs are not transformed again): a cached type is kept as
-// it is.
+// through the API reader are whole. It is idempotent, and a cached type
+// is kept as it is. client-go asks that of a transform that may be handed
+// stored objects again, in a Replace; the informers' resyncs are not
+// transformed again.
 func Transform(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
@@ -81,19 +81,19 @@ func NewCache(config *rest.Config, opts cache.Options) (cache.Cache, error) {
 	return c, c.storesViews(&corev1.Pod{}, &appsv1.ReplicaSet{}, &appsv1.Deployment{})
 }
 
-// maxInternedLists bounds the distinct resource lists interned: past it a
-// new list is kept as decoded (about 100 bytes of key and a map each: a
-// few MB at most).
+// maxInternedLists bounds the distinct resource lists interned. Past it a
+// new list is kept as decoded. Each entry is about 100 bytes of key and a
+// map: a few MB at most.
 const maxInternedLists = 20000
 
 // resourceLists holds one shared map per distinct resource list of the
-// cached objects. A ResourceList is a Go map of its own, four per pod
-// (requests and limits of the spec and of the status) and two per
-// template, and nearly all are equal between the pods of a workload: the
-// largest part of the cached objects at scale (docs/performance.md). A
-// shared map is never written: the cache's readers get deep copies
-// (controller-runtime's cache reader copies every object it returns), and
-// the event handlers only read.
+// cached objects. A ResourceList is a Go map of its own: four per pod,
+// the requests and limits of the spec and of the status, and two per
+// template. Nearly all are equal between the pods of a workload. They
+// were the largest part of the cached objects at scale
+// (docs/performance.md). A shared map is never written: the cache's
+// readers get deep copies (controller-runtime's cache reader copies every
+// object it returns), and the event handlers only read.
 var resourceLists = &interner{lists: map[string]corev1.ResourceList{}, max: maxInternedLists}
 
 // interner is a bounded table of shared resource lists.
@@ -103,8 +103,9 @@ type interner struct {
 	max   int
 }
 
-// intern returns the shared list equal to l (the same names, quantities
-// and formats), l itself when it is the first such or the table is full.
+// intern returns the shared list equal to l: the same names, quantities
+// and formats. It returns l itself when it is the first such or the table
+// is full.
 func (in *interner) intern(l corev1.ResourceList) corev1.ResourceList {
 	if len(l) == 0 {
 		return l
@@ -165,18 +166,23 @@ func internPod(p *corev1.Pod) {
 	}
 }
 
-// stripTemplate replaces a pod template by its digest
-// (workload.TemplateDigestAnnotation, computed from the whole template: it
-// is what cluster/workload compares to find a Deployment's current
-// ReplicaSet) and what Kerf reads of a workload's template: the containers' and init containers' names, resources, resize
-// policies and restart policies, and the pod-level resources (the values
-// shown and recommended from, the QoS class, the limit checks; the
-// template patch carries only the changed resources and the
-// resourceVersion read, cluster/apply template.go). It strips the
-// StatefulSets' and DaemonSets' templates in place; a cachedDeployment
-// keeps the same, and a cachedReplicaSet the digest alone. The template's metadata, images,
-// environment, volumes and scheduling are not kept: nothing in the leader
-// reads them from the cache (the kubectl plugin reads live).
+// stripTemplate replaces a pod template by its digest and what Kerf reads
+// of a workload's template.
+//   - The digest (workload.TemplateDigestAnnotation) is computed from the
+//     whole template. cluster/workload compares it to find a Deployment's
+//     current ReplicaSet.
+//   - What Kerf reads is the containers' and init containers' names,
+//     resources, resize policies and restart policies, and the pod-level
+//     resources. They are the values shown and recommended from, the QoS
+//     class and the limit checks. The template patch carries only the
+//     changed resources and the resourceVersion read (cluster/apply
+//     template.go).
+//
+// It strips the StatefulSets' and DaemonSets' templates in place. A
+// cachedDeployment keeps the same, and a cachedReplicaSet the digest
+// alone. The template's metadata, images, environment, volumes and
+// scheduling are not kept. Nothing in the leader reads them from the
+// cache; the kubectl plugin reads live.
 func stripTemplate(t *corev1.PodTemplateSpec) {
 	kept := digestTemplate(workload.TemplateDigest(t))
 	keep := func(cs []corev1.Container) []corev1.Container {
@@ -198,25 +204,27 @@ func stripTemplate(t *corev1.PodTemplateSpec) {
 }
 
 // maxInternedMaps bounds the distinct label and annotation sets interned.
-// A full table starts over (the objects keep the maps they share), so
-// the sets of objects long deleted do not hold it full: at most about
-// 100 bytes of key and entry each, 10 MB.
+// A full table starts over, and the objects keep the maps they share. So
+// the sets of objects long deleted do not hold it full. Each costs at
+// most about 100 bytes of key and entry: 10 MB.
 const maxInternedMaps = 100000
 
 // stringMaps holds one shared map per distinct label or annotation set of
 // the cached pods, ReplicaSets, Deployments and recommendations and of the
-// selectors' matchLabels. Most are equal to another's: a pod's labels are its
-// ReplicaSet's (pod-template-hash included) and its ReplicaSet's
-// selector's, a Deployment's selector is most often its labels, and the
-// deployment controller's annotations (revision, desired and max
-// replicas) are the same on most ReplicaSets and Deployments. A shared map
-// is never written: every read of those kinds copies the object
-// (pod.go, apps.go), and the event handlers only read.
+// selectors' matchLabels. Most are equal to another's:
+//   - a pod's labels are its ReplicaSet's, pod-template-hash included,
+//     and its ReplicaSet's selector's;
+//   - a Deployment's selector is most often its labels;
+//   - the deployment controller's annotations (revision, desired and max
+//     replicas) are the same on most ReplicaSets and Deployments.
+//
+// A shared map is never written: every read of those kinds copies the
+// object (pod.go, apps.go), and the event handlers only read.
 var stringMaps = &mapInterner{sharedTable[map[string]string]{max: maxInternedMaps}}
 
 // sharedTable is a bounded table of shared values by key, the one
-// stringMaps and resourceValues keep: a full table starts over (the
-// objects keep the values they share), so that the values of objects long
+// stringMaps and resourceValues keep. A full table starts over, and the
+// objects keep the values they share. So the values of objects long
 // deleted do not hold it full.
 type sharedTable[V any] struct {
 	mu     sync.Mutex
@@ -242,14 +250,13 @@ func (t *sharedTable[V]) share(key string, v V) V {
 // mapInterner is a bounded table of shared string maps.
 type mapInterner struct{ sharedTable[map[string]string] }
 
-// maxInternedMapBytes bounds the keys and values of a map interned: the
-// table keeps them again as its key, and a large set (kubectl's
-// last-applied-configuration annotation holds the whole object) is
-// rarely another's.
+// maxInternedMapBytes bounds the keys and values of a map interned. The
+// table keeps them again as its key. A large set is rarely another's:
+// kubectl's last-applied-configuration annotation holds the whole object.
 const maxInternedMapBytes = 512
 
-// intern returns the shared map equal to m, m itself when it is the first
-// such (a full table is emptied first) or larger than
+// intern returns the shared map equal to m. It returns m itself when it
+// is the first such, emptying a full table first, or larger than
 // maxInternedMapBytes.
 func (in *mapInterner) intern(m map[string]string) map[string]string {
 	if len(m) == 0 {
@@ -279,9 +286,9 @@ func (in *mapInterner) intern(m map[string]string) map[string]string {
 }
 
 // internMeta interns an object's labels and annotations, its namespace
-// and its owners' API versions and kinds: strings of their own in each
-// decoded object (about 40 bytes a pod or ReplicaSet), and few in a
-// cluster.
+// and its owners' API versions and kinds. Those strings are few in a
+// cluster, but each decoded object holds its own (docs/leader.md,
+// "Reading from the cache: what each cut saved").
 func internMeta(m *metav1.ObjectMeta) {
 	m.Labels = stringMaps.intern(m.Labels)
 	m.Annotations = stringMaps.intern(m.Annotations)

@@ -17,12 +17,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
-// viewer is an object an informer stores in a form of its own (a cache
-// transform's, smaller than the API type) that can give the API type
-// its readers ask for sharing its fields: what a read with
-// client.UnsafeDisableDeepCopy (one that only reads) gets from a Cache, at
-// the cost of the type's structs alone, where DeepCopyObject must copy
-// everything.
+// viewer is a stored object, in a form of its own, that can give the API
+// type its readers ask for, sharing its fields. The form is a cache
+// transform's, smaller than the API type. A read with
+// client.UnsafeDisableDeepCopy, one that only reads, gets the view from a
+// Cache. It costs the type's structs alone, where DeepCopyObject must
+// copy everything.
 type viewer interface {
 	View() runtime.Object
 	// ViewInto writes the view into dst, an object of the API type (a
@@ -31,12 +31,13 @@ type viewer interface {
 	ViewInto(dst runtime.Object) bool
 }
 
-// storesViews declares the kinds whose informers store viewers (the
-// cache's transform makes them). A Get or List of them with
-// client.UnsafeDisableDeepCopy gets views of the informer's own objects;
-// where the Cache cannot read those (a cache of several namespaces has an
-// informer per namespace), it gets copies, as the wrapped cache would hand
-// out the stored form, which is not the type asked for.
+// storesViews declares the kinds whose informers store viewers, which the
+// cache's transform makes. A Get or List of them with
+// client.UnsafeDisableDeepCopy gets views of the informer's own objects.
+// Where the Cache cannot read those, it gets copies: the wrapped cache
+// would hand out the stored form, which is not the type asked for. A
+// cache of several namespaces, with an informer per namespace, is such a
+// place.
 func (c *Cache) storesViews(objs ...client.Object) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -81,10 +82,10 @@ func unsafeGet(opts []client.GetOption) bool {
 	return o.UnsafeDisableDeepCopy != nil && *o.UnsafeDisableDeepCopy
 }
 
-// Get implements client.Reader: with client.UnsafeDisableDeepCopy, an
-// object of a kind storesViews declared is the view of the informer's own
-// (a copy where it has no indexer of its own); every other Get is the
-// wrapped cache's.
+// Get implements client.Reader, giving views of the kinds storesViews
+// declared. With client.UnsafeDisableDeepCopy, such an object is the view
+// of the informer's own, or a copy where it has no indexer of its own.
+// Every other Get is the wrapped cache's.
 func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if !unsafeGet(opts) {
 		return c.Cache.Get(ctx, key, obj, opts...)
@@ -119,13 +120,12 @@ func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 	return nil
 }
 
-// listViews answers a list of a kind storesViews declared (obj, its
-// declared object) with client.UnsafeDisableDeepCopy and no field
-// selector: the views of the
-// informer's own objects of the namespace (or all), those the label
-// selector selects. handled is false where it cannot (a limit, a
-// continue, an informer without an indexer of its own): the caller lists
-// copies.
+// listViews answers a list of a kind storesViews declared, obj being its
+// declared object, with client.UnsafeDisableDeepCopy and no field
+// selector. It gives the views of the informer's own objects of the
+// namespace, or of all, that the label selector selects. handled is false
+// where it cannot, and the caller lists copies: with a limit, a continue,
+// or an informer without an indexer of its own.
 func (c *Cache) listViews(ctx context.Context, list client.ObjectList, gvk schema.GroupVersionKind, obj client.Object, lo client.ListOptions) (handled bool, err error) {
 	if lo.Limit > 0 || lo.Continue != "" {
 		return false, nil
@@ -163,12 +163,12 @@ func (c *Cache) listViews(ctx context.Context, list client.ObjectList, gvk schem
 	return true, nil
 }
 
-// setViews sets list's items to the views of objs: each written into its
-// item (viewer.ViewInto) where the items are structs, so that a view costs
-// no struct beside its item; else as apimeta.SetList sets them. Struct
-// items are written in the room the list's items already have when it is
-// enough (what was in the room past them cleared): a caller that lists
-// into the same items again (workload.Scratch) allocates none.
+// setViews sets list's items to the views of objs. Where the items are
+// structs, each view is written into its item (viewer.ViewInto), so that
+// it costs no struct beside its item; else apimeta.SetList sets them.
+// Struct items are written in the room the list's items already have,
+// when it is enough, and the room past them is cleared. So a caller that
+// lists into the same items again (workload.Scratch) allocates none.
 func setViews(list client.ObjectList, objs []client.Object) error {
 	ptr, err := apimeta.GetItemsPtr(list)
 	if err != nil {

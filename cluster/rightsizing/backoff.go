@@ -11,10 +11,12 @@ import (
 )
 
 // freshTurn reports whether the rolled-back values the recommendation
-// still asks for may try again (design section 4): the backoff let them,
-// its turn expired with turns left (state backedOff), or they are
-// failedPermanent under another policy state than the governing policy's
-// (policyFingerprint), which reopens them for a fresh run.
+// still asks for may try again (design section 4). They may when:
+//   - the backoff let them: its turn expired with turns left (state
+//     backedOff);
+//   - or they are failedPermanent under another policy state than the
+//     governing policy's (policyFingerprint), which reopens them for a
+//     fresh run.
 func freshTurn(rsr *v1alpha1.RightsizingRecommendation, policyFingerprint string) bool {
 	st := rsr.Status.Rollback
 	if rsr.Status.Phase != v1alpha1.PhaseRolledBack || st == nil || st.Fingerprint != policy.ValueFingerprint(rsr.Spec.Containers) {

@@ -17,10 +17,13 @@ import (
 )
 
 // reconcileContext is what one pass over one recommendation works on,
-// after Argo Rollouts' rolloutContext: the recommendation, the policy that
-// governs it and the clock reading, taken once at the start of the pass,
-// and the workload and its pods, read on first use and never again in the
-// pass. Every status write of the pass goes through its record.
+// after Argo Rollouts' rolloutContext. It holds:
+//   - the recommendation, the policy that governs it and the clock
+//     reading, taken once at the start of the pass;
+//   - the workload and its pods, read on first use and never again in
+//     the pass.
+//
+// Every status write of the pass goes through its record.
 type reconcileContext struct {
 	r *Reconciler
 	// rsr is the recommendation; record writes its status.
@@ -29,11 +32,11 @@ type reconcileContext struct {
 	resolved *policy.Resolved
 	// now is the pass's one clock reading.
 	now time.Time
-	// began is when the pass began by the process's own clock (now may
-	// be a test's), breachAsked when it asked for its breach's write
-	// (zero in a pass that did not decide the rollback) and
-	// breachRecorded how long that write took: the instants and durations
-	// a rollback logs (restore).
+	// began, breachAsked and breachRecorded are what a rollback logs
+	// (restore). began is when the pass began, by the process's own
+	// clock; now may be a test's. breachAsked is when it asked for its
+	// breach's write, zero in a pass that did not decide the rollback.
+	// breachRecorded is how long that write took.
 	began          time.Time
 	breachAsked    time.Time
 	breachRecorded time.Duration
@@ -160,8 +163,8 @@ func (c *reconcileContext) pods(ctx context.Context) ([]corev1.Pod, error) {
 }
 
 // loadWorkload is the one place a pass reads the workload and, when
-// withPods, lists its pods: each at most once, the outcome (an error too,
-// not found included) kept for the rest of the pass.
+// withPods, lists its pods. Each is read at most once. The outcome, an
+// error too (not found included), is kept for the rest of the pass.
 func (c *reconcileContext) loadWorkload(ctx context.Context, withPods bool) {
 	if !c.workloadRead {
 		c.workloadRead = true

@@ -23,7 +23,7 @@
 //
 // The rollback path, from a harm signal to the restored values:
 // handlers.go (harm first) → paths.go (the rollback path) → watch.go
-// (the verdict) → rollback.go (breach, restore) → record.go, with
+// (the verdict) → rollback.go (breach, restore) → record.go. It uses
 // cluster/fence for the rollbacks' own client and cluster/policy for the
 // backoff. docs/leader.md and docs/health.md describe it.
 package rightsizing

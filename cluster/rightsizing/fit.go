@@ -51,9 +51,9 @@ func moreBytes(n int) string { return fmt.Sprintf("… (and %d more bytes)", n) 
 // and Event note do.
 func ellipsis(int) string { return "…" }
 
-// joinFit joins items with sep into at most n bytes: as many whole items
-// as fit, then "… (and N more <noun>)" for those left out. When not even
-// the first item fits, it is cut by fit.
+// joinFit joins items with sep into at most n bytes. It keeps as many
+// whole items as fit, then "… (and N more <noun>)" for those left out.
+// When not even the first item fits, it is cut by fit.
 func joinFit(items []string, sep string, n int, noun string) string {
 	all := strings.Join(items, sep)
 	if len(all) <= n {
@@ -91,9 +91,9 @@ func fitFigures(f []string) []string {
 	return f
 }
 
-// capTouched keeps every touched object that is not a pod (the workload,
-// the HPA) and the first pods, up to v1alpha1.MaxTouched in all, in their
-// order, and returns how many pods it left out.
+// capTouched keeps at most v1alpha1.MaxTouched touched objects, in their
+// order, and returns how many pods it left out. It keeps every object
+// that is not a pod (the workload, the HPA), then the first pods.
 func capTouched(touched []v1alpha1.TouchedObject) ([]v1alpha1.TouchedObject, int32) {
 	if len(touched) <= v1alpha1.MaxTouched {
 		return touched, 0
@@ -120,14 +120,16 @@ func capTouched(touched []v1alpha1.TouchedObject) ([]v1alpha1.TouchedObject, int
 	return out, int32(len(touched) - len(out))
 }
 
-// fitStatus cuts every field of st the leader fills from what it cannot
-// bound (pods' failures joined into messages, the touched pods, per-pod
-// baselines, figures) to the CRD's limits, so that the status write is not
-// refused (422) and retried forever while the change runs unwatched.
-// Messages are cut on a rune boundary and say how much was left out;
-// lists keep their newest (history, turns) or first entries, and the
-// touched pods count those left out in change.touchedOmitted. It returns
-// what it cut, for the log.
+// fitStatus cuts st to the CRD's limits and returns what it cut, for the
+// log. Otherwise the apiserver would refuse the status write (422), and
+// it would be retried forever while the change runs unwatched.
+//
+// It cuts every field the leader fills from what it cannot bound: pods'
+// failures joined into messages, the touched pods, per-pod baselines,
+// figures.
+//   - Messages are cut on a rune boundary and say how much was left out.
+//   - Lists keep their newest entries (history, turns) or their first.
+//   - The touched pods count those left out in change.touchedOmitted.
 func fitStatus(st *v1alpha1.RightsizingRecommendationStatus) []string {
 	var cut []string
 	str := func(name string, s *string, n int) {
@@ -185,9 +187,9 @@ func fitStatus(st *v1alpha1.RightsizingRecommendationStatus) []string {
 			ch.TouchedOmitted += omitted
 		}
 		// A container without a restart or OOM baseline counts its
-		// restarts and kills in full, and one without a throttling
-		// baseline starts its window anew: cutting errs towards a
-		// rollback, never towards a change left unwatched.
+		// restarts and kills in full. One without a throttling baseline
+		// starts its window anew. So cutting errs towards a rollback,
+		// never towards a change left unwatched.
 		if list("change.restartBaselines", len(ch.RestartBaselines), v1alpha1.MaxBaselines) {
 			ch.RestartBaselines = ch.RestartBaselines[:v1alpha1.MaxBaselines]
 		}
@@ -201,10 +203,11 @@ func fitStatus(st *v1alpha1.RightsizingRecommendationStatus) []string {
 	return cut
 }
 
-// minimalStatus replaces the free text an outcome wrote (status.message,
-// its conditions' messages, its action's message and figures, the
-// rollback's message, the breach's figures) with a note that the
-// apiserver refused it: what is left is the transition itself.
+// minimalStatus replaces the free text an outcome wrote with a note that
+// the apiserver refused it; what is left is the transition itself. The
+// free text is status.message, its conditions' messages, its action's
+// message and figures, and the rollback's message. The breach's figures
+// are cut to their limits.
 func minimalStatus(st *v1alpha1.RightsizingRecommendationStatus, o outcome, refused error) {
 	note := fit("message left out: the apiserver refused the status write: "+refused.Error(), 512)
 	if o.setReason {

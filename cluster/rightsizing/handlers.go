@@ -20,21 +20,21 @@ import (
 )
 
 // signalEvent is the event a signal about a pod puts on its channel: the
-// pod's UID alone, which is all m.signaled reads, in the smallest object
-// that carries it (a PartialObjectMetadata, 264 bytes; a corev1.Pod is
-// 1,240, and up to 8,192 events wait in the channels at scale:
-// docs/performance.md), taken from signalObjects.
+// pod's UID alone, which is all m.signaled reads. It carries the UID in
+// the smallest object that can, a PartialObjectMetadata taken from
+// signalObjects, since thousands of events wait in the channels at scale
+// (docs/leader.md, "Reading from the cache: what each cut saved").
 func signalEvent(uid types.UID) event.GenericEvent {
 	o := signalObjects.Get().(*metav1.PartialObjectMetadata)
 	o.UID = uid
 	return event.GenericEvent{Object: o}
 }
 
-// signalObjects are the signal events' objects, used again: at 25,000
-// workloads the agents' counters are 3,500 signals a second, 6 % of what
-// the leader allocated (docs/performance.md, "The tenth round"). An
-// object comes back once the channel refused its event or its one
-// handler read it (releasing).
+// signalObjects are the signal events' objects, used again. At scale the
+// agents' counters make thousands of signals a second (docs/leader.md,
+// "Reading from the cache: what each cut saved"). An object comes back
+// once the channel refused its event or its one handler read it
+// (releasing).
 var signalObjects = sync.Pool{New: func() any { return new(metav1.PartialObjectMetadata) }}
 
 // releaseSignalEvent gives a signal event's object back to signalObjects.
@@ -45,9 +45,9 @@ func releaseSignalEvent(o client.Object) {
 	}
 }
 
-// releasing is fn giving the signal event's object back once it has read
-// it: a signal channel's events have one handler, and fn (m.signaled)
-// keeps nothing of the object.
+// releasing is fn, giving the signal event's object back once fn has
+// read it. A signal channel's events have one handler, and fn
+// (m.signaled) keeps nothing of the object.
 func releasing(fn handler.MapFunc) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		reqs := fn(ctx, o)
@@ -57,9 +57,9 @@ func releasing(fn handler.MapFunc) handler.MapFunc {
 }
 
 // harm reports whether a signal of kind is a harm signal, whose requests
-// go first (harmPriority): an OOM kill or a container event (a restart, a
-// termination). Counter samples are not: every pod sends them all the
-// time, and throttling is judged over a window.
+// go first (harmPriority). Those are an OOM kill and a container event: a
+// restart, a termination. Counter samples are not: every pod sends them
+// all the time, and throttling is judged over a window.
 func harm(kind signals.SignalKind) bool {
 	return kind == signals.SignalOOMKill || kind == signals.SignalContainerEvent
 }
@@ -89,12 +89,14 @@ func addAt(q workqueue.TypedRateLimitingInterface[reconcile.Request], priority i
 	}
 }
 
-// podHandler enqueues the recommendation of a pod's workload (mapper.pod)
-// as handler.EnqueueRequestsFromMapFunc does (low priority for the
-// informer's initial list and its resyncs), but with harm (harmAdder: at
-// harmPriority) when an update shows harm (podHarmed). A nil harm leaves
-// those updates to the rollbacks' controller; harmOnly (that controller's
-// handler) enqueues nothing else.
+// podHandler enqueues the recommendation of a pod's workload
+// (mapper.pod), as handler.EnqueueRequestsFromMapFunc does. That gives
+// the informer's initial list and its resyncs a low priority.
+//
+// An update that shows harm (podHarmed) goes through harm instead:
+// harmAdder, at harmPriority. A nil harm leaves those updates to the
+// rollbacks' controller. With harmOnly, that controller's handler
+// enqueues nothing else.
 type podHandler struct {
 	m        mapper
 	harm     func(workqueue.TypedRateLimitingInterface[reconcile.Request], []reconcile.Request)
@@ -143,10 +145,11 @@ func (h podHandler) delegate() handler.EventHandler {
 	return handler.EnqueueRequestsFromMapFunc(h.m.pod)
 }
 
-// podHarmed reports whether the update from old to cur shows harm: a
-// container (init, regular or ephemeral) restarted (its restartCount grew)
-// or has a termination old did not show (state or lastState terminated:
-// an OOM kill, a crash), which the health watch counts.
+// podHarmed reports whether the update from old to cur shows harm that
+// the health watch counts. It reads every container: init, regular and
+// ephemeral. Harm is a container that restarted, its restartCount grown,
+// or one with a termination old did not show: state or lastState
+// terminated, by an OOM kill or a crash.
 func podHarmed(old, cur *corev1.PodStatus) bool {
 	for _, statuses := range [][2][]corev1.ContainerStatus{
 		{old.InitContainerStatuses, cur.InitContainerStatuses},

@@ -29,8 +29,9 @@ type mapper struct {
 	r                                  *Reconciler
 }
 
-// The kinds the mapper looks up, for their type alone (not written: a
-// prototype made for each lookup was 1.2 KB of garbage a signal).
+// The kinds the mapper looks up, for their type alone. They are never
+// written. One made for each lookup was garbage on every signal
+// (docs/leader.md, "Reading from the cache: what each cut saved").
 var (
 	podKind            = &corev1.Pod{}
 	recommendationKind = &v1alpha1.RightsizingRecommendation{}
@@ -100,9 +101,9 @@ func (m mapper) pod(ctx context.Context, pod client.Object) []reconcile.Request 
 	return out
 }
 
-// replicaSet reads a ReplicaSet for workload.OfWith: the cache's own
-// (a cachedReplicaSet, only its metadata read), or, in a cache of several
-// namespaces (no one indexer), a copy.
+// replicaSet reads a ReplicaSet for workload.OfWith. It reads the cache's
+// own object, a cachedReplicaSet, and only its metadata. A cache of
+// several namespaces has no one indexer; there it reads a copy.
 func (m mapper) replicaSet(ctx context.Context, key client.ObjectKey) (metav1.Object, error) {
 	if m.replicaSets != nil {
 		obj, ok, err := cachestore.Stored(m.replicaSets, key.Namespace, key.Name)
@@ -120,12 +121,11 @@ func (m mapper) replicaSet(ctx context.Context, key client.ObjectKey) (metav1.Ob
 
 // signaled maps an agent's signal, a pod known by UID only, to the pod in
 // the cache and then as pod does. It reads the cache's own object, the
-// cachedPod, through the index (cachestore.Cache.Lookup): a signal comes for
-// every pod every counters interval (3,500 a second at 35,000 pods and
-// the agents' 10 s), and a copying read made each a whole corev1.Pod (15 %
-// of the leader's CPU in a wave at 25,000 workloads, docs/performance.md).
-// A cache of several namespaces (--watch-namespaces) has no one index to
-// look up: there the pod is read as a copy.
+// cachedPod, through the index (cachestore.Cache.Lookup). A signal comes
+// for every pod every counters interval, and a copying read made each a
+// whole corev1.Pod (docs/leader.md, "Reading from the cache: what each
+// cut saved"). A cache of several namespaces (--watch-namespaces) has no
+// one index to look up: there the pod is read as a copy.
 func (m mapper) signaled(ctx context.Context, o client.Object) []reconcile.Request {
 	objs, err := m.cache.Lookup(m.pods, podKind, stream.PodUIDField, "", string(o.GetUID()))
 	if errors.Is(err, cachestore.ErrNoIndexer) {

@@ -18,16 +18,16 @@ type Metrics struct {
 	// "refused" when it was refused too (the write is then retried).
 	InvalidStatus *prometheus.CounterVec
 	// HarmQueueWait is kerf_leader_harm_queue_wait_seconds: how long a
-	// harm signal's request (an OOM kill, a container restart or
-	// termination) waited from its enqueue to the start of its
-	// recommendation's next pass, the lock of a pass of it in the other
-	// path included (docs/leader.md, "Workers and the rollbacks'
-	// priority").
+	// harm signal's request waited from its enqueue to the start of its
+	// recommendation's next pass. A harm signal is an OOM kill, a
+	// container restart or termination. The wait includes the lock of a
+	// pass of it in the other path (docs/leader.md, "Workers and the
+	// rollbacks' priority").
 	HarmQueueWait prometheus.Histogram
-	// HarmLockWait is kerf_leader_harm_lock_wait_seconds: of a harm
-	// request's wait, the part its pass spent on a worker waiting for the
-	// recommendation's lock, held by a pass of it in the other path (the
-	// rest waited for a worker).
+	// HarmLockWait is kerf_leader_harm_lock_wait_seconds: the part of a
+	// harm request's wait that its pass spent on a worker, waiting for
+	// the recommendation's lock. A pass of it in the other path held the
+	// lock; the rest of the wait was for a worker.
 	HarmLockWait prometheus.Histogram
 }
 

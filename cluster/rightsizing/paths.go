@@ -14,45 +14,36 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// The workers kept for rollbacks (docs/leader.md, "Workers and the
-// rollbacks' priority"): a second controller, fed only by harm signals,
-// runs the same reconciler on workers of its own, so that a harm signal
-// never waits for an apply worker to finish its pass. Both controllers'
-// passes take a lock per recommendation first: one is never reconciled by
-// two workers at once, and a harm request that finds its recommendation
-// in an apply pass waits for that one pass only.
+// The workers kept for rollbacks: a second controller, fed only by harm
+// signals, runs the same reconciler on workers of its own. So a harm
+// signal never waits for an apply worker to finish its pass. Both
+// controllers' passes take a lock per recommendation first. One is never
+// reconciled by two workers at once, and a harm request that finds its
+// recommendation in an apply pass waits for that one pass only.
+// docs/leader.md, "Workers and the rollbacks' priority", has the design.
 
 const (
 	// DefaultRollbackWorkers is how many workers are kept for the harm
-	// signals' requests when Config.RollbackWorkers is zero. At 10,000
-	// workloads during a wave, with the scale harness's OOM kill every
-	// 250 ms and a rollback's pass taking 0.3–0.4 s on a saturated
-	// machine, 2 kept were busy most of the time: the harm requests
-	// waited 211–508 ms on average for one (4 runs), with 4 kept 12–28 ms
-	// (2 runs), and OOM kill → rollback write p50 232–297 ms against
-	// 316–678 (docs/performance.md, "The sixth round"). At 25,000 (one
-	// run) the wait fell from 345–365 to 73 ms, but there the writes of 4
-	// at once took twice as long each and the end to end did not move:
-	// on that saturated machine the apiserver is the bound (a cluster
-	// whose apiserver has cores of its own should not share it; not
-	// measured here). With
-	// none kept they wait for an apply worker to finish its pass (50–60
-	// ms there, "The fourth round").
+	// signals' requests when Config.RollbackWorkers is zero. With 2 kept,
+	// both were busy most of a wave and the harm requests waited for one.
+	// With none kept, they wait for an apply worker to finish its pass.
+	// docs/leader.md, "Workers and the rollbacks' priority", links the
+	// figures.
 	DefaultRollbackWorkers = 4
 	// NoRollbackWorkers, as Config.RollbackWorkers, keeps no worker for
-	// them: a harm signal's request takes its turn in the one queue, at
-	// harmPriority, for the next of the --workers workers to finish.
+	// them. A harm signal's request then takes its turn in the one queue,
+	// at harmPriority, for the next of the --workers workers to finish.
 	NoRollbackWorkers = -1
 	// maxHarmWaits bounds the harm requests whose enqueue time is kept
-	// for kerf_leader_harm_queue_wait_seconds; past it a request is not
-	// timed (a storm of restarts across more workloads than that).
+	// for kerf_leader_harm_queue_wait_seconds. Past it a request is not
+	// timed, as in a storm of restarts across more workloads than that.
 	maxHarmWaits = 1 << 16
 )
 
-// passes is what the recommendation controller's two paths share: the
-// reconciler, the lock per recommendation, the harm requests' enqueue
-// times, and the apply path's queue, which the rollback path hands its
-// later looks back to.
+// passes is what the recommendation controller's two paths share. That
+// is the reconciler, the lock per recommendation, the harm requests'
+// enqueue times, and the apply path's queue. The rollback path hands its
+// later looks back to that queue.
 type passes struct {
 	r *Reconciler
 	// keys is the lock per recommendation both paths take; nil with no
@@ -66,8 +57,8 @@ type passes struct {
 }
 
 // newQueue is the apply path's controller.Options.NewQueue: the priority
-// queue controller-runtime builds by default, kept so that the rollback
-// path can hand its later looks back to it.
+// queue controller-runtime builds by default. It keeps the queue, so that
+// the rollback path can hand its later looks back to it.
 func (p *passes) newQueue(log logr.Logger) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 		q := priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
@@ -88,22 +79,24 @@ func (p *passes) applyQueue() workqueue.TypedRateLimitingInterface[reconcile.Req
 	return p.queue
 }
 
-// pathReconciler is one path's reconcile.Reconciler: the apply path's
-// (every request but a harm signal's when workers are kept for rollbacks)
-// or the rollback path's (reserved).
+// pathReconciler is one path's reconcile.Reconciler: the apply path's,
+// or the rollback path's (reserved). With workers kept for rollbacks, the
+// apply path takes every request but a harm signal's.
 type pathReconciler struct {
 	p        *passes
 	reserved bool
 }
 
 // Reconcile implements reconcile.Reconciler: it waits for the
-// recommendation's lock (a pass of it in the other path), then runs the
-// pass. The rollback path keeps only the looks that finish what a pass
-// started (a restore waiting for its resizes, a watch just started, a
-// retry after an error); a later look (the watch's periodic recheck, a
-// backoff's expiry, an in-place apply's look again at pendingPriority)
-// goes back to the apply path's queue, so that it is never queued in
-// both.
+// recommendation's lock, held by a pass of it in the other path, then
+// runs the pass.
+//
+// The rollback path keeps only the looks that finish what a pass
+// started: a restore waiting for its resizes, a watch just started, a
+// retry after an error. A later look goes back to the apply path's
+// queue, so that it is never queued in both. That is the watch's
+// periodic recheck, a backoff's expiry, or an in-place apply's look
+// again at pendingPriority.
 func (pr pathReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	p := pr.p
 	began := time.Now()
@@ -195,10 +188,12 @@ func (l *keyLock) len() int {
 	return len(l.held)
 }
 
-// harmWaits times the harm signals' requests from their enqueue to the
-// start of the recommendation's next pass (its lock taken), in either
-// path: kerf_leader_harm_queue_wait_seconds; and the part of it the pass
-// waited for the lock: kerf_leader_harm_lock_wait_seconds.
+// harmWaits times the harm signals' requests, in either path. It
+// observes two histograms:
+//   - kerf_leader_harm_queue_wait_seconds: from the enqueue to the start
+//     of the recommendation's next pass, its lock taken;
+//   - kerf_leader_harm_lock_wait_seconds: the part of it the pass waited
+//     for the lock.
 type harmWaits struct {
 	hist, lockHist prometheus.Observer
 	mu             sync.Mutex
@@ -224,8 +219,9 @@ func (w *harmWaits) queued(reqs []reconcile.Request) {
 	}
 }
 
-// started observes the wait of key's harm request, if one waited, as a
-// pass of key starts, and locked, how long the pass waited for key's lock.
+// started observes, as a pass of key starts, the wait of key's harm
+// request, if one waited. It observes locked too: how long the pass
+// waited for key's lock.
 func (w *harmWaits) started(key types.NamespacedName, locked time.Duration) {
 	w.mu.Lock()
 	at, ok := w.since[key]
@@ -237,9 +233,9 @@ func (w *harmWaits) started(key types.NamespacedName, locked time.Duration) {
 	}
 }
 
-// harmAdder enqueues a harm signal's requests on a controller's queue, at
-// harmPriority (which matters only in the apply path's queue, shared with
-// every other request), timing their wait.
+// harmAdder enqueues a harm signal's requests on a controller's queue at
+// harmPriority, timing their wait. The priority matters only in the apply
+// path's queue, shared with every other request.
 func harmAdder(w *harmWaits) func(q workqueue.TypedRateLimitingInterface[reconcile.Request], reqs []reconcile.Request) {
 	return func(q workqueue.TypedRateLimitingInterface[reconcile.Request], reqs []reconcile.Request) {
 		if len(reqs) == 0 {

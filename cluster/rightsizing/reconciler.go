@@ -31,11 +31,11 @@ const pendingRequeue = 2 * time.Second
 type Reconciler struct {
 	Client  client.Client
 	Applier *apply.Applier
-	// RollbackClient and Rollbacks write a rollback (a breach's status,
-	// the restore and its record, the workload's mirror): the same as
-	// Client and Applier but on a client budget of their own, which the
-	// applies never spend (docs/leader.md, "The clients and their
-	// budgets"). Nil means Client and Applier.
+	// RollbackClient and Rollbacks write a rollback: a breach's status,
+	// the restore and its record, the workload's mirror. They are Client
+	// and Applier on a client budget of their own, which the applies
+	// never spend (docs/leader.md, "The clients and their budgets"). Nil
+	// means Client and Applier.
 	RollbackClient client.Client
 	Rollbacks      *apply.Applier
 	Recorder       events.EventRecorder

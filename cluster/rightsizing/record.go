@@ -50,10 +50,10 @@ type outcome struct {
 	// it returned) are emitted and its state is mirrored on the workload.
 	rollbackChanged bool
 	backoff         []string
-	// mirrorLater leaves the mirror to the caller (mirrorPending): a
-	// breach's, written after the restore, whose template patch it would
-	// otherwise precede and make conflict (the patch carries the
-	// resourceVersion the cache read).
+	// mirrorLater leaves the mirror to the caller (mirrorPending). A
+	// breach's mirror is written after the restore. Written before, it
+	// would make the restore's template patch conflict, since the patch
+	// carries the resourceVersion the cache read.
 	mirrorLater bool
 	// mirrored says the state's mirror is on the workload already,
 	// written with the restore's template patch (apply.Result.Annotated).
@@ -78,11 +78,14 @@ func newCondition(typ string, status metav1.ConditionStatus, reason, msg string)
 	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg}
 }
 
-// record writes the outcome: phase, reason and message, the other status
-// fields, the conditions and the history entry, then the status update
-// (conditional on resourceVersion), and only once that succeeded the
-// Events, the backoff state's mirror and kerf_actions_total; last the
-// outcome's test hook.
+// record writes the outcome: its status update, then, once that
+// succeeded, what follows from it. In order:
+//   - phase, reason and message, the other status fields, the conditions
+//     and the history entry;
+//   - the status update, conditional on resourceVersion;
+//   - only once that succeeded, the Events, the backoff state's mirror
+//     and kerf_actions_total;
+//   - last, the outcome's test hook.
 func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 	rsr, st := c.rsr, &c.rsr.Status
 	if o.phase != "" {
@@ -120,10 +123,10 @@ func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 		if !apierrors.IsInvalid(err) {
 			return fmt.Errorf("%s %s/%s: %w", o.doing, rsr.Namespace, rsr.Name, err)
 		}
-		// fitStatus should make this impossible; if the apiserver still
+		// fitStatus should make this impossible. If the apiserver still
 		// refuses the status, the transition (phase, change, breach) is
-		// written without the outcome's free text rather than retried
-		// forever, so the change is still watched or rolled back.
+		// written without the outcome's free text, not retried forever.
+		// So the change is still watched or rolled back.
 		c.r.Log.Error("the apiserver refused a status write as invalid; writing it again with the outcome's messages left out",
 			"recommendation", rsr.Namespace+"/"+rsr.Name, "doing", o.doing, "err", err)
 		minimalStatus(st, o, err)

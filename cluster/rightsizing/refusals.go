@@ -17,16 +17,18 @@ import (
 )
 
 // recordRefusals records the values the recommender held back, as its
-// basis annotation says, when what is refused or why changed: a refused
-// action with the figures, and a Normal Refused Event on the
-// recommendation and its workload. A set is news only when one of its
-// refusals (container, resource, field, reason and the value held) is in
-// none of the refused actions recorded since the last change (applied or
-// rolled back): refusals that end, or come and go between passes, are
-// not recorded again, so status.history (bounded) and the hub keep the
+// basis annotation says, when what is refused or why changed. It records
+// a refused action with the figures, and a Normal Refused Event on the
+// recommendation and its workload. Only the recommender's own
+// recommendations carry a basis.
+//
+// A set is news only when one of its refusals is in none of the refused
+// actions recorded since the last change, applied or rolled back. A
+// refusal is its container, resource, field, reason and the value held.
+// Refusals that end, or come and go between passes, are not recorded
+// again. So status.history, which is bounded, and the hub keep the
 // actions that matter. status.recordedRefusals keeps the last set's key,
-// so a pass that finds it again reads no history. Only the recommender's
-// own recommendations carry a basis.
+// so a pass that finds it again reads no history.
 func (c *reconcileContext) recordRefusals(ctx context.Context) error {
 	rsr := c.rsr
 	if rsr.Labels[v1alpha1.RecommendedByLabel] != v1alpha1.RecommendedByKerf {
@@ -106,9 +108,9 @@ func heldBack(r recommend.Reason) bool { return r != recommend.ReasonMinChange }
 
 // basisRefusals reads the refusals a recommendation's basis annotation
 // holds back (heldBack), at most v1alpha1.MaxActionRefusals, with their
-// messages, and their key: what identifies the set (container, resource,
-// field, reason and the value held), empty when there are none or the
-// annotation cannot be read.
+// messages. It returns their key too: what identifies the set, from each
+// refusal's container, resource, field, reason and the value held. The
+// key is empty when there are none or the annotation cannot be read.
 func basisRefusals(annotation string) (refusals []v1alpha1.Refusal, messages []string, key string) {
 	if annotation == "" {
 		return nil, nil, ""
@@ -140,9 +142,9 @@ func basisRefusals(annotation string) (refusals []v1alpha1.Refusal, messages []s
 	return refusals, messages, hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// decimal writes a refusal's figure as a decimal string: bytes and
-// millicores whole, a ratio (kept as a float32 by the state) to float32's
-// shortest digits; zero is no figure, the empty string.
+// decimal writes a refusal's figure as a decimal string. Bytes and
+// millicores are whole. A ratio, which the state keeps as a float32,
+// gets float32's shortest digits. Zero is no figure: the empty string.
 func decimal(v float64) string {
 	switch {
 	case v == 0:

@@ -20,11 +20,12 @@ import (
 )
 
 // breach marks the recommendation RolledBack, conditional on its
-// resourceVersion, before anything is restored: from then on the webhook
+// resourceVersion, before anything is restored. From then on the webhook
 // gives the values to no new pod, and of two leaders only one decides.
-// The restore is the next write; the workload's mirror of the backoff
-// state comes after it (the restore's record writes it, or, when the
-// restore did not finish, breach). Every write of the rollback goes
+//
+// The restore is the next write. The workload's mirror of the backoff
+// state comes after it: the restore's record writes it, or breach does
+// when the restore did not finish. Every write of the rollback goes
 // through the rollbacks' client (rollingBack).
 func (c *reconcileContext) breach(ctx context.Context, v healthwatch.Verdict) (ctrl.Result, error) {
 	rsr := c.rsr
@@ -86,10 +87,10 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 	if err != nil {
 		return c.restoreFailed(ctx, err)
 	}
-	// The backoff state the rollback ends in, decided now so that a
-	// restore that patches the template carries its mirror on the
-	// workload (one write fewer in the rollback's pass; else it is
-	// mirrored after the record, as every other change of the state).
+	// The backoff state the rollback ends in is decided now. A restore
+	// that patches the template then carries its mirror on the workload:
+	// one write fewer in the rollback's pass. Otherwise the state is
+	// mirrored after the record, as every other change of it.
 	g := c.rollbackGuardrails()
 	var next *v1alpha1.RollbackState
 	var evs []string
@@ -158,13 +159,14 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	// Where a rollback's time went (docs/leader.md, "Metrics"): the pass
-	// until its restore was written, the breach's status write and the
-	// restore's own writes in it (a restore finished by a later pass has
-	// no breach write of its own); and the instants the pass began, asked
-	// for the breach's write (the rollback's first request) and for the
-	// restore, by the wall clock, which a harness on the same machine
-	// compares with when it caused the harm.
+	// Where a rollback's time went (docs/leader.md, "Metrics"):
+	//   - the pass until its restore was written, and in it the breach's
+	//     status write and the restore's own writes. A restore finished
+	//     by a later pass has no breach write of its own.
+	//   - by the wall clock, the instants the pass began, asked for the
+	//     breach's write (the rollback's first request) and asked for the
+	//     restore. A harness on the same machine compares them with when
+	//     it caused the harm.
 	attrs := []any{"recommendation", rsr.Namespace + "/" + rsr.Name, "reason", b.Reason,
 		"untilRestoredMs", millis(restoreFrom.Add(restoreTook).Sub(c.began)),
 		"breachWriteMs", millis(c.breachRecorded), "restoreWriteMs", millis(restoreTook), "passMs", millis(time.Since(c.began)),
@@ -176,9 +178,10 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 	return ctrl.Result{RequeueAfter: backoffRequeue(rsr, c.now)}, nil
 }
 
-// leftPods says which pods keep the changed values after a restore could
-// not resize them back (apply.Result.Left) and why, in at most n bytes
-// (as many pods as fit, then how many more), or nothing when none do.
+// leftPods says which pods keep the changed values, and why, after a
+// restore could not resize them back (apply.Result.Left). It takes at
+// most n bytes: as many pods as fit, then how many more. It says nothing
+// when no pod is left.
 func leftPods(left []apply.Failure, n int) string {
 	if len(left) == 0 {
 		return ""
@@ -198,10 +201,10 @@ func podFailures(failures []apply.Failure, n int) string {
 }
 
 // restoreFailed records a failed restore, once per distinct error of the
-// rollback (every failure since the breach is compared, not only the last
-// one, so errors that alternate neither push real history out of its bound
-// nor inflate kerf_actions_total), and returns the error, so the restore
-// is retried with exponential backoff.
+// rollback, and returns the error, so the restore is retried with
+// exponential backoff. Every failure since the breach is compared, not
+// only the last one. So errors that alternate neither push real history
+// out of its bound nor inflate kerf_actions_total.
 func (c *reconcileContext) restoreFailed(ctx context.Context, cause error) (ctrl.Result, error) {
 	rsr := c.rsr
 	if apierrors.IsConflict(cause) {
@@ -265,13 +268,15 @@ func (c *reconcileContext) recordedRestoreValues(ctx context.Context) ([]v1alpha
 	return c.restoreValues(ctx)
 }
 
-// restoreValues are the values restoreTo names (design section 2):
-// Previous, the values before the change; LastHealthy, the values of the
-// last change that ended healthy, with what they lack (a field or a whole
-// container that change did not touch) taken from Previous, which is
-// Previous itself when no change ended healthy; Manifest, the workload's
-// pod template as its owner last applied it
-// (kubectl.kubernetes.io/last-applied-configuration), Previous without it.
+// restoreValues are the values restoreTo names (design section 2).
+//   - Previous: the values before the change.
+//   - LastHealthy: the values of the last change that ended healthy.
+//     What they lack, a field or a whole container that change did not
+//     touch, is taken from Previous. With no change ended healthy, it is
+//     Previous itself.
+//   - Manifest: the workload's pod template as its owner last applied it
+//     (kubectl.kubernetes.io/last-applied-configuration); Previous
+//     without it.
 func (c *reconcileContext) restoreValues(ctx context.Context) ([]v1alpha1.ContainerResources, error) {
 	rsr := c.rsr
 	switch c.rollbackGuardrails().RestoreTo {
@@ -291,10 +296,10 @@ func (c *reconcileContext) restoreValues(ctx context.Context) ([]v1alpha1.Contai
 	return resources.Previous(rsr.Status.Change), nil
 }
 
-// fillFrom gives each container of prev the values of values, and where
-// values lack a field or the whole container, prev's: a field absent from
-// the last healthy values was not touched by that change, so it is not
-// "had no value" (removing it could delete a memory limit).
+// fillFrom gives each container of prev the values of values, and prev's
+// where values lack a field or the whole container. A field absent from
+// the last healthy values was not touched by that change. So it does not
+// mean "had no value": removing it could delete a memory limit.
 func fillFrom(values, prev []v1alpha1.ContainerResources) []v1alpha1.ContainerResources {
 	out := make([]v1alpha1.ContainerResources, 0, len(prev))
 	for _, p := range prev {

@@ -30,21 +30,21 @@ const (
 	targetRefIndex = "spec.targetRef"
 )
 
-// Priorities of the controller's queue (controller-runtime's priority
-// queue: a higher one is handed to a worker first; within one priority,
-// first in first out).
+// Priorities of the controller's queue, controller-runtime's priority
+// queue. A higher one is handed to a worker first; within one priority,
+// first in, first out.
 const (
-	// harmPriority is a request caused by a harm signal: an agent's OOM
-	// kill or container restart, a pod status showing a new restart or
-	// termination, when no worker is kept for rollbacks (those have a
-	// controller of their own). Its rollback never waits behind the
-	// applies queued before it, only for a worker to finish the pass it
-	// runs.
+	// harmPriority is a request caused by a harm signal, when no worker
+	// is kept for rollbacks; those have a controller of their own. A harm
+	// signal is an agent's OOM kill or container restart, or a pod status
+	// showing a new restart or termination. Its rollback never waits
+	// behind the applies queued before it, only for a worker to finish
+	// the pass it runs.
 	harmPriority = 100
 	// pendingPriority is the look again at a change whose pods' in-place
-	// resizes were still in flight: finishing what was started (recording
-	// it Applied, so that its watch starts) goes before starting the
-	// queued applies.
+	// resizes were still in flight. Finishing what was started goes
+	// before starting the queued applies: it is recorded Applied, and its
+	// watch starts.
 	pendingPriority = 50
 	// DefaultWorkers is how many recommendations the leader reconciles at
 	// once when Config.Workers is zero.
@@ -55,18 +55,23 @@ const (
 func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(kind) + "/" + name }
 
 // SetupWithManager registers the recommendation controller with mgr: the
-// controller's contract in one place. It reconciles a recommendation when
-// it changes; when a policy changes, every recommendation in its scope (a
-// RightsizingPolicy's namespace, a ClusterRightsizingPolicy's cluster); and
-// when a pod changes or sig signals a pod (an agent's OOM kill, container
-// event or counters: docs/design.md section 3, a breach is acted on as soon
-// as the signal arrives), the one recommendation whose targetRef names the
-// pod's workload. A pod of a workload without a recommendation reconciles
-// nothing. r.Workers workers reconcile at once; a harm signal's request
-// goes to a controller of its own, run by r.RollbackWorkers workers kept
-// for it, or, with none kept, before every other queued (harmPriority).
-// Both controllers run r, a recommendation never in two passes at once
-// (docs/leader.md, "Workers and the rollbacks' priority").
+// controller's contract in one place. It reconciles:
+//   - a recommendation, when it changes;
+//   - every recommendation in a policy's scope, when the policy changes:
+//     a RightsizingPolicy's namespace, a ClusterRightsizingPolicy's
+//     cluster;
+//   - the one recommendation whose targetRef names a pod's workload, when
+//     the pod changes or sig signals it. A signal is an agent's OOM kill,
+//     container event or counters. A breach is acted on as soon as the
+//     signal arrives (docs/design.md section 3).
+//
+// A pod of a workload without a recommendation reconciles nothing.
+// r.Workers workers reconcile at once. A harm signal's request goes to a
+// controller of its own, run by r.RollbackWorkers workers kept for it.
+// With none kept, it goes before every other queued request
+// (harmPriority). Both controllers run r, and a recommendation is never
+// in two passes at once (docs/leader.md, "Workers and the rollbacks'
+// priority").
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) error {
 	ctx := context.Background()
 	// Every index keeps an object under its value's bucket, one key an
@@ -107,7 +112,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) err
 	m := mapper{c: mgr.GetClient(), cache: ic, pods: pods, replicaSets: replicaSets, recommendations: recs, r: r}
 	// Harm signals and counter samples come on channels of their own, so
 	// that counters (every pod, every interval) never fill the one an OOM
-	// kill needs: a full channel drops, and the watch's periodic look
+	// kill needs. A full channel drops, and the watch's periodic look
 	// catches up.
 	harmful := make(chan event.GenericEvent, 4096)
 	counters := make(chan event.GenericEvent, 4096)

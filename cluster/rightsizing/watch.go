@@ -60,12 +60,13 @@ func (c *reconcileContext) health(ctx context.Context) (ctrl.Result, bool, error
 
 // holdGeneration records, once per generation, that a newer generation
 // of the spec waits for the running watch to end. Applying it now would
-// end the watch of a change that has not passed one: a harm the first
-// change causes later (an OOM kill under the memory it lowered) would be
-// counted against the second, which may not touch that resource, and
-// never rolled back. So the phase stays Watching, status.reason says
-// WatchRunning, and the new values are planned (guardrails first) once
-// the watch ends healthy or its rollback is restored.
+// end the watch of a change that has not passed one. A harm the first
+// change causes later, such as an OOM kill under the memory it lowered,
+// would be counted against the second. That one may not touch the
+// resource, so the harm would never be rolled back. So the phase stays
+// Watching, status.reason says WatchRunning, and the new values are
+// planned (guardrails first) once the watch ends healthy or its rollback
+// is restored.
 func (c *reconcileContext) holdGeneration(ctx context.Context) error {
 	rsr := c.rsr
 	st := &rsr.Status
