@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/tls"
@@ -82,12 +83,8 @@ func (l *Leader) issueAgentMetricsCertificate(pub crypto.PublicKey, node string)
 // addForwarder adds the hub forwarder, a Runnable only the elected leader
 // runs, with the replica's namespace, identity, metrics, clock and log.
 func (l *Leader) addForwarder(hc forward.Config) error {
-	if hc.Namespace == "" {
-		hc.Namespace = l.cfg.Namespace
-	}
-	if hc.Identity == "" {
-		hc.Identity = l.cfg.Identity
-	}
+	hc.Namespace = cmp.Or(hc.Namespace, l.cfg.Namespace)
+	hc.Identity = cmp.Or(hc.Identity, l.cfg.Identity)
 	if hc.Registerer == nil {
 		hc.Registerer = l.registry
 	}
