@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/signals"
@@ -24,8 +25,12 @@ import (
 func TestAPassTimesEachOfItsSteps(t *testing.T) {
 	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
+	// The pass lists the policies its reader shows: only the test's
+	// namespace, as the leader's cache of --watch-namespaces does, so the
+	// recommending policies other tests of the package leave count not.
+	nc := client.NewNamespacedClient(c, ns)
 	reg := prometheus.NewRegistry()
-	r, err := New(c, c, []string{ns}, signals.New(), Config{}, nil, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, err := New(nc, nc, []string{ns}, signals.New(), Config{}, nil, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 
 	require.NoError(t, r.pass(t.Context()))
@@ -34,8 +39,6 @@ func TestAPassTimesEachOfItsSteps(t *testing.T) {
 	p := &v1alpha1.RightsizingPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "recommend"}}
 	p.Spec.Recommend = &v1alpha1.RecommendSpec{Enabled: true, Interval: &metav1.Duration{Duration: time.Second}}
 	require.NoError(t, c.Create(t.Context(), p))
-	// The pass reads the policies of every namespace: a later run of this
-	// test (-count) must not find this one.
 	t.Cleanup(func() { _ = c.Delete(context.Background(), p) })
 	require.NoError(t, r.pass(t.Context()))
 	assert.Equal(t, map[string]uint64{"policies": 2, "feed": 1, "throttling": 1, "prune": 1, "recommend": 1, "checkpoint": 2, "total": 2},
