@@ -14,6 +14,7 @@ import (
 
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 )
 
 // TestObjectCountsCountEachInformersObjects: kerf_leader_cached_objects
@@ -22,12 +23,12 @@ import (
 func TestObjectCountsCountEachInformersObjects(t *testing.T) {
 	cp := controlplane.Get(t)
 	c := cp.Client
-	ns := namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	dep := deployment(ns, "web", "500m", "256Mi")
+	dep := kubetest.Deployment(ns, "web", "500m", "256Mi")
 	require.NoError(t, c.Create(ctx, dep))
-	runningPod(t, c, dep)
+	kubetest.RunningPod(t, c, dep)
 
 	reg := prometheus.NewPedanticRegistry()
 	cc, err := NewCache(cp.Config, cache.Options{Scheme: kube.Scheme, DefaultTransform: Transform,

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 )
 
 // wholePod is a pod with every part a cachedPod keeps and many it drops.
@@ -128,7 +129,7 @@ func TestCachedViewsHoldWhatACopyHolds(t *testing.T) {
 	assert.Equal(t, reflect.ValueOf(pod.Labels).UnsafePointer(), reflect.ValueOf(view.Labels).UnsafePointer(), "sharing the labels")
 	assert.Equal(t, reflect.ValueOf(pod.status.containers).UnsafePointer(), reflect.ValueOf(view.Status.ContainerStatuses).UnsafePointer(), "and the status")
 
-	dep := deployment("shop", "web", "500m", "256Mi")
+	dep := kubetest.Deployment("shop", "web", "500m", "256Mi")
 	dep.UID, dep.Spec.Replicas = "d-1", ptr.To[int32](3)
 	dep.Spec.Template.Spec.InitContainers = wholePod().Spec.InitContainers
 	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 2}
@@ -155,13 +156,13 @@ func TestCachedViewsHoldWhatACopyHolds(t *testing.T) {
 // lists interned in both); the figures are logged (docs/performance.md).
 func TestCachedPodsHoldLessThanStrippedPods(t *testing.T) {
 	c := controlplane.Get(t).Client
-	ns := namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep := deployment(ns, "w-00000", "100m", "256Mi")
+	dep := kubetest.Deployment(ns, "w-00000", "100m", "256Mi")
 	dep.Spec.Template.Spec.Containers[0].Image = "registry.k8s.io/pause:3.10"
 	require.NoError(t, c.Create(ctx, dep))
 	var live corev1.Pod
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(runningPod(t, c, dep)), &live))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(kubetest.RunningPod(t, c, dep)), &live))
 	require.NotEmpty(t, live.Spec.Containers[0].TerminationMessagePath, "the apiserver defaulted the pod")
 
 	const n = 3000

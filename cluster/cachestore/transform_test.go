@@ -26,6 +26,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/workload"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/kubetest"
 )
 
 // TestInterningShrinksTheCachedPods: pods as the scale benchmark makes
@@ -87,9 +88,9 @@ func TestInterningShrinksTheCachedPods(t *testing.T) {
 func TestStrippingShrinksTheCachedTemplates(t *testing.T) {
 	cp := controlplane.Get(t)
 	c := cp.Client
-	ns := namespace(t, c)
+	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
-	dep := deployment(ns, "w-00000", "100m", "256Mi")
+	dep := kubetest.Deployment(ns, "w-00000", "100m", "256Mi")
 	dep.Spec.Template.Spec.Containers[0].Image = "registry.k8s.io/pause:3.10"
 	require.NoError(t, c.Create(ctx, dep))
 	labels := map[string]string{"app": dep.Name, appsv1.DefaultDeploymentUniqueLabelKey: "5d8f7c9b6"}
