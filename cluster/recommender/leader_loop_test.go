@@ -183,7 +183,7 @@ func TestRecommenderRaisesItsRecommendationWhenTheContainerIsThrottled(t *testin
 	ns := kubetest.Namespace(t, c)
 	p := kubetest.RecommendingPolicy(ns)
 	p.Spec.Guardrails.Paused = true
-	recommendedWebPolicy(t, c, ns, p, func(s *signals.Stores, p *corev1.Pod) { sig, pod = s, p })
+	leadertest.RecommendedWebUnder(t, c, ns, p, func(s *signals.Stores, p *corev1.Pod) { sig, pod = s, p })
 	first, _ := kubetest.WaitRecommended(t, c, ns)
 	require.Less(t, first.Spec.Containers[0].Requests.CPU.MilliValue(), int64(500))
 

@@ -16,9 +16,7 @@ import (
 
 	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/recommend"
-	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kubetest"
@@ -33,29 +31,7 @@ func recommendedWebUnder(t *testing.T, set func(*v1alpha1.RecommendSpec), before
 	ns := kubetest.Namespace(t, c)
 	p := kubetest.RecommendingPolicy(ns)
 	set(p.Spec.Recommend)
-	return recommendedWebPolicy(t, c, ns, p, before)
-}
-
-// recommendedWebPolicy is recommendedWebLeader under policy p.
-func recommendedWebPolicy(t *testing.T, c client.Client, ns string, p *v1alpha1.RightsizingPolicy, before func(*signals.Stores, *corev1.Pod)) (client.Client, string, *leadertest.Replica) {
-	t.Helper()
-	dep := kubetest.Web(t, c, ns, p)
-	sig := signals.New()
-	pod := kubetest.AdoptedPod(t, c, dep, "web-1")
-	if before != nil {
-		before(sig, pod)
-	}
-	now := time.Now()
-	for i := range 4 {
-		sig.Usage.Add(signals.UsageSample{PodUID: pod.UID, Container: "app", At: now.Add(time.Duration(i-3) * time.Second),
-			CPU: time.Duration(i) * 50 * time.Millisecond, WorkingSet: 40 << 20, Peak: 40 << 20})
-	}
-	// The leader starts once the pod, what the test adds and the usage
-	// are in place: its first pass sees them all, and none of them lands
-	// between two passes (on a loaded machine the first recommendation was
-	// written without the latch of what came a moment later).
-	l := leadertest.StartReplica(t, ns, "a", cluster.Config{Signals: sig, Recommender: recommender.Config{Period: 200 * time.Millisecond}})
-	return c, ns, l
+	return leadertest.RecommendedWebUnder(t, c, ns, p, before)
 }
 
 // refusalsOf returns the basis's refusals of the container with reason.

@@ -26,9 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/recommend"
-	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -228,23 +226,7 @@ func vpaSkipped(t *testing.T, l *leadertest.Replica, reason string) float64 {
 func vpaWeb(t *testing.T, p *v1alpha1.RightsizingPolicy, before func(*signals.Stores, *corev1.Pod)) (client.Client, string, *leadertest.Replica) {
 	t.Helper()
 	c := controlplane.Get(t).Client
-	dep := kubetest.Web(t, c, p.Namespace, p)
-	sig := signals.New()
-	pod := kubetest.AdoptedPod(t, c, dep, "web-1")
-	if before != nil {
-		before(sig, pod)
-	}
-	now := time.Now()
-	for i := range 4 {
-		sig.Usage.Add(signals.UsageSample{PodUID: pod.UID, Container: "app", At: now.Add(time.Duration(i-3) * time.Second),
-			CPU: time.Duration(i) * 50 * time.Millisecond, WorkingSet: 40 << 20, Peak: 40 << 20})
-	}
-	// The leader starts once the pod, what the test adds and the usage
-	// are in place: its first pass sees them all, and none of them lands
-	// between two passes (on a loaded machine the first recommendation was
-	// written without the latch of what came a moment later).
-	l := leadertest.StartReplica(t, p.Namespace, "a", cluster.Config{Signals: sig, Recommender: recommender.Config{Period: 200 * time.Millisecond}})
-	return c, p.Namespace, l
+	return leadertest.RecommendedWebUnder(t, c, p.Namespace, p, before)
 }
 
 // waitVPARecommended waits for web's recommendation and returns it with

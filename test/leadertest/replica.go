@@ -169,15 +169,22 @@ func InPlaceWeb(t *testing.T, c client.Client, ns string, p *v1alpha1.Rightsizin
 }
 
 // RecommendedWeb creates the Deployment web (500m, 256Mi) under a
-// RecommendingPolicy, starts a leader whose recommender reads every
-// 200 ms, runs an adopted pod and, after before (given the leader's
-// stores), feeds the leader's usage store four readings one second apart
-// of a container using 50m and 40Mi.
+// RecommendingPolicy in a new namespace: RecommendedWebUnder that policy.
 func RecommendedWeb(t *testing.T, before func(*signals.Stores, *corev1.Pod)) (client.Client, string, *Replica) {
 	t.Helper()
 	c := controlplane.Get(t).Client
 	ns := kubetest.Namespace(t, c)
-	dep := kubetest.Web(t, c, ns, kubetest.RecommendingPolicy(ns))
+	return RecommendedWebUnder(t, c, ns, kubetest.RecommendingPolicy(ns), before)
+}
+
+// RecommendedWebUnder creates the Deployment web (500m, 256Mi) under
+// policy p in ns and runs an adopted pod. After before (given the
+// leader's stores), it feeds the usage store four readings one second
+// apart of a container using 50m and 40Mi, then starts a leader whose
+// recommender reads every 200 ms.
+func RecommendedWebUnder(t *testing.T, c client.Client, ns string, p *v1alpha1.RightsizingPolicy, before func(*signals.Stores, *corev1.Pod)) (client.Client, string, *Replica) {
+	t.Helper()
+	dep := kubetest.Web(t, c, ns, p)
 	sig := signals.New()
 	pod := kubetest.AdoptedPod(t, c, dep, "web-1")
 	if before != nil {
