@@ -81,7 +81,7 @@ func TestEventsAreWrittenAndRepeatsJoinTheirSeries(t *testing.T) {
 			}
 		}
 		return n == 1 && len(list.Items) == 3
-	}, 10*time.Second, 50*time.Millisecond, "the Events and the series of five")
+	}, 30*time.Second, 50*time.Millisecond, "the Events and the series of five")
 
 	list, err := cp.Clientset.EventsV1().Events(cm.Namespace).List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
@@ -151,7 +151,7 @@ func TestTheQueueAndTheSeriesAreBounded(t *testing.T) {
 	assert.LessOrEqual(t, dropped, n-3)
 	close(gate)
 	require.Eventually(t, func() bool { return len(listEvents(t, cp, cm.Namespace)) == n-dropped },
-		10*time.Second, 50*time.Millisecond, "the Events not dropped are written")
+		30*time.Second, 50*time.Millisecond, "the Events not dropped are written")
 	written := listEvents(t, cp, cm.Namespace)
 	assert.Contains(t, written, "Reason00", "the first Event, taken by the worker or queued, is written")
 
@@ -169,7 +169,7 @@ func TestTheQueueAndTheSeriesAreBounded(t *testing.T) {
 			}
 		}
 		return n == 2
-	}, 10*time.Second, 50*time.Millisecond, "a repeat of a forgotten key is written anew")
+	}, 30*time.Second, 50*time.Millisecond, "a repeat of a forgotten key is written anew")
 }
 
 // TestAnUnreachableApiserverIsTriedAgainThenCounted: an Event the
@@ -183,7 +183,7 @@ func TestAnUnreachableApiserverIsTriedAgainThenCounted(t *testing.T) {
 	require.NoError(t, err)
 	start(t, r)
 	r.Eventf(cm, nil, corev1.EventTypeNormal, "Unsent", "Test", "never sent")
-	require.Eventually(t, func() bool { return testutil.ToFloat64(r.failed) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(r.failed) == 1 }, 30*time.Second, 10*time.Millisecond)
 }
 
 // TestAFinalErrorIsNotTriedAgain: an error Config.Final calls final (the
@@ -198,7 +198,7 @@ func TestAFinalErrorIsNotTriedAgain(t *testing.T) {
 	require.NoError(t, err)
 	start(t, r)
 	r.Eventf(cm, nil, corev1.EventTypeNormal, "Refused", "Test", "refused")
-	require.Eventually(t, func() bool { return testutil.ToFloat64(r.failed) == 1 }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return testutil.ToFloat64(r.failed) == 1 }, 30*time.Second, 10*time.Millisecond,
 		"counted at once (another try would wait an hour)")
 	assert.Equal(t, 1, tries)
 }
