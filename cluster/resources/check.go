@@ -29,14 +29,16 @@ func LimitBelowRequest(rr corev1.ResourceRequirements) (lb LimitBelow, ok bool) 
 	return LimitBelow{}, false
 }
 
-// QOSClass computes a pod's QoS class from its spec as the apiserver does
-// (pkg/apis/core/v1/helper/qos ComputePodQOS): pod-level resources decide
-// when set; otherwise a container with unequal cpu or memory requests and
-// limits makes the pod Burstable, all-equal non-zero values make it
-// Guaranteed, none make it BestEffort. Requests absent but limited default
-// to the limit, as the apiserver defaults a pod created from a template.
-// ok is false when pod-level resources decide (container values do not).
-// Kubernetes refuses an in-place resize that changes the class.
+// QOSClass computes a pod's QoS class from its spec as the apiserver does,
+// in ComputePodQOS of pkg/apis/core/v1/helper/qos. Kubernetes refuses an
+// in-place resize that changes the class.
+//   - Pod-level resources decide when set; ok is then false, as container
+//     values do not decide.
+//   - Otherwise a container with unequal cpu or memory requests and limits
+//     makes the pod Burstable, all-equal non-zero values make it
+//     Guaranteed, none make it BestEffort.
+//   - Requests absent but limited default to the limit, as the apiserver
+//     defaults a pod created from a template.
 func QOSClass(spec *corev1.PodSpec) (qos corev1.PodQOSClass, ok bool) {
 	if spec.Resources != nil && len(spec.Resources.Requests)+len(spec.Resources.Limits) > 0 {
 		return "", false

@@ -1,10 +1,13 @@
 // Package resources holds what Kerf knows about a container's cpu and
-// memory values: the four fields a recommendation sets (requests and
-// limits of cpu and memory) and how to read and write them in Kerf's types
-// and in Kubernetes' resource requirements, which resources a change
-// moved, a change's previous and applied values, the QoS class a pod spec
-// gets and the limit-below-request check Kubernetes would refuse a pod
-// for. It is pure: no I/O.
+// memory values. It is pure: no I/O.
+//
+//   - Field is one of the four values a recommendation sets (requests and
+//     limits of cpu and memory); it reads and writes them in Kerf's types
+//     and in Kubernetes' resource requirements.
+//   - Moved, Previous and Applied say which resources a change moved and
+//     its previous and applied values.
+//   - QOSClass is the QoS class a pod spec gets; LimitBelowRequest is the
+//     check Kubernetes would refuse a pod for.
 package resources
 
 import (
