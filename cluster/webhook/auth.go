@@ -59,8 +59,8 @@ func (a ClientAuth) Validate() error {
 	return nil
 }
 
-// ServerTLS returns base (which gives the serving certificate) with the
-// callers authenticated: a client certificate is required and must chain
+// ServerTLS returns base, which gives the serving certificate, with the
+// callers authenticated. A client certificate is required and must chain
 // to CAFile with one of Names, or the handshake fails before any request
 // is read. With AllowUnauthenticated it returns base as it is and logs a
 // warning that says what this leaves open.
@@ -106,9 +106,9 @@ func (a ClientAuth) ServerTLS(base *tls.Config, log *slog.Logger) (*tls.Config, 
 	return cfg, nil
 }
 
-// caFile is a CA bundle read from a file, read again when the file's
-// modification time or size changes; a bundle that no longer parses keeps
-// the last good one (and says so).
+// caFile is a CA bundle read from a file. It is read again when the
+// file's modification time or size changes. A bundle that no longer
+// parses keeps the last good one, and says so.
 type caFile struct {
 	path string
 	log  *slog.Logger

@@ -18,9 +18,9 @@ const OptOutLabel = "kerf.dev/inject"
 // admits the pod unchanged.
 const TimeoutSeconds = 5
 
-// matchCondition sends the webhook only pods that have a controller of a
-// kind whose workload Kerf may manage, so that an unreachable webhook never
-// slows other pods.
+// matchCondition sends the webhook only pods with a controller of a kind
+// whose workload Kerf may manage. So an unreachable webhook never slows
+// other pods.
 const matchCondition = `has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller && r.apiVersion.startsWith('apps/') && r.kind in ['ReplicaSet', 'StatefulSet', 'DaemonSet'])`
 
 // Configuration returns the MutatingWebhookConfiguration that sends pod

@@ -55,9 +55,9 @@ const (
 	ResultInactive = "inactive"
 	// ResultIgnored: the review was not a pod CREATE.
 	ResultIgnored = "ignored"
-	// ResultNotSynced: the replica's caches are not synced yet, so what
-	// they say of a recommendation may be stale (values since rolled
-	// back): the pod is allowed unchanged, as when the webhook is down.
+	// ResultNotSynced: the replica's caches are not synced yet; the pod is
+	// allowed unchanged, as when the webhook is down. What the caches say
+	// of a recommendation may be stale, such as values since rolled back.
 	ResultNotSynced = "not_synced"
 	// ResultError: an internal error; the pod was allowed unchanged.
 	ResultError = "error"
@@ -328,9 +328,9 @@ func (in *Injector) decide(ctx context.Context, req *admissionv1.AdmissionReques
 	return d, nil
 }
 
-// workload returns the workload that owns the pod (workload.Of), asking
-// LiveReader when Reader does not have the pod's ReplicaSet (or has an
-// older one of the same name): a cache may not yet have seen one just
+// workload returns the workload that owns the pod, by workload.Of. It
+// asks LiveReader when Reader does not have the pod's ReplicaSet, or has
+// an older one of the same name: a cache may not yet have seen one just
 // created.
 func (in *Injector) workload(ctx context.Context, pod *corev1.Pod) (workload.Ref, bool, error) {
 	ref, ok, err := workload.Of(ctx, in.Reader, pod)
@@ -396,12 +396,14 @@ func appliedAt(r *v1alpha1.RightsizingRecommendation) time.Time {
 	return r.Status.Change.AppliedAt.Time
 }
 
-// Active reports whether new pods of r's workload get r's values: its phase
-// is Applied, Watching or Healthy and its strategy InPlace or Deferred
-// (docs/design.md section 2). A rolled-back, pending, blocked or failed
-// recommendation is never active (section 4: after a rollback the webhook
-// stops giving its values to new pods), nor is one applied by Rollout,
-// whose values reach pods through the template.
+// Active reports whether new pods of r's workload get r's values. They do
+// when its phase is Applied, Watching or Healthy and its strategy InPlace
+// or Deferred (docs/design.md section 2).
+//   - A rolled-back, pending, blocked or failed recommendation is never
+//     active. After a rollback the webhook stops giving its values to new
+//     pods (section 4).
+//   - Nor is one applied by Rollout, whose values reach pods through the
+//     template.
 func Active(r *v1alpha1.RightsizingRecommendation) bool {
 	switch r.Status.Phase {
 	case v1alpha1.PhaseApplied, v1alpha1.PhaseWatching, v1alpha1.PhaseHealthy:
@@ -421,18 +423,20 @@ func webhookStrategy(s v1alpha1.Strategy) bool {
 	return s == v1alpha1.StrategyInPlace || s == v1alpha1.StrategyDeferred
 }
 
-// newPodValues returns the values new pods of an active recommendation's
-// workload get from the webhook, by container name, and the resources they may touch (nil:
-// any). The values are status.change.containers[].applied, what the leader
-// applied, when the status records them; else spec.containers, unless the
-// status describes an older generation of the spec. ok is false when r is
-// not Active or no values can be trusted.
+// newPodValues returns, by container name, the values new pods of an
+// active recommendation's workload get from the webhook. touched is the
+// resources they may touch, nil for any. ok is false when r is not Active
+// or no values can be trusted.
+//
+// The values are status.change.containers[].applied, what the leader
+// applied, when the status records them. Else they are spec.containers,
+// unless the status describes an older generation of the spec.
 //
 // A partial rollback (docs/design.md section 4) is the exception to
-// Active: once only some resources of an InPlace or Deferred change were
+// Active. Once only some resources of an InPlace or Deferred change were
 // rolled back, such as memory after OOM kills, the others stay applied on
-// the running pods, and new pods get them too (see keptAfterRollback), so
-// that a new pod runs what its siblings run rather than the manifest.
+// the running pods. New pods get them too (keptAfterRollback), so that a
+// new pod runs what its siblings run rather than the manifest.
 func newPodValues(r *v1alpha1.RightsizingRecommendation) (values map[string]v1alpha1.Resources, touched map[corev1.ResourceName]bool, ok bool) {
 	if !Active(r) {
 		kept, ok := keptAfterRollback(r)
@@ -468,12 +472,15 @@ func newPodValues(r *v1alpha1.RightsizingRecommendation) (values map[string]v1al
 	return values, nil, true
 }
 
-// keptAfterRollback returns the resources of a rolled-back recommendation's
-// change that its rollback did not touch (status.change.resources, all of
-// cpu and memory when it names none, less status.breach.resources), when
-// the change was applied with a strategy whose values reach new pods
-// through the webhook. ok is false when there are none: the rollback
-// restored everything, or r is not rolled back.
+// keptAfterRollback returns the resources of a rolled-back
+// recommendation's change that its rollback did not touch. ok is false
+// when there are none: the rollback restored everything, or r is not
+// rolled back.
+//
+// They are status.change.resources, all of cpu and memory when it names
+// none, less status.breach.resources. There are some only when the change
+// was applied with a strategy whose values reach new pods through the
+// webhook.
 func keptAfterRollback(r *v1alpha1.RightsizingRecommendation) (map[corev1.ResourceName]bool, bool) {
 	c, b := r.Status.Change, r.Status.Breach
 	if r.Status.Phase != v1alpha1.PhaseRolledBack || c == nil || b == nil || len(c.Containers) == 0 || !webhookStrategy(r.Spec.Strategy) {

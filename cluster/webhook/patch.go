@@ -18,12 +18,16 @@ type containerChange struct {
 	resources corev1.ResourceRequirements
 }
 
-// inject computes, without changing pod, the resources of each of its
-// containers (spec.containers, by name) that values change, setting only
-// the CPU and memory requests and limits values give (and touched allows,
-// when not nil). A container whose limit would fall below its request is
-// skipped; so is every container when the pod-level resources
-// (spec.resources) would be exceeded. Kubernetes would refuse either pod.
+// inject computes the resources of each of pod's containers that values
+// change, without changing pod. Containers are matched by name in
+// spec.containers.
+//   - It sets only the CPU and memory requests and limits values give, and
+//     touched allows when not nil.
+//   - A container whose limit would fall below its request is skipped.
+//   - Every container is skipped when the pod-level resources
+//     (spec.resources) would be exceeded.
+//
+// Kubernetes would refuse either pod.
 func inject(pod *corev1.Pod, values map[string]v1alpha1.Resources, touched map[corev1.ResourceName]bool) ([]containerChange, []skip) {
 	var changes []containerChange
 	var skips []skip
@@ -82,9 +86,10 @@ func setValues(list *corev1.ResourceList, v *v1alpha1.ResourceValues, touched ma
 	return changed
 }
 
-// podResourcesExceeded checks the changed containers against the pod-level
-// resources: the requests of the regular and sidecar containers may not sum
-// above the pod's request, and no container limit may exceed the pod's.
+// podResourcesExceeded checks the changed containers against the
+// pod-level resources. The requests of the regular and sidecar containers
+// may not sum above the pod's request. No container limit may exceed the
+// pod's.
 func podResourcesExceeded(pod *corev1.Pod, changes []containerChange) (string, bool) {
 	podRes := pod.Spec.Resources
 	resOf := make([]corev1.ResourceRequirements, len(pod.Spec.Containers))

@@ -34,16 +34,17 @@ func ServeListener(ctx context.Context, ln net.Listener, tlsConfig *tls.Config, 
 	return ServeListenerWithin(ctx, ln, tlsConfig, h, endpoints.DefaultLimits())
 }
 
-// ServeListenerWithin serves h over HTTPS on ln (the caller opens it, so
-// that a port is bound before anything else starts) within limits until
-// ctx ends, then shuts down, letting reviews in flight finish, and closes
-// ln. Headers over limits.MaxHeaderBytes get 431; past
-// limits.MaxInFlight requests a review gets 503 with Retry-After (the
-// apiserver then applies the webhook's failurePolicy) while /healthz is
-// served whatever the load. tlsConfig must give a certificate
-// (Certificates or GetCertificate); its client authentication
-// (ClientAuth.ServerTLS) runs at the handshake, before any limit is
-// spent on a request. It returns nil after a shutdown asked by ctx.
+// ServeListenerWithin serves h over HTTPS on ln within limits until ctx
+// ends. Then it shuts down, letting reviews in flight finish, closes ln
+// and returns nil. The caller opens ln, so that a port is bound before
+// anything else starts.
+//   - Headers over limits.MaxHeaderBytes get 431.
+//   - Past limits.MaxInFlight requests a review gets 503 with Retry-After;
+//     the apiserver then applies the webhook's failurePolicy. /healthz is
+//     served whatever the load.
+//   - tlsConfig must give a certificate, in Certificates or
+//     GetCertificate. Its client authentication (ClientAuth.ServerTLS)
+//     runs at the handshake, before any limit is spent on a request.
 func ServeListenerWithin(ctx context.Context, ln net.Listener, tlsConfig *tls.Config, h http.Handler, limits endpoints.Limits) error {
 	if tlsConfig == nil || (len(tlsConfig.Certificates) == 0 && tlsConfig.GetCertificate == nil) {
 		_ = ln.Close()
