@@ -19,10 +19,12 @@ const MaxCheckpointBytes = 4096
 // checkpointMagic starts every checkpoint, so that other bytes are refused.
 var checkpointMagic = [4]byte{'K', 'R', 'C', 'P'}
 
-// AppendCheckpoint appends the state's checkpoint to dst: a versioned binary
-// form (magic, version, the model's fingerprint, varint times and counts,
-// float32 weights), exact for the state (times are whole seconds), at most
-// MaxCheckpointBytes. The per-instance PeakWindows are not part of it.
+// AppendCheckpoint appends the state's checkpoint to dst, in a versioned
+// binary form of at most MaxCheckpointBytes.
+//   - It holds the magic, the version, the model's fingerprint, varint
+//     times and counts, and float32 weights.
+//   - It is exact for the state, whose times are whole seconds.
+//   - The per-instance PeakWindows are not part of it.
 func (s *ContainerState) AppendCheckpoint(m *Model, dst []byte) []byte {
 	dst = append(dst, checkpointMagic[:]...)
 	dst = binary.AppendUvarint(dst, CheckpointVersion)

@@ -34,9 +34,9 @@ type Estimate struct {
 	Samples uint32
 }
 
-// Estimate computes the estimate for one container of a pod of containers
-// containers (the pod minimum is shared among them, as VPA does; 0 counts
-// as 1).
+// Estimate computes the estimate for one container of a pod of
+// containers containers. The pod minimum is shared among them, as VPA
+// does; 0 counts as 1.
 func (m *Model) Estimate(s *ContainerState, containers int) Estimate {
 	p := &m.p
 	e := Estimate{History: s.History(), Samples: s.samples}

@@ -14,13 +14,15 @@ type External struct {
 }
 
 // RecommendExternal makes the recommendation for one container from
-// targets given from outside (ext) instead of the estimators: the bounds,
-// the minimum-change and upscale-only guards, the latches and the limits
-// apply as in Recommend. The latches read s's signals (the OOM kills and
-// throttling the caller recorded), combined with in.Signals; s may be nil,
-// and then only in.Signals count. MinHistory does not apply: the source
-// decides when it has a target. The result is Ready when ext has a target
-// for CPU or memory; its Estimate is ext's figures, with no history.
+// targets given from outside, ext, instead of the estimators.
+//   - The bounds, the minimum-change and upscale-only guards, the latches
+//     and the limits apply as in Recommend.
+//   - The latches read s's signals, the OOM kills and throttling the
+//     caller recorded, combined with in.Signals. s may be nil, and then
+//     only in.Signals count.
+//   - MinHistory does not apply: the source decides when it has a target.
+//   - The result is Ready when ext has a target for CPU or memory. Its
+//     Estimate is ext's figures, with no history.
 func (m *Model) RecommendExternal(s *ContainerState, ext External, in Input) Result {
 	r := Result{Request: in.Request, Limit: in.Limit}
 	r.Estimate = Estimate{Target: ext.Target, Lower: ext.Lower, Upper: ext.Upper}

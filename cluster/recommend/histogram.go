@@ -4,9 +4,10 @@ import (
 	"math"
 )
 
-// scheme is an exponential bucket layout, as VPA's exponentialHistogramOptions:
-// bucket 0 is [0, first), and each later bucket is (1+growth) times as wide
-// as the one before, so a value is known to within the growth fraction.
+// scheme is an exponential bucket layout, as VPA's
+// exponentialHistogramOptions. Bucket 0 is [0, first). Each later bucket
+// is (1+growth) times as wide as the one before, so a value is known to
+// within the growth fraction.
 type scheme struct {
 	first  float64
 	ratio  float64
@@ -57,9 +58,10 @@ const maxDecayExponent = 20
 // Histogram is a decaying histogram over a scheme, kept compact: only the
 // buckets from lo to lo+len(w)-1 are stored, as float32 weights. A sample at
 // time t has weight 2^((t - ref)/halfLife), so newer samples weigh more and
-// each half-life halves a sample's importance; only relative weights matter,
-// so ref is moved forward (VPA's reference-timestamp trick) and the weights
-// scaled down whenever the exponent grows past maxDecayExponent.
+// each half-life halves a sample's importance. Only relative weights
+// matter. So ref is moved forward (VPA's reference-timestamp trick) and
+// the weights scaled down whenever the exponent grows past
+// maxDecayExponent.
 type Histogram struct {
 	w   []float32
 	ref int32 // reference time in half-lives since the Unix epoch
@@ -102,7 +104,7 @@ func (h *Histogram) shift(d *decayShape, ref int32) {
 	h.trim(d.epsilon, true)
 }
 
-// trim drops leading and trailing buckets below epsilon; compact copies
+// trim drops leading and trailing buckets below epsilon. compact copies
 // what is left into a slice of its own size, so that the memory is freed.
 func (h *Histogram) trim(epsilon float64, compact bool) {
 	i, j := 0, len(h.w)
@@ -185,10 +187,10 @@ func (h *Histogram) total() float64 {
 	return sum
 }
 
-// percentile is VPA's: the end of the first bucket at which the cumulative
-// weight reaches p of the total (the start of the last bucket if that is the
-// one), or 0 when empty. Returning a bucket's end errs upward, by at most
-// the growth fraction.
+// percentile is VPA's: the end of the first bucket at which the
+// cumulative weight reaches p of the total. It is the start of the last
+// bucket if that is the one, and 0 when empty. Returning a bucket's end
+// errs upward, by at most the growth fraction.
 func (h *Histogram) percentile(d *decayShape, p float64) float64 {
 	return h.percentileOf(d, p, h.total())
 }

@@ -44,14 +44,15 @@ const (
 	ReasonUpscaleOnly Reason = "UpscaleOnly"
 	// ReasonMinChange: the change is smaller than MinChange of the current value.
 	ReasonMinChange Reason = "MinChange"
-	// ReasonWatchRunning: the workload's last change is still watched;
-	// nothing new is asked for until the watch ends, healthy or rolled
-	// back (the caller, which knows the watch, records these).
+	// ReasonWatchRunning: the workload's last change is still watched.
+	// Nothing new is asked for until the watch ends, healthy or rolled
+	// back. The caller, which knows the watch, records these.
 	ReasonWatchRunning Reason = "WatchRunning"
 )
 
-// Refusal is one value the recommender did not recommend, with its figures,
-// so that a caller can record why Kerf did not shrink (or change) something.
+// Refusal is one value the recommender did not recommend, with its
+// figures. A caller records it to say why Kerf did not shrink or change
+// something.
 type Refusal struct {
 	// Resource is cpu or memory.
 	Resource Resource
@@ -152,9 +153,13 @@ type Result struct {
 }
 
 // Recommend makes the recommendation for one container from its state and
-// input: the estimate, then bounds, the minimum-change and upscale-only
-// guards, the latches (which win over everything but never raise a value
-// above MaxAllowed except to keep the current one), and the limits.
+// input. In order:
+//   - the estimate;
+//   - the bounds;
+//   - the minimum-change and upscale-only guards;
+//   - the latches, which win over everything but never raise a value
+//     above MaxAllowed except to keep the current one;
+//   - the limits.
 func (m *Model) Recommend(s *ContainerState, in Input) Result {
 	r := Result{Request: in.Request, Limit: in.Limit}
 	r.Estimate = m.Estimate(s, in.Containers)

@@ -50,18 +50,21 @@ func NewModel(p Params) (*Model, error) {
 // Params returns the parameters the model was built from.
 func (m *Model) Params() Params { return m.p }
 
-// Fingerprint is the hash of the parameters that shape a state (buckets,
-// half-lives, interval, interval count) that checkpoints carry: a
-// checkpoint loads only into a model with the same one.
+// Fingerprint is the hash of the parameters that shape a state, which
+// checkpoints carry. They are the buckets, half-lives, interval and
+// interval count. A checkpoint loads only into a model with the same one.
 func (m *Model) Fingerprint() uint32 { return m.fingerprint }
 
 // ContainerState is what the recommender keeps per workload and container
-// name, aggregated over the workload's pods (VPA's AggregateContainerState):
-// a decaying CPU usage histogram, a decaying histogram of memory peaks (one
-// per container instance per interval), the CPU history's span and sample
-// count (for the minimum-history guard and the confidence), the latest OOM
-// kill in the window and the throttling ratio's maximum per interval (for
-// the latches). The zero value is an empty state.
+// name, aggregated over the workload's pods (VPA's AggregateContainerState).
+// The zero value is an empty state. It holds:
+//   - a decaying CPU usage histogram;
+//   - a decaying histogram of memory peaks, one per container instance per
+//     interval;
+//   - the CPU history's span and sample count, for the minimum-history
+//     guard and the confidence;
+//   - the latest OOM kill in the window and the throttling ratio's maximum
+//     per interval, for the latches.
 type ContainerState struct {
 	// CPU is the distribution of CPU usage samples, in cores.
 	CPU Histogram
@@ -77,7 +80,7 @@ type ContainerState struct {
 }
 
 // PeakWindow tracks one running container instance's memory peak in its
-// current interval (VPA's ContainerState window), so that each instance adds
+// current interval, as VPA's ContainerState window. So each instance adds
 // one peak per interval to its workload's ContainerState. A caller keeps one
 // per pod and container; the zero value starts a window at the next sample.
 type PeakWindow struct {
