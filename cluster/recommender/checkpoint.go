@@ -25,9 +25,9 @@ import (
 // Defaults of the recommender's checkpoints (Config).
 const (
 	// DefaultCheckpointInterval is how long a workload's checkpoint waits
-	// before it is written again (VPA writes every minute; ten minutes of
+	// before it is written again. VPA writes every minute. Ten minutes of
 	// history is what a failover may lose, against one write per workload
-	// per ten minutes).
+	// per ten minutes.
 	DefaultCheckpointInterval = 10 * time.Minute
 	// DefaultCheckpointWrites bounds the checkpoint writes (and deletes)
 	// of one pass: 20 every 10 s pass is 2 a second at most, 1,200 per
@@ -94,9 +94,9 @@ type checkpointMark struct {
 }
 
 // listCheckpoints calls fn for every checkpoint the recommender wrote in
-// the namespaces it watches, a page at a time, read from the apiserver
-// (not a cache: the checkpoints are read at start and at collection only,
-// and a cache would hold them all on every replica).
+// the namespaces it watches, a page at a time. It reads the apiserver,
+// not a cache: the checkpoints are read at start and at collection only,
+// and a cache would hold them all on every replica.
 func (r *Loop) listCheckpoints(ctx context.Context, fn func(*v1alpha1.RightsizingCheckpoint)) error {
 	namespaces := r.namespaces
 	if len(namespaces) == 0 {
@@ -213,10 +213,10 @@ func (r *Loop) loadCheckpoint(ck *v1alpha1.RightsizingCheckpoint, m *recommend.M
 	return loaded
 }
 
-// encodeCheckpoint returns the hash of the workload's states and, when
-// into is not nil, fills into's containers with them (sorted by name, at
-// most MaxCheckpointContainers: the pod spec bounds a workload's
-// containers, and the rest are skipped with a warning).
+// encodeCheckpoint returns the hash of the workload's states. When into is
+// not nil, it fills into's containers with them, sorted by name. It keeps
+// at most MaxCheckpointContainers, as the pod spec bounds a workload's
+// containers; the rest are skipped with a warning.
 func (r *Loop) encodeCheckpoint(tw *trackedWorkload, into *v1alpha1.RightsizingCheckpointStatus) (uint64, []string) {
 	names := make([]string, 0, len(tw.containers))
 	for name := range tw.containers {
@@ -245,12 +245,14 @@ func (r *Loop) encodeCheckpoint(tw *trackedWorkload, into *v1alpha1.RightsizingC
 	return h.Sum64() | 1, skipped // never zero: zero means "write"
 }
 
-// checkpoint writes the checkpoints due in this pass: those of the
-// workloads seen in it (their owner read) whose last write is at least
-// CheckpointInterval old and whose states changed since, the oldest first,
-// at most CheckpointWrites writes and deletes per pass. It then deletes the
-// checkpoints of the workloads forgotten, and every interval collects the
-// checkpoints of workloads that are gone or no longer recommended for.
+// checkpoint writes the checkpoints due in this pass, the oldest first,
+// at most CheckpointWrites writes and deletes per pass.
+//   - Due are those of the workloads seen in it, their owner read, whose
+//     last write is at least CheckpointInterval old and whose states
+//     changed since.
+//   - It then deletes the checkpoints of the workloads forgotten.
+//   - Every interval it collects the checkpoints of workloads that are
+//     gone or no longer recommended for.
 func (r *Loop) checkpoint(ctx context.Context, pols *policy.Policies, resolved map[workload.Ref]*resolvedWorkload, now time.Time) {
 	budget := r.ckptWrites
 	budget -= r.dropCheckpoints(ctx, budget)
@@ -329,9 +331,9 @@ func (r *Loop) writeCheckpoints(ctx context.Context, due []workload.Ref, budget 
 	return tried
 }
 
-// putCheckpoint writes ck whole: a merge patch that replaces its labels,
-// owner, spec and status (its lists are replaced, not merged), or a create
-// when it does not exist. The last writer wins: a former leader's late
+// putCheckpoint writes ck whole, creating it when it does not exist. Its
+// merge patch replaces the labels, owner, spec and status; lists are
+// replaced, not merged. The last writer wins: a former leader's late
 // write at shutdown is replaced by the new leader's next one.
 func (r *Loop) putCheckpoint(ctx context.Context, ck *v1alpha1.RightsizingCheckpoint) error {
 	body, err := json.Marshal(map[string]any{
@@ -352,8 +354,8 @@ func (r *Loop) putCheckpoint(ctx context.Context, ck *v1alpha1.RightsizingCheckp
 }
 
 // flushCheckpoints writes, at shutdown, every checkpoint whose states
-// changed since its last write, within checkpointShutdownTimeout (best
-// effort: what does not fit is lost, as a crash would lose it).
+// changed since its last write, within checkpointShutdownTimeout. It is
+// best effort: what does not fit is lost, as a crash would lose it.
 func (r *Loop) flushCheckpoints() {
 	ctx, cancel := context.WithTimeout(context.Background(), checkpointShutdownTimeout)
 	defer cancel()
@@ -403,9 +405,9 @@ func (r *Loop) deleteCheckpoint(ctx context.Context, ns, name string) error {
 }
 
 // collectCheckpoints deletes, at most budget, the checkpoints of
-// workloads not tracked that are gone or whose policy no longer enables
-// spec.recommend (forgotten while no leader ran, or by a former leader).
-// The owner reference has the garbage collector delete a deleted
+// untracked workloads that are gone or whose policy no longer enables
+// spec.recommend. They were forgotten while no leader ran, or by a former
+// leader. The owner reference has the garbage collector delete a deleted
 // workload's checkpoint too; this covers the policy and a cluster without
 // one.
 func (r *Loop) collectCheckpoints(ctx context.Context, pols *policy.Policies, budget int) error {

@@ -67,14 +67,18 @@ func (r *Loop) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c 
 	}
 }
 
-// killLimit is the memory limit in bytes a kill found now happened under
-// (0: none known): the lowest the container ran with since its previous
-// pass. That is the lowest of its limit now, at the previous pass, and the
-// limits Kerf's own actions on the workload's recommendation put in force
-// or took away since then: a change applied and rolled back between two
-// passes (the usual course of an OOM kill: the rollback takes a few
-// seconds, the passes are 10 s apart) is seen by no pass, and the limit
-// now is the one the rollback restored.
+// killLimit is the memory limit in bytes a kill found now happened under,
+// 0 when none is known. It is the lowest the container ran with since its
+// previous pass:
+//   - its limit now;
+//   - its limit at the previous pass;
+//   - the limits Kerf's own actions on the workload's recommendation put
+//     in force or took away since then.
+//
+// The last matter because a change applied and rolled back between two
+// passes is seen by no pass, and the limit now is the one the rollback
+// restored. That is the usual course of an OOM kill: the rollback takes a
+// few seconds, the passes are 10 s apart.
 func (r *Loop) killLimit(ctx context.Context, ref workload.Ref, container string, since time.Time, now, previous int64) int64 {
 	low := func(a, b int64) int64 {
 		if a == 0 || (b > 0 && b < a) {
@@ -114,9 +118,10 @@ func (r *Loop) killLimit(ctx context.Context, ref workload.Ref, container string
 	return limit
 }
 
-// memoryLimit is the memory limit in bytes the container runs under: the
-// lower of its pod spec's and the one the kubelet reports in the pod's
-// status (they differ while a resize is in flight); 0 when it has none.
+// memoryLimit is the memory limit in bytes the container runs under, 0
+// when it has none. It is the lower of its pod spec's and the one the
+// kubelet reports in the pod's status; they differ while a resize is in
+// flight.
 func memoryLimit(pod *corev1.Pod, c corev1.Container) int64 {
 	var limit int64
 	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
@@ -134,8 +139,8 @@ func memoryLimit(pod *corev1.Pod, c corev1.Container) int64 {
 }
 
 // throttling feeds each tracked workload's CFS throttling ratio since its
-// previous read (for a workload tracked anew, over the span the kernel
-// store keeps every sample of), summed over its pods per container name.
+// previous read, summed over its pods per container name. A workload
+// tracked anew reads the span the kernel store keeps every sample of.
 func (r *Loop) throttling(now time.Time) {
 	for _, tw := range r.workloads {
 		if tw.seen != r.tick || len(tw.pods) == 0 {
@@ -163,13 +168,15 @@ func (r *Loop) throttling(now time.Time) {
 }
 
 // runningResources returns what container c of the workload really runs
-// with, for the latches and guards: per field (CPU and memory, request and
-// limit) the highest over the workload's running pods of the pod spec's
-// value (an InPlace resize changes it, not the template) and of the value
-// the kubelet reports in status.containerStatuses[].resources (which lags
-// the spec while a resize is in flight), so that a latch's "never lower"
-// holds against every pod. The template's values (c's) when no running pod
-// has the container.
+// with, for the latches and guards. Per field (CPU and memory, request and
+// limit) it is the highest, over the workload's running pods, of:
+//   - the pod spec's value, which an InPlace resize changes, not the
+//     template;
+//   - the value the kubelet reports in status.containerStatuses[].resources,
+//     which lags the spec while a resize is in flight.
+//
+// So a latch's "never lower" holds against every pod. When no running pod
+// has the container, it returns the template's values, c's.
 func runningResources(c corev1.Container, pods []*corev1.Pod) (request, limit recommend.Resources) {
 	found := false
 	for _, p := range pods {
@@ -199,8 +206,8 @@ func highest(a, b recommend.Resources) recommend.Resources {
 }
 
 // killLookback is how far before the previous pass killLimit looks for the
-// limits a kill found now may have happened under: a few of the agent's
-// usage intervals, the slowest way a kill reaches the leader.
+// limits a kill found now may have happened under. It is a few of the
+// agent's usage intervals, the slowest way a kill reaches the leader.
 const killLookback = time.Minute
 
 // oomKilledReason is the reason the kubelet gives a container's

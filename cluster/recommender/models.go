@@ -87,13 +87,15 @@ func (r *Loop) model(spec v1alpha1.PolicySpec) (m *recommend.Model, fellBack boo
 	return m, false, nil
 }
 
-// adopt gives a workload the model of its policy, once a pass. A change
-// of the parameters that shape the state (half-lives, memory interval and
-// count: the model's fingerprint) restarts its history under the new
-// model, keeping its latches (the OOM kill and the throttling in the
-// window): old samples cannot be re-weighted into the new shape, and a
-// restarted history must not lower what a latch holds. Any other change
-// applies at once.
+// adopt gives a workload the model of its policy, once a pass. Any change
+// applies at once, except one of the parameters that shape the state: the
+// half-lives, the memory interval and count, which make the model's
+// fingerprint.
+//
+// Such a change restarts its history under the new model, as old samples
+// cannot be re-weighted into the new shape. It keeps its latches, the OOM
+// kill and the throttling in the window: a restarted history must not
+// lower what a latch holds.
 func (r *Loop) adopt(ref workload.Ref, tw *trackedWorkload, rw *resolvedWorkload, now time.Time) {
 	m, fellBack, err := r.model(rw.resolved.Spec)
 	if err != nil {

@@ -144,9 +144,10 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 }
 
 // holdForWatch adds to the basis a WatchRunning refusal for each field
-// whose recommended value (want) differs from what the watched
-// recommendation asks for (asked): what the recommender would ask for,
-// held at the watched value until the watch ends.
+// whose recommended value, want, differs from what the watched
+// recommendation asks for, asked. The refusal records what the
+// recommender would ask for, held at the watched value until the watch
+// ends.
 func holdForWatch(basis *v1alpha1.RecommendationBasis, asked, want []v1alpha1.ContainerResources, appliedAt time.Time) {
 	at := &metav1.Time{Time: appliedAt}
 	for _, w := range want {

@@ -52,10 +52,12 @@ const (
 )
 
 // Loop is the leader's recommender loop, a manager Runnable only the
-// elected leader runs: every Period it feeds the usage readings of the pods
-// of the workloads whose policy enables spec.recommend into per workload
-// and container states (cluster/recommend), and every policy interval it
-// makes their recommendations and writes them.
+// elected leader runs. It covers the workloads whose policy enables
+// spec.recommend.
+//   - Every Period it feeds the usage readings of their pods into per
+//     workload and container states (cluster/recommend).
+//   - Every policy interval it makes their recommendations and writes
+//     them.
 type Loop struct {
 	client client.Client
 	usage  *signals.Usage
@@ -71,9 +73,9 @@ type Loop struct {
 	base   *recommend.Model
 	models map[recommend.Params]*recommend.Model
 	// modelsPruned is the pass that last dropped the models no workload
-	// uses (at most once a pass), and modelMetrics the counts of
-	// histories restarted under a new model and of workloads that fell
-	// back to the defaults' model.
+	// uses, at most once a pass. modelMetrics are the counts of histories
+	// restarted under a new model and of workloads that fell back to the
+	// defaults' model.
 	modelsPruned uint64
 	modelMetrics *modelMetrics
 
@@ -89,11 +91,11 @@ type Loop struct {
 	// steps times each pass's steps (pass).
 	steps *prometheus.HistogramVec
 
-	// The checkpoints (checkpoint.go): reader reads them from the
-	// apiserver in namespaces (all when empty), the ones the leader
-	// watches; their interval and writes per pass, whether they were
-	// loaded, the workloads forgotten whose checkpoint is to be deleted,
-	// when they were last collected.
+	// The checkpoints (checkpoint.go). reader reads them from the
+	// apiserver in namespaces, the ones the leader watches (all when
+	// empty). Then come their interval and writes per pass, whether they
+	// were loaded, the workloads forgotten whose checkpoint is to be
+	// deleted, and when they were last collected.
 	reader        client.Reader
 	namespaces    []string
 	ckptInterval  time.Duration
@@ -133,19 +135,19 @@ type instanceKey struct {
 	container string
 }
 
-// trackedInstance is what the loop keeps per running container: where it
-// is in the usage readings, its previous CPU counter (a rate needs two),
-// its memory peak window, and where it is in its OOM kills.
+// trackedInstance is what the loop keeps per running container. It holds
+// where it is in the usage readings and in its OOM kills, its previous CPU
+// counter (a rate needs two) and its memory peak window.
 type trackedInstance struct {
 	cursor time.Time
 	cpuAt  time.Time
 	cpu    time.Duration
 	peak   recommend.PeakWindow
 	// kills is the count of the kernel store's OOM kills of the container
-	// already recorded, and statusOOM the finish time of the pod status's
-	// last OOM termination recorded: counts and times the reports carry,
-	// so a kill that reaches the store or the cache after the pass that
-	// would have covered its time is still recorded, once.
+	// already recorded. statusOOM is the finish time of the pod status's
+	// last OOM termination recorded. Both are counts and times the reports
+	// carry. So a kill that reaches the store or the cache after the pass
+	// that would have covered its time is still recorded, once.
 	kills     int
 	statusOOM time.Time
 	// limit is the container's memory limit in bytes as the previous pass
@@ -258,7 +260,7 @@ type resolvedWorkload struct {
 	modelErr error
 }
 
-// pass is one pass of the loop, in named steps, each timed in
+// pass is one pass of the loop, in named steps. Each is timed in
 // kerf_recommender_pass_seconds{step}, as the VPA recommender's RunOnce
 // times its own:
 //   - policies: read the policies. When none enables spec.recommend, the
@@ -311,8 +313,8 @@ func (r *Loop) pass(ctx context.Context) error {
 }
 
 // feed reads the running pods' new usage readings and OOM kills into
-// their workloads' states, and returns the workloads it resolved: nil
-// for one whose policy does not enable spec.recommend.
+// their workloads' states. It returns the workloads it resolved, nil for
+// one whose policy does not enable spec.recommend.
 func (r *Loop) feed(ctx context.Context, pols *policy.Policies, now time.Time) (map[workload.Ref]*resolvedWorkload, error) {
 	// Views, only read: the leader's cache holds pods in a form of its
 	// own (cluster/cachestore/pod.go), and a copy of every pod each pass
@@ -477,7 +479,7 @@ func (r *Loop) forget(ref workload.Ref) {
 	}
 }
 
-// maxModels bounds the distinct models (one per distinct policy
-// parameters, the defaults' included); a workload whose parameters would
+// maxModels bounds the distinct models, one per distinct policy
+// parameters, the defaults' included. A workload whose parameters would
 // make one more is fed and recommended with the defaults' model.
 const maxModels = 64

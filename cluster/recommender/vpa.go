@@ -101,9 +101,11 @@ func newVPASource(c client.Client, reg prometheus.Registerer, log *slog.Logger) 
 }
 
 // targets returns the targets of the workload's VPA, or nil when there is
-// none to take: the reason is then counted and logged (at debug while
-// there is nothing to take, at warning when a VPA is refused, once per
-// change of reason); the error is the read's, when reading failed.
+// none to take. The error is the read's, when reading failed.
+//
+// Without targets the reason is counted and logged: at debug while there
+// is nothing to take, at warning when a VPA is refused, once per change of
+// reason.
 func (v *vpaSource) targets(ctx context.Context, ref workload.Ref, tick uint64, now time.Time) (*vpaTargets, error) {
 	t, reason, err := v.find(ctx, ref, tick, now)
 	if t != nil {
@@ -166,9 +168,9 @@ func (v *vpaSource) find(ctx context.Context, ref workload.Ref, tick uint64, now
 	return t, "", nil
 }
 
-// vpaModeOf returns the VPA's updateMode (unset is VPA's default,
-// Recreate) and whether Kerf may take its target: only in Off and
-// Initial, the modes in which VPA does not change running pods.
+// vpaModeOf returns the VPA's updateMode and whether Kerf may take its
+// target. Unset is VPA's default, Recreate. Kerf takes targets only in Off
+// and Initial, the modes in which VPA does not change running pods.
 func vpaModeOf(vpa *vpav1.VerticalPodAutoscaler) (vpav1.UpdateMode, bool) {
 	mode := vpav1.UpdateModeRecreate
 	if p := vpa.Spec.UpdatePolicy; p != nil && p.UpdateMode != nil {
@@ -242,8 +244,8 @@ func (v *vpaSource) remember(ref workload.Ref, reason string) bool {
 	return true
 }
 
-// recommendOne runs the model for one container: on the VPA's targets
-// when the workload takes them from its VPA (t not nil), else on the
+// recommendOne runs the model for one container. It uses the VPA's
+// targets when the workload takes them from its VPA (t not nil), else the
 // container's own state.
 func recommendOne(m *recommend.Model, st *recommend.ContainerState, t *vpaTargets, container string, in recommend.Input) recommend.Result {
 	if t == nil {
