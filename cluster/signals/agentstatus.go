@@ -15,8 +15,8 @@ import (
 const SignalContainerEvent SignalKind = SignalCounters + 1
 
 // ContainerEvent is a container status change a node agent saw in the
-// kubelet's Pods API (docs/design.md sections 3 and 5): its restart count
-// and, when it ended a run, how.
+// kubelet's Pods API (docs/design.md sections 3 and 5). It carries the
+// restart count and, when it ended a run, how.
 type ContainerEvent struct {
 	// PodUID is the pod's UID.
 	PodUID types.UID
@@ -37,16 +37,18 @@ const (
 	// per container, the newest; a watch's thresholds are far lower.
 	MaxAgentTerminations = 16
 	// DefaultAgentStatusRetention is how long AgentStatuses keeps a
-	// container no event came for (by event time): by then pod status has
+	// container no event came for, by event time. By then pod status has
 	// long caught up with anything the agent saw.
 	DefaultAgentStatusRetention = 24 * time.Hour
 )
 
 // AgentStatuses keeps the container events of the agents' stream as an
-// AgentStatusSource, and tells subscribers which pod an event that changed
-// something is about, so the leader evaluates its watch at once. Applying
-// an event again (an agent resends what a lost ack did not confirm)
-// changes nothing and signals nothing. It is safe for concurrent use.
+// AgentStatusSource. It is safe for concurrent use.
+//
+// It tells subscribers which pod an event that changed something is
+// about, so the leader evaluates its watch at once. Applying an event
+// again changes nothing and signals nothing; an agent resends what a lost
+// ack did not confirm.
 type AgentStatuses struct {
 	retention time.Duration
 

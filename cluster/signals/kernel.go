@@ -26,8 +26,8 @@ const (
 )
 
 // Signal says that something changed for a pod, so the leader evaluates its
-// watch at once (docs/design.md section 3: a breach is acted on as soon as
-// the signal arrives).
+// watch at once. A breach is acted on as soon as the signal arrives
+// (docs/design.md section 3).
 type Signal struct {
 	// PodUID is the pod the signal is about.
 	PodUID types.UID
@@ -37,11 +37,11 @@ type Signal struct {
 
 // Defaults of the Kernel's retention (see Kernel).
 const (
-	// DefaultRecent is the recent span of WithCompaction for the leader:
-	// every sample that new is kept, so a window that opens now finds its
-	// exact start value. The
-	// health watch asks for a throttling window when it opens (its next
-	// check) and then at least every 30 s, well within it.
+	// DefaultRecent is the recent span of WithCompaction for the leader.
+	// Every sample that new is kept, so a window that opens now finds its
+	// exact start value. The health watch asks for a throttling window
+	// when it opens, at its next check, and then at least every 30 s, well
+	// within it.
 	DefaultRecent = 30 * time.Second
 	// DefaultPinTTL is how long a window start that was asked for is kept
 	// exact without being asked for again.
@@ -53,8 +53,8 @@ const (
 	// report, with its count); past it the oldest go. What an agent says
 	// cannot grow the leader's memory past it.
 	MaxKillsPerPod = 256
-	// MaxInstancesPerPod bounds the container instances kept per pod
-	// (containers times restarts still readable by a window); past it the
+	// MaxInstancesPerPod bounds the container instances kept per pod:
+	// containers times restarts still readable by a window. Past it the
 	// instance with the oldest newest sample goes, gone ones first.
 	MaxInstancesPerPod = 256
 )
@@ -63,11 +63,11 @@ const (
 type KernelOption func(*Kernel)
 
 // WithCompaction makes the Kernel compact each container instance's
-// samples as they arrive, keeping every sample of the last recent (by
-// sample time) and, before that, only what a window can read (see
-// Kernel). The leader's stream ingest uses it with DefaultRecent;
-// without it every sample is kept until Prune or ForgetPod, which suits
-// tests that feed a history first and ask about it afterwards.
+// samples as they arrive. It keeps every sample of the last recent, by
+// sample time, and before that only what a window can read (see Kernel).
+// The leader's stream ingest uses it with DefaultRecent. Without it every
+// sample is kept until Prune or ForgetPod, which suits tests that feed a
+// history first and ask about it afterwards.
 func WithCompaction(recent time.Duration) KernelOption {
 	return func(m *Kernel) { m.recent, m.keepAll = int64(max(recent, 0)), false }
 }
@@ -78,38 +78,41 @@ func WithPinTTL(d time.Duration) KernelOption {
 	return func(m *Kernel) { m.pinTTL = int64(d) }
 }
 
-// Kernel keeps OOM kills and counter samples in memory and serves
-// them as a KernelSource, a CounterSource and a ThrottlingSource (the same
-// sums as healthwatch.Counters(m), computed in place). Tests feed it, and so does the
-// ingest of the agents' stream (docs/design.md section 6). It is safe for
+// Kernel keeps OOM kills and counter samples in memory, serving them as a
+// KernelSource, a CounterSource and a ThrottlingSource. It is safe for
 // concurrent use.
 //
+// Its ThrottlingSource gives the same sums as healthwatch.Counters(m),
+// computed in place. Tests feed it, and so does the ingest of the agents'
+// stream (docs/design.md section 6).
+//
 // With WithCompaction its memory stays bounded by the containers, not by
-// time: as samples arrive it compacts each container instance's series to what a window can
-// read, so that every window the health watch asks for gives the same sums
-// as with every sample kept. It keeps, per instance:
+// time. As samples arrive it compacts each container instance's series to
+// what a window can read. So every window the health watch asks for gives
+// the same sums as with every sample kept. It keeps, per instance:
 //
 //   - every sample of the last recent (by sample time, from the newest
 //     sample seen) and the one before, so a window that opens now
 //     finds its start value;
 //   - around every pinned time of the pod, the sample at or before it and
-//     the next: a window's start (from) is pinned whenever a window is
-//     asked for, and so is an end older than the recent samples; a pin not
+//     the next. A window's start (from) is pinned whenever a window is
+//     asked for, and so is an end older than the recent samples. A pin not
 //     asked for again within DefaultPinTTL is dropped;
 //   - both samples of every counter drop (a reset, handled as increase()
 //     does), and the newest sample.
 //
 // Between two kept samples the counters only grow, so the increase over
-// them is the sum of the increases of the samples dropped in between. An
-// instance marked Gone (its cgroup is gone, or its node's agent no longer
-// lists it) is dropped once its newest sample is older than the recent
-// samples and every pin: it adds nothing to any window that can still be
-// asked for; a pod is dropped with its last instance, with its OOM kills
-// once they are older too.
+// them is the sum of the increases of the samples dropped in between.
 //
-// Samples are stored encoded, a few bytes each (see cursor): at one sample
-// a second, the 30 s of recent samples of a container take about 200 B
-// (docs/design.md section 10: ≤ 1 KiB per tracked container).
+// An instance marked Gone is dropped once its newest sample is older than
+// the recent samples and every pin. It is Gone when its cgroup is gone, or
+// its node's agent no longer lists it. It then adds nothing to any window
+// that can still be asked for. A pod is dropped with its last instance,
+// with its OOM kills once they are older too.
+//
+// Samples are stored encoded, a few bytes each (see cursor). At one sample
+// a second, the 30 s of recent samples of a container take about 200 B.
+// The budget is 1 KiB per tracked container (docs/design.md section 10).
 type Kernel struct {
 	mu   sync.Mutex
 	pods map[types.UID]*podSignals
@@ -230,9 +233,9 @@ func NewKernel(opts ...KernelOption) *Kernel {
 }
 
 // Subscribe calls fn for every OOM kill added, and once per pod for every
-// call that adds samples, after the data is stored, in the adding
-// goroutine: fn must be quick and must not block (enqueue the pod's
-// workload into a work queue). The returned func unsubscribes.
+// call that adds samples. It calls fn after the data is stored, in the
+// adding goroutine. fn must be quick and must not block: it enqueues the
+// pod's workload into a work queue. The returned func unsubscribes.
 func (m *Kernel) Subscribe(fn func(Signal)) (cancel func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -247,14 +250,14 @@ func (m *Kernel) Subscribe(fn func(Signal)) (cancel func()) {
 }
 
 // AddOOMKill records an OOM kill of a container of a pod at a kernel time,
-// for the OOM rule (docs/design.md section 3), and signals the pod.
+// and signals the pod. The OOM rule reads it (docs/design.md section 3).
 func (m *Kernel) AddOOMKill(podUID types.UID, container string, at time.Time) {
 	m.AddOOMKills(podUID, container, at, 1)
 }
 
 // AddOOMKills records n OOM kills of a container of a pod at one time as
-// one record (a pod keeps MaxKillsPerPod records, the newest), and signals
-// the pod. n below 1 records nothing.
+// one record, and signals the pod. A pod keeps MaxKillsPerPod records, the
+// newest. n below 1 records nothing.
 func (m *Kernel) AddOOMKills(podUID types.UID, container string, at time.Time, n int) {
 	if n < 1 {
 		return
@@ -403,9 +406,9 @@ func (m *Kernel) OOMKills(podUID types.UID, container string, from, to time.Time
 	return n, ok
 }
 
-// OOMKillCounts implements healthwatch.OOMCountSource: the latest
-// absolute OOM kill count of each instance of the container whose count
-// an agent read, those of instances dropped since included.
+// OOMKillCounts implements healthwatch.OOMCountSource. It returns the
+// latest absolute OOM kill count of each instance of the container whose
+// count an agent read, those of instances dropped since included.
 func (m *Kernel) OOMKillCounts(podUID types.UID, container string) []healthwatch.InstanceOOMKills {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -508,8 +511,8 @@ func (sr *series) sample(uid types.UID, pt reading) healthwatch.CounterSample {
 }
 
 // window returns the readings of a series that a window [from, to] reads,
-// oldest first: the latest at or before from, and those in (from, to]. They
-// stay valid until m.scratch is used again; m.mu is held.
+// oldest first. They are the latest at or before from, and those in
+// (from, to]. They stay valid until m.scratch is used again; m.mu is held.
 func (m *Kernel) window(sr *series, from, to time.Time) []reading {
 	m.scratch = sr.readings(m.scratch[:0], to.UnixNano())
 	i := firstAfter(m.scratch, from.UnixNano())

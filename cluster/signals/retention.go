@@ -141,10 +141,12 @@ func (m *Kernel) sweepGone() {
 	}
 }
 
-// Prune drops what no watch that starts at or after before needs: OOM
-// kills at or before it, the OOM kill counts of dropped instances read at
-// or before it, and samples older than each instance's latest
-// sample at or before it (that one stays: it is a window's start value).
+// Prune drops what no watch that starts at or after before needs. It
+// drops:
+//   - OOM kills at or before it;
+//   - the OOM kill counts of dropped instances read at or before it;
+//   - samples older than each instance's latest sample at or before it.
+//     That one stays: it is a window's start value.
 func (m *Kernel) Prune(before time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -5,9 +5,10 @@ import (
 	"slices"
 )
 
-// series is one run of a container (one cgroup): its name, start and
-// samples, oldest first, encoded in buf (see cursor) with the newest
-// decoded beside it, so that appending one costs no decoding.
+// series is one run of a container, one cgroup: its name, start and
+// samples. The samples are encoded in buf, oldest first (see cursor). The
+// newest is kept decoded beside it, so that appending one costs no
+// decoding.
 type series struct {
 	container string
 	// started is the start's startKey.
@@ -51,12 +52,14 @@ type reading struct {
 const maxEncoded = 3 * binary.MaxVarintLen64
 
 // cursor encodes and decodes a series' readings, each as three varints
-// relative to the one before: the change of the time step (a delta of
-// deltas, a byte or two for an agent that samples at a steady interval),
-// and the increases of the counters (a byte or two per second of CFS
-// periods). The differences wrap around, so any int64 time and uint64
-// counters come back exactly, a counter reset included. The first reading
-// is relative to zero.
+// relative to the one before. The first reading is relative to zero.
+//   - The change of the time step, a delta of deltas: a byte or two for an
+//     agent that samples at a steady interval.
+//   - The increases of the counters: a byte or two per second of CFS
+//     periods.
+//
+// The differences wrap around, so any int64 time and uint64 counters come
+// back exactly, a counter reset included.
 type cursor struct {
 	prev  reading
 	delta int64
@@ -164,11 +167,11 @@ func (sr *series) store(pts []reading) {
 	sr.last, sr.lastDelta = c.prev, c.delta
 }
 
-// dropOld is compact for a pod without pins, in the common case: it drops
+// dropOld is compact for a pod without pins, in the common case. It drops
 // the readings before the latest one older than horizon, decoding only
-// those, and reports whether it could (not when the counters drop among
-// them, nor when the first kept reading's encoding would not fit in
-// place). The readings from the second kept one on keep their encoding,
+// those, and reports whether it could. It cannot when the counters drop
+// among them, nor when the first kept reading's encoding would not fit in
+// place. The readings from the second kept one on keep their encoding,
 // since the cursor before each is unchanged.
 func (sr *series) dropOld(horizon int64) bool {
 	var c cursor
@@ -221,7 +224,7 @@ func (sr *series) dropOld(horizon int64) bool {
 }
 
 // regrow returns buf's bytes in a new slice with room for at least size
-// bytes; the capacity is the allocation's size class, so none is wasted.
+// bytes. The capacity is the allocation's size class, so none is wasted.
 func regrow(buf []byte, size int) []byte {
 	return append(slices.Grow([]byte(nil), max(size, len(buf))), buf...)
 }

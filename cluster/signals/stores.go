@@ -1,8 +1,8 @@
 package signals
 
-// Stores are the leader's stores of the agents' signals, built once and
-// shared by the stream's ingest (which writes them) and the health watch
-// (which reads them), with one Subscribe for both.
+// Stores are the leader's stores of the agents' signals, built once. The
+// stream's ingest writes them; the health watch and the recommender read
+// them. One Subscribe serves both stores that signal.
 type Stores struct {
 	// Kernel holds the OOM kills and CFS counter samples.
 	Kernel *Kernel

@@ -8,8 +8,8 @@ import (
 )
 
 // UsageSample is one reading of a container's usage that its node's agent
-// reported (every usage interval, 10 s by default): what the recommender
-// sizes requests from (issue 13).
+// reported, what the recommender sizes requests from (issue 13). Agents
+// report every usage interval, 10 s by default.
 type UsageSample struct {
 	// PodUID is the pod's UID.
 	PodUID types.UID
@@ -32,22 +32,24 @@ type UsageSample struct {
 // Bounds of Usage.
 const (
 	// UsageSamples is how many readings Usage keeps per container, the
-	// newest: 40 s at the agent's default 10 s usage interval, for a
-	// reader that takes them every 30 s. Each costs 32 bytes of the
-	// leader's memory per container (at 300,000 containers, 38 MB for
-	// four).
+	// newest. That is 40 s at the agent's default 10 s usage interval, for
+	// a reader that takes them every 30 s. Each costs 32 bytes of the
+	// leader's memory per container: four are 38 MB at 300,000
+	// containers.
 	UsageSamples = 4
 	// DefaultUsageRetention is how long Usage keeps a container no reading
-	// came for (by reading time), for a node whose stream ended without
-	// saying its containers went.
+	// came for, by reading time. It covers a node whose stream ended
+	// without saying its containers went.
 	DefaultUsageRetention = 10 * time.Minute
 )
 
 // Usage keeps the newest usage readings of every container the agents
-// report, per pod UID and container name, for the recommender: a ring of
-// readings per container, forgotten when the agent says the container went
-// (Gone) or when no reading came for the retention. A reader that takes the readings at least once per
-// ring's span misses none. It is safe for concurrent use.
+// report, for the recommender. It is safe for concurrent use.
+//
+// It keeps a ring of readings per pod UID and container name. A ring is
+// forgotten when the agent says the container went (Gone), or when no
+// reading came for the retention. A reader that takes the readings at
+// least once per ring's span misses none.
 type Usage struct {
 	retention time.Duration
 
