@@ -10,9 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// incarnation is one run of a node's agent (Hello.started_at_unix_ns): the
-// highest OOM seq the leader counted from it, across its streams, so an
-// event resent after a reconnect (its ack was lost) counts once.
+// incarnation is one run of a node's agent, by Hello.started_at_unix_ns.
+// It holds the highest OOM seq the leader counted from it, across its
+// streams. So an event resent after a reconnect, its ack lost, counts
+// once.
 type incarnation struct {
 	startedAt int64
 
@@ -51,9 +52,9 @@ type instanceKey struct {
 	started int64
 }
 
-// nodeState is what the leader holds per node: the agent incarnation it
-// heard from last, its current stream and the container instances the
-// node's agent listed (at most Config.MaxContainers).
+// nodeState is what the leader holds per node. It is the agent
+// incarnation it heard from last, its current stream and the container
+// instances the node's agent listed, at most Config.MaxContainers.
 type nodeState struct {
 	agent      *incarnation
 	stream     *liveStream
@@ -62,11 +63,13 @@ type nodeState struct {
 	released time.Time
 }
 
-// releasedNodeTTL is how long a node's state outlives its last stream: an
-// agent that reconnects within it keeps its incarnation (the OOM events
-// it counted are not counted again, its pending ones carry over). After
-// it the node is taken for gone (scaled down, replaced), and its state is
-// dropped, so the leader's state does not grow with node churn.
+// releasedNodeTTL is how long a node's state outlives its last stream.
+//   - An agent that reconnects within it keeps its incarnation: the OOM
+//     events it counted are not counted again, its pending ones carry
+//     over.
+//   - After it the node is taken for gone, scaled down or replaced, and
+//     its state is dropped. So the leader's state does not grow with node
+//     churn.
 const releasedNodeTTL = time.Hour
 
 // sweepEvery is how often the released nodes are looked over.
@@ -88,9 +91,9 @@ func (s *Server) sweepNodes(now time.Time) {
 }
 
 // incarnation returns the node's agent incarnation that started at
-// startedAt, replacing an older one (its pending OOM events carry over);
-// a private one when startedAt is zero (an agent that does not say: its
-// OOM events are deduplicated per stream only).
+// startedAt, replacing an older one; its pending OOM events carry over.
+// When startedAt is zero, the agent does not say, and it returns a private
+// one: its OOM events are deduplicated per stream only.
 func (s *Server) incarnation(node string, startedAt int64) *incarnation {
 	if startedAt == 0 {
 		return &incarnation{}
@@ -126,13 +129,14 @@ func (s *Server) node(name string) *nodeState {
 	return n
 }
 
-// nodeContainers follows the container instances of a node: a snapshot
-// replaces the set with what it lists, and the instances it no longer
-// lists, like those the agent said are gone, are marked gone in the
-// signals.Kernel, which drops them once no window reads them. A snapshot
-// split over several messages marks the later messages' instances gone
-// until their samples, right behind, bring them back. A node may list
-// Config.MaxContainers instances at most.
+// nodeContainers follows the container instances of a node. A node may
+// list Config.MaxContainers instances at most.
+//   - A snapshot replaces the set with what it lists.
+//   - The instances it no longer lists, like those the agent said are
+//     gone, are marked gone in the signals.Kernel. It drops them once no
+//     window reads them.
+//   - A snapshot split over several messages marks the later messages'
+//     instances gone until their samples, right behind, bring them back.
 func (s *Server) nodeContainers(node string, snapshot bool, listed, gone []instanceKey) error {
 	s.nodesMu.Lock()
 	n := s.node(node)

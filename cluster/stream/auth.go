@@ -125,8 +125,9 @@ func (r *refusal) Error() string { return r.msg }
 func tokenKey(token string) [sha256.Size]byte { return sha256.Sum256([]byte(token)) }
 
 // tokenReview runs a TokenReview with the leader's audience
-// (docs/design.md section 6): a *refusal when the token does not
-// authenticate for it, another error when the apiserver did not answer.
+// (docs/design.md section 6). It returns a *refusal when the token does
+// not authenticate for it, another error when the apiserver did not
+// answer.
 func (s *Server) tokenReview(ctx context.Context, token string) (authnv1.UserInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
@@ -147,13 +148,14 @@ func (s *Server) tokenReview(ctx context.Context, token string) (authnv1.UserInf
 }
 
 // review returns the user of a token, from the caches or a TokenReview;
-// fresh says a TokenReview was made. A token refused lately is refused
-// again without a review (FailedReviewTTL). A review that refuses the
-// token charges b one failure (the agent pod the token claims, or its
-// source IP); a spent budget has its cache misses refused without a
-// review until it refills (failingSources). A review that passes charges
-// nothing, so agents whose tokens are good are never slowed, however many
-// share an address.
+// fresh says a TokenReview was made.
+//   - A token refused lately is refused again without a review
+//     (FailedReviewTTL).
+//   - A review that refuses the token charges b one failure: the agent
+//     pod the token claims, or its source IP. A spent budget has its cache
+//     misses refused without a review until it refills (failingSources).
+//   - A review that passes charges nothing. So agents whose tokens are
+//     good are never slowed, however many share an address.
 func (s *Server) review(ctx context.Context, token string, b *budget) (user authnv1.UserInfo, fresh bool, err error) {
 	key := tokenKey(token)
 	now := s.cfg.Now()
@@ -214,10 +216,10 @@ func (s *Server) failSource(key string, now time.Time) {
 }
 
 // authenticate checks the stream's token and returns the agent with the
-// node of its pod: the token's user must be the agent's service account
-// and the token must be bound to a pod, whose node the leader looks up in
-// its own cache (docs/design.md section 6: the node claim is not verified
-// by the apiserver).
+// node of its pod. The token's user must be the agent's service account,
+// and the token must be bound to a pod. The leader looks the pod's node up
+// in its own cache, as the apiserver does not verify the node claim
+// (docs/design.md section 6).
 func (s *Server) authenticate(ctx context.Context) (agent, string, error) {
 	token, ok := bearerToken(ctx)
 	if !ok {
@@ -243,9 +245,10 @@ func (s *Server) authenticate(ctx context.Context) (agent, string, error) {
 const MaxTokenBytes = 8 << 10
 
 // agentOf returns the agent a token belongs to (see authenticate). A
-// token that a fresh review passed but that is not an agent's (another
-// service account, bound to no pod or to no agent pod) is a failure of
-// its source too, and is remembered with the failed ones.
+// token that a fresh review passed but that is not an agent's is a
+// failure of its source too, and is remembered with the failed ones. Such
+// a token is another service account's, or bound to no pod or to no agent
+// pod.
 func (s *Server) agentOf(ctx context.Context, token string) (agent, error) {
 	b := &budget{s: s, ctx: ctx, token: token}
 	user, fresh, err := s.review(ctx, token, b)
@@ -268,10 +271,10 @@ func (s *Server) agentOf(ctx context.Context, token string) (agent, error) {
 	return a, nil
 }
 
-// agentPod checks that user is the agents' service account with a token
-// bound to one of its pods, and returns the agent with its pod's node;
-// asked says the apiserver was asked for the pod (the cache did not hold
-// it).
+// agentPod checks that user is the agents' service account, its token
+// bound to one of its pods, and returns the agent with its pod's node.
+// asked says the apiserver was asked for the pod, as the cache did not
+// hold it.
 func (s *Server) agentPod(ctx context.Context, user authnv1.UserInfo, b *budget) (agent, bool, error) {
 	want := "system:serviceaccount:" + s.cfg.ServiceAccountNamespace + ":" + s.cfg.ServiceAccountName
 	if user.Username != want {

@@ -11,10 +11,11 @@ import (
 
 // metricsCertificate answers a Hello's metrics_csr: a certificate for its
 // public key (an ECDSA P-256 key, as the agent makes), issued by
-// Config.IssueMetricsCertificate for node. A request past
-// streamv1.MaxCSRBytes, unreadable, not self-signed by its key or for
-// another kind of key closes the stream; a certificate the leader cannot
-// sign is logged and counted, and the stream goes on without one.
+// Config.IssueMetricsCertificate for node.
+//   - A request that closes the stream is past streamv1.MaxCSRBytes,
+//     unreadable, not self-signed by its key, or for another kind of key.
+//   - A certificate the leader cannot sign is logged and counted, and the
+//     stream goes on without one.
 func (s *Server) metricsCertificate(node string, csrDER []byte, log *slog.Logger) (*streamv1.LeaderMessage, error) {
 	if len(csrDER) > streamv1.MaxCSRBytes {
 		return nil, malformed("metrics_csr_too_large", "hello.metrics_csr is %d bytes, over %d", len(csrDER), streamv1.MaxCSRBytes)

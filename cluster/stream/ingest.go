@@ -30,13 +30,17 @@ func malformed(reason, format string, args ...any) error {
 }
 
 // container is one indexed container instance on a stream, with its
-// absolute counters (the sum of the deltas received) and its latest usage
-// (the base of the next usage's deltas; zero before the first). It is
-// kept small, one per container of the node for the stream's life
-// (docs/performance.md): the start as Unix nanoseconds, and the pod UID
-// and name, once the pod is found on the node, the strings of the stream's
-// cache of the node's pods (onNode), shared by every index of the pod and
-// by the signals stores, not each index's own copy from its message.
+// absolute counters and its latest usage.
+//   - The counters are the sum of the deltas received.
+//   - The usage is the base of the next usage's deltas, zero before the
+//     first.
+//
+// It is kept small, as there is one per container of the node for the
+// stream's life (docs/performance.md). So the start is Unix nanoseconds.
+// Once the pod is found on the node, the pod UID and name are the strings
+// of the stream's cache of the node's pods (onNode). They are shared by
+// every index of the pod and by the signals stores, not each index's own
+// copy from its message.
 type container struct {
 	podUID types.UID
 	name   string
@@ -160,15 +164,15 @@ func checkIdentity(what string, uid, name string) error {
 
 // MaxUnknownContainers is how many reports about containers their pod's
 // spec does not name one stream may send before it is closed. Below it,
-// such a report is refused alone (dropped, counted, acknowledged): a real
-// agent takes its names from the pods, and one that disagrees with the
+// such a report is refused alone: dropped, counted, acknowledged. A real
+// agent takes its names from the pods. One that disagrees with the
 // leader's cache must not be locked out by resending the report on every
 // stream.
 const MaxUnknownContainers = 100
 
 // containerUnknown refuses a report about a container its pod's spec does
-// not name: it is dropped and counted, and past MaxUnknownContainers on
-// the stream, the stream is closed.
+// not name. The report is dropped and counted. Past MaxUnknownContainers
+// on the stream, the stream is closed.
 func (in *ingest) containerUnknown(what string, uid types.UID, name string) error {
 	in.s.metrics.dropped.WithLabelValues(DropContainerUnknown).Inc()
 	in.unknown++
@@ -183,10 +187,11 @@ func (in *ingest) containerUnknown(what string, uid types.UID, name string) erro
 
 // wall turns a kernel time that just arrived into a wall time (see the
 // package doc). Every arrival bounds the mapping: a kernel time cannot map
-// later than the moment it reached the leader, so the anchor moves to the
-// earliest mapping any arrival allows (the transit and processing delay of
-// the Hello, a TokenReview included, would otherwise put every later time
-// that much in the future, and the health watch counts no kill "after now").
+// later than the moment it reached the leader. So the anchor moves to the
+// earliest mapping any arrival allows. Otherwise the transit and
+// processing delay of the Hello, a TokenReview included, would put every
+// later time that much in the future, and the health watch counts no kill
+// "after now".
 func (in *ingest) wall(ns uint64) time.Time {
 	now := in.s.cfg.Now()
 	if ns == 0 {
@@ -435,9 +440,11 @@ func (in *ingest) addPending(p pendingOOM) {
 // pending OOM events.
 const pendingRetry = time.Second
 
-// retryPending counts the pending OOM events whose pod the cache now
-// holds, drops those whose pod is on another node or has no such
-// container, and expires those that waited PendingOOMTTL.
+// retryPending goes over the agent's pending OOM events.
+//   - It counts those whose pod the cache now holds.
+//   - It drops those whose pod is on another node or has no such
+//     container.
+//   - It expires those that waited PendingOOMTTL.
 func (in *ingest) retryPending() {
 	a := in.agent
 	a.mu.Lock()
@@ -547,8 +554,8 @@ func (in *ingest) cachePod(pod *corev1.Pod) {
 }
 
 // shared returns the stream's cached strings equal to a pod UID and
-// container name (see container), or them when the pod or name is not
-// cached.
+// container name (see container). When the pod or name is not cached, it
+// returns them as they are.
 func (in *ingest) shared(uid types.UID, name string) (types.UID, string) {
 	p, ok := in.onNode[uid]
 	if !ok {
@@ -561,9 +568,9 @@ func (in *ingest) shared(uid types.UID, name string) (types.UID, string) {
 }
 
 // hasContainer reports whether the pod's spec names the container, among
-// its containers, init containers and ephemeral containers: from the
-// stream's cache of the node's pods, else (an ephemeral container added
-// since, or a pod not cached) from the leader's pod cache.
+// its containers, init containers and ephemeral containers. It asks the
+// stream's cache of the node's pods, else the leader's pod cache: for an
+// ephemeral container added since, or a pod not cached.
 func (in *ingest) hasContainer(uid types.UID, name string) bool {
 	if p, ok := in.onNode[uid]; ok && slices.Contains(p.names, name) {
 		return true

@@ -98,9 +98,9 @@ type claims struct {
 }
 
 // claimedAgentPod returns the agent pod a token says it is bound to, when
-// that pod is in the leader's cache: the token is a JWT whose unverified
+// that pod is in the leader's cache. The token is a JWT whose unverified
 // claims name the agents' service account and one of its pods, by name
-// and UID. Nothing is verified here (the TokenReview does): the claim
+// and UID. Nothing is verified here; the TokenReview does that. The claim
 // only chooses which failure budget a review is charged to.
 func (s *Server) claimedAgentPod(token string) (types.UID, bool) {
 	_, rest, ok := strings.Cut(token, ".")
@@ -131,12 +131,14 @@ func (s *Server) claimedAgentPod(token string) (types.UID, bool) {
 	return p.UID, true
 }
 
-// budgetOf is whose failure budget a token's reviews are charged to: the
-// agent pod it claims, when the cache holds that pod (claimedAgentPod),
-// else its source IP. A flood of tokens that claim no known agent pod
-// spends its source's budget and not the agents' of the same address
-// (a NAT, a node-local proxy); tokens forged to claim a known agent pod
-// spend that pod's budget only.
+// budgetOf is whose failure budget a token's reviews are charged to. It
+// is the agent pod the token claims, when the cache holds that pod
+// (claimedAgentPod), else its source IP.
+//   - A flood of tokens that claim no known agent pod spends its source's
+//     budget, not that of the agents of the same address (a NAT, a
+//     node-local proxy).
+//   - Tokens forged to claim a known agent pod spend that pod's budget
+//     only.
 func (s *Server) budgetOf(ctx context.Context, token string) string {
 	if uid, ok := s.claimedAgentPod(token); ok {
 		return "pod/" + string(uid)
@@ -163,10 +165,10 @@ type liveStream struct {
 	cancel context.CancelCauseFunc
 }
 
-// claimNode makes the stream the node's current one, closing an older
-// stream of the node (an agent has one stream; a reconnect replaces a
-// stream the agent gave up on), within MaxStreams. It returns the stream's
-// id for releaseNode.
+// claimNode makes the stream the node's current one, within MaxStreams,
+// and returns its id for releaseNode. It closes an older stream of the
+// node: an agent has one stream, and a reconnect replaces a stream the
+// agent gave up on.
 func (s *Server) claimNode(node string, cancel context.CancelCauseFunc) (uint64, error) {
 	s.nodesMu.Lock()
 	defer s.nodesMu.Unlock()
@@ -185,9 +187,9 @@ func (s *Server) claimNode(node string, cancel context.CancelCauseFunc) (uint64,
 	return n.stream.id, nil
 }
 
-// releaseNode ends a stream's claim: when it is still the node's current
-// stream, the node's container instances are marked gone (a stream that
-// comes back lists them again in its snapshot).
+// releaseNode ends a stream's claim. When it is still the node's current
+// stream, the node's container instances are marked gone; a stream that
+// comes back lists them again in its snapshot.
 func (s *Server) releaseNode(node string, id uint64) {
 	s.nodesMu.Lock()
 	n := s.nodes[node]

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Pods finds pods by UID in the leader's own cache; the stream uses it to
+// Pods finds pods by UID in the leader's own cache. The stream uses it to
 // find the node of the agent's pod and of every pod an agent reports on.
 type Pods interface {
 	// PodByUID returns the pod with the UID, and false when the cache does
@@ -23,8 +23,8 @@ type Pods interface {
 const PodUIDField = "metadata.uid"
 
 // IndexPodsByUID adds PodUIDField to the pods of a cache that has not
-// started yet, so that CachedPods can read it: idx's indexes must answer
-// lists across all namespaces (the leader's: cachestore.ClusterWide).
+// started yet, so that CachedPods can read it. idx's indexes must answer
+// lists across all namespaces, as the leader's do (cachestore.ClusterWide).
 func IndexPodsByUID(ctx context.Context, idx client.FieldIndexer) error {
 	if err := idx.IndexField(ctx, &corev1.Pod{}, PodUIDField, func(o client.Object) []string {
 		return []string{string(o.GetUID())}
@@ -35,8 +35,9 @@ func IndexPodsByUID(ctx context.Context, idx client.FieldIndexer) error {
 }
 
 // CachedPods is Pods over a controller-runtime cache whose pods
-// IndexPodsByUID indexed: the leader's manager's cache, which also serves
-// its health watch, so the stream and the watch see the same pods.
+// IndexPodsByUID indexed. In the leader it is the manager's cache, which
+// also serves its health watch, so the stream and the watch see the same
+// pods.
 type CachedPods struct {
 	// Reader reads the cache (the manager's client does).
 	Reader client.Reader
@@ -48,8 +49,9 @@ const podLookupTimeout = 5 * time.Second
 
 // PodByUID implements Pods. The pod is a copy: the leader's cache holds
 // pods in a form of its own (cluster/cachestore/pod.go) that only a
-// copying read turns into a *corev1.Pod. Its callers look a pod up once per pod
-// (the stream keeps what it needs of it) and once per harm signal.
+// copying read turns into a *corev1.Pod. Its callers look a pod up once
+// per pod, as the stream keeps what it needs of it, and once per harm
+// signal.
 func (p CachedPods) PodByUID(uid types.UID) (*corev1.Pod, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), podLookupTimeout)
 	defer cancel()

@@ -8,10 +8,10 @@ import (
 )
 
 // counterScratch holds the slices one counters message is read into.
-// None is kept past the message (the stores copy what they keep, and
-// nodeContainers only reads), so they are pooled: made anew for every
-// node's message every interval, they were 2 GB of garbage in a
-// 15-minute wave at 1,000 nodes (docs/performance.md).
+// None is kept past the message: the stores copy what they keep, and
+// nodeContainers only reads. So they are pooled rather than made anew for
+// every node's message every interval; what that saved is in
+// docs/performance.md, "The eighth round".
 type counterScratch struct {
 	samples []healthwatch.CounterSample
 	usage   []signals.UsageSample

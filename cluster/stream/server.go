@@ -54,10 +54,10 @@ const (
 	// TokenReview is refused without another review.
 	DefaultFailedReviewTTL = 10 * time.Second
 	// DefaultReviewsPerSecond and DefaultReviewBurst bound the failed
-	// authentications one source IP may cause (a TokenReview that refused
-	// the token, or a token that is not an agent's); past them its cache
-	// misses are refused until the budget refills. Reviews that pass cost
-	// nothing.
+	// authentications one source IP may cause. A failed one is a
+	// TokenReview that refused the token, or a token that is not an
+	// agent's. Past them its cache misses are refused until the budget
+	// refills. Reviews that pass cost nothing.
 	DefaultReviewsPerSecond = 1
 	// DefaultReviewBurst is the burst of DefaultReviewsPerSecond.
 	DefaultReviewBurst = 20
@@ -256,19 +256,21 @@ func NewGRPCServer(srv *Server, tlsConfig *tls.Config) *grpc.Server {
 	return newGRPCServer(srv, tlsConfig, connectionBuffers()...)
 }
 
-// Per-connection buffers of the stream server's transports. gRPC's
-// default 32 KiB read buffer, held by every connection for its life (on a
-// TLS connection gRPC cannot pool it), was the second cost of the leader's
-// heap at 1,000 nodes (docs/performance.md, "Where the leader's memory
-// goes"). An agent sends a few KiB per sampling pass and the leader
-// answers with acks of a few bytes: a read is rarely larger than the small
-// buffer, and a larger frame is read past it (bufio reads what does not
-// fit straight into the frame; TLS buffers the records below it either
-// way). The write buffer is already borrowed from a pool only while a
-// connection writes (gRPC's shared write buffer, its default); it is made
-// as small. The flow-control window is gRPC's (64 KiB, grown by its BDP
-// estimate): it costs memory only for what arrived and was not read yet,
-// and Connect reads without pause.
+// Per-connection buffers of the stream server's transports, made small.
+//   - gRPC's default 32 KiB read buffer is held by every connection for
+//     its life; on a TLS connection gRPC cannot pool it. Its cost is in
+//     docs/performance.md, "Where the leader's memory goes".
+//   - An agent sends a few KiB per sampling pass and the leader answers
+//     with acks of a few bytes. So a read is rarely larger than the small
+//     buffer, and a larger frame is read past it. bufio reads what does
+//     not fit straight into the frame; TLS buffers the records below it
+//     either way.
+//   - The write buffer is already borrowed from a pool only while a
+//     connection writes (gRPC's shared write buffer, its default). It is
+//     made as small.
+//   - The flow-control window is gRPC's: 64 KiB, grown by its BDP
+//     estimate. It costs memory only for what arrived and was not read
+//     yet, and Connect reads without pause.
 const (
 	// streamReadBuffer is each connection's read buffer.
 	streamReadBuffer = 4 << 10
@@ -340,10 +342,12 @@ type received struct {
 	err error
 }
 
-// Connect implements streamv1.StreamServer: it authenticates the agent,
-// checks its Hello against the node of its pod, then ingests its reports
-// until the agent closes the stream, sends a malformed message, its token
-// stops authenticating or a newer stream of its node replaces it.
+// Connect implements streamv1.StreamServer. It authenticates the agent
+// and checks its Hello against the node of its pod. Then it ingests its
+// reports until one of these ends the stream:
+//   - the agent closes it or sends a malformed message;
+//   - its token stops authenticating;
+//   - a newer stream of its node replaces it.
 func (s *Server) Connect(st grpc.BidiStreamingServer[streamv1.AgentMessage, streamv1.LeaderMessage]) error {
 	if !s.cfg.Leading() {
 		return s.refuse(codes.Unavailable, "not_leader", "not the leader")
@@ -355,9 +359,8 @@ func (s *Server) Connect(st grpc.BidiStreamingServer[streamv1.AgentMessage, stre
 	// It is unbuffered: one message at a time is held. It starts only once
 	// the token authenticated (handshake): before, nothing of the stream
 	// is read but its headers, so an unauthenticated caller makes the
-	// leader decode nothing (a 4 MiB message of empty entries decodes to
-	// some 300 MiB), and what it sends waits in the transport's flow-control
-	// window (64 KiB).
+	// leader decode nothing (docs/security.md, "The agents' stream"). What
+	// it sends waits in the transport's flow-control window (64 KiB).
 	msgs := make(chan received)
 	receive := func() <-chan received {
 		go func() {
@@ -504,15 +507,18 @@ func (s *Server) handshake(ctx context.Context, receive func() <-chan received) 
 	return a, token, hello, nil
 }
 
-// reauthenticate reviews the stream's token every ReauthEvery (the first
-// time sooner, firstReauth), never from the cache, and ends the stream
-// once the token no longer authenticates (revoked: its pod, secret or
-// service account deleted; or expired). An apiserver that cannot answer
-// leaves the stream open. The reviews run from a timer's callback, not a
-// goroutine of the stream's (a review would delay the stream's messages,
-// and a goroutine waiting between reviews is a stack per node: 1,000 of
-// the leader's 6,000 at 1,000 nodes); the returned stop ends them, and
-// the stream's end (ctx) cancels one under way.
+// reauthenticate reviews the stream's token every ReauthEvery, never from
+// the cache, and ends the stream once the token no longer authenticates.
+//   - The first review comes sooner (firstReauth).
+//   - A token no longer authenticates when revoked (its pod, secret or
+//     service account deleted) or expired. An apiserver that cannot answer
+//     leaves the stream open.
+//   - The reviews run from a timer's callback, not a goroutine of the
+//     stream's. A review would delay the stream's messages, and a
+//     goroutine waiting between reviews is a stack per node
+//     (docs/performance.md, "The eighth round").
+//   - The returned stop ends them, and the stream's end (ctx) cancels one
+//     under way.
 func (s *Server) reauthenticate(ctx context.Context, cancel context.CancelCauseFunc, token string, log *slog.Logger) (stop func()) {
 	var (
 		mu      sync.Mutex
@@ -548,11 +554,12 @@ func (s *Server) reauthenticate(ctx context.Context, cancel context.CancelCauseF
 }
 
 // firstReauth is when an open stream's token is first reviewed again: at
-// a random point of the second half of every, then every every. Streams
-// opened together (every agent reconnects at once after a leader's
-// failover) so do not have their tokens reviewed together, a burst of a
-// TokenReview per node on the apiserver, every interval ever after; and a
-// revoked token still closes its stream within every.
+// a random point of the second half of every, then every every. So
+// streams opened together, as every agent reconnects at once after a
+// leader's failover, do not have their tokens reviewed together. That
+// would be a burst of a TokenReview per node on the apiserver, every
+// interval ever after. A revoked token still closes its stream within
+// every.
 func firstReauth(every time.Duration) time.Duration {
 	return every/2 + rand.N(every/2+1)
 }
