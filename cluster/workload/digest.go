@@ -20,12 +20,13 @@ import (
 )
 
 // TemplateDigestAnnotation is the annotation the leader's cache puts on the
-// pod template of each workload and ReplicaSet it keeps (on the cached copy
-// only, never written to the apiserver): the template's TemplateDigest,
-// computed from the whole template before the cache strips it down to what
-// Kerf reads (cluster/cachestore/transform.go). currentReplicaSet
-// compares the digests of two templates that carry it in place of the
-// templates.
+// pod template of each workload and ReplicaSet it keeps. It is on the
+// cached copy only, never written to the apiserver.
+//
+// Its value is the template's TemplateDigest, computed from the whole
+// template before the cache strips it down to what Kerf reads
+// (cluster/cachestore/transform.go). currentReplicaSet compares the
+// digests of two templates that carry it in place of the templates.
 const TemplateDigestAnnotation = "kerf.dev/cached-template-digest"
 
 var (
@@ -34,12 +35,14 @@ var (
 	microType    = reflect.TypeFor[metav1.MicroTime]()
 )
 
-// TemplateDigest returns a digest of a pod template such that two templates
-// have the same digest exactly when apiequality.Semantic.DeepEqual holds
-// between them once the pod-template-hash label is removed from both (the
-// deployment controller's EqualIgnoreHash): quantities compare by value,
-// times by instant, and a nil slice or map equals an empty one. A template
-// that already carries TemplateDigestAnnotation returns it.
+// TemplateDigest returns a digest of a pod template, equal for two
+// templates exactly when the deployment controller's EqualIgnoreHash holds
+// between them.
+//   - That is apiequality.Semantic.DeepEqual once the pod-template-hash
+//     label is removed from both.
+//   - Quantities compare by value, times by instant, and a nil slice or
+//     map equals an empty one.
+//   - A template that already carries TemplateDigestAnnotation returns it.
 func TemplateDigest(t *corev1.PodTemplateSpec) string {
 	if d, ok := t.Annotations[TemplateDigestAnnotation]; ok {
 		return d
@@ -61,7 +64,7 @@ func TemplateDigest(t *corev1.PodTemplateSpec) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// digester writes a value to a hash in a canonical form: every variable
+// digester writes a value to a hash in a canonical form. Every variable
 // length part is prefixed by its length, so distinct values never write
 // the same bytes.
 type digester struct {
@@ -141,8 +144,9 @@ func (d *digester) value(v reflect.Value) {
 }
 
 // canonicalQuantity is the exact value of q in a form that does not depend
-// on how it was written (1Gi and 1073741824, 1 and 1000m are the same):
-// the decimal mantissa without trailing zeros and its exponent.
+// on how it was written. It is the decimal mantissa without trailing zeros
+// and its exponent, so 1Gi and 1073741824 are the same, as are 1 and
+// 1000m.
 func canonicalQuantity(q *resource.Quantity) string {
 	c := q.DeepCopy() // AsDec converts in place: never on the shared value
 	dec := c.AsDec()

@@ -15,8 +15,9 @@ import (
 )
 
 // ErrReplicaSetNotFound says the ReplicaSet a pod's controller reference
-// names is not in the reader, or is another one of the same name (another
-// UID): a cache may not have seen one just created, or the owner is gone.
+// names is not in the reader, or is another one of the same name and
+// another UID. A cache may not have seen one just created, or the owner
+// is gone.
 var ErrReplicaSetNotFound = errors.New("the pod's ReplicaSet is not found")
 
 // Ref names a workload Kerf manages; it compares equal to the workload a
@@ -38,20 +39,24 @@ func (r Ref) Targets(ns string, ref v1alpha1.TargetRef) bool {
 		(ref.APIVersion == "" || ref.APIVersion == appsv1.SchemeGroupVersion.String())
 }
 
-// Of follows the pod's controller chain (only its metadata is read: a
-// *corev1.Pod, or the leader's cached pod) to the workload Kerf manages
-// that owns it: Pod → ReplicaSet → Deployment, Pod → StatefulSet, Pod →
-// DaemonSet. The pod's namespace is the workload's. ok is false when the
-// pod has no such workload (no controller, another kind, a ReplicaSet no
-// Deployment controls). Only the ReplicaSet's metadata is used, but it is
-// read from r as the typed ReplicaSet (a copy: the leader's cache holds
-// ReplicaSets in a form of its own that only a copying read turns into
-// one, cluster/cachestore/apps.go): asking it for their metadata alone
-// would start a second informer holding every ReplicaSet's metadata again
-// (15 MB at 25,000 workloads, docs/performance.md); OfWith reads it
-// otherwise (the leader's cache's own, uncopied). When r does not have it
-// (or has another of the same name), the error wraps
-// ErrReplicaSetNotFound.
+// Of follows the pod's controller chain to the workload Kerf manages that
+// owns it: Pod → ReplicaSet → Deployment, Pod → StatefulSet, Pod →
+// DaemonSet. The pod's namespace is the workload's.
+//   - Only the pod's metadata is read: a *corev1.Pod, or the leader's
+//     cached pod.
+//   - ok is false when the pod has no such workload: no controller,
+//     another kind, a ReplicaSet no Deployment controls.
+//   - When r does not have the ReplicaSet, or has another of the same
+//     name, the error wraps ErrReplicaSetNotFound.
+//
+// Only the ReplicaSet's metadata is used, but it is read from r as the
+// typed ReplicaSet. That is a copy: the leader's cache holds ReplicaSets
+// in a form of its own that only a copying read turns into one
+// (cluster/cachestore/apps.go). Asking it for their metadata alone would
+// start a second informer holding every ReplicaSet's metadata again
+// (docs/leader.md, "Reading from the cache"; its cost is in
+// docs/performance.md, "the third round"). OfWith reads it otherwise: the
+// leader's cache's own, uncopied.
 func Of(ctx context.Context, r client.Reader, pod metav1.Object) (ref Ref, ok bool, err error) {
 	return OfWith(ctx, pod, ReplicaSetsOf(r))
 }
@@ -67,12 +72,12 @@ func ReplicaSetsOf(r client.Reader) ReplicaSetReader {
 	}
 }
 
-// ReplicaSetReader returns the ReplicaSet key names, of which only the
-// metadata is read (an object the reader keeps may be returned, not a
-// copy), or an error: a NotFound one when there is none.
+// ReplicaSetReader returns the ReplicaSet key names, or an error, a
+// NotFound one when there is none. Only its metadata is read, so it may
+// return an object the reader keeps, not a copy.
 type ReplicaSetReader func(ctx context.Context, key client.ObjectKey) (metav1.Object, error)
 
-// OfWith is Of reading the pod's ReplicaSet with get: the leader's signal
+// OfWith is Of reading the pod's ReplicaSet with get. The leader's signal
 // mapping reads its cache's own ReplicaSet, where a copying read made a
 // whole ReplicaSet for each agent's sample (docs/performance.md).
 func OfWith(ctx context.Context, pod metav1.Object, get ReplicaSetReader) (ref Ref, ok bool, err error) {

@@ -37,10 +37,10 @@ func controllerUID(o client.Object) []string {
 	return nil
 }
 
-// IndexFields registers ControllerIndex for pods and ReplicaSets with idx
-// (a manager's field indexer, before its cache starts): its indexes must
+// IndexFields registers ControllerIndex for pods and ReplicaSets with idx,
+// a manager's field indexer, before its cache starts. Its indexes must
 // answer lists in one namespace, all that Pods, RunningPods and the
-// ReplicaSet lookups make (the leader's: cachestore.Namespaced).
+// ReplicaSet lookups make; the leader's do (cachestore.Namespaced).
 func IndexFields(ctx context.Context, idx client.FieldIndexer) error {
 	for _, obj := range []client.Object{&corev1.Pod{}, &appsv1.ReplicaSet{}} {
 		if err := idx.IndexField(ctx, obj, ControllerIndex, controllerUID); err != nil {
@@ -62,11 +62,12 @@ type indexedClient struct{ client.Client }
 
 func (indexedClient) controllerIndexed() {}
 
-// ReadOnly returns c reading with client.UnsafeDisableDeepCopy: from the
-// leader's cache, its own objects, or views of those it holds in a form
-// of its own (cluster/cachestore's views), rather than copies. What it
-// returns must only be read: a write to it, or to a map or slice it
-// holds, would change the cache. Indexed(ReadOnly(c)) is both.
+// ReadOnly returns c reading with client.UnsafeDisableDeepCopy. From the
+// leader's cache it reads the cache's own objects, or views of those it
+// holds in a form of its own (cluster/cachestore's views), rather than
+// copies. What it returns must only be read: a write to it, or to a map
+// or slice it holds, would change the cache. Indexed(ReadOnly(c)) is
+// both.
 func ReadOnly(c client.Client) client.Client { return readOnlyClient{c} }
 
 // readOnlyClient is a client ReadOnly made.
@@ -80,7 +81,7 @@ func (r readOnlyClient) List(ctx context.Context, list client.ObjectList, opts .
 	return r.Client.List(ctx, list, append(opts[:len(opts):len(opts)], client.UnsafeDisableDeepCopy)...)
 }
 
-// IsIndexed reports whether r is marked by Indexed: whether Pods and
+// IsIndexed reports whether r is marked by Indexed. If so, Pods and
 // RunningPods read a workload's pods and ReplicaSets through
 // ControllerIndex rather than by listing its namespace.
 func IsIndexed(r client.Reader) bool { return indexed(r) }
@@ -91,23 +92,26 @@ func indexed(r client.Reader) bool {
 	return ok
 }
 
-// Pods returns the workload's pods, sorted by name: the pods its selector
-// selects whose controller is the workload, or for a Deployment one of the
-// ReplicaSets it controls (any revision). Every phase counts, and so do
-// pods being deleted: the health watch reads their restarts and OOM kills.
-// A pod the selector selects but another controller owns is not the
-// workload's.
+// Pods returns the workload's pods, sorted by name. They are the pods its
+// selector selects whose controller is the workload, or for a Deployment
+// one of the ReplicaSets it controls, of any revision.
+//   - Every phase counts, and so do pods being deleted: the health watch
+//     reads their restarts and OOM kills.
+//   - A pod the selector selects but another controller owns is not the
+//     workload's.
 func Pods(ctx context.Context, r client.Reader, w *Workload) ([]corev1.Pod, error) {
 	return PodsWith(ctx, r, w, nil)
 }
 
 // Scratch is the room a caller that reads one workload after another
-// lends to GetWith and PodsWith: on an Indexed reader (the leader's cache,
-// which writes a read into the object it is given and a list's items in
-// the room they have), the workload's object and the lists' items are
-// written into it rather than allocated anew for each workload (the usage
-// series' pass reads thousands). Its zero value is ready. It is not safe
+// lends to GetWith and PodsWith. Its zero value is ready. It is not safe
 // for concurrent use.
+//
+// On an Indexed reader, the workload's object and the lists' items are
+// written into it rather than allocated anew for each workload. The usage
+// series' pass reads thousands. Such a reader is the leader's cache,
+// which writes a read into the object it is given and a list's items in
+// the room they have.
 type Scratch struct {
 	pods        []corev1.Pod
 	sets        []appsv1.ReplicaSet
@@ -161,10 +165,11 @@ func PodsWith(ctx context.Context, r client.Reader, w *Workload, s *Scratch) ([]
 	return pods, nil
 }
 
-// maxScratchItems bounds the room a Scratch keeps: a workload with more
-// pods (or a Deployment with more ReplicaSets) has its lists' items
-// allocated anew, so that one large workload does not hold that many
-// structs (a pod's is 1,240 bytes) for as long as the Scratch lives.
+// maxScratchItems bounds the room a Scratch keeps. A workload with more
+// pods, or a Deployment with more ReplicaSets, has its lists' items
+// allocated anew. So one large workload does not hold that many structs
+// for as long as the Scratch lives; a pod's size is in docs/leader.md,
+// "Reading from the cache: what each cut saved".
 const maxScratchItems = 256
 
 // keptRoom is what a Scratch keeps of items as room: items, or none past
@@ -177,10 +182,10 @@ func keptRoom[T any](items []T) []T {
 }
 
 // RunningPods returns the workload's pods (see Pods) an in-place resize
-// writes to, sorted by name: those of its current revision (for a
-// Deployment its current ReplicaSet, the one whose template is the
-// Deployment's; for a StatefulSet or DaemonSet its own) that are Running and not being
-// deleted.
+// writes to, sorted by name. They are those of its current revision that
+// are Running and not being deleted. A Deployment's current revision is
+// its current ReplicaSet, the one whose template is the Deployment's; a
+// StatefulSet's or DaemonSet's is its own.
 func RunningPods(ctx context.Context, r client.Reader, w *Workload) ([]corev1.Pod, error) {
 	owner, sel := w.Object.GetUID(), w.Selector
 	if w.Kind == v1alpha1.KindDeployment {
@@ -203,11 +208,11 @@ func RunningPods(ctx context.Context, r client.Reader, w *Workload) ([]corev1.Po
 	}), nil
 }
 
-// owned returns the pods in ns the selector selects (an empty one selects
-// none: apps/v1 requires one) whose controller is one of owners, sorted by
-// name. On an Indexed reader it reads each owner's pods through
-// ControllerIndex; otherwise it lists the selector's pods and keeps the
-// owners'.
+// owned returns the pods in ns the selector selects whose controller is
+// one of owners, sorted by name. An empty selector selects none, as
+// apps/v1 requires one. On an Indexed reader it reads each owner's pods
+// through ControllerIndex. Otherwise it lists the selector's pods and
+// keeps the owners'.
 func owned(ctx context.Context, r client.Reader, ns string, sel labels.Selector, owners []types.UID, room []corev1.Pod) ([]corev1.Pod, error) {
 	if sel.Empty() {
 		sel = labels.Nothing()
@@ -244,13 +249,13 @@ func owned(ctx context.Context, r client.Reader, ns string, sel labels.Selector,
 	return pods, nil
 }
 
-// currentReplicaSet returns a Deployment's current ReplicaSet: the one it
-// controls whose template is the Deployment's (ignoring the
-// pod-template-hash label, as the deployment controller compares them:
-// by TemplateDigest, which the leader's cache keeps of the templates it
-// strips);
-// failing that, the highest revision, then the newest. Nil when the
-// Deployment has none, or w is not a Deployment.
+// currentReplicaSet returns a Deployment's current ReplicaSet, nil when
+// the Deployment has none or w is not a Deployment.
+//   - It is the one it controls whose template is the Deployment's,
+//     ignoring the pod-template-hash label as the deployment controller
+//     compares them. It compares by TemplateDigest, which the leader's
+//     cache keeps of the templates it strips.
+//   - Failing that, it is the highest revision, then the newest.
 func currentReplicaSet(ctx context.Context, r client.Reader, w *Workload) (*appsv1.ReplicaSet, error) {
 	if w.Kind != v1alpha1.KindDeployment {
 		return nil, nil

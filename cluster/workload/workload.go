@@ -1,8 +1,16 @@
-// Package workload reads the workloads Kerf manages (apps/v1 Deployments,
-// StatefulSets and DaemonSets): a workload by a recommendation's targetRef,
-// the pods it owns, and the workload of a pod. It is the one place that
-// switches over workload kinds; everything reads through a
-// controller-runtime client.Reader, in the leader the manager's cache.
+// Package workload reads the workloads Kerf manages: apps/v1 Deployments,
+// StatefulSets and DaemonSets.
+//
+//   - Get reads a workload by a recommendation's targetRef.
+//   - Pods and RunningPods read the pods it owns; IndexFields, Indexed and
+//     ReadOnly set up how a cache answers them.
+//   - Of finds the workload of a pod.
+//   - TemplateDigest compares pod templates as the deployment controller
+//     does.
+//
+// It is the one place that switches over workload kinds. It reads
+// workloads, ReplicaSets and pods through a controller-runtime
+// client.Reader, in the leader the manager's cache, and writes nothing.
 package workload
 
 import (
@@ -46,8 +54,8 @@ type Workload struct {
 }
 
 // OnDelete reports whether the workload replaces pods only when they are
-// deleted (a StatefulSet's or DaemonSet's updateStrategy OnDelete): then
-// nothing rolls a changed pod template out.
+// deleted, as a StatefulSet's or DaemonSet's updateStrategy OnDelete does.
+// Then nothing rolls a changed pod template out.
 func (w *Workload) OnDelete() bool {
 	return w.Kind != v1alpha1.KindDeployment && w.UpdateStrategy == string(appsv1.OnDeleteStatefulSetStrategyType)
 }
