@@ -118,14 +118,32 @@ func (e *Env) AgentMetrics(ctx context.Context) (map[string][]Series, error) {
 
 // AgentMetricsOn scrapes the agent on node, the one that watches the pods
 // there (the DaemonSet runs one per node); an empty node means this
-// machine's (AgentPod).
+// machine's (AgentPod). An agent that does not answer is asked again for
+// up to agentScrapeWait: its container may be restarting.
 func (e *Env) AgentMetricsOn(ctx context.Context, node string) (map[string][]Series, error) {
-	p, err := e.AgentPod(ctx, node)
-	if err != nil {
-		return nil, err
+	deadline := time.Now().Add(agentScrapeWait)
+	for {
+		p, err := e.AgentPod(ctx, node)
+		if err == nil {
+			var out map[string][]Series
+			if out, err = e.Scrape(ctx, fmt.Sprintf("https://%s:%d/metrics", p.Status.PodIP, AgentMetricsPort)); err == nil {
+				return out, nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Second):
+		}
 	}
-	return e.Scrape(ctx, fmt.Sprintf("https://%s:%d/metrics", p.Status.PodIP, AgentMetricsPort))
 }
+
+// agentScrapeWait is how long AgentMetricsOn asks an agent that does not
+// answer again.
+const agentScrapeWait = time.Minute
 
 // AgentPod returns the running kerf-agent pod on node. An empty node
 // means this machine's: the first agent that is not on the VM node.
