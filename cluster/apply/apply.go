@@ -22,9 +22,10 @@ import (
 const DefaultResizeTimeout = 2 * time.Minute
 
 // DefaultResizeConcurrency is how many pods/resize writes one Apply or
-// Restore has in flight at once, when Applier.ResizeConcurrency is 0: a
-// 100-replica in-place apply one pod after another spent its time waiting
-// on round trips, not on the client's rate limit (docs/leader.md).
+// Restore has in flight at once when Applier.ResizeConcurrency is 0. One
+// pod after another, a 100-replica in-place apply spent its time waiting
+// on round trips, not on the client's rate limit (docs/leader.md,
+// "Applying: resizes at once").
 const DefaultResizeConcurrency = 16
 
 // Errors callers can test for with errors.Is. Errors from the apiserver are
@@ -72,8 +73,8 @@ type Result struct {
 	// Failed are the pods whose resize failed for good.
 	Failed []Failure
 	// Infeasible are the pods of an apply whose resize the kubelet marked
-	// Infeasible: the apply is over for them (they keep the values in
-	// their spec, not in what runs), and the health watch rolls the change
+	// Infeasible. The apply is over for them: they keep the values in
+	// their spec, not in what runs. The health watch rolls the change
 	// back if they stay so past guardrails.rollback.unschedulableGrace. A
 	// restore reports such a pod in Left instead.
 	Infeasible []Failure
@@ -82,9 +83,9 @@ type Result struct {
 	Pending []string
 	// Notes say what was left alone and why, for events and messages.
 	Notes []string
-	// Left are the pods a restore could not resize back in place (the
-	// apiserver or the kubelet refused; Deferred, or Rollout on an
-	// OnDelete workload): they keep the changed values until they are
+	// Left are the pods a restore could not resize back in place, with
+	// Deferred or Rollout on an OnDelete workload: the apiserver or the
+	// kubelet refused. They keep the changed values until they are
 	// recreated, when the template's come back.
 	Left []Failure
 	// Annotated says the workload's template patch also wrote the
@@ -127,9 +128,9 @@ func (a *Applier) resizeTimeout() time.Duration {
 
 // Running returns the values workload w runs now, per container of its pod
 // template. For the InPlace strategy a value is the one every running pod
-// of the workload agrees on (in-place resizes and the webhook make pods
-// differ from the template), else the template's; for Rollout and Deferred
-// it is the template's. These are the values Plan records as previous, and
+// of the workload agrees on, else the template's: in-place resizes and the
+// webhook make pods differ from the template. For Rollout and Deferred it
+// is the template's. These are the values Plan records as previous, and
 // the ones the guardrails compare a recommendation with.
 func (a *Applier) Running(ctx context.Context, w *workload.Workload, strategy v1alpha1.Strategy) ([]v1alpha1.ContainerResources, error) {
 	return a.currentValues(ctx, w, strategy)
@@ -187,12 +188,12 @@ func agreedValue(pods []corev1.Pod, container string, f resources.Field) (*resou
 	return first, true
 }
 
-// Apply makes change.Applied run with the change's strategy (the one Plan
-// recorded from the recommendation; a leader finishing an interrupted apply
-// uses what was recorded) and moves the coordinated HPA's target. It returns
-// what carries the values and, for InPlace, the pods still resizing and
-// those whose resize failed. A conflict on the workload or the HPA is
-// returned (apierrors.IsConflict) for the caller to retry.
+// Apply makes change.Applied run with the change's strategy and moves the
+// coordinated HPA's target. The strategy is the one Plan recorded from the
+// recommendation, so a leader finishing an interrupted apply uses what was
+// recorded. It returns what carries the values and, for InPlace, the pods
+// still resizing and those whose resize failed. A conflict on the workload
+// or the HPA is returned (apierrors.IsConflict) for the caller to retry.
 func (a *Applier) Apply(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, change *v1alpha1.Change) (*Result, error) {
 	if change == nil {
 		return nil, errors.New("apply: no change")
@@ -220,20 +221,25 @@ func (a *Applier) Apply(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 	return res, nil
 }
 
-// Restore puts values back, per container and only for the given resources,
-// with the strategy that applied the change: pods are resized back for
-// InPlace, the pod template is patched back for Rollout and Deferred
-// (docs/design.md section 4), and for Deferred, or Rollout on an OnDelete
-// workload, the pods that started with the values are resized back too
-// (Result.Left: those that cannot be). Only the fields the change applied
-// are written; a field absent from values is removed from the template (it
-// had no value before), while a resize leaves it, since Kubernetes cannot
-// remove a value in place. A container absent from values is left alone.
-// The coordinated HPA's target goes back to its previous value when cpu is
-// restored. annotations (a nil value removes one) are written on the
-// workload in the template's patch, when one is sent (Result.Annotated):
-// the caller's kerf.dev/rollback-state mirror, which so costs no write of
-// its own.
+// Restore puts values back with the strategy that applied the change, per
+// container and only for the given resources. Each strategy restores so
+// (docs/design.md section 4):
+//   - InPlace resizes the pods back.
+//   - Rollout and Deferred patch the pod template back.
+//   - Deferred, and Rollout on an OnDelete workload, also resize back the
+//     pods that started with the values. Those that cannot be are in
+//     Result.Left.
+//
+// Only the fields the change applied are written. A field absent from
+// values is removed from the template, since it had no value before; a
+// resize leaves it, since Kubernetes cannot remove a value in place. A
+// container absent from values is left alone. The coordinated HPA's
+// target goes back to its previous value when cpu is restored.
+//
+// annotations are written on the workload in the template's patch, when
+// one is sent (Result.Annotated); a nil value removes one. They are the
+// caller's kerf.dev/rollback-state mirror, which so costs no write of its
+// own.
 func (a *Applier) Restore(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, change *v1alpha1.Change, values []v1alpha1.ContainerResources, resources []v1alpha1.ResourceName, annotations map[string]*string) (*Result, error) {
 	if change == nil {
 		return nil, errors.New("restore: no change")
@@ -300,15 +306,18 @@ func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 }
 
 // resizeBack resizes back in place the running pods that run other values
-// than the targets: with Deferred, the pods the webhook gave the changed
-// values to when they started; with Rollout on an OnDelete workload, the
-// pods that started from the changed template. Nothing else would change
-// them (the template never had the values, or nothing rolls it out), and
-// an OOM-killed container restarts with its pod's limits. A pod whose
-// resize is refused for good (a change of QoS class, Infeasible, or a
-// resize that stays Deferred or InProgress past ResizeTimeout) goes to
-// res.Left: it keeps the values until it is recreated, and the caller says
-// so.
+// than the targets. These are:
+//   - with Deferred, the pods the webhook gave the changed values to when
+//     they started;
+//   - with Rollout on an OnDelete workload, the pods that started from the
+//     changed template.
+//
+// Nothing else would change them: the template never had the values, or
+// nothing rolls it out. And an OOM-killed container restarts with its
+// pod's limits. A pod whose resize is refused for good goes to res.Left:
+// a change of QoS class, Infeasible, or a resize that stays Deferred or
+// InProgress past ResizeTimeout. It keeps the values until it is
+// recreated, and the caller says so.
 func (a *Applier) resizeBack(ctx context.Context, w *workload.Workload, targets []target, since time.Time, res *Result) error {
 	pods := &Result{}
 	if err := a.resizePods(ctx, w, targets, since, false, pods); err != nil {

@@ -90,12 +90,12 @@ func cpuUtilizationMetric(hpa *autoscalingv2.HorizontalPodAutoscaler) int {
 }
 
 // hpaTarget returns the utilization target that keeps the absolute CPU
-// target (utilization × request) when the pod's cpu request goes from
-// oldMilli to newMilli: round(old × oldMilli / newMilli), at least 1. The
-// HPA compares a pod's usage with the sum of its containers' requests, so
-// the requests are summed over the pod's containers. It is not capped at
-// 100: a utilization target above 100% is legitimate for an HPA (pods may
-// burst above their requests up to their limits).
+// target, utilization × request, when the pod's cpu request goes from
+// oldMilli to newMilli. It is round(old × oldMilli / newMilli), at least 1.
+// The HPA compares a pod's usage with the sum of its containers' requests,
+// so the requests are summed over the pod's containers. It is not capped
+// at 100: a utilization target above 100% is legitimate for an HPA, as
+// pods may burst above their requests up to their limits.
 func hpaTarget(old int32, oldMilli, newMilli int64) int32 {
 	if newMilli <= 0 {
 		return old

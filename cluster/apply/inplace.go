@@ -29,15 +29,17 @@ func podContainer(p *corev1.Pod, name string) *corev1.Container {
 
 // resizePods resizes every running pod of the workload to the targets
 // through the pods/resize subresource, up to resizeConcurrency pods at
-// once, then reports each pod in name order: carrying the values
-// (Touched), still resizing (Pending) or failed (Failed). With watched (an
-// apply, whose health watch follows), a resize the kubelet marks
-// Infeasible goes to Infeasible rather than Failed: the watch rolls the
-// change back if it stays so past the grace (docs/health.md).
+// once. It then reports each pod in name order: carrying the values
+// (Touched), still resizing (Pending) or failed (Failed).
 //
-// An error on one pod, or ctx ending, stops new resizes from starting;
-// those in flight finish and are reported like the others, and the error
-// of the first pod by name (else ctx's) is returned.
+// watched says the call is an apply, whose health watch follows. Then a
+// resize the kubelet marks Infeasible goes to Infeasible rather than
+// Failed: the watch rolls the change back if it stays so past the grace
+// (docs/health.md).
+//
+// An error on one pod, or ctx ending, stops new resizes from starting.
+// Those in flight finish and are reported like the others. The error of
+// the first pod by name, else ctx's, is returned.
 func (a *Applier) resizePods(ctx context.Context, w *workload.Workload, targets []target, since time.Time, watched bool, res *Result) error {
 	pods, err := workload.RunningPods(ctx, a.Client, w)
 	if err != nil {
@@ -146,10 +148,10 @@ func (a *Applier) resizeAll(ctx context.Context, pods []corev1.Pod, targets []ta
 }
 
 // resizePod writes the targets to one pod unless its spec already holds
-// them, retrying on conflict with a fresh read (a resize touches only the
-// resources, so nothing of another writer is lost). It returns the pod as
-// it is now, nil when it is gone, going or no longer running, or a Failure
-// when the apiserver refuses the resize.
+// them. It retries on conflict with a fresh read: a resize touches only
+// the resources, so nothing of another writer is lost. It returns the pod
+// as it is now, nil when it is gone, going or no longer running, or a
+// Failure when the apiserver refuses the resize.
 func (a *Applier) resizePod(ctx context.Context, pod *corev1.Pod, targets []target, res *Result) (*corev1.Pod, *Failure, error) {
 	pods := a.Clientset.CoreV1().Pods(pod.Namespace)
 	cur, out := pod, (*corev1.Pod)(nil)
@@ -248,14 +250,17 @@ func restartNotes(p *corev1.Pod, targets []target) []string {
 	return notes
 }
 
-// resizeState reads how far the kubelet got with the pod's resize
-// (KEP-1287 conditions): PodResizePending reason Infeasible fails at once;
-// PodResizePending reason Deferred and PodResizeInProgress fail once they
-// have lasted the resize timeout, counted from the condition's
-// lastTransitionTime but not before since. A condition observed for an
-// older generation of the pod is not about this resize. Without a
-// condition the resize is still pending while the kubelet has not observed
-// the pod's generation or its status reports other values than the spec.
+// resizeState reads how far the kubelet got with the pod's resize, from
+// its KEP-1287 conditions:
+//   - PodResizePending reason Infeasible fails at once.
+//   - PodResizePending reason Deferred and PodResizeInProgress fail once
+//     they have lasted the resize timeout, counted from the condition's
+//     lastTransitionTime but not before since.
+//   - A condition observed for an older generation of the pod is not about
+//     this resize.
+//   - Without a condition the resize is still pending while the kubelet
+//     has not observed the pod's generation or its status reports other
+//     values than the spec.
 func (a *Applier) resizeState(p *corev1.Pod, targets []target, since time.Time) (pending bool, failure *Failure) {
 	now, timeout := a.now(), a.resizeTimeout()
 	timedOut := func(c corev1.PodCondition) (time.Duration, bool) {
@@ -309,8 +314,8 @@ func (a *Applier) resizeState(p *corev1.Pod, targets []target, since time.Time) 
 }
 
 // statusMatchesSpec reports whether the pod's container statuses report
-// the spec's values for every field the targets set (a value the status
-// does not report is not compared).
+// the spec's values for every field the targets set. A value the status
+// does not report is not compared.
 func statusMatchesSpec(p *corev1.Pod, targets []target) bool {
 	for _, t := range targets {
 		c := podContainer(p, t.name)

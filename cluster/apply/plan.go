@@ -13,17 +13,21 @@ import (
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
-// Plan computes the change to record in status.change before acting
-// (docs/design.md section 2: recorded first, a leader that takes over knows
-// what to finish and what to restore). For each container the
-// recommendation names whose values differ from current, what workload w
-// runs now (see Running), it records the previous and applied values of the fields the
-// recommendation sets; Resources are the resources whose requests or limits
-// differ. When spec.hpa coordinates and the pod's cpu requests change, the
-// HPA's previous and new targets are recorded too. AppliedAt is the
-// Applier's clock. Plan returns a nil change when nothing differs, and an
-// error when the values cannot run: a container the template lacks, a
-// request above its limit, an InPlace change of QoS class.
+// Plan computes the change to record in status.change before acting.
+// Recorded first, it tells a leader that takes over what to finish and
+// what to restore (docs/design.md section 2).
+//
+// current is what workload w runs now (see Running). For each container
+// the recommendation names whose values differ from current, Plan records
+// the previous and applied values of the fields the recommendation sets.
+// Resources are the resources whose requests or limits differ. When
+// spec.hpa coordinates and the pod's cpu requests change, the HPA's
+// previous and new targets are recorded too. AppliedAt is the Applier's
+// clock.
+//
+// Plan returns a nil change when nothing differs, and an error when the
+// values cannot run: a container the template lacks, a request above its
+// limit, an InPlace change of QoS class.
 func (a *Applier) Plan(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, w *workload.Workload, current []v1alpha1.ContainerResources) (*v1alpha1.Change, error) {
 	ref := rsr.Spec.TargetRef
 	change := &v1alpha1.Change{AppliedAt: metav1.NewTime(a.now()), Strategy: rsr.Spec.Strategy}
@@ -125,8 +129,9 @@ func specContainer(spec *corev1.PodSpec, name string) *corev1.Container {
 }
 
 // cpuRequestMilli is the pod's cpu request in millicores as the HPA sees
-// it: the sum over its (non-init) containers, a container without a
-// request counting its limit, as the apiserver defaults it.
+// it. That is the sum over its containers, not its init containers. A
+// container without a request counts its limit, as the apiserver defaults
+// it.
 func cpuRequestMilli(spec *corev1.PodSpec) int64 {
 	var sum int64
 	for _, c := range spec.Containers {

@@ -13,11 +13,12 @@ import (
 )
 
 // patchTemplate writes the targets into the workload's pod template with a
-// strategic-merge patch on spec.template.spec.containers[name].resources
-// that carries the resourceVersion read, so it fails with a conflict when
-// the workload changed since (the caller retries). Nothing is sent when the
-// template already holds the values. The patch also sets the workload's
-// annotations (a nil value removes one), and res.Annotated says so.
+// strategic-merge patch on spec.template.spec.containers[name].resources.
+// The patch carries the resourceVersion read, so it fails with a conflict
+// when the workload changed since; the caller retries. Nothing is sent
+// when the template already holds the values. The patch also sets the
+// workload's annotations, a nil value removing one, and res.Annotated says
+// so.
 func (a *Applier) patchTemplate(ctx context.Context, w *workload.Workload, targets []target, annotations map[string]*string, res *Result) error {
 	obj := w.Object
 	var containers []map[string]any

@@ -20,8 +20,9 @@ func findContainer(list []v1alpha1.ContainerResources, name string) *v1alpha1.Co
 	return nil
 }
 
-// target is what one call writes to one container: for each field it sets,
-// the value (nil removes the value, which only a template patch can do).
+// target is what one call writes to one container: the value of each
+// field it sets. A nil value removes the field's value, which only a
+// template patch can do.
 type target struct {
 	name   string
 	values map[resources.Field]*resource.Quantity
@@ -79,9 +80,9 @@ func appliedTargets(change *v1alpha1.Change) []target {
 }
 
 // restoreTargets are the values a restore writes: the fields the change
-// applied, for the given resources only, with the values taken from values
-// (absent there means the field had no value, so it is removed). A
-// container missing from values is left alone.
+// applied, for the given resources only, valued from values. A field
+// absent from values had no value, so it is removed. A container missing
+// from values is left alone.
 func restoreTargets(change *v1alpha1.Change, values []v1alpha1.ContainerResources, names []v1alpha1.ResourceName) []target {
 	out := make([]target, 0, len(change.Containers))
 	for _, cc := range change.Containers {

@@ -12,8 +12,9 @@ import (
 )
 
 // ReadVerb, ReadGroup and ReadResource are what a caller must be allowed
-// to do in a namespace to see its actions: list RightsizingRecommendations
-// (the kerf-audit-reader ClusterRole, manifests/rbac-readers.yaml).
+// to do in a namespace to see its actions. That is to list
+// RightsizingRecommendations, which the kerf-audit-reader ClusterRole
+// allows (manifests/rbac-readers.yaml).
 const (
 	ReadVerb     = "list"
 	ReadGroup    = "kerf.dev"
@@ -48,9 +49,9 @@ type scope struct {
 	seen map[string]bool
 }
 
-// scopeOf returns the caller's scope: all when the handler authorizes
-// nothing (no Authorizer) or when the caller may list recommendations in
-// every namespace (one cluster-wide review), else per namespace.
+// scopeOf returns the caller's scope: all namespaces, or per namespace.
+// It is all when the handler has no Authorizer, or when one cluster-wide
+// review allows the caller to list recommendations in every namespace.
 func (h *Handler) scopeOf(ctx context.Context) (*scope, error) {
 	if h.Authorizer == nil {
 		return &scope{all: true}, nil
@@ -67,10 +68,10 @@ func (h *Handler) scopeOf(ctx context.Context) (*scope, error) {
 }
 
 // MaxNamespaceReviews bounds the per-namespace reviews of one request of
-// a caller without cluster-wide access: an authenticated caller with no
-// rights made the leader run one SubjectAccessReview per namespace with
-// recommendations, per request (issue 30, item 6). Past the bound the
-// request is refused, asking for a namespace.
+// a caller without cluster-wide access. Without it, an authenticated
+// caller with no rights made the leader run one SubjectAccessReview per
+// namespace with recommendations, per request (issue 30, item 6). Past
+// the bound the request is refused, asking for a namespace.
 const MaxNamespaceReviews = 32
 
 // tooManyNamespacesError is a request across more namespaces than a
@@ -175,9 +176,10 @@ func isAuthorizeError(err error) bool {
 	return ok
 }
 
-// WriteRefusal writes authn's refusals of an API request (401 without a
-// valid token, 503 when the apiserver cannot review it) as the API's JSON
-// errors: the authn.ErrorWriter the leader serves the API with.
+// WriteRefusal writes authn's refusals of an API request as the API's JSON
+// errors. It is the authn.ErrorWriter the leader serves the API with. The
+// refusals are 401 without a valid token, 503 when the apiserver cannot
+// review it.
 func WriteRefusal(w http.ResponseWriter, _ *http.Request, status int, msg string) {
 	httpjson.Write(w, status, auditv1.Error{Error: msg})
 }

@@ -1,7 +1,12 @@
-// Package audit serves the leader's audit HTTP API (docs/design.md section
-// 7): every action Kerf took on a workload, read from the status.history of
-// the RightsizingRecommendations, as JSON, newest first. It reads, never
-// writes; docs/audit-api.md describes the endpoints.
+// Package audit serves the leader's audit HTTP API: every action Kerf took
+// on a workload, as JSON, newest first.
+//
+// docs/design.md section 7 asks for it; docs/audit-api.md describes the
+// endpoints. It reads the actions from the status.history of the
+// RightsizingRecommendations, and never writes. It limits each answer to
+// the namespaces the caller may read, asking the Authorizer's
+// SubjectAccessReviews (access.go). Pages and their continue tokens keep
+// one order across trims of the history (order.go).
 package audit
 
 import (
@@ -36,13 +41,14 @@ type Handler struct {
 	// slog.Default().
 	Log *slog.Logger
 	// Authorizer, when set, limits every answer to the namespaces where
-	// the caller (authn.UserFrom of the request's context: the handler
-	// is served behind authn's Authenticated) may list
-	// RightsizingRecommendations: one cluster-wide review first (allowed:
-	// no filter), else one per namespace. A request naming a namespace
-	// the caller may not read gets 403; a list across namespaces leaves
-	// the others out before paging, so pages and cursors stay right. Nil
-	// authorizes nothing (tests of the queries alone).
+	// the caller may list RightsizingRecommendations. The caller is
+	// authn.UserFrom of the request's context: the handler is served
+	// behind authn's Authenticated. One cluster-wide review comes first;
+	// if allowed, nothing is filtered, else there is one review per
+	// namespace. A request naming a namespace the caller may not read
+	// gets 403. A list across namespaces leaves the others out before
+	// paging, so pages and cursors stay right. Nil authorizes nothing, for
+	// tests of the queries alone.
 	Authorizer Authorizer
 }
 
@@ -89,13 +95,15 @@ func (h *Handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 }
 
 // Audit returns the page of actions that query selects, newest first: the
-// answer of GET /v1/audit, whose query parameters (type, reason, namespace,
-// since, limit, continue) query holds. The JSON API and the web pages (web)
+// answer of GET /v1/audit. query holds its parameters: type, reason,
+// namespace, since, limit, continue. The JSON API and the web pages (web)
 // both read through it, so they show the same actions in the same order.
-// Bad input returns an error with a Parameter method naming the parameter
-// at fault; a namespace the caller may not read (Authorizer) an error
-// that says so; a failed read of the recommendations returns the read's
-// error.
+// It returns:
+//   - for bad input, an error with a Parameter method naming the
+//     parameter at fault;
+//   - for a namespace the caller may not read (Authorizer), an error that
+//     says so;
+//   - for a failed read of the recommendations, the read's error.
 func (h *Handler) Audit(ctx context.Context, query url.Values) (auditv1.Page, error) {
 	q, err := parseAuditQuery(query, h.now())
 	if err != nil {

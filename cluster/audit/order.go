@@ -14,15 +14,15 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 )
 
-// position places an action in the API's order: time, newest first; then
-// namespace and recommendation name; then, among one recommendation's
-// actions of the same time, the later-recorded first.
+// position places an action in the API's order. That is time, newest
+// first; then namespace and recommendation name; then, among one
+// recommendation's actions of the same time, the later-recorded first.
 //
 // Seq counts the actions of the same recommendation and the same time that
 // were recorded after this one, rather than giving its index in
-// status.history: the leader trims the oldest entries once there are 100,
-// which shifts every index but leaves Seq alone, so a cursor taken before a
-// trim still points at the same action after it.
+// status.history. The leader trims the oldest entries once there are 100,
+// which shifts every index but leaves Seq alone. So a cursor taken before
+// a trim still points at the same action after it.
 type position struct {
 	Time      time.Time
 	Namespace string
@@ -134,9 +134,10 @@ func eachRef(rsr *v1alpha1.RightsizingRecommendation, keep func(*v1alpha1.Action
 }
 
 // firstRefs keeps the n refs that come first in the API's order, of all
-// it is given, in a heap whose root is the last of them: a page of n
-// holds n+1 refs however many actions match (the whole history of 25,000
-// recommendations is 2.5 million), and costs n log n, not a sort of all.
+// it is given. It holds them in a heap whose root is the last of them. So
+// a page of n holds n+1 refs however many actions match, and costs
+// n log n, not a sort of all. The history keeps up to 100 actions a
+// recommendation, so in a large cluster it runs to millions.
 type firstRefs struct {
 	n    int
 	refs []ref

@@ -1,11 +1,19 @@
-// Package cert gives Kerf's servers (the admission webhook and the agents'
-// stream) their TLS certificates, from one Source each: a directory the
-// user supplies (a mounted Secret, as cert-manager writes it), reloaded when
-// its files change (File), or a certificate Kerf manages itself, kept in a
-// Secret shared by the replicas and renewed before it expires
-// (EnsureSelfManaged, SelfManaged), whose CA bundle is published to those
-// that verify it: a MutatingWebhookConfiguration's caBundle
-// (PatchCABundle), a ConfigMap the agents mount (PublishCA).
+// Package cert gives the leader's servers their TLS certificates, one
+// Source each, and signs the agents' /metrics certificates.
+//
+// The servers are the admission webhook, the agents' stream and the
+// endpoints' listener, which kerf-leader gives the stream's. A Source is
+// one of:
+//   - a directory the user supplies, such as a mounted Secret as
+//     cert-manager writes it, reloaded when its files change (File);
+//   - a certificate Kerf manages itself (EnsureSelfManaged, SelfManaged).
+//     It is kept in a Secret shared by the replicas and renewed before it
+//     expires.
+//
+// A self-managed certificate's CA bundle is published to those that
+// verify it: a MutatingWebhookConfiguration's caBundle (PatchCABundle)
+// and a ConfigMap the agents mount (PublishCA). Its CA also signs the
+// agents' /metrics certificates (SelfManaged.Issue).
 package cert
 
 import (
@@ -33,8 +41,8 @@ import (
 // Keys of the self-managed certificate's Secret (type kubernetes.io/tls).
 const (
 	// SecretCAKey holds the CA bundle in PEM: the current CA first, then a
-	// previous CA while it is still valid, so that serving certificates of
-	// both are trusted during a CA rotation.
+	// previous CA while it is still valid. So serving certificates of both
+	// are trusted during a CA rotation.
 	SecretCAKey = "ca.crt"
 	// SecretCAPrivateKey holds the current CA's private key in PEM.
 	SecretCAPrivateKey = "ca.key"
@@ -123,15 +131,17 @@ type certBundle struct {
 }
 
 // EnsureSelfManaged returns the serving certificate, its key and the CA
-// bundle kept in the Secret opts names, creating the Secret when it is
-// absent and renewing what it holds when it is unreadable, does not cover
-// opts' hosts or is within RenewBefore of its expiry. Every replica calls
-// it and all end up with the Secret's content: a replica that loses the
-// race to create or update the Secret (AlreadyExists, Conflict) reads the
-// winner's.
+// bundle kept in the Secret opts names. It creates the Secret when it is
+// absent. It renews what the Secret holds when that is unreadable, does
+// not cover opts' hosts or is within RenewBefore of its expiry.
 //
-// c should read Secrets from the apiserver, not from a cache (a cache would
-// watch every Secret of the cluster and could miss the winner's write).
+// Every replica calls it and all end up with the Secret's content. A
+// replica that loses the race to create or update the Secret
+// (AlreadyExists, Conflict) reads the winner's.
+//
+// c should read Secrets from the apiserver, not from a cache. A cache
+// would watch every Secret of the cluster and could miss the winner's
+// write.
 func EnsureSelfManaged(ctx context.Context, c client.Client, opts Options) (certPEM, keyPEM, caPEM []byte, err error) {
 	b, err := ensureSelfManaged(ctx, c, opts)
 	if err != nil {
@@ -219,9 +229,9 @@ type authority struct {
 }
 
 // checkBundle reads the Secret's data. It returns the bundle and an empty
-// reason when it can serve as is; otherwise the reason to renew and the
-// CA to keep (nil when the CA must be replaced too, with the old CA to
-// keep trusting in older).
+// reason when it can serve as is. Otherwise it returns the reason to renew
+// and the CA to keep. When the CA must be replaced too, that is nil, or an
+// authority without a key whose older holds the old CA to keep trusting.
 func checkBundle(data map[string][]byte, opts Options) (certBundle, *authority, string) {
 	now := opts.Now()
 	b := certBundle{certPEM: data[corev1.TLSCertKey], keyPEM: data[corev1.TLSPrivateKeyKey], caPEM: data[SecretCAKey], caKeyPEM: data[SecretCAPrivateKey]}
@@ -270,7 +280,8 @@ func checkBundle(data map[string][]byte, opts Options) (certBundle, *authority, 
 }
 
 // newBundle issues a serving certificate for opts' hosts, signed by ca, or
-// by a new CA when ca has no key (keeping ca.older trusted in the bundle).
+// by a new CA when ca has no key. A new CA keeps those of ca.older still
+// valid trusted in the bundle.
 func newBundle(opts Options, ca *authority) (certBundle, error) {
 	now := opts.Now()
 	if ca == nil || ca.key == nil {

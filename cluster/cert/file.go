@@ -12,11 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// File serves a certificate from a directory holding tls.crt and
-// tls.key (a mounted Secret, as cert-manager writes it), reloading them when
-// their modification time or size changes. The check is a stat per TLS
-// handshake; the apiserver keeps its connections open, so handshakes are
-// few.
+// File serves a certificate from a directory holding tls.crt and tls.key,
+// such as a mounted Secret as cert-manager writes it. It reloads them
+// when their modification time or size changes. The check is a stat per
+// TLS handshake; the apiserver keeps its connections open, so handshakes
+// are few.
 type File struct {
 	certFile, keyFile string
 	log               *slog.Logger
@@ -48,8 +48,8 @@ func NewFile(dir string, log *slog.Logger) (*File, error) {
 }
 
 // GetCertificate returns the certificate, first reloading the files when
-// they changed; when the new files do not load, the previous certificate is
-// kept and the error logged once.
+// they changed. When the new files do not load, the previous certificate
+// is kept and the error logged once.
 func (f *File) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

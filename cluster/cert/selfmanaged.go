@@ -17,10 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// SelfManaged serves the Secret-backed certificate of
-// EnsureSelfManaged and keeps it fresh: Run renews it before it expires
-// and keeps the webhook configuration's caBundle equal to the Secret's CA
-// bundle.
+// SelfManaged serves the Secret-backed certificate of EnsureSelfManaged
+// and keeps it fresh. Run renews it before it expires. Run also keeps the
+// webhook configuration's caBundle and the CA ConfigMap equal to the
+// Secret's CA bundle. Issue signs certificates with the Secret's CA.
 type SelfManaged struct {
 	c    client.Client
 	opts Options
@@ -35,12 +35,11 @@ type SelfManaged struct {
 	published atomic.Bool
 }
 
-// NewSelfManaged ensures the certificate (see EnsureSelfManaged) and, when
-// opts.WebhookConfiguration is set, patches that
-// MutatingWebhookConfiguration's caBundle, and when opts.CAConfigMap is set,
-// publishes the CA bundle there. A failed patch is logged, not
-// returned: the webhook fails open (and clients of the ConfigMap wait)
-// until Run patches it.
+// NewSelfManaged ensures the certificate (see EnsureSelfManaged) and
+// publishes its CA bundle. It patches the caBundle of
+// opts.WebhookConfiguration and the ConfigMap opts.CAConfigMap, each when
+// set. A failed patch is logged, not returned. The webhook fails open, and
+// clients of the ConfigMap wait, until Run patches it.
 func NewSelfManaged(ctx context.Context, c client.Client, opts Options, log *slog.Logger) (*SelfManaged, error) {
 	if log == nil {
 		log = slog.Default()
@@ -85,10 +84,11 @@ func (s *SelfManaged) ensure(ctx context.Context) error {
 	return nil
 }
 
-// Issue signs a serving certificate for pub, valid for validity from now
-// and for the DNS names hosts, with the CA whose bundle the SelfManaged
-// publishes: clients that trust that bundle (the agents, the scrapers)
-// trust it. It returns the certificate in PEM.
+// Issue signs a serving certificate for pub with the CA whose bundle the
+// SelfManaged publishes, and returns it in PEM. The certificate is valid
+// for validity from now, cut at the CA's expiry, and for the DNS names
+// hosts. Clients that trust the bundle, the agents and the scrapers, trust
+// it.
 func (s *SelfManaged) Issue(pub crypto.PublicKey, commonName string, hosts []string, validity time.Duration) ([]byte, error) {
 	ca := s.issuer.Load()
 	if ca == nil {

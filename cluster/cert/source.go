@@ -37,17 +37,18 @@ func (s Source) Validate() error {
 	return err
 }
 
-// TLS resolves the source into a server TLS configuration: the files of Dir
-// (NewFile), or a self-managed certificate (NewSelfManaged) that is
-// refreshed every hour until ctx ends. c should read Secrets from the
-// apiserver, not from a cache (see EnsureSelfManaged).
+// TLS resolves the source into a server TLS configuration. It serves the
+// files of Dir (NewFile), or a self-managed certificate (NewSelfManaged)
+// that is refreshed every hour until ctx ends. c should read Secrets from
+// the apiserver, not from a cache (see EnsureSelfManaged).
 func (s Source) TLS(ctx context.Context, c client.Client, log *slog.Logger) (*tls.Config, error) {
 	cfg, _, err := s.Resolve(ctx, c, log)
 	return cfg, err
 }
 
 // Resolve is TLS, and also returns the SelfManaged certificate, which can
-// issue certificates of its CA (nil for a Dir: Kerf holds no CA key then).
+// issue certificates of its CA. It is nil for a Dir: Kerf holds no CA key
+// then.
 func (s Source) Resolve(ctx context.Context, c client.Client, log *slog.Logger) (*tls.Config, *SelfManaged, error) {
 	if s.Dir != "" {
 		f, err := NewFile(s.Dir, log)

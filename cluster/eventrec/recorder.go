@@ -2,23 +2,23 @@
 // tools/events broadcaster does, within fixed bounds.
 //
 // client-go's broadcaster keeps a copy of every Event it sent, under its
-// series key, for six to twelve minutes (finishSeries runs every six and
-// drops what is older than six), and sends each from a goroutine of its
-// own that retries for up to two minutes. Both grow with the rate of
-// Events: at 25,000 workloads the leader emits two for each change it
-// applies, and the cache held 17.5 MB at the end of a wave
-// (docs/performance.md, "The ninth round"). A Recorder keeps the series of
-// at most MaxSeries keys (the least recently used go first) and queues at
-// most QueueSize Events for its Workers; an Event that finds the queue
-// full is dropped and counted (kerf_leader_events_dropped_total), as
-// client-go's broadcaster drops one its watcher's queue of 1,000 has no
-// room for, uncounted.
+// series key, for six to twelve minutes: finishSeries runs every six and
+// drops what is older than six. It sends each Event from a goroutine of
+// its own that retries for up to two minutes. Both grow with the rate of
+// Events. docs/leader.md, "Events: why a recorder of Kerf's own", has
+// what that cost the leader.
 //
-// What it writes is client-go's: the Event's name, fields and series
-// (an Event isomorphic to one sent within SeriesWindow, the same type,
-// reason, action, regarding and related object, is counted in the first
-// one's series rather than written anew; the series is patched once
-// for every burst of repeats, carrying their count).
+// A Recorder keeps the series of at most MaxSeries keys, the least
+// recently used going first. It queues at most QueueSize Events for its
+// Workers. An Event that finds the queue full is dropped and counted
+// (kerf_leader_events_dropped_total). client-go's broadcaster drops one
+// its watcher's queue of 1,000 has no room for, uncounted.
+//
+// What it writes is client-go's: the Event's name, fields and series. An
+// Event isomorphic to one sent within SeriesWindow is counted in the
+// first one's series rather than written anew. Isomorphic means the same
+// type, reason, action, regarding and related object. The series is
+// patched once for every burst of repeats, carrying their count.
 package eventrec
 
 import (
@@ -78,9 +78,9 @@ type Config struct {
 	Retries      int
 	RetryWait    time.Duration
 	// Final, when set, says an error is not worth another try though the
-	// apiserver did not answer it (the leader's fence refusing a write
-	// while it cannot show it leads): the Event is counted as failed at
-	// once, and its worker is free for the next.
+	// apiserver did not answer it. The leader's fence refusing a write
+	// while it cannot show it leads is one. The Event is counted as
+	// failed at once, and its worker is free for the next.
 	Final func(error) bool
 	// Registerer takes kerf_leader_events_dropped_total and
 	// kerf_leader_events_failed_total.
@@ -88,9 +88,9 @@ type Config struct {
 	Log        *slog.Logger
 }
 
-// Recorder is an events.EventRecorder whose Events are sent by its
-// workers while it runs (Start): a manager Runnable run leading or not,
-// so that an Event emitted before the election is not dropped.
+// Recorder is an events.EventRecorder whose workers send its Events while
+// it runs (Start). It is a manager Runnable run leading or not, so an
+// Event emitted before the election is not dropped.
 type Recorder struct {
 	cfg      Config
 	instance string

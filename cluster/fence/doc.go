@@ -1,6 +1,8 @@
 // Package fence ties the leader's writes to its leadership and gives them
-// their budgets (docs/leader.md, "Fencing", "The clients and their
-// budgets", "Workers and the rollbacks' priority").
+// their budgets.
+//
+// docs/leader.md has the why: "Fencing", "The clients and their budgets"
+// and "Workers and the rollbacks' priority".
 //
 //   - Fence lets a write through only while the replica shows it holds
 //     the Lease; Lock notes the elector's renews for it.

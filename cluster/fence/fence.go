@@ -38,12 +38,12 @@ var ErrNotLeading = errors.New("not leading")
 //     find its renew too old and writes nothing, even before its elector
 //     has noticed the loss.
 //   - Live: the Lease, read from the apiserver, names this replica as its
-//     holder. This covers what no local clock can tell: a VM paused with
-//     its clocks stopped wakes with a renew that looks fresh, and its
-//     elector believes it leads for up to another renew deadline while
-//     another replica already acts. Writes arriving together share a
-//     read, but only one begun after each of them arrived (readLease);
-//     the local check runs again once the Lease is read.
+//     holder. This covers what no local clock can tell. A VM paused with
+//     its clocks stopped wakes with a renew that looks fresh. Its elector
+//     believes it leads for up to another renew deadline while another
+//     replica already acts. Writes arriving together share a read, but
+//     only one begun after each of them arrived (readLease). The local
+//     check runs again once the Lease is read.
 //
 // The Event recorder writes through the fence too (NewRecorder). The
 // rollbacks' client reads the Lease on a reader of its own (reader,
@@ -97,9 +97,10 @@ type leaseReads struct {
 	next    *leaseRead
 }
 
-// New returns the fence of replica identity over the Lease name, read live
-// through leases (nil: no live check); a renew keeps writes allowed for
-// valid, the renew deadline. Its counters are registered with reg.
+// New returns the fence of replica identity over the Lease name. It reads
+// the Lease live through leases; nil skips the live check. A renew keeps
+// writes allowed for valid, the renew deadline. Its counters are
+// registered with reg.
 func New(identity string, valid time.Duration, leases coordinationv1client.LeaseInterface, name string, reg prometheus.Registerer, log *slog.Logger) *Fence {
 	f := &Fence{identity: identity, valid: valid, lease: name, log: log,
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
@@ -115,10 +116,10 @@ func New(identity string, valid time.Duration, leases coordinationv1client.Lease
 	return f
 }
 
-// reader returns a reader of the Lease through leases (nil: no live
-// check) for the writes of another budget than the fence's own: its reads
-// are shared only between that budget's writes, and are counted with the
-// fence's.
+// reader returns a reader of the Lease through leases for the writes of
+// another budget than the fence's own. Its reads are shared only between
+// that budget's writes, and are counted with the fence's. A nil leases
+// skips the live check.
 func (f *Fence) reader(leases coordinationv1client.LeaseInterface) *leaseReads {
 	return &leaseReads{leases: leases, name: f.lease, timeout: f.valid, count: f.reads}
 }
@@ -132,12 +133,12 @@ type leaseRead struct {
 }
 
 // readLease reads the Lease live for a write, sharing the read with the
-// other writes waiting at the same time, but only a read that begins
-// after the write arrived: a read already in flight may have been
-// answered before a pause that the write comes after, so the write waits
+// other writes waiting at the same time. It shares only a read that
+// begins after the write arrived. A read already in flight may have been
+// answered before a pause that the write comes after. So the write waits
 // for the next one, which begins as soon as the one in flight ends. One
-// write at a time costs one read each; n writes arriving together cost
-// at most two.
+// write at a time costs one read each; n writes arriving together cost at
+// most two.
 func (l *leaseReads) readLease(ctx context.Context) (*coordinationv1.Lease, error) {
 	l.readMu.Lock()
 	r := l.next
@@ -289,13 +290,13 @@ func (l Lock) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord)
 }
 
 // NewRecorder returns the leader's event recorder, whose Events are
-// written with cfg, the fenced config: an Event is emitted only after the
-// status write it reports passed the fence, but it is sent later, by the
-// recorder's workers (and a send the apiserver could not be reached for is
-// tried again for up to two minutes), so without the fence a leader frozen
-// past its Lease would still emit on waking. An Event the fence refused is
-// not tried again. The recorder runs with the manager from its start
-// (before the election, so nothing emitted is dropped) until its stop.
+// written with cfg, the fenced config. An Event is emitted only after the
+// status write it reports passed the fence. But the recorder's workers
+// send it later, and try again for up to two minutes when the apiserver
+// cannot be reached. So without the fence a leader frozen past its Lease
+// would still emit on waking. An Event the fence refused is not tried
+// again. The recorder runs with the manager from its start until its
+// stop; it starts before the election, so nothing emitted is dropped.
 func (f *Fence) NewRecorder(cfg *rest.Config, mgr manager.Manager, name string, reg prometheus.Registerer) (events.EventRecorder, error) {
 	cs, err := eventsv1client.NewForConfig(cfg)
 	if err != nil {

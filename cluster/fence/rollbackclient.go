@@ -16,16 +16,20 @@ import (
 	"github.com/kerf-dev/kerf/internal/kube"
 )
 
-// RollbackClients builds the rollbacks' fenced client and clientset
-// (docs/leader.md, "The clients and their budgets"): one token bucket of
-// their own (qps, burst) for every request they make, the live Lease
-// reads that fence their writes included, which they share only between
-// themselves. Those reads read f's Lease in namespace, with leaseTimeout.
-// The other clients each keep client-go's bucket per client (and per
-// kind for the manager's), which a wave of applies fills: a rollback
-// written through them waited its turn behind the applies' writes and
-// their Lease reads. Its waits are
+// RollbackClients builds the rollbacks' fenced client and clientset, in a
+// token bucket of their own (docs/leader.md, "The clients and their
+// budgets").
+//
+// The bucket, of qps and burst, holds every request they make. That
+// includes the live Lease reads that fence their writes, which they share
+// only between themselves. Those reads read f's Lease in namespace, with
+// leaseTimeout. The bucket's waits are
 // kerf_leader_rollback_client_wait_seconds.
+//
+// The other clients each keep client-go's bucket per client, and per kind
+// for the manager's. A wave of applies fills them: a rollback written
+// through them waited its turn behind the applies' writes and their Lease
+// reads.
 func RollbackClients(restConfig *rest.Config, leaseTimeout time.Duration, f *Fence, namespace string, qps float32, burst int, mgr manager.Manager, reg prometheus.Registerer) (client.Client, kubernetes.Interface, error) {
 	waits := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "kerf_leader_rollback_client_wait_seconds",
@@ -70,10 +74,11 @@ func (o waitObserver) Wait(ctx context.Context) error {
 	return err
 }
 
-// The rollbacks' client budget by default (the leader's --rollback-api-qps
-// and --rollback-api-burst): the burst holds a 100-replica in-place restore (a resize
-// per pod) at once; rollbacks are rare, so the budget is idle nearly
-// always.
+// DefaultRollbackQPS and DefaultRollbackBurst are the rollbacks' client
+// budget by default: the leader's --rollback-api-qps and
+// --rollback-api-burst. The burst holds a 100-replica in-place restore, a
+// resize per pod, at once. Rollbacks are rare, so the budget is idle
+// nearly always.
 const (
 	DefaultRollbackQPS   = 25
 	DefaultRollbackBurst = 100

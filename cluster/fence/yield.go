@@ -10,14 +10,15 @@ import (
 )
 
 // RollbackGate makes the applies' writes yield to rollbacks
-// (docs/leader.md, "Workers and the rollbacks' priority"). From the
-// moment a pass decides or resumes a rollback until the pass ends, it
-// holds the gate; meanwhile every mutating request of the leader's other
-// fenced clients (the applies' writes, their status writes and Events)
-// waits before it is sent, up to maxYield, so the rollback's own writes
-// meet an apiserver, and a leader, not busy with the applies' requests.
-// Reads never wait, nor the rollbacks' own client, which the gate does
-// not wrap. A nil gate lets everything through.
+// (docs/leader.md, "Workers and the rollbacks' priority").
+//
+// A pass holds the gate from the moment it decides or resumes a rollback
+// until it ends. Meanwhile every mutating request of the leader's other
+// fenced clients waits before it is sent, up to the gate's max: the
+// applies' writes, their status writes and Events. So the rollback's own
+// writes meet an apiserver, and a leader, not busy with the applies'
+// requests. Reads never wait, nor the rollbacks' own client, which the
+// gate does not wrap. A nil gate lets everything through.
 type RollbackGate struct {
 	max time.Duration
 	// waits observes how long each write that found the gate held
@@ -104,10 +105,10 @@ func (g *RollbackGate) Wrap(rt http.RoundTripper) http.RoundTripper {
 }
 
 // DefaultApplyYield is the longest one write of the applies waits for
-// the rollbacks in progress (RollbackGate, the leader's --apply-yield): a
-// rollback pass takes 0.2 to 0.6 s at 10,000 workloads
-// (docs/performance.md), and a storm of rollbacks must slow the applies,
-// not stop them.
+// the rollbacks in progress: RollbackGate's max, the leader's
+// --apply-yield. It outlasts a rollback pass (docs/leader.md, "The
+// rollbacks' priority and workers, measured"). And a storm of rollbacks
+// must slow the applies, not stop them.
 const DefaultApplyYield = time.Second
 
 // NoApplyYield as the leader's apply yield turns the gate off: the applies'

@@ -51,8 +51,8 @@ func (f *Forwarder) removeFinalizer(ctx context.Context, rsr *v1alpha1.Rightsizi
 }
 
 // patchFinalizers sets metadata.finalizers with a merge patch that carries
-// the resourceVersion, so a finalizer another controller added meanwhile is
-// not lost (the patch conflicts and the next pass retries).
+// the resourceVersion. So a finalizer another controller added meanwhile
+// is not lost: the patch conflicts and the next pass retries.
 func (f *Forwarder) patchFinalizers(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, finalizers []string) error {
 	if finalizers == nil {
 		finalizers = []string{}
@@ -152,13 +152,13 @@ func (f *Forwarder) saveCursors(ctx context.Context) error {
 	return nil
 }
 
-// packedCursorsKey is the binaryData key of the packed cursors: for each
-// recommendation whose UID is a UUID (every one the apiserver makes), its
-// 16 bytes and its cursor as a uvarint, about 18 bytes a recommendation.
-// As data entries of text ("<uid>": "<seq>", some 45 bytes with the
-// object's JSON) the ConfigMap filled its 1 MiB at about 23,000
-// recommendations and every later save failed; packed, about 58,000
-// fit. A UID that is not a UUID stays a data entry.
+// packedCursorsKey is the binaryData key of the packed cursors. For each
+// recommendation whose UID is a UUID, as every one the apiserver makes,
+// it holds the UID's 16 bytes and the cursor as a uvarint. That is about
+// 18 bytes a recommendation, where a data entry of text ("<uid>":
+// "<seq>") takes some 45 bytes of the object's JSON. docs/hub.md, "The
+// leader's side: forwarding", says how many fit in a ConfigMap each way.
+// A UID that is not a UUID stays a data entry.
 const packedCursorsKey = "cursors.v1"
 
 // maxCursorBytes is what the cursors may take of a ConfigMap's 1 MiB,

@@ -1,23 +1,28 @@
-// Package forward delivers the leader's actions to kerf-hub (docs/hub.md,
-// "The leader's side"): every entry of every RightsizingRecommendation's
-// status.history, at least once, in order per recommendation, in batches,
-// with an idempotency key per action, backoff with jitter on failure.
+// Package forward delivers the leader's actions to kerf-hub: every entry
+// of every RightsizingRecommendation's status.history.
 //
-// It runs beside the reconciler, never inside it: the reconciler records
-// an action in status.history (cluster/rightsizing/record.go) and goes on; the
-// Forwarder, a manager Runnable that only the elected leader runs, reads
-// the recommendations from the cache and sends what the hub has not
+// docs/hub.md, "The leader's side: forwarding", describes it. Delivery is
+// at least once, in order per recommendation, in batches, with an
+// idempotency key per action and backoff with jitter on failure.
+//
+// It runs beside the reconciler, never inside it. The reconciler records
+// an action in status.history (cluster/rightsizing/record.go) and goes on.
+// The Forwarder, a manager Runnable that only the elected leader runs,
+// reads the recommendations from the cache and sends what the hub has not
 // acknowledged yet. A hub that is down or slow therefore delays nothing
 // but the hub.
 //
-// What is undelivered is kept in the cluster, not in the process: the
-// recommendation's own history is the buffer, and a ConfigMap
-// (CursorConfigMap) holds each recommendation's delivered-up-to cursor, the
-// Seq of its last action the hub acknowledged. The finalizer
+// What is undelivered is kept in the cluster, not in the process. The
+// recommendation's own history is the buffer. A ConfigMap
+// (CursorConfigMap) holds each recommendation's delivered-up-to cursor,
+// the Seq of its last action the hub acknowledged. The finalizer
 // kerf.dev/hub-delivery keeps a deleted recommendation until its actions
-// are delivered, or until FinalizerTimeout has passed (the rest is then
-// counted as dropped). Actions trimmed out of the 100-entry history before
+// are delivered, or until FinalizerTimeout has passed; the rest is then
+// counted as dropped. Actions trimmed out of the 100-entry history before
 // delivery are counted as dropped too.
+//
+// Without a hub, the leader runs the Releaser instead, which removes the
+// finalizer the Forwarder added.
 package forward
 
 import (
@@ -48,15 +53,16 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 )
 
-// Finalizer keeps a deleted recommendation until the hub has its actions
-// (or FinalizerTimeout has passed).
+// Finalizer keeps a deleted recommendation until the hub has its actions,
+// or until FinalizerTimeout has passed.
 const Finalizer = "kerf.dev/hub-delivery"
 
 // CursorConfigMap is the ConfigMap, in the leader's namespace, that holds
-// every recommendation's delivered-up-to cursor: data[UID] is the Seq of
-// its last action the hub acknowledged. One ConfigMap for all, written
-// once per delivered batch, so the cursors never touch the recommendations
-// (whose status the reconciler updates with optimistic concurrency).
+// every recommendation's delivered-up-to cursor: the Seq of its last
+// action the hub acknowledged. It is one ConfigMap for all, written once
+// per delivered batch. So the cursors never touch the recommendations,
+// whose status the reconciler updates with optimistic concurrency. The
+// cursors are packed under packedCursorsKey.
 const CursorConfigMap = "kerf-hub-delivery"
 
 // Config configures a Forwarder.
@@ -105,10 +111,10 @@ type Config struct {
 	Now func() time.Time
 	// Log receives what went wrong; nil means slog.Default().
 	Log *slog.Logger
-	// Recommendations, when set, gives each pass the recommendations:
-	// the leader's reads its cache's own objects, where a list copies
-	// every one's struct (25,000 of 568 bytes, every pass). Nil lists
-	// them through the client.
+	// Recommendations, when set, gives each pass the recommendations.
+	// The leader's reads its cache's own objects, where a list copies
+	// every one's struct every pass (docs/leader.md, "Memory: how tight a
+	// limit costs what"). Nil lists them through the client.
 	Recommendations Recommendations
 }
 
@@ -121,15 +127,16 @@ func (f *Forwarder) recommendations(ctx context.Context) ([]*v1alpha1.Rightsizin
 	if f.cfg.Recommendations != nil {
 		return f.cfg.Recommendations(ctx)
 	}
-	// The cache's own objects, not copies (25,000 copies were 47 MB of
-	// the leader's heap at a wave's end, docs/performance.md): only read,
-	// the patches made from copies (patchFinalizers).
+	// The cache's own objects: copies of every recommendation held much
+	// of the leader's heap at a wave's end (docs/performance.md, "The
+	// fifth round"). They are only read; the patches are made from copies
+	// (patchFinalizers).
 	return ListRecommendations(ctx, f.client)
 }
 
-// ListRecommendations lists every recommendation through c without copies
-// (client.UnsafeDisableDeepCopy: from a cache, items sharing its objects),
-// only to be read.
+// ListRecommendations lists every recommendation through c without
+// copies, only to be read. It lists with client.UnsafeDisableDeepCopy:
+// from a cache, the items share its objects.
 func ListRecommendations(ctx context.Context, c client.Reader) ([]*v1alpha1.RightsizingRecommendation, error) {
 	var list v1alpha1.RightsizingRecommendationList
 	if err := c.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
@@ -260,10 +267,10 @@ type pending struct {
 	actions []hubv1.Action
 }
 
-// Pass does one round: it reads the recommendations, counts what was
-// trimmed before delivery, manages finalizers, sends one batch of the
-// oldest undelivered actions and advances the cursors the hub
-// acknowledged. more says there is more to send at once.
+// Pass does one round of delivery. It reads the recommendations, counts
+// what was trimmed before delivery and manages finalizers. It sends one
+// batch of the oldest undelivered actions and advances the cursors the
+// hub acknowledged. more says there is more to send at once.
 func (f *Forwarder) Pass(ctx context.Context) (more bool, err error) {
 	if f.cursors == nil {
 		if err := f.loadCursors(ctx); err != nil {
@@ -377,9 +384,9 @@ func (f *Forwarder) undelivered(rsr *v1alpha1.RightsizingRecommendation) *pendin
 	return p
 }
 
-// SeqOf is the Seq of history[i]: its own, or, for a history recorded
-// before Seq existed (the newest entry has none), its position from 1, as
-// the leader numbers such a history at its next action.
+// SeqOf is the Seq of history[i]: its own, or its position from 1. The
+// position is for a history recorded before Seq existed, whose newest
+// entry has none. The leader numbers such a history so at its next action.
 func SeqOf(history []v1alpha1.Action, i int) int64 {
 	if history[len(history)-1].Seq == 0 {
 		return int64(i + 1)
@@ -388,11 +395,11 @@ func SeqOf(history []v1alpha1.Action, i int) int64 {
 }
 
 // Key is the idempotency key of a recommendation's action: its UID and the
-// action's Seq. A UID is never reused and a Seq names one action of it
-// forever (it survives the history's trim), so the key names one action
-// on the hub, which scopes keys by cluster. A resend after a failover or a
-// lost answer carries the same key, and the hub acknowledges it as a
-// duplicate.
+// action's Seq. A UID is never reused. A Seq names one action of it
+// forever, since it survives the history's trim. So the key names one
+// action on the hub, which scopes keys by cluster. A resend after a
+// failover or a lost answer carries the same key, and the hub
+// acknowledges it as a duplicate.
 func Key(uid types.UID, seq int64) string {
 	return string(uid) + "/" + strconv.FormatInt(seq, 10)
 }
@@ -456,10 +463,11 @@ func (e *hubError) Error() string {
 	return fmt.Sprintf("hub answered %d: %s", e.status, e.body.Error)
 }
 
-// send posts the batch and counts the result. A refusal that names one
-// action (400 or 409 with actions[i]) drops that action when it is the
-// batch's first, and otherwise limits the next batch to the actions before
-// it, so that nothing else waits behind an action the hub will never take.
+// send posts the batch and counts the result. A refusal may name one
+// action: 400 or 409 with actions[i]. It drops that action when it is the
+// batch's first, and otherwise limits the next batch to the actions
+// before it. So nothing else waits behind an action the hub will never
+// take.
 func (f *Forwarder) send(ctx context.Context, b hubv1.Batch) error {
 	err := f.post(ctx, b)
 	var he *hubError

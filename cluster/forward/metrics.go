@@ -45,8 +45,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// GaugeReader returns a function that reads the gauge name (without
-// labels, or the sum over them) from g, 0 when it is absent: the leader
+// GaugeReader returns a function that reads the gauge name from g, 0 when
+// it is absent. A gauge with labels reads as the sum over them. The leader
 // passes kerf_stream_connected_agents as Config.AgentsConnected.
 func GaugeReader(g prometheus.Gatherer, name string) func() int {
 	return func() int {

@@ -37,14 +37,15 @@ type ReleaseConfig struct {
 }
 
 // Releaser is what a leader runs instead of the Forwarder when no hub is
-// configured: it removes the kerf.dev/hub-delivery finalizer from every
-// recommendation, so that turning the hub off does not leave deleted
-// recommendations waiting for a delivery that will not come. A deleted
-// recommendation it lets go loses its undelivered actions: they are
-// counted in kerf_hub_dropped_total{reason="disabled"} and logged with the
-// count. A live recommendation's undelivered actions stay in its history
-// (and its cursor in CursorConfigMap), so a leader given the hub again
-// delivers them, as far as the 100-entry history still holds them;
+// configured. It removes the kerf.dev/hub-delivery finalizer from every
+// recommendation. So turning the hub off does not leave deleted
+// recommendations waiting for a delivery that will not come.
+//
+// A deleted recommendation it lets go loses its undelivered actions. They
+// are counted in kerf_hub_dropped_total{reason="disabled"} and logged
+// with the count. A live recommendation's undelivered actions stay in its
+// history, and its cursor in CursorConfigMap. So a leader given the hub
+// again delivers them, as far as the 100-entry history still holds them;
 // kerf_hub_undelivered says how many there are. Like the Forwarder, only
 // the elected leader runs it.
 type Releaser struct {

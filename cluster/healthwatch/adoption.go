@@ -9,19 +9,19 @@ import (
 	"github.com/kerf-dev/kerf/cluster/resources"
 )
 
-// Adopted reports whether pod runs the values change applied, the only pods
-// whose signals the health watch counts (docs/design.md section 3): for
-// InPlace, status.containerStatuses[].resources of every changed container
-// holds each applied request and limit of the touched resources; for
-// Rollout and Deferred, the pod's spec does (a pod of the new template, or
-// one the webhook injected).
+// Adopted reports whether pod runs the values change applied. The health
+// watch counts only the adopted pods' signals (docs/design.md section 3).
+// For InPlace, status.containerStatuses[].resources of every changed
+// container must hold each applied request and limit of the touched
+// resources. For Rollout and Deferred the pod's spec must: a pod of the
+// new template, or one the webhook injected.
 func Adopted(pod *corev1.Pod, change *v1alpha1.Change) bool {
 	return holds(pod, change, change != nil && change.Strategy == v1alpha1.StrategyInPlace)
 }
 
 // holds reports whether every changed container of pod holds each applied
-// request and limit of the touched resources: in what it runs
-// (status.containerStatuses[].resources) with fromStatus, else in its
+// request and limit of the touched resources. With fromStatus it looks in
+// what the pod runs (status.containerStatuses[].resources), else in its
 // spec.
 func holds(pod *corev1.Pod, change *v1alpha1.Change, fromStatus bool) bool {
 	if pod == nil || change == nil {
@@ -59,9 +59,9 @@ func holds(pod *corev1.Pod, change *v1alpha1.Change, fromStatus bool) bool {
 }
 
 // specHolds reports whether the pod's spec holds every applied request
-// and limit of the touched resources in each changed container: the pod
-// is of the change (a pod of the new template, one the webhook injected,
-// or one resized in place), whether or not it runs them yet.
+// and limit of the touched resources in each changed container. Such a
+// pod is of the change, whether or not it runs the values yet: a pod of
+// the new template, one the webhook injected, or one resized in place.
 func specHolds(pod *corev1.Pod, change *v1alpha1.Change) bool {
 	return holds(pod, change, false)
 }

@@ -20,11 +20,11 @@ type Termination struct {
 	StartedAt, FinishedAt time.Time
 }
 
-// SameRun reports whether t and o are the same run of a container: the
-// same container id when both have one, else the same finish time to the
-// second (the apiserver shows status times to the second; the kubelet's
-// Pods API may show them finer). The rules count a run once with it, and
-// the agents' store keeps a run once.
+// SameRun reports whether t and o are the same run of a container. They
+// are when both have the same container id, or, without one, the same
+// finish time to the second. The apiserver shows status times to the
+// second; the kubelet's Pods API may show them finer. The rules count a
+// run once with it, and the agents' store keeps a run once.
 func (t *Termination) SameRun(o *Termination) bool {
 	if t.ContainerID != "" && o.ContainerID != "" {
 		return t.ContainerID == o.ContainerID
@@ -43,12 +43,12 @@ type AgentStatus struct {
 }
 
 // AgentStatusSource gives the container statuses the node agents saw in
-// the kubelet's Pods API, which is ahead of the apiserver (docs/design.md
-// section 3: a breach is acted on as soon as the signal arrives, a pod
-// status update or an agent event, whichever is first). Evaluate takes the
-// higher of its restart count and pod status', and counts each OOMKilled
-// run once whichever of the two shows it, so this source can make a count
-// arrive sooner but never count a restart or a kill twice.
+// the kubelet's Pods API, which is ahead of the apiserver. A breach is
+// acted on as soon as the signal arrives, a pod status update or an agent
+// event, whichever is first (docs/design.md section 3). Evaluate takes
+// the higher of its restart count and pod status', and counts each
+// OOMKilled run once whichever of the two shows it. So this source can
+// make a count arrive sooner but never count a restart or a kill twice.
 type AgentStatusSource interface {
 	// AgentStatus returns what the agents saw of the container; ok is
 	// false when they reported nothing about it.

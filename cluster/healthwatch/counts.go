@@ -13,9 +13,9 @@ import (
 
 // countRestarts sums the restarts since t0 of the named containers of the
 // adopted pods, with up to three pods' details for the message. A
-// container's restartCount is the higher of pod status' and the agents'
-// (one counter seen twice, the agents' view first). The restart an
-// in-place resize causes is not counted (resizeRestarts).
+// container's restartCount is the higher of pod status' and the agents':
+// one counter seen twice, the agents' view first. The restart an in-place
+// resize causes is not counted (resizeRestarts).
 func countRestarts(adopted []*corev1.Pod, ch *v1alpha1.Change, names []string, t0 time.Time, baselines map[containerKey]int32, statuses AgentStatusSource) (int, string) {
 	total := 0
 	var detail details
@@ -66,11 +66,11 @@ func countRestarts(adopted []*corev1.Pod, ch *v1alpha1.Change, names []string, t
 }
 
 // resizeRestarts is how many restarts of the named container the change's
-// own in-place resize causes: one when the change is InPlace and the
+// own in-place resize causes. It is one when the change is InPlace and the
 // container's resizePolicy is RestartContainer for a resource the change
-// moved in it (the kubelet restarts the container to resize it), else
-// none. The caller applies it only to pods that existed at T0, the ones
-// the change resized.
+// moved in it: the kubelet restarts the container to resize it. Else it
+// is none. The caller applies it only to pods that existed at T0, the
+// ones the change resized.
 func resizeRestarts(pod *corev1.Pod, ch *v1alpha1.Change, name string) int {
 	if ch.Strategy != v1alpha1.StrategyInPlace {
 		return 0
@@ -94,16 +94,19 @@ func resizeRestarts(pod *corev1.Pod, ch *v1alpha1.Change, name string) int {
 	return 0
 }
 
-// countOOMKills sums max(kernel events, kernel count, status) OOM kills
-// in (t0, to] of the named containers of the adopted pods, with up to
-// three pods' details. The status count covers the terminations pod
-// status shows and those the agents saw first, each run once; the kernel
-// count is the absolute counts of the container's instances less their
-// baselines at T0 (oom, which records those it lacks). Each of the three
-// is a lower bound of the kills, from a source that may miss some (an
-// event lost while the agent was down, a kill that restarts no container,
-// an instance whose cgroup went before its count was read) and never
-// counts one twice, so the largest is kept.
+// countOOMKills sums the OOM kills in (t0, to] of the named containers of
+// the adopted pods, with up to three pods' details. Per container it
+// takes max(kernel events, kernel count, status):
+//   - the status count covers the terminations pod status shows and those
+//     the agents saw first, each run once;
+//   - the kernel count is the absolute counts of the container's instances
+//     less their baselines at T0 (oom, which records those it lacks).
+//
+// Each of the three is a lower bound of the kills, from a source that may
+// miss some and never counts one twice, so the largest is kept. A source
+// may miss an event lost while the agent was down, a kill that restarts
+// no container, or an instance whose cgroup went before its count was
+// read.
 func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, baselines map[containerKey]int32, kernel KernelSource, statuses AgentStatusSource, oom *oomBaselines) (int, string) {
 	counts, _ := kernel.(OOMCountSource)
 	total := 0
@@ -161,11 +164,11 @@ func countOOMKills(adopted []*corev1.Pod, names []string, t0, to time.Time, base
 }
 
 // statusOOMKills counts the container's runs that ended with reason
-// OOMKilled in (from, to]: in pod status' state.terminated and
-// lastState.terminated (the kubelet shows the two newest) and in the
-// terminations the agents saw (cs and as may be nil), each run counted
-// once wherever it shows. With restarted (the container restarted since
-// the change), lastState's run also counts when it ended in from's own
+// OOMKilled in (from, to], each run once wherever it shows. Runs show in
+// pod status' state.terminated and lastState.terminated, where the
+// kubelet shows the two newest, and in the terminations the agents saw;
+// cs and as may be nil. restarted says the container restarted since the
+// change: lastState's run then also counts when it ended in from's own
 // second. fromAgent is how many of them only the agents saw.
 func statusOOMKills(cs *corev1.ContainerStatus, as *AgentStatus, from, to time.Time, restarted bool) (n, fromAgent int) {
 	var counted []Termination

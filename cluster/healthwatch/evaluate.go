@@ -30,19 +30,19 @@ const (
 const oomKilledReason = "OOMKilled"
 
 // containerKey names one container of one pod, the unit restarts and OOM
-// kills are counted per; the UID tells a recreated pod of the same name (a
-// StatefulSet's) from the old one.
+// kills are counted per. The UID tells a recreated pod of the same name,
+// such as a StatefulSet's, from the old one.
 type containerKey struct {
 	podUID    types.UID
 	container string
 }
 
 // RestartBaselines captures each container's restartCount at T0, for the
-// restart rule (docs/design.md section 3: restarts are restartCount
-// increases since T0); the leader records them in status.change when it
-// records the change. Every regular container of every pod is recorded, 0
-// when it has no status yet, so a pod that existed at T0 is never taken
-// for a new one.
+// restart rule: restarts are restartCount increases since T0
+// (docs/design.md section 3). The leader records them in status.change
+// when it records the change. Every regular container of every pod is
+// recorded, 0 when it has no status yet, so a pod that existed at T0 is
+// never taken for a new one.
 func RestartBaselines(pods []corev1.Pod) []v1alpha1.RestartBaseline {
 	var out []v1alpha1.RestartBaseline
 	for i := range pods {
@@ -76,9 +76,9 @@ const (
 	StateWatching State = "Watching"
 	// StateHealthy: the watch ended without a failure, adopted enough.
 	StateHealthy State = "Healthy"
-	// StateBreached: the change failed (a signal crossed its threshold, a
-	// pod of the change stayed Unschedulable or Infeasible, or too few
-	// pods adopted it); roll back Restore.
+	// StateBreached: the change failed; roll back Restore. A signal
+	// crossed its threshold, a pod of the change stayed Unschedulable or
+	// Infeasible, or too few pods adopted it.
 	StateBreached State = "Breached"
 )
 
@@ -106,16 +106,16 @@ type Input struct {
 	// evaluated, and the message says so.
 	Throttling ThrottlingSource
 	// ThrottlingBaselines are the CFS counters at the throttling window's
-	// start as status.change.throttlingBaselines holds them: a leader that
-	// took over after the window opened starts each container's window
-	// from them, not from the first sample it received itself
-	// (ThrottlingBaselines of Verdict).
+	// start, as status.change.throttlingBaselines holds them
+	// (ThrottlingBaselines of Verdict). A leader that took over after the
+	// window opened starts each container's window from them, not from
+	// the first sample it received itself.
 	ThrottlingBaselines []v1alpha1.ThrottlingBaseline
 	// OOMBaselines are the kernel OOM kill counts at T0 of the container
 	// instances that ran then, as status.change.oomBaselines holds them
-	// (OOMBaselines of Verdict): kills since the change are an instance's
-	// absolute count (Kernel, when it is an OOMCountSource) less its
-	// baseline.
+	// (OOMBaselines of Verdict). Kills since the change are an instance's
+	// absolute count less its baseline. The count comes from Kernel, when
+	// it is an OOMCountSource.
 	OOMBaselines []v1alpha1.OOMBaseline
 }
 
@@ -159,26 +159,26 @@ type Verdict struct {
 	// pods (not terminated, not being deleted) and how many those are.
 	Adopted, Pods int
 	// ThrottlingBaselines, when not nil, are the throttling baselines to
-	// record in status.change.throttlingBaselines: Input's with the
-	// containers added that the window has counters for and Input's lack
-	// (the latest sample at or before T0+2m, else the first one after it,
-	// of an instance that started before T0+2m). Nil when there is nothing
-	// new, or the throttling source is not the agents' counters (a PromQL
-	// source keeps its own history).
+	// record in status.change.throttlingBaselines. They are Input's, with
+	// the containers added that the window has counters for and Input's
+	// lack. An added baseline is the latest sample at or before T0+2m,
+	// else the first one after it, of an instance that started before
+	// T0+2m. Nil when there is nothing new, or the throttling source is
+	// not the agents' counters: a PromQL source keeps its own history.
 	ThrottlingBaselines []v1alpha1.ThrottlingBaseline
 	// OOMBaselines, when not nil, are the OOM baselines to record in
-	// status.change.oomBaselines: Input's with those added of the
-	// instances that ran at T0 whose absolute count the Kernel has and
-	// Input's lack (their count as the Kernel holds it now: the leader's
-	// first sight of it, right after T0 when the watch starts). Nil when
-	// there is nothing new.
+	// status.change.oomBaselines. They are Input's, with those added of
+	// the instances that ran at T0 whose absolute count the Kernel has and
+	// Input's lack. An added baseline is the count as the Kernel holds it
+	// now: the leader's first sight of it, right after T0 when the watch
+	// starts. Nil when there is nothing new.
 	OOMBaselines []v1alpha1.OOMBaseline
 }
 
 // RestoreFor returns the resources a breach of reason restores, among
-// touched, cpu before memory (docs/design.md section 3): memory for
-// OOMKills, cpu for Throttling, all touched for Restarts, Unschedulable,
-// Infeasible and NotAdopted.
+// touched, cpu before memory (docs/design.md section 3). That is memory
+// for OOMKills, cpu for Throttling, and all touched for Restarts,
+// Unschedulable, Infeasible and NotAdopted.
 func RestoreFor(reason string, touched []v1alpha1.ResourceName) []v1alpha1.ResourceName {
 	var out []v1alpha1.ResourceName
 	for _, r := range touched {
@@ -378,14 +378,18 @@ func Evaluate(now time.Time, in Input) Verdict {
 	return v
 }
 
-// stuckSince reports whether pod, a pod of the change (its spec holds the
-// applied values), is stuck on them: Pending with PodScheduled=False,
-// reason Unschedulable (reason v1alpha1.HealthWatchUnschedulable), or with
-// an in-place resize the kubelet marks Infeasible (PodResizePending,
-// reason Infeasible, observed for the pod's generation:
-// v1alpha1.HealthWatchInfeasible). since is the condition's
-// lastTransitionTime, not before t0; msg is the condition's message.
-// reason is empty when the pod is not stuck.
+// stuckSince reports why pod is stuck on the change's applied values, and
+// since when. Only a pod of the change, whose spec holds the values, can
+// be stuck. reason is:
+//   - v1alpha1.HealthWatchUnschedulable when the pod is Pending with
+//     PodScheduled=False, reason Unschedulable;
+//   - v1alpha1.HealthWatchInfeasible when the kubelet marks its in-place
+//     resize Infeasible: PodResizePending, reason Infeasible, observed for
+//     the pod's generation;
+//   - empty when the pod is not stuck.
+//
+// since is the condition's lastTransitionTime, not before t0; msg is the
+// condition's message.
 func stuckSince(pod *corev1.Pod, ch *v1alpha1.Change, t0 time.Time) (reason string, since time.Time, msg string) {
 	if !specHolds(pod, ch) {
 		return "", time.Time{}, ""
@@ -412,16 +416,17 @@ func stuckSince(pod *corev1.Pod, ch *v1alpha1.Change, t0 time.Time) (reason stri
 }
 
 // wontAdopt reports whether a pod that has not adopted the change never
-// will by itself (the adoption rule, docs/design.md section 3): a pod's
-// resources change after its creation only by an in-place resize, and the
-// leader resizes only when it applies. So a pod whose spec lacks the
-// values will not get them when it was created after T0 or the change is
-// InPlace (the apply resized every pod it would); and an InPlace pod whose
-// spec holds them will not run them once the kubelet is done with it: it
-// observed the pod's generation, reports resources for every container,
-// and shows no pending or in-progress resize. A pod of a Rollout or
-// Deferred change that existed at T0 may still be replaced, so it is not
-// decided.
+// will by itself, for the adoption rule (docs/design.md section 3).
+//
+// A pod's resources change after its creation only by an in-place resize,
+// and the leader resizes only when it applies. So a pod whose spec lacks
+// the values will not get them when it was created after T0, or when the
+// change is InPlace: the apply resized every pod it would. An InPlace pod
+// whose spec holds them will not run them once the kubelet is done with
+// it. The kubelet is done when it observed the pod's generation, reports
+// resources for every container, and shows no pending or in-progress
+// resize. A pod of a Rollout or Deferred change that existed at T0 may
+// still be replaced, so it is not decided.
 func wontAdopt(pod *corev1.Pod, ch *v1alpha1.Change) bool {
 	inPlace := ch.Strategy == v1alpha1.StrategyInPlace
 	if !specHolds(pod, ch) {
@@ -451,7 +456,7 @@ func countFigure(name string, n int, thr int32) string {
 	return fmt.Sprintf("%s %d < %d", name, n, thr)
 }
 
-// details are the pods' contributions to a count; the message shows the
+// details are the pods' contributions to a count. The message shows the
 // first three by pod name, so it does not change with the order of pods.
 type details []string
 
@@ -490,9 +495,9 @@ func joinResources(rs []v1alpha1.ResourceName) string {
 	return strings.Join(s, " and ")
 }
 
-// maxPodMessage bounds the part of a pod condition's message (the
-// scheduler's, the kubelet's) a verdict quotes: they are unbounded, and
-// the verdict's message and figures go to status fields that are not.
+// maxPodMessage bounds the part of a pod condition's message a verdict
+// quotes, the scheduler's or the kubelet's. Those messages are unbounded,
+// and the verdict's message and figures go to status fields that are not.
 const maxPodMessage = 256
 
 // cutMessage cuts s to at most n bytes on a rune boundary, saying how many

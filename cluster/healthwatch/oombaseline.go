@@ -14,8 +14,8 @@ import (
 )
 
 // oomInstance names one container instance for its OOM baseline: the
-// pod, the container and the instance's start in Unix seconds (status
-// times are whole seconds; math.MinInt64 when unknown).
+// pod, the container and the instance's start in Unix seconds. Status
+// times are whole seconds. An unknown start is math.MinInt64.
 type oomInstance struct {
 	podUID    types.UID
 	container string
@@ -51,13 +51,15 @@ func newOOMBaselines(recorded []v1alpha1.OOMBaseline) *oomBaselines {
 	return b
 }
 
-// since returns the kills in the instance since T0 by its absolute count:
-// all of them for an instance that started at or after T0 (its cgroup's
-// count started at zero after the change) or of a pod created after T0;
-// else its count less its baseline. An instance that ran at T0 without a
-// baseline gets one now, its count as read (the leader's first sight of
-// it: kills before that sight are not in this count, the OOM events and
-// pod status still count them), and counts none yet.
+// since returns the kills in the instance since T0 by its absolute count.
+// That is all of them for an instance that started at or after T0, whose
+// cgroup's count started at zero after the change, or of a pod created
+// after T0. Else it is the count less the instance's baseline.
+//
+// An instance that ran at T0 without a baseline gets one now: its count
+// as read, the leader's first sight of it. It counts none yet. Kills
+// before that sight are not in this count; the OOM events and pod status
+// still count them.
 func (b *oomBaselines) since(p *corev1.Pod, name string, in InstanceOOMKills, t0 time.Time) int {
 	if p.CreationTimestamp.After(t0) || !in.Started.IsZero() && !in.Started.Before(t0) {
 		return int(min(in.Kills, math.MaxInt32))
@@ -78,8 +80,9 @@ func (b *oomBaselines) since(p *corev1.Pod, name string, in InstanceOOMKills, t0
 }
 
 // toRecord returns the baselines to record: the recorded ones with the
-// added ones, as many as v1alpha1.MaxBaselines (the CRD's bound of
-// status.change.oomBaselines) leaves room for; nil when none is added.
+// added ones, as many as v1alpha1.MaxBaselines leaves room for. That is
+// the CRD's bound of status.change.oomBaselines. It returns nil when none
+// is added.
 func (b *oomBaselines) toRecord() []v1alpha1.OOMBaseline {
 	room := v1alpha1.MaxBaselines - len(b.recorded)
 	if len(b.added) == 0 || room <= 0 {

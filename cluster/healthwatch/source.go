@@ -11,8 +11,9 @@ import (
 )
 
 // KernelSource gives the OOM kills the node agents saw in the kernel
-// (docs/design.md sections 3 and 5): kills that do not restart a container,
-// and several kills that pod status folds into one lastState.
+// (docs/design.md sections 3 and 5). They include kills that do not
+// restart a container, and several kills that pod status folds into one
+// lastState.
 type KernelSource interface {
 	// OOMKills returns the kills of the container in the pod at times in
 	// (from, to]; ok is false when the source has no data for the
@@ -21,10 +22,10 @@ type KernelSource interface {
 }
 
 // OOMCountSource gives the kernel's absolute OOM kill counts of a
-// container's instances as the node agents last read them (the memory
-// cgroup's cumulative oom_kill counter): kills that no OOM event brought
-// (made while the agent or the leader was down, or dropped) are in them.
-// A KernelSource that is one too is asked for them.
+// container's instances, as the node agents last read them. A count is
+// the memory cgroup's cumulative oom_kill counter. Kills that no OOM
+// event brought are in it: made while the agent or the leader was down,
+// or dropped. A KernelSource that is one too is asked for them.
 type OOMCountSource interface {
 	// OOMKillCounts returns the latest count of each instance of the
 	// container in the pod whose count an agent read; none when no agent
@@ -58,11 +59,13 @@ type ThrottleWindow struct {
 }
 
 // ThrottlingSource gives the throttling window per container name
-// (docs/design.md section 3): for each of containers, the sums over the
-// given pods of the increase of nr_throttled and nr_periods over [from, to].
-// A name without data may be left out. Counters over a CounterSource is the
-// agents' stream; a PromQL source (container_cpu_cfs_periods_total and
-// container_cpu_cfs_throttled_periods_total) implements it directly and
+// (docs/design.md section 3). For each of containers, it sums over the
+// given pods the increase of nr_throttled and nr_periods over [from, to].
+// A name without data may be left out.
+//
+// Over the agents' stream it is Counters of a CounterSource. A PromQL
+// source (container_cpu_cfs_periods_total and
+// container_cpu_cfs_throttled_periods_total) implements it directly. It
 // must give the same numbers for the same counters. Evaluate calls it
 // synchronously, so a source that queries over the network bounds its own
 // calls.
@@ -74,7 +77,8 @@ type ThrottlingSource interface {
 
 // CounterSample is one reading of a container's cpu.stat counters
 // (docs/design.md section 5): nr_periods and nr_throttled of one container
-// instance (one cgroup, whose counters start at 0 when it is created).
+// instance. An instance is one cgroup, whose counters start at 0 when it
+// is created.
 type CounterSample struct {
 	// PodUID is the pod's UID.
 	PodUID types.UID
@@ -108,18 +112,22 @@ type CounterSource interface {
 }
 
 // Counters makes a ThrottlingSource of raw samples (docs/design.md section
-// 3). Per container instance (pod UID, container, Started) the window's
-// start value is the sample at or just before from. An instance that
-// started at or after from counts from zero: its counters were 0 when its
-// cgroup appeared, so its first sample is its increase. An instance that
-// started before from (or whose start is unknown) with no sample at or
-// before from has an unknown value at from: its first sample in the window
-// is the baseline, so the increase before that sample is not counted
-// (throttling from before the window is never counted). Within an instance,
-// a drop of either counter is a reset, handled as Prometheus increase()
-// does (the new value is the increase since the reset), applied to both
-// counters together since a new cgroup resets both. Samples after to are
-// ignored. Counters(nil) is nil.
+// 3). An instance is a pod UID, container and Started. Per instance the
+// window's start value is the sample at or just before from.
+//   - An instance that started at or after from counts from zero: its
+//     counters were 0 when its cgroup appeared, so its first sample is its
+//     increase.
+//   - An instance that started before from, or whose start is unknown,
+//     with no sample at or before from has an unknown value at from. Its
+//     first sample in the window is the baseline, so the increase before
+//     that sample is not counted: throttling from before the window is
+//     never counted.
+//   - Within an instance, a drop of either counter is a reset, handled as
+//     Prometheus increase() does: the new value is the increase since the
+//     reset. It applies to both counters together, since a new cgroup
+//     resets both.
+//
+// Samples after to are ignored. Counters(nil) is nil.
 func Counters(src CounterSource) ThrottlingSource {
 	if src == nil {
 		return nil
@@ -222,10 +230,10 @@ func sameInstance(a, b *CounterSample) bool {
 }
 
 // AddIncrease adds the increase of one container instance's counters over
-// [from, to] to its container name's window in out, as Counters describes;
+// [from, to] to its container name's window in out, as Counters describes.
 // run is the instance's samples, oldest first. A store that keeps samples
-// per instance (cluster/signals) sums its windows in place with it, so its
-// sums are the rules' own.
+// per instance (cluster/signals) sums its windows in place with it, so
+// its sums are the rules' own.
 func AddIncrease(out map[string]ThrottleWindow, run []CounterSample, from, to time.Time) {
 	if len(run) == 0 {
 		return

@@ -34,7 +34,7 @@ type throttling struct {
 var ratioSyntax = regexp.MustCompile(`^(0([.][0-9]+)?|1([.]0+)?)$`)
 
 // evaluateThrottling evaluates the throttling ratio of each of names over
-// [t0+2m, bound], for a watch that ends at end, starting each container's
+// [t0+2m, bound], for a watch that ends at end. It starts each container's
 // window at its recorded baseline when the source has no sample at or
 // before t0+2m (windowsWithBaselines).
 func evaluateThrottling(now, t0, end, bound time.Time, ratio string, src ThrottlingSource, adopted []*corev1.Pod, names []string, baselines []v1alpha1.ThrottlingBaseline) throttling {
@@ -126,15 +126,18 @@ func truncated(r *big.Rat, decimals int) string {
 }
 
 // windowsWithBaselines sums the window [from, to] of the agents' raw
-// counters (as Counters does) with the recorded baselines added as samples
-// of the instance that ran at their time, so that a container whose window
-// start this source never saw (a leader that took over after the window
-// opened) counts from the recorded baseline instead of from its first
-// sample here. A sample of the source at or before from, when it has one,
-// is later than or the same as the baseline and wins, as the latest at or
-// before from always does. It also returns the baselines to record: the
-// recorded ones with those added that the samples give and they lack, nil
-// when none is added.
+// counters as Counters does, with the recorded baselines added. Each
+// baseline is added as a sample of the instance that ran at its time.
+//
+// So a container whose window start this source never saw counts from the
+// recorded baseline, not from its first sample here. The source misses
+// the start when its leader took over after the window opened. A sample
+// of the source at or before from, when it has one, is later than or the
+// same as the baseline and wins, as the latest at or before from always
+// does.
+//
+// It also returns the baselines to record: the recorded ones with those
+// added that the samples give and they lack, nil when none is added.
 func windowsWithBaselines(src CounterSource, pods []*corev1.Pod, names []string, from, to time.Time, recorded []v1alpha1.ThrottlingBaseline) (map[string]ThrottleWindow, []v1alpha1.ThrottlingBaseline, error) {
 	uids := make([]types.UID, len(pods))
 	byUID := make(map[types.UID]*corev1.Pod, len(pods))
@@ -152,8 +155,8 @@ func windowsWithBaselines(src CounterSource, pods []*corev1.Pod, names []string,
 	}
 	// The baseline each container of the window would get here: its
 	// latest sample at or before from, else its first one after from of an
-	// instance that started before from (one started in the window counts
-	// from zero and needs none).
+	// instance that started before from. An instance started in the
+	// window counts from zero and needs none.
 	found := map[containerKey]*CounterSample{}
 	for i := range samples {
 		x := &samples[i]

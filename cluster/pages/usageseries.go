@@ -40,7 +40,7 @@ const (
 	// default) well within the store's four.
 	DefaultUsageSeriesPeriod = 20 * time.Second
 	// DefaultUsageSeriesMax bounds the series to about 16 MB of the
-	// leader's heap, measured (see usageSeries).
+	// leader's heap: 5,000 of about 3.2 KB each (usageSeries).
 	DefaultUsageSeriesMax = 5000
 	// UsageSeriesStep is the span of one point.
 	UsageSeriesStep = time.Minute
@@ -62,11 +62,13 @@ func (k seriesKey) workload() seriesKey {
 	return k
 }
 
-// A point is packed in two uint32s, 8 bytes: cpu holds the mean CPU rate
-// per pod in millicores (25 bits, to 33,554 cores) above the throttled
-// share of CFS periods in percent plus one (7 bits, 0: not read); mem
-// holds the highest working set in 4 KiB pages (29 bits, to 2 TiB) above
-// the OOM kills (3 bits, saturating at 7).
+// thrBits, oomBits and their masks lay out a point. A point is packed in
+// two uint32s, 8 bytes:
+//   - cpu holds the mean CPU rate per pod in millicores (25 bits, to
+//     33,554 cores) above the throttled share of CFS periods in percent
+//     plus one (7 bits, 0: not read);
+//   - mem holds the highest working set in 4 KiB pages (29 bits, to
+//     2 TiB) above the OOM kills (3 bits, saturating at 7).
 const (
 	thrBits, oomBits = 7, 3
 	thrMask, oomMask = 1<<thrBits - 1, 1<<oomBits - 1
@@ -77,10 +79,11 @@ const (
 )
 
 // usageSeries is one workload container's points: a ring of
-// UsageSeriesPoints minutes, the slot of minute m at m % UsageSeriesPoints,
-// valid from newest-UsageSeriesPoints+1 to newest. At 8 bytes a point a
-// series is 2,936 bytes (Go allocates 3,072), about 3.2 KB with its map
-// entry and key (TestUsageSeriesMemoryAtTheCap).
+// UsageSeriesPoints minutes. The slot of minute m is at
+// m % UsageSeriesPoints, valid from newest-UsageSeriesPoints+1 to newest.
+// At 8 bytes a point a series is 2,936 bytes, which Go allocates as
+// 3,072. With its map entry and key it is about 3.2 KB
+// (TestUsageSeriesMemoryAtTheCap).
 type usageSeries struct {
 	newest int64 // Unix minutes of the newest slot
 	cpu    [UsageSeriesPoints]uint32
@@ -107,8 +110,8 @@ func newUsageSeries(minute int64) *usageSeries {
 	return s
 }
 
-// slot returns the slot of minute m, advancing the ring to m (clearing the
-// minutes it passes), or -1 for a minute older than the ring.
+// slot returns the slot of minute m, or -1 for a minute older than the
+// ring. It advances the ring to m, clearing the minutes it passes.
 func (s *usageSeries) slot(m int64) int {
 	if m <= s.newest-UsageSeriesPoints {
 		return -1
@@ -208,15 +211,17 @@ type instanceRef struct {
 	container string
 }
 
-// UsageSeries keeps, for the workload pages, a downsampled series of the
-// usage of every container of the workloads that have a
-// RightsizingRecommendation: 1-minute points over the last 6 h of the mean
-// CPU rate per pod, the highest working set, the throttled share of CFS
-// periods and the OOM kills, fed from signals.Usage and signals.Kernel
-// (the agents' readings, which those stores keep only briefly). At most
-// MaxSeries containers have one. It is a manager Runnable only the elected
-// leader runs (only it receives the agents' readings), and safe for
-// concurrent use.
+// UsageSeries keeps, for the workload pages, a downsampled usage series of
+// every container of the workloads that have a RightsizingRecommendation.
+//
+// A series has 1-minute points over the last 6 h: the mean CPU rate per
+// pod, the highest working set, the throttled share of CFS periods and the
+// OOM kills. They are fed from signals.Usage and signals.Kernel, the
+// agents' readings, which those stores keep only briefly. At most
+// MaxSeries containers have one.
+//
+// It is a manager Runnable only the elected leader runs, since only it
+// receives the agents' readings. It is safe for concurrent use.
 type UsageSeries struct {
 	client client.Reader
 	usage  *signals.Usage
@@ -238,17 +243,18 @@ type UsageSeries struct {
 	// scratch is the room a pass reads each workload and its pods into.
 	scratch workload.Scratch
 
-	// Recommendations, when set (the leader's: cachedRecommendations),
-	// gives a pass the recommendations: the informer's own objects, not
-	// a list copying 25,000 structs each pass. Set it before Start.
+	// Recommendations, when set, gives a pass the recommendations. The
+	// leader's, cachedRecommendations, gives the informer's own objects,
+	// not a list copying every one's struct each pass (docs/leader.md,
+	// "Memory: how tight a limit costs what"). Set it before Start.
 	Recommendations forward.Recommendations
 }
 
 // NewUsageSeries returns empty series fed from sig, reading the
-// recommendations, workloads and pods through c: the leader passes its
-// cache's client marked workload.Indexed, so each workload's pods are read
-// through the controller index. A store sig lacks (a test's Stores with a
-// Kernel only) is not read.
+// recommendations, workloads and pods through c. The leader passes its
+// cache's client marked workload.Indexed, so each workload's pods are
+// read through the controller index. A store sig lacks, as in a test's
+// Stores with a Kernel only, is not read.
 func NewUsageSeries(c client.Reader, sig *signals.Stores, cfg UsageSeriesConfig, now func() time.Time, log *slog.Logger) *UsageSeries {
 	if cfg.Period <= 0 {
 		cfg.Period = DefaultUsageSeriesPeriod
@@ -283,8 +289,8 @@ func (u *UsageSeries) Start(ctx context.Context) error {
 }
 
 // Pass reads the new readings of the running pods of every recommended
-// workload into the series, and forgets the series of workloads no
-// recommendation targets any more and those with no point left.
+// workload into the series. It forgets the series of workloads no
+// recommendation targets any more, and those with no point left.
 func (u *UsageSeries) Pass(ctx context.Context) error {
 	now := u.now()
 	rsrs, err := u.recommendationsNow(ctx)
@@ -303,9 +309,9 @@ func (u *UsageSeries) Pass(ctx context.Context) error {
 		}
 		wanted[wk] = true
 		if len(u.series) >= u.max && u.perWorkload[wk] == 0 {
-			// No room for its series: its pods are not read (at 25,000
-			// workloads and the default cap, four fifths of a pass's
-			// reads and of the leader's allocations; docs/performance.md).
+			// No room for its series: its pods are not read. Reading
+			// them was most of a pass's reads and of the leader's
+			// allocations (docs/performance.md, "The eighth round").
 			full = true
 			continue
 		}

@@ -18,9 +18,9 @@ import (
 )
 
 // WorkloadViews is the leader's source of the workload pages
-// (web.WorkloadSource): a recommendation, its workload and the policy that
-// governs it, read through the leader's informer cache, and its
-// containers' usage series.
+// (web.WorkloadSource). A page shows a recommendation, its workload and
+// the policy that governs it, read through the leader's informer cache,
+// and its containers' usage series.
 type WorkloadViews struct {
 	// Reader reads the recommendations, workloads, namespaces and
 	// policies (the leader's cache).
@@ -79,9 +79,9 @@ func (v *WorkloadViews) Workload(ctx context.Context, id webui.WorkloadID) (webu
 }
 
 // resolvePolicy finds the policy that governs the workload as the
-// reconciler does (policy.Gatherer): by the namespace's labels and the
-// workload's own, or by kind, namespace and name alone when the workload
-// does not exist.
+// reconciler does (policy.Gatherer). It matches the namespace's labels
+// and the workload's own, or kind, namespace and name alone when the
+// workload does not exist.
 func (v *WorkloadViews) resolvePolicy(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, w *workload.Workload, view *webui.WorkloadView) error {
 	pols, err := policy.Gatherer{Reader: v.Reader}.InNamespace(ctx, rsr.Namespace)
 	if err != nil {

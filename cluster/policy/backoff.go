@@ -13,16 +13,19 @@ import (
 )
 
 // StartMonitoring moves st to monitoring for the values identified by
-// fingerprint when they have just been applied under the governing
-// policy, and opens a turn (docs/design.md section 4). The same
-// fingerprint coming back from backedOff starts the next turn; any other
-// fingerprint, the same one after monitoringSucceeded, or the same one
-// failedPermanent under another policy state (governing.Fingerprint
-// differs from the one recorded) starts over at turn 1 and forgets the old
-// turns. Calling it again while already monitoring the fingerprint changes
-// nothing and emits nothing, so a reconciler may repeat itself. A start
-// records governing and clears the failure and the values being restored;
-// the last known good values stay.
+// fingerprint, just applied under the governing policy, and opens a turn
+// (docs/design.md section 4).
+//   - The same fingerprint coming back from backedOff starts the next
+//     turn.
+//   - Any other fingerprint starts over at turn 1 and forgets the old
+//     turns. So does the same one after monitoringSucceeded, or
+//     failedPermanent under another policy state: governing.Fingerprint
+//     differs from the one recorded.
+//   - Calling it again while already monitoring the fingerprint changes
+//     nothing and emits nothing, so a reconciler may repeat itself.
+//
+// A start records governing and clears the failure and the values being
+// restored; the last known good values stay.
 //
 // Values in rollingBack or backingOff, or failedPermanent under the same
 // policy state, may not start: that is an error, which CheckApply prevents
@@ -62,19 +65,19 @@ func StartMonitoring(now time.Time, st *v1alpha1.RollbackState, fingerprint stri
 }
 
 // Reopened reports whether failedPermanent values of st may start a fresh
-// run under the policy whose fingerprint is policyFingerprint: the verdict
+// run under the policy whose fingerprint is policyFingerprint. The verdict
 // holds for the policy state that gave it (st.Policy), so only a changed
-// policy reopens them (docs/design.md section 4). A state that recorded no
-// policy is never reopened.
+// policy reopens them (docs/design.md section 4). A state that recorded
+// no policy is never reopened.
 func Reopened(st *v1alpha1.RollbackState, policyFingerprint string) bool {
 	return st != nil && st.State == v1alpha1.BackoffFailedPermanent && st.Policy != nil &&
 		st.Policy.Fingerprint != "" && st.Policy.Fingerprint != policyFingerprint
 }
 
 // MonitoringSucceeded moves st from monitoring to monitoringSucceeded when
-// the health watch ends without a breach, closes the turn as Healthy and
-// records good as the last known good values (docs/design.md section 4).
-// Repeating it changes nothing.
+// the health watch ends without a breach (docs/design.md section 4). It
+// closes the turn as Healthy and records good as the last known good
+// values. Repeating it changes nothing.
 func MonitoringSucceeded(now time.Time, st *v1alpha1.RollbackState, good *v1alpha1.HealthyValues) ([]string, error) {
 	switch st.State {
 	case v1alpha1.BackoffMonitoringSucceeded:
@@ -90,11 +93,11 @@ func MonitoringSucceeded(now time.Time, st *v1alpha1.RollbackState, good *v1alph
 }
 
 // RollingBack moves st from monitoring to rollingBack when a breach starts
-// a rollback, closes the turn as RolledBack with the breach's reason, such
-// as OOMKills, and records the failure (reason, message) and the values
-// being restored, so the workload's annotation tells the whole story
-// (docs/design.md section 4). Repeating it changes nothing, so a leader
-// that takes over mid-rollback does not announce a second one.
+// a rollback (docs/design.md section 4). It closes the turn as RolledBack
+// with the breach's reason, such as OOMKills. It records the failure's
+// reason and message and the values being restored, so the workload's
+// annotation tells the whole story. Repeating it changes nothing, so a
+// leader that takes over mid-rollback does not announce a second one.
 func RollingBack(now time.Time, st *v1alpha1.RollbackState, reason, message string, restoring []v1alpha1.ContainerResources) ([]string, error) {
 	switch st.State {
 	case v1alpha1.BackoffRollingBack:
@@ -114,9 +117,9 @@ func RollingBack(now time.Time, st *v1alpha1.RollbackState, reason, message stri
 }
 
 // BackingOff moves st from rollingBack to backingOff once the rollback is
-// done, with the expiry now + timePeriod × multiplyByTurn × turn, rounded
-// up to the second (docs/design.md section 4). It emits no event. Repeating
-// it keeps the first expiry.
+// done (docs/design.md section 4). Its expiry is now + timePeriod ×
+// multiplyByTurn × turn, rounded up to the second. It emits no event.
+// Repeating it keeps the first expiry.
 func BackingOff(now time.Time, st *v1alpha1.RollbackState, backoff v1alpha1.Backoff) ([]string, error) {
 	switch st.State {
 	case v1alpha1.BackoffBackingOff:
@@ -131,10 +134,12 @@ func BackingOff(now time.Time, st *v1alpha1.RollbackState, backoff v1alpha1.Back
 	return nil, nil
 }
 
-// Advance ends a backoff whose expiry has come (now ≥ expiry): st becomes
-// backedOff when turns remain (turn < maxAttempts), so the same values may
-// start a fresh turn, and failedPermanent otherwise (docs/design.md section
-// 4). governing is the policy whose backoff decides, recorded in st: a
+// Advance ends a backoff whose expiry has come, now ≥ expiry
+// (docs/design.md section 4). st becomes backedOff when turns remain,
+// turn < maxAttempts, so the same values may start a fresh turn. Else it
+// becomes failedPermanent.
+//
+// governing is the policy whose backoff decides, recorded in st: a
 // failedPermanent verdict holds for it only (see Reopened). The turn is
 // complete, so the values being restored are cleared; the turns stay. In
 // any other state, or before the expiry, it changes nothing. A backingOff
@@ -154,18 +159,20 @@ func Advance(now time.Time, st *v1alpha1.RollbackState, governing v1alpha1.Polic
 }
 
 // ClearForNoPolicy drops the watch and backoff state when no policy
-// resolves for the workload any more (docs/design.md section 2: without a
-// policy changes are not watched or rolled back): the change, its breach
-// and the backoff state (status.change, status.breach, status.rollback)
-// go together, so nothing is left half of a rollback. The caller first
-// finishes a rollback whose breach is not restored yet (a rollback, once
-// decided, is never held back), so ClearForNoPolicy refuses one: it
-// returns ok false and changes nothing. Cooldowns, rolled-back
-// fingerprints, lastHealthy and the history stay: they record harm
-// already done, and keep blocking those values when a policy comes back.
-// It emits StateCleared when there was a change or a state; the caller
-// mirrors the now absent state on the workload, which removes the
-// kerf.dev/rollback-state annotation.
+// resolves for the workload any more. Without a policy, changes are not
+// watched or rolled back (docs/design.md section 2).
+//
+// The change, its breach and the backoff state go together
+// (status.change, status.breach, status.rollback), so nothing is left half
+// of a rollback. The caller first finishes a rollback whose breach is not
+// restored yet: a rollback, once decided, is never held back. So
+// ClearForNoPolicy refuses one: it returns ok false and changes nothing.
+//
+// Cooldowns, rolled-back fingerprints, lastHealthy and the history stay.
+// They record harm already done, and keep blocking those values when a
+// policy comes back. It emits StateCleared when there was a change or a
+// state. The caller mirrors the now absent state on the workload, which
+// removes the kerf.dev/rollback-state annotation.
 func ClearForNoPolicy(status *v1alpha1.RightsizingRecommendationStatus) (events []string, ok bool) {
 	if b := status.Breach; b != nil && !b.Restored && status.Change != nil {
 		return nil, false
@@ -221,8 +228,9 @@ func Describe(reason string, st *v1alpha1.RollbackState) (eventType, message str
 }
 
 // AnnotationValue is the JSON of st mirrored in the workload annotation
-// kerf.dev/rollback-state (v1alpha1.RollbackStateAnnotation, docs/design.md
-// section 4); empty for a nil st, meaning the annotation is removed.
+// kerf.dev/rollback-state, v1alpha1.RollbackStateAnnotation
+// (docs/design.md section 4). It is empty for a nil st, meaning the
+// annotation is removed.
 func AnnotationValue(st *v1alpha1.RollbackState) (string, error) {
 	if st == nil {
 		return "", nil

@@ -16,12 +16,12 @@ import (
 )
 
 // Fingerprint identifies a policy spec, for status.policy.fingerprint and
-// status.change.policyFingerprint (docs/design.md section 2): the first 16
-// hex digits of the SHA-256 of its canonical JSON after SetDefaults. A spec
-// that did not change keeps its fingerprint, whether or not its defaults
-// were spelled out, its durations were written as 60m or 1h, or its sets
-// (kinds, selector expressions and their values) were reordered; any other
-// change gives a new one.
+// status.change.policyFingerprint (docs/design.md section 2). It is the
+// first 16 hex digits of the SHA-256 of the spec's canonical JSON after
+// SetDefaults. A spec that did not change keeps its fingerprint, however
+// it is written: its defaults spelled out or not, its durations as 60m or
+// 1h, its sets reordered (kinds, selector expressions and their values).
+// Any other change gives a new one.
 func Fingerprint(spec v1alpha1.PolicySpec) string {
 	s := spec.DeepCopy()
 	s.SetDefaults()
@@ -54,12 +54,12 @@ func canonicalSelector(s *metav1.LabelSelector) *metav1.LabelSelector {
 }
 
 // ValueFingerprint identifies a set of recommended values, for
-// status.change.valueFingerprint and status.rolledBackFingerprints
-// (docs/design.md section 4: the same values are not applied again after a
-// rollback). It does not depend on the order of the containers nor on how
-// a quantity is spelled ("1000m" and "1", "1Gi" and "1073741824" are the
-// same), but an absent value differs from a zero one, since absent leaves
-// the workload's own value in place.
+// status.change.valueFingerprint and status.rolledBackFingerprints. The
+// same values are not applied again after a rollback (docs/design.md
+// section 4). It does not depend on the order of the containers, nor on
+// how a quantity is spelled: "1000m" and "1", "1Gi" and "1073741824" are
+// the same. But an absent value differs from a zero one, since absent
+// leaves the workload's own value in place.
 func ValueFingerprint(containers []v1alpha1.ContainerResources) string {
 	type values struct {
 		CPU    string `json:"cpu,omitempty"`

@@ -46,10 +46,10 @@ type Block struct {
 //     recorded with the verdict (status.rollback.policy) reopens them for
 //     a fresh run (Reopened); the same policy never retries them.
 //   - SameValues: these values were rolled back before
-//     (status.rolledBackFingerprints), unless the backoff has backed off
-//     for them and turns remain (turn < maxAttempts), so a fresh turn may
-//     start, or a turn of them is being watched (monitoring), so they are
-//     live already.
+//     (status.rolledBackFingerprints). They pass when the backoff has
+//     backed off for them and turns remain (turn < maxAttempts), so a
+//     fresh turn may start. They pass too when a turn of them is being
+//     watched (monitoring), so they are live already.
 //
 // These guardrails are for applies only: nothing here may ever hold back a
 // rollback, which pause and freeze windows never block (section 4). An
@@ -181,22 +181,23 @@ func value(v *v1alpha1.ResourceValues, r v1alpha1.ResourceName) *resource.Quanti
 }
 
 // mergeHorizon bounds how far past now FreezeActive follows windows that
-// open before the previous one closes (a window every 5 minutes that lasts
-// 7 never closes); past it the until it reports is early, which only makes
-// the caller check again sooner.
+// open before the previous one closes. A window every 5 minutes that lasts
+// 7 never closes. Past the horizon the until FreezeActive reports is
+// early, which only makes the caller check again sooner.
 const mergeHorizon = 30 * 24 * time.Hour
 
 // maxFireSteps bounds the fire times openAt walks through in one call.
 const maxFireSteps = 10000
 
 // FreezeActive reports whether any freeze window is open at now
-// (docs/design.md section 2). A window opens at each time its cron schedule
-// (5 fields, standard syntax) fires in its IANA time zone (UTC when empty)
-// and stays open for its duration: open at its start, closed at its end.
-// until is when no window is open any more (windows that overlap or touch
-// are followed through, up to 30 days ahead); which is the index of the window open at now that
-// closes last. A schedule, time zone or duration that cannot be used is an
-// error naming the field.
+// (docs/design.md section 2). A window opens at each time its cron
+// schedule fires in its IANA time zone, UTC when empty. The schedule has
+// 5 fields, in standard syntax. The window stays open for its duration:
+// open at its start, closed at its end.
+// until is when no window is open any more: windows that overlap or touch
+// are followed through, up to 30 days ahead (mergeHorizon). which is the
+// index of the window open at now that closes last. A schedule, time zone
+// or duration that cannot be used is an error naming the field.
 func FreezeActive(now time.Time, windows []v1alpha1.FreezeWindow) (active bool, until time.Time, which int, err error) {
 	parsed := make([]freezeWindow, len(windows))
 	for i, w := range windows {
@@ -266,8 +267,8 @@ func parseWindow(i int, w v1alpha1.FreezeWindow) (freezeWindow, error) {
 
 // openAt reports whether the window is open at t and, if so, when the
 // latest opening that covers t closes. The openings that cover t are the
-// fire times in (t-duration, t]. cron only steps forward, so the search
-// looks back from t over a span that doubles up to the duration, then
+// fire times in (t-duration, t]. cron only steps forward. So the search
+// looks back from t over a span that doubles up to the duration. Then it
 // steps forward from the first fire it finds while the next is still ≤ t.
 func (w freezeWindow) openAt(t time.Time) (bool, time.Time) {
 	var fire time.Time
@@ -333,12 +334,13 @@ func AddRolledBackFingerprint(status *v1alpha1.RightsizingRecommendationStatus, 
 }
 
 // Unjudged reports whether the recommendation's change has not been
-// judged by its watch yet, and when it was applied: it is being applied,
-// applied and not watched yet, watched, or breached and not restored. A
-// change that passed its watch (Healthy) or whose rollback was restored
-// is judged. No new change may end such a watch (docs/health.md, "A
-// change while another is watched"): the reconciler holds a newer
-// generation until it ends, and the recommender asks for nothing new.
+// judged by its watch yet, and when it was applied. Such a change is being
+// applied, applied and not watched yet, watched, or breached and not
+// restored. A change that passed its watch (Healthy) or whose rollback
+// was restored is judged. No new change may end such a watch
+// (docs/health.md, "A change while another is watched"). The reconciler
+// holds a newer generation until it ends, and the recommender asks for
+// nothing new.
 func Unjudged(st *v1alpha1.RightsizingRecommendationStatus) (appliedAt time.Time, ok bool) {
 	c := st.Change
 	if c == nil {

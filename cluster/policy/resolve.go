@@ -54,12 +54,12 @@ func (c candidate) label() string {
 	return fmt.Sprintf("%s %s", c.kind, c.name)
 }
 
-// Resolve chooses the policy that governs w (docs/design.md section 2), or
-// returns nil, nil when none selects it: the workload's changes are then
-// not applied, watched or rolled back (phase Blocked, reason NoPolicy).
+// Resolve chooses the policy that governs w (docs/design.md section 2). It
+// returns nil, nil when none selects it. The workload's changes are then
+// not applied, watched or rolled back: phase Blocked, reason NoPolicy.
 //
-// A RightsizingPolicy selects only in its own namespace (admission refuses
-// a namespaceSelector on it; one set anyway is ignored); a
+// A RightsizingPolicy selects only in its own namespace. Admission
+// refuses a namespaceSelector on it, and one set anyway is ignored. A
 // ClusterRightsizingPolicy's namespaceSelector is matched against
 // namespaceLabels. The workloadSelector is matched against w.Labels, and
 // kinds, when not empty, must list w.Kind. A nil selector matches
@@ -69,10 +69,11 @@ func (c candidate) label() string {
 // weight a RightsizingPolicy beats a ClusterRightsizingPolicy; then the
 // oldest (creationTimestamp) wins, then the name that sorts first.
 //
-// A selector that does not parse, on a policy that ranks above the one that
-// would win, is an error naming the policy and the field: Resolve then
-// chooses nothing rather than let a weaker policy govern in the broken
-// one's place. Broken policies ranked below the winner do not matter.
+// A selector that does not parse, on a policy that ranks above the one
+// that would win, is an error naming the policy and the field. Resolve
+// then chooses nothing rather than let a weaker policy govern in the
+// broken one's place. Broken policies ranked below the winner do not
+// matter.
 func Resolve(w Workload, namespaceLabels map[string]string, namespaced []v1alpha1.RightsizingPolicy, cluster []v1alpha1.ClusterRightsizingPolicy) (*Resolved, error) {
 	var cands []candidate
 	for i := range namespaced {

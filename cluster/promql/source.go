@@ -1,40 +1,45 @@
 // Package promql is the health watch's throttling source over a
-// Prometheus-compatible endpoint, health.metricsURL (docs/design.md section
-// 3): Σ Δcontainer_cpu_cfs_throttled_periods_total and
-// Σ Δcontainer_cpu_cfs_periods_total per container name over the adopted
-// pods, from the cadvisor metrics (labels namespace, pod, container).
+// Prometheus-compatible endpoint, health.metricsURL (docs/design.md
+// section 3).
+//
+// It reads the cadvisor metrics, labelled namespace, pod and container.
+// Per container name over the adopted pods, it sums
+// Δcontainer_cpu_cfs_throttled_periods_total and
+// Δcontainer_cpu_cfs_periods_total.
 //
 // Decisions where the design is silent:
 //
 //   - Exact increases, not PromQL increase(). increase() extrapolates to
-//     the window's edges and so differs from the agents' stream
-//     (healthwatch.Counters) by up to a scrape interval at each end, and more for
-//     a series born in the window. Design section 3 asks that both sources
-//     give the same number for the same counters, so the source fetches the
-//     raw samples with one range-vector selector evaluated at the window's
-//     end and computes the increases as healthwatch.Counters does: the baseline is
-//     the last sample at or before from; every sample in (from, to] adds its
-//     delta; a drop is a counter reset and adds the new value, as
-//     increase() does. For the same samples both sources agree exactly.
-//   - The range reaches Lookback (5m by default, Prometheus' staleness
-//     delta) before from, to find the baseline. A series with no sample in
+//     the window's edges. So it differs from the agents' stream
+//     (healthwatch.Counters) by up to a scrape interval at each end, and
+//     more for a series born in the window. Design section 3 asks that
+//     both sources give the same number for the same counters. So the
+//     source fetches the raw samples with one range-vector selector
+//     evaluated at the window's end. It computes the increases as
+//     healthwatch.Counters does. The baseline is the last sample at or
+//     before from. Every sample in (from, to] adds its delta. A drop is a
+//     counter reset and adds the new value, as increase() does. For the
+//     same samples both sources agree exactly.
+//   - The range reaches Lookback before from, to find the baseline: 5m by
+//     default, Prometheus' staleness delta. A series with no sample in
 //     [from-Lookback, from] is a container born in the window and counts
-//     from zero (a restarted container is a new cadvisor series: its id
-//     label, the cgroup, is new). A container created shortly before from
+//     from zero. A restarted container is a new cadvisor series: its id
+//     label, the cgroup, is new. A container created shortly before from
 //     and first scraped after it is counted from zero too: at most one
 //     scrape interval's worth of periods more than the agents' stream.
-//   - Resets are per series, as increase() does; the agents' stream resets
-//     both counters of an instance together, which is the same for the
-//     cgroup counters, which only drop together.
+//   - Resets are per series, as increase() does. The agents' stream
+//     resets both counters of an instance together. That is the same for
+//     the cgroup counters, which only drop together.
 //   - One query per namespace of the given pods fetches both metrics
 //     (__name__=~"...|..."), so both counters come from the same scrapes.
 //     Label values are regexp-quoted for =~ and quoted as PromQL strings.
 //   - A failed query, a result that is not a range vector, and a response
-//     with warnings (a partial response could drop a baseline and count a
-//     container from zero) make ThrottleWindows return an error: the watch
-//     treats it as not evaluated, never as a breach. A container name
-//     without series of both metrics is left out (not evaluated).
-//   - Every query is bounded by Timeout (5s by default): ThrottleWindows
+//     with warnings make ThrottleWindows return an error. A partial
+//     response could drop a baseline and count a container from zero. The
+//     watch treats the error as not evaluated, never as a breach. A
+//     container name without series of both metrics is left out, not
+//     evaluated.
+//   - Every query is bounded by Timeout, 5s by default: ThrottleWindows
 //     has no context and the watch calls it synchronously.
 //   - kerf_promql_queries_total{result} counts queries by result: ok,
 //     empty (no series at all) and error.
@@ -234,9 +239,10 @@ func (s *Source) query(ns string, pods, containers []string, from, to time.Time,
 }
 
 // increase is the exact increase of one counter series over [from, to], as
-// healthwatch.Counters computes it: from the last sample at or before from (or
-// from zero when there is none: the series was born in the window) through
-// the last sample at or before to, a drop adding the new value.
+// healthwatch.Counters computes it. It counts from the last sample at or
+// before from, or from zero when there is none: the series was born in
+// the window. It counts through the last sample at or before to, a drop
+// adding the new value.
 func increase(samples []model.SamplePair, from, to time.Time) float64 {
 	f, t := model.TimeFromUnixNano(from.UnixNano()), model.TimeFromUnixNano(to.UnixNano())
 	i := 0
