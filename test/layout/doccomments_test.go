@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,11 +19,11 @@ import (
 // run to.
 const maxFirstSentence = 25
 
-// shortLeadPackages are the packages held to maxFirstSentence: the
-// leader's root and the two packages below it read most.
-var shortLeadPackages = []string{"cluster", "cluster/rightsizing", "cluster/cachestore"}
+// shortLeadTree is the tree whose packages are held to
+// maxFirstSentence: the leader's, every package of it.
+const shortLeadTree = "cluster"
 
-// TestDocCommentsLeadWithAShortSentence: in shortLeadPackages, every doc
+// TestDocCommentsLeadWithAShortSentence: in shortLeadTree, every doc
 // comment's first sentence runs to at most 25 words. That sentence says
 // what the thing is or does. The why follows in short sentences or a
 // list, and figures live in docs/, which the comment links. Leading
@@ -32,8 +33,16 @@ func TestDocCommentsLeadWithAShortSentence(t *testing.T) {
 	root, err := kube.RepoRoot()
 	require.NoError(t, err)
 	fset := token.NewFileSet()
-	for _, dir := range shortLeadPackages {
-		paths, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
+	var dirs []string
+	require.NoError(t, filepath.WalkDir(filepath.Join(root, shortLeadTree), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() != "testdata" {
+			dirs = append(dirs, path)
+		}
+		return err
+	}))
+	assert.Greater(t, len(dirs), 10, "the packages under %s", shortLeadTree)
+	for _, dir := range dirs {
+		paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		require.NoError(t, err)
 		for _, path := range paths {
 			if strings.HasSuffix(path, "_test.go") {
