@@ -110,10 +110,14 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err := l.newStream(sig); err != nil {
 		return nil, err
 	}
-	for _, add := range []func(*clients, *signals.Stores) error{l.addReconciler, l.addRecommender, l.addUsageSeries} {
-		if err := add(c, sig); err != nil {
-			return nil, err
-		}
+	if err := l.addReconciler(c, sig); err != nil {
+		return nil, err
+	}
+	if err := l.addRecommender(sig); err != nil {
+		return nil, err
+	}
+	if err := l.addUsageSeries(sig); err != nil {
+		return nil, err
 	}
 	if err := warmInformers(l.mgr.GetCache()); err != nil {
 		return nil, err
@@ -200,7 +204,7 @@ func (l *Leader) addReconciler(c *clients, sig *signals.Stores) error {
 
 // addRecommender adds the recommender's loop (cluster/recommender), which
 // writes through the fenced client.
-func (l *Leader) addRecommender(_ *clients, sig *signals.Stores) error {
+func (l *Leader) addRecommender(sig *signals.Stores) error {
 	cfg := l.cfg
 	loop, err := recommender.New(l.writer, l.mgr.GetAPIReader(), cfg.WatchNamespaces, sig, cfg.Recommender, cfg.Now, l.registry, l.log)
 	if err != nil {
@@ -215,7 +219,7 @@ func (l *Leader) addRecommender(_ *clients, sig *signals.Stores) error {
 // addUsageSeries adds the usage series the workload pages chart
 // (cluster/pages). The series and the hub's periodic passes read every
 // recommendation from the cache's own objects.
-func (l *Leader) addUsageSeries(_ *clients, sig *signals.Stores) error {
+func (l *Leader) addUsageSeries(sig *signals.Stores) error {
 	recs, err := l.mgr.GetCache().GetInformer(context.Background(), &v1alpha1.RightsizingRecommendation{}, cache.BlockUntilSynced(false))
 	if err != nil {
 		return fmt.Errorf("the recommendations' informer: %w", err)
