@@ -12,6 +12,7 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/forward"
+	"github.com/kerf-dev/kerf/cluster/gates"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/pages"
 	"github.com/kerf-dev/kerf/cluster/recommender"
@@ -88,6 +89,9 @@ type Config struct {
 	// the workloads whose policy enables spec.recommend
 	// (docs/recommender.md).
 	Recommender recommender.Config
+	// Gates configure the checks a change must pass before it is applied
+	// (cluster/gates).
+	Gates gates.Options
 	// UsageSeries bounds the usage series the workload pages chart
 	// (docs/web.md).
 	UsageSeries pages.UsageSeriesConfig

@@ -25,6 +25,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/cert"
 	"github.com/kerf-dev/kerf/cluster/fence"
 	"github.com/kerf-dev/kerf/cluster/forward"
+	"github.com/kerf-dev/kerf/cluster/gates"
 	"github.com/kerf-dev/kerf/cluster/pages"
 	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/rightsizing"
@@ -198,6 +199,7 @@ func (l *Leader) addReconciler(c *clients, sig *signals.Stores) error {
 		Workers:         cfg.Workers,
 		RollbackWorkers: cfg.RollbackWorkers,
 		Gate:            c.gate,
+		Gates:           gates.Default(l.mgr.GetClient(), cfg.Gates, l.log),
 	}
 	return rec.SetupWithManager(l.mgr, sig)
 }

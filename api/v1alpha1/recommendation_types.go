@@ -124,6 +124,34 @@ const (
 	ReasonNoPolicy        = "NoPolicy"
 )
 
+// Reasons for phase Blocked given by the gates a change must pass before
+// it is applied (cluster/gates; docs/health.md, "Before a change: the
+// gates"). Each names the object that refuses and its figures.
+const (
+	// ReasonProtectedNamespace: the namespace is one Kerf never changes
+	// (the leader's --protected-namespaces).
+	ReasonProtectedNamespace = "ProtectedNamespace"
+	// ReasonRolloutInProgress: the workload is mid-rollout.
+	ReasonRolloutInProgress = "RolloutInProgress"
+	// ReasonQoSClass: the change would move the pods to another QoS class
+	// and the policy does not allow it.
+	ReasonQoSClass = "QoSClass"
+	// ReasonLimitRange: a LimitRange of the namespace would refuse the
+	// values.
+	ReasonLimitRange = "LimitRange"
+	// ReasonResourceQuota: a ResourceQuota has no room for the increase.
+	ReasonResourceQuota = "ResourceQuota"
+	// ReasonDisruptionBudget: a PodDisruptionBudget allows no disruption
+	// and the change restarts pods.
+	ReasonDisruptionBudget = "DisruptionBudget"
+	// ReasonNodeHeadroom: a node has no free allocatable for an in-place
+	// increase of its pod's requests.
+	ReasonNodeHeadroom = "NodeHeadroom"
+	// ReasonGateUnavailable: a gate could not be evaluated (no permission,
+	// an API not served) and the change raises requests of running pods.
+	ReasonGateUnavailable = "GateUnavailable"
+)
+
 // ReasonWatchRunning is status.reason, and the blocked action's reason,
 // while a newer generation of the spec waits for the watch of the change
 // already applied to end: the phase stays Watching, and the new values are
@@ -283,7 +311,9 @@ type RightsizingRecommendationStatus struct {
 	Phase Phase `json:"phase,omitempty"`
 	// Reason is a CamelCase word saying why the phase is what it is; for
 	// Blocked one of Paused, FreezeWindow, Cooldown, SameValues,
-	// FailedPermanent, NoPolicy.
+	// FailedPermanent, NoPolicy, or a gate's: ProtectedNamespace,
+	// RolloutInProgress, QoSClass, LimitRange, ResourceQuota,
+	// DisruptionBudget, NodeHeadroom, GateUnavailable.
 	// +kubebuilder:validation:MaxLength=128
 	// +optional
 	Reason string `json:"reason,omitempty"`

@@ -11,7 +11,8 @@
 //     recommendation they share.
 //   - reconciler.go and context.go: one pass, what it reads once and
 //     which step it runs next.
-//   - plan.go: guardrails, the plan, the apply, a blocked change.
+//   - plan.go: guardrails, the plan, the gates (cluster/gates), the
+//     apply, a blocked change.
 //   - watch.go: the health watch after an apply and its verdicts.
 //   - rollback.go: the breach, the restore and a failed restore.
 //   - backoff.go: when rolled-back values may try again.

@@ -12,12 +12,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/gates"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/policy"
 )
 
-// plan checks the guardrails, plans the change and records it before
-// acting, then applies it.
+// plan checks the guardrails, plans the change, checks the gates
+// (cluster/gates) and records it before acting, then applies it.
 func (c *reconcileContext) plan(ctx context.Context) (ctrl.Result, error) {
 	rsr, resolved := c.rsr, c.resolved
 	if rsr.Annotations[v1alpha1.PausedAnnotation] == "true" {
@@ -57,6 +58,16 @@ func (c *reconcileContext) plan(ctx context.Context) (ctrl.Result, error) {
 	pods, err := c.pods(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	guardrails := resolved.Spec.DeepCopy()
+	guardrails.SetDefaults()
+	block, err = c.r.Gates.Check(ctx, &gates.Change{Workload: w, Strategy: change.Strategy, Containers: change.Containers,
+		Pods: pods, Guardrails: guardrails.Guardrails})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("check the gates of %s/%s: %w", rsr.Namespace, rsr.Name, err)
+	}
+	if block != nil {
+		return c.blocked(ctx, block)
 	}
 	// Restarts count from the change on (design section 3).
 	change.RestartBaselines = healthwatch.RestartBaselines(pods)

@@ -14,6 +14,7 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/apply"
 	"github.com/kerf-dev/kerf/cluster/fence"
+	"github.com/kerf-dev/kerf/cluster/gates"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 )
 
@@ -48,6 +49,9 @@ type Reconciler struct {
 	Statuses healthwatch.AgentStatusSource
 	// Throttling gives CFS counters; nil leaves throttling not evaluated.
 	Throttling healthwatch.ThrottlingSource
+	// Gates are the checks a planned change must pass before it is
+	// applied; nil checks none.
+	Gates *gates.Checker
 	// Log is the leader's logger.
 	Log *slog.Logger
 	// Workers is how many recommendations are reconciled at once (never
