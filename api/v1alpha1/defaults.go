@@ -22,6 +22,11 @@ const (
 	DefaultMultiplyByTurn     int32 = 1
 	DefaultMaxAttempts        int32 = 1
 	DefaultTimeZone                 = "UTC"
+	DefaultDegradedRolledBack int32 = 3
+	DefaultDegradedOf         int32 = 5
+	// MaxDegradedOf bounds spec.guardrails.degraded.of: the changes
+	// counted must fit in status.history (MaxHistory).
+	MaxDegradedOf int32 = 20
 )
 
 // The recommender's defaults (docs/recommender.md), for a spec.recommend
@@ -89,6 +94,12 @@ func (s *PolicySpec) SetDefaults() {
 	}
 	if r.Backoff.MaxAttempts == 0 {
 		r.Backoff.MaxAttempts = DefaultMaxAttempts
+	}
+	if s.Guardrails.Degraded.RolledBack == nil {
+		s.Guardrails.Degraded.RolledBack = ptrTo(DefaultDegradedRolledBack)
+	}
+	if s.Guardrails.Degraded.Of == nil {
+		s.Guardrails.Degraded.Of = ptrTo(DefaultDegradedOf)
 	}
 	if s.Recommend != nil {
 		s.Recommend.SetDefaults()

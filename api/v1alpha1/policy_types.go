@@ -392,6 +392,40 @@ type Guardrails struct {
 	// +kubebuilder:default={}
 	// +optional
 	Rollback RollbackGuardrails `json:"rollback,omitempty"`
+	// Degraded marks a workload Degraded when rolledBack of its last
+	// `of` changes were rolled back: Kerf then leaves it alone until a
+	// person resumes it or the policy changes (docs/health.md).
+	// +kubebuilder:default={}
+	// +optional
+	Degraded DegradedGuardrails `json:"degraded,omitempty"`
+}
+
+// DegradedGuardrails say when a workload whose changes keep being rolled
+// back is marked Degraded (phase Degraded, docs/health.md "A workload
+// that keeps failing").
+// +kubebuilder:validation:XValidation:rule=`!has(self.rolledBack) || !has(self.of) || self.rolledBack <= self.of`,message="must not be above of",fieldPath=".rolledBack"
+type DegradedGuardrails struct {
+	// Disabled turns the mark off: no workload of the policy is marked
+	// Degraded, and one marked already is resumed.
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+	// RolledBack is how many of the last `of` changes must have been
+	// rolled back for the mark, from 1 to `of`.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=20
+	// +optional
+	RolledBack *int32 `json:"rolledBack,omitempty"`
+	// Of is how many of the workload's last changes are counted, from 1
+	// to 20. Twenty changes fit in status.history's 100 entries: a change
+	// leaves its applied and rolled_back or healthy entries, and the
+	// blocks and refusals between two changes rarely number more than
+	// three.
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=20
+	// +optional
+	Of *int32 `json:"of,omitempty"`
 }
 
 // FreezeWindow is a recurring time during which no change is applied.
