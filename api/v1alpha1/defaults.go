@@ -95,14 +95,22 @@ func (s *PolicySpec) SetDefaults() {
 	if r.Backoff.MaxAttempts == 0 {
 		r.Backoff.MaxAttempts = DefaultMaxAttempts
 	}
-	if s.Guardrails.Degraded.RolledBack == nil {
-		s.Guardrails.Degraded.RolledBack = ptrTo(DefaultDegradedRolledBack)
-	}
-	if s.Guardrails.Degraded.Of == nil {
-		s.Guardrails.Degraded.Of = ptrTo(DefaultDegradedOf)
+	if s.Guardrails.Degraded != nil {
+		s.Guardrails.Degraded.SetDefaults()
 	}
 	if s.Recommend != nil {
 		s.Recommend.SetDefaults()
+	}
+}
+
+// SetDefaults fills the fields of spec.guardrails.degraded left empty
+// with the defaults the apiserver applies.
+func (d *DegradedGuardrails) SetDefaults() {
+	if d.RolledBack == nil {
+		d.RolledBack = ptrTo(DefaultDegradedRolledBack)
+	}
+	if d.Of == nil {
+		d.Of = ptrTo(DefaultDegradedOf)
 	}
 }
 

@@ -54,6 +54,7 @@ func TestPolicyDefaultsAreApplied(t *testing.T) {
 		{name: "empty guardrails", kind: "RightsizingPolicy", spec: `guardrails: {}`},
 		{name: "empty rollback", kind: "RightsizingPolicy", spec: `guardrails: {rollback: {}}`},
 		{name: "empty backoff", kind: "RightsizingPolicy", spec: `guardrails: {rollback: {backoff: {}}}`},
+		{name: "empty degraded", kind: "RightsizingPolicy", spec: `guardrails: {degraded: {}}`},
 		{name: "cluster policy without spec", kind: "ClusterRightsizingPolicy", spec: ""},
 		{name: "cluster policy with empty guardrails", kind: "ClusterRightsizingPolicy", spec: `guardrails: {}`},
 	} {
@@ -75,7 +76,10 @@ func TestPolicyDefaultsAreApplied(t *testing.T) {
 			assert.False(t, spec.Guardrails.Paused)
 			assert.Empty(t, spec.Guardrails.FreezeWindows)
 			assert.Equal(t, defaultedRollback(), spec.Guardrails.Rollback)
-			assert.Equal(t, v1alpha1.DegradedGuardrails{RolledBack: ptr.To[int32](3), Of: ptr.To[int32](5)}, spec.Guardrails.Degraded)
+			if tc.name != "empty degraded" {
+				assert.Nil(t, spec.Guardrails.Degraded, "absent means the defaults, and keeps the policy's fingerprint")
+			}
+			assert.Equal(t, v1alpha1.DegradedGuardrails{RolledBack: ptr.To[int32](3), Of: ptr.To[int32](5)}, spec.Guardrails.DegradedOrDefault())
 		})
 	}
 }

@@ -394,10 +394,21 @@ type Guardrails struct {
 	Rollback RollbackGuardrails `json:"rollback,omitempty"`
 	// Degraded marks a workload Degraded when rolledBack of its last
 	// `of` changes were rolled back: Kerf then leaves it alone until a
-	// person resumes it or the policy changes (docs/health.md).
-	// +kubebuilder:default={}
+	// person resumes it or the policy changes (docs/health.md). Absent
+	// means the defaults, 3 of 5.
 	// +optional
-	Degraded DegradedGuardrails `json:"degraded,omitempty"`
+	Degraded *DegradedGuardrails `json:"degraded,omitempty"`
+}
+
+// DegradedOrDefault is spec.guardrails.degraded with its defaults filled
+// in, the defaults themselves when it is absent.
+func (g *Guardrails) DegradedOrDefault() DegradedGuardrails {
+	var d DegradedGuardrails
+	if g.Degraded != nil {
+		d = *g.Degraded.DeepCopy()
+	}
+	d.SetDefaults()
+	return d
 }
 
 // DegradedGuardrails say when a workload whose changes keep being rolled
