@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -136,6 +137,11 @@ func (o *options) pauseWorkload(ctx context.Context, arg string, pause bool) err
 		return err
 	}
 	label := fmt.Sprintf("%s (RightsizingRecommendation %s/%s)", workloadName(r), r.Namespace, r.Name)
+	if !pause {
+		if d := r.Status.Degraded; d != nil && d.Since != nil {
+			return o.resumeDegraded(ctx, c, r, label)
+		}
+	}
 	if (r.Annotations[v1alpha1.PausedAnnotation] == "true") == pause {
 		fmt.Fprintf(o.streams.Out, "%s already %s: nothing changed\n", label, pausedWord(pause))
 		return nil
@@ -152,6 +158,21 @@ func (o *options) pauseWorkload(ctx context.Context, arg string, pause bool) err
 	} else {
 		fmt.Fprintf(o.streams.Out, "%s resumed (annotation %s removed): applies again as its policy allows\n", label, v1alpha1.PausedAnnotation)
 	}
+	return nil
+}
+
+// resumeDegraded resumes a Degraded workload: the annotation
+// kerf.dev/resumed-at gets the current time, which the leader reads,
+// and a pause annotation is removed with it.
+func (o *options) resumeDegraded(ctx context.Context, c client.Client, r *v1alpha1.RightsizingRecommendation, label string) error {
+	at := o.now().UTC().Format(time.RFC3339)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null,%q:%q}}}`, v1alpha1.PausedAnnotation, v1alpha1.ResumeAnnotation, at)
+	if err := c.Patch(ctx, r, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		return fmt.Errorf("resume %s: %w", label, err)
+	}
+	d := r.Status.Degraded
+	fmt.Fprintf(o.streams.Out, "%s resumed (annotation %s=%s set): Degraded since %s, %d of its last %d changes rolled back; "+
+		"only the changes from now on count\n", label, v1alpha1.ResumeAnnotation, at, d.Since.UTC().Format(time.RFC3339), d.RolledBack, d.Of)
 	return nil
 }
 
