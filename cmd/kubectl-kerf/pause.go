@@ -28,7 +28,9 @@ func newPauseCommand(o *options, pause bool) *cobra.Command {
 			"clusterrightsizingpolicy/NAME to say which) it sets spec.guardrails.paused; for\n" +
 			"one workload (--workload, the recommendation's name or the workload's\n" +
 			"kind/name) the annotation " + v1alpha1.PausedAnnotation + " on its RightsizingRecommendation.\n" +
-			"A pause blocks applies (phase Blocked, reason Paused), never rollbacks.",
+			"A pause blocks applies (phase Blocked, reason Paused), never rollbacks.\n" +
+			"resume --workload of a Degraded workload also sets the annotation " + v1alpha1.ResumeAnnotation + "\n" +
+			"to now: Kerf applies again, counting only the changes from then on.",
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case wl != "" && len(args) > 0:
