@@ -418,6 +418,12 @@ func (k PolicyKind) Namespaced() bool {
 	return k == PolicyKindNamespaced || k == PolicyKindRollback
 }
 
+// Rollback reports whether k is one of the backoff design's kinds,
+// RollbackPolicy or ClusterRollbackPolicy.
+func (k PolicyKind) Rollback() bool {
+	return k == PolicyKindRollback || k == PolicyKindClusterRollback
+}
+
 // PolicyReference names the policy chosen for a workload. A
 // RightsizingPolicy or RollbackPolicy is in the recommendation's namespace.
 type PolicyReference struct {
