@@ -176,6 +176,9 @@ func TestLeaderRBACAllowsWhatTheLeaderDoesAndNoMore(t *testing.T) {
 		{"update", "rightsizingcheckpoints.kerf.dev", "default", false},
 		{"list", "clusterrightsizingpolicies.kerf.dev", "", true},
 		{"list", "rightsizingpolicies.kerf.dev", "", true},
+		{"watch", "rollbackpolicies.kerf.dev", "", true},        // the backoff design's kinds, read as policies
+		{"watch", "clusterrollbackpolicies.kerf.dev", "", true}, //
+		{"update", "rollbackpolicies.kerf.dev", "default", false},
 		{"watch", "pods", "", true},
 		{"update", "pods:resize", "default", true},
 		{"update", "pods", "default", false},
