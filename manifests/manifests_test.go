@@ -82,7 +82,7 @@ func TestEveryObjectIsAcceptedByTheAPIServer(t *testing.T) {
 		kinds[u.GetKind()]++
 	}
 	assert.Equal(t, map[string]int{
-		"CustomResourceDefinition": 4, "Namespace": 1, "ServiceAccount": 2,
+		"CustomResourceDefinition": 6, "Namespace": 1, "ServiceAccount": 2,
 		"ClusterRole": 5, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1,
 		"Deployment": 1, "PodDisruptionBudget": 1, "Service": 2,
 		"MutatingWebhookConfiguration": 1, "DaemonSet": 1, "ClusterRightsizingPolicy": 1,

@@ -11,9 +11,9 @@ import (
 )
 
 // Gatherer reads what choosing a workload's policy needs: its namespace's
-// labels and the policies of the four kinds that may select it
-// (RightsizingPolicy, ClusterRightsizingPolicy, and the backoff design's
-// RollbackPolicy and ClusterRollbackPolicy). It is the package's one
+// labels and the policies of the four kinds that may select it. Those are
+// RightsizingPolicy, ClusterRightsizingPolicy, and the backoff design's
+// RollbackPolicy and ClusterRollbackPolicy. It is the package's one
 // reader; Policies.Resolve then decides with Resolve. cert-manager's
 // policies.Gatherer is the model.
 //
