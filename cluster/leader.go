@@ -261,6 +261,7 @@ func (l *Leader) addHub() error {
 func leaderReads() []client.Object {
 	return []client.Object{
 		&v1alpha1.RightsizingRecommendation{}, &v1alpha1.RightsizingPolicy{}, &v1alpha1.ClusterRightsizingPolicy{},
+		&v1alpha1.RollbackPolicy{}, &v1alpha1.ClusterRollbackPolicy{},
 		&corev1.Pod{}, &corev1.Namespace{},
 		&appsv1.Deployment{}, &appsv1.ReplicaSet{}, &appsv1.StatefulSet{}, &appsv1.DaemonSet{},
 		&autoscalingv2.HorizontalPodAutoscaler{},

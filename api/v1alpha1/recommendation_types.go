@@ -401,19 +401,34 @@ const (
 )
 
 // PolicyKind is the kind of a policy.
-// +kubebuilder:validation:Enum=RightsizingPolicy;ClusterRightsizingPolicy
+// +kubebuilder:validation:Enum=RightsizingPolicy;ClusterRightsizingPolicy;RollbackPolicy;ClusterRollbackPolicy
 type PolicyKind string
 
-// The policy kinds.
+// The policy kinds: Kerf's own, and the backoff design's two.
 const (
-	PolicyKindNamespaced PolicyKind = "RightsizingPolicy"
-	PolicyKindCluster    PolicyKind = "ClusterRightsizingPolicy"
+	PolicyKindNamespaced      PolicyKind = "RightsizingPolicy"
+	PolicyKindCluster         PolicyKind = "ClusterRightsizingPolicy"
+	PolicyKindRollback        PolicyKind = "RollbackPolicy"
+	PolicyKindClusterRollback PolicyKind = "ClusterRollbackPolicy"
 )
 
+// Namespaced reports whether policies of kind k live in a namespace and
+// select only there.
+func (k PolicyKind) Namespaced() bool {
+	return k == PolicyKindNamespaced || k == PolicyKindRollback
+}
+
+// Rollback reports whether k is one of the backoff design's kinds,
+// RollbackPolicy or ClusterRollbackPolicy.
+func (k PolicyKind) Rollback() bool {
+	return k == PolicyKindRollback || k == PolicyKindClusterRollback
+}
+
 // PolicyReference names the policy chosen for a workload. A
-// RightsizingPolicy is in the recommendation's namespace.
+// RightsizingPolicy or RollbackPolicy is in the recommendation's namespace.
 type PolicyReference struct {
-	// Kind is RightsizingPolicy or ClusterRightsizingPolicy.
+	// Kind is RightsizingPolicy, ClusterRightsizingPolicy, RollbackPolicy
+	// or ClusterRollbackPolicy.
 	Kind PolicyKind `json:"kind"`
 	// Name is the policy's name.
 	// +kubebuilder:validation:MaxLength=253

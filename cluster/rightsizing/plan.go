@@ -174,7 +174,7 @@ func (c *reconcileContext) noPolicy(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("clear the state of %s/%s: its rollback is not restored yet", rsr.Namespace, rsr.Name)
 	}
-	msg := fmt.Sprintf("no RightsizingPolicy or ClusterRightsizingPolicy selects %s %s", rsr.Spec.TargetRef.Kind, rsr.Spec.TargetRef.Name)
+	msg := fmt.Sprintf("no RightsizingPolicy, ClusterRightsizingPolicy, RollbackPolicy or ClusterRollbackPolicy selects %s %s", rsr.Spec.TargetRef.Kind, rsr.Spec.TargetRef.Name)
 	return c.record(ctx, outcome{
 		doing: "record missing policy of",
 		phase: v1alpha1.PhaseBlocked, setReason: true, reason: v1alpha1.ReasonNoPolicy, message: msg, observe: true,

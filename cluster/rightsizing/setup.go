@@ -58,8 +58,8 @@ func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(k
 // controller's contract in one place. It reconciles:
 //   - a recommendation, when it changes;
 //   - every recommendation in a policy's scope, when the policy changes:
-//     a RightsizingPolicy's namespace, a ClusterRightsizingPolicy's
-//     cluster;
+//     a RightsizingPolicy's or RollbackPolicy's namespace, a
+//     ClusterRightsizingPolicy's or ClusterRollbackPolicy's cluster;
 //   - the one recommendation whose targetRef names a pod's workload, when
 //     the pod changes or sig signals it. A signal is an agent's OOM kill,
 //     container event or counters. A breach is acted on as soon as the
@@ -169,6 +169,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) err
 		For(&v1alpha1.RightsizingRecommendation{}).
 		Watches(&v1alpha1.RightsizingPolicy{}, handler.EnqueueRequestsFromMapFunc(m.inScope)).
 		Watches(&v1alpha1.ClusterRightsizingPolicy{}, handler.EnqueueRequestsFromMapFunc(m.inScope)).
+		Watches(&v1alpha1.RollbackPolicy{}, handler.EnqueueRequestsFromMapFunc(m.inScope)).
+		Watches(&v1alpha1.ClusterRollbackPolicy{}, handler.EnqueueRequestsFromMapFunc(m.inScope)).
 		// A pod status update is a health signal: act on it at once, and
 		// first when it shows a restart or a termination.
 		Watches(&corev1.Pod{}, podHandler{m: m, harm: applyHarm}).
