@@ -227,3 +227,43 @@ func promote(t *testing.T, c client.Client, ns string, pods []*corev1.Pod) {
 		assert.Equal(t, "192Mi", got.Spec.Containers[0].Resources.Requests.Memory().String(), "pod %s resized", p.Name)
 	}
 }
+
+// TestCanaryResumesAfterFailover: leader a applies the change to the
+// canary and stops; leader b, which takes over, knows the canary from
+// status.change.canary alone. At the canary's end it promotes that canary:
+// the other two pods are resized once, the canary is not chosen anew.
+func TestCanaryResumesAfterFailover(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := kubetest.Namespace(t, c)
+	ctx := context.Background()
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	dep := kubetest.Web(t, c, ns, canaryPolicy(ns, 10*time.Minute))
+	pods := runningPods(t, c, dep, "a", "b", "c")
+	a, b := leadertest.Pair(t, ns, cluster.Config{Now: now}, cluster.Config{Now: now})
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "192Mi")))
+	before := waitCanary(t, c, ns, pods)
+
+	leadertest.FailOver(t, a, b)
+	assertNeverResized(t, c, pods[1:]...)
+	offset.Store(int64(11 * time.Minute))
+	promote(t, c, ns, pods)
+	rsr := kubetest.GetRSR(t, c, ns, "web")
+	assert.Equal(t, before.Status.Change.Canary.Pods, rsr.Status.Change.Canary.Pods)
+	assert.Equal(t, before.Status.Change.Canary.Until, rsr.Status.Change.Canary.Until)
+}
+
+// TestCanaryIsNotOfferedWithRollout: a Rollout change under a policy with
+// a canary applies whole, and its applied message says why (a
+// Deployment's rollout has no partition to hold the rest back).
+func TestCanaryIsNotOfferedWithRollout(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := kubetest.Namespace(t, c)
+	leadertest.WatchedWeb(t, c, ns, canaryPolicy(ns, 10*time.Minute), cluster.Config{}, "250m", "256Mi")
+	rsr := kubetest.GetRSR(t, c, ns, "web")
+	assert.Nil(t, rsr.Status.Change.Canary)
+	applied := kubetest.HistoryOf(rsr, v1alpha1.ActionApplied)
+	require.Len(t, applied, 1)
+	assert.Equal(t, string(v1alpha1.StrategyRollout), applied[0].Reason)
+	assert.Contains(t, applied[0].Message, "no canary with strategy Rollout: the change applies whole")
+}

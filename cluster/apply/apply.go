@@ -332,8 +332,8 @@ func (a *Applier) resizeBack(ctx context.Context, w *workload.Workload, targets 
 }
 
 // canaryPods are the only pods an InPlace apply or restore of change
-// resizes: its canary pods until the canary is promoted, nil (every pod)
-// after, or without a canary (docs/health.md, "Canary").
+// resizes. They are its canary pods until the canary is promoted; nil
+// (every pod) after, or without a canary (docs/health.md, "Canary").
 func canaryPods(change *v1alpha1.Change) []string {
 	if change.Promoted() || change.Strategy != v1alpha1.StrategyInPlace {
 		return nil

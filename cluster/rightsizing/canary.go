@@ -97,7 +97,11 @@ func canaryWatch(in healthwatch.Input) healthwatch.Input {
 	if ch.Promoted() {
 		return in
 	}
-	in.Pods = slices.DeleteFunc(slices.Clone(in.Pods), func(p corev1.Pod) bool { return !slices.Contains(ch.Canary.Pods, p.Name) })
+	canary := make(map[string]bool, len(ch.Canary.Pods))
+	for _, name := range ch.Canary.Pods {
+		canary[name] = true
+	}
+	in.Pods = slices.DeleteFunc(slices.Clone(in.Pods), func(p corev1.Pod) bool { return !canary[p.Name] })
 	in.Guardrails = *in.Guardrails.DeepCopy()
 	in.Guardrails.WatchDuration = &metav1.Duration{Duration: max(ch.Canary.Until.Sub(ch.AppliedAt.Time), time.Second)}
 	return in
@@ -170,7 +174,7 @@ func canaryApplied(ch *v1alpha1.Change, note string) string {
 }
 
 // canaryNote says why a policy's canary does not apply to a change that
-// has none: a strategy other than InPlace, or a canary of every pod.
+// has none. The strategy is not InPlace, or the canary was every pod.
 func canaryNote(g *v1alpha1.CanaryGuardrails, ch *v1alpha1.Change) string {
 	if g == nil || ch.Canary != nil {
 		return ""
