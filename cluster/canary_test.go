@@ -192,6 +192,29 @@ func TestCanaryWithoutBreachResizesTheRest(t *testing.T) {
 	assert.False(t, rsr.Status.Change.AppliedAt.Time.Before(until), "the full watch starts at the promotion, after the canary's end")
 	assert.ElementsMatch(t, []string{"web-h1-a", "web-h1-b", "web-h1-c"}, touchedPods(rsr))
 	kubetest.WaitEvents(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventCanaryPromoted, 1)
+
+	// The full watch covers every pod: an OOM kill outside the canary,
+	// after the promotion by the leader's clock, rolls memory back on all
+	// three.
+	offset.Store(int64(11*time.Minute + 2*time.Second)) // status times have one-second resolution
+	kubetest.Update(t, c, pods[1], func() {})           // the freshest status
+	cs := &pods[1].Status.ContainerStatuses[0]
+	cs.RestartCount++
+	cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled",
+		StartedAt: metav1.NewTime(now().Add(-time.Second)), FinishedAt: metav1.NewTime(now())}}
+	require.NoError(t, c.Status().Update(ctx, pods[1]))
+	for _, p := range pods {
+		kubeletResizedTo(t, c, p, p.Generation+1)
+	}
+	rsr = kubetest.WaitRestored(t, c, ns, "web")
+	rolled := kubetest.HistoryOf(rsr, v1alpha1.ActionRolledBack)
+	require.Len(t, rolled, 1)
+	assert.NotContains(t, rolled[0].Message, "canary")
+	for _, p := range pods {
+		var got corev1.Pod
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(p), &got))
+		assert.Equal(t, "256Mi", got.Spec.Containers[0].Resources.Limits.Memory().String(), "pod %s restored", p.Name)
+	}
 }
 
 // promote nudges the leader (a pod update) until the canary is promoted,
