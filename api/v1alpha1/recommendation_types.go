@@ -236,6 +236,16 @@ const (
 	AppliedReasonBlocked = "Blocked"
 )
 
+// Canary reasons: of the applied action and the Applied condition.
+const (
+	// ReasonCanary is the applied action's reason when a change went to
+	// its canary pods only.
+	ReasonCanary = "Canary"
+	// ReasonCanaryPromoted is the applied action's reason, and the
+	// Applied Event's, when the canary passed and the rest were resized.
+	ReasonCanaryPromoted = "CanaryPromoted"
+)
+
 // ReasonRollbackError is the reason of a failed action, and of its Event,
 // recorded when a restore fails; the restore is retried with exponential
 // backoff.
@@ -247,6 +257,9 @@ const ReasonRollbackError = "RollbackError"
 const (
 	// EventApplied: the change was applied.
 	EventApplied = "Applied"
+	// EventCanaryPromoted: a canary passed its watch and the change went
+	// to every pod.
+	EventCanaryPromoted = "CanaryPromoted"
 	// EventApplyFailed: a pod's in-place resize failed for good.
 	EventApplyFailed = "ApplyFailed"
 	// EventBlocked: a guardrail holds the apply back.
@@ -499,10 +512,50 @@ type Change struct {
 	// +kubebuilder:validation:MaxItems=4096
 	// +optional
 	OOMBaselines []OOMBaseline `json:"oomBaselines,omitempty"`
+	// Canary, when set, says the change went to canary pods first
+	// (spec.guardrails.canary): which, until when, and whether the rest
+	// followed. A leader that takes over resumes the canary from it.
+	// +optional
+	Canary *CanaryState `json:"canary,omitempty"`
+}
+
+// CanaryState is where a change's canary stands (docs/health.md,
+// "Canary").
+type CanaryState struct {
+	// Pods are the canary pods' names, the only pods resized until the
+	// canary is promoted, and the only ones a breach before then restores.
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=1024
+	// +kubebuilder:validation:items:MaxLength=253
+	Pods []string `json:"pods"`
+	// Of is how many pods ran when the canary was chosen.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Of int32 `json:"of,omitempty"`
+	// StartedAt is when the canary pods were resized: the canary watch's
+	// T0.
+	StartedAt metav1.Time `json:"startedAt"`
+	// Until is when the canary watch ends and, without a breach, the rest
+	// are resized.
+	Until metav1.Time `json:"until"`
+	// PromotedAt is when the canary passed and the change went to every
+	// pod: the full watch's T0 (change.appliedAt from then on).
+	// +optional
+	PromotedAt *metav1.Time `json:"promotedAt,omitempty"`
+}
+
+// Promoted reports whether the canary passed and the change went to every
+// pod. A change without a canary counts as promoted.
+func (c *Change) Promoted() bool {
+	return c == nil || c.Canary == nil || c.Canary.PromotedAt != nil
 }
 
 // The limits of a Change.
 const (
+	// MaxCanaryPods bounds change.canary.pods: a larger canary keeps the
+	// first pods in its order.
+	MaxCanaryPods = 1024
 	// MaxTouched bounds change.touched.
 	MaxTouched = 1024
 	// MaxBaselines bounds each of change.restartBaselines,
