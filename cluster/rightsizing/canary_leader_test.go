@@ -1,4 +1,4 @@
-package cluster_test
+package rightsizing_test
 
 import (
 	"context"
