@@ -54,7 +54,7 @@ func (g DisruptionBudget) Check(ctx context.Context, ch *Change) (*policy.Block,
 }
 
 // restarts says how the change restarts pods, or "" when it restarts
-// none: a Rollout replaces them; an InPlace change restarts a container
+// none. A Rollout replaces them. An InPlace change restarts a container
 // whose resizePolicy for a resource it changes is RestartContainer.
 func restarts(ch *Change) string {
 	switch ch.Strategy {

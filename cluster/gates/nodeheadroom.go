@@ -15,22 +15,8 @@ import (
 
 // NodeNameField lists pods by the node they are bound to. The apiserver
 // serves it as a field selector; the leader's cache indexes it
-// (IndexPodsByNode).
+// (cluster/rightsizing's setup).
 const NodeNameField = "spec.nodeName"
-
-// IndexPodsByNode adds the cache index NodeHeadroom lists a node's pods
-// by.
-func IndexPodsByNode(ctx context.Context, idx client.FieldIndexer) error {
-	if err := idx.IndexField(ctx, &corev1.Pod{}, NodeNameField, func(o client.Object) []string {
-		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
-			return []string{n}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("index pods by node: %w", err)
-	}
-	return nil
-}
 
 // NodeHeadroom refuses an in-place change that raises requests when a
 // pod's node has no room for the increase. The room is what the kubelet

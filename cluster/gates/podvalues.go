@@ -8,9 +8,9 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 )
 
-// withValues returns a copy of pod whose containers the change touches
-// run the applied values: a value the change sets replaces the pod's,
-// one it leaves unset stays as the pod has it.
+// withValues returns a copy of pod whose changed containers run the
+// applied values. A value the change leaves unset stays as the pod has
+// it.
 func withValues(pod *corev1.Pod, containers []v1alpha1.ContainerChange) *corev1.Pod {
 	out := pod.DeepCopy()
 	for _, cc := range containers {
@@ -45,9 +45,9 @@ func setValues(list corev1.ResourceList, v *v1alpha1.ResourceValues) corev1.Reso
 }
 
 // podRequests is what a pod asks of its node, as the kubelet counts it
-// when it admits a resize: the larger of the spec's requests and those
-// the kubelet allocated or reports, the init containers' peak and the
-// overhead included (k8s.io/component-helpers/resource.PodRequests).
+// when it admits a resize (k8s.io/component-helpers/resource.PodRequests).
+// That is the larger of the spec's requests and those the kubelet
+// allocated or reports, with the init containers' peak and the overhead.
 func podRequests(pod *corev1.Pod) corev1.ResourceList {
 	return resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{UseStatusResources: true})
 }

@@ -16,8 +16,8 @@ import (
 )
 
 // quotaResources are the quota resources a change of CPU and memory
-// values moves, as the apiserver's ResourceQuota admission charges a pod
-// (k8s.io/kubernetes/pkg/quota/v1/evaluator/core, PodUsageFunc): cpu and
+// values moves. The apiserver's ResourceQuota admission charges a pod so
+// (k8s.io/kubernetes/pkg/quota/v1/evaluator/core, PodUsageFunc); cpu and
 // memory are the requests under their short names.
 var quotaResources = []corev1.ResourceName{
 	corev1.ResourceRequestsCPU, corev1.ResourceRequestsMemory,
@@ -97,9 +97,9 @@ func (g ResourceQuota) Check(ctx context.Context, ch *Change) (*policy.Block, er
 }
 
 // quotaIncrease returns what the change adds to a quota's usage, per
-// quota resource, how that was worked out (for the message), and a pod
-// with the applied values to match the quotas' scopes against. The pod
-// is nil when the change lands on no pod.
+// quota resource. It also says how (for the message), and returns a pod
+// with the applied values to match the quotas' scopes against, nil when
+// the change lands on no pod.
 func quotaIncrease(ch *Change) (corev1.ResourceList, string, *corev1.Pod, error) {
 	add := corev1.ResourceList{}
 	if ch.Strategy == v1alpha1.StrategyInPlace {
@@ -114,6 +114,9 @@ func quotaIncrease(ch *Change) (corev1.ResourceList, string, *corev1.Pod, error)
 			addTo(add, quotaCharge(changed), 1)
 			subFrom(add, quotaCharge(pod))
 			sample, n = changed, n+1
+		}
+		if n == 1 {
+			return add, "in-place resize of 1 pod", sample, nil
 		}
 		return add, fmt.Sprintf("in-place resize of %d pods", n), sample, nil
 	}
@@ -148,8 +151,9 @@ func quotaCharge(pod *corev1.Pod) corev1.ResourceList {
 	return out
 }
 
-// rolloutShape returns how many pods a workload runs and how many more a
-// rolling update of it may start before it stops old ones (maxSurge):
+// rolloutShape returns how many pods a workload runs, and its maxSurge.
+// That is how many more a rolling update may start before it stops old
+// ones:
 //   - a Deployment: spec.replicas (1 when unset); its RollingUpdate
 //     maxSurge (25% when unset), a percentage rounded up, as the
 //     Deployment controller does; none for Recreate;
