@@ -2,6 +2,7 @@ package gates_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -174,4 +175,17 @@ func TestResourceQuotaPassesWithoutQuotas(t *testing.T) {
 	b, err := gates.ResourceQuota{Reader: c}.Check(context.Background(), webChange(t, ns, 2, v1alpha1.StrategyRollout, "500m", "256Mi", "8", "8Gi"))
 	require.NoError(t, err)
 	assert.Nil(t, b)
+}
+
+// TestDefaultChecksTheQuotaBeforeTheBudgetAndTheNode: the leader's gates
+// hold ResourceQuota, DisruptionBudget and NodeHeadroom in that order, the
+// last of docs/health.md's list.
+func TestDefaultChecksTheQuotaBeforeTheBudgetAndTheNode(t *testing.T) {
+	var names []string
+	for _, g := range gates.Default(controlplane.Get(t).Client, gates.Options{}, nil).Gates {
+		names = append(names, g.Name())
+	}
+	require.Contains(t, names, v1alpha1.ReasonResourceQuota)
+	tail := names[slices.Index(names, v1alpha1.ReasonResourceQuota):]
+	assert.Equal(t, []string{v1alpha1.ReasonResourceQuota, v1alpha1.ReasonDisruptionBudget, v1alpha1.ReasonNodeHeadroom}, tail)
 }
