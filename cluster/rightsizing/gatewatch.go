@@ -39,8 +39,8 @@ func (m mapper) blockedBy(reasons ...string) handler.MapFunc {
 }
 
 // blockedReasonIndex indexes Blocked recommendations by their reason,
-// across namespaces. The pods' watch finds those NodeHeadroom blocks
-// without a list of them all.
+// across namespaces. The pods' and Nodes' watches find the NodeHeadroom
+// blocks without a list of them all.
 const blockedReasonIndex = "status.blockedReason"
 
 // blockedReason is a recommendation's blockedReasonIndex key: its reason
@@ -53,11 +53,11 @@ func blockedReason(o client.Object) []string {
 	return []string{st.Reason}
 }
 
-// nodeFreed maps a pod that ended or was deleted to the recommendations
-// NodeHeadroom holds back, in every namespace: the pod freed room on its
-// node. It reads blockedReasonIndex, so a pod's end costs a lookup of
-// those alone.
-func (m mapper) nodeFreed(ctx context.Context) []reconcile.Request {
+// nodeFreed maps a change that may free room on a node to the
+// recommendations NodeHeadroom holds back, in every namespace. Such a
+// change is a pod that ended or was deleted, or a Node's allocatable. It
+// reads blockedReasonIndex, so it costs a lookup of those alone.
+func (m mapper) nodeFreed(ctx context.Context, _ client.Object) []reconcile.Request {
 	var list v1alpha1.RightsizingRecommendationList
 	if err := m.c.List(ctx, &list, client.MatchingFields{blockedReasonIndex: v1alpha1.ReasonNodeHeadroom}, client.UnsafeDisableDeepCopy); err != nil {
 		m.r.Log.Error("list recommendations the NodeHeadroom gate blocks", "err", err)
@@ -77,10 +77,14 @@ func podEnded(old, cur *corev1.PodStatus) bool {
 	return !terminal(old.Phase) && terminal(cur.Phase)
 }
 
-// allocatableChanged passes a Node's creation, deletion and the updates
-// that change its status.allocatable. The NodeHeadroom gate reads
-// nothing else of it, and a node's status is written every few seconds.
+// allocatableChanged passes the updates of a Node that change its
+// status.allocatable. The NodeHeadroom gate reads nothing else of it, and
+// a node's status is written every few seconds. A new or deleted Node
+// frees no room on the node of a pod Kerf resizes, and the informer's
+// first list, a creation a Node, is not let through.
 var allocatableChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		old, ok1 := e.ObjectOld.(*corev1.Node)
 		cur, ok2 := e.ObjectNew.(*corev1.Node)

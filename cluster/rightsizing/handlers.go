@@ -119,7 +119,7 @@ func (h podHandler) Update(ctx context.Context, e event.UpdateEvent, q workqueue
 	newStatus, ok2 := cachestore.PodStatus(e.ObjectNew)
 	if !h.harmOnly && ok1 && ok2 && podEnded(&oldStatus, &newStatus) {
 		// Room on its node: the NodeHeadroom gate's blocks try again.
-		addAt(q, 0, h.m.nodeFreed(ctx))
+		addAt(q, 0, h.m.nodeFreed(ctx, e.ObjectNew))
 	}
 	if ok1 && ok2 && podHarmed(&oldStatus, &newStatus) {
 		// The workload is the same before and after: a pod's controller
@@ -138,7 +138,7 @@ func (h podHandler) Update(ctx context.Context, e event.UpdateEvent, q workqueue
 func (h podHandler) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	if !h.harmOnly {
 		// Room on its node: the NodeHeadroom gate's blocks try again.
-		addAt(q, 0, h.m.nodeFreed(ctx))
+		addAt(q, 0, h.m.nodeFreed(ctx, e.Object))
 		h.delegate().Delete(ctx, e, q)
 	}
 }

@@ -198,7 +198,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) err
 		// its node (podHandler).
 		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(m.blockedBy(v1alpha1.ReasonResourceQuota))).
 		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(m.blockedBy(v1alpha1.ReasonDisruptionBudget))).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(m.blockedBy(v1alpha1.ReasonNodeHeadroom)), builder.WithPredicates(allocatableChanged))
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(m.nodeFreed), builder.WithPredicates(allocatableChanged))
 	if rollbackWorkers == 0 {
 		b = b.WatchesRawSource(source.Channel(harmful, enqueueWith(harmAdd, releasing(m.signaled))))
 	}
