@@ -23,14 +23,19 @@ var quotaResources = []corev1.ResourceName{
 	corev1.ResourceRequestsCPU, corev1.ResourceRequestsMemory,
 	corev1.ResourceLimitsCPU, corev1.ResourceLimitsMemory,
 	corev1.ResourceCPU, corev1.ResourceMemory,
+	corev1.ResourcePods, podCount,
 }
+
+// podCount is the object count quota of pods. With pods, it is what a
+// Rollout's surge pods add.
+const podCount = corev1.ResourceName("count/pods")
 
 // ResourceQuota refuses a change a ResourceQuota of the workload's
 // namespace has no room for. What the change adds to the quota's usage:
 //   - InPlace: the sum, over the pods that have not ended, of the pod's
 //     charge with the applied values less its charge now;
 //   - Rollout and Deferred: what the rolling update adds at its peak
-//     (rolloutPeak).
+//     (rolloutPeak); for a Rollout, its maxSurge pods too.
 //
 // A quota whose scopes need what the leader's cache does not keep (a
 // priority class, pod affinity) is skipped, and the skip logged.
@@ -132,6 +137,11 @@ func quotaIncrease(ch *Change) (corev1.ResourceList, string, *corev1.Pod, error)
 		if peak.Sign() != 0 {
 			add[name] = peak
 		}
+	}
+	if ch.Strategy == v1alpha1.StrategyRollout && surge > 0 {
+		// Deferred starts no pod: the values wait for pods made anyway.
+		add[corev1.ResourcePods] = *resource.NewQuantity(min(surge, replicas), resource.DecimalSI)
+		add[podCount] = add[corev1.ResourcePods]
 	}
 	return add, fmt.Sprintf("%d replicas, maxSurge %d, at the rollout's peak", replicas, surge), after, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,6 +87,7 @@ func TestResourceQuotaChargesARolloutsPeak(t *testing.T) {
 		strategy v1alpha1.Strategy
 		mutate   func(*appsv1.Deployment)
 		newCPU   string
+		pods     string
 		want     string
 	}{
 		// 4 replicas, maxSurge 25% is 1: 4×1 + 1×500m − 4×500m = 2500m.
@@ -101,10 +103,19 @@ func TestResourceQuotaChargesARolloutsPeak(t *testing.T) {
 		}},
 		// A decrease: the surge pod with the new values, 1×400m, fits.
 		{name: "a decrease", strategy: v1alpha1.StrategyRollout, newCPU: "400m"},
+		// The surge pod is one pod more than the quota's 6 allow.
+		{name: "no room for the surge pod", strategy: v1alpha1.StrategyRollout, newCPU: "400m", pods: "6",
+			want: "ResourceQuota %s/compute: pods has 0 free (hard 6, used 6), the change needs 1 more (4 replicas, maxSurge 1, at the rollout's peak)"},
+		// Deferred starts no pod.
+		{name: "Deferred and no room for a pod", strategy: v1alpha1.StrategyDeferred, newCPU: "400m", pods: "6"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := kubetest.Namespace(t, c)
-			quota(t, c, ns, "compute", quantities("requests.cpu", "4"), quantities("requests.cpu", "2"), nil)
+			hard, used := quantities("requests.cpu", "4"), quantities("requests.cpu", "2")
+			if tc.pods != "" {
+				hard[corev1.ResourcePods], used[corev1.ResourcePods] = resource.MustParse(tc.pods), resource.MustParse("6")
+			}
+			quota(t, c, ns, "compute", hard, used, nil)
 			ch := webChange(t, ns, 4, tc.strategy, "500m", "256Mi", tc.newCPU, "256Mi")
 			if tc.mutate != nil {
 				tc.mutate(ch.Workload.Object.(*appsv1.Deployment))
