@@ -187,3 +187,29 @@ func TestDisruptionBudgetBlocksARolloutUntilTheBudgetAllowsOne(t *testing.T) {
 	kubetest.WaitApplied(t, c, ns, "web")
 	assert.Equal(t, "250m", kubetest.TemplateResources(t, c, dep).Requests.Cpu().String())
 }
+
+// TestAQuotaNotYetCountedHoldsAnIncreaseUntilItIs: a ResourceQuota whose
+// usage the quota controller has not counted cannot be evaluated, so an
+// in-place increase fails closed (GateUnavailable); once the usage is
+// counted, with room, the change is applied. It fails without the
+// quotas' watch trying GateUnavailable blocks again.
+func TestAQuotaNotYetCountedHoldsAnIncreaseUntilItIs(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := kubetest.Namespace(t, c)
+	ctx := context.Background()
+	dep := kubetest.Web(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil))
+	pod := kubetest.RunningPod(t, c, dep)
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "compute"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourceRequestsMemory: resource.MustParse("1Gi")}}}
+	require.NoError(t, c.Create(ctx, q))
+	leadertest.StartReplica(t, ns, "a", cluster.Config{})
+	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "500m", "512Mi")))
+
+	waitGated(t, c, ns, v1alpha1.ReasonGateUnavailable, fmt.Sprintf(
+		"the ResourceQuota gate cannot be evaluated and the change raises requests of running pods: ResourceQuota %s/compute has no usage of requests.memory yet (the quota controller has not counted it)", ns))
+
+	q.Status = corev1.ResourceQuotaStatus{Hard: q.Spec.Hard, Used: corev1.ResourceList{corev1.ResourceRequestsMemory: resource.MustParse("256Mi")}}
+	require.NoError(t, c.Status().Update(ctx, q))
+	kubetest.KubeletReports(t, c, pod, "")
+	kubetest.WaitApplied(t, c, ns, "web")
+}

@@ -194,10 +194,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) err
 		Watches(&corev1.Pod{}, podHandler{m: m, harm: applyHarm}).
 		WatchesRawSource(source.Channel(counters, handler.EnqueueRequestsFromMapFunc(releasing(m.signaled)))).
 		// The gating objects: a change to one tries again the changes its
-		// gate holds back (cluster/gates). A pod that ends frees room on
-		// its node (podHandler).
-		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(m.blockedBy(v1alpha1.ReasonResourceQuota))).
-		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(m.blockedBy(v1alpha1.ReasonDisruptionBudget))).
+		// gate holds back (cluster/gates), and those a gate could not
+		// evaluate (a quota not yet counted). A pod that ends frees room
+		// on its node (podHandler).
+		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(m.blockedBy(v1alpha1.ReasonResourceQuota, v1alpha1.ReasonGateUnavailable))).
+		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(m.blockedBy(v1alpha1.ReasonDisruptionBudget, v1alpha1.ReasonGateUnavailable))).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(m.nodeFreed), builder.WithPredicates(allocatableChanged))
 	if rollbackWorkers == 0 {
 		b = b.WatchesRawSource(source.Channel(harmful, enqueueWith(harmAdd, releasing(m.signaled))))
