@@ -43,7 +43,14 @@ func (g DisruptionBudget) Check(ctx context.Context, ch *Change) (*policy.Block,
 	}
 	for i := range pdbs.Items {
 		pdb := &pdbs.Items[i]
-		if pdb.Status.DisruptionsAllowed > 0 || !selectsAny(pdb, ch.Pods) {
+		if pdb.Status.DisruptionsAllowed > 0 {
+			continue
+		}
+		selects, err := selectsAny(pdb, ch.Pods)
+		if err != nil {
+			return nil, err
+		}
+		if !selects {
 			continue
 		}
 		return &policy.Block{Reason: v1alpha1.ReasonDisruptionBudget, Message: fmt.Sprintf(
@@ -132,18 +139,18 @@ func restartsFor(pod *corev1.Pod, name string, r corev1.ResourceName) bool {
 // selectsAny reports whether pdb selects one of pods. As the disruption
 // controller reads policy/v1, an empty selector selects every pod of the
 // namespace and a nil one none.
-func selectsAny(pdb *policyv1.PodDisruptionBudget, pods []corev1.Pod) bool {
+func selectsAny(pdb *policyv1.PodDisruptionBudget, pods []corev1.Pod) (bool, error) {
 	if pdb.Spec.Selector == nil {
-		return false
+		return false, nil
 	}
 	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 	if err != nil {
-		return false
+		return false, fmt.Errorf("PodDisruptionBudget %s/%s: spec.selector: %w", pdb.Namespace, pdb.Name, err)
 	}
 	for i := range pods {
 		if !terminated(&pods[i]) && sel.Matches(labels.Set(pods[i].Labels)) {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
