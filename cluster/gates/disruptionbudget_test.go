@@ -18,15 +18,18 @@ import (
 	"github.com/kerf-dev/kerf/test/kubetest"
 )
 
-// pdb creates PodDisruptionBudget ns/name selecting app=app, with the
-// status the disruption controller would write (none runs in these
-// tests).
+// pdb creates PodDisruptionBudget ns/name selecting app=app (every pod
+// of ns for "*"), with the status the disruption controller would write
+// (none runs in these tests).
 func pdb(t *testing.T, c client.Client, ns, name, app string, healthy, desired, allowed int32) *policyv1.PodDisruptionBudget {
 	t.Helper()
 	ctx := context.Background()
 	p := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptrTo(intstr.FromInt32(desired)),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}}}
+	if app == "*" {
+		p.Spec.Selector = &metav1.LabelSelector{}
+	}
 	require.NoError(t, c.Create(ctx, p))
 	p.Status = policyv1.PodDisruptionBudgetStatus{CurrentHealthy: healthy, DesiredHealthy: desired, DisruptionsAllowed: allowed,
 		ExpectedPods: healthy, ObservedGeneration: p.Generation}
@@ -64,6 +67,8 @@ func TestDisruptionBudgetBlocksAChangeThatRestartsPods(t *testing.T) {
 		{name: "Deferred", strategy: v1alpha1.StrategyDeferred, newMem: "512Mi", app: "web"},
 		{name: "a budget of other pods", strategy: v1alpha1.StrategyRollout, newMem: "256Mi", app: "other"},
 		{name: "a budget with room", strategy: v1alpha1.StrategyRollout, newMem: "256Mi", app: "web", allowed: 1},
+		{name: "a budget of every pod", strategy: v1alpha1.StrategyRollout, newMem: "256Mi", app: "*",
+			want: "PodDisruptionBudget %s/web allows no disruption (currentHealthy 2, desiredHealthy 2, disruptionsAllowed 0) and the Rollout replaces the workload's pods"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := kubetest.Namespace(t, c)

@@ -114,7 +114,7 @@ func TestNodeHeadroomBlocksUntilTheNodeHasRoom(t *testing.T) {
 		room func(t *testing.T, node *corev1.Node, other *corev1.Pod)
 	}{
 		{name: "the allocatable grows", room: func(t *testing.T, node *corev1.Node, _ *corev1.Pod) {
-			kubetest.Update(t, c, node, func() {})
+			require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(node), node))
 			node.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("4")
 			require.NoError(t, c.Status().Update(ctx, node))
 		}},
