@@ -190,6 +190,12 @@ func TestLeaderRBACAllowsWhatTheLeaderDoesAndNoMore(t *testing.T) {
 		{"watch", "replicasets.apps", "", true},
 		{"patch", "replicasets.apps", "default", false},
 		{"patch", "horizontalpodautoscalers.autoscaling", "default", true},
+		{"watch", "resourcequotas", "", true}, // the gates (cluster/gates)
+		{"update", "resourcequotas", "default", false},
+		{"watch", "nodes", "", true},
+		{"patch", "nodes", "", false},
+		{"watch", "poddisruptionbudgets.policy", "", true},
+		{"update", "poddisruptionbudgets.policy", "default", false},
 		{"create", "events", "default", true},
 		{"create", "events.events.k8s.io", "default", true},
 		{"create", "tokenreviews.authentication.k8s.io", "", true},
