@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -261,9 +262,12 @@ func (l *Leader) addHub() error {
 func leaderReads() []client.Object {
 	return []client.Object{
 		&v1alpha1.RightsizingRecommendation{}, &v1alpha1.RightsizingPolicy{}, &v1alpha1.ClusterRightsizingPolicy{},
+		&v1alpha1.RollbackPolicy{}, &v1alpha1.ClusterRollbackPolicy{},
 		&corev1.Pod{}, &corev1.Namespace{},
 		&appsv1.Deployment{}, &appsv1.ReplicaSet{}, &appsv1.StatefulSet{}, &appsv1.DaemonSet{},
 		&autoscalingv2.HorizontalPodAutoscaler{},
+		// The gates (cluster/gates): quotas, budgets, nodes.
+		&corev1.ResourceQuota{}, &policyv1.PodDisruptionBudget{}, &corev1.Node{},
 	}
 }
 

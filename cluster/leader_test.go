@@ -45,7 +45,7 @@ func TestRecommendationWithoutPolicyIsBlocked(t *testing.T) {
 	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "256Mi")))
 
 	rsr := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, v1alpha1.ReasonNoPolicy)
-	assert.Contains(t, rsr.Status.Message, "no RightsizingPolicy or ClusterRightsizingPolicy selects Deployment web")
+	assert.Contains(t, rsr.Status.Message, "no RightsizingPolicy, ClusterRightsizingPolicy, RollbackPolicy or ClusterRollbackPolicy selects Deployment web")
 	assert.Nil(t, rsr.Status.Change, "nothing is applied without a policy")
 	require.Eventually(t, func() bool {
 		return len(kubetest.EventsFor(t, c, ns, "web", corev1.EventTypeWarning, v1alpha1.ReasonNoPolicy)) == 1

@@ -82,7 +82,7 @@ func TestEveryObjectIsAcceptedByTheAPIServer(t *testing.T) {
 		kinds[u.GetKind()]++
 	}
 	assert.Equal(t, map[string]int{
-		"CustomResourceDefinition": 4, "Namespace": 1, "ServiceAccount": 2,
+		"CustomResourceDefinition": 6, "Namespace": 1, "ServiceAccount": 2,
 		"ClusterRole": 5, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1,
 		"Deployment": 1, "PodDisruptionBudget": 1, "Service": 2,
 		"MutatingWebhookConfiguration": 1, "DaemonSet": 1, "ClusterRightsizingPolicy": 1,
@@ -176,6 +176,9 @@ func TestLeaderRBACAllowsWhatTheLeaderDoesAndNoMore(t *testing.T) {
 		{"update", "rightsizingcheckpoints.kerf.dev", "default", false},
 		{"list", "clusterrightsizingpolicies.kerf.dev", "", true},
 		{"list", "rightsizingpolicies.kerf.dev", "", true},
+		{"watch", "rollbackpolicies.kerf.dev", "", true},        // the backoff design's kinds, read as policies
+		{"watch", "clusterrollbackpolicies.kerf.dev", "", true}, //
+		{"update", "rollbackpolicies.kerf.dev", "default", false},
 		{"watch", "pods", "", true},
 		{"update", "pods:resize", "default", true},
 		{"update", "pods", "default", false},
@@ -187,6 +190,12 @@ func TestLeaderRBACAllowsWhatTheLeaderDoesAndNoMore(t *testing.T) {
 		{"watch", "replicasets.apps", "", true},
 		{"patch", "replicasets.apps", "default", false},
 		{"patch", "horizontalpodautoscalers.autoscaling", "default", true},
+		{"watch", "resourcequotas", "", true}, // the gates (cluster/gates)
+		{"update", "resourcequotas", "default", false},
+		{"watch", "nodes", "", true},
+		{"patch", "nodes", "", false},
+		{"watch", "poddisruptionbudgets.policy", "", true},
+		{"update", "poddisruptionbudgets.policy", "default", false},
 		{"create", "events", "default", true},
 		{"create", "events.events.k8s.io", "default", true},
 		{"create", "tokenreviews.authentication.k8s.io", "", true},

@@ -98,12 +98,13 @@ type WorkloadView struct {
 // Policy is the policy that governs a workload, with its spec's defaults
 // applied.
 type Policy struct {
-	// Kind is RightsizingPolicy or ClusterRightsizingPolicy.
+	// Kind is RightsizingPolicy, ClusterRightsizingPolicy, RollbackPolicy
+	// or ClusterRollbackPolicy.
 	Kind v1alpha1.PolicyKind
 	// Name is the policy's name.
 	Name string
-	// Namespace is a RightsizingPolicy's namespace; empty for a
-	// ClusterRightsizingPolicy.
+	// Namespace is a namespaced policy's namespace; empty for a cluster
+	// one.
 	Namespace string
 	// Weight is the policy's spec.weight.
 	Weight int32

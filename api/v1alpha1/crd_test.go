@@ -33,6 +33,8 @@ func TestCRDNamesAndScopes(t *testing.T) {
 		{"rightsizingrecommendations", "RightsizingRecommendation", true, []string{"rsr"}},
 		{"rightsizingpolicies", "RightsizingPolicy", true, nil},
 		{"clusterrightsizingpolicies", "ClusterRightsizingPolicy", false, nil},
+		{"rollbackpolicies", "RollbackPolicy", true, nil},
+		{"clusterrollbackpolicies", "ClusterRollbackPolicy", false, nil},
 	} {
 		t.Run(tc.resource, func(t *testing.T) {
 			r, ok := byName[tc.resource]
@@ -97,5 +99,11 @@ func TestPrinterColumns(t *testing.T) {
 		"/apis/kerf.dev/v1alpha1/clusterrightsizingpolicies",
 	} {
 		assert.Equal(t, []string{"Name", "Weight", "Paused", "Age"}, columnNames(getTable(t, path)), path)
+	}
+	for _, path := range []string{
+		"/apis/kerf.dev/v1alpha1/namespaces/" + ns + "/rollbackpolicies",
+		"/apis/kerf.dev/v1alpha1/clusterrollbackpolicies",
+	} {
+		assert.Equal(t, []string{"Name", "Weight", "Monitoring", "Target", "Attempts", "Age"}, columnNames(getTable(t, path)), path)
 	}
 }

@@ -17,6 +17,7 @@ const (
 	DefaultThrottlingRatio          = "0.25"
 	DefaultCooldown                 = 24 * time.Hour
 	DefaultUnschedulableGrace       = time.Minute
+	DefaultCanaryDuration           = 10 * time.Minute
 	DefaultRestoreTo                = RestorePrevious
 	DefaultBackoffTimePeriod        = 10 * time.Minute
 	DefaultMultiplyByTurn     int32 = 1
@@ -82,6 +83,9 @@ func (s *PolicySpec) SetDefaults() {
 	}
 	if r.UnschedulableGrace == nil {
 		r.UnschedulableGrace = &metav1.Duration{Duration: DefaultUnschedulableGrace}
+	}
+	if c := s.Guardrails.Canary; c != nil && c.Duration == nil {
+		c.Duration = &metav1.Duration{Duration: DefaultCanaryDuration}
 	}
 	if r.RestoreTo == "" {
 		r.RestoreTo = DefaultRestoreTo

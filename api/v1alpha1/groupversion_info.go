@@ -38,6 +38,8 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&RightsizingRecommendation{}, &RightsizingRecommendationList{},
 		&RightsizingPolicy{}, &RightsizingPolicyList{},
 		&ClusterRightsizingPolicy{}, &ClusterRightsizingPolicyList{},
+		&RollbackPolicy{}, &RollbackPolicyList{},
+		&ClusterRollbackPolicy{}, &ClusterRollbackPolicyList{},
 		&RightsizingCheckpoint{}, &RightsizingCheckpointList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)

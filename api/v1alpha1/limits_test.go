@@ -48,6 +48,8 @@ func TestLimitsAreTheCRDsFigures(t *testing.T) {
 		{rsr, "status.rollback.turns[].reason", "maxLength", v1alpha1.MaxReasonLength},
 		{rsr, "status.rollback.turns[].outcome", "maxLength", v1alpha1.MaxOutcomeLength},
 		{rsr, "status.change.touched", "maxItems", v1alpha1.MaxTouched},
+		{rsr, "status.change.canary.pods", "maxItems", v1alpha1.MaxCanaryPods},
+		{rsr, "status.change.canary.pods[]", "maxLength", 253},
 		{rsr, "status.change.restartBaselines", "maxItems", v1alpha1.MaxBaselines},
 		{rsr, "status.change.oomBaselines", "maxItems", v1alpha1.MaxBaselines},
 		{rsr, "status.change.throttlingBaselines", "maxItems", v1alpha1.MaxBaselines},

@@ -33,7 +33,7 @@ func fromYAML(t *testing.T, kind, name, specYAML string) *unstructured.Unstructu
 	u.SetAPIVersion(v1alpha1.GroupVersion.String())
 	u.SetKind(kind)
 	u.SetName(name)
-	if kind != "ClusterRightsizingPolicy" {
+	if kind != "ClusterRightsizingPolicy" && kind != "ClusterRollbackPolicy" {
 		u.SetNamespace(testNamespace)
 	}
 	return u

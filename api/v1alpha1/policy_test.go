@@ -137,6 +137,23 @@ func TestSetDefaultsMatchesTheAPIServer(t *testing.T) {
 	assert.Equal(t, defaultedRollback(), local.Guardrails.Rollback)
 }
 
+// TestCanaryDurationDefaultsToTenMinutes: a canary that leaves its
+// duration out gets 10m from the apiserver, as SetDefaults gives.
+func TestCanaryDurationDefaultsToTenMinutes(t *testing.T) {
+	ctx := context.Background()
+	obj := fromYAML(t, "RightsizingPolicy", controlplane.UniqueName("canary"), `guardrails: {canary: {percent: 34}}`)
+	require.NoError(t, create(t, obj))
+	var got v1alpha1.RightsizingPolicy
+	require.NoError(t, controlplane.Get(t).Client.Get(ctx, client.ObjectKeyFromObject(obj), &got))
+	require.NotNil(t, got.Spec.Guardrails.Canary)
+	assert.Equal(t, &metav1.Duration{Duration: 10 * time.Minute}, got.Spec.Guardrails.Canary.Duration)
+	assert.Equal(t, ptr.To[int32](34), got.Spec.Guardrails.Canary.Percent)
+
+	local := v1alpha1.PolicySpec{Guardrails: v1alpha1.Guardrails{Canary: &v1alpha1.CanaryGuardrails{Percent: ptr.To[int32](34)}}}
+	local.SetDefaults()
+	assert.Equal(t, got.Spec.Guardrails.Canary, local.Guardrails.Canary)
+}
+
 // TestRecommendDefaultsAreApplied checks that an empty spec.recommend gets
 // every default of docs/recommender.md from the apiserver, the same as
 // SetDefaults gives, and that the recommender stays off.
@@ -282,6 +299,14 @@ func TestAdmissionRefusesBadPolicies(t *testing.T) {
 		{"degraded disabled not a bool", "", `guardrails: {degraded: {disabled: "yes"}}`, "spec.guardrails.degraded.disabled", "boolean"},
 		{"cluster policy with bad recommend interval", "ClusterRightsizingPolicy", `recommend: {interval: 500ms}`, "spec.recommend.interval", "duration of at least 1s"},
 		{"cluster policy with bad ratio", "ClusterRightsizingPolicy", `guardrails: {rollback: {throttlingRatio: "2"}}`, rb + "throttlingRatio", "decimal string in (0, 1]"},
+		{"canary with pods and percent", "", `guardrails: {canary: {pods: 1, percent: 10}}`, "spec.guardrails.canary", "set exactly one of pods and percent"},
+		{"canary with neither pods nor percent", "", `guardrails: {canary: {duration: 10m}}`, "spec.guardrails.canary", "set exactly one of pods and percent"},
+		{"canary of zero pods", "", `guardrails: {canary: {pods: 0}}`, "spec.guardrails.canary.pods", "spec.guardrails.canary.pods must be at least 1"},
+		{"canary of zero percent", "", `guardrails: {canary: {percent: 0}}`, "spec.guardrails.canary.percent", "spec.guardrails.canary.percent must be between 1 and 100"},
+		{"canary above 100 percent", "", `guardrails: {canary: {percent: 101}}`, "spec.guardrails.canary.percent", "spec.guardrails.canary.percent must be between 1 and 100"},
+		{"canary duration zero", "", `guardrails: {canary: {pods: 1, duration: 0s}}`, "spec.guardrails.canary.duration", "spec.guardrails.canary.duration must be a positive duration"},
+		{"canary duration in days", "", `guardrails: {canary: {pods: 1, duration: 1d}}`, "spec.guardrails.canary.duration", "spec.guardrails.canary.duration must be a positive duration"},
+		{"cluster policy canary with both", "ClusterRightsizingPolicy", `guardrails: {canary: {pods: 2, percent: 50}}`, "spec.guardrails.canary", "set exactly one of pods and percent"},
 		{"cluster policy with negative oom kills", "ClusterRightsizingPolicy", `guardrails: {rollback: {oomKills: -1}}`, rb + "oomKills", "greater than or equal to 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -329,6 +354,8 @@ func TestAdmissionAcceptsGoodPolicyValues(t *testing.T) {
 		{"degraded at its bounds", "", `guardrails: {degraded: {rolledBack: 20, of: 20}}`},
 		{"degraded on the first rollback", "", `guardrails: {degraded: {rolledBack: 1, of: 1}}`},
 		{"degraded turned off", "", `guardrails: {degraded: {disabled: true}}`},
+		{"canary of one pod", "", `guardrails: {canary: {pods: 1}}`},
+		{"canary of 100 percent for 90s", "", `guardrails: {canary: {percent: 100, duration: 90s}}`},
 		{"namespace selector on a cluster policy", "ClusterRightsizingPolicy", `selector: {namespaceSelector: {matchExpressions: [{key: team, operator: In, values: [a, b]}]}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -392,12 +392,40 @@ type Guardrails struct {
 	// +kubebuilder:default={}
 	// +optional
 	Rollback RollbackGuardrails `json:"rollback,omitempty"`
+	// Canary, when set, applies an InPlace change to some pods first and
+	// watches them for its duration before the rest are resized
+	// (docs/health.md, "Canary"). Rollout and Deferred changes apply whole.
+	// +optional
+	Canary *CanaryGuardrails `json:"canary,omitempty"`
 	// Degraded marks a workload Degraded when rolledBack of its last
 	// `of` changes were rolled back: Kerf then leaves it alone until a
 	// person resumes it or the policy changes (docs/health.md). Absent
 	// means the defaults, 3 of 5.
 	// +optional
 	Degraded *DegradedGuardrails `json:"degraded,omitempty"`
+}
+
+// CanaryGuardrails say which share of a workload's pods an InPlace change
+// goes to first, and for how long they are watched alone.
+// +kubebuilder:validation:XValidation:rule=`has(self.pods) != has(self.percent)`,message="spec.guardrails.canary: set exactly one of pods and percent"
+type CanaryGuardrails struct {
+	// Pods is how many pods are the canary.
+	// +kubebuilder:validation:XValidation:rule=`self >= 1`,message="spec.guardrails.canary.pods must be at least 1"
+	// +optional
+	Pods *int32 `json:"pods,omitempty"`
+	// Percent is the share of the running pods that are the canary, rounded
+	// up to a whole pod.
+	// +kubebuilder:validation:XValidation:rule=`self >= 1 && self <= 100`,message="spec.guardrails.canary.percent must be between 1 and 100"
+	// +optional
+	Percent *int32 `json:"percent,omitempty"`
+	// Duration is how long the canary pods are watched before the rest
+	// are resized.
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$') && duration(self) > duration('0s')`,message="spec.guardrails.canary.duration must be a positive duration such as 10m (units ns, us, ms, s, m, h)"
+	// +optional
+	Duration *metav1.Duration `json:"duration,omitempty"`
 }
 
 // DegradedOrDefault is spec.guardrails.degraded with its defaults filled

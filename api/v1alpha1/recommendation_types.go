@@ -255,6 +255,16 @@ const (
 	AppliedReasonBlocked = "Blocked"
 )
 
+// Canary reasons: of the applied action and the Applied condition.
+const (
+	// ReasonCanary is the applied action's reason when a change went to
+	// its canary pods only.
+	ReasonCanary = "Canary"
+	// ReasonCanaryPromoted is the applied action's reason, and the
+	// Applied Event's, when the canary passed and the rest were resized.
+	ReasonCanaryPromoted = "CanaryPromoted"
+)
+
 // ReasonRollbackError is the reason of a failed action, and of its Event,
 // recorded when a restore fails; the restore is retried with exponential
 // backoff.
@@ -266,6 +276,9 @@ const ReasonRollbackError = "RollbackError"
 const (
 	// EventApplied: the change was applied.
 	EventApplied = "Applied"
+	// EventCanaryPromoted: a canary passed its watch and the change went
+	// to every pod.
+	EventCanaryPromoted = "CanaryPromoted"
 	// EventApplyFailed: a pod's in-place resize failed for good.
 	EventApplyFailed = "ApplyFailed"
 	// EventBlocked: a guardrail holds the apply back.
@@ -458,19 +471,34 @@ const (
 )
 
 // PolicyKind is the kind of a policy.
-// +kubebuilder:validation:Enum=RightsizingPolicy;ClusterRightsizingPolicy
+// +kubebuilder:validation:Enum=RightsizingPolicy;ClusterRightsizingPolicy;RollbackPolicy;ClusterRollbackPolicy
 type PolicyKind string
 
-// The policy kinds.
+// The policy kinds: Kerf's own, and the backoff design's two.
 const (
-	PolicyKindNamespaced PolicyKind = "RightsizingPolicy"
-	PolicyKindCluster    PolicyKind = "ClusterRightsizingPolicy"
+	PolicyKindNamespaced      PolicyKind = "RightsizingPolicy"
+	PolicyKindCluster         PolicyKind = "ClusterRightsizingPolicy"
+	PolicyKindRollback        PolicyKind = "RollbackPolicy"
+	PolicyKindClusterRollback PolicyKind = "ClusterRollbackPolicy"
 )
 
+// Namespaced reports whether policies of kind k live in a namespace and
+// select only there.
+func (k PolicyKind) Namespaced() bool {
+	return k == PolicyKindNamespaced || k == PolicyKindRollback
+}
+
+// Rollback reports whether k is one of the backoff design's kinds,
+// RollbackPolicy or ClusterRollbackPolicy.
+func (k PolicyKind) Rollback() bool {
+	return k == PolicyKindRollback || k == PolicyKindClusterRollback
+}
+
 // PolicyReference names the policy chosen for a workload. A
-// RightsizingPolicy is in the recommendation's namespace.
+// RightsizingPolicy or RollbackPolicy is in the recommendation's namespace.
 type PolicyReference struct {
-	// Kind is RightsizingPolicy or ClusterRightsizingPolicy.
+	// Kind is RightsizingPolicy, ClusterRightsizingPolicy, RollbackPolicy
+	// or ClusterRollbackPolicy.
 	Kind PolicyKind `json:"kind"`
 	// Name is the policy's name.
 	// +kubebuilder:validation:MaxLength=253
@@ -541,10 +569,50 @@ type Change struct {
 	// +kubebuilder:validation:MaxItems=4096
 	// +optional
 	OOMBaselines []OOMBaseline `json:"oomBaselines,omitempty"`
+	// Canary, when set, says the change went to canary pods first
+	// (spec.guardrails.canary): which, until when, and whether the rest
+	// followed. A leader that takes over resumes the canary from it.
+	// +optional
+	Canary *CanaryState `json:"canary,omitempty"`
+}
+
+// CanaryState is where a change's canary stands (docs/health.md,
+// "Canary").
+type CanaryState struct {
+	// Pods are the canary pods' names, the only pods resized until the
+	// canary is promoted, and the only ones a breach before then restores.
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=1024
+	// +kubebuilder:validation:items:MaxLength=253
+	Pods []string `json:"pods"`
+	// Of is how many pods ran when the canary was chosen.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Of int32 `json:"of,omitempty"`
+	// StartedAt is when the canary pods were resized: the canary watch's
+	// T0.
+	StartedAt metav1.Time `json:"startedAt"`
+	// Until is when the canary watch ends and, without a breach, the rest
+	// are resized.
+	Until metav1.Time `json:"until"`
+	// PromotedAt is when the canary passed and the change went to every
+	// pod: the full watch's T0 (change.appliedAt from then on).
+	// +optional
+	PromotedAt *metav1.Time `json:"promotedAt,omitempty"`
+}
+
+// Promoted reports whether the canary passed and the change went to every
+// pod. A change without a canary counts as promoted.
+func (c *Change) Promoted() bool {
+	return c == nil || c.Canary == nil || c.Canary.PromotedAt != nil
 }
 
 // The limits of a Change.
 const (
+	// MaxCanaryPods bounds change.canary.pods: a larger canary keeps the
+	// first pods in its order.
+	MaxCanaryPods = 1024
 	// MaxTouched bounds change.touched.
 	MaxTouched = 1024
 	// MaxBaselines bounds each of change.restartBaselines,

@@ -203,7 +203,7 @@ func (a *Applier) Apply(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 		strategy = rsr.Spec.Strategy
 	}
 	res := &Result{}
-	if err := a.write(ctx, rsr, strategy, appliedTargets(change), change.AppliedAt.Time, false, nil, res); err != nil {
+	if err := a.write(ctx, rsr, strategy, appliedTargets(change), change.AppliedAt.Time, false, nil, canaryPods(change), res); err != nil {
 		return nil, fmt.Errorf("apply to %s %s/%s: %w", rsr.Spec.TargetRef.Kind, rsr.Namespace, rsr.Spec.TargetRef.Name, err)
 	}
 	switch {
@@ -249,7 +249,7 @@ func (a *Applier) Restore(ctx context.Context, rsr *v1alpha1.RightsizingRecommen
 		strategy = rsr.Spec.Strategy
 	}
 	res := &Result{}
-	if err := a.write(ctx, rsr, strategy, restoreTargets(change, values, resources), time.Time{}, true, annotations, res); err != nil {
+	if err := a.write(ctx, rsr, strategy, restoreTargets(change, values, resources), time.Time{}, true, annotations, canaryPods(change), res); err != nil {
 		return nil, fmt.Errorf("restore %s %s/%s: %w", rsr.Spec.TargetRef.Kind, rsr.Namespace, rsr.Spec.TargetRef.Name, err)
 	}
 	if change.HPA != nil && slices.Contains(resources, v1alpha1.ResourceCPU) {
@@ -266,8 +266,9 @@ func (a *Applier) Restore(ctx context.Context, rsr *v1alpha1.RightsizingRecommen
 // patches the template back whatever the update strategy, and Deferred, or
 // Rollout on an OnDelete workload, resizes back the pods that started with
 // the values. annotations are written with a template patch
-// (patchTemplate).
-func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, strategy v1alpha1.Strategy, targets []target, since time.Time, restore bool, annotations map[string]*string, res *Result) error {
+// (patchTemplate). only, when not nil, are the pods an InPlace write
+// resizes (canaryPods); the others are left alone.
+func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, strategy v1alpha1.Strategy, targets []target, since time.Time, restore bool, annotations map[string]*string, only []string, res *Result) error {
 	w, err := a.workload(ctx, rsr)
 	if err != nil {
 		return err
@@ -277,7 +278,7 @@ func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 	}
 	switch strategy {
 	case v1alpha1.StrategyInPlace:
-		return a.resizePods(ctx, w, targets, since, !restore, res)
+		return a.resizePods(ctx, w, targets, since, !restore, only, res)
 	case v1alpha1.StrategyRollout:
 		if err := a.patchTemplate(ctx, w, targets, annotations, res); err != nil {
 			return err
@@ -320,7 +321,7 @@ func (a *Applier) write(ctx context.Context, rsr *v1alpha1.RightsizingRecommenda
 // recreated, and the caller says so.
 func (a *Applier) resizeBack(ctx context.Context, w *workload.Workload, targets []target, since time.Time, res *Result) error {
 	pods := &Result{}
-	if err := a.resizePods(ctx, w, targets, since, false, pods); err != nil {
+	if err := a.resizePods(ctx, w, targets, since, false, nil, pods); err != nil {
 		return err
 	}
 	res.Touched = append(res.Touched, pods.Touched...)
@@ -328,6 +329,16 @@ func (a *Applier) resizeBack(ctx context.Context, w *workload.Workload, targets 
 	res.Notes = append(res.Notes, pods.Notes...)
 	res.Left = append(res.Left, pods.Failed...)
 	return nil
+}
+
+// canaryPods are the only pods an InPlace apply or restore of change
+// resizes. They are its canary pods until the canary is promoted; nil
+// (every pod) after, or without a canary (docs/health.md, "Canary").
+func canaryPods(change *v1alpha1.Change) []string {
+	if change.Promoted() || change.Strategy != v1alpha1.StrategyInPlace {
+		return nil
+	}
+	return change.Canary.Pods
 }
 
 // coordinates reports whether the recommendation asks for HPA coordination.

@@ -28,7 +28,9 @@
 //     ReplicaSet: the one whose template is the Deployment's, ignoring
 //     pod-template-hash. A resize is conditional on resourceVersion and
 //     retried on conflict with a fresh read. A refusal by the apiserver is
-//     a Failure with reason v1alpha1.ResizeRejected.
+//     a Failure with reason v1alpha1.ResizeRejected. A change with an
+//     unpromoted canary (status.change.canary) resizes, and restores,
+//     only the canary pods; the others are neither written nor reported.
 //   - The pods are resized up to Applier.ResizeConcurrency at once
 //     (DefaultResizeConcurrency, 16); the Clientset's rate limiter still
 //     bounds the requests. Result lists them by pod name whatever order

@@ -40,10 +40,20 @@ func podContainer(p *corev1.Pod, name string) *corev1.Container {
 // An error on one pod, or ctx ending, stops new resizes from starting.
 // Those in flight finish and are reported like the others. The error of
 // the first pod by name, else ctx's, is returned.
-func (a *Applier) resizePods(ctx context.Context, w *workload.Workload, targets []target, since time.Time, watched bool, res *Result) error {
+//
+// only, when not nil, names the pods to resize: a canary's. The others
+// are neither resized nor reported.
+func (a *Applier) resizePods(ctx context.Context, w *workload.Workload, targets []target, since time.Time, watched bool, only []string, res *Result) error {
 	pods, err := workload.RunningPods(ctx, a.Client, w)
 	if err != nil {
 		return err
+	}
+	if only != nil {
+		keep := make(map[string]bool, len(only))
+		for _, name := range only {
+			keep[name] = true
+		}
+		pods = slices.DeleteFunc(pods, func(p corev1.Pod) bool { return !keep[p.Name] })
 	}
 	outs := make([]podResize, len(pods))
 	stopped := a.resizeAll(ctx, pods, targets, outs)

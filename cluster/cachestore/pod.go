@@ -189,3 +189,15 @@ func PodStatus(o any) (corev1.PodStatus, bool) {
 	}
 	return corev1.PodStatus{}, false
 }
+
+// PodNodeName returns the node a pod an informer delivered (a cachedPod
+// or a *corev1.Pod) is bound to. ok is false for any other object.
+func PodNodeName(o any) (string, bool) {
+	switch p := o.(type) {
+	case *cachedPod:
+		return p.nodeName, true
+	case *corev1.Pod:
+		return p.Spec.NodeName, true
+	}
+	return "", false
+}

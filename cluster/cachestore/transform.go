@@ -32,6 +32,8 @@ import (
 //     (resourceLists). So are the labels, annotations and selectors of
 //     pods, ReplicaSets and Deployments (stringMaps). A recommendation's
 //     strings and resource values are shared too (internRecommendation).
+//   - A Node keeps its metadata, spec and allocatable and capacity
+//     (stripNode): the NodeHeadroom gate reads its allocatable.
 //
 // It runs on each object before the informer stores it, so every reader
 // of the manager's cache and client sees the stripped object. Reads
@@ -62,6 +64,8 @@ func Transform(obj any) (any, error) {
 		stripTemplate(&o.Spec.Template)
 	case *appsv1.DaemonSet:
 		stripTemplate(&o.Spec.Template)
+	case *corev1.Node:
+		stripNode(o)
 	}
 	return obj, nil
 }
@@ -313,4 +317,11 @@ func internSelector(s *metav1.LabelSelector) {
 	if s != nil {
 		s.MatchLabels = stringMaps.intern(s.MatchLabels)
 	}
+}
+
+// stripNode drops what the leader never reads of a Node's status. Only
+// the capacity and allocatable stay; the images, the largest part (tens
+// of KiB a node), volumes, conditions and addresses go.
+func stripNode(n *corev1.Node) {
+	n.Status = corev1.NodeStatus{Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable}
 }

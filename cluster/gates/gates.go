@@ -124,6 +124,10 @@ type Options struct {
 // Default is the leader's gates, in the order they are checked, reading
 // through r (the leader's cache).
 func Default(r client.Reader, o Options, log *slog.Logger) *Checker {
-	_, _ = r, o
-	return &Checker{Log: log}
+	_ = o
+	return &Checker{Log: log, Gates: []Gate{
+		ResourceQuota{Reader: r, Log: log},
+		DisruptionBudget{Reader: r},
+		NodeHeadroom{Reader: r},
+	}}
 }

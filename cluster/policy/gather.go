@@ -11,7 +11,9 @@ import (
 )
 
 // Gatherer reads what choosing a workload's policy needs: its namespace's
-// labels and the policies that may select it. It is the package's one
+// labels and the policies of the four kinds that may select it. Those are
+// RightsizingPolicy, ClusterRightsizingPolicy, and the backoff design's
+// RollbackPolicy and ClusterRollbackPolicy. It is the package's one
 // reader; Policies.Resolve then decides with Resolve. cert-manager's
 // policies.Gatherer is the model.
 //
@@ -25,13 +27,16 @@ type Gatherer struct {
 // Policies are the namespace labels and policies a Gatherer read, for one
 // namespace or for all.
 type Policies struct {
-	namespaces map[string]map[string]string
-	namespaced map[string][]v1alpha1.RightsizingPolicy
-	cluster    []v1alpha1.ClusterRightsizingPolicy
+	namespaces      map[string]map[string]string
+	namespaced      map[string][]v1alpha1.RightsizingPolicy
+	cluster         []v1alpha1.ClusterRightsizingPolicy
+	rollback        map[string][]v1alpha1.RollbackPolicy
+	clusterRollback []v1alpha1.ClusterRollbackPolicy
 }
 
-// InNamespace reads the namespace ns, its RightsizingPolicies and every
-// ClusterRightsizingPolicy: what a workload in ns is governed by.
+// InNamespace reads the namespace ns, its RightsizingPolicies and
+// RollbackPolicies, and every cluster policy of both kinds: what a
+// workload in ns is governed by.
 //
 // It runs on every reconcile, so the policies are the cache's own
 // objects, not copies. Resolve only reads them, and copies the spec of
@@ -49,10 +54,20 @@ func (g Gatherer) InNamespace(ctx context.Context, ns string) (*Policies, error)
 	if err := g.Reader.List(ctx, &cluster, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list ClusterRightsizingPolicies: %w", err)
 	}
+	var rollback v1alpha1.RollbackPolicyList
+	if err := g.Reader.List(ctx, &rollback, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list RollbackPolicies in %s: %w", ns, err)
+	}
+	var clusterRollback v1alpha1.ClusterRollbackPolicyList
+	if err := g.Reader.List(ctx, &clusterRollback, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list ClusterRollbackPolicies: %w", err)
+	}
 	return &Policies{
-		namespaces: map[string]map[string]string{ns: namespace.Labels},
-		namespaced: map[string][]v1alpha1.RightsizingPolicy{ns: namespaced.Items},
-		cluster:    cluster.Items,
+		namespaces:      map[string]map[string]string{ns: namespace.Labels},
+		namespaced:      map[string][]v1alpha1.RightsizingPolicy{ns: namespaced.Items},
+		cluster:         cluster.Items,
+		rollback:        map[string][]v1alpha1.RollbackPolicy{ns: rollback.Items},
+		clusterRollback: clusterRollback.Items,
 	}, nil
 }
 
@@ -71,24 +86,40 @@ func (g Gatherer) All(ctx context.Context) (*Policies, error) {
 	if err := g.Reader.List(ctx, &cluster); err != nil {
 		return nil, fmt.Errorf("list ClusterRightsizingPolicies: %w", err)
 	}
-	p := &Policies{namespaces: map[string]map[string]string{}, namespaced: map[string][]v1alpha1.RightsizingPolicy{}, cluster: cluster.Items}
+	var rollback v1alpha1.RollbackPolicyList
+	if err := g.Reader.List(ctx, &rollback); err != nil {
+		return nil, fmt.Errorf("list RollbackPolicies: %w", err)
+	}
+	var clusterRollback v1alpha1.ClusterRollbackPolicyList
+	if err := g.Reader.List(ctx, &clusterRollback); err != nil {
+		return nil, fmt.Errorf("list ClusterRollbackPolicies: %w", err)
+	}
+	p := &Policies{namespaces: map[string]map[string]string{}, namespaced: map[string][]v1alpha1.RightsizingPolicy{}, cluster: cluster.Items,
+		rollback: map[string][]v1alpha1.RollbackPolicy{}, clusterRollback: clusterRollback.Items}
 	for _, ns := range nss.Items {
 		p.namespaces[ns.Name] = ns.Labels
 	}
 	for _, np := range namespaced.Items {
 		p.namespaced[np.Namespace] = append(p.namespaced[np.Namespace], np)
 	}
+	for _, rp := range rollback.Items {
+		p.rollback[rp.Namespace] = append(p.rollback[rp.Namespace], rp)
+	}
 	return p, nil
 }
 
-// Resolve returns the policy that governs w, or nil, as the package's
-// Resolve does. A workload in a namespace the Policies were not read for
-// is judged without namespace labels or RightsizingPolicies.
+// Resolve returns the policy of the four kinds that governs w, or nil,
+// with the package's Resolve's rules and ranking. A workload in a
+// namespace the Policies were not read for is judged without namespace
+// labels or namespaced policies.
 func (p *Policies) Resolve(w Workload) (*Resolved, error) {
-	return Resolve(w, p.namespaces[w.Namespace], p.namespaced[w.Namespace], p.cluster)
+	cands := rightsizingCandidates(w, p.namespaced[w.Namespace], p.cluster)
+	cands = append(cands, rollbackCandidates(w, p.rollback[w.Namespace], p.clusterRollback)...)
+	return choose(w, p.namespaces[w.Namespace], cands)
 }
 
-// AnyRecommends reports whether any policy enables spec.recommend.
+// AnyRecommends reports whether any policy enables spec.recommend. The
+// rollback kinds have no recommender.
 func (p *Policies) AnyRecommends() bool {
 	for _, c := range p.cluster {
 		if c.Spec.Recommend != nil && c.Spec.Recommend.Enabled {

@@ -30,14 +30,17 @@ type Resolved struct {
 	// Ref names the policy and carries its fingerprint, as recorded in the
 	// recommendation's status.policy.
 	Ref v1alpha1.PolicyReference
-	// Namespace is a RightsizingPolicy's namespace; empty for a
-	// ClusterRightsizingPolicy.
+	// Namespace is a namespaced policy's namespace; empty for a cluster
+	// one.
 	Namespace string
-	// Spec is a copy of the policy's spec with SetDefaults applied.
+	// Spec is a copy of the policy's spec with SetDefaults applied; a
+	// rollback kind's, turned into a PolicySpec by FromRollbackPolicy.
 	Spec v1alpha1.PolicySpec
 }
 
-// candidate is a policy of either kind, as ranking sees it.
+// candidate is a policy of any of the four kinds, as ranking sees it. A
+// rollback kind's spec is already turned into a PolicySpec
+// (FromRollbackPolicy).
 type candidate struct {
 	kind    v1alpha1.PolicyKind
 	ns      string
@@ -48,26 +51,26 @@ type candidate struct {
 
 // label names the policy the way kubectl users know it, for errors.
 func (c candidate) label() string {
-	if c.kind == v1alpha1.PolicyKindNamespaced {
+	if c.kind.Namespaced() {
 		return fmt.Sprintf("%s %s/%s", c.kind, c.ns, c.name)
 	}
 	return fmt.Sprintf("%s %s", c.kind, c.name)
 }
 
-// Resolve chooses the policy that governs w (docs/design.md section 2). It
-// returns nil, nil when none selects it. The workload's changes are then
-// not applied, watched or rolled back: phase Blocked, reason NoPolicy.
+// Resolve chooses the RightsizingPolicy or ClusterRightsizingPolicy that
+// governs w (docs/design.md section 2); Policies.Resolve chooses among the
+// four kinds with the same rules. It returns nil, nil when none selects w.
+// The workload's changes are then not applied, watched or rolled back:
+// phase Blocked, reason NoPolicy.
 //
-// A RightsizingPolicy selects only in its own namespace. Admission
+// A namespaced policy selects only in its own namespace. Admission
 // refuses a namespaceSelector on it, and one set anyway is ignored. A
-// ClusterRightsizingPolicy's namespaceSelector is matched against
-// namespaceLabels. The workloadSelector is matched against w.Labels, and
-// kinds, when not empty, must list w.Kind. A nil selector matches
-// everything. Policies being deleted do not count.
+// cluster policy's namespaceSelector is matched against namespaceLabels.
+// The workloadSelector is matched against w.Labels, and kinds, when not
+// empty, must list w.Kind. A nil selector matches everything. Policies
+// being deleted do not count.
 //
-// Among the policies that select w the highest spec.weight wins; at equal
-// weight a RightsizingPolicy beats a ClusterRightsizingPolicy; then the
-// oldest (creationTimestamp) wins, then the name that sorts first.
+// The ranking is rank's: weight, then scope, then kind, then age.
 //
 // A selector that does not parse, on a policy that ranks above the one
 // that would win, is an error naming the policy and the field. Resolve
@@ -75,6 +78,12 @@ func (c candidate) label() string {
 // broken one's place. Broken policies ranked below the winner do not
 // matter.
 func Resolve(w Workload, namespaceLabels map[string]string, namespaced []v1alpha1.RightsizingPolicy, cluster []v1alpha1.ClusterRightsizingPolicy) (*Resolved, error) {
+	return choose(w, namespaceLabels, rightsizingCandidates(w, namespaced, cluster))
+}
+
+// rightsizingCandidates are the RightsizingPolicies of w's namespace and
+// the ClusterRightsizingPolicies, those being deleted left out.
+func rightsizingCandidates(w Workload, namespaced []v1alpha1.RightsizingPolicy, cluster []v1alpha1.ClusterRightsizingPolicy) []candidate {
 	var cands []candidate
 	for i := range namespaced {
 		p := &namespaced[i]
@@ -90,6 +99,36 @@ func Resolve(w Workload, namespaceLabels map[string]string, namespaced []v1alpha
 		}
 		cands = append(cands, candidate{v1alpha1.PolicyKindCluster, "", p.Name, p.CreationTimestamp, &p.Spec})
 	}
+	return cands
+}
+
+// rollbackCandidates are the RollbackPolicies of w's namespace and the
+// ClusterRollbackPolicies, those being deleted left out, each spec turned
+// into a PolicySpec.
+func rollbackCandidates(w Workload, namespaced []v1alpha1.RollbackPolicy, cluster []v1alpha1.ClusterRollbackPolicy) []candidate {
+	var cands []candidate
+	for i := range namespaced {
+		p := &namespaced[i]
+		if p.DeletionTimestamp != nil || p.Namespace != w.Namespace {
+			continue
+		}
+		spec := FromRollbackPolicy(&p.Spec)
+		cands = append(cands, candidate{v1alpha1.PolicyKindRollback, p.Namespace, p.Name, p.CreationTimestamp, &spec})
+	}
+	for i := range cluster {
+		p := &cluster[i]
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		spec := FromRollbackPolicy(&p.Spec)
+		cands = append(cands, candidate{v1alpha1.PolicyKindClusterRollback, "", p.Name, p.CreationTimestamp, &spec})
+	}
+	return cands
+}
+
+// choose ranks cands and returns the best one that selects w, as Resolve
+// describes.
+func choose(w Workload, namespaceLabels map[string]string, cands []candidate) (*Resolved, error) {
 	slices.SortFunc(cands, rank)
 
 	var errs []error
@@ -120,14 +159,24 @@ func Resolve(w Workload, namespaceLabels map[string]string, namespaced []v1alpha
 	}, nil
 }
 
-// rank orders candidates best first: weight descending, namespaced before
-// cluster, oldest first, name ascending (docs/design.md section 2).
+// rank orders candidates best first (docs/design.md section 2, docs/api.md):
+//  1. weight, highest first;
+//  2. a namespaced policy before a cluster one, so a team's RollbackPolicy
+//     beats the shipped ClusterRightsizingPolicy "default";
+//  3. Kerf's own kind before the backoff design's, at equal scope;
+//  4. the oldest, then the name that sorts first.
 func rank(a, b candidate) int {
 	if c := cmp.Compare(b.spec.Weight, a.spec.Weight); c != 0 {
 		return c
 	}
-	if a.kind != b.kind {
-		if a.kind == v1alpha1.PolicyKindNamespaced {
+	if an, bn := a.kind.Namespaced(), b.kind.Namespaced(); an != bn {
+		if an {
+			return -1
+		}
+		return 1
+	}
+	if ar, br := a.kind.Rollback(), b.kind.Rollback(); ar != br {
+		if br {
 			return -1
 		}
 		return 1
@@ -146,7 +195,7 @@ func selects(c candidate, w Workload, namespaceLabels map[string]string) (bool, 
 	if len(sel.Kinds) > 0 && !slices.Contains(sel.Kinds, w.Kind) {
 		return false, nil
 	}
-	if c.kind == v1alpha1.PolicyKindCluster {
+	if !c.kind.Namespaced() {
 		ok, err := matches(sel.NamespaceSelector, namespaceLabels)
 		if err != nil {
 			return false, fmt.Errorf("%s: spec.selector.namespaceSelector: %w", c.label(), err)

@@ -46,6 +46,9 @@ type reconcileContext struct {
 	// releaseGate releases the applies' yield the pass holds while it
 	// rolls back (beginRollback); nil when it holds none.
 	releaseGate func()
+	// canaryNote says why the policy's canary does not apply to the
+	// change the pass planned, for its applied message (chooseCanary).
+	canaryNote string
 	// mirrorPending says a breach's backoff state is not mirrored on the
 	// workload yet: its mirror waits for the restore (breach).
 	mirrorPending bool

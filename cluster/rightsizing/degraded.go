@@ -21,18 +21,21 @@ import (
 
 // rolledBackOfLast counts how many of the last n changes in history were
 // rolled back. It counts the changes at or after since, and says how
-// many it counted (at most n). A change is an applied action; a
-// rolled_back action marks the change before it.
+// many it counted (at most n). A change is an applied action (a
+// canary's promotion is the same change); a rolled_back action marks the
+// change before it.
 func rolledBackOfLast(history []v1alpha1.Action, since time.Time, n int) (rolledBack, changes int) {
 	var rolled []bool
 	for _, a := range history {
 		if a.Time.Time.Before(since) {
 			continue
 		}
-		switch a.Type {
-		case v1alpha1.ActionApplied:
+		switch {
+		case a.Type == v1alpha1.ActionApplied && a.Reason == v1alpha1.ReasonCanaryPromoted && len(rolled) > 0:
+			// The rest of a canary's change: the same change.
+		case a.Type == v1alpha1.ActionApplied:
 			rolled = append(rolled, false)
-		case v1alpha1.ActionRolledBack:
+		case a.Type == v1alpha1.ActionRolledBack:
 			if len(rolled) > 0 {
 				rolled[len(rolled)-1] = true
 			}

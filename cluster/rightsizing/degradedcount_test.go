@@ -22,6 +22,14 @@ func TestRolledBackOfLastCountsTheLastChangesSinceTheResume(t *testing.T) {
 		}
 		return out
 	}
+	// promoted gives the applied actions at idx the reason of a canary's
+	// promotion.
+	promoted := func(h []v1alpha1.Action, idx ...int) []v1alpha1.Action {
+		for _, i := range idx {
+			h[i].Reason = v1alpha1.ReasonCanaryPromoted
+		}
+		return h
+	}
 	const (
 		ap = v1alpha1.ActionApplied
 		rb = v1alpha1.ActionRolledBack
@@ -41,6 +49,7 @@ func TestRolledBackOfLastCountsTheLastChangesSinceTheResume(t *testing.T) {
 		{"fewer changes than n", h(ap, rb, ap, rb), time.Time{}, 5, 2, 2},
 		{"a rollback without its change in the window", h(ap, rb, ap, rb, ap), t0.Add(3 * time.Minute), 5, 0, 1},
 		{"only since the resume", h(ap, rb, ap, rb, ap, rb), t0.Add(4 * time.Minute), 5, 1, 1},
+		{"a canary's promotion is the same change", promoted(h(ap, ap, rb, ap, ap, ok), 1, 4), time.Time{}, 5, 1, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rolledBack, changes := rolledBackOfLast(tc.history, tc.since, tc.n)

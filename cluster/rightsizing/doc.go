@@ -14,6 +14,8 @@
 //   - plan.go: guardrails, the plan, the gates (cluster/gates), the
 //     apply, a blocked change.
 //   - watch.go: the health watch after an apply and its verdicts.
+//   - canary.go: a canary's pods, its watch on them alone, its
+//     promotion to every pod (spec.guardrails.canary).
 //   - rollback.go: the breach, the restore and a failed restore.
 //   - backoff.go: when rolled-back values may try again.
 //   - degraded.go: a workload whose last changes keep being rolled

@@ -190,6 +190,11 @@ func fitStatus(st *v1alpha1.RightsizingRecommendationStatus) []string {
 		// restarts and kills in full. One without a throttling baseline
 		// starts its window anew. So cutting errs towards a rollback,
 		// never towards a change left unwatched.
+		// chooseCanary keeps the canary within its bound; a longer one
+		// keeps its first pods, the only ones then resized and restored.
+		if ch.Canary != nil && list("change.canary.pods", len(ch.Canary.Pods), v1alpha1.MaxCanaryPods) {
+			ch.Canary.Pods = ch.Canary.Pods[:v1alpha1.MaxCanaryPods]
+		}
 		if list("change.restartBaselines", len(ch.RestartBaselines), v1alpha1.MaxBaselines) {
 			ch.RestartBaselines = ch.RestartBaselines[:v1alpha1.MaxBaselines]
 		}

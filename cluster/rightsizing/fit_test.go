@@ -47,11 +47,16 @@ func TestFittedStatusIsAcceptedByTheCRD(t *testing.T) {
 	for i := range baselines {
 		baselines[i] = v1alpha1.RestartBaseline{Pod: fmt.Sprintf("web-h1-%04d", i), Container: "app"}
 	}
+	canary := make([]string, 1500)
+	for i := range canary {
+		canary[i] = fmt.Sprintf("web-h1-%04d", i)
+	}
 	rsr.Status = v1alpha1.RightsizingRecommendationStatus{
 		Phase: v1alpha1.PhaseRolledBack, Reason: v1alpha1.HealthWatchOOMKills, Message: long(40000),
 		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionHealthWatch, Status: metav1.ConditionFalse,
 			Reason: v1alpha1.HealthWatchOOMKills, Message: long(40000), LastTransitionTime: now}},
-		Change: &v1alpha1.Change{AppliedAt: now, Strategy: v1alpha1.StrategyDeferred, Touched: touched, RestartBaselines: baselines},
+		Change: &v1alpha1.Change{AppliedAt: now, Strategy: v1alpha1.StrategyDeferred, Touched: touched, RestartBaselines: baselines,
+			Canary: &v1alpha1.CanaryState{Pods: canary, Of: 3000, StartedAt: now, Until: now}},
 		Breach: &v1alpha1.Breach{Reason: v1alpha1.HealthWatchOOMKills, At: now, Figures: figures},
 		Rollback: &v1alpha1.RollbackState{State: v1alpha1.BackoffBackingOff, Reason: v1alpha1.HealthWatchOOMKills,
 			Message: long(5000)},
@@ -64,7 +69,7 @@ func TestFittedStatusIsAcceptedByTheCRD(t *testing.T) {
 	// The apiserver checks the strings' lengths in a second pass, once
 	// the lists are within theirs.
 	for _, field := range []string{"status.history[0].message", "status.history[0].figures",
-		"status.change.touched", "status.change.restartBaselines", "status.breach.figures"} {
+		"status.change.touched", "status.change.restartBaselines", "status.change.canary.pods", "status.breach.figures"} {
 		assert.Contains(t, err.Error(), field)
 	}
 
@@ -77,6 +82,7 @@ func TestFittedStatusIsAcceptedByTheCRD(t *testing.T) {
 	assert.Equal(t, "Deployment", ch.Touched[0].Kind, "the workload is kept")
 	assert.Equal(t, int32(2001-v1alpha1.MaxTouched), ch.TouchedOmitted)
 	assert.Len(t, ch.RestartBaselines, v1alpha1.MaxBaselines)
+	assert.Equal(t, canary[:v1alpha1.MaxCanaryPods], ch.Canary.Pods, "the canary keeps its first pods")
 	h := got.Status.History[0]
 	assert.LessOrEqual(t, len(h.Message), v1alpha1.MaxActionMessageLength)
 	assert.Regexp(t, `… \(and \d+ more bytes\)$`, h.Message)

@@ -93,6 +93,9 @@ func addAt(q workqueue.TypedRateLimitingInterface[reconcile.Request], priority i
 // (mapper.pod), as handler.EnqueueRequestsFromMapFunc does. That gives
 // the informer's initial list and its resyncs a low priority.
 //
+// A pod that ends or is deleted also enqueues the recommendations the
+// NodeHeadroom gate holds back (mapper.nodeFreed).
+//
 // An update that shows harm (podHarmed) goes through harm instead:
 // harmAdder, at harmPriority. A nil harm leaves those updates to the
 // rollbacks' controller. With harmOnly, that controller's handler
@@ -114,6 +117,10 @@ func (h podHandler) Create(ctx context.Context, e event.CreateEvent, q workqueue
 func (h podHandler) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	oldStatus, ok1 := cachestore.PodStatus(e.ObjectOld)
 	newStatus, ok2 := cachestore.PodStatus(e.ObjectNew)
+	if !h.harmOnly && ok1 && ok2 && podEnded(&oldStatus, &newStatus) {
+		// Room on its node: the NodeHeadroom gate's blocks try again.
+		addAt(q, 0, h.m.nodeFreed(ctx, e.ObjectNew))
+	}
 	if ok1 && ok2 && podHarmed(&oldStatus, &newStatus) {
 		// The workload is the same before and after: a pod's controller
 		// does not change.
@@ -130,6 +137,8 @@ func (h podHandler) Update(ctx context.Context, e event.UpdateEvent, q workqueue
 // Delete implements handler.EventHandler.
 func (h podHandler) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	if !h.harmOnly {
+		// Room on its node: the NodeHeadroom gate's blocks try again.
+		addAt(q, 0, h.m.nodeFreed(ctx, e.Object))
 		h.delegate().Delete(ctx, e, q)
 	}
 }

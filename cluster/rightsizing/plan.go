@@ -15,6 +15,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/gates"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/policy"
+	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
 // plan checks the guardrails, plans the change, checks the gates
@@ -71,6 +72,13 @@ func (c *reconcileContext) plan(ctx context.Context) (ctrl.Result, error) {
 	}
 	// Restarts count from the change on (design section 3).
 	change.RestartBaselines = healthwatch.RestartBaselines(pods)
+	if guardrails.Guardrails.Canary != nil {
+		running, err := workload.RunningPods(ctx, c.r.Client, w)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("choose the canary of %s/%s: %w", rsr.Namespace, rsr.Name, err)
+		}
+		change.Canary, c.canaryNote = chooseCanary(guardrails.Guardrails.Canary, change, running)
+	}
 
 	// Record the change before acting, conditional on resourceVersion: of
 	// two leaders only one records it, and whoever finds it later knows
@@ -120,19 +128,32 @@ func (c *reconcileContext) finish(ctx context.Context) (ctrl.Result, error) {
 	if len(res.Pending) > 0 {
 		return ctrl.Result{RequeueAfter: pendingRequeue, Priority: ptr.To(pendingPriority)}, nil
 	}
-	msg := fmt.Sprintf("%s applied with strategy %s under %s %s", joinResources(change.Resources), change.Strategy, c.resolved.Ref.Kind, c.resolved.Ref.Name)
+	note := c.canaryNote
+	if note == "" {
+		note = canaryNote(c.resolved.Spec.Guardrails.Canary, change)
+	}
+	msg := fmt.Sprintf("%s applied with strategy %s under %s %s%s", joinResources(change.Resources), change.Strategy, c.resolved.Ref.Kind, c.resolved.Ref.Name,
+		canaryApplied(change, note))
 	if len(res.Infeasible) > 0 {
 		// The health watch rolls the change back if it stays so.
 		msg += "; " + infeasiblePods(res.Infeasible, v1alpha1.MaxActionMessageLength-len(msg)-len("; "))
+	}
+	// The applied action's reason is the strategy; a canary's are Canary
+	// and, once the rest followed, CanaryPromoted (docs/health.md).
+	reason, event := string(change.Strategy), v1alpha1.EventApplied
+	if ch := change.Canary; ch != nil && ch.PromotedAt == nil {
+		reason = v1alpha1.ReasonCanary
+	} else if ch != nil {
+		reason, event = v1alpha1.ReasonCanaryPromoted, v1alpha1.EventCanaryPromoted
 	}
 	return ctrl.Result{}, c.record(ctx, outcome{
 		doing: "record apply of",
 		phase: v1alpha1.PhaseApplied, setReason: true, message: msg,
 		status:     touched,
 		conditions: []metav1.Condition{newCondition(v1alpha1.ConditionApplied, metav1.ConditionTrue, v1alpha1.AppliedReasonApplied, msg)},
-		action: &v1alpha1.Action{Type: v1alpha1.ActionApplied, Reason: string(change.Strategy), Message: msg,
+		action: &v1alpha1.Action{Type: v1alpha1.ActionApplied, Reason: reason, Message: msg,
 			Resources: change.Resources, Containers: valueChanges(change)},
-		events: []kubeEvent{{typ: corev1.EventTypeNormal, reason: v1alpha1.EventApplied, action: v1alpha1.EventActionApply, note: msg}},
+		events: []kubeEvent{{typ: corev1.EventTypeNormal, reason: event, action: v1alpha1.EventActionApply, note: msg}},
 	})
 }
 
@@ -174,7 +195,7 @@ func (c *reconcileContext) noPolicy(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("clear the state of %s/%s: its rollback is not restored yet", rsr.Namespace, rsr.Name)
 	}
-	msg := fmt.Sprintf("no RightsizingPolicy or ClusterRightsizingPolicy selects %s %s", rsr.Spec.TargetRef.Kind, rsr.Spec.TargetRef.Name)
+	msg := fmt.Sprintf("no RightsizingPolicy, ClusterRightsizingPolicy, RollbackPolicy or ClusterRollbackPolicy selects %s %s", rsr.Spec.TargetRef.Kind, rsr.Spec.TargetRef.Name)
 	return c.record(ctx, outcome{
 		doing: "record missing policy of",
 		phase: v1alpha1.PhaseBlocked, setReason: true, reason: v1alpha1.ReasonNoPolicy, message: msg, observe: true,

@@ -131,7 +131,7 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 	if next != nil {
 		rsr.Status.Rollback = next
 	}
-	msg := fmt.Sprintf("%s rolled back to %s values after %s%s", joinResources(b.Resources), g.RestoreTo, b.Reason, gone)
+	msg := fmt.Sprintf("%s rolled back to %s values after %s%s%s", joinResources(b.Resources), g.RestoreTo, b.Reason, restoredCanary(change), gone)
 	msg += leftPods(res.Left, statusLimits.actionMessage-len(msg))
 	figures := joinFigures(b.Figures)
 	rolledBack := outcome{

@@ -6,8 +6,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/cachestore"
+	"github.com/kerf-dev/kerf/cluster/gates"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
 	"github.com/kerf-dev/kerf/cluster/workload"
@@ -58,12 +61,15 @@ func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(k
 // controller's contract in one place. It reconciles:
 //   - a recommendation, when it changes;
 //   - every recommendation in a policy's scope, when the policy changes:
-//     a RightsizingPolicy's namespace, a ClusterRightsizingPolicy's
-//     cluster;
+//     a RightsizingPolicy's or RollbackPolicy's namespace, a
+//     ClusterRightsizingPolicy's or ClusterRollbackPolicy's cluster;
 //   - the one recommendation whose targetRef names a pod's workload, when
 //     the pod changes or sig signals it. A signal is an agent's OOM kill,
 //     container event or counters. A breach is acted on as soon as the
-//     signal arrives (docs/design.md section 3).
+//     signal arrives (docs/design.md section 3);
+//   - the recommendations a gate holds back (cluster/gates), when its
+//     object changes: a namespace's ResourceQuota or PodDisruptionBudget,
+//     a Node's allocatable, a pod that ends or is deleted (NodeHeadroom).
 //
 // A pod of a workload without a recommendation reconciles nothing.
 // r.Workers workers reconcile at once. A harm signal's request goes to a
@@ -96,6 +102,20 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) err
 	}
 	if err := workload.IndexFields(ctx, idx); err != nil {
 		return err
+	}
+	// The gates' reads: a node's pods (NodeHeadroom), and the
+	// recommendations a gate holds back, for the watches that try them
+	// again.
+	if err := ic.Indexer(cachestore.ClusterWide).IndexField(ctx, &corev1.Pod{}, gates.NodeNameField, func(o client.Object) []string {
+		if n, _ := cachestore.PodNodeName(o); n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index pods by node: %w", err)
+	}
+	if err := ic.Indexer(cachestore.ClusterWide).IndexField(ctx, &v1alpha1.RightsizingRecommendation{}, blockedReasonIndex, blockedReason); err != nil {
+		return fmt.Errorf("index recommendations by the reason they are blocked: %w", err)
 	}
 	pods, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{}, cache.BlockUntilSynced(false))
 	if err != nil {
@@ -169,10 +189,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) err
 		For(&v1alpha1.RightsizingRecommendation{}).
 		Watches(&v1alpha1.RightsizingPolicy{}, handler.EnqueueRequestsFromMapFunc(m.inScope)).
 		Watches(&v1alpha1.ClusterRightsizingPolicy{}, handler.EnqueueRequestsFromMapFunc(m.inScope)).
+		Watches(&v1alpha1.RollbackPolicy{}, handler.EnqueueRequestsFromMapFunc(m.inScope)).
+		Watches(&v1alpha1.ClusterRollbackPolicy{}, handler.EnqueueRequestsFromMapFunc(m.inScope)).
 		// A pod status update is a health signal: act on it at once, and
 		// first when it shows a restart or a termination.
 		Watches(&corev1.Pod{}, podHandler{m: m, harm: applyHarm}).
-		WatchesRawSource(source.Channel(counters, handler.EnqueueRequestsFromMapFunc(releasing(m.signaled))))
+		WatchesRawSource(source.Channel(counters, handler.EnqueueRequestsFromMapFunc(releasing(m.signaled)))).
+		// The gating objects: a change to one tries again the changes its
+		// gate holds back (cluster/gates), and those a gate could not
+		// evaluate (a quota not yet counted). A pod that ends frees room
+		// on its node (podHandler).
+		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(m.blockedBy(v1alpha1.ReasonResourceQuota, v1alpha1.ReasonGateUnavailable))).
+		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(m.blockedBy(v1alpha1.ReasonDisruptionBudget, v1alpha1.ReasonGateUnavailable))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(m.nodeFreed), builder.WithPredicates(allocatableChanged))
 	if rollbackWorkers == 0 {
 		b = b.WatchesRawSource(source.Channel(harmful, enqueueWith(harmAdd, releasing(m.signaled))))
 	}

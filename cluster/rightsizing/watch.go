@@ -70,10 +70,13 @@ func (c *reconcileContext) health(ctx context.Context) (ctrl.Result, bool, error
 func (c *reconcileContext) holdGeneration(ctx context.Context) error {
 	rsr := c.rsr
 	st := &rsr.Status
-	t0 := st.Change.AppliedAt.Time
+	t0, end := st.Change.AppliedAt.Time, st.Change.AppliedAt.Time
+	if !st.Change.Promoted() {
+		end = st.Change.Canary.Until.Time // then the full watch
+	}
 	msg := fmt.Sprintf("generation %d waits for the watch of the change applied at %s (generation %d) to end, by %s at the latest",
 		rsr.Generation, t0.UTC().Format(time.RFC3339), st.ObservedGeneration,
-		t0.Add(c.resolved.Spec.Guardrails.Rollback.WatchDuration.Duration).UTC().Format(time.RFC3339))
+		end.Add(c.resolved.Spec.Guardrails.Rollback.WatchDuration.Duration).UTC().Format(time.RFC3339))
 	if st.Reason == v1alpha1.ReasonWatchRunning && st.Message == msg {
 		return nil // already recorded
 	}
@@ -132,11 +135,16 @@ func (c *reconcileContext) watch(ctx context.Context) (ctrl.Result, error) {
 		// these: a leader that was down while they happened counts them.
 		OOMBaselines: rsr.Status.Change.OOMBaselines,
 	}
-	v := healthwatch.Evaluate(c.now, in)
-	switch v.State {
-	case healthwatch.StateBreached:
+	// An unpromoted canary is watched alone, with the same rules, until
+	// canary.until (docs/health.md, "Canary").
+	v := healthwatch.Evaluate(c.now, canaryWatch(in))
+	v.Message = canaryMessage(rsr.Status.Change, v.Message)
+	switch {
+	case v.State == healthwatch.StateBreached:
 		return c.breach(ctx, v)
-	case healthwatch.StateHealthy:
+	case v.State == healthwatch.StateHealthy && !rsr.Status.Change.Promoted():
+		return c.promote(ctx, v)
+	case v.State == healthwatch.StateHealthy:
 		return c.healthy(ctx, v)
 	}
 	// The message carries live figures; rewriting status for each would

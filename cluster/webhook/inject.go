@@ -404,10 +404,15 @@ func appliedAt(r *v1alpha1.RightsizingRecommendation) time.Time {
 //     pods (section 4).
 //   - Nor is one applied by Rollout, whose values reach pods through the
 //     template.
+//   - Nor is a change whose canary is not promoted yet: until then only
+//     the canary pods run the values (docs/health.md, "Canary").
 func Active(r *v1alpha1.RightsizingRecommendation) bool {
 	switch r.Status.Phase {
 	case v1alpha1.PhaseApplied, v1alpha1.PhaseWatching, v1alpha1.PhaseHealthy:
 	default:
+		return false
+	}
+	if !r.Status.Change.Promoted() {
 		return false
 	}
 	// The change's strategy, when status records one: a newer spec
@@ -474,8 +479,8 @@ func newPodValues(r *v1alpha1.RightsizingRecommendation) (values map[string]v1al
 
 // keptAfterRollback returns the resources of a rolled-back (or
 // Degraded) recommendation's change that its rollback did not touch. ok
-// is false when there are none: the rollback restored everything, or r
-// is not rolled back.
+// is false when there are none: the rollback restored everything, r is
+// not rolled back, or its change's canary was not promoted.
 //
 // They are status.change.resources, all of cpu and memory when it names
 // none, less status.breach.resources. There are some only when the change
@@ -491,6 +496,9 @@ func keptAfterRollback(r *v1alpha1.RightsizingRecommendation) (map[corev1.Resour
 	}
 	if c.Strategy != "" && !webhookStrategy(c.Strategy) {
 		return nil, false
+	}
+	if !c.Promoted() {
+		return nil, false // only the canary pods had the values
 	}
 	changed := c.Resources
 	if len(changed) == 0 {

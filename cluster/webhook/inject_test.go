@@ -202,6 +202,24 @@ func TestActiveOnlyForAppliedInPlaceOrDeferred(t *testing.T) {
 	// the change applied, with its strategy.
 	r.Spec.Strategy, r.Status.Change.Strategy = v1alpha1.StrategyRollout, v1alpha1.StrategyInPlace
 	assert.True(t, Active(r), "a held spec with strategy Rollout does not stop the watched InPlace change's values")
+
+	// A canary not promoted yet: only the canary pods run the values, so
+	// new pods get none, nor what a partial rollback of the canary kept.
+	r.Status.Change.Canary = &v1alpha1.CanaryState{Pods: []string{"web-a"}, Of: 3}
+	assert.False(t, Active(r), "new pods get no values before the canary is promoted")
+	r.Status.Phase, r.Status.Breach = v1alpha1.PhaseRolledBack, &v1alpha1.Breach{Resources: []v1alpha1.ResourceName{"memory"}}
+	r.Spec.Strategy = v1alpha1.StrategyInPlace
+	r.Status.Change.Containers = []v1alpha1.ContainerChange{{Name: "app"}}
+	r.Status.Change.Resources = []v1alpha1.ResourceName{"cpu", "memory"}
+	_, _, ok := newPodValues(r)
+	assert.False(t, ok, "a canary's partial rollback keeps nothing for new pods")
+	promoted := metav1.Now()
+	r.Status.Change.Canary.PromotedAt = &promoted
+	_, touched, ok := newPodValues(r)
+	assert.True(t, ok, "a promoted change's partial rollback keeps cpu for new pods")
+	assert.Equal(t, map[corev1.ResourceName]bool{"cpu": true}, touched)
+	r.Status.Phase, r.Status.Breach = v1alpha1.PhaseWatching, nil
+	assert.True(t, Active(r), "new pods get the values once the canary is promoted")
 }
 
 // TestNewPodValuesPreferWhatTheLeaderApplied checks the source of the

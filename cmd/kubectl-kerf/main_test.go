@@ -283,6 +283,7 @@ func TestUnknownWorkloadIsAClearErrorAndExitCode1(t *testing.T) {
 		{[]string{"pause", "--workload", "deployment/nope"}, `error: no RightsizingRecommendation targets Deployment/nope in namespace "` + f.ns + `"` + "\n"},
 		{[]string{"pause", "nope"}, `error: no RightsizingPolicy named "nope" in namespace "` + f.ns + `" and no ClusterRightsizingPolicy named "nope"` + "\n"},
 		{[]string{"pause", "nope", "--workload", "web"}, "error: give a POLICY or --workload, not both\n"},
+		{[]string{"pause", "rollbackpolicy/web"}, `error: POLICY "rollbackpolicy/web": a rollbackpolicy has no pause; pause its workloads with --workload, or let a paused RightsizingPolicy of higher weight govern them` + "\n"},
 	} {
 		code, out, errOut := kerf(t, cp, append(tc.args, "-n", f.ns)...)
 		assert.Equal(t, 1, code, tc.args)

@@ -129,6 +129,10 @@ func findPolicy(ctx context.Context, c client.Client, ns, arg string) (client.Ob
 			return nil, "", fmt.Errorf("no RightsizingPolicy named %q in namespace %q and no ClusterRightsizingPolicy named %q", name, ns, name)
 		}
 		return nil, "", fmt.Errorf("no ClusterRightsizingPolicy named %q", name)
+	case "rollbackpolicy", "rollbackpolicies", "rollbackpolicy.kerf.dev",
+		"clusterrollbackpolicy", "clusterrollbackpolicies", "clusterrollbackpolicy.kerf.dev":
+		// The backoff design's kinds have no pause field (docs/api.md).
+		return nil, "", fmt.Errorf("POLICY %q: a %s has no pause; pause its workloads with --workload, or let a paused RightsizingPolicy of higher weight govern them", arg, strings.ToLower(kind))
 	}
 	return nil, "", fmt.Errorf("POLICY %q: kind %q is not rightsizingpolicy or clusterrightsizingpolicy", arg, kind)
 }

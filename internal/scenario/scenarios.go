@@ -48,8 +48,11 @@ type Result struct {
 	HPATarget [3]int32
 	// Bystander is the pod left alone while Pod misbehaves (TwoNodes).
 	Bystander string
-	// Replicas are the workload's pods at the end (TwoNodes).
+	// Replicas are the workload's pods at the end (TwoNodes, Canary).
 	Replicas []Replica
+	// Generations are the pods' metadata.generation before the change,
+	// by pod name (Canary).
+	Generations map[string]int64
 	// Child is how the container took its child process's OOM kill
 	// (ChildOOM).
 	Child ChildOutcome

@@ -27,6 +27,9 @@ type Replica struct {
 	Restarts int32
 	// Limits are the kernel's limits of its container.
 	Limits Limits
+	// Generation is the pod's metadata.generation, which every change
+	// of its spec (an in-place resize too) increments.
+	Generation int64
 }
 
 // onceSettle is how long TwoNodes keeps reading the recommendation after
@@ -228,7 +231,7 @@ func (e *Env) replicaStates(ctx context.Context, w Workload, timeout time.Durati
 			if err != nil {
 				return false, err
 			}
-			rep := Replica{Pod: p.Name, Node: p.Spec.NodeName, VM: vm, Limits: l}
+			rep := Replica{Pod: p.Name, Node: p.Spec.NodeName, VM: vm, Limits: l, Generation: p.Generation}
 			for _, cs := range p.Status.ContainerStatuses {
 				if cs.Name == Container {
 					rep.Restarts = cs.RestartCount

@@ -361,3 +361,49 @@ func TestRecommenderShrinksThenRefusesToLowerAnOOMKilledMemory(t *testing.T) {
 	r.Timeline.Print(&b)
 	t.Logf("timeline:\n%s", b.String())
 }
+
+// TestCanaryOOMKillRollsBackOnlyTheCanary: a memory decrease of a
+// three-replica workload in place, under a policy with a canary of one
+// pod. The canary is resized alone and OOM-killed, and Kerf puts its old
+// memory back; the other two pods are never touched. Their kernel keeps
+// the old limit, their generation and restart count do not move, and no
+// change names them.
+func TestCanaryOOMKillRollsBackOnlyTheCanary(t *testing.T) {
+	t.Parallel()
+	in := cluster(t)
+	e := env(t, in)
+	r, err := e.Canary(t.Context())
+	require.NoError(t, err)
+
+	rolledBack(t, in, e, r, v1alpha1.HealthWatchOOMKills, v1alpha1.ResourceMemory)
+	assert.EqualValues(t, 256*scenario.Mi, r.Before.MemoryBytes, "the canary before the change")
+	assert.EqualValues(t, 96*scenario.Mi, r.Applied.MemoryBytes, "the canary once applied in place")
+	assert.EqualValues(t, 256*scenario.Mi, r.Restored.MemoryBytes, "the canary after the rollback")
+	ch := r.RSR.Status.Change
+	require.NotNil(t, ch)
+	require.NotNil(t, ch.Canary)
+	assert.Equal(t, []string{r.Pod}, ch.Canary.Pods)
+	assert.Nil(t, ch.Canary.PromotedAt, "the canary was never promoted")
+	assert.Contains(t, scenario.History(r.RSR, v1alpha1.ActionRolledBack)[0].Message, "only the canary")
+	var touched []string
+	for _, o := range ch.Touched {
+		if o.Kind == "Pod" {
+			touched = append(touched, o.Name)
+		}
+	}
+	assert.Equal(t, []string{r.Pod}, touched, "the change wrote the canary pod alone")
+
+	require.Len(t, r.Replicas, 3, "%+v", r.Replicas)
+	for _, p := range r.Replicas {
+		before, ok := r.Generations[p.Pod]
+		require.True(t, ok, "pod %s was not there before the change: a pod was recreated (had %v)", p.Pod, r.Generations)
+		assert.EqualValues(t, 256*scenario.Mi, p.Limits.MemoryBytes, "pod %s: %s at the end", p.Pod, p.Limits.MemoryFile())
+		if p.Pod == r.Pod {
+			assert.GreaterOrEqual(t, p.Restarts, int32(1), "the canary was OOM-killed and restarted in its pod")
+			assert.Greater(t, p.Generation, before, "the canary's resizes changed its spec (what the others' generation shows)")
+			continue
+		}
+		assert.Zero(t, p.Restarts, "pod %s, not the canary, restarted", p.Pod)
+		assert.Equal(t, before, p.Generation, "pod %s, not the canary, had its spec changed", p.Pod)
+	}
+}

@@ -90,7 +90,7 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		assert.Equal(t, "Helm", got.GetLabels()["app.kubernetes.io/managed-by"], key(o))
 		assert.Equal(t, "kerf", got.GetAnnotations()["meta.helm.sh/release-name"], key(o))
 	}
-	assert.Equal(t, 4, crds, "CRDs")
+	assert.Equal(t, 6, crds, "CRDs")
 	t.Logf("installed %d CRDs and %d objects", crds, templated)
 
 	// The leader fills the webhook's caBundle in (cluster/cert.PatchCABundle):

@@ -188,7 +188,9 @@ func RunningPod(t *testing.T, c client.Client, dep *appsv1.Deployment) *corev1.P
 }
 
 // Node makes sure the Node the test pods run on exists, with room for
-// them: the apiserver checks a resize against the node's allocatable.
+// them: the apiserver checks a resize against the node's allocatable, and
+// the leader's NodeHeadroom gate against what its pods request. Every test
+// of a package places its pods on it, so its room holds them all.
 func Node(t testing.TB, c client.Client) string {
 	t.Helper()
 	ctx := context.Background()
@@ -197,7 +199,7 @@ func Node(t testing.TB, c client.Client) string {
 		require.True(t, apierrors.IsAlreadyExists(err), "create node: %v", err)
 		return n.Name
 	}
-	room := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	room := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000"), corev1.ResourceMemory: resource.MustParse("4Ti"), corev1.ResourcePods: resource.MustParse("10000")}
 	n.Status = corev1.NodeStatus{Capacity: room, Allocatable: room}
 	require.NoError(t, c.Status().Update(ctx, n))
 	return n.Name

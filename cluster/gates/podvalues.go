@@ -1,0 +1,72 @@
+package gates
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+)
+
+// withValues returns a copy of pod whose changed containers run the
+// applied values. A value the change leaves unset stays as the pod has
+// it.
+func withValues(pod *corev1.Pod, containers []v1alpha1.ContainerChange) *corev1.Pod {
+	out := pod.DeepCopy()
+	for _, cc := range containers {
+		for i := range out.Spec.Containers {
+			c := &out.Spec.Containers[i]
+			if c.Name != cc.Name {
+				continue
+			}
+			c.Resources.Requests = setValues(c.Resources.Requests, cc.Applied.Requests)
+			c.Resources.Limits = setValues(c.Resources.Limits, cc.Applied.Limits)
+		}
+	}
+	return out
+}
+
+// setValues returns list with the values v sets, in a list of its own.
+func setValues(list corev1.ResourceList, v *v1alpha1.ResourceValues) corev1.ResourceList {
+	if v == nil {
+		return list
+	}
+	out := list.DeepCopy()
+	if out == nil {
+		out = corev1.ResourceList{}
+	}
+	if v.CPU != nil {
+		out[corev1.ResourceCPU] = v.CPU.DeepCopy()
+	}
+	if v.Memory != nil {
+		out[corev1.ResourceMemory] = v.Memory.DeepCopy()
+	}
+	return out
+}
+
+// podRequests is what a pod asks of its node, as the kubelet counts it
+// when it admits a resize (k8s.io/component-helpers/resource.PodRequests).
+// That is the larger of the spec's requests and those the kubelet
+// allocated or reports, with the init containers' peak and the overhead.
+func podRequests(pod *corev1.Pod) corev1.ResourceList {
+	return resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{UseStatusResources: true})
+}
+
+// podLimits is a pod's limits, counted as podRequests counts requests.
+func podLimits(pod *corev1.Pod) corev1.ResourceList {
+	return resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{UseStatusResources: true})
+}
+
+// terminated reports whether a pod has ended: it holds no room on its
+// node and is charged to no quota.
+func terminated(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// value is list's quantity of name, zero when absent.
+func value(list corev1.ResourceList, name corev1.ResourceName) resource.Quantity {
+	if q, ok := list[name]; ok {
+		return q
+	}
+	return resource.Quantity{Format: resource.DecimalSI}
+}
