@@ -124,6 +124,10 @@ type Options struct {
 // Default is the leader's gates, in the order they are checked, reading
 // through r (the leader's cache).
 func Default(r client.Reader, o Options, log *slog.Logger) *Checker {
-	_, _ = r, o
-	return &Checker{Log: log}
+	return &Checker{Log: log, Gates: []Gate{
+		ProtectedNamespace{Namespaces: o.ProtectedNamespaces},
+		RolloutInProgress{},
+		QoSClass{},
+		LimitRange{Reader: r},
+	}}
 }
