@@ -264,6 +264,8 @@ func leaderReads() []client.Object {
 		&corev1.Pod{}, &corev1.Namespace{},
 		&appsv1.Deployment{}, &appsv1.ReplicaSet{}, &appsv1.StatefulSet{}, &appsv1.DaemonSet{},
 		&autoscalingv2.HorizontalPodAutoscaler{},
+		// The gates' (cluster/gates).
+		&corev1.LimitRange{},
 	}
 }
 

@@ -60,6 +60,8 @@ func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(k
 //   - every recommendation in a policy's scope, when the policy changes:
 //     a RightsizingPolicy's namespace, a ClusterRightsizingPolicy's
 //     cluster;
+//   - a recommendation a gate holds back (cluster/gates), when its
+//     workload or a LimitRange of its namespace changes;
 //   - the one recommendation whose targetRef names a pod's workload, when
 //     the pod changes or sig signals it. A signal is an agent's OOM kill,
 //     container event or counters. A breach is acted on as soon as the
@@ -172,7 +174,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) err
 		// A pod status update is a health signal: act on it at once, and
 		// first when it shows a restart or a termination.
 		Watches(&corev1.Pod{}, podHandler{m: m, harm: applyHarm}).
-		WatchesRawSource(source.Channel(counters, handler.EnqueueRequestsFromMapFunc(releasing(m.signaled))))
+		WatchesRawSource(source.Channel(counters, handler.EnqueueRequestsFromMapFunc(releasing(m.signaled)))).
+		// The gates' objects: a change to one tries again what its gate
+		// holds back (cluster/gates).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(m.rolledOut(v1alpha1.KindDeployment))).
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(m.rolledOut(v1alpha1.KindStatefulSet))).
+		Watches(&appsv1.DaemonSet{}, handler.EnqueueRequestsFromMapFunc(m.rolledOut(v1alpha1.KindDaemonSet))).
+		Watches(&corev1.LimitRange{}, handler.EnqueueRequestsFromMapFunc(m.blockedBy(v1alpha1.ReasonLimitRange)))
 	if rollbackWorkers == 0 {
 		b = b.WatchesRawSource(source.Channel(harmful, enqueueWith(harmAdd, releasing(m.signaled))))
 	}
