@@ -13,8 +13,9 @@ import (
 
 // blockedBy maps a gating object to the recommendations of its namespace
 // that a gate of reasons holds back. The object is a LimitRange, a
-// ResourceQuota, a PodDisruptionBudget, ...; a change to it tries them
-// again: a watch, not a poll. A cluster-scoped object maps to every namespace's.
+// ResourceQuota, a PodDisruptionBudget, ... A change to it tries them
+// again: a watch, not a poll. A cluster-scoped object maps to every
+// namespace's.
 func (m mapper) blockedBy(reasons ...string) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var list v1alpha1.RightsizingRecommendationList
@@ -33,9 +34,9 @@ func (m mapper) blockedBy(reasons ...string) handler.MapFunc {
 	}
 }
 
-// rolledOut maps a workload of kind to its recommendation the
-// RolloutInProgress gate holds back (the targetRef index). So a change of
-// the workload's status tries it again.
+// rolledOut maps a workload of kind to its recommendation, found by the
+// targetRef index, while the RolloutInProgress gate holds it back. A
+// change of the workload's status then tries it again.
 func (m mapper) rolledOut(kind v1alpha1.WorkloadKind) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var list v1alpha1.RightsizingRecommendationList
