@@ -108,21 +108,58 @@ func TestQoSClassChangeWaitsForThePolicyToAllowIt(t *testing.T) {
 
 // TestLimitRangeBlocksUntilItAllowsTheValues: values above a LimitRange's
 // max are blocked naming the LimitRange, the field and the bound; raising
-// the max applies them (the LimitRange watch).
+// the max, or deleting the LimitRange, applies them (the LimitRange
+// watch).
 func TestLimitRangeBlocksUntilItAllowsTheValues(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		allow func(t *testing.T, c client.Client, lr *corev1.LimitRange)
+	}{
+		{"max raised", func(t *testing.T, c client.Client, lr *corev1.LimitRange) {
+			kubetest.Update(t, c, lr, func() { lr.Spec.Limits[0].Max[corev1.ResourceMemory] = resource.MustParse("1Gi") })
+		}},
+		{"deleted", func(t *testing.T, c client.Client, lr *corev1.LimitRange) {
+			require.NoError(t, c.Delete(context.Background(), lr))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := controlplane.Get(t).Client
+			ctx := context.Background()
+			ns := kubetest.Namespace(t, c)
+			dep := kubetest.Web(t, c, ns, kubetest.NamespacedPolicy(ns, false))
+			lr := &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "limits"},
+				Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{Type: corev1.LimitTypeContainer,
+					Max: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("300Mi")}}}}}
+			require.NoError(t, c.Create(ctx, lr))
+			leadertest.StartReplica(t, ns, "a", cluster.Config{})
+			require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "512Mi")))
+			waitGateBlocked(t, c, ns, v1alpha1.ReasonLimitRange, "LimitRange "+ns+"/limits: container app memory limit 512Mi above its Container max 300Mi")
+
+			tc.allow(t, c, lr)
+			kubetest.WaitApplied(t, c, ns, "web")
+			assert.Equal(t, "512Mi", kubetest.TemplateResources(t, c, dep).Limits.Memory().String())
+		})
+	}
+}
+
+// TestQoSClassChangeInPlaceIsBlockedEvenWhereAllowed: an InPlace change that
+// would make the Guaranteed pod Burstable is blocked, saying the apiserver
+// refuses such a resize, even where the policy allows a QoS change; the
+// pod is not resized.
+func TestQoSClassChangeInPlaceIsBlockedEvenWhereAllowed(t *testing.T) {
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
 	ns := kubetest.Namespace(t, c)
-	dep := kubetest.Web(t, c, ns, kubetest.NamespacedPolicy(ns, false))
-	lr := &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "limits"},
-		Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{Type: corev1.LimitTypeContainer,
-			Max: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("300Mi")}}}}}
-	require.NoError(t, c.Create(ctx, lr))
+	p := kubetest.NamespacedPolicy(ns, false)
+	p.Spec.Guardrails.AllowQoSChange = true
+	dep := kubetest.Web(t, c, ns, p)
+	pod := kubetest.RunningPod(t, c, dep)
 	leadertest.StartReplica(t, ns, "a", cluster.Config{})
-	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "512Mi")))
-	waitGateBlocked(t, c, ns, v1alpha1.ReasonLimitRange, "LimitRange "+ns+"/limits: container app memory limit 512Mi above its Container max 300Mi")
-
-	kubetest.Update(t, c, lr, func() { lr.Spec.Limits[0].Max[corev1.ResourceMemory] = resource.MustParse("1Gi") })
-	kubetest.WaitApplied(t, c, ns, "web")
-	assert.Equal(t, "512Mi", kubetest.TemplateResources(t, c, dep).Limits.Memory().String())
+	rsr := kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyInPlace, "250m", "256Mi")
+	rsr.Spec.Containers[0].Limits = nil
+	require.NoError(t, c.Create(ctx, rsr))
+	waitGateBlocked(t, c, ns, v1alpha1.ReasonQoSClass,
+		"from QoS class Guaranteed to Burstable; the apiserver refuses an in-place resize that changes the QoS class")
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+	assert.Equal(t, "500m", pod.Spec.Containers[0].Resources.Requests.Cpu().String(), "the pod is not resized")
 }
