@@ -8,9 +8,9 @@ import (
 )
 
 // podSpecs returns the pod spec the change starts from and the one it
-// leads to. An InPlace change starts from a running pod's spec (the
-// workload's template without pods); any other from the template, which
-// the new pods are made from.
+// leads to. An InPlace change starts from a pod's spec, or the template
+// when there is no pod. Any other starts from the template, which new
+// pods are made from.
 func podSpecs(ch *Change) (before, after *corev1.PodSpec) {
 	before = &ch.Workload.Template.Spec
 	if ch.Strategy == v1alpha1.StrategyInPlace && len(ch.Pods) > 0 {
