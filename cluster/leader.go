@@ -266,8 +266,8 @@ func leaderReads() []client.Object {
 		&corev1.Pod{}, &corev1.Namespace{},
 		&appsv1.Deployment{}, &appsv1.ReplicaSet{}, &appsv1.StatefulSet{}, &appsv1.DaemonSet{},
 		&autoscalingv2.HorizontalPodAutoscaler{},
-		// The gates (cluster/gates): quotas, budgets, nodes.
-		&corev1.ResourceQuota{}, &policyv1.PodDisruptionBudget{}, &corev1.Node{},
+		// The gates' (cluster/gates): limit ranges, quotas, budgets, nodes.
+		&corev1.LimitRange{}, &corev1.ResourceQuota{}, &policyv1.PodDisruptionBudget{}, &corev1.Node{},
 	}
 }
 

@@ -184,6 +184,8 @@ func TestLeaderRBACAllowsWhatTheLeaderDoesAndNoMore(t *testing.T) {
 		{"update", "pods", "default", false},
 		{"delete", "pods", "default", false},
 		{"list", "namespaces", "", true},
+		{"watch", "limitranges", "", true}, // the LimitRange gate
+		{"update", "limitranges", "default", false},
 		{"patch", "deployments.apps", "default", true},
 		{"patch", "statefulsets.apps", "default", true},
 		{"patch", "daemonsets.apps", "default", true},

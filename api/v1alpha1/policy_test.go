@@ -308,6 +308,7 @@ func TestAdmissionRefusesBadPolicies(t *testing.T) {
 		{"canary duration in days", "", `guardrails: {canary: {pods: 1, duration: 1d}}`, "spec.guardrails.canary.duration", "spec.guardrails.canary.duration must be a positive duration"},
 		{"cluster policy canary with both", "ClusterRightsizingPolicy", `guardrails: {canary: {pods: 2, percent: 50}}`, "spec.guardrails.canary", "set exactly one of pods and percent"},
 		{"cluster policy with negative oom kills", "ClusterRightsizingPolicy", `guardrails: {rollback: {oomKills: -1}}`, rb + "oomKills", "greater than or equal to 0"},
+		{"allow QoS change not a boolean", "", `guardrails: {allowQoSChange: "yes"}`, "spec.guardrails.allowQoSChange", "boolean"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kind := tc.kind
@@ -344,6 +345,7 @@ func TestAdmissionAcceptsGoodPolicyValues(t *testing.T) {
 		{"every restore target", "", `guardrails: {rollback: {restoreTo: LastHealthy}}`},
 		{"cron with ranges, steps and names", "", `guardrails: {freezeWindows: [{schedule: "*/15 9-17 1,15 JAN-DEC MON-FRI", duration: 45m, timeZone: America/Argentina/Buenos_Aires}]}`},
 		{"time zone with offset name", "", `guardrails: {freezeWindows: [{schedule: "0 0 * * 0", duration: 1h, timeZone: Etc/GMT+5}]}`},
+		{"allow QoS change", "", `guardrails: {allowQoSChange: true}`},
 		{"all workload kinds", "", `selector: {kinds: [Deployment, StatefulSet, DaemonSet], workloadSelector: {matchLabels: {app: web}}}`},
 		{"recommend with short history", "", `recommend: {enabled: true, strategy: Rollout, interval: 1s, minHistory: 1s, minChangePercent: 0, cpuPercentile: 99, memoryPercentile: 1, safetyMarginPercent: 0}`},
 		{"recommend zero history", "", `recommend: {minHistory: "0"}`},

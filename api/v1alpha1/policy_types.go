@@ -387,6 +387,12 @@ type Guardrails struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	FreezeWindows []FreezeWindow `json:"freezeWindows,omitempty"`
+	// AllowQoSChange lets a Rollout change move the pods to another QoS
+	// class (Guaranteed, Burstable, BestEffort). Without it such a change
+	// is blocked (reason QoSClass). An InPlace change never may: the
+	// apiserver refuses a resize that changes the class.
+	// +optional
+	AllowQoSChange bool `json:"allowQoSChange,omitempty"`
 	// Rollback sets the health watch's thresholds and what follows a
 	// rollback.
 	// +kubebuilder:default={}

@@ -39,9 +39,6 @@ var (
 	// ErrInvalidValues: the values would give a container a request above
 	// its limit.
 	ErrInvalidValues = errors.New("invalid values")
-	// ErrQOSClassChange: an InPlace change would change the pods' QoS
-	// class, which Kubernetes does not allow in place.
-	ErrQOSClassChange = errors.New("in-place resize cannot change the QoS class")
 )
 
 // Applier writes recommendation values to workloads, pods and HPAs.

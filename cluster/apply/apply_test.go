@@ -225,20 +225,13 @@ func TestPlanRefusesValuesThatCannotRun(t *testing.T) {
 	}{
 		{"unknown container", v1alpha1.StrategyRollout, values("nope", "1", "", "", ""), apply.ErrContainerNotFound},
 		{"request above the limit the workload keeps", v1alpha1.StrategyRollout, values("app", "2", "", "", ""), apply.ErrInvalidValues},
-		{"InPlace change to Guaranteed", v1alpha1.StrategyInPlace, values("app", "1", "512Mi", "", ""), nil},
-		{"InPlace change to Guaranteed through limits", v1alpha1.StrategyInPlace, values("app", "1", "512Mi", "1", "512Mi"), nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			// A single-container pod, so one container decides the QoS class.
 			w := e.createWorkload(v1alpha1.KindDeployment, "web", workloadOpts{containers: []corev1.Container{appContainer()}})
 			_, err := e.plan(e.rsr(w, tc.strategy, tc.values))
-			want := tc.err
-			if want == nil {
-				want = apply.ErrQOSClassChange
-			}
-			require.ErrorIs(t, err, want)
+			require.ErrorIs(t, err, tc.err)
 		})
 	}
 }

@@ -27,7 +27,7 @@ import (
 //
 // Plan returns a nil change when nothing differs, and an error when the
 // values cannot run: a container the template lacks, a request above its
-// limit, an InPlace change of QoS class.
+// limit. A change of QoS class is the QoSClass gate's (cluster/gates).
 func (a *Applier) Plan(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, w *workload.Workload, current []v1alpha1.ContainerResources) (*v1alpha1.Change, error) {
 	ref := rsr.Spec.TargetRef
 	change := &v1alpha1.Change{AppliedAt: metav1.NewTime(a.now()), Strategy: rsr.Spec.Strategy}
@@ -75,15 +75,6 @@ func (a *Applier) Plan(ctx context.Context, rsr *v1alpha1.RightsizingRecommendat
 				ref.Kind, rsr.Namespace, ref.Name, ErrInvalidValues, t.name, lb.Resource, lb.Request.String(), lb.Resource, lb.Limit.String())
 		}
 	}
-	if rsr.Spec.Strategy == v1alpha1.StrategyInPlace {
-		qb, okb := resources.QOSClass(before)
-		qa, oka := resources.QOSClass(after)
-		if okb && oka && qb != qa {
-			return nil, fmt.Errorf("plan for %s %s/%s: %w: from %s to %s (use strategy Rollout or Deferred)",
-				ref.Kind, rsr.Namespace, ref.Name, ErrQOSClassChange, qb, qa)
-		}
-	}
-
 	if coordinates(rsr) && slices.Contains(change.Resources, v1alpha1.ResourceCPU) {
 		oldMilli, newMilli := cpuRequestMilli(before), cpuRequestMilli(after)
 		if oldMilli > 0 && newMilli > 0 && oldMilli != newMilli {

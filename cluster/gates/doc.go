@@ -6,4 +6,9 @@
 // refuses wins. The reconciler (cluster/rightsizing) records a refusal as
 // phase Blocked with the gate's name as the reason, and tries again when
 // the object that refused changes.
+//
+// The gates read the change's workload (its status), its pods' specs and
+// the namespace's LimitRanges, through the leader's cache; they write
+// nothing. A file per gate: protected.go, rollout.go, qos.go,
+// limitrange.go.
 package gates

@@ -124,8 +124,11 @@ type Options struct {
 // Default is the leader's gates, in the order they are checked, reading
 // through r (the leader's cache).
 func Default(r client.Reader, o Options, log *slog.Logger) *Checker {
-	_ = o
 	return &Checker{Log: log, Gates: []Gate{
+		ProtectedNamespace{Namespaces: o.ProtectedNamespaces},
+		RolloutInProgress{},
+		QoSClass{},
+		LimitRange{Reader: r},
 		ResourceQuota{Reader: r, Log: log},
 		DisruptionBudget{Reader: r},
 		NodeHeadroom{Reader: r},

@@ -247,7 +247,10 @@ func TestDeferredRollbackNamesAPodItCannotResizeBack(t *testing.T) {
 		corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("128Mi")}
 	require.NoError(t, c.Create(ctx, dep))
 	old := kubetest.RunningPod(t, c, dep) // Burstable, as the template
-	require.NoError(t, c.Create(ctx, kubetest.PolicyWith(ns, time.Hour, nil)))
+	// The change makes the new pods Guaranteed, which the policy allows.
+	p := kubetest.PolicyWith(ns, time.Hour, nil)
+	p.Spec.Guardrails.AllowQoSChange = true
+	require.NoError(t, c.Create(ctx, p))
 	leadertest.StartReplica(t, ns, "a", cluster.Config{})
 	require.NoError(t, c.Create(ctx, kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyDeferred, "500m", "256Mi")))
 	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")

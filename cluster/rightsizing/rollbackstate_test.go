@@ -282,6 +282,7 @@ func TestRestoreToLastHealthyFillsWhatItLacksFromPrevious(t *testing.T) {
 	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
 	p := kubetest.PolicyWith(ns, 2*time.Second, func(g *v1alpha1.RollbackGuardrails) { g.RestoreTo = v1alpha1.RestoreLastHealthy })
+	p.Spec.Guardrails.AllowQoSChange = true // a memory request alone makes the pods Burstable
 	dep := kubetest.Web(t, c, ns, p)
 	leadertest.StartReplica(t, ns, "a", cluster.Config{})
 	rsr := kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "250m", "128Mi")

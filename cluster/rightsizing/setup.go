@@ -63,6 +63,9 @@ func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(k
 //   - every recommendation in a policy's scope, when the policy changes:
 //     a RightsizingPolicy's or RollbackPolicy's namespace, a
 //     ClusterRightsizingPolicy's or ClusterRollbackPolicy's cluster;
+//   - a recommendation a gate holds back (cluster/gates), when its
+//     workload, a LimitRange, ResourceQuota or PodDisruptionBudget of its
+//     namespace, a Node's allocatable or a pod on its node changes;
 //   - the one recommendation whose targetRef names a pod's workload, when
 //     the pod changes or sig signals it. A signal is an agent's OOM kill,
 //     container event or counters. A breach is acted on as soon as the
@@ -201,7 +204,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) err
 		// on its node (podHandler).
 		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(m.blockedBy(v1alpha1.ReasonResourceQuota, v1alpha1.ReasonGateUnavailable))).
 		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(m.blockedBy(v1alpha1.ReasonDisruptionBudget, v1alpha1.ReasonGateUnavailable))).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(m.nodeFreed), builder.WithPredicates(allocatableChanged))
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(m.nodeFreed), builder.WithPredicates(allocatableChanged)).
+		// The gates' objects: a change to one tries again what its gate
+		// holds back (cluster/gates).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(m.rolledOut(v1alpha1.KindDeployment))).
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(m.rolledOut(v1alpha1.KindStatefulSet))).
+		Watches(&appsv1.DaemonSet{}, handler.EnqueueRequestsFromMapFunc(m.rolledOut(v1alpha1.KindDaemonSet))).
+		Watches(&corev1.LimitRange{}, handler.EnqueueRequestsFromMapFunc(m.blockedBy(v1alpha1.ReasonLimitRange)))
 	if rollbackWorkers == 0 {
 		b = b.WatchesRawSource(source.Channel(harmful, enqueueWith(harmAdd, releasing(m.signaled))))
 	}

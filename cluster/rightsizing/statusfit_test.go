@@ -66,10 +66,13 @@ func fortyFailingPods(t *testing.T) (c client.Client, ns string, l *leadertest.R
 		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](40), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
 	}
 	require.NoError(t, c.Create(ctx, rs))
-	// The breach waits for all 40: restarts and OOM kills of 40.
-	require.NoError(t, c.Create(ctx, kubetest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
+	// The breach waits for all 40: restarts and OOM kills of 40. The
+	// change makes the new pods Guaranteed, which the policy allows.
+	p := kubetest.PolicyWith(ns, time.Hour, func(g *v1alpha1.RollbackGuardrails) {
 		g.Restarts, g.OOMKills = ptr.To[int32](40), ptr.To[int32](40)
-	})))
+	})
+	p.Spec.Guardrails.AllowQoSChange = true
+	require.NoError(t, c.Create(ctx, p))
 	l = leadertest.StartReplica(t, ns, "a", cluster.Config{})
 	rsr := &v1alpha1.RightsizingRecommendation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},

@@ -21,6 +21,7 @@ import (
 	_ "time/tzdata" // freeze windows name IANA time zones; the image has no zoneinfo
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -88,6 +89,7 @@ func main() {
 	hubTokenFile := fs.String("hub-token-file", "", "file with this cluster's hub token (kerf-hub clusters add), read again for every batch")
 	hubCAFile := fs.String("hub-ca-file", "", "PEM file of the CA (or the self-signed certificate) the hub's certificate must chain to (default: the system's roots)")
 	clusterName := fs.String("cluster-name", "", "this cluster's name as registered on the hub")
+	protectedNamespaces := fs.String("protected-namespaces", "kube-system", "comma-separated namespaces whose workloads Kerf never changes: a change there is blocked, reason ProtectedNamespace (empty: none; docs/health.md)")
 	webhookConfig := fs.String("webhook-config", "kerf", "MutatingWebhookConfiguration whose caBundle the self-managed certificate keeps current")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: kerf-leader [flags]\n\n"+
@@ -124,6 +126,10 @@ func main() {
 	}
 	cfg.RollbackQPS, cfg.RollbackBurst = float32(*rollbackQPS), *rollbackBurst
 	if cfg.ApplyYield, err = applyYieldOf(*applyYield); err != nil {
+		log.Error("kerf-leader cannot start", "err", err)
+		os.Exit(2)
+	}
+	if cfg.Gates.ProtectedNamespaces, err = protectedNamespacesOf(*protectedNamespaces); err != nil {
 		log.Error("kerf-leader cannot start", "err", err)
 		os.Exit(2)
 	}
@@ -225,6 +231,18 @@ func rollbackWorkersOf(n int) (int, error) {
 		return rightsizing.NoRollbackWorkers, nil
 	}
 	return n, nil
+}
+
+// protectedNamespacesOf is Config.Gates.ProtectedNamespaces for
+// --protected-namespaces v: its names, each a namespace name.
+func protectedNamespacesOf(v string) ([]string, error) {
+	names := splitNames(v)
+	for _, n := range names {
+		if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+			return nil, fmt.Errorf("--protected-namespaces: %q is not a namespace name: %s", n, strings.Join(errs, "; "))
+		}
+	}
+	return names, nil
 }
 
 // applyYieldOf is Config.ApplyYield for --apply-yield d: d, or

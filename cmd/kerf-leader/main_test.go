@@ -119,3 +119,17 @@ func TestApplyYieldIsNotNegative(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 500*time.Millisecond, d)
 }
+
+// TestProtectedNamespacesAreNamespaceNames: --protected-namespaces gives
+// its names, none when empty, and refuses one that is not a namespace
+// name, naming the flag.
+func TestProtectedNamespacesAreNamespaceNames(t *testing.T) {
+	names, err := protectedNamespacesOf("kube-system, shop")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"kube-system", "shop"}, names)
+	names, err = protectedNamespacesOf("")
+	require.NoError(t, err)
+	assert.Empty(t, names, "an empty value protects none")
+	_, err = protectedNamespacesOf("kube-system,Shop_1")
+	require.ErrorContains(t, err, `--protected-namespaces: "Shop_1" is not a namespace name`)
+}

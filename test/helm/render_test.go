@@ -259,9 +259,10 @@ func TestValuesReachTheirFields(t *testing.T) {
 			"resources": map[string]any{"requests": map[string]any{"cpu": "50m", "memory": "64Mi"}, "limits": map[string]any{"memory": "256Mi"}},
 		},
 		"leader": map[string]any{
-			"image":     map[string]any{"repository": "registry.example/kerf-leader", "tag": "v1.2.3", "pullPolicy": "Never"},
-			"replicas":  3,
-			"resources": map[string]any{"requests": map[string]any{"cpu": "200m", "memory": "256Mi"}, "limits": map[string]any{"memory": "1Gi"}},
+			"image":               map[string]any{"repository": "registry.example/kerf-leader", "tag": "v1.2.3", "pullPolicy": "Never"},
+			"replicas":            3,
+			"resources":           map[string]any{"requests": map[string]any{"cpu": "200m", "memory": "256Mi"}, "limits": map[string]any{"memory": "1Gi"}},
+			"protectedNamespaces": []any{"kube-system", "shop"},
 		},
 		"webhook":       map[string]any{"excludedNamespaces": []any{"kube-system", "kerf-system", "batch"}},
 		"defaultPolicy": map[string]any{"excludedNamespaces": []any{"kube-system"}, "guardrails": map[string]any{"paused": true, "rollback": map[string]any{"oomKills": 2}}},
@@ -291,6 +292,7 @@ func TestValuesReachTheirFields(t *testing.T) {
 	assert.Equal(t, "Never", leader["imagePullPolicy"])
 	assert.Equal(t, vals["leader"].(map[string]any)["resources"], leader["resources"])
 	assert.EqualValues(t, 3, get("apps/v1/Deployment kerf-system/kerf-leader", "spec", "replicas"))
+	assert.Contains(t, leader["args"], "--protected-namespaces=kube-system,shop")
 
 	hook := get("admissionregistration.k8s.io/v1/MutatingWebhookConfiguration /kerf", "webhooks").([]any)[0].(map[string]any)
 	exprs := hook["namespaceSelector"].(map[string]any)["matchExpressions"].([]any)
@@ -313,6 +315,10 @@ func TestValuesReachTheirFields(t *testing.T) {
 	objs = pinned
 	assert.Equal(t, "kerf.local/kerf-agent@"+digest, container("apps/v1/DaemonSet kerf-system/kerf-agent")["image"])
 	assert.Equal(t, "kerf.local/kerf-leader@"+digest, container("apps/v1/Deployment kerf-system/kerf-leader")["image"])
+
+	// An empty list protects none.
+	objs = byKey(t, "the chart", renderChart(t, map[string]any{"leader": map[string]any{"protectedNamespaces": []any{}}}))
+	assert.Contains(t, container("apps/v1/Deployment kerf-system/kerf-leader")["args"], "--protected-namespaces=")
 
 	off := byKey(t, "the chart", renderChart(t, map[string]any{"defaultPolicy": map[string]any{"enabled": false}}))
 	assert.NotContains(t, off, policy, "defaultPolicy.enabled=false")

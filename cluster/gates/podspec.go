@@ -1,0 +1,43 @@
+package gates
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/resources"
+)
+
+// podSpecs returns the pod spec the change starts from and the one it
+// leads to. An InPlace change starts from a pod's spec, or the template
+// when there is no pod. Any other starts from the template, which new
+// pods are made from.
+func podSpecs(ch *Change) (before, after *corev1.PodSpec) {
+	before = &ch.Workload.Template.Spec
+	if ch.Strategy == v1alpha1.StrategyInPlace && len(ch.Pods) > 0 {
+		before = &ch.Pods[0].Spec
+	}
+	after = before.DeepCopy()
+	for i := range ch.Containers {
+		cc := &ch.Containers[i]
+		c := containerNamed(after, cc.Name)
+		if c == nil {
+			continue
+		}
+		for _, f := range resources.Fields {
+			if q := f.Get(cc.Applied.Requests, cc.Applied.Limits); q != nil {
+				f.SetIn(&c.Resources, q)
+			}
+		}
+	}
+	return before, after
+}
+
+// containerNamed returns the spec's container of that name, or nil.
+func containerNamed(spec *corev1.PodSpec, name string) *corev1.Container {
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == name {
+			return &spec.Containers[i]
+		}
+	}
+	return nil
+}
