@@ -102,7 +102,8 @@ func TestThreeRollbacksOfFiveChangesMarkTheWorkloadDegraded(t *testing.T) {
 	// than the verdict, written with them, is not this verdict's.
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}
 	kubetest.Update(t, c, rsr, func() {
-		rsr.Spec.Containers[0].Requests.CPU = kubetest.Q("400m")
+		// Requests and limits together: the pods stay Guaranteed (the QoSClass gate).
+		rsr.Spec.Containers[0].Requests.CPU, rsr.Spec.Containers[0].Limits.CPU = kubetest.Q("400m"), kubetest.Q("400m")
 		rsr.Annotations = map[string]string{v1alpha1.ResumeAnnotation: d.Since.Add(-time.Minute).UTC().Format(time.RFC3339)}
 	})
 	rsr = kubetest.WaitRSR(t, c, ns, "web", func(r *v1alpha1.RightsizingRecommendation) bool {
