@@ -40,7 +40,7 @@ var (
 	resourceNames = []v1alpha1.ResourceName{v1alpha1.ResourceCPU, v1alpha1.ResourceMemory}
 	phases        = []v1alpha1.Phase{
 		v1alpha1.PhasePending, v1alpha1.PhaseApplied, v1alpha1.PhaseWatching, v1alpha1.PhaseHealthy,
-		v1alpha1.PhaseRolledBack, v1alpha1.PhaseBlocked, v1alpha1.PhaseFailed,
+		v1alpha1.PhaseRolledBack, v1alpha1.PhaseBlocked, v1alpha1.PhaseFailed, v1alpha1.PhaseDegraded,
 	}
 )
 

@@ -183,8 +183,11 @@ type workloadPage struct {
 	Refresh      int
 	ActivityHref string
 	RolledBack   bool
-	Timeline     []auditv1.Entry // newest first
-	Charts       []containerCharts
+	// Degraded shows the banner at the top: Kerf leaves the workload
+	// alone until it is resumed.
+	Degraded bool
+	Timeline []auditv1.Entry // newest first
+	Charts   []containerCharts
 }
 
 // containerCharts are one container's two panels.
@@ -220,6 +223,7 @@ func (p *WorkloadPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		page.WorkloadView, page.Found = view, true
 		page.RolledBack = view.Phase == v1alpha1.PhaseRolledBack
+		page.Degraded = view.Phase == v1alpha1.PhaseDegraded
 		for i := len(view.History) - 1; i >= 0; i-- {
 			page.Timeline = append(page.Timeline, view.History[i])
 		}

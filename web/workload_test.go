@@ -110,6 +110,31 @@ func TestWorkloadPageShowsTheRollbackPlainly(t *testing.T) {
 	assert.Contains(t, body, "<dt>Estimate</dt><dd>cpu 120m, memory 120Mi</dd><dt>History</dt><dd>24h0m0s, 8640 samples, confidence 100%</dd>")
 }
 
+// TestWorkloadPageSaysADegradedWorkloadIsLeftAlone: a Degraded
+// recommendation's page opens with a banner saying why and how to resume
+// it; another phase has none.
+func TestWorkloadPageSaysADegradedWorkloadIsLeftAlone(t *testing.T) {
+	view := rolledBack()
+	view.Phase, view.Reason = v1alpha1.PhaseDegraded, v1alpha1.ReasonDegraded
+	view.Message = "3 of the last 5 changes of Deployment web were rolled back: <Kerf> applies and recommends nothing for it"
+	mux := http.NewServeMux()
+	mux.Handle("GET /ui/workloads/{namespace}/{name}", &web.WorkloadPage{Source: &workloads{view: view}})
+	status, body := get(t, mux, "/ui/workloads/shop/web-rsr")
+	require.Equal(t, http.StatusOK, status, body)
+	banner := strings.Index(body, `<section class="banner" id="degraded" role="alert" aria-labelledby="degraded-h">`)
+	require.Positive(t, banner, "the banner is shown")
+	assert.Less(t, banner, strings.Index(body, `<section class="phase`), "at the top, before the phase")
+	assert.Contains(t, body, "<p>3 of the last 5 changes of Deployment web were rolled back: &lt;Kerf&gt; applies and recommends nothing for it</p>", "why, escaped")
+	assert.Contains(t, body, "<code>kubectl kerf resume --workload web-rsr -n shop</code>", "how to resume")
+	assert.Contains(t, body, `<strong class="word" id="phase">Degraded</strong>`)
+
+	other := http.NewServeMux()
+	other.Handle("GET /ui/workloads/{namespace}/{name}", &web.WorkloadPage{Source: &workloads{view: rolledBack()}})
+	status, body = get(t, other, "/ui/workloads/shop/web-rsr")
+	require.Equal(t, http.StatusOK, status, body)
+	assert.NotContains(t, body, `id="degraded"`, "no banner for another phase")
+}
+
 func TestWorkloadPageUnknownIs404(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /ui/workloads/{namespace}/{name}", &web.WorkloadPage{Source: &workloads{view: rolledBack()}})

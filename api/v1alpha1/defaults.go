@@ -23,6 +23,11 @@ const (
 	DefaultMultiplyByTurn     int32 = 1
 	DefaultMaxAttempts        int32 = 1
 	DefaultTimeZone                 = "UTC"
+	DefaultDegradedRolledBack int32 = 3
+	DefaultDegradedOf         int32 = 5
+	// MaxDegradedOf bounds spec.guardrails.degraded.of: the changes
+	// counted must fit in status.history (MaxHistory).
+	MaxDegradedOf int32 = 20
 )
 
 // The recommender's defaults (docs/recommender.md), for a spec.recommend
@@ -94,8 +99,22 @@ func (s *PolicySpec) SetDefaults() {
 	if r.Backoff.MaxAttempts == 0 {
 		r.Backoff.MaxAttempts = DefaultMaxAttempts
 	}
+	if s.Guardrails.Degraded != nil {
+		s.Guardrails.Degraded.SetDefaults()
+	}
 	if s.Recommend != nil {
 		s.Recommend.SetDefaults()
+	}
+}
+
+// SetDefaults fills the fields of spec.guardrails.degraded left empty
+// with the defaults the apiserver applies.
+func (d *DegradedGuardrails) SetDefaults() {
+	if d.RolledBack == nil {
+		d.RolledBack = ptrTo(DefaultDegradedRolledBack)
+	}
+	if d.Of == nil {
+		d.Of = ptrTo(DefaultDegradedOf)
 	}
 }
 

@@ -54,6 +54,7 @@ func TestPolicyDefaultsAreApplied(t *testing.T) {
 		{name: "empty guardrails", kind: "RightsizingPolicy", spec: `guardrails: {}`},
 		{name: "empty rollback", kind: "RightsizingPolicy", spec: `guardrails: {rollback: {}}`},
 		{name: "empty backoff", kind: "RightsizingPolicy", spec: `guardrails: {rollback: {backoff: {}}}`},
+		{name: "empty degraded", kind: "RightsizingPolicy", spec: `guardrails: {degraded: {}}`},
 		{name: "cluster policy without spec", kind: "ClusterRightsizingPolicy", spec: ""},
 		{name: "cluster policy with empty guardrails", kind: "ClusterRightsizingPolicy", spec: `guardrails: {}`},
 	} {
@@ -75,6 +76,10 @@ func TestPolicyDefaultsAreApplied(t *testing.T) {
 			assert.False(t, spec.Guardrails.Paused)
 			assert.Empty(t, spec.Guardrails.FreezeWindows)
 			assert.Equal(t, defaultedRollback(), spec.Guardrails.Rollback)
+			if tc.name != "empty degraded" {
+				assert.Nil(t, spec.Guardrails.Degraded, "absent means the defaults, and keeps the policy's fingerprint")
+			}
+			assert.Equal(t, v1alpha1.DegradedGuardrails{RolledBack: ptr.To[int32](3), Of: ptr.To[int32](5)}, spec.Guardrails.DegradedOrDefault())
 		})
 	}
 }
@@ -286,6 +291,12 @@ func TestAdmissionRefusesBadPolicies(t *testing.T) {
 		{"recommend negative oom bump memory", "", `recommend: {oomBump: {memory: -100Mi}}`, "spec.recommend.oomBump.memory", "at least 0"},
 		{"recommend negative oom bump percent", "", `recommend: {oomBump: {percent: -1}}`, "spec.recommend.oomBump.percent", "greater than or equal to 0"},
 		{"recommend oom bump percent above 1000", "", `recommend: {oomBump: {percent: 1001}}`, "spec.recommend.oomBump.percent", "less than or equal to 1000"},
+		{"degraded rolled back zero", "", `guardrails: {degraded: {rolledBack: 0}}`, "spec.guardrails.degraded.rolledBack", "greater than or equal to 1"},
+		{"degraded of zero", "", `guardrails: {degraded: {rolledBack: 1, of: 0}}`, "spec.guardrails.degraded.of", "greater than or equal to 1"},
+		{"degraded of above the history's bound", "", `guardrails: {degraded: {of: 21}}`, "spec.guardrails.degraded.of", "less than or equal to 20"},
+		{"degraded rolled back above of", "", `guardrails: {degraded: {rolledBack: 4, of: 3}}`, "spec.guardrails.degraded.rolledBack", "must not be above of"},
+		{"degraded rolled back above the default of", "", `guardrails: {degraded: {rolledBack: 6}}`, "spec.guardrails.degraded.rolledBack", "must not be above of"},
+		{"degraded disabled not a bool", "", `guardrails: {degraded: {disabled: "yes"}}`, "spec.guardrails.degraded.disabled", "boolean"},
 		{"cluster policy with bad recommend interval", "ClusterRightsizingPolicy", `recommend: {interval: 500ms}`, "spec.recommend.interval", "duration of at least 1s"},
 		{"cluster policy with bad ratio", "ClusterRightsizingPolicy", `guardrails: {rollback: {throttlingRatio: "2"}}`, rb + "throttlingRatio", "decimal string in (0, 1]"},
 		{"canary with pods and percent", "", `guardrails: {canary: {pods: 1, percent: 10}}`, "spec.guardrails.canary", "set exactly one of pods and percent"},
@@ -342,6 +353,9 @@ func TestAdmissionAcceptsGoodPolicyValues(t *testing.T) {
 		{"recommend 64 containers", "", `recommend: {containers: [` + manyContainers(64) + `]}`},
 		{"recommend every model parameter", "", `recommend: {lowerPercentile: 1, upperPercentile: 1, confidenceInterval: 1m, podMinimum: {cpu: 0, memory: "0"}, oomBump: {memory: 0, percent: 0}, cpuHalfLife: 1m, memoryHalfLife: 8760h, memoryAggregationInterval: 1h30m, memoryAggregationIntervals: 255}`},
 		{"recommend oom bump percent 1000", "", `recommend: {oomBump: {memory: 1Gi, percent: 1000}, podMinimum: {cpu: 1, memory: 1Gi}}`},
+		{"degraded at its bounds", "", `guardrails: {degraded: {rolledBack: 20, of: 20}}`},
+		{"degraded on the first rollback", "", `guardrails: {degraded: {rolledBack: 1, of: 1}}`},
+		{"degraded turned off", "", `guardrails: {degraded: {disabled: true}}`},
 		{"canary of one pod", "", `guardrails: {canary: {pods: 1}}`},
 		{"canary of 100 percent for 90s", "", `guardrails: {canary: {percent: 100, duration: 90s}}`},
 		{"namespace selector on a cluster policy", "ClusterRightsizingPolicy", `selector: {namespaceSelector: {matchExpressions: [{key: team, operator: In, values: [a, b]}]}}`},

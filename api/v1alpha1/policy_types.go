@@ -403,6 +403,12 @@ type Guardrails struct {
 	// (docs/health.md, "Canary"). Rollout and Deferred changes apply whole.
 	// +optional
 	Canary *CanaryGuardrails `json:"canary,omitempty"`
+	// Degraded marks a workload Degraded when rolledBack of its last
+	// `of` changes were rolled back: Kerf then leaves it alone until a
+	// person resumes it or the policy changes (docs/health.md). Absent
+	// means the defaults, 3 of 5.
+	// +optional
+	Degraded *DegradedGuardrails `json:"degraded,omitempty"`
 }
 
 // CanaryGuardrails say which share of a workload's pods an InPlace change
@@ -426,6 +432,45 @@ type CanaryGuardrails struct {
 	// +kubebuilder:validation:XValidation:rule=`self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$') && duration(self) > duration('0s')`,message="spec.guardrails.canary.duration must be a positive duration such as 10m (units ns, us, ms, s, m, h)"
 	// +optional
 	Duration *metav1.Duration `json:"duration,omitempty"`
+}
+
+// DegradedOrDefault is spec.guardrails.degraded with its defaults filled
+// in, the defaults themselves when it is absent.
+func (g *Guardrails) DegradedOrDefault() DegradedGuardrails {
+	var d DegradedGuardrails
+	if g.Degraded != nil {
+		d = *g.Degraded.DeepCopy()
+	}
+	d.SetDefaults()
+	return d
+}
+
+// DegradedGuardrails say when a workload whose changes keep being rolled
+// back is marked Degraded (phase Degraded, docs/health.md "A workload
+// that keeps failing").
+// +kubebuilder:validation:XValidation:rule=`!has(self.rolledBack) || !has(self.of) || self.rolledBack <= self.of`,message="must not be above of",fieldPath=".rolledBack"
+type DegradedGuardrails struct {
+	// Disabled turns the mark off: no workload of the policy is marked
+	// Degraded, and one marked already is resumed.
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+	// RolledBack is how many of the last `of` changes must have been
+	// rolled back for the mark, from 1 to `of`.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=20
+	// +optional
+	RolledBack *int32 `json:"rolledBack,omitempty"`
+	// Of is how many of the workload's last changes are counted, from 1
+	// to 20. Twenty changes fit in status.history's 100 entries: a change
+	// leaves its applied and rolled_back or healthy entries, and the
+	// blocks and refusals between two changes rarely number more than
+	// three.
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=20
+	// +optional
+	Of *int32 `json:"of,omitempty"`
 }
 
 // FreezeWindow is a recurring time during which no change is applied.

@@ -92,7 +92,7 @@ type HPACoordination struct {
 }
 
 // Phase is where a recommendation is in its life.
-// +kubebuilder:validation:Enum=Pending;Applied;Watching;Healthy;RolledBack;Blocked;Failed
+// +kubebuilder:validation:Enum=Pending;Applied;Watching;Healthy;RolledBack;Blocked;Failed;Degraded
 type Phase string
 
 // The phases (docs/design.md section 2).
@@ -112,6 +112,11 @@ const (
 	PhaseBlocked Phase = "Blocked"
 	// PhaseFailed means the change could not be applied.
 	PhaseFailed Phase = "Failed"
+	// PhaseDegraded means too many of the workload's last changes were
+	// rolled back (spec.guardrails.degraded): nothing is applied or
+	// recommended until a person resumes it or the policy changes;
+	// status.degraded has the figures.
+	PhaseDegraded Phase = "Degraded"
 )
 
 // Reasons for phase Blocked, in status.reason.
@@ -158,6 +163,20 @@ const (
 // planned once the watch ends healthy or its rollback is restored
 // (docs/health.md, "A change while another is watched").
 const ReasonWatchRunning = "WatchRunning"
+
+// ReasonDegraded is status.reason in phase Degraded, the reason of the
+// blocked action that records the verdict and of its Warning Event.
+const ReasonDegraded = "Degraded"
+
+// Reasons of the resume of a Degraded workload, in status.reason and in
+// the Normal Event that records it.
+const (
+	// ReasonResumed: a person resumed it (ResumeAnnotation).
+	ReasonResumed = "Resumed"
+	// ReasonPolicyChanged: the policy's fingerprint differs from the one
+	// recorded with the verdict, or the policy turned the mark off.
+	ReasonPolicyChanged = "PolicyChanged"
+)
 
 // Condition types on a recommendation.
 const (
@@ -270,6 +289,9 @@ const (
 	// EventRefused: the recommender held values back; the message has the
 	// figures.
 	EventRefused = "Refused"
+	// EventDegraded (Warning): too many of the workload's last changes
+	// were rolled back; it is left alone until resumed.
+	EventDegraded = "Degraded"
 )
 
 // The reasons of the six Kubernetes Events the backoff state machine emits
@@ -317,6 +339,12 @@ const PausedAnnotation = "kerf.dev/paused"
 // status.rollback as JSON (docs/design.md section 4).
 const RollbackStateAnnotation = "kerf.dev/rollback-state"
 
+// ResumeAnnotation on a RightsizingRecommendation is an RFC 3339 time:
+// a Degraded workload marked at or before it is resumed, and only the
+// changes applied from then on count towards the next mark.
+// `kubectl kerf resume --workload` sets it to the current time.
+const ResumeAnnotation = "kerf.dev/resumed-at"
+
 // RightsizingRecommendationStatus is what Kerf did with a recommendation.
 type RightsizingRecommendationStatus struct {
 	// Phase is where the recommendation is in its life.
@@ -363,6 +391,10 @@ type RightsizingRecommendationStatus struct {
 	// saw one: what the rollback restores and why.
 	// +optional
 	Breach *Breach `json:"breach,omitempty"`
+	// Degraded is the Degraded mark: its figures while the workload is
+	// Degraded, and the last resume, from which changes count.
+	// +optional
+	Degraded *DegradedState `json:"degraded,omitempty"`
 	// Cooldowns block decreases of a resource until a time, after a
 	// rollback of that resource.
 	// +listType=map
@@ -390,6 +422,31 @@ type RightsizingRecommendationStatus struct {
 	// +kubebuilder:validation:MaxItems=100
 	// +optional
 	History []Action `json:"history,omitempty"`
+}
+
+// DegradedState is what the leader remembers of the Degraded mark
+// (spec.guardrails.degraded; docs/health.md).
+type DegradedState struct {
+	// Since is when the workload was marked Degraded; unset once resumed.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+	// RolledBack and Of are the verdict's figures: RolledBack of the last
+	// Of changes were rolled back.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	RolledBack int32 `json:"rolledBack,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Of int32 `json:"of,omitempty"`
+	// PolicyFingerprint is the governing policy's fingerprint at the
+	// verdict; a policy whose fingerprint differs resumes the workload.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	PolicyFingerprint string `json:"policyFingerprint,omitempty"`
+	// ResumedAt is when the mark was last lifted: only the changes
+	// applied from then on count.
+	// +optional
+	ResumedAt *metav1.Time `json:"resumedAt,omitempty"`
 }
 
 // The limits of a recommendation's status, beside the markers that set

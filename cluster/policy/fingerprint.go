@@ -28,6 +28,12 @@ func Fingerprint(spec v1alpha1.PolicySpec) string {
 	// The recommender's settings say what is recommended, not how a
 	// change is guarded: changing them reopens no rollback state.
 	s.Recommend = nil
+	// Degraded spelled out at its defaults is the same as left out, which
+	// keeps the fingerprints of the policies written before it existed.
+	if d := s.Guardrails.Degraded; d != nil && !d.Disabled &&
+		*d.RolledBack == v1alpha1.DefaultDegradedRolledBack && *d.Of == v1alpha1.DefaultDegradedOf {
+		s.Guardrails.Degraded = nil
+	}
 	s.Selector.NamespaceSelector = canonicalSelector(s.Selector.NamespaceSelector)
 	s.Selector.WorkloadSelector = canonicalSelector(s.Selector.WorkloadSelector)
 	slices.Sort(s.Selector.Kinds)

@@ -64,6 +64,10 @@ func TestFingerprintStaysForUnchangedPolicy(t *testing.T) {
 			e[1].Values = []string{"api", "web"}
 		}},
 		{"empty namespace selector", func(s *v1alpha1.PolicySpec) { s.Selector.NamespaceSelector = &metav1.LabelSelector{} }},
+		{"empty degraded", func(s *v1alpha1.PolicySpec) { s.Guardrails.Degraded = &v1alpha1.DegradedGuardrails{} }},
+		{"degraded defaults written", func(s *v1alpha1.PolicySpec) {
+			s.Guardrails.Degraded = &v1alpha1.DegradedGuardrails{RolledBack: i32(3), Of: i32(5)}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,6 +108,9 @@ func TestFingerprintChangesWithAnyChange(t *testing.T) {
 		{"backoff time period", func(s *v1alpha1.PolicySpec) { s.Guardrails.Rollback.Backoff.TimePeriod = dur(time.Minute) }},
 		{"backoff multiply by turn", func(s *v1alpha1.PolicySpec) { s.Guardrails.Rollback.Backoff.MultiplyByTurn = 2 }},
 		{"backoff max attempts", func(s *v1alpha1.PolicySpec) { s.Guardrails.Rollback.Backoff.MaxAttempts = 3 }},
+		{"degraded rolled back", func(s *v1alpha1.PolicySpec) { s.Guardrails.Degraded = &v1alpha1.DegradedGuardrails{RolledBack: i32(2)} }},
+		{"degraded of", func(s *v1alpha1.PolicySpec) { s.Guardrails.Degraded = &v1alpha1.DegradedGuardrails{Of: i32(10)} }},
+		{"degraded off", func(s *v1alpha1.PolicySpec) { s.Guardrails.Degraded = &v1alpha1.DegradedGuardrails{Disabled: true} }},
 	}
 	seen := map[string]string{Fingerprint(basePolicy()): "base"}
 	for _, tt := range tests {

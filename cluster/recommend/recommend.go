@@ -48,6 +48,10 @@ const (
 	// Nothing new is asked for until the watch ends, healthy or rolled
 	// back. The caller, which knows the watch, records these.
 	ReasonWatchRunning Reason = "WatchRunning"
+	// ReasonDegraded: the workload is Degraded, too many of its last
+	// changes were rolled back. Nothing new is asked for until it is
+	// resumed; the caller, which reads its status, records these.
+	ReasonDegraded Reason = "Degraded"
 )
 
 // Refusal is one value the recommender did not recommend, with its
@@ -86,6 +90,8 @@ func (r Refusal) String() string {
 		return s + fmt.Sprintf(" (change under %.3g of %s)", r.Threshold, r.amount(r.Observed))
 	case ReasonWatchRunning:
 		return s + fmt.Sprintf(" (the change applied at %s is still watched)", r.At.UTC().Format(time.RFC3339))
+	case ReasonDegraded:
+		return s + fmt.Sprintf(" (the workload is Degraded since %s, until resumed)", r.At.UTC().Format(time.RFC3339))
 	}
 	return s
 }

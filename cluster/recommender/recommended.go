@@ -94,7 +94,14 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 		strategy = v1alpha1.DefaultRecommendStrategy
 	}
 	if t0, ok := policy.Unjudged(&existing.Status); ok {
-		holdForWatch(&basis, existing.Spec.Containers, containers, t0)
+		hold(&basis, existing.Spec.Containers, containers, t0, recommend.ReasonWatchRunning)
+		containers, strategy, changed = existing.Spec.Containers, existing.Spec.Strategy, false
+	}
+	// A Degraded workload is left alone until a person resumes it or its
+	// policy changes (docs/health.md): what would be asked for is
+	// recorded as Degraded refusals, nothing new is written.
+	if d := existing.Status.Degraded; d != nil && d.Since != nil {
+		hold(&basis, existing.Spec.Containers, containers, d.Since.Time, recommend.ReasonDegraded)
 		containers, strategy, changed = existing.Spec.Containers, existing.Spec.Strategy, false
 	}
 	// Nothing new is made to ask for the current values; an existing one
@@ -143,13 +150,14 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 	return nil
 }
 
-// holdForWatch adds to the basis a WatchRunning refusal for each field
-// whose recommended value, want, differs from what the watched
-// recommendation asks for, asked. The refusal records what the
-// recommender would ask for, held at the watched value until the watch
-// ends.
-func holdForWatch(basis *v1alpha1.RecommendationBasis, asked, want []v1alpha1.ContainerResources, appliedAt time.Time) {
-	at := &metav1.Time{Time: appliedAt}
+// hold adds to the basis a refusal with reason for each field whose
+// recommended value, want, differs from what the recommendation asks
+// for, asked. The refusal records what the recommender would ask for,
+// held at the asked value: until the watch of the change applied at
+// since ends (WatchRunning), or until the workload Degraded since then
+// is resumed (Degraded).
+func hold(basis *v1alpha1.RecommendationBasis, asked, want []v1alpha1.ContainerResources, since time.Time, reason recommend.Reason) {
+	at := &metav1.Time{Time: since}
 	for _, w := range want {
 		var held v1alpha1.ContainerResources
 		for _, a := range asked {
@@ -164,7 +172,7 @@ func holdForWatch(basis *v1alpha1.RecommendationBasis, asked, want []v1alpha1.Co
 				continue
 			}
 			r := recommend.Refusal{Resource: recommend.Resource(f.Resource), Field: recommend.Request, Asked: to, Held: from,
-				Reason: recommend.ReasonWatchRunning, At: appliedAt}
+				Reason: reason, At: since}
 			if f.Limits {
 				r.Field = recommend.Limit
 			}

@@ -18,6 +18,8 @@
 //     promotion to every pod (spec.guardrails.canary).
 //   - rollback.go: the breach, the restore and a failed restore.
 //   - backoff.go: when rolled-back values may try again.
+//   - degraded.go: a workload whose last changes keep being rolled
+//     back, marked Degraded and left alone until resumed.
 //   - record.go: each transition written once (status, history, Event,
 //     metric) and the workload's mirror of the rollback state.
 //   - refusals.go: the values the recommender held back, recorded.

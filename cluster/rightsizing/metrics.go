@@ -1,6 +1,8 @@
 package rightsizing
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
@@ -29,6 +31,15 @@ type Metrics struct {
 	// the recommendation's lock. A pass of it in the other path held the
 	// lock; the rest of the wait was for a worker.
 	HarmLockWait prometheus.Histogram
+	// Degraded is kerf_degraded_recommendations{namespace}: how many
+	// recommendations are in phase Degraded (docs/monitoring.md).
+	Degraded *prometheus.GaugeVec
+
+	// mu guards degraded, the Degraded recommendations by namespace and
+	// name. It holds only recommendations that exist and are Degraded,
+	// so it is bounded by the cluster's recommendations.
+	mu       sync.Mutex
+	degraded map[string]map[string]bool
 }
 
 // harmWaitBuckets are the buckets of the harm requests' waits, in seconds.
@@ -55,9 +66,41 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Of a harm signal's request's wait, how long its pass waited on a worker for the recommendation's lock, held by a pass of it in the other path.",
 			Buckets: harmWaitBuckets,
 		}),
+		Degraded: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kerf_degraded_recommendations",
+			Help: "Recommendations in phase Degraded, by namespace: too many of their workload's last changes were rolled back, and Kerf leaves them alone until resumed.",
+		}, []string{"namespace"}),
+		degraded: map[string]map[string]bool{},
 	}
-	reg.MustRegister(m.Actions, m.InvalidStatus, m.HarmQueueWait, m.HarmLockWait)
+	reg.MustRegister(m.Actions, m.InvalidStatus, m.HarmQueueWait, m.HarmLockWait, m.Degraded)
 	return m
+}
+
+// setDegraded records whether the recommendation ns/name is Degraded
+// after a pass (false once it is gone) in kerf_degraded_recommendations.
+// A namespace left with none is removed from the gauge.
+func (m *Metrics) setDegraded(ns, name string, degraded bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	names := m.degraded[ns]
+	if degraded == names[name] {
+		return
+	}
+	if degraded {
+		if names == nil {
+			names = map[string]bool{}
+			m.degraded[ns] = names
+		}
+		names[name] = true
+	} else {
+		delete(names, name)
+	}
+	if len(names) == 0 {
+		delete(m.degraded, ns)
+		m.Degraded.DeleteLabelValues(ns)
+		return
+	}
+	m.Degraded.WithLabelValues(ns).Set(float64(len(names)))
 }
 
 // count adds one per resource the action touched; an action that touched

@@ -202,8 +202,14 @@ func (c *reconcileContext) noPolicy(ctx context.Context) error {
 		conditions: []metav1.Condition{newCondition(v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.AppliedReasonBlocked,
 			v1alpha1.ReasonNoPolicy+": "+msg)},
 		removeConditions: []string{v1alpha1.ConditionHealthWatch},
-		action:           &v1alpha1.Action{Type: v1alpha1.ActionBlocked, Reason: v1alpha1.ReasonNoPolicy, Message: msg},
-		events:           []kubeEvent{{typ: corev1.EventTypeWarning, reason: v1alpha1.ReasonNoPolicy, action: v1alpha1.EventActionApply, note: msg}},
+		// No policy is a change of policy: a Degraded mark is lifted.
+		status: func(st *v1alpha1.RightsizingRecommendationStatus) {
+			if d := st.Degraded; d != nil && d.Since != nil {
+				d.Since, d.ResumedAt = nil, &metav1.Time{Time: c.now}
+			}
+		},
+		action: &v1alpha1.Action{Type: v1alpha1.ActionBlocked, Reason: v1alpha1.ReasonNoPolicy, Message: msg},
+		events: []kubeEvent{{typ: corev1.EventTypeWarning, reason: v1alpha1.ReasonNoPolicy, action: v1alpha1.EventActionApply, note: msg}},
 		// The state is gone: its mirror on the workload is removed.
 		rollbackChanged: true, backoff: evs,
 	})

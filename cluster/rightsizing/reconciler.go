@@ -83,8 +83,12 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	c, err := r.newContext(ctx, req)
 	if c == nil || err != nil {
+		if err == nil {
+			r.Metrics.setDegraded(req.Namespace, req.Name, false) // gone
+		}
 		return ctrl.Result{}, err
 	}
+	defer func() { r.Metrics.setDegraded(req.Namespace, req.Name, c.rsr.Status.Phase == v1alpha1.PhaseDegraded) }()
 	res, err := func() (ctrl.Result, error) {
 		defer c.endRollback()
 		return c.reconcile(ctx)
@@ -117,7 +121,16 @@ func (c *reconcileContext) reconcile(ctx context.Context) (ctrl.Result, error) {
 		cond != nil && cond.Status != metav1.ConditionTrue && cond.Reason == v1alpha1.AppliedReasonApplying {
 		return c.finish(ctx)
 	}
+	// A Degraded workload gets nothing new until it is resumed.
+	if b := rsr.Status.Breach; b == nil || b.Restored {
+		if err := c.resume(ctx); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if res, handled, err := c.health(ctx); handled {
+		return res, err
+	}
+	if res, handled, err := c.degraded(ctx); handled {
 		return res, err
 	}
 	if rsr.Status.ObservedGeneration == rsr.Generation && rsr.Status.Phase != "" &&

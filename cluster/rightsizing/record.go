@@ -43,6 +43,9 @@ type outcome struct {
 	// action, when set, is added to status.history at the pass's clock and
 	// counted in kerf_actions_total by its type, reason and resources.
 	action *v1alpha1.Action
+	// then, when set, is a second action recorded and counted after
+	// action: the Degraded verdict after the rollback that made it.
+	then *v1alpha1.Action
 	// events are emitted after the write.
 	events []kubeEvent
 	// rollbackChanged says the transition moved the backoff state machine
@@ -111,10 +114,12 @@ func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 	for _, typ := range o.removeConditions {
 		meta.RemoveStatusCondition(&st.Conditions, typ)
 	}
-	if o.action != nil {
-		a := *o.action
-		a.Time = metav1.NewTime(c.now)
-		addHistory(rsr, a)
+	for _, action := range []*v1alpha1.Action{o.action, o.then} {
+		if action != nil {
+			a := *action
+			a.Time = metav1.NewTime(c.now)
+			addHistory(rsr, a)
+		}
 	}
 	if cut := fitStatus(st); len(cut) > 0 {
 		c.r.Log.Warn("status cut to the CRD's limits", "recommendation", rsr.Namespace+"/"+rsr.Name, "doing", o.doing, "cut", strings.Join(cut, ", "))
@@ -157,8 +162,10 @@ func (c *reconcileContext) record(ctx context.Context, o outcome) error {
 			c.mirror(ctx)
 		}
 	}
-	if o.action != nil {
-		c.r.Metrics.count(o.action)
+	for _, action := range []*v1alpha1.Action{o.action, o.then} {
+		if action != nil {
+			c.r.Metrics.count(action)
+		}
 	}
 	if o.hook != nil {
 		o.hook(ctx, rsr)

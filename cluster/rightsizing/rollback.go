@@ -134,7 +134,7 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 	msg := fmt.Sprintf("%s rolled back to %s values after %s%s%s", joinResources(b.Resources), g.RestoreTo, b.Reason, restoredCanary(change), gone)
 	msg += leftPods(res.Left, statusLimits.actionMessage-len(msg))
 	figures := joinFigures(b.Figures)
-	err = c.record(ctx, outcome{
+	rolledBack := outcome{
 		doing: "record rollback of",
 		// The phase and reason stay those the breach recorded.
 		setReason: true, reason: rsr.Status.Reason, message: msg,
@@ -155,8 +155,13 @@ func (c *reconcileContext) restore(ctx context.Context) (ctrl.Result, error) {
 				onWorkload: true},
 		},
 		rollbackChanged: true, backoff: evs, mirrored: res.Annotated,
-	})
-	if err != nil {
+	}
+	// The rollback that makes rolledBack of the last `of` changes marks
+	// the workload Degraded, in the same write (degraded.go).
+	if d := c.degradedVerdict(*rolledBack.action); d != nil {
+		rolledBack = c.degradedOutcome(rolledBack, d)
+	}
+	if err := c.record(ctx, rolledBack); err != nil {
 		return ctrl.Result{}, err
 	}
 	// Where a rollback's time went (docs/leader.md, "Metrics"):

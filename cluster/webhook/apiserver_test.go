@@ -316,6 +316,15 @@ func TestAPIServerCallsWebhook(t *testing.T) {
 			result: ResultInjected,
 		},
 		{
+			name: "after a memory-only rollback that marked the workload Degraded new pods still get the CPU", kind: v1alpha1.KindDeployment, strategy: v1alpha1.StrategyInPlace,
+			containers: appCPU,
+			status: v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseDegraded, Reason: v1alpha1.ReasonDegraded,
+				Change: changedBoth(),
+				Breach: &v1alpha1.Breach{Reason: v1alpha1.HealthWatchOOMKills, At: metav1.Now(), Resources: []v1alpha1.ResourceName{v1alpha1.ResourceMemory}, Restored: true}},
+			want:   want{cpu: "300m", memory: "64Mi", memoryLimit: "128Mi", annotation: fingerprintSeen},
+			result: ResultInjected,
+		},
+		{
 			name: "after a rollback of every resource nothing is injected", kind: v1alpha1.KindDeployment, strategy: v1alpha1.StrategyInPlace,
 			containers: appCPU,
 			status: v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseRolledBack, Reason: v1alpha1.HealthWatchRestarts,

@@ -477,10 +477,10 @@ func newPodValues(r *v1alpha1.RightsizingRecommendation) (values map[string]v1al
 	return values, nil, true
 }
 
-// keptAfterRollback returns the resources of a rolled-back
-// recommendation's change that its rollback did not touch. ok is false
-// when there are none: the rollback restored everything, r is not rolled
-// back, or its change's canary was not promoted.
+// keptAfterRollback returns the resources of a rolled-back (or
+// Degraded) recommendation's change that its rollback did not touch. ok
+// is false when there are none: the rollback restored everything, r is
+// not rolled back, or its change's canary was not promoted.
 //
 // They are status.change.resources, all of cpu and memory when it names
 // none, less status.breach.resources. There are some only when the change
@@ -488,7 +488,10 @@ func newPodValues(r *v1alpha1.RightsizingRecommendation) (values map[string]v1al
 // webhook.
 func keptAfterRollback(r *v1alpha1.RightsizingRecommendation) (map[corev1.ResourceName]bool, bool) {
 	c, b := r.Status.Change, r.Status.Breach
-	if r.Status.Phase != v1alpha1.PhaseRolledBack || c == nil || b == nil || len(c.Containers) == 0 || !webhookStrategy(r.Spec.Strategy) {
+	// A rollback that marked the workload Degraded leaves the same
+	// resources applied as any other.
+	rolledBack := r.Status.Phase == v1alpha1.PhaseRolledBack || r.Status.Phase == v1alpha1.PhaseDegraded
+	if !rolledBack || c == nil || b == nil || len(c.Containers) == 0 || !webhookStrategy(r.Spec.Strategy) {
 		return nil, false
 	}
 	if c.Strategy != "" && !webhookStrategy(c.Strategy) {

@@ -178,7 +178,7 @@ func TestActiveOnlyForAppliedInPlaceOrDeferred(t *testing.T) {
 	phases := map[v1alpha1.Phase]bool{
 		v1alpha1.PhaseApplied: true, v1alpha1.PhaseWatching: true, v1alpha1.PhaseHealthy: true,
 		v1alpha1.PhaseRolledBack: false, v1alpha1.PhasePending: false, v1alpha1.PhaseBlocked: false,
-		v1alpha1.PhaseFailed: false, "": false,
+		v1alpha1.PhaseFailed: false, v1alpha1.PhaseDegraded: false, "": false,
 	}
 	strategies := map[v1alpha1.Strategy]bool{
 		v1alpha1.StrategyInPlace: true, v1alpha1.StrategyDeferred: true, v1alpha1.StrategyRollout: false,

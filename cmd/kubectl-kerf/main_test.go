@@ -363,6 +363,34 @@ func TestPauseAndResumeOneWorkload(t *testing.T) {
 	assert.Contains(t, out, "already not paused: nothing changed")
 }
 
+// TestResumeLiftsADegradedWorkload: `resume --workload` of a Degraded
+// workload writes the resume time the leader reads
+// (kerf.dev/resumed-at) and removes a pause with it.
+func TestResumeLiftsADegradedWorkload(t *testing.T) {
+	cp := controlplane.Get(t)
+	ctx := context.Background()
+	f := newFixture(t, cp)
+	var r v1alpha1.RightsizingRecommendation
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "web"}, &r))
+	since := metav1.NewTime(f.now.Add(-time.Hour))
+	r.Status.Phase, r.Status.Reason = v1alpha1.PhaseDegraded, v1alpha1.ReasonDegraded
+	r.Status.Degraded = &v1alpha1.DegradedState{Since: &since, RolledBack: 3, Of: 5, PolicyFingerprint: "0123456789abcdef"}
+	require.NoError(t, cp.Client.Status().Update(ctx, &r))
+	code, _, errOut := kerf(t, cp, "pause", "--workload", "web", "-n", f.ns)
+	require.Equal(t, 0, code, errOut)
+
+	code, out, errOut := kerf(t, cp, "resume", "--workload", "web", "-n", f.ns)
+	require.Equal(t, 0, code, errOut)
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "web"}, &r))
+	at, err := time.Parse(time.RFC3339, r.Annotations[v1alpha1.ResumeAnnotation])
+	require.NoError(t, err, "the resume time is RFC 3339")
+	assert.True(t, at.Equal(f.now), "the resume time is the plugin's now: %s", at)
+	assert.NotContains(t, r.Annotations, v1alpha1.PausedAnnotation, "the pause is lifted too")
+	assert.Equal(t, "Deployment/web (RightsizingRecommendation "+f.ns+"/web) resumed (annotation kerf.dev/resumed-at="+
+		r.Annotations[v1alpha1.ResumeAnnotation]+" set): Degraded since "+since.UTC().Format(time.RFC3339)+
+		", 3 of its last 5 changes rolled back; only the changes from now on count\n", out)
+}
+
 // TestTheBinaryAsKubectlRunsIt builds kubectl-kerf and runs it with a
 // kubeconfig: real flags, real exit codes, and kubectl's plugin
 // completion hook.

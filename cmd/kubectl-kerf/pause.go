@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,7 +28,9 @@ func newPauseCommand(o *options, pause bool) *cobra.Command {
 			"clusterrightsizingpolicy/NAME to say which) it sets spec.guardrails.paused; for\n" +
 			"one workload (--workload, the recommendation's name or the workload's\n" +
 			"kind/name) the annotation " + v1alpha1.PausedAnnotation + " on its RightsizingRecommendation.\n" +
-			"A pause blocks applies (phase Blocked, reason Paused), never rollbacks.",
+			"A pause blocks applies (phase Blocked, reason Paused), never rollbacks.\n" +
+			"resume --workload of a Degraded workload also sets the annotation " + v1alpha1.ResumeAnnotation + "\n" +
+			"to now: Kerf applies again, counting only the changes from then on.",
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case wl != "" && len(args) > 0:
@@ -140,6 +143,11 @@ func (o *options) pauseWorkload(ctx context.Context, arg string, pause bool) err
 		return err
 	}
 	label := fmt.Sprintf("%s (RightsizingRecommendation %s/%s)", workloadName(r), r.Namespace, r.Name)
+	if !pause {
+		if d := r.Status.Degraded; d != nil && d.Since != nil {
+			return o.resumeDegraded(ctx, c, r, label)
+		}
+	}
 	if (r.Annotations[v1alpha1.PausedAnnotation] == "true") == pause {
 		fmt.Fprintf(o.streams.Out, "%s already %s: nothing changed\n", label, pausedWord(pause))
 		return nil
@@ -156,6 +164,21 @@ func (o *options) pauseWorkload(ctx context.Context, arg string, pause bool) err
 	} else {
 		fmt.Fprintf(o.streams.Out, "%s resumed (annotation %s removed): applies again as its policy allows\n", label, v1alpha1.PausedAnnotation)
 	}
+	return nil
+}
+
+// resumeDegraded resumes a Degraded workload: the annotation
+// kerf.dev/resumed-at gets the current time, which the leader reads,
+// and a pause annotation is removed with it.
+func (o *options) resumeDegraded(ctx context.Context, c client.Client, r *v1alpha1.RightsizingRecommendation, label string) error {
+	at := o.now().UTC().Format(time.RFC3339)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null,%q:%q}}}`, v1alpha1.PausedAnnotation, v1alpha1.ResumeAnnotation, at)
+	if err := c.Patch(ctx, r, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		return fmt.Errorf("resume %s: %w", label, err)
+	}
+	d := r.Status.Degraded
+	fmt.Fprintf(o.streams.Out, "%s resumed (annotation %s=%s set): Degraded since %s, %d of its last %d changes rolled back; "+
+		"only the changes from now on count\n", label, v1alpha1.ResumeAnnotation, at, d.Since.UTC().Format(time.RFC3339), d.RolledBack, d.Of)
 	return nil
 }
 

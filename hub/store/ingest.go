@@ -78,7 +78,7 @@ var knownReasons = map[string]bool{
 	v1alpha1.ResizeInfeasible: true, v1alpha1.ResizeDeferred: true, v1alpha1.ResizeInProgress: true, v1alpha1.ResizeRejected: true,
 	v1alpha1.ReasonPaused: true, v1alpha1.ReasonFreezeWindow: true, v1alpha1.ReasonCooldown: true, v1alpha1.ReasonSameValues: true,
 	v1alpha1.ReasonFailedPermanent: true, v1alpha1.ReasonNoPolicy: true, v1alpha1.ReasonWatchRunning: true,
-	v1alpha1.ReasonRollbackError: true,
+	v1alpha1.ReasonRollbackError: true, v1alpha1.ReasonDegraded: true,
 	// Deferred is also ResizeDeferred.
 	string(v1alpha1.StrategyInPlace): true, string(v1alpha1.StrategyRollout): true,
 	string(recommend.ReasonOOMKill): true, string(recommend.ReasonThrottled): true,

@@ -218,7 +218,7 @@ func TestTheAlertRulesPassPromtool(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join(repo(t), "docs", "monitoring.md"))
 	require.NoError(t, err)
 	names := exported(t)
-	want := []string{"KerfRollbackStorm", "KerfAgentDown", "KerfAgentStreamDisconnected", "KerfHubUndeliveredGrowing", "KerfWebhookErrors"}
+	want := []string{"KerfRollbackStorm", "KerfWorkloadDegraded", "KerfAgentDown", "KerfAgentStreamDisconnected", "KerfHubUndeliveredGrowing", "KerfWebhookErrors"}
 	var got []string
 	for _, g := range pr.Spec.Groups {
 		for _, r := range g.Rules {

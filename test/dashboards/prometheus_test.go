@@ -24,13 +24,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/cert"
+	"github.com/kerf-dev/kerf/cluster/policy"
 	"github.com/kerf-dev/kerf/cluster/webhook"
 	"github.com/kerf-dev/kerf/test/agenttest"
 	"github.com/kerf-dev/kerf/test/authtest"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kerneltest"
+	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/promtest"
 	"github.com/kerf-dev/kerf/test/streamtest"
 )
@@ -400,10 +403,26 @@ func TestEveryPanelQueryAndAlertRunsOnARealPrometheus(t *testing.T) {
 		t.Fatalf("no alert %s", alert)
 		return ""
 	}
+	// A workload marked Degraded under its policy: the leader holds it
+	// and counts it in its namespace.
+	cp := controlplane.Get(t)
+	p := kubetest.NamespacedPolicy(r.ns, false)
+	require.NoError(t, cp.Client.Create(t.Context(), p))
+	rsr := kubetest.Recommendation(r.ns, "web", "web", v1alpha1.StrategyInPlace, "500m", "128Mi")
+	require.NoError(t, cp.Client.Create(t.Context(), rsr))
+	since := metav1.Now()
+	rsr.Status = v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseDegraded, Reason: v1alpha1.ReasonDegraded,
+		Degraded: &v1alpha1.DegradedState{Since: &since, RolledBack: 3, Of: 5, PolicyFingerprint: policy.Fingerprint(p.Spec)}}
+	require.NoError(t, cp.Client.Status().Update(t.Context(), rsr))
+	s := waitSeries(t, r.prom, expr("KerfWorkloadDegraded"), time.Minute)
+	require.Len(t, s, 1)
+	assert.Equal(t, r.ns, s[0].Metric["namespace"], "KerfWorkloadDegraded names the namespace")
+	assert.Equal(t, "1", s[0].Value[1], "one Degraded workload")
+
 	// The leader goes: the agent's stream is down, and the agents that
 	// are up outnumber those the (absent) leader streams from.
 	r.stopLeader()
-	s := waitSeries(t, r.prom, expr("KerfAgentStreamDisconnected"), time.Minute)
+	s = waitSeries(t, r.prom, expr("KerfAgentStreamDisconnected"), time.Minute)
 	require.Len(t, s, 1)
 	assert.Equal(t, r.node, s[0].Metric["node"], "KerfAgentStreamDisconnected names the node")
 	assert.Equal(t, r.agentPod, s[0].Metric["pod"], "KerfAgentStreamDisconnected names the agent's pod")
