@@ -31,34 +31,10 @@ func canaryPolicy(ns string, canaryFor time.Duration) *v1alpha1.RightsizingPolic
 	return p
 }
 
-// runningPods creates the Deployment's current ReplicaSet and a Running
-// pod of it per suffix (web-h1-<suffix>), as the controller-manager and a
-// kubelet would (none runs in these tests).
+// runningPods is kubetest.RunningPodsOn on the tests' node.
 func runningPods(t *testing.T, c client.Client, dep *appsv1.Deployment, suffixes ...string) []*corev1.Pod {
 	t.Helper()
-	ctx := context.Background()
-	labels := map[string]string{"app": dep.Name, "pod-template-hash": "h1"}
-	tmpl := *dep.Spec.Template.DeepCopy()
-	tmpl.Labels = labels
-	rs := &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: dep.Name + "-h1", Labels: labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
-		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To(int32(len(suffixes))), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
-	}
-	require.NoError(t, c.Create(ctx, rs))
-	var pods []*corev1.Pod
-	for _, s := range suffixes {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: dep.Name + "-h1-" + s, Labels: labels,
-				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}},
-			Spec: *tmpl.Spec.DeepCopy(),
-		}
-		pod.Spec.NodeName = kubetest.Node(t, c)
-		require.NoError(t, c.Create(ctx, pod))
-		kubetest.MarkRunning(t, c, pod)
-		pods = append(pods, pod)
-	}
-	return pods
+	return kubetest.RunningPodsOn(t, c, dep, kubetest.Node(t, c), suffixes...)
 }
 
 // kubeletResizedTo waits until the pod's spec reaches generation gen (a

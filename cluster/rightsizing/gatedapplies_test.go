@@ -49,25 +49,7 @@ func waitGated(t *testing.T, c client.Client, ns, reason, message string) {
 // runningPodOn is kubetest.RunningPod on node.
 func runningPodOn(t *testing.T, c client.Client, dep *appsv1.Deployment, node string) *corev1.Pod {
 	t.Helper()
-	ctx := context.Background()
-	labels := map[string]string{"app": dep.Name, "pod-template-hash": "h1"}
-	tmpl := *dep.Spec.Template.DeepCopy()
-	tmpl.Labels = labels
-	rs := &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: dep.Name + "-h1", Labels: labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
-		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
-	}
-	require.NoError(t, c.Create(ctx, rs))
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: dep.Name + "-h1-x", Labels: labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}},
-		Spec: *tmpl.Spec.DeepCopy(),
-	}
-	pod.Spec.NodeName = node
-	require.NoError(t, c.Create(ctx, pod))
-	kubetest.MarkRunning(t, c, pod)
-	return pod
+	return kubetest.RunningPodsOn(t, c, dep, node, "x")[0]
 }
 
 // TestResourceQuotaBlocksUntilTheQuotaHasRoom: an in-place memory increase

@@ -166,6 +166,14 @@ func HistoryOf(rsr *v1alpha1.RightsizingRecommendation, typ v1alpha1.ActionType)
 // these tests), and returns the pod.
 func RunningPod(t *testing.T, c client.Client, dep *appsv1.Deployment) *corev1.Pod {
 	t.Helper()
+	return RunningPodsOn(t, c, dep, Node(t, c), "x")[0]
+}
+
+// RunningPodsOn creates the Deployment's current ReplicaSet and a Running
+// pod of it on node per suffix, named <deployment>-h1-<suffix>, as
+// RunningPod does.
+func RunningPodsOn(t *testing.T, c client.Client, dep *appsv1.Deployment, node string, suffixes ...string) []*corev1.Pod {
+	t.Helper()
 	ctx := context.Background()
 	labels := map[string]string{"app": dep.Name, "pod-template-hash": "h1"}
 	tmpl := *dep.Spec.Template.DeepCopy()
@@ -173,18 +181,22 @@ func RunningPod(t *testing.T, c client.Client, dep *appsv1.Deployment) *corev1.P
 	rs := &appsv1.ReplicaSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: dep.Name + "-h1", Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
-		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
+		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To(int32(len(suffixes))), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
 	}
 	require.NoError(t, c.Create(ctx, rs))
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: dep.Name + "-h1-x", Labels: labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}},
-		Spec: *tmpl.Spec.DeepCopy(),
+	pods := make([]*corev1.Pod, 0, len(suffixes))
+	for _, s := range suffixes {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: dep.Name + "-h1-" + s, Labels: labels,
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}},
+			Spec: *tmpl.Spec.DeepCopy(),
+		}
+		pod.Spec.NodeName = node
+		require.NoError(t, c.Create(ctx, pod))
+		MarkRunning(t, c, pod)
+		pods = append(pods, pod)
 	}
-	pod.Spec.NodeName = Node(t, c)
-	require.NoError(t, c.Create(ctx, pod))
-	MarkRunning(t, c, pod)
-	return pod
+	return pods
 }
 
 // Node makes sure the Node the test pods run on exists, with room for
