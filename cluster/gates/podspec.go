@@ -4,7 +4,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
-	"github.com/kerf-dev/kerf/cluster/resources"
 )
 
 // podSpecs returns the pod spec the change starts from and the one it
@@ -17,18 +16,7 @@ func podSpecs(ch *Change) (before, after *corev1.PodSpec) {
 		before = &ch.Pods[0].Spec
 	}
 	after = before.DeepCopy()
-	for i := range ch.Containers {
-		cc := &ch.Containers[i]
-		c := containerNamed(after, cc.Name)
-		if c == nil {
-			continue
-		}
-		for _, f := range resources.Fields {
-			if q := f.Get(cc.Applied.Requests, cc.Applied.Limits); q != nil {
-				f.SetIn(&c.Resources, q)
-			}
-		}
-	}
+	applyValues(after, ch.Containers)
 	return before, after
 }
 

@@ -6,6 +6,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/resources"
 )
 
 // withValues returns a copy of pod whose changed containers run the
@@ -13,35 +14,25 @@ import (
 // it.
 func withValues(pod *corev1.Pod, containers []v1alpha1.ContainerChange) *corev1.Pod {
 	out := pod.DeepCopy()
-	for _, cc := range containers {
-		for i := range out.Spec.Containers {
-			c := &out.Spec.Containers[i]
-			if c.Name != cc.Name {
-				continue
-			}
-			c.Resources.Requests = setValues(c.Resources.Requests, cc.Applied.Requests)
-			c.Resources.Limits = setValues(c.Resources.Limits, cc.Applied.Limits)
-		}
-	}
+	applyValues(&out.Spec, containers)
 	return out
 }
 
-// setValues returns list with the values v sets, in a list of its own.
-func setValues(list corev1.ResourceList, v *v1alpha1.ResourceValues) corev1.ResourceList {
-	if v == nil {
-		return list
+// applyValues sets the applied values of the change's containers in
+// spec, which the caller owns.
+func applyValues(spec *corev1.PodSpec, containers []v1alpha1.ContainerChange) {
+	for i := range containers {
+		cc := &containers[i]
+		c := containerNamed(spec, cc.Name)
+		if c == nil {
+			continue
+		}
+		for _, f := range resources.Fields {
+			if q := f.Get(cc.Applied.Requests, cc.Applied.Limits); q != nil {
+				f.SetIn(&c.Resources, q)
+			}
+		}
 	}
-	out := list.DeepCopy()
-	if out == nil {
-		out = corev1.ResourceList{}
-	}
-	if v.CPU != nil {
-		out[corev1.ResourceCPU] = v.CPU.DeepCopy()
-	}
-	if v.Memory != nil {
-		out[corev1.ResourceMemory] = v.Memory.DeepCopy()
-	}
-	return out
 }
 
 // podRequests is what a pod asks of its node, as the kubelet counts it
