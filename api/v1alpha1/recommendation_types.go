@@ -141,6 +141,9 @@ const (
 	// ReasonQoSClass: the change would move the pods to another QoS class
 	// and the policy does not allow it.
 	ReasonQoSClass = "QoSClass"
+	// ReasonPodLevelResources: the containers' new values do not fit the
+	// pod-level resources (spec.resources) the pods set.
+	ReasonPodLevelResources = "PodLevelResources"
 	// ReasonLimitRange: a LimitRange of the namespace would refuse the
 	// values.
 	ReasonLimitRange = "LimitRange"
@@ -353,7 +356,7 @@ type RightsizingRecommendationStatus struct {
 	// Reason is a CamelCase word saying why the phase is what it is; for
 	// Blocked one of Paused, FreezeWindow, Cooldown, SameValues,
 	// FailedPermanent, NoPolicy, or a gate's: ProtectedNamespace,
-	// RolloutInProgress, QoSClass, LimitRange, ResourceQuota,
+	// RolloutInProgress, QoSClass, PodLevelResources, LimitRange, ResourceQuota,
 	// DisruptionBudget, NodeHeadroom, GateUnavailable.
 	// +kubebuilder:validation:MaxLength=128
 	// +optional

@@ -128,6 +128,7 @@ func Default(r client.Reader, o Options, log *slog.Logger) *Checker {
 		ProtectedNamespace{Namespaces: o.ProtectedNamespaces},
 		RolloutInProgress{},
 		QoSClass{},
+		PodLevelResources{},
 		LimitRange{Reader: r},
 		ResourceQuota{Reader: r, Log: log},
 		DisruptionBudget{Reader: r},

@@ -1,6 +1,7 @@
 package resources
 
 import (
+	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -100,4 +101,45 @@ func requirementsQOS(rr corev1.ResourceRequirements) corev1.PodQOSClass {
 		}
 	}
 	return qos
+}
+
+// PodLevelExceeded checks a pod spec's containers against its pod-level
+// resources (spec.resources), as the apiserver's pod validation does. The
+// requests of the regular and sidecar containers may not sum above the
+// pod's request, and no container's limit may exceed the pod's. It
+// returns what exceeds, and false when nothing does or no pod-level
+// resources are set.
+func PodLevelExceeded(spec *corev1.PodSpec) (string, bool) {
+	pod := spec.Resources
+	if pod == nil {
+		return "", false
+	}
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if podReq, ok := pod.Requests[name]; ok {
+			var sum resource.Quantity
+			for _, c := range spec.Containers {
+				if q, ok := c.Resources.Requests[name]; ok {
+					sum.Add(q)
+				}
+			}
+			for _, c := range spec.InitContainers {
+				if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+					if q, ok := c.Resources.Requests[name]; ok {
+						sum.Add(q)
+					}
+				}
+			}
+			if sum.Cmp(podReq) > 0 {
+				return fmt.Sprintf("containers request %s %s, above the pod's %s", sum.String(), name, podReq.String()), true
+			}
+		}
+		if podLim, ok := pod.Limits[name]; ok {
+			for _, c := range spec.Containers {
+				if q, ok := c.Resources.Limits[name]; ok && q.Cmp(podLim) > 0 {
+					return fmt.Sprintf("container %s limit %s %s, above the pod's %s", c.Name, name, q.String(), podLim.String()), true
+				}
+			}
+		}
+	}
+	return "", false
 }

@@ -163,3 +163,30 @@ func TestQoSClassChangeInPlaceIsBlockedEvenWhereAllowed(t *testing.T) {
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 	assert.Equal(t, "500m", pod.Spec.Containers[0].Resources.Requests.Cpu().String(), "the pod is not resized")
 }
+
+// TestPodLevelResourcesBlocksValuesAboveThePods: a Deployment whose pods
+// set pod-level resources (512Mi) gets a Rollout of a 600Mi container
+// request and limit. It is blocked naming the pod's figure before anything is
+// written: without the gate the apiserver refuses the template and the
+// apply fails. Values within the pod's are then applied.
+func TestPodLevelResourcesBlocksValuesAboveThePods(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ctx := context.Background()
+	ns := kubetest.Namespace(t, c)
+	pod := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("512Mi")}
+	dep := kubetest.Deployment(ns, "web", "500m", "256Mi")
+	dep.Spec.Template.Spec.Resources = &corev1.ResourceRequirements{Requests: pod, Limits: pod.DeepCopy()}
+	require.NoError(t, c.Create(ctx, dep))
+	require.NoError(t, c.Create(ctx, kubetest.NamespacedPolicy(ns, false)))
+	leadertest.StartReplica(t, ns, "a", cluster.Config{})
+	rsr := kubetest.Recommendation(ns, "web", "web", v1alpha1.StrategyRollout, "500m", "600Mi")
+	require.NoError(t, c.Create(ctx, rsr))
+	waitGateBlocked(t, c, ns, v1alpha1.ReasonPodLevelResources, "containers request 600Mi memory, above the pod's 512Mi")
+
+	kubetest.Update(t, c, rsr, func() {
+		rsr.Spec.Containers[0].Requests.Memory, rsr.Spec.Containers[0].Limits.Memory = kubetest.Q("400Mi"), kubetest.Q("400Mi")
+	})
+	kubetest.WaitApplied(t, c, ns, "web")
+	got := kubetest.TemplateResources(t, c, dep)
+	assert.Equal(t, "400Mi", got.Limits.Memory().String())
+}

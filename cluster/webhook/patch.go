@@ -87,47 +87,13 @@ func setValues(list *corev1.ResourceList, v *v1alpha1.ResourceValues, touched ma
 }
 
 // podResourcesExceeded checks the changed containers against the
-// pod-level resources. The requests of the regular and sidecar containers
-// may not sum above the pod's request. No container limit may exceed the
-// pod's.
+// pod-level resources (resources.PodLevelExceeded).
 func podResourcesExceeded(pod *corev1.Pod, changes []containerChange) (string, bool) {
-	podRes := pod.Spec.Resources
-	resOf := make([]corev1.ResourceRequirements, len(pod.Spec.Containers))
-	for i, c := range pod.Spec.Containers {
-		resOf[i] = c.Resources
-	}
+	spec := pod.Spec.DeepCopy()
 	for _, ch := range changes {
-		resOf[ch.index] = ch.resources
+		spec.Containers[ch.index].Resources = ch.resources
 	}
-	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		if podReq, ok := podRes.Requests[name]; ok {
-			var sum resource.Quantity
-			for _, r := range resOf {
-				if q, ok := r.Requests[name]; ok {
-					sum.Add(q)
-				}
-			}
-			for _, c := range pod.Spec.InitContainers {
-				if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-					if q, ok := c.Resources.Requests[name]; ok {
-						sum.Add(q)
-					}
-				}
-			}
-			if sum.Cmp(podReq) > 0 {
-				return fmt.Sprintf("containers request %s %s, above the pod's %s", sum.String(), name, podReq.String()), true
-			}
-		}
-		if podLim, ok := podRes.Limits[name]; ok {
-			for _, ch := range changes {
-				if q, ok := ch.resources.Limits[name]; ok && q.Cmp(podLim) > 0 {
-					return fmt.Sprintf("container %s limit %s %s, above the pod's %s",
-						pod.Spec.Containers[ch.index].Name, name, q.String(), podLim.String()), true
-				}
-			}
-		}
-	}
-	return "", false
+	return resources.PodLevelExceeded(spec)
 }
 
 // patchOp is one RFC 6902 operation.
