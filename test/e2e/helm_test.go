@@ -182,7 +182,7 @@ func crdObjects(t *testing.T, chrt *chart.Chart) []*unstructured.Unstructured {
 		require.NoError(t, utilyaml.Unmarshal(f.File.Data, &m), "parse %s", f.Filename)
 		objs = append(objs, &unstructured.Unstructured{Object: m})
 	}
-	require.Len(t, objs, 4, "charts/kerf/crds")
+	require.Len(t, objs, 6, "charts/kerf/crds: the four policy kinds, the recommendations and the checkpoints")
 	return objs
 }
 
