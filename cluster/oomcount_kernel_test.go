@@ -190,9 +190,13 @@ func TestOOMKillsWhileLeaderAndAgentWereDownRollBack(t *testing.T) {
 	// Kills made while no leader runs count from the baseline a leader
 	// recorded; a that stopped before writing it would leave b none, and b
 	// would take the count it first sees, 3, as the baseline.
-	kubetest.WaitRSR(t, c, ns, "web", func(r *v1alpha1.RightsizingRecommendation) bool {
-		return r.Status.Change != nil && len(r.Status.Change.OOMBaselines) == 1
-	}, "leader a never recorded the container's OOM baseline")
+	// The baseline is taken by the first evaluation that has the count:
+	// the next signal of the pod, or at the latest the watch's recheck
+	// (30 s), which a loaded machine may reach late (CI saw 30 s pass).
+	require.Eventually(t, func() bool {
+		ch := kubetest.GetRSR(t, c, ns, "web").Status.Change
+		return ch != nil && len(ch.OOMBaselines) == 1
+	}, 2*time.Minute, 50*time.Millisecond, "leader a never recorded the container's OOM baseline")
 	assert.Equal(t, v1alpha1.PhaseWatching, kubetest.GetRSR(t, c, ns, "web").Status.Phase)
 
 	// Leader a goes, then the agent: three kills while neither runs.
