@@ -24,28 +24,6 @@ import (
 	"github.com/kerf-dev/kerf/test/leadertest"
 )
 
-// waitGated waits until a gate blocks the recommendation web with reason
-// and message, and checks that the block is recorded as every block is:
-// a blocked action, an Event and the Applied condition.
-func waitGated(t *testing.T, c client.Client, ns, reason, message string) {
-	t.Helper()
-	rsr := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, reason)
-	assert.Equal(t, message, rsr.Status.Message)
-	blocked := kubetest.HistoryOf(rsr, v1alpha1.ActionBlocked)
-	require.Len(t, blocked, 1)
-	assert.Equal(t, reason, blocked[0].Reason)
-	assert.Equal(t, message, blocked[0].Message)
-	cond := kubetest.Condition(rsr, v1alpha1.ConditionApplied)
-	require.NotNil(t, cond)
-	assert.Equal(t, metav1.ConditionFalse, cond.Status)
-	assert.Equal(t, v1alpha1.AppliedReasonBlocked, cond.Reason)
-	assert.Equal(t, reason+": "+message, cond.Message)
-	kubetest.WaitFor(t, 10*time.Second, func() bool {
-		return len(kubetest.EventsFor(t, c, ns, "web", corev1.EventTypeNormal, v1alpha1.EventBlocked)) > 0
-	}, "no Blocked Event")
-	assert.Empty(t, rsr.Status.Change, "nothing applied")
-}
-
 // runningPodOn is kubetest.RunningPod on node.
 func runningPodOn(t *testing.T, c client.Client, dep *appsv1.Deployment, node string) *corev1.Pod {
 	t.Helper()

@@ -23,8 +23,9 @@ import (
 // waitGateBlocked waits until recommendation ns/web is Blocked with
 // reason, and checks that the block is recorded everywhere: the message,
 // the blocked action, the Applied condition and the Event. Each carries
-// want. The Deployment web keeps its values.
-func waitGateBlocked(t *testing.T, c client.Client, ns, reason, want string) {
+// want. The Deployment web keeps its values. It returns the
+// recommendation as it read it Blocked.
+func waitGateBlocked(t *testing.T, c client.Client, ns, reason, want string) *v1alpha1.RightsizingRecommendation {
 	t.Helper()
 	rsr := kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseBlocked, reason)
 	assert.Contains(t, rsr.Status.Message, want)
@@ -43,6 +44,23 @@ func waitGateBlocked(t *testing.T, c client.Client, ns, reason, want string) {
 	var dep appsv1.Deployment
 	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, &dep))
 	assert.Equal(t, "500m", dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String(), "the blocked change is not applied")
+	return rsr
+}
+
+// waitGated is waitGateBlocked for a message known whole: it is the
+// status message, the one blocked action's and the condition's, and no
+// change was recorded.
+func waitGated(t *testing.T, c client.Client, ns, reason, message string) {
+	t.Helper()
+	rsr := waitGateBlocked(t, c, ns, reason, message)
+	assert.Equal(t, message, rsr.Status.Message)
+	blocked := kubetest.HistoryOf(rsr, v1alpha1.ActionBlocked)
+	require.Len(t, blocked, 1)
+	assert.Equal(t, message, blocked[0].Message)
+	cond := kubetest.Condition(rsr, v1alpha1.ConditionApplied)
+	require.NotNil(t, cond)
+	assert.Equal(t, reason+": "+message, cond.Message)
+	assert.Empty(t, rsr.Status.Change, "nothing applied")
 }
 
 // TestProtectedNamespaceIsNeverChanged: a leader that protects the
