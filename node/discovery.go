@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/node/report"
 )
@@ -56,6 +57,10 @@ type PodSource interface {
 // cgroup path under layout (docs/design.md section 5). A container that
 // has not started (no containerID) is left out; one whose cgroup cannot be
 // named (a runtime or UID the layout refuses) is left out and reported.
+//
+// A pod that sets pod-level resources (spec.resources) and runs a
+// container also gets the entry v1alpha1.PodLevel, its pod cgroup: its
+// cpu limit throttles there, in no container's counters.
 func Containers(pods []*corev1.Pod, layout cgroup.Layout) ([]Container, error) {
 	var out []Container
 	var errs []error
@@ -63,11 +68,13 @@ func Containers(pods []*corev1.Pod, layout cgroup.Layout) ([]Container, error) {
 		if p.DeletionTimestamp != nil && p.Status.Phase != corev1.PodRunning {
 			continue
 		}
+		running := false
 		for _, statuses := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
 			for _, cs := range statuses {
 				if cs.ContainerID == "" || cs.State.Running == nil {
 					continue
 				}
+				running = true
 				c := Container{Namespace: p.Namespace, Pod: p.Name, PodUID: string(p.UID), Name: cs.Name,
 					ContainerID: cs.ContainerID, QoS: cgroup.QoSClass(p.Status.QOSClass)}
 				if err := c.ResolveCgroup(layout); err != nil {
@@ -76,6 +83,16 @@ func Containers(pods []*corev1.Pod, layout cgroup.Layout) ([]Container, error) {
 				}
 				out = append(out, c)
 			}
+		}
+		if running && p.Spec.Resources != nil && len(p.Spec.Resources.Limits)+len(p.Spec.Resources.Requests) > 0 {
+			c := Container{Namespace: p.Namespace, Pod: p.Name, PodUID: string(p.UID), Name: v1alpha1.PodLevel, QoS: cgroup.QoSClass(p.Status.QOSClass)}
+			dir, err := layout.PodDir(cgroup.PodCgroup{UID: c.PodUID, QoS: c.QoS})
+			if err != nil {
+				errs = append(errs, fmt.Errorf("cgroup of pod %s/%s: %w", p.Namespace, p.Name, err))
+				continue
+			}
+			c.CgroupPath = dir
+			out = append(out, c)
 		}
 	}
 	return out, errors.Join(errs...)
@@ -204,14 +221,15 @@ func NewPodClient(cfg *rest.Config) (rest.Interface, error) {
 }
 
 // trimPod returns the part of p that discovery reads (Containers,
-// Discovery's diff, ContainerEvent): its identity, deletion, phase, QoS
-// class and each container's name, id, running and terminated states
-// (less the termination message) and restart count. The pod caches hold
+// Discovery's diff, ContainerEvent): its identity, deletion, pod-level
+// resources, phase, QoS class and each container's name, id, running and
+// terminated states (less the termination message) and restart count. The pod caches hold
 // trimmed pods: a whole pod with its managed fields is several KiB.
 func trimPod(p *corev1.Pod) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID,
 			ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp},
+		Spec: corev1.PodSpec{Resources: p.Spec.Resources},
 		Status: corev1.PodStatus{Phase: p.Status.Phase, QOSClass: p.Status.QOSClass,
 			ContainerStatuses:     trimStatuses(p.Status.ContainerStatuses),
 			InitContainerStatuses: trimStatuses(p.Status.InitContainerStatuses)},

@@ -12,10 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
+	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/node/report"
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -55,6 +57,26 @@ func TestContainersNamesCgroupsOfRunningContainers(t *testing.T) {
 	cs, err = Containers([]*corev1.Pod{bad}, layout)
 	assert.Empty(t, cs)
 	assert.ErrorContains(t, err, "default/odd/app", "the error names the container")
+}
+
+// A pod that sets pod-level resources is also sampled at its pod cgroup,
+// as the entry (pod): a pod-level cpu limit throttles there only. A pod
+// whose containers have not started has none, and trimming keeps it.
+func TestPodLevelResourcesAddThePodCgroup(t *testing.T) {
+	layout := cgroup.Layout{Driver: cgroup.DriverCgroupfs}
+	web := podOn("n1", "web", "6f1c9e2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b", true)
+	starting := podOn("n1", "starting", "7f1c9e2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b", false)
+	for _, p := range []*corev1.Pod{web, starting} {
+		p.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}
+	}
+	for _, pods := range [][]*corev1.Pod{{web, starting}, {trimPod(web), trimPod(starting)}} {
+		cs, err := Containers(pods, layout)
+		require.NoError(t, err)
+		require.Len(t, cs, 2)
+		assert.Equal(t, "app", cs[0].Name)
+		assert.Equal(t, report.ContainerKey{PodUID: "6f1c9e2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b", Name: v1alpha1.PodLevel}, cs[1].Key())
+		assert.Equal(t, "/kubepods/burstable/pod6f1c9e2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b", cs[1].CgroupPath)
+	}
 }
 
 // TestInformerDiscoverySeesOnlyItsNodesPods runs the informer fallback on a

@@ -68,14 +68,23 @@ type Resources struct {
 	Limits *ResourceValues `json:"limits,omitempty"`
 }
 
+// PodLevel is the name of the entry that holds a pod's own resources
+// (spec.resources, pod-level resources) among its containers' entries. No
+// container can bear it: Kubernetes names containers with DNS labels, which
+// have no parentheses. Like VPA's containerName "*", it keeps one list.
+const PodLevel = "(pod)"
+
 // ContainerResources names a container and gives the requests and limits
 // it should have. Values may not be negative, and where both are set a
 // limit may not be below its request (Kubernetes would refuse the pod).
+// The entry named PodLevel, (pod), gives the pod-level resources
+// (spec.resources) instead.
 // +kubebuilder:validation:XValidation:rule=`has(self.requests) || has(self.limits)`,message="set requests, limits or both"
 // +kubebuilder:validation:XValidation:rule=`!has(self.requests) || !has(self.limits) || !has(self.requests.cpu) || !has(self.limits.cpu) || !isQuantity(string(self.limits.cpu)) || !isQuantity(string(self.requests.cpu)) || quantity(string(self.limits.cpu)).compareTo(quantity(string(self.requests.cpu))) >= 0`,message="must not be below requests.cpu",messageExpression=`'must not be below requests.cpu (' + string(self.requests.cpu) + ')'`,fieldPath=".limits.cpu"
 // +kubebuilder:validation:XValidation:rule=`!has(self.requests) || !has(self.limits) || !has(self.requests.memory) || !has(self.limits.memory) || !isQuantity(string(self.limits.memory)) || !isQuantity(string(self.requests.memory)) || quantity(string(self.limits.memory)).compareTo(quantity(string(self.requests.memory))) >= 0`,message="must not be below requests.memory",messageExpression=`'must not be below requests.memory (' + string(self.requests.memory) + ')'`,fieldPath=".limits.memory"
 type ContainerResources struct {
-	// Name is the container's name in the pod template.
+	// Name is the container's name in the pod template, or (pod) for the
+	// pod-level resources (spec.resources).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`

@@ -158,6 +158,10 @@ const (
 	// ReasonGateUnavailable: a gate could not be evaluated (no permission,
 	// an API not served) and the change raises requests of running pods.
 	ReasonGateUnavailable = "GateUnavailable"
+	// ReasonInvalidValues: the recommendation's values cannot run on the
+	// workload: a container its pods lack, a (pod) entry for pods without
+	// pod-level resources, or a request above the limit kept.
+	ReasonInvalidValues = "InvalidValues"
 )
 
 // ReasonWatchRunning is status.reason, and the blocked action's reason,

@@ -141,11 +141,7 @@ func (a *Applier) workload(ctx context.Context, rsr *v1alpha1.RightsizingRecomme
 // currentValues returns the values the workload runs now per template
 // container (see Running).
 func (a *Applier) currentValues(ctx context.Context, w *workload.Workload, strategy v1alpha1.Strategy) ([]v1alpha1.ContainerResources, error) {
-	tmpl := w.Template
-	out := make([]v1alpha1.ContainerResources, 0, len(tmpl.Spec.Containers))
-	for i := range tmpl.Spec.Containers {
-		out = append(out, resources.ContainerValues(&tmpl.Spec.Containers[i]))
-	}
+	out := resources.Values(&w.Template.Spec)
 	if strategy != v1alpha1.StrategyInPlace {
 		return out, nil
 	}
@@ -166,16 +162,17 @@ func (a *Applier) currentValues(ctx context.Context, w *workload.Workload, strat
 	return out, nil
 }
 
-// agreedValue returns the field's value in the named container when every
-// pod has the container with the same value (absent counts as a value).
+// agreedValue returns the field's value in the named container, or the
+// pod-level one, when every pod has it with the same value (absent counts
+// as a value).
 func agreedValue(pods []corev1.Pod, container string, f resources.Field) (*resource.Quantity, bool) {
 	var first *resource.Quantity
 	for i := range pods {
-		c := podContainer(&pods[i], container)
-		if c == nil {
+		rr, ok := resources.Requirements(&pods[i].Spec, container)
+		if !ok {
 			return nil, false
 		}
-		q := f.In(&c.Resources)
+		q := f.In(&rr)
 		if i == 0 {
 			first = q
 		} else if !resources.SameQuantity(first, q) {

@@ -18,6 +18,8 @@ import (
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
+// podContainer returns the named container of the pod, nil when absent
+// and for the pod-level entry.
 func podContainer(p *corev1.Pod, name string) *corev1.Container {
 	for i := range p.Spec.Containers {
 		if p.Spec.Containers[i].Name == name {
@@ -124,7 +126,10 @@ func (a *Applier) resizeAll(ctx context.Context, pods []corev1.Pod, targets []ta
 	)
 	defer wg.Wait()
 	for i := range pods {
-		if !slices.ContainsFunc(targets, func(t target) bool { return podContainer(&pods[i], t.name) != nil }) {
+		if !slices.ContainsFunc(targets, func(t target) bool {
+			_, ok := resources.Requirements(&pods[i].Spec, t.name)
+			return ok
+		}) {
 			outs[i].skipped = true
 			continue
 		}
@@ -201,15 +206,15 @@ func (a *Applier) resizePod(ctx context.Context, pod *corev1.Pod, targets []targ
 		return nil, nil, nil
 	}
 	for _, t := range targets {
-		c := podContainer(out, t.name)
-		if c == nil {
+		rr, ok := resources.Requirements(&out.Spec, t.name)
+		if !ok {
 			res.Notes = append(res.Notes, fmt.Sprintf("pod %s has no container %s; left as is", out.Name, t.name))
 			continue
 		}
 		for _, f := range t.fieldsInOrder() {
-			if t.values[f] == nil && f.In(&c.Resources) != nil {
-				res.Notes = append(res.Notes, fmt.Sprintf("pod %s container %s keeps %s %s: a value cannot be removed in place",
-					out.Name, t.name, f, f.In(&c.Resources).String()))
+			if t.values[f] == nil && f.In(&rr) != nil {
+				res.Notes = append(res.Notes, fmt.Sprintf("pod %s %s keeps %s %s: a value cannot be removed in place",
+					out.Name, resources.Describe(t.name), f, f.In(&rr).String()))
 			}
 		}
 	}
@@ -217,21 +222,22 @@ func (a *Applier) resizePod(ctx context.Context, pod *corev1.Pod, targets []targ
 }
 
 // resized returns a copy of the pod with the targets written into its
-// containers' resources, and whether anything changed. A nil target value
-// (remove) is skipped: the apiserver forbids removing a value in place.
+// containers' resources, or its pod-level ones, and whether anything
+// changed. A nil target value (remove) is skipped: the apiserver forbids
+// removing a value in place.
 func resized(pod *corev1.Pod, targets []target) (*corev1.Pod, bool) {
 	out := pod.DeepCopy()
 	changed := false
 	for _, t := range targets {
-		c := podContainer(out, t.name)
-		if c == nil {
+		if _, ok := resources.Requirements(&out.Spec, t.name); !ok {
 			continue
 		}
 		for f, want := range t.values {
-			if want == nil || resources.SameQuantity(f.In(&c.Resources), want) {
+			rr, _ := resources.Requirements(&out.Spec, t.name)
+			if want == nil || resources.SameQuantity(f.In(&rr), want) {
 				continue
 			}
-			f.SetIn(&c.Resources, want)
+			f.SetIn(resources.RequirementsToSet(&out.Spec, t.name), want)
 			changed = true
 		}
 	}
@@ -323,24 +329,21 @@ func (a *Applier) resizeState(p *corev1.Pod, targets []target, since time.Time) 
 	return !statusMatchesSpec(p, targets), nil
 }
 
-// statusMatchesSpec reports whether the pod's container statuses report
-// the spec's values for every field the targets set. A value the status
-// does not report is not compared.
+// statusMatchesSpec reports whether the pod's container statuses, and its
+// status.resources for the pod-level target, report the spec's values for
+// every field the targets set. A value the status does not report is not
+// compared.
 func statusMatchesSpec(p *corev1.Pod, targets []target) bool {
 	for _, t := range targets {
-		c := podContainer(p, t.name)
-		if c == nil {
+		spec, ok := resources.Requirements(&p.Spec, t.name)
+		running := resources.Running(p, t.name)
+		if !ok || running == nil {
 			continue
 		}
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name != t.name || cs.Resources == nil {
-				continue
-			}
-			for f := range t.values {
-				got := f.In(cs.Resources)
-				if got != nil && !resources.SameQuantity(got, f.In(&c.Resources)) {
-					return false
-				}
+		for f := range t.values {
+			got := f.In(running)
+			if got != nil && !resources.SameQuantity(got, f.In(&spec)) {
+				return false
 			}
 		}
 	}

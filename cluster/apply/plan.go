@@ -33,6 +33,10 @@ func (a *Applier) Plan(ctx context.Context, rsr *v1alpha1.RightsizingRecommendat
 	change := &v1alpha1.Change{AppliedAt: metav1.NewTime(a.now()), Strategy: rsr.Spec.Strategy}
 	for _, c := range rsr.Spec.Containers {
 		cur := findContainer(current, c.Name)
+		if cur == nil && c.Name == v1alpha1.PodLevel {
+			return nil, fmt.Errorf("plan for %s %s/%s: %w: the pods set no pod-level resources (spec.resources) to change; Kerf changes them only where they are set",
+				ref.Kind, rsr.Namespace, ref.Name, ErrInvalidValues)
+		}
 		if cur == nil {
 			return nil, fmt.Errorf("plan for %s %s/%s: %w: %q", ref.Kind, rsr.Namespace, ref.Name, ErrContainerNotFound, c.Name)
 		}
@@ -66,13 +70,13 @@ func (a *Applier) Plan(ctx context.Context, rsr *v1alpha1.RightsizingRecommendat
 	before := specWith(&w.Template.Spec, current)
 	after := before.DeepCopy()
 	for _, t := range appliedTargets(change) {
-		c := specContainer(after, t.name)
+		rr := resources.RequirementsToSet(after, t.name)
 		for f, q := range t.values {
-			f.SetIn(&c.Resources, q)
+			f.SetIn(rr, q)
 		}
-		if lb, bad := resources.LimitBelowRequest(c.Resources); bad {
-			return nil, fmt.Errorf("plan for %s %s/%s: %w: container %q: requests.%s %s would exceed limits.%s %s",
-				ref.Kind, rsr.Namespace, ref.Name, ErrInvalidValues, t.name, lb.Resource, lb.Request.String(), lb.Resource, lb.Limit.String())
+		if lb, bad := resources.LimitBelowRequest(*rr); bad {
+			return nil, fmt.Errorf("plan for %s %s/%s: %w: %s: requests.%s %s would exceed limits.%s %s",
+				ref.Kind, rsr.Namespace, ref.Name, ErrInvalidValues, resources.Describe(t.name), lb.Resource, lb.Request.String(), lb.Resource, lb.Limit.String())
 		}
 	}
 	if coordinates(rsr) && slices.Contains(change.Resources, v1alpha1.ResourceCPU) {
@@ -93,30 +97,23 @@ func (a *Applier) Plan(ctx context.Context, rsr *v1alpha1.RightsizingRecommendat
 	return change, nil
 }
 
-// specWith returns a copy of the pod spec whose containers hold the given
-// cpu and memory values.
+// specWith returns a copy of the pod spec whose containers, and pod-level
+// resources, hold the given cpu and memory values.
 func specWith(spec *corev1.PodSpec, values []v1alpha1.ContainerResources) *corev1.PodSpec {
 	out := spec.DeepCopy()
-	for i := range out.Containers {
-		c := &out.Containers[i]
-		v := findContainer(values, c.Name)
-		if v == nil {
+	for _, v := range values {
+		if v.Name == v1alpha1.PodLevel && out.Resources == nil {
+			continue
+		}
+		rr := resources.RequirementsToSet(out, v.Name)
+		if rr == nil {
 			continue
 		}
 		for _, f := range resources.Fields {
-			f.SetIn(&c.Resources, f.Get(v.Requests, v.Limits))
+			f.SetIn(rr, f.Get(v.Requests, v.Limits))
 		}
 	}
 	return out
-}
-
-func specContainer(spec *corev1.PodSpec, name string) *corev1.Container {
-	for i := range spec.Containers {
-		if spec.Containers[i].Name == name {
-			return &spec.Containers[i]
-		}
-	}
-	return nil
 }
 
 // cpuRequestMilli is the pod's cpu request in millicores as the HPA sees

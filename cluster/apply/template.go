@@ -9,11 +9,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/resources"
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
 // patchTemplate writes the targets into the workload's pod template with a
-// strategic-merge patch on spec.template.spec.containers[name].resources.
+// strategic-merge patch on spec.template.spec.containers[name].resources,
+// and on spec.template.spec.resources for the pod-level target.
 // The patch carries the resourceVersion read, so it fails with a conflict
 // when the workload changed since; the caller retries. Nothing is sent
 // when the template already holds the values. The patch also sets the
@@ -22,12 +24,13 @@ import (
 func (a *Applier) patchTemplate(ctx context.Context, w *workload.Workload, targets []target, annotations map[string]*string, res *Result) error {
 	obj := w.Object
 	var containers []map[string]any
+	podSpec := map[string]any{}
 	for _, t := range targets {
-		c := specContainer(&w.Template.Spec, t.name)
-		if c == nil {
+		rr, ok := resources.Requirements(&w.Template.Spec, t.name)
+		if !ok {
 			return fmt.Errorf("%w: %s %s has no container %q", ErrContainerNotFound, w.Kind, obj.GetName(), t.name)
 		}
-		if t.matches(&c.Resources) {
+		if t.matches(&rr) {
 			continue
 		}
 		sections := map[string]map[string]any{}
@@ -42,16 +45,23 @@ func (a *Applier) patchTemplate(ctx context.Context, w *workload.Workload, targe
 				sections[section][string(f.Resource)] = nil // strategic merge: remove the key
 			}
 		}
-		containers = append(containers, map[string]any{"name": c.Name, "resources": sections})
+		if t.name == v1alpha1.PodLevel {
+			podSpec["resources"] = sections
+			continue
+		}
+		containers = append(containers, map[string]any{"name": t.name, "resources": sections})
 	}
 	if len(containers) > 0 {
+		podSpec["containers"] = containers
+	}
+	if len(podSpec) > 0 {
 		meta := map[string]any{"resourceVersion": obj.GetResourceVersion()}
 		if len(annotations) > 0 {
 			meta["annotations"] = annotations
 		}
 		patch := map[string]any{
 			"metadata": meta,
-			"spec":     map[string]any{"template": map[string]any{"spec": map[string]any{"containers": containers}}},
+			"spec":     map[string]any{"template": map[string]any{"spec": podSpec}},
 		}
 		data, err := json.Marshal(patch)
 		if err != nil {

@@ -10,10 +10,10 @@ import (
 )
 
 // PodLevelResources refuses a change whose container values do not fit
-// the pod-level resources (spec.resources) the pods set. The containers'
-// requests may not sum above the pod's, nor a container's limit exceed
-// the pod's. The apiserver would refuse the resize or the template, and
-// Kerf does not change pod-level values.
+// the pod-level resources (spec.resources) the pods set, with the pod-level
+// values the change sets too. The containers' requests may not sum above
+// the pod's, nor a container's limit exceed the pod's. The apiserver would
+// refuse the resize or the template.
 type PodLevelResources struct{}
 
 // Name is the gate's reason, PodLevelResources.
@@ -41,5 +41,5 @@ func (g PodLevelResources) Check(_ context.Context, ch *Change) (*policy.Block, 
 // block says what sets pod-level resources and what exceeds them.
 func (g PodLevelResources) block(who, what string) *policy.Block {
 	return &policy.Block{Reason: g.Name(), Message: fmt.Sprintf("%s sets pod-level resources (spec.resources) and with the new values %s; "+
-		"Kerf changes container values only, so the pod-level ones must make room first", who, what)}
+		"the recommendation's (pod) entry can change the pod-level values with them", who, what)}
 }

@@ -19,13 +19,3 @@ func podSpecs(ch *Change) (before, after *corev1.PodSpec) {
 	applyValues(after, ch.Containers)
 	return before, after
 }
-
-// containerNamed returns the spec's container of that name, or nil.
-func containerNamed(spec *corev1.PodSpec, name string) *corev1.Container {
-	for i := range spec.Containers {
-		if spec.Containers[i].Name == name {
-			return &spec.Containers[i]
-		}
-	}
-	return nil
-}

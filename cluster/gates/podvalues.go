@@ -23,13 +23,16 @@ func withValues(pod *corev1.Pod, containers []v1alpha1.ContainerChange) *corev1.
 func applyValues(spec *corev1.PodSpec, containers []v1alpha1.ContainerChange) {
 	for i := range containers {
 		cc := &containers[i]
-		c := containerNamed(spec, cc.Name)
-		if c == nil {
+		if cc.Name == v1alpha1.PodLevel && spec.Resources == nil {
+			continue // Plan refuses to add pod-level values
+		}
+		rr := resources.RequirementsToSet(spec, cc.Name)
+		if rr == nil {
 			continue
 		}
 		for _, f := range resources.Fields {
 			if q := f.Get(cc.Applied.Requests, cc.Applied.Limits); q != nil {
-				f.SetIn(&c.Resources, q)
+				f.SetIn(rr, q)
 			}
 		}
 	}

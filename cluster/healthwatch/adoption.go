@@ -12,8 +12,8 @@ import (
 // Adopted reports whether pod runs the values change applied. The health
 // watch counts only the adopted pods' signals (docs/design.md section 3).
 // For InPlace, status.containerStatuses[].resources of every changed
-// container must hold each applied request and limit of the touched
-// resources. For Rollout and Deferred the pod's spec must: a pod of the
+// container, and status.resources for pod-level values, must hold each
+// applied request and limit of the touched resources. For Rollout and Deferred the pod's spec must: a pod of the
 // new template, or one the webhook injected.
 func Adopted(pod *corev1.Pod, change *v1alpha1.Change) bool {
 	return holds(pod, change, change != nil && change.Strategy == v1alpha1.StrategyInPlace)
@@ -32,11 +32,9 @@ func holds(pod *corev1.Pod, change *v1alpha1.Change, fromStatus bool) bool {
 		cc := &change.Containers[i]
 		var rr *corev1.ResourceRequirements
 		if fromStatus {
-			if cs := containerStatus(pod, cc.Name); cs != nil {
-				rr = cs.Resources
-			}
-		} else if c := specContainer(pod, cc.Name); c != nil {
-			rr = &c.Resources
+			rr = resources.Running(pod, cc.Name)
+		} else if spec, ok := resources.Requirements(&pod.Spec, cc.Name); ok {
+			rr = &spec
 		}
 		for _, f := range resources.Fields {
 			if !slices.Contains(change.Resources, f.Resource) {

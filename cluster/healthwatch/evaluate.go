@@ -237,6 +237,10 @@ func Evaluate(now time.Time, in Input) Verdict {
 		}
 	}
 	slices.Sort(cpuNames)
+	// Under pod-level limits any container can be OOM-killed or
+	// restarted; cpu is throttled in the pod's cgroup, read as the
+	// pod-level entry's counters.
+	memNames, anyNames = containersOf(memNames, in.Pods), containersOf(anyNames, in.Pods)
 
 	var v Verdict
 	var adopted []*corev1.Pod
@@ -441,7 +445,7 @@ func wontAdopt(pod *corev1.Pod, ch *v1alpha1.Change) bool {
 		}
 	}
 	for i := range ch.Containers {
-		if cs := containerStatus(pod, ch.Containers[i].Name); cs == nil || cs.Resources == nil {
+		if resources.Running(pod, ch.Containers[i].Name) == nil {
 			return false
 		}
 	}
@@ -515,3 +519,27 @@ func cutMessage(s string, n int) string {
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// containersOf returns names with the pod-level entry replaced by every
+// container of the pods, each name once.
+func containersOf(names []string, pods []corev1.Pod) []string {
+	if !slices.Contains(names, v1alpha1.PodLevel) {
+		return names
+	}
+	out := make([]string, 0, len(names))
+	for _, name := range names {
+		var entries []string
+		switch {
+		case name != v1alpha1.PodLevel:
+			entries = []string{name}
+		case len(pods) > 0:
+			entries = resources.Entries(&pods[0].Spec, name)
+		}
+		for _, e := range entries {
+			if !slices.Contains(out, e) {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package rightsizing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/apply"
 	"github.com/kerf-dev/kerf/cluster/gates"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/policy"
@@ -43,6 +45,10 @@ func (c *reconcileContext) plan(ctx context.Context) (ctrl.Result, error) {
 	}
 
 	change, err := c.r.Applier.Plan(ctx, rsr, w, running)
+	if errors.Is(err, apply.ErrContainerNotFound) || errors.Is(err, apply.ErrInvalidValues) {
+		// Retried when the recommendation or the workload changes.
+		return c.blocked(ctx, &policy.Block{Reason: v1alpha1.ReasonInvalidValues, Message: err.Error()})
+	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("plan %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}

@@ -398,10 +398,7 @@ func manifestValues(w client.Object) ([]v1alpha1.ContainerResources, bool) {
 	if err := json.Unmarshal([]byte(raw), &m); err != nil {
 		return nil, false
 	}
-	var out []v1alpha1.ContainerResources
-	for i := range m.Spec.Template.Spec.Containers {
-		out = append(out, resources.ContainerValues(&m.Spec.Template.Spec.Containers[i]))
-	}
+	out := resources.Values(&m.Spec.Template.Spec)
 	return out, len(out) > 0
 }
 

@@ -323,7 +323,7 @@ func (in *Injector) decide(ctx context.Context, req *admissionv1.AdmissionReques
 		return decision{}, err
 	}
 	for _, c := range changes {
-		d.containers = append(d.containers, pod.Spec.Containers[c.index].Name)
+		d.containers = append(d.containers, c.name(&pod))
 	}
 	return d, nil
 }

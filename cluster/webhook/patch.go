@@ -12,15 +12,29 @@ import (
 	"github.com/kerf-dev/kerf/cluster/resources"
 )
 
-// containerChange is a container of a pod and the resources it gets.
+// containerChange is a container of a pod, or the pod-level resources,
+// and the resources it gets.
 type containerChange struct {
-	index     int // in spec.containers
+	index     int // in spec.containers; podLevel for spec.resources
 	resources corev1.ResourceRequirements
+}
+
+// podLevel is the index of the pod-level resources' change.
+const podLevel = -1
+
+// name is the changed container's name, or v1alpha1.PodLevel.
+func (ch containerChange) name(pod *corev1.Pod) string {
+	if ch.index == podLevel {
+		return v1alpha1.PodLevel
+	}
+	return pod.Spec.Containers[ch.index].Name
 }
 
 // inject computes the resources of each of pod's containers that values
 // change, without changing pod. Containers are matched by name in
-// spec.containers.
+// spec.containers; the entry v1alpha1.PodLevel changes spec.resources
+// where the pod sets it (Kerf changes pod-level values only where they
+// are set).
 //   - It sets only the CPU and memory requests and limits values give, and
 //     touched allows when not nil.
 //   - A container whose limit would fall below its request is skipped.
@@ -31,29 +45,34 @@ type containerChange struct {
 func inject(pod *corev1.Pod, values map[string]v1alpha1.Resources, touched map[corev1.ResourceName]bool) ([]containerChange, []skip) {
 	var changes []containerChange
 	var skips []skip
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
-		v, ok := values[c.Name]
+	change := func(index int, name string, rr *corev1.ResourceRequirements) {
+		v, ok := values[name]
 		if !ok {
-			continue
+			return
 		}
-		res := *c.Resources.DeepCopy()
+		res := *rr.DeepCopy()
 		changed := setValues(&res.Requests, v.Requests, touched)
 		changed = setValues(&res.Limits, v.Limits, touched) || changed
 		if !changed {
-			continue
+			return
 		}
 		if lb, bad := resources.LimitBelowRequest(res); bad {
-			skips = append(skips, skip{c.Name, SkipLimitBelowRequest,
+			skips = append(skips, skip{name, SkipLimitBelowRequest,
 				fmt.Sprintf("%s: limit %s < request %s", lb.Resource, lb.Limit.String(), lb.Request.String())})
-			continue
+			return
 		}
-		changes = append(changes, containerChange{index: i, resources: res})
+		changes = append(changes, containerChange{index: index, resources: res})
+	}
+	for i := range pod.Spec.Containers {
+		change(i, pod.Spec.Containers[i].Name, &pod.Spec.Containers[i].Resources)
+	}
+	if pod.Spec.Resources != nil {
+		change(podLevel, v1alpha1.PodLevel, pod.Spec.Resources)
 	}
 	if len(changes) > 0 && pod.Spec.Resources != nil {
 		if detail, bad := podResourcesExceeded(pod, changes); bad {
 			for _, ch := range changes {
-				skips = append(skips, skip{pod.Spec.Containers[ch.index].Name, SkipPodResources, detail})
+				skips = append(skips, skip{ch.name(pod), SkipPodResources, detail})
 			}
 			changes = nil
 		}
@@ -91,6 +110,10 @@ func setValues(list *corev1.ResourceList, v *v1alpha1.ResourceValues, touched ma
 func podResourcesExceeded(pod *corev1.Pod, changes []containerChange) (string, bool) {
 	spec := pod.Spec.DeepCopy()
 	for _, ch := range changes {
+		if ch.index == podLevel {
+			spec.Resources = ch.resources.DeepCopy()
+			continue
+		}
 		spec.Containers[ch.index].Resources = ch.resources
 	}
 	return resources.PodLevelExceeded(spec)
@@ -104,12 +127,16 @@ type patchOp struct {
 }
 
 // jsonPatch writes the changes as a JSONPatch: each changed container's
-// resources replaced whole ("add" creates or replaces an object member),
-// and InjectedAnnotation set.
+// resources, or the pod-level ones, replaced whole ("add" creates or
+// replaces an object member), and InjectedAnnotation set.
 func jsonPatch(pod *corev1.Pod, changes []containerChange, annotation string) ([]byte, error) {
 	ops := make([]patchOp, 0, len(changes)+1)
 	for _, ch := range changes {
-		ops = append(ops, patchOp{Op: "add", Path: fmt.Sprintf("/spec/containers/%d/resources", ch.index), Value: ch.resources})
+		path := fmt.Sprintf("/spec/containers/%d/resources", ch.index)
+		if ch.index == podLevel {
+			path = "/spec/resources"
+		}
+		ops = append(ops, patchOp{Op: "add", Path: path, Value: ch.resources})
 	}
 	if pod.Annotations == nil {
 		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{InjectedAnnotation: annotation}})

@@ -202,7 +202,9 @@ func RunningPodsOn(t *testing.T, c client.Client, dep *appsv1.Deployment, node s
 // Node makes sure the Node the test pods run on exists, with room for
 // them: the apiserver checks a resize against the node's allocatable, and
 // the leader's NodeHeadroom gate against what its pods request. Every test
-// of a package places its pods on it, so its room holds them all.
+// of a package places its pods on it, so its room holds them all. It
+// declares the in-place resize of pod-level resources, as a 1.37 kubelet
+// does: the apiserver refuses that resize on a node that does not.
 func Node(t testing.TB, c client.Client) string {
 	t.Helper()
 	ctx := context.Background()
@@ -212,7 +214,7 @@ func Node(t testing.TB, c client.Client) string {
 		return n.Name
 	}
 	room := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000"), corev1.ResourceMemory: resource.MustParse("4Ti"), corev1.ResourcePods: resource.MustParse("10000")}
-	n.Status = corev1.NodeStatus{Capacity: room, Allocatable: room}
+	n.Status = corev1.NodeStatus{Capacity: room, Allocatable: room, DeclaredFeatures: []string{"InPlacePodLevelResourcesVerticalScaling"}}
 	require.NoError(t, c.Status().Update(ctx, n))
 	return n.Name
 }
@@ -244,6 +246,7 @@ func KubeletReports(t *testing.T, c client.Client, pod *corev1.Pod, pendingReaso
 		})
 	} else {
 		pod.Status.ContainerStatuses[0].Resources = pod.Spec.Containers[0].Resources.DeepCopy()
+		pod.Status.Resources = pod.Spec.Resources.DeepCopy()
 	}
 	require.NoError(t, c.Status().Update(ctx, pod))
 }
@@ -354,10 +357,11 @@ func Condition(rsr *v1alpha1.RightsizingRecommendation, typ string) *metav1.Cond
 }
 
 // MarkRunning writes the status a kubelet reports for a pod whose one
-// container app runs, with the resources of the pod's spec.
+// container app runs, with the resources of the pod's spec, pod-level ones
+// included.
 func MarkRunning(t testing.TB, c client.Client, pod *corev1.Pod) {
 	t.Helper()
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ObservedGeneration: pod.Generation,
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ObservedGeneration: pod.Generation, Resources: pod.Spec.Resources.DeepCopy(),
 		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Resources: pod.Spec.Containers[0].Resources.DeepCopy(),
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
 	require.NoError(t, c.Status().Update(context.Background(), pod))
