@@ -163,8 +163,7 @@ func (a *Applier) currentValues(ctx context.Context, w *workload.Workload, strat
 }
 
 // agreedValue returns the field's value in the named container, or the
-// pod-level one, when every pod has it with the same value (absent counts
-// as a value).
+// pod-level one, when every pod has the same. Absent counts as a value.
 func agreedValue(pods []corev1.Pod, container string, f resources.Field) (*resource.Quantity, bool) {
 	var first *resource.Quantity
 	for i := range pods {

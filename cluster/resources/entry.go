@@ -60,9 +60,9 @@ func Running(pod *corev1.Pod, name string) *corev1.ResourceRequirements {
 	return nil
 }
 
-// Values returns the cpu and memory values of a pod spec per container, in
-// the spec's order, then the pod-level ones as the entry v1alpha1.PodLevel
-// when the spec sets any.
+// Values returns the cpu and memory values of a pod spec per container.
+// They come in the spec's order, then the pod-level ones as the entry
+// v1alpha1.PodLevel when the spec sets any.
 func Values(spec *corev1.PodSpec) []v1alpha1.ContainerResources {
 	out := make([]v1alpha1.ContainerResources, 0, len(spec.Containers)+1)
 	for i := range spec.Containers {
@@ -80,9 +80,9 @@ func Values(spec *corev1.PodSpec) []v1alpha1.ContainerResources {
 	return out
 }
 
-// Entries returns the names a change's signals are read from for entry
-// name in a pod spec: name itself for a container; every container of the
-// spec for v1alpha1.PodLevel, since any of them can be OOM-killed or
+// Entries returns the containers whose signals count for entry name in a
+// pod spec. That is name itself for a container, and every container of
+// the spec for v1alpha1.PodLevel: any of them can be OOM-killed or
 // restarted under the pod's limits.
 func Entries(spec *corev1.PodSpec, name string) []string {
 	if name != v1alpha1.PodLevel {

@@ -172,6 +172,37 @@ func assertResources(t *testing.T, want, got corev1.ResourceRequirements) {
 	assert.Equal(t, want.Claims, got.Claims)
 }
 
+// TestInjectSetsPodLevelValuesWhereThePodSetsThem: the (pod) entry sets
+// spec.resources, judged with the containers' new values, and the patch
+// replaces /spec/resources. A pod without pod-level resources gets none.
+func TestInjectSetsPodLevelValuesWhereThePodSetsThem(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{Requests: rl("memory", "256Mi"), Limits: rl("memory", "300Mi")}}},
+		Resources:  &corev1.ResourceRequirements{Requests: rl("cpu", "500m", "memory", "256Mi"), Limits: rl("memory", "512Mi")},
+	}}
+	values := map[string]v1alpha1.Resources{v1alpha1.PodLevel: {Limits: &v1alpha1.ResourceValues{Memory: q("384Mi")}}}
+	changes, skips := inject(pod, values, nil)
+	assert.Empty(t, skips)
+	require.Len(t, changes, 1)
+	assert.Equal(t, v1alpha1.PodLevel, changes[0].name(pod))
+	assertResources(t, corev1.ResourceRequirements{Requests: rl("cpu", "500m", "memory", "256Mi"), Limits: rl("memory", "384Mi")}, changes[0].resources)
+	raw, err := jsonPatch(pod, changes, "web/abc")
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), `{"op":"add","path":"/spec/resources","value":{"limits":{"memory":"384Mi"},"requests":{"cpu":"500m","memory":"256Mi"}}}`)
+
+	// Below the container's own limit: the pod would be refused.
+	values[v1alpha1.PodLevel] = v1alpha1.Resources{Limits: &v1alpha1.ResourceValues{Memory: q("280Mi")}}
+	changes, skips = inject(pod, values, nil)
+	assert.Empty(t, changes)
+	require.Len(t, skips, 1)
+	assert.Equal(t, SkipPodResources, skips[0].reason)
+
+	pod.Spec.Resources = nil
+	changes, skips = inject(pod, values, nil)
+	assert.Empty(t, changes, "no pod-level values are added to a pod that sets none")
+	assert.Empty(t, skips)
+}
+
 // TestActiveOnlyForAppliedInPlaceOrDeferred checks which phases and
 // strategies give their values to new pods (docs/design.md sections 2, 4).
 func TestActiveOnlyForAppliedInPlaceOrDeferred(t *testing.T) {

@@ -126,9 +126,9 @@ type patchOp struct {
 	Value any    `json:"value"`
 }
 
-// jsonPatch writes the changes as a JSONPatch: each changed container's
-// resources, or the pod-level ones, replaced whole ("add" creates or
-// replaces an object member), and InjectedAnnotation set.
+// jsonPatch writes the changes as a JSONPatch with InjectedAnnotation set.
+// Each changed container's resources, or the pod-level ones, are replaced
+// whole ("add" creates or replaces an object member).
 func jsonPatch(pod *corev1.Pod, changes []containerChange, annotation string) ([]byte, error) {
 	ops := make([]patchOp, 0, len(changes)+1)
 	for _, ch := range changes {
