@@ -100,3 +100,22 @@ func TestABadRefusalGetsA400NamingTheField(t *testing.T) {
 		})
 	})
 }
+
+// An action on pod-level resources names the entry (pod), as the
+// recommendation does; another name that is no container's is refused.
+func TestAPodLevelActionIsStored(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		a := action("shop", "web", 1, v1alpha1.ActionApplied, "InPlace", 0, v1alpha1.ResourceMemory)
+		a.Containers = []v1alpha1.ContainerValueChange{{Name: v1alpha1.PodLevel}}
+		e.write(t, "east", a)
+		var page hubv1.AuditPage
+		e.get(t, "/v1/audit", &page)
+		require.Len(t, page.Items, 1)
+		assert.Equal(t, v1alpha1.PodLevel, page.Items[0].Containers[0].Name)
+
+		a.Key, a.Seq, a.Containers[0].Name = "shop/web/2", 2, "(pods)"
+		status, body := e.do(t, "POST", "/v1/clusters/east/actions", "east", mustJSON(t, batch("east", a)))
+		require.Equal(t, http.StatusBadRequest, status, string(body))
+		assert.Contains(t, string(body), "actions[0].containers[0].name")
+	})
+}

@@ -319,8 +319,8 @@ func validateAction(p string, a *hubv1.Action, now time.Time) error {
 		}
 	}
 	for j, c := range a.Containers {
-		if len(validation.IsDNS1123Label(c.Name)) > 0 {
-			return badField(fmt.Sprintf("%s.containers[%d].name", p, j), "%q: must be a container name (lower-case letters, digits and '-', at most 63)", c.Name)
+		if c.Name != v1alpha1.PodLevel && len(validation.IsDNS1123Label(c.Name)) > 0 {
+			return badField(fmt.Sprintf("%s.containers[%d].name", p, j), "%q: must be a container name (lower-case letters, digits and '-', at most 63) or %s", c.Name, v1alpha1.PodLevel)
 		}
 	}
 	for j, f := range a.Figures {

@@ -238,6 +238,14 @@ func TestTheLeaderMayChangeOnlyResourcesItsAnnotationsTheHPATargetAndItsLabel(t 
 	require.NotEmpty(t, kubeSystemDep.Items)
 	dns := kubeSystemDep.Items[0].Name
 	resourcesPatch := `{"spec":{"template":{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"300m"},"limits":{"cpu":"300m"}}}]}}}}`
+	// A Deployment whose pods set pod-level resources, which the leader
+	// changes (the (pod) entry, docs/health.md).
+	var web appsv1.Deployment
+	require.NoError(t, controlplane.Get(t).Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, &web))
+	podLevel := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "podlevel"}, Spec: *web.Spec.DeepCopy()}
+	podLevel.Spec.Template.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
+	require.NoError(t, client.IgnoreAlreadyExists(controlplane.Get(t).Client.Create(context.Background(), podLevel)))
+	podLevelPatch := `{"spec":{"template":{"spec":{"resources":{"limits":{"memory":"768Mi"}}}}}}`
 
 	cases := []struct {
 		name  string
@@ -261,6 +269,7 @@ func TestTheLeaderMayChangeOnlyResourcesItsAnnotationsTheHPATargetAndItsLabel(t 
 			})
 		}, ""},
 		{"a pod's resize", func() error { return w.resize(ns, "web-1", "400m", nil) }, ""},
+		{"the pod-level resources a pod template sets", func() error { return w.strategic(&appsv1.Deployment{}, ns, "podlevel", podLevelPatch) }, ""},
 		{"the leader label on its own pod", func() error {
 			return w.merge(&corev1.Pod{}, namespace, leaderPod, `{"metadata":{"labels":{"kerf.dev/leader":"true"}}}`)
 		}, ""},
@@ -281,6 +290,7 @@ func TestTheLeaderMayChangeOnlyResourcesItsAnnotationsTheHPATargetAndItsLabel(t 
 		{"an init container's resources", func() error {
 			return w.strategic(&appsv1.Deployment{}, ns, "web", `{"spec":{"template":{"spec":{"initContainers":[{"name":"init","resources":{"requests":{"cpu":"100m"}}}]}}}}`)
 		}, "not the rest of its pod spec"},
+		{"pod-level resources added to a pod template", func() error { return w.strategic(&appsv1.Deployment{}, ns, "web", podLevelPatch) }, "not the rest of its pod spec"},
 		{"the pod's host network", func() error {
 			return w.strategic(&appsv1.Deployment{}, ns, "web", `{"spec":{"template":{"spec":{"hostNetwork":true}}}}`)
 		}, "not the rest of its pod spec"},

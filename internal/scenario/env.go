@@ -211,6 +211,30 @@ func (e *Env) ContainerDir(pod *corev1.Pod, container, ctrl string) (string, err
 	return "", fmt.Errorf("pod %s/%s: container %q has no containerID yet", pod.Namespace, pod.Name, container)
 }
 
+// PodMemoryLimit reads the memory limit the kernel enforces on a pod's own
+// cgroup on this machine (cgroup v1's memory.limit_in_bytes): the
+// pod-level limit, where the pod sets one.
+func (e *Env) PodMemoryLimit(pod *corev1.Pod) (int64, error) {
+	layout := e.Layout
+	if layout.Driver == "" {
+		layout.Driver = cgroup.DriverCgroupfs
+	}
+	rel, err := layout.PodDir(cgroup.PodCgroup{UID: string(pod.UID), QoS: cgroup.QoSClass(pod.Status.QOSClass)})
+	if err != nil {
+		return 0, err
+	}
+	path := filepath.Join(e.cgroupRoot(), "memory", rel, "memory.limit_in_bytes")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
+}
+
 // Limits are a container's limits as the kernel enforces them, from cgroup
 // v1 or v2 files: cgroup.Limits, whose JSON kerf-workload's GET /limits
 // serves.
