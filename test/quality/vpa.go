@@ -51,6 +51,11 @@ type VPA struct {
 	rec1, upd                             time.Time
 	last                                  logic.RecommendedContainerResources
 	haveLast                              bool
+	// The metrics API's one-minute window: when it started, the CPU of
+	// its samples in core-seconds, their highest working set.
+	fed            time.Time
+	window         time.Duration
+	cpuSum, memMax float64
 }
 
 // NewVPA returns VPA with the recommender's default flags.
@@ -76,7 +81,7 @@ func (v *VPA) Name() string { return "VPA" }
 // Start makes a fresh aggregate state: a new workload.
 func (v *VPA) Start(manifest Values, start time.Time) {
 	agg := model.NewAggregateContainerState()
-	*v = VPA{rec: v.rec, agg: agg, cur: manifest, podStart: start, containerStart: start, rec1: start, upd: start,
+	*v = VPA{rec: v.rec, agg: agg, cur: manifest, podStart: start, containerStart: start, rec1: start, upd: start, fed: start,
 		container: model.NewContainerState(model.Resources{
 			model.ResourceCPU:    model.CPUAmountFromCores(float64(manifest.CPURequest) / 1000),
 			model.ResourceMemory: model.MemoryAmountFromBytes(float64(manifest.MemoryRequest)),
@@ -94,11 +99,7 @@ func (v *VPA) Start(manifest Values, start time.Time) {
 // recommender and the updater on their intervals.
 func (v *VPA) Step(o Observation) (Values, Action) {
 	now := o.At
-	start := now.Add(-time.Minute)
-	if o.Running {
-		v.container.AddSample(&model.ContainerUsageSample{MeasureStart: start, Usage: model.CPUAmountFromCores(o.CPU), Resource: model.ResourceCPU})
-		v.container.AddSample(&model.ContainerUsageSample{MeasureStart: start, Usage: model.MemoryAmountFromBytes(o.Memory), Resource: model.ResourceMemory})
-	}
+	v.feed(o)
 	if o.OOMKilled {
 		// The OOM observer records the container's memory request.
 		_ = v.container.RecordOOM(now, model.MemoryAmountFromBytes(float64(o.Values.MemoryRequest)))
@@ -117,6 +118,27 @@ func (v *VPA) Step(o Observation) (Values, Action) {
 	}
 	v.upd = now
 	return v.update(now)
+}
+
+// feed keeps the samples of one metrics window, a minute (the metrics
+// server's resolution and the recommender's interval), and feeds their
+// mean CPU and highest working set when it closes.
+func (v *VPA) feed(o Observation) {
+	if o.Running {
+		step := o.At.Sub(v.fed) - v.window
+		v.cpuSum += o.CPU * step.Seconds()
+		v.memMax = max(v.memMax, o.Memory)
+	}
+	v.window = o.At.Sub(v.fed)
+	if v.window < vpaRecommenderInterval {
+		return
+	}
+	start := v.fed
+	if v.memMax > 0 || v.cpuSum > 0 {
+		v.container.AddSample(&model.ContainerUsageSample{MeasureStart: start, Usage: model.CPUAmountFromCores(v.cpuSum / v.window.Seconds()), Resource: model.ResourceCPU})
+		v.container.AddSample(&model.ContainerUsageSample{MeasureStart: start, Usage: model.MemoryAmountFromBytes(v.memMax), Resource: model.ResourceMemory})
+	}
+	v.fed, v.window, v.cpuSum, v.memMax = o.At, 0, 0, 0
 }
 
 // update is the updater's decision on the one pod, and the in-place update.
