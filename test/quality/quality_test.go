@@ -2,6 +2,8 @@ package quality
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -103,9 +105,19 @@ func TestTraceFormatRoundTrips(t *testing.T) {
 	tr := Generate("jvm", 0, 3*time.Hour)
 	var buf bytes.Buffer
 	require.NoError(t, WriteTrace(&buf, tr))
-	got, err := ReadTrace(&buf)
+	raw := buf.Bytes()
+	got, err := ReadTrace(bytes.NewReader(raw))
 	require.NoError(t, err)
 	assert.Equal(t, tr, got)
+
+	// make bench-quality's KERF_QUALITY_TRACES: every *.csv of a directory.
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "jvm.csv"), raw, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("not a trace"), 0o600))
+	all, err := ReadTraces(dir)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	assert.Equal(t, tr, all[0])
 }
 
 func TestTraceFormatRefusesBadInputNamingTheField(t *testing.T) {
@@ -133,30 +145,40 @@ func TestTraceFormatRefusesBadInputNamingTheField(t *testing.T) {
 }
 
 func TestEveryStrategyIsSensibleOnASteadyTrace(t *testing.T) {
-	tr := Generate("steady", 0, 4*day)
-	strategies, err := Strategies()
-	require.NoError(t, err)
-	for _, s := range strategies {
-		t.Run(s.Name(), func(t *testing.T) {
-			r, err := Replay(tr, s, true)
-			require.NoError(t, err)
-			assert.Zero(t, r.OOMKills)
-			assert.Zero(t, r.Rollbacks)
-			assert.Zero(t, r.Throttled)
-			last := r.Values[len(r.Values)-1]
-			if s.Name() == "manual" {
-				assert.Equal(t, tr.Manifest, last)
-				assert.Zero(t, r.Changes)
-				return
-			}
-			// 0.3 cores and 300 Mi: a request at least the usage and at most
-			// twice it, and fewer changes than days.
-			assert.GreaterOrEqual(t, r.Changes, 1)
-			assert.LessOrEqual(t, r.Changes, 4)
-			assert.InDelta(t, 450, last.CPURequest, 150, "cpu request %s", last)
-			assert.InDelta(t, 450*Mi, last.MemoryRequest, 150*Mi, "memory request %s", last)
-			assert.Less(t, r.CPUSlack, 0.5*r.CPUUsage)
-		})
+	minute := Generate("steady", 0, 4*day)
+	// The same usage as a recorded trace at the agent's 10 s would be.
+	tenSeconds := *minute
+	tenSeconds.Name, tenSeconds.Step, tenSeconds.Samples = "steady-10s", 10*time.Second, nil
+	for _, s := range minute.Samples {
+		for range 6 {
+			tenSeconds.Samples = append(tenSeconds.Samples, s)
+		}
+	}
+	for _, tr := range []*Trace{minute, &tenSeconds} {
+		strategies, err := Strategies()
+		require.NoError(t, err)
+		for _, s := range strategies {
+			t.Run(tr.Name+"/"+s.Name(), func(t *testing.T) {
+				r, err := Replay(tr, s, true)
+				require.NoError(t, err)
+				assert.Zero(t, r.OOMKills)
+				assert.Zero(t, r.Rollbacks)
+				assert.Zero(t, r.Throttled)
+				last := r.Values[len(r.Values)-1]
+				if s.Name() == "manual" {
+					assert.Equal(t, tr.Manifest, last)
+					assert.Zero(t, r.Changes)
+					return
+				}
+				// 0.3 cores and 300 Mi: a request at least the usage and at most
+				// twice it, and fewer changes than days.
+				assert.GreaterOrEqual(t, r.Changes, 1)
+				assert.LessOrEqual(t, r.Changes, 4)
+				assert.InDelta(t, 450, last.CPURequest, 150, "cpu request %s", last)
+				assert.InDelta(t, 450*Mi, last.MemoryRequest, 150*Mi, "memory request %s", last)
+				assert.Less(t, r.CPUSlack, 0.5*r.CPUUsage)
+			})
+		}
 	}
 }
 
