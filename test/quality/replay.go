@@ -42,6 +42,7 @@ type Strategy interface {
 
 // Result is one strategy's figures on one trace.
 type Result struct {
+	// Strategy and Trace name what was replayed; Trace is "all" in a sum.
 	Strategy, Trace string
 	// Hours is the simulated time.
 	Hours float64
