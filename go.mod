@@ -31,7 +31,12 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require k8s.io/component-helpers v0.37.2 // indirect
+require (
+	github.com/stretchr/objx v0.5.3 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	k8s.io/component-helpers v0.37.2 // indirect
+)
 
 require (
 	dario.cat/mergo v1.0.1 // indirect
