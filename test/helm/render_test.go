@@ -349,3 +349,68 @@ func TestLintClean(t *testing.T) {
 		})
 	}
 }
+
+// leaderArgs returns the kerf-leader container's arguments in a rendered
+// manifest.
+func leaderArgs(t *testing.T, manifest string) []string {
+	t.Helper()
+	objs := byKey(t, "the chart", parse(t, manifest))
+	d, ok := objs["apps/v1/Deployment kerf-system/kerf-leader"]
+	require.True(t, ok, "no kerf-leader Deployment")
+	cs, _, err := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	require.NoError(t, err)
+	require.Len(t, cs, 1)
+	args, _, err := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+	require.NoError(t, err)
+	return args
+}
+
+// TestThrottlingSourceValuesSetTheLeaderFlags: leader.metricsURL gives
+// --metrics-url, leader.cadvisorFallback=false drops --cadvisor-fallback,
+// and values from a chart without the key (helm upgrade --reuse-values
+// replaces the new chart's defaults with the old release's) keep the
+// fallback on, as before.
+func TestThrottlingSourceValuesSetTheLeaderFlags(t *testing.T) {
+	const url = "http://prometheus-operated.monitoring.svc:9090"
+	for _, tc := range []struct {
+		name      string
+		leader    map[string]any
+		want, not []string
+	}{
+		{"defaults", nil, []string{"--cadvisor-fallback"}, []string{"--metrics-url"}},
+		{"prometheus", map[string]any{"metricsURL": url}, []string{"--metrics-url=" + url, "--cadvisor-fallback"}, nil},
+		{"prometheus only", map[string]any{"metricsURL": url, "cadvisorFallback": false}, []string{"--metrics-url=" + url}, []string{"--cadvisor-fallback"}},
+		{"neither", map[string]any{"cadvisorFallback": false}, nil, []string{"--cadvisor-fallback", "--metrics-url"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var vals map[string]any
+			if tc.leader != nil {
+				vals = map[string]any{"leader": tc.leader}
+			}
+			args := leaderArgs(t, renderManifest(t, vals))
+			for _, w := range tc.want {
+				assert.Contains(t, args, w)
+			}
+			for _, n := range tc.not {
+				for _, a := range args {
+					assert.False(t, strings.HasPrefix(a, n), "%s in %v", n, args)
+				}
+			}
+		})
+	}
+
+	t.Run("reused values without the key", func(t *testing.T) {
+		c := loadChart(t)
+		leader := c.Values["leader"].(map[string]any)
+		delete(leader, "cadvisorFallback")
+		delete(leader, "metricsURL")
+		inst := action.NewInstall(&action.Configuration{})
+		inst.ClientOnly, inst.DryRun, inst.ReleaseName, inst.Namespace = true, true, "kerf", "default"
+		inst.DisableOpenAPIValidation = true
+		rel, err := inst.Run(c, nil)
+		require.NoError(t, err)
+		args := leaderArgs(t, rel.Manifest)
+		assert.Contains(t, args, "--cadvisor-fallback")
+		assert.NotContains(t, strings.Join(args, " "), "--metrics-url")
+	})
+}
