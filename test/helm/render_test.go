@@ -1,6 +1,7 @@
 // Package helm_test checks the Helm chart charts/kerf: rendered with its
-// default values it is manifests/ object by object (with the hub on, it is
-// manifests/ with the manifests/hub/leader-patch component), `helm lint`
+// default values it is manifests/ object by object (with forwarding on,
+// manifests/ with the manifests/hub/leader-patch component; with the hub
+// on, manifests/hub/ added, for each of its databases), `helm lint`
 // finds nothing, and it installs into a real kube-apiserver, upgrades and
 // uninstalls leaving none of its objects behind. Helm is the module proxy's
 // helm.sh/helm/v3, called as a library: the same code as the helm binary's
@@ -9,7 +10,10 @@ package helm_test
 
 import (
 	"bytes"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -239,15 +243,93 @@ func TestDefaultValuesRenderManifests(t *testing.T) {
 	assertSameObjects(t, renderThroughKustomize(t, nil), kustomized)
 }
 
-// TestHubValuesRenderLeaderPatch: hub.enabled gives the leader what
-// manifests/hub/leader-patch gives it, and changes nothing else.
-func TestHubValuesRenderLeaderPatch(t *testing.T) {
+// TestHubForwardValuesRenderLeaderPatch: hub.forward.enabled gives the
+// leader what manifests/hub/leader-patch gives it, and changes nothing
+// else.
+func TestHubForwardValuesRenderLeaderPatch(t *testing.T) {
 	root := repoRoot(t)
 	kustomized := kustomize(t, kustomization(t,
 		[]string{filepath.Join(root, "manifests")},
 		[]string{filepath.Join(root, "manifests", "hub", "leader-patch")}))
-	rendered := renderThroughKustomize(t, map[string]any{"hub": map[string]any{"enabled": true}})
+	rendered := renderThroughKustomize(t, map[string]any{"hub": map[string]any{"forward": map[string]any{"enabled": true}}})
 	assertSameObjects(t, rendered, kustomized)
+}
+
+// TestHubValuesRenderManifestsHub: hub.enabled adds what `kubectl
+// kustomize manifests/hub/` gives, object by object, for each database:
+// SQLite on the claim (the defaults), PostgreSQL from a Secret
+// (manifests/hub/postgres) and SQLite on an emptyDir
+// (manifests/hub/ephemeral).
+func TestHubValuesRenderManifestsHub(t *testing.T) {
+	root := repoRoot(t)
+	for _, tc := range []struct {
+		name      string
+		hub       map[string]any
+		component string
+	}{
+		{"sqlite", map[string]any{}, ""},
+		{"postgres", map[string]any{"replicas": 2, "postgres": map[string]any{"existingSecret": "kerf-hub-database"}}, "postgres"},
+		{"emptyDir", map[string]any{"storage": map[string]any{"type": "EmptyDir", "size": "1Gi"}}, "ephemeral"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var components []string
+			if tc.component != "" {
+				components = []string{filepath.Join(root, "manifests", "hub", tc.component)}
+			}
+			kustomized := kustomize(t, kustomization(t,
+				[]string{filepath.Join(root, "manifests"), filepath.Join(root, "manifests", "hub")}, components))
+			tc.hub["enabled"] = true
+			rendered := renderThroughKustomize(t, map[string]any{"hub": tc.hub})
+			// A pod's volumes are keyed by name: kustomize's patch moves
+			// the one it changes first.
+			for _, o := range append(slices.Clone(rendered), kustomized...) {
+				vols, found, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
+				if found {
+					slices.SortFunc(vols, func(a, b any) int {
+						return strings.Compare(a.(map[string]any)["name"].(string), b.(map[string]any)["name"].(string))
+					})
+					require.NoError(t, unstructured.SetNestedSlice(o.Object, vols, "spec", "template", "spec", "volumes"))
+				}
+			}
+			assertSameObjects(t, rendered, kustomized)
+		})
+	}
+}
+
+// TestHubStorageValues: hub.storage.storageClass and size reach the claim,
+// SQLite refuses a second replica with a message naming hub.replicas, and
+// hub.tls.selfSigned makes a kubernetes.io/tls Secret whose certificate
+// names the Service.
+func TestHubStorageValues(t *testing.T) {
+	objs := byKey(t, "the chart", renderChart(t, map[string]any{"hub": map[string]any{
+		"enabled": true, "storage": map[string]any{"size": "50Gi", "storageClass": "fast-ssd"}}}))
+	const claim = "v1/PersistentVolumeClaim kerf-hub/kerf-hub-data"
+	require.Contains(t, objs, claim)
+	class, _, _ := unstructured.NestedString(objs[claim].Object, "spec", "storageClassName")
+	assert.Equal(t, "fast-ssd", class)
+	size, _, _ := unstructured.NestedString(objs[claim].Object, "spec", "resources", "requests", "storage")
+	assert.Equal(t, "50Gi", size)
+	assert.NotContains(t, objs, "v1/Secret kerf-hub/kerf-hub-tls", "the TLS Secret is the user's by default")
+
+	inst := action.NewInstall(&action.Configuration{})
+	inst.ClientOnly, inst.DryRun, inst.ReleaseName, inst.Namespace = true, true, "kerf", "default"
+	_, err := inst.Run(loadChart(t), map[string]any{"hub": map[string]any{"enabled": true, "replicas": 2}})
+	require.Error(t, err, "two replicas on SQLite")
+	assert.Contains(t, err.Error(), "hub.replicas")
+
+	objs = byKey(t, "the chart", renderChart(t, map[string]any{"hub": map[string]any{"enabled": true, "tls": map[string]any{"selfSigned": true}}}))
+	const secret = "v1/Secret kerf-hub/kerf-hub-tls"
+	require.Contains(t, objs, secret)
+	assert.Equal(t, "kubernetes.io/tls", objs[secret].Object["type"])
+	crt, _, _ := unstructured.NestedString(objs[secret].Object, "data", "tls.crt")
+	der, err := base64.StdEncoding.DecodeString(crt)
+	require.NoError(t, err)
+	block, _ := pem.Decode(der)
+	require.NotNil(t, block, "tls.crt is PEM")
+	cert, err := x509.ParseCertificate(block.Bytes)
+	require.NoError(t, err)
+	assert.NoError(t, cert.VerifyHostname("kerf-hub.kerf-hub.svc"))
+	assert.NoError(t, cert.VerifyHostname("kerf-hub.kerf-hub.svc.cluster.local"))
 }
 
 // TestValuesReachTheirFields: each value the chart documents changes the
@@ -330,7 +412,8 @@ func TestValuesReachTheirFields(t *testing.T) {
 func TestLintClean(t *testing.T) {
 	for name, vals := range map[string]map[string]any{
 		"defaults": nil,
-		"hub":      {"hub": map[string]any{"enabled": true}},
+		"hub":      {"hub": map[string]any{"enabled": true, "forward": map[string]any{"enabled": true}}},
+		"postgres": {"hub": map[string]any{"enabled": true, "replicas": 3, "postgres": map[string]any{"existingSecret": "db"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := action.NewLint()
