@@ -2,8 +2,9 @@
 // default values it is manifests/ object by object (with forwarding on,
 // manifests/ with the manifests/hub/leader-patch component; with the hub
 // on, manifests/hub/ added, for each of its databases), `helm lint`
-// finds nothing, and it installs into a real kube-apiserver, upgrades and
-// uninstalls leaving none of its objects behind. Helm is the module proxy's
+// finds nothing, values.schema.json refuses unknown and mistyped values,
+// and it installs into a real kube-apiserver, upgrades and uninstalls
+// leaving none of its objects behind. Helm is the module proxy's
 // helm.sh/helm/v3, called as a library: the same code as the helm binary's
 // template, lint, install, upgrade and uninstall.
 package helm_test
