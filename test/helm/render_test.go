@@ -498,3 +498,43 @@ func TestThrottlingSourceValuesSetTheLeaderFlags(t *testing.T) {
 		assert.NotContains(t, strings.Join(args, " "), "--metrics-url")
 	})
 }
+
+// TestHubValuesReachTheirFields: each hub value changes the field it
+// names, so a hub value the templates ignore fails here.
+func TestHubValuesReachTheirFields(t *testing.T) {
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	resources := map[string]any{"requests": map[string]any{"cpu": "200m", "memory": "256Mi"}, "limits": map[string]any{"memory": "1Gi"}}
+	objs := byKey(t, "the chart", renderChart(t, map[string]any{"hub": map[string]any{
+		"enabled":   true,
+		"image":     map[string]any{"repository": "registry.example/kerf-hub", "tag": "v1.2.3", "digest": digest, "pullPolicy": "Always"},
+		"replicas":  3,
+		"resources": resources,
+		"tls":       map[string]any{"secretName": "hub-serving"},
+		"postgres":  map[string]any{"existingSecret": "hub-db", "key": "dsn"},
+		"forward":   map[string]any{"enabled": true, "url": "https://hub.example:443", "clientSecret": "hub-client"},
+	}}))
+	const dep = "apps/v1/Deployment kerf-hub/kerf-hub"
+	require.Contains(t, objs, dep)
+	replicas, _, _ := unstructured.NestedFieldNoCopy(objs[dep].Object, "spec", "replicas")
+	assert.EqualValues(t, 3, replicas)
+	cs, _, _ := unstructured.NestedSlice(objs[dep].Object, "spec", "template", "spec", "containers")
+	require.Len(t, cs, 1)
+	hub := cs[0].(map[string]any)
+	assert.Equal(t, "registry.example/kerf-hub@"+digest, hub["image"])
+	assert.Equal(t, "Always", hub["imagePullPolicy"])
+	assert.Equal(t, resources, hub["resources"])
+	assert.Equal(t, map[string]any{"name": "KERF_HUB_DATABASE", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "hub-db", "key": "dsn"}}},
+		hub["env"].([]any)[0])
+	vols, _, _ := unstructured.NestedSlice(objs[dep].Object, "spec", "template", "spec", "volumes")
+	assert.Contains(t, vols, map[string]any{"name": "tls", "secret": map[string]any{"secretName": "hub-serving"}})
+	assert.Contains(t, objs, "policy/v1/PodDisruptionBudget kerf-hub/kerf-hub", "several replicas on PostgreSQL")
+	assert.NotContains(t, objs, "v1/PersistentVolumeClaim kerf-hub/kerf-hub-data", "no claim on PostgreSQL")
+
+	leader := objs["apps/v1/Deployment kerf-system/kerf-leader"]
+	require.NotNil(t, leader)
+	lcs, _, _ := unstructured.NestedSlice(leader.Object, "spec", "template", "spec", "containers")
+	assert.Contains(t, lcs[0].(map[string]any)["args"], "--hub-url=https://hub.example:443")
+	lvols, _, _ := unstructured.NestedSlice(leader.Object, "spec", "template", "spec", "volumes")
+	require.NotEmpty(t, lvols)
+	assert.Equal(t, "hub-client", lvols[0].(map[string]any)["secret"].(map[string]any)["secretName"], "the leader's Secret for the hub")
+}
