@@ -2,9 +2,13 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -125,7 +129,9 @@ func nodes(c *sandbox.Cluster) []string {
 
 // helmValues are the install's values: the images imported into the
 // sandbox's containerd, never pulled (pullPolicy Never: a missing image
-// fails the pod, rather than a pull from a registry that has none).
+// fails the pod, rather than a pull from a registry that has none), and
+// the hub on: SQLite on an emptyDir (the sandbox has no storage
+// provisioner) with the chart's self-signed certificate.
 func helmValues(t *testing.T) map[string]any {
 	t.Helper()
 	img := func(repo string) map[string]any {
@@ -136,6 +142,8 @@ func helmValues(t *testing.T) map[string]any {
 	return map[string]any{
 		"agent":  map[string]any{"image": img("kerf.local/kerf-agent")},
 		"leader": map[string]any{"image": img("kerf.local/kerf-leader")},
+		"hub": map[string]any{"enabled": true, "image": img("kerf.local/kerf-hub"),
+			"tls": map[string]any{"selfSigned": true}, "storage": map[string]any{"type": "EmptyDir", "size": "1Gi"}},
 	}
 }
 
@@ -224,10 +232,16 @@ func snapshot(ctx context.Context, t *testing.T, c client.Client, objs []*unstru
 	return out
 }
 
-// kerfPodUIDs are the UIDs of the running leader and agent pods, sorted.
+// kerfPodUIDs are the UIDs of the running leader, agent and hub pods,
+// sorted.
 func kerfPodUIDs(ctx context.Context, t *testing.T, e *scenario.Env) []string {
 	t.Helper()
 	var uids []string
+	hubs, err := hubPods(ctx, e.Client)
+	require.NoError(t, err)
+	for _, p := range hubs {
+		uids = append(uids, p.Name+"="+string(p.UID))
+	}
 	for _, component := range []string{"kerf-leader", "kerf-agent"} {
 		pods, err := e.KerfPods(ctx, component)
 		require.NoError(t, err)
@@ -242,14 +256,16 @@ func kerfPodUIDs(ctx context.Context, t *testing.T, e *scenario.Env) []string {
 // TestHelmInstallUpgradeUninstall installs charts/kerf with Helm's Go
 // library (helm.sh/helm/v3 from the module proxy, the code of `helm
 // install`) into the sandbox, a real kubelet and containerd running the
-// images this checkout built; Kerf works (both leader replicas and the
-// agent Ready, the Lease held, the agent streaming to the leader, a
-// recommendation applied under the chart's default policy); an upgrade
-// that changes one guardrail of the default policy changes that field and
-// nothing else (no pod restarted); the uninstall leaves none of the
-// release's objects, no kerf-system and no release record. The CRDs stay:
-// Helm never deletes crds/ (nor upgrades them), so that an uninstall
-// cannot take every RightsizingRecommendation and policy with it
+// images this checkout built, the hub on. Kerf works (both leader
+// replicas and the agent Ready, the Lease held, the agent streaming to the
+// leader, a recommendation applied under the chart's default policy), and
+// the hub is Ready and answers /healthz over TLS with the chart's
+// certificate. An upgrade that changes one guardrail of the default
+// policy changes that field and nothing else (no pod restarted, the hub's
+// certificate kept). The uninstall leaves none of the release's objects,
+// no kerf-system, no kerf-hub and no release record. The CRDs stay: Helm
+// never deletes crds/ (nor upgrades them), so that an uninstall cannot
+// take every RightsizingRecommendation and policy with it
 // (docs/install.md, "Helm").
 //
 // It is not parallel, so it runs before every other test of the package
@@ -287,10 +303,12 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		if _, err := un.Run(helmRelease); err != nil {
 			t.Logf("cleanup: helm uninstall: %v", err)
 		}
-		_ = scenario.Poll(ctx, 2*time.Minute, time.Second, "kerf-system gone", func(ctx context.Context) (bool, error) {
-			err := admin.Get(ctx, client.ObjectKey{Name: scenario.KerfNamespace}, &corev1.Namespace{})
-			return apierrors.IsNotFound(err), nil
-		})
+		for _, ns := range []string{scenario.KerfNamespace, scenario.HubNamespace} {
+			_ = scenario.Poll(ctx, 2*time.Minute, time.Second, ns+" gone", func(ctx context.Context) (bool, error) {
+				err := admin.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+				return apierrors.IsNotFound(err), nil
+			})
+		}
 	})
 
 	// helm install kerf charts/kerf --namespace default --wait --set ...image...
@@ -343,6 +361,15 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	require.NotNil(t, lease.Spec.HolderIdentity, "Lease kerf-leader has no holder")
 	assert.Equal(t, leader.Name, *lease.Spec.HolderIdentity, "the pod labelled leader holds the Lease")
 	t.Logf("Kerf runs: %s holds the Lease (%.1f s after the install began)", leader.Name, time.Since(began).Seconds())
+
+	// The hub (hub.enabled): Ready, and its probe answers over TLS with
+	// the certificate the chart made.
+	var hubTLS corev1.Secret
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: scenario.HubNamespace, Name: "kerf-hub-tls"}, &hubTLS), "hub.tls.selfSigned")
+	require.NoError(t, scenario.Poll(ctx, time.Minute, 250*time.Millisecond, "a ready kerf-hub answering /healthz", func(ctx context.Context) (bool, error) {
+		return hubAnswers(ctx, c, hubTLS.Data["tls.crt"])
+	}))
+	t.Logf("kerf-hub answers (%.1f s after the install began)", time.Since(began).Seconds())
 
 	// The leader fills the webhook's caBundle in; the upgrade must keep it.
 	hook := &unstructured.Unstructured{}
@@ -413,7 +440,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	wasPolicy, nowPolicy := before[policyKey], after[policyKey]
 	require.NoError(t, unstructured.SetNestedField(wasPolicy, int64(2), "spec", "guardrails", "rollback", "oomKills"))
 	assert.True(t, reflect.DeepEqual(wasPolicy, nowPolicy), "the upgrade changed the default policy beyond oomKills:\nbefore %v\nafter  %v", wasPolicy, nowPolicy)
-	assert.Equal(t, podsBefore, kerfPodUIDs(ctx, t, e), "the upgrade restarted a leader or agent pod")
+	assert.Equal(t, podsBefore, kerfPodUIDs(ctx, t, e), "the upgrade restarted a leader, agent or hub pod")
 	assert.Equal(t, bundle, caBundle(ctx, c, hook), "the upgrade dropped the caBundle the leader wrote")
 	t.Logf("helm upgrade: revision 2 changed the default policy's oomKills only (%.1f s after the install began)", time.Since(began).Seconds())
 
@@ -437,10 +464,12 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	un.Timeout = 2 * time.Minute
 	_, err = un.Run(helmRelease)
 	require.NoError(t, err, "helm uninstall")
-	require.NoError(t, scenario.Poll(ctx, 2*time.Minute, 250*time.Millisecond, "namespace kerf-system gone", func(ctx context.Context) (bool, error) {
-		err := c.Get(ctx, client.ObjectKey{Name: scenario.KerfNamespace}, &corev1.Namespace{})
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-	}), "left in kerf-system:\n%s", describePods(ctx, c))
+	for _, ns := range []string{scenario.KerfNamespace, scenario.HubNamespace} {
+		require.NoError(t, scenario.Poll(ctx, 2*time.Minute, 250*time.Millisecond, "namespace "+ns+" gone", func(ctx context.Context) (bool, error) {
+			err := c.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		}), "pods in kerf-system:\n%s", describePods(ctx, c))
+	}
 	var left []string
 	for _, o := range upgradedObjs {
 		_, found, err := liveObject(ctx, c, o)
@@ -477,6 +506,38 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		assert.True(t, found, "Helm keeps the CRDs of crds/: %s", objKey(o))
 	}
 	t.Logf("helm uninstall: nothing of the release left, the %d CRDs kept (%.1f s in all)", len(crds), time.Since(began).Seconds())
+}
+
+// hubPods are the chart's kerf-hub pods.
+func hubPods(ctx context.Context, c client.Client) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	err := c.List(ctx, &pods, client.InNamespace(scenario.HubNamespace), client.MatchingLabels{"app.kubernetes.io/component": "hub"})
+	return pods.Items, err
+}
+
+// hubAnswers is whether the one hub pod is Ready and answers GET /healthz
+// over TLS with the certificate in caPEM, for the Service's name.
+func hubAnswers(ctx context.Context, c client.Client, caPEM []byte) (bool, error) {
+	pods, err := hubPods(ctx, c)
+	if err != nil || len(pods) != 1 || !ready(pods[0]) || pods[0].Status.PodIP == "" {
+		return false, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return false, errors.New("no PEM certificate in kerf-hub-tls's tls.crt")
+	}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: roots, ServerName: "kerf-hub.kerf-hub.svc", MinVersion: tls.VersionTLS12}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+net.JoinHostPort(pods[0].Status.PodIP, "9443")+"/healthz", nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false, nil
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, nil
 }
 
 func ready(p corev1.Pod) bool {

@@ -53,7 +53,8 @@ func live(ctx context.Context, t *testing.T, c client.Client, o *unstructured.Un
 // TestInstallUpgradeUninstall installs the chart with Helm into a real
 // kube-apiserver with no Kerf CRDs (Helm installs them from crds/),
 // finds every object it renders there, upgrades leader.replicas and the
-// hub (keeping the caBundle the leader wrote), and uninstalls: no object
+// hub (its Deployment, and the leader's forwarding), keeping the caBundle
+// the leader wrote and the hub's self-signed certificate, and uninstalls: no object
 // of the chart is left but the CRDs, which Helm never deletes. The control
 // plane has no kubelet and no controllers: the pods never run, and the
 // deleted Namespace stays Terminating (its finalizer is the namespace
@@ -111,7 +112,8 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	up.Timeout = 2 * time.Minute
 	upVals := map[string]any{
 		"leader": map[string]any{"replicas": 3},
-		"hub":    map[string]any{"enabled": true},
+		"hub": map[string]any{"enabled": true, "tls": map[string]any{"selfSigned": true},
+			"forward": map[string]any{"enabled": true}},
 	}
 	rel, err = up.Run("kerf", chrt, upVals)
 	require.NoError(t, err, "helm upgrade")
@@ -130,6 +132,20 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	kept, _, _ := unstructured.NestedString(webhooks[0].(map[string]any), "clientConfig", "caBundle")
 	assert.Equal(t, caBundle, kept, "the upgrade dropped the caBundle the leader wrote")
 
+	// The hub's self-signed certificate is made once: a later upgrade
+	// reads it back (lookup) rather than making another, which would leave
+	// every leader's ca.crt stale.
+	hubTLS, err := cp.Clientset.CoreV1().Secrets("kerf-hub").Get(ctx, "kerf-hub-tls", metav1.GetOptions{})
+	require.NoError(t, err, "hub.tls.selfSigned makes the Secret")
+	require.NotEmpty(t, hubTLS.Data["tls.crt"])
+	rel, err = up.Run("kerf", chrt, upVals)
+	require.NoError(t, err, "helm upgrade, again")
+	assert.Equal(t, 3, rel.Version)
+	again, err := cp.Clientset.CoreV1().Secrets("kerf-hub").Get(ctx, "kerf-hub-tls", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, hubTLS.Data, again.Data, "an upgrade made the hub's certificate again")
+	objs = append(objs, renderChart(t, upVals)...)
+
 	un := action.NewUninstall(cfg)
 	un.Timeout = 2 * time.Minute
 	_, err = un.Run("kerf")
@@ -141,8 +157,9 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		case o.GetKind() == "CustomResourceDefinition":
 			assert.True(t, found, "Helm keeps CRDs: %s", key(o))
 		case !found:
-		case o.GetKind() == "Namespace" && got.GetDeletionTimestamp() != nil:
-			// Terminating: only the namespace controller would finish it.
+		case (o.GetKind() == "Namespace" || o.GetKind() == "PersistentVolumeClaim") && got.GetDeletionTimestamp() != nil:
+			// Terminating: only the namespace controller, and for a claim
+			// the PVC-protection controller, would finish it.
 		default:
 			left = append(left, key(o))
 		}

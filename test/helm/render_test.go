@@ -1,15 +1,20 @@
 // Package helm_test checks the Helm chart charts/kerf: rendered with its
-// default values it is manifests/ object by object (with the hub on, it is
-// manifests/ with the manifests/hub/leader-patch component), `helm lint`
-// finds nothing, and it installs into a real kube-apiserver, upgrades and
-// uninstalls leaving none of its objects behind. Helm is the module proxy's
+// default values it is manifests/ object by object (with forwarding on,
+// manifests/ with the manifests/hub/leader-patch component; with the hub
+// on, manifests/hub/ added, for each of its databases), `helm lint`
+// finds nothing, values.schema.json refuses unknown and mistyped values,
+// and it installs into a real kube-apiserver, upgrades and uninstalls
+// leaving none of its objects behind. Helm is the module proxy's
 // helm.sh/helm/v3, called as a library: the same code as the helm binary's
 // template, lint, install, upgrade and uninstall.
 package helm_test
 
 import (
 	"bytes"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -239,15 +244,93 @@ func TestDefaultValuesRenderManifests(t *testing.T) {
 	assertSameObjects(t, renderThroughKustomize(t, nil), kustomized)
 }
 
-// TestHubValuesRenderLeaderPatch: hub.enabled gives the leader what
-// manifests/hub/leader-patch gives it, and changes nothing else.
-func TestHubValuesRenderLeaderPatch(t *testing.T) {
+// TestHubForwardValuesRenderLeaderPatch: hub.forward.enabled gives the
+// leader what manifests/hub/leader-patch gives it, and changes nothing
+// else.
+func TestHubForwardValuesRenderLeaderPatch(t *testing.T) {
 	root := repoRoot(t)
 	kustomized := kustomize(t, kustomization(t,
 		[]string{filepath.Join(root, "manifests")},
 		[]string{filepath.Join(root, "manifests", "hub", "leader-patch")}))
-	rendered := renderThroughKustomize(t, map[string]any{"hub": map[string]any{"enabled": true}})
+	rendered := renderThroughKustomize(t, map[string]any{"hub": map[string]any{"forward": map[string]any{"enabled": true}}})
 	assertSameObjects(t, rendered, kustomized)
+}
+
+// TestHubValuesRenderManifestsHub: hub.enabled adds what `kubectl
+// kustomize manifests/hub/` gives, object by object, for each database:
+// SQLite on the claim (the defaults), PostgreSQL from a Secret
+// (manifests/hub/postgres) and SQLite on an emptyDir
+// (manifests/hub/ephemeral).
+func TestHubValuesRenderManifestsHub(t *testing.T) {
+	root := repoRoot(t)
+	for _, tc := range []struct {
+		name      string
+		hub       map[string]any
+		component string
+	}{
+		{"sqlite", map[string]any{}, ""},
+		{"postgres", map[string]any{"replicas": 2, "postgres": map[string]any{"existingSecret": "kerf-hub-database"}}, "postgres"},
+		{"emptyDir", map[string]any{"storage": map[string]any{"type": "EmptyDir", "size": "1Gi"}}, "ephemeral"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var components []string
+			if tc.component != "" {
+				components = []string{filepath.Join(root, "manifests", "hub", tc.component)}
+			}
+			kustomized := kustomize(t, kustomization(t,
+				[]string{filepath.Join(root, "manifests"), filepath.Join(root, "manifests", "hub")}, components))
+			tc.hub["enabled"] = true
+			rendered := renderThroughKustomize(t, map[string]any{"hub": tc.hub})
+			// A pod's volumes are keyed by name: kustomize's patch moves
+			// the one it changes first.
+			for _, o := range append(slices.Clone(rendered), kustomized...) {
+				vols, found, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
+				if found {
+					slices.SortFunc(vols, func(a, b any) int {
+						return strings.Compare(a.(map[string]any)["name"].(string), b.(map[string]any)["name"].(string))
+					})
+					require.NoError(t, unstructured.SetNestedSlice(o.Object, vols, "spec", "template", "spec", "volumes"))
+				}
+			}
+			assertSameObjects(t, rendered, kustomized)
+		})
+	}
+}
+
+// TestHubStorageValues: hub.storage.storageClass and size reach the claim,
+// SQLite refuses a second replica with a message naming hub.replicas, and
+// hub.tls.selfSigned makes a kubernetes.io/tls Secret whose certificate
+// names the Service.
+func TestHubStorageValues(t *testing.T) {
+	objs := byKey(t, "the chart", renderChart(t, map[string]any{"hub": map[string]any{
+		"enabled": true, "storage": map[string]any{"size": "50Gi", "storageClass": "fast-ssd"}}}))
+	const claim = "v1/PersistentVolumeClaim kerf-hub/kerf-hub-data"
+	require.Contains(t, objs, claim)
+	class, _, _ := unstructured.NestedString(objs[claim].Object, "spec", "storageClassName")
+	assert.Equal(t, "fast-ssd", class)
+	size, _, _ := unstructured.NestedString(objs[claim].Object, "spec", "resources", "requests", "storage")
+	assert.Equal(t, "50Gi", size)
+	assert.NotContains(t, objs, "v1/Secret kerf-hub/kerf-hub-tls", "the TLS Secret is the user's by default")
+
+	inst := action.NewInstall(&action.Configuration{})
+	inst.ClientOnly, inst.DryRun, inst.ReleaseName, inst.Namespace = true, true, "kerf", "default"
+	_, err := inst.Run(loadChart(t), map[string]any{"hub": map[string]any{"enabled": true, "replicas": 2}})
+	require.Error(t, err, "two replicas on SQLite")
+	assert.Contains(t, err.Error(), "hub.replicas")
+
+	objs = byKey(t, "the chart", renderChart(t, map[string]any{"hub": map[string]any{"enabled": true, "tls": map[string]any{"selfSigned": true}}}))
+	const secret = "v1/Secret kerf-hub/kerf-hub-tls"
+	require.Contains(t, objs, secret)
+	assert.Equal(t, "kubernetes.io/tls", objs[secret].Object["type"])
+	crt, _, _ := unstructured.NestedString(objs[secret].Object, "data", "tls.crt")
+	der, err := base64.StdEncoding.DecodeString(crt)
+	require.NoError(t, err)
+	block, _ := pem.Decode(der)
+	require.NotNil(t, block, "tls.crt is PEM")
+	cert, err := x509.ParseCertificate(block.Bytes)
+	require.NoError(t, err)
+	assert.NoError(t, cert.VerifyHostname("kerf-hub.kerf-hub.svc"))
+	assert.NoError(t, cert.VerifyHostname("kerf-hub.kerf-hub.svc.cluster.local"))
 }
 
 // TestValuesReachTheirFields: each value the chart documents changes the
@@ -330,7 +413,8 @@ func TestValuesReachTheirFields(t *testing.T) {
 func TestLintClean(t *testing.T) {
 	for name, vals := range map[string]map[string]any{
 		"defaults": nil,
-		"hub":      {"hub": map[string]any{"enabled": true}},
+		"hub":      {"hub": map[string]any{"enabled": true, "forward": map[string]any{"enabled": true}}},
+		"postgres": {"hub": map[string]any{"enabled": true, "replicas": 3, "postgres": map[string]any{"existingSecret": "db"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := action.NewLint()
@@ -348,4 +432,109 @@ func TestLintClean(t *testing.T) {
 			}
 		})
 	}
+}
+
+// leaderArgs returns the kerf-leader container's arguments in a rendered
+// manifest.
+func leaderArgs(t *testing.T, manifest string) []string {
+	t.Helper()
+	objs := byKey(t, "the chart", parse(t, manifest))
+	d, ok := objs["apps/v1/Deployment kerf-system/kerf-leader"]
+	require.True(t, ok, "no kerf-leader Deployment")
+	cs, _, err := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	require.NoError(t, err)
+	require.Len(t, cs, 1)
+	args, _, err := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+	require.NoError(t, err)
+	return args
+}
+
+// TestThrottlingSourceValuesSetTheLeaderFlags: leader.metricsURL gives
+// --metrics-url, leader.cadvisorFallback=false drops --cadvisor-fallback,
+// and values from a chart without the key (helm upgrade --reuse-values
+// replaces the new chart's defaults with the old release's) keep the
+// fallback on, as before.
+func TestThrottlingSourceValuesSetTheLeaderFlags(t *testing.T) {
+	const url = "http://prometheus-operated.monitoring.svc:9090"
+	for _, tc := range []struct {
+		name      string
+		leader    map[string]any
+		want, not []string
+	}{
+		{"defaults", nil, []string{"--cadvisor-fallback"}, []string{"--metrics-url"}},
+		{"prometheus", map[string]any{"metricsURL": url}, []string{"--metrics-url=" + url, "--cadvisor-fallback"}, nil},
+		{"prometheus only", map[string]any{"metricsURL": url, "cadvisorFallback": false}, []string{"--metrics-url=" + url}, []string{"--cadvisor-fallback"}},
+		{"neither", map[string]any{"cadvisorFallback": false}, nil, []string{"--cadvisor-fallback", "--metrics-url"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var vals map[string]any
+			if tc.leader != nil {
+				vals = map[string]any{"leader": tc.leader}
+			}
+			args := leaderArgs(t, renderManifest(t, vals))
+			for _, w := range tc.want {
+				assert.Contains(t, args, w)
+			}
+			for _, n := range tc.not {
+				for _, a := range args {
+					assert.False(t, strings.HasPrefix(a, n), "%s in %v", n, args)
+				}
+			}
+		})
+	}
+
+	t.Run("reused values without the key", func(t *testing.T) {
+		c := loadChart(t)
+		leader := c.Values["leader"].(map[string]any)
+		delete(leader, "cadvisorFallback")
+		delete(leader, "metricsURL")
+		inst := action.NewInstall(&action.Configuration{})
+		inst.ClientOnly, inst.DryRun, inst.ReleaseName, inst.Namespace = true, true, "kerf", "default"
+		inst.DisableOpenAPIValidation = true
+		rel, err := inst.Run(c, nil)
+		require.NoError(t, err)
+		args := leaderArgs(t, rel.Manifest)
+		assert.Contains(t, args, "--cadvisor-fallback")
+		assert.NotContains(t, strings.Join(args, " "), "--metrics-url")
+	})
+}
+
+// TestHubValuesReachTheirFields: each hub value changes the field it
+// names, so a hub value the templates ignore fails here.
+func TestHubValuesReachTheirFields(t *testing.T) {
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	resources := map[string]any{"requests": map[string]any{"cpu": "200m", "memory": "256Mi"}, "limits": map[string]any{"memory": "1Gi"}}
+	objs := byKey(t, "the chart", renderChart(t, map[string]any{"hub": map[string]any{
+		"enabled":   true,
+		"image":     map[string]any{"repository": "registry.example/kerf-hub", "tag": "v1.2.3", "digest": digest, "pullPolicy": "Always"},
+		"replicas":  3,
+		"resources": resources,
+		"tls":       map[string]any{"secretName": "hub-serving"},
+		"postgres":  map[string]any{"existingSecret": "hub-db", "key": "dsn"},
+		"forward":   map[string]any{"enabled": true, "url": "https://hub.example:443", "clientSecret": "hub-client"},
+	}}))
+	const dep = "apps/v1/Deployment kerf-hub/kerf-hub"
+	require.Contains(t, objs, dep)
+	replicas, _, _ := unstructured.NestedFieldNoCopy(objs[dep].Object, "spec", "replicas")
+	assert.EqualValues(t, 3, replicas)
+	cs, _, _ := unstructured.NestedSlice(objs[dep].Object, "spec", "template", "spec", "containers")
+	require.Len(t, cs, 1)
+	hub := cs[0].(map[string]any)
+	assert.Equal(t, "registry.example/kerf-hub@"+digest, hub["image"])
+	assert.Equal(t, "Always", hub["imagePullPolicy"])
+	assert.Equal(t, resources, hub["resources"])
+	assert.Equal(t, map[string]any{"name": "KERF_HUB_DATABASE", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "hub-db", "key": "dsn"}}},
+		hub["env"].([]any)[0])
+	vols, _, _ := unstructured.NestedSlice(objs[dep].Object, "spec", "template", "spec", "volumes")
+	assert.Contains(t, vols, map[string]any{"name": "tls", "secret": map[string]any{"secretName": "hub-serving"}})
+	assert.Contains(t, objs, "policy/v1/PodDisruptionBudget kerf-hub/kerf-hub", "several replicas on PostgreSQL")
+	assert.NotContains(t, objs, "v1/PersistentVolumeClaim kerf-hub/kerf-hub-data", "no claim on PostgreSQL")
+
+	leader := objs["apps/v1/Deployment kerf-system/kerf-leader"]
+	require.NotNil(t, leader)
+	lcs, _, _ := unstructured.NestedSlice(leader.Object, "spec", "template", "spec", "containers")
+	assert.Contains(t, lcs[0].(map[string]any)["args"], "--hub-url=https://hub.example:443")
+	lvols, _, _ := unstructured.NestedSlice(leader.Object, "spec", "template", "spec", "volumes")
+	require.NotEmpty(t, lvols)
+	assert.Equal(t, "hub-client", lvols[0].(map[string]any)["secret"].(map[string]any)["secretName"], "the leader's Secret for the hub")
 }
