@@ -1,6 +1,7 @@
 package recommend
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -84,25 +85,27 @@ func TestRecommendExternalKeepsTheLatches(t *testing.T) {
 	cur := Resources{CPUMilli: 1000, MemoryBytes: 256 * Mi}
 	ext := External{Target: Resources{CPUMilli: 200, MemoryBytes: 100 * Mi}}
 
-	t.Run("an OOM kill in the state: memory at least max(peak+100Mi, peak*1.2)", func(t *testing.T) {
+	// max(peak + 100Mi, peak × 1.2) with the 15% safety margin.
+	floor := int64(math.Ceil(356 * Mi * 1.15))
+	t.Run("an OOM kill in the state: memory at least max(peak+100Mi, peak*1.2) with the margin", func(t *testing.T) {
 		var s ContainerState
 		s.RecordOOM(m, 256*Mi, now.Add(-time.Minute))
 		r := m.RecommendExternal(&s, ext, Input{Now: now, Request: cur, Limit: cur})
 		assert.Equal(t, int64(200), r.Request.CPUMilli, "CPU follows the target")
-		assert.Equal(t, int64(356*Mi), r.Request.MemoryBytes, "the source asked for 100Mi")
-		assert.Equal(t, int64(356*Mi), r.Limit.MemoryBytes, "never a limit below the request")
+		assert.Equal(t, floor, r.Request.MemoryBytes, "the source asked for 100Mi")
+		assert.Equal(t, floor, r.Limit.MemoryBytes, "never a limit below the request")
 		require.NotEmpty(t, r.Refusals)
 		f := r.Refusals[0]
 		assert.Equal(t, ReasonOOMKill, f.Reason)
 		assert.Equal(t, Memory, f.Resource)
 		assert.Equal(t, int64(100*Mi), f.Asked, "what the source asked for")
-		assert.Equal(t, int64(356*Mi), f.Held)
+		assert.Equal(t, floor, f.Held)
 		assert.Equal(t, float64(256*Mi), f.Observed)
 	})
 	t.Run("an OOM kill from the caller, no state", func(t *testing.T) {
 		r := m.RecommendExternal(nil, ext, Input{Now: now, Request: cur, Limit: cur,
 			Signals: Signals{OOMAt: now.Add(-time.Minute), OOMPeakBytes: 256 * Mi}})
-		assert.Equal(t, int64(356*Mi), r.Request.MemoryBytes)
+		assert.Equal(t, floor, r.Request.MemoryBytes)
 	})
 	t.Run("throttled in the state: CPU not lowered", func(t *testing.T) {
 		var s ContainerState

@@ -80,7 +80,7 @@ type Params struct {
 	// ratio at or above it in the window latches CPU (default 0.25).
 	ThrottlingRatio float64
 	// OOMBumpBytes is the least a memory recommendation exceeds the peak
-	// after an OOM kill (VPA and Kerf: 100 Mi).
+	// after an OOM kill, before the safety margin (VPA and Kerf: 100 Mi).
 	OOMBumpBytes int64
 	// OOMBumpRatio is the least factor a memory recommendation exceeds the
 	// peak by after an OOM kill (VPA and Kerf: 1.2).

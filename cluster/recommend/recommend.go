@@ -192,8 +192,11 @@ func (m *Model) guard(r *Result, sig Signals, in Input, cpu, mem bool) {
 	if mem {
 		var l latch
 		if !sig.OOMAt.IsZero() {
+			// The bump with the safety margin, as VPA's estimator adds
+			// the margin to its OOM sample (the replay against VPA,
+			// docs/performance.md, measured the bump without it).
 			peak := sig.OOMPeakBytes
-			bump := ceil(math.Max(peak+float64(m.p.OOMBumpBytes), peak*m.p.OOMBumpRatio))
+			bump := ceil(math.Max(peak+float64(m.p.OOMBumpBytes), peak*m.p.OOMBumpRatio) * (1 + m.p.SafetyMargin))
 			if maxm := in.MaxAllowed.MemoryBytes; maxm > 0 {
 				bump = min(bump, maxm)
 			}

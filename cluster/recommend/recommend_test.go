@@ -92,25 +92,25 @@ func TestRecommend(t *testing.T) {
 			in:   Input{Request: big, Signals: Signals{OOMAt: oomAt, OOMPeakBytes: 300 * Mi}}, ready: true,
 			req: Resources{lowCPU, 1024 * Mi},
 			refusals: []Refusal{
-				{Resource: Memory, Field: Request, Asked: lowMem, Held: 1024 * Mi, Reason: ReasonOOMKill, Observed: 300 * Mi, Threshold: 400 * Mi, At: oomAt},
+				{Resource: Memory, Field: Request, Asked: lowMem, Held: 1024 * Mi, Reason: ReasonOOMKill, Observed: 300 * Mi, Threshold: 460 * Mi, At: oomAt},
 			},
 		},
 		{
-			name: "after an OOM kill memory is at least peak + 100Mi",
+			name: "after an OOM kill memory is at least (peak + 100Mi) × the margin",
 			in: Input{Request: Resources{1000, 300 * Mi}, Limit: Resources{0, 600 * Mi},
 				Signals: Signals{OOMAt: oomAt, OOMPeakBytes: 300 * Mi}}, ready: true,
-			req: Resources{lowCPU, 400 * Mi}, lim: Resources{0, 800 * Mi},
+			req: Resources{lowCPU, 460 * Mi}, lim: Resources{0, 920 * Mi},
 			refusals: []Refusal{
-				{Resource: Memory, Field: Request, Asked: lowMem, Held: 400 * Mi, Reason: ReasonOOMKill, Observed: 300 * Mi, Threshold: 400 * Mi, At: oomAt},
-				{Resource: Memory, Field: Limit, Asked: 2 * lowMem, Held: 800 * Mi, Reason: ReasonOOMKill, Observed: 300 * Mi, Threshold: 400 * Mi, At: oomAt},
+				{Resource: Memory, Field: Request, Asked: lowMem, Held: 460 * Mi, Reason: ReasonOOMKill, Observed: 300 * Mi, Threshold: 460 * Mi, At: oomAt},
+				{Resource: Memory, Field: Limit, Asked: 2 * lowMem, Held: 920 * Mi, Reason: ReasonOOMKill, Observed: 300 * Mi, Threshold: 460 * Mi, At: oomAt},
 			},
 		},
 		{
-			name: "after an OOM kill of a large peak memory is at least peak × 1.2",
+			name: "after an OOM kill of a large peak memory is at least peak × 1.2 × the margin",
 			in:   Input{Request: Resources{1000, 1000 * Mi}, Signals: Signals{OOMAt: oomAt, OOMPeakBytes: 1000 * Mi}}, ready: true,
-			req: Resources{lowCPU, 1200 * Mi},
+			req: Resources{lowCPU, 1380 * Mi},
 			refusals: []Refusal{
-				{Resource: Memory, Field: Request, Asked: lowMem, Held: 1200 * Mi, Reason: ReasonOOMKill, Observed: 1000 * Mi, Threshold: 1200 * Mi, At: oomAt},
+				{Resource: Memory, Field: Request, Asked: lowMem, Held: 1380 * Mi, Reason: ReasonOOMKill, Observed: 1000 * Mi, Threshold: 1380 * Mi, At: oomAt},
 			},
 		},
 		{
@@ -234,7 +234,7 @@ func TestRecommendUsesTheStatesSignals(t *testing.T) {
 	require.Len(t, r.Refusals, 2)
 	assert.Equal(t, ReasonThrottled, r.Refusals[0].Reason)
 	assert.Equal(t, ReasonOOMKill, r.Refusals[1].Reason)
-	assert.Equal(t, "memory request held at 1024Mi instead of 250Mi: OOMKill at 2026-11-01T02:00:00Z (peak 300Mi, floor 400Mi)", r.Refusals[1].String())
+	assert.Equal(t, "memory request held at 1024Mi instead of 250Mi: OOMKill at 2026-11-01T02:00:00Z (peak 300Mi, floor 460Mi)", r.Refusals[1].String())
 }
 
 func TestParamsValidateNamesTheField(t *testing.T) {
