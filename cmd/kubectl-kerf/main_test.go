@@ -43,7 +43,12 @@ func kerf(t *testing.T, cp *controlplane.ControlPlane, args ...string) (int, str
 	return code, out.String(), errOut.String()
 }
 
-// fixture is a namespace with Deployment web (500m/256Mi), its
+// fixtureNow is the fixtures' fixed clock, so that the golden files hold
+// their times and ages exactly.
+var fixtureNow = time.Date(2026, 12, 1, 12, 42, 53, 0, time.UTC)
+
+// fixture is a namespace with Deployment web (500m/256Mi, no memory
+// limit), its
 // recommendation web (250m/128Mi) rolled back for OOM kills with a
 // cooldown and a backoff, and recommendation api (no Deployment) whose
 // recommender held memory back.
@@ -56,7 +61,7 @@ func newFixture(t *testing.T, cp *controlplane.ControlPlane) fixture {
 	t.Helper()
 	ctx := context.Background()
 	c := cp.Client
-	f := fixture{ns: controlplane.UniqueName("kubectl"), now: time.Now().UTC().Truncate(time.Second)}
+	f := fixture{ns: controlplane.UniqueName("kubectl"), now: fixtureNow}
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}))
 	labels := map[string]string{"app": "web"}
 	require.NoError(t, c.Create(ctx, &appsv1.Deployment{
@@ -68,7 +73,7 @@ func newFixture(t *testing.T, cp *controlplane.ControlPlane) fixture {
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "kerf.local/workload:1",
 					Resources: corev1.ResourceRequirements{
 						Requests: corev1.ResourceList{corev1.ResourceCPU: *q("500m"), corev1.ResourceMemory: *q("256Mi")},
-						Limits:   corev1.ResourceList{corev1.ResourceCPU: *q("1"), corev1.ResourceMemory: *q("256Mi")},
+						Limits:   corev1.ResourceList{corev1.ResourceCPU: *q("1")},
 					}}}},
 			},
 		},
@@ -142,16 +147,17 @@ func TestStatusTablePrintsEachWorkloadWithItsValuesAndLastAction(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	require.Len(t, lines, 3, out)
-	assert.Regexp(t, `^WORKLOAD\s+PHASE\s+REASON\s+REQUESTS\s+LAST ACTION\s+SINCE$`, lines[0])
-	// Sorted by workload: api before web.
-	assert.Regexp(t, `^Deployment/api\s+Healthy\s+<none>\s+app: cpu 100m→\? memory 64Mi→\?\s+refused/OOMKill\s+2m$`, lines[1])
-	assert.Regexp(t, `^Deployment/web\s+RolledBack\s+OOMKills\s+app: cpu 250m→500m memory 128Mi→256Mi\s+rolled_back/OOMKills\s+5m$`, lines[2])
+	assert.Regexp(t, `^WORKLOAD\s+PHASE\s+REASON\s+REQUESTS \(MANIFEST→RECOMMENDED\)\s+LAST ACTION\s+SINCE$`, lines[0])
+	// Sorted by workload: api before web. Old→new: the manifest's values
+	// (unknown without a Deployment) against the recommended.
+	assert.Regexp(t, `^Deployment/api\s+Healthy\s+<none>\s+app: cpu unknown→100m memory unknown→64Mi\s+refused/OOMKill\s+2m$`, lines[1])
+	assert.Regexp(t, `^Deployment/web\s+RolledBack\s+OOMKills\s+app: cpu 500m→250m memory 256Mi→128Mi\s+rolled_back/OOMKills\s+5m$`, lines[2])
 	assert.NotContains(t, out, "NAMESPACE", "no namespace column with -n")
 
 	code, out, errOut = kerf(t, cp, "status", "-n", f.ns, "-o", "wide")
 	require.Equal(t, 0, code, errOut)
-	assert.Regexp(t, `^WORKLOAD\s+PHASE\s+REASON\s+REQUESTS\s+LIMITS\s+LAST ACTION\s+SINCE\s+RECOMMENDATION\s+STRATEGY\s+POLICY\s+HEALTHWATCH\n`, out)
-	assert.Regexp(t, `Deployment/web\s+RolledBack\s+OOMKills\s+app: cpu 250m→500m memory 128Mi→256Mi\s+app: cpu 250m→1 memory 128Mi→256Mi\s+rolled_back/OOMKills\s+5m\s+web\s+Rollout\s+RightsizingPolicy/guard\s+OOMKills`, out)
+	assert.Regexp(t, `^WORKLOAD\s+PHASE\s+REASON\s+REQUESTS \(MANIFEST→RECOMMENDED\)\s+LIMITS \(MANIFEST→RECOMMENDED\)\s+LAST ACTION\s+SINCE\s+RECOMMENDATION\s+STRATEGY\s+POLICY\s+HEALTHWATCH\n`, out)
+	assert.Regexp(t, `Deployment/web\s+RolledBack\s+OOMKills\s+app: cpu 500m→250m memory 256Mi→128Mi\s+app: cpu 1→250m memory unset→128Mi\s+rolled_back/OOMKills\s+5m\s+web\s+Rollout\s+RightsizingPolicy/guard\s+OOMKills`, out)
 }
 
 func TestStatusAllNamespacesAddsTheNamespaceColumn(t *testing.T) {
@@ -263,9 +269,9 @@ func TestExplainSaysWhyAndWhatHappensNext(t *testing.T) {
 	code, out, errOut = kerf(t, cp, "explain", "api", "-n", f.ns)
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "Held back by the recommender 2m ago ("+f.now.Add(-2*time.Minute).Format(time.RFC3339)+"): the recommender held memory back\n")
-	assert.Contains(t, out, "  app memory request: OOMKill, held 64Mi instead of 48Mi (observed 67108864)\n")
+	assert.Contains(t, out, "  app memory request: OOMKill, held 64Mi instead of 48Mi (observed 64Mi)\n")
 	assert.Contains(t, out, "Recommender's refusals (kerf.dev/recommendation-basis, made 60s ago by RightsizingPolicy/guard):\n"+
-		"  app memory request: OOMKill, held 64Mi instead of 48Mi (observed 67108864, threshold 0)\n"+
+		"  app memory request: OOMKill, held 64Mi instead of 48Mi (observed 64Mi, threshold 0)\n"+
 		"    memory request held at 64Mi instead of 48Mi: OOMKill\n")
 	assert.NotContains(t, out, "Rolled back")
 }

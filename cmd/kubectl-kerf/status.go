@@ -27,8 +27,9 @@ func newStatusCommand(o *options) *cobra.Command {
 		Use:   "status [-n NAMESPACE | -A] [-o wide|yaml|json]",
 		Short: "Each workload with a RightsizingRecommendation: phase, values, last action",
 		Long: "status lists each workload with a RightsizingRecommendation: its phase, the\n" +
-			"recommended values against the manifest's (recommended→manifest, per\n" +
-			"container), Kerf's last action and how long ago it was. It then names\n" +
+			"manifest's values against the recommended ones (old→new, manifest→recommended,\n" +
+			"per container, in human units; unset where nothing is set), Kerf's last\n" +
+			"action and how long ago it was. It then names\n" +
 			"each node whose kerf-agent is not ready (it cannot read the node's\n" +
 			"containers, or is not running): Kerf does not see that node's harm.",
 		Args: cobra.NoArgs,
@@ -83,7 +84,7 @@ func (o *options) status(ctx context.Context, all bool, output string) error {
 	}
 	table := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
 		column("Workload", false), column("Phase", false), column("Reason", false),
-		column("Requests", false), column("Limits", true),
+		column("Requests (Manifest→Recommended)", false), column("Limits (Manifest→Recommended)", true),
 		column("Last Action", false), column("Since", false),
 		column("Recommendation", true), column("Strategy", true), column("Policy", true), column("HealthWatch", true),
 	}}
@@ -143,15 +144,16 @@ func manifestValues(ctx context.Context, c client.Client, r *v1alpha1.Rightsizin
 }
 
 // valuesAgainst writes each recommended container's requests and limits
-// against the manifest's, such as "app: cpu 250m→500m memory 128Mi→256Mi";
-// a manifest value that could not be read is "?".
+// old→new, the manifest's against the recommended, such as
+// "app: cpu 500m→250m memory 256Mi→128Mi"; a manifest value that could
+// not be read is "unknown".
 func valuesAgainst(recommended []v1alpha1.ContainerResources, manifest map[string]v1alpha1.ContainerResources) (requests, limits string) {
 	var reqs, lims []string
 	for _, rc := range recommended {
 		mc, ok := manifest[rc.Name]
-		req, lim := pairs(rc.Requests, mc.Requests), pairs(rc.Limits, mc.Limits)
+		req, lim := pairs(mc.Requests, rc.Requests), pairs(mc.Limits, rc.Limits)
 		if !ok {
-			req, lim = strings.ReplaceAll(req, "→-", "→?"), strings.ReplaceAll(lim, "→-", "→?")
+			req, lim = unknownOld(req), unknownOld(lim)
 		}
 		if req != "" {
 			reqs = append(reqs, rc.Name+": "+req)
@@ -161,6 +163,18 @@ func valuesAgainst(recommended []v1alpha1.ContainerResources, manifest map[strin
 		}
 	}
 	return orNone(strings.Join(reqs, "; ")), orNone(strings.Join(lims, "; "))
+}
+
+// unknownOld marks the old side of each pair pairs wrote as unknown: the
+// manifest could not be read.
+func unknownOld(s string) string {
+	parts := strings.Split(s, " ")
+	for i := 1; i < len(parts); i += 2 {
+		if _, after, ok := strings.Cut(parts[i], "→"); ok {
+			parts[i] = "unknown→" + after
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // agentLabels select the kerf-agent pods (manifests/agent.yaml).
