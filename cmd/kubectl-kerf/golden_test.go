@@ -2,8 +2,10 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -20,16 +22,25 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden with the comm
 
 // TestEachCommandPrintsItsGoldenFile runs every command on the fixture (a
 // fixed clock, fixed times) and compares its output, stdout then stderr,
-// with testdata/NAME.golden; the namespace prints as NAMESPACE.
+// with testdata/NAME.golden; the namespace prints as golden-NNNNNN.
 func TestEachCommandPrintsItsGoldenFile(t *testing.T) {
 	cp := controlplane.Get(t)
-	f := newFixture(t, cp)
+	// A namespace name of one length whatever the tests before, so that
+	// the columns of the tables that print it stay where they are.
+	seq, err := strconv.Atoi(strings.TrimPrefix(controlplane.UniqueName("g"), "g-"))
+	require.NoError(t, err)
+	f := newFixtureIn(t, cp, fmt.Sprintf("golden-%06d", seq))
 	for _, tc := range []struct {
 		name string
 		args []string
 	}{
 		{"status", []string{"status"}},
 		{"status-wide", []string{"status", "-o", "wide"}},
+		{"status-summary", []string{"status", "--summary"}},
+		{"status-summary-wide", []string{"status", "--summary", "-o", "wide"}},
+		// The rollback was 5m ago: a window of 1m counts none.
+		{"status-summary-1m", []string{"status", "--summary", "--since", "1m"}},
+		{"status-summary-json", []string{"status", "--summary", "-o", "json"}},
 		{"history-web", []string{"history", "web"}},
 		{"history-web-wide", []string{"history", "deployment/web", "-o", "wide"}},
 		{"history-api", []string{"history", "api"}},
@@ -46,7 +57,7 @@ func TestEachCommandPrintsItsGoldenFile(t *testing.T) {
 			if errOut != "" {
 				got += "--- stderr\n" + errOut
 			}
-			golden(t, tc.name, strings.ReplaceAll(got, f.ns, "NAMESPACE"))
+			golden(t, tc.name, strings.ReplaceAll(got, f.ns, "golden-NNNNNN"))
 		})
 	}
 }
@@ -87,4 +98,22 @@ func TestAmountsPrintInHumanUnits(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, amount(tc.res, tc.v), "%s %d", tc.res, tc.v)
 	}
+}
+
+func TestSummarySinceIsCheckedAndNeedsSummary(t *testing.T) {
+	cp := controlplane.Get(t)
+	f := newFixture(t, cp)
+	code, _, errOut := kerf(t, cp, "status", "--since", "1h", "-n", f.ns)
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "error: --since counts the rollbacks of --summary: give --summary too\n", errOut)
+	code, _, errOut = kerf(t, cp, "status", "--summary", "--since", "-1h", "-n", f.ns)
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "error: --since -1h0m0s: must be a positive duration such as 24h or 168h\n", errOut)
+
+	// Every namespace: a row each, then their total.
+	newFixture(t, cp)
+	code, out, errOut := kerf(t, cp, "status", "--summary", "-A")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `(?m)^`+f.ns+`\s+2\s+500m→250m→250m\s+250m\s+256Mi→256Mi→128Mi\s+0\s+1\s+2$`, out)
+	assert.Regexp(t, `\n\(total\)\s+\d+\s+\S+\s+\S+\s+\S+\s+\S+\s+\d+\s+\d+\n$`, out, "the total comes last")
 }

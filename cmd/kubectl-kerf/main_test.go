@@ -59,9 +59,15 @@ type fixture struct {
 
 func newFixture(t *testing.T, cp *controlplane.ControlPlane) fixture {
 	t.Helper()
+	return newFixtureIn(t, cp, controlplane.UniqueName("kubectl"))
+}
+
+// newFixtureIn makes the fixture in namespace ns.
+func newFixtureIn(t *testing.T, cp *controlplane.ControlPlane, ns string) fixture {
+	t.Helper()
 	ctx := context.Background()
 	c := cp.Client
-	f := fixture{ns: controlplane.UniqueName("kubectl"), now: fixtureNow}
+	f := fixture{ns: ns, now: fixtureNow}
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}))
 	labels := map[string]string{"app": "web"}
 	require.NoError(t, c.Create(ctx, &appsv1.Deployment{

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -21,21 +22,32 @@ import (
 )
 
 func newStatusCommand(o *options) *cobra.Command {
-	var all bool
+	var all, summary bool
+	var since time.Duration
 	var output, kerfNamespace string
 	cmd := &cobra.Command{
-		Use:   "status [-n NAMESPACE | -A] [-o wide|yaml|json]",
+		Use:   "status [-n NAMESPACE | -A] [--summary [--since 24h]] [-o wide|yaml|json]",
 		Short: "Each workload with a RightsizingRecommendation: phase, values, last action",
 		Long: "status lists each workload with a RightsizingRecommendation: its phase, the\n" +
 			"manifest's values against the recommended ones (old→new, manifest→recommended,\n" +
 			"per container, in human units; unset where nothing is set), Kerf's last\n" +
 			"action and how long ago it was. It then names\n" +
 			"each node whose kerf-agent is not ready (it cannot read the node's\n" +
-			"containers, or is not running): Kerf does not see that node's harm.",
+			"containers, or is not running): Kerf does not see that node's harm.\n" +
+			"--summary prints instead, per namespace, the CPU and memory requests of\n" +
+			"the manifests, in force and recommended (one pod per workload, as Kerf\n" +
+			"recorded them), what the changes in force saved, and the rollbacks and\n" +
+			"their OOM kills in the last --since.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
+			}
+			if summary {
+				return o.summary(cmd.Context(), all, output, since)
+			}
+			if cmd.Flags().Changed("since") {
+				return fmt.Errorf("--since counts the rollbacks of --summary: give --summary too")
 			}
 			if err := o.status(cmd.Context(), all, output); err != nil {
 				return err
@@ -47,6 +59,8 @@ func newStatusCommand(o *options) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List the workloads of every namespace")
+	cmd.Flags().BoolVar(&summary, "summary", false, "Print per namespace what Kerf's changes saved, and their rollbacks and OOM kills")
+	cmd.Flags().DurationVar(&since, "since", 24*time.Hour, "With --summary: the window the rollbacks and OOM kills are counted in")
 	cmd.Flags().StringVar(&kerfNamespace, "kerf-namespace", "kerf-system", "The namespace Kerf is installed in, where its agents run")
 	addOutputFlag(cmd, &output)
 	return cmd
