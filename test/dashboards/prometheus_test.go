@@ -60,7 +60,20 @@ var noData = map[string]string{
 	"kerf_stream_dropped_reports_total":     "its first series is the first report the leader drops (a pod on another node or unknown)",
 	"kerf_recommender_vpa_skipped_total":    "its first series is the first workload whose policy takes its targets from a VerticalPodAutoscaler",
 	"kerf_webhook_skipped_containers_total": "its first series is the first container whose applied values would make its pod invalid",
+	// The savings metrics have a series per namespace with a
+	// recommendation; the cluster package's
+	// TestTheLeaderExportsWhatItsChangesSavedPerNamespace checks their
+	// figures on a rollback its own reconciler makes.
+	"kerf_savings_cpu_cores":           savingsNoData,
+	"kerf_savings_memory_bytes":        savingsNoData,
+	"kerf_savings_rollbacks":           savingsNoData,
+	"kerf_savings_oom_kills":           savingsNoData,
+	"kerf_savings_unrecorded_requests": savingsNoData,
+	"kerf_savings_workloads":           savingsNoData,
 }
+
+// savingsNoData is why the savings metrics have no series here.
+const savingsNoData = "its first series is the first namespace with a RightsizingRecommendation, made here only after the panels' queries"
 
 // rig is a real agent and a real leader scraped by a real Prometheus.
 type rig struct {
