@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -30,6 +32,7 @@ func TestEachCommandPrintsItsGoldenFile(t *testing.T) {
 	seq, err := strconv.Atoi(strings.TrimPrefix(controlplane.UniqueName("g"), "g-"))
 	require.NoError(t, err)
 	f := newFixtureIn(t, cp, fmt.Sprintf("golden-%06d", seq))
+	require.NoError(t, cp.Client.Create(context.Background(), &v1alpha1.RightsizingPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "guard"}}))
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -49,6 +52,9 @@ func TestEachCommandPrintsItsGoldenFile(t *testing.T) {
 		// In this order: the pause is what the resume lifts.
 		{"pause-workload", []string{"pause", "--workload", "web"}},
 		{"resume-workload", []string{"resume", "--workload", "web"}},
+		{"pause-policy", []string{"pause", "guard"}},
+		{"pause-policy-again", []string{"pause", "rightsizingpolicy/guard"}},
+		{"resume-policy", []string{"resume", "guard"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errOut := kerf(t, cp, append(tc.args, "-n", f.ns)...)
