@@ -431,6 +431,22 @@ func TestEveryPanelQueryAndAlertRunsOnARealPrometheus(t *testing.T) {
 	require.Len(t, s, 1)
 	assert.Equal(t, r.ns, s[0].Metric["namespace"], "KerfWorkloadDegraded names the namespace")
 	assert.Equal(t, "1", s[0].Value[1], "one Degraded workload")
+	// The same recommendation gives its namespace the savings metrics:
+	// every savings panel's query now returns a series.
+	savingsQueries := 0
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			if why, ok := onlyNoData(tg.Expr); !ok || !strings.Contains(why, savingsNoData) {
+				continue
+			}
+			savingsQueries++
+			q := substitute(t, tg.Expr, map[string]string{"namespace": r.ns, "workload": ".*"})
+			assert.NotEmpty(t, waitSeries(t, r.prom, q, time.Minute), "panel %q target %s: %s", p.Title, tg.RefID, q)
+		}
+	}
+	assert.Equal(t, 8, savingsQueries, "the savings row's queries")
+	s = waitSeries(t, r.prom, `kerf_savings_workloads{namespace="`+r.ns+`"}`, time.Minute)
+	assert.Equal(t, "1", s[0].Value[1], "one recommendation in the namespace")
 
 	// The leader goes: the agent's stream is down, and the agents that
 	// are up outnumber those the (absent) leader streams from.
