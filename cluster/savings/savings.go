@@ -2,10 +2,12 @@
 // what they cost, from what Kerf recorded on RightsizingRecommendations.
 // It is pure: it reads the recommendations it is given and writes nothing.
 //
-// Its figures are the CPU and memory requests of the manifests, those in
-// force now and those recommended, and the rollbacks and OOM kills of a
-// window. `kubectl kerf status --summary` prints them and the leader
-// exports them as metrics (docs/monitoring.md, "Savings").
+// Summarize's figures are the CPU and memory requests of the manifests,
+// those in force now and those recommended, and the rollbacks and OOM
+// kills of a window. `kubectl kerf status --summary` prints them and the
+// leader exports them as metrics (docs/monitoring.md, "Savings").
+// Recorded reads one container's value in the manifest and in force, as
+// `kubectl kerf status` shows it.
 package savings
 
 import (
@@ -131,13 +133,13 @@ func add(n *Namespace, r *v1alpha1.RightsizingRecommendation, from, to time.Time
 	n.Workloads++
 	for _, c := range r.Spec.Containers {
 		for _, res := range []v1alpha1.ResourceName{v1alpha1.ResourceCPU, v1alpha1.ResourceMemory} {
-			manifest, inForce, ok := recorded(&r.Status, c.Name, res)
+			manifest, inForce, ok := Recorded(r, c.Name, Field{Resource: res})
 			if !ok {
 				n.Unrecorded++
 				continue
 			}
 			recommended := inForce
-			if v, set := request(c.Requests, res); set {
+			if v, set := value(c.Requests, res); set {
 				recommended = v
 			}
 			addTo(&n.Manifest, res, manifest)
@@ -155,16 +157,42 @@ func add(n *Namespace, r *v1alpha1.RightsizingRecommendation, from, to time.Time
 	}
 }
 
-// recorded is container's request of res in the manifest and in force,
-// as st records them; ok is false when Kerf never moved it.
-func recorded(st *v1alpha1.RightsizingRecommendationStatus, container string, res v1alpha1.ResourceName) (manifest, inForce int64, ok bool) {
+// Field is one of a container's four values: the request or the limit
+// of CPU or memory.
+type Field struct {
+	// Limit says the field is a limit, else a request.
+	Limit bool
+	// Resource is cpu or memory.
+	Resource v1alpha1.ResourceName
+}
+
+// Fields are the four fields: requests before limits, CPU before memory.
+var Fields = [...]Field{
+	{Resource: v1alpha1.ResourceCPU}, {Resource: v1alpha1.ResourceMemory},
+	{Limit: true, Resource: v1alpha1.ResourceCPU}, {Limit: true, Resource: v1alpha1.ResourceMemory},
+}
+
+// get is f's value in r, in millicores or bytes; set is false when r has
+// none.
+func (f Field) get(r v1alpha1.Resources) (v int64, set bool) {
+	if f.Limit {
+		return value(r.Limits, f.Resource)
+	}
+	return value(r.Requests, f.Resource)
+}
+
+// Recorded is field f of container in the manifest and in force, as r
+// records them. They are millicores or bytes, 0 where unset. ok is false
+// when Kerf never moved the field. Namespace's doc says how each is read.
+func Recorded(r *v1alpha1.RightsizingRecommendation, container string, f Field) (manifest, inForce int64, ok bool) {
+	st := &r.Status
 	manifestSet, inForceSet := false, false
 	for i := range st.History {
 		a := &st.History[i]
 		if a.Type != v1alpha1.ActionApplied {
 			continue
 		}
-		if before, _, moved := movedBy(a, container, res); moved {
+		if before, _, moved := movedBy(a, container, f); moved {
 			manifest, manifestSet = before, true
 			break
 		}
@@ -174,7 +202,7 @@ func recorded(st *v1alpha1.RightsizingRecommendationStatus, container string, re
 		if a.Type != v1alpha1.ActionApplied && a.Type != v1alpha1.ActionRolledBack {
 			continue
 		}
-		if _, after, moved := movedBy(a, container, res); moved {
+		if _, after, moved := movedBy(a, container, f); moved {
 			inForce, inForceSet = after, true
 			break
 		}
@@ -184,8 +212,8 @@ func recorded(st *v1alpha1.RightsizingRecommendationStatus, container string, re
 			if cc.Name != container {
 				continue
 			}
-			prev, prevSet := request(cc.Previous.Requests, res)
-			applied, appliedSet := request(cc.Applied.Requests, res)
+			prev, prevSet := f.get(cc.Previous)
+			applied, appliedSet := f.get(cc.Applied)
 			if !prevSet && !appliedSet {
 				continue
 			}
@@ -206,15 +234,15 @@ func recorded(st *v1alpha1.RightsizingRecommendationStatus, container string, re
 	return manifest, inForce, true
 }
 
-// movedBy is container's request of res before and after action a (0
-// where a side has none); moved is false when a names neither side.
-func movedBy(a *v1alpha1.Action, container string, res v1alpha1.ResourceName) (before, after int64, moved bool) {
+// movedBy is container's field f before and after action a (0 where a
+// side has none); moved is false when a names neither side.
+func movedBy(a *v1alpha1.Action, container string, f Field) (before, after int64, moved bool) {
 	for _, cc := range a.Containers {
 		if cc.Name != container {
 			continue
 		}
-		o, oSet := request(cc.Old.Requests, res)
-		n, nSet := request(cc.New.Requests, res)
+		o, oSet := f.get(cc.Old)
+		n, nSet := f.get(cc.New)
 		if oSet || nSet {
 			return o, n, true
 		}
@@ -222,8 +250,8 @@ func movedBy(a *v1alpha1.Action, container string, res v1alpha1.ResourceName) (b
 	return 0, 0, false
 }
 
-// request is the request of res in v, in millicores or bytes.
-func request(v *v1alpha1.ResourceValues, res v1alpha1.ResourceName) (int64, bool) {
+// value is res in v, in millicores or bytes.
+func value(v *v1alpha1.ResourceValues, res v1alpha1.ResourceName) (int64, bool) {
 	if v == nil {
 		return 0, false
 	}

@@ -129,3 +129,26 @@ func TestOOMKillsReadTheHealthWatchFigure(t *testing.T) {
 	assert.Equal(t, 0, oomKills([]string{"oomKills x ≥ 1", "throttlingRatio 0.3 ≥ 0.25"}))
 	assert.Equal(t, 0, oomKills(nil))
 }
+
+func TestRecordedReadsEachFieldKerfMoved(t *testing.T) {
+	r := rec("shop", "web", values("250m", ""))
+	r.Status.History = []v1alpha1.Action{{Type: v1alpha1.ActionApplied, Time: metav1.Time{Time: t0},
+		Containers: []v1alpha1.ContainerValueChange{{Name: "app",
+			Old: v1alpha1.Resources{Requests: values("500m", ""), Limits: values("", "1Gi")},
+			New: v1alpha1.Resources{Requests: values("250m", ""), Limits: values("", "512Mi")}}}}}
+	for _, tc := range []struct {
+		f                 Field
+		manifest, inForce int64
+		ok                bool
+	}{
+		{Fields[0], 500, 250, true},
+		{Fields[1], 0, 0, false},
+		{Fields[2], 0, 0, false},
+		{Fields[3], 1 << 30, 512 << 20, true},
+	} {
+		m, f, ok := Recorded(r, "app", tc.f)
+		assert.Equal(t, []any{tc.manifest, tc.inForce, tc.ok}, []any{m, f, ok}, "%+v", tc.f)
+	}
+	_, _, ok := Recorded(r, "sidecar", Fields[0])
+	assert.False(t, ok, "a container Kerf never changed")
+}

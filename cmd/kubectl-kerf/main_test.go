@@ -498,3 +498,45 @@ func TestStatusNamesTheNodesWhoseAgentIsNotReady(t *testing.T) {
 	assert.Empty(t, errOut, "a document alone")
 	assert.NotContains(t, out, "kerf-agent")
 }
+
+// TestStatusReadsTheManifestKerfRecordedNotThePatchedTemplate: a Rollout
+// patched web's pod template to Kerf's 250m and 128Mi; status's old side
+// is the manifest's 500m and 256Mi Kerf recorded before its change, not
+// the template's. The limits Kerf never moved are the template's.
+func TestStatusReadsTheManifestKerfRecordedNotThePatchedTemplate(t *testing.T) {
+	cp := controlplane.Get(t)
+	ctx := context.Background()
+	c := cp.Client
+	ns := controlplane.UniqueName("kubectl")
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	labels := map[string]string{"app": "web"}
+	require.NoError(t, c.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "kerf.local/workload:1",
+					Resources: corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: *q("250m"), corev1.ResourceMemory: *q("128Mi")},
+						Limits:   corev1.ResourceList{corev1.ResourceCPU: *q("1"), corev1.ResourceMemory: *q("1Gi")},
+					}}}},
+			},
+		},
+	}))
+	rsr := recommendationFor(ns, "web", "web", "250m", "128Mi")
+	rsr.Spec.Containers[0].Limits = nil
+	require.NoError(t, c.Create(ctx, rsr))
+	rsr.Status = v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseHealthy, History: []v1alpha1.Action{{
+		Seq: 1, Time: metav1.Time{Time: fixtureNow.Add(-time.Hour)}, Type: v1alpha1.ActionApplied, Reason: "Rollout",
+		Containers: []v1alpha1.ContainerValueChange{{Name: "app",
+			Old: v1alpha1.Resources{Requests: &v1alpha1.ResourceValues{CPU: q("500m"), Memory: q("256Mi")}},
+			New: v1alpha1.Resources{Requests: &v1alpha1.ResourceValues{CPU: q("250m"), Memory: q("128Mi")}}}}}}}
+	require.NoError(t, c.Status().Update(ctx, rsr))
+	clock = func() time.Time { return fixtureNow }
+
+	code, out, errOut := kerf(t, cp, "status", "-n", ns, "-o", "wide")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `Deployment/web\s+Healthy\s+<none>\s+app: cpu 500m→250m memory 256Mi→128Mi\s+<none>\s+applied/Rollout\s+60m`, out,
+		"requests old→new from the recorded manifest; no limits recommended")
+}
