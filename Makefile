@@ -66,7 +66,7 @@ test: deps
 # kernel feature and no Prometheus: make unit runs them in seconds with
 # nothing installed. A package joins the list only when all its tests are
 # such; the rest run in make test.
-UNIT_PKGS = ./api/stream/v1/ ./cluster/policy/ ./cluster/healthwatch/ ./cluster/signals/ ./cluster/resources/ ./cluster/workload/ ./cluster/recommend/ ./internal/httpjson/ ./internal/kube/ ./cmd/kerf-pause/
+UNIT_PKGS = ./api/stream/v1/ ./cluster/policy/ ./cluster/healthwatch/ ./cluster/signals/ ./cluster/resources/ ./cluster/workload/ ./cluster/recommend/ ./cluster/savings/ ./internal/httpjson/ ./internal/kube/ ./cmd/kerf-pause/
 
 ## unit: the inner loop: vet and test the pure packages (UNIT_PKGS), no deps needed, seconds
 unit:

@@ -83,7 +83,8 @@ type Leader struct {
 //   - the clients that write through the fence;
 //   - the agents' stream;
 //   - the parts the manager runs: the reconciler, the recommender, the
-//     pages' usage series and the hub forwarder.
+//     pages' usage series and the hub forwarder;
+//   - the savings metrics, read from the cache at each scrape.
 func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error) {
 	if err := cfg.complete(); err != nil {
 		return nil, err
@@ -121,6 +122,11 @@ func New(cfg Config, restConfig *rest.Config, log *slog.Logger) (*Leader, error)
 	if err := l.addUsageSeries(sig); err != nil {
 		return nil, err
 	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	reg.MustRegister(newSavingsCollector(l.recommendations, l.Leading, now, log))
 	if err := warmInformers(l.mgr.GetCache()); err != nil {
 		return nil, err
 	}

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
@@ -100,7 +100,7 @@ func explainTo(w io.Writer, now time.Time, r *v1alpha1.RightsizingRecommendation
 		fmt.Fprintln(w)
 		for _, rf := range a.Refusals {
 			fmt.Fprintf(w, "  %s %s %s: %s, held %s instead of %s%s\n", rf.Container, rf.Resource, rf.Field, rf.Reason,
-				formatAmount(rf.Resource, rf.Held), formatAmount(rf.Resource, rf.Asked), observed(rf.Observed, rf.Threshold))
+				amount(rf.Resource, rf.Held), amount(rf.Resource, rf.Asked), observed(rf.Reason, rf.Resource, rf.Observed, rf.Threshold))
 		}
 	}
 	if raw := r.Annotations[v1alpha1.RecommendationBasisAnnotation]; raw != "" {
@@ -111,8 +111,8 @@ func explainTo(w io.Writer, now time.Time, r *v1alpha1.RightsizingRecommendation
 		var lines []string
 		for _, cb := range b.Containers {
 			for _, rf := range cb.Refusals {
-				line := fmt.Sprintf("  %s %s %s: %s, held %s instead of %s (observed %s, threshold %s)", cb.Name, rf.Resource, rf.Field, rf.Reason,
-					formatAmount(rf.Resource, rf.Held), formatAmount(rf.Resource, rf.Asked), decimal(rf.Observed), decimal(rf.Threshold))
+				line := fmt.Sprintf("  %s %s %s: %s, held %s instead of %s%s", cb.Name, rf.Resource, rf.Field, rf.Reason,
+					amount(rf.Resource, rf.Held), amount(rf.Resource, rf.Asked), observed(rf.Reason, rf.Resource, decimal(rf.Observed), decimal(rf.Threshold)))
 				if rf.Message != "" {
 					line += "\n    " + rf.Message
 				}
@@ -203,7 +203,16 @@ func writeList(w io.Writer, name string, items []string) {
 	}
 }
 
-func observed(obs, threshold string) string {
+// observed writes a refusal's observed figure and threshold, decimal
+// strings, in human units: the throttling ratio and the MinChange fraction
+// as they are, the other figures as amounts of res (an OOM peak and floor,
+// a current value). A threshold of 0 outside OOMKill means none.
+func observed(reason string, res v1alpha1.ResourceName, obs, threshold string) string {
+	obs = figure(res, obs, reason == refusalThrottled)
+	if threshold == "0" && reason != refusalOOMKill {
+		threshold = ""
+	}
+	threshold = figure(res, threshold, reason == refusalThrottled || reason == refusalMinChange)
 	switch {
 	case obs != "" && threshold != "":
 		return fmt.Sprintf(" (observed %s, threshold %s)", obs, threshold)
@@ -213,12 +222,26 @@ func observed(obs, threshold string) string {
 	return ""
 }
 
-// formatAmount writes millicores or bytes as a quantity.
-func formatAmount(res v1alpha1.ResourceName, v int64) string {
-	if res == v1alpha1.ResourceCPU {
-		return resource.NewMilliQuantity(v, resource.DecimalSI).String()
+// The refusal reasons whose figures are no amounts (cluster/recommend's
+// Reason; docs/recommender.md), and OOMKill, whose threshold of 0 is a
+// floor of 0 bytes.
+const (
+	refusalThrottled = "Throttled"
+	refusalMinChange = "MinChange"
+	refusalOOMKill   = "OOMKill"
+)
+
+// figure writes a decimal string as an amount of res, or as it is when it
+// is a ratio or no number.
+func figure(res v1alpha1.ResourceName, s string, ratio bool) string {
+	if s == "" || ratio {
+		return s
 	}
-	return resource.NewQuantity(v, resource.BinarySI).String()
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) || math.Abs(f) > math.MaxInt64/2 {
+		return s
+	}
+	return amount(res, int64(math.Round(f)))
 }
 
 // decimal writes a figure as the API's decimal strings are, without an

@@ -86,7 +86,7 @@ func oldNew(a *v1alpha1.Action, wide bool) string {
 		}
 	}
 	for _, rf := range a.Refusals {
-		parts = append(parts, rf.Container+": "+string(rf.Resource)+" "+rf.Field+" held "+formatAmount(rf.Resource, rf.Held)+" (asked "+formatAmount(rf.Resource, rf.Asked)+", "+rf.Reason+")")
+		parts = append(parts, rf.Container+": "+string(rf.Resource)+" "+rf.Field+" held "+amount(rf.Resource, rf.Held)+" (asked "+amount(rf.Resource, rf.Asked)+", "+rf.Reason+")")
 	}
 	return orNone(strings.Join(parts, "; "))
 }

@@ -43,7 +43,12 @@ func kerf(t *testing.T, cp *controlplane.ControlPlane, args ...string) (int, str
 	return code, out.String(), errOut.String()
 }
 
-// fixture is a namespace with Deployment web (500m/256Mi), its
+// fixtureNow is the fixtures' fixed clock, so that the golden files hold
+// their times and ages exactly.
+var fixtureNow = time.Date(2026, 12, 1, 12, 42, 53, 0, time.UTC)
+
+// fixture is a namespace with Deployment web (500m/256Mi, no memory
+// limit), its
 // recommendation web (250m/128Mi) rolled back for OOM kills with a
 // cooldown and a backoff, and recommendation api (no Deployment) whose
 // recommender held memory back.
@@ -54,9 +59,15 @@ type fixture struct {
 
 func newFixture(t *testing.T, cp *controlplane.ControlPlane) fixture {
 	t.Helper()
+	return newFixtureIn(t, cp, controlplane.UniqueName("kubectl"))
+}
+
+// newFixtureIn makes the fixture in namespace ns.
+func newFixtureIn(t *testing.T, cp *controlplane.ControlPlane, ns string) fixture {
+	t.Helper()
 	ctx := context.Background()
 	c := cp.Client
-	f := fixture{ns: controlplane.UniqueName("kubectl"), now: time.Now().UTC().Truncate(time.Second)}
+	f := fixture{ns: ns, now: fixtureNow}
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}))
 	labels := map[string]string{"app": "web"}
 	require.NoError(t, c.Create(ctx, &appsv1.Deployment{
@@ -68,7 +79,7 @@ func newFixture(t *testing.T, cp *controlplane.ControlPlane) fixture {
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "kerf.local/workload:1",
 					Resources: corev1.ResourceRequirements{
 						Requests: corev1.ResourceList{corev1.ResourceCPU: *q("500m"), corev1.ResourceMemory: *q("256Mi")},
-						Limits:   corev1.ResourceList{corev1.ResourceCPU: *q("1"), corev1.ResourceMemory: *q("256Mi")},
+						Limits:   corev1.ResourceList{corev1.ResourceCPU: *q("1")},
 					}}}},
 			},
 		},
@@ -142,16 +153,17 @@ func TestStatusTablePrintsEachWorkloadWithItsValuesAndLastAction(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	require.Len(t, lines, 3, out)
-	assert.Regexp(t, `^WORKLOAD\s+PHASE\s+REASON\s+REQUESTS\s+LAST ACTION\s+SINCE$`, lines[0])
-	// Sorted by workload: api before web.
-	assert.Regexp(t, `^Deployment/api\s+Healthy\s+<none>\s+app: cpu 100m→\? memory 64Mi→\?\s+refused/OOMKill\s+2m$`, lines[1])
-	assert.Regexp(t, `^Deployment/web\s+RolledBack\s+OOMKills\s+app: cpu 250m→500m memory 128Mi→256Mi\s+rolled_back/OOMKills\s+5m$`, lines[2])
+	assert.Regexp(t, `^WORKLOAD\s+PHASE\s+REASON\s+REQUESTS \(MANIFEST→RECOMMENDED\)\s+LAST ACTION\s+SINCE$`, lines[0])
+	// Sorted by workload: api before web. Old→new: the manifest's values
+	// (unknown without a Deployment) against the recommended.
+	assert.Regexp(t, `^Deployment/api\s+Healthy\s+<none>\s+app: cpu unknown→100m memory unknown→64Mi\s+refused/OOMKill\s+2m$`, lines[1])
+	assert.Regexp(t, `^Deployment/web\s+RolledBack\s+OOMKills\s+app: cpu 500m→250m memory 256Mi→128Mi\s+rolled_back/OOMKills\s+5m$`, lines[2])
 	assert.NotContains(t, out, "NAMESPACE", "no namespace column with -n")
 
 	code, out, errOut = kerf(t, cp, "status", "-n", f.ns, "-o", "wide")
 	require.Equal(t, 0, code, errOut)
-	assert.Regexp(t, `^WORKLOAD\s+PHASE\s+REASON\s+REQUESTS\s+LIMITS\s+LAST ACTION\s+SINCE\s+RECOMMENDATION\s+STRATEGY\s+POLICY\s+HEALTHWATCH\n`, out)
-	assert.Regexp(t, `Deployment/web\s+RolledBack\s+OOMKills\s+app: cpu 250m→500m memory 128Mi→256Mi\s+app: cpu 250m→1 memory 128Mi→256Mi\s+rolled_back/OOMKills\s+5m\s+web\s+Rollout\s+RightsizingPolicy/guard\s+OOMKills`, out)
+	assert.Regexp(t, `^WORKLOAD\s+PHASE\s+REASON\s+REQUESTS \(MANIFEST→RECOMMENDED\)\s+LIMITS \(MANIFEST→RECOMMENDED\)\s+LAST ACTION\s+SINCE\s+RECOMMENDATION\s+STRATEGY\s+POLICY\s+HEALTHWATCH\n`, out)
+	assert.Regexp(t, `Deployment/web\s+RolledBack\s+OOMKills\s+app: cpu 500m→250m memory 256Mi→128Mi\s+app: cpu 1→250m memory unset→128Mi\s+rolled_back/OOMKills\s+5m\s+web\s+Rollout\s+RightsizingPolicy/guard\s+OOMKills`, out)
 }
 
 func TestStatusAllNamespacesAddsTheNamespaceColumn(t *testing.T) {
@@ -263,9 +275,9 @@ func TestExplainSaysWhyAndWhatHappensNext(t *testing.T) {
 	code, out, errOut = kerf(t, cp, "explain", "api", "-n", f.ns)
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "Held back by the recommender 2m ago ("+f.now.Add(-2*time.Minute).Format(time.RFC3339)+"): the recommender held memory back\n")
-	assert.Contains(t, out, "  app memory request: OOMKill, held 64Mi instead of 48Mi (observed 67108864)\n")
+	assert.Contains(t, out, "  app memory request: OOMKill, held 64Mi instead of 48Mi (observed 64Mi)\n")
 	assert.Contains(t, out, "Recommender's refusals (kerf.dev/recommendation-basis, made 60s ago by RightsizingPolicy/guard):\n"+
-		"  app memory request: OOMKill, held 64Mi instead of 48Mi (observed 67108864, threshold 0)\n"+
+		"  app memory request: OOMKill, held 64Mi instead of 48Mi (observed 64Mi, threshold 0)\n"+
 		"    memory request held at 64Mi instead of 48Mi: OOMKill\n")
 	assert.NotContains(t, out, "Rolled back")
 }
@@ -485,4 +497,46 @@ func TestStatusNamesTheNodesWhoseAgentIsNotReady(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	assert.Empty(t, errOut, "a document alone")
 	assert.NotContains(t, out, "kerf-agent")
+}
+
+// TestStatusReadsTheManifestKerfRecordedNotThePatchedTemplate: a Rollout
+// patched web's pod template to Kerf's 250m and 128Mi; status's old side
+// is the manifest's 500m and 256Mi Kerf recorded before its change, not
+// the template's. The limits Kerf never moved are the template's.
+func TestStatusReadsTheManifestKerfRecordedNotThePatchedTemplate(t *testing.T) {
+	cp := controlplane.Get(t)
+	ctx := context.Background()
+	c := cp.Client
+	ns := controlplane.UniqueName("kubectl")
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	labels := map[string]string{"app": "web"}
+	require.NoError(t, c.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "kerf.local/workload:1",
+					Resources: corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: *q("250m"), corev1.ResourceMemory: *q("128Mi")},
+						Limits:   corev1.ResourceList{corev1.ResourceCPU: *q("1"), corev1.ResourceMemory: *q("1Gi")},
+					}}}},
+			},
+		},
+	}))
+	rsr := recommendationFor(ns, "web", "web", "250m", "128Mi")
+	rsr.Spec.Containers[0].Limits = nil
+	require.NoError(t, c.Create(ctx, rsr))
+	rsr.Status = v1alpha1.RightsizingRecommendationStatus{Phase: v1alpha1.PhaseHealthy, History: []v1alpha1.Action{{
+		Seq: 1, Time: metav1.Time{Time: fixtureNow.Add(-time.Hour)}, Type: v1alpha1.ActionApplied, Reason: "Rollout",
+		Containers: []v1alpha1.ContainerValueChange{{Name: "app",
+			Old: v1alpha1.Resources{Requests: &v1alpha1.ResourceValues{CPU: q("500m"), Memory: q("256Mi")}},
+			New: v1alpha1.Resources{Requests: &v1alpha1.ResourceValues{CPU: q("250m"), Memory: q("128Mi")}}}}}}}
+	require.NoError(t, c.Status().Update(ctx, rsr))
+	clock = func() time.Time { return fixtureNow }
+
+	code, out, errOut := kerf(t, cp, "status", "-n", ns, "-o", "wide")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `Deployment/web\s+Healthy\s+<none>\s+app: cpu 500m→250m memory 256Mi→128Mi\s+<none>\s+applied/Rollout\s+60m`, out,
+		"requests old→new from the recorded manifest; no limits recommended")
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -106,33 +108,70 @@ func until(now time.Time, t time.Time) string {
 	return "in " + duration.HumanDuration(t.Sub(now))
 }
 
+// unset is what a value Kerf or the manifest did not set prints as.
+const unset = "unset"
+
+// quantity writes one resource of v in human units (amount), or unset.
 func quantity(v *v1alpha1.ResourceValues, res v1alpha1.ResourceName) string {
 	if v == nil {
-		return "-"
+		return unset
 	}
 	q := v.CPU
 	if res == v1alpha1.ResourceMemory {
 		q = v.Memory
 	}
 	if q == nil {
-		return "-"
+		return unset
 	}
-	return q.String()
+	if res == v1alpha1.ResourceCPU {
+		return amount(res, q.MilliValue())
+	}
+	return amount(res, q.Value())
 }
 
-// pairs writes one side of values against another, per resource, such as
-// "cpu 250m→500m memory 128Mi→256Mi"; a resource absent on both sides is
-// left out, one absent on one side is "-".
-func pairs(from, to *v1alpha1.ResourceValues) string {
+// pairs writes one side of values against another, old→new, per
+// resource, such as "cpu 500m→250m memory 256Mi→128Mi"; a resource absent
+// on both sides is left out, one absent on one side is unset.
+func pairs(before, after *v1alpha1.ResourceValues) string {
 	var parts []string
 	for _, res := range []v1alpha1.ResourceName{v1alpha1.ResourceCPU, v1alpha1.ResourceMemory} {
-		a, b := quantity(from, res), quantity(to, res)
-		if a == "-" && b == "-" {
+		a, b := quantity(before, res), quantity(after, res)
+		if a == unset && b == unset {
 			continue
 		}
 		parts = append(parts, string(res)+" "+a+"→"+b)
 	}
 	return strings.Join(parts, " ")
+}
+
+// amount writes millicores or bytes in human units: CPU as millicores
+// below a core and cores above (250m, 1, 1.5), memory in the largest
+// binary unit it reaches (512, 64Ki, 250Mi, 1.5Gi), to two decimals.
+func amount(res v1alpha1.ResourceName, v int64) string {
+	if res == v1alpha1.ResourceCPU {
+		if v > -1000 && v < 1000 {
+			return strconv.FormatInt(v, 10) + "m"
+		}
+		return strconv.FormatFloat(float64(v)/1000, 'f', -1, 64)
+	}
+	abs := v
+	if abs < 0 {
+		abs = -abs
+	}
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"Ti", 1 << 40}, {"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
+		if abs >= u.size {
+			return twoDecimals(float64(v)/float64(u.size)) + u.suffix
+		}
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// twoDecimals writes f rounded to two decimals, without trailing zeros.
+func twoDecimals(f float64) string {
+	return strconv.FormatFloat(math.Round(f*100)/100, 'f', -1, 64)
 }
 
 func orNone(s string) string {

@@ -44,8 +44,9 @@ func newRootCommand(streams genericiooptions.IOStreams, now func() time.Time) *c
 	cmd := &cobra.Command{
 		Use:   "kubectl-kerf",
 		Short: "What Kerf did to your workloads, and pausing it",
-		Long: "kubectl kerf shows what Kerf did to each workload (status, history, explain)\n" +
-			"and pauses or resumes its applies for a policy or one workload.",
+		Long: "kubectl kerf shows what Kerf did to each workload (status, history, explain),\n" +
+			"what it saved per namespace (status --summary), and pauses or resumes its\n" +
+			"applies for a policy or one workload.",
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl kerf"},
 		SilenceUsage:  true,
 		SilenceErrors: true,

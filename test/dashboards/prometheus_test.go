@@ -60,7 +60,20 @@ var noData = map[string]string{
 	"kerf_stream_dropped_reports_total":     "its first series is the first report the leader drops (a pod on another node or unknown)",
 	"kerf_recommender_vpa_skipped_total":    "its first series is the first workload whose policy takes its targets from a VerticalPodAutoscaler",
 	"kerf_webhook_skipped_containers_total": "its first series is the first container whose applied values would make its pod invalid",
+	// The savings metrics have a series per namespace with a
+	// recommendation; the cluster package's
+	// TestTheLeaderExportsWhatItsChangesSavedPerNamespace checks their
+	// figures on a rollback its own reconciler makes.
+	"kerf_savings_cpu_cores":           savingsNoData,
+	"kerf_savings_memory_bytes":        savingsNoData,
+	"kerf_savings_rollbacks":           savingsNoData,
+	"kerf_savings_oom_kills":           savingsNoData,
+	"kerf_savings_unrecorded_requests": savingsNoData,
+	"kerf_savings_workloads":           savingsNoData,
 }
+
+// savingsNoData is why the savings metrics have no series here.
+const savingsNoData = "its first series is the first namespace with a RightsizingRecommendation, made here only after the panels' queries"
 
 // rig is a real agent and a real leader scraped by a real Prometheus.
 type rig struct {
@@ -418,6 +431,22 @@ func TestEveryPanelQueryAndAlertRunsOnARealPrometheus(t *testing.T) {
 	require.Len(t, s, 1)
 	assert.Equal(t, r.ns, s[0].Metric["namespace"], "KerfWorkloadDegraded names the namespace")
 	assert.Equal(t, "1", s[0].Value[1], "one Degraded workload")
+	// The same recommendation gives its namespace the savings metrics:
+	// every savings panel's query now returns a series.
+	savingsQueries := 0
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			if why, ok := onlyNoData(tg.Expr); !ok || !strings.Contains(why, savingsNoData) {
+				continue
+			}
+			savingsQueries++
+			q := substitute(t, tg.Expr, map[string]string{"namespace": r.ns, "workload": ".*"})
+			assert.NotEmpty(t, waitSeries(t, r.prom, q, time.Minute), "panel %q target %s: %s", p.Title, tg.RefID, q)
+		}
+	}
+	assert.Equal(t, 8, savingsQueries, "the savings row's queries")
+	s = waitSeries(t, r.prom, `kerf_savings_workloads{namespace="`+r.ns+`"}`, time.Minute)
+	assert.Equal(t, "1", s[0].Value[1], "one recommendation in the namespace")
 
 	// The leader goes: the agent's stream is down, and the agents that
 	// are up outnumber those the (absent) leader streams from.
