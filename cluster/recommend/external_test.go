@@ -1,7 +1,6 @@
 package recommend
 
 import (
-	"math"
 	"testing"
 	"time"
 
@@ -85,8 +84,9 @@ func TestRecommendExternalKeepsTheLatches(t *testing.T) {
 	cur := Resources{CPUMilli: 1000, MemoryBytes: 256 * Mi}
 	ext := External{Target: Resources{CPUMilli: 200, MemoryBytes: 100 * Mi}}
 
-	// max(peak + 100Mi, peak × 1.2) with the 15% safety margin.
-	floor := int64(math.Ceil(356 * Mi * 1.15))
+	// max(peak + 100Mi, peak × 1.2) with the 15% safety margin, 409.4Mi,
+	// in whole mebibytes.
+	floor := int64(410 * Mi)
 	t.Run("an OOM kill in the state: memory at least max(peak+100Mi, peak*1.2) with the margin", func(t *testing.T) {
 		var s ContainerState
 		s.RecordOOM(m, 256*Mi, now.Add(-time.Minute))

@@ -194,9 +194,12 @@ func (m *Model) guard(r *Result, sig Signals, in Input, cpu, mem bool) {
 		if !sig.OOMAt.IsZero() {
 			// The bump with the safety margin, as VPA's estimator adds
 			// the margin to its OOM sample (the replay against VPA,
-			// docs/performance.md, measured the bump without it).
+			// docs/performance.md, measured the bump without it), in
+			// whole mebibytes as the recommender writes memory: a floor
+			// below the value written would hold at a new value each pass.
 			peak := sig.OOMPeakBytes
 			bump := ceil(math.Max(peak+float64(m.p.OOMBumpBytes), peak*m.p.OOMBumpRatio) * (1 + m.p.SafetyMargin))
+			bump = (bump + Mi - 1) / Mi * Mi
 			if maxm := in.MaxAllowed.MemoryBytes; maxm > 0 {
 				bump = min(bump, maxm)
 			}

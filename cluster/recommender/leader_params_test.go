@@ -3,7 +3,6 @@ package recommender_test
 import (
 	"context"
 	"encoding/json"
-	"math"
 	"testing"
 	"time"
 
@@ -43,7 +42,7 @@ func TestRecommenderTakesThePolicysPodMinimum(t *testing.T) {
 // TestRecommenderTakesThePolicysOOMBump checks spec.recommend.oomBump:
 // after an OOM kill at the 256Mi limit, percent 50 holds the memory
 // request at max(256Mi + 100Mi, 256Mi × 1.5) = 384Mi with the 15% safety
-// margin, 441.6Mi (442Mi as written), not the default's 409.4Mi.
+// margin, 441.6Mi, rounded up to 442Mi; not the default's 410Mi.
 func TestRecommenderTakesThePolicysOOMBump(t *testing.T) {
 	c, ns, _ := recommendedWebUnder(t, func(rs *v1alpha1.RecommendSpec) {
 		rs.OOMBump = &v1alpha1.OOMBump{Percent: ptr.To[int32](50)}
@@ -57,7 +56,7 @@ func TestRecommenderTakesThePolicysOOMBump(t *testing.T) {
 	require.NotEmpty(t, oom, "the OOM latch's refusal: %+v", basis.Containers[0].Refusals)
 	for _, f := range oom {
 		if recommend.Field(f.Field) == recommend.Request {
-			assert.Equal(t, math.Ceil(384<<20*1.15), f.Threshold, "the OOM floor")
+			assert.Equal(t, float64(442<<20), f.Threshold, "the OOM floor, in whole mebibytes")
 			assert.Equal(t, float64(256<<20), f.Observed, "the peak at the kill: the limit")
 		}
 	}
