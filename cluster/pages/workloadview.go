@@ -114,14 +114,12 @@ func containerValues(rsr *v1alpha1.RightsizingRecommendation, w *workload.Worklo
 	if w == nil {
 		return out
 	}
-	for i := range w.Template.Spec.Containers {
-		c := &w.Template.Spec.Containers[i]
-		cr := resources.ContainerValues(c)
+	for _, cr := range resources.Values(&w.Template.Spec) { // (pod) too
 		m := &v1alpha1.Resources{Requests: cr.Requests, Limits: cr.Limits}
-		if i, ok := index[c.Name]; ok {
+		if i, ok := index[cr.Name]; ok {
 			out[i].Manifest = m
 		} else {
-			out = append(out, webui.ContainerValues{Name: c.Name, Manifest: m})
+			out = append(out, webui.ContainerValues{Name: cr.Name, Manifest: m})
 		}
 	}
 	return out

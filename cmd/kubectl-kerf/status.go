@@ -152,8 +152,7 @@ func templateValues(ctx context.Context, c client.Client, r *v1alpha1.Rightsizin
 		return nil, fmt.Errorf("read the manifest values of %s: %w", workloadName(r), err)
 	}
 	out := map[string]v1alpha1.ContainerResources{}
-	for i := range w.Template.Spec.Containers {
-		cv := resources.ContainerValues(&w.Template.Spec.Containers[i])
+	for _, cv := range resources.Values(&w.Template.Spec) { // (pod) too
 		out[cv.Name] = cv
 	}
 	return out, nil
