@@ -87,6 +87,7 @@ type ContainerResources struct {
 	// pod-level resources (spec.resources).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule=`self == '(pod)' || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')`,message="must be a container name (lower-case letters, digits and '-') or (pod) for the pod-level resources"
 	Name string `json:"name"`
 	// Requests are the container's resource requests.
 	// +kubebuilder:validation:XValidation:rule=`has(self.cpu) || has(self.memory)`,message="set cpu, memory or both"

@@ -52,6 +52,8 @@ containers: [{name: app, requests: {cpu: 100m}}]`, "spec.targetRef", "Required v
 		{"no containers", inPlace + `containers: []`, "spec.containers", "should have at least 1 items"},
 		{"containers left out", inPlace, "spec.containers", "Required value"},
 		{"container without name", inPlace + `containers: [{requests: {cpu: 100m}}]`, "spec.containers[0].name", "Required value"},
+		{"not a container name", inPlace + `containers: [{name: App_1, requests: {cpu: 100m}}]`, "spec.containers[0].name", "must be a container name (lower-case letters, digits and '-') or (pod)"},
+		{"a pod-level entry misspelt", inPlace + `containers: [{name: pod, requests: {cpu: 100m}}, {name: "(pods)", requests: {cpu: 100m}}]`, "spec.containers[1].name", "or (pod) for the pod-level resources"},
 		{"same container twice", inPlace + `containers: [{name: app, requests: {cpu: 100m}}, {name: app, limits: {cpu: 1}}]`, "spec.containers[1]", "Duplicate value"},
 		{"container with neither requests nor limits", inPlace + `containers: [{name: app}]`, "spec.containers[0]", "set requests, limits or both"},
 		{"empty requests", inPlace + `containers: [{name: app, requests: {}}]`, "spec.containers[0].requests", "set cpu, memory or both"},
@@ -93,6 +95,8 @@ containers: [{name: app, limits: {memory: 512Mi}}]`},
 containers: [{name: app, requests: {cpu: "0"}}]`},
 		{"several containers", target + `strategy: InPlace
 containers: [{name: app, requests: {cpu: 1}}, {name: sidecar, limits: {memory: 64Mi}}]`},
+		{"the pod-level entry", target + `strategy: InPlace
+containers: [{name: app, requests: {cpu: 1}}, {name: (pod), limits: {memory: 1Gi}}]`},
 		{"every workload kind", `targetRef: {apiVersion: apps/v1, kind: DaemonSet, name: agent}
 strategy: Rollout
 containers: [{name: agent, requests: {memory: 100Mi}}]`},
