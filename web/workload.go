@@ -158,8 +158,8 @@ type UsagePoint struct {
 // guardrails, the recommendation in force and why, the timeline of its
 // actions and a chart per container of requests and limits against usage.
 // It reads the path values "cluster" (optional), "namespace" and "name"
-// (register it as GET /ui/workloads/{namespace}/{name}) and answers GET
-// and HEAD.
+// (register it as GET /ui/workloads/{namespace}/{name}) and the query
+// parameter window (ParseWindow), and answers GET and HEAD.
 type WorkloadPage struct {
 	// Source reads the workload.
 	Source WorkloadSource
@@ -188,6 +188,9 @@ type workloadPage struct {
 	Degraded bool
 	Timeline []auditv1.Entry // newest first
 	Charts   []containerCharts
+	// Windows are the links to the charts' time axes, the one in force
+	// current.
+	Windows []link
 }
 
 // containerCharts are one container's two panels.
@@ -209,6 +212,12 @@ func (p *WorkloadPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	page := workloadPage{ActivityHref: p.ActivityHref}
 	page.Namespace, page.Recommendation, page.Cluster = id.Namespace, id.Name, id.Cluster
 	status := http.StatusOK
+	window, err := ParseWindow(r.URL.Query().Get("window"))
+	if err != nil {
+		page.Error = fmt.Sprintf("The parameter window is not valid: %v.", err)
+		renderPage(w, http.StatusBadRequest, "workload.html", page, p.log(), pageHeaders)
+		return
+	}
 	view, err := p.Source.Workload(r.Context(), id)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -227,7 +236,10 @@ func (p *WorkloadPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for i := len(view.History) - 1; i >= 0; i-- {
 			page.Timeline = append(page.Timeline, view.History[i])
 		}
-		page.Charts = buildCharts(view)
+		page.Charts = buildCharts(view, window)
+		for _, wd := range Windows {
+			page.Windows = append(page.Windows, link{Text: wd.Text(), Href: "?window=" + string(wd), Current: wd == window})
+		}
 		if p.Refresh > 0 {
 			page.Refresh = int(p.Refresh.Round(time.Second) / time.Second)
 		}

@@ -190,8 +190,8 @@ func TestWorkloadChartDrawsStepsUsageAndMarks(t *testing.T) {
 	assert.Contains(t, mem, `<path class="request" d="M`)
 	assert.Contains(t, mem, `<path class="limit" d="M`)
 	assert.Contains(t, mem, `<path class="usage" d="M`)
-	assert.Contains(t, mem, `<g class="mark oom"><title>2 OOM kills in the minute from 12:09 UTC</title>`)
-	assert.Contains(t, mem, `<g class="mark rollback"><title>rolled back (OOMKills): oomKills 2 ≥ 1 at 12:10:00 UTC</title>`)
+	assert.Contains(t, mem, `<g class="mark oom" data-count="1"><title>2 OOM kills in the minute from 12:09 UTC</title>`)
+	assert.Contains(t, mem, `<g class="mark rollback" data-count="1"><title>rolled back (OOMKills): oomKills 2 ≥ 1 at 12:10:00 UTC</title>`)
 	// CPU: untouched by the history and without manifest values: no steps, but usage and a throttled band.
 	assert.NotContains(t, cpu, `class="request"`)
 	assert.Contains(t, cpu, `<rect class="throttled"`)
