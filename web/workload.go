@@ -21,6 +21,11 @@ import (
 // recommendation it does not know: the page answers 404.
 var ErrNotFound = errors.New("not found")
 
+// ErrForbidden is what a Source returns (wrapped) for what the caller may
+// not read, such as the apiserver's refusal of the dashboard's user: the
+// page answers 403 with the error's text.
+var ErrForbidden = errors.New("forbidden")
+
 // WorkloadID names the recommendation a workload page is about. Cluster is
 // empty on the leader (it knows one cluster); the hub sets it.
 type WorkloadID struct {
@@ -93,6 +98,9 @@ type WorkloadView struct {
 	// Now is the Source's clock: the chart's right edge. Zero means the
 	// page's clock.
 	Now time.Time
+	// Unreadable says what the Source was not allowed to read (the
+	// workload, the policies), a sentence each; the page lists them.
+	Unreadable []string
 }
 
 // Policy is the policy that governs a workload, with its spec's defaults
@@ -173,6 +181,9 @@ type WorkloadPage struct {
 	Now func() time.Time
 	// Log receives the Source's read errors; nil means slog.Default().
 	Log *slog.Logger
+	// UsageNote says why the Source keeps no usage, under the chart's
+	// title; empty says only that none is recorded.
+	UsageNote string
 }
 
 // workloadPage is what workload.html renders.
@@ -191,6 +202,10 @@ type workloadPage struct {
 	// Windows are the links to the charts' time axes, the one in force
 	// current.
 	Windows []link
+	// UsageNote is WorkloadPage.UsageNote.
+	UsageNote string
+	// Forbidden says the Source refused the caller.
+	Forbidden bool
 }
 
 // containerCharts are one container's two panels.
@@ -209,7 +224,7 @@ func (p *WorkloadPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := WorkloadID{Cluster: r.PathValue("cluster"), Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
-	page := workloadPage{ActivityHref: p.ActivityHref}
+	page := workloadPage{ActivityHref: p.ActivityHref, UsageNote: p.UsageNote}
 	page.Namespace, page.Recommendation, page.Cluster = id.Namespace, id.Name, id.Cluster
 	status := http.StatusOK
 	window, err := ParseWindow(r.URL.Query().Get("window"))
@@ -222,6 +237,8 @@ func (p *WorkloadPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		status, page.Error = http.StatusNotFound, fmt.Sprintf("There is no recommendation %s in namespace %s.", id.Name, id.Namespace)
+	case errors.Is(err, ErrForbidden):
+		status, page.Error, page.Forbidden = http.StatusForbidden, forbiddenText(err), true
 	case err != nil:
 		p.log().Error("workload page cannot read the workload", "namespace", id.Namespace, "name", id.Name, "err", err)
 		status, page.Error = http.StatusServiceUnavailable, fmt.Sprintf("The workload cannot be read now: %v. Try again shortly.", err)
@@ -231,6 +248,7 @@ func (p *WorkloadPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			view.Now = p.now()
 		}
 		page.WorkloadView, page.Found = view, true
+		page.UsageNote = p.UsageNote
 		page.RolledBack = view.Phase == v1alpha1.PhaseRolledBack
 		page.Degraded = view.Phase == v1alpha1.PhaseDegraded
 		for i := len(view.History) - 1; i >= 0; i-- {
@@ -245,6 +263,11 @@ func (p *WorkloadPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	renderPage(w, status, "workload.html", page, p.log(), pageHeaders)
+}
+
+// forbiddenText is a page's message for an error wrapping ErrForbidden.
+func forbiddenText(err error) string {
+	return fmt.Sprintf("Forbidden: your credentials may not read this (%v). Ask for Kerf's reader role (kerf-audit-reader) in the namespace.", err)
 }
 
 func (p *WorkloadPage) now() time.Time {
