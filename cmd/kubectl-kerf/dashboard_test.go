@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/kerf-dev/kerf/test/controlplane"
+)
+
+// TestDashboardPrintsItsAddressAndServesUntilStopped runs kubectl kerf
+// dashboard in-process with the control plane's kubeconfig: it prints a
+// loopback address with a path token, the Activity page answers there,
+// and the command ends without an error when its context does (Ctrl-C).
+func TestDashboardPrintsItsAddressAndServesUntilStopped(t *testing.T) {
+	cp := controlplane.Get(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, w := io.Pipe()
+	var errOut strings.Builder
+	code := make(chan int, 1)
+	go func() {
+		code <- execute(ctx, []string{"--kubeconfig", cp.Kubeconfig, "dashboard"},
+			genericiooptions.IOStreams{In: strings.NewReader(""), Out: w, ErrOut: &errOut}, clock)
+		w.Close()
+	}()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "the first line")
+	m := regexp.MustCompile(`: (http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]{22}/ui/activity)\n$`).FindStringSubmatch(line)
+	require.NotNil(t, m, "the address, with a 128-bit token: %q", line)
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	resp, err := http.Get(m[1])
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	assert.Contains(t, string(body), "<h1>Activity</h1>")
+	cancel()
+	assert.Equal(t, 0, <-code, errOut.String())
+}
+
+func TestDashboardRefusesAnAddressOffLoopback(t *testing.T) {
+	cp := controlplane.Get(t)
+	code, _, errOut := kerf(t, cp, "dashboard", "--address", "0.0.0.0:8080")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, `error: --address "0.0.0.0:8080": must be a loopback address (127.0.0.1, [::1] or localhost)`)
+}
