@@ -248,7 +248,6 @@ func (p *WorkloadPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			view.Now = p.now()
 		}
 		page.WorkloadView, page.Found = view, true
-		page.UsageNote = p.UsageNote
 		page.RolledBack = view.Phase == v1alpha1.PhaseRolledBack
 		page.Degraded = view.Phase == v1alpha1.PhaseDegraded
 		for i := len(view.History) - 1; i >= 0; i-- {

@@ -100,9 +100,13 @@ func TestDashboardShowsWhatTheUserMayRead(t *testing.T) {
 	t.Run("reader", func(t *testing.T) {
 		ctx, console := browser(t)
 		_, activity := serve(t, cp, reader.Token, ns)
-		// The reader may not list every namespace: the page falls back
-		// to the kubeconfig's namespace and lists its actions.
+		// The reader may not list every namespace: Activity turns to the
+		// kubeconfig's namespace, a filter the page shows.
 		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(activity), chromedp.WaitVisible("tbody tr")))
+		loc, err := chromedp.Run(ctx, chromedp.Location())
+		require.NoError(t, err)
+		assert.Equal(t, activity+"?namespace="+ns, loc)
+		assert.Contains(t, text(t, ctx, `nav[aria-label="Filters"]`), "namespace = "+ns)
 		rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("tbody tr").length`))
 		require.NoError(t, err)
 		assert.Equal(t, 2, rows, "the apply and the rollback")
@@ -183,8 +187,11 @@ func TestDashboardAnswersOnlyItsTokenAndLoopbackHost(t *testing.T) {
 	// The anonymous user may read nothing: 403, with the right Host.
 	status, _ = get(t, activity, "localhost:"+port)
 	assert.Equal(t, http.StatusForbidden, status)
-	status, _ = get(t, strings.TrimSuffix(activity, "/ui/activity"), "")
-	assert.Equal(t, http.StatusForbidden, status, "the token's root redirects to Activity")
+	for _, root := range []string{strings.TrimSuffix(activity, "/ui/activity"), strings.TrimSuffix(activity, "ui/activity")} {
+		status, body = get(t, root, "")
+		assert.Equal(t, http.StatusForbidden, status, "%s redirects to Activity, then to the namespace's", root)
+		assert.Contains(t, body, "Forbidden: your credentials may not read this")
+	}
 
 	for _, addr := range []string{"0.0.0.0:0", "192.0.2.1:8080", "example.com:80", "8080"} {
 		_, err := dashboard.Listen(addr)

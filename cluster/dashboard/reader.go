@@ -19,18 +19,15 @@ const maxListed = 10000
 // errTooMany is a list beyond maxListed.
 var errTooMany = errors.New("too many RightsizingRecommendations")
 
-// scopedReader lists the RightsizingRecommendations the user may read for
-// cluster/audit's Handler, which lists every namespace. It lists
-// Namespace when set; else every namespace, and Fallback when the user may
-// not list them all. A refusal wraps web.ErrForbidden.
+// scopedReader lists the RightsizingRecommendations of Activity's
+// namespace filter for cluster/audit's Handler, which lists every
+// namespace: the user may be allowed one and not all. A refusal wraps
+// web.ErrForbidden.
 type scopedReader struct {
 	client.Reader
 	// Namespace is the page's namespace filter; empty lists every
-	// namespace the user may.
+	// namespace.
 	Namespace string
-	// Fallback is the kubeconfig's namespace, listed when the user may
-	// not list every namespace.
-	Fallback string
 }
 
 // List implements client.Reader for RightsizingRecommendationList; other
@@ -41,9 +38,6 @@ func (r scopedReader) List(ctx context.Context, list client.ObjectList, opts ...
 		return r.Reader.List(ctx, list, opts...)
 	}
 	err := r.listIn(ctx, out, r.Namespace)
-	if r.Namespace == "" && r.Fallback != "" && apierrors.IsForbidden(err) {
-		err = r.listIn(ctx, out, r.Fallback)
-	}
 	if apierrors.IsForbidden(err) {
 		return fmt.Errorf("%w: %w", webui.ErrForbidden, err)
 	}

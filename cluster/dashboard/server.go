@@ -14,10 +14,12 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
+	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/audit"
 	"github.com/kerf-dev/kerf/cluster/pages"
 	"github.com/kerf-dev/kerf/internal/endpoints"
@@ -34,8 +36,9 @@ type Config struct {
 	// Rest is the user's client configuration, from the kubeconfig and
 	// kubectl's flags. Every read is the user's.
 	Rest *rest.Config
-	// Namespace is the kubeconfig's namespace (or -n): Activity lists it
-	// when the user may not list recommendations in every namespace.
+	// Namespace is the kubeconfig's namespace (or -n): Activity without
+	// a filter redirects to it when the user may not list
+	// recommendations in every namespace.
 	Namespace string
 	// Refresh is how often the pages reload themselves; zero means never.
 	Refresh time.Duration
@@ -76,14 +79,14 @@ func New(cfg Config) (*Server, error) {
 		now = time.Now
 	}
 	pagesMux := http.NewServeMux()
-	pagesMux.Handle("GET /ui/activity", &webui.Activity{
-		Source: &activity{reader: c, fallback: cfg.Namespace, now: now, log: cfg.Log}, Refresh: cfg.Refresh, Log: cfg.Log,
-	})
+	pagesMux.Handle("GET /ui/activity", narrowTo(c, cfg.Namespace, &webui.Activity{
+		Source: &activity{reader: c, now: now, log: cfg.Log}, Refresh: cfg.Refresh, Log: cfg.Log,
+	}))
 	pagesMux.Handle("GET /ui/workloads/{namespace}/{name}", &webui.WorkloadPage{
 		Source:  &pages.WorkloadViews{Reader: c, Now: now},
 		Refresh: cfg.Refresh, ActivityHref: "../../activity", Log: cfg.Log, UsageNote: UsageNote,
 	})
-	pagesMux.Handle("GET /{$}", http.RedirectHandler("ui/activity", http.StatusFound))
+	pagesMux.Handle("GET /{$}", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { found(w, "ui/activity") }))
 	s.handler = loopbackHost(s.withToken(pagesMux))
 	return s, nil
 }
@@ -185,17 +188,44 @@ func loopbackHost(next http.Handler) http.Handler {
 	})
 }
 
-// activity is Activity's source: cluster/audit's Handler over what the
-// user may list (scopedReader).
+// activity is Activity's source: cluster/audit's Handler over the
+// namespace filter's recommendations (scopedReader).
 type activity struct {
-	reader   client.Reader
-	fallback string
-	now      func() time.Time
-	log      *slog.Logger
+	reader client.Reader
+	now    func() time.Time
+	log    *slog.Logger
 }
 
 // Audit implements web.Source.
 func (a *activity) Audit(ctx context.Context, query url.Values) (auditv1.Page, error) {
-	h := &audit.Handler{Reader: scopedReader{Reader: a.reader, Namespace: query.Get("namespace"), Fallback: a.fallback}, Now: a.now, Log: a.log}
+	h := &audit.Handler{Reader: scopedReader{Reader: a.reader, Namespace: query.Get("namespace")}, Now: a.now, Log: a.log}
 	return h.Audit(ctx, query)
+}
+
+// narrowTo redirects Activity without a namespace filter to namespace's
+// when the user may not list recommendations in every namespace (a
+// RoleBinding of kerf-audit-reader). The filter then shows on the page,
+// with the link that removes it, rather than narrowing it unsaid.
+func narrowTo(c client.Reader, namespace string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if namespace == "" || q.Has("namespace") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		var probe v1alpha1.RightsizingRecommendationList
+		if err := c.List(r.Context(), &probe, client.Limit(1)); apierrors.IsForbidden(err) {
+			q.Set("namespace", namespace)
+			found(w, "?"+q.Encode())
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// found redirects to location relative to the address the browser asked
+// for. http.Redirect would resolve it against the path without the token.
+func found(w http.ResponseWriter, location string) {
+	w.Header().Set("Location", location)
+	w.WriteHeader(http.StatusFound)
 }
