@@ -173,6 +173,8 @@ func (a *Activity) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case errors.As(err, &bad):
 			status, view.Error = http.StatusBadRequest, fmt.Sprintf("The filter %s is not valid: %v.", bad.Parameter(), err)
+		case errors.Is(err, ErrForbidden):
+			status, view.Error = http.StatusForbidden, forbiddenText(err)
 		case err != nil:
 			a.log().Error("activity page cannot read the actions", "err", err)
 			status, view.Error = http.StatusServiceUnavailable, fmt.Sprintf("The actions cannot be read now: %v. Try again shortly.", err)

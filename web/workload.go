@@ -21,6 +21,11 @@ import (
 // recommendation it does not know: the page answers 404.
 var ErrNotFound = errors.New("not found")
 
+// ErrForbidden is what a Source returns (wrapped) for what the caller may
+// not read, such as the apiserver's refusal of the dashboard's user: the
+// page answers 403 with the error's text.
+var ErrForbidden = errors.New("forbidden")
+
 // WorkloadID names the recommendation a workload page is about. Cluster is
 // empty on the leader (it knows one cluster); the hub sets it.
 type WorkloadID struct {
@@ -93,6 +98,9 @@ type WorkloadView struct {
 	// Now is the Source's clock: the chart's right edge. Zero means the
 	// page's clock.
 	Now time.Time
+	// Unreadable says what the Source was not allowed to read (the
+	// workload, the policies), a sentence each; the page lists them.
+	Unreadable []string
 }
 
 // Policy is the policy that governs a workload, with its spec's defaults
@@ -158,8 +166,8 @@ type UsagePoint struct {
 // guardrails, the recommendation in force and why, the timeline of its
 // actions and a chart per container of requests and limits against usage.
 // It reads the path values "cluster" (optional), "namespace" and "name"
-// (register it as GET /ui/workloads/{namespace}/{name}) and answers GET
-// and HEAD.
+// (register it as GET /ui/workloads/{namespace}/{name}) and the query
+// parameter window (ParseWindow), and answers GET and HEAD.
 type WorkloadPage struct {
 	// Source reads the workload.
 	Source WorkloadSource
@@ -173,6 +181,9 @@ type WorkloadPage struct {
 	Now func() time.Time
 	// Log receives the Source's read errors; nil means slog.Default().
 	Log *slog.Logger
+	// UsageNote says why the Source keeps no usage, under the chart's
+	// title; empty says only that none is recorded.
+	UsageNote string
 }
 
 // workloadPage is what workload.html renders.
@@ -188,6 +199,13 @@ type workloadPage struct {
 	Degraded bool
 	Timeline []auditv1.Entry // newest first
 	Charts   []containerCharts
+	// Windows are the links to the charts' time axes, the one in force
+	// current.
+	Windows []link
+	// UsageNote is WorkloadPage.UsageNote.
+	UsageNote string
+	// Forbidden says the Source refused the caller.
+	Forbidden bool
 }
 
 // containerCharts are one container's two panels.
@@ -206,13 +224,21 @@ func (p *WorkloadPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := WorkloadID{Cluster: r.PathValue("cluster"), Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
-	page := workloadPage{ActivityHref: p.ActivityHref}
+	page := workloadPage{ActivityHref: p.ActivityHref, UsageNote: p.UsageNote}
 	page.Namespace, page.Recommendation, page.Cluster = id.Namespace, id.Name, id.Cluster
 	status := http.StatusOK
+	window, err := ParseWindow(r.URL.Query().Get("window"))
+	if err != nil {
+		page.Error = fmt.Sprintf("The parameter window is not valid: %v.", err)
+		renderPage(w, http.StatusBadRequest, "workload.html", page, p.log(), pageHeaders)
+		return
+	}
 	view, err := p.Source.Workload(r.Context(), id)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		status, page.Error = http.StatusNotFound, fmt.Sprintf("There is no recommendation %s in namespace %s.", id.Name, id.Namespace)
+	case errors.Is(err, ErrForbidden):
+		status, page.Error, page.Forbidden = http.StatusForbidden, forbiddenText(err), true
 	case err != nil:
 		p.log().Error("workload page cannot read the workload", "namespace", id.Namespace, "name", id.Name, "err", err)
 		status, page.Error = http.StatusServiceUnavailable, fmt.Sprintf("The workload cannot be read now: %v. Try again shortly.", err)
@@ -227,12 +253,20 @@ func (p *WorkloadPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for i := len(view.History) - 1; i >= 0; i-- {
 			page.Timeline = append(page.Timeline, view.History[i])
 		}
-		page.Charts = buildCharts(view)
+		page.Charts = buildCharts(view, window)
+		for _, wd := range Windows {
+			page.Windows = append(page.Windows, link{Text: wd.Text(), Href: "?window=" + string(wd), Current: wd == window})
+		}
 		if p.Refresh > 0 {
 			page.Refresh = int(p.Refresh.Round(time.Second) / time.Second)
 		}
 	}
 	renderPage(w, status, "workload.html", page, p.log(), pageHeaders)
+}
+
+// forbiddenText is a page's message for an error wrapping ErrForbidden.
+func forbiddenText(err error) string {
+	return fmt.Sprintf("Forbidden: your credentials may not read this (%v). Ask for Kerf's reader role (kerf-audit-reader) in the namespace.", err)
 }
 
 func (p *WorkloadPage) now() time.Time {

@@ -190,8 +190,8 @@ func TestWorkloadChartDrawsStepsUsageAndMarks(t *testing.T) {
 	assert.Contains(t, mem, `<path class="request" d="M`)
 	assert.Contains(t, mem, `<path class="limit" d="M`)
 	assert.Contains(t, mem, `<path class="usage" d="M`)
-	assert.Contains(t, mem, `<g class="mark oom"><title>2 OOM kills in the minute from 12:09 UTC</title>`)
-	assert.Contains(t, mem, `<g class="mark rollback"><title>rolled back (OOMKills): oomKills 2 ≥ 1 at 12:10:00 UTC</title>`)
+	assert.Contains(t, mem, `<g class="mark oom" data-count="1"><title>2 OOM kills in the minute from 12:09 UTC</title>`)
+	assert.Contains(t, mem, `<g class="mark rollback" data-count="1"><title>rolled back (OOMKills): oomKills 2 ≥ 1 at 12:10:00 UTC</title>`)
 	// CPU: untouched by the history and without manifest values: no steps, but usage and a throttled band.
 	assert.NotContains(t, cpu, `class="request"`)
 	assert.Contains(t, cpu, `<rect class="throttled"`)
@@ -284,4 +284,33 @@ func copyEntries(es []auditv1.Entry) []auditv1.Entry {
 		}
 	}
 	return out
+}
+
+// TestPagesAnswerForbiddenAs403 renders a Source's refusal (the
+// dashboard's user may not read the namespace) as 403 with its reason, on
+// both pages, not as a 503.
+func TestPagesAnswerForbiddenAs403(t *testing.T) {
+	refusal := fmt.Errorf("%w: %s", web.ErrForbidden, `User "bob" cannot list resource "rightsizingrecommendations" in the namespace "shop"`)
+	mux := http.NewServeMux()
+	mux.Handle("GET /ui/workloads/{namespace}/{name}", &web.WorkloadPage{Source: &workloads{err: refusal}})
+	mux.Handle("GET /ui/activity", &web.Activity{Source: &fixed{err: refusal}})
+	for _, target := range []string{"/ui/workloads/shop/web-rsr", "/ui/activity"} {
+		status, body := get(t, mux, target)
+		assert.Equal(t, http.StatusForbidden, status, target)
+		assert.Contains(t, body, `Forbidden: your credentials may not read this (forbidden: User &#34;bob&#34; cannot list resource`, target)
+	}
+}
+
+// TestWorkloadPageListsWhatItMayNotRead shows the Source's unreadable parts
+// and the page's note on the missing usage.
+func TestWorkloadPageListsWhatItMayNotRead(t *testing.T) {
+	v := rolledBack()
+	v.Usage, v.Policy, v.PolicyUnknown = nil, nil, true
+	v.Unreadable = []string{"The policies: <forbidden>."}
+	mux := http.NewServeMux()
+	mux.Handle("GET /ui/workloads/{namespace}/{name}", &web.WorkloadPage{Source: &workloads{view: v}, UsageNote: "The dashboard reads no usage."})
+	status, body := get(t, mux, "/ui/workloads/shop/web-rsr")
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "<li>The policies: &lt;forbidden&gt;.</li>")
+	assert.Contains(t, body, "the chart shows the values over time and the rollbacks. The dashboard reads no usage.</p>")
 }

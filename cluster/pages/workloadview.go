@@ -20,7 +20,10 @@ import (
 // WorkloadViews is the leader's source of the workload pages
 // (web.WorkloadSource). A page shows a recommendation, its workload and
 // the policy that governs it, read through the leader's informer cache,
-// and its containers' usage series.
+// and its containers' usage series. kubectl kerf dashboard reads through
+// it with its user's own client: a refused recommendation is
+// web.ErrForbidden, a refused workload or policy is left out and named in
+// WorkloadView.Unreadable.
 type WorkloadViews struct {
 	// Reader reads the recommendations, workloads, namespaces and
 	// policies (the leader's cache).
@@ -39,6 +42,9 @@ func (v *WorkloadViews) Workload(ctx context.Context, id webui.WorkloadID) (webu
 		if apierrors.IsNotFound(err) {
 			return webui.WorkloadView{}, fmt.Errorf("recommendation %s/%s: %w", id.Namespace, id.Name, webui.ErrNotFound)
 		}
+		if apierrors.IsForbidden(err) {
+			return webui.WorkloadView{}, fmt.Errorf("%w: %w", webui.ErrForbidden, err)
+		}
 		return webui.WorkloadView{}, fmt.Errorf("read recommendation %s/%s: %w", id.Namespace, id.Name, err)
 	}
 	ref := rsr.Spec.TargetRef
@@ -50,7 +56,13 @@ func (v *WorkloadViews) Workload(ctx context.Context, id webui.WorkloadID) (webu
 		view.HealthWatch = &auditv1.HealthWatch{Reason: c.Reason, Message: c.Message}
 	}
 	w, err := workload.Get(ctx, v.Reader, rsr.Namespace, ref)
-	if err != nil && !apierrors.IsNotFound(err) {
+	switch {
+	case apierrors.IsForbidden(err):
+		// The dashboard reads with its user's credentials: the page shows
+		// the recommendation without the manifest's values.
+		view.Unreadable = append(view.Unreadable, fmt.Sprintf("The %s %s, so its manifest's values: %v.", ref.Kind, ref.Name, err))
+		w = nil
+	case err != nil && !apierrors.IsNotFound(err):
 		return webui.WorkloadView{}, fmt.Errorf("read the workload of %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
 	if err := v.resolvePolicy(ctx, &rsr, w, &view); err != nil {
@@ -84,6 +96,11 @@ func (v *WorkloadViews) Workload(ctx context.Context, id webui.WorkloadID) (webu
 // workload does not exist.
 func (v *WorkloadViews) resolvePolicy(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation, w *workload.Workload, view *webui.WorkloadView) error {
 	pols, err := policy.Gatherer{Reader: v.Reader}.InNamespace(ctx, rsr.Namespace)
+	if apierrors.IsForbidden(err) {
+		view.PolicyUnknown = true
+		view.Unreadable = append(view.Unreadable, fmt.Sprintf("The policies and the namespace's labels, so the policy that governs the workload: %v.", err))
+		return nil
+	}
 	if err != nil {
 		return err
 	}

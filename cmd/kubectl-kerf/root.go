@@ -56,7 +56,7 @@ func newRootCommand(streams genericiooptions.IOStreams, now func() time.Time) *c
 	cmd.SetErr(streams.ErrOut)
 	o.flags.AddFlags(cmd.PersistentFlags())
 	cmd.AddCommand(newStatusCommand(o), newHistoryCommand(o), newExplainCommand(o),
-		newPauseCommand(o, true), newPauseCommand(o, false))
+		newPauseCommand(o, true), newPauseCommand(o, false), newDashboardCommand(o))
 	return cmd
 }
 
