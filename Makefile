@@ -108,7 +108,7 @@ bench-scale: deps
 
 ## bench-scale-recommend: bench-scale with spec.recommend on for every workload, the simulated agents' usage feeding the recommender: its pass time and writes, the leader's RSS and CPU, the rollbacks during its wave (docs/performance.md)
 bench-scale-recommend: deps
-	KERF_BENCH_SCALE=1 KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -run='^$$' -bench=LeaderRecommendingAtScale -benchtime=1x -timeout 90m -v $(TESTFLAGS) ./test/scale/
+	KERF_BENCH_SCALE=1 KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -run='^$$' -bench=LeaderRecommendingAtScale -benchtime=1x -timeout 150m -v $(TESTFLAGS) ./test/scale/
 
 ## bench-quality: Kerf's changes against VPA's recommender, KRR's percentile and the manifest on nine generated usage traces, no cluster: slack, OOM kills, throttling, changes, rollbacks and the plot docs/quality-weekly.svg (docs/performance.md, seconds; KERF_QUALITY_TRACES=dir adds recorded traces)
 bench-quality:
