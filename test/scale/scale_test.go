@@ -4,6 +4,8 @@
 // controller-manager) holding N Deployments with their ReplicaSets and
 // Running pods on M simulated nodes, whose agents (the real node/stream
 // client each, with a real bound token) stream to the leader over TLS.
+// make bench-scale-recommend runs it with the recommender on
+// (recommend_test.go, "The recommender at scale").
 package scale
 
 import (
