@@ -8,7 +8,7 @@ GO ?= go
 # Test flags: add e.g. TESTFLAGS=-run=TestSmoke.
 TESTFLAGS ?=
 
-.PHONY: all help deps generate vmlinux verify-generated build images test unit fuzz bench bench-e2e bench-peers bench-scale bench-quality lint demo release-plugin test-release clean
+.PHONY: all help deps generate vmlinux verify-generated build images test unit fuzz bench bench-e2e bench-peers bench-scale bench-scale-recommend bench-quality lint demo release-plugin test-release clean
 
 ## all: the default target, build
 all: build
@@ -105,6 +105,10 @@ bench-peers: deps
 ## bench-scale: the leader (real binary) at 25,000 workloads, 1,000 simulated nodes' agent streams on the real control plane (docs/performance.md; KERF_SCALE_WORKLOADS, KERF_SCALE_NODES scale it)
 bench-scale: deps
 	KERF_BENCH_SCALE=1 KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -run='^$$' -bench=LeaderAtScale -benchtime=1x -timeout 90m -v $(TESTFLAGS) ./test/scale/
+
+## bench-scale-recommend: bench-scale with spec.recommend on for every workload, the simulated agents' usage feeding the recommender: its pass time and writes, the leader's RSS and CPU, the rollbacks during its wave (docs/performance.md)
+bench-scale-recommend: deps
+	KERF_BENCH_SCALE=1 KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -run='^$$' -bench=LeaderRecommendingAtScale -benchtime=1x -timeout 150m -v $(TESTFLAGS) ./test/scale/
 
 ## bench-quality: Kerf's changes against VPA's recommender, KRR's percentile and the manifest on nine generated usage traces, no cluster: slack, OOM kills, throttling, changes, rollbacks and the plot docs/quality-weekly.svg (docs/performance.md, seconds; KERF_QUALITY_TRACES=dir adds recorded traces)
 bench-quality:

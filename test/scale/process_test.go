@@ -645,6 +645,14 @@ func sendCounters(ctx context.Context, s *sim, a *agents, interval time.Duration
 		j := s.inPlaceNodes[k]
 		byNode[j] = append(byNode[j], report.ContainerKey{PodUID: string(uid), Name: "app"})
 	}
+	// Each container's CPU counter grows by 20 to 79 ms an interval and its
+	// working set moves between 80 and 143 MiB, varying with the container
+	// and the interval, so that the recommender's histograms (make
+	// bench-scale's recommending variant) hold a spread, not one bucket.
+	cpu := make([][]time.Duration, s.m)
+	for j, keys := range byNode {
+		cpu[j] = make([]time.Duration, len(keys))
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for n := uint64(1); ; n++ {
@@ -652,8 +660,11 @@ func sendCounters(ctx context.Context, s *sim, a *agents, interval time.Duration
 		for j, keys := range byNode {
 			samples := make([]report.Sample, len(keys))
 			for k, key := range keys {
+				vary := uint64(j*31+k*7) + n*13
+				cpu[j][k] += time.Duration(20+vary%60) * time.Millisecond
+				ws := (80 + vary%64) << 20
 				samples[k] = report.Sample{Key: key, At: now, Periods: 10 * n, Throttled: n, ThrottledTime: time.Duration(n) * time.Millisecond,
-					HasUsage: true, Usage: report.Usage{CPU: time.Duration(n) * 50 * time.Millisecond, WorkingSet: 100 << 20, Peak: 120 << 20}}
+					HasUsage: true, Usage: report.Usage{CPU: cpu[j][k], WorkingSet: ws, Peak: ws + 20<<20}}
 			}
 			a.clients[j].Counters(samples)
 		}
@@ -674,17 +685,17 @@ func sendCounters(ctx context.Context, s *sim, a *agents, interval time.Duration
 // rollback's first write (the breach's status), asked for the restore
 // and had the restore answered, p50, p99 and max of each, and the
 // slowest probe's steps: the leader's log and the harness read one wall
-// clock.
-func (p *leaderProc) rollbackTimes(tb testing.TB, killed map[string]time.Time) {
+// clock. It returns the probes' times since their kill by step, sorted.
+func (p *leaderProc) rollbackTimes(tb testing.TB, killed map[string]time.Time) (sinceKill map[string][]float64) {
 	raw, err := os.ReadFile(p.logPath)
 	if err != nil {
 		tb.Logf("the leader's rollbacks: %v", err)
-		return
+		return nil
 	}
 	fields := []string{"untilRestoredMs", "breachWriteMs", "restoreWriteMs", "passMs"}
 	got := map[string][]float64{}
 	steps := []string{"passBegan", "breachAsked", "restoreAsked", "restoreAnswered"}
-	sinceKill := map[string][]float64{}
+	sinceKill = map[string][]float64{}
 	var slowest time.Duration
 	var slowestProbe string
 	for line := range strings.SplitSeq(string(raw), "\n") {
@@ -741,6 +752,7 @@ func (p *leaderProc) rollbackTimes(tb testing.TB, killed map[string]time.Time) {
 		parts = append(parts, fmt.Sprintf("%s %d: p50 %.1f, p99 %.1f, max %.1f ms", f, len(l), percentile(l, 0.5), percentile(l, 0.99), percentile(l, 1)))
 	}
 	tb.Logf("the probes' OOM kill → the leader, by its log (a restore finished by a later pass has no breachAsked): %s; the slowest, %s", strings.Join(parts, "; "), slowestProbe)
+	return sinceKill
 }
 
 // apiTimings are the apiserver's own time for the requests a rollback

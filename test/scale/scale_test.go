@@ -4,6 +4,8 @@
 // controller-manager) holding N Deployments with their ReplicaSets and
 // Running pods on M simulated nodes, whose agents (the real node/stream
 // client each, with a real bound token) stream to the leader over TLS.
+// make bench-scale-recommend runs it with the recommender on
+// (recommend_test.go, "The recommender at scale").
 package scale
 
 import (
@@ -64,11 +66,32 @@ func envDuration(tb testing.TB, name string, def time.Duration) time.Duration {
 
 // deployWatch follows every Deployment's template memory: when it first
 // reads waveMem the leader's apply reached the apiserver, when it reads
-// baseMem again after that its restore did.
+// baseMem again after that its restore did. It also notes when the
+// template's CPU request first leaves baseCPU: the recommender's changes
+// (recommend_test.go) lower it.
 type deployWatch struct {
 	mu       sync.Mutex
 	applied  map[int]time.Time
 	restored map[int]time.Time
+	cpuMoved map[int]time.Time
+}
+
+// cpuCount is how many Deployments' CPU request has left baseCPU.
+func (w *deployWatch) cpuCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.cpuMoved)
+}
+
+// cpuTimes is when each Deployment's CPU request left baseCPU, in no order.
+func (w *deployWatch) cpuTimes() []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]time.Time, 0, len(w.cpuMoved))
+	for _, t := range w.cpuMoved {
+		out = append(out, t)
+	}
+	return out
 }
 
 func (w *deployWatch) counts() (applied, restored int) {
@@ -86,7 +109,7 @@ func (w *deployWatch) at(i int) (applied, restored time.Time) {
 // watchDeployments runs w over every Deployment until ctx is done,
 // starting again from the last resource version when a watch ends.
 func watchDeployments(ctx context.Context, tb testing.TB, c client.WithWatch) *deployWatch {
-	w := &deployWatch{applied: map[int]time.Time{}, restored: map[int]time.Time{}}
+	w := &deployWatch{applied: map[int]time.Time{}, restored: map[int]time.Time{}, cpuMoved: map[int]time.Time{}}
 	var list appsv1.DeploymentList
 	require.NoError(tb, c.List(ctx, &list, client.Limit(1)))
 	rv := list.ResourceVersion
@@ -112,7 +135,11 @@ func watchDeployments(ctx context.Context, tb testing.TB, c client.WithWatch) *d
 					continue
 				}
 				mem := dep.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().String()
+				cpu := dep.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String()
 				w.mu.Lock()
+				if _, moved := w.cpuMoved[i]; !moved && cpu != baseCPU {
+					w.cpuMoved[i] = now
+				}
 				_, applied := w.applied[i]
 				switch {
 				case mem == waveMem && !applied:
@@ -225,35 +252,8 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	// first workloads' changes are applied and watched, and a pod of the
 	// new template runs on its node.
 	probeStart := time.Now()
-	for i := range first {
-		require.NoError(b, c.Create(ctx, recommendation(s.ns(i), i, waveMem)))
-	}
-	require.Eventually(b, func() bool {
-		leader.alive(b)
-		var l v1alpha1.RightsizingRecommendationList
-		require.NoError(b, c.List(ctx, &l))
-		watching := 0
-		for _, r := range l.Items {
-			if r.Status.Phase == v1alpha1.PhaseWatching {
-				watching++
-			}
-		}
-		return watching >= first
-	}, waveTimeout, 200*time.Millisecond, "the probes' changes were never all watched")
+	probePod := applyProbes(ctx, b, c, s, leader, first, workers, waveTimeout)
 	b.Logf("%d probe changes applied and watched in %v", first, time.Since(probeStart).Round(time.Millisecond))
-	probePod := make([]types.UID, first)
-	require.NoError(b, pool(ctx, first, workers, func(ctx context.Context, i int) error {
-		var dep appsv1.Deployment
-		if err := c.Get(ctx, client.ObjectKey{Namespace: s.ns(i), Name: workloadName(i)}, &dep); err != nil {
-			return err
-		}
-		uids, err := replicaSetAndPods(ctx, c, &dep, []string{s.nodes[s.podNode[i][0]]})
-		if err != nil {
-			return err
-		}
-		probePod[i] = uids[0]
-		return nil
-	}))
 	time.Sleep(2 * time.Second) // the new pods reach the leader's cache
 
 	// Idle: everything synced, the agents streaming.
@@ -557,6 +557,44 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	b.ReportMetric(float64(len(countedAt)), "storm-counted-ooms")
 	b.ReportMetric(countedS, "storm-counted-s")
 	b.ReportMetric(trs, "storm-tokenreviews")
+}
+
+// applyProbes gives workloads [0, count) a recommendation (memory baseMem
+// → waveMem, strategy Rollout), waits until the leader watches every one,
+// and creates each a pod of the new template on its first pod's node, as
+// the controller-manager would after the rollout. It returns those pods'
+// UIDs, whose OOM kills the probes send.
+func applyProbes(ctx context.Context, tb testing.TB, c client.Client, s *sim, leader *leaderProc, count, workers int, timeout time.Duration) []types.UID {
+	tb.Helper()
+	for i := range count {
+		require.NoError(tb, c.Create(ctx, recommendation(s.ns(i), i, waveMem)))
+	}
+	require.Eventually(tb, func() bool {
+		leader.alive(tb)
+		var l v1alpha1.RightsizingRecommendationList
+		require.NoError(tb, c.List(ctx, &l))
+		watching := 0
+		for _, r := range l.Items {
+			if r.Status.Phase == v1alpha1.PhaseWatching {
+				watching++
+			}
+		}
+		return watching >= count
+	}, timeout, 200*time.Millisecond, "the probes' changes were never all watched")
+	probePod := make([]types.UID, count)
+	require.NoError(tb, pool(ctx, count, workers, func(ctx context.Context, i int) error {
+		var dep appsv1.Deployment
+		if err := c.Get(ctx, client.ObjectKey{Namespace: s.ns(i), Name: workloadName(i)}, &dep); err != nil {
+			return err
+		}
+		uids, err := replicaSetAndPods(ctx, c, &dep, []string{s.nodes[s.podNode[i][0]]})
+		if err != nil {
+			return err
+		}
+		probePod[i] = uids[0]
+		return nil
+	}))
+	return probePod
 }
 
 // secondsSince is t - from in seconds when ok, else 0.
