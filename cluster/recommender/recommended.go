@@ -2,6 +2,7 @@ package recommender
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -18,6 +19,11 @@ import (
 	"github.com/kerf-dev/kerf/cluster/resources"
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
+
+// errNoneReady is recommendFor's answer when no container of the workload
+// has the history to be recommended for yet: nothing was decided, so the
+// workload's interval does not start.
+var errNoneReady = errors.New("no container has enough history yet")
 
 // recommendFor makes the workload's recommendation and creates or updates
 // its RightsizingRecommendation, when any container's values change.
@@ -83,6 +89,9 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 			cb.Refusals = append(cb.Refusals, rb)
 		}
 		basis.Containers = append(basis.Containers, cb)
+	}
+	if len(basis.Containers) == 0 {
+		return errNoneReady
 	}
 	// A change not judged by its watch yet is the watch's: a new one
 	// would end that watch, and the harm the first change causes would

@@ -2,6 +2,7 @@ package recommender
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -393,7 +394,11 @@ func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*reso
 		if !tw.recommended.IsZero() && now.Sub(tw.recommended) < spec.Interval.Duration {
 			continue
 		}
-		if err := r.recommendFor(ctx, ref, rw, tw, now); err != nil {
+		err := r.recommendFor(ctx, ref, rw, tw, now)
+		switch {
+		case errors.Is(err, errNoneReady):
+			continue // tried again next pass, not an interval later
+		case err != nil:
 			r.log.Warn("recommendation not written", "workload", ref.String(), "namespace", ref.Namespace, "err", err)
 			continue
 		}
