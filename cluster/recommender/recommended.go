@@ -20,9 +20,8 @@ import (
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
-// errNoneReady is recommendFor's answer when no container of the workload
-// has the history to be recommended for yet: nothing was decided, so the
-// workload's interval does not start.
+// errNoneReady says no container of the workload has the history to be
+// recommended for yet. Nothing was decided, so its interval does not start.
 var errNoneReady = errors.New("no container has enough history yet")
 
 // recommendFor makes the workload's recommendation and creates or updates
