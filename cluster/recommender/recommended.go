@@ -45,7 +45,7 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 		r.log.Debug("recommendation for another workload left alone", "namespace", ref.Namespace, "name", ref.Name)
 		return nil
 	}
-	holds := holdsOf(&existing.Status, now)
+	holds := HoldsOf(&existing.Status, now)
 	p := m.Params()
 	basis := v1alpha1.RecommendationBasis{MadeAt: now.UTC().Truncate(time.Second), Policy: string(rw.resolved.Ref.Kind) + "/" + rw.resolved.Ref.Name,
 		CPUPercentile: p.CPUPercentile, MemoryPercentile: p.MemoryPercentile, SafetyMargin: p.SafetyMargin}
@@ -214,9 +214,10 @@ func amountOf(f resources.Field, q *resource.Quantity) int64 {
 	return q.Value()
 }
 
-// holdsOf reads the cooldowns and failedPermanent of a recommendation's
-// status as the latches' holds.
-func holdsOf(st *v1alpha1.RightsizingRecommendationStatus, now time.Time) recommend.Holds {
+// HoldsOf reads the cooldowns and failedPermanent of a recommendation's
+// status as the latches' holds. failedPermanent holds the resources of
+// status.change, both when it names none.
+func HoldsOf(st *v1alpha1.RightsizingRecommendationStatus, now time.Time) recommend.Holds {
 	var h recommend.Holds
 	for _, c := range st.Cooldowns {
 		if c.Until.After(now) {

@@ -2,7 +2,6 @@ package quality
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/policy"
 	"github.com/kerf-dev/kerf/cluster/recommend"
+	"github.com/kerf-dev/kerf/cluster/recommender"
 )
 
 // Kerf is Kerf's whole loop at a policy's defaults: the recommender of
@@ -47,9 +47,6 @@ type Kerf struct {
 	// recommended is when the last recommendation was made.
 	recommended time.Time
 	w           *kerfWatch
-	// changed is the resources the last change moved: failedPermanent
-	// holds them (status.change.resources).
-	changed []v1alpha1.ResourceName
 }
 
 // kerfWatch is the health watch of one applied change.
@@ -124,7 +121,7 @@ func (k *Kerf) Step(o Observation) (Values, Action) {
 		return k.cur, Kept
 	}
 	k.recommended = now
-	res := m.Recommend(&k.st, recommend.Input{Now: now, Containers: 1, Holds: holds(&k.status, k.changed, now),
+	res := m.Recommend(&k.st, recommend.Input{Now: now, Containers: 1, Holds: recommender.HoldsOf(&k.status, now),
 		Request: recommend.Resources{CPUMilli: k.cur.CPURequest, MemoryBytes: k.cur.MemoryRequest},
 		Limit:   recommend.Resources{CPUMilli: k.cur.CPULimit, MemoryBytes: k.cur.MemoryLimit}})
 	if !res.Ready || !res.Changed {
@@ -150,7 +147,7 @@ func (k *Kerf) Step(o Observation) (Values, Action) {
 	k.w = &kerfWatch{at: now, end: now.Add(k.spec.Guardrails.Rollback.WatchDuration.Duration), previous: k.cur, fingerprint: fp,
 		cpu:    next.CPURequest != k.cur.CPURequest || next.CPULimit != k.cur.CPULimit,
 		memory: next.MemoryRequest != k.cur.MemoryRequest || next.MemoryLimit != k.cur.MemoryLimit}
-	k.changed = k.w.touched()
+	k.status.Change = &v1alpha1.Change{Resources: k.w.touched()}
 	k.cur = next
 	return k.cur, Changed
 }
@@ -223,28 +220,6 @@ func (k *Kerf) rollback(now time.Time, restore []v1alpha1.ResourceName) (Values,
 	_, _ = policy.BackingOff(now, k.status.Rollback, k.spec.Guardrails.Rollback.Backoff)
 	k.cur = next
 	return next, RolledBack
-}
-
-// holds reads the cooldowns and failedPermanent of a status as the
-// latches' holds, as cluster/recommender's holdsOf does; changed is the
-// resources of the last change.
-func holds(st *v1alpha1.RightsizingRecommendationStatus, changed []v1alpha1.ResourceName, now time.Time) recommend.Holds {
-	var h recommend.Holds
-	for _, c := range st.Cooldowns {
-		if c.Until.After(now) {
-			switch c.Resource {
-			case v1alpha1.ResourceCPU:
-				h.CPUCooldown = true
-			case v1alpha1.ResourceMemory:
-				h.MemoryCooldown = true
-			}
-		}
-	}
-	if st.Rollback != nil && st.Rollback.State == v1alpha1.BackoffFailedPermanent {
-		h.CPUFailedPermanent = slices.Contains(changed, v1alpha1.ResourceCPU)
-		h.MemoryFailedPermanent = slices.Contains(changed, v1alpha1.ResourceMemory)
-	}
-	return h
 }
 
 // containers writes values as the one container a recommendation names.
