@@ -68,18 +68,23 @@ func newStatusCommand(o *options) *cobra.Command {
 	return cmd
 }
 
-func (o *options) status(ctx context.Context, all bool, output string) error {
-	c, err := o.client()
-	if err != nil {
-		return err
+// recommendations lists the recommendations of the current namespace, or
+// of all with all ("" then), with the client that read them.
+func (o *options) recommendations(ctx context.Context, all bool) (c client.Client, ns string, items []v1alpha1.RightsizingRecommendation, err error) {
+	if c, err = o.client(); err != nil {
+		return nil, "", nil, err
 	}
-	ns := ""
 	if !all {
 		if ns, err = o.namespace(); err != nil {
-			return err
+			return nil, "", nil, err
 		}
 	}
-	items, err := listRecommendations(ctx, c, ns)
+	items, err = listRecommendations(ctx, c, ns)
+	return c, ns, items, err
+}
+
+func (o *options) status(ctx context.Context, all bool, output string) error {
+	c, ns, items, err := o.recommendations(ctx, all)
 	if err != nil {
 		return err
 	}

@@ -24,17 +24,7 @@ func (o *options) summary(ctx context.Context, all bool, output string, since ti
 	if since <= 0 {
 		return fmt.Errorf("--since %s: must be a positive duration such as 24h or 168h", since)
 	}
-	c, err := o.client()
-	if err != nil {
-		return err
-	}
-	ns := ""
-	if !all {
-		if ns, err = o.namespace(); err != nil {
-			return err
-		}
-	}
-	items, err := listRecommendations(ctx, c, ns)
+	_, ns, items, err := o.recommendations(ctx, all)
 	if err != nil {
 		return err
 	}
