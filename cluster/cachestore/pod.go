@@ -190,6 +190,19 @@ func PodStatus(o any) (corev1.PodStatus, bool) {
 	return corev1.PodStatus{}, false
 }
 
+// PodView returns a pod an informer delivered as a *corev1.Pod. Of a
+// cachedPod it is a view, only to be read; of a *corev1.Pod, the pod. ok
+// is false for any other object.
+func PodView(o any) (*corev1.Pod, bool) {
+	switch p := o.(type) {
+	case *cachedPod:
+		return p.View().(*corev1.Pod), true
+	case *corev1.Pod:
+		return p, true
+	}
+	return nil, false
+}
+
 // PodNodeName returns the node a pod an informer delivered (a cachedPod
 // or a *corev1.Pod) is bound to. ok is false for any other object.
 func PodNodeName(o any) (string, bool) {

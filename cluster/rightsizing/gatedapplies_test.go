@@ -86,6 +86,18 @@ func TestNodeHeadroomBlocksUntilTheNodeHasRoom(t *testing.T) {
 		{name: "a pod on the node is deleted", room: func(t *testing.T, _ *corev1.Node, other *corev1.Pod) {
 			require.NoError(t, c.Delete(ctx, other, client.GracePeriodSeconds(0)))
 		}},
+		{name: "a pod on the node is resized down", room: func(t *testing.T, _ *corev1.Node, other *corev1.Pod) {
+			// The room is free once both the spec and what the kubelet
+			// runs are lower, as the kubelet's admission counts it.
+			require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(other), other))
+			lower := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("1Gi")}
+			other.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: lower, Limits: lower.DeepCopy()}
+			other, err := controlplane.Get(t).Clientset.CoreV1().Pods(other.Namespace).UpdateResize(ctx, other.Name, other, metav1.UpdateOptions{})
+			require.NoError(t, err)
+			other.Status.ObservedGeneration = other.Generation
+			other.Status.ContainerStatuses[0].Resources = other.Spec.Containers[0].Resources.DeepCopy()
+			require.NoError(t, c.Status().Update(ctx, other))
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := kubetest.Namespace(t, c)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 
+	resourcehelper "k8s.io/component-helpers/resource"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -13,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/cachestore"
 )
 
 // blockedBy maps a gating object to the recommendations of its namespace
@@ -75,6 +78,28 @@ func (m mapper) nodeFreed(ctx context.Context, _ client.Object) []reconcile.Requ
 func podEnded(old, cur *corev1.PodStatus) bool {
 	terminal := func(p corev1.PodPhase) bool { return p == corev1.PodSucceeded || p == corev1.PodFailed }
 	return !terminal(old.Phase) && terminal(cur.Phase)
+}
+
+// podShrank reports whether a pod on a node asks less of it than before,
+// counted as the kubelet's resize admission and the NodeHeadroom gate
+// count it (the larger of spec and what the kubelet runs). Only a new
+// generation or a status of one, a resize, can change that, so other
+// updates cost nothing more.
+func podShrank(oldObj, curObj any, oldStatus, curStatus *corev1.PodStatus) bool {
+	oldPod, ok1 := cachestore.PodView(oldObj)
+	curPod, ok2 := cachestore.PodView(curObj)
+	if !ok1 || !ok2 || curPod.Spec.NodeName == "" ||
+		(oldPod.Generation == curPod.Generation && oldStatus.ObservedGeneration == curStatus.ObservedGeneration) {
+		return false
+	}
+	opts := resourcehelper.PodResourcesOptions{UseStatusResources: true}
+	before, after := resourcehelper.PodRequests(oldPod, opts), resourcehelper.PodRequests(curPod, opts)
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if b, a := before[name], after[name]; a.Cmp(b) < 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // allocatableChanged passes the updates of a Node that change its

@@ -93,8 +93,8 @@ func addAt(q workqueue.TypedRateLimitingInterface[reconcile.Request], priority i
 // (mapper.pod), as handler.EnqueueRequestsFromMapFunc does. That gives
 // the informer's initial list and its resyncs a low priority.
 //
-// A pod that ends or is deleted also enqueues the recommendations the
-// NodeHeadroom gate holds back (mapper.nodeFreed).
+// A pod that ends, is deleted or is resized down also enqueues the
+// recommendations the NodeHeadroom gate holds back (mapper.nodeFreed).
 //
 // An update that shows harm (podHarmed) goes through harm instead:
 // harmAdder, at harmPriority. A nil harm leaves those updates to the
@@ -117,7 +117,7 @@ func (h podHandler) Create(ctx context.Context, e event.CreateEvent, q workqueue
 func (h podHandler) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	oldStatus, ok1 := cachestore.PodStatus(e.ObjectOld)
 	newStatus, ok2 := cachestore.PodStatus(e.ObjectNew)
-	if !h.harmOnly && ok1 && ok2 && podEnded(&oldStatus, &newStatus) {
+	if !h.harmOnly && ok1 && ok2 && (podEnded(&oldStatus, &newStatus) || podShrank(e.ObjectOld, e.ObjectNew, &oldStatus, &newStatus)) {
 		// Room on its node: the NodeHeadroom gate's blocks try again.
 		addAt(q, 0, h.m.nodeFreed(ctx, e.ObjectNew))
 	}
