@@ -80,11 +80,11 @@ func podEnded(old, cur *corev1.PodStatus) bool {
 	return !terminal(old.Phase) && terminal(cur.Phase)
 }
 
-// podShrank reports whether a pod on a node asks less of it than before,
-// counted as the kubelet's resize admission and the NodeHeadroom gate
-// count it (the larger of spec and what the kubelet runs). Only a new
-// generation or a status of one, a resize, can change that, so other
-// updates cost nothing more.
+// podShrank reports whether a pod on a node asks less of it than before.
+// It counts as the kubelet's resize admission and the NodeHeadroom gate
+// do: the larger of spec and what the kubelet runs. Only a new generation
+// or a status of one, a resize, can change that, so other updates cost
+// nothing more.
 func podShrank(oldObj, curObj any, oldStatus, curStatus *corev1.PodStatus) bool {
 	oldPod, ok1 := cachestore.PodView(oldObj)
 	curPod, ok2 := cachestore.PodView(curObj)
