@@ -50,7 +50,10 @@ type cachedPod struct {
 	containers, initContainers   []cachedContainer
 	ephemeralContainers          []string
 	resources                    *corev1.ResourceRequirements
-	status                       cachedPodStatus
+	// overhead is the RuntimeClass's overhead admission set, which the
+	// gates count in what a pod asks of its node and its quota.
+	overhead corev1.ResourceList
+	status   cachedPodStatus
 }
 
 // cachedContainer is what a cachedPod keeps of a container.
@@ -71,7 +74,7 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 		TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta,
 		nodeName: p.Spec.NodeName, serviceAccountName: p.Spec.ServiceAccountName,
 		containers: keepContainers(p.Spec.Containers), initContainers: keepContainers(p.Spec.InitContainers),
-		resources: p.Spec.Resources, status: keepStatus(&p.Status),
+		resources: p.Spec.Resources, overhead: p.Spec.Overhead, status: keepStatus(&p.Status),
 	}
 	if n := len(p.Spec.EphemeralContainers); n > 0 {
 		c.ephemeralContainers = make([]string, n)
@@ -98,7 +101,8 @@ func keepContainers(cs []corev1.Container) []cachedContainer {
 // nothing is shared with c.
 func (c *cachedPod) Pod() *corev1.Pod {
 	p := &corev1.Pod{TypeMeta: c.TypeMeta, Spec: corev1.PodSpec{NodeName: c.nodeName, ServiceAccountName: c.serviceAccountName,
-		Containers: inflateContainers(c.containers), InitContainers: inflateContainers(c.initContainers), Resources: c.resources.DeepCopy()}}
+		Containers: inflateContainers(c.containers), InitContainers: inflateContainers(c.initContainers), Resources: c.resources.DeepCopy(),
+		Overhead: c.overhead.DeepCopy()}}
 	c.ObjectMeta.DeepCopyInto(&p.ObjectMeta)
 	status := c.status.view()
 	status.DeepCopyInto(&p.Status)
@@ -152,7 +156,7 @@ func (c *cachedPod) ViewInto(dst runtime.Object) bool {
 	}
 	*p = corev1.Pod{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta, Status: c.status.view(), Spec: corev1.PodSpec{NodeName: c.nodeName,
 		ServiceAccountName: c.serviceAccountName, Containers: viewContainers(c.containers), InitContainers: viewContainers(c.initContainers),
-		Resources: c.resources}}
+		Resources: c.resources, Overhead: c.overhead}}
 	if c.ephemeralContainers != nil {
 		p.Spec.EphemeralContainers = make([]corev1.EphemeralContainer, len(c.ephemeralContainers))
 		for i, name := range c.ephemeralContainers {

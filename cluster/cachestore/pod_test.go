@@ -45,6 +45,8 @@ func wholePod() *corev1.Pod {
 				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}},
 			EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "busybox"}}},
 			Resources:           &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}},
+			Overhead:            corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("120Mi")},
+			RuntimeClassName:    ptr.To("kata"),
 			Volumes:             []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 			Tolerations:         []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}},
 			SecurityContext:     &corev1.PodSecurityContext{},
@@ -94,6 +96,7 @@ func TestACachedPodReadsBackAsWhatItKept(t *testing.T) {
 			RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}},
 		EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug"}}},
 		Resources:           whole.Spec.Resources,
+		Overhead:            whole.Spec.Overhead, // the gates count it, as the kubelet does
 	}
 	assert.Equal(t, want, read.Spec, "of the spec, what Kerf reads and nothing else")
 

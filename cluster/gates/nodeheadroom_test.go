@@ -8,7 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
@@ -49,6 +51,11 @@ func createPods(t *testing.T, c client.Client, pods ...corev1.Pod) {
 func TestNodeHeadroomBlocksAnIncreaseTheNodeCannotHold(t *testing.T) {
 	c := controlplane.Get(t).Client
 	ctx := context.Background()
+	// A RuntimeClass whose pods' overhead admission sets, as a sandboxed
+	// runtime's: the kubelet counts it, and so does the gate.
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "gates-sandboxed"}, Handler: "kata",
+		Overhead: &nodev1.Overhead{PodFixed: quantities("cpu", "250m", "memory", "64Mi")}}
+	require.NoError(t, client.IgnoreAlreadyExists(c.Create(ctx, rc)))
 	for _, tc := range []struct {
 		name   string
 		newCPU string
@@ -66,6 +73,9 @@ func TestNodeHeadroomBlocksAnIncreaseTheNodeCannotHold(t *testing.T) {
 			p.Status.ContainerStatuses[0].Resources.Limits = quantities("cpu", "1750m", "memory", "256Mi")
 		}, want: "Node %s: cpu has 0 free (allocatable 2, requested 2 by 2 pods), the change needs 250m more for pod web-0"},
 		{name: "an ended pod holds no room", newCPU: "1", other: func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }},
+		// 2 − (250m + 1250m + 250m overhead) = 250m free.
+		{name: "a RuntimeClass's overhead", newCPU: "750m", other: func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr.To(rc.Name) },
+			want: "Node %s: cpu has 250m free (allocatable 2, requested 1750m by 2 pods), the change needs 500m more for pod web-0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := kubetest.Namespace(t, c)
