@@ -46,13 +46,14 @@ const maxSignInBody = 4 << 10
 // server's cap of 64, which anonymous trickled posts could fill.
 const MaxSignInsInFlight = 8
 
-// mountUI adds the web pages to the hub's routes: the Fleet, Activity and
-// workload pages behind the same read access as the API, and the sign-in
+// mountUI adds the web pages to the hub's routes: the Fleet, Activity,
+// Savings and workload pages behind the same read access as the API, and the sign-in
 // form.
 func (s *Server) mountUI(mux *http.ServeMux) {
 	src := uiSource{s}
 	mux.Handle("GET "+uiFleet, s.page(&web.Fleet{Source: src, ActivityPath: "activity", SignOut: uiSignOut, Refresh: time.Minute, Log: s.log()}))
 	mux.Handle("GET "+uiActivity, s.page(&web.Activity{Source: src, Refresh: 30 * time.Second, Log: s.log()}))
+	mux.Handle("GET "+uiSavings, s.page(&web.Savings{Source: src, Refresh: time.Minute, Now: s.now, Log: s.log()}))
 	mux.Handle("GET "+uiWorkload, s.page(&web.WorkloadPage{Source: src, Refresh: 30 * time.Second, ActivityHref: uiActivity, Now: s.now, Log: s.log()}))
 	// The sign-in form is the one route anyone may use before they
 	// authenticate, and its post carries a body: it has a budget of its
@@ -66,7 +67,7 @@ func (s *Server) mountUI(mux *http.ServeMux) {
 	mux.Handle("POST "+uiSignIn, limited)
 	mux.HandleFunc("POST "+uiSignOut, s.serveSignOut)
 	mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, uiFleet, http.StatusSeeOther) })
-	for _, p := range []string{uiFleet, uiActivity, uiWorkload, "/ui/{$}"} {
+	for _, p := range []string{uiFleet, uiActivity, uiSavings, uiWorkload, "/ui/{$}"} {
 		mux.HandleFunc(p, methodNotAllowed("GET, HEAD"))
 	}
 	mux.HandleFunc(uiSignIn, methodNotAllowed("GET, HEAD, POST"))
