@@ -118,8 +118,9 @@ func (u uiSource) AuditClusters(ctx context.Context, query url.Values) (web.Clus
 	return page, nil
 }
 
-// Fleet reads the clusters, their last day's actions and their rollbacks
-// per hour over the last 7 days (UTC), today included.
+// Fleet reads the clusters, their last day's actions, their rollbacks
+// per hour over the last 7 days (UTC), today included, and what their
+// stored changes saved (Savings).
 func (u uiSource) Fleet(ctx context.Context) (web.FleetData, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
@@ -171,6 +172,18 @@ func (u uiSource) Fleet(ctx context.Context) (web.FleetData, error) {
 		}
 		series.Counts[b.Cluster][b.Index] += b.Count
 	}
+	// What each cluster's stored changes saved, as its Savings page sums.
+	sv, err := u.Savings(ctx, web.SavingsQuery{From: now.Add(-24 * time.Hour), To: now})
+	if err != nil {
+		return web.FleetData{}, err
+	}
+	saved := map[string]web.Amounts{}
+	for _, r := range sv.Rows {
+		a := saved[r.Cluster]
+		a.CPUMillis += r.Manifest.CPUMillis - r.InForce.CPUMillis
+		a.MemoryBytes += r.Manifest.MemoryBytes - r.InForce.MemoryBytes
+		saved[r.Cluster] = a
+	}
 	data := web.FleetData{Now: now, Rollbacks: series}
 	for _, c := range cs {
 		fc := web.FleetCluster{Name: c.Name, Actions: counts[c.Name][0], Rollbacks: counts[c.Name][1]}
@@ -186,6 +199,9 @@ func (u uiSource) Fleet(ctx context.Context) (web.FleetData, error) {
 			fc.AgentsConnected = c.Leader.AgentsConnected
 			fc.Undelivered = c.Leader.Undelivered
 			fc.Lag = time.Duration(c.Leader.LagSeconds * float64(time.Second))
+		}
+		if a, ok := saved[c.Name]; ok {
+			fc.Saved = &a
 		}
 		data.Clusters = append(data.Clusters, fc)
 	}

@@ -51,7 +51,8 @@ func savingsAction(cluster, ns, name string, seq int64, typ v1alpha1.ActionType,
 // Savings page in headless Chromium: per cluster and namespace, the
 // requests before the oldest stored change and after the newest, what
 // that saved, and the window's rollbacks and OOM kills; no recommended
-// values, which the hub does not store.
+// values, which the hub does not store. The Fleet page says what each
+// cluster saved and links to it.
 func TestHubSavingsPageCountsWhatTheStoredActionsCarry(t *testing.T) {
 	base, client, tokens := servedHub(t)
 	now := time.Now().UTC()
@@ -133,9 +134,14 @@ func TestHubSavingsPageCountsWhatTheStoredActionsCarry(t *testing.T) {
 	waitFor(t, ctx, "table.savings")
 	assert.Len(t, rows(), 3, "west's namespace, its subtotal and the total")
 
-	// The Fleet page links to it.
+	// The Fleet page links to it, and says what each cluster saved.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/fleet")))
 	waitFor(t, ctx, `a[href="savings"]`)
+	fleet, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('td[data-label="Saved (CPU, memory)"]')].map(td => td.textContent.trim())`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"250m, 256Mi", "1, 0"}, fleet, "east, then west")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(`a[href="savings?cluster=west"]`)))
+	waitFor(t, ctx, `a[aria-label="remove the filter cluster = west"]`)
 
 	var errs []string
 	for _, m := range console() {
