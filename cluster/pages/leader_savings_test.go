@@ -87,6 +87,16 @@ func TestSavingsPageSumsWhatTheLeaderRecorded(t *testing.T) {
 		assert.Contains(t, body, "The filter since is not valid")
 		code, _ = authtest.Get(t, page, "not-a-token")
 		assert.Equal(t, http.StatusUnauthorized, code)
+		// A caller that may read kept alone may not ask for rolled, nor
+		// for every namespace.
+		cp := controlplane.Get(t)
+		one := authtest.NewCaller(t, cp, kept, "one")
+		one.BindNamespace(t, cp, authtest.AuditReader, kept)
+		code, _ = authtest.Get(t, page+"?namespace="+rolled, one.Token)
+		assert.Equal(t, http.StatusForbidden, code)
+		code, body = authtest.Get(t, page+"?namespace="+kept, one.Token)
+		assert.Equal(t, http.StatusOK, code)
+		assert.Contains(t, body, `data-label="CPU saved" title="200 millicores">200m<`)
 	})
 
 	t.Run("browser", func(t *testing.T) {
