@@ -142,6 +142,9 @@ func (l *Leader) serveEndpoints(ctx context.Context) error {
 	}
 	srv.Mux().Handle("GET /ui/workloads/{namespace}/{name}", l.authn.Authenticated(auditAPI.AuthorizeNamespace(workloads,
 		func(r *http.Request) string { return r.PathValue("namespace") }), nil))
+	savingsPage := &webui.Savings{Source: &pages.Savings{Reader: l.mgr.GetCache()}, Refresh: time.Minute, Now: l.cfg.Now, Log: l.log}
+	srv.Mux().Handle("GET /ui/savings", l.authn.Authenticated(auditAPI.AuthorizeNamespace(savingsPage,
+		func(r *http.Request) string { return r.URL.Query().Get("namespace") }), nil))
 	go func() {
 		if err := srv.ServeListener(ctx, l.cfg.Listener); err != nil {
 			l.log.Error("endpoints stopped", "err", err)

@@ -46,13 +46,14 @@ const maxSignInBody = 4 << 10
 // server's cap of 64, which anonymous trickled posts could fill.
 const MaxSignInsInFlight = 8
 
-// mountUI adds the web pages to the hub's routes: the Fleet, Activity and
-// workload pages behind the same read access as the API, and the sign-in
+// mountUI adds the web pages to the hub's routes: the Fleet, Activity,
+// Savings and workload pages behind the same read access as the API, and the sign-in
 // form.
 func (s *Server) mountUI(mux *http.ServeMux) {
 	src := uiSource{s}
 	mux.Handle("GET "+uiFleet, s.page(&web.Fleet{Source: src, ActivityPath: "activity", SignOut: uiSignOut, Refresh: time.Minute, Log: s.log()}))
 	mux.Handle("GET "+uiActivity, s.page(&web.Activity{Source: src, Refresh: 30 * time.Second, Log: s.log()}))
+	mux.Handle("GET "+uiSavings, s.page(&web.Savings{Source: src, Refresh: time.Minute, Now: s.now, Log: s.log()}))
 	mux.Handle("GET "+uiWorkload, s.page(&web.WorkloadPage{Source: src, Refresh: 30 * time.Second, ActivityHref: uiActivity, Now: s.now, Log: s.log()}))
 	// The sign-in form is the one route anyone may use before they
 	// authenticate, and its post carries a body: it has a budget of its
@@ -66,7 +67,7 @@ func (s *Server) mountUI(mux *http.ServeMux) {
 	mux.Handle("POST "+uiSignIn, limited)
 	mux.HandleFunc("POST "+uiSignOut, s.serveSignOut)
 	mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, uiFleet, http.StatusSeeOther) })
-	for _, p := range []string{uiFleet, uiActivity, uiWorkload, "/ui/{$}"} {
+	for _, p := range []string{uiFleet, uiActivity, uiSavings, uiWorkload, "/ui/{$}"} {
 		mux.HandleFunc(p, methodNotAllowed("GET, HEAD"))
 	}
 	mux.HandleFunc(uiSignIn, methodNotAllowed("GET, HEAD, POST"))
@@ -117,8 +118,9 @@ func (u uiSource) AuditClusters(ctx context.Context, query url.Values) (web.Clus
 	return page, nil
 }
 
-// Fleet reads the clusters, their last day's actions and their rollbacks
-// per hour over the last 7 days (UTC), today included.
+// Fleet reads the clusters, their last day's actions, their rollbacks
+// per hour over the last 7 days (UTC), today included, and what their
+// stored changes saved (Savings).
 func (u uiSource) Fleet(ctx context.Context) (web.FleetData, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
@@ -170,6 +172,18 @@ func (u uiSource) Fleet(ctx context.Context) (web.FleetData, error) {
 		}
 		series.Counts[b.Cluster][b.Index] += b.Count
 	}
+	// What each cluster's stored changes saved, as its Savings page sums.
+	sv, err := u.Savings(ctx, web.SavingsQuery{From: now.Add(-24 * time.Hour), To: now})
+	if err != nil {
+		return web.FleetData{}, err
+	}
+	saved := map[string]web.Amounts{}
+	for _, r := range sv.Rows {
+		a := saved[r.Cluster]
+		a.CPUMillis += r.Manifest.CPUMillis - r.InForce.CPUMillis
+		a.MemoryBytes += r.Manifest.MemoryBytes - r.InForce.MemoryBytes
+		saved[r.Cluster] = a
+	}
 	data := web.FleetData{Now: now, Rollbacks: series}
 	for _, c := range cs {
 		fc := web.FleetCluster{Name: c.Name, Actions: counts[c.Name][0], Rollbacks: counts[c.Name][1]}
@@ -185,6 +199,9 @@ func (u uiSource) Fleet(ctx context.Context) (web.FleetData, error) {
 			fc.AgentsConnected = c.Leader.AgentsConnected
 			fc.Undelivered = c.Leader.Undelivered
 			fc.Lag = time.Duration(c.Leader.LagSeconds * float64(time.Second))
+		}
+		if a, ok := saved[c.Name]; ok {
+			fc.Saved = &a
 		}
 		data.Clusters = append(data.Clusters, fc)
 	}

@@ -50,6 +50,9 @@ type FleetCluster struct {
 	// Actions and Rollbacks count its actions, and its rollbacks, in the
 	// last 24 hours.
 	Actions, Rollbacks int64
+	// Saved is what its stored changes saved, manifest − in force (the
+	// Savings page's figures summed); nil when not known.
+	Saved *Amounts
 }
 
 // Series counts events per cluster in equal time buckets.
@@ -97,6 +100,9 @@ type fleetRow struct {
 	Stale, Never      bool
 	ActivityHref      string
 	RollbacksHref     string
+	SavedCPU          string
+	SavedMemory       string
+	SavingsHref       string
 }
 
 type multiple struct {
@@ -226,6 +232,10 @@ func fillFleet(v *fleetView, d FleetData) {
 			ActivityHref:  activityHref(v.Activity, url.Values{"cluster": {c.Name}}),
 			RollbacksHref: activityHref(v.Activity, url.Values{"cluster": {c.Name}, "type": {"rolled_back"}, "since": {"24h"}}),
 			Never:         c.LastContact.IsZero(),
+			SavingsHref:   "savings?" + url.Values{"cluster": {c.Name}}.Encode(),
+		}
+		if c.Saved != nil {
+			row.SavedCPU, row.SavedMemory = Cores(c.Saved.CPUMillis), Bytes(c.Saved.MemoryBytes)
 		}
 		if !row.Never {
 			row.Contact = c.LastContact.UTC().Format("2006-01-02 15:04:05")

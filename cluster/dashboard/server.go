@@ -86,6 +86,9 @@ func New(cfg Config) (*Server, error) {
 		Source:  &pages.WorkloadViews{Reader: c, Now: now},
 		Refresh: cfg.Refresh, ActivityHref: "../../activity", Log: cfg.Log, UsageNote: UsageNote,
 	})
+	pagesMux.Handle("GET /ui/savings", narrowTo(c, cfg.Namespace, &webui.Savings{
+		Source: savingsSource{reader: c}, Refresh: cfg.Refresh, Now: now, Log: cfg.Log,
+	}))
 	pagesMux.Handle("GET /{$}", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { found(w, "ui/activity") }))
 	s.handler = loopbackHost(s.withToken(pagesMux))
 	return s, nil
@@ -228,4 +231,14 @@ func narrowTo(c client.Reader, namespace string, next http.Handler) http.Handler
 func found(w http.ResponseWriter, location string) {
 	w.Header().Set("Location", location)
 	w.WriteHeader(http.StatusFound)
+}
+
+// savingsSource is Savings' source: cluster/pages' over the namespace
+// filter's recommendations (scopedReader).
+type savingsSource struct{ reader client.Reader }
+
+// Savings implements web.SavingsSource.
+func (s savingsSource) Savings(ctx context.Context, q webui.SavingsQuery) (webui.SavingsData, error) {
+	src := &pages.Savings{Reader: scopedReader{Reader: s.reader, Namespace: q.Namespace}}
+	return src.Savings(ctx, q)
 }

@@ -46,6 +46,7 @@ func (tl *Replica) Crash(ctx context.Context) {
 
 // StartReplica starts leader replica identity in ns with cfg, on short
 // lease timings unless cfg sets its own, and stops it when the test ends.
+// It watches ns alone unless cfg.WatchNamespaces names others.
 func StartReplica(t testing.TB, ns, identity string, cfg cluster.Config) *Replica {
 	t.Helper()
 	return StartReplicaOn(t, controlplane.Get(t).Config, ns, identity, cfg)
@@ -55,7 +56,9 @@ func StartReplica(t testing.TB, ns, identity string, cfg cluster.Config) *Replic
 func StartReplicaOn(t testing.TB, rc *rest.Config, ns, identity string, cfg cluster.Config) *Replica {
 	t.Helper()
 	cfg.Namespace, cfg.LeaseName, cfg.Identity = ns, "kerf-leader", identity
-	cfg.WatchNamespaces = []string{ns}
+	if len(cfg.WatchNamespaces) == 0 {
+		cfg.WatchNamespaces = []string{ns}
+	}
 	if cfg.LeaseDuration == 0 {
 		cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 3*time.Second, 2*time.Second, 200*time.Millisecond
 	}
