@@ -53,17 +53,25 @@ func rolledBack(t *testing.T, in *scenario.Installed, e *scenario.Env, r *scenar
 
 	// The leader that rolled back counted it; after a failover the metric
 	// restarts at 0 in the new process, so it is summed over the replicas.
-	var total float64
+	// A replica replaced since the rollback (the throttling scenario,
+	// which runs beside this one, deletes the leader's pod) took its count
+	// with it: then nothing says where the count went, and it is not
+	// checked (TestV2NodeOOMInPlace failed so on a loaded machine).
 	pods, err := e.KerfPods(ctx, "kerf-leader")
 	require.NoError(t, err)
-	for _, p := range pods {
-		m, err := e.Scrape(ctx, fmt.Sprintf("https://%s:%d/metrics", p.Status.PodIP, scenario.LeaderMetricsPort))
-		require.NoError(t, err)
-		for _, res := range resources {
-			total += scenario.Sum(m, "kerf_actions_total", map[string]string{"type": "rolled_back", "reason": reason, "resource": string(res)})
+	if i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.CreationTimestamp.After(rb[0].Time.Time) }); i >= 0 {
+		t.Logf("leader pod %s started after the rollback: kerf_actions_total not checked", pods[i].Name)
+	} else {
+		var total float64
+		for _, p := range pods {
+			m, err := e.Scrape(ctx, fmt.Sprintf("https://%s:%d/metrics", p.Status.PodIP, scenario.LeaderMetricsPort))
+			require.NoError(t, err)
+			for _, res := range resources {
+				total += scenario.Sum(m, "kerf_actions_total", map[string]string{"type": "rolled_back", "reason": reason, "resource": string(res)})
+			}
 		}
+		assert.GreaterOrEqual(t, total, float64(len(resources)), "kerf_actions_total{type=rolled_back,reason=%s}", reason)
 	}
-	assert.GreaterOrEqual(t, total, float64(len(resources)), "kerf_actions_total{type=rolled_back,reason=%s}", reason)
 
 	// The audit API on the leader lists it.
 	url, err := e.LeaderURL(ctx)

@@ -50,6 +50,10 @@ func skipOrFail(t *testing.T, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
+// lockWait bounds the wait for the machine's sandbox lock, within the
+// package's 30 minutes (make test's -timeout).
+const lockWait = 18 * time.Minute
+
 // upSandbox returns a running sandbox with the workload image imported.
 func upSandbox(t *testing.T, ctx context.Context) (*sandbox.Cluster, string) {
 	t.Helper()
@@ -72,8 +76,14 @@ func upSandbox(t *testing.T, ctx context.Context) (*sandbox.Cluster, string) {
 	log := slog.New(slog.NewTextHandler(streamtest.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	stateDir := os.Getenv(sandboxStateEnv)
 	if stateDir == "" {
-		// Other test packages bring sandboxes up too: one at a time.
-		unlock, err := sandbox.Lock(ctx)
+		// Other test packages bring sandboxes up too: one at a time. The
+		// e2e package holds the lock for its whole run, 15 minutes beside
+		// stress-ng on this machine (make test, fresh clone): wait for it
+		// longer than the test's own 10 minutes, which start once the
+		// sandbox is up.
+		lctx, cancel := context.WithTimeout(context.Background(), lockWait)
+		defer cancel()
+		unlock, err := sandbox.Lock(lctx)
 		require.NoError(t, err)
 		t.Cleanup(unlock)
 		stateDir, err = os.MkdirTemp("/var/tmp", "kerf-chain-sandbox-")
@@ -118,9 +128,9 @@ func (e *events) first(uid, container string, match func(report.ContainerEvent) 
 }
 
 func TestKubeletPodsAPIDiscoversContainersAndSeesOOMKillsFirst(t *testing.T) {
+	c, workloadRef := upSandbox(t, t.Context())
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	c, workloadRef := upSandbox(t, ctx)
 	// What --discovery=auto probes: the kubelet's socket and the path the
 	// agent DaemonSet mounts it at answer; a missing one says so.
 	require.NoError(t, node.ProbePodsAPI(ctx, c.PodsAPISocket, 0), "the kubelet's Pods API answers")
