@@ -53,10 +53,14 @@ func (c *reconcileContext) plan(ctx context.Context) (ctrl.Result, error) {
 		return ctrl.Result{}, fmt.Errorf("plan %s/%s: %w", rsr.Namespace, rsr.Name, err)
 	}
 	if change == nil {
+		// Nothing is changed, so no change is left in status: an earlier
+		// one (rolled back, or healthy) under phase Applied would be
+		// watched again, and the webhook would give its values to new pods.
 		const msg = "the recommended values already run"
 		return ctrl.Result{}, c.record(ctx, outcome{
 			doing: "record values already running of",
 			phase: v1alpha1.PhaseApplied, setReason: true, message: msg, observe: true,
+			status:     func(st *v1alpha1.RightsizingRecommendationStatus) { st.Change = nil },
 			conditions: []metav1.Condition{newCondition(v1alpha1.ConditionApplied, metav1.ConditionTrue, v1alpha1.AppliedReasonAlreadyRunning, msg)},
 		})
 	}

@@ -281,3 +281,47 @@ func TestDeferredRollbackNamesAPodItCannotResizeBack(t *testing.T) {
 		return len(evs) == 2 && strings.Contains(evs[0].Note, "web-h1-started") && strings.Contains(evs[1].Note, "web-h1-started")
 	}, 10*time.Second, 50*time.Millisecond, "the Warning events name the pod")
 }
+
+// TestValuesAlreadyRunningAfterARollbackStartNoWatch: after an OOM
+// rollback, the recommendation asks for what runs again (the restored
+// values). Nothing is applied: phase Applied, reason AlreadyRunning, and
+// no change is left in status. Before, the rolled-back change stayed in
+// status.change under phase Applied: the leader tried to watch it again
+// ("backingOff → monitoring is not a transition", for ever, seen in the
+// e2e's recommender scenario) and the webhook would have given new pods
+// its harmful values.
+func TestValuesAlreadyRunningAfterARollbackStartNoWatch(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := kubetest.Namespace(t, c)
+	ctx := context.Background()
+	_, pod, _ := leadertest.InPlaceWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), "500m", "128Mi")
+	kubetest.KubeletReports(t, c, pod, "")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	require.Eventually(t, func() bool {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+		return pod.Spec.Containers[0].Resources.Requests.Memory().String() == "256Mi"
+	}, 20*time.Second, 50*time.Millisecond, "the pod was never resized back")
+	pod.Status.ObservedGeneration = pod.Generation
+	pod.Status.ContainerStatuses[0].Resources = pod.Spec.Containers[0].Resources.DeepCopy()
+	require.NoError(t, c.Status().Update(ctx, pod))
+	kubetest.WaitRestored(t, c, ns, "web")
+
+	rsr := kubetest.GetRSR(t, c, ns, "web")
+	kubetest.Update(t, c, rsr, func() {
+		rsr.Spec.Containers[0].Requests.Memory, rsr.Spec.Containers[0].Limits.Memory = kubetest.Q("256Mi"), kubetest.Q("256Mi")
+	})
+	got := kubetest.WaitRSR(t, c, ns, "web", func(r *v1alpha1.RightsizingRecommendation) bool {
+		return r.Status.ObservedGeneration == r.Generation && r.Status.Phase == v1alpha1.PhaseApplied
+	}, "the values already running were never recorded")
+	assert.Nil(t, got.Status.Change, "no change was made, and none is left to watch")
+	cond := kubetest.Condition(got, v1alpha1.ConditionApplied)
+	require.NotNil(t, cond)
+	assert.Equal(t, v1alpha1.AppliedReasonAlreadyRunning, cond.Reason)
+	require.NotNil(t, got.Status.Rollback)
+	assert.Equal(t, v1alpha1.BackoffBackingOff, got.Status.Rollback.State, "the rolled-back values' backoff goes on")
+	time.Sleep(time.Second) // a leader that started a watch would have done so by now
+	again := kubetest.GetRSR(t, c, ns, "web")
+	assert.Equal(t, v1alpha1.PhaseApplied, again.Status.Phase, "no watch of the rolled-back change")
+}
