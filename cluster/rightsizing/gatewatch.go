@@ -85,11 +85,13 @@ func podEnded(old, cur *corev1.PodStatus) bool {
 // do: the larger of spec and what the kubelet runs. Only a new generation
 // or a status of one, a resize, can change that, so other updates cost
 // nothing more.
-func podShrank(oldObj, curObj any, oldStatus, curStatus *corev1.PodStatus) bool {
+func podShrank(oldObj, curObj client.Object, oldStatus, curStatus *corev1.PodStatus) bool {
+	if oldObj.GetGeneration() == curObj.GetGeneration() && oldStatus.ObservedGeneration == curStatus.ObservedGeneration {
+		return false
+	}
 	oldPod, ok1 := cachestore.PodView(oldObj)
 	curPod, ok2 := cachestore.PodView(curObj)
-	if !ok1 || !ok2 || curPod.Spec.NodeName == "" ||
-		(oldPod.Generation == curPod.Generation && oldStatus.ObservedGeneration == curStatus.ObservedGeneration) {
+	if !ok1 || !ok2 || curPod.Spec.NodeName == "" {
 		return false
 	}
 	opts := resourcehelper.PodResourcesOptions{UseStatusResources: true}
