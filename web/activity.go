@@ -9,7 +9,6 @@ package web
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
@@ -169,17 +168,9 @@ func (a *Activity) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		var page ClusterPage
 		page, err = a.read(r.Context(), vals)
-		var bad interface{ Parameter() string }
-		switch {
-		case errors.As(err, &bad):
-			status, view.Error = http.StatusBadRequest, fmt.Sprintf("The filter %s is not valid: %v.", bad.Parameter(), err)
-		case errors.Is(err, ErrForbidden):
-			status, view.Error = http.StatusForbidden, forbiddenText(err)
-		case err != nil:
-			a.log().Error("activity page cannot read the actions", "err", err)
-			status, view.Error = http.StatusServiceUnavailable, fmt.Sprintf("The actions cannot be read now: %v. Try again shortly.", err)
-			w.Header().Set("Retry-After", "5")
-		default:
+		if err != nil {
+			status, view.Error = readFailure(w, a.log(), "activity", "actions", err)
+		} else {
 			if len(page.Clusters) > 1 || kept.Get("cluster") != "" {
 				for _, c := range page.Clusters {
 					view.Clusters = append(view.Clusters, link{Text: c, Href: href(with(kept, "cluster", c)), Current: kept.Get("cluster") == c})

@@ -2,7 +2,6 @@ package web
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -184,17 +183,9 @@ func (s *Savings) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	from := to.Add(-window.Span)
 	view.From, view.To = from.Format("2006-01-02 15:04"), to.Format("2006-01-02 15:04")
 	data, err := s.Source.Savings(r.Context(), SavingsQuery{Namespace: kept.Get("namespace"), Cluster: kept.Get("cluster"), From: from, To: to})
-	var bad interface{ Parameter() string }
-	switch {
-	case errors.As(err, &bad):
-		status, view.Error = http.StatusBadRequest, fmt.Sprintf("The filter %s is not valid: %v.", bad.Parameter(), err)
-	case errors.Is(err, ErrForbidden):
-		status, view.Error = http.StatusForbidden, forbiddenText(err)
-	case err != nil:
-		s.log().Error("savings page cannot read the figures", "err", err)
-		status, view.Error = http.StatusServiceUnavailable, fmt.Sprintf("The figures cannot be read now: %v. Try again shortly.", err)
-		w.Header().Set("Retry-After", "5")
-	default:
+	if err != nil {
+		status, view.Error = readFailure(w, s.log(), "savings", "figures", err)
+	} else {
 		fillSavings(&view, data, kept)
 		if s.Refresh > 0 {
 			view.Refresh = int(s.Refresh.Round(time.Second) / time.Second)

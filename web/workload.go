@@ -265,6 +265,22 @@ func (p *WorkloadPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // forbiddenText is a page's message for an error wrapping ErrForbidden.
+// readFailure is a page's status and message for a failed read of what
+// it shows: 400 naming a filter the source refused, 403 for credentials
+// that may not read it, else 503 with Retry-After, logged.
+func readFailure(w http.ResponseWriter, log *slog.Logger, page, what string, err error) (int, string) {
+	var bad interface{ Parameter() string }
+	switch {
+	case errors.As(err, &bad):
+		return http.StatusBadRequest, fmt.Sprintf("The filter %s is not valid: %v.", bad.Parameter(), err)
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden, forbiddenText(err)
+	}
+	log.Error(page+" page cannot read the "+what, "err", err)
+	w.Header().Set("Retry-After", "5")
+	return http.StatusServiceUnavailable, fmt.Sprintf("The %s cannot be read now: %v. Try again shortly.", what, err)
+}
+
 func forbiddenText(err error) string {
 	return fmt.Sprintf("Forbidden: your credentials may not read this (%v). Ask for Kerf's reader role (kerf-audit-reader) in the namespace.", err)
 }
