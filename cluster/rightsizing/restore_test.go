@@ -176,6 +176,21 @@ func TestBackoffRunEndsFailedPermanent(t *testing.T) {
 	assert.Equal(t, "256Mi", kubetest.TemplateResources(t, c, dep).Requests.Memory().String(), "never applied a third time")
 }
 
+// oomRolledBackInPlace takes InPlaceWeb's change (memory 128Mi) through
+// its watch to an OOM rollback, and waits until the leader resized pod
+// back to 256Mi; the kubelet has not reported it yet.
+func oomRolledBackInPlace(t *testing.T, c client.Client, ns string, pod *corev1.Pod) {
+	t.Helper()
+	kubetest.KubeletReports(t, c, pod, "")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
+	kubetest.OOMKilled(t, c, pod, "OOMKilled")
+	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
+	require.Eventually(t, func() bool {
+		require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod))
+		return pod.Spec.Containers[0].Resources.Requests.Memory().String() == "256Mi"
+	}, 20*time.Second, 50*time.Millisecond, "the pod was never resized back")
+}
+
 // TestInPlaceOOMRollbackResizesPodsBack applies a memory decrease in place,
 // sees the container OOM-killed and resizes the pod back: restored only
 // once the kubelet reports the old values again.
@@ -185,14 +200,7 @@ func TestInPlaceOOMRollbackResizesPodsBack(t *testing.T) {
 	ctx := context.Background()
 	dep, pod, l := leadertest.InPlaceWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), "500m", "128Mi")
 
-	kubetest.KubeletReports(t, c, pod, "")
-	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	kubetest.OOMKilled(t, c, pod, "OOMKilled")
-	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
-	require.Eventually(t, func() bool {
-		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
-		return pod.Spec.Containers[0].Resources.Requests.Memory().String() == "256Mi"
-	}, 20*time.Second, 50*time.Millisecond, "the pod was never resized back")
+	oomRolledBackInPlace(t, c, ns, pod)
 	assert.False(t, kubetest.GetRSR(t, c, ns, "web").Status.Breach.Restored, "restored only once the kubelet runs the values")
 
 	// The kubelet runs the old values again.
@@ -295,14 +303,7 @@ func TestValuesAlreadyRunningAfterARollbackStartNoWatch(t *testing.T) {
 	ns := kubetest.Namespace(t, c)
 	ctx := context.Background()
 	_, pod, _ := leadertest.InPlaceWeb(t, c, ns, kubetest.PolicyWith(ns, time.Hour, nil), "500m", "128Mi")
-	kubetest.KubeletReports(t, c, pod, "")
-	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseWatching, "")
-	kubetest.OOMKilled(t, c, pod, "OOMKilled")
-	kubetest.WaitPhase(t, c, ns, "web", v1alpha1.PhaseRolledBack, v1alpha1.HealthWatchOOMKills)
-	require.Eventually(t, func() bool {
-		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
-		return pod.Spec.Containers[0].Resources.Requests.Memory().String() == "256Mi"
-	}, 20*time.Second, 50*time.Millisecond, "the pod was never resized back")
+	oomRolledBackInPlace(t, c, ns, pod)
 	pod.Status.ObservedGeneration = pod.Generation
 	pod.Status.ContainerStatuses[0].Resources = pod.Spec.Containers[0].Resources.DeepCopy()
 	require.NoError(t, c.Status().Update(ctx, pod))
