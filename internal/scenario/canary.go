@@ -121,7 +121,7 @@ func (e *Env) Canary(ctx context.Context) (*Result, error) {
 	}
 	e.mu.Unlock()
 	r.Timeline = append(r.Timeline, e.leaderMarks(ctx, w.Name)...)
-	if r.Replicas, err = e.replicaStates(ctx, w, r.wait(30*time.Second)); err != nil {
+	if r.Replicas, err = e.replicaStates(ctx, w, r.wait(time.Minute)); err != nil {
 		return r, err
 	}
 	for _, p := range r.Replicas {

@@ -121,7 +121,7 @@ func (e *Env) TwoNodes(ctx context.Context, opts Options) (*Result, error) {
 	if r.RSR, err = e.rolledBackOnce(ctx, w.Name, onceSettle); err != nil {
 		return r, err
 	}
-	if r.Replicas, err = e.replicaStates(ctx, w, r.wait(30*time.Second)); err != nil {
+	if r.Replicas, err = e.replicaStates(ctx, w, r.wait(time.Minute)); err != nil {
 		return r, err
 	}
 	for _, p := range r.Replicas {
@@ -205,9 +205,9 @@ func (e *Env) rolledBackOnce(ctx context.Context, name string, settle time.Durat
 	}
 }
 
-// replicaStates returns the workload's running pods with their restart counts
-// and the kernel's limits, waiting up to timeout while a container
-// restarts.
+// replicaStates returns the workload's pods with their restart counts and
+// the kernel's limits, waiting up to timeout until every replica runs and
+// is ready (a container restarts after an OOM kill).
 func (e *Env) replicaStates(ctx context.Context, w Workload, timeout time.Duration) ([]Replica, error) {
 	var out []Replica
 	var last error
@@ -215,6 +215,12 @@ func (e *Env) replicaStates(ctx context.Context, w Workload, timeout time.Durati
 		pods, err := e.RunningPods(ctx, w.Selector())
 		if err != nil {
 			return false, err
+		}
+		if len(pods) != int(w.replicas()) {
+			// A pod OOM-killed a moment ago is Running but not ready
+			// until its container is back: wait for every replica.
+			last = fmt.Errorf("%d of %d pods running and ready", len(pods), w.replicas())
+			return false, nil
 		}
 		out = out[:0]
 		for i := range pods {
@@ -242,7 +248,7 @@ func (e *Env) replicaStates(ctx context.Context, w Workload, timeout time.Durati
 		return true, nil
 	})
 	if err != nil && last != nil {
-		err = fmt.Errorf("%w (while restarting: %v)", err, last)
+		err = fmt.Errorf("%w (last: %v)", err, last)
 	}
 	return out, err
 }
