@@ -8,7 +8,7 @@ GO ?= go
 # Test flags: add e.g. TESTFLAGS=-run=TestSmoke.
 TESTFLAGS ?=
 
-.PHONY: all help deps generate vmlinux verify-generated build images test unit fuzz bench bench-e2e bench-peers bench-scale bench-scale-recommend bench-quality lint demo release-plugin test-release clean
+.PHONY: all help deps generate vmlinux verify-generated build images test unit fuzz bench bench-e2e bench-peers bench-scale bench-scale-recommend bench-quality record-traces lint demo release-plugin test-release clean
 
 ## all: the default target, build
 all: build
@@ -110,9 +110,13 @@ bench-scale: deps
 bench-scale-recommend: deps
 	KERF_BENCH_SCALE=1 KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -run='^$$' -bench=LeaderRecommendingAtScale -benchtime=1x -timeout 150m -v $(TESTFLAGS) ./test/scale/
 
-## bench-quality: Kerf's changes against VPA's recommender, KRR's percentile and the manifest on nine generated usage traces, no cluster: slack, OOM kills, throttling, changes, rollbacks and the plot docs/quality-weekly.svg (docs/performance.md, seconds; KERF_QUALITY_TRACES=dir adds recorded traces)
+## bench-quality: Kerf's changes against VPA's recommender, KRR's percentile and the manifest on nine generated usage traces, no cluster: slack, OOM kills, throttling, changes, rollbacks and the plot docs/quality-weekly.svg, with the traces record-traces recorded (docs/performance.md, seconds; KERF_QUALITY_TRACES=dir adds more)
 bench-quality:
 	KERF_BENCH_QUALITY=1 $(GO) test -run='^$$' -bench=Quality -benchtime=1x -timeout 30m -v $(TESTFLAGS) ./test/quality/
+
+## record-traces: drive two real workloads on the sandbox for ten minutes and record what the agent reads as traces into test/quality/testdata/recorded/, which bench-quality replays (docs/performance.md)
+record-traces: deps
+	KERF_RECORD_TRACES=$(CURDIR)/test/quality/testdata/recorded KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -run='^TestRecordTraces$$' -count=1 -timeout 30m -v ./test/e2e/
 
 ## lint: gofmt, go vet, staticcheck (pinned in go.mod, run with go tool)
 lint:

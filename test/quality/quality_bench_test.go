@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// BenchmarkQuality is make bench-quality: the whole library through every
+// BenchmarkQuality is make bench-quality: the whole library and the
+// recorded traces (RecordedDir, KERF_QUALITY_TRACES; a recording shorter
+// than the library's traces repeated to their length) through every
 // strategy, the table and the goals printed, the plot of PlotTrace
 // written to docs/ (docs/performance.md). make bench skips it unless
 // KERF_BENCH_QUALITY=1.
@@ -19,10 +21,17 @@ func BenchmarkQuality(b *testing.B) {
 	}
 	for range b.N {
 		traces := Library(0)
-		if dir := os.Getenv("KERF_QUALITY_TRACES"); dir != "" {
+		for _, dir := range []string{RecordedDir, os.Getenv("KERF_QUALITY_TRACES")} {
+			if dir == "" {
+				continue
+			}
 			recorded, err := ReadTraces(dir)
 			require.NoError(b, err)
-			traces = append(traces, recorded...)
+			for _, t := range recorded {
+				t, err := t.Repeated(LibraryDuration)
+				require.NoError(b, err)
+				traces = append(traces, t)
+			}
 		}
 		perTrace, sums, err := Run(traces, PlotTrace)
 		require.NoError(b, err)

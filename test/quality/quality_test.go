@@ -271,3 +271,22 @@ func TestRecorderMakesATraceFromTheAgentsReadings(t *testing.T) {
 	assert.InDelta(t, 0.5, tr.Samples[1].Burst, 1e-9)
 	assert.InDelta(t, 0.2, tr.Samples[1].BurstCPU, 1e-9)
 }
+
+func TestRepeatedTracePlaysTheRecordingEndToEnd(t *testing.T) {
+	rec := &Trace{Name: "rec", About: "A recording.", Step: 10 * time.Second, Samples: []Sample{{CPU: 0.1, Memory: 1}, {CPU: 0.2, Memory: 2}, {CPU: 0.3, Memory: 3}}}
+	got, err := rec.Repeated(time.Minute + time.Second)
+	require.NoError(t, err)
+	require.Len(t, got.Samples, 7, "61 s at 10 s a sample, rounded up")
+	for i, s := range got.Samples {
+		assert.Equal(t, rec.Samples[i%3], s, "sample %d", i)
+	}
+	assert.Contains(t, got.About, "repeated to 1m1s")
+	assert.Len(t, rec.Samples, 3, "the recording itself is left alone")
+
+	same, err := rec.Repeated(30 * time.Second)
+	require.NoError(t, err)
+	assert.Same(t, rec, same, "a trace that covers the span is played once")
+
+	_, err = rec.Repeated(time.Duration(MaxSamples+1) * 10 * time.Second)
+	assert.ErrorContains(t, err, "at most")
+}

@@ -7,6 +7,11 @@ import (
 	"github.com/kerf-dev/kerf/cluster/signals"
 )
 
+// RecordedDir is where make record-traces writes the traces it records
+// on the sandbox, relative to this package's directory; make
+// bench-quality replays every trace in it.
+const RecordedDir = "testdata/recorded"
+
 // Recorder makes a trace of one container from what its agent reports:
 // the usage readings of cluster/signals and, where it has a CPU limit,
 // its CFS counters. A test that runs a real workload records one with it,

@@ -90,6 +90,27 @@ type Trace struct {
 // Duration is the simulated time the trace covers.
 func (t *Trace) Duration() time.Duration { return time.Duration(len(t.Samples)) * t.Step }
 
+// Repeated returns the trace played end to end until it covers at least
+// d: a recording of minutes replayed as a load that keeps its pattern for
+// weeks, as the library's traces last. It returns t when t covers d, and
+// an error when the copies would hold more than MaxSamples samples.
+func (t *Trace) Repeated(d time.Duration) (*Trace, error) {
+	if t.Duration() >= d {
+		return t, nil
+	}
+	n := int((d + t.Step - 1) / t.Step)
+	if n > MaxSamples {
+		return nil, fmt.Errorf("trace %s: repeated to %s: %d samples of %s, at most %d", t.Name, d, n, t.Step, MaxSamples)
+	}
+	r := *t
+	r.About = fmt.Sprintf("%s (its %s, repeated to %s)", t.About, t.Duration(), d)
+	r.Samples = make([]Sample, n)
+	for i := range r.Samples {
+		r.Samples[i] = t.Samples[i%len(t.Samples)]
+	}
+	return &r, nil
+}
+
 // Validate reports the first field that is out of range, naming it.
 func (t *Trace) Validate() error {
 	switch {
