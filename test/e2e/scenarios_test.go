@@ -134,6 +134,8 @@ func TestOOMKillRollsBackMemoryInPlace(t *testing.T) {
 	l, err := e.KernelLimits(ctx, fresh, scenario.Container)
 	require.NoError(t, err)
 	assert.EqualValues(t, 256*scenario.Mi, l.MemoryBytes)
+
+	dashboardShowsTheRollback(t, in, e, r)
 }
 
 // TestDeferredOOMKillResizesTheStartedPodBack: a Deferred memory decrease
