@@ -383,7 +383,7 @@ type Cooldown struct {
 }
 
 // ActionType is the type of an action in the history.
-// +kubebuilder:validation:Enum=applied;rolled_back;failed;healthy;blocked;refused
+// +kubebuilder:validation:Enum=applied;rolled_back;failed;healthy;blocked;refused;resumed
 type ActionType string
 
 // The action types; the same words label kerf_actions_total{type}.
@@ -397,11 +397,15 @@ const (
 	// upscale-only kept a resource from going down); Refusals has the
 	// figures (docs/recommender.md).
 	ActionRefused ActionType = "refused"
+	// ActionResumed: a Degraded workload was let go again, by a person
+	// (ReasonResumed, ResumeAnnotation) or a change of its policy
+	// (ReasonPolicyChanged); its changes count anew from here.
+	ActionResumed ActionType = "resumed"
 )
 
 // ActionTypes are every action type, in the order messages and filters
 // list them.
-var ActionTypes = []ActionType{ActionApplied, ActionRolledBack, ActionFailed, ActionHealthy, ActionBlocked, ActionRefused}
+var ActionTypes = []ActionType{ActionApplied, ActionRolledBack, ActionFailed, ActionHealthy, ActionBlocked, ActionRefused, ActionResumed}
 
 // Action is one thing Kerf did to a workload.
 type Action struct {

@@ -116,7 +116,9 @@ func (c *reconcileContext) degradedOutcome(o outcome, d *v1alpha1.DegradedState)
 
 // resume lifts the Degraded mark when a person resumed the workload or
 // its policy changed (resumeReason). It records the resume: phase
-// Pending, reason Resumed or PolicyChanged, a Normal Event. The pass
+// Pending, reason Resumed or PolicyChanged, a resumed action in the
+// history (the audit trail's answer to "who let it go"), a Normal
+// Event. The pass
 // then goes on, so the waiting values are planned. A rollback not
 // restored yet is finished first (reconcile).
 func (c *reconcileContext) resume(ctx context.Context) error {
@@ -134,6 +136,7 @@ func (c *reconcileContext) resume(ctx context.Context) error {
 		status: func(st *v1alpha1.RightsizingRecommendationStatus) {
 			st.Degraded.Since, st.Degraded.ResumedAt = nil, &metav1.Time{Time: c.now}
 		},
+		action:           &v1alpha1.Action{Type: v1alpha1.ActionResumed, Reason: reason, Message: msg},
 		removeConditions: []string{v1alpha1.ConditionApplied},
 		events:           []kubeEvent{{typ: corev1.EventTypeNormal, reason: reason, action: v1alpha1.EventActionApply, note: msg}},
 	})

@@ -121,6 +121,10 @@ func TestThreeRollbacksOfFiveChangesMarkTheWorkloadDegraded(t *testing.T) {
 	require.NotNil(t, rsr.Status.Degraded)
 	assert.Nil(t, rsr.Status.Degraded.Since)
 	assert.NotNil(t, rsr.Status.Degraded.ResumedAt)
+	resumed := kubetest.HistoryOf(rsr, v1alpha1.ActionResumed)
+	require.Len(t, resumed, 1, "the resume is in the audit trail")
+	assert.Equal(t, v1alpha1.ReasonResumed, resumed[0].Reason)
+	assert.Contains(t, resumed[0].Message, "resum")
 	kubetest.WaitFor(t, 10*time.Second, func() bool {
 		return leadertest.MetricValue(t, l, "kerf_degraded_recommendations", "namespace", ns) == -1
 	}, "the gauge still counts the resumed recommendation")
@@ -146,4 +150,7 @@ func TestChangedPolicyResumesADegradedWorkload(t *testing.T) {
 	assert.NotEqual(t, v1alpha1.PhaseDegraded, rsr.Status.Phase)
 	require.NotNil(t, rsr.Status.Degraded)
 	assert.Nil(t, rsr.Status.Degraded.Since)
+	resumed := kubetest.HistoryOf(rsr, v1alpha1.ActionResumed)
+	require.Len(t, resumed, 1, "the resume is in the audit trail")
+	assert.Equal(t, v1alpha1.ReasonPolicyChanged, resumed[0].Reason)
 }

@@ -25,7 +25,8 @@ type Workload struct {
 type Entry struct {
 	// Time is when the action happened (RFC 3339, UTC, whole seconds).
 	Time metav1.Time `json:"time"`
-	// Type is applied, rolled_back, failed, healthy, blocked or refused.
+	// Type is applied, rolled_back, failed, healthy, blocked, refused or
+	// resumed.
 	Type v1alpha1.ActionType `json:"type"`
 	// Reason is a CamelCase word, such as OOMKills or Cooldown.
 	Reason string `json:"reason"`
