@@ -59,9 +59,9 @@ const unreachable = "http://127.0.0.1:1"
 // TestChartLeaderReadsThrottlingFromPrometheus installs the chart with
 // leader.cadvisorFallback=false and leader.metricsURL at a port nothing
 // listens on, upgrades it without leader.metricsURL, then with it at a
-// real Prometheus. Each time the leader is
-// the installed Deployment's pod template run as the real kerf-leader
-// binary (runPod: no kubelet runs here).
+// real Prometheus. Each time the leader is the installed Deployment's pod
+// template run as the real kerf-leader binary (runPod: no kubelet runs
+// here).
 //
 // Prometheus scrapes cadvisor's CFS counters of the watched workload's
 // new pod: 156 of 480 periods throttled, above the default policy's
