@@ -43,6 +43,10 @@
 //     has no context and the watch calls it synchronously.
 //   - kerf_promql_queries_total{result} counts queries by result: ok,
 //     empty (no series at all) and error.
+//   - The pod-level entry (v1alpha1.PodLevel, "(pod)") is the pod
+//     cgroup's counters. cadvisor labels them with an empty container;
+//     the agent with container="(pod)". Both are read as the entry when
+//     it is asked for, and never otherwise.
 package promql
 
 import (
@@ -63,6 +67,7 @@ import (
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 )
 
@@ -195,7 +200,12 @@ func (s *Source) ThrottleWindows(pods []*corev1.Pod, containers []string, from, 
 
 // query adds the increases of one namespace's pods to out.
 func (s *Source) query(ns string, pods, containers []string, from, to time.Time, out map[string]healthwatch.ThrottleWindow, have map[string][2]bool) error {
-	q := Selector(ns, pods, containers, to.Sub(from)+s.lookback)
+	selected := containers
+	podLevel := slices.Contains(containers, v1alpha1.PodLevel)
+	if podLevel {
+		selected = append(slices.Clone(containers), "") // cadvisor's pod cgroup
+	}
+	q := Selector(ns, pods, selected, to.Sub(from)+s.lookback)
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	v, warnings, _, err := s.api.Query(ctx, q, to, promv1.WithTimeout(s.timeout))
@@ -218,6 +228,9 @@ func (s *Source) query(ns string, pods, containers []string, from, to time.Time,
 	s.queries.WithLabelValues(resultOK).Inc()
 	for _, series := range m {
 		name := string(series.Metric[model.LabelName("container")])
+		if name == "" && podLevel {
+			name = v1alpha1.PodLevel
+		}
 		if !slices.Contains(containers, name) {
 			continue
 		}

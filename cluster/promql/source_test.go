@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/promtest"
@@ -171,6 +172,17 @@ func TestThrottleWindowsMatchAgentsStreamOnRealPrometheus(t *testing.T) {
 		})
 	}
 	assert.Equal(t, 2.0, testutil.ToFloat64(src.queries.WithLabelValues(resultOK)))
+
+	t.Run("the pod-level entry reads the pod cgroup's series", func(t *testing.T) {
+		// cadvisor's pod cgroup, container="": +99999 a scrape. Not
+		// read for the containers above, read as the entry "(pod)".
+		got, err := src.ThrottleWindows(pods("ns", "p1"), []string{"app", v1alpha1.PodLevel}, at[2], at[5])
+		require.NoError(t, err)
+		assert.Equal(t, map[string]healthwatch.ThrottleWindow{
+			"app":             {Periods: 300, Throttled: 75},
+			v1alpha1.PodLevel: {Periods: 3 * 99999, Throttled: 3 * 99999},
+		}, got)
+	})
 
 	t.Run("pod without series leaves names out", func(t *testing.T) {
 		got, err := src.ThrottleWindows(pods("ns", "p9"), containers, at[2], at[5])
