@@ -57,6 +57,7 @@ type cachedTemplate struct {
 	digest                     string
 	containers, initContainers []cachedContainer
 	resources                  *corev1.ResourceRequirements
+	scope                      quotaScope
 }
 
 var (
@@ -114,7 +115,8 @@ func newCachedDeployment(d *appsv1.Deployment) *cachedDeployment {
 		replicas: d.Spec.Replicas, revisionHistoryLimit: d.Spec.RevisionHistoryLimit, progressDeadlineSeconds: d.Spec.ProgressDeadlineSeconds,
 		selector: d.Spec.Selector, strategy: d.Spec.Strategy, minReadySeconds: d.Spec.MinReadySeconds, paused: d.Spec.Paused,
 		template: cachedTemplate{digest: digest,
-			containers: keepContainers(spec.Containers), initContainers: keepContainers(spec.InitContainers), resources: spec.Resources},
+			containers: keepContainers(spec.Containers), initContainers: keepContainers(spec.InitContainers), resources: spec.Resources,
+			scope: keepQuotaScope(spec)},
 		status: d.Status}
 }
 
@@ -132,6 +134,7 @@ func (c *cachedDeployment) Deployment() *appsv1.Deployment {
 	d.Spec.Template.Spec.Containers = inflateContainers(c.template.containers)
 	d.Spec.Template.Spec.InitContainers = inflateContainers(c.template.initContainers)
 	d.Spec.Template.Spec.Resources = c.template.resources.DeepCopy()
+	c.template.scope.into(&d.Spec.Template.Spec, false)
 	return d
 }
 
@@ -162,6 +165,7 @@ func (c *cachedDeployment) ViewInto(dst runtime.Object) bool {
 	d.Spec.Template.Spec.Containers = viewContainers(c.template.containers)
 	d.Spec.Template.Spec.InitContainers = viewContainers(c.template.initContainers)
 	d.Spec.Template.Spec.Resources = c.template.resources
+	c.template.scope.into(&d.Spec.Template.Spec, true)
 	return true
 }
 

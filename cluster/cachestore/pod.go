@@ -13,7 +13,9 @@ import (
 //     agent's pod);
 //   - the containers' and init containers' names, resources, resize and
 //     restart policies;
-//   - the ephemeral containers' names and the pod-level resources.
+//   - the ephemeral containers' names and the pod-level resources;
+//   - the priority class, and an affinity that names other namespaces
+//     (quotaScope: a ResourceQuota's scopes read them).
 //
 // A corev1.Pod's struct and its Containers' are large, and the
 // apiserver's defaulting fills pointers and strings in both that nothing
@@ -53,6 +55,7 @@ type cachedPod struct {
 	// overhead is the RuntimeClass's overhead admission set, which the
 	// gates count in what a pod asks of its node and its quota.
 	overhead corev1.ResourceList
+	scope    quotaScope
 	status   cachedPodStatus
 }
 
@@ -74,7 +77,7 @@ func newCachedPod(p *corev1.Pod) *cachedPod {
 		TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta,
 		nodeName: p.Spec.NodeName, serviceAccountName: p.Spec.ServiceAccountName,
 		containers: keepContainers(p.Spec.Containers), initContainers: keepContainers(p.Spec.InitContainers),
-		resources: p.Spec.Resources, overhead: p.Spec.Overhead, status: keepStatus(&p.Status),
+		resources: p.Spec.Resources, overhead: p.Spec.Overhead, scope: keepQuotaScope(&p.Spec), status: keepStatus(&p.Status),
 	}
 	if n := len(p.Spec.EphemeralContainers); n > 0 {
 		c.ephemeralContainers = make([]string, n)
@@ -103,6 +106,7 @@ func (c *cachedPod) Pod() *corev1.Pod {
 	p := &corev1.Pod{TypeMeta: c.TypeMeta, Spec: corev1.PodSpec{NodeName: c.nodeName, ServiceAccountName: c.serviceAccountName,
 		Containers: inflateContainers(c.containers), InitContainers: inflateContainers(c.initContainers), Resources: c.resources.DeepCopy(),
 		Overhead: c.overhead.DeepCopy()}}
+	c.scope.into(&p.Spec, false)
 	c.ObjectMeta.DeepCopyInto(&p.ObjectMeta)
 	status := c.status.view()
 	status.DeepCopyInto(&p.Status)
@@ -157,6 +161,7 @@ func (c *cachedPod) ViewInto(dst runtime.Object) bool {
 	*p = corev1.Pod{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta, Status: c.status.view(), Spec: corev1.PodSpec{NodeName: c.nodeName,
 		ServiceAccountName: c.serviceAccountName, Containers: viewContainers(c.containers), InitContainers: viewContainers(c.initContainers),
 		Resources: c.resources, Overhead: c.overhead}}
+	c.scope.into(&p.Spec, true)
 	if c.ephemeralContainers != nil {
 		p.Spec.EphemeralContainers = make([]corev1.EphemeralContainer, len(c.ephemeralContainers))
 		for i, name := range c.ephemeralContainers {

@@ -47,6 +47,8 @@ func wholePod() *corev1.Pod {
 			Resources:           &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}},
 			Overhead:            corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("120Mi")},
 			RuntimeClassName:    ptr.To("kata"),
+			PriorityClassName:   "high",
+			Affinity:            crossNamespaceAffinity(),
 			Volumes:             []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 			Tolerations:         []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}},
 			SecurityContext:     &corev1.PodSecurityContext{},
@@ -63,6 +65,53 @@ func wholePod() *corev1.Pod {
 				VolumeMounts:         []corev1.VolumeMountStatus{{Name: "data", MountPath: "/data"}},
 				Resources:            &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
 				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}},
+	}
+}
+
+// crossNamespaceAffinity is an anti-affinity to pods of other namespaces
+// and a node affinity.
+func crossNamespaceAffinity() *corev1.Affinity {
+	return &corev1.Affinity{
+		NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}}},
+		PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			TopologyKey: "kubernetes.io/hostname", Namespaces: []string{"batch"}}}},
+	}
+}
+
+// TestTheCacheKeepsAnAffinityOnlyWhereItNamesOtherNamespaces: a pod's or
+// a Deployment template's affinity is kept when a term names other
+// namespaces (a quota's CrossNamespacePodAffinity scope reads it), and
+// dropped when its terms stay in the pod's namespace.
+func TestTheCacheKeepsAnAffinityOnlyWhereItNamesOtherNamespaces(t *testing.T) {
+	local := crossNamespaceAffinity()
+	local.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].Namespaces = nil
+	for _, tc := range []struct {
+		name     string
+		affinity *corev1.Affinity
+		kept     bool
+	}{
+		{"other namespaces", crossNamespaceAffinity(), true},
+		{"its own namespace", local, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := wholePod()
+			pod.Spec.Affinity = tc.affinity
+			obj, err := Transform(pod)
+			require.NoError(t, err)
+			dep := kubetest.Deployment("shop", "web", "500m", "256Mi")
+			dep.Spec.Template.Spec.Affinity, dep.Spec.Template.Spec.PriorityClassName = tc.affinity.DeepCopy(), "high"
+			depObj, err := Transform(dep)
+			require.NoError(t, err)
+			for _, spec := range []corev1.PodSpec{obj.(runtime.Object).DeepCopyObject().(*corev1.Pod).Spec, depObj.(runtime.Object).DeepCopyObject().(*appsv1.Deployment).Spec.Template.Spec} {
+				assert.Equal(t, "high", spec.PriorityClassName)
+				if tc.kept {
+					assert.Equal(t, crossNamespaceAffinity(), spec.Affinity)
+				} else {
+					assert.Nil(t, spec.Affinity)
+				}
+			}
+		})
 	}
 }
 
@@ -97,6 +146,10 @@ func TestACachedPodReadsBackAsWhatItKept(t *testing.T) {
 		EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug"}}},
 		Resources:           whole.Spec.Resources,
 		Overhead:            whole.Spec.Overhead, // the gates count it, as the kubelet does
+		// A ResourceQuota's PriorityClass and CrossNamespacePodAffinity
+		// scopes read them.
+		PriorityClassName: "high",
+		Affinity:          crossNamespaceAffinity(),
 	}
 	assert.Equal(t, want, read.Spec, "of the spec, what Kerf reads and nothing else")
 

@@ -185,7 +185,8 @@ func internPod(p *corev1.Pod) {
 // It strips the StatefulSets' and DaemonSets' templates in place. A
 // cachedDeployment keeps the same, and a cachedReplicaSet the digest
 // alone. The template's metadata, images, environment, volumes and
-// scheduling are not kept. Nothing in the leader reads them from the
+// scheduling are not kept, but for the priority class and an affinity
+// that names other namespaces (quotaScope). Nothing in the leader reads them from the
 // cache; the kubectl plugin reads live.
 func stripTemplate(t *corev1.PodTemplateSpec) {
 	kept := digestTemplate(workload.TemplateDigest(t))
@@ -203,6 +204,7 @@ func stripTemplate(t *corev1.PodTemplateSpec) {
 	kept.Spec.Containers = keep(t.Spec.Containers)
 	kept.Spec.InitContainers = keep(t.Spec.InitContainers)
 	kept.Spec.Resources = t.Spec.Resources
+	keepQuotaScope(&t.Spec).into(&kept.Spec, true)
 	internSpec(&kept.Spec)
 	*t = kept
 }

@@ -130,7 +130,7 @@ func Default(r client.Reader, o Options, log *slog.Logger) *Checker {
 		QoSClass{},
 		PodLevelResources{},
 		LimitRange{Reader: r},
-		ResourceQuota{Reader: r, Log: log},
+		ResourceQuota{Reader: r},
 		DisruptionBudget{Reader: r},
 		NodeHeadroom{Reader: r},
 	}}

@@ -3,7 +3,7 @@ package gates
 import (
 	"context"
 	"fmt"
-	"log/slog"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/policy"
+	"github.com/kerf-dev/kerf/cluster/workload"
 )
 
 // quotaResources are the quota resources a change of CPU and memory
@@ -37,13 +38,12 @@ const podCount = corev1.ResourceName("count/pods")
 //   - Rollout and Deferred: what the rolling update adds at its peak
 //     (rolloutPeak); for a Rollout, its maxSurge pods too.
 //
-// A quota whose scopes need what the leader's cache does not keep (a
-// priority class, pod affinity) is skipped, and the skip logged.
+// A quota charges the pod by its scopes as quota admission matches them
+// (quotaMatches); the leader's cache keeps what they read of a pod (its
+// priority class, an affinity that names other namespaces).
 type ResourceQuota struct {
 	// Reader reads the namespace's ResourceQuotas (the leader's cache).
 	Reader client.Reader
-	// Log records a quota skipped for its scopes; nil logs nothing.
-	Log *slog.Logger
 }
 
 // Name implements Gate.
@@ -64,15 +64,7 @@ func (g ResourceQuota) Check(ctx context.Context, ch *Change) (*policy.Block, er
 	}
 	for i := range quotas.Items {
 		q := &quotas.Items[i]
-		match, unknown := quotaMatches(q, sample)
-		if unknown != "" {
-			if g.Log != nil {
-				g.Log.Info("a ResourceQuota is skipped: its scope reads what the leader does not keep of a pod",
-					"quota", q.Namespace+"/"+q.Name, "scope", unknown, "workload", ch.Workload.String())
-			}
-			continue
-		}
-		if !match {
+		if !quotaMatches(q, sample) {
 			continue
 		}
 		for _, name := range quotaResources {
@@ -239,12 +231,12 @@ func rolloutPeak(old, new resource.Quantity, replicas, surge int64) resource.Qua
 }
 
 // quotaMatches reports whether quota q charges pod, by its scopes and
-// scope selector, as ResourceQuota admission matches them. unknown names
-// a scope that reads what the leader's cache does not keep of a pod (its
-// priority class, its affinity); then the quota cannot be judged. A
-// workload's pod never has activeDeadlineSeconds (the apiserver refuses
-// it in a workload's template), so it is never Terminating.
-func quotaMatches(q *corev1.ResourceQuota, pod *corev1.Pod) (match bool, unknown string) {
+// scope selector, as ResourceQuota admission matches them
+// (podMatchesScopeFunc in Kubernetes' quota evaluator). A workload's pod
+// never has activeDeadlineSeconds (the apiserver refuses it in a
+// workload's template), so it is never Terminating. A scope that is not
+// a pod's (VolumeAttributesClass) charges no pod.
+func quotaMatches(q *corev1.ResourceQuota, pod *corev1.Pod) bool {
 	reqs := make([]corev1.ScopedResourceSelectorRequirement, 0, len(q.Spec.Scopes))
 	for _, s := range q.Spec.Scopes {
 		reqs = append(reqs, corev1.ScopedResourceSelectorRequirement{ScopeName: s, Operator: corev1.ScopeSelectorOpExists})
@@ -274,17 +266,41 @@ func quotaMatches(q *corev1.ResourceQuota, pod *corev1.Pod) (match bool, unknown
 			holds = bestEffort
 		case corev1.ResourceQuotaScopeNotBestEffort:
 			holds = !bestEffort
+		case corev1.ResourceQuotaScopeCrossNamespacePodAffinity:
+			holds = workload.UsesCrossNamespacePodAffinity(&pod.Spec)
+		case corev1.ResourceQuotaScopePriorityClass:
+			if !priorityClassMatches(r, pod.Spec.PriorityClassName) {
+				return false
+			}
+			continue
 		default:
-			return false, string(r.ScopeName)
+			return false
 		}
 		if r.Operator == corev1.ScopeSelectorOpDoesNotExist {
 			holds = !holds
 		}
 		if !holds {
-			return false, ""
+			return false
 		}
 	}
-	return true, ""
+	return true
+}
+
+// priorityClassMatches reports whether a PriorityClass scope requirement
+// holds for a pod of priority class name ("" for none). It matches as a
+// label selector on {PriorityClass: name}; none has no such label.
+func priorityClassMatches(r corev1.ScopedResourceSelectorRequirement, name string) bool {
+	switch r.Operator {
+	case corev1.ScopeSelectorOpExists:
+		return name != ""
+	case corev1.ScopeSelectorOpDoesNotExist:
+		return name == ""
+	case corev1.ScopeSelectorOpIn:
+		return name != "" && slices.Contains(r.Values, name)
+	case corev1.ScopeSelectorOpNotIn:
+		return name == "" || !slices.Contains(r.Values, name)
+	}
+	return false
 }
 
 // addTo adds n times list to sum.

@@ -133,8 +133,9 @@ func TestResourceQuotaChargesARolloutsPeak(t *testing.T) {
 }
 
 // TestResourceQuotaMatchesScopes: a quota charges the change only when
-// its scopes match the pods; a scope the leader cannot judge (a priority
-// class) skips the quota; a quota the quota controller has not counted
+// its scopes match the pods, as quota admission matches them (the
+// priority class by In, NotIn, Exists and DoesNotExist; an affinity that
+// names other namespaces); a quota the quota controller has not counted
 // cannot be evaluated.
 func TestResourceQuotaMatchesScopes(t *testing.T) {
 	c := controlplane.Get(t).Client
@@ -142,6 +143,7 @@ func TestResourceQuotaMatchesScopes(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		mutate  func(*corev1.ResourceQuota)
+		pod     func(*corev1.Pod)
 		counted bool
 		blocks  bool
 		err     string
@@ -153,9 +155,20 @@ func TestResourceQuotaMatchesScopes(t *testing.T) {
 		{name: "Terminating", counted: true, mutate: func(q *corev1.ResourceQuota) {
 			q.Spec.Scopes = []corev1.ResourceQuotaScope{corev1.ResourceQuotaScopeTerminating}
 		}},
-		{name: "a priority class", counted: true, mutate: func(q *corev1.ResourceQuota) {
-			q.Spec.ScopeSelector = &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{
-				ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn, Values: []string{"high"}}}}
+		{name: "a priority class the pods lack", counted: true, mutate: priorityScope(corev1.ScopeSelectorOpIn, "high")},
+		{name: "the pods' priority class", counted: true, blocks: true, mutate: priorityScope(corev1.ScopeSelectorOpIn, "high"), pod: highPriority},
+		{name: "not the pods' priority class", counted: true, mutate: priorityScope(corev1.ScopeSelectorOpNotIn, "high"), pod: highPriority},
+		{name: "not a priority class the pods lack", counted: true, blocks: true, mutate: priorityScope(corev1.ScopeSelectorOpNotIn, "high")},
+		{name: "any priority class", counted: true, blocks: true, mutate: priorityScope(corev1.ScopeSelectorOpExists), pod: highPriority},
+		{name: "no priority class", counted: true, mutate: priorityScope(corev1.ScopeSelectorOpDoesNotExist), pod: highPriority},
+		{name: "cross-namespace affinity the pods lack", counted: true, mutate: func(q *corev1.ResourceQuota) {
+			q.Spec.Scopes = []corev1.ResourceQuotaScope{corev1.ResourceQuotaScopeCrossNamespacePodAffinity}
+		}},
+		{name: "the pods' cross-namespace affinity", counted: true, blocks: true, mutate: func(q *corev1.ResourceQuota) {
+			q.Spec.Scopes = []corev1.ResourceQuotaScope{corev1.ResourceQuotaScopeCrossNamespacePodAffinity}
+		}, pod: func(p *corev1.Pod) {
+			p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+				Weight: 1, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname", NamespaceSelector: &metav1.LabelSelector{}}}}}}
 		}},
 		{name: "not counted yet", err: "has no usage of requests.memory yet"},
 	} {
@@ -166,8 +179,13 @@ func TestResourceQuotaMatchesScopes(t *testing.T) {
 				used = quantities("requests.memory", "768Mi")
 			}
 			quota(t, c, ns, "compute", quantities("requests.memory", "1Gi"), used, tc.mutate)
-			b, err := gates.ResourceQuota{Reader: c}.Check(ctx, webChange(t, ns, 2, v1alpha1.StrategyInPlace, "500m", "256Mi", "500m", "512Mi",
-				webPods(ns, "node-1", 2, "500m", "256Mi")...))
+			pods := webPods(ns, "node-1", 2, "500m", "256Mi")
+			for i := range pods {
+				if tc.pod != nil {
+					tc.pod(&pods[i])
+				}
+			}
+			b, err := gates.ResourceQuota{Reader: c}.Check(ctx, webChange(t, ns, 2, v1alpha1.StrategyInPlace, "500m", "256Mi", "500m", "512Mi", pods...))
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
 				return
@@ -177,6 +195,17 @@ func TestResourceQuotaMatchesScopes(t *testing.T) {
 		})
 	}
 }
+
+// priorityScope is a quota's scope selector on the PriorityClass scope.
+func priorityScope(op corev1.ScopeSelectorOperator, values ...string) func(*corev1.ResourceQuota) {
+	return func(q *corev1.ResourceQuota) {
+		q.Spec.ScopeSelector = &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{
+			ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: op, Values: values}}}
+	}
+}
+
+// highPriority gives a pod the priority class high.
+func highPriority(p *corev1.Pod) { p.Spec.PriorityClassName = "high" }
 
 // TestResourceQuotaPassesWithoutQuotas: a namespace without quotas
 // blocks nothing.
