@@ -45,8 +45,8 @@ func TestRecommenderLowersWhatAnIdleWorkloadDoesNotUse(t *testing.T) {
 	assert.Negative(t, got.Requests.CPU.Cmp(resource.MustParse("100m")), "CPU request %s for 50m of use", got.Requests.CPU)
 	assert.Positive(t, got.Requests.CPU.Cmp(resource.MustParse("50m")), "CPU request %s keeps a margin over 50m", got.Requests.CPU)
 	assert.Negative(t, got.Requests.Memory.Cmp(resource.MustParse("256Mi")), "memory request %s", got.Requests.Memory)
-	assert.Equal(t, got.Requests.CPU.MilliValue(), got.Limits.CPU.MilliValue(), "the manifest's limit = request is kept")
-	assert.Equal(t, got.Requests.Memory.Value(), got.Limits.Memory.Value(), "the manifest's limit = request is kept")
+	assert.Equal(t, got.Requests.CPU.MilliValue(), got.Limits.CPU.MilliValue(), "a Guaranteed pod's limit follows its request")
+	assert.Equal(t, got.Requests.Memory.Value(), got.Limits.Memory.Value(), "a Guaranteed pod's limit follows its request")
 	for _, f := range basis.Containers[0].Refusals {
 		assert.NotEqual(t, string(recommend.ReasonOOMKill), f.Reason, "no OOM kill, no OOM refusal: %s", f.Message)
 	}

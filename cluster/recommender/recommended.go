@@ -56,6 +56,10 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 	var containers []v1alpha1.ContainerResources
 	changed := false
 	tmpl := rw.w.Template.Spec.Containers
+	// A Guaranteed pod's limits follow its requests: an in-place resize
+	// may not change the QoS class. Kerf's changes keep it, so the
+	// template's class is the running pods'.
+	qos, _ := resources.QOSClass(&rw.w.Template.Spec)
 	for _, c := range tmpl {
 		st := tw.containers[c.Name]
 		if st == nil {
@@ -65,7 +69,7 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 		request, limit := runningResources(c, tw.pods)
 		in := recommend.Input{
 			Now: now, Request: request, Limit: limit,
-			Containers: len(tmpl), Holds: holds,
+			Containers: len(tmpl), Holds: holds, Guaranteed: qos == corev1.PodQOSGuaranteed,
 		}
 		if cp := rw.resolved.Spec.Recommend.ContainerPolicy(c.Name); cp != nil {
 			in.MinAllowed, in.MaxAllowed = boundOf(cp.MinAllowed), boundOf(cp.MaxAllowed)

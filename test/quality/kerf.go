@@ -61,8 +61,15 @@ type kerfWatch struct {
 }
 
 // NewKerf returns Kerf at a policy's defaults with spec.recommend enabled.
-func NewKerf() (*Kerf, error) {
+func NewKerf() (*Kerf, error) { return NewKerfWith(nil) }
+
+// NewKerfWith returns Kerf under a policy whose spec.recommend set
+// changes from the defaults (nil: none), the rest defaulted.
+func NewKerfWith(set func(*v1alpha1.RecommendSpec)) (*Kerf, error) {
 	spec := v1alpha1.PolicySpec{Recommend: &v1alpha1.RecommendSpec{Enabled: true}}
+	if set != nil {
+		set(spec.Recommend)
+	}
 	spec.SetDefaults()
 	p := recommend.DefaultParams()
 	r := spec.Recommend
@@ -71,6 +78,7 @@ func NewKerf() (*Kerf, error) {
 	p.CPUPercentile = float64(*r.CPUPercentile) / 100
 	p.MemoryPercentile = float64(*r.MemoryPercentile) / 100
 	p.SafetyMargin = float64(*r.SafetyMarginPercent) / 100
+	p.KeepLimitProportion = *r.KeepLimitProportion
 	ratio, err := strconv.ParseFloat(spec.Guardrails.Rollback.ThrottlingRatio, 64)
 	if err != nil {
 		return nil, fmt.Errorf("throttlingRatio: %w", err)
@@ -122,8 +130,9 @@ func (k *Kerf) Step(o Observation) (Values, Action) {
 	}
 	k.recommended = now
 	res := m.Recommend(&k.st, recommend.Input{Now: now, Containers: 1, Holds: recommender.HoldsOf(&k.status, now),
-		Request: recommend.Resources{CPUMilli: k.cur.CPURequest, MemoryBytes: k.cur.MemoryRequest},
-		Limit:   recommend.Resources{CPUMilli: k.cur.CPULimit, MemoryBytes: k.cur.MemoryLimit}})
+		Request:    recommend.Resources{CPUMilli: k.cur.CPURequest, MemoryBytes: k.cur.MemoryRequest},
+		Limit:      recommend.Resources{CPUMilli: k.cur.CPULimit, MemoryBytes: k.cur.MemoryLimit},
+		Guaranteed: k.cur.Guaranteed()})
 	if !res.Ready || !res.Changed {
 		return k.cur, Kept
 	}

@@ -10,7 +10,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/utils/ptr"
 
+	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/signals"
 )
 
@@ -182,30 +184,70 @@ func TestEveryStrategyIsSensibleOnASteadyTrace(t *testing.T) {
 	}
 }
 
-// TestKerfRollsBackAChangeThatThrottles is the health watch in the
-// replay: on the bursty trace VPA's in-place target throttles a third of
-// the periods, while Kerf's watch rolls its change back and the
-// cooldown holds.
-func TestKerfRollsBackAChangeThatThrottles(t *testing.T) {
+// TestKerfKeepsTheCPULimitSoBurstsAreNotThrottled is the default limits
+// rule in the replay: on the bursty trace VPA's in-place target scales
+// the limit down and throttles a third of the periods, while Kerf lowers
+// the request only and its 500m limit lets the 0.3-core bursts run.
+func TestKerfKeepsTheCPULimitSoBurstsAreNotThrottled(t *testing.T) {
 	tr := Generate("bursty", 0, 4*day)
 	k, err := NewKerf()
 	require.NoError(t, err)
-	kr, err := Replay(tr, k, false)
+	kr, err := Replay(tr, k, true)
 	require.NoError(t, err)
 	vr, err := Replay(tr, NewVPA(), false)
 	require.NoError(t, err)
-	assert.Equal(t, 1, kr.Rollbacks)
 	assert.Greater(t, vr.ThrottledRatio(), 0.2)
+	assert.Zero(t, kr.Rollbacks)
+	assert.Zero(t, kr.Throttled)
+	last := kr.Values[len(kr.Values)-1]
+	assert.Less(t, last.CPURequest, tr.Manifest.CPURequest, "the request is lowered: %s", last)
+	assert.Equal(t, tr.Manifest.CPULimit, last.CPULimit, "the limit stays: %s", last)
+}
+
+// TestKerfIsNotOOMKilledByAStepAboveItsLoweredRequest is the default
+// limits rule on the step trace: memory steps from 300 Mi to 700 Mi on
+// day 10, above the lowered request but under the manifest's 1 Gi limit
+// that Kerf keeps, so no kill and no rollback.
+func TestKerfIsNotOOMKilledByAStepAboveItsLoweredRequest(t *testing.T) {
+	tr := Generate("step", 0, 0)
+	k, err := NewKerf()
+	require.NoError(t, err)
+	r, err := Replay(tr, k, true)
+	require.NoError(t, err)
+	assert.Zero(t, r.OOMKills)
+	assert.Zero(t, r.Rollbacks)
+	lowest := tr.Manifest.MemoryRequest
+	for _, v := range r.Values {
+		lowest = min(lowest, v.MemoryRequest)
+		assert.Equal(t, tr.Manifest.MemoryLimit, v.MemoryLimit, "the memory limit stays: %s", v)
+	}
+	assert.Less(t, lowest, tr.Manifest.MemoryRequest/2, "the memory request was lowered")
+}
+
+// TestKerfRollsBackAChangeThatThrottles is the health watch in the
+// replay with keepLimitProportion: on the bursty trace the limit scaled
+// with the request throttles, the watch rolls the change back and the
+// cooldown holds.
+func TestKerfRollsBackAChangeThatThrottles(t *testing.T) {
+	tr := Generate("bursty", 0, 4*day)
+	k, err := NewKerfWith(proportional)
+	require.NoError(t, err)
+	kr, err := Replay(tr, k, false)
+	require.NoError(t, err)
+	assert.Equal(t, 1, kr.Rollbacks)
 	assert.Less(t, kr.ThrottledRatio(), 0.01)
 }
 
+// proportional sets keepLimitProportion: limits scale with requests.
+func proportional(r *v1alpha1.RecommendSpec) { r.KeepLimitProportion = ptr.To(true) }
+
 // TestKerfRollsBackAChangeThatOOMKills is the health watch's OOM rule
-// and the cooldown: an OOM kill in the watch of a decrease restores the
-// previous memory, and no decrease follows (the cooldown and the
-// backoff's failedPermanent both hold it).
+// and the cooldown, with keepLimitProportion: an OOM kill in the watch
+// of a decrease restores the previous memory, and no decrease follows
+// (the cooldown and the backoff's failedPermanent both hold it).
 func TestKerfRollsBackAChangeThatOOMKills(t *testing.T) {
 	tr := Generate("steady", 0, 2*day)
-	k, err := NewKerf()
+	k, err := NewKerfWith(proportional)
 	require.NoError(t, err)
 	k.Start(tr.Manifest, Epoch)
 	kern := NewKernel(tr)
