@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/policy"
@@ -34,6 +35,7 @@ import (
 // What it leaves out: canaries, gates, freeze windows and Degraded,
 // which the defaults leave off or which no single container meets.
 type Kerf struct {
+	name     string
 	model    *recommend.Model
 	spec     v1alpha1.PolicySpec
 	ref      v1alpha1.PolicyReference
@@ -61,11 +63,17 @@ type kerfWatch struct {
 }
 
 // NewKerf returns Kerf at a policy's defaults with spec.recommend enabled.
-func NewKerf() (*Kerf, error) { return NewKerfWith(nil) }
+func NewKerf() (*Kerf, error) { return NewKerfWith("Kerf", nil) }
 
-// NewKerfWith returns Kerf under a policy whose spec.recommend set
-// changes from the defaults (nil: none), the rest defaulted.
-func NewKerfWith(set func(*v1alpha1.RecommendSpec)) (*Kerf, error) {
+// NewKerfScaledLimits returns Kerf with keepLimitProportion: limits scale
+// with the requests, as a Guaranteed pod's always do.
+func NewKerfScaledLimits() (*Kerf, error) {
+	return NewKerfWith("Kerf, limits scaled", func(r *v1alpha1.RecommendSpec) { r.KeepLimitProportion = ptr.To(true) })
+}
+
+// NewKerfWith returns Kerf named name under a policy whose spec.recommend
+// set changes from the defaults (nil: none), the rest defaulted.
+func NewKerfWith(name string, set func(*v1alpha1.RecommendSpec)) (*Kerf, error) {
 	spec := v1alpha1.PolicySpec{Recommend: &v1alpha1.RecommendSpec{Enabled: true}}
 	if set != nil {
 		set(spec.Recommend)
@@ -88,16 +96,16 @@ func NewKerfWith(set func(*v1alpha1.RecommendSpec)) (*Kerf, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kerf strategy: %w", err)
 	}
-	return &Kerf{model: m, spec: spec, interval: r.Interval.Duration, ratio: ratio,
+	return &Kerf{name: name, model: m, spec: spec, interval: r.Interval.Duration, ratio: ratio,
 		ref: v1alpha1.PolicyReference{Kind: v1alpha1.PolicyKindCluster, Name: "default", Fingerprint: policy.Fingerprint(spec)}}, nil
 }
 
-// Name is "Kerf".
-func (k *Kerf) Name() string { return "Kerf" }
+// Name is "Kerf", or the name NewKerfWith gave.
+func (k *Kerf) Name() string { return k.name }
 
 // Start forgets everything: a new workload.
 func (k *Kerf) Start(manifest Values, start time.Time) {
-	*k = Kerf{model: k.model, spec: k.spec, ref: k.ref, interval: k.interval, ratio: k.ratio, cur: manifest, recommended: start}
+	*k = Kerf{name: k.name, model: k.model, spec: k.spec, ref: k.ref, interval: k.interval, ratio: k.ratio, cur: manifest, recommended: start}
 }
 
 // Step feeds the sample to the recommender, judges a watched change,

@@ -10,9 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"k8s.io/utils/ptr"
 
-	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/signals"
 )
 
@@ -230,7 +228,7 @@ func TestKerfIsNotOOMKilledByAStepAboveItsLoweredRequest(t *testing.T) {
 // cooldown holds.
 func TestKerfRollsBackAChangeThatThrottles(t *testing.T) {
 	tr := Generate("bursty", 0, 4*day)
-	k, err := NewKerfWith(proportional)
+	k, err := NewKerfScaledLimits()
 	require.NoError(t, err)
 	kr, err := Replay(tr, k, false)
 	require.NoError(t, err)
@@ -238,16 +236,13 @@ func TestKerfRollsBackAChangeThatThrottles(t *testing.T) {
 	assert.Less(t, kr.ThrottledRatio(), 0.01)
 }
 
-// proportional sets keepLimitProportion: limits scale with requests.
-func proportional(r *v1alpha1.RecommendSpec) { r.KeepLimitProportion = ptr.To(true) }
-
 // TestKerfRollsBackAChangeThatOOMKills is the health watch's OOM rule
 // and the cooldown, with keepLimitProportion: an OOM kill in the watch
 // of a decrease restores the previous memory, and no decrease follows
 // (the cooldown and the backoff's failedPermanent both hold it).
 func TestKerfRollsBackAChangeThatOOMKills(t *testing.T) {
 	tr := Generate("steady", 0, 2*day)
-	k, err := NewKerfWith(proportional)
+	k, err := NewKerfScaledLimits()
 	require.NoError(t, err)
 	k.Start(tr.Manifest, Epoch)
 	kern := NewKernel(tr)
@@ -283,10 +278,10 @@ func TestPlotDrawsEveryStrategy(t *testing.T) {
 	require.NoError(t, err)
 	svg, err := Plot(tr, per[0])
 	require.NoError(t, err)
-	for _, name := range []string{"Kerf", "VPA", "KRR p95", "manual"} {
+	for _, name := range []string{"Kerf", "VPA", "KRR p95", "manual", "Kerf, limits scaled"} {
 		assert.Contains(t, string(svg), ">"+name+"<")
 	}
-	assert.Equal(t, 1+2*2*4, strings.Count(string(svg), "<polyline")-1, "demand and each strategy's request and limit per panel")
+	assert.Equal(t, 1+2*2*5, strings.Count(string(svg), "<polyline")-1, "demand and each strategy's request and limit per panel")
 }
 
 func TestRecorderMakesATraceFromTheAgentsReadings(t *testing.T) {
