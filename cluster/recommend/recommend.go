@@ -144,6 +144,10 @@ type Input struct {
 	// limits then follow its requests whatever KeepLimitProportion says:
 	// the apiserver refuses an in-place resize that changes the class.
 	Guaranteed bool
+	// ManifestRequest and ManifestLimit are the workload's own values,
+	// its pod template's; zero is unknown. An OOM kill under a memory
+	// limit below the manifest's restores at least the manifest's memory.
+	ManifestRequest, ManifestLimit Resources
 }
 
 // Result is a recommendation for one container.
@@ -204,10 +208,18 @@ func (m *Model) guard(r *Result, sig Signals, in Input, cpu, mem bool) {
 			peak := sig.OOMPeakBytes
 			bump := ceil(math.Max(peak+float64(m.p.OOMBumpBytes), peak*m.p.OOMBumpRatio) * (1 + m.p.SafetyMargin))
 			bump = (bump + Mi - 1) / Mi * Mi
+			lim := in.Limit.MemoryBytes
+			// A kill under a memory limit lowered below the manifest's
+			// goes back to at least the manifest's values, which ran
+			// without it: a bump from the killed value may be killed
+			// again, and each kill of a step costs a restart.
+			if ml := in.ManifestLimit.MemoryBytes; ml > 0 && peak < float64(ml) {
+				bump, lim = max(bump, in.ManifestRequest.MemoryBytes), max(lim, ml)
+			}
 			if maxm := in.MaxAllowed.MemoryBytes; maxm > 0 {
 				bump = min(bump, maxm)
 			}
-			l.hold(ReasonOOMKill, max(in.Request.MemoryBytes, bump), in.Limit.MemoryBytes, peak, float64(bump), sig.OOMAt)
+			l.hold(ReasonOOMKill, max(in.Request.MemoryBytes, bump), lim, peak, float64(bump), sig.OOMAt)
 		}
 		l.holds(in.Holds.MemoryCooldown, in.Holds.MemoryFailedPermanent, m.p.UpscaleOnlyMemory, in.Request.MemoryBytes, in.Limit.MemoryBytes)
 		r.Request.MemoryBytes, r.Limit.MemoryBytes = m.decide(&r.Refusals, Memory, r.Estimate.Target.MemoryBytes,

@@ -265,6 +265,47 @@ func TestRecommendKeepsLimitsByDefaultButAGuaranteedPodsFollow(t *testing.T) {
 	}
 }
 
+// TestAnOOMKillUnderALoweredLimitRestoresTheManifestsMemory checks the
+// OOM latch's manifest floor: a kill under a memory limit below the
+// manifest's brings memory back to at least the manifest's values, not
+// to a bump from the killed value, which a step in load kills again.
+func TestAnOOMKillUnderALoweredLimitRestoresTheManifestsMemory(t *testing.T) {
+	m := proportionalModel(t)
+	now := t0.Add(48 * time.Hour)
+	lowered := Resources{CPUMilli: 250, MemoryBytes: 363 * Mi}
+	manifest := Resources{CPUMilli: 1000, MemoryBytes: 1024 * Mi}
+	// The bump from the 363Mi the kill happened at: max(463Mi, 435.6Mi) × 1.15.
+	bump := int64(533 * Mi)
+	tests := []struct {
+		name             string
+		limit            Resources
+		manifestLimit    Resources
+		maxAllowed       int64
+		wantReq, wantLim int64
+	}{
+		{name: "under a lowered limit: the manifest's memory", limit: lowered, manifestLimit: manifest,
+			wantReq: 1024 * Mi, wantLim: 1024 * Mi},
+		{name: "no manifest known: the bump", limit: lowered,
+			wantReq: bump, wantLim: bump},
+		{name: "under the manifest's own limit: the bump", limit: lowered, manifestLimit: Resources{MemoryBytes: 363 * Mi},
+			wantReq: bump, wantLim: bump},
+		{name: "maxAllowed caps the request, not the limit", limit: lowered, manifestLimit: manifest, maxAllowed: 800 * Mi,
+			wantReq: 800 * Mi, wantLim: 1024 * Mi},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := steady(m, 0.2, 300*Mi, 48)
+			s.RecordOOM(m, 363*Mi, now.Add(-time.Minute))
+			in := Input{Now: now, Request: lowered, Limit: tt.limit,
+				ManifestRequest: manifest, ManifestLimit: tt.manifestLimit, MaxAllowed: Resources{MemoryBytes: tt.maxAllowed}}
+			r := m.Recommend(s, in)
+			require.True(t, r.Ready)
+			assert.Equal(t, tt.wantReq, r.Request.MemoryBytes, "memory request %dMi", r.Request.MemoryBytes/Mi)
+			assert.Equal(t, tt.wantLim, r.Limit.MemoryBytes, "memory limit %dMi", r.Limit.MemoryBytes/Mi)
+		})
+	}
+}
+
 func TestRecommendUsesTheStatesSignals(t *testing.T) {
 	m := defaultModel(t)
 	s := steady(m, 0.1, 100*Mi, 48)

@@ -48,7 +48,12 @@ type Kerf struct {
 	cur    Values
 	// recommended is when the last recommendation was made.
 	recommended time.Time
-	w           *kerfWatch
+	// killed is an OOM kill since then, which makes a recommendation due
+	// at once (cluster/recommender's recommendDue).
+	killed bool
+	// manifest is the workload's own values, the OOM latch's floor.
+	manifest Values
+	w        *kerfWatch
 }
 
 // kerfWatch is the health watch of one applied change.
@@ -105,7 +110,7 @@ func (k *Kerf) Name() string { return k.name }
 
 // Start forgets everything: a new workload.
 func (k *Kerf) Start(manifest Values, start time.Time) {
-	*k = Kerf{name: k.name, model: k.model, spec: k.spec, ref: k.ref, interval: k.interval, ratio: k.ratio, cur: manifest, recommended: start}
+	*k = Kerf{name: k.name, model: k.model, spec: k.spec, ref: k.ref, interval: k.interval, ratio: k.ratio, cur: manifest, manifest: manifest, recommended: start}
 }
 
 // Step feeds the sample to the recommender, judges a watched change,
@@ -124,6 +129,7 @@ func (k *Kerf) Step(o Observation) (Values, Action) {
 	}
 	if o.OOMKilled {
 		k.st.RecordOOM(m, max(o.Memory, float64(o.Values.MemoryLimit)), now)
+		k.killed = true
 	}
 	if k.w != nil {
 		if restore := k.judge(o); restore != nil {
@@ -133,14 +139,22 @@ func (k *Kerf) Step(o Observation) (Values, Action) {
 	if k.status.Rollback != nil {
 		policy.Advance(now, k.status.Rollback, k.ref, k.spec.Guardrails.Rollback.Backoff)
 	}
-	if k.w != nil || now.Sub(k.recommended) < k.interval {
+	// A recommendation is due an interval after the last, or at once
+	// after an OOM kill; while a change is watched it is made but holds
+	// the values (WatchRunning).
+	if now.Sub(k.recommended) < k.interval && !k.killed {
 		return k.cur, Kept
 	}
-	k.recommended = now
+	k.recommended, k.killed = now, false
+	if k.w != nil {
+		return k.cur, Kept
+	}
 	res := m.Recommend(&k.st, recommend.Input{Now: now, Containers: 1, Holds: recommender.HoldsOf(&k.status, now),
-		Request:    recommend.Resources{CPUMilli: k.cur.CPURequest, MemoryBytes: k.cur.MemoryRequest},
-		Limit:      recommend.Resources{CPUMilli: k.cur.CPULimit, MemoryBytes: k.cur.MemoryLimit},
-		Guaranteed: k.cur.Guaranteed()})
+		Request:         recommend.Resources{CPUMilli: k.cur.CPURequest, MemoryBytes: k.cur.MemoryRequest},
+		Limit:           recommend.Resources{CPUMilli: k.cur.CPULimit, MemoryBytes: k.cur.MemoryLimit},
+		Guaranteed:      k.cur.Guaranteed(),
+		ManifestRequest: recommend.Resources{CPUMilli: k.manifest.CPURequest, MemoryBytes: k.manifest.MemoryRequest},
+		ManifestLimit:   recommend.Resources{CPUMilli: k.manifest.CPULimit, MemoryBytes: k.manifest.MemoryLimit}})
 	if !res.Ready || !res.Changed {
 		return k.cur, Kept
 	}

@@ -222,6 +222,26 @@ func TestKerfIsNotOOMKilledByAStepAboveItsLoweredRequest(t *testing.T) {
 	assert.Less(t, lowest, tr.Manifest.MemoryRequest/2, "the memory request was lowered")
 }
 
+// TestKerfWithScaledLimitsIsOOMKilledOnceByAStep is the OOM latch's
+// manifest floor and the recommender's answer at once, where the memory
+// limit went down with the request (a Guaranteed pod's path): the first
+// kill of the step brings memory back to the manifest's 1 Gi, so the
+// step costs one kill and no rollback.
+func TestKerfWithScaledLimitsIsOOMKilledOnceByAStep(t *testing.T) {
+	tr := Generate("step", 0, 0)
+	k, err := NewKerfScaledLimits()
+	require.NoError(t, err)
+	r, err := Replay(tr, k, true)
+	require.NoError(t, err)
+	assert.Equal(t, 1, r.OOMKills)
+	assert.Zero(t, r.Rollbacks)
+	lowest := tr.Manifest.MemoryLimit
+	for _, v := range r.Values {
+		lowest = min(lowest, v.MemoryLimit)
+	}
+	assert.Less(t, lowest, tr.Manifest.MemoryLimit/2, "the memory limit was lowered before the step")
+}
+
 // TestKerfRollsBackAChangeThatThrottles is the health watch in the
 // replay with keepLimitProportion: on the bursty trace the limit scaled
 // with the request throttles, the watch rolls the change back and the
