@@ -219,6 +219,9 @@ func (m *Model) guard(r *Result, sig Signals, in Input, cpu, mem bool) {
 			if maxm := in.MaxAllowed.MemoryBytes; maxm > 0 {
 				bump = min(bump, maxm)
 			}
+			if in.Guaranteed {
+				lim = max(in.Limit.MemoryBytes, bump) // the limit stays equal to the request
+			}
 			l.hold(ReasonOOMKill, max(in.Request.MemoryBytes, bump), lim, peak, float64(bump), sig.OOMAt)
 		}
 		l.holds(in.Holds.MemoryCooldown, in.Holds.MemoryFailedPermanent, m.p.UpscaleOnlyMemory, in.Request.MemoryBytes, in.Limit.MemoryBytes)

@@ -281,6 +281,7 @@ func TestAnOOMKillUnderALoweredLimitRestoresTheManifestsMemory(t *testing.T) {
 		limit            Resources
 		manifestLimit    Resources
 		maxAllowed       int64
+		guaranteed       bool
 		wantReq, wantLim int64
 	}{
 		{name: "under a lowered limit: the manifest's memory", limit: lowered, manifestLimit: manifest,
@@ -291,13 +292,15 @@ func TestAnOOMKillUnderALoweredLimitRestoresTheManifestsMemory(t *testing.T) {
 			wantReq: bump, wantLim: bump},
 		{name: "maxAllowed caps the request, not the limit", limit: lowered, manifestLimit: manifest, maxAllowed: 800 * Mi,
 			wantReq: 800 * Mi, wantLim: 1024 * Mi},
+		{name: "in a Guaranteed pod maxAllowed caps both: they stay equal", limit: lowered, manifestLimit: manifest, maxAllowed: 800 * Mi,
+			guaranteed: true, wantReq: 800 * Mi, wantLim: 800 * Mi},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := steady(m, 0.2, 300*Mi, 48)
 			s.RecordOOM(m, 363*Mi, now.Add(-time.Minute))
 			in := Input{Now: now, Request: lowered, Limit: tt.limit,
-				ManifestRequest: manifest, ManifestLimit: tt.manifestLimit, MaxAllowed: Resources{MemoryBytes: tt.maxAllowed}}
+				ManifestRequest: manifest, ManifestLimit: tt.manifestLimit, MaxAllowed: Resources{MemoryBytes: tt.maxAllowed}, Guaranteed: tt.guaranteed}
 			r := m.Recommend(s, in)
 			require.True(t, r.Ready)
 			assert.Equal(t, tt.wantReq, r.Request.MemoryBytes, "memory request %dMi", r.Request.MemoryBytes/Mi)
