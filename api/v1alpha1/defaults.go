@@ -40,7 +40,7 @@ const (
 	DefaultRecommendCPUPercentile       int32 = 90
 	DefaultRecommendMemoryPercentile    int32 = 90
 	DefaultRecommendSafetyMarginPercent int32 = 15
-	DefaultRecommendKeepLimitProportion       = true
+	DefaultRecommendKeepLimitProportion       = false
 	DefaultRecommendSource                    = RecommendSourceKerf
 
 	DefaultRecommendLowerPercentile            int32 = 50

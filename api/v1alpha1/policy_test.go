@@ -171,7 +171,7 @@ func TestRecommendDefaultsAreApplied(t *testing.T) {
 		CPUPercentile:       ptr.To[int32](90),
 		MemoryPercentile:    ptr.To[int32](90),
 		SafetyMarginPercent: ptr.To[int32](15),
-		KeepLimitProportion: ptr.To(true),
+		KeepLimitProportion: ptr.To(false),
 		Source:              v1alpha1.RecommendSourceKerf,
 
 		LowerPercentile:    ptr.To[int32](50),

@@ -172,9 +172,13 @@ type RecommendSpec struct {
 	// +optional
 	UpscaleOnly []ResourceName `json:"upscaleOnly,omitempty"`
 	// KeepLimitProportion scales a container's limit with its request,
-	// keeping the manifest's limit/request ratio; false leaves limits as
-	// the manifest has them (raised only to stay at or above the request).
-	// +kubebuilder:default=true
+	// keeping the manifest's limit/request ratio. False, the default,
+	// leaves limits as the manifest has them (raised only to stay at or
+	// above the request), as VPA's controlledValues RequestsOnly: a lower
+	// request saves, a lower limit only risks OOM kills and throttling.
+	// A Guaranteed pod's limits follow its requests either way, so it
+	// stays Guaranteed.
+	// +kubebuilder:default=false
 	// +optional
 	KeepLimitProportion *bool `json:"keepLimitProportion,omitempty"`
 	// Containers bound the requests recommended per container name, as the

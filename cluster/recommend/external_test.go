@@ -9,7 +9,7 @@ import (
 )
 
 func TestRecommendExternalTakesTheTargetThroughTheGuards(t *testing.T) {
-	m := defaultModel(t)
+	m := proportionalModel(t)
 	now := t0.Add(time.Hour)
 	cur := Resources{CPUMilli: 1000, MemoryBytes: 1024 * Mi}
 	lim := Resources{CPUMilli: 2000, MemoryBytes: 2048 * Mi}
@@ -79,7 +79,7 @@ func TestRecommendExternalTakesTheTargetThroughTheGuards(t *testing.T) {
 }
 
 func TestRecommendExternalKeepsTheLatches(t *testing.T) {
-	m := defaultModel(t)
+	m := proportionalModel(t)
 	now := t0.Add(time.Hour)
 	cur := Resources{CPUMilli: 1000, MemoryBytes: 256 * Mi}
 	ext := External{Target: Resources{CPUMilli: 200, MemoryBytes: 100 * Mi}}

@@ -15,6 +15,17 @@ func defaultModel(t testing.TB) *Model {
 	return m
 }
 
+// proportionalModel is the defaults with KeepLimitProportion, so a limit
+// moves with its request (the tests written for that rule).
+func proportionalModel(t testing.TB) *Model {
+	t.Helper()
+	p := DefaultParams()
+	p.KeepLimitProportion = true
+	m, err := NewModel(p)
+	require.NoError(t, err)
+	return m
+}
+
 var t0 = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 
 func TestSchemeMatchesVPABuckets(t *testing.T) {

@@ -72,8 +72,9 @@ type Params struct {
 	// UpscaleOnlyMemory makes the memory request and limit never go down.
 	UpscaleOnlyMemory bool
 	// KeepLimitProportion scales a limit with its request, keeping the
-	// manifest's limit/request ratio (default true); false keeps limits as
-	// they are, raised only to stay at or above the request.
+	// manifest's limit/request ratio. False, the default, keeps limits as
+	// they are, raised only to stay at or above the request; a Guaranteed
+	// pod's limits follow its requests either way (Input.Guaranteed).
 	KeepLimitProportion bool
 
 	// ThrottlingRatio is the policy's throttlingRatio: a CFS throttling
@@ -114,7 +115,7 @@ func DefaultParams() Params {
 
 		MinHistory:          24 * time.Hour,
 		MinChange:           0.10,
-		KeepLimitProportion: true,
+		KeepLimitProportion: false,
 
 		ThrottlingRatio: 0.25,
 		OOMBumpBytes:    100 * Mi,

@@ -140,6 +140,14 @@ type Input struct {
 	Signals Signals
 	// Holds are the cooldown and failedPermanent inputs.
 	Holds Holds
+	// Guaranteed is true when the pod's QoS class is Guaranteed. Its
+	// limits then follow its requests whatever KeepLimitProportion says:
+	// the apiserver refuses an in-place resize that changes the class.
+	Guaranteed bool
+	// ManifestRequest and ManifestLimit are the workload's own values,
+	// its pod template's; zero is unknown. An OOM kill under a memory
+	// limit below the manifest's restores at least the manifest's memory.
+	ManifestRequest, ManifestLimit Resources
 }
 
 // Result is a recommendation for one container.
@@ -187,7 +195,7 @@ func (m *Model) guard(r *Result, sig Signals, in Input, cpu, mem bool) {
 		}
 		l.holds(in.Holds.CPUCooldown, in.Holds.CPUFailedPermanent, m.p.UpscaleOnlyCPU, in.Request.CPUMilli, in.Limit.CPUMilli)
 		r.Request.CPUMilli, r.Limit.CPUMilli = m.decide(&r.Refusals, CPU, r.Estimate.Target.CPUMilli,
-			in.Request.CPUMilli, in.Limit.CPUMilli, in.MinAllowed.CPUMilli, in.MaxAllowed.CPUMilli, &l)
+			in.Request.CPUMilli, in.Limit.CPUMilli, in.MinAllowed.CPUMilli, in.MaxAllowed.CPUMilli, in.Guaranteed, &l)
 	}
 	if mem {
 		var l latch
@@ -200,14 +208,25 @@ func (m *Model) guard(r *Result, sig Signals, in Input, cpu, mem bool) {
 			peak := sig.OOMPeakBytes
 			bump := ceil(math.Max(peak+float64(m.p.OOMBumpBytes), peak*m.p.OOMBumpRatio) * (1 + m.p.SafetyMargin))
 			bump = (bump + Mi - 1) / Mi * Mi
+			lim := in.Limit.MemoryBytes
+			// A kill under a memory limit lowered below the manifest's
+			// goes back to at least the manifest's values, which ran
+			// without it: a bump from the killed value may be killed
+			// again, and each kill of a step costs a restart.
+			if ml := in.ManifestLimit.MemoryBytes; ml > 0 && peak < float64(ml) {
+				bump, lim = max(bump, in.ManifestRequest.MemoryBytes), max(lim, ml)
+			}
 			if maxm := in.MaxAllowed.MemoryBytes; maxm > 0 {
 				bump = min(bump, maxm)
 			}
-			l.hold(ReasonOOMKill, max(in.Request.MemoryBytes, bump), in.Limit.MemoryBytes, peak, float64(bump), sig.OOMAt)
+			if in.Guaranteed {
+				lim = max(in.Limit.MemoryBytes, bump) // the limit stays equal to the request
+			}
+			l.hold(ReasonOOMKill, max(in.Request.MemoryBytes, bump), lim, peak, float64(bump), sig.OOMAt)
 		}
 		l.holds(in.Holds.MemoryCooldown, in.Holds.MemoryFailedPermanent, m.p.UpscaleOnlyMemory, in.Request.MemoryBytes, in.Limit.MemoryBytes)
 		r.Request.MemoryBytes, r.Limit.MemoryBytes = m.decide(&r.Refusals, Memory, r.Estimate.Target.MemoryBytes,
-			in.Request.MemoryBytes, in.Limit.MemoryBytes, in.MinAllowed.MemoryBytes, in.MaxAllowed.MemoryBytes, &l)
+			in.Request.MemoryBytes, in.Limit.MemoryBytes, in.MinAllowed.MemoryBytes, in.MaxAllowed.MemoryBytes, in.Guaranteed, &l)
 	}
 	r.Changed = r.Request != in.Request || r.Limit != in.Limit
 }
@@ -248,8 +267,9 @@ func (l *latch) holds(cooldown, failed, upscaleOnly bool, request, limit int64) 
 	}
 }
 
-// decide turns one resource's target into its request and limit.
-func (m *Model) decide(refusals *[]Refusal, res Resource, target, curReq, curLim, minAllowed, maxAllowed int64, l *latch) (int64, int64) {
+// decide turns one resource's target into its request and limit. The
+// limit of a Guaranteed pod follows its request, so the class stays.
+func (m *Model) decide(refusals *[]Refusal, res Resource, target, curReq, curLim, minAllowed, maxAllowed int64, guaranteed bool, l *latch) (int64, int64) {
 	req := target
 	if maxAllowed > 0 && req > maxAllowed {
 		req = maxAllowed
@@ -277,13 +297,15 @@ func (m *Model) decide(refusals *[]Refusal, res Resource, target, curReq, curLim
 			req = max(req, f.request)
 		}
 	}
-	// Limits: kept in proportion to the request, or as they are; never
-	// below a floor or the request. A floor above the limit the asked
-	// request implied is a refusal too.
+	// Limits: as they are (the default), or in proportion to the request
+	// (KeepLimitProportion, and always in a Guaranteed pod); never below
+	// a floor or the request. A floor above the limit the asked request
+	// implied is a refusal too.
 	lim := curLim
 	if curLim > 0 {
+		proportion := m.p.KeepLimitProportion || guaranteed
 		limitFor := func(request int64) int64 {
-			if m.p.KeepLimitProportion && curReq > 0 && request != curReq {
+			if proportion && curReq > 0 && request != curReq {
 				return ceil(float64(request) * float64(curLim) / float64(curReq))
 			}
 			return curLim

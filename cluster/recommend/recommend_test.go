@@ -44,7 +44,7 @@ func TestEstimateIsPercentileTimesMarginAtLeastTheMinimum(t *testing.T) {
 }
 
 func TestRecommend(t *testing.T) {
-	m := defaultModel(t)
+	m := proportionalModel(t)
 	now := t0.Add(48 * time.Hour)
 	low := steady(m, 0.1, 100*Mi, 48) // far under a 1-core, 1Gi request
 	lowCPU := m.Estimate(low, 1).Target.CPUMilli
@@ -199,7 +199,7 @@ func TestRecommend(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			model := m
 			if tt.params != nil {
-				p := DefaultParams()
+				p := m.Params()
 				tt.params(&p)
 				var err error
 				model, err = NewModel(p)
@@ -218,6 +218,93 @@ func TestRecommend(t *testing.T) {
 			assert.Equal(t, r.Request != tt.in.Request || r.Limit != tt.in.Limit, r.Changed)
 			assert.True(t, r.Limit.CPUMilli == 0 || r.Limit.CPUMilli >= r.Request.CPUMilli, "never a CPU limit below a request")
 			assert.True(t, r.Limit.MemoryBytes == 0 || r.Limit.MemoryBytes >= r.Request.MemoryBytes, "never a memory limit below a request")
+		})
+	}
+}
+
+// TestRecommendKeepsLimitsByDefaultButAGuaranteedPodsFollow checks the
+// default limits rule: a request goes down and its limit stays, as VPA's
+// controlledValues RequestsOnly; in a Guaranteed pod the limit follows
+// the request, so the pod stays Guaranteed.
+func TestRecommendKeepsLimitsByDefaultButAGuaranteedPodsFollow(t *testing.T) {
+	m := defaultModel(t)
+	require.False(t, m.Params().KeepLimitProportion, "the default")
+	s := steady(m, 0.1, 100*Mi, 48)
+	target := m.Estimate(s, 1).Target
+	now := t0.Add(48 * time.Hour)
+	tests := []struct {
+		name     string
+		in       Input
+		req, lim Resources
+	}{
+		{
+			name: "burstable: the requests go down, the limits stay",
+			in:   Input{Request: Resources{1000, 1024 * Mi}, Limit: Resources{2000, 1024 * Mi}},
+			req:  target, lim: Resources{2000, 1024 * Mi},
+		},
+		{
+			name: "guaranteed: the limits follow the requests",
+			in:   Input{Request: Resources{1000, 1024 * Mi}, Limit: Resources{1000, 1024 * Mi}, Guaranteed: true},
+			req:  target, lim: target,
+		},
+		{
+			name: "no limit stays none",
+			in:   Input{Request: Resources{1000, 1024 * Mi}},
+			req:  target,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.in.Now = now
+			r := m.Recommend(s, tt.in)
+			require.True(t, r.Ready)
+			assert.Equal(t, tt.req, r.Request, "request")
+			assert.Equal(t, tt.lim, r.Limit, "limit")
+			assert.Empty(t, r.Refusals)
+		})
+	}
+}
+
+// TestAnOOMKillUnderALoweredLimitRestoresTheManifestsMemory checks the
+// OOM latch's manifest floor: a kill under a memory limit below the
+// manifest's brings memory back to at least the manifest's values, not
+// to a bump from the killed value, which a step in load kills again.
+func TestAnOOMKillUnderALoweredLimitRestoresTheManifestsMemory(t *testing.T) {
+	m := proportionalModel(t)
+	now := t0.Add(48 * time.Hour)
+	lowered := Resources{CPUMilli: 250, MemoryBytes: 363 * Mi}
+	manifest := Resources{CPUMilli: 1000, MemoryBytes: 1024 * Mi}
+	// The bump from the 363Mi the kill happened at: max(463Mi, 435.6Mi) × 1.15.
+	bump := int64(533 * Mi)
+	tests := []struct {
+		name             string
+		limit            Resources
+		manifestLimit    Resources
+		maxAllowed       int64
+		guaranteed       bool
+		wantReq, wantLim int64
+	}{
+		{name: "under a lowered limit: the manifest's memory", limit: lowered, manifestLimit: manifest,
+			wantReq: 1024 * Mi, wantLim: 1024 * Mi},
+		{name: "no manifest known: the bump", limit: lowered,
+			wantReq: bump, wantLim: bump},
+		{name: "under the manifest's own limit: the bump", limit: lowered, manifestLimit: Resources{MemoryBytes: 363 * Mi},
+			wantReq: bump, wantLim: bump},
+		{name: "maxAllowed caps the request, not the limit", limit: lowered, manifestLimit: manifest, maxAllowed: 800 * Mi,
+			wantReq: 800 * Mi, wantLim: 1024 * Mi},
+		{name: "in a Guaranteed pod maxAllowed caps both: they stay equal", limit: lowered, manifestLimit: manifest, maxAllowed: 800 * Mi,
+			guaranteed: true, wantReq: 800 * Mi, wantLim: 800 * Mi},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := steady(m, 0.2, 300*Mi, 48)
+			s.RecordOOM(m, 363*Mi, now.Add(-time.Minute))
+			in := Input{Now: now, Request: lowered, Limit: tt.limit,
+				ManifestRequest: manifest, ManifestLimit: tt.manifestLimit, MaxAllowed: Resources{MemoryBytes: tt.maxAllowed}, Guaranteed: tt.guaranteed}
+			r := m.Recommend(s, in)
+			require.True(t, r.Ready)
+			assert.Equal(t, tt.wantReq, r.Request.MemoryBytes, "memory request %dMi", r.Request.MemoryBytes/Mi)
+			assert.Equal(t, tt.wantLim, r.Limit.MemoryBytes, "memory limit %dMi", r.Limit.MemoryBytes/Mi)
 		})
 	}
 }
@@ -274,7 +361,7 @@ func TestParamsValidateNamesTheField(t *testing.T) {
 }
 
 func TestRecommendAllocatesOnlyForRefusals(t *testing.T) {
-	m := defaultModel(t)
+	m := proportionalModel(t)
 	s := steady(m, 0.1, 100*Mi, 48)
 	in := Input{Now: t0.Add(48 * time.Hour), Request: Resources{1000, 1024 * Mi}, Limit: Resources{2000, 2048 * Mi}}
 	assert.Zero(t, testing.AllocsPerRun(100, func() { m.Recommend(s, in) }))

@@ -17,8 +17,8 @@ import (
 // stores into the workloads' states, and the values the pods run with.
 
 // ingest feeds a running container's new usage readings and OOM kills into
-// its workload's state.
-func (r *Loop) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c corev1.Container, m *recommend.Model, st *recommend.ContainerState, now time.Time) {
+// its workload's state. It reports whether it recorded an OOM kill.
+func (r *Loop) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c corev1.Container, m *recommend.Model, st *recommend.ContainerState, now time.Time) (killed bool) {
 	k := instanceKey{pod.UID, c.Name}
 	in := r.instances[k]
 	if in == nil {
@@ -57,14 +57,17 @@ func (r *Loop) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c 
 	n, _ := r.kernel.OOMKills(pod.UID, c.Name, time.Time{}, now.Add(time.Hour))
 	if n > in.kills {
 		st.RecordOOM(m, killPeak(), now)
+		killed = true
 	}
 	in.kills = n // fewer once the store pruned old kills
 	for _, cs := range pod.Status.ContainerStatuses {
 		if t := cs.LastTerminationState.Terminated; cs.Name == c.Name && t != nil && t.Reason == oomKilledReason && t.FinishedAt.After(in.statusOOM) {
 			st.RecordOOM(m, killPeak(), t.FinishedAt.Time)
 			in.statusOOM = t.FinishedAt.Time
+			killed = true
 		}
 	}
+	return killed
 }
 
 // killLimit is the memory limit in bytes a kill found now happened under,

@@ -45,8 +45,8 @@ func TestRecommenderLowersWhatAnIdleWorkloadDoesNotUse(t *testing.T) {
 	assert.Negative(t, got.Requests.CPU.Cmp(resource.MustParse("100m")), "CPU request %s for 50m of use", got.Requests.CPU)
 	assert.Positive(t, got.Requests.CPU.Cmp(resource.MustParse("50m")), "CPU request %s keeps a margin over 50m", got.Requests.CPU)
 	assert.Negative(t, got.Requests.Memory.Cmp(resource.MustParse("256Mi")), "memory request %s", got.Requests.Memory)
-	assert.Equal(t, got.Requests.CPU.MilliValue(), got.Limits.CPU.MilliValue(), "the manifest's limit = request is kept")
-	assert.Equal(t, got.Requests.Memory.Value(), got.Limits.Memory.Value(), "the manifest's limit = request is kept")
+	assert.Equal(t, got.Requests.CPU.MilliValue(), got.Limits.CPU.MilliValue(), "a Guaranteed pod's limit follows its request")
+	assert.Equal(t, got.Requests.Memory.Value(), got.Limits.Memory.Value(), "a Guaranteed pod's limit follows its request")
 	for _, f := range basis.Containers[0].Refusals {
 		assert.NotEqual(t, string(recommend.ReasonOOMKill), f.Reason, "no OOM kill, no OOM refusal: %s", f.Message)
 	}
@@ -206,4 +206,28 @@ func TestRecommenderRaisesItsRecommendationWhenTheContainerIsThrottled(t *testin
 		reasons = append(reasons, recommend.Reason(f.Reason))
 	}
 	assert.Contains(t, reasons, recommend.ReasonThrottled)
+}
+
+// TestRecommenderAnswersAnOOMKillAtOnce checks that an OOM kill makes the
+// workload's recommendation due at once, not at its next interval (an
+// hour here): each kill waited for is a restart. The policy is paused,
+// so no change is watched and the recommender may write.
+func TestRecommenderAnswersAnOOMKillAtOnce(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := kubetest.Namespace(t, c)
+	p := kubetest.RecommendingPolicy(ns)
+	p.Spec.Guardrails.Paused = true
+	p.Spec.Recommend.Interval = &metav1.Duration{Duration: time.Hour}
+	var sig *signals.Stores
+	var pod *corev1.Pod
+	leadertest.RecommendedWebUnder(t, c, ns, p, func(s *signals.Stores, p *corev1.Pod) { sig, pod = s, p })
+	rsr, _ := kubetest.WaitRecommended(t, c, ns)
+	lowered := rsr.Spec.Containers[0].Requests.Memory.Value()
+	require.Less(t, lowered, int64(256<<20), "the first recommendation lowers the memory")
+
+	sig.Kernel.AddOOMKill(pod.UID, "app", time.Now())
+	require.Eventually(t, func() bool {
+		got := kubetest.GetRSR(t, c, ns, "web").Spec.Containers[0]
+		return got.Requests.Memory.Value() >= 256<<20
+	}, 15*time.Second, 50*time.Millisecond, "the kill is answered within the hour's interval: memory back to at least the manifest's 256Mi")
 }

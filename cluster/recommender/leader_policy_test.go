@@ -16,7 +16,9 @@ import (
 
 	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/recommend"
+	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
 	"github.com/kerf-dev/kerf/test/kubetest"
@@ -88,19 +90,53 @@ func TestRecommenderRefusesToLowerAnUpscaleOnlyResource(t *testing.T) {
 	}
 }
 
-// TestRecommenderLeavesLimitsWithoutKeepLimitProportion checks
-// spec.recommend.keepLimitProportion false: the requests go down, the
-// manifest's limits (500m, 256Mi) stay as they are.
-func TestRecommenderLeavesLimitsWithoutKeepLimitProportion(t *testing.T) {
-	c, ns, _ := recommendedWebUnder(t, func(rs *v1alpha1.RecommendSpec) {
-		rs.KeepLimitProportion = ptr.To(false)
-	}, nil)
+// burstableWebUnder is recommendedWebUnder with a Burstable web: requests
+// of 500m and 256Mi under limits of 1 core and 512Mi.
+func burstableWebUnder(t *testing.T, set func(*v1alpha1.RecommendSpec)) (client.Client, string) {
+	t.Helper()
+	c := controlplane.Get(t).Client
+	ns := kubetest.Namespace(t, c)
+	p := kubetest.RecommendingPolicy(ns)
+	set(p.Spec.Recommend)
+	dep := kubetest.Deployment(ns, "web", "500m", "256Mi")
+	dep.Spec.Template.Spec.Containers[0].Resources.Limits = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("512Mi")}
+	require.NoError(t, c.Create(context.Background(), dep))
+	require.NoError(t, c.Create(context.Background(), p))
+	sig := signals.New()
+	pod := kubetest.AdoptedPod(t, c, dep, "web-1")
+	now := time.Now()
+	for i := range 4 {
+		sig.Usage.Add(signals.UsageSample{PodUID: pod.UID, Container: "app", At: now.Add(time.Duration(i-3) * time.Second),
+			CPU: time.Duration(i) * 50 * time.Millisecond, WorkingSet: 40 << 20, Peak: 40 << 20})
+	}
+	leadertest.StartReplica(t, ns, "a", cluster.Config{Signals: sig, Recommender: recommender.Config{Period: 200 * time.Millisecond}})
+	return c, ns
+}
+
+// TestRecommenderKeepsTheLimitsOfABurstablePodByDefault checks the
+// default limits rule (keepLimitProportion false): the requests go down,
+// the manifest's limits (1, 512Mi) stay as they are.
+func TestRecommenderKeepsTheLimitsOfABurstablePodByDefault(t *testing.T) {
+	c, ns := burstableWebUnder(t, func(*v1alpha1.RecommendSpec) {})
 	rsr, _ := kubetest.WaitRecommended(t, c, ns)
 	got := rsr.Spec.Containers[0]
 	assert.Less(t, got.Requests.CPU.MilliValue(), int64(500), "CPU request %s", got.Requests.CPU)
 	assert.Less(t, got.Requests.Memory.Value(), int64(256<<20), "memory request %s", got.Requests.Memory)
-	assert.Equal(t, int64(500), got.Limits.CPU.MilliValue(), "CPU limit %s as in the manifest", got.Limits.CPU)
-	assert.Equal(t, int64(256<<20), got.Limits.Memory.Value(), "memory limit %s as in the manifest", got.Limits.Memory)
+	assert.Equal(t, int64(1000), got.Limits.CPU.MilliValue(), "CPU limit %s as in the manifest", got.Limits.CPU)
+	assert.Equal(t, int64(512<<20), got.Limits.Memory.Value(), "memory limit %s as in the manifest", got.Limits.Memory)
+}
+
+// TestRecommenderScalesLimitsWithKeepLimitProportion checks
+// spec.recommend.keepLimitProportion true on a Burstable pod: each limit
+// keeps the manifest's limit/request ratio, 2.
+func TestRecommenderScalesLimitsWithKeepLimitProportion(t *testing.T) {
+	c, ns := burstableWebUnder(t, func(rs *v1alpha1.RecommendSpec) { rs.KeepLimitProportion = ptr.To(true) })
+	rsr, _ := kubetest.WaitRecommended(t, c, ns)
+	got := rsr.Spec.Containers[0]
+	require.Less(t, got.Requests.CPU.MilliValue(), int64(500), "CPU request %s", got.Requests.CPU)
+	assert.Equal(t, 2*got.Requests.CPU.MilliValue(), got.Limits.CPU.MilliValue(), "CPU limit %s", got.Limits.CPU)
+	assert.Equal(t, 2*got.Requests.Memory.Value(), got.Limits.Memory.Value(), "memory limit %s", got.Limits.Memory)
 }
 
 // TestRecommenderRecordsARefusalOnceAsAnActionAndAnEvent checks that the

@@ -56,6 +56,10 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 	var containers []v1alpha1.ContainerResources
 	changed := false
 	tmpl := rw.w.Template.Spec.Containers
+	// A Guaranteed pod's limits follow its requests: an in-place resize
+	// may not change the QoS class. Kerf's changes keep it, so the
+	// template's class is the running pods'.
+	qos, _ := resources.QOSClass(&rw.w.Template.Spec)
 	for _, c := range tmpl {
 		st := tw.containers[c.Name]
 		if st == nil {
@@ -63,9 +67,12 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 		}
 		// Current is what the running pods run with, not the template.
 		request, limit := runningResources(c, tw.pods)
+		// The manifest's values are the template's: an InPlace change
+		// leaves the template alone (with Rollout it is the last change).
 		in := recommend.Input{
 			Now: now, Request: request, Limit: limit,
-			Containers: len(tmpl), Holds: holds,
+			Containers: len(tmpl), Holds: holds, Guaranteed: qos == corev1.PodQOSGuaranteed,
+			ManifestRequest: resourcesOf(c.Resources.Requests), ManifestLimit: resourcesOf(c.Resources.Limits),
 		}
 		if cp := rw.resolved.Spec.Recommend.ContainerPolicy(c.Name); cp != nil {
 			in.MinAllowed, in.MaxAllowed = boundOf(cp.MinAllowed), boundOf(cp.MaxAllowed)

@@ -121,7 +121,10 @@ type trackedWorkload struct {
 	fellBack bool
 	// recommended is when its recommendation was last made.
 	recommended time.Time
-	seen        uint64
+	// killed is true when an OOM kill was recorded since then: the
+	// recommendation is due at once, not an interval later.
+	killed bool
+	seen   uint64
 	// pods are its running pods, read in this pass (nil between passes).
 	pods []*corev1.Pod
 	// throttledTo is the end of the throttling window last read.
@@ -372,7 +375,9 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, now time.Time) (
 				tw.containers[c.Name] = st
 				r.tracked++
 			}
-			r.ingest(ctx, ref, pod, c, tw.model, st, now)
+			if r.ingest(ctx, ref, pod, c, tw.model, st, now) {
+				tw.killed = true
+			}
 		}
 	}
 	if full {
@@ -381,8 +386,10 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, now time.Time) (
 	return resolved, nil
 }
 
-// recommendDue makes and writes the recommendations of the workloads
-// seen in this pass whose policy's interval elapsed since their last.
+// recommendDue makes and writes the due recommendations of the workloads
+// seen in this pass. One is due when its policy's interval elapsed since
+// the last, or at once after an OOM kill: each kill waited for is a
+// restart.
 func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*resolvedWorkload, now time.Time) {
 	for ref, tw := range r.workloads {
 		rw := resolved[ref]
@@ -391,7 +398,7 @@ func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*reso
 		}
 		spec := rw.resolved.Spec.Recommend.DeepCopy()
 		spec.SetDefaults()
-		if !tw.recommended.IsZero() && now.Sub(tw.recommended) < spec.Interval.Duration {
+		if !tw.recommended.IsZero() && now.Sub(tw.recommended) < spec.Interval.Duration && !tw.killed {
 			continue
 		}
 		err := r.recommendFor(ctx, ref, rw, tw, now)
@@ -402,7 +409,7 @@ func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*reso
 			r.log.Warn("recommendation not written", "workload", ref.String(), "namespace", ref.Namespace, "err", err)
 			continue
 		}
-		tw.recommended = now
+		tw.recommended, tw.killed = now, false
 	}
 }
 

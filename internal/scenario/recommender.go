@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 )
@@ -18,7 +19,9 @@ var RecommendWorkload = Workload{Name: "recommend-demo", CPURequest: "500m", CPU
 
 // RecommendPolicy is the policy that turns the recommender on for the
 // recommender scenario's workload only: the scenarios' guardrails, with a
-// history of 30 seconds instead of a day so the demo does not wait.
+// history of 30 seconds instead of a day so the demo does not wait. Its
+// limits scale with the requests (keepLimitProportion, off by default):
+// the scenario shows an OOM kill under a lowered memory limit rolled back.
 func RecommendPolicy(ns string, watchFor time.Duration) *v1alpha1.RightsizingPolicy {
 	p := Policy(ns, watchFor)
 	p.Name = "recommend"
@@ -29,6 +32,8 @@ func RecommendPolicy(ns string, watchFor time.Duration) *v1alpha1.RightsizingPol
 		Strategy:   v1alpha1.StrategyInPlace,
 		Interval:   &metav1.Duration{Duration: 15 * time.Second},
 		MinHistory: &metav1.Duration{Duration: 30 * time.Second},
+
+		KeepLimitProportion: ptr.To(true),
 	}
 	return p
 }

@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/policy"
@@ -34,6 +35,7 @@ import (
 // What it leaves out: canaries, gates, freeze windows and Degraded,
 // which the defaults leave off or which no single container meets.
 type Kerf struct {
+	name     string
 	model    *recommend.Model
 	spec     v1alpha1.PolicySpec
 	ref      v1alpha1.PolicyReference
@@ -46,7 +48,12 @@ type Kerf struct {
 	cur    Values
 	// recommended is when the last recommendation was made.
 	recommended time.Time
-	w           *kerfWatch
+	// killed is an OOM kill since then, which makes a recommendation due
+	// at once (cluster/recommender's recommendDue).
+	killed bool
+	// manifest is the workload's own values, the OOM latch's floor.
+	manifest Values
+	w        *kerfWatch
 }
 
 // kerfWatch is the health watch of one applied change.
@@ -61,8 +68,21 @@ type kerfWatch struct {
 }
 
 // NewKerf returns Kerf at a policy's defaults with spec.recommend enabled.
-func NewKerf() (*Kerf, error) {
+func NewKerf() (*Kerf, error) { return NewKerfWith("Kerf", nil) }
+
+// NewKerfScaledLimits returns Kerf with keepLimitProportion: limits scale
+// with the requests, as a Guaranteed pod's always do.
+func NewKerfScaledLimits() (*Kerf, error) {
+	return NewKerfWith("Kerf, limits scaled", func(r *v1alpha1.RecommendSpec) { r.KeepLimitProportion = ptr.To(true) })
+}
+
+// NewKerfWith returns Kerf named name under a policy whose spec.recommend
+// set changes from the defaults (nil: none), the rest defaulted.
+func NewKerfWith(name string, set func(*v1alpha1.RecommendSpec)) (*Kerf, error) {
 	spec := v1alpha1.PolicySpec{Recommend: &v1alpha1.RecommendSpec{Enabled: true}}
+	if set != nil {
+		set(spec.Recommend)
+	}
 	spec.SetDefaults()
 	p := recommend.DefaultParams()
 	r := spec.Recommend
@@ -71,6 +91,7 @@ func NewKerf() (*Kerf, error) {
 	p.CPUPercentile = float64(*r.CPUPercentile) / 100
 	p.MemoryPercentile = float64(*r.MemoryPercentile) / 100
 	p.SafetyMargin = float64(*r.SafetyMarginPercent) / 100
+	p.KeepLimitProportion = *r.KeepLimitProportion
 	ratio, err := strconv.ParseFloat(spec.Guardrails.Rollback.ThrottlingRatio, 64)
 	if err != nil {
 		return nil, fmt.Errorf("throttlingRatio: %w", err)
@@ -80,16 +101,16 @@ func NewKerf() (*Kerf, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kerf strategy: %w", err)
 	}
-	return &Kerf{model: m, spec: spec, interval: r.Interval.Duration, ratio: ratio,
+	return &Kerf{name: name, model: m, spec: spec, interval: r.Interval.Duration, ratio: ratio,
 		ref: v1alpha1.PolicyReference{Kind: v1alpha1.PolicyKindCluster, Name: "default", Fingerprint: policy.Fingerprint(spec)}}, nil
 }
 
-// Name is "Kerf".
-func (k *Kerf) Name() string { return "Kerf" }
+// Name is "Kerf", or the name NewKerfWith gave.
+func (k *Kerf) Name() string { return k.name }
 
 // Start forgets everything: a new workload.
 func (k *Kerf) Start(manifest Values, start time.Time) {
-	*k = Kerf{model: k.model, spec: k.spec, ref: k.ref, interval: k.interval, ratio: k.ratio, cur: manifest, recommended: start}
+	*k = Kerf{name: k.name, model: k.model, spec: k.spec, ref: k.ref, interval: k.interval, ratio: k.ratio, cur: manifest, manifest: manifest, recommended: start}
 }
 
 // Step feeds the sample to the recommender, judges a watched change,
@@ -108,6 +129,7 @@ func (k *Kerf) Step(o Observation) (Values, Action) {
 	}
 	if o.OOMKilled {
 		k.st.RecordOOM(m, max(o.Memory, float64(o.Values.MemoryLimit)), now)
+		k.killed = true
 	}
 	if k.w != nil {
 		if restore := k.judge(o); restore != nil {
@@ -117,13 +139,22 @@ func (k *Kerf) Step(o Observation) (Values, Action) {
 	if k.status.Rollback != nil {
 		policy.Advance(now, k.status.Rollback, k.ref, k.spec.Guardrails.Rollback.Backoff)
 	}
-	if k.w != nil || now.Sub(k.recommended) < k.interval {
+	// A recommendation is due an interval after the last, or at once
+	// after an OOM kill; while a change is watched it is made but holds
+	// the values (WatchRunning).
+	if now.Sub(k.recommended) < k.interval && !k.killed {
 		return k.cur, Kept
 	}
-	k.recommended = now
+	k.recommended, k.killed = now, false
+	if k.w != nil {
+		return k.cur, Kept
+	}
 	res := m.Recommend(&k.st, recommend.Input{Now: now, Containers: 1, Holds: recommender.HoldsOf(&k.status, now),
-		Request: recommend.Resources{CPUMilli: k.cur.CPURequest, MemoryBytes: k.cur.MemoryRequest},
-		Limit:   recommend.Resources{CPUMilli: k.cur.CPULimit, MemoryBytes: k.cur.MemoryLimit}})
+		Request:         recommend.Resources{CPUMilli: k.cur.CPURequest, MemoryBytes: k.cur.MemoryRequest},
+		Limit:           recommend.Resources{CPUMilli: k.cur.CPULimit, MemoryBytes: k.cur.MemoryLimit},
+		Guaranteed:      k.cur.Guaranteed(),
+		ManifestRequest: recommend.Resources{CPUMilli: k.manifest.CPURequest, MemoryBytes: k.manifest.MemoryRequest},
+		ManifestLimit:   recommend.Resources{CPUMilli: k.manifest.CPULimit, MemoryBytes: k.manifest.MemoryLimit}})
 	if !res.Ready || !res.Changed {
 		return k.cur, Kept
 	}

@@ -16,7 +16,7 @@ const PlotTrace = "weekly"
 const plotBucket = 2 * time.Hour
 
 // The plot's colours per strategy, in Strategies' order.
-var plotColours = []string{"#d62728", "#1f77b4", "#2ca02c", "#7f7f7f"}
+var plotColours = []string{"#d62728", "#1f77b4", "#2ca02c", "#7f7f7f", "#ff7f0e"}
 
 // Plot draws the trace's CPU and memory demand against each strategy's
 // requests (solid) and limits (dashed), from results that kept their

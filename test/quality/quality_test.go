@@ -182,30 +182,87 @@ func TestEveryStrategyIsSensibleOnASteadyTrace(t *testing.T) {
 	}
 }
 
-// TestKerfRollsBackAChangeThatThrottles is the health watch in the
-// replay: on the bursty trace VPA's in-place target throttles a third of
-// the periods, while Kerf's watch rolls its change back and the
-// cooldown holds.
-func TestKerfRollsBackAChangeThatThrottles(t *testing.T) {
+// TestKerfKeepsTheCPULimitSoBurstsAreNotThrottled is the default limits
+// rule in the replay: on the bursty trace VPA's in-place target scales
+// the limit down and throttles a third of the periods, while Kerf lowers
+// the request only and its 500m limit lets the 0.3-core bursts run.
+func TestKerfKeepsTheCPULimitSoBurstsAreNotThrottled(t *testing.T) {
 	tr := Generate("bursty", 0, 4*day)
 	k, err := NewKerf()
 	require.NoError(t, err)
-	kr, err := Replay(tr, k, false)
+	kr, err := Replay(tr, k, true)
 	require.NoError(t, err)
 	vr, err := Replay(tr, NewVPA(), false)
 	require.NoError(t, err)
-	assert.Equal(t, 1, kr.Rollbacks)
 	assert.Greater(t, vr.ThrottledRatio(), 0.2)
+	assert.Zero(t, kr.Rollbacks)
+	assert.Zero(t, kr.Throttled)
+	last := kr.Values[len(kr.Values)-1]
+	assert.Less(t, last.CPURequest, tr.Manifest.CPURequest, "the request is lowered: %s", last)
+	assert.Equal(t, tr.Manifest.CPULimit, last.CPULimit, "the limit stays: %s", last)
+}
+
+// TestKerfIsNotOOMKilledByAStepAboveItsLoweredRequest is the default
+// limits rule on the step trace: memory steps from 300 Mi to 700 Mi on
+// day 10, above the lowered request but under the manifest's 1 Gi limit
+// that Kerf keeps, so no kill and no rollback.
+func TestKerfIsNotOOMKilledByAStepAboveItsLoweredRequest(t *testing.T) {
+	tr := Generate("step", 0, 0)
+	k, err := NewKerf()
+	require.NoError(t, err)
+	r, err := Replay(tr, k, true)
+	require.NoError(t, err)
+	assert.Zero(t, r.OOMKills)
+	assert.Zero(t, r.Rollbacks)
+	lowest := tr.Manifest.MemoryRequest
+	for _, v := range r.Values {
+		lowest = min(lowest, v.MemoryRequest)
+		assert.Equal(t, tr.Manifest.MemoryLimit, v.MemoryLimit, "the memory limit stays: %s", v)
+	}
+	assert.Less(t, lowest, tr.Manifest.MemoryRequest/2, "the memory request was lowered")
+}
+
+// TestKerfWithScaledLimitsIsOOMKilledOnceByAStep is the OOM latch's
+// manifest floor and the recommender's answer at once, where the memory
+// limit went down with the request (a Guaranteed pod's path): the first
+// kill of the step brings memory back to the manifest's 1 Gi, so the
+// step costs one kill and no rollback.
+func TestKerfWithScaledLimitsIsOOMKilledOnceByAStep(t *testing.T) {
+	tr := Generate("step", 0, 0)
+	k, err := NewKerfScaledLimits()
+	require.NoError(t, err)
+	r, err := Replay(tr, k, true)
+	require.NoError(t, err)
+	assert.Equal(t, 1, r.OOMKills)
+	assert.Zero(t, r.Rollbacks)
+	lowest := tr.Manifest.MemoryLimit
+	for _, v := range r.Values {
+		lowest = min(lowest, v.MemoryLimit)
+	}
+	assert.Less(t, lowest, tr.Manifest.MemoryLimit/2, "the memory limit was lowered before the step")
+}
+
+// TestKerfRollsBackAChangeThatThrottles is the health watch in the
+// replay with keepLimitProportion: on the bursty trace the limit scaled
+// with the request throttles, the watch rolls the change back and the
+// cooldown holds.
+func TestKerfRollsBackAChangeThatThrottles(t *testing.T) {
+	tr := Generate("bursty", 0, 4*day)
+	k, err := NewKerfScaledLimits()
+	require.NoError(t, err)
+	kr, err := Replay(tr, k, false)
+	require.NoError(t, err)
+	assert.Equal(t, 1, kr.Rollbacks)
 	assert.Less(t, kr.ThrottledRatio(), 0.01)
 }
 
 // TestKerfRollsBackAChangeThatOOMKills is the health watch's OOM rule
-// and the cooldown: an OOM kill in the watch of a decrease restores the
-// previous memory, and no decrease follows (the cooldown and the
-// backoff's failedPermanent both hold it).
+// and the cooldown, with keepLimitProportion: an OOM kill in the watch
+// of a decrease restores the previous memory, and no decrease follows
+// (the cooldown and the backoff's failedPermanent both hold it).
 func TestKerfRollsBackAChangeThatOOMKills(t *testing.T) {
 	tr := Generate("steady", 0, 2*day)
-	k, err := NewKerf()
+	k, err := NewKerfScaledLimits()
 	require.NoError(t, err)
 	k.Start(tr.Manifest, Epoch)
 	kern := NewKernel(tr)
@@ -241,10 +298,10 @@ func TestPlotDrawsEveryStrategy(t *testing.T) {
 	require.NoError(t, err)
 	svg, err := Plot(tr, per[0])
 	require.NoError(t, err)
-	for _, name := range []string{"Kerf", "VPA", "KRR p95", "manual"} {
+	for _, name := range []string{"Kerf", "VPA", "KRR p95", "manual", "Kerf, limits scaled"} {
 		assert.Contains(t, string(svg), ">"+name+"<")
 	}
-	assert.Equal(t, 1+2*2*4, strings.Count(string(svg), "<polyline")-1, "demand and each strategy's request and limit per panel")
+	assert.Equal(t, 1+2*2*5, strings.Count(string(svg), "<polyline")-1, "demand and each strategy's request and limit per panel")
 }
 
 func TestRecorderMakesATraceFromTheAgentsReadings(t *testing.T) {

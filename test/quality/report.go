@@ -6,13 +6,19 @@ import (
 	"strings"
 )
 
-// Strategies returns a fresh instance of each strategy, Kerf first.
+// Strategies returns a fresh instance of each strategy, Kerf first and
+// Kerf with scaled limits last: what a Guaranteed pod, or a policy with
+// keepLimitProportion, gets.
 func Strategies() ([]Strategy, error) {
 	k, err := NewKerf()
 	if err != nil {
 		return nil, err
 	}
-	return []Strategy{k, NewVPA(), NewPercentile(), &Manual{}}, nil
+	scaled, err := NewKerfScaledLimits()
+	if err != nil {
+		return nil, err
+	}
+	return []Strategy{k, NewVPA(), NewPercentile(), &Manual{}, scaled}, nil
 }
 
 // Run replays every trace through every strategy. It returns the results

@@ -40,6 +40,12 @@ type Values struct {
 	MemoryRequest, MemoryLimit int64
 }
 
+// Guaranteed reports whether the values make a Guaranteed pod: every
+// request set and equal to its limit.
+func (v Values) Guaranteed() bool {
+	return v.CPURequest > 0 && v.CPURequest == v.CPULimit && v.MemoryRequest > 0 && v.MemoryRequest == v.MemoryLimit
+}
+
 // String writes the values as a manifest would.
 func (v Values) String() string {
 	return fmt.Sprintf("cpu %dm/%s memory %s/%s", v.CPURequest, milliOrNone(v.CPULimit), mebi(v.MemoryRequest), mebi(v.MemoryLimit))
