@@ -151,8 +151,8 @@ func TestHubPagesInABrowser(t *testing.T) {
 	pending, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('td[data-label="Pending (CPU, memory)"]')].map(td => td.innerText.trim())`))
 	require.NoError(t, err)
 	assert.Equal(t, []string{
-		"800m, 1.13Gi\nreported " + now.Add(-time.Minute).UTC().Format("2006-01-02 15:04:05"),
-		"300m, 0\nreported " + now.Add(-40*time.Minute).UTC().Format("2006-01-02 15:04:05") + " (stale)",
+		"800m, 1.13Gi\nreported " + now.Add(-time.Minute).UTC().Format("2006-01-02 15:04"),
+		"300m, 0\nreported " + now.Add(-40*time.Minute).UTC().Format("2006-01-02 15:04") + " (stale)",
 	}, pending)
 	browsertest.Screenshot(t, ctx, "web-fleet.png", inDocs["web-fleet.png"])
 

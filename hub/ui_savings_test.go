@@ -183,8 +183,8 @@ func TestHubSavingsPageShowsReportedRecommendedAndPending(t *testing.T) {
 	fleet, err := chromedp.Run(ctx, chromedp.Evaluate[[][]string](`[...document.querySelectorAll('table.clusters tbody tr')].map(tr => ["Saved", "Recommended", "Pending"].map(c => tr.querySelector('td[data-label^="' + c + '"]').innerText.trim()))`))
 	require.NoError(t, err)
 	assert.Equal(t, [][]string{
-		{"500m, 256Mi", "700m, 1.38Gi", "300m, 384Mi\nreported " + now.Add(-time.Minute).Format("2006-01-02 15:04:05")},
-		{"1, 0", "50m, 64Mi", "50m, 64Mi\nreported " + westAt.Format("2006-01-02 15:04:05") + " (stale)"},
+		{"500m, 256Mi", "700m, 1.38Gi", "300m, 384Mi\nreported " + now.Add(-time.Minute).Format("2006-01-02 15:04")},
+		{"1, 0", "50m, 64Mi", "50m, 64Mi\nreported " + westAt.Format("2006-01-02 15:04") + " (stale)"},
 	}, fleet, "east, then west")
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(`a[href="savings?cluster=west"]`)))
 	waitFor(t, ctx, `a[aria-label="remove the filter cluster = west"]`)

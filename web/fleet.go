@@ -253,7 +253,7 @@ func fillFleet(v *fleetView, d FleetData) {
 		if c.Recommended != nil && c.Pending != nil {
 			row.RecommendedCPU, row.RecommendedMemory = Cores(c.Recommended.CPUMillis), Bytes(c.Recommended.MemoryBytes)
 			row.PendingCPU, row.PendingMemory = Cores(c.Pending.CPUMillis), Bytes(c.Pending.MemoryBytes)
-			row.SavingsReportedAt = c.SavingsReported.UTC().Format("2006-01-02 15:04:05")
+			row.SavingsReportedAt = c.SavingsReported.UTC().Format("2006-01-02 15:04")
 		}
 		if !row.Never {
 			row.Contact = c.LastContact.UTC().Format("2006-01-02 15:04:05")
