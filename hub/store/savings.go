@@ -83,9 +83,9 @@ func (s *Store) PutSavings(ctx context.Context, cluster string, r *hubv1.Savings
 }
 
 // SavingsReports returns each cluster's latest report time, by cluster,
-// for the clusters that reported and are not removed.
+// for the clusters that reported (RemoveCluster deletes a report).
 func (s *Store) SavingsReports(ctx context.Context) (map[string]time.Time, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT name, savings_reported_at FROM clusters WHERE savings_reported_at IS NOT NULL AND removed_at IS NULL")
+	rows, err := s.db.QueryContext(ctx, "SELECT name, savings_reported_at FROM clusters WHERE savings_reported_at IS NOT NULL")
 	if err != nil {
 		return nil, fmt.Errorf("read savings reports: %w", err)
 	}
@@ -107,12 +107,12 @@ func (s *Store) SavingsReports(ctx context.Context) (map[string]time.Time, error
 
 // Savings returns the stored namespaces' figures by cluster and
 // namespace: one cluster's, or every cluster's when cluster is empty, and
-// one namespace's, or every one's when namespace is empty. Removed
-// clusters have none.
+// one namespace's, or every one's when namespace is empty. A removed
+// cluster has none: RemoveCluster deletes them.
 func (s *Store) Savings(ctx context.Context, cluster, namespace string) ([]NamespaceSavings, error) {
 	query := `SELECT s.cluster, c.savings_reported_at, s.namespace, s.workloads, s.manifest_cpu, s.manifest_memory,
 		s.in_force_cpu, s.in_force_memory, s.recommended_cpu, s.recommended_memory, s.unrecorded
-		FROM savings s JOIN clusters c ON c.name = s.cluster WHERE c.removed_at IS NULL`
+		FROM savings s JOIN clusters c ON c.name = s.cluster WHERE TRUE`
 	var args []any
 	if cluster != "" {
 		query += " AND s.cluster = ?"
