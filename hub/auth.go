@@ -41,7 +41,7 @@ func unauthorized(w http.ResponseWriter, msg string) {
 	httpjson.Write(w, http.StatusUnauthorized, auditv1.Error{Error: msg})
 }
 
-// writer lets through a cluster token writing its own cluster's route.
+// writer lets through a cluster token writing its own cluster's routes.
 func (s *Server) writer(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, ok := s.authenticate(w, r)
@@ -53,7 +53,7 @@ func (s *Server) writer(next http.HandlerFunc) http.Handler {
 		case t.Kind != store.ClusterToken:
 			httpjson.Write(w, http.StatusForbidden, auditv1.Error{Error: "a read token cannot write; use the cluster's token"})
 		case t.Cluster != cluster:
-			httpjson.Write(w, http.StatusForbidden, auditv1.Error{Error: fmt.Sprintf("the token is cluster %q's: it writes only /v1/clusters/%s/actions", t.Cluster, t.Cluster), Parameter: "cluster"})
+			httpjson.Write(w, http.StatusForbidden, auditv1.Error{Error: fmt.Sprintf("the token is cluster %q's: it writes only /v1/clusters/%s/actions and /v1/clusters/%s/savings", t.Cluster, t.Cluster, t.Cluster), Parameter: "cluster"})
 		default:
 			next(w, r)
 		}

@@ -42,6 +42,9 @@ type Server struct {
 	Registry *prometheus.Registry
 
 	ready readiness
+	// savingsReports counts kerf_hub_savings_reports_total; nil counts
+	// nothing.
+	savingsReports *prometheus.CounterVec
 }
 
 // readiness is the readiness probe's answer, shared: the database is
@@ -97,17 +100,23 @@ func New(st *store.Store, log *slog.Logger) *Server {
 	reg := prometheus.NewRegistry()
 	pings := prometheus.NewCounter(prometheus.CounterOpts{Name: "kerf_hub_readiness_pings_total",
 		Help: "Database pings made for the readiness probe (at most one a second, shared by the probes meanwhile)."})
-	reg.MustRegister(&actionsCollector{store: st, log: log}, pings)
-	return &Server{Store: st, Now: time.Now, Log: log, Registry: reg, ready: readiness{pings: pings}}
+	savingsReports := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kerf_hub_savings_reports_total",
+		Help: "Savings reports the leaders sent, by result: stored, superseded (older than the one stored), refused (invalid, too large, or from a removed cluster)."}, []string{"result"})
+	for _, r := range []string{"stored", "superseded", "refused"} {
+		savingsReports.WithLabelValues(r)
+	}
+	reg.MustRegister(&actionsCollector{store: st, log: log}, pings, savingsReports)
+	return &Server{Store: st, Now: time.Now, Log: log, Registry: reg, ready: readiness{pings: pings}, savingsReports: savingsReports}
 }
 
 // Handler returns the hub's routes. Every route but the probes (/healthz,
-// /readyz) needs a bearer token: a cluster's for its write route, a
+// /readyz) needs a bearer token: a cluster's for its write routes, a
 // reader's for the rest; the pages under /ui/ also take a sign-in session
 // (ui.go).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/clusters/{cluster}/actions", s.writer(s.serveWrite))
+	mux.Handle("PUT /v1/clusters/{cluster}/savings", s.writer(s.serveSavings))
 	mux.Handle("GET /v1/audit", s.reader(s.serveAudit))
 	mux.Handle("GET /v1/workloads", s.reader(s.serveWorkloads))
 	mux.Handle("GET /v1/workloads/{id}/history", s.reader(s.serveHistory))
@@ -120,6 +129,7 @@ func (s *Server) Handler() http.Handler {
 	for _, p := range []string{"/v1/clusters/{cluster}/actions"} {
 		mux.HandleFunc(p, methodNotAllowed("POST"))
 	}
+	mux.HandleFunc("/v1/clusters/{cluster}/savings", methodNotAllowed("PUT"))
 	for _, p := range []string{"/v1/audit", "/v1/workloads", "/v1/workloads/{id}/history", "/v1/clusters", "/metrics", "/healthz", "/readyz"} {
 		mux.HandleFunc(p, methodNotAllowed("GET, HEAD"))
 	}

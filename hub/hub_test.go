@@ -507,7 +507,7 @@ func TestSchemaIsMigratedOnceAndReopens(t *testing.T) {
 			st := openStore(t, b)
 			v, err := st.SchemaVersion(context.Background())
 			require.NoError(t, err)
-			assert.Equal(t, int64(5), v)
+			assert.Equal(t, int64(6), v)
 			assert.Equal(t, store.Dialect(b), st.Dialect())
 		})
 	}

@@ -119,8 +119,8 @@ func (u uiSource) AuditClusters(ctx context.Context, query url.Values) (web.Clus
 }
 
 // Fleet reads the clusters, their last day's actions, their rollbacks
-// per hour over the last 7 days (UTC), today included, and what their
-// stored changes saved (Savings).
+// per hour over the last 7 days (UTC), today included, and their Savings
+// page's figures summed: saved, and the reported recommended and pending.
 func (u uiSource) Fleet(ctx context.Context) (web.FleetData, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
@@ -177,12 +177,16 @@ func (u uiSource) Fleet(ctx context.Context) (web.FleetData, error) {
 	if err != nil {
 		return web.FleetData{}, err
 	}
-	saved := map[string]web.Amounts{}
+	saved, recommended, pending := map[string]web.Amounts{}, map[string]web.Amounts{}, map[string]web.Amounts{}
+	reported := map[string]web.SavingsRow{}
 	for _, r := range sv.Rows {
-		a := saved[r.Cluster]
-		a.CPUMillis += r.Manifest.CPUMillis - r.InForce.CPUMillis
-		a.MemoryBytes += r.Manifest.MemoryBytes - r.InForce.MemoryBytes
-		saved[r.Cluster] = a
+		saved[r.Cluster] = plus(saved[r.Cluster], r.Manifest, r.InForce)
+		if r.Reported.IsZero() {
+			continue
+		}
+		recommended[r.Cluster] = plus(recommended[r.Cluster], r.Recommended, web.Amounts{})
+		pending[r.Cluster] = plus(pending[r.Cluster], r.InForce, r.Recommended)
+		reported[r.Cluster] = r
 	}
 	data := web.FleetData{Now: now, Rollbacks: series}
 	for _, c := range cs {
@@ -202,6 +206,11 @@ func (u uiSource) Fleet(ctx context.Context) (web.FleetData, error) {
 		}
 		if a, ok := saved[c.Name]; ok {
 			fc.Saved = &a
+		}
+		if r, ok := reported[c.Name]; ok {
+			rec, pend := recommended[c.Name], pending[c.Name]
+			fc.Recommended, fc.Pending = &rec, &pend
+			fc.SavingsReported, fc.SavingsStale = r.Reported, r.Stale
 		}
 		data.Clusters = append(data.Clusters, fc)
 	}
@@ -378,4 +387,9 @@ func nextPage(next string) string {
 		return uiFleet
 	}
 	return u.RequestURI()
+}
+
+// plus is sum + (a − b).
+func plus(sum, a, b web.Amounts) web.Amounts {
+	return web.Amounts{CPUMillis: sum.CPUMillis + a.CPUMillis - b.CPUMillis, MemoryBytes: sum.MemoryBytes + a.MemoryBytes - b.MemoryBytes}
 }

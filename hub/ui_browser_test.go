@@ -94,7 +94,7 @@ func rollback(cluster, name string, seq int64, t time.Time) hubv1.Action {
 
 // TestHubPagesInABrowser signs in to a real kerf-hub through its form in
 // headless Chromium and reads the Fleet and Activity pages over actions
-// that two clusters wrote through the API.
+// and savings reports that two clusters wrote through the API.
 func TestHubPagesInABrowser(t *testing.T) {
 	ctx, console := browsertest.Start(t, browsertest.Options{IgnoreCertErrors: true})
 	base, client, tokens := servedHub(t)
@@ -123,6 +123,15 @@ func TestHubPagesInABrowser(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(answer))
 	}
+	// Their leaders' savings reports: east's a minute old, west's 40
+	// minutes (stale: its leader stopped reporting).
+	putSavings(t, base, client, tokens["east"], hubv1.SavingsReport{Cluster: "east", Time: metav1.NewTime(now.Add(-time.Minute)), Namespaces: []hubv1.NamespaceSavings{
+		nsSavings("shop", 3, 0, [3]string{"1500m", "1200m", "900m"}, [3]string{"1536Mi", "1152Mi", "1Gi"}),
+		nsSavings("search", 4, 2, [3]string{"4", "3", "2500m"}, [3]string{"8Gi", "6Gi", "5Gi"}),
+	}})
+	putSavings(t, base, client, tokens["west"], hubv1.SavingsReport{Cluster: "west", Time: metav1.NewTime(now.Add(-40 * time.Minute)), Namespaces: []hubv1.NamespaceSavings{
+		nsSavings("shop", 3, 0, [3]string{"1500m", "1500m", "1200m"}, [3]string{"1536Mi", "1152Mi", "1152Mi"}),
+	}})
 
 	// Without a session the page is the sign-in form; the token goes in once.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/fleet"), chromedp.WaitVisible("#token")))
@@ -139,6 +148,12 @@ func TestHubPagesInABrowser(t *testing.T) {
 	require.Len(t, charts, 2)
 	assert.Contains(t, charts[0], fmt.Sprintf("east: %d rollbacks in the last 7 days (UTC)", inChart["east"]))
 	assert.Contains(t, charts[1], fmt.Sprintf("west: %d rollbacks in the last 7 days (UTC)", inChart["west"]))
+	pending, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('td[data-label="Pending (CPU, memory)"]')].map(td => td.innerText.trim())`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"800m, 1.13Gi\nreported " + now.Add(-time.Minute).UTC().Format("2006-01-02 15:04"),
+		"300m, 0\nreported " + now.Add(-40*time.Minute).UTC().Format("2006-01-02 15:04") + " (stale)",
+	}, pending)
 	browsertest.Screenshot(t, ctx, "web-fleet.png", inDocs["web-fleet.png"])
 
 	// The Activity page of the hub has a cluster filter that narrows it.

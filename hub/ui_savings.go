@@ -1,12 +1,15 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	hubv1 "github.com/kerf-dev/kerf/api/hub/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/savings"
 	"github.com/kerf-dev/kerf/hub/store"
@@ -23,11 +26,14 @@ const MaxSavingsActions = 50000
 // savingsPageSize is the page size of the Savings page's reads.
 const savingsPageSize = 1000
 
-// Savings computes the Savings page's figures from the stored applied and
-// rolled-back actions: the hub stores no recommendations. Each
+// Savings computes the Savings page's figures per cluster and namespace.
+// The requests come from the cluster's latest savings report (PUT
+// /v1/clusters/{cluster}/savings), marked stale past SavingsStaleAfter.
+// Rollbacks and OOM kills, and the requests of a namespace no report names,
+// come from the stored applied and rolled-back actions: each
 // recommendation's actions become its status.history for
-// cluster/savings.Summarize, per cluster. So a manifest value is the one
-// before the oldest stored change, and no recommended value is known.
+// cluster/savings.Summarize. There a manifest value is the one before the
+// oldest stored change, and no recommended value is known.
 func (u uiSource) Savings(ctx context.Context, q web.SavingsQuery) (web.SavingsData, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
@@ -81,21 +87,50 @@ func (u uiSource) Savings(ctx context.Context, q web.SavingsQuery) (web.SavingsD
 		slices.Reverse(r.Status.History)
 		byCluster[k.cluster] = append(byCluster[k.cluster], r)
 	}
-	clusters := make([]string, 0, len(byCluster))
-	for c := range byCluster {
-		clusters = append(clusters, c)
+	reports, err := u.s.Store.SavingsReports(ctx)
+	if err != nil {
+		return web.SavingsData{}, err
 	}
-	slices.Sort(clusters)
-	for _, c := range clusters {
-		for _, n := range savings.Summarize(byCluster[c], q.From, q.To) {
-			out.Rows = append(out.Rows, web.SavingsRow{
+	reported, err := u.s.Store.Savings(ctx, q.Cluster, q.Namespace)
+	if err != nil {
+		return web.SavingsData{}, err
+	}
+	type nsKey struct{ cluster, namespace string }
+	rows := map[nsKey]web.SavingsRow{}
+	for c, rs := range byCluster {
+		for _, n := range savings.Summarize(rs, q.From, q.To) {
+			rows[nsKey{c, n.Namespace}] = web.SavingsRow{
 				Cluster: c, Namespace: n.Namespace, Workloads: n.Workloads,
 				Manifest: amounts(n.Manifest), InForce: amounts(n.InForce),
 				Unrecorded: n.Unrecorded, Rollbacks: n.Rollbacks, OOMKills: n.OOMKills,
-			})
+			}
 		}
 	}
+	// A reported namespace takes the report's requests and keeps the
+	// actions' rollbacks and OOM kills.
+	for _, n := range reported {
+		if _, ok := reports[n.Cluster]; !ok {
+			continue
+		}
+		k := nsKey{n.Cluster, n.Namespace}
+		r := rows[k]
+		rows[k] = web.SavingsRow{
+			Cluster: n.Cluster, Namespace: n.Namespace, Workloads: n.Workloads,
+			Manifest: wireAmounts(n.Manifest), InForce: wireAmounts(n.InForce), Recommended: wireAmounts(n.Recommended),
+			Unrecorded: n.Unrecorded, Rollbacks: r.Rollbacks, OOMKills: r.OOMKills,
+			Reported: n.Reported, Stale: q.To.Sub(n.Reported) > SavingsStaleAfter,
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(rows), func(a, b nsKey) int {
+		return cmp.Or(cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.namespace, b.namespace))
+	}) {
+		out.Rows = append(out.Rows, rows[k])
+	}
 	return out, nil
+}
+
+func wireAmounts(a hubv1.Amounts) web.Amounts {
+	return web.Amounts{CPUMillis: a.CPUMillis, MemoryBytes: a.MemoryBytes}
 }
 
 func amounts(a savings.Amounts) web.Amounts {

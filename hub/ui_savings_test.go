@@ -46,14 +46,42 @@ func savingsAction(cluster, ns, name string, seq int64, typ v1alpha1.ActionType,
 	}
 }
 
-// TestHubSavingsPageCountsWhatTheStoredActionsCarry stores two clusters'
-// applied and rolled-back actions through the API and reads the hub's
-// Savings page in headless Chromium: per cluster and namespace, the
-// requests before the oldest stored change and after the newest, what
-// that saved, and the window's rollbacks and OOM kills; no recommended
-// values, which the hub does not store. The Fleet page says what each
-// cluster saved and links to it.
-func TestHubSavingsPageCountsWhatTheStoredActionsCarry(t *testing.T) {
+// putSavings sends a savings report through the API as the cluster's
+// token and requires a 200.
+func putSavings(t *testing.T, base string, client *http.Client, token string, r hubv1.SavingsReport) {
+	t.Helper()
+	req, err := http.NewRequest("PUT", base+"/v1/clusters/"+r.Cluster+"/savings", strings.NewReader(string(mustJSON(t, r))))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	answer, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(answer))
+}
+
+// nsSavings is one namespace of a savings report: workloads, then CPU
+// and memory manifest, in force and recommended.
+func nsSavings(ns string, workloads, unrecorded int, cpu, mem [3]string) hubv1.NamespaceSavings {
+	a := func(i int) hubv1.Amounts {
+		c, m := resource.MustParse(cpu[i]), resource.MustParse(mem[i])
+		return hubv1.Amounts{CPUMillis: c.MilliValue(), MemoryBytes: m.Value()}
+	}
+	return hubv1.NamespaceSavings{Namespace: ns, Workloads: workloads, Unrecorded: unrecorded, Manifest: a(0), InForce: a(1), Recommended: a(2)}
+}
+
+// TestHubSavingsPageShowsReportedRecommendedAndPending stores two
+// clusters' applied and rolled-back actions and their leaders' savings
+// reports through the API, and reads the hub's Savings page in headless
+// Chromium. Per cluster and namespace: a reported namespace's manifest,
+// in force and recommended requests, saved and pending, with the
+// report's time, marked stale when old; a namespace no report names from
+// its stored actions, with no recommended value; and the window's
+// rollbacks and OOM kills from the actions. The Fleet page sums saved,
+// recommended and pending per cluster and links to it.
+func TestHubSavingsPageShowsReportedRecommendedAndPending(t *testing.T) {
 	base, client, tokens := servedHub(t)
 	now := time.Now().UTC()
 	cpu, mem := v1alpha1.ResourceCPU, v1alpha1.ResourceMemory
@@ -85,6 +113,16 @@ func TestHubSavingsPageCountsWhatTheStoredActionsCarry(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(answer))
 	}
+	// east reported a minute ago; west an hour ago (stale), naming a
+	// namespace with no stored action, and not batch.
+	putSavings(t, base, client, tokens["east"], hubv1.SavingsReport{Cluster: "east", Time: metav1.NewTime(now.Add(-time.Minute)), Namespaces: []hubv1.NamespaceSavings{
+		nsSavings("shop", 2, 1, [3]string{"500m", "250m", "200m"}, [3]string{"1536Mi", "1280Mi", "1Gi"}),
+		nsSavings("web-team", 1, 0, [3]string{"1", "750m", "500m"}, [3]string{"512Mi", "512Mi", "384Mi"}),
+	}})
+	westAt := now.Add(-time.Hour)
+	putSavings(t, base, client, tokens["west"], hubv1.SavingsReport{Cluster: "west", Time: metav1.NewTime(westAt), Namespaces: []hubv1.NamespaceSavings{
+		nsSavings("ml", 1, 0, [3]string{"100m", "100m", "50m"}, [3]string{"128Mi", "128Mi", "64Mi"}),
+	}})
 
 	t.Run("refused", func(t *testing.T) {
 		req, err := http.NewRequest("GET", base+"/ui/savings?since=1w", nil)
@@ -109,37 +147,45 @@ func TestHubSavingsPageCountsWhatTheStoredActionsCarry(t *testing.T) {
 		require.NoError(t, err)
 		return got
 	}
-	// Cluster, namespace, workloads; CPU manifest, in force, saved; memory
-	// manifest, in force, saved; rollbacks, OOM kills, not counted.
+	eastAt, westAtText := now.Add(-time.Minute).Format("2006-01-02 15:04"), westAt.Format("2006-01-02 15:04")
+	// Cluster, namespace, workloads; CPU manifest, in force, recommended,
+	// saved, pending; the same of memory; rollbacks, OOM kills, not
+	// counted; reported.
 	assert.Equal(t, [][]string{
-		{"east", "shop", "2", "500m", "250m", "250m", "1.5Gi", "1.25Gi", "256Mi", "1", "2", "1"},
-		{"east", "every namespace", "2", "500m", "250m", "250m", "1.5Gi", "1.25Gi", "256Mi", "1", "2", "1"},
-		{"west", "batch", "1", "2", "1", "1", "0", "0", "0", "0", "0", "1"},
-		{"west", "every namespace", "1", "2", "1", "1", "0", "0", "0", "0", "0", "1"},
-		{"All clusters", "every namespace", "3", "2.5", "1.25", "1.25", "1.5Gi", "1.25Gi", "256Mi", "1", "2", "2"},
+		{"east", "shop", "2", "500m", "250m", "200m", "250m", "50m", "1.5Gi", "1.25Gi", "1Gi", "256Mi", "256Mi", "1", "2", "1", eastAt},
+		{"east", "web-team", "1", "1", "750m", "500m", "250m", "250m", "512Mi", "512Mi", "384Mi", "0", "128Mi", "0", "0", "0", eastAt},
+		{"east", "every namespace", "3", "1.5", "1", "700m", "500m", "300m", "2Gi", "1.75Gi", "1.38Gi", "256Mi", "384Mi", "1", "2", "1", eastAt},
+		{"west", "batch", "1", "2", "1", "—", "1", "—", "0", "0", "—", "0", "—", "0", "0", "1", "no report"},
+		{"west", "ml", "1", "100m", "100m", "50m", "0m", "50m", "128Mi", "128Mi", "64Mi", "0", "64Mi", "0", "0", "0", westAtText + " stale"},
+		{"west", "every namespace", "2", "2.1", "1.1", "50m", "1", "50m", "128Mi", "128Mi", "64Mi", "0", "64Mi", "0", "0", "1", westAtText + " stale1 row without a report"},
+		{"All clusters", "every namespace", "5", "3.6", "2.1", "750m", "1.5", "350m", "2.13Gi", "1.88Gi", "1.44Gi", "256Mi", "448Mi", "1", "2", "2", "1 row without a report"},
 	}, rows())
 	heads, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("table.savings thead tr:nth-child(2) th")].map(th => th.textContent)`))
 	require.NoError(t, err)
-	assert.NotContains(t, heads, "Recommended", "the hub stores no recommendations")
+	assert.Equal(t, []string{"Manifest", "In force", "Recommended", "Saved", "Pending", "Manifest", "In force", "Recommended", "Saved", "Pending"}, heads)
 	how, err := chromedp.Run(ctx, chromedp.Text("section.how"))
 	require.NoError(t, err)
-	assert.Contains(t, how, "the hub does not store recommendations")
+	assert.Contains(t, how, "Each cluster's leader reports its Savings figures per namespace to the hub every 5 minutes")
+	assert.Contains(t, how, "marked stale when it is more than 15 minutes old")
 	browsertest.Screenshot(t, ctx, "web-hub-savings.png", true)
 
 	// 7 days count the older rollback too; a cluster filter keeps west.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(`a[href="?since=168h"]`)))
 	waitFor(t, ctx, `a[href="?since=168h"][aria-current]`)
-	assert.Equal(t, []string{"All clusters", "every namespace", "3", "2.5", "1.25", "1.25", "1.5Gi", "1.25Gi", "256Mi", "2", "4", "2"}, rows()[4])
+	assert.Equal(t, []string{"All clusters", "every namespace", "5", "3.6", "2.1", "750m", "1.5", "350m", "2.13Gi", "1.88Gi", "1.44Gi", "256Mi", "448Mi", "2", "4", "2", "1 row without a report"}, rows()[6])
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/savings?cluster=west")))
 	waitFor(t, ctx, "table.savings")
-	assert.Len(t, rows(), 3, "west's namespace, its subtotal and the total")
+	assert.Len(t, rows(), 4, "west's two namespaces, its subtotal and the total")
 
 	// The Fleet page links to it, and says what each cluster saved.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/fleet")))
 	waitFor(t, ctx, `a[href="savings"]`)
-	fleet, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('td[data-label="Saved (CPU, memory)"]')].map(td => td.textContent.trim())`))
+	fleet, err := chromedp.Run(ctx, chromedp.Evaluate[[][]string](`[...document.querySelectorAll('table.clusters tbody tr')].map(tr => ["Saved", "Recommended", "Pending"].map(c => tr.querySelector('td[data-label^="' + c + '"]').innerText.trim()))`))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"250m, 256Mi", "1, 0"}, fleet, "east, then west")
+	assert.Equal(t, [][]string{
+		{"500m, 256Mi", "700m, 1.38Gi", "300m, 384Mi\nreported " + now.Add(-time.Minute).Format("2006-01-02 15:04")},
+		{"1, 0", "50m, 64Mi", "50m, 64Mi\nreported " + westAt.Format("2006-01-02 15:04") + " (stale)"},
+	}, fleet, "east, then west")
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(`a[href="savings?cluster=west"]`)))
 	waitFor(t, ctx, `a[aria-label="remove the filter cluster = west"]`)
 

@@ -53,6 +53,14 @@ type FleetCluster struct {
 	// Saved is what its stored changes saved, manifest − in force (the
 	// Savings page's figures summed); nil when not known.
 	Saved *Amounts
+	// Recommended and Pending sum the recommended requests, and in force
+	// − recommended, of the namespaces its leader's savings report names;
+	// nil when it never reported.
+	Recommended, Pending *Amounts
+	// SavingsReported is when its leader made that report; SavingsStale
+	// says it is older than the hub expects a newer one.
+	SavingsReported time.Time
+	SavingsStale    bool
 }
 
 // Series counts events per cluster in equal time buckets.
@@ -103,6 +111,11 @@ type fleetRow struct {
 	SavedCPU          string
 	SavedMemory       string
 	SavingsHref       string
+	RecommendedCPU    string
+	RecommendedMemory string
+	PendingCPU        string
+	PendingMemory     string
+	SavingsReportedAt string
 }
 
 type multiple struct {
@@ -236,6 +249,11 @@ func fillFleet(v *fleetView, d FleetData) {
 		}
 		if c.Saved != nil {
 			row.SavedCPU, row.SavedMemory = Cores(c.Saved.CPUMillis), Bytes(c.Saved.MemoryBytes)
+		}
+		if c.Recommended != nil && c.Pending != nil {
+			row.RecommendedCPU, row.RecommendedMemory = Cores(c.Recommended.CPUMillis), Bytes(c.Recommended.MemoryBytes)
+			row.PendingCPU, row.PendingMemory = Cores(c.Pending.CPUMillis), Bytes(c.Pending.MemoryBytes)
+			row.SavingsReportedAt = c.SavingsReported.UTC().Format("2006-01-02 15:04")
 		}
 		if !row.Never {
 			row.Contact = c.LastContact.UTC().Format("2006-01-02 15:04:05")

@@ -35,9 +35,10 @@ type SavingsData struct {
 	// Rows are the figures per namespace (per cluster and namespace on
 	// the hub), sorted.
 	Rows []SavingsRow
-	// FromActions says the figures come from stored actions alone (the
-	// hub): no recommended values, and a manifest value is the one before
-	// the oldest stored change.
+	// FromActions says the figures are the hub's: a row's requests come
+	// from its cluster's latest savings report (Reported set), else from
+	// the stored actions alone, with no recommended value and a manifest
+	// value from before the oldest stored change.
 	FromActions bool
 	// Clusters are the clusters the filter offers; nil on the leader.
 	Clusters []string
@@ -62,7 +63,22 @@ type SavingsRow struct {
 	// Rollbacks and OOMKills count the window's rollbacks and the OOM
 	// kills that triggered them.
 	Rollbacks, OOMKills int
+	// Reported is when the cluster's leader reported the requests (the
+	// hub); zero on the leader, and on the hub for a row from actions
+	// alone, which has no recommended value.
+	Reported time.Time
+	// Stale says the report is older than the hub expects a newer one.
+	Stale bool
+
+	// A subtotal's or total's pending sum over the rows with a
+	// recommended value, how many rows had one and how many had none.
+	pending              Amounts
+	reported, unreported int
 }
+
+// recommended reports whether r's Recommended is known: always on the
+// leader, on the hub when a report gave it.
+func (r SavingsRow) recommended(hub bool) bool { return !hub || !r.Reported.IsZero() }
 
 // Amounts are CPU and memory requests: millicores and bytes.
 type Amounts struct {
@@ -120,6 +136,12 @@ type savingsRowView struct {
 	Workloads                       int
 	Cells                           []savingsCell // CPU then memory: manifest, in force, recommended, saved, pending
 	Unrecorded, Rollbacks, OOMKills int
+	// Reported, on the hub, is when the row's figures were reported (""
+	// for a row from actions alone, and for the total); Stale marks it
+	// old; Unreported counts a subtotal's or total's rows without one.
+	Reported, ReportedTitle string
+	Stale                   bool
+	Unreported              int
 }
 
 type savingsView struct {
@@ -221,7 +243,7 @@ func fillSavings(v *savingsView, d SavingsData, kept url.Values) {
 	var total, sub SavingsRow
 	flush := func() {
 		if v.ShowCluster && sub.Cluster != "" {
-			row := savingsRowOf(sub, !d.FromActions, true)
+			row := savingsRowOf(sub, d.FromActions, true, true)
 			row.Subtotal, row.ClusterHref = true, href(with(kept, "cluster", sub.Cluster))
 			v.Rows = append(v.Rows, row)
 		}
@@ -231,9 +253,9 @@ func fillSavings(v *savingsView, d SavingsData, kept url.Values) {
 			flush()
 			sub = SavingsRow{Cluster: r.Cluster}
 		}
-		sub = sumRows(sub, r)
-		total = sumRows(total, r)
-		row := savingsRowOf(r, !d.FromActions, v.ShowCluster)
+		sub = sumRows(sub, r, d.FromActions)
+		total = sumRows(total, r, d.FromActions)
+		row := savingsRowOf(r, d.FromActions, v.ShowCluster, false)
 		row.NamespaceHref = href(with(kept, "namespace", r.Namespace))
 		if v.ShowCluster {
 			row.NamespaceHref = href(with(with(kept, "cluster", r.Cluster), "namespace", r.Namespace))
@@ -241,35 +263,63 @@ func fillSavings(v *savingsView, d SavingsData, kept url.Values) {
 		v.Rows = append(v.Rows, row)
 	}
 	flush()
-	t := savingsRowOf(total, !d.FromActions, v.ShowCluster)
+	t := savingsRowOf(total, d.FromActions, v.ShowCluster, true)
+	t.Reported, t.ReportedTitle, t.Stale = "", "", false
 	t.Total = true
 	v.Total = &t
 }
 
-// sumRows adds r's figures to into's.
-func sumRows(into, r SavingsRow) SavingsRow {
+// sumRows adds r's figures to into's. Recommended and pending sum the
+// rows that have them; the others are counted in unreported. A subtotal
+// takes its cluster's report time (one report per cluster).
+func sumRows(into, r SavingsRow, hub bool) SavingsRow {
 	into.Workloads += r.Workloads
 	into.Manifest = into.Manifest.plus(r.Manifest)
 	into.InForce = into.InForce.plus(r.InForce)
-	into.Recommended = into.Recommended.plus(r.Recommended)
+	if r.recommended(hub) {
+		into.Recommended = into.Recommended.plus(r.Recommended)
+		into.pending = into.pending.plus(r.InForce.minus(r.Recommended))
+		into.reported++
+		if r.Reported.After(into.Reported) {
+			into.Reported, into.Stale = r.Reported, r.Stale
+		}
+	} else {
+		into.unreported++
+	}
 	into.Unrecorded += r.Unrecorded
 	into.Rollbacks += r.Rollbacks
 	into.OOMKills += r.OOMKills
 	return into
 }
 
-// savingsRowOf is r as the table shows it; without recommended values
-// their cells stay empty.
-func savingsRowOf(r SavingsRow, recommended, showCluster bool) savingsRowView {
+// savingsRowOf is r as the table shows it. On the hub (hub true) a row
+// without a report shows no recommended or pending value; a sum (sum
+// true) shows those of the rows that have them.
+func savingsRowOf(r SavingsRow, hub, showCluster, sum bool) savingsRowView {
 	saved, pending := r.Manifest.minus(r.InForce), r.InForce.minus(r.Recommended)
-	out := savingsRowView{Cluster: r.Cluster, Namespace: r.Namespace, ShowCluster: showCluster, Workloads: r.Workloads, Unrecorded: r.Unrecorded, Rollbacks: r.Rollbacks, OOMKills: r.OOMKills}
+	known := r.recommended(hub)
+	if sum {
+		pending, known = r.pending, !hub || r.reported > 0
+	}
+	out := savingsRowView{Cluster: r.Cluster, Namespace: r.Namespace, ShowCluster: showCluster, Workloads: r.Workloads, Unrecorded: r.Unrecorded, Rollbacks: r.Rollbacks, OOMKills: r.OOMKills, Stale: r.Stale}
+	if sum {
+		out.Unreported = r.unreported
+	}
+	if hub && !r.Reported.IsZero() {
+		out.Reported, out.ReportedTitle = r.Reported.UTC().Format("2006-01-02 15:04"), r.Reported.UTC().Format(time.RFC3339)
+	}
 	figures := []struct {
 		label string
 		a     Amounts
 	}{{"manifest", r.Manifest}, {"in force", r.InForce}, {"recommended", r.Recommended}, {"saved", saved}, {"pending", pending}}
 	for _, cpu := range []bool{true, false} {
 		for _, f := range figures {
-			if !recommended && (f.label == "recommended" || f.label == "pending") {
+			if !known && (f.label == "recommended" || f.label == "pending") {
+				label := "CPU " + f.label
+				if !cpu {
+					label = "Memory " + f.label
+				}
+				out.Cells = append(out.Cells, savingsCell{Label: label, Text: "—", Title: "no savings report from this cluster's leader"})
 				continue
 			}
 			if cpu {

@@ -1,5 +1,7 @@
 // Package forward delivers the leader's actions to kerf-hub: every entry
-// of every RightsizingRecommendation's status.history.
+// of every RightsizingRecommendation's status.history. It also sends the
+// hub the leader's per-namespace savings figures (cluster/savings), every
+// 5 minutes and within 30 seconds of a change (SavingsReport).
 //
 // docs/hub.md, "The leader's side: forwarding", describes it. Delivery is
 // at least once, in order per recommendation, in batches, with an
@@ -97,6 +99,12 @@ type Config struct {
 	// doubles from the one to the other, with jitter; zero means 1 s and
 	// 5 min.
 	MinBackoff, MaxBackoff time.Duration
+	// SavingsEvery is how often the savings report (SavingsReport) is
+	// computed and, when it changed, sent; zero means 30 s.
+	SavingsEvery time.Duration
+	// SavingsHeartbeat is how often the report is sent unchanged, so that
+	// the hub's pages know it is current; zero means 5 min.
+	SavingsHeartbeat time.Duration
 	// FinalizerTimeout is how long a deleted recommendation waits for its
 	// actions to be delivered; then its finalizer is removed and what was
 	// not delivered is counted in kerf_hub_dropped_total{reason="deleted"}.
@@ -186,6 +194,11 @@ type Forwarder struct {
 	// action at that index, so the ones before it go first.
 	limit         int
 	lastHeartbeat time.Time
+	// savingsChecked is when the savings were last computed; savingsSent
+	// the namespaces the hub last took (or refused), at savingsSentAt.
+	savingsChecked time.Time
+	savingsSent    []hubv1.NamespaceSavings
+	savingsSentAt  time.Time
 }
 
 // New returns a Forwarder for cfg. c is the manager's client (cached
@@ -208,6 +221,8 @@ func New(cfg Config, c client.Client, api client.Reader) (*Forwarder, error) {
 	def(&cfg.MinBackoff, time.Second)
 	def(&cfg.MaxBackoff, 5*time.Minute)
 	def(&cfg.FinalizerTimeout, 24*time.Hour)
+	def(&cfg.SavingsEvery, 30*time.Second)
+	def(&cfg.SavingsHeartbeat, 5*time.Minute)
 	if cfg.BatchSize <= 0 || cfg.BatchSize > hubv1.MaxBatchActions {
 		cfg.BatchSize = 100
 	}
@@ -268,9 +283,10 @@ type pending struct {
 }
 
 // Pass does one round of delivery. It reads the recommendations, counts
-// what was trimmed before delivery and manages finalizers. It sends one
-// batch of the oldest undelivered actions and advances the cursors the
-// hub acknowledged. more says there is more to send at once.
+// what was trimmed before delivery and manages finalizers. It sends the
+// savings report when due, then one batch of the oldest undelivered
+// actions, and advances the cursors the hub acknowledged. more says there
+// is more to send at once.
 func (f *Forwarder) Pass(ctx context.Context) (more bool, err error) {
 	if f.cursors == nil {
 		if err := f.loadCursors(ctx); err != nil {
@@ -327,6 +343,7 @@ func (f *Forwarder) Pass(ctx context.Context) (more bool, err error) {
 	}
 	f.metrics.undelivered.Set(float64(undelivered))
 	f.metrics.lag.Set(lag)
+	f.reportSavings(ctx, rsrs, now)
 
 	batch := f.cut(todo)
 	if len(batch) == 0 && now.Sub(f.lastHeartbeat) < f.cfg.Heartbeat {

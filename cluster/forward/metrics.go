@@ -11,6 +11,7 @@ type metrics struct {
 	lag         prometheus.Gauge
 	dropped     *prometheus.CounterVec
 	batches     *prometheus.CounterVec
+	savings     *prometheus.CounterVec
 }
 
 // newMetrics makes the metrics and registers them on reg (none when nil).
@@ -32,15 +33,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "kerf_hub_batches_total",
 			Help: "Batches sent to the hub (heartbeats included), by result: delivered (200), refused (4xx), failed (5xx, network).",
 		}, []string{"result"}),
+		savings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kerf_hub_savings_sent_total",
+			Help: "Savings reports sent to the hub, by result: delivered (200), refused (4xx: kept until the figures change or the 5-minute heartbeat), failed (5xx, network: tried again 30 s later).",
+		}, []string{"result"}),
 	}
 	for _, r := range []string{"trimmed", "deleted", "refused", "disabled"} {
 		m.dropped.WithLabelValues(r)
 	}
 	for _, r := range []string{"delivered", "refused", "failed"} {
 		m.batches.WithLabelValues(r)
+		m.savings.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.undelivered, m.lag, m.dropped, m.batches)
+		reg.MustRegister(m.undelivered, m.lag, m.dropped, m.batches, m.savings)
 	}
 	return m
 }

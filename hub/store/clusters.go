@@ -28,7 +28,8 @@ type Removal struct {
 
 // RemoveCluster removes a registered cluster. In one transaction it
 // deletes every token of the cluster (a write with one of them is refused
-// from then on, by every replica) and marks the cluster removed, which also
+// from then on, by every replica), deletes its savings report and marks
+// the cluster removed, which also
 // refuses a write already authenticated. Without purge that is all: the
 // cluster's actions, workloads and counters stay readable, and its name
 // stays taken. With purge it then deletes the actions in chunks (as
@@ -59,6 +60,14 @@ func (s *Store) RemoveCluster(ctx context.Context, name string, purge bool) (Rem
 				return fmt.Errorf("mark cluster removed: %w", err)
 			}
 			out.RemovedAt = now.UTC()
+		}
+		// Its savings report is what the cluster looked like, not an
+		// audit record: it goes with the cluster.
+		if _, err := tx.ExecContext(ctx, s.q("DELETE FROM savings WHERE cluster = ?"), name); err != nil {
+			return fmt.Errorf("delete savings report: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, s.q("UPDATE clusters SET savings_reported_at = NULL WHERE name = ?"), name); err != nil {
+			return fmt.Errorf("delete savings report: %w", err)
 		}
 		res, err := tx.ExecContext(ctx, s.q("DELETE FROM tokens WHERE cluster = ?"), name)
 		if err != nil {

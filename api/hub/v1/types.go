@@ -185,3 +185,58 @@ type ClusterList struct {
 	// Items are the clusters by name.
 	Items []Cluster `json:"items"`
 }
+
+// MaxSavingsNamespaces is the most namespaces one savings report may
+// carry; the hub refuses a larger report whole, naming the bound.
+const MaxSavingsNamespaces = 2000
+
+// SavingsReport is the body of PUT /v1/clusters/{cluster}/savings: the
+// leader's per-namespace savings figures (cluster/savings.Summarize), all
+// of them. The hub replaces what it stored for the cluster with them, so
+// a namespace absent from the report is no longer shown. A report older
+// than the one stored (a leader that lost its election) changes nothing.
+type SavingsReport struct {
+	// Cluster is the writing cluster's registered name; it must equal the
+	// path's {cluster} and the token's cluster.
+	Cluster string `json:"cluster"`
+	// Time is when the leader computed the figures.
+	Time metav1.Time `json:"time"`
+	// Namespaces are the figures per namespace, at most
+	// MaxSavingsNamespaces, each namespace once.
+	Namespaces []NamespaceSavings `json:"namespaces"`
+}
+
+// NamespaceSavings is one namespace's requests as cluster/savings.Namespace
+// defines them. Rollbacks and OOM kills are left out: the hub counts them
+// from the actions it stores, for any window.
+type NamespaceSavings struct {
+	// Namespace is the namespace's name.
+	Namespace string `json:"namespace"`
+	// Workloads counts the namespace's recommendations.
+	Workloads int `json:"workloads"`
+	// Manifest, InForce and Recommended are the summed requests of one
+	// pod per workload.
+	Manifest    Amounts `json:"manifest"`
+	InForce     Amounts `json:"inForce"`
+	Recommended Amounts `json:"recommended"`
+	// Unrecorded counts the container requests left out of the sums.
+	Unrecorded int `json:"unrecorded"`
+}
+
+// Amounts are CPU and memory requests: millicores and bytes.
+type Amounts struct {
+	// CPUMillis is CPU in millicores.
+	CPUMillis int64 `json:"cpuMillis"`
+	// MemoryBytes is memory in bytes.
+	MemoryBytes int64 `json:"memoryBytes"`
+}
+
+// SavingsResult is the answer of a successful savings report (200).
+type SavingsResult struct {
+	// Stored counts the namespaces stored; 0 when the report was
+	// superseded.
+	Stored int `json:"stored"`
+	// Superseded says the hub holds a newer report of the cluster and
+	// kept it.
+	Superseded bool `json:"superseded,omitempty"`
+}
