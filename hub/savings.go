@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -69,85 +67,24 @@ func (s *Server) countSavings(result string) {
 // fields, one value. It decodes the namespaces one at a time and stops at
 // the first past MaxSavingsNamespaces, as decodeBatch does for actions.
 func (s *Server) decodeSavings(w http.ResponseWriter, r *http.Request) (*hubv1.SavingsReport, int, error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q: must be application/json", ct)
-	}
-	tooLarge := fmt.Errorf("body: larger than %d bytes", s.maxBody())
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody()))
-	dec.DisallowUnknownFields()
-	rep, err := decodeSavingsFrom(dec)
-	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-		return nil, http.StatusRequestEntityTooLarge, tooLarge
-	}
-	if err != nil {
-		return nil, http.StatusBadRequest, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, http.StatusRequestEntityTooLarge, tooLarge
-		}
-		return nil, http.StatusBadRequest, errors.New("body: must be one JSON object, found more after it")
-	}
-	return rep, 0, nil
+	return decodeBody(w, r, s.maxBody(), fmt.Errorf("body: larger than %d bytes", s.maxBody()), decodeSavingsFrom)
 }
 
 // decodeSavingsFrom decodes one SavingsReport from dec.
 func decodeSavingsFrom(dec *json.Decoder) (*hubv1.SavingsReport, error) {
 	var rep hubv1.SavingsReport
-	if err := delim(dec, '{', "body: must be a JSON object"); err != nil {
-		return nil, err
-	}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, jsonError(err, "")
-		}
-		key, _ := t.(string)
+	return &rep, decodeObject(dec, "the savings report is api/hub/v1 SavingsReport (docs/hub.md)", func(key string) any {
 		switch key {
 		case "cluster":
-			err = dec.Decode(&rep.Cluster)
+			return &rep.Cluster
 		case "time":
-			err = dec.Decode(&rep.Time)
+			return &rep.Time
 		case "namespaces":
-			err = decodeNamespaces(dec, &rep.Namespaces)
-		default:
-			return nil, &fieldError{field: key, msg: fmt.Sprintf("unknown field %q: the savings report is api/hub/v1 SavingsReport (docs/hub.md)", key)}
+			return decodeArray(&rep.Namespaces, "namespaces", hubv1.MaxSavingsNamespaces,
+				fmt.Sprintf("namespaces: more than %d: a report carries at most %d namespaces", hubv1.MaxSavingsNamespaces, hubv1.MaxSavingsNamespaces))
 		}
-		if err != nil {
-			return nil, jsonError(err, key)
-		}
-	}
-	if err := delim(dec, '}', "body: the object is not closed"); err != nil {
-		return nil, err
-	}
-	return &rep, nil
-}
-
-// decodeNamespaces decodes the array of namespaces (or null) into out,
-// refusing the one past MaxSavingsNamespaces before it is decoded.
-func decodeNamespaces(dec *json.Decoder, out *[]hubv1.NamespaceSavings) error {
-	t, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if t == nil {
-		return nil // null
-	}
-	if d, ok := t.(json.Delim); !ok || d != '[' {
-		return &fieldError{field: "namespaces", msg: "namespaces: must be a JSON array"}
-	}
-	for i := 0; dec.More(); i++ {
-		if i == hubv1.MaxSavingsNamespaces {
-			return &fieldError{field: "namespaces", msg: fmt.Sprintf("namespaces: more than %d: a report carries at most %d namespaces", hubv1.MaxSavingsNamespaces, hubv1.MaxSavingsNamespaces)}
-		}
-		var n hubv1.NamespaceSavings
-		if err := dec.Decode(&n); err != nil {
-			return jsonError(err, fmt.Sprintf("namespaces[%d]", i))
-		}
-		*out = append(*out, n)
-	}
-	_, err = dec.Token() // ']'
-	return err
+		return nil
+	})
 }
 
 // validateSavings checks every value of a report; the first fault is the

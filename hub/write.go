@@ -83,85 +83,110 @@ func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request) {
 // empty actions (4 MiB of "{}," decodes to some 370 MiB) is refused
 // before it is held, and the body itself is never held whole.
 func (s *Server) decodeBatch(w http.ResponseWriter, r *http.Request) (*hubv1.Batch, int, error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q: must be application/json", ct)
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody()))
-	dec.DisallowUnknownFields()
-	b, err := decodeBatchFrom(dec)
-	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("body: larger than %d bytes; send smaller batches (at most %d actions)", s.maxBody(), hubv1.MaxBatchActions)
-	}
-	if err != nil {
-		return nil, http.StatusBadRequest, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("body: larger than %d bytes; send smaller batches (at most %d actions)", s.maxBody(), hubv1.MaxBatchActions)
-		}
-		return nil, http.StatusBadRequest, errors.New("body: must be one JSON object, found more after it")
-	}
-	return b, 0, nil
+	tooLarge := fmt.Errorf("body: larger than %d bytes; send smaller batches (at most %d actions)", s.maxBody(), hubv1.MaxBatchActions)
+	return decodeBody(w, r, s.maxBody(), tooLarge, decodeBatchFrom)
 }
 
 // decodeBatchFrom decodes one Batch object from dec, its actions one at a
 // time (at most MaxBatchActions); an error is as jsonError makes it.
 func decodeBatchFrom(dec *json.Decoder) (*hubv1.Batch, error) {
 	var b hubv1.Batch
+	return &b, decodeObject(dec, "the write protocol is api/hub/v1 (docs/hub.md)", func(key string) any {
+		switch key {
+		case "cluster":
+			return &b.Cluster
+		case "leader":
+			return &b.Leader
+		case "actions":
+			return decodeArray(&b.Actions, "actions", hubv1.MaxBatchActions,
+				fmt.Sprintf("more than %d actions: at most %d per batch", hubv1.MaxBatchActions, hubv1.MaxBatchActions))
+		}
+		return nil
+	})
+}
+
+// decodeBody reads a write's body with from: JSON, at most maxBody bytes
+// (tooLarge past them), no unknown fields, one value. It answers the
+// HTTP status of a refusal with its error.
+func decodeBody[T any](w http.ResponseWriter, r *http.Request, maxBody int64, tooLarge error, from func(*json.Decoder) (*T, error)) (*T, int, error) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q: must be application/json", ct)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	v, err := from(dec)
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return nil, http.StatusRequestEntityTooLarge, tooLarge
+	}
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, http.StatusRequestEntityTooLarge, tooLarge
+		}
+		return nil, http.StatusBadRequest, errors.New("body: must be one JSON object, found more after it")
+	}
+	return v, 0, nil
+}
+
+// decodeObject decodes one JSON object from dec, field by field. field
+// returns where a key's value goes: a pointer to decode into, a
+// func(*json.Decoder) error to decode it, or nil for an unknown key,
+// refused naming it and the protocol.
+func decodeObject(dec *json.Decoder, protocol string, field func(key string) any) error {
 	if err := delim(dec, '{', "body: must be a JSON object"); err != nil {
-		return nil, err
+		return err
 	}
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
-			return nil, jsonError(err, "")
+			return jsonError(err, "")
 		}
 		key, _ := t.(string)
-		switch key {
-		case "cluster":
-			err = dec.Decode(&b.Cluster)
-		case "leader":
-			err = dec.Decode(&b.Leader)
-		case "actions":
-			err = decodeActions(dec, &b.Actions)
+		switch to := field(key).(type) {
+		case nil:
+			return &fieldError{field: key, msg: fmt.Sprintf("unknown field %q: %s", key, protocol)}
+		case func(*json.Decoder) error:
+			err = to(dec)
 		default:
-			return nil, &fieldError{field: key, msg: fmt.Sprintf("unknown field %q: the write protocol is api/hub/v1 (docs/hub.md)", key)}
+			err = dec.Decode(to)
 		}
 		if err != nil {
-			return nil, jsonError(err, key)
+			return jsonError(err, key)
 		}
 	}
-	if err := delim(dec, '}', "body: the object is not closed"); err != nil {
-		return nil, err
-	}
-	return &b, nil
+	return delim(dec, '}', "body: the object is not closed")
 }
 
-// decodeActions decodes the array of actions (or null) into out, one at a
-// time, refusing the one past MaxBatchActions before it is decoded.
-func decodeActions(dec *json.Decoder, out *[]hubv1.Action) error {
-	t, err := dec.Token()
-	if err != nil {
+// decodeArray returns a decoder of the JSON array (or null) named field
+// into out, one element at a time, refusing the one past max (tooMany)
+// before it is decoded.
+func decodeArray[T any](out *[]T, field string, max int, tooMany string) func(*json.Decoder) error {
+	return func(dec *json.Decoder) error {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if t == nil {
+			return nil // null
+		}
+		if d, ok := t.(json.Delim); !ok || d != '[' {
+			return &fieldError{field: field, msg: field + ": must be a JSON array"}
+		}
+		for i := 0; dec.More(); i++ {
+			if i == max {
+				return &fieldError{field: field, msg: tooMany}
+			}
+			var v T
+			if err := dec.Decode(&v); err != nil {
+				return jsonError(err, fmt.Sprintf("%s[%d]", field, i))
+			}
+			*out = append(*out, v)
+		}
+		_, err = dec.Token() // ']'
 		return err
 	}
-	if t == nil {
-		return nil // null
-	}
-	if d, ok := t.(json.Delim); !ok || d != '[' {
-		return &fieldError{field: "actions", msg: "actions: must be a JSON array"}
-	}
-	for i := 0; dec.More(); i++ {
-		if i == hubv1.MaxBatchActions {
-			return &fieldError{field: "actions", msg: fmt.Sprintf("more than %d actions: at most %d per batch", hubv1.MaxBatchActions, hubv1.MaxBatchActions)}
-		}
-		var a hubv1.Action
-		if err := dec.Decode(&a); err != nil {
-			return jsonError(err, fmt.Sprintf("actions[%d]", i))
-		}
-		*out = append(*out, a)
-	}
-	_, err = dec.Token() // ']'
-	return err
 }
 
 // delim reads the delimiter want, or fails with msg.

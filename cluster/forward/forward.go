@@ -530,36 +530,9 @@ func (f *Forwarder) post(ctx context.Context, b hubv1.Batch) error {
 	if b.Actions == nil {
 		b.Actions = []hubv1.Action{}
 	}
-	token, err := os.ReadFile(f.cfg.TokenFile)
+	raw, err := f.request(ctx, http.MethodPost, "actions", fmt.Sprintf("%d actions", len(b.Actions)), b)
 	if err != nil {
-		return fmt.Errorf("read the hub token: %w", err)
-	}
-	body, err := json.Marshal(b)
-	if err != nil {
-		return fmt.Errorf("encode a batch: %w", err)
-	}
-	u := strings.TrimSuffix(f.cfg.URL, "/") + "/v1/clusters/" + url.PathEscape(f.cfg.Cluster) + "/actions"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("build the batch request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
-	resp, err := f.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("post %d actions: %w", len(b.Actions), err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return fmt.Errorf("read the hub's answer: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		he := &hubError{status: resp.StatusCode}
-		if json.Unmarshal(raw, &he.body) != nil || he.body.Error == "" {
-			he.body.Error = strings.TrimSpace(string(raw))
-		}
-		return he
+		return err
 	}
 	var res hubv1.BatchResult
 	if err := json.Unmarshal(raw, &res); err != nil {
@@ -569,4 +542,42 @@ func (f *Forwarder) post(ctx context.Context, b hubv1.Batch) error {
 		return fmt.Errorf("the hub acknowledged %d actions of %d", len(res.Actions), len(b.Actions))
 	}
 	return nil
+}
+
+// request writes v as JSON to the cluster's path on the hub with method
+// and the hub token, and returns the answer's body (at most 1 MiB). An
+// answer other than 200 is a *hubError; what names the request in errors.
+func (f *Forwarder) request(ctx context.Context, method, path, what string, v any) ([]byte, error) {
+	token, err := os.ReadFile(f.cfg.TokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("read the hub token: %w", err)
+	}
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", what, err)
+	}
+	u := strings.TrimSuffix(f.cfg.URL, "/") + "/v1/clusters/" + url.PathEscape(f.cfg.Cluster) + "/" + path
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("build the request of %s: %w", what, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	resp, err := f.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", strings.ToLower(method), what, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read the hub's answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		he := &hubError{status: resp.StatusCode}
+		if json.Unmarshal(raw, &he.body) != nil || he.body.Error == "" {
+			he.body.Error = strings.TrimSpace(string(raw))
+		}
+		return nil, he
+	}
+	return raw, nil
 }

@@ -1,17 +1,11 @@
 package forward
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
-	"os"
 	"slices"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,36 +74,6 @@ func (f *Forwarder) reportSavings(ctx context.Context, recs []*v1alpha1.Rightsiz
 
 // putSavings sends one report and requires a 200.
 func (f *Forwarder) putSavings(ctx context.Context, rep hubv1.SavingsReport) error {
-	token, err := os.ReadFile(f.cfg.TokenFile)
-	if err != nil {
-		return fmt.Errorf("read the hub token: %w", err)
-	}
-	body, err := json.Marshal(rep)
-	if err != nil {
-		return fmt.Errorf("encode the savings report: %w", err)
-	}
-	u := strings.TrimSuffix(f.cfg.URL, "/") + "/v1/clusters/" + url.PathEscape(f.cfg.Cluster) + "/savings"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("build the savings request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
-	resp, err := f.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("put the savings of %d namespaces: %w", len(rep.Namespaces), err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return fmt.Errorf("read the hub's answer: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		he := &hubError{status: resp.StatusCode}
-		if json.Unmarshal(raw, &he.body) != nil || he.body.Error == "" {
-			he.body.Error = strings.TrimSpace(string(raw))
-		}
-		return he
-	}
-	return nil
+	_, err := f.request(ctx, http.MethodPut, "savings", fmt.Sprintf("the savings of %d namespaces", len(rep.Namespaces)), rep)
+	return err
 }
