@@ -404,6 +404,9 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, now time.Time) (
 func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*resolvedWorkload, now time.Time) {
 	batch := r.writers.start(ctx)
 	for ref, tw := range r.workloads {
+		if ctx.Err() != nil {
+			break // the leader stops: what is left is the next leader's
+		}
 		rw := resolved[ref]
 		if rw == nil || tw.seen != r.tick {
 			continue

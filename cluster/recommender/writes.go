@@ -84,6 +84,8 @@ type writeBatch struct {
 	jobs chan *recommendationWrite
 	wg   sync.WaitGroup
 
+	// done holds a small outcome per write: at most one per tracked
+	// workload, which MaxContainers bounds.
 	mu   sync.Mutex
 	done []writeDone
 }
