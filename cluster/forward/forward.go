@@ -544,9 +544,9 @@ func (f *Forwarder) post(ctx context.Context, b hubv1.Batch) error {
 	return nil
 }
 
-// request writes v as JSON to the cluster's path on the hub with method
-// and the hub token, and returns the answer's body (at most 1 MiB). An
-// answer other than 200 is a *hubError; what names the request in errors.
+// request sends v as JSON to the cluster's path on the hub, with the hub
+// token. It returns the answer's body (at most 1 MiB); an answer other
+// than 200 is a *hubError. what names the request in errors.
 func (f *Forwarder) request(ctx context.Context, method, path, what string, v any) ([]byte, error) {
 	token, err := os.ReadFile(f.cfg.TokenFile)
 	if err != nil {

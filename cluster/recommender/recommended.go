@@ -24,11 +24,13 @@ import (
 // recommended for yet. Nothing was decided, so its interval does not start.
 var errNoneReady = errors.New("no container has enough history yet")
 
-// recommendFor makes the workload's recommendation and creates or updates
-// its RightsizingRecommendation, when any container's values change.
-func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedWorkload, tw *trackedWorkload, now time.Time) error {
+// recommendFor makes the workload's recommendation and returns the
+// create or update of its RightsizingRecommendation, when any
+// container's values change (nil: nothing to write). The pass's workers
+// send it (writes.go).
+func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedWorkload, tw *trackedWorkload, now time.Time) (*recommendationWrite, error) {
 	if rw.modelErr != nil {
-		return rw.modelErr
+		return nil, rw.modelErr
 	}
 	// The workload's own model: the one its states were fed with.
 	m := tw.model
@@ -37,13 +39,13 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		return fmt.Errorf("read recommendation %s/%s: %w", ref.Namespace, ref.Name, err)
+		return nil, fmt.Errorf("read recommendation %s/%s: %w", ref.Namespace, ref.Name, err)
 	case existing.Labels[v1alpha1.RecommendedByLabel] != v1alpha1.RecommendedByKerf:
 		r.log.Debug("recommendation not made by the recommender left alone", "namespace", ref.Namespace, "name", ref.Name)
-		return nil
+		return nil, nil
 	case !ref.Targets(ref.Namespace, existing.Spec.TargetRef):
 		r.log.Debug("recommendation for another workload left alone", "namespace", ref.Namespace, "name", ref.Name)
-		return nil
+		return nil, nil
 	}
 	holds := HoldsOf(&existing.Status, now)
 	p := m.Params()
@@ -51,7 +53,7 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 		CPUPercentile: p.CPUPercentile, MemoryPercentile: p.MemoryPercentile, SafetyMargin: p.SafetyMargin}
 	vpa, ok, err := r.fromVPA(ctx, ref, rw, &basis, now)
 	if !ok {
-		return err
+		return nil, err
 	}
 	var containers []v1alpha1.ContainerResources
 	changed := false
@@ -97,7 +99,7 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 		basis.Containers = append(basis.Containers, cb)
 	}
 	if len(basis.Containers) == 0 {
-		return errNoneReady
+		return nil, errNoneReady
 	}
 	// A change not judged by its watch yet is the watch's: a new one
 	// would end that watch, and the harm the first change causes would
@@ -123,7 +125,7 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 	// is brought to them (a latch that now holds a value at the manifest's
 	// must not leave a lower one asked for).
 	if len(containers) == 0 || (!changed && existing.Name == "") {
-		return nil
+		return nil, nil
 	}
 	spec := v1alpha1.RightsizingRecommendationSpec{
 		TargetRef:  v1alpha1.TargetRef{APIVersion: "apps/v1", Kind: ref.Kind, Name: ref.Name},
@@ -131,11 +133,11 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 		Containers: containers,
 	}
 	if existing.Name != "" && sameSpec(existing.Spec, spec) && sameRefusals(existing.Annotations[v1alpha1.RecommendationBasisAnnotation], basis) {
-		return nil
+		return nil, nil
 	}
 	raw, err := basis.Encode()
 	if err != nil {
-		return fmt.Errorf("encode the recommendation's basis: %w", err)
+		return nil, fmt.Errorf("encode the recommendation's basis: %w", err)
 	}
 	if existing.Name == "" {
 		rsr := &v1alpha1.RightsizingRecommendation{
@@ -144,11 +146,7 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 				Annotations: map[string]string{v1alpha1.RecommendationBasisAnnotation: raw}},
 			Spec: spec,
 		}
-		if err := r.client.Create(ctx, rsr); err != nil {
-			return fmt.Errorf("create recommendation %s/%s: %w", ref.Namespace, ref.Name, err)
-		}
-		r.log.Info("recommendation made", "namespace", ref.Namespace, "name", ref.Name, "refusals", refusalCount(basis))
-		return nil
+		return &recommendationWrite{ref: ref, tw: tw, obj: rsr, refusals: refusalCount(basis)}, nil
 	}
 	// A patch that fails when the object changed since it was read, so a
 	// recommendation someone took over in between is never overwritten.
@@ -158,11 +156,7 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 		existing.Annotations = map[string]string{}
 	}
 	existing.Annotations[v1alpha1.RecommendationBasisAnnotation] = raw
-	if err := r.client.Patch(ctx, &existing, from); err != nil {
-		return fmt.Errorf("update recommendation %s/%s: %w", ref.Namespace, ref.Name, err)
-	}
-	r.log.Info("recommendation updated", "namespace", ref.Namespace, "name", ref.Name, "refusals", refusalCount(basis))
-	return nil
+	return &recommendationWrite{ref: ref, tw: tw, obj: &existing, patch: from, refusals: refusalCount(basis)}, nil
 }
 
 // hold adds to the basis a refusal with reason for each field whose

@@ -40,6 +40,9 @@ type Config struct {
 	// CheckpointWrites bounds the checkpoint writes and deletes of one
 	// pass; zero means DefaultCheckpointWrites.
 	CheckpointWrites int
+	// Workers is how many recommendations are written at once, 1 to
+	// MaxWorkers; zero means DefaultWorkers.
+	Workers int
 }
 
 // Defaults of Config.
@@ -109,6 +112,8 @@ type Loop struct {
 	ckptBuf       []byte
 	// vpa is the source of the workloads whose policy says source VPA.
 	vpa *vpaSource
+	// writers writes the recommendations (writes.go).
+	writers *writers
 }
 
 // trackedWorkload is the history of one workload's containers.
@@ -166,6 +171,12 @@ type trackedInstance struct {
 // its metrics on reg; reader reads its checkpoints in namespaces (all
 // when empty).
 func New(c client.Client, reader client.Reader, namespaces []string, sig *signals.Stores, cfg Config, now func() time.Time, reg prometheus.Registerer, log *slog.Logger) (*Loop, error) {
+	if cfg.Workers < 0 || cfg.Workers > MaxWorkers {
+		return nil, fmt.Errorf("recommender: workers (%d) must be from 1 to %d, or 0 for %d", cfg.Workers, MaxWorkers, DefaultWorkers)
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = DefaultWorkers
+	}
 	base, err := recommend.NewModel(recommend.DefaultParams())
 	if err != nil {
 		return nil, fmt.Errorf("recommender: %w", err)
@@ -203,6 +214,10 @@ func New(c client.Client, reader client.Reader, namespaces []string, sig *signal
 	if err != nil {
 		return nil, err
 	}
+	writers, err := newWriters(c, cfg.Workers, reg, log.With("component", "recommender"))
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Period <= 0 {
 		cfg.Period = DefaultPeriod
 	}
@@ -219,7 +234,7 @@ func New(c client.Client, reader client.Reader, namespaces []string, sig *signal
 		workloads: map[workload.Ref]*trackedWorkload{}, instances: map[instanceKey]*trackedInstance{},
 		refs: map[types.UID]workload.Ref{}, trackedGauge: gauge, steps: steps,
 		reader: reader, namespaces: namespaces, ckptInterval: cfg.CheckpointInterval, ckptWrites: cfg.CheckpointWrites,
-		ckptMetrics: ckm, dropped: map[workload.Ref]bool{}, vpa: vpa,
+		ckptMetrics: ckm, dropped: map[workload.Ref]bool{}, vpa: vpa, writers: writers,
 	}, nil
 }
 
@@ -389,9 +404,15 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, now time.Time) (
 // recommendDue makes and writes the due recommendations of the workloads
 // seen in this pass. One is due when its policy's interval elapsed since
 // the last, or at once after an OOM kill: each kill waited for is a
-// restart.
+// restart. It decides them one by one and writes them on the pool's
+// workers (writes.go); it returns once every write has ended, so the
+// recommend step's time covers both.
 func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*resolvedWorkload, now time.Time) {
+	batch := r.writers.start(ctx)
 	for ref, tw := range r.workloads {
+		if ctx.Err() != nil {
+			break // the leader stops: what is left is the next leader's
+		}
 		rw := resolved[ref]
 		if rw == nil || tw.seen != r.tick {
 			continue
@@ -401,15 +422,25 @@ func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*reso
 		if !tw.recommended.IsZero() && now.Sub(tw.recommended) < spec.Interval.Duration && !tw.killed {
 			continue
 		}
-		err := r.recommendFor(ctx, ref, rw, tw, now)
+		write, err := r.recommendFor(ctx, ref, rw, tw, now)
 		switch {
 		case errors.Is(err, errNoneReady):
 			continue // tried again next pass, not an interval later
 		case err != nil:
 			r.log.Warn("recommendation not written", "workload", ref.String(), "namespace", ref.Namespace, "err", err)
 			continue
+		case write == nil:
+			tw.recommended, tw.killed = now, false
+			continue
 		}
-		tw.recommended, tw.killed = now, false
+		batch.add(write)
+	}
+	for _, d := range batch.wait() {
+		if d.err != nil {
+			r.log.Warn("recommendation not written", "workload", d.ref.String(), "namespace", d.ref.Namespace, "err", d.err)
+			continue // tried again next pass
+		}
+		d.tw.recommended, d.tw.killed = now, false
 	}
 }
 

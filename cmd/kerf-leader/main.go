@@ -30,6 +30,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/fence"
 	"github.com/kerf-dev/kerf/cluster/forward"
 	"github.com/kerf-dev/kerf/cluster/promql"
+	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/rightsizing"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/cluster/stream"
@@ -55,6 +56,7 @@ func main() {
 	rollbackBurst := fs.Int("rollback-api-burst", fence.DefaultRollbackBurst, "burst of --rollback-api-qps (the default holds a 100-replica in-place restore at once)")
 	workers := fs.Int("workers", rightsizing.DefaultWorkers, fmt.Sprintf("recommendations the leader reconciles at once, 1 to %d (never one twice at once; a rollback waits for none of the queued applies, only for a worker: docs/leader.md)", maxWorkers))
 	rollbackWorkers := fs.Int("rollback-workers", rightsizing.DefaultRollbackWorkers, fmt.Sprintf("workers kept for the harm signals' requests (OOM kills, container restarts), beside --workers, 0 to %d: a rollback never waits for an apply pass to finish (0: none, they go first in the one queue; docs/leader.md)", maxRollbackWorkers))
+	recommenderWorkers := fs.Int("recommender-workers", recommender.DefaultWorkers, fmt.Sprintf("recommendations the recommender writes at once, 1 to %d (its client's --kube-api-qps is the real bound; rollbacks have their own client: docs/recommender.md)", recommender.MaxWorkers))
 	applyYield := fs.Duration("apply-yield", fence.DefaultApplyYield, "longest one write of the applies waits while a rollback is being written, so that the rollback meets an apiserver not busy with them (0: never wait; docs/leader.md)")
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "kerf-system"), "namespace of the leader Lease")
 	leaseName := fs.String("lease-name", "kerf-leader", "name of the coordination.k8s.io Lease the replicas compete for")
@@ -120,6 +122,10 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.RollbackWorkers = rw
+	if cfg.Recommender.Workers, err = recommenderWorkersOf(*recommenderWorkers); err != nil {
+		log.Error("kerf-leader cannot start", "err", err)
+		os.Exit(2)
+	}
 	if *rollbackQPS <= 0 || *rollbackBurst <= 0 {
 		log.Error("kerf-leader cannot start", "err", fmt.Sprintf("--rollback-api-qps %g and --rollback-api-burst %d: must be positive", *rollbackQPS, *rollbackBurst))
 		os.Exit(2)
@@ -229,6 +235,15 @@ func rollbackWorkersOf(n int) (int, error) {
 	}
 	if n == 0 {
 		return rightsizing.NoRollbackWorkers, nil
+	}
+	return n, nil
+}
+
+// recommenderWorkersOf is Config.Recommender.Workers for
+// --recommender-workers n, from 1 to recommender.MaxWorkers.
+func recommenderWorkersOf(n int) (int, error) {
+	if n < 1 || n > recommender.MaxWorkers {
+		return 0, fmt.Errorf("--recommender-workers %d: must be between 1 and %d", n, recommender.MaxWorkers)
 	}
 	return n, nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kerf-dev/kerf/cluster"
 	"github.com/kerf-dev/kerf/cluster/fence"
+	"github.com/kerf-dev/kerf/cluster/recommender"
 	"github.com/kerf-dev/kerf/cluster/rightsizing"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -105,6 +106,19 @@ func TestRollbackWorkersAreBounded(t *testing.T) {
 	n, err = rollbackWorkersOf(2)
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)
+}
+
+// TestRecommenderWorkersAreBounded: --recommender-workers outside 1 to
+// 64 is refused naming the flag.
+func TestRecommenderWorkersAreBounded(t *testing.T) {
+	for _, n := range []int{0, -1, recommender.MaxWorkers + 1} {
+		_, err := recommenderWorkersOf(n)
+		require.Error(t, err, "%d", n)
+		assert.Contains(t, err.Error(), fmt.Sprintf("--recommender-workers %d: must be between 1 and %d", n, recommender.MaxWorkers))
+	}
+	n, err := recommenderWorkersOf(recommender.MaxWorkers)
+	require.NoError(t, err)
+	assert.Equal(t, recommender.MaxWorkers, n)
 }
 
 // TestApplyYieldIsNotNegative: a negative --apply-yield is refused naming
