@@ -2,9 +2,6 @@ package rightsizing_test
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,31 +108,6 @@ func TestRollbackRestoresTheHPATarget(t *testing.T) {
 	assert.Equal(t, []v1alpha1.ResourceName{"cpu"}, rsr.Status.Breach.Resources)
 }
 
-// cadvisorTarget serves the cadvisor CFS counters of one container for
-// Prometheus to scrape, with the values set.
-type cadvisorTarget struct {
-	addr                 string
-	periods, throttled   atomic.Int64
-	namespace, pod, name string
-}
-
-// newCadvisorTarget serves until the test ends.
-func newCadvisorTarget(t *testing.T, namespace, pod, container string) *cadvisorTarget {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ct := &cadvisorTarget{addr: ln.Addr().String(), namespace: namespace, pod: pod, name: container}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		labels := fmt.Sprintf(`{namespace=%q,pod=%q,container=%q}`, ct.namespace, ct.pod, ct.name)
-		fmt.Fprintf(w, "# TYPE %s counter\n%s%s %d\n# TYPE %s counter\n%s%s %d\n",
-			promql.PeriodsMetric, promql.PeriodsMetric, labels, ct.periods.Load(),
-			promql.ThrottledMetric, promql.ThrottledMetric, labels, ct.throttled.Load())
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return ct
-}
-
 // TestPromQLThrottlingRollsBackCPU decides a rollback from a real
 // Prometheus (health.metricsURL) rather than the agents' stream: it
 // scrapes cadvisor's CFS counters of the new pod, 400 periods of which
@@ -149,10 +121,10 @@ func TestPromQLThrottlingRollsBackCPU(t *testing.T) {
 	offset.Store(int64(-3 * time.Minute))
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 
-	target := newCadvisorTarget(t, ns, "web-new-1", "app")
-	target.periods.Store(400)
-	target.throttled.Store(200)
-	promURL := promtest.Start(t, target.addr, 200*time.Millisecond)
+	target := promtest.NewCadvisorTarget(t, ns, "web-new-1", "app")
+	target.Periods.Store(400)
+	target.Throttled.Store(200)
+	promURL := promtest.Start(t, target.Addr, 200*time.Millisecond)
 	src, err := promql.New(promql.Config{URL: promURL}, nil)
 	require.NoError(t, err)
 

@@ -8,12 +8,9 @@ package chartrun
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,8 +79,8 @@ func TestChartLeaderReadsThrottlingFromPrometheus(t *testing.T) {
 	bin := buildLeader(t, t.TempDir())
 
 	ns := kubetest.Namespace(t, cp.Client)
-	target := newCadvisorTarget(t, ns, "web-new-1", "app")
-	promURL := promtest.Start(t, target.addr, 500*time.Millisecond)
+	target := promtest.NewCadvisorTarget(t, ns, "web-new-1", "app")
+	promURL := promtest.Start(t, target.Addr, 500*time.Millisecond)
 
 	repo, err := kube.RepoRoot()
 	require.NoError(t, err)
@@ -108,8 +105,8 @@ func TestChartLeaderReadsThrottlingFromPrometheus(t *testing.T) {
 	pod := kubetest.AdoptedPod(t, c, web, "web-new-1")
 
 	t0 := backdate(t, c, ns, "web", 3*time.Minute)
-	target.periods.Store(servedPeriods)
-	target.throttled.Store(servedThrottled)
+	target.Periods.Store(servedPeriods)
+	target.Throttled.Store(servedThrottled)
 	src, err := promql.New(promql.Config{URL: promURL}, nil)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
@@ -248,30 +245,4 @@ func backdate(t *testing.T, c client.Client, ns, name string, d time.Duration) t
 func poke(t *testing.T, c client.Client, pod *corev1.Pod, value string) {
 	t.Helper()
 	kubetest.Update(t, c, pod, func() { metav1.SetMetaDataAnnotation(&pod.ObjectMeta, "test/poke", value) })
-}
-
-// cadvisorTarget serves cadvisor's CFS counters of one container for
-// Prometheus to scrape, with the values set.
-type cadvisorTarget struct {
-	addr                 string
-	periods, throttled   atomic.Int64
-	namespace, pod, name string
-}
-
-// newCadvisorTarget serves zero counters until the test sets them, and
-// until the test ends.
-func newCadvisorTarget(t *testing.T, namespace, pod, container string) *cadvisorTarget {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ct := &cadvisorTarget{addr: ln.Addr().String(), namespace: namespace, pod: pod, name: container}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		labels := fmt.Sprintf(`{namespace=%q,pod=%q,container=%q}`, ct.namespace, ct.pod, ct.name)
-		fmt.Fprintf(w, "# TYPE %s counter\n%s%s %d\n# TYPE %s counter\n%s%s %d\n",
-			promql.PeriodsMetric, promql.PeriodsMetric, labels, ct.periods.Load(),
-			promql.ThrottledMetric, promql.ThrottledMetric, labels, ct.throttled.Load())
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return ct
 }
