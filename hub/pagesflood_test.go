@@ -274,15 +274,7 @@ func servedHubOn(t *testing.T, backend string) (base string, client *http.Client
 // postBatch writes b as the cluster token and requires a 200.
 func postBatch(t *testing.T, base string, client *http.Client, token string, b hubv1.Batch) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, base+"/v1/clusters/"+b.Cluster+"/actions", strings.NewReader(string(mustJSON(t, b))))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	writeAs(t, client, http.MethodPost, base+"/v1/clusters/"+b.Cluster+"/actions", token, b)
 }
 
 // postSignIn posts token to the sign-in form once, as a browser does,

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -112,16 +111,7 @@ func TestHubPagesInABrowser(t *testing.T) {
 	}
 	for cluster, acts := range written {
 		b := hubv1.Batch{Cluster: cluster, Leader: hubv1.LeaderReport{Identity: "kerf-leader-" + cluster + "-6d5f", AgentsConnected: 12, Undelivered: 3, LagSeconds: 4.2}, Actions: acts}
-		req, err := http.NewRequest("POST", base+"/v1/clusters/"+cluster+"/actions", strings.NewReader(string(mustJSON(t, b))))
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+tokens[cluster])
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		require.NoError(t, err)
-		answer, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode, string(answer))
+		postBatch(t, base, client, tokens[cluster], b)
 	}
 	// Their leaders' savings reports: east's a minute old, west's 40
 	// minutes (stale: its leader stopped reporting).

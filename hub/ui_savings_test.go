@@ -50,7 +50,14 @@ func savingsAction(cluster, ns, name string, seq int64, typ v1alpha1.ActionType,
 // token and requires a 200.
 func putSavings(t *testing.T, base string, client *http.Client, token string, r hubv1.SavingsReport) {
 	t.Helper()
-	req, err := http.NewRequest("PUT", base+"/v1/clusters/"+r.Cluster+"/savings", strings.NewReader(string(mustJSON(t, r))))
+	writeAs(t, client, "PUT", base+"/v1/clusters/"+r.Cluster+"/savings", token, r)
+}
+
+// writeAs sends v as JSON to url with method and the bearer token, and
+// requires a 200.
+func writeAs(t *testing.T, client *http.Client, method, url, token string, v any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(string(mustJSON(t, v))))
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
@@ -102,16 +109,7 @@ func TestHubSavingsPageShowsReportedRecommendedAndPending(t *testing.T) {
 	}
 	for cluster, acts := range written {
 		b := hubv1.Batch{Cluster: cluster, Leader: hubv1.LeaderReport{Identity: "kerf-leader-" + cluster}, Actions: acts}
-		req, err := http.NewRequest("POST", base+"/v1/clusters/"+cluster+"/actions", strings.NewReader(string(mustJSON(t, b))))
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+tokens[cluster])
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		require.NoError(t, err)
-		answer, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode, string(answer))
+		postBatch(t, base, client, tokens[cluster], b)
 	}
 	// east reported a minute ago; west an hour ago (stale), naming a
 	// namespace with no stored action, and not batch.
