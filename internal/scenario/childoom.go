@@ -261,11 +261,14 @@ func oomGroupFile(l Limits) string {
 	return "memory.oom.group 0 (one process killed)"
 }
 
-// workloadStats is the part of kerf-workload's GET /stats the child OOM
-// scenario reads.
+// workloadStats is the part of kerf-workload's GET /stats the scenarios
+// read.
 type workloadStats struct {
-	PID   int `json:"pid"`
-	Child *struct {
+	PID           int     `json:"pid"`
+	AllocatedMiB  int     `json:"allocatedMiB"`
+	RSSBytes      int64   `json:"rssBytes"`
+	UptimeSeconds float64 `json:"uptimeSeconds"`
+	Child         *struct {
 		PID   int    `json:"pid"`
 		State string `json:"state"`
 		Exit  string `json:"exit"`

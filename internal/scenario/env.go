@@ -20,6 +20,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -441,7 +442,11 @@ func (e *Env) CurrentLimits(ctx context.Context, sel map[string]string, containe
 }
 
 // Control sends a command to the workload's HTTP control endpoint in pod:
-// POST /<verb>?<query>.
+// POST /<verb>?<query>. A command that never reached the workload (the
+// connection was not made, or the request not written) is sent again for
+// up to 30 s: on a busy machine a pod's first connection can take longer
+// than the client's timeout. A crash or alloc that reached it may end the
+// process before it answers; that is the point, and not an error.
 func (e *Env) Control(ctx context.Context, pod *corev1.Pod, verb, query string) error {
 	if pod.Status.PodIP == "" {
 		return fmt.Errorf("pod %s has no IP yet", pod.Name)
@@ -450,24 +455,51 @@ func (e *Env) Control(ctx context.Context, pod *corev1.Pod, verb, query string) 
 	if query != "" {
 		url += "?" + query
 	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		sent, err := e.post(ctx, url)
+		switch {
+		case err == nil:
+			return nil
+		case sent && (verb == "crash" || verb == "alloc"):
+			return nil
+		case sent:
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: never sent within 30 s", err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// post sends an empty POST to url and says whether the request was
+// written to the connection, whatever the answer.
+func (e *Env) post(ctx context.Context, url string) (sent bool, err error) {
+	var mu sync.Mutex
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(w httptrace.WroteRequestInfo) {
+		mu.Lock()
+		sent = sent || w.Err == nil
+		mu.Unlock()
+	}})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	resp, err := e.httpClient().Do(req)
+	mu.Lock()
+	defer mu.Unlock()
 	if err != nil {
-		if verb == "crash" || verb == "alloc" {
-			// The process may die before it answers; that is the point.
-			return nil
-		}
-		return fmt.Errorf("POST %s: %w", url, err)
+		return sent, fmt.Errorf("POST %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode >= 300 {
-		return fmt.Errorf("POST %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+		return true, fmt.Errorf("POST %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
 	}
-	return nil
+	return true, nil
 }
 
 // controlPort is the port of the workload's HTTP control endpoint.

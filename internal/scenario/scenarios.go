@@ -236,7 +236,8 @@ func (e *Env) traceKill(ctx context.Context, r *Result, pod *corev1.Pod, comm st
 // show on the way.
 func (e *Env) awaitOOMRollback(ctx context.Context, r *Result, w Workload, pod *corev1.Pod, labels map[string]string, before float64) error {
 	var agentSaw, kubeletSaw bool
-	return Poll(ctx, r.wait(2*time.Minute), 20*time.Millisecond, "the OOM kill to be seen and rolled back", func(ctx context.Context) (bool, error) {
+	var phase v1alpha1.Phase
+	err := Poll(ctx, r.wait(2*time.Minute), 20*time.Millisecond, "the OOM kill to be seen and rolled back", func(ctx context.Context) (bool, error) {
 		if !agentSaw {
 			if n, err := e.agentCounter(ctx, pod.Spec.NodeName, "container_oom_events_total", labels); err == nil && n > before {
 				agentSaw = true
@@ -260,6 +261,7 @@ func (e *Env) awaitOOMRollback(ctx context.Context, r *Result, w Workload, pod *
 		if err != nil {
 			return false, err
 		}
+		phase = rsr.Status.Phase
 		if rsr.Status.Phase == v1alpha1.PhaseRolledBack && r.RolledBack.IsZero() {
 			r.RolledBack = time.Now()
 			r.mark("scenario", "recommendation reads RolledBack (%s)", rsr.Status.Reason)
@@ -269,6 +271,19 @@ func (e *Env) awaitOOMRollback(ctx context.Context, r *Result, w Workload, pod *
 		// so a slow look may miss the killed one's.
 		return kubeletSaw && !r.RolledBack.IsZero(), nil
 	})
+	if err == nil {
+		return nil
+	}
+	// Say what was and was not seen, and what the workload says of itself:
+	// a kill that never came and a rollback that never followed one are
+	// different failures.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	now := "the workload does not answer GET /stats"
+	if s, serr := e.workloadStats(sctx, pod); serr == nil {
+		now = fmt.Sprintf("the workload (pid %d, up %.0f s) holds %d MiB, RSS %d MiB", s.PID, s.UptimeSeconds, s.AllocatedMiB, s.RSSBytes/Mi)
+	}
+	return fmt.Errorf("%w; agent counted the kill: %t; kubelet reported OOMKilled: %t; recommendation phase %q; %s", err, agentSaw, kubeletSaw, phase, now)
 }
 
 // ThrottleWorkload is the throttling scenario's workload: it burns 400
