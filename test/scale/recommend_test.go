@@ -360,6 +360,7 @@ func BenchmarkLeaderRecommendingAtScale(b *testing.B) {
 	idleRSS, _ := leader.memory()
 	b.Logf("idle %v, the recommender off: CPU %.0f mCPU, RSS %.0f MiB", idle, idleCPU*1000, float64(idleRSS)/(1<<20))
 	leader.goMemory(b, "idle, the recommender off")
+	leader.heapProfile(b, "heap-recommend-idle.pb.gz", true)
 
 	// The recommender on: every namespace's policy recommends, strategy
 	// Rollout (no kubelet resizes here), after minHistory of usage. The
@@ -397,6 +398,7 @@ func BenchmarkLeaderRecommendingAtScale(b *testing.B) {
 	logPasses(b, "while the history grew", passes0, passesW)
 	b.Logf("while the history grew: CPU %.0f mCPU, RSS peak %.0f MiB; the recommender's writes: %s",
 		historyCPU*1000, float64(historyRSS)/(1<<20), writeFigures(writes0, writesW, waveFrom.Sub(onAt)))
+	leader.heapProfile(b, "heap-recommend-history.pb.gz", true)
 
 	// The wave: the recommender writes and the leader applies; a probe's
 	// agent sends an OOM kill every probeGap.
@@ -490,7 +492,9 @@ func BenchmarkLeaderRecommendingAtScale(b *testing.B) {
 	// Steady: the recommender keeps running its passes and recommends
 	// again every interval, patching what moved.
 	steadyFrom, passesS, writesS := time.Now(), readPasses(b, leader), writeCounts(b, cs)
+	steadyProfile := leader.cpuProfile(b, "cpu-recommend-steady.pb.gz", max(steady-10*time.Second, time.Second))
 	time.Sleep(steady)
+	steadyProfile()
 	steadyTo := time.Now()
 	steadyCPU, _ := u.over(steadyFrom, steadyTo, time.Second)
 	steadyRSS, _ := leader.memory()
@@ -498,6 +502,7 @@ func BenchmarkLeaderRecommendingAtScale(b *testing.B) {
 	b.Logf("steady %v after the wave, the recommender on: CPU %.0f mCPU, RSS %.0f MiB; the recommender's writes: %s",
 		steady, steadyCPU*1000, float64(steadyRSS)/(1<<20), writeFigures(writesS, writeCounts(b, cs), steadyTo.Sub(steadyFrom)))
 	leader.goMemory(b, "steady, the recommender on")
+	leader.heapProfile(b, "heap-recommend-steady.pb.gz", true)
 	u.write(b, "leader-usage-recommend-"+strconv.Itoa(n)+".csv", waveFrom)
 	_, hwm = leader.memory()
 	b.Logf("against issue 34's goals (at 25,000 workloads; this run %d): the leader's peak RSS (VmHWM, whole run) %.0f MiB (goal ≤ %d MiB); OOM kill → rollback request (breachAsked) p99 %.1f ms over %d probes, %d of them sent during the wave (goal ≤ %d ms); → restore seen during the wave p99 %.1f ms",
