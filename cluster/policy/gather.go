@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,6 +33,21 @@ type Policies struct {
 	cluster         []v1alpha1.ClusterRightsizingPolicy
 	rollback        map[string][]v1alpha1.RollbackPolicy
 	clusterRollback []v1alpha1.ClusterRollbackPolicy
+	// shared is ResolveShared's: one Resolved per policy chosen, nil for
+	// Policies made by hand (ResolveShared then resolves anew).
+	shared *sharedResolved
+}
+
+// sharedResolved holds the Resolved of each policy ResolveShared chose.
+type sharedResolved struct {
+	mu sync.Mutex
+	m  map[policyKey]*Resolved
+}
+
+// policyKey names a policy of any of the four kinds.
+type policyKey struct {
+	kind     v1alpha1.PolicyKind
+	ns, name string
 }
 
 // InNamespace reads the namespace ns, its RightsizingPolicies and
@@ -68,6 +84,7 @@ func (g Gatherer) InNamespace(ctx context.Context, ns string) (*Policies, error)
 		cluster:         cluster.Items,
 		rollback:        map[string][]v1alpha1.RollbackPolicy{ns: rollback.Items},
 		clusterRollback: clusterRollback.Items,
+		shared:          &sharedResolved{m: map[policyKey]*Resolved{}},
 	}, nil
 }
 
@@ -95,7 +112,8 @@ func (g Gatherer) All(ctx context.Context) (*Policies, error) {
 		return nil, fmt.Errorf("list ClusterRollbackPolicies: %w", err)
 	}
 	p := &Policies{namespaces: map[string]map[string]string{}, namespaced: map[string][]v1alpha1.RightsizingPolicy{}, cluster: cluster.Items,
-		rollback: map[string][]v1alpha1.RollbackPolicy{}, clusterRollback: clusterRollback.Items}
+		rollback: map[string][]v1alpha1.RollbackPolicy{}, clusterRollback: clusterRollback.Items,
+		shared: &sharedResolved{m: map[policyKey]*Resolved{}}}
 	for _, ns := range nss.Items {
 		p.namespaces[ns.Name] = ns.Labels
 	}
@@ -113,9 +131,36 @@ func (g Gatherer) All(ctx context.Context) (*Policies, error) {
 // namespace the Policies were not read for is judged without namespace
 // labels or namespaced policies.
 func (p *Policies) Resolve(w Workload) (*Resolved, error) {
+	return choose(w, p.namespaces[w.Namespace], p.candidates(w))
+}
+
+// candidates are the policies of the four kinds that may govern w.
+func (p *Policies) candidates(w Workload) []candidate {
 	cands := rightsizingCandidates(w, p.namespaced[w.Namespace], p.cluster)
-	cands = append(cands, rollbackCandidates(w, p.rollback[w.Namespace], p.clusterRollback)...)
-	return choose(w, p.namespaces[w.Namespace], cands)
+	return append(cands, rollbackCandidates(w, p.rollback[w.Namespace], p.clusterRollback)...)
+}
+
+// ResolveShared is Resolve for a pass over many workloads: the workloads
+// one policy governs get the same Resolved, made once (its spec's copy,
+// defaults and fingerprint). Callers must only read it. It is safe for
+// concurrent use.
+func (p *Policies) ResolveShared(w Workload) (*Resolved, error) {
+	if p.shared == nil {
+		return p.Resolve(w)
+	}
+	best, err := pick(w, p.namespaces[w.Namespace], p.candidates(w))
+	if best == nil || err != nil {
+		return nil, err
+	}
+	k := policyKey{best.kind, best.ns, best.name}
+	p.shared.mu.Lock()
+	defer p.shared.mu.Unlock()
+	r := p.shared.m[k]
+	if r == nil {
+		r = best.resolved()
+		p.shared.m[k] = r
+	}
+	return r, nil
 }
 
 // AnyRecommends reports whether any policy enables spec.recommend. The

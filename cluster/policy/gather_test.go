@@ -89,6 +89,41 @@ func TestGathererReadsWhatResolveNeeds(t *testing.T) {
 	assert.True(t, all.AnyRecommends(), "the recommending ClusterRightsizingPolicy")
 }
 
+// TestResolveSharedResolvesAsResolveOncePerPolicy: the workloads one
+// policy governs share one Resolved, equal to what Resolve makes for each;
+// another policy's workloads get their own.
+func TestResolveSharedResolvesAsResolveOncePerPolicy(t *testing.T) {
+	c := gatherFixture(t, interceptor.Funcs{})
+	all, err := Gatherer{Reader: c}.All(t.Context())
+	require.NoError(t, err)
+	api := Workload{Kind: v1alpha1.KindDeployment, Namespace: "team-a", Name: "api"}
+	db := Workload{Kind: v1alpha1.KindStatefulSet, Namespace: "team-a", Name: "db"}
+	web := Workload{Kind: v1alpha1.KindDeployment, Namespace: "team-a", Name: "web", Labels: map[string]string{"app": "web"}}
+	first, err := all.ResolveShared(api)
+	require.NoError(t, err)
+	again, err := all.ResolveShared(db)
+	require.NoError(t, err)
+	assert.Same(t, first, again, "both are governed by ClusterRightsizingPolicy prod")
+	want, err := all.Resolve(db)
+	require.NoError(t, err)
+	assert.Equal(t, want, again)
+	other, err := all.ResolveShared(web)
+	require.NoError(t, err)
+	assert.Equal(t, "web-only", other.Ref.Name)
+	none, err := all.ResolveShared(Workload{Kind: v1alpha1.KindDeployment, Namespace: "elsewhere", Name: "x"})
+	require.NoError(t, err)
+	assert.Equal(t, "default", none.Ref.Name)
+
+	// Policies made by hand share nothing, and still resolve.
+	byHand := &Policies{cluster: []v1alpha1.ClusterRightsizingPolicy{clusterPolicy("only", 0, 0, v1alpha1.PolicySelector{})}}
+	a, err := byHand.ResolveShared(api)
+	require.NoError(t, err)
+	b, err := byHand.ResolveShared(db)
+	require.NoError(t, err)
+	assert.NotSame(t, a, b)
+	assert.Equal(t, a, b)
+}
+
 // TestAnyRecommendsLooksAtEveryPolicy: one policy of either kind that
 // enables spec.recommend is enough; one that sets it disabled is not.
 func TestAnyRecommendsLooksAtEveryPolicy(t *testing.T) {

@@ -129,10 +129,19 @@ func rollbackCandidates(w Workload, namespaced []v1alpha1.RollbackPolicy, cluste
 // choose ranks cands and returns the best one that selects w, as Resolve
 // describes.
 func choose(w Workload, namespaceLabels map[string]string, cands []candidate) (*Resolved, error) {
+	best, err := pick(w, namespaceLabels, cands)
+	if best == nil || err != nil {
+		return nil, err
+	}
+	return best.resolved(), nil
+}
+
+// pick ranks cands and returns the best one that selects w, nil when none
+// does.
+func pick(w Workload, namespaceLabels map[string]string, cands []candidate) (*candidate, error) {
 	slices.SortFunc(cands, rank)
 
 	var errs []error
-	var best *candidate
 	for i := range cands {
 		ok, err := selects(cands[i], w, namespaceLabels)
 		if err != nil {
@@ -140,23 +149,25 @@ func choose(w Workload, namespaceLabels map[string]string, cands []candidate) (*
 			continue
 		}
 		if ok {
-			best = &cands[i]
-			break
+			if len(errs) > 0 {
+				break
+			}
+			return &cands[i], nil
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	if best == nil {
-		return nil, nil
-	}
-	spec := best.spec.DeepCopy()
+	return nil, errors.Join(errs...)
+}
+
+// resolved is the candidate as Resolve returns it: a defaulted copy of
+// its spec and its fingerprint.
+func (c *candidate) resolved() *Resolved {
+	spec := c.spec.DeepCopy()
 	spec.SetDefaults()
 	return &Resolved{
-		Ref:       v1alpha1.PolicyReference{Kind: best.kind, Name: best.name, Fingerprint: Fingerprint(*spec)},
-		Namespace: best.ns,
+		Ref:       v1alpha1.PolicyReference{Kind: c.kind, Name: c.name, Fingerprint: Fingerprint(*spec)},
+		Namespace: c.ns,
 		Spec:      *spec,
-	}, nil
+	}
 }
 
 // rank orders candidates best first (docs/design.md section 2, docs/api.md):

@@ -262,8 +262,7 @@ func (r *Loop) checkpoint(ctx context.Context, pols *policy.Policies, resolved m
 		if rw == nil || tw.seen != r.tick {
 			continue
 		}
-		o := rw.w.Object
-		tw.ckpt.owner = metav1.OwnerReference{APIVersion: "apps/v1", Kind: string(ref.Kind), Name: o.GetName(), UID: o.GetUID()}
+		tw.ckpt.owner = metav1.OwnerReference{APIVersion: "apps/v1", Kind: string(ref.Kind), Name: ref.Name, UID: rw.uid}
 		if tw.ckpt.at.IsZero() || now.Sub(tw.ckpt.at) >= r.ckptInterval {
 			due = append(due, ref)
 		}

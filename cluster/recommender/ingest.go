@@ -27,7 +27,8 @@ func (r *Loop) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c 
 	}
 	in.seen = r.tick
 	var last signals.UsageSample
-	for _, s := range r.usage.Since(pod.UID, c.Name, in.cursor, nil) {
+	r.readings = r.usage.Since(pod.UID, c.Name, in.cursor, r.readings[:0])
+	for _, s := range r.readings {
 		if !in.cpuAt.IsZero() && s.CPU >= in.cpu && s.At.After(in.cpuAt) {
 			st.AddCPU(m, (s.CPU-in.cpu).Seconds()/s.At.Sub(in.cpuAt).Seconds(), s.At)
 		}

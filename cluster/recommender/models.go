@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/policy"
 	"github.com/kerf-dev/kerf/cluster/recommend"
 	"github.com/kerf-dev/kerf/cluster/workload"
 )
@@ -87,6 +88,29 @@ func (r *Loop) model(spec v1alpha1.PolicySpec) (m *recommend.Model, fellBack boo
 	return m, false, nil
 }
 
+// modelChoice is what model returned for a policy's parameters.
+type modelChoice struct {
+	m        *recommend.Model
+	fellBack bool
+	err      error
+}
+
+// modelOf is model for a policy as ResolveShared resolved it, once a pass
+// per policy: the workloads one policy governs share its Resolved, so its
+// parameters are worked out once, not for each workload.
+func (r *Loop) modelOf(res *policy.Resolved) (*recommend.Model, bool, error) {
+	if r.passModelsAt != r.tick {
+		clear(r.passModels)
+		r.passModelsAt = r.tick
+	}
+	c, ok := r.passModels[res]
+	if !ok {
+		c.m, c.fellBack, c.err = r.model(res.Spec)
+		r.passModels[res] = c
+	}
+	return c.m, c.fellBack, c.err
+}
+
 // adopt gives a workload the model of its policy, once a pass. Any change
 // applies at once, except one of the parameters that shape the state: the
 // half-lives, the memory interval and count, which make the model's
@@ -97,7 +121,7 @@ func (r *Loop) model(spec v1alpha1.PolicySpec) (m *recommend.Model, fellBack boo
 // kill and the throttling in the window: a restarted history must not
 // lower what a latch holds.
 func (r *Loop) adopt(ref workload.Ref, tw *trackedWorkload, rw *resolvedWorkload, now time.Time) {
-	m, fellBack, err := r.model(rw.resolved.Spec)
+	m, fellBack, err := r.modelOf(rw.resolved)
 	if err != nil {
 		rw.modelErr = fmt.Errorf("recommender parameters of %s %s: %w", rw.resolved.Ref.Kind, rw.resolved.Ref.Name, err)
 		if tw.model == nil {

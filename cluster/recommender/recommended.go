@@ -57,11 +57,16 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 	}
 	var containers []v1alpha1.ContainerResources
 	changed := false
-	tmpl := rw.w.Template.Spec.Containers
+	// The workload's object, in the pass's room: only read here.
+	w, err := workload.GetWith(ctx, r.client, ref.Namespace, v1alpha1.TargetRef{Kind: ref.Kind, Name: ref.Name}, &r.scratch)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := w.Template.Spec.Containers
 	// A Guaranteed pod's limits follow its requests: an in-place resize
 	// may not change the QoS class. Kerf's changes keep it, so the
 	// template's class is the running pods'.
-	qos, _ := resources.QOSClass(&rw.w.Template.Spec)
+	qos, _ := resources.QOSClass(&w.Template.Spec)
 	for _, c := range tmpl {
 		st := tw.containers[c.Name]
 		if st == nil {

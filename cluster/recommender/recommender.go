@@ -82,6 +82,10 @@ type Loop struct {
 	// defaults' model.
 	modelsPruned uint64
 	modelMetrics *modelMetrics
+	// passModels are this pass's (passModelsAt) models by the policies'
+	// shared Resolved (modelOf).
+	passModels   map[*policy.Resolved]modelChoice
+	passModelsAt uint64
 
 	workloads map[workload.Ref]*trackedWorkload
 	instances map[instanceKey]*trackedInstance
@@ -114,6 +118,10 @@ type Loop struct {
 	vpa *vpaSource
 	// writers writes the recommendations (writes.go).
 	writers *writers
+	// scratch is the room the pass reads workloads' objects into, and
+	// readings the room for a container's usage readings.
+	scratch  workload.Scratch
+	readings []signals.UsageSample
 }
 
 // trackedWorkload is the history of one workload's containers.
@@ -230,7 +238,7 @@ func New(c client.Client, reader client.Reader, namespaces []string, sig *signal
 	return &Loop{
 		client: c, usage: sig.Usage, kernel: sig.Kernel, now: now, log: log.With("component", "recommender"),
 		period: cfg.Period, max: cfg.MaxContainers, base: base,
-		models: map[recommend.Params]*recommend.Model{base.Params(): base}, modelMetrics: mm,
+		models: map[recommend.Params]*recommend.Model{base.Params(): base}, modelMetrics: mm, passModels: map[*policy.Resolved]modelChoice{},
 		workloads: map[workload.Ref]*trackedWorkload{}, instances: map[instanceKey]*trackedInstance{},
 		refs: map[types.UID]workload.Ref{}, trackedGauge: gauge, steps: steps,
 		reader: reader, namespaces: namespaces, ckptInterval: cfg.CheckpointInterval, ckptWrites: cfg.CheckpointWrites,
@@ -269,10 +277,13 @@ func (r *Loop) Start(ctx context.Context) error {
 	}
 }
 
-// resolvedWorkload is one pass's view of a workload: the object and the
-// policy that governs it when that policy enables spec.recommend.
+// resolvedWorkload is one pass's view of a workload: its object's UID and
+// the policy that governs it when that policy enables spec.recommend. The
+// policy's Resolved is shared by the workloads it governs (read only); the
+// object itself is read again only when a recommendation is due, so that a
+// pass does not hold every workload's object at once.
 type resolvedWorkload struct {
-	w        *workload.Workload
+	uid      types.UID
 	resolved *policy.Resolved
 	// modelErr is why the policy's parameters gave no model (the
 	// workload's states keep theirs, and nothing is recommended).
@@ -321,13 +332,15 @@ func (r *Loop) pass(ctx context.Context) error {
 	timer.step("prune")
 	r.recommendDue(ctx, resolved, now)
 	timer.step("recommend")
+	// The pods are let go before the checkpoint writes, which take
+	// time: they are the pass's largest part.
+	for _, tw := range r.workloads {
+		tw.pods = nil
+	}
 	// The count is known before the checkpoint writes (which take time).
 	r.trackedGauge.Set(float64(r.tracked))
 	r.checkpoint(ctx, pols, resolved, now)
 	timer.step("checkpoint")
-	for _, tw := range r.workloads {
-		tw.pods = nil
-	}
 	return nil
 }
 
@@ -417,9 +430,8 @@ func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*reso
 		if rw == nil || tw.seen != r.tick {
 			continue
 		}
-		spec := rw.resolved.Spec.Recommend.DeepCopy()
-		spec.SetDefaults()
-		if !tw.recommended.IsZero() && now.Sub(tw.recommended) < spec.Interval.Duration && !tw.killed {
+		// Resolved specs are defaulted.
+		if !tw.recommended.IsZero() && now.Sub(tw.recommended) < rw.resolved.Spec.Recommend.Interval.Duration && !tw.killed {
 			continue
 		}
 		write, err := r.recommendFor(ctx, ref, rw, tw, now)
@@ -472,15 +484,15 @@ func (s *stepTimer) total() {
 // resolve returns the workload and its policy when that policy enables
 // spec.recommend, else nil.
 func (r *Loop) resolve(ctx context.Context, pols *policy.Policies, ref workload.Ref) *resolvedWorkload {
-	w, err := workload.Get(ctx, r.client, ref.Namespace, v1alpha1.TargetRef{Kind: ref.Kind, Name: ref.Name})
+	w, err := workload.GetWith(ctx, r.client, ref.Namespace, v1alpha1.TargetRef{Kind: ref.Kind, Name: ref.Name}, &r.scratch)
 	if err != nil {
 		return nil
 	}
-	res, err := pols.Resolve(policy.Workload{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, Labels: w.Object.GetLabels()})
+	res, err := pols.ResolveShared(policy.Workload{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, Labels: w.Object.GetLabels()})
 	if err != nil || res == nil || res.Spec.Recommend == nil || !res.Spec.Recommend.Enabled {
 		return nil
 	}
-	return &resolvedWorkload{w: w, resolved: res}
+	return &resolvedWorkload{uid: w.Object.GetUID(), resolved: res}
 }
 
 // prune forgets the pods no longer listed and the workloads that are gone.
