@@ -140,7 +140,7 @@ func (p *Policies) candidates(w Workload) []candidate {
 	return append(cands, rollbackCandidates(w, p.rollback[w.Namespace], p.clusterRollback)...)
 }
 
-// ResolveShared is Resolve for a pass over many workloads: the workloads
+// ResolveShared is Resolve for a pass over many workloads. The workloads
 // one policy governs get the same Resolved, made once (its spec's copy,
 // defaults and fingerprint). Callers must only read it. It is safe for
 // concurrent use.

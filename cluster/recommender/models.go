@@ -96,7 +96,7 @@ type modelChoice struct {
 }
 
 // modelOf is model for a policy as ResolveShared resolved it, once a pass
-// per policy: the workloads one policy governs share its Resolved, so its
+// per policy. The workloads one policy governs share its Resolved, so its
 // parameters are worked out once, not for each workload.
 func (r *Loop) modelOf(res *policy.Resolved) (*recommend.Model, bool, error) {
 	if r.passModelsAt != r.tick {
