@@ -60,5 +60,9 @@ func TestRecommenderWritesNothingForADegradedWorkload(t *testing.T) {
 	}, "the leader never recorded the refusals")
 	assert.Equal(t, string(recommend.ReasonDegraded), kubetest.HistoryOf(rsr, v1alpha1.ActionRefused)[0].Reason)
 	assert.Equal(t, v1alpha1.PhaseDegraded, rsr.Status.Phase)
-	assert.Positive(t, leadertest.MetricValue(t, l, "kerf_actions_total", "type", "refused", "reason", string(recommend.ReasonDegraded)))
+	// Counted once the status write that recorded it has succeeded: a
+	// moment after the history reads it (a -race run read it between).
+	assert.Eventually(t, func() bool {
+		return leadertest.MetricValue(t, l, "kerf_actions_total", "type", "refused", "reason", string(recommend.ReasonDegraded)) > 0
+	}, 30*time.Second, 50*time.Millisecond, "kerf_actions_total{type=refused,reason=Degraded}")
 }
