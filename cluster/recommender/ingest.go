@@ -142,11 +142,11 @@ func memoryLimit(pod *corev1.Pod, c corev1.Container) int64 {
 	return limit
 }
 
-// throttling feeds each workload fed's CFS throttling ratio since its
+// throttling feeds each tracked workload's CFS throttling ratio since its
 // previous read, summed over its pods per container name. A workload
 // tracked anew reads the span the kernel store keeps every sample of.
-func (r *Loop) throttling(fed map[workload.Ref]*trackedWorkload, now time.Time) {
-	for _, tw := range fed {
+func (r *Loop) throttling(now time.Time) {
+	for _, tw := range r.workloads {
 		if tw.seen != r.tick || len(tw.pods) == 0 {
 			continue
 		}

@@ -298,12 +298,9 @@ type resolvedWorkload struct {
 //   - feed: read the running pods' new usage readings and OOM kills into
 //     their workloads' states.
 //   - throttling: feed each workload's CFS throttling ratio.
-//   - recommend: make and write the recommendations that are due.
 //   - prune: forget the pods no longer listed and the workloads gone.
+//   - recommend: make and write the recommendations that are due.
 //   - checkpoint: write the checkpoints that are due, delete the stale.
-//
-// The first three run for each namespace in turn, and each step's time
-// is its sum over them.
 func (r *Loop) pass(ctx context.Context) error {
 	now := r.now()
 	r.tick++
@@ -324,30 +321,22 @@ func (r *Loop) pass(ctx context.Context) error {
 		timer.step("checkpoint")
 		return nil
 	}
-	// One namespace at a time: a pass holds one namespace's pods, not
-	// the cluster's (they were its largest part).
-	resolved := map[workload.Ref]*resolvedWorkload{}
-	full := false
-	for _, ns := range r.passNamespaces(pols) {
-		fed, nsFull, err := r.feed(ctx, pols, ns, resolved, now)
-		timer.step("feed")
-		if err != nil {
-			return err
-		}
-		full = full || nsFull
-		r.throttling(fed, now)
-		timer.step("throttling")
-		r.recommendDue(ctx, fed, resolved, now)
-		timer.step("recommend")
-		for _, tw := range fed {
-			tw.pods = nil
-		}
+	resolved, err := r.feed(ctx, pols, now)
+	timer.step("feed")
+	if err != nil {
+		return err
 	}
-	if full {
-		r.log.Warn("recommender tracks its maximum of containers; new ones are not recommended for", "maxContainers", r.max)
-	}
+	r.throttling(now)
+	timer.step("throttling")
 	r.prune(ctx)
 	timer.step("prune")
+	r.recommendDue(ctx, resolved, now)
+	timer.step("recommend")
+	// The pods are let go before the checkpoint writes, which take
+	// time: they are the pass's largest part.
+	for _, tw := range r.workloads {
+		tw.pods = nil
+	}
 	// The count is known before the checkpoint writes (which take time).
 	r.trackedGauge.Set(float64(r.tracked))
 	r.checkpoint(ctx, pols, resolved, now)
@@ -355,31 +344,20 @@ func (r *Loop) pass(ctx context.Context) error {
 	return nil
 }
 
-// passNamespaces are the namespaces a pass reads pods in, one after
-// another: the leader's watched namespaces, or every namespace when it
-// watches all.
-func (r *Loop) passNamespaces(pols *policy.Policies) []string {
-	if len(r.namespaces) > 0 {
-		return r.namespaces
-	}
-	return pols.Namespaces()
-}
-
-// feed reads the running pods' new usage readings and OOM kills in
-// namespace ns into their workloads' states. It adds the workloads it
-// resolves to resolved (nil for one whose policy does not enable
-// spec.recommend) and returns those it fed, each holding its pods until
-// the caller lets them go, and whether a container was not tracked for
-// the bound on containers.
-func (r *Loop) feed(ctx context.Context, pols *policy.Policies, ns string, resolved map[workload.Ref]*resolvedWorkload, now time.Time) (fed map[workload.Ref]*trackedWorkload, full bool, err error) {
+// feed reads the running pods' new usage readings and OOM kills into
+// their workloads' states. It returns the workloads it resolved, nil for
+// one whose policy does not enable spec.recommend.
+func (r *Loop) feed(ctx context.Context, pols *policy.Policies, now time.Time) (map[workload.Ref]*resolvedWorkload, error) {
 	// Views, only read: the leader's cache holds pods in a form of its
 	// own (cluster/cachestore/pod.go), and a copy of every pod each pass
-	// was the whole pods' size again in garbage.
+	// was the whole pods' size again in garbage. The workloads hold them only for
+	// the pass.
 	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
-		return nil, false, fmt.Errorf("list pods in %s: %w", ns, err)
+	if err := r.client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	fed = map[workload.Ref]*trackedWorkload{}
+	resolved := map[workload.Ref]*resolvedWorkload{}
+	full := false
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
@@ -413,7 +391,6 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, ns string, resol
 			tw.seen, tw.pods = r.tick, tw.pods[:0]
 			r.adopt(ref, tw, rw, now)
 		}
-		fed[ref] = tw
 		tw.pods = append(tw.pods, pod)
 		for _, c := range pod.Spec.Containers {
 			st := tw.containers[c.Name]
@@ -431,18 +408,21 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, ns string, resol
 			}
 		}
 	}
-	return fed, full, nil
+	if full {
+		r.log.Warn("recommender tracks its maximum of containers; new ones are not recommended for", "maxContainers", r.max)
+	}
+	return resolved, nil
 }
 
 // recommendDue makes and writes the due recommendations of the workloads
-// fed, those of one namespace in this pass. One is due when its policy's
-// interval elapsed since the last, or at once after an OOM kill: each
-// kill waited for is a restart. It decides them one by one and writes
-// them on the pool's workers (writes.go); it returns once every write has
-// ended, so the recommend step's time covers both.
-func (r *Loop) recommendDue(ctx context.Context, fed map[workload.Ref]*trackedWorkload, resolved map[workload.Ref]*resolvedWorkload, now time.Time) {
+// seen in this pass. One is due when its policy's interval elapsed since
+// the last, or at once after an OOM kill: each kill waited for is a
+// restart. It decides them one by one and writes them on the pool's
+// workers (writes.go); it returns once every write has ended, so the
+// recommend step's time covers both.
+func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*resolvedWorkload, now time.Time) {
 	batch := r.writers.start(ctx)
-	for ref, tw := range fed {
+	for ref, tw := range r.workloads {
 		if ctx.Err() != nil {
 			break // the leader stops: what is left is the next leader's
 		}
@@ -476,37 +456,28 @@ func (r *Loop) recommendDue(ctx context.Context, fed map[workload.Ref]*trackedWo
 	}
 }
 
-// stepTimer times one pass's steps. A step may come more than once in a
-// pass (once per namespace); its time is the sum, observed once when the
-// pass ends with the pass's total.
+// stepTimer times one pass's steps: each step's time since the previous
+// one ended, and the pass's total.
 type stepTimer struct {
 	seconds     *prometheus.HistogramVec
 	start, last time.Time
-	spent       map[string]time.Duration
-	order       []string
 }
 
 // startSteps starts timing a pass's steps into seconds.
 func startSteps(seconds *prometheus.HistogramVec) *stepTimer {
 	now := time.Now()
-	return &stepTimer{seconds: seconds, start: now, last: now, spent: map[string]time.Duration{}}
+	return &stepTimer{seconds: seconds, start: now, last: now}
 }
 
-// step adds the time since the previous step ended to name's.
+// step observes the step that just ended.
 func (s *stepTimer) step(name string) {
 	now := time.Now()
-	if _, ok := s.spent[name]; !ok {
-		s.order = append(s.order, name)
-	}
-	s.spent[name] += now.Sub(s.last)
+	s.seconds.WithLabelValues(name).Observe(now.Sub(s.last).Seconds())
 	s.last = now
 }
 
-// total observes each step's time in the pass, and the whole pass's.
+// total observes the whole pass.
 func (s *stepTimer) total() {
-	for _, name := range s.order {
-		s.seconds.WithLabelValues(name).Observe(s.spent[name].Seconds())
-	}
 	s.seconds.WithLabelValues("total").Observe(time.Since(s.start).Seconds())
 }
 

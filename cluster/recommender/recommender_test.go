@@ -4,14 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,48 +43,6 @@ func TestAPassTimesEachOfItsSteps(t *testing.T) {
 	require.NoError(t, r.pass(t.Context()))
 	assert.Equal(t, map[string]uint64{"policies": 2, "feed": 1, "throttling": 1, "prune": 1, "recommend": 1, "checkpoint": 2, "total": 2},
 		passSteps(t, reg), "every step once more")
-}
-
-// podLists is a client that records the namespace of each list of pods.
-type podLists struct {
-	client.Client
-	mu         sync.Mutex
-	namespaces []string
-}
-
-func (p *podLists) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	if _, ok := list.(*corev1.PodList); ok {
-		var lo client.ListOptions
-		lo.ApplyOptions(opts)
-		p.mu.Lock()
-		p.namespaces = append(p.namespaces, lo.Namespace)
-		p.mu.Unlock()
-	}
-	return p.Client.List(ctx, list, opts...)
-}
-
-// TestAPassReadsPodsOneNamespaceAtATime: a pass lists the pods of each
-// namespace in turn, never the whole cluster's at once (those were most
-// of what a pass held at 5,000 workloads), and still observes each step
-// once, its time summed over the namespaces.
-func TestAPassReadsPodsOneNamespaceAtATime(t *testing.T) {
-	c := controlplane.Get(t).Client
-	a, b := namespace(t, c), namespace(t, c)
-	for _, ns := range []string{a, b} {
-		p := &v1alpha1.RightsizingPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "recommend"}}
-		p.Spec.Recommend = &v1alpha1.RecommendSpec{Enabled: true}
-		require.NoError(t, c.Create(t.Context(), p))
-	}
-	lists := &podLists{Client: c}
-	reg := prometheus.NewRegistry()
-	r, err := New(lists, c, []string{a, b}, signals.New(), Config{}, nil, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	require.NoError(t, r.pass(t.Context()))
-	assert.Equal(t, []string{a, b}, lists.namespaces, "one list of pods per namespace, in turn")
-	steps := passSteps(t, reg)
-	for _, step := range []string{"feed", "throttling", "recommend", "prune", "checkpoint", "total"} {
-		assert.EqualValues(t, 1, steps[step], "step %s observed once a pass", step)
-	}
 }
 
 // passSteps is the count of observations of kerf_recommender_pass_seconds
