@@ -198,7 +198,7 @@ func New(c client.Client, reader client.Reader, namespaces []string, sig *signal
 	}
 	steps := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "kerf_recommender_pass_seconds",
-		Help:    "How long the recommender's passes took, by step (policies, feed, throttling, recommend, prune, checkpoint; a step run per namespace summed) and in total.",
+		Help:    "How long the recommender's passes took, by step (policies, feed, throttling, prune, recommend, checkpoint) and in total.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
 	}, []string{"step"})
 	if err := reg.Register(steps); err != nil {
