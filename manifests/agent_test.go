@@ -236,6 +236,28 @@ func TestTheAgentRunsWithTheLeastPrivilegeItNeeds(t *testing.T) {
 		"every taint: a node without an agent reports no kernel OOM kill and no throttling")
 }
 
+// TestTheKubeletGivesASlowAgentTimeBeforeRestartingIt: the agent answers
+// its probes once its OOM source is loaded, which took 45 s on the
+// emulated VM node beside a loaded machine's tests. The liveness probe
+// alone restarted it after 35 s, again and again, and each restart lost
+// its counters. So a startup probe gives it minutes to start, and once
+// it runs a minute of unanswered probes comes before a restart.
+func TestTheKubeletGivesASlowAgentTimeBeforeRestartingIt(t *testing.T) {
+	c := agentPod(t, kustomizetest.Objects(t, kustomizetest.Manifests(t))).Containers[0]
+	window := func(p *corev1.Probe) time.Duration {
+		return time.Duration(p.InitialDelaySeconds+p.PeriodSeconds*p.FailureThreshold) * time.Second
+	}
+	require.NotNil(t, c.StartupProbe, "a startup probe: the liveness probe waits for its first success")
+	require.NotNil(t, c.LivenessProbe)
+	require.NotNil(t, c.ReadinessProbe)
+	assert.GreaterOrEqual(t, window(c.StartupProbe), 3*time.Minute, "time to start before a restart")
+	assert.GreaterOrEqual(t, window(c.LivenessProbe), time.Minute, "unanswered liveness probes before a restart")
+	assert.Equal(t, c.LivenessProbe.HTTPGet.Path, c.StartupProbe.HTTPGet.Path, "started is alive")
+	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		assert.GreaterOrEqual(t, p.TimeoutSeconds, int32(5), "%s: a busy node answers late; the kubelet's default is 1 s", name)
+	}
+}
+
 // renderChart is `helm template kerf charts/kerf` with vals (test/helm
 // compares its defaults with manifests/).
 func renderChart(t *testing.T, vals map[string]any) []*unstructured.Unstructured {

@@ -202,6 +202,36 @@ func (in *Installed) Logs(ctx context.Context, component string) string {
 	return string(out)
 }
 
+// Restarts says, for failure messages, why Kerf's containers last
+// stopped (their last state, with the previous instance's last log lines)
+// and lists the Warning events in Kerf's namespace: a probe that failed, a
+// container the kernel killed. Empty when no container restarted and
+// nothing warned.
+func (in *Installed) Restarts(ctx context.Context) string {
+	var b strings.Builder
+	var pods corev1.PodList
+	if err := in.Client.List(ctx, &pods, client.InNamespace(KerfNamespace)); err != nil {
+		return fmt.Sprintf("list Kerf's pods: %v", err)
+	}
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			last := cs.LastTerminationState.Terminated
+			if cs.RestartCount == 0 || last == nil {
+				continue
+			}
+			fmt.Fprintf(&b, "%s/%s on %s: %d restarts, last stopped %s (exit %d, %s) after running from %s; its last lines:\n",
+				p.Name, cs.Name, p.Spec.NodeName, cs.RestartCount, last.FinishedAt.Format(time.RFC3339), last.ExitCode, last.Reason, last.StartedAt.Format(time.RFC3339))
+			out, _ := in.Run(ctx, "-n", KerfNamespace, "logs", "--previous", "--tail=15", p.Name, "-c", cs.Name)
+			b.Write(out)
+		}
+	}
+	out, _ := in.Run(ctx, "-n", KerfNamespace, "get", "events", "--field-selector", "type=Warning", "--sort-by", ".lastTimestamp")
+	if !strings.HasPrefix(string(out), "No resources found") {
+		b.Write(out)
+	}
+	return b.String()
+}
+
 func podReady(conds []corev1.PodCondition) bool {
 	for _, c := range conds {
 		if c.Type == corev1.PodReady {

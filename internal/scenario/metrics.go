@@ -131,7 +131,7 @@ func (e *Env) AgentMetricsOn(ctx context.Context, node string) (map[string][]Ser
 			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w (for %s; %s)", err, agentScrapeWait, agentState(p))
 		}
 		select {
 		case <-ctx.Done():
@@ -142,8 +142,25 @@ func (e *Env) AgentMetricsOn(ctx context.Context, node string) (map[string][]Ser
 }
 
 // agentScrapeWait is how long AgentMetricsOn asks an agent that does not
-// answer again.
-const agentScrapeWait = time.Minute
+// answer again: a restarted agent on the emulated VM node took 45 s to
+// answer beside a loaded machine's tests.
+const agentScrapeWait = 3 * time.Minute
+
+// agentState says, for an error, whether the agent's pod p is ready and
+// why its container last stopped.
+func agentState(p *corev1.Pod) string {
+	if p == nil {
+		return "no agent pod"
+	}
+	s := fmt.Sprintf("pod %s on %s", p.Name, p.Spec.NodeName)
+	for _, cs := range p.Status.ContainerStatuses {
+		s += fmt.Sprintf(": ready %t, %d restarts", cs.Ready, cs.RestartCount)
+		if t := cs.LastTerminationState.Terminated; t != nil {
+			s += fmt.Sprintf(", last stopped %s (exit %d, %s)", t.FinishedAt.Format(time.RFC3339), t.ExitCode, t.Reason)
+		}
+	}
+	return s
+}
 
 // AgentPod returns the running kerf-agent pod on node. An empty node
 // means this machine's: the first agent that is not on the VM node.

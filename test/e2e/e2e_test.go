@@ -145,6 +145,9 @@ func env(t *testing.T, in *scenario.Installed) *scenario.Env {
 			t.Logf("Kerf:\n%s", kerf)
 			t.Logf("leader logs:\n%s", in.Logs(context.Background(), "leader"))
 			t.Logf("agent logs:\n%s", in.Logs(context.Background(), "agent"))
+			if r := in.Restarts(ctx); r != "" {
+				t.Logf("Kerf's restarts and warnings:\n%s", r)
+			}
 		}
 	})
 	return e
