@@ -32,8 +32,6 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/node/oom"
-	"github.com/kerf-dev/kerf/test/authtest"
-	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 // Goals of issue 34 at 25,000 workloads with the recommender on; the
@@ -320,32 +318,12 @@ func BenchmarkLeaderRecommendingAtScale(b *testing.B) {
 	b.Logf("workloads %d, nodes %d, harness workers %d, OOM probes %d every %v, usage every %v, the policies' minHistory %v; the leader's flags added: %q (%s)",
 		n, m, workers, probes, probeGap, sampleEvery, minHistory, os.Getenv(leaderFlagsEnv), leaderFlagsEnv)
 
-	cp := controlplane.StartForTest(b)
-	c, cs := fastClient(b, cp.Config)
-	dir := b.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
-	keepLeaderLogs(b, dir)
-
-	s := &sim{n: n, m: m}
-	leaderKubeconfig := identities(b, c, cs, cp.Config, dir)
-	populate(b, c, s, workers)
-	tokens := agentTokens(b, c, cs, s, dir, workers)
-	caPool := streamCert(b, dir)
-	authtest.InstallReaderRoles(b, cp)
-	metricsCaller := authtest.NewCaller(b, cp, kerfNS, "scale-metrics-reader")
-	metricsCaller.BindCluster(b, cp, authtest.MetricsReader)
-	args := leaderArgs{bin: buildLeader(b, dir), kubeconfig: leaderKubeconfig, streamAddr: freeAddr(b), certDir: dir, dir: dir,
-		metricsToken: metricsCaller.Token}
+	bc := newBenchCluster(b, n, m, workers, nil)
+	ctx, c, cs, s := bc.ctx, bc.c, bc.cs, bc.s
 	deps := watchDeployments(ctx, b, c)
 	recs := watchRecommended(ctx, b, c)
 
-	leader := startLeader(b, args, "scale-1")
-	u := sampleUsage(ctx, leader)
-	ag := startAgents(b, s, args.streamAddr, caPool, tokens)
-	tConnect := ag.waitConnected(b, leader, 10*time.Minute)
-	b.Logf("leader start → %d agents connected: %v", m, tConnect.Round(time.Millisecond))
-	go sendCounters(ctx, s, ag, sampleEvery)
+	leader, u, ag := bc.start(b, "scale-1", sampleEvery)
 
 	probeStart := time.Now()
 	probePod := applyProbes(ctx, b, c, s, leader, probes, workers, waveTimeout)

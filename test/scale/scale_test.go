@@ -28,8 +28,6 @@ import (
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/node/oom"
-	"github.com/kerf-dev/kerf/test/authtest"
-	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
 // scaleEnable turns the benchmark on: it takes many minutes and most of
@@ -219,34 +217,16 @@ func BenchmarkLeaderAtScale(b *testing.B) {
 	b.Logf("workloads %d, nodes %d, harness workers %d, OOM probes %d every %v, outage OOM probes %d, in-place replicas %d, counters every %v",
 		n, m, workers, probes, probeGap, outage, inPlaceReplicas, sampleEvery)
 
-	cp := controlplane.StartForTest(b)
-	c, cs := fastClient(b, cp.Config)
-	dir := b.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
-	keepLeaderLogs(b, dir)
-
-	s := &sim{n: n, m: m}
-	leaderKubeconfig := identities(b, c, cs, cp.Config, dir)
-	populate(b, c, s, workers)
-	populateInPlace(b, c, s, inPlaceReplicas)
-	resizes := kubeletResizes(ctx, b, c, s.ns(0), inPlaceName, inPlaceReplicas)
-	tokens := agentTokens(b, c, cs, s, dir, workers)
-	caPool := streamCert(b, dir)
-	authtest.InstallReaderRoles(b, cp)
-	metricsCaller := authtest.NewCaller(b, cp, kerfNS, "scale-metrics-reader")
-	metricsCaller.BindCluster(b, cp, authtest.MetricsReader)
-	args := leaderArgs{bin: buildLeader(b, dir), kubeconfig: leaderKubeconfig, streamAddr: freeAddr(b), certDir: dir, dir: dir,
-		metricsToken: metricsCaller.Token}
+	var resizes *resizeWatch
+	bc := newBenchCluster(b, n, m, workers, func(ctx context.Context, c client.WithWatch, s *sim) {
+		populateInPlace(b, c, s, inPlaceReplicas)
+		resizes = kubeletResizes(ctx, b, c, s.ns(0), inPlaceName, inPlaceReplicas)
+	})
+	ctx, c, cs, s, args := bc.ctx, bc.c, bc.cs, bc.s, bc.args
 	deps := watchDeployments(ctx, b, c)
 
 	// The leader starts on the populated cluster; the agents connect.
-	leader := startLeader(b, args, "scale-1")
-	u := sampleUsage(ctx, leader)
-	ag := startAgents(b, s, args.streamAddr, caPool, tokens)
-	tConnect := ag.waitConnected(b, leader, 10*time.Minute)
-	b.Logf("leader start → %d agents connected: %v", m, tConnect.Round(time.Millisecond))
-	go sendCounters(ctx, s, ag, sampleEvery)
+	leader, u, ag := bc.start(b, "scale-1", sampleEvery)
 
 	// The OOM probes (and the outage probes of the connect storm): the
 	// first workloads' changes are applied and watched, and a pod of the
