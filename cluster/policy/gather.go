@@ -3,6 +3,8 @@ package policy
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -161,6 +163,11 @@ func (p *Policies) ResolveShared(w Workload) (*Resolved, error) {
 		p.shared.m[k] = r
 	}
 	return r, nil
+}
+
+// Namespaces returns the names of the namespaces read, sorted.
+func (p *Policies) Namespaces() []string {
+	return slices.Sorted(maps.Keys(p.namespaces))
 }
 
 // AnyRecommends reports whether any policy enables spec.recommend. The

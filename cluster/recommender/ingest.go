@@ -142,11 +142,11 @@ func memoryLimit(pod *corev1.Pod, c corev1.Container) int64 {
 	return limit
 }
 
-// throttling feeds each tracked workload's CFS throttling ratio since its
+// throttling feeds each workload fed's CFS throttling ratio since its
 // previous read, summed over its pods per container name. A workload
 // tracked anew reads the span the kernel store keeps every sample of.
-func (r *Loop) throttling(now time.Time) {
-	for _, tw := range r.workloads {
+func (r *Loop) throttling(fed map[workload.Ref]*trackedWorkload, now time.Time) {
+	for _, tw := range fed {
 		if tw.seen != r.tick || len(tw.pods) == 0 {
 			continue
 		}
@@ -171,37 +171,64 @@ func (r *Loop) throttling(now time.Time) {
 	}
 }
 
-// runningResources returns what container c of the workload really runs
-// with, for the latches and guards. Per field (CPU and memory, request and
-// limit) it is the highest, over the workload's running pods, of:
+// runningContainer is what one container of a workload runs with, over
+// the workload's running pods read in a pass: per field, the highest.
+type runningContainer struct {
+	name           string
+	request, limit recommend.Resources
+	// inSpec is true when a running pod's spec has the container, not only
+	// its status.
+	inSpec bool
+}
+
+// foldRunning folds what pod's containers run with into running, one
+// entry per container name, and returns it. Per field (CPU and memory,
+// request and limit) an entry holds the highest, over the pods folded, of:
 //   - the pod spec's value, which an InPlace resize changes, not the
 //     template;
 //   - the value the kubelet reports in status.containerStatuses[].resources,
 //     which lags the spec while a resize is in flight.
 //
-// So a latch's "never lower" holds against every pod. When no running pod
-// has the container, it returns the template's values, c's.
-func runningResources(c corev1.Container, pods []*corev1.Pod) (request, limit recommend.Resources) {
-	found := false
-	for _, p := range pods {
-		for i := range p.Spec.Containers {
-			if pc := &p.Spec.Containers[i]; pc.Name == c.Name {
-				found = true
-				request = highest(request, resourcesOf(pc.Resources.Requests))
-				limit = highest(limit, resourcesOf(pc.Resources.Limits))
+// So a latch's "never lower" holds against every pod. The pass keeps
+// these rather than the pods, which it lets go namespace by namespace.
+func foldRunning(running []runningContainer, pod *corev1.Pod) []runningContainer {
+	entry := func(name string) *runningContainer {
+		for i := range running {
+			if running[i].name == name {
+				return &running[i]
 			}
 		}
-		for i := range p.Status.ContainerStatuses {
-			if cs := &p.Status.ContainerStatuses[i]; cs.Name == c.Name && cs.Resources != nil {
-				request = highest(request, resourcesOf(cs.Resources.Requests))
-				limit = highest(limit, resourcesOf(cs.Resources.Limits))
-			}
+		running = append(running, runningContainer{name: name})
+		return &running[len(running)-1]
+	}
+	for i := range pod.Spec.Containers {
+		pc := &pod.Spec.Containers[i]
+		e := entry(pc.Name)
+		e.inSpec = true
+		e.request = highest(e.request, resourcesOf(pc.Resources.Requests))
+		e.limit = highest(e.limit, resourcesOf(pc.Resources.Limits))
+	}
+	for i := range pod.Status.ContainerStatuses {
+		if cs := &pod.Status.ContainerStatuses[i]; cs.Resources != nil {
+			e := entry(cs.Name)
+			e.request = highest(e.request, resourcesOf(cs.Resources.Requests))
+			e.limit = highest(e.limit, resourcesOf(cs.Resources.Limits))
 		}
 	}
-	if !found {
-		return resourcesOf(c.Resources.Requests), resourcesOf(c.Resources.Limits)
+	return running
+}
+
+// runningResources returns what container c of the workload really runs
+// with, for the latches and guards: its entry of running (foldRunning).
+// When no running pod's spec has the container, it returns the template's
+// values, c's.
+func runningResources(c corev1.Container, running []runningContainer) (request, limit recommend.Resources) {
+	for i := range running {
+		if e := &running[i]; e.name == c.Name && e.inSpec {
+			return e.request, e.limit
+		}
 	}
-	return request, limit
+	return resourcesOf(c.Resources.Requests), resourcesOf(c.Resources.Limits)
 }
 
 // highest is the field-wise maximum of a and b.

@@ -73,7 +73,7 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 			continue
 		}
 		// Current is what the running pods run with, not the template.
-		request, limit := runningResources(c, tw.pods)
+		request, limit := runningResources(c, tw.running)
 		// The manifest's values are the template's: an InPlace change
 		// leaves the template alone (with Rollout it is the last change).
 		in := recommend.Input{

@@ -138,8 +138,12 @@ type trackedWorkload struct {
 	// recommendation is due at once, not an interval later.
 	killed bool
 	seen   uint64
-	// pods are its running pods, read in this pass (nil between passes).
+	// pods are its running pods in the namespace the pass is reading (nil
+	// once the pass has gone on to the next).
 	pods []*corev1.Pod
+	// running is what its containers run with over its running pods, read
+	// in this pass (runningResources).
+	running []runningContainer
 	// throttledTo is the end of the throttling window last read.
 	throttledTo time.Time
 	// ckpt is where its checkpoint is.
@@ -198,7 +202,7 @@ func New(c client.Client, reader client.Reader, namespaces []string, sig *signal
 	}
 	steps := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "kerf_recommender_pass_seconds",
-		Help:    "How long the recommender's passes took, by step (policies, feed, throttling, prune, recommend, checkpoint) and in total.",
+		Help:    "How long the recommender's passes took, by step (policies, feed, throttling, prune, recommend, checkpoint; feed and throttling run per namespace, summed) and in total.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
 	}, []string{"step"})
 	if err := reg.Register(steps); err != nil {
@@ -301,6 +305,11 @@ type resolvedWorkload struct {
 //   - prune: forget the pods no longer listed and the workloads gone.
 //   - recommend: make and write the recommendations that are due.
 //   - checkpoint: write the checkpoints that are due, delete the stale.
+//
+// feed and throttling run for each namespace in turn, and let its pods go
+// before the next is listed: a pass holds one namespace's pods, not the
+// cluster's (they were its largest part at 25,000 workloads). Each step's
+// time is its sum over the namespaces.
 func (r *Loop) pass(ctx context.Context) error {
 	now := r.now()
 	r.tick++
@@ -321,22 +330,28 @@ func (r *Loop) pass(ctx context.Context) error {
 		timer.step("checkpoint")
 		return nil
 	}
-	resolved, err := r.feed(ctx, pols, now)
-	timer.step("feed")
-	if err != nil {
-		return err
+	resolved := map[workload.Ref]*resolvedWorkload{}
+	full := false
+	for _, ns := range r.passNamespaces(pols) {
+		fed, nsFull, err := r.feed(ctx, pols, ns, resolved, now)
+		timer.step("feed")
+		if err != nil {
+			return err
+		}
+		full = full || nsFull
+		r.throttling(fed, now)
+		timer.step("throttling")
+		for _, tw := range fed {
+			tw.pods = nil
+		}
 	}
-	r.throttling(now)
-	timer.step("throttling")
+	if full {
+		r.log.Warn("recommender tracks its maximum of containers; new ones are not recommended for", "maxContainers", r.max)
+	}
 	r.prune(ctx)
 	timer.step("prune")
 	r.recommendDue(ctx, resolved, now)
 	timer.step("recommend")
-	// The pods are let go before the checkpoint writes, which take
-	// time: they are the pass's largest part.
-	for _, tw := range r.workloads {
-		tw.pods = nil
-	}
 	// The count is known before the checkpoint writes (which take time).
 	r.trackedGauge.Set(float64(r.tracked))
 	r.checkpoint(ctx, pols, resolved, now)
@@ -344,20 +359,31 @@ func (r *Loop) pass(ctx context.Context) error {
 	return nil
 }
 
-// feed reads the running pods' new usage readings and OOM kills into
-// their workloads' states. It returns the workloads it resolved, nil for
-// one whose policy does not enable spec.recommend.
-func (r *Loop) feed(ctx context.Context, pols *policy.Policies, now time.Time) (map[workload.Ref]*resolvedWorkload, error) {
+// passNamespaces are the namespaces a pass reads pods in, one after
+// another: the leader's watched namespaces, or every namespace when it
+// watches all.
+func (r *Loop) passNamespaces(pols *policy.Policies) []string {
+	if len(r.namespaces) > 0 {
+		return r.namespaces
+	}
+	return pols.Namespaces()
+}
+
+// feed reads the running pods' new usage readings and OOM kills in
+// namespace ns into their workloads' states, and what their containers
+// run with. It adds the workloads it resolves to resolved (nil for one
+// whose policy does not enable spec.recommend). It returns those it fed,
+// each holding its pods until the caller lets them go, and whether a
+// container was not tracked for the bound on containers.
+func (r *Loop) feed(ctx context.Context, pols *policy.Policies, ns string, resolved map[workload.Ref]*resolvedWorkload, now time.Time) (fed map[workload.Ref]*trackedWorkload, full bool, err error) {
 	// Views, only read: the leader's cache holds pods in a form of its
 	// own (cluster/cachestore/pod.go), and a copy of every pod each pass
-	// was the whole pods' size again in garbage. The workloads hold them only for
-	// the pass.
+	// was the whole pods' size again in garbage.
 	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list pods: %w", err)
+	if err := r.client.List(ctx, &pods, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, false, fmt.Errorf("list pods in %s: %w", ns, err)
 	}
-	resolved := map[workload.Ref]*resolvedWorkload{}
-	full := false
+	fed = map[workload.Ref]*trackedWorkload{}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
@@ -388,10 +414,12 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, now time.Time) (
 			r.workloads[ref] = tw
 		}
 		if tw.seen != r.tick {
-			tw.seen, tw.pods = r.tick, tw.pods[:0]
+			tw.seen, tw.pods, tw.running = r.tick, tw.pods[:0], tw.running[:0]
 			r.adopt(ref, tw, rw, now)
 		}
+		fed[ref] = tw
 		tw.pods = append(tw.pods, pod)
+		tw.running = foldRunning(tw.running, pod)
 		for _, c := range pod.Spec.Containers {
 			st := tw.containers[c.Name]
 			if st == nil {
@@ -408,10 +436,7 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, now time.Time) (
 			}
 		}
 	}
-	if full {
-		r.log.Warn("recommender tracks its maximum of containers; new ones are not recommended for", "maxContainers", r.max)
-	}
-	return resolved, nil
+	return fed, full, nil
 }
 
 // recommendDue makes and writes the due recommendations of the workloads
@@ -456,28 +481,37 @@ func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*reso
 	}
 }
 
-// stepTimer times one pass's steps: each step's time since the previous
-// one ended, and the pass's total.
+// stepTimer times one pass's steps. A step may come more than once in a
+// pass (once per namespace); its time is the sum, observed once when the
+// pass ends with the pass's total.
 type stepTimer struct {
 	seconds     *prometheus.HistogramVec
 	start, last time.Time
+	spent       map[string]time.Duration
+	order       []string
 }
 
 // startSteps starts timing a pass's steps into seconds.
 func startSteps(seconds *prometheus.HistogramVec) *stepTimer {
 	now := time.Now()
-	return &stepTimer{seconds: seconds, start: now, last: now}
+	return &stepTimer{seconds: seconds, start: now, last: now, spent: map[string]time.Duration{}}
 }
 
-// step observes the step that just ended.
+// step adds the time since the previous step ended to name's.
 func (s *stepTimer) step(name string) {
 	now := time.Now()
-	s.seconds.WithLabelValues(name).Observe(now.Sub(s.last).Seconds())
+	if _, ok := s.spent[name]; !ok {
+		s.order = append(s.order, name)
+	}
+	s.spent[name] += now.Sub(s.last)
 	s.last = now
 }
 
-// total observes the whole pass.
+// total observes each step's time in the pass, and the whole pass's.
 func (s *stepTimer) total() {
+	for _, name := range s.order {
+		s.seconds.WithLabelValues(name).Observe(s.spent[name].Seconds())
+	}
 	s.seconds.WithLabelValues("total").Observe(time.Since(s.start).Seconds())
 }
 

@@ -4,16 +4,20 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/recommend"
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
@@ -45,6 +49,48 @@ func TestAPassTimesEachOfItsSteps(t *testing.T) {
 		passSteps(t, reg), "every step once more")
 }
 
+// podLists is a client that records the namespace of each list of pods.
+type podLists struct {
+	client.Client
+	mu         sync.Mutex
+	namespaces []string
+}
+
+func (p *podLists) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*corev1.PodList); ok {
+		var lo client.ListOptions
+		lo.ApplyOptions(opts)
+		p.mu.Lock()
+		p.namespaces = append(p.namespaces, lo.Namespace)
+		p.mu.Unlock()
+	}
+	return p.Client.List(ctx, list, opts...)
+}
+
+// TestAPassReadsPodsOneNamespaceAtATime: a pass lists the pods of each
+// namespace in turn, never the whole cluster's at once (those were most
+// of what a pass held at 5,000 workloads), and still observes each step
+// once, its time summed over the namespaces.
+func TestAPassReadsPodsOneNamespaceAtATime(t *testing.T) {
+	c := controlplane.Get(t).Client
+	a, b := namespace(t, c), namespace(t, c)
+	for _, ns := range []string{a, b} {
+		p := &v1alpha1.RightsizingPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "recommend"}}
+		p.Spec.Recommend = &v1alpha1.RecommendSpec{Enabled: true}
+		require.NoError(t, c.Create(t.Context(), p))
+	}
+	lists := &podLists{Client: c}
+	reg := prometheus.NewRegistry()
+	r, err := New(lists, c, []string{a, b}, signals.New(), Config{}, nil, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	require.NoError(t, r.pass(t.Context()))
+	assert.Equal(t, []string{a, b}, lists.namespaces, "one list of pods per namespace, in turn")
+	steps := passSteps(t, reg)
+	for _, step := range []string{"feed", "throttling", "recommend", "prune", "checkpoint", "total"} {
+		assert.EqualValues(t, 1, steps[step], "step %s observed once a pass", step)
+	}
+}
+
 // passSteps is the count of observations of kerf_recommender_pass_seconds
 // by step.
 func passSteps(t *testing.T, reg *prometheus.Registry) map[string]uint64 {
@@ -65,4 +111,40 @@ func passSteps(t *testing.T, reg *prometheus.Registry) map[string]uint64 {
 		}
 	}
 	return out
+}
+
+// TestFoldRunningKeepsTheHighestOfEveryPodsSpecAndStatus: what a pass
+// keeps of a workload's pods once it lets them go is, per container and
+// field, the highest of the specs (an InPlace resize changes them) and the
+// kubelet's status (which lags a resize); a container in no spec falls
+// back to the template.
+func TestFoldRunningKeepsTheHighestOfEveryPodsSpecAndStatus(t *testing.T) {
+	res := func(cpu, mem string) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
+	}
+	pod := func(specCPU, statusCPU, mem string) *corev1.Pod {
+		return &corev1.Pod{
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app",
+				Resources: corev1.ResourceRequirements{Requests: res(specCPU, mem), Limits: res(specCPU, mem)}}}},
+			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{
+				{Name: "app", Resources: &corev1.ResourceRequirements{Requests: res(statusCPU, mem), Limits: res(statusCPU, mem)}},
+				{Name: "gone", Resources: &corev1.ResourceRequirements{Requests: res("9", "9Gi")}},
+			}},
+		}
+	}
+	// Resized down to 200m in its spec, the kubelet still at 500m; the
+	// other pod at 300m, with more memory.
+	var running []runningContainer
+	running = foldRunning(running, pod("200m", "500m", "128Mi"))
+	running = foldRunning(running, pod("300m", "300m", "256Mi"))
+
+	request, limit := runningResources(corev1.Container{Name: "app"}, running)
+	want := recommend.Resources{CPUMilli: 500, MemoryBytes: 256 << 20}
+	assert.Equal(t, want, request)
+	assert.Equal(t, want, limit)
+
+	tmpl := corev1.Container{Name: "gone", Resources: corev1.ResourceRequirements{Requests: res("100m", "64Mi")}}
+	request, _ = runningResources(tmpl, running)
+	assert.Equal(t, recommend.Resources{CPUMilli: 100, MemoryBytes: 64 << 20}, request,
+		"a container in no running pod's spec reads the template, whatever a status says")
 }
