@@ -99,8 +99,8 @@ func runPod(t *testing.T, cp *controlplane.ControlPlane, dep *appsv1.Deployment,
 		mounts[m.MountPath] = local
 	}
 	ports := map[string]string{} // ":port" → a free loopback address
-	for _, p := range ctr.Ports {
-		ports[fmt.Sprintf(":%d", p.ContainerPort)] = freeAddr(t)
+	for i, addr := range freeAddrs(t, len(ctr.Ports)) {
+		ports[fmt.Sprintf(":%d", ctr.Ports[i].ContainerPort)] = addr
 	}
 
 	env := resolveEnv(t, cp, pod, &ctr)
@@ -336,12 +336,18 @@ func podKubeconfig(t *testing.T, cp *controlplane.ControlPlane, pod *corev1.Pod,
 	return path
 }
 
-// freeAddr returns a loopback address nothing listens on now.
-func freeAddr(t *testing.T) string {
+// freeAddrs returns n distinct loopback addresses nothing listens on
+// now. Each is held until all are chosen: one closed at once came back
+// from the next listen, and a leader got the same port for its webhook
+// and its stream ("address already in use").
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
+	addrs := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs
 }
