@@ -60,7 +60,9 @@ test: deps
 	@hack/verify-generated.sh
 	@hack/controlplane.sh --check
 	KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -count=1 -timeout 30m -race $(TESTFLAGS) $(RACE_PKGS)
-	KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -count=1 -timeout 30m $(TESTFLAGS) $$($(GO) list ./... | grep -vxF "$$($(GO) list $(RACE_PKGS))")
+	@# 60m: the packages that bring up a sandbox take turns (sandbox.Lock),
+	@# and one may wait for the whole e2e run (23 min on a loaded machine).
+	KERF_REQUIRE_CONTROLPLANE=1 $(GO) test -count=1 -timeout 60m $(TESTFLAGS) $$($(GO) list ./... | grep -vxF "$$($(GO) list $(RACE_PKGS))")
 
 # UNIT_PKGS are the packages whose tests need no control plane, no root, no
 # kernel feature and no Prometheus: make unit runs them in seconds with

@@ -86,8 +86,9 @@ func prepare() {
 		return
 	}
 	// The other packages' sandboxes (internal/sandbox's two, the
-	// integration tests') come first on a busy machine: wait for them.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	// integration tests') come first on a busy machine: wait for them,
+	// within make test's 60 minutes, which leave 30 for this run.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	if unlock, setupErr = sandbox.Lock(ctx); setupErr != nil {
 		return
