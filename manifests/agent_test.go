@@ -241,7 +241,10 @@ func TestTheAgentRunsWithTheLeastPrivilegeItNeeds(t *testing.T) {
 // emulated VM node beside a loaded machine's tests. The liveness probe
 // alone restarted it after 35 s, again and again, and each restart lost
 // its counters. So a startup probe gives it minutes to start, and once
-// it runs a minute of unanswered probes comes before a restart.
+// it runs minutes of unanswered probes come before a restart: a minute
+// was not enough beside a loaded machine's tests: the restart came a
+// minute after an OOM kill the agent logged, and the test found it
+// uncounted.
 func TestTheKubeletGivesASlowAgentTimeBeforeRestartingIt(t *testing.T) {
 	c := agentPod(t, kustomizetest.Objects(t, kustomizetest.Manifests(t))).Containers[0]
 	window := func(p *corev1.Probe) time.Duration {
@@ -251,7 +254,7 @@ func TestTheKubeletGivesASlowAgentTimeBeforeRestartingIt(t *testing.T) {
 	require.NotNil(t, c.LivenessProbe)
 	require.NotNil(t, c.ReadinessProbe)
 	assert.GreaterOrEqual(t, window(c.StartupProbe), 3*time.Minute, "time to start before a restart")
-	assert.GreaterOrEqual(t, window(c.LivenessProbe), time.Minute, "unanswered liveness probes before a restart")
+	assert.GreaterOrEqual(t, window(c.LivenessProbe), 3*time.Minute, "unanswered liveness probes before a restart")
 	assert.Equal(t, c.LivenessProbe.HTTPGet.Path, c.StartupProbe.HTTPGet.Path, "started is alive")
 	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
 		assert.GreaterOrEqual(t, p.TimeoutSeconds, int32(5), "%s: a busy node answers late; the kubelet's default is 1 s", name)
