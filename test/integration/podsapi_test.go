@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -29,6 +28,7 @@ import (
 	"github.com/kerf-dev/kerf/internal/images"
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/internal/sandbox"
+	"github.com/kerf-dev/kerf/internal/scenario"
 	"github.com/kerf-dev/kerf/node"
 	"github.com/kerf-dev/kerf/node/report"
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -196,10 +196,9 @@ func TestKubeletPodsAPIDiscoversContainersAndSeesOOMKillsFirst(t *testing.T) {
 	first := running.Status.ContainerStatuses[0].ContainerID
 	require.Eventually(t, func() bool { return tracked(first) }, 30*time.Second, 100*time.Millisecond,
 		"the running container's cpu.stat was never read")
-	resp, err := http.Post(fmt.Sprintf("http://%s:8080/alloc?mib=64", running.Status.PodIP), "", nil)
-	if err == nil {
-		_ = resp.Body.Close()
-	}
+	// Sent again until it reached the workload: on a loaded machine the
+	// one POST made before could fail unsent, and no OOM kill came.
+	require.NoError(t, (&scenario.Env{}).Control(ctx, running, "alloc", "mib=64"), "ask the workload to allocate over its limit")
 
 	isOOM := func(ev report.ContainerEvent) bool {
 		return ev.Terminated != nil && ev.Terminated.Reason == "OOMKilled"
