@@ -105,9 +105,15 @@ func stopHelper(t *testing.T, pid int) {
 
 // procState returns the state letter of pid from /proc/<pid>/stat.
 func procState(t *testing.T, pid int) string {
+	return procStat(t, pid)[0]
+}
+
+// procStat returns the fields of /proc/<pid>/stat after the command
+// (which may hold spaces), from the state on.
+func procStat(t *testing.T, pid int) []string {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	require.NoError(t, err)
-	return strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))[0]
+	return strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
 }
 
 // processCPU returns the CPU time this process has used, all threads.
@@ -121,10 +127,7 @@ func processCPU() time.Duration {
 
 // procCPU returns utime+stime of pid from /proc/<pid>/stat.
 func procCPU(t *testing.T, pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	require.NoError(t, err)
-	// Fields after the command (which may hold spaces) start at state.
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	f := procStat(t, pid)
 	utime, err := strconv.ParseUint(f[11], 10, 64)
 	require.NoError(t, err)
 	stime, err := strconv.ParseUint(f[12], 10, 64)
