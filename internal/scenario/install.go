@@ -219,8 +219,8 @@ func (in *Installed) Restarts(ctx context.Context) string {
 			if cs.RestartCount == 0 || last == nil {
 				continue
 			}
-			fmt.Fprintf(&b, "%s/%s on %s: %d restarts, last stopped %s (exit %d, %s) after running from %s; its last lines:\n",
-				p.Name, cs.Name, p.Spec.NodeName, cs.RestartCount, last.FinishedAt.Format(time.RFC3339), last.ExitCode, last.Reason, last.StartedAt.Format(time.RFC3339))
+			fmt.Fprintf(&b, "%s/%s on %s: %d restarts, last %s after running from %s; its last lines:\n",
+				p.Name, cs.Name, p.Spec.NodeName, cs.RestartCount, stopped(last), last.StartedAt.Format(time.RFC3339))
 			out, _ := in.Run(ctx, "-n", KerfNamespace, "logs", "--previous", "--tail=15", p.Name, "-c", cs.Name)
 			b.Write(out)
 		}

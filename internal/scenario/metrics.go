@@ -156,10 +156,15 @@ func agentState(p *corev1.Pod) string {
 	for _, cs := range p.Status.ContainerStatuses {
 		s += fmt.Sprintf(": ready %t, %d restarts", cs.Ready, cs.RestartCount)
 		if t := cs.LastTerminationState.Terminated; t != nil {
-			s += fmt.Sprintf(", last stopped %s (exit %d, %s)", t.FinishedAt.Format(time.RFC3339), t.ExitCode, t.Reason)
+			s += ", last " + stopped(t)
 		}
 	}
 	return s
+}
+
+// stopped says when and how a container instance stopped.
+func stopped(t *corev1.ContainerStateTerminated) string {
+	return fmt.Sprintf("stopped %s (exit %d, %s)", t.FinishedAt.Format(time.RFC3339), t.ExitCode, t.Reason)
 }
 
 // AgentPod returns the running kerf-agent pod on node. An empty node
