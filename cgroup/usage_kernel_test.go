@@ -91,16 +91,26 @@ func runUsageHelper(t *testing.T, dirs ...string) *exec.Cmd {
 	return cmd
 }
 
-// stopHelper stops the helper process pid (SIGSTOP) and waits until the
-// kernel says it is stopped. Its Go runtime goes on using CPU after
-// "done" (collector, scavenger): on a loaded VM 12 ms came between two
-// reads of its cgroup. Stopped, it uses none, and the reads compare.
-// SIGKILL ends it stopped.
-func stopHelper(t *testing.T, pid int) {
+// stopHelper stops the helper process pid (SIGSTOP) and waits until its
+// cgroup, read through r, uses no more CPU. Its Go runtime goes on using
+// CPU after "done" (collector, scavenger): on a loaded VM 12 ms came
+// between two reads of its cgroup. Each of its threads stops only when it
+// next runs, which on a loaded machine can be long after the main thread
+// shows "T" (18 ms more came in one run): so the wait is for two reads
+// 50 ms apart that agree. SIGKILL ends it stopped.
+func stopHelper(t *testing.T, pid int, r *cgroup.UsageReader) {
 	t.Helper()
 	require.NoError(t, unix.Kill(pid, unix.SIGSTOP))
-	require.Eventually(t, func() bool { return procState(t, pid) == "T" }, time.Minute, 10*time.Millisecond,
-		"helper %d stopped", pid)
+	var last time.Duration = -1
+	require.Eventually(t, func() bool {
+		var u cgroup.Usage
+		if err := r.Read(&u); err != nil || procState(t, pid) != "T" {
+			return false
+		}
+		still := u.CPU == last
+		last = u.CPU
+		return still
+	}, time.Minute, 50*time.Millisecond, "helper %d stopped and its cgroup's CPU time still", pid)
 }
 
 // procState returns the state letter of pid from /proc/<pid>/stat.
@@ -174,7 +184,7 @@ func TestKernelUsageOfABusyProcessMatchesTheKernel(t *testing.T) {
 
 	cmd := runUsageHelper(t, cpuDir, memDir)
 	pid := cmd.Process.Pid
-	stopHelper(t, pid)
+	stopHelper(t, pid, r)
 
 	var u cgroup.Usage
 	require.NoError(t, r.Read(&u))
@@ -255,7 +265,7 @@ func TestKernelUsageOfABusyProcessMatchesAV2Kernel(t *testing.T) {
 
 	cmd := runUsageHelper(t, dir)
 	pid := cmd.Process.Pid
-	stopHelper(t, pid)
+	stopHelper(t, pid, r)
 
 	var u cgroup.Usage
 	require.NoError(t, r.Read(&u))
