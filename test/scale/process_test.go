@@ -63,6 +63,11 @@ const memLimitEnv = "KERF_SCALE_LEADER_GOMEMLIMIT"
 // of the harness's own environment would reach its process too).
 const gcPercentEnv = "KERF_SCALE_LEADER_GOGC"
 
+// leaderEnvEnv adds variables to every leader replica's environment,
+// separated by spaces (e.g. "GODEBUG=gctrace=1": a line per GC in its
+// log, the heap before and after it and its goal; only the leader's).
+const leaderEnvEnv = "KERF_SCALE_LEADER_ENV"
+
 // leaderFlagsEnv adds flags to every leader replica's command line
 // (e.g. "--rollback-workers=0", to compare a setting side by side).
 const leaderFlagsEnv = "KERF_SCALE_LEADER_FLAGS"
@@ -178,6 +183,7 @@ func startLeader(tb testing.TB, a leaderArgs, identity string) *leaderProc {
 	if gc := os.Getenv(gcPercentEnv); gc != "" {
 		cmd.Env = append(cmd.Env, "GOGC="+gc)
 	}
+	cmd.Env = append(cmd.Env, strings.Fields(os.Getenv(leaderEnvEnv))...)
 	require.NoError(tb, cmd.Start())
 	p := &leaderProc{cmd: cmd, done: make(chan struct{}), logPath: logPath, started: time.Now(), pprofAddr: pprofAddr, metricsAddr: metricsAddr, metricsToken: a.metricsToken}
 	go func() { p.err = cmd.Wait(); _ = logFile.Close(); close(p.done) }()
