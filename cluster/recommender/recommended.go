@@ -57,8 +57,8 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 	}
 	var containers []v1alpha1.ContainerResources
 	changed := false
-	// The workload's object, in the pass's room: only read here.
-	w, err := workload.GetWith(ctx, r.client, ref.Namespace, v1alpha1.TargetRef{Kind: ref.Kind, Name: ref.Name}, &r.scratch)
+	// The workload's object, in the pass's room: a view, only read here.
+	w, err := workload.GetWith(ctx, r.views, ref.Namespace, v1alpha1.TargetRef{Kind: ref.Kind, Name: ref.Name}, &r.scratch)
 	if err != nil {
 		return nil, err
 	}
