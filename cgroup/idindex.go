@@ -6,8 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // CgroupID returns the id of the cgroup at directory dir: the directory's
@@ -33,17 +35,40 @@ func inode(fi fs.FileInfo) (uint64, error) {
 // kubepods cgroup of the memory controller. Cgroup ids are unique only
 // within one hierarchy, so one index covers one hierarchy. It is safe for
 // concurrent use.
+//
+// A cgroup a walk no longer finds is still named for IDRetention (at most
+// MaxGoneIDs of them, the oldest dropped first). An OOM kill is read after
+// it happened, and by then its container may have restarted, its cgroup
+// removed: on a starved node the agent read a kill's event after that, and
+// the kill named no container.
 type IDIndex struct {
 	dir string
+	now func() time.Time
 
 	scan  sync.Mutex // held while walking the tree
 	mu    sync.RWMutex
 	paths map[uint64]string
+	gone  map[uint64]goneCgroup
 }
+
+// goneCgroup is a cgroup a walk found removed, and when.
+type goneCgroup struct {
+	path string
+	at   time.Time
+}
+
+const (
+	// IDRetention is how long an IDIndex names a removed cgroup: well
+	// over how late a starved agent reads an OOM kill.
+	IDRetention = 10 * time.Minute
+	// MaxGoneIDs bounds the removed cgroups an IDIndex keeps: a node's
+	// containers that stopped within IDRetention, about 100 bytes each.
+	MaxGoneIDs = 1024
+)
 
 // NewIDIndex walks dir and indexes it and every cgroup below it.
 func NewIDIndex(dir string) (*IDIndex, error) {
-	x := &IDIndex{dir: dir}
+	x := &IDIndex{dir: dir, now: time.Now}
 	if err := x.Refresh(); err != nil {
 		return nil, err
 	}
@@ -69,14 +94,15 @@ func (x *IDIndex) Lookup(id uint64) (path string, ok bool) {
 	return x.get(id)
 }
 
-// Refresh walks the tree again, dropping cgroups that are gone.
+// Refresh walks the tree again. A cgroup gone since the last walk is kept
+// as removed (see IDIndex).
 func (x *IDIndex) Refresh() error {
 	x.scan.Lock()
 	defer x.scan.Unlock()
 	return x.refreshLocked()
 }
 
-// Len returns the number of cgroups indexed.
+// Len returns the number of cgroups indexed that the last walk found.
 func (x *IDIndex) Len() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
@@ -86,8 +112,11 @@ func (x *IDIndex) Len() int {
 func (x *IDIndex) get(id uint64) (string, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	p, ok := x.paths[id]
-	return p, ok
+	if p, ok := x.paths[id]; ok {
+		return p, true
+	}
+	g, ok := x.gone[id]
+	return g.path, ok
 }
 
 func (x *IDIndex) refreshLocked() error {
@@ -134,7 +163,38 @@ func (x *IDIndex) refreshLocked() error {
 		return fmt.Errorf("index cgroup ids under %s: %w", x.dir, gone(err))
 	}
 	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.gone = keepGone(x.gone, x.paths, paths, x.now())
 	x.paths = paths
-	x.mu.Unlock()
 	return nil
+}
+
+// keepGone returns the removed cgroups to keep: gone's and those of
+// before that now lacks, as removed at now; not those past IDRetention,
+// those found again (an id reused) or the oldest past MaxGoneIDs.
+func keepGone(gone map[uint64]goneCgroup, before, now map[uint64]string, at time.Time) map[uint64]goneCgroup {
+	for id, p := range before {
+		if _, ok := now[id]; !ok {
+			if gone == nil {
+				gone = map[uint64]goneCgroup{}
+			}
+			gone[id] = goneCgroup{path: p, at: at}
+		}
+	}
+	for id, g := range gone {
+		if _, ok := now[id]; ok || at.Sub(g.at) > IDRetention {
+			delete(gone, id)
+		}
+	}
+	if over := len(gone) - MaxGoneIDs; over > 0 {
+		ids := make([]uint64, 0, len(gone))
+		for id := range gone {
+			ids = append(ids, id)
+		}
+		slices.SortFunc(ids, func(a, b uint64) int { return gone[a].at.Compare(gone[b].at) })
+		for _, id := range ids[:over] {
+			delete(gone, id)
+		}
+	}
+	return gone
 }

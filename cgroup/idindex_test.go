@@ -1,10 +1,12 @@
 package cgroup
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -65,7 +67,11 @@ func TestIDIndexFindsCgroupCreatedAfterTheWalkOnAMiss(t *testing.T) {
 	assert.Equal(t, 3, x.Len())
 }
 
-func TestIDIndexRefreshDropsRemovedCgroups(t *testing.T) {
+// TestIDIndexNamesARemovedCgroupForItsRetention: a cgroup a walk finds
+// removed is still named (a kill read after its container restarted),
+// until IDRetention has passed; and at most MaxGoneIDs are kept, the
+// oldest dropped first.
+func TestIDIndexNamesARemovedCgroupForItsRetention(t *testing.T) {
 	dir := t.TempDir()
 	child := filepath.Join(dir, "gone")
 	require.NoError(t, os.Mkdir(child, 0o755))
@@ -73,14 +79,37 @@ func TestIDIndexRefreshDropsRemovedCgroups(t *testing.T) {
 	require.NoError(t, err)
 	x, err := NewIDIndex(dir)
 	require.NoError(t, err)
+	now := time.Now()
+	x.now = func() time.Time { return now }
 	_, ok := x.Lookup(id)
 	require.True(t, ok)
 
 	require.NoError(t, os.Remove(child))
 	require.NoError(t, x.Refresh())
+	assert.Equal(t, 1, x.Len(), "the walk found only the root")
+	p, ok := x.Lookup(id)
+	assert.True(t, ok, "removed, still named")
+	assert.Equal(t, child, p)
+
+	now = now.Add(IDRetention)
+	require.NoError(t, x.Refresh())
 	_, ok = x.Lookup(id)
-	assert.False(t, ok)
-	assert.Equal(t, 1, x.Len())
+	assert.True(t, ok, "named for IDRetention")
+	now = now.Add(time.Second)
+	require.NoError(t, x.Refresh())
+	_, ok = x.Lookup(id)
+	assert.False(t, ok, "not past it")
+
+	at := time.Now()
+	before := map[uint64]string{}
+	for i := range uint64(MaxGoneIDs + 2) {
+		before[i] = fmt.Sprintf("/c%d", i)
+	}
+	gone := keepGone(map[uint64]goneCgroup{1 << 40: {path: "/oldest", at: at.Add(-time.Minute)}}, before, map[uint64]string{}, at)
+	assert.Len(t, gone, MaxGoneIDs, "bounded")
+	assert.NotContains(t, gone, uint64(1<<40), "the oldest dropped first")
+	gone = keepGone(gone, map[uint64]string{}, map[uint64]string{5: "/again"}, at)
+	assert.NotContains(t, gone, uint64(5), "an id found again is live, not removed")
 }
 
 func TestIDIndexFollowsASymlinkedRoot(t *testing.T) {

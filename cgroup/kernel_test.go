@@ -244,8 +244,10 @@ func TestKernelIDIndexMapsCgroupIDsToPaths(t *testing.T) {
 
 			require.NoError(t, syscall.Rmdir(b))
 			require.NoError(t, x.Refresh())
-			_, ok = x.Lookup(idB)
-			assert.False(t, ok)
+			assert.Equal(t, 2, x.Len(), "the walk found it gone")
+			p, ok = x.Lookup(idB)
+			assert.True(t, ok, "a removed cgroup is still named for cgroup.IDRetention")
+			assert.Equal(t, b, p)
 		})
 	}
 }

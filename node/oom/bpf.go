@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/kerf-dev/kerf/bpf"
 	"github.com/kerf-dev/kerf/cgroup"
@@ -22,6 +23,8 @@ type bpfSource struct {
 	// hostPIDs is set when the agent sees the host's pids (hostPID): only
 	// then does the tracer's /proc reading describe the victim.
 	hostPIDs bool
+	// stopWalks ends the walks that keep ids current (walk).
+	stopWalks context.CancelFunc
 }
 
 func openBPF(opts Options) (Source, error) {
@@ -48,8 +51,30 @@ func openBPF(opts Options) (Source, error) {
 	if err != nil {
 		return nil, explainRefusal(err)
 	}
-	return &bpfSource{tracer: tracer, memory: memory, ids: ids, unified: memory.Version == 2,
-		hostPIDs: inHostPIDNamespace()}, nil
+	ctx, stop := context.WithCancel(context.Background())
+	s := &bpfSource{tracer: tracer, memory: memory, ids: ids, unified: memory.Version == 2,
+		hostPIDs: inHostPIDNamespace(), stopWalks: stop}
+	go s.walk(ctx, opts.Interval)
+	return s, nil
+}
+
+// walk walks the indexed subtree every interval until ctx ends, so that
+// ids knows every container's cgroup while it exists. A kill's cgroup can
+// be gone by the time its event is read: the container restarted, and
+// the agent, starved on a busy node, read late. The index still names a
+// cgroup some walk found (cgroup.IDRetention); a lookup's own walk, on a
+// miss, comes too late for one created and removed since the last.
+func (s *bpfSource) walk(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = s.ids.Refresh() // a subtree gone is a miss for the lookups, as before
+		}
+	}
 }
 
 func (s *bpfSource) Name() string   { return KindBPF }
@@ -96,7 +121,12 @@ func (s *bpfSource) kill(ev *bpf.OOMEvent) Kill {
 	return k
 }
 
-func (s *bpfSource) Close() error { return s.tracer.Close() }
+func (s *bpfSource) Close() error {
+	if s.stopWalks != nil {
+		s.stopWalks()
+	}
+	return s.tracer.Close()
+}
 
 // Dropped returns how many events the BPF program could not reserve room
 // for in its ring buffer (bpf.OOMTracer.Dropped): the agent exports it as

@@ -86,7 +86,8 @@ type Options struct {
 	Root string
 	// Interval is how often the cgroup-file source rescans its subtree and
 	// re-reads every counter, the last resort when no notification
-	// arrives. Zero means one second.
+	// arrives, and how often the BPF source walks its subtree for the ids
+	// of new cgroups. Zero means one second.
 	Interval time.Duration
 	// BPFHook forces one BPF hook ("tp_btf/mark_victim" or
 	// "tracepoint/oom/mark_victim"); empty tries them best first.

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -252,5 +253,75 @@ func TestKillsBeforeTheSourceStartedAreNotDelivered(t *testing.T) {
 			}))
 			assert.Empty(t, got, "a kill from before the source started was delivered")
 		})
+	}
+}
+
+// TestABPFKillReadAfterItsCgroupWentNamesItsContainer: a container
+// created after the source opened is OOM-killed, and its cgroup removed
+// (it restarted), before the source reads the kill: the agent, starved on
+// a busy node, reads late. The kill still names the container: the
+// source's walks found its cgroup while it existed, and the index keeps a
+// removed cgroup's name (cgroup.IDRetention). Before, the only walk came
+// on the lookup's miss, after the cgroup was gone, and the kill named
+// none (seen in the VM node's e2e test under load).
+func TestABPFKillReadAfterItsCgroupWentNamesItsContainer(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skipf("needs root to create cgroups and load BPF: running as uid %d", os.Geteuid())
+	}
+	h, err := cgroup.Detect()
+	require.NoError(t, err)
+	root, p, first := memoryCgroup(t, h)
+	opened, _, err := Open(KindBPF, Options{Hierarchy: h, Root: root, Interval: 100 * time.Millisecond})
+	if err != nil {
+		t.Skipf("the BPF source cannot run here: %v", err)
+	}
+	defer opened.Close()
+	src := opened.(*bpfSource)
+
+	// The container's next instance: a new cgroup beside the first.
+	const restarted = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+	p = path.Join(path.Dir(p), restarted)
+	dir := filepath.Join(filepath.Dir(first), restarted)
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	t.Cleanup(func() { kerneltest.RemoveCgroup(t, dir) })
+	limit := []byte(strconv.Itoa(32 << 20))
+	if m, _ := h.Controller("memory"); m.Version == 2 {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "memory.max"), limit, 0))
+		_ = os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("0"), 0)
+	} else {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), limit, 0))
+		_ = os.WriteFile(filepath.Join(dir, "memory.memsw.limit_in_bytes"), limit, 0)
+	}
+	id, err := cgroup.CgroupID(dir)
+	require.NoError(t, err)
+	live := src.ids.Len()
+	require.Eventually(t, func() bool { return src.ids.Len() > live }, time.Minute, 20*time.Millisecond, "a walk found the new cgroup")
+
+	pid := oomKill(t, dir)
+	kerneltest.RemoveCgroup(t, dir)
+	require.Eventually(t, func() bool { return src.ids.Len() == live }, time.Minute, 20*time.Millisecond, "a walk found it gone")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	kills := make(chan Kill, 16)
+	ran := make(chan error, 1)
+	go func() {
+		ran <- src.Run(ctx, func(k Kill) {
+			if k.PID == pid {
+				kills <- k
+			}
+		})
+	}()
+	defer func() {
+		cancel()
+		assert.NoError(t, <-ran)
+	}()
+	select {
+	case k := <-kills:
+		assert.Equal(t, p, k.Cgroup)
+		assert.Equal(t, id, k.CgroupID)
+		assert.Equal(t, testPodUID, k.PodUID)
+		assert.Equal(t, restarted, k.ContainerID, "the instance killed, not the one before")
+	case <-time.After(time.Minute):
+		t.Fatal("the source never read the kill")
 	}
 }
