@@ -61,8 +61,11 @@ func (r *Loop) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c 
 		killed = true
 	}
 	in.kills = n // fewer once the store pruned old kills
+	// Under a pod-level memory limit, a kill of any of the pod's
+	// containers may be the pod's: it latches the pod-level memory too.
+	podLevel := c.Name == v1alpha1.PodLevel
 	for _, cs := range pod.Status.ContainerStatuses {
-		if t := cs.LastTerminationState.Terminated; cs.Name == c.Name && t != nil && t.Reason == oomKilledReason && t.FinishedAt.After(in.statusOOM) {
+		if t := cs.LastTerminationState.Terminated; (podLevel || cs.Name == c.Name) && t != nil && t.Reason == oomKilledReason && t.FinishedAt.After(in.statusOOM) {
 			st.RecordOOM(m, killPeak(), t.FinishedAt.Time)
 			in.statusOOM = t.FinishedAt.Time
 			killed = true
@@ -125,18 +128,27 @@ func (r *Loop) killLimit(ctx context.Context, ref workload.Ref, container string
 // memoryLimit is the memory limit in bytes the container runs under, 0
 // when it has none. It is the lower of its pod spec's and the one the
 // kubelet reports in the pod's status; they differ while a resize is in
-// flight.
+// flight. The pod-level entry's (podLevelEntry) are the pod's own.
 func memoryLimit(pod *corev1.Pod, c corev1.Container) int64 {
 	var limit int64
 	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
 		limit = q.Value()
 	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name != c.Name || cs.Resources == nil {
-			continue
+	lower := func(r *corev1.ResourceRequirements) {
+		if r == nil {
+			return
 		}
-		if q, ok := cs.Resources.Limits[corev1.ResourceMemory]; ok && (limit == 0 || q.Value() < limit) {
+		if q, ok := r.Limits[corev1.ResourceMemory]; ok && (limit == 0 || q.Value() < limit) {
 			limit = q.Value()
+		}
+	}
+	if c.Name == v1alpha1.PodLevel {
+		lower(pod.Status.Resources)
+		return limit
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == c.Name {
+			lower(cs.Resources)
 		}
 	}
 	return limit
@@ -189,6 +201,9 @@ type runningContainer struct {
 //   - the value the kubelet reports in status.containerStatuses[].resources,
 //     which lags the spec while a resize is in flight.
 //
+// A pod that sets pod-level resources adds the entry v1alpha1.PodLevel:
+// its spec.resources and status.resources.
+//
 // So a latch's "never lower" holds against every pod. The pass keeps
 // these rather than the pods, which it lets go namespace by namespace.
 func foldRunning(running []runningContainer, pod *corev1.Pod) []runningContainer {
@@ -213,6 +228,16 @@ func foldRunning(running []runningContainer, pod *corev1.Pod) []runningContainer
 			e := entry(cs.Name)
 			e.request = highest(e.request, resourcesOf(cs.Resources.Requests))
 			e.limit = highest(e.limit, resourcesOf(cs.Resources.Limits))
+		}
+	}
+	if pl, ok := podLevelEntry(&pod.Spec); ok {
+		e := entry(pl.Name)
+		e.inSpec = true
+		e.request = highest(e.request, resourcesOf(pl.Resources.Requests))
+		e.limit = highest(e.limit, resourcesOf(pl.Resources.Limits))
+		if r := pod.Status.Resources; r != nil {
+			e.request = highest(e.request, resourcesOf(r.Requests))
+			e.limit = highest(e.limit, resourcesOf(r.Limits))
 		}
 	}
 	return running

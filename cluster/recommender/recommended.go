@@ -67,10 +67,23 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 	// may not change the QoS class. Kerf's changes keep it, so the
 	// template's class is the running pods'.
 	qos, _ := resources.QOSClass(&w.Template.Spec)
-	for _, c := range tmpl {
+	// Pods that set pod-level resources get the entry (pod) too, made
+	// from the pod cgroup's history as a container's. Not from a VPA,
+	// which sizes containers only.
+	entries := tmpl
+	if pl, ok := podLevelEntry(&w.Template.Spec); ok && vpa == nil {
+		entries = append(entries[:len(entries):len(entries)], pl)
+	}
+	for _, c := range entries {
 		st := tw.containers[c.Name]
 		if st == nil {
 			continue
+		}
+		// The floor per pod is split over the containers; the pod-level
+		// entry is the whole pod.
+		share := len(tmpl)
+		if c.Name == v1alpha1.PodLevel {
+			share = 1
 		}
 		// Current is what the running pods run with, not the template.
 		request, limit := runningResources(c, tw.running)
@@ -78,7 +91,7 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 		// leaves the template alone (with Rollout it is the last change).
 		in := recommend.Input{
 			Now: now, Request: request, Limit: limit,
-			Containers: len(tmpl), Holds: holds, Guaranteed: qos == corev1.PodQOSGuaranteed,
+			Containers: share, Holds: holds, Guaranteed: qos == corev1.PodQOSGuaranteed,
 			ManifestRequest: resourcesOf(c.Resources.Requests), ManifestLimit: resourcesOf(c.Resources.Limits),
 		}
 		if cp := rw.resolved.Spec.Recommend.ContainerPolicy(c.Name); cp != nil {
@@ -106,6 +119,7 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 	if len(basis.Containers) == 0 {
 		return nil, errNoneReady
 	}
+	fitPodLevel(&w.Template.Spec, containers)
 	// A change not judged by its watch yet is the watch's: a new one
 	// would end that watch, and the harm the first change causes would
 	// go unanswered. The recommender keeps learning and records what it
@@ -206,6 +220,75 @@ func hold(basis *v1alpha1.RecommendationBasis, asked, want []v1alpha1.ContainerR
 			basis.Containers = append(basis.Containers, v1alpha1.ContainerBasis{Name: w.Name, Refusals: refusals})
 		}
 	}
+}
+
+// fitPodLevel raises the (pod) entry of containers, when there is one, so
+// that the containers' values fit it as the apiserver requires of a pod
+// (resources.PodLevelExceeded): the pod's request at least the sum of its
+// containers' and sidecars' requests, and its limit at least each
+// container's limit and its own request. A container's value is the
+// entry's where containers changes it, else spec's. Only a field the
+// entry sets is raised. The pod's history alone may ask for less than its
+// containers' histories do: without it the gate PodLevelResources would
+// refuse the change.
+func fitPodLevel(spec *corev1.PodSpec, containers []v1alpha1.ContainerResources) {
+	i := slices.IndexFunc(containers, func(e v1alpha1.ContainerResources) bool { return e.Name == v1alpha1.PodLevel })
+	if i < 0 {
+		return
+	}
+	values := func(c *corev1.Container) (request, limit recommend.Resources) {
+		request, limit = resourcesOf(c.Resources.Requests), resourcesOf(c.Resources.Limits)
+		if j := slices.IndexFunc(containers, func(e v1alpha1.ContainerResources) bool { return e.Name == c.Name }); j >= 0 {
+			request, limit = overlay(request, containers[j].Requests), overlay(limit, containers[j].Limits)
+		}
+		return request, limit
+	}
+	var sum, top recommend.Resources
+	count := func(c *corev1.Container) {
+		request, limit := values(c)
+		sum.CPUMilli += request.CPUMilli
+		sum.MemoryBytes += request.MemoryBytes
+		top = highest(top, limit)
+	}
+	for k := range spec.Containers {
+		count(&spec.Containers[k])
+	}
+	for k := range spec.InitContainers {
+		if c := &spec.InitContainers[k]; c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			count(c)
+		}
+	}
+	pod := &containers[i]
+	request, limit := boundOf(pod.Requests), boundOf(pod.Limits)
+	raise := func(v *int64, to int64) {
+		if *v > 0 && *v < to {
+			*v = to
+		}
+	}
+	raise(&request.CPUMilli, sum.CPUMilli)
+	raise(&request.MemoryBytes, sum.MemoryBytes)
+	raise(&limit.CPUMilli, max(top.CPUMilli, request.CPUMilli))
+	raise(&limit.MemoryBytes, max(top.MemoryBytes, request.MemoryBytes))
+	if request != boundOf(pod.Requests) {
+		pod.Requests = valuesOf(request)
+	}
+	if limit != boundOf(pod.Limits) {
+		pod.Limits = valuesOf(limit)
+	}
+}
+
+// overlay is base with the amounts v sets.
+func overlay(base recommend.Resources, v *v1alpha1.ResourceValues) recommend.Resources {
+	if v == nil {
+		return base
+	}
+	if v.CPU != nil {
+		base.CPUMilli = v.CPU.MilliValue()
+	}
+	if v.Memory != nil {
+		base.MemoryBytes = v.Memory.Value()
+	}
+	return base
 }
 
 // amountOf is a field's value in millicores (cpu) or bytes (memory); 0

@@ -429,7 +429,11 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, ns string, resol
 		fed[ref] = tw
 		tw.pods = append(tw.pods, pod)
 		tw.running = foldRunning(tw.running, pod)
-		for _, c := range pod.Spec.Containers {
+		entries := pod.Spec.Containers
+		if pl, ok := podLevelEntry(&pod.Spec); ok {
+			entries = append(entries[:len(entries):len(entries)], pl)
+		}
+		for _, c := range entries {
 			st := tw.containers[c.Name]
 			if st == nil {
 				if r.tracked >= r.max {
@@ -446,6 +450,18 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, ns string, resol
 		}
 	}
 	return fed, full, nil
+}
+
+// podLevelEntry is the pod-level entry of a pod spec that sets pod-level
+// resources (spec.resources): a container named v1alpha1.PodLevel with
+// those resources. The agent reports the pod cgroup's usage, OOM kills
+// and throttling under that name (docs/health.md, "Pod-level
+// resources"), so the recommender keeps its history as a container's.
+func podLevelEntry(spec *corev1.PodSpec) (corev1.Container, bool) {
+	if r := spec.Resources; r != nil && len(r.Requests)+len(r.Limits) > 0 {
+		return corev1.Container{Name: v1alpha1.PodLevel, Resources: *r}, true
+	}
+	return corev1.Container{}, false
 }
 
 // recommendDue makes and writes the due recommendations of the workloads
