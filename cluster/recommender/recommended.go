@@ -222,9 +222,9 @@ func hold(basis *v1alpha1.RecommendationBasis, asked, want []v1alpha1.ContainerR
 	}
 }
 
-// fitPodLevel raises the (pod) entry of containers, when there is one, so
-// that the containers' values fit it as the apiserver requires of a pod
-// (resources.PodLevelExceeded): the pod's request at least the sum of its
+// fitPodLevel raises the (pod) entry of containers, if any, so that the
+// containers' values fit it. The apiserver requires of a pod
+// (resources.PodLevelExceeded) its request at least the sum of its
 // containers' and sidecars' requests, and its limit at least each
 // container's limit and its own request. A container's value is the
 // entry's where containers changes it, else spec's. Only a field the
