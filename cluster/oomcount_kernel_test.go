@@ -25,6 +25,7 @@ import (
 	"github.com/kerf-dev/kerf/cluster/signals"
 	"github.com/kerf-dev/kerf/test/agenttest"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/freeport"
 	"github.com/kerf-dev/kerf/test/kerneltest"
 	"github.com/kerf-dev/kerf/test/kubetest"
 	"github.com/kerf-dev/kerf/test/leadertest"
@@ -176,7 +177,7 @@ func TestOOMKillsWhileLeaderAndAgentWereDownRollBack(t *testing.T) {
 		"--interval=500ms", "--usage-interval=1s", "--oom-source=cgroup",
 		"--cgroup-driver=cgroupfs", "--kubelet-cgroup-root=" + root, "--cgroup-root=" + root + "/kubepods",
 		"--leader-addr=" + addr, "--leader-ca=" + caFile, "--token-file=" + tokenFile,
-		"--metrics-addr=" + agenttest.FreeAddr(t),
+		"--metrics-addr=" + freeport.Addr(t),
 	}
 	agent := startAgentProcess(t, bin, args)
 	counted := func(sig *signals.Stores, kills uint64) func() bool {

@@ -20,6 +20,7 @@ import (
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/signals"
+	"github.com/kerf-dev/kerf/test/freeport"
 	"github.com/kerf-dev/kerf/test/promtest"
 )
 
@@ -194,7 +195,7 @@ func TestThrottleWindowsMatchAgentsStreamOnRealPrometheus(t *testing.T) {
 
 func TestThrottleWindowsPrometheusDownIsAnError(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	src, err := New(Config{URL: "http://" + promtest.FreeAddr(t), Timeout: time.Second}, reg)
+	src, err := New(Config{URL: "http://" + freeport.Addr(t), Timeout: time.Second}, reg)
 	require.NoError(t, err)
 	now := time.Now()
 	got, err := src.ThrottleWindows(pods("ns", "p1"), []string{"app"}, now.Add(-time.Minute), now)

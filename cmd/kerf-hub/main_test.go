@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	auditv1 "github.com/kerf-dev/kerf/api/audit/v1"
 	hubv1 "github.com/kerf-dev/kerf/api/hub/v1"
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/test/freeport"
 )
 
 func runOK(t *testing.T, args ...string) string {
@@ -28,15 +28,6 @@ func runOK(t *testing.T, args ...string) string {
 	var out, errOut bytes.Buffer
 	require.NoError(t, run(context.Background(), args, &out, &errOut), errOut.String())
 	return out.String()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
 }
 
 // TestServeWithSQLiteAndTheCommandsToRegister runs what docs/hub.md shows:
@@ -57,7 +48,7 @@ func TestServeWithSQLiteAndTheCommandsToRegister(t *testing.T) {
 	assert.Contains(t, list, "reader   ops")
 	assert.NotContains(t, list, clusterToken[len("kerf_")+17:], "no secret is listed")
 
-	addr, certPath := freeAddr(t), filepath.Join(dir, "hub.crt")
+	addr, certPath := freeport.Addr(t), filepath.Join(dir, "hub.crt")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -14,7 +14,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,6 +33,7 @@ import (
 
 	"github.com/kerf-dev/kerf/cgroup"
 	"github.com/kerf-dev/kerf/internal/kube"
+	"github.com/kerf-dev/kerf/test/freeport"
 	"github.com/kerf-dev/kerf/test/kerneltest"
 	"github.com/kerf-dev/kerf/test/memtest"
 	"github.com/kerf-dev/kerf/test/streamtest"
@@ -293,22 +293,12 @@ func scrapeTransport(tlsConfig *tls.Config) *http.Transport {
 	return t
 }
 
-// FreeAddr returns a loopback host:port free at the time.
-func FreeAddr(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(tb, err)
-	addr := ln.Addr().String()
-	require.NoError(tb, ln.Close())
-	return addr
-}
-
 // Start starts bin with args, its /metrics on a free loopback port; it is
 // stopped (SIGINT, then SIGKILL after 10 s) when tb ends, and a non-zero
 // exit fails tb.
 func Start(tb testing.TB, bin string, args []string, opts Options) *Process {
 	tb.Helper()
-	addr := FreeAddr(tb)
+	addr := freeport.Addr(tb)
 	scheme, tlsConfig := "http", (*tls.Config)(nil)
 	if opts.MetricsCA != nil {
 		scheme, tlsConfig = "https", &tls.Config{RootCAs: opts.MetricsCA, ServerName: opts.MetricsServerName, MinVersion: tls.VersionTLS12}
@@ -324,7 +314,7 @@ func Start(tb testing.TB, bin string, args []string, opts Options) *Process {
 	p.Cmd.Stdout, p.Cmd.Stderr = logs, logs
 	p.Cmd.Env = append(os.Environ(), opts.Env...)
 	if opts.Pprof {
-		pa := FreeAddr(tb)
+		pa := freeport.Addr(tb)
 		p.PprofURL = "http://" + pa + "/debug/pprof/"
 		p.Cmd.Env = append(p.Cmd.Env, "KERF_AGENT_PPROF_ADDR="+pa)
 	}

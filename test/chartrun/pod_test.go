@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +29,7 @@ import (
 
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/freeport"
 	"github.com/kerf-dev/kerf/test/kubetest"
 )
 
@@ -99,7 +99,7 @@ func runPod(t *testing.T, cp *controlplane.ControlPlane, dep *appsv1.Deployment,
 		mounts[m.MountPath] = local
 	}
 	ports := map[string]string{} // ":port" → a free loopback address
-	for i, addr := range freeAddrs(t, len(ctr.Ports)) {
+	for i, addr := range freeport.Addrs(t, len(ctr.Ports)) {
 		ports[fmt.Sprintf(":%d", ctr.Ports[i].ContainerPort)] = addr
 	}
 
@@ -334,20 +334,4 @@ func podKubeconfig(t *testing.T, cp *controlplane.ControlPlane, pod *corev1.Pod,
 	path := filepath.Join(dir, "kubeconfig")
 	require.NoError(t, clientcmd.WriteToFile(*kc, path))
 	return path
-}
-
-// freeAddrs returns n distinct loopback addresses nothing listens on
-// now. Each is held until all are chosen: one closed at once came back
-// from the next listen, and a leader got the same port for its webhook
-// and its stream ("address already in use").
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	addrs := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		defer l.Close()
-		addrs = append(addrs, l.Addr().String())
-	}
-	return addrs
 }

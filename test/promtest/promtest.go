@@ -6,7 +6,6 @@ package promtest
 import (
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/freeport"
 )
 
 // Binary is Debian's Prometheus.
@@ -90,7 +90,7 @@ func StartJobs(t testing.TB, interval time.Duration, jobs ...Job) string {
 	}
 	file := filepath.Join(dir, "prometheus.yml")
 	require.NoError(t, os.WriteFile(file, []byte(cfg.String()), 0o600))
-	addr := FreeAddr(t)
+	addr := freeport.Addr(t)
 	logFile := filepath.Join(dir, "prometheus.log")
 	logs, err := os.Create(logFile)
 	require.NoError(t, err)
@@ -120,13 +120,4 @@ func StartJobs(t testing.TB, interval time.Duration, jobs ...Job) string {
 		require.True(t, time.Now().Before(deadline), "prometheus not ready after 15s: %v", err)
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// FreeAddr returns a loopback address with a port free at the time.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
 }

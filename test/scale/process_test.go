@@ -40,6 +40,7 @@ import (
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/node/report"
 	agentstream "github.com/kerf-dev/kerf/node/stream"
+	"github.com/kerf-dev/kerf/test/freeport"
 )
 
 // leaderBinEnv names a prebuilt kerf-leader to measure instead of the
@@ -124,17 +125,6 @@ func streamCert(tb testing.TB, dir string) *x509.CertPool {
 	return pool
 }
 
-// freeAddr returns a loopback address nothing listens on now: the
-// stream's, kept across the leader's restart.
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(tb, err)
-	addr := l.Addr().String()
-	require.NoError(tb, l.Close())
-	return addr
-}
-
 // leaderProc is a running kerf-leader.
 type leaderProc struct {
 	cmd     *exec.Cmd
@@ -163,7 +153,7 @@ func startLeader(tb testing.TB, a leaderArgs, identity string) *leaderProc {
 	logPath := filepath.Join(a.dir, identity+".log")
 	logFile, err := os.Create(logPath)
 	require.NoError(tb, err)
-	metricsAddr := freeAddr(tb)
+	metricsAddr := freeport.Addr(tb)
 	cmd := exec.Command(a.bin,
 		"--kubeconfig="+a.kubeconfig, "--namespace="+kerfNS, "--identity="+identity, "--lease-name=kerf-leader",
 		"--metrics-addr="+metricsAddr, "--webhook-addr=",
@@ -173,7 +163,7 @@ func startLeader(tb testing.TB, a leaderArgs, identity string) *leaderProc {
 	var pprofAddr string
 	cmd.Env = os.Environ()
 	if os.Getenv(profileEnv) != "" {
-		pprofAddr = freeAddr(tb)
+		pprofAddr = freeport.Addr(tb)
 		cmd.Env = append(cmd.Env, "KERF_LEADER_PPROF_ADDR="+pprofAddr)
 	}
 	cmd.Args = append(cmd.Args, strings.Fields(os.Getenv(leaderFlagsEnv))...)

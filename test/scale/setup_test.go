@@ -11,6 +11,7 @@ import (
 
 	"github.com/kerf-dev/kerf/test/authtest"
 	"github.com/kerf-dev/kerf/test/controlplane"
+	"github.com/kerf-dev/kerf/test/freeport"
 )
 
 // benchCluster is a benchmark's control plane, populated, with what the
@@ -51,7 +52,7 @@ func newBenchCluster(b *testing.B, n, m, workers int, populated func(context.Con
 	authtest.InstallReaderRoles(b, cp)
 	metricsCaller := authtest.NewCaller(b, cp, kerfNS, "scale-metrics-reader")
 	metricsCaller.BindCluster(b, cp, authtest.MetricsReader)
-	bc.args = leaderArgs{bin: buildLeader(b, dir), kubeconfig: leaderKubeconfig, streamAddr: freeAddr(b), certDir: dir, dir: dir,
+	bc.args = leaderArgs{bin: buildLeader(b, dir), kubeconfig: leaderKubeconfig, streamAddr: freeport.Addr(b), certDir: dir, dir: dir,
 		metricsToken: metricsCaller.Token}
 	return bc
 }
