@@ -43,7 +43,7 @@ func inode(fi fs.FileInfo) (uint64, error) {
 // the kill named no container.
 type IDIndex struct {
 	dir string
-	now func() time.Time
+	now func() time.Time // nil: time.Now
 
 	scan  sync.Mutex // held while walking the tree
 	mu    sync.RWMutex
@@ -164,7 +164,11 @@ func (x *IDIndex) refreshLocked() error {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.gone = keepGone(x.gone, x.paths, paths, x.now())
+	now := time.Now
+	if x.now != nil {
+		now = x.now
+	}
+	x.gone = keepGone(x.gone, x.paths, paths, now())
 	x.paths = paths
 	return nil
 }
