@@ -344,17 +344,7 @@ func resourcesOf(l corev1.ResourceList) recommend.Resources {
 // boundOf reads a minAllowed or maxAllowed as millicores and bytes; an
 // absent value is zero, no bound.
 func boundOf(v *v1alpha1.ResourceValues) recommend.Resources {
-	var r recommend.Resources
-	if v == nil {
-		return r
-	}
-	if v.CPU != nil {
-		r.CPUMilli = v.CPU.MilliValue()
-	}
-	if v.Memory != nil {
-		r.MemoryBytes = v.Memory.Value()
-	}
-	return r
+	return overlay(recommend.Resources{}, v)
 }
 
 // valuesOf writes millicores and bytes as quantities, memory rounded up to

@@ -96,6 +96,13 @@ func memoryCgroup(t testing.TB, h *cgroup.Hierarchy) (root, p, dir string) {
 			kerneltest.WriteFile(t, d, "cgroup.subtree_control", "+memory")
 		}
 	}
+	limitMemory(t, mem, dir)
+	return root, p, dir
+}
+
+// limitMemory gives the memory cgroup dir a 32 MiB limit, and no swap.
+func limitMemory(t testing.TB, mem cgroup.Mount, dir string) {
+	t.Helper()
 	limit := []byte(strconv.Itoa(32 << 20))
 	if mem.Version == 2 {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "memory.max"), limit, 0))
@@ -104,7 +111,6 @@ func memoryCgroup(t testing.TB, h *cgroup.Hierarchy) (root, p, dir string) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), limit, 0))
 		_ = os.WriteFile(filepath.Join(dir, "memory.memsw.limit_in_bytes"), limit, 0)
 	}
-	return root, p, dir
 }
 
 // oomKill runs a child in dir that allocates past the limit and returns its
@@ -284,14 +290,8 @@ func TestABPFKillReadAfterItsCgroupWentNamesItsContainer(t *testing.T) {
 	dir := filepath.Join(filepath.Dir(first), restarted)
 	require.NoError(t, os.Mkdir(dir, 0o755))
 	t.Cleanup(func() { kerneltest.RemoveCgroup(t, dir) })
-	limit := []byte(strconv.Itoa(32 << 20))
-	if m, _ := h.Controller("memory"); m.Version == 2 {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "memory.max"), limit, 0))
-		_ = os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("0"), 0)
-	} else {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), limit, 0))
-		_ = os.WriteFile(filepath.Join(dir, "memory.memsw.limit_in_bytes"), limit, 0)
-	}
+	mem, _ := h.Controller("memory")
+	limitMemory(t, mem, dir)
 	id, err := cgroup.CgroupID(dir)
 	require.NoError(t, err)
 	live := src.ids.Len()
