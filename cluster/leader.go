@@ -237,7 +237,7 @@ func (l *Leader) addUsageSeries(sig *signals.Stores) error {
 	// The series reads a workload's pods and ReplicaSets through the
 	// controller index (workload.Indexed), not by listing its namespace:
 	// docs/performance.md, "The fourth round", has the cost of the list.
-	l.usage = pages.NewUsageSeries(workload.Indexed(workload.ReadOnly(l.mgr.GetClient())), sig, l.cfg.UsageSeries, l.cfg.Now, l.log)
+	l.usage = pages.NewUsageSeries(workload.ReadOnly(workload.Indexed(l.mgr.GetClient())), sig, l.cfg.UsageSeries, l.cfg.Now, l.log)
 	l.usage.Recommendations = l.recommendations
 	if err := l.mgr.Add(l.usage); err != nil {
 		return fmt.Errorf("add the usage series: %w", err)

@@ -71,8 +71,8 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 	// from the pod cgroup's history as a container's. Not from a VPA,
 	// which sizes containers only.
 	entries := tmpl
-	if pl, ok := podLevelEntry(&w.Template.Spec); ok && vpa == nil {
-		entries = append(entries[:len(entries):len(entries)], pl)
+	if vpa == nil {
+		entries = entriesOf(&w.Template.Spec)
 	}
 	for _, c := range entries {
 		st := tw.containers[c.Name]

@@ -244,12 +244,8 @@ func New(c client.Client, reader client.Reader, namespaces []string, sig *signal
 	if now == nil {
 		now = time.Now
 	}
-	views := workload.ReadOnly(c)
-	if workload.IsIndexed(c) {
-		views = workload.Indexed(views)
-	}
 	return &Loop{
-		client: c, views: views, usage: sig.Usage, kernel: sig.Kernel, now: now, log: log.With("component", "recommender"),
+		client: c, views: workload.ReadOnly(c), usage: sig.Usage, kernel: sig.Kernel, now: now, log: log.With("component", "recommender"),
 		period: cfg.Period, max: cfg.MaxContainers, base: base,
 		models: map[recommend.Params]*recommend.Model{base.Params(): base}, modelMetrics: mm, passModels: map[*policy.Resolved]modelChoice{},
 		workloads: map[workload.Ref]*trackedWorkload{}, instances: map[instanceKey]*trackedInstance{},
@@ -429,11 +425,7 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, ns string, resol
 		fed[ref] = tw
 		tw.pods = append(tw.pods, pod)
 		tw.running = foldRunning(tw.running, pod)
-		entries := pod.Spec.Containers
-		if pl, ok := podLevelEntry(&pod.Spec); ok {
-			entries = append(entries[:len(entries):len(entries)], pl)
-		}
-		for _, c := range entries {
+		for _, c := range entriesOf(&pod.Spec) {
 			st := tw.containers[c.Name]
 			if st == nil {
 				if r.tracked >= r.max {
@@ -450,6 +442,16 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, ns string, resol
 		}
 	}
 	return fed, full, nil
+}
+
+// entriesOf is what the recommender keeps a history of in a pod spec:
+// its containers, and its pod-level entry when it has one.
+func entriesOf(spec *corev1.PodSpec) []corev1.Container {
+	pl, ok := podLevelEntry(spec)
+	if !ok {
+		return spec.Containers
+	}
+	return append(spec.Containers[:len(spec.Containers):len(spec.Containers)], pl)
 }
 
 // podLevelEntry is the pod-level entry of a pod spec that sets pod-level

@@ -66,9 +66,14 @@ func (indexedClient) controllerIndexed() {}
 // leader's cache it reads the cache's own objects, or views of those it
 // holds in a form of its own (cluster/cachestore's views), rather than
 // copies. What it returns must only be read: a write to it, or to a map
-// or slice it holds, would change the cache. Indexed(ReadOnly(c)) is
-// both.
-func ReadOnly(c client.Client) client.Client { return readOnlyClient{c} }
+// or slice it holds, would change the cache. It keeps c's Indexed mark:
+// ReadOnly(Indexed(c)) is both.
+func ReadOnly(c client.Client) client.Client {
+	if indexed(c) {
+		return indexedClient{readOnlyClient{c}}
+	}
+	return readOnlyClient{c}
+}
 
 // readOnlyClient is a client ReadOnly made.
 type readOnlyClient struct{ client.Client }

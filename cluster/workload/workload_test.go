@@ -124,6 +124,8 @@ func TestGetReadsByTargetRef(t *testing.T) {
 		assert.Equal(t, w.Object, ws.Object, "in a Scratch's room, the same object")
 	}
 	assert.Equal(t, "web", s.deployment.Name, "read into the Scratch from an Indexed reader")
+	assert.True(t, IsIndexed(ReadOnly(Indexed(c))), "ReadOnly keeps the Indexed mark")
+	assert.False(t, IsIndexed(ReadOnly(c)))
 	_, err = GetWith(context.Background(), Indexed(c), ns, v1alpha1.TargetRef{Kind: "CronJob", Name: "web"}, &s)
 	require.ErrorIs(t, err, ErrUnsupportedKind)
 
