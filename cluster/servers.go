@@ -137,7 +137,7 @@ func (l *Leader) serveEndpoints(ctx context.Context) error {
 	srv.Mux().Handle("GET /ui/activity", l.authn.Authenticated(auditAPI.AuthorizeNamespace(activity,
 		func(r *http.Request) string { return r.URL.Query().Get("namespace") }), nil))
 	workloads := &webui.WorkloadPage{
-		Source:  &pages.WorkloadViews{Reader: l.mgr.GetCache(), Series: l.usage, Now: l.cfg.Now},
+		Source:  &pages.WorkloadViews{Reader: l.mgr.GetCache(), Live: l.mgr.GetAPIReader(), Series: l.usage, Now: l.cfg.Now},
 		Refresh: 30 * time.Second, ActivityHref: "../../activity", Log: l.log,
 	}
 	srv.Mux().Handle("GET /ui/workloads/{namespace}/{name}", l.authn.Authenticated(auditAPI.AuthorizeNamespace(workloads,

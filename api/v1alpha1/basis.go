@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -93,6 +95,61 @@ type RefusalBasis struct {
 type BoundBasis struct {
 	CPUMilli    int64 `json:"cpuMilli,omitempty"`
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+}
+
+// RefusalKey is one refusal of a basis in short: its container, resource,
+// field and reason, and the value held.
+//
+// +kubebuilder:object:generate=false
+type RefusalKey struct {
+	Container string
+	Resource  ResourceName
+	Field     string
+	Reason    string
+	Held      int64
+}
+
+// String writes k as container/resource/field/reason/held.
+func (k RefusalKey) String() string {
+	return k.Container + "/" + string(k.Resource) + "/" + k.Field + "/" + k.Reason + "/" + strconv.FormatInt(k.Held, 10)
+}
+
+// RefusalKeys is the value of RecommendationRefusalsAnnotation: the
+// basis's refusals in their order, each a RefusalKey, separated by
+// commas; empty for none. No name in it holds a slash or a comma: a
+// container's name is a DNS label, the rest are Kerf's words.
+func (b *RecommendationBasis) RefusalKeys() string {
+	var out strings.Builder
+	for _, c := range b.Containers {
+		for _, f := range c.Refusals {
+			if out.Len() > 0 {
+				out.WriteByte(',')
+			}
+			out.WriteString(RefusalKey{Container: c.Name, Resource: f.Resource, Field: f.Field, Reason: f.Reason, Held: f.Held}.String())
+		}
+	}
+	return out.String()
+}
+
+// ParseRefusalKeys reads the value of RecommendationRefusalsAnnotation.
+// An error names the annotation and the key at fault.
+func ParseRefusalKeys(annotation string) ([]RefusalKey, error) {
+	if annotation == "" {
+		return nil, nil
+	}
+	var out []RefusalKey
+	for i, s := range strings.Split(annotation, ",") {
+		parts := strings.Split(s, "/")
+		if len(parts) != 5 {
+			return nil, fmt.Errorf("annotation %s: key %d %q: want container/resource/field/reason/held", RecommendationRefusalsAnnotation, i, s)
+		}
+		held, err := strconv.ParseInt(parts[4], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("annotation %s: key %d %q: held: %w", RecommendationRefusalsAnnotation, i, s, err)
+		}
+		out = append(out, RefusalKey{Container: parts[0], Resource: ResourceName(parts[1]), Field: parts[2], Reason: parts[3], Held: held})
+	}
+	return out, nil
 }
 
 // Encode writes b as the value of RecommendationBasisAnnotation.

@@ -114,3 +114,41 @@ func TestParseRecommendationBasisNamesTheFieldAtFault(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusalKeysReadBackAsWritten: the refusals annotation says each
+// refusal of the basis in its order, and reads back into the same keys.
+func TestRefusalKeysReadBackAsWritten(t *testing.T) {
+	b := v1alpha1.RecommendationBasis{Containers: []v1alpha1.ContainerBasis{
+		{Name: "app", Refusals: []v1alpha1.RefusalBasis{
+			{Resource: v1alpha1.ResourceMemory, Field: "limit", Reason: "OOMKill", Asked: 1 << 27, Held: 1 << 28, Message: "held"},
+			{Resource: v1alpha1.ResourceCPU, Field: "request", Reason: "Throttled", Held: 250},
+		}},
+		{Name: "sidecar"},
+		{Name: v1alpha1.PodLevel, Refusals: []v1alpha1.RefusalBasis{{Resource: v1alpha1.ResourceCPU, Field: "limit", Reason: "MinChange", Held: 1000}}},
+	}}
+	raw := b.RefusalKeys()
+	assert.Equal(t, "app/memory/limit/OOMKill/268435456,app/cpu/request/Throttled/250,(pod)/cpu/limit/MinChange/1000", raw)
+	keys, err := v1alpha1.ParseRefusalKeys(raw)
+	require.NoError(t, err)
+	assert.Equal(t, []v1alpha1.RefusalKey{
+		{Container: "app", Resource: v1alpha1.ResourceMemory, Field: "limit", Reason: "OOMKill", Held: 1 << 28},
+		{Container: "app", Resource: v1alpha1.ResourceCPU, Field: "request", Reason: "Throttled", Held: 250},
+		{Container: v1alpha1.PodLevel, Resource: v1alpha1.ResourceCPU, Field: "limit", Reason: "MinChange", Held: 1000},
+	}, keys)
+
+	none := v1alpha1.RecommendationBasis{Containers: []v1alpha1.ContainerBasis{{Name: "app"}}}
+	assert.Empty(t, none.RefusalKeys())
+	keys, err = v1alpha1.ParseRefusalKeys("")
+	assert.NoError(t, err)
+	assert.Empty(t, keys)
+
+	for annotation, want := range map[string]string{
+		"app/cpu/request/Throttled":      `key 0 "app/cpu/request/Throttled": want container/resource/field/reason/held`,
+		"app/cpu/request/Throttled/1,x":  `key 1 "x": want`,
+		"app/cpu/request/Throttled/250m": `key 0 "app/cpu/request/Throttled/250m": held: strconv.ParseInt`,
+	} {
+		_, err := v1alpha1.ParseRefusalKeys(annotation)
+		require.Error(t, err, annotation)
+		assert.Contains(t, err.Error(), "annotation kerf.dev/recommendation-refusals: "+want)
+	}
+}

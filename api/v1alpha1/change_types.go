@@ -534,4 +534,10 @@ const (
 	// confidence, per container) and the values it refused to recommend
 	// with why (the latches and guards that held).
 	RecommendationBasisAnnotation = "kerf.dev/recommendation-basis"
+	// RecommendationRefusalsAnnotation carries the basis's refusals in
+	// short (RecommendationBasis.RefusalKeys): what the leader compares
+	// on every pass. The leader's cache keeps it and drops the basis
+	// beside it; what needs the figures reads the object from the
+	// apiserver (docs/leader.md).
+	RecommendationRefusalsAnnotation = "kerf.dev/recommendation-refusals"
 )

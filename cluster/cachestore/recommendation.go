@@ -7,6 +7,7 @@ import (
 	"reflect"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -87,8 +88,34 @@ func appendQuantityKey(key []byte, q *resource.Quantity) []byte {
 // (TestInterningShrinksTheCachedRecommendations). It walks the object by
 // reflection, so a field added to the type is shared too.
 func internRecommendation(rsr *v1alpha1.RightsizingRecommendation) {
+	dropBasis(&rsr.ObjectMeta)
 	internMeta(&rsr.ObjectMeta)
 	internValue(reflect.ValueOf(rsr).Elem(), ownStrings{})
+}
+
+// dropBasis drops the recommender's basis annotation from a
+// recommendation that carries its refusals annotation. That one says in
+// short what the leader reads of the basis on every pass. The basis is the
+// figures behind the values, about a kilobyte of JSON, each its own
+// (TestTheCacheDropsTheBasisItsRefusalsAnnotationSums). What needs them
+// reads the object from the apiserver: the reconciler, a new refusal's
+// figures; the workload page. A recommendation without the refusals
+// annotation, written before it, keeps its basis.
+//
+// It writes a new map: the object's may be one stringMaps shares, when
+// the informer hands a stored object to the transform again.
+func dropBasis(m *metav1.ObjectMeta) {
+	_, summed := m.Annotations[v1alpha1.RecommendationRefusalsAnnotation]
+	if _, ok := m.Annotations[v1alpha1.RecommendationBasisAnnotation]; !ok || !summed {
+		return
+	}
+	kept := make(map[string]string, len(m.Annotations)-1)
+	for k, v := range m.Annotations {
+		if k != v1alpha1.RecommendationBasisAnnotation {
+			kept[k] = v
+		}
+	}
+	m.Annotations = kept
 }
 
 // ownStrings are the strings of one object shared within it only.

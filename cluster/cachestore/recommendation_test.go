@@ -127,3 +127,71 @@ func TestInterningShrinksTheCachedRecommendations(t *testing.T) {
 	assert.Less(t, float64(interned), 0.7*float64(whole), "interning saves at least 30 % of a cached recommendation")
 	assert.Equal(t, "w-09999", objs[n-1].(*v1alpha1.RightsizingRecommendation).Name)
 }
+
+// recommendedRecommendations are n recommendations as JSON, each as the
+// recommender made one in the scale harness and the leader applied it
+// (testdata/recommendation-recommended.json, read from its apiserver: a
+// Rollout change of a Deployment's CPU, watched, with the recommender's
+// basis and refusals annotations), with its own name and UIDs. Without
+// summed, the refusals annotation is left out, as the recommender wrote
+// them before it.
+func recommendedRecommendations(t *testing.T, n int, summed bool) [][]byte {
+	t.Helper()
+	sample, err := os.ReadFile("testdata/recommendation-recommended.json")
+	require.NoError(t, err)
+	if !summed {
+		sample = []byte(strings.Replace(string(sample), `,
+      "kerf.dev/recommendation-refusals": "app/memory/request/MinChange/268435456"`, "", 1))
+		require.False(t, strings.Contains(string(sample), v1alpha1.RecommendationRefusalsAnnotation), "the refusals annotation left out")
+	}
+	raw := make([][]byte, n)
+	for i := range raw {
+		raw[i] = []byte(strings.NewReplacer(
+			"w-00150", fmt.Sprintf("w-%05d", i),
+			"c536e3a4", fmt.Sprintf("%08x", 3*i), "b6fe441e", fmt.Sprintf("%08x", 3*i+1), "e4a4d186", fmt.Sprintf("%08x", 3*i+2),
+		).Replace(string(sample)))
+	}
+	return raw
+}
+
+// TestTheCacheDropsTheBasisItsRefusalsAnnotationSums: a recommendation
+// with the refusals annotation is cached without its basis, and holds a
+// quarter less heap; one without it keeps its basis. Nothing else
+// changes, and a map the transform is handed is not written.
+func TestTheCacheDropsTheBasisItsRefusalsAnnotationSums(t *testing.T) {
+	dec := jsonDecoder()
+	decode := func(b []byte) *v1alpha1.RightsizingRecommendation {
+		obj, _, err := dec.Decode(b, nil, nil)
+		require.NoError(t, err)
+		return obj.(*v1alpha1.RightsizingRecommendation)
+	}
+	summed, old := recommendedRecommendations(t, 1, true)[0], recommendedRecommendations(t, 1, false)[0]
+
+	in := decode(summed)
+	handed := in.Annotations
+	got, err := Transform(in)
+	require.NoError(t, err)
+	cached := got.(*v1alpha1.RightsizingRecommendation)
+	assert.NotContains(t, cached.Annotations, v1alpha1.RecommendationBasisAnnotation, "the basis is dropped")
+	assert.Equal(t, "app/memory/request/MinChange/268435456", cached.Annotations[v1alpha1.RecommendationRefusalsAnnotation])
+	assert.Contains(t, handed, v1alpha1.RecommendationBasisAnnotation, "the map handed to the transform is not written")
+	want := decode(summed)
+	delete(want.Annotations, v1alpha1.RecommendationBasisAnnotation)
+	assert.True(t, equality.Semantic.DeepEqual(want, cached), "only the basis is dropped")
+	again, err := Transform(cached)
+	require.NoError(t, err)
+	assert.Same(t, cached, again, "idempotent")
+
+	got, err = Transform(decode(old))
+	require.NoError(t, err)
+	assert.NotEmpty(t, got.(*v1alpha1.RightsizingRecommendation).Annotations[v1alpha1.RecommendationBasisAnnotation],
+		"written before the refusals annotation: the basis is the only record of the refusals, and is kept")
+
+	const n = 10000
+	_, kept, _ := heldHeapOf(t, dec, recommendedRecommendations(t, n, false), Transform, Transform)
+	_, dropped, objs := heldHeapOf(t, dec, recommendedRecommendations(t, n, true), Transform, Transform)
+	t.Logf("%d recommendations, live heap cached: %.0f bytes each with the basis, %.0f without (%.0f %%)",
+		n, float64(kept)/n, float64(dropped)/n, 100*float64(dropped)/float64(kept))
+	assert.Less(t, float64(dropped), 0.8*float64(kept), "the basis is more than a fifth of a cached recommendation")
+	assert.Equal(t, "w-09999", objs[n-1].(*v1alpha1.RightsizingRecommendation).Name)
+}

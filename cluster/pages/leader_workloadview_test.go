@@ -111,10 +111,14 @@ func rolledBackWeb(t *testing.T) (*leadertest.Replica, string, net.Addr) {
 				Message: "cpu request 450m held at 500m: a change of 10% is below minChangePercent 10%"}}}}}
 	raw, err := basis.Encode()
 	require.NoError(t, err)
-	kubetest.Update(t, c, rsr, func() { rsr.Annotations = map[string]string{v1alpha1.RecommendationBasisAnnotation: raw} })
+	// As the recommender writes them: the leader's cache keeps the
+	// refusals annotation and drops the basis, which the page reads live.
+	kubetest.Update(t, c, rsr, func() {
+		rsr.Annotations = map[string]string{v1alpha1.RecommendationBasisAnnotation: raw, v1alpha1.RecommendationRefusalsAnnotation: basis.RefusalKeys()}
+	})
 	require.Eventually(t, func() bool {
 		var got v1alpha1.RightsizingRecommendation
-		return l.Manager().GetCache().Get(ctx, client.ObjectKeyFromObject(rsr), &got) == nil && got.Annotations[v1alpha1.RecommendationBasisAnnotation] != ""
+		return l.Manager().GetCache().Get(ctx, client.ObjectKeyFromObject(rsr), &got) == nil && got.Annotations[v1alpha1.RecommendationRefusalsAnnotation] != ""
 	}, 10*time.Second, 50*time.Millisecond)
 	return l, ns, lis.Addr()
 }
@@ -127,7 +131,7 @@ func TestWorkloadPageOfARolledBackWorkload(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("source", func(t *testing.T) {
-		src := &pages.WorkloadViews{Reader: l.Manager().GetCache(), Series: l.UsageSeries()}
+		src := &pages.WorkloadViews{Reader: l.Manager().GetCache(), Live: l.Manager().GetAPIReader(), Series: l.UsageSeries()}
 		v, err := src.Workload(ctx, webui.WorkloadID{Namespace: ns, Name: "web"})
 		require.NoError(t, err)
 		assert.Equal(t, v1alpha1.PhaseRolledBack, v.Phase)
@@ -147,7 +151,10 @@ func TestWorkloadPageOfARolledBackWorkload(t *testing.T) {
 			types = append(types, e.Type)
 		}
 		assert.Equal(t, []v1alpha1.ActionType{v1alpha1.ActionApplied, v1alpha1.ActionRolledBack}, types, "oldest first")
-		require.NotNil(t, v.Basis)
+		var cached v1alpha1.RightsizingRecommendation
+		require.NoError(t, l.Manager().GetCache().Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &cached))
+		assert.NotContains(t, cached.Annotations, v1alpha1.RecommendationBasisAnnotation, "the cache holds the refusals annotation, not the basis")
+		require.NotNil(t, v.Basis, "read live: %s", v.BasisError)
 		require.Len(t, v.Basis.Containers, 1)
 		assert.Equal(t, "MinChange", v.Basis.Containers[0].Refusals[0].Reason)
 		require.Len(t, v.Usage, 1)

@@ -28,6 +28,10 @@ type WorkloadViews struct {
 	// Reader reads the recommendations, workloads, namespaces and
 	// policies (the leader's cache).
 	Reader client.Reader
+	// Live reads a recommendation's basis where Reader has only its
+	// refusals annotation (the leader's cache drops the basis beside
+	// it); nil reads the basis from Reader alone.
+	Live client.Reader
 	// Series are the usage series; nil charts no usage.
 	Series *UsageSeries
 	// Now is the clock; nil means time.Now.
@@ -69,12 +73,13 @@ func (v *WorkloadViews) Workload(ctx context.Context, id webui.WorkloadID) (webu
 		return webui.WorkloadView{}, err
 	}
 	view.Containers = containerValues(&rsr, w)
-	if raw := rsr.Annotations[v1alpha1.RecommendationBasisAnnotation]; raw != "" {
-		b, err := v1alpha1.ParseRecommendationBasis(raw)
-		if err != nil {
+	raw, err := v.basis(ctx, &rsr)
+	switch {
+	case err != nil:
+		view.BasisError = err.Error()
+	case raw != "":
+		if view.Basis, err = v1alpha1.ParseRecommendationBasis(raw); err != nil {
 			view.BasisError = err.Error()
-		} else {
-			view.Basis = b
 		}
 	}
 	for i := range rsr.Status.History {
@@ -88,6 +93,20 @@ func (v *WorkloadViews) Workload(ctx context.Context, id webui.WorkloadID) (webu
 		view.Now = v.Now()
 	}
 	return view, nil
+}
+
+// basis returns the recommendation's basis annotation: from rsr, or
+// read through Live when rsr has the refusals annotation without it.
+func (v *WorkloadViews) basis(ctx context.Context, rsr *v1alpha1.RightsizingRecommendation) (string, error) {
+	raw, ok := rsr.Annotations[v1alpha1.RecommendationBasisAnnotation]
+	if _, summed := rsr.Annotations[v1alpha1.RecommendationRefusalsAnnotation]; ok || !summed || v.Live == nil {
+		return raw, nil
+	}
+	var live v1alpha1.RightsizingRecommendation
+	if err := v.Live.Get(ctx, client.ObjectKeyFromObject(rsr), &live); err != nil {
+		return "", fmt.Errorf("read the basis of %s/%s: %w", rsr.Namespace, rsr.Name, err)
+	}
+	return live.Annotations[v1alpha1.RecommendationBasisAnnotation], nil
 }
 
 // resolvePolicy finds the policy that governs the workload as the

@@ -151,18 +151,20 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 		Strategy:   strategy,
 		Containers: containers,
 	}
-	if existing.Name != "" && sameSpec(existing.Spec, spec) && sameRefusals(existing.Annotations[v1alpha1.RecommendationBasisAnnotation], basis) {
+	if existing.Name != "" && sameSpec(existing.Spec, spec) && sameRefusals(existing.Annotations, basis) {
 		return nil, nil
 	}
 	raw, err := basis.Encode()
 	if err != nil {
 		return nil, fmt.Errorf("encode the recommendation's basis: %w", err)
 	}
+	refusals := basis.RefusalKeys()
 	if existing.Name == "" {
 		rsr := &v1alpha1.RightsizingRecommendation{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name,
-				Labels:      map[string]string{v1alpha1.RecommendedByLabel: v1alpha1.RecommendedByKerf},
-				Annotations: map[string]string{v1alpha1.RecommendationBasisAnnotation: raw}},
+				Labels: map[string]string{v1alpha1.RecommendedByLabel: v1alpha1.RecommendedByKerf},
+				Annotations: map[string]string{v1alpha1.RecommendationBasisAnnotation: raw,
+					v1alpha1.RecommendationRefusalsAnnotation: refusals}},
 			Spec: spec,
 		}
 		return &recommendationWrite{ref: ref, tw: tw, obj: rsr, refusals: refusalCount(basis)}, nil
@@ -175,6 +177,7 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 		existing.Annotations = map[string]string{}
 	}
 	existing.Annotations[v1alpha1.RecommendationBasisAnnotation] = raw
+	existing.Annotations[v1alpha1.RecommendationRefusalsAnnotation] = refusals
 	return &recommendationWrite{ref: ref, tw: tw, obj: &existing, patch: from, refusals: refusalCount(basis)}, nil
 }
 
@@ -369,23 +372,14 @@ func sameSpec(a, b v1alpha1.RightsizingRecommendationSpec) bool {
 	return a.Strategy == b.Strategy && policy.ValueFingerprint(a.Containers) == policy.ValueFingerprint(b.Containers)
 }
 
-// sameRefusals reports whether the recorded basis held back the same
-// values for the same reasons as basis.
-func sameRefusals(recorded string, basis v1alpha1.RecommendationBasis) bool {
-	old, err := v1alpha1.ParseRecommendationBasis(recorded)
-	if err != nil {
-		return false
-	}
-	key := func(b v1alpha1.RecommendationBasis) []string {
-		var out []string
-		for _, c := range b.Containers {
-			for _, f := range c.Refusals {
-				out = append(out, fmt.Sprintf("%s/%s/%s/%s/%d", c.Name, f.Resource, f.Field, f.Reason, f.Held))
-			}
-		}
-		return out
-	}
-	return slices.Equal(key(*old), key(basis))
+// sameRefusals reports whether a recommendation's annotations record
+// the same values held back for the same reasons as basis. It reads the
+// refusals annotation, which the leader's cache keeps (the basis it
+// drops). One written before that annotation is not the same, and is
+// written once more, with it.
+func sameRefusals(annotations map[string]string, basis v1alpha1.RecommendationBasis) bool {
+	recorded, ok := annotations[v1alpha1.RecommendationRefusalsAnnotation]
+	return ok && recorded == basis.RefusalKeys()
 }
 
 // refusalCount counts the refusals of a basis, for the log.

@@ -39,8 +39,12 @@ type Reconciler struct {
 	// means Client and Applier.
 	RollbackClient client.Client
 	Rollbacks      *apply.Applier
-	Recorder       events.EventRecorder
-	Metrics        *Metrics
+	// Live reads from the apiserver what the leader's cache does not
+	// keep: a recommendation's basis beside its refusals annotation
+	// (recordRefusals). Nil means the manager's API reader.
+	Live     client.Reader
+	Recorder events.EventRecorder
+	Metrics  *Metrics
 	// Kernel gives the agents' OOM kill counts; nil counts only what pod
 	// status shows.
 	Kernel healthwatch.KernelSource

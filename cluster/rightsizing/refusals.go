@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
 	"github.com/kerf-dev/kerf/cluster/recommend"
@@ -34,9 +35,36 @@ func (c *reconcileContext) recordRefusals(ctx context.Context) error {
 	if rsr.Labels[v1alpha1.RecommendedByLabel] != v1alpha1.RecommendedByKerf {
 		return nil
 	}
-	refusals, messages, key := basisRefusals(rsr.Annotations[v1alpha1.RecommendationBasisAnnotation])
+	short, summed := rsr.Annotations[v1alpha1.RecommendationRefusalsAnnotation]
+	var refusals []v1alpha1.Refusal
+	var messages []string
+	var key string
+	if summed {
+		keys, err := v1alpha1.ParseRefusalKeys(short)
+		if err != nil {
+			return nil
+		}
+		refusals, key = heldBackKeys(keys)
+	} else {
+		refusals, messages, key = basisRefusals(rsr.Annotations[v1alpha1.RecommendationBasisAnnotation])
+	}
 	if key == "" || key == rsr.Status.RecordedRefusals || refusalsRecorded(rsr.Status.History, refusals) {
 		return nil
+	}
+	if summed {
+		// News: its figures and messages are in the basis, which the
+		// leader's cache does not keep beside the refusals annotation.
+		var live v1alpha1.RightsizingRecommendation
+		if err := c.r.Live.Get(ctx, client.ObjectKeyFromObject(rsr), &live); err != nil {
+			return fmt.Errorf("read the basis of %s/%s: %w", rsr.Namespace, rsr.Name, err)
+		}
+		if live.Annotations[v1alpha1.RecommendationRefusalsAnnotation] != short {
+			return nil // the recommender wrote since; its write brings another pass
+		}
+		refusals, messages, key = basisRefusals(live.Annotations[v1alpha1.RecommendationBasisAnnotation])
+		if key == "" {
+			return nil
+		}
 	}
 	keep := func(st *v1alpha1.RightsizingRecommendationStatus) { st.RecordedRefusals = key }
 	var resources []v1alpha1.ResourceName
@@ -108,9 +136,8 @@ func heldBack(r recommend.Reason) bool { return r != recommend.ReasonMinChange }
 
 // basisRefusals reads the refusals a recommendation's basis annotation
 // holds back (heldBack), at most v1alpha1.MaxActionRefusals, with their
-// messages. It returns their key too: what identifies the set, from each
-// refusal's container, resource, field, reason and the value held. The
-// key is empty when there are none or the annotation cannot be read.
+// figures and messages, and their key (refusalsKey). The key is empty
+// when there are none or the annotation cannot be read.
 func basisRefusals(annotation string) (refusals []v1alpha1.Refusal, messages []string, key string) {
 	if annotation == "" {
 		return nil, nil, ""
@@ -119,13 +146,13 @@ func basisRefusals(annotation string) (refusals []v1alpha1.Refusal, messages []s
 	if err != nil {
 		return nil, nil, ""
 	}
-	h := sha256.New()
+	var keys []v1alpha1.RefusalKey
 	for _, c := range b.Containers {
 		for _, f := range c.Refusals {
 			if !heldBack(recommend.Reason(f.Reason)) {
 				continue
 			}
-			fmt.Fprintf(h, "%s/%s/%s/%s/%d\n", c.Name, f.Resource, f.Field, f.Reason, f.Held)
+			keys = append(keys, v1alpha1.RefusalKey{Container: c.Name, Resource: f.Resource, Field: f.Field, Reason: f.Reason, Held: f.Held})
 			if len(refusals) == v1alpha1.MaxActionRefusals {
 				continue
 			}
@@ -136,10 +163,37 @@ func basisRefusals(annotation string) (refusals []v1alpha1.Refusal, messages []s
 			messages = append(messages, c.Name+": "+f.Message)
 		}
 	}
-	if len(refusals) == 0 {
-		return nil, nil, ""
+	return refusals, messages, refusalsKey(keys)
+}
+
+// heldBackKeys is basisRefusals from the refusals annotation's keys: the
+// refusals without their figures, and their key.
+func heldBackKeys(all []v1alpha1.RefusalKey) (refusals []v1alpha1.Refusal, key string) {
+	var keys []v1alpha1.RefusalKey
+	for _, k := range all {
+		if !heldBack(recommend.Reason(k.Reason)) {
+			continue
+		}
+		keys = append(keys, k)
+		if len(refusals) < v1alpha1.MaxActionRefusals {
+			refusals = append(refusals, v1alpha1.Refusal{Container: k.Container, Resource: k.Resource, Field: k.Field, Reason: k.Reason, Held: k.Held})
+		}
 	}
-	return refusals, messages, hex.EncodeToString(h.Sum(nil)[:16])
+	return refusals, refusalsKey(keys)
+}
+
+// refusalsKey identifies a set of refusals held back: a hash of each
+// one's container, resource, field, reason and the value held. It is
+// empty for none. status.recordedRefusals keeps it.
+func refusalsKey(keys []v1alpha1.RefusalKey) string {
+	if len(keys) == 0 {
+		return ""
+	}
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%s\n", k)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // decimal writes a refusal's figure as a decimal string. Bytes and

@@ -83,6 +83,9 @@ func targetKey(kind v1alpha1.WorkloadKind, name string) string { return string(k
 // priority").
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, sig *signals.Stores) error {
 	ctx := context.Background()
+	if r.Live == nil {
+		r.Live = mgr.GetAPIReader()
+	}
 	// Every index keeps an object under its value's bucket, one key an
 	// object (the leader's cache is a cachestore.Cache): pods by UID are
 	// looked up across all namespaces, the rest in the workload's
