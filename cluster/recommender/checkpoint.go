@@ -167,13 +167,13 @@ func (r *Loop) loadCheckpoint(ck *v1alpha1.RightsizingCheckpoint, m *recommend.M
 	ref := workload.Ref{Kind: ck.Spec.TargetRef.Kind, Namespace: ck.Namespace, Name: ck.Spec.TargetRef.Name}
 	tw := r.workloads[ref]
 	if tw == nil {
-		tw = &trackedWorkload{containers: map[string]*recommend.ContainerState{}, model: m}
+		tw = &trackedWorkload{model: m}
 	}
 	m = tw.model
 	fp := Fingerprint(m)
 	loaded, refused := 0, false
 	for _, c := range ck.Status.Containers {
-		if tw.containers[c.Name] != nil {
+		if tw.containers.get(c.Name) != nil {
 			continue // fed in memory already: it is newer
 		}
 		if r.tracked >= r.max {
@@ -195,7 +195,7 @@ func (r *Loop) loadCheckpoint(ck *v1alpha1.RightsizingCheckpoint, m *recommend.M
 			refused = true
 			continue
 		}
-		tw.containers[c.Name] = &st
+		tw.containers.add(c.Name, st)
 		r.tracked++
 		loaded++
 	}
@@ -218,10 +218,7 @@ func (r *Loop) loadCheckpoint(ck *v1alpha1.RightsizingCheckpoint, m *recommend.M
 // at most MaxCheckpointContainers, as the pod spec bounds a workload's
 // containers; the rest are skipped with a warning.
 func (r *Loop) encodeCheckpoint(tw *trackedWorkload, into *v1alpha1.RightsizingCheckpointStatus) (uint64, []string) {
-	names := make([]string, 0, len(tw.containers))
-	for name := range tw.containers {
-		names = append(names, name)
-	}
+	names := tw.containers.names()
 	slices.Sort(names)
 	var skipped []string
 	if len(names) > v1alpha1.MaxCheckpointContainers {
@@ -229,7 +226,7 @@ func (r *Loop) encodeCheckpoint(tw *trackedWorkload, into *v1alpha1.RightsizingC
 	}
 	h := fnv.New64a()
 	for _, name := range names {
-		r.ckptBuf = tw.containers[name].AppendCheckpoint(tw.model, r.ckptBuf[:0])
+		r.ckptBuf = tw.containers.get(name).AppendCheckpoint(tw.model, r.ckptBuf[:0])
 		if len(r.ckptBuf) > v1alpha1.MaxContainerCheckpointBytes {
 			skipped = append(skipped, name)
 			continue

@@ -167,16 +167,12 @@ func (r *Loop) throttling(fed map[workload.Ref]*trackedWorkload, now time.Time) 
 			from = now.Add(-signals.DefaultRecent)
 		}
 		tw.throttledTo = now
-		names := make([]string, 0, len(tw.containers))
-		for name := range tw.containers {
-			names = append(names, name)
-		}
-		wins, err := r.kernel.ThrottleWindows(tw.pods, names, from, now)
+		wins, err := r.kernel.ThrottleWindows(tw.pods, tw.containers.names(), from, now)
 		if err != nil {
 			continue
 		}
 		for name, w := range wins {
-			if st := tw.containers[name]; st != nil && w.Periods > 0 {
+			if st := tw.containers.get(name); st != nil && w.Periods > 0 {
 				st.AddThrottling(tw.model, w.Throttled/w.Periods, now)
 			}
 		}

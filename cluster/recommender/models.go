@@ -140,16 +140,17 @@ func (r *Loop) adopt(ref workload.Ref, tw *trackedWorkload, rw *resolvedWorkload
 	if old == nil || old == m || old.Fingerprint() == m.Fingerprint() || len(tw.containers) == 0 {
 		return
 	}
-	for name, st := range tw.containers {
-		sig := st.Signals(old, now)
-		fresh := &recommend.ContainerState{}
+	for i := range tw.containers {
+		c := &tw.containers[i]
+		sig := c.state.Signals(old, now)
+		var fresh recommend.ContainerState
 		if !sig.OOMAt.IsZero() {
 			fresh.RecordOOM(m, sig.OOMPeakBytes, sig.OOMAt)
 		}
 		if sig.ThrottlingRatio > 0 {
 			fresh.AddThrottling(m, sig.ThrottlingRatio, now)
 		}
-		tw.containers[name] = fresh
+		c.state = fresh
 	}
 	// The instances' peak windows are the old interval's.
 	for k, in := range r.instances {

@@ -75,7 +75,7 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 		entries = entriesOf(&w.Template.Spec)
 	}
 	for _, c := range entries {
-		st := tw.containers[c.Name]
+		st := tw.containers.get(c.Name)
 		if st == nil {
 			continue
 		}

@@ -1,0 +1,57 @@
+package recommender
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kerf-dev/kerf/cluster/recommend"
+)
+
+// TestContainerStatesHoldLessThanAMap: a workload's histories in a slice
+// hold less than half the heap of a map of pointers to them, as the
+// recommender kept them before, for the one container most workloads
+// have. get finds each by name, add keeps what it is given.
+func TestContainerStatesHoldLessThanAMap(t *testing.T) {
+	const n = 20000
+	held := func(build func(i int) any) uint64 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		kept := make([]any, n)
+		for i := range kept {
+			kept[i] = build(i)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(kept)
+		return after.HeapAlloc - before.HeapAlloc
+	}
+	asMap := held(func(int) any {
+		return map[string]*recommend.ContainerState{"app": {}}
+	})
+	asSlice := held(func(int) any {
+		var cs containerStates
+		cs.add("app", recommend.ContainerState{})
+		return &cs
+	})
+	t.Logf("one container's history: %.0f bytes in a map, %.0f in containerStates", float64(asMap)/n, float64(asSlice)/n)
+	assert.Less(t, float64(asSlice), 0.5*float64(asMap))
+
+	var cs containerStates
+	m, err := recommend.NewModel(recommend.DefaultParams())
+	require.NoError(t, err)
+	var st recommend.ContainerState
+	now := time.Now()
+	st.AddThrottling(m, 0.5, now)
+	cs.add("app", st)
+	cs.add("sidecar", recommend.ContainerState{})
+	assert.Nil(t, cs.get("other"))
+	assert.NotNil(t, cs.get("app"))
+	assert.Equal(t, st.Signals(m, now), cs.get("app").Signals(m, now), "kept as given")
+	assert.NotZero(t, cs.get("app").Signals(m, now).ThrottlingRatio)
+	assert.Equal(t, []string{"app", "sidecar"}, cs.names())
+}
