@@ -30,6 +30,11 @@ import (
 // again. So status.history, which is bounded, and the hub keep the
 // actions that matter. status.recordedRefusals keeps the last set's key,
 // so a pass that finds it again reads no history.
+//
+// What is refused it reads from the refusals annotation, which the
+// leader's cache keeps. The figures of news it reads from the basis on
+// the apiserver (Reconciler.Live): the cache drops the basis beside that
+// annotation. A recommendation written before it has its basis alone.
 func (c *reconcileContext) recordRefusals(ctx context.Context) error {
 	rsr := c.rsr
 	if rsr.Labels[v1alpha1.RecommendedByLabel] != v1alpha1.RecommendedByKerf {
