@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,10 +73,41 @@ func appendQuantityKey(key []byte, q *resource.Quantity) []byte {
 	return append(key, ',')
 }
 
+// sharedPointees holds one shared policy reference and one shared time per
+// distinct value of the cached recommendations, as resourceValues does
+// for their amounts. A recommendation points to a policy reference twice
+// (status.policy, status.rollback.policy) and to a few times (when its
+// turn started, when it was promoted). Each is an allocation of its own,
+// nearly all alike: the workloads one policy governs, the changes made
+// in the same second.
+var sharedPointees = struct {
+	policies sharedTable[*v1alpha1.PolicyReference]
+	times    sharedTable[*metav1.Time]
+}{
+	policies: sharedTable[*v1alpha1.PolicyReference]{max: maxInternedValues},
+	times:    sharedTable[*metav1.Time]{max: maxInternedValues},
+}
+
+// internPointee returns the shared pointer equal to the *PolicyReference
+// or *metav1.Time v, its strings interned first; false for another type.
+func internPointee(v reflect.Value, own ownStrings) (reflect.Value, bool) {
+	switch p := v.Interface().(type) {
+	case *v1alpha1.PolicyReference:
+		internValue(v.Elem(), own)
+		key := string(p.Kind) + "/" + p.Name + "/" + p.Fingerprint
+		return reflect.ValueOf(sharedPointees.policies.share(key, p)), true
+	case *metav1.Time:
+		key := strconv.FormatInt(p.UnixNano(), 10) + "/" + p.Location().String()
+		return reflect.ValueOf(sharedPointees.times.share(key, p)), true
+	}
+	return v, false
+}
+
 // internRecommendation shares what a decoded recommendation holds alike
 // with others. It shares:
 //   - its labels and annotations (stringMaps);
-//   - every *ResourceValues (resourceValues);
+//   - every *ResourceValues (resourceValues), *PolicyReference and
+//     *metav1.Time (sharedPointees);
 //   - every string (unique.Make). The table holds a string only while
 //     some object does, so it needs no bound of its own.
 //
@@ -152,6 +184,10 @@ func internValue(v reflect.Value, own ownStrings) {
 		}
 		if v.Type() == valuesType {
 			v.Set(reflect.ValueOf(resourceValues.intern(v.Interface().(*v1alpha1.ResourceValues))))
+			return
+		}
+		if shared, ok := internPointee(v, own); ok {
+			v.Set(shared)
 			return
 		}
 		internValue(v.Elem(), own)
