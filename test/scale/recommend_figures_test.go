@@ -57,3 +57,28 @@ func TestPeakRateIsTheFastestWindow(t *testing.T) {
 	assert.InDelta(t, 5.5, peakRate(samples, 20*time.Second), 1e-9)
 	assert.Zero(t, peakRate(samples[:1], 10*time.Second), "one sample has no rate")
 }
+
+// TestHarmWaitsReadAHistogramWithoutLabels checks the reading of the
+// leader's harm waits: a histogram without labels, the lock's apart from
+// the queue's.
+func TestHarmWaitsReadAHistogramWithoutLabels(t *testing.T) {
+	raw := `kerf_leader_harm_queue_wait_seconds_bucket{le="0.01"} 48
+kerf_leader_harm_queue_wait_seconds_bucket{le="0.25"} 50
+kerf_leader_harm_queue_wait_seconds_bucket{le="+Inf"} 50
+kerf_leader_harm_queue_wait_seconds_sum 0.3
+kerf_leader_harm_queue_wait_seconds_count 50
+kerf_leader_harm_lock_wait_seconds_bucket{le="0.01"} 50
+kerf_leader_harm_lock_wait_seconds_bucket{le="0.25"} 50
+kerf_leader_harm_lock_wait_seconds_bucket{le="+Inf"} 50
+kerf_leader_harm_lock_wait_seconds_sum 0.002
+kerf_leader_harm_lock_wait_seconds_count 50
+`
+	queue, err := parseHistogram(raw, "kerf_leader_harm_queue_wait_seconds")
+	require.NoError(t, err)
+	lock, err := parseHistogram(raw, "kerf_leader_harm_lock_wait_seconds")
+	require.NoError(t, err)
+	assert.Equal(t, 50.0, queue.count)
+	assert.InDelta(t, 0.3, queue.sum, 1e-9)
+	assert.Equal(t, "≤ 0.25 s", slowest(passHistogram{}, queue))
+	assert.Equal(t, "≤ 0.01 s", slowest(passHistogram{}, lock))
+}

@@ -200,36 +200,86 @@ func readPasses(tb testing.TB, p *leaderProc) map[string]passHistogram {
 func parsePasses(raw string) (map[string]passHistogram, error) {
 	out := map[string]passHistogram{}
 	for _, step := range passSteps {
-		label := `step="` + step + `"`
-		sum, err1 := sumMetric(raw, "kerf_recommender_pass_seconds_sum", label)
-		n, err2 := sumMetric(raw, "kerf_recommender_pass_seconds_count", label)
-		if err := errors.Join(err1, err2); err != nil {
+		h, err := parseHistogram(raw, "kerf_recommender_pass_seconds", `step="`+step+`"`)
+		if err != nil {
 			return nil, err
-		}
-		h := passHistogram{sum: sum, count: n, buckets: map[float64]float64{}}
-		for line := range strings.SplitSeq(raw, "\n") {
-			if !strings.HasPrefix(line, "kerf_recommender_pass_seconds_bucket{") || !strings.Contains(line, label) {
-				continue
-			}
-			i := strings.Index(line, `le="`)
-			if i < 0 {
-				continue
-			}
-			le := line[i+4:]
-			le = le[:max(strings.IndexByte(le, '"'), 0)]
-			bound, err := strconv.ParseFloat(le, 64) // "+Inf" parses as +Inf
-			if err != nil {
-				return nil, fmt.Errorf("parse %q: %w", line, err)
-			}
-			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-			if err != nil {
-				return nil, fmt.Errorf("parse %q: %w", line, err)
-			}
-			h.buckets[bound] = v
 		}
 		out[step] = h
 	}
 	return out, nil
+}
+
+// parseHistogram reads the histogram name from a Prometheus text
+// exposition: its series whose labels hold every one of labels
+// (`key="value"`), summed.
+func parseHistogram(raw, name string, labels ...string) (passHistogram, error) {
+	sum, err1 := sumMetric(raw, name+"_sum", labels...)
+	n, err2 := sumMetric(raw, name+"_count", labels...)
+	if err := errors.Join(err1, err2); err != nil {
+		return passHistogram{}, err
+	}
+	h := passHistogram{sum: sum, count: n, buckets: map[float64]float64{}}
+	for line := range strings.SplitSeq(raw, "\n") {
+		if !strings.HasPrefix(line, name+"_bucket{") || !containsAll(line, labels) {
+			continue
+		}
+		i := strings.Index(line, `le="`)
+		if i < 0 {
+			continue
+		}
+		le := line[i+4:]
+		le = le[:max(strings.IndexByte(le, '"'), 0)]
+		bound, err := strconv.ParseFloat(le, 64) // "+Inf" parses as +Inf
+		if err != nil {
+			return passHistogram{}, fmt.Errorf("parse %q: %w", line, err)
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			return passHistogram{}, fmt.Errorf("parse %q: %w", line, err)
+		}
+		h.buckets[bound] += v
+	}
+	return h, nil
+}
+
+// containsAll reports whether line holds every one of subs.
+func containsAll(line string, subs []string) bool {
+	for _, s := range subs {
+		if !strings.Contains(line, s) {
+			return false
+		}
+	}
+	return true
+}
+
+// harmWaits are the leader's histograms of its harm signals' waits:
+// from the enqueue to the pass, and of that, for the recommendation's
+// lock.
+type harmWaits struct{ queue, lock passHistogram }
+
+// readHarmWaits reads the leader's harmWaits.
+func readHarmWaits(tb testing.TB, p *leaderProc) harmWaits {
+	raw, err := p.scrape()
+	require.NoError(tb, err)
+	queue, err1 := parseHistogram(raw, "kerf_leader_harm_queue_wait_seconds")
+	lock, err2 := parseHistogram(raw, "kerf_leader_harm_lock_wait_seconds")
+	require.NoError(tb, errors.Join(err1, err2))
+	return harmWaits{queue: queue, lock: lock}
+}
+
+// logHarmWaits logs the harm signals' waits between two readHarmWaits:
+// how many, their mean and the bucket bound the slowest fell under. They
+// say where a slow rollback request's time went before its pass began.
+func logHarmWaits(tb testing.TB, when string, from, to harmWaits) {
+	n := to.queue.count - from.queue.count
+	if n <= 0 {
+		tb.Logf("the harm signals' requests %s: none", when)
+		return
+	}
+	tb.Logf("the harm signals' requests %s, %.0f: from the enqueue to the pass mean %.1f ms, slowest %s "+
+		"(kerf_leader_harm_queue_wait_seconds); of that, waiting for the recommendation's lock mean %.1f ms, slowest %s (kerf_leader_harm_lock_wait_seconds)",
+		when, n, 1000*(to.queue.sum-from.queue.sum)/n, slowest(from.queue, to.queue),
+		1000*(to.lock.sum-from.lock.sum)/n, slowest(from.lock, to.lock))
 }
 
 // slowest is the bucket bound the slowest pass between from and to fell
@@ -372,7 +422,7 @@ func BenchmarkLeaderRecommendingAtScale(b *testing.B) {
 	b.Logf("the recommender on → its first recommendation: %v (minHistory and interval %v)", waveFrom.Sub(onAt).Round(time.Millisecond), minHistory)
 	historyCPU, _ := u.over(onAt, waveFrom, time.Second)
 	historyRSS, _ := u.rssPeak(onAt, waveFrom)
-	passesW := readPasses(b, leader)
+	passesW, harmW := readPasses(b, leader), readHarmWaits(b, leader)
 	logPasses(b, "while the history grew", passes0, passesW)
 	b.Logf("while the history grew: CPU %.0f mCPU, RSS peak %.0f MiB; the recommender's writes: %s",
 		historyCPU*1000, float64(historyRSS)/(1<<20), writeFigures(writes0, writesW, waveFrom.Sub(onAt)))
@@ -436,6 +486,7 @@ func BenchmarkLeaderRecommendingAtScale(b *testing.B) {
 		expected, recs.count(), recommendedIn.Round(time.Millisecond), float64(recs.count())/max(recommendedIn.Seconds(), 1),
 		len(applied), lastApply.Sub(waveFrom).Round(time.Millisecond))
 	logPasses(b, "during the wave", passesW, passesE)
+	logHarmWaits(b, "during the wave", harmW, readHarmWaits(b, leader))
 	writeRate := (total(writesE) - total(writesW)) / waveS
 	peakWrites := peakRate(samples, 10*time.Second)
 	b.Logf("the recommender's apiserver writes during the wave (apiserver_request_total): %s; %.1f writes/s, peak (10 s) %.1f/s; the leader's requests %.1f/s in all",
