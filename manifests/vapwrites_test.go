@@ -219,7 +219,8 @@ func recommendation(ns, name, cpu string) *v1alpha1.RightsizingRecommendation {
 	return &v1alpha1.RightsizingRecommendation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
 			Labels:      map[string]string{v1alpha1.RecommendedByLabel: v1alpha1.RecommendedByKerf},
-			Annotations: map[string]string{v1alpha1.RecommendationBasisAnnotation: `{"policy":"ClusterRightsizingPolicy/default"}`}},
+			Annotations: map[string]string{v1alpha1.RecommendationBasisAnnotation: `{"policy":"ClusterRightsizingPolicy/default"}`,
+				v1alpha1.RecommendationRefusalsAnnotation: ""}},
 		Spec: v1alpha1.RightsizingRecommendationSpec{
 			TargetRef: v1alpha1.TargetRef{APIVersion: "apps/v1", Kind: v1alpha1.KindDeployment, Name: name},
 			Strategy:  v1alpha1.StrategyRollout,
@@ -415,6 +416,7 @@ func TestAStolenLeaderTokenChangesOnlyWhatTheLeadersCodeChanges(t *testing.T) {
 			from := client.MergeFromWithOptions(existing.DeepCopy(), client.MergeFromWithOptimisticLock{})
 			existing.Spec.Containers[0].Requests.CPU = ptr.To(resource.MustParse("250m"))
 			existing.Annotations[v1alpha1.RecommendationBasisAnnotation] = `{"policy":"ClusterRightsizingPolicy/other"}`
+			existing.Annotations[v1alpha1.RecommendationRefusalsAnnotation] = "app/memory/request/OOMKill/268435456"
 			return w.c.Patch(ctx, existing, from)
 		}, ""},
 		{"the hub-delivery finalizer on a user's recommendation", func(t *testing.T) error {
@@ -443,11 +445,15 @@ func TestAStolenLeaderTokenChangesOnlyWhatTheLeadersCodeChanges(t *testing.T) {
 		{"the basis on a user's recommendation", func(t *testing.T) error {
 			var r v1alpha1.RightsizingRecommendation
 			return w.patch(&r, ns, "mine", func() { r.Annotations = map[string]string{v1alpha1.RecommendationBasisAnnotation: "{}"} })
-		}, "may change only the kerf.dev/recommendation-basis annotation of rightsizingrecommendations " + ns + "/mine, and only of a recommendation it made"},
+		}, "may change only the kerf.dev/recommendation-basis and kerf.dev/recommendation-refusals annotations of rightsizingrecommendations " + ns + "/mine, and only of a recommendation it made"},
+		{"the refusals on a user's recommendation", func(t *testing.T) error {
+			var r v1alpha1.RightsizingRecommendation
+			return w.patch(&r, ns, "mine", func() { r.Annotations = map[string]string{v1alpha1.RecommendationRefusalsAnnotation: ""} })
+		}, "may change only the kerf.dev/recommendation-basis and kerf.dev/recommendation-refusals annotations of rightsizingrecommendations " + ns + "/mine"},
 		{"a paused recommendation resumed", func(t *testing.T) error {
 			var r v1alpha1.RightsizingRecommendation
 			return w.patch(&r, ns, "kerfs", func() { r.Annotations[v1alpha1.PausedAnnotation] = "false" })
-		}, "may change only the kerf.dev/recommendation-basis annotation"},
+		}, "may change only the kerf.dev/recommendation-basis and kerf.dev/recommendation-refusals annotations"},
 		{"a label on a recommendation", func(t *testing.T) error {
 			var r v1alpha1.RightsizingRecommendation
 			return w.patch(&r, ns, "mine", func() { r.Labels = map[string]string{v1alpha1.RecommendedByLabel: v1alpha1.RecommendedByKerf} })
