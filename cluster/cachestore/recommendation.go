@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,13 +90,16 @@ var sharedPointees = struct {
 }
 
 // internPointee returns the shared pointer equal to the *PolicyReference
-// or *metav1.Time v, its strings interned first; false for another type.
+// or *metav1.Time v; false for another type. It never writes into v's
+// pointee, which may be the shared one: a policy reference is shared as
+// a copy with its strings interned.
 func internPointee(v reflect.Value, own ownStrings) (reflect.Value, bool) {
 	switch p := v.Interface().(type) {
 	case *v1alpha1.PolicyReference:
-		internValue(v.Elem(), own)
 		key := string(p.Kind) + "/" + p.Name + "/" + p.Fingerprint
-		return reflect.ValueOf(sharedPointees.policies.share(key, p)), true
+		c := *p
+		internValue(reflect.ValueOf(&c).Elem(), own)
+		return reflect.ValueOf(sharedPointees.policies.share(key, &c)), true
 	case *metav1.Time:
 		key := strconv.FormatInt(p.UnixNano(), 10) + "/" + p.Location().String()
 		return reflect.ValueOf(sharedPointees.times.share(key, p)), true
@@ -174,20 +178,25 @@ var valuesType = reflect.TypeFor[*v1alpha1.ResourceValues]()
 // settable, those of ownFields within own. Maps are left alone: the labels
 // and annotations are interned as whole maps, and the type holds no others
 // of any size.
+//
+// It writes only what changes. The informer may hand an object it stores
+// to the transform again, while readers copy it: in an object interned
+// before, every string and pointer is already the shared one, and nothing
+// is written (TestInterningAStoredRecommendationAgainWritesNothing).
 func internValue(v reflect.Value, own ownStrings) {
 	switch v.Kind() {
 	case reflect.String:
-		v.SetString(internString(v.String()))
+		setString(v, internString(v.String()))
 	case reflect.Pointer:
 		if v.IsNil() {
 			return
 		}
 		if v.Type() == valuesType {
-			v.Set(reflect.ValueOf(resourceValues.intern(v.Interface().(*v1alpha1.ResourceValues))))
+			setPointer(v, reflect.ValueOf(resourceValues.intern(v.Interface().(*v1alpha1.ResourceValues))))
 			return
 		}
 		if shared, ok := internPointee(v, own); ok {
-			v.Set(shared)
+			setPointer(v, shared)
 			return
 		}
 		internValue(v.Elem(), own)
@@ -199,7 +208,7 @@ func internValue(v reflect.Value, own ownStrings) {
 			case !f.IsExported():
 			case ownFields[f.Name] && f.Type.Kind() == reflect.String:
 				if s := v.Field(i).String(); s != "" {
-					v.Field(i).SetString(own.intern(s))
+					setString(v.Field(i), own.intern(s))
 				}
 			default:
 				internValue(v.Field(i), own)
@@ -209,6 +218,20 @@ func internValue(v reflect.Value, own ownStrings) {
 		for i := range v.Len() {
 			internValue(v.Index(i), own)
 		}
+	}
+}
+
+// setString sets the string v to s unless v holds s's bytes already.
+func setString(v reflect.Value, s string) {
+	if old := v.String(); len(old) != len(s) || unsafe.StringData(old) != unsafe.StringData(s) {
+		v.SetString(s)
+	}
+}
+
+// setPointer sets the pointer v to p unless it is p already.
+func setPointer(v, p reflect.Value) {
+	if v.UnsafePointer() != p.UnsafePointer() {
+		v.Set(p)
 	}
 }
 

@@ -195,3 +195,38 @@ func TestTheCacheDropsTheBasisItsRefusalsAnnotationSums(t *testing.T) {
 	assert.Less(t, float64(dropped), 0.8*float64(kept), "the basis is more than a fifth of a cached recommendation")
 	assert.Equal(t, "w-09999", objs[n-1].(*v1alpha1.RightsizingRecommendation).Name)
 }
+
+// TestInterningAStoredRecommendationAgainWritesNothing: the informer may
+// hand an object it stores to the transform again while readers copy it
+// (a Replace). Interning then writes nothing, so the race detector, which
+// make test runs, sees no write beside the copies. Before, the strings
+// and pointers were set again, the shared policy reference's among them.
+func TestInterningAStoredRecommendationAgainWritesNothing(t *testing.T) {
+	dec := jsonDecoder()
+	var stored []*v1alpha1.RightsizingRecommendation
+	for _, b := range recommendedRecommendations(t, 3, true) {
+		obj, _, err := dec.Decode(b, nil, nil)
+		require.NoError(t, err)
+		got, err := Transform(obj)
+		require.NoError(t, err)
+		stored = append(stored, got.(*v1alpha1.RightsizingRecommendation))
+	}
+	require.Same(t, stored[0].Status.Policy, stored[1].Status.Policy, "the policy reference is shared")
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		for range 200 {
+			for _, r := range stored {
+				_ = r.DeepCopy()
+			}
+		}
+	}()
+	for range 200 {
+		for _, r := range stored {
+			again, err := Transform(r)
+			require.NoError(t, err)
+			require.Same(t, r, again)
+		}
+	}
+	<-copied
+}

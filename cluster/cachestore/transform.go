@@ -1,11 +1,13 @@
 package cachestore
 
 import (
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"unique"
+	"unsafe"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -40,9 +42,10 @@ import (
 // through the API reader are whole. It is idempotent, and a cached type
 // is kept as it is. client-go asks that of a transform that may be handed
 // stored objects again, in a Replace; the informers' resyncs are not
-// transformed again.
+// transformed again. Handed an object again, it writes nothing into it:
+// readers may be copying it, or another object sharing what it holds.
 func Transform(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
+	if m, ok := obj.(metav1.Object); ok && m.GetManagedFields() != nil {
 		m.SetManagedFields(nil)
 	}
 	switch o := obj.(type) {
@@ -296,12 +299,29 @@ func (in *mapInterner) intern(m map[string]string) map[string]string {
 // cluster, but each decoded object holds its own (docs/leader.md,
 // "Reading from the cache: what each cut saved").
 func internMeta(m *metav1.ObjectMeta) {
-	m.Labels = stringMaps.intern(m.Labels)
-	m.Annotations = stringMaps.intern(m.Annotations)
-	m.Namespace = internString(m.Namespace)
+	setMap(&m.Labels, stringMaps.intern(m.Labels))
+	setMap(&m.Annotations, stringMaps.intern(m.Annotations))
+	setInterned(&m.Namespace)
 	for i := range m.OwnerReferences {
 		ref := &m.OwnerReferences[i]
-		ref.APIVersion, ref.Kind = internString(ref.APIVersion), internString(ref.Kind)
+		setInterned(&ref.APIVersion)
+		setInterned(&ref.Kind)
+	}
+}
+
+// setMap sets *dst to m unless it is m already. An object the informer
+// stores may be handed to the transform again while readers copy it:
+// then nothing is written. setInterned is the same for a string and its
+// interned copy.
+func setMap(dst *map[string]string, m map[string]string) {
+	if reflect.ValueOf(*dst).UnsafePointer() != reflect.ValueOf(m).UnsafePointer() {
+		*dst = m
+	}
+}
+
+func setInterned(s *string) {
+	if t := internString(*s); unsafe.StringData(t) != unsafe.StringData(*s) {
+		*s = t
 	}
 }
 
