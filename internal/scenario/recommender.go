@@ -160,13 +160,20 @@ func (e *Env) Recommender(ctx context.Context, opts Options) (*Result, error) {
 			return false, err
 		}
 		held = held[:0]
+		watched := false
 		for _, f := range fs {
-			if f.Resource == string(corev1.ResourceMemory) && f.Reason == "OOMKill" {
+			switch {
+			case f.Reason == "WatchRunning":
+				watched = true
+			case f.Resource == string(corev1.ResourceMemory) && f.Reason == "OOMKill":
 				held = append(held, f)
 			}
 		}
 		r.RSR = got
-		return len(held) > 0, nil
+		// A recommendation made between the breach and its restore keeps
+		// the watched values, saying so with WatchRunning refusals beside
+		// the kill's. The recommender's answer is the one after.
+		return len(held) > 0 && !watched, nil
 	})
 	if err != nil {
 		return r, err
