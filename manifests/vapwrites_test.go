@@ -218,7 +218,7 @@ func (w *leaderWritesWorld) statusUpdate(name string, mutate func(*v1alpha1.Righ
 func recommendation(ns, name, cpu string) *v1alpha1.RightsizingRecommendation {
 	return &v1alpha1.RightsizingRecommendation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-			Labels:      map[string]string{v1alpha1.RecommendedByLabel: v1alpha1.RecommendedByKerf},
+			Labels: map[string]string{v1alpha1.RecommendedByLabel: v1alpha1.RecommendedByKerf},
 			Annotations: map[string]string{v1alpha1.RecommendationBasisAnnotation: `{"policy":"ClusterRightsizingPolicy/default"}`,
 				v1alpha1.RecommendationRefusalsAnnotation: ""}},
 		Spec: v1alpha1.RightsizingRecommendationSpec{
