@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
-	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -223,7 +222,7 @@ func internValue(v reflect.Value, own ownStrings) {
 
 // setString sets the string v to s unless v holds s's bytes already.
 func setString(v reflect.Value, s string) {
-	if old := v.String(); len(old) != len(s) || unsafe.StringData(old) != unsafe.StringData(s) {
+	if !sameBytes(v.String(), s) {
 		v.SetString(s)
 	}
 }

@@ -320,9 +320,15 @@ func setMap(dst *map[string]string, m map[string]string) {
 }
 
 func setInterned(s *string) {
-	if t := internString(*s); unsafe.StringData(t) != unsafe.StringData(*s) {
+	if t := internString(*s); !sameBytes(t, *s) {
 		*s = t
 	}
+}
+
+// sameBytes reports whether a and b are the same bytes in memory, not
+// only equal ones.
+func sameBytes(a, b string) bool {
+	return len(a) == len(b) && unsafe.StringData(a) == unsafe.StringData(b)
 }
 
 // internString is the one copy of s (unique.Make: held while an object

@@ -151,14 +151,14 @@ func (r *Loop) recommendFor(ctx context.Context, ref workload.Ref, rw *resolvedW
 		Strategy:   strategy,
 		Containers: containers,
 	}
-	if existing.Name != "" && sameSpec(existing.Spec, spec) && sameRefusals(existing.Annotations, basis) {
+	refusals := basis.RefusalKeys()
+	if existing.Name != "" && sameSpec(existing.Spec, spec) && sameRefusals(existing.Annotations, refusals) {
 		return nil, nil
 	}
 	raw, err := basis.Encode()
 	if err != nil {
 		return nil, fmt.Errorf("encode the recommendation's basis: %w", err)
 	}
-	refusals := basis.RefusalKeys()
 	if existing.Name == "" {
 		rsr := &v1alpha1.RightsizingRecommendation{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name,
@@ -373,13 +373,14 @@ func sameSpec(a, b v1alpha1.RightsizingRecommendationSpec) bool {
 }
 
 // sameRefusals reports whether a recommendation's annotations record
-// the same values held back for the same reasons as basis. It reads the
+// the same values held back for the same reasons as refusals, a basis's
+// RefusalKeys. It reads the
 // refusals annotation, which the leader's cache keeps (the basis it
 // drops). One written before that annotation is not the same, and is
 // written once more, with it.
-func sameRefusals(annotations map[string]string, basis v1alpha1.RecommendationBasis) bool {
+func sameRefusals(annotations map[string]string, refusals string) bool {
 	recorded, ok := annotations[v1alpha1.RecommendationRefusalsAnnotation]
-	return ok && recorded == basis.RefusalKeys()
+	return ok && recorded == refusals
 }
 
 // refusalCount counts the refusals of a basis, for the log.
