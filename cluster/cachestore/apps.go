@@ -5,6 +5,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/cluster/workload"
@@ -29,8 +30,7 @@ import (
 // Deployment's current ReplicaSet. Of a Deployment, Kerf reads all of it
 // but the parts of its template stripTemplate drops.
 type cachedReplicaSet struct {
-	metav1.TypeMeta
-	metav1.ObjectMeta
+	cachedMeta
 
 	selector *metav1.LabelSelector
 	digest   string
@@ -39,8 +39,7 @@ type cachedReplicaSet struct {
 // cachedDeployment is what the leader's cache holds of a Deployment (see
 // cachedReplicaSet).
 type cachedDeployment struct {
-	metav1.TypeMeta
-	metav1.ObjectMeta
+	cachedMeta
 
 	replicas, revisionHistoryLimit, progressDeadlineSeconds *int32
 	selector                                                *metav1.LabelSelector
@@ -68,18 +67,21 @@ var (
 // newCachedReplicaSet keeps of rs what a cachedReplicaSet holds, sharing
 // its metadata and selector: rs is not used after.
 func newCachedReplicaSet(rs *appsv1.ReplicaSet) *cachedReplicaSet {
-	return &cachedReplicaSet{TypeMeta: rs.TypeMeta, ObjectMeta: rs.ObjectMeta, selector: rs.Spec.Selector,
+	return &cachedReplicaSet{cachedMeta: keepMeta(&rs.ObjectMeta), selector: rs.Spec.Selector,
 		digest: workload.TemplateDigest(&rs.Spec.Template)}
 }
 
 // ReplicaSet returns a new appsv1.ReplicaSet holding what c keeps, its own
 // to change.
 func (c *cachedReplicaSet) ReplicaSet() *appsv1.ReplicaSet {
-	rs := &appsv1.ReplicaSet{TypeMeta: c.TypeMeta, Spec: appsv1.ReplicaSetSpec{Selector: c.selector.DeepCopy(),
+	rs := &appsv1.ReplicaSet{TypeMeta: replicaSetKind.typeMeta, Spec: appsv1.ReplicaSetSpec{Selector: c.selector.DeepCopy(),
 		Template: digestTemplate(c.digest)}}
-	c.ObjectMeta.DeepCopyInto(&rs.ObjectMeta)
+	c.copyInto(&rs.ObjectMeta)
 	return rs
 }
+
+// GetObjectKind implements runtime.Object: a ReplicaSet's.
+func (c *cachedReplicaSet) GetObjectKind() schema.ObjectKind { return replicaSetKind }
 
 // DeepCopyObject implements runtime.Object: the *appsv1.ReplicaSet c
 // keeps (ReplicaSet).
@@ -99,7 +101,7 @@ func (c *cachedReplicaSet) View() runtime.Object {
 func (c *cachedReplicaSet) ViewInto(dst runtime.Object) bool {
 	rs, ok := dst.(*appsv1.ReplicaSet)
 	if ok {
-		*rs = appsv1.ReplicaSet{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta,
+		*rs = appsv1.ReplicaSet{TypeMeta: replicaSetKind.typeMeta, ObjectMeta: c.view(),
 			Spec: appsv1.ReplicaSetSpec{Selector: c.selector, Template: digestTemplate(c.digest)}}
 	}
 	return ok
@@ -111,7 +113,7 @@ func newCachedDeployment(d *appsv1.Deployment) *cachedDeployment {
 	digest := workload.TemplateDigest(&d.Spec.Template)
 	spec := &d.Spec.Template.Spec
 	internSpec(spec)
-	return &cachedDeployment{TypeMeta: d.TypeMeta, ObjectMeta: d.ObjectMeta,
+	return &cachedDeployment{cachedMeta: keepMeta(&d.ObjectMeta),
 		replicas: d.Spec.Replicas, revisionHistoryLimit: d.Spec.RevisionHistoryLimit, progressDeadlineSeconds: d.Spec.ProgressDeadlineSeconds,
 		selector: d.Spec.Selector, strategy: d.Spec.Strategy, minReadySeconds: d.Spec.MinReadySeconds, paused: d.Spec.Paused,
 		template: cachedTemplate{digest: digest,
@@ -123,12 +125,12 @@ func newCachedDeployment(d *appsv1.Deployment) *cachedDeployment {
 // Deployment returns a new appsv1.Deployment holding what c keeps, its own
 // to change: its template as stripTemplate leaves it.
 func (c *cachedDeployment) Deployment() *appsv1.Deployment {
-	d := &appsv1.Deployment{TypeMeta: c.TypeMeta, Spec: appsv1.DeploymentSpec{
+	d := &appsv1.Deployment{TypeMeta: deploymentKind.typeMeta, Spec: appsv1.DeploymentSpec{
 		Replicas: copyInt32(c.replicas), RevisionHistoryLimit: copyInt32(c.revisionHistoryLimit),
 		ProgressDeadlineSeconds: copyInt32(c.progressDeadlineSeconds), Selector: c.selector.DeepCopy(),
 		MinReadySeconds: c.minReadySeconds, Paused: c.paused, Template: digestTemplate(c.template.digest),
 	}}
-	c.ObjectMeta.DeepCopyInto(&d.ObjectMeta)
+	c.copyInto(&d.ObjectMeta)
 	c.strategy.DeepCopyInto(&d.Spec.Strategy)
 	c.status.DeepCopyInto(&d.Status)
 	d.Spec.Template.Spec.Containers = inflateContainers(c.template.containers)
@@ -137,6 +139,9 @@ func (c *cachedDeployment) Deployment() *appsv1.Deployment {
 	c.template.scope.into(&d.Spec.Template.Spec, false)
 	return d
 }
+
+// GetObjectKind implements runtime.Object: a Deployment's.
+func (c *cachedDeployment) GetObjectKind() schema.ObjectKind { return deploymentKind }
 
 // DeepCopyObject implements runtime.Object: the *appsv1.Deployment c
 // keeps (Deployment).
@@ -157,7 +162,7 @@ func (c *cachedDeployment) ViewInto(dst runtime.Object) bool {
 	if !ok {
 		return false
 	}
-	*d = appsv1.Deployment{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta, Status: c.status, Spec: appsv1.DeploymentSpec{
+	*d = appsv1.Deployment{TypeMeta: deploymentKind.typeMeta, ObjectMeta: c.view(), Status: c.status, Spec: appsv1.DeploymentSpec{
 		Replicas: c.replicas, RevisionHistoryLimit: c.revisionHistoryLimit, ProgressDeadlineSeconds: c.progressDeadlineSeconds,
 		Selector: c.selector, Strategy: c.strategy, MinReadySeconds: c.minReadySeconds, Paused: c.paused,
 		Template: digestTemplate(c.template.digest),

@@ -2,13 +2,14 @@ package cachestore
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// cachedPod is what the leader's cache holds of a pod: its metadata, a
-// cachedPodStatus, and what Kerf reads of its spec. Of the spec it keeps:
+// cachedPod is what the leader's cache holds of a pod: what Kerf reads of
+// its metadata (cachedMeta), a cachedPodStatus, and what Kerf reads of its
+// spec. Of the spec it keeps:
 //   - the node, and the service account (the stream's check of an
 //     agent's pod);
 //   - the containers' and init containers' names, resources, resize and
@@ -45,8 +46,7 @@ import (
 // cache resizes as a whole one would
 // (TestTheCacheHoldsPodsWithoutWhatKerfNeverReads, in cluster/).
 type cachedPod struct {
-	metav1.TypeMeta
-	metav1.ObjectMeta
+	cachedMeta
 
 	nodeName, serviceAccountName string
 	containers, initContainers   []cachedContainer
@@ -74,8 +74,7 @@ var _ client.Object = (*cachedPod)(nil)
 // after.
 func newCachedPod(p *corev1.Pod) *cachedPod {
 	c := &cachedPod{
-		TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta,
-		nodeName: p.Spec.NodeName, serviceAccountName: p.Spec.ServiceAccountName,
+		cachedMeta: keepMeta(&p.ObjectMeta), nodeName: p.Spec.NodeName, serviceAccountName: p.Spec.ServiceAccountName,
 		containers: keepContainers(p.Spec.Containers), initContainers: keepContainers(p.Spec.InitContainers),
 		resources: p.Spec.Resources, overhead: p.Spec.Overhead, scope: keepQuotaScope(&p.Spec), status: keepStatus(&p.Status),
 	}
@@ -103,11 +102,11 @@ func keepContainers(cs []corev1.Container) []cachedContainer {
 // Pod returns a new corev1.Pod holding what c keeps, its own to change:
 // nothing is shared with c.
 func (c *cachedPod) Pod() *corev1.Pod {
-	p := &corev1.Pod{TypeMeta: c.TypeMeta, Spec: corev1.PodSpec{NodeName: c.nodeName, ServiceAccountName: c.serviceAccountName,
+	p := &corev1.Pod{TypeMeta: podKind.typeMeta, Spec: corev1.PodSpec{NodeName: c.nodeName, ServiceAccountName: c.serviceAccountName,
 		Containers: inflateContainers(c.containers), InitContainers: inflateContainers(c.initContainers), Resources: c.resources.DeepCopy(),
 		Overhead: c.overhead.DeepCopy()}}
 	c.scope.into(&p.Spec, false)
-	c.ObjectMeta.DeepCopyInto(&p.ObjectMeta)
+	c.copyInto(&p.ObjectMeta)
 	status := c.status.view()
 	status.DeepCopyInto(&p.Status)
 	if c.ephemeralContainers != nil {
@@ -136,6 +135,9 @@ func inflateContainers(cs []cachedContainer) []corev1.Container {
 	return out
 }
 
+// GetObjectKind implements runtime.Object: a Pod's.
+func (c *cachedPod) GetObjectKind() schema.ObjectKind { return podKind }
+
 // DeepCopyObject implements runtime.Object: the *corev1.Pod that c keeps
 // (Pod), the type every reader of the cache asks for.
 func (c *cachedPod) DeepCopyObject() runtime.Object { return c.Pod() }
@@ -158,7 +160,7 @@ func (c *cachedPod) ViewInto(dst runtime.Object) bool {
 	if !ok {
 		return false
 	}
-	*p = corev1.Pod{TypeMeta: c.TypeMeta, ObjectMeta: c.ObjectMeta, Status: c.status.view(), Spec: corev1.PodSpec{NodeName: c.nodeName,
+	*p = corev1.Pod{TypeMeta: podKind.typeMeta, ObjectMeta: c.view(), Status: c.status.view(), Spec: corev1.PodSpec{NodeName: c.nodeName,
 		ServiceAccountName: c.serviceAccountName, Containers: viewContainers(c.containers), InitContainers: viewContainers(c.initContainers),
 		Resources: c.resources, Overhead: c.overhead}}
 	c.scope.into(&p.Spec, true)

@@ -182,7 +182,7 @@ func TestCachedViewsHoldWhatACopyHolds(t *testing.T) {
 	view, ok := pod.View().(*corev1.Pod)
 	require.True(t, ok, "a view is a *corev1.Pod")
 	assert.Equal(t, pod.Pod(), view)
-	assert.Equal(t, reflect.ValueOf(pod.Labels).UnsafePointer(), reflect.ValueOf(view.Labels).UnsafePointer(), "sharing the labels")
+	assert.Equal(t, reflect.ValueOf(pod.labels).UnsafePointer(), reflect.ValueOf(view.Labels).UnsafePointer(), "sharing the labels")
 	assert.Equal(t, reflect.ValueOf(pod.status.containers).UnsafePointer(), reflect.ValueOf(view.Status.ContainerStatuses).UnsafePointer(), "and the status")
 
 	dep := kubetest.Deployment("shop", "web", "500m", "256Mi")

@@ -73,7 +73,7 @@ func TestInterningShrinksTheCachedPods(t *testing.T) {
 	assert.Equal(t, "256Mi", p1.containers[0].resources.Limits.Memory().String(), "a copy's write stays in the copy")
 	assert.Equal(t, "256Mi", p0.status.containers[0].Resources.Limits.Memory().String(), "and so does a write to its status")
 	// The namespace and the container's name are one string across pods.
-	assert.Equal(t, unsafe.StringData(p0.Namespace), unsafe.StringData(p1.Namespace), "one namespace")
+	assert.Equal(t, unsafe.StringData(p0.namespace), unsafe.StringData(p1.namespace), "one namespace")
 	assert.Equal(t, unsafe.StringData(p0.containers[0].name), unsafe.StringData(p1.containers[0].name), "one container name")
 	assert.Equal(t, unsafe.StringData(p0.status.containers[0].Name), unsafe.StringData(p1.containers[0].name), "in the status too")
 }
