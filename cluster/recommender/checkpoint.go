@@ -1,6 +1,7 @@
 package recommender
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -83,7 +84,7 @@ func Fingerprint(m *recommend.Model) string { return fmt.Sprintf("%08x", m.Finge
 // checkpointMark is what the loop keeps of a workload's checkpoint.
 type checkpointMark struct {
 	// at is when it was last written, or found unchanged; zero for never.
-	at time.Time
+	at stamp
 	// hash is the FNV-1a of what was last written or loaded; zero when
 	// the object may hold something else (nothing written yet, or a
 	// container refused at load), so the next due write happens.
@@ -205,7 +206,7 @@ func (r *Loop) loadCheckpoint(ck *v1alpha1.RightsizingCheckpoint, m *recommend.M
 	r.workloads[ref] = tw
 	r.ckptMetrics.loaded.Add(float64(loaded))
 	if ck.Status.WrittenAt != nil {
-		tw.ckpt.at = ck.Status.WrittenAt.Time
+		tw.ckpt.at = stampOf(ck.Status.WrittenAt.Time)
 	}
 	if !refused {
 		tw.ckpt.hash, _ = r.encodeCheckpoint(tw, nil)
@@ -260,7 +261,7 @@ func (r *Loop) checkpoint(ctx context.Context, pols *policy.Policies, resolved m
 			continue
 		}
 		tw.ckpt.owner = metav1.OwnerReference{APIVersion: "apps/v1", Kind: string(ref.Kind), Name: ref.Name, UID: rw.uid}
-		if tw.ckpt.at.IsZero() || now.Sub(tw.ckpt.at) >= r.ckptInterval {
+		if tw.ckpt.at.IsZero() || now.Sub(tw.ckpt.at.Time()) >= r.ckptInterval {
 			due = append(due, ref)
 		}
 	}
@@ -281,7 +282,7 @@ func (r *Loop) checkpoint(ctx context.Context, pols *policy.Policies, resolved m
 // (and does not count).
 func (r *Loop) writeCheckpoints(ctx context.Context, due []workload.Ref, budget int, now time.Time) int {
 	slices.SortFunc(due, func(a, b workload.Ref) int {
-		if c := r.workloads[a].ckpt.at.Compare(r.workloads[b].ckpt.at); c != 0 {
+		if c := cmp.Compare(r.workloads[a].ckpt.at, r.workloads[b].ckpt.at); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Namespace+"/"+a.String(), b.Namespace+"/"+b.String())
@@ -307,7 +308,7 @@ func (r *Loop) writeCheckpoints(ctx context.Context, due []workload.Ref, budget 
 				"maxContainers", v1alpha1.MaxCheckpointContainers, "maxBytes", v1alpha1.MaxContainerCheckpointBytes)
 		}
 		if hash == tw.ckpt.hash {
-			tw.ckpt.at = now
+			tw.ckpt.at = stampOf(now)
 			continue
 		}
 		tried++
@@ -322,7 +323,7 @@ func (r *Loop) writeCheckpoints(ctx context.Context, due []workload.Ref, budget 
 			continue
 		}
 		r.ckptMetrics.written.Inc()
-		tw.ckpt.at, tw.ckpt.hash = now, hash
+		tw.ckpt.at, tw.ckpt.hash = stampOf(now), hash
 	}
 	return tried
 }

@@ -27,14 +27,14 @@ func (r *Loop) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c 
 	}
 	in.seen = r.tick
 	var last signals.UsageSample
-	r.readings = r.usage.Since(pod.UID, c.Name, in.cursor, r.readings[:0])
+	r.readings = r.usage.Since(pod.UID, c.Name, in.cursor.Time(), r.readings[:0])
 	for _, s := range r.readings {
-		if !in.cpuAt.IsZero() && s.CPU >= in.cpu && s.At.After(in.cpuAt) {
-			st.AddCPU(m, (s.CPU-in.cpu).Seconds()/s.At.Sub(in.cpuAt).Seconds(), s.At)
+		if cpuAt := in.cpuAt.Time(); !cpuAt.IsZero() && s.CPU >= in.cpu && s.At.After(cpuAt) {
+			st.AddCPU(m, (s.CPU-in.cpu).Seconds()/s.At.Sub(cpuAt).Seconds(), s.At)
 		}
-		in.cpuAt, in.cpu = s.At, s.CPU
+		in.cpuAt, in.cpu = stampOf(s.At), s.CPU
 		st.AddMemory(m, &in.peak, float64(s.WorkingSet), s.At)
-		in.cursor, last = s.At, s
+		in.cursor, last = stampOf(s.At), s
 	}
 	// An OOM kill, from the agent's kernel count or the pod's status, latches
 	// memory from the highest of what the container was seen using and its
@@ -43,11 +43,11 @@ func (r *Loop) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c 
 	// A kill can reach the leader a pass late (the agent reads the
 	// kernel's absolute count every usage interval, 10 s by default): look
 	// back killLookback before the previous pass.
-	since := in.passAt
+	since := in.passAt.Time()
 	if !since.IsZero() {
 		since = since.Add(-killLookback)
 	}
-	defer func() { in.limit, in.passAt = limit, now }()
+	defer func() { in.limit, in.passAt = limit, stampOf(now) }()
 	killPeak := func() float64 {
 		peak := float64(max(last.WorkingSet, last.Peak))
 		if l := r.killLimit(ctx, ref, c.Name, since, limit, in.limit); l > 0 {
@@ -65,9 +65,9 @@ func (r *Loop) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c 
 	// containers may be the pod's: it latches the pod-level memory too.
 	podLevel := c.Name == v1alpha1.PodLevel
 	for _, cs := range pod.Status.ContainerStatuses {
-		if t := cs.LastTerminationState.Terminated; (podLevel || cs.Name == c.Name) && t != nil && t.Reason == oomKilledReason && t.FinishedAt.After(in.statusOOM) {
+		if t := cs.LastTerminationState.Terminated; (podLevel || cs.Name == c.Name) && t != nil && t.Reason == oomKilledReason && t.FinishedAt.After(in.statusOOM.Time()) {
 			st.RecordOOM(m, killPeak(), t.FinishedAt.Time)
-			in.statusOOM = t.FinishedAt.Time
+			in.statusOOM = stampOf(t.FinishedAt.Time)
 			killed = true
 		}
 	}
@@ -162,11 +162,11 @@ func (r *Loop) throttling(fed map[workload.Ref]*trackedWorkload, now time.Time) 
 		if tw.seen != r.tick || len(tw.pods) == 0 {
 			continue
 		}
-		from := tw.throttledTo
+		from := tw.throttledTo.Time()
 		if from.IsZero() {
 			from = now.Add(-signals.DefaultRecent)
 		}
-		tw.throttledTo = now
+		tw.throttledTo = stampOf(now)
 		wins, err := r.kernel.ThrottleWindows(tw.pods, tw.containers.names(), from, now)
 		if err != nil {
 			continue

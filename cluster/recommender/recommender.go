@@ -138,7 +138,7 @@ type trackedWorkload struct {
 	model    *recommend.Model
 	fellBack bool
 	// recommended is when its recommendation was last made.
-	recommended time.Time
+	recommended stamp
 	// killed is true when an OOM kill was recorded since then: the
 	// recommendation is due at once, not an interval later.
 	killed bool
@@ -150,7 +150,7 @@ type trackedWorkload struct {
 	// in this pass (runningResources).
 	running []runningContainer
 	// throttledTo is the end of the throttling window last read.
-	throttledTo time.Time
+	throttledTo stamp
 	// ckpt is where its checkpoint is.
 	ckpt checkpointMark
 }
@@ -165,8 +165,8 @@ type instanceKey struct {
 // where it is in the usage readings and in its OOM kills, its previous CPU
 // counter (a rate needs two) and its memory peak window.
 type trackedInstance struct {
-	cursor time.Time
-	cpuAt  time.Time
+	cursor stamp
+	cpuAt  stamp
 	cpu    time.Duration
 	peak   recommend.PeakWindow
 	// kills is the count of the kernel store's OOM kills of the container
@@ -175,12 +175,12 @@ type trackedInstance struct {
 	// carry. So a kill that reaches the store or the cache after the pass
 	// that would have covered its time is still recorded, once.
 	kills     int
-	statusOOM time.Time
+	statusOOM stamp
 	// limit is the container's memory limit in bytes as the previous pass
 	// saw it (0: none), and passAt that pass's time: a kill found now
 	// happened under the lowest limit since (killLimit).
 	limit  int64
-	passAt time.Time
+	passAt stamp
 	seen   uint64
 }
 
@@ -482,7 +482,7 @@ func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*reso
 			continue
 		}
 		// Resolved specs are defaulted.
-		if !tw.recommended.IsZero() && now.Sub(tw.recommended) < rw.resolved.Spec.Recommend.Interval.Duration && !tw.killed {
+		if !tw.recommended.IsZero() && now.Sub(tw.recommended.Time()) < rw.resolved.Spec.Recommend.Interval.Duration && !tw.killed {
 			continue
 		}
 		write, err := r.recommendFor(ctx, ref, rw, tw, now)
@@ -493,7 +493,7 @@ func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*reso
 			r.log.Warn("recommendation not written", "workload", ref.String(), "namespace", ref.Namespace, "err", err)
 			continue
 		case write == nil:
-			tw.recommended, tw.killed = now, false
+			tw.recommended, tw.killed = stampOf(now), false
 			continue
 		}
 		batch.add(write)
@@ -503,7 +503,7 @@ func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*reso
 			r.log.Warn("recommendation not written", "workload", d.ref.String(), "namespace", d.ref.Namespace, "err", d.err)
 			continue // tried again next pass
 		}
-		d.tw.recommended, d.tw.killed = now, false
+		d.tw.recommended, d.tw.killed = stampOf(now), false
 	}
 }
 

@@ -1,6 +1,37 @@
 package recommender
 
-import "github.com/kerf-dev/kerf/cluster/recommend"
+import (
+	"time"
+
+	"github.com/kerf-dev/kerf/cluster/recommend"
+)
+
+// stamp is a time the loop keeps per workload or container, as Unix
+// nanoseconds; zero is the zero time. It is 8 bytes where a time.Time is
+// 24: a trackedInstance is 80 bytes rather than 144, one per running
+// container (TestStampsKeepTheirTimes). It keeps no monotonic reading, so
+// the durations between stamps are the wall clock's, as those between the
+// agents' readings are.
+type stamp int64
+
+// stampOf returns t's stamp.
+func stampOf(t time.Time) stamp {
+	if t.IsZero() {
+		return 0
+	}
+	return stamp(t.UnixNano())
+}
+
+// Time returns the time s stamps, in the local zone.
+func (s stamp) Time() time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(s))
+}
+
+// IsZero reports whether s stamps the zero time.
+func (s stamp) IsZero() bool { return s == 0 }
 
 // containerStates are a workload's histories, one per container and its
 // (pod) entry, in the order first seen. A workload has one or a few, so

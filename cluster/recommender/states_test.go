@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,4 +55,22 @@ func TestContainerStatesHoldLessThanAMap(t *testing.T) {
 	assert.Equal(t, st.Signals(m, now), cs.get("app").Signals(m, now), "kept as given")
 	assert.NotZero(t, cs.get("app").Signals(m, now).ThrottlingRatio)
 	assert.Equal(t, []string{"app", "sidecar"}, cs.names())
+}
+
+// TestStampsKeepTheirTimes: a stamp gives back the instant it was made of,
+// to the nanosecond, the zero time included, and orders as the times do. A
+// trackedInstance with stamps is smaller than with time.Time's three
+// words each.
+func TestStampsKeepTheirTimes(t *testing.T) {
+	at := time.Date(2026, 12, 7, 1, 2, 3, 456789012, time.UTC)
+	for _, tm := range []time.Time{{}, at, at.Local(), time.Now(), time.Unix(1, 0)} {
+		s := stampOf(tm)
+		assert.True(t, s.Time().Equal(tm), "%v kept as %v", tm, s.Time())
+		assert.Equal(t, tm.IsZero(), s.IsZero())
+	}
+	assert.Less(t, stampOf(at), stampOf(at.Add(time.Nanosecond)))
+	assert.Less(t, stampOf(time.Time{}), stampOf(time.Unix(1, 0)), "the zero time is the earliest")
+	withTimes := unsafe.Sizeof(trackedInstance{}) + 4*(unsafe.Sizeof(time.Time{})-unsafe.Sizeof(stamp(0)))
+	t.Logf("a trackedInstance: %d bytes with stamps, %d with times", unsafe.Sizeof(trackedInstance{}), withTimes)
+	assert.LessOrEqual(t, unsafe.Sizeof(trackedInstance{}), uintptr(80))
 }
