@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"os"
 	"sync"
@@ -49,7 +50,8 @@ import (
 const (
 	// DefaultQueueSize is client-go's broadcaster's queue (maxQueuedEvents).
 	DefaultQueueSize = 1000
-	// DefaultMaxSeries bounds the series keys remembered: about 1.5 MB.
+	// DefaultMaxSeries bounds the series remembered: about 3 MB of the
+	// leader's heap, full (TestTheSeriesHoldWhatTheDefaultSays).
 	DefaultMaxSeries = 4096
 	// DefaultSeriesWindow is client-go's: an Event isomorphic to one sent
 	// less than this before joins its series.
@@ -101,8 +103,10 @@ type Recorder struct {
 	log      *slog.Logger
 
 	mu sync.Mutex
-	// series maps a series key to its newest Event's series state.
+	// series maps a series key's hash (seed) to its newest Event's series
+	// state.
 	series *lru.Cache
+	seed   maphash.Seed
 }
 
 var _ events.EventRecorder = (*Recorder)(nil)
@@ -114,10 +118,15 @@ type seriesKey struct {
 	regarding, related        corev1.ObjectReference
 }
 
-// series is what a Recorder keeps of an Event sent, for its repeats.
+// series is what a Recorder keeps of an Event sent, for its repeats:
+// what makes the Event again (eventOf) when its series finds it gone. It
+// is keyed by its key's hash, 8 bytes where the key is 272, and holds the
+// key itself once. An Event isomorphic to none whose series is found under
+// its hash (a collision) starts a series of its own in its place.
 type series struct {
-	// event is the Event as first written (its name, its fields).
-	event *eventsv1.Event
+	key                   seriesKey
+	name, namespace, note string
+	eventTime             time.Time
 	// count and last are the repeats so far, written or not.
 	count int32
 	last  time.Time
@@ -156,7 +165,7 @@ func New(cfg Config) (*Recorder, error) {
 	}
 	hostname, _ := os.Hostname()
 	r := &Recorder{cfg: cfg, instance: cfg.Controller + "-" + hostname, queue: make(chan *job, cfg.QueueSize),
-		series: lru.New(cfg.MaxSeries), now: time.Now, log: cfg.Log.With("component", "eventRecorder"),
+		series: lru.New(cfg.MaxSeries), seed: maphash.MakeSeed(), now: time.Now, log: cfg.Log.With("component", "eventRecorder"),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kerf_leader_events_dropped_total",
 			Help: "Events the leader did not send because its queue of Events to send was full (the apiserver slower than the Events come).",
@@ -203,9 +212,10 @@ func (r *Recorder) Eventf(regarding, related runtime.Object, eventtype, reason, 
 		key.related = *relatedRef
 	}
 
+	hash := maphash.Comparable(r.seed, key)
 	r.mu.Lock()
 	var j *job
-	if v, ok := r.series.Get(key); ok && now.Sub(v.(*series).last) < r.cfg.SeriesWindow {
+	if v, ok := r.series.Get(hash); ok && v.(*series).key == key && now.Sub(v.(*series).last) < r.cfg.SeriesWindow {
 		s := v.(*series)
 		s.count++
 		s.last = now
@@ -218,20 +228,10 @@ func (r *Recorder) Eventf(regarding, related runtime.Object, eventtype, reason, 
 		if ns == "" {
 			ns = metav1.NamespaceDefault
 		}
-		e := &eventsv1.Event{
-			ObjectMeta:          metav1.ObjectMeta{Name: util.GenerateEventName(ref.Name, now.UnixNano()), Namespace: ns},
-			EventTime:           metav1.MicroTime{Time: now},
-			ReportingController: r.cfg.Controller,
-			ReportingInstance:   r.instance,
-			Action:              action,
-			Reason:              reason,
-			Regarding:           *ref,
-			Related:             relatedRef,
-			Note:                message,
-			Type:                eventtype,
-		}
-		r.series.Add(key, &series{event: e, count: 1, last: now})
-		j = &job{create: e}
+		s := &series{key: key, name: util.GenerateEventName(ref.Name, now.UnixNano()), namespace: ns, note: message,
+			eventTime: now, count: 1, last: now}
+		r.series.Add(hash, s)
+		j = &job{create: r.eventOf(s)}
 	}
 	r.mu.Unlock()
 	if j == nil {
@@ -299,7 +299,27 @@ func (j *job) reason() string {
 	if j.create != nil {
 		return j.create.Reason
 	}
-	return j.series.event.Reason
+	return j.series.key.reason
+}
+
+// eventOf is the Event s counts the repeats of, as first written.
+func (r *Recorder) eventOf(s *series) *eventsv1.Event {
+	e := &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: s.name, Namespace: s.namespace},
+		EventTime:           metav1.MicroTime{Time: s.eventTime},
+		ReportingController: r.cfg.Controller,
+		ReportingInstance:   r.instance,
+		Action:              s.key.action,
+		Reason:              s.key.reason,
+		Regarding:           s.key.regarding,
+		Note:                s.note,
+		Type:                s.key.eventType,
+	}
+	if s.key.related != (corev1.ObjectReference{}) {
+		related := s.key.related
+		e.Related = &related
+	}
+	return e
 }
 
 // write makes one attempt at j. A series whose Event is gone (expired, or
@@ -313,16 +333,15 @@ func (r *Recorder) write(ctx context.Context, j *job) error {
 	s := j.series
 	s.queued = false
 	ser := &eventsv1.EventSeries{Count: s.count, LastObservedTime: metav1.MicroTime{Time: s.last}}
-	e := s.event
 	r.mu.Unlock()
 	patch, err := json.Marshal(map[string]any{"series": ser})
 	if err != nil {
 		return err
 	}
-	events := r.cfg.Events.Events(e.Namespace)
-	_, err = events.Patch(ctx, e.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	events := r.cfg.Events.Events(s.namespace)
+	_, err = events.Patch(ctx, s.name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
-		whole := e.DeepCopy()
+		whole := r.eventOf(s)
 		whole.Series = ser
 		_, err = events.Create(ctx, whole, metav1.CreateOptions{})
 	}

@@ -3,6 +3,8 @@ package eventrec
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
+	goruntime "runtime"
 	"testing"
 	"time"
 
@@ -12,8 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/reference"
 
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -208,4 +212,74 @@ func TestConfigNamesWhatIsMissing(t *testing.T) {
 	require.ErrorContains(t, err, "Config.Events")
 	_, err = New(Config{Events: eventsv1client.New(nil), Scheme: kube.Scheme})
 	require.ErrorContains(t, err, "Config.Controller")
+}
+
+// TestTheSeriesHoldWhatTheDefaultSays: full, the series of a Recorder
+// (DefaultMaxSeries of them) hold what DefaultMaxSeries's comment says, for
+// Events like the leader's (a recommendation regarded, a pod related, a
+// note of a hundred bytes). Nothing is sent: the Recorder is not started,
+// and its queue of one drops the rest.
+func TestTheSeriesHoldWhatTheDefaultSays(t *testing.T) {
+	cp := controlplane.Get(t)
+	r, err := New(Config{Events: cp.Clientset.EventsV1(), Scheme: kube.Scheme, Controller: "kerf-leader", QueueSize: 1})
+	require.NoError(t, err)
+	regarding := make([]*corev1.ConfigMap, DefaultMaxSeries)
+	related := make([]*corev1.Pod, DefaultMaxSeries)
+	for i := range regarding {
+		regarding[i] = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "scale-000", Name: fmt.Sprintf("w-%05d", i),
+			UID: types.UID(fmt.Sprintf("%08d-0c76-41c6-910b-81012b4c7e66", i)), ResourceVersion: "51945"}}
+		related[i] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "scale-000", Name: fmt.Sprintf("w-%05d-5d8f7c9b6-abcde", i),
+			UID: types.UID(fmt.Sprintf("%08d-a9d8-4ddf-aae3-9e210fbbdbe0", i)), ResourceVersion: "51684"}}
+	}
+	var before, after goruntime.MemStats
+	goruntime.GC()
+	goruntime.ReadMemStats(&before)
+	for i := range regarding {
+		r.Eventf(regarding[i], related[i], corev1.EventTypeWarning, "RolledBack", "Rollback",
+			"memory restored to 256Mi after OOMKills of container %s in pod %s: the change to %s is blocked for %s", "app", related[i].Name, "192Mi", "24h0m0s")
+	}
+	goruntime.GC()
+	goruntime.ReadMemStats(&after)
+	require.Equal(t, DefaultMaxSeries, r.series.Len())
+	per := float64(after.HeapAlloc-before.HeapAlloc) / DefaultMaxSeries
+	t.Logf("%d series: %.0f bytes each, %.1f MB in all", DefaultMaxSeries, per, per*DefaultMaxSeries/1e6)
+	assert.Less(t, per*DefaultMaxSeries, 3.2e6, "about 3 MB, as DefaultMaxSeries says (5.7 MB when each kept its key and its whole Event)")
+	goruntime.KeepAlive(regarding)
+	goruntime.KeepAlive(related)
+}
+
+// TestAnEventUnderAnotherSeriesHashStartsItsOwn: the series are kept by
+// their key's hash. An Event whose hash finds the series of an Event not
+// isomorphic to it (a collision, made here by filing a series under
+// another key's hash) is written as an Event of its own, not counted in
+// that series.
+func TestAnEventUnderAnotherSeriesHashStartsItsOwn(t *testing.T) {
+	cp := controlplane.Get(t)
+	r, err := New(Config{Events: cp.Clientset.EventsV1(), Scheme: kube.Scheme, Controller: "kerf-test", QueueSize: 4})
+	require.NoError(t, err)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "regarding", UID: "u-1"}}
+	r.Eventf(cm, nil, corev1.EventTypeNormal, "First", "Test", "first")
+	require.Equal(t, 1, r.series.Len())
+	first := (<-r.queue).create
+	require.NotNil(t, first)
+
+	// File First's series under the hash Second's key has.
+	ref, err := reference.GetReference(kube.Scheme, cm)
+	require.NoError(t, err)
+	key := seriesKey{eventType: corev1.EventTypeNormal, action: "Test", reason: "First", regarding: *ref}
+	v, ok := r.series.Get(maphash.Comparable(r.seed, key))
+	require.True(t, ok, "First's series is under its key's hash")
+	second := key
+	second.reason = "Second"
+	r.series.Add(maphash.Comparable(r.seed, second), v)
+
+	r.Eventf(cm, nil, corev1.EventTypeNormal, "Second", "Test", "second")
+	j := <-r.queue
+	require.NotNil(t, j.create, "an Event of its own, not a repeat in First's series")
+	assert.Equal(t, "Second", j.create.Reason)
+	assert.NotEqual(t, first.Name, j.create.Name)
+	found, ok := r.series.Get(maphash.Comparable(r.seed, second))
+	require.True(t, ok)
+	assert.Equal(t, "Second", found.(*series).key.reason, "its series took the hash's place")
+	assert.Equal(t, int32(1), v.(*series).count, "First's series counted nothing")
 }
