@@ -28,7 +28,7 @@ func TestCachedMetaKeepsWhatKerfReads(t *testing.T) {
 	meta := func(name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Namespace: "shop", Name: name, GenerateName: "web-", UID: "u-1", ResourceVersion: "7", Generation: 2,
 			CreationTimestamp: metav1.Unix(1_700_000_000, 0), DeletionTimestamp: &deleted, DeletionGracePeriodSeconds: ptr.To[int64](30),
-			SelfLink: "/api/v1/x", Finalizers: []string{"example.com/hold"}, Labels: map[string]string{"app": "web"},
+			Finalizers: []string{"example.com/hold"}, Labels: map[string]string{"app": "web"},
 			Annotations: map[string]string{"a": "b"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-h1", UID: "rs-1", Controller: ptr.To(true)}}}
 	}
@@ -63,7 +63,7 @@ func TestCachedMetaKeepsWhatKerfReads(t *testing.T) {
 		assert.Equal(t, want.OwnerReferences, stored.GetOwnerReferences())
 
 		kept := want
-		kept.GenerateName, kept.SelfLink, kept.DeletionGracePeriodSeconds, kept.Finalizers, kept.ManagedFields = "", "", nil, nil, nil
+		kept.GenerateName, kept.DeletionGracePeriodSeconds, kept.Finalizers, kept.ManagedFields = "", nil, nil, nil
 		for _, read := range []runtime.Object{stored.DeepCopyObject(), stored.View()} {
 			m, ok := read.(metav1.Object)
 			require.True(t, ok)

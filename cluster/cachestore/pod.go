@@ -7,9 +7,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// cachedPod is what the leader's cache holds of a pod: what Kerf reads of
-// its metadata (cachedMeta), a cachedPodStatus, and what Kerf reads of its
-// spec. Of the spec it keeps:
+// cachedPod is what the leader's cache holds of a pod: its metadata as
+// cachedMeta, a cachedPodStatus, and what Kerf reads of its spec. Of the
+// spec it keeps:
 //   - the node, and the service account (the stream's check of an
 //     agent's pod);
 //   - the containers' and init containers' names, resources, resize and
