@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -312,7 +314,7 @@ func withoutUnreadStatus(st corev1.PodStatus) corev1.PodStatus {
 	st.Conditions = conds
 	for _, ss := range [][]corev1.ContainerStatus{st.ContainerStatuses, st.InitContainerStatuses, st.EphemeralContainerStatuses} {
 		for i := range ss {
-			ss[i].Image, ss[i].ImageID, ss[i].User, ss[i].VolumeMounts, ss[i].AllocatedResourcesStatus = "", "", nil, nil, nil
+			ss[i].Image, ss[i].ImageID, ss[i].ContainerID, ss[i].User, ss[i].VolumeMounts, ss[i].AllocatedResourcesStatus = "", "", "", nil, nil, nil
 		}
 	}
 	return st
@@ -345,4 +347,28 @@ func TestEveryPodStatusFieldIsKeptOrDropped(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, withoutUnreadStatus(st), obj.(*cachedPod).Pod().Status)
 	}
+}
+
+// TestKeptPodConditionsShareTheirStrings: the conditions a cached pod
+// keeps hold one copy of each type, status and reason across pods, where
+// each decoded pod holds its own.
+func TestKeptPodConditionsShareTheirStrings(t *testing.T) {
+	var kept [2]corev1.PodCondition
+	for i := range kept {
+		p := wholePod()
+		for j := range p.Status.Conditions {
+			c := &p.Status.Conditions[j]
+			c.Type = corev1.PodConditionType(strings.Clone(string(c.Type)))
+			c.Status = corev1.ConditionStatus(strings.Clone(string(c.Status)))
+			c.Reason = strings.Clone(c.Reason)
+		}
+		obj, err := Transform(p)
+		require.NoError(t, err)
+		conds := obj.(*cachedPod).status.conditions
+		require.Len(t, conds, 2, "PodScheduled and PodResizePending are kept")
+		kept[i] = conds[1]
+	}
+	assert.Equal(t, unsafe.StringData(string(kept[0].Type)), unsafe.StringData(string(kept[1].Type)), "one type")
+	assert.Equal(t, unsafe.StringData(string(kept[0].Status)), unsafe.StringData(string(kept[1].Status)), "one status")
+	assert.Equal(t, unsafe.StringData(kept[0].Reason), unsafe.StringData(kept[1].Reason), "one reason")
 }

@@ -12,9 +12,12 @@ import (
 // in a smaller size class of Go's allocator (docs/leader.md, "Reading
 // from the cache: what each cut saved", has the sizes).
 //   - Of the conditions it keeps those Kerf reads (keptPodConditions).
-//   - Of each container's status it keeps all but the image, the user,
-//     the volume mounts and the device health, which nothing in Kerf
-//     reads.
+//   - Of each container's status it keeps all but the image, the
+//     container's ID, the user, the volume mounts and the device health,
+//     which nothing in Kerf reads. (A termination's container ID, which
+//     tells one run's from the next, is kept.)
+//   - The kept conditions' types, statuses and reasons are interned: every
+//     pod has a PodScheduled condition, its strings decoded on their own.
 //   - The pod's and node's IPs, the nominated node, the resource claims,
 //     the volume health and the resize status are not kept. A kubelet
 //     writes them on every pod, and nothing in the leader reads them from
@@ -49,7 +52,7 @@ func keepStatus(s *corev1.PodStatus) cachedPodStatus {
 		for i := range ss {
 			cs := &ss[i]
 			cs.Name = internString(cs.Name)
-			cs.Image, cs.ImageID, cs.User, cs.VolumeMounts, cs.AllocatedResourcesStatus = "", "", nil, nil, nil
+			cs.Image, cs.ImageID, cs.ContainerID, cs.User, cs.VolumeMounts, cs.AllocatedResourcesStatus = "", "", "", nil, nil, nil
 		}
 	}
 	return cachedPodStatus{phase: s.Phase, qosClass: s.QOSClass, reason: s.Reason, message: s.Message,
@@ -70,6 +73,7 @@ func keepConditions(cs []corev1.PodCondition) []corev1.PodCondition {
 	}
 	switch n {
 	case len(cs):
+		internConditions(cs)
 		return cs
 	case 0:
 		return nil
@@ -80,7 +84,19 @@ func keepConditions(cs []corev1.PodCondition) []corev1.PodCondition {
 			out = append(out, cs[i])
 		}
 	}
+	internConditions(out)
 	return out
+}
+
+// internConditions interns the types, statuses and reasons of cs, a
+// decoded pod's: nothing else holds it yet.
+func internConditions(cs []corev1.PodCondition) {
+	for i := range cs {
+		c := &cs[i]
+		c.Type = corev1.PodConditionType(internString(string(c.Type)))
+		c.Status = corev1.ConditionStatus(internString(string(c.Status)))
+		c.Reason = internString(c.Reason)
+	}
 }
 
 // view returns the corev1.PodStatus s keeps, sharing it.
