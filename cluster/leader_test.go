@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -442,9 +443,19 @@ func TestTheCacheHoldsPodsWithoutWhatKerfNeverReads(t *testing.T) {
 	dep.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}
 	require.NoError(t, c.Create(ctx, dep))
 	pod := kubetest.RunningPod(t, c, dep)
+	// A ReplicaSet's pods have a generate name, and some a finalizer. A
+	// resize carries the metadata of the pod it was made from, and the
+	// apiserver restores neither from the stored pod.
+	require.NoError(t, c.Patch(ctx, pod, client.RawPatch(types.MergePatchType,
+		[]byte(`{"metadata":{"generateName":"web-h1-","finalizers":["kerf.dev/test-hold"]}}`))))
+	t.Cleanup(func() {
+		_ = c.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	})
 	var live corev1.Pod
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), &live))
 	require.NotEmpty(t, live.ManagedFields, "the apiserver keeps managed fields (else this test checks nothing)")
+	require.Equal(t, "web-h1-", live.GenerateName)
+	require.Equal(t, []string{"kerf.dev/test-hold"}, live.Finalizers)
 
 	l := leadertest.StartReplica(t, ns, "a", cluster.Config{})
 	cache := l.Manager().GetCache()
@@ -532,4 +543,6 @@ func TestTheCacheHoldsPodsWithoutWhatKerfNeverReads(t *testing.T) {
 	assert.Equal(t, live.Spec.Volumes, after.Spec.Volumes, "and its volumes")
 	assert.Equal(t, live.Spec.Tolerations, after.Spec.Tolerations, "and its tolerations")
 	assert.NotEmpty(t, after.ManagedFields, "and its managed fields")
+	assert.Equal(t, live.GenerateName, after.GenerateName, "and its generate name")
+	assert.Equal(t, live.Finalizers, after.Finalizers, "and its finalizers")
 }
