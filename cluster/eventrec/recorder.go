@@ -327,6 +327,9 @@ func (r *Recorder) eventOf(s *series) *eventsv1.Event {
 func (r *Recorder) write(ctx context.Context, j *job) error {
 	if e := j.create; e != nil {
 		_, err := r.cfg.Events.Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil // its series' write, which found it missing, made it first
+		}
 		return err
 	}
 	r.mu.Lock()
@@ -344,6 +347,11 @@ func (r *Recorder) write(ctx context.Context, j *job) error {
 		whole := r.eventOf(s)
 		whole.Series = ser
 		_, err = events.Create(ctx, whole, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			// The Event's own create, on another worker, made it meanwhile:
+			// the series goes to it.
+			_, err = events.Patch(ctx, s.name, types.MergePatchType, patch, metav1.PatchOptions{})
+		}
 	}
 	return err
 }

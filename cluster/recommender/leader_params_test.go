@@ -275,14 +275,18 @@ func TestRecommenderResumesAHistoryUnderItsPolicysModel(t *testing.T) {
 	def, err := recommend.NewModel(recommend.DefaultParams())
 	require.NoError(t, err)
 	require.NotEqual(t, def.Fingerprint(), m.Fingerprint())
+	// A checkpoint may be written before the pass that recommends has fed
+	// every sample: wait for the one that holds them.
 	var ck v1alpha1.RightsizingCheckpoint
+	var st recommend.ContainerState
 	require.Eventually(t, func() bool {
-		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &ck) == nil && len(ck.Status.Containers) == 1
-	}, 30*time.Second, 50*time.Millisecond, "no checkpoint of web")
+		if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &ck) != nil || len(ck.Status.Containers) != 1 {
+			return false
+		}
+		st, err = recommend.LoadCheckpoint(m, ck.Status.Containers[0].Data)
+		return err == nil && st.Samples() == 3
+	}, 30*time.Second, 50*time.Millisecond, "no checkpoint of web with its 3 samples in the policy's model (last error %v)", err)
 	assert.Equal(t, recommender.Fingerprint(m), ck.Status.Containers[0].Fingerprint, "the policy's model's fingerprint")
-	st, err := recommend.LoadCheckpoint(m, ck.Status.Containers[0].Data)
-	require.NoError(t, err)
-	assert.Equal(t, uint32(3), st.Samples())
 	stopLeader(t, a)
 
 	require.NoError(t, c.Delete(ctx, first))
