@@ -342,7 +342,11 @@ func (r *Recorder) write(ctx context.Context, j *job) error {
 		return err
 	}
 	events := r.cfg.Events.Events(s.namespace)
-	_, err = events.Patch(ctx, s.name, types.MergePatchType, patch, metav1.PatchOptions{})
+	patchSeries := func() error {
+		_, err := events.Patch(ctx, s.name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	}
+	err = patchSeries()
 	if apierrors.IsNotFound(err) {
 		whole := r.eventOf(s)
 		whole.Series = ser
@@ -350,7 +354,7 @@ func (r *Recorder) write(ctx context.Context, j *job) error {
 		if apierrors.IsAlreadyExists(err) {
 			// The Event's own create, on another worker, made it meanwhile:
 			// the series goes to it.
-			_, err = events.Patch(ctx, s.name, types.MergePatchType, patch, metav1.PatchOptions{})
+			err = patchSeries()
 		}
 	}
 	return err
