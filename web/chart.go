@@ -34,8 +34,6 @@ type Chart struct {
 	Request, Limit []Step
 	// Usage is the usage line; NaN values are gaps.
 	Usage []Sample
-	// Step is the span of one usage point.
-	Step time.Duration
 	// Marks are OOM kills and rollbacks; Bands are throttled spans.
 	Marks []Mark
 	Bands []Band
@@ -49,9 +47,10 @@ type Step struct {
 	Value float64
 }
 
-// Sample is a usage reading.
+// Sample is a usage reading over the Step from At.
 type Sample struct {
 	At    time.Time
+	Step  time.Duration
 	Value float64
 }
 
@@ -193,10 +192,6 @@ func field(r *v1alpha1.Resources, res v1alpha1.ResourceName, limit bool) float64
 // usage adds a series' points within the axis, its OOM kills (memory) and
 // its throttling (cpu).
 func (ch *Chart) usage(u ContainerUsage) {
-	ch.Step = u.Step
-	if ch.Step <= 0 {
-		ch.Step = time.Minute
-	}
 	for _, p := range u.Points {
 		if p.At.Before(ch.From) || p.At.After(ch.To) {
 			continue
@@ -205,19 +200,43 @@ func (ch *Chart) usage(u ContainerUsage) {
 		if ch.Resource == v1alpha1.ResourceCPU {
 			val = p.CPUMilli
 		}
-		s := Sample{At: p.At, Value: math.NaN()}
+		step := pointStep(u, p)
+		s := Sample{At: p.At, Step: step, Value: math.NaN()}
 		if val >= 0 {
 			s.Value = float64(val)
 		}
 		ch.Usage = append(ch.Usage, s)
 		switch {
 		case ch.Resource == v1alpha1.ResourceMemory && p.OOMKills > 0:
-			text := fmt.Sprintf("%d OOM kill%s in the minute from %s UTC", p.OOMKills, plural(p.OOMKills), p.At.UTC().Format("15:04"))
-			ch.Marks = append(ch.Marks, Mark{At: p.At.Add(ch.Step / 2), Kind: MarkOOM, Text: text})
+			text := fmt.Sprintf("%d OOM kill%s in the %s from %s UTC", p.OOMKills, plural(p.OOMKills), spanName(step), p.At.UTC().Format("15:04"))
+			ch.Marks = append(ch.Marks, Mark{At: p.At.Add(step / 2), Kind: MarkOOM, Text: text})
 		case ch.Resource == v1alpha1.ResourceCPU && p.ThrottledPercent > 0:
-			ch.Bands = append(ch.Bands, Band{From: p.At, To: p.At.Add(ch.Step), Percent: p.ThrottledPercent})
+			ch.Bands = append(ch.Bands, Band{From: p.At, To: p.At.Add(step), Percent: p.ThrottledPercent})
 		}
 	}
+}
+
+// pointStep is the span p covers: its own Step, else its series', else a
+// minute.
+func pointStep(u ContainerUsage, p UsagePoint) time.Duration {
+	switch {
+	case p.Step > 0:
+		return p.Step
+	case u.Step > 0:
+		return u.Step
+	}
+	return time.Minute
+}
+
+// spanName names a point's span in a mark's text: "minute", "5 minutes".
+func spanName(d time.Duration) string {
+	if d == time.Minute {
+		return "minute"
+	}
+	if d%time.Minute == 0 {
+		return fmt.Sprintf("%d minutes", d/time.Minute)
+	}
+	return d.String()
 }
 
 func plural(n int) string {

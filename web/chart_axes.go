@@ -138,7 +138,11 @@ func (ch *Chart) Label() string {
 	if n := counts[MarkOOM]; n > 0 {
 		fmt.Fprintf(&b, " %d OOM kill mark%s.", n, plural(n))
 	}
-	if n := len(ch.Bands); n > 0 {
+	var throttled time.Duration
+	for _, bd := range ch.Bands {
+		throttled += bd.To.Sub(bd.From)
+	}
+	if n := int(throttled / time.Minute); n > 0 {
 		fmt.Fprintf(&b, " Throttled in %d minute%s.", n, plural(n))
 	}
 	if n := counts[MarkRollback]; n > 0 {

@@ -23,7 +23,7 @@ func (ch *Chart) SVG() template.HTML {
 		// The more periods throttled, the darker the band.
 		fmt.Fprintf(&b, `<rect class="throttled" x="%s" y="%s" width="%s" height="%s" fill-opacity="%s"><title>%s</title></rect>`,
 			num(x0), num(padTop), num(max(x1-x0, 1.5)), num(plotH), strconv.FormatFloat(0.2+0.6*float64(min(bd.Percent, 100))/100, 'f', 2, 64),
-			esc(fmt.Sprintf("throttled %d%% of CFS periods in the minute from %s UTC", bd.Percent, bd.From.UTC().Format("15:04"))))
+			esc(fmt.Sprintf("throttled %d%% of CFS periods in the %s from %s UTC", bd.Percent, spanName(bd.To.Sub(bd.From)), bd.From.UTC().Format("15:04"))))
 	}
 	// Value axis: gridlines and labels.
 	for i := 0.0; i*ch.Tick <= ch.Max*1.0001; i++ {
@@ -90,17 +90,18 @@ func (ch *Chart) stepPath(b *strings.Builder, class string, steps []Step) {
 func (ch *Chart) usagePath() string {
 	var d strings.Builder
 	var prev time.Time
+	var prevStep time.Duration
 	for _, s := range ch.Usage {
 		if math.IsNaN(s.Value) {
 			prev = time.Time{}
 			continue
 		}
 		cmd := "L"
-		if prev.IsZero() || s.At.Sub(prev) > ch.Step*3/2 {
+		if prev.IsZero() || s.At.Sub(prev) > prevStep*3/2 {
 			cmd = "M"
 		}
-		fmt.Fprintf(&d, "%s%s %s", cmd, num(ch.x(s.At.Add(ch.Step/2))), num(ch.y(s.Value)))
-		prev = s.At
+		fmt.Fprintf(&d, "%s%s %s", cmd, num(ch.x(s.At.Add(s.Step/2))), num(ch.y(s.Value)))
+		prev, prevStep = s.At, s.Step
 	}
 	return d.String()
 }

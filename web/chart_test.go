@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,4 +154,47 @@ func TestChartWindowFromUsage(t *testing.T) {
 	v.Usage, v.History = nil, []auditv1.Entry{}
 	_, _, mem = memoryPanel(t, v, "/ui/workloads/shop/web-rsr")
 	assert.Contains(t, mem, "from 2030-03-01 11:15 to 2030-03-01 12:15 UTC.", "nothing happened: the last hour")
+}
+
+// TestChartDrawsEachPointOverItsOwnStep: the leader's points are five
+// minutes before the newest hour and minutes in it. A five-minute point
+// is drawn over its five minutes (its throttled band, its OOM kills' mark
+// and text), and the line runs on into the minutes after it without a
+// gap; a point missing still breaks it.
+func TestChartDrawsEachPointOverItsOwnStep(t *testing.T) {
+	v := rolledBack()
+	at := t0.Add(-time.Hour) // 11:00
+	v.Usage = []web.ContainerUsage{{Container: "app", Step: time.Minute, Points: []web.UsagePoint{
+		{At: at, Step: 5 * time.Minute, CPUMilli: 100, MemoryBytes: 100 << 20, ThrottledPercent: 30, OOMKills: 2},
+		{At: at.Add(5 * time.Minute), CPUMilli: 120, MemoryBytes: 110 << 20, ThrottledPercent: 30},
+		{At: at.Add(6 * time.Minute), CPUMilli: 130, MemoryBytes: 120 << 20},
+		{At: at.Add(9 * time.Minute), CPUMilli: 140, MemoryBytes: 130 << 20}, // 11:07 and 11:08 missing
+	}}}
+	v.History = nil
+	mux := http.NewServeMux()
+	mux.Handle("GET /ui/workloads/{namespace}/{name}", &web.WorkloadPage{Source: &workloads{view: v}})
+	_, body := get(t, mux, "/ui/workloads/shop/web-rsr")
+	charts := svgs(t, body)
+	require.Len(t, charts, 2, body)
+	cpu, mem := charts[0], charts[1]
+
+	assert.Contains(t, mem, "2 OOM kills in the 5 minutes from 11:00 UTC")
+	assert.Contains(t, cpu, "throttled 30% of CFS periods in the 5 minutes from 11:00 UTC")
+	assert.Contains(t, cpu, "throttled 30% of CFS periods in the minute from 11:05 UTC")
+	widths := regexp.MustCompile(`<rect class="throttled" x="[\d.]+" y="[\d.]+" width="([\d.]+)"`).FindAllStringSubmatch(cpu, -1)
+	require.Len(t, widths, 2)
+	five, one := parseFloat(t, widths[0][1]), parseFloat(t, widths[1][1])
+	assert.InDelta(t, 5*one, five, 0.05*five, "the five-minute band is five minutes wide")
+	assert.Contains(t, cpu, "Throttled in 6 minutes.", "the aria-label counts the minutes, not the bands")
+
+	d := regexp.MustCompile(`<path class="usage" d="([^"]*)"`).FindStringSubmatch(mem)
+	require.NotNil(t, d)
+	assert.Equal(t, 2, strings.Count(d[1], "M"), "one line from 11:00 to 11:06, another from 11:09: %s", d[1])
+}
+
+func parseFloat(t *testing.T, s string) float64 {
+	t.Helper()
+	f, err := strconv.ParseFloat(s, 64)
+	require.NoError(t, err)
+	return f
 }

@@ -100,11 +100,7 @@ func chartSpan(v WorkloadView, w Window) (from, to time.Time) {
 	}
 	for _, u := range v.Usage {
 		if n := len(u.Points); n > 0 {
-			step := u.Step
-			if step <= 0 {
-				step = time.Minute
-			}
-			see(u.Points[0].At, u.Points[n-1].At.Add(step))
+			see(u.Points[0].At, u.Points[n-1].At.Add(pointStep(u, u.Points[n-1])))
 		}
 	}
 	if first.IsZero() {

@@ -139,7 +139,7 @@ type ContainerValues struct {
 type ContainerUsage struct {
 	// Container is the container's name.
 	Container string
-	// Step is the span one point covers (1 minute on the leader).
+	// Step is the span a point covers when its own Step is zero.
 	Step time.Duration
 	// Points are the readings, oldest first.
 	Points []UsagePoint
@@ -149,6 +149,10 @@ type ContainerUsage struct {
 type UsagePoint struct {
 	// At is the step's start.
 	At time.Time
+	// Step is the span the point covers; zero means its series' Step.
+	// The leader's points are minutes for the newest hour and five
+	// minutes before it.
+	Step time.Duration
 	// CPUMilli is the mean CPU rate per pod over the step, in millicores;
 	// negative when not known.
 	CPUMilli int64

@@ -39,13 +39,24 @@ const (
 	// DefaultUsageSeriesPeriod reads the agents' readings (every 10 s by
 	// default) well within the store's four.
 	DefaultUsageSeriesPeriod = 20 * time.Second
-	// DefaultUsageSeriesMax bounds the series to about 16 MB of the
-	// leader's heap: 5,000 of about 3.2 KB each (usageSeries).
+	// DefaultUsageSeriesMax bounds the series to about 7 MB of the
+	// leader's heap: 5,000 of about 1.3 KB each (usageSeries).
 	DefaultUsageSeriesMax = 5000
-	// UsageSeriesStep is the span of one point.
+	// UsageSeriesStep is the span of one point of the newest hour.
 	UsageSeriesStep = time.Minute
-	// UsageSeriesPoints is how many points a series keeps: 6 h of minutes.
-	UsageSeriesPoints = 360
+	// UsageSeriesBucket is the span of one point older than that: five
+	// minutes.
+	UsageSeriesBucket = 5 * time.Minute
+	// UsageSeriesSpan is how far back a series goes: 6 h.
+	UsageSeriesSpan = 6 * time.Hour
+)
+
+// The rings of a series: minutes for the newest hour, five-minute buckets
+// for the five hours before it.
+const (
+	ringSlots     = 60
+	bucketMinutes = int64(UsageSeriesBucket / time.Minute)
+	spanMinutes   = int64(UsageSeriesSpan / time.Minute)
 )
 
 // seriesKey names a workload container.
@@ -78,19 +89,33 @@ const (
 	pageSize = 4096
 )
 
-// usageSeries is one workload container's points: a ring of
-// UsageSeriesPoints minutes. The slot of minute m is at
-// m % UsageSeriesPoints, valid from newest-UsageSeriesPoints+1 to newest.
-// At 8 bytes a point a series is 2,936 bytes, which Go allocates as
-// 3,072. With its map entry and key it is about 3.2 KB
-// (TestUsageSeriesMemoryAtTheCap).
+// usageSeries is one workload container's points, in two rings of
+// ringSlots:
+//   - fine holds the minutes of the newest hour. The slot of minute m is
+//     at m % ringSlots, valid from newest-ringSlots+1 to newest.
+//   - coarse holds the five-minute buckets of the five hours before. A
+//     minute leaving fine is folded into its bucket (fold). Bucket q, the
+//     minutes 5q to 5q+4, is at q % ringSlots, valid from the bucket of
+//     the newest minute folded (foldedBucket) back ringSlots buckets.
+//
+// A ring of 360 minutes was 2,936 bytes, which Go allocates as 3,072.
+// These are 1,076, allocated as 1,152. With its map entry and key a series
+// is about 1.3 KB (TestUsageSeriesMemoryAtTheCap). The newest hour is
+// what the chart's 1h window draws, minute by minute.
 type usageSeries struct {
-	newest int64 // Unix minutes of the newest slot
-	cpu    [UsageSeriesPoints]uint32
-	mem    [UsageSeriesPoints]uint32
+	newest       int64 // Unix minutes of the newest slot
+	fine, coarse ring
+	// cpuMinutes counts, per bucket, the minutes with a CPU rate folded
+	// into it: its rate is their mean.
+	cpuMinutes [ringSlots]uint8
 	// acc are the CPU sums of the two newest minutes, whose readings may
 	// still come.
 	acc [2]cpuSums
+}
+
+// ring is ringSlots packed points (thrBits).
+type ring struct {
+	cpu, mem [ringSlots]uint32
 }
 
 // cpuSums are the CPU seconds used and the seconds run, over the pods,
@@ -104,24 +129,85 @@ const emptyCPU, emptyMem = noCPU << thrBits, noMemory << oomBits
 
 func newUsageSeries(minute int64) *usageSeries {
 	s := &usageSeries{newest: minute}
-	for i := range s.cpu {
-		s.cpu[i], s.mem[i] = emptyCPU, emptyMem
-	}
+	s.fine.clear()
+	s.coarse.clear()
 	return s
 }
 
-// slot returns the slot of minute m, or -1 for a minute older than the
-// ring. It advances the ring to m, clearing the minutes it passes.
+// clear empties every slot of r.
+func (r *ring) clear() {
+	for i := range r.cpu {
+		r.clear1(i)
+	}
+}
+
+// clear1 empties slot i of r.
+func (r *ring) clear1(i int) { r.cpu[i], r.mem[i] = emptyCPU, emptyMem }
+
+// empty reports whether slot i of r holds nothing read.
+func (r *ring) empty(i int) bool { return r.cpu[i] == emptyCPU && r.mem[i] == emptyMem }
+
+// foldedBucket is the bucket of the newest minute that has left fine.
+func (s *usageSeries) foldedBucket() int64 { return (s.newest - ringSlots) / bucketMinutes }
+
+// slot returns fine's slot of minute m, or -1 for a minute older than
+// fine. It advances the rings to m (advance).
 func (s *usageSeries) slot(m int64) int {
-	if m <= s.newest-UsageSeriesPoints {
+	if m <= s.newest-ringSlots {
 		return -1
 	}
-	for k := s.newest + 1; k <= m && k <= s.newest+UsageSeriesPoints; k++ {
-		i := int(k % UsageSeriesPoints)
-		s.cpu[i], s.mem[i] = emptyCPU, emptyMem
+	s.advance(m)
+	return int(m % ringSlots)
+}
+
+// advance makes m the newest minute, when it is newer. The minutes
+// leaving fine are folded into their buckets (cleared first when they
+// start one), and fine's slots for the minutes it gains are cleared.
+func (s *usageSeries) advance(m int64) {
+	if m <= s.newest {
+		return
 	}
-	s.newest = max(s.newest, m)
-	return int(m % UsageSeriesPoints)
+	old, oldBucket := s.newest, s.foldedBucket()
+	s.newest = m
+	newBucket := s.foldedBucket()
+	for q := oldBucket + 1; q <= newBucket && q <= oldBucket+ringSlots; q++ {
+		s.coarse.clear1(int(q % ringSlots))
+		s.cpuMinutes[q%ringSlots] = 0
+	}
+	for k := old - ringSlots + 1; k <= old && k <= m-ringSlots; k++ {
+		if i := int(k % ringSlots); !s.fine.empty(i) && k/bucketMinutes > newBucket-ringSlots {
+			s.fold(i, k/bucketMinutes)
+		}
+	}
+	for k := old + 1; k <= m && k <= old+ringSlots; k++ {
+		s.fine.clear1(int(k % ringSlots))
+	}
+}
+
+// fold adds fine's slot i to bucket q. A bucket holds the mean of its
+// minutes' CPU rates, the highest of their throttled shares and working
+// sets, and the sum of their OOM kills (saturating).
+func (s *usageSeries) fold(i int, q int64) {
+	j := int(q % ringSlots)
+	cpu, mem := s.fine.cpu[i], s.fine.mem[i]
+	bucketCPU := s.coarse.cpu[j]
+	if milli := cpu >> thrBits; milli != noCPU {
+		n := uint32(s.cpuMinutes[j])
+		mean := milli
+		if old := bucketCPU >> thrBits; n > 0 && old != noCPU {
+			mean = (old*n + milli + (n+1)/2) / (n + 1)
+		}
+		s.cpuMinutes[j]++
+		bucketCPU = mean<<thrBits | bucketCPU&thrMask
+	}
+	s.coarse.cpu[j] = bucketCPU&^thrMask | max(bucketCPU&thrMask, cpu&thrMask)
+	bucketMem := s.coarse.mem[j]
+	if pages := mem >> oomBits; pages != noMemory {
+		if old := bucketMem >> oomBits; old == noMemory || pages > old {
+			bucketMem = pages<<oomBits | bucketMem&oomMask
+		}
+	}
+	s.coarse.mem[j] = bucketMem&^oomMask | min(bucketMem&oomMask+mem&oomMask, oomMask)
 }
 
 // addCPU adds CPU used over run seconds, ending in minute m.
@@ -140,57 +226,81 @@ func (s *usageSeries) addCPU(m int64, cpuSec, runSec float64) {
 	a.cpuSec += cpuSec
 	a.runSec += runSec
 	milli := uint32(min(max(math.Round(a.cpuSec/a.runSec*1000), 0), noCPU-1))
-	s.cpu[i] = milli<<thrBits | s.cpu[i]&thrMask
+	s.fine.cpu[i] = milli<<thrBits | s.fine.cpu[i]&thrMask
 }
 
 func (s *usageSeries) addMemory(m int64, bytes uint64) {
 	if i := s.slot(m); i >= 0 {
 		pages := uint32(min((bytes+pageSize-1)/pageSize, noMemory-1))
-		if old := s.mem[i] >> oomBits; old == noMemory || pages > old {
-			s.mem[i] = pages<<oomBits | s.mem[i]&oomMask
+		if old := s.fine.mem[i] >> oomBits; old == noMemory || pages > old {
+			s.fine.mem[i] = pages<<oomBits | s.fine.mem[i]&oomMask
 		}
 	}
 }
 
 func (s *usageSeries) setThrottled(m int64, percent int) {
 	if i := s.slot(m); i >= 0 {
-		v := max(s.cpu[i]&thrMask, uint32(min(max(percent, 0), 100)+1))
-		s.cpu[i] = s.cpu[i]&^thrMask | v
+		v := max(s.fine.cpu[i]&thrMask, uint32(min(max(percent, 0), 100)+1))
+		s.fine.cpu[i] = s.fine.cpu[i]&^thrMask | v
 	}
 }
 
 func (s *usageSeries) setOOMKills(m int64, n int) {
 	if i := s.slot(m); i >= 0 {
-		v := max(s.mem[i]&oomMask, uint32(min(max(n, 0), oomMask)))
-		s.mem[i] = s.mem[i]&^oomMask | v
+		v := max(s.fine.mem[i]&oomMask, uint32(min(max(n, 0), oomMask)))
+		s.fine.mem[i] = s.fine.mem[i]&^oomMask | v
 	}
 }
 
+// addOOMKill counts a kill in minute m, in its minute's slot or, once the
+// minute has left fine, in its bucket. A kill older than the buckets is
+// dropped.
 func (s *usageSeries) addOOMKill(m int64) {
-	if i := s.slot(m); i >= 0 && s.mem[i]&oomMask < oomMask {
-		s.mem[i]++
+	if i := s.slot(m); i >= 0 {
+		if s.fine.mem[i]&oomMask < oomMask {
+			s.fine.mem[i]++
+		}
+		return
+	}
+	if q, last := m/bucketMinutes, s.foldedBucket(); q <= last && q > last-ringSlots {
+		if j := int(q % ringSlots); s.coarse.mem[j]&oomMask < oomMask {
+			s.coarse.mem[j]++
+		}
 	}
 }
 
-// points are the minutes with anything read, oldest first.
+// points are the buckets and then the minutes with anything read, oldest
+// first. A bucket's step ends where fine's minutes begin.
 func (s *usageSeries) points() []webui.UsagePoint {
 	var out []webui.UsagePoint
-	for m := s.newest - UsageSeriesPoints + 1; m <= s.newest; m++ {
-		i := int(m % UsageSeriesPoints)
-		if s.cpu[i] == emptyCPU && s.mem[i] == emptyMem {
-			continue
+	fineFrom := s.newest - ringSlots + 1
+	last := s.foldedBucket()
+	for q := max(last-ringSlots+1, 0); q <= last; q++ {
+		if j := int(q % ringSlots); !s.coarse.empty(j) {
+			from := q * bucketMinutes
+			to := min(from+bucketMinutes, fineFrom)
+			out = append(out, point(from, to-from, s.coarse.cpu[j], s.coarse.mem[j]))
 		}
-		p := webui.UsagePoint{At: time.Unix(m*60, 0).UTC(), CPUMilli: -1, MemoryBytes: -1,
-			ThrottledPercent: int(s.cpu[i]&thrMask) - 1, OOMKills: int(s.mem[i] & oomMask)}
-		if c := s.cpu[i] >> thrBits; c != noCPU {
-			p.CPUMilli = int64(c)
+	}
+	for m := fineFrom; m <= s.newest; m++ {
+		if i := int(m % ringSlots); !s.fine.empty(i) {
+			out = append(out, point(m, 1, s.fine.cpu[i], s.fine.mem[i]))
 		}
-		if pages := s.mem[i] >> oomBits; pages != noMemory {
-			p.MemoryBytes = int64(pages) * pageSize
-		}
-		out = append(out, p)
 	}
 	return out
+}
+
+// point unpacks the point of the minutes from to from+minutes.
+func point(from, minutes int64, cpu, mem uint32) webui.UsagePoint {
+	p := webui.UsagePoint{At: time.Unix(from*60, 0).UTC(), Step: time.Duration(minutes) * time.Minute, CPUMilli: -1, MemoryBytes: -1,
+		ThrottledPercent: int(cpu&thrMask) - 1, OOMKills: int(mem & oomMask)}
+	if c := cpu >> thrBits; c != noCPU {
+		p.CPUMilli = int64(c)
+	}
+	if pages := mem >> oomBits; pages != noMemory {
+		p.MemoryBytes = int64(pages) * pageSize
+	}
+	return p
 }
 
 // seriesInstance is what the series remember of one running container:
@@ -214,9 +324,9 @@ type instanceRef struct {
 // UsageSeries keeps, for the workload pages, a downsampled usage series of
 // every container of the workloads that have a RightsizingRecommendation.
 //
-// A series has 1-minute points over the last 6 h: the mean CPU rate per
-// pod, the highest working set, the throttled share of CFS periods and the
-// OOM kills. They are fed from signals.Usage and signals.Kernel, the
+// A series has 1-minute points over the newest hour and 5-minute points
+// over the five hours before it: the mean CPU rate per pod, the highest
+// working set, the throttled share of CFS periods and the OOM kills. They are fed from signals.Usage and signals.Kernel, the
 // agents' readings, which those stores keep only briefly. At most
 // MaxSeries containers have one.
 //
@@ -336,7 +446,7 @@ func (u *UsageSeries) Pass(ctx context.Context) error {
 		u.log.Warn("usage series hold their maximum of containers; new ones are not charted", "maxSeries", u.max)
 	}
 	u.full = full
-	oldest := now.Unix()/60 - UsageSeriesPoints
+	oldest := now.Unix()/60 - spanMinutes
 	for k, s := range u.series {
 		if wk := k.workload(); !wanted[wk] || s.newest <= oldest {
 			delete(u.series, k)
@@ -450,7 +560,7 @@ func (u *UsageSeries) ingest(s *usageSeries, pod *corev1.Pod, container string, 
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		if t := cs.LastTerminationState.Terminated; cs.Name == container && t != nil && t.Reason == oomKilledReason && t.FinishedAt.After(in.statusOOM) {
-			if !in.statusOOM.IsZero() || now.Sub(t.FinishedAt.Time) < UsageSeriesPoints*UsageSeriesStep {
+			if !in.statusOOM.IsZero() || now.Sub(t.FinishedAt.Time) < UsageSeriesSpan {
 				s.addOOMKill(t.FinishedAt.Unix() / 60)
 			}
 			in.statusOOM = t.FinishedAt.Time
