@@ -1,10 +1,12 @@
 package cachestore
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
@@ -229,4 +231,40 @@ func TestInterningAStoredRecommendationAgainWritesNothing(t *testing.T) {
 		}
 	}
 	<-copied
+}
+
+// TestACachedRecommendationGrowsWithItsHistory measures what each action
+// of status.history adds to a cached recommendation. The scale harness's
+// recommendations hold one or two actions; a workload rightsized for
+// months holds up to v1alpha1.MaxHistory (100). docs/performance.md,
+// "What a long history costs", has the figures.
+func TestACachedRecommendationGrowsWithItsHistory(t *testing.T) {
+	const n = 2000
+	dec := jsonDecoder()
+	perAction := map[int]float64{}
+	for _, actions := range []int{1, 10, v1alpha1.MaxHistory} {
+		raw := recommendedRecommendations(t, n, true)
+		for i := range raw {
+			obj, _, err := dec.Decode(raw[i], nil, nil)
+			require.NoError(t, err)
+			rsr := obj.(*v1alpha1.RightsizingRecommendation)
+			first := rsr.Status.History[0]
+			rsr.Status.History = nil
+			for k := range actions {
+				a := *first.DeepCopy()
+				a.Seq = int64(k + 1)
+				a.Time.Time = first.Time.Add(time.Duration(k) * 37 * time.Minute)
+				rsr.Status.History = append(rsr.Status.History, a)
+			}
+			raw[i], err = json.Marshal(rsr)
+			require.NoError(t, err)
+		}
+		_, cached, _ := heldHeapOf(t, dec, raw, Transform, Transform)
+		perAction[actions] = float64(cached) / n
+		t.Logf("%3d actions in status.history: %6.0f bytes a cached recommendation", actions, float64(cached)/n)
+	}
+	each := (perAction[v1alpha1.MaxHistory] - perAction[1]) / float64(v1alpha1.MaxHistory-1)
+	t.Logf("each action: %.0f bytes; at 25,000 workloads a full history is %.0f MB more than one action",
+		each, each*float64(v1alpha1.MaxHistory-1)*25000/1e6)
+	assert.Less(t, each, 350.0, "docs/performance.md states about 310 bytes an action")
 }
