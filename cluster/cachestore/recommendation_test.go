@@ -239,7 +239,7 @@ func TestInterningAStoredRecommendationAgainWritesNothing(t *testing.T) {
 // months holds up to v1alpha1.MaxHistory (100). docs/performance.md,
 // "What a long history costs", has the figures.
 func TestACachedRecommendationGrowsWithItsHistory(t *testing.T) {
-	const n = 2000
+	const n = 500
 	dec := jsonDecoder()
 	perAction := map[int]float64{}
 	for _, actions := range []int{1, 10, v1alpha1.MaxHistory} {
