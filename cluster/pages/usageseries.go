@@ -326,9 +326,10 @@ type instanceRef struct {
 //
 // A series has 1-minute points over the newest hour and 5-minute points
 // over the five hours before it: the mean CPU rate per pod, the highest
-// working set, the throttled share of CFS periods and the OOM kills. They are fed from signals.Usage and signals.Kernel, the
-// agents' readings, which those stores keep only briefly. At most
-// MaxSeries containers have one.
+// working set, the throttled share of CFS periods and the OOM kills.
+// They are fed from signals.Usage and signals.Kernel, the agents'
+// readings, which those stores keep only briefly. At most MaxSeries
+// containers have one.
 //
 // It is a manager Runnable only the elected leader runs, since only it
 // receives the agents' readings. It is safe for concurrent use.
