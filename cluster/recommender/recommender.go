@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
+	"github.com/kerf-dev/kerf/cluster/healthwatch"
 	"github.com/kerf-dev/kerf/cluster/policy"
 	"github.com/kerf-dev/kerf/cluster/recommend"
 	"github.com/kerf-dev/kerf/cluster/signals"
@@ -127,7 +128,19 @@ type Loop struct {
 	// readings the room for a container's usage readings.
 	scratch  workload.Scratch
 	readings []signals.UsageSample
+	// pods is the room feed lists a namespace's pods into: the leader's
+	// cache writes its views into the items already there. A new list
+	// each namespace was a tenth of what the leader allocated at 25,000
+	// workloads. Room past maxPodRoom items is not kept between passes.
+	pods corev1.PodList
+	// windows is the room throttling reads a workload's throttling into.
+	windows map[string]healthwatch.ThrottleWindow
 }
+
+// maxPodRoom bounds the items of room the pass keeps between passes for
+// a namespace's pods (Loop.pods), about 1 KB each (a corev1.Pod). A
+// namespace with more has its list allocated each pass.
+const maxPodRoom = 2048
 
 // trackedWorkload is the history of one workload's containers.
 type trackedWorkload struct {
@@ -249,7 +262,7 @@ func New(c client.Client, reader client.Reader, namespaces []string, sig *signal
 		period: cfg.Period, max: cfg.MaxContainers, base: base,
 		models: map[recommend.Params]*recommend.Model{base.Params(): base}, modelMetrics: mm, passModels: map[*policy.Resolved]modelChoice{},
 		workloads: map[workload.Ref]*trackedWorkload{}, instances: map[instanceKey]*trackedInstance{},
-		refs: map[types.UID]workload.Ref{}, trackedGauge: gauge, steps: steps,
+		refs: map[types.UID]workload.Ref{}, windows: map[string]healthwatch.ThrottleWindow{}, trackedGauge: gauge, steps: steps,
 		reader: reader, namespaces: namespaces, ckptInterval: cfg.CheckpointInterval, ckptWrites: cfg.CheckpointWrites,
 		ckptMetrics: ckm, dropped: map[workload.Ref]bool{}, vpa: vpa, writers: writers,
 	}, nil
@@ -337,6 +350,7 @@ func (r *Loop) pass(ctx context.Context) error {
 	}
 	resolved := map[workload.Ref]*resolvedWorkload{}
 	full := false
+	defer r.releasePods()
 	for _, ns := range r.passNamespaces(pols) {
 		fed, nsFull, err := r.feed(ctx, pols, ns, resolved, now)
 		timer.step("feed")
@@ -384,8 +398,8 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, ns string, resol
 	// Views, only read: the leader's cache holds pods in a form of its
 	// own (cluster/cachestore/pod.go), and a copy of every pod each pass
 	// was the whole pods' size again in garbage.
-	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+	pods := &r.pods
+	if err := r.client.List(ctx, pods, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, false, fmt.Errorf("list pods in %s: %w", ns, err)
 	}
 	fed = map[workload.Ref]*trackedWorkload{}
@@ -441,6 +455,19 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, ns string, resol
 		}
 	}
 	return fed, full, nil
+}
+
+// releasePods ends the pass's use of its pods' room (Loop.pods): the
+// items are cleared, so that they pin no object the cache has since
+// replaced, and kept as room for the next pass when there are at most
+// maxPodRoom of them.
+func (r *Loop) releasePods() {
+	items := r.pods.Items
+	if cap(items) > maxPodRoom {
+		items = nil
+	}
+	clear(items[:cap(items)])
+	r.pods = corev1.PodList{Items: items[:0]}
 }
 
 // entriesOf is what the recommender keeps a history of in a pod spec:

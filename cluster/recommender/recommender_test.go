@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -150,6 +151,68 @@ func TestAPassReadsPodsOneNamespaceAtATime(t *testing.T) {
 	}
 }
 
+// podRooms is a client that records, for each list of pods, the first
+// item of the room the list arrived with (nil: none) and of the one it
+// left.
+type podRooms struct {
+	client.Client
+	arrived, left []*corev1.Pod
+}
+
+func (p *podRooms) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	pods, ok := list.(*corev1.PodList)
+	if !ok {
+		return p.Client.List(ctx, list, opts...)
+	}
+	first := func() *corev1.Pod {
+		if cap(pods.Items) == 0 {
+			return nil
+		}
+		return &pods.Items[:1][0]
+	}
+	p.arrived = append(p.arrived, first())
+	err := p.Client.List(ctx, list, opts...)
+	p.left = append(p.left, first())
+	return err
+}
+
+// TestAPassListsPodsIntoTheRoomTheLastLeft: a pass lists a namespace's
+// pods into the items the pass before listed into, for the leader's cache
+// to write its views in (a new list each namespace was a tenth of what
+// the leader allocated at 25,000 workloads), and clears them once it is
+// done, so that they pin no pod. Room for more than maxPodRoom pods is not
+// kept.
+func TestAPassListsPodsIntoTheRoomTheLastLeft(t *testing.T) {
+	c := controlplane.Get(t).Client
+	ns := namespace(t, c)
+	p := &v1alpha1.RightsizingPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "recommend"}}
+	p.Spec.Recommend = &v1alpha1.RecommendSpec{Enabled: true}
+	require.NoError(t, c.Create(t.Context(), p))
+	for _, name := range []string{"a", "b"} {
+		require.NoError(t, c.Create(t.Context(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}))
+	}
+	rooms := &podRooms{Client: c}
+	r, err := New(rooms, c, []string{ns}, signals.New(), Config{}, nil, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+
+	require.NoError(t, r.pass(t.Context()))
+	require.NoError(t, r.pass(t.Context()))
+	require.Len(t, rooms.left, 2)
+	require.NotNil(t, rooms.left[0], "the first pass listed two pods")
+	assert.Nil(t, rooms.arrived[0], "the first pass had no room")
+	assert.Same(t, rooms.left[0], rooms.arrived[1], "the second pass listed into the first's room")
+	room := r.pods.Items[:cap(r.pods.Items)]
+	assert.Len(t, room, 2, "the room kept for the next pass")
+	for i := range room {
+		assert.Zero(t, room[i], "item %d cleared after the pass", i)
+	}
+
+	r.pods.Items = make([]corev1.Pod, 0, maxPodRoom+1)
+	r.releasePods()
+	assert.Zero(t, cap(r.pods.Items), "room past maxPodRoom is not kept")
+}
+
 // passSteps is the count of observations of kerf_recommender_pass_seconds
 // by step.
 func passSteps(t *testing.T, reg *prometheus.Registry) map[string]uint64 {
@@ -206,4 +269,36 @@ func TestFoldRunningKeepsTheHighestOfEveryPodsSpecAndStatus(t *testing.T) {
 	request, _ = runningResources(tmpl, running)
 	assert.Equal(t, recommend.Resources{CPUMilli: 100, MemoryBytes: 64 << 20}, request,
 		"a container in no running pod's spec reads the template, whatever a status says")
+}
+
+// TestCheckpointsAreWrittenOldestFirstWithoutAllocating: the due
+// checkpoints are ordered by their last write, then namespace, kind and
+// name, and ordering them allocates nothing (a key built per comparison
+// was 5 % of what the leader allocated at 25,000 workloads).
+func TestCheckpointsAreWrittenOldestFirstWithoutAllocating(t *testing.T) {
+	r := &Loop{workloads: map[workload.Ref]*trackedWorkload{}}
+	t0 := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	var due []workload.Ref
+	for i := range 60 {
+		ref := workload.Ref{Kind: v1alpha1.KindDeployment, Namespace: fmt.Sprintf("namespace-%d", i%3), Name: fmt.Sprintf("a-workload-named-at-length-%02d", i)}
+		if i%2 == 1 {
+			ref.Kind = v1alpha1.KindStatefulSet
+		}
+		tw := &trackedWorkload{}
+		tw.ckpt.at = stampOf(t0.Add(time.Duration(i%4) * time.Minute))
+		r.workloads[ref] = tw
+		due = append(due, ref)
+	}
+	slices.SortFunc(due, r.oldestCheckpointFirst)
+	for i := 1; i < len(due); i++ {
+		a, b := due[i-1], due[i]
+		key := func(ref workload.Ref) string {
+			return fmt.Sprintf("%020d/%s/%s/%s", r.workloads[ref].ckpt.at.Time().UnixNano(), ref.Namespace, ref.Kind, ref.Name)
+		}
+		assert.Less(t, key(a), key(b), "%v before %v", a, b)
+	}
+	assert.Zero(t, testing.AllocsPerRun(20, func() {
+		slices.Reverse(due)
+		slices.SortFunc(due, r.oldestCheckpointFirst)
+	}))
 }

@@ -128,8 +128,10 @@ type Kernel struct {
 	// droppedQueued counts those in it that their pod dropped since.
 	gone          []goneRef
 	droppedQueued int
-	// scratch holds a series' decoded readings while m.mu is held.
+	// scratch holds a series' decoded readings while m.mu is held, and
+	// run their samples for ThrottleWindowsInto.
 	scratch []reading
+	run     []healthwatch.CounterSample
 }
 
 type goneRef struct {
@@ -478,10 +480,19 @@ func (m *Kernel) Samples(podUIDs []types.UID, from, to time.Time) ([]healthwatch
 // ThrottleWindows implements ThrottlingSource over the stored samples, as
 // healthwatch.Counters(m) does. It pins from for the pods (see Kernel).
 func (m *Kernel) ThrottleWindows(pods []*corev1.Pod, containers []string, from, to time.Time) (map[string]healthwatch.ThrottleWindow, error) {
+	out := make(map[string]healthwatch.ThrottleWindow, len(containers))
+	m.ThrottleWindowsInto(out, pods, containers, from, to)
+	return out, nil
+}
+
+// ThrottleWindowsInto is ThrottleWindows written into out, which it clears
+// first: a caller that reads one workload after another (the
+// recommender's pass) makes one map, not one a workload.
+func (m *Kernel) ThrottleWindowsInto(out map[string]healthwatch.ThrottleWindow, pods []*corev1.Pod, containers []string, from, to time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[string]healthwatch.ThrottleWindow, len(containers))
-	var run []healthwatch.CounterSample
+	clear(out)
+	run := m.run[:0]
 	for _, pod := range pods {
 		p := m.pods[pod.UID]
 		if p == nil {
@@ -498,7 +509,22 @@ func (m *Kernel) ThrottleWindows(pods []*corev1.Pod, containers []string, from, 
 			}
 		}
 	}
-	return out, nil
+	m.run = keptRun(run)
+}
+
+// maxKeptRun bounds the samples Kernel.run keeps as room between calls: a
+// series holds a sample per reading, a few dozen in a recommender pass's
+// window; one far longer is read into room of its own.
+const maxKeptRun = 1024
+
+// keptRun is run cleared, as room for the next call, or nil past
+// maxKeptRun.
+func keptRun(run []healthwatch.CounterSample) []healthwatch.CounterSample {
+	if cap(run) > maxKeptRun {
+		return nil
+	}
+	clear(run)
+	return run[:0]
 }
 
 func (sr *series) sample(uid types.UID, pt reading) healthwatch.CounterSample {

@@ -448,3 +448,27 @@ func TestKernelSumsInPlaceAsCountersDoes(t *testing.T) {
 	assert.Len(t, one, 1)
 	assert.Less(t, one["app"].Periods, direct["app"].Periods)
 }
+
+// TestKernelThrottleWindowsIntoReusesItsRoom: ThrottleWindowsInto writes
+// what ThrottleWindows returns into the map it is given, clearing what
+// was there, and once that map and the samples' room have grown it
+// allocates nothing (the recommender's pass reads every workload's
+// throttling each pass).
+func TestKernelThrottleWindowsIntoReusesItsRoom(t *testing.T) {
+	pods, samples := watchtest.ThrottlingFixture(func(pod types.UID, container string, started, at time.Time, periods, throttled uint64) healthwatch.CounterSample {
+		return healthwatch.CounterSample{PodUID: pod, Container: container, Started: started, At: at, Periods: periods, Throttled: throttled}
+	})
+	from, to := watchtest.After(2*time.Minute), watchtest.After(17*time.Minute+5*time.Second)
+	m := NewKernel()
+	m.AddSamples(samples...)
+	want, err := m.ThrottleWindows(pods, []string{"app", "sidecar"}, from, to)
+	require.NoError(t, err)
+
+	out := map[string]healthwatch.ThrottleWindow{"gone": {Periods: 1}}
+	m.ThrottleWindowsInto(out, pods, []string{"app", "sidecar"}, from, to)
+	assert.Equal(t, want, out, "what ThrottleWindows returns, and nothing left of before")
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		m.ThrottleWindowsInto(out, pods, []string{"app", "sidecar"}, from, to)
+	}), "allocations of a call once its room has grown")
+	assert.Equal(t, want, out)
+}
