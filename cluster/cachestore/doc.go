@@ -22,6 +22,9 @@
 //     the API type, sharing what the stored object holds. The hot paths
 //     read the stored objects themselves (Cache.Lookup, Stored,
 //     Recommendations).
+//   - A Get of an object's metadata (metav1.PartialObjectMetadata) of
+//     those kinds, StatefulSets and DaemonSets reads their typed
+//     informers, not a metadata informer of its own.
 //   - ObjectCounts is kerf_leader_cached_objects: how many objects each
 //     informer holds, by kind.
 //

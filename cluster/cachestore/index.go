@@ -77,6 +77,10 @@ type Cache struct {
 	// each with an object of its kind (what the Cache asks its informer
 	// for).
 	views map[schema.GroupKind]client.Object
+	// metas are the kinds whose metadata a Get of a
+	// metav1.PartialObjectMetadata reads from their typed informer
+	// (getMeta): those of views and those answersMeta declared.
+	metas map[schema.GroupKind]client.Object
 }
 
 // indexKey names an index: a kind and a field.
@@ -101,7 +105,8 @@ func wrap(c cache.Cache, scheme *runtime.Scheme) *Cache {
 	if scheme == nil {
 		scheme = clientgoscheme.Scheme
 	}
-	return &Cache{Cache: c, scheme: scheme, indexes: map[indexKey]index{}, views: map[schema.GroupKind]client.Object{}}
+	return &Cache{Cache: c, scheme: scheme, indexes: map[indexKey]index{}, views: map[schema.GroupKind]client.Object{},
+		metas: map[schema.GroupKind]client.Object{}}
 }
 
 // Indexer returns an Indexer whose indexes answer the lists of scope, with

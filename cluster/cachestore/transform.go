@@ -78,13 +78,17 @@ func Transform(obj any) (any, error) {
 // value's bucket. It knows the kinds Transform stores in forms of its
 // own, so that a read of them that only reads
 // (client.UnsafeDisableDeepCopy) gets a view (cachedPod.View) rather than
-// failing.
+// failing. A Get of the metadata of those kinds, and of StatefulSets and
+// DaemonSets, reads their typed informers (getMeta).
 func NewCache(config *rest.Config, opts cache.Options) (cache.Cache, error) {
 	inner, err := cache.New(config, opts)
 	if err != nil {
 		return nil, err
 	}
 	c := wrap(inner, opts.Scheme)
+	if err := c.answersMeta(&appsv1.StatefulSet{}, &appsv1.DaemonSet{}); err != nil {
+		return nil, err
+	}
 	return c, c.storesViews(&corev1.Pod{}, &appsv1.ReplicaSet{}, &appsv1.Deployment{})
 }
 

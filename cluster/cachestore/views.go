@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -39,6 +40,18 @@ type viewer interface {
 // cache of several namespaces, with an informer per namespace, is such a
 // place.
 func (c *Cache) storesViews(objs ...client.Object) error {
+	return c.declare(true, objs)
+}
+
+// answersMeta declares kinds whose informers store the API type, of
+// which a Get of a metav1.PartialObjectMetadata reads the typed informer
+// (getMeta), as it does for those storesViews declared.
+func (c *Cache) answersMeta(objs ...client.Object) error {
+	return c.declare(false, objs)
+}
+
+// declare adds objs's kinds to c.metas and, with views, to c.views.
+func (c *Cache) declare(views bool, objs []client.Object) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, obj := range objs {
@@ -46,7 +59,10 @@ func (c *Cache) storesViews(objs ...client.Object) error {
 		if err != nil {
 			return fmt.Errorf("views of %T: %w", obj, err)
 		}
-		c.views[gvk.GroupKind()] = obj
+		if views {
+			c.views[gvk.GroupKind()] = obj
+		}
+		c.metas[gvk.GroupKind()] = obj
 	}
 	return nil
 }
@@ -87,6 +103,11 @@ func unsafeGet(opts []client.GetOption) bool {
 // of the informer's own, or a copy where it has no indexer of its own.
 // Every other Get is the wrapped cache's.
 func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if pm, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		if handled, err := c.getMeta(ctx, key, pm, unsafeGet(opts)); handled {
+			return err
+		}
+	}
 	if !unsafeGet(opts) {
 		return c.Cache.Get(ctx, key, obj, opts...)
 	}
@@ -118,6 +139,63 @@ func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 	}
 	out.Elem().Set(got.Elem())
 	return nil
+}
+
+// getMeta answers a Get of the metadata of an object of a kind
+// storesViews or answersMeta declared, from the informer of the kind's
+// own type: no metadata informer is started beside it, which
+// controller-runtime's cache would do (a second store of every object's
+// metadata). With share, pm shares the stored object's maps and slices,
+// only to be read; else it holds a copy. handled is false for a kind not
+// declared.
+func (c *Cache) getMeta(ctx context.Context, key client.ObjectKey, pm *metav1.PartialObjectMetadata, share bool) (handled bool, err error) {
+	gvk := pm.GroupVersionKind()
+	c.mu.RLock()
+	viewed := c.metas[gvk.GroupKind()]
+	c.mu.RUnlock()
+	if viewed == nil {
+		return false, nil
+	}
+	informer, err := c.GetInformer(ctx, viewed)
+	if err != nil {
+		return true, fmt.Errorf("get %s %s: %w", gvk.Kind, key, err)
+	}
+	stored, ok, err := Stored(informer, key.Namespace, key.Name)
+	if errors.Is(err, ErrNoIndexer) {
+		// A copy of the whole object, from the wrapped cache.
+		obj, ok := viewed.DeepCopyObject().(client.Object)
+		if !ok {
+			return true, fmt.Errorf("get %s %s: %T is not an object", gvk.Kind, key, viewed)
+		}
+		if err := c.Cache.Get(ctx, key, obj); err != nil {
+			return true, err
+		}
+		stored, share = obj, true // the copy is pm's own
+	} else if err != nil {
+		return true, fmt.Errorf("get %s %s: %w", gvk.Kind, key, err)
+	} else if !ok {
+		return true, apierrors.NewNotFound(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}, key.Name)
+	}
+	var m metav1.ObjectMeta
+	switch o := stored.(type) {
+	case interface{ view() metav1.ObjectMeta }:
+		m = o.view()
+	case metav1.ObjectMetaAccessor:
+		om, ok := o.GetObjectMeta().(*metav1.ObjectMeta)
+		if !ok {
+			return true, fmt.Errorf("get %s %s: %T holds no metav1.ObjectMeta", gvk.Kind, key, stored)
+		}
+		m = *om
+	default:
+		return true, fmt.Errorf("get %s %s: %T holds no metav1.ObjectMeta", gvk.Kind, key, stored)
+	}
+	if !share {
+		m = *m.DeepCopy()
+	}
+	m.ManagedFields = nil
+	*pm = metav1.PartialObjectMetadata{ObjectMeta: m}
+	pm.SetGroupVersionKind(gvk)
+	return true, nil
 }
 
 // listViews answers a list of a kind storesViews declared, obj being its

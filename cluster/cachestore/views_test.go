@@ -2,6 +2,7 @@ package cachestore
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/kerf-dev/kerf/internal/kube"
 	"github.com/kerf-dev/kerf/test/controlplane"
@@ -143,6 +145,98 @@ func TestReadsWithoutCopiesGetViews(t *testing.T) {
 			var none corev1.Pod
 			err = c.Get(ctx, client.ObjectKey{Namespace: pods[0].Namespace, Name: "none"}, &none, client.UnsafeDisableDeepCopy)
 			assert.True(t, apierrors.IsNotFound(err), "%v", err)
+		})
+	}
+}
+
+// TestAMetadataGetReadsTheTypedInformer: a Get of a
+// metav1.PartialObjectMetadata of a kind storesViews (pods, here) or
+// answersMeta (ConfigMaps) declared is answered from the kind's typed
+// informer, never a metadata informer of its own beside it: the cache
+// fails a read no informer was started for, as a metadata Get of an
+// undeclared kind (Secrets) shows. Without a copy its labels are the
+// stored object's map in a cache of all namespaces; with one, or in a
+// cache of two namespaces, they are its own.
+func TestAMetadataGetReadsTheTypedInformer(t *testing.T) {
+	cp := controlplane.Get(t)
+	ctx := t.Context()
+	run := controlplane.UniqueName("meta")
+	var objs []client.Object
+	for _, ns := range []string{run + "-a", run + "-b"} {
+		require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", Labels: map[string]string{"app": "web"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "conf", Labels: map[string]string{"app": "conf"}}}
+		for _, o := range []client.Object{p, cm} {
+			require.NoError(t, cp.Client.Create(ctx, o))
+			objs = append(objs, o)
+		}
+	}
+	store := func(o any) (any, error) {
+		if p, ok := o.(*corev1.Pod); ok {
+			return &storedPod{TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta}, nil
+		}
+		return o, nil
+	}
+	caches := map[string]cache.Options{
+		"all namespaces": {},
+		"two namespaces": {DefaultNamespaces: map[string]cache.Config{objs[0].GetNamespace(): {}, objs[2].GetNamespace(): {}}},
+	}
+	for name, opts := range caches {
+		t.Run(name, func(t *testing.T) {
+			opts.Scheme, opts.DefaultTransform, opts.ReaderFailOnMissingInformer = kube.Scheme, store, true
+			inner, err := cache.New(cp.Config, opts)
+			require.NoError(t, err)
+			c := wrap(inner, kube.Scheme)
+			require.NoError(t, c.storesViews(&corev1.Pod{}))
+			require.NoError(t, c.answersMeta(&corev1.ConfigMap{}))
+			informers := map[string]cache.Informer{}
+			for _, o := range []client.Object{&corev1.Pod{}, &corev1.ConfigMap{}} {
+				informers[fmt.Sprintf("%T", o)], err = c.GetInformer(ctx, o)
+				require.NoError(t, err)
+			}
+			cacheCtx, stop := context.WithCancel(ctx)
+			defer stop()
+			go func() { _ = c.Start(cacheCtx) }()
+			syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
+			defer syncCancel()
+			require.True(t, c.WaitForCacheSync(syncCtx))
+			views := name == "all namespaces"
+
+			for _, want := range objs {
+				gvk, err := apiutil.GVKForObject(want, kube.Scheme)
+				require.NoError(t, err)
+				stored, ok, err := Stored(informers[fmt.Sprintf("%T", want)], want.GetNamespace(), want.GetName())
+				if views {
+					require.NoError(t, err)
+					require.True(t, ok)
+				}
+				shared := func(pm *metav1.PartialObjectMetadata) bool {
+					return stored != nil && reflect.ValueOf(stored.GetLabels()).UnsafePointer() == reflect.ValueOf(pm.Labels).UnsafePointer()
+				}
+				for _, noCopy := range []bool{true, false} {
+					pm := &metav1.PartialObjectMetadata{}
+					pm.SetGroupVersionKind(gvk)
+					var opts []client.GetOption
+					if noCopy {
+						opts = append(opts, client.UnsafeDisableDeepCopy)
+					}
+					require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(want), pm, opts...), "%s %s", gvk.Kind, want.GetName())
+					assert.Equal(t, want.GetUID(), pm.UID)
+					assert.Equal(t, want.GetLabels(), pm.Labels)
+					assert.Equal(t, gvk, pm.GroupVersionKind(), "the kind asked for")
+					assert.Equal(t, views && noCopy, shared(pm), "%s %s, without a copy: %v", gvk.Kind, want.GetName(), noCopy)
+				}
+			}
+			missing := &metav1.PartialObjectMetadata{}
+			missing.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+			err = c.Get(ctx, client.ObjectKey{Namespace: objs[0].GetNamespace(), Name: "none"}, missing, client.UnsafeDisableDeepCopy)
+			assert.True(t, apierrors.IsNotFound(err), "a pod that is not there: %v", err)
+			secret := &metav1.PartialObjectMetadata{}
+			secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+			err = c.Get(ctx, client.ObjectKey{Namespace: objs[0].GetNamespace(), Name: "any"}, secret, client.UnsafeDisableDeepCopy)
+			var notCached *cache.ErrResourceNotCached
+			assert.ErrorAs(t, err, &notCached, "an undeclared kind is controller-runtime's, which would need an informer of its own")
 		})
 	}
 }

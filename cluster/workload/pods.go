@@ -123,6 +123,7 @@ type Scratch struct {
 	deployment  appsv1.Deployment
 	statefulSet appsv1.StatefulSet
 	daemonSet   appsv1.DaemonSet
+	meta        metav1.PartialObjectMetadata
 }
 
 // object is s's object of ref's kind (newObject's, in s's room).

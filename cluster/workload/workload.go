@@ -111,6 +111,27 @@ func From(obj client.Object) (*Workload, error) {
 	return nil, fmt.Errorf("%w: %T", ErrUnsupportedKind, obj)
 }
 
+// MetaWith reads the metadata alone of the workload ref names in
+// namespace, in s's room (nil: none): valid until s's next use. A reader
+// that needs no more (its labels and UID) reads much less than Get: the
+// leader's cache answers from the workload's own informer, sharing the
+// stored object's maps when r is ReadOnly, and makes no template or
+// containers for it.
+func MetaWith(ctx context.Context, r client.Reader, namespace string, ref v1alpha1.TargetRef, s *Scratch) (*metav1.PartialObjectMetadata, error) {
+	if err := supported(ref); err != nil {
+		return nil, err
+	}
+	pm := &metav1.PartialObjectMetadata{}
+	if s != nil && indexed(r) {
+		pm = &s.meta
+	}
+	pm.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind(string(ref.Kind)))
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, pm); err != nil {
+		return nil, fmt.Errorf("get %s %s/%s: %w", ref.Kind, namespace, ref.Name, err)
+	}
+	return pm, nil
+}
+
 // Get reads the workload ref names in namespace (a recommendation's
 // targetRef, in the recommendation's namespace).
 func Get(ctx context.Context, r client.Reader, namespace string, ref v1alpha1.TargetRef) (*Workload, error) {

@@ -219,6 +219,29 @@ func TestPodsAreTheOwnedOnes(t *testing.T) {
 }
 
 // newIndexedClient is newClient with IndexFields' index, marked Indexed.
+// TestMetaWithReadsTheMetadataAlone: MetaWith reads a workload's
+// metadata (its labels and UID, which resolve its policy) as a
+// PartialObjectMetadata of its kind, in a Scratch's room from an Indexed
+// reader, and refuses a kind Kerf does not manage.
+func TestMetaWithReadsTheMetadataAlone(t *testing.T) {
+	ctx := context.Background()
+	sts := &appsv1.StatefulSet{ObjectMeta: meta("db", "s1", nil, "")}
+	c := newClient(t, sts)
+	var s Scratch
+	for _, r := range []client.Client{c, Indexed(c)} {
+		m, err := MetaWith(ctx, r, ns, v1alpha1.TargetRef{Kind: v1alpha1.KindStatefulSet, Name: "db"}, &s)
+		require.NoError(t, err)
+		assert.Equal(t, types.UID("s1"), m.UID)
+		assert.Equal(t, webLabels, m.Labels)
+		assert.Equal(t, appsv1.SchemeGroupVersion.WithKind("StatefulSet"), m.GroupVersionKind())
+		assert.Equal(t, IsIndexed(r), m == &s.meta, "in the Scratch's room from an Indexed reader only")
+	}
+	_, err := MetaWith(ctx, c, ns, v1alpha1.TargetRef{Kind: v1alpha1.KindDeployment, Name: "db"}, &s)
+	require.Error(t, err, "no Deployment db")
+	_, err = MetaWith(ctx, c, ns, v1alpha1.TargetRef{Kind: "CronJob", Name: "db"}, &s)
+	require.ErrorIs(t, err, ErrUnsupportedKind)
+}
+
 func newIndexedClient(t *testing.T, objs ...client.Object) client.Client {
 	t.Helper()
 	scheme := runtime.NewScheme()
