@@ -43,9 +43,9 @@ func (c *Cache) storesViews(objs ...client.Object) error {
 	return c.declare(true, objs)
 }
 
-// answersMeta declares kinds whose informers store the API type, of
-// which a Get of a metav1.PartialObjectMetadata reads the typed informer
-// (getMeta), as it does for those storesViews declared.
+// answersMeta declares kinds whose metadata Gets read their typed
+// informers (getMeta), as for those storesViews declared. Their
+// informers store the API type.
 func (c *Cache) answersMeta(objs ...client.Object) error {
 	return c.declare(false, objs)
 }
@@ -141,11 +141,10 @@ func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 	return nil
 }
 
-// getMeta answers a Get of the metadata of an object of a kind
-// storesViews or answersMeta declared, from the informer of the kind's
-// own type: no metadata informer is started beside it, which
-// controller-runtime's cache would do (a second store of every object's
-// metadata). With share, pm shares the stored object's maps and slices,
+// getMeta answers a Get of an object's metadata from its kind's typed
+// informer, for a kind storesViews or answersMeta declared. No metadata
+// informer is started beside it, as controller-runtime's cache would do
+// (a second store of every object's metadata). With share, pm shares the stored object's maps and slices,
 // only to be read; else it holds a copy. handled is false for a kind not
 // declared.
 func (c *Cache) getMeta(ctx context.Context, key client.ObjectKey, pm *metav1.PartialObjectMetadata, share bool) (handled bool, err error) {

@@ -457,7 +457,7 @@ func (r *Loop) feed(ctx context.Context, pols *policy.Policies, ns string, resol
 	return fed, full, nil
 }
 
-// releasePods ends the pass's use of its pods' room (Loop.pods): the
+// releasePods ends the pass's use of its pods' room (Loop.pods). The
 // items are cleared, so that they pin no object the cache has since
 // replaced, and kept as room for the next pass when there are at most
 // maxPodRoom of them.

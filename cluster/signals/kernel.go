@@ -485,9 +485,9 @@ func (m *Kernel) ThrottleWindows(pods []*corev1.Pod, containers []string, from, 
 	return out, nil
 }
 
-// ThrottleWindowsInto is ThrottleWindows written into out, which it clears
-// first: a caller that reads one workload after another (the
-// recommender's pass) makes one map, not one a workload.
+// ThrottleWindowsInto is ThrottleWindows written into out, cleared first.
+// A caller that reads one workload after another (the recommender's
+// pass) makes one map, not one a workload.
 func (m *Kernel) ThrottleWindowsInto(out map[string]healthwatch.ThrottleWindow, pods []*corev1.Pod, containers []string, from, to time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -512,7 +512,7 @@ func (m *Kernel) ThrottleWindowsInto(out map[string]healthwatch.ThrottleWindow, 
 	m.run = keptRun(run)
 }
 
-// maxKeptRun bounds the samples Kernel.run keeps as room between calls: a
+// maxKeptRun bounds the samples Kernel.run keeps as room between calls. A
 // series holds a sample per reading, a few dozen in a recommender pass's
 // window; one far longer is read into room of its own.
 const maxKeptRun = 1024
