@@ -196,7 +196,7 @@ func internPod(p *corev1.Pod) {
 // that names other namespaces (quotaScope). Nothing in the leader reads them from the
 // cache; the kubectl plugin reads live.
 func stripTemplate(t *corev1.PodTemplateSpec) {
-	kept := digestTemplate(workload.TemplateDigest(t))
+	kept := digestTemplate(workload.TemplateSum(t))
 	keep := func(cs []corev1.Container) []corev1.Container {
 		if cs == nil {
 			return nil

@@ -47,6 +47,20 @@ func TemplateDigest(t *corev1.PodTemplateSpec) string {
 	if d, ok := t.Annotations[TemplateDigestAnnotation]; ok {
 		return d
 	}
+	sum := TemplateSum(t)
+	return hex.EncodeToString(sum[:])
+}
+
+// TemplateSum is TemplateDigest as the bytes it is the hex of, which
+// the leader's cache keeps. A template that carries TemplateDigestAnnotation
+// returns its value's bytes when that is such a digest.
+func TemplateSum(t *corev1.PodTemplateSpec) [sha256.Size]byte {
+	var sum [sha256.Size]byte
+	if d, ok := t.Annotations[TemplateDigestAnnotation]; ok && hex.DecodedLen(len(d)) == len(sum) {
+		if _, err := hex.Decode(sum[:], []byte(d)); err == nil {
+			return sum
+		}
+	}
 	labels := t.Labels
 	if _, ok := labels[appsv1.DefaultDeploymentUniqueLabelKey]; ok {
 		labels = make(map[string]string, len(t.Labels))
@@ -61,7 +75,8 @@ func TemplateDigest(t *corev1.PodTemplateSpec) string {
 	h := sha256.New()
 	d := digester{h: h}
 	d.value(reflect.ValueOf(&c).Elem())
-	return hex.EncodeToString(h.Sum(nil))
+	h.Sum(sum[:0])
+	return sum
 }
 
 // digester writes a value to a hash in a canonical form. Every variable

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"encoding/hex"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -96,4 +97,20 @@ func TestTemplateDigestIsEqualIgnoringHash(t *testing.T) {
 	whole.Labels[appsv1.DefaultDeploymentUniqueLabelKey] = "abc"
 	stripped := &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{TemplateDigestAnnotation: TemplateDigest(whole)}}}
 	assert.Equal(t, TemplateDigest(base()), TemplateDigest(stripped))
+}
+
+// TestTemplateSumIsTheDigestsBytes: TemplateDigest is the hex of
+// TemplateSum, and a template that carries the digest's annotation has
+// that annotation's bytes as its sum; an annotation that is not such a
+// digest is ignored by TemplateSum.
+func TestTemplateSumIsTheDigestsBytes(t *testing.T) {
+	tpl := &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}}}
+	sum := TemplateSum(tpl)
+	assert.Equal(t, hex.EncodeToString(sum[:]), TemplateDigest(tpl))
+	carried := &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{TemplateDigestAnnotation: TemplateDigest(tpl)}}}
+	assert.Equal(t, sum, TemplateSum(carried), "the annotation's bytes")
+	carried.Annotations[TemplateDigestAnnotation] = "not-a-digest"
+	assert.NotEqual(t, sum, TemplateSum(carried))
+	assert.Equal(t, "not-a-digest", TemplateDigest(carried), "TemplateDigest returns the annotation as it is")
 }
