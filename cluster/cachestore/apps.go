@@ -201,9 +201,9 @@ func (c *cachedDeployment) ViewInto(dst runtime.Object) bool {
 }
 
 // templateDigest is a template's digest as its bytes
-// (workload.TemplateSum): inline in the cached object, where its hex
-// string was a 64-byte allocation of its own, about 4 MB at 25,000
-// Deployments and their ReplicaSets.
+// (workload.TemplateSum), inline in the cached object. Its hex string was
+// a 64-byte allocation of its own, about 4 MB at 25,000 Deployments and
+// their ReplicaSets.
 type templateDigest = [sha256.Size]byte
 
 // digestTemplate is a stripped template holding only its digest, as
