@@ -414,12 +414,23 @@ func TestTheCacheHoldsEachReplicaSetOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Equal(t, workload.Ref{Kind: v1alpha1.KindDeployment, Namespace: ns, Name: "web"}, ref)
+	// The metadata alone, as the recommender reads it: from the typed
+	// informers (cachestore's getMeta), uncopied.
+	views := workload.ReadOnly(l.Manager().GetClient())
+	ref, ok, err = workload.OfWith(ctx, &cached, workload.ReplicaSetMetaOf(views, nil))
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, workload.Ref{Kind: v1alpha1.KindDeployment, Namespace: ns, Name: "web"}, ref)
+	m, err := workload.MetaWith(ctx, views, ns, v1alpha1.TargetRef{Kind: v1alpha1.KindDeployment, Name: "web"}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, dep.UID, m.UID)
 
 	kinds := cachedKinds(t, l)
 	assert.GreaterOrEqual(t, kinds["ReplicaSet"], 1.0, "the ReplicaSets are cached: %v", kinds)
 	assert.GreaterOrEqual(t, kinds["Pod"], 1.0, "and the pods: %v", kinds)
 	assert.GreaterOrEqual(t, kinds["Deployment"], 1.0, "and the Deployments: %v", kinds)
 	assert.NotContains(t, kinds, "ReplicaSet (metadata)", "no second informer of ReplicaSets: %v", kinds)
+	assert.NotContains(t, kinds, "Deployment (metadata)", "nor of Deployments: %v", kinds)
 }
 
 // TestTheCacheHoldsPodsWithoutWhatKerfNeverReads: the leader's cache keeps

@@ -88,9 +88,11 @@ type checkpointMark struct {
 	// the object may hold something else (nothing written yet, or a
 	// container refused at load), so the next due write happens.
 	hash uint64
-	// owner is the workload, the checkpoint's owner reference; its UID is
-	// empty until the workload was read.
-	owner metav1.OwnerReference
+	// ownerUID is the workload's UID, its checkpoint's owner; empty until
+	// the workload was read. The rest of the owner reference is the
+	// workload's Ref: a whole metav1.OwnerReference was 80 bytes a
+	// workload.
+	ownerUID types.UID
 }
 
 // listCheckpoints calls fn for every checkpoint the recommender wrote in
@@ -259,7 +261,7 @@ func (r *Loop) checkpoint(ctx context.Context, pols *policy.Policies, resolved m
 		if rw == nil || tw.seen != r.tick {
 			continue
 		}
-		tw.ckpt.owner = metav1.OwnerReference{APIVersion: "apps/v1", Kind: string(ref.Kind), Name: ref.Name, UID: rw.uid}
+		tw.ckpt.ownerUID = rw.uid
 		if tw.ckpt.at.IsZero() || now.Sub(tw.ckpt.at.Time()) >= r.ckptInterval {
 			due = append(due, ref)
 		}
@@ -296,13 +298,13 @@ func (r *Loop) writeCheckpoints(ctx context.Context, due []workload.Ref, budget 
 			break
 		}
 		tw := r.workloads[ref]
-		if tw.ckpt.owner.UID == "" {
+		if tw.ckpt.ownerUID == "" {
 			continue
 		}
 		ck := &v1alpha1.RightsizingCheckpoint{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name,
 				Labels:          map[string]string{v1alpha1.RecommendedByLabel: v1alpha1.RecommendedByKerf},
-				OwnerReferences: []metav1.OwnerReference{tw.ckpt.owner}},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: string(ref.Kind), Name: ref.Name, UID: tw.ckpt.ownerUID}}},
 			Spec: v1alpha1.RightsizingCheckpointSpec{TargetRef: v1alpha1.TargetRef{APIVersion: "apps/v1", Kind: ref.Kind, Name: ref.Name}},
 		}
 		hash, skipped := r.encodeCheckpoint(tw, &ck.Status)

@@ -2,6 +2,7 @@ package recommender
 
 import (
 	"context"
+	"math"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,12 +19,18 @@ import (
 
 // ingest feeds a running container's new usage readings and OOM kills into
 // its workload's state. It reports whether it recorded an OOM kill.
-func (r *Loop) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c corev1.Container, m *recommend.Model, st *recommend.ContainerState, now time.Time) (killed bool) {
+func (r *Loop) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c corev1.Container, tw *trackedWorkload, st *recommend.ContainerState, now time.Time) (killed bool) {
+	m := tw.model
 	k := instanceKey{pod.UID, c.Name}
 	in := r.instances[k]
 	if in == nil {
-		in = &trackedInstance{}
+		in = &trackedInstance{gen: tw.gen}
 		r.instances[k] = in
+	}
+	if in.gen != tw.gen {
+		// Its workload's history restarted (adopt): the peak window
+		// was the old model's interval.
+		in.peak, in.gen = recommend.PeakWindow{}, tw.gen
 	}
 	in.seen = r.tick
 	var last signals.UsageSample
@@ -56,11 +63,11 @@ func (r *Loop) ingest(ctx context.Context, ref workload.Ref, pod *corev1.Pod, c 
 		return peak
 	}
 	n, _ := r.kernel.OOMKills(pod.UID, c.Name, time.Time{}, now.Add(time.Hour))
-	if n > in.kills {
+	if n > int(in.kills) {
 		st.RecordOOM(m, killPeak(), now)
 		killed = true
 	}
-	in.kills = n // fewer once the store pruned old kills
+	in.kills = int32(min(n, math.MaxInt32)) // fewer once the store pruned old kills
 	// Under a pod-level memory limit, a kill of any of the pod's
 	// containers may be the pod's: it latches the pod-level memory too.
 	podLevel := c.Name == v1alpha1.PodLevel

@@ -152,12 +152,9 @@ func (r *Loop) adopt(ref workload.Ref, tw *trackedWorkload, rw *resolvedWorkload
 		}
 		c.state = fresh
 	}
-	// The instances' peak windows are the old interval's.
-	for k, in := range r.instances {
-		if r.refs[k.pod] == ref {
-			in.peak = recommend.PeakWindow{}
-		}
-	}
+	// The instances' peak windows are the old interval's: each is
+	// cleared when it is next fed (ingest).
+	tw.gen++
 	r.log.Info("recommender history restarts: the policy changed a parameter that shapes it", "namespace", ref.Namespace, "workload", ref.String(),
 		"policy", string(rw.resolved.Ref.Kind)+"/"+rw.resolved.Ref.Name, "containers", len(tw.containers),
 		"fingerprint", Fingerprint(m), "previousFingerprint", Fingerprint(old))

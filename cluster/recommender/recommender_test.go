@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kerf-dev/kerf/api/v1alpha1"
@@ -302,4 +303,40 @@ func TestCheckpointsAreWrittenOldestFirstWithoutAllocating(t *testing.T) {
 		slices.Reverse(due)
 		slices.SortFunc(due, r.oldestCheckpointFirst)
 	}))
+}
+
+// TestARestartedHistoryClearsItsInstancesPeakWindows: when a workload's
+// history restarts under a new model (adopt), each of its containers'
+// memory peak window, kept per instance, is the old model's interval and
+// is cleared when the instance is next fed; an instance of another
+// workload keeps its own. The loop keeps no map from pods to workloads
+// for it: the workload counts its restarts (gen).
+func TestARestartedHistoryClearsItsInstancesPeakWindows(t *testing.T) {
+	sig := signals.New()
+	r, err := New(nil, nil, nil, sig, Config{}, nil, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	now := time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
+	pods := map[string]*corev1.Pod{}
+	tws := map[string]*trackedWorkload{}
+	for _, name := range []string{"a", "b"} {
+		pods[name] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
+		tws[name] = &trackedWorkload{model: r.base}
+	}
+	feed := func(name string, at time.Time) recommend.PeakWindow {
+		r.ingest(t.Context(), workload.Ref{Kind: v1alpha1.KindDeployment, Namespace: "ns", Name: name}, pods[name],
+			pods[name].Spec.Containers[0], tws[name], &recommend.ContainerState{}, at)
+		return r.instances[instanceKey{pods[name].UID, "app"}].peak
+	}
+	held := map[string]recommend.PeakWindow{}
+	for _, name := range []string{"a", "b"} {
+		sig.Usage.Add(signals.UsageSample{PodUID: pods[name].UID, Container: "app", At: now, CPU: time.Second, WorkingSet: 100 << 20})
+		held[name] = feed(name, now)
+		require.NotEqual(t, recommend.PeakWindow{}, held[name], "%s's peak window holds its reading", name)
+	}
+	tws["a"].gen++ // as adopt restarts a's history
+	later := now.Add(10 * time.Second)
+	assert.Equal(t, recommend.PeakWindow{}, feed("a", later), "a's window was the old model's")
+	assert.Equal(t, held["b"], feed("b", later), "b's history did not restart")
+	assert.Equal(t, recommend.PeakWindow{}, feed("a", later.Add(10*time.Second)), "cleared once: nothing read since")
 }

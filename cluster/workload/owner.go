@@ -50,13 +50,12 @@ func (r Ref) Targets(ns string, ref v1alpha1.TargetRef) bool {
 //     name, the error wraps ErrReplicaSetNotFound.
 //
 // Only the ReplicaSet's metadata is used, but it is read from r as the
-// typed ReplicaSet. That is a copy: the leader's cache holds ReplicaSets
-// in a form of its own that only a copying read turns into one
-// (cluster/cachestore/apps.go). Asking it for their metadata alone would
-// start a second informer holding every ReplicaSet's metadata again
-// (docs/leader.md, "Reading from the cache"; its cost is in
-// docs/performance.md, "the third round"). OfWith reads it otherwise: the
-// leader's cache's own, uncopied.
+// typed ReplicaSet, a copy: on a cache other than the leader's, asking
+// for the metadata alone would start a second informer holding every
+// ReplicaSet's metadata again (docs/leader.md, "Reading from the cache";
+// its cost is in docs/performance.md, "the third round"). OfWith reads it
+// otherwise: the leader's cache's own, uncopied (ReplicaSetMetaOf, or
+// cachestore.Stored).
 func Of(ctx context.Context, r client.Reader, pod metav1.Object) (ref Ref, ok bool, err error) {
 	return OfWith(ctx, pod, ReplicaSetsOf(r))
 }
@@ -69,6 +68,26 @@ func ReplicaSetsOf(r client.Reader) ReplicaSetReader {
 			return nil, err
 		}
 		return rs, nil
+	}
+}
+
+// ReplicaSetMetaOf reads a ReplicaSet's metadata alone from r, as a
+// metav1.PartialObjectMetadata. When r is Indexed it reads into s's room
+// (nil: none), valid until s's next use. The
+// leader's cache answers it from its ReplicaSet informer, uncopied when
+// r is ReadOnly (cluster/cachestore, getMeta). controller-runtime's own
+// cache would start a metadata informer of its own for it.
+func ReplicaSetMetaOf(r client.Reader, s *Scratch) ReplicaSetReader {
+	return func(ctx context.Context, key client.ObjectKey) (metav1.Object, error) {
+		pm := &metav1.PartialObjectMetadata{}
+		if s != nil && indexed(r) {
+			pm = &s.replicaSetMeta
+		}
+		pm.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
+		if err := r.Get(ctx, key, pm); err != nil {
+			return nil, err
+		}
+		return pm, nil
 	}
 }
 

@@ -118,12 +118,13 @@ func Pods(ctx context.Context, r client.Reader, w *Workload) ([]corev1.Pod, erro
 // which writes a read into the object it is given and a list's items in
 // the room they have.
 type Scratch struct {
-	pods        []corev1.Pod
-	sets        []appsv1.ReplicaSet
-	deployment  appsv1.Deployment
-	statefulSet appsv1.StatefulSet
-	daemonSet   appsv1.DaemonSet
-	meta        metav1.PartialObjectMetadata
+	pods           []corev1.Pod
+	sets           []appsv1.ReplicaSet
+	deployment     appsv1.Deployment
+	statefulSet    appsv1.StatefulSet
+	daemonSet      appsv1.DaemonSet
+	meta           metav1.PartialObjectMetadata
+	replicaSetMeta metav1.PartialObjectMetadata
 }
 
 // object is s's object of ref's kind (newObject's, in s's room).

@@ -344,3 +344,26 @@ func TestAScratchKeepsABoundedRoom(t *testing.T) {
 	assert.Len(t, keptRoom(make([]corev1.Pod, 3, maxScratchItems)), 3)
 	assert.Nil(t, keptRoom(make([]corev1.Pod, 3, maxScratchItems+1)), "a larger room is not kept")
 }
+
+// TestReplicaSetMetaOfFindsADeploymentsPods: a pod's workload found
+// through its ReplicaSet's metadata alone is the Deployment, the metadata
+// read in a Scratch's room from an Indexed reader; a ReplicaSet that is
+// not there is ErrReplicaSetNotFound.
+func TestReplicaSetMetaOfFindsADeploymentsPods(t *testing.T) {
+	ctx := context.Background()
+	d := &appsv1.Deployment{ObjectMeta: meta("web", "d1", nil, "")}
+	rs := &appsv1.ReplicaSet{ObjectMeta: meta("web-1", "rs1", d, "Deployment")}
+	pod := &corev1.Pod{ObjectMeta: meta("web-1-a", "p1", rs, "ReplicaSet")}
+	orphan := &corev1.Pod{ObjectMeta: meta("web-2-a", "p2", &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-2", UID: "rs2"}}, "ReplicaSet")}
+	c := newClient(t, d, rs)
+	var s Scratch
+	for _, r := range []client.Client{c, Indexed(c)} {
+		ref, ok, err := OfWith(ctx, pod, ReplicaSetMetaOf(r, &s))
+		require.NoError(t, err)
+		assert.True(t, ok)
+		assert.Equal(t, Ref{v1alpha1.KindDeployment, ns, "web"}, ref)
+		assert.Equal(t, IsIndexed(r), s.replicaSetMeta.Name == "web-1", "read into the Scratch from an Indexed reader only")
+		_, _, err = OfWith(ctx, orphan, ReplicaSetMetaOf(r, &s))
+		require.ErrorIs(t, err, ErrReplicaSetNotFound)
+	}
+}
