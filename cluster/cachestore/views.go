@@ -192,8 +192,7 @@ func (c *Cache) getMeta(ctx context.Context, key client.ObjectKey, pm *metav1.Pa
 		m = *m.DeepCopy()
 	}
 	m.ManagedFields = nil
-	*pm = metav1.PartialObjectMetadata{ObjectMeta: m}
-	pm.SetGroupVersionKind(gvk)
+	*pm = metav1.PartialObjectMetadata{TypeMeta: pm.TypeMeta, ObjectMeta: m} // the kind asked for
 	return true, nil
 }
 

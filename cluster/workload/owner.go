@@ -79,11 +79,13 @@ func ReplicaSetsOf(r client.Reader) ReplicaSetReader {
 // cache would start a metadata informer of its own for it.
 func ReplicaSetMetaOf(r client.Reader, s *Scratch) ReplicaSetReader {
 	return func(ctx context.Context, key client.ObjectKey) (metav1.Object, error) {
-		pm := &metav1.PartialObjectMetadata{}
+		var pm *metav1.PartialObjectMetadata
 		if s != nil && indexed(r) {
 			pm = &s.replicaSetMeta
+		} else {
+			pm = &metav1.PartialObjectMetadata{}
 		}
-		pm.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
+		pm.TypeMeta = metav1.TypeMeta{APIVersion: appsv1GroupVersion, Kind: "ReplicaSet"}
 		if err := r.Get(ctx, key, pm); err != nil {
 			return nil, err
 		}

@@ -121,16 +121,22 @@ func MetaWith(ctx context.Context, r client.Reader, namespace string, ref v1alph
 	if err := supported(ref); err != nil {
 		return nil, err
 	}
-	pm := &metav1.PartialObjectMetadata{}
+	var pm *metav1.PartialObjectMetadata
 	if s != nil && indexed(r) {
 		pm = &s.meta
+	} else {
+		pm = &metav1.PartialObjectMetadata{}
 	}
-	pm.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind(string(ref.Kind)))
+	pm.TypeMeta = metav1.TypeMeta{APIVersion: appsv1GroupVersion, Kind: string(ref.Kind)}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, pm); err != nil {
 		return nil, fmt.Errorf("get %s %s/%s: %w", ref.Kind, namespace, ref.Name, err)
 	}
 	return pm, nil
 }
+
+// appsv1GroupVersion is apps/v1 as an apiVersion, made once: the
+// metadata reads set it in their TypeMeta at every call.
+var appsv1GroupVersion = appsv1.SchemeGroupVersion.String()
 
 // Get reads the workload ref names in namespace (a recommendation's
 // targetRef, in the recommendation's namespace).

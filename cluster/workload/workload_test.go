@@ -367,3 +367,44 @@ func TestReplicaSetMetaOfFindsADeploymentsPods(t *testing.T) {
 		require.ErrorIs(t, err, ErrReplicaSetNotFound)
 	}
 }
+
+// metaReader writes fixed metadata into the PartialObjectMetadata a Get
+// is given, allocating nothing, as the leader's cache does for a view.
+type metaReader struct {
+	client.Client
+	meta metav1.ObjectMeta
+}
+
+func (m metaReader) Get(_ context.Context, _ client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	pm := obj.(*metav1.PartialObjectMetadata)
+	pm.ObjectMeta = m.meta
+	return nil
+}
+
+// TestMetadataReadsInAScratchAllocateNothing: once the reader allocates
+// nothing, a metadata read into a Scratch's room allocates nothing
+// either, of a workload (MetaWith) or of a ReplicaSet
+// (ReplicaSetMetaOf): the recommender makes one for every workload and
+// pod each pass.
+func TestMetadataReadsInAScratchAllocateNothing(t *testing.T) {
+	ctx := context.Background()
+	r := Indexed(metaReader{meta: meta("web", "d1", nil, "")})
+	var s Scratch
+	ref := v1alpha1.TargetRef{Kind: v1alpha1.KindDeployment, Name: "web"}
+	rsOf := ReplicaSetMetaOf(r, &s)
+	key := client.ObjectKey{Namespace: ns, Name: "web-1"}
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		if _, err := MetaWith(ctx, r, ns, ref, &s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rsOf(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}))
+	m, err := MetaWith(ctx, r, ns, ref, &s)
+	require.NoError(t, err)
+	assert.Equal(t, appsv1.SchemeGroupVersion.WithKind("Deployment"), m.GroupVersionKind())
+	rs, err := rsOf(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"), rs.(*metav1.PartialObjectMetadata).GroupVersionKind())
+}
