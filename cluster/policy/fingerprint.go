@@ -90,6 +90,61 @@ func ValueFingerprint(containers []v1alpha1.ContainerResources) string {
 	return digest(out)
 }
 
+// SameValues reports whether a and b have the same ValueFingerprint,
+// without making either. The recommender compares what it would write
+// with what its recommendation asks for, for every workload due.
+// Containers pair by name (duplicates in their order), quantities by
+// value, and an absent value differs from a zero one.
+func SameValues(a, b []v1alpha1.ContainerResources) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		// a[i] is the k-th container of its name in a: it pairs with the
+		// k-th of that name in b, as the stable sort pairs them.
+		k := 0
+		for j := range i {
+			if a[j].Name == a[i].Name {
+				k++
+			}
+		}
+		var match *v1alpha1.ContainerResources
+		for j := range b {
+			if b[j].Name != a[i].Name {
+				continue
+			}
+			if k == 0 {
+				match = &b[j]
+				break
+			}
+			k--
+		}
+		if match == nil || !sameResourceValues(a[i].Requests, match.Requests) || !sameResourceValues(a[i].Limits, match.Limits) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameResourceValues is ValueFingerprint's equality of two values: none
+// (nil, or neither CPU nor memory) equals only none.
+func sameResourceValues(x, y *v1alpha1.ResourceValues) bool {
+	xNone := x == nil || x.CPU == nil && x.Memory == nil
+	yNone := y == nil || y.CPU == nil && y.Memory == nil
+	if xNone || yNone {
+		return xNone == yNone
+	}
+	return sameQuantity(x.CPU, y.CPU) && sameQuantity(x.Memory, y.Memory)
+}
+
+// sameQuantity compares two quantities by value; absent equals only absent.
+func sameQuantity(p, q *resource.Quantity) bool {
+	if p == nil || q == nil {
+		return p == q
+	}
+	return p.Cmp(*q) == 0
+}
+
 // canonicalQuantity writes q's exact value as a plain decimal without
 // trailing zeros ("1", "0.25", "1073741824"); nil, for absent, is "".
 func canonicalQuantity(q *resource.Quantity) string {

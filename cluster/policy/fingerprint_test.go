@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"math/rand/v2"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -240,4 +242,51 @@ func TestCanonicalQuantity(t *testing.T) {
 		})
 	}
 	require.Empty(t, canonicalQuantity(nil))
+}
+
+// TestSameValuesIsTheFingerprintsEquality: SameValues(a, b) holds exactly
+// when ValueFingerprint(a) == ValueFingerprint(b), over random sets of
+// containers (names repeated, quantities spelled in several ways, values
+// absent, empty or zero), and it allocates nothing.
+func TestSameValuesIsTheFingerprintsEquality(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	cpus := []string{"", "0", "1", "1000m", "250m", "0.25"}
+	mems := []string{"", "0", "1Gi", "1073741824", "1024Mi", "256Mi"}
+	quantity := func(options []string) *resource.Quantity {
+		s := options[rng.IntN(len(options))]
+		if s == "" {
+			return nil
+		}
+		q := resource.MustParse(s)
+		return &q
+	}
+	values := func() *v1alpha1.ResourceValues {
+		if rng.IntN(5) == 0 {
+			return nil
+		}
+		return &v1alpha1.ResourceValues{CPU: quantity(cpus), Memory: quantity(mems)}
+	}
+	containers := func() []v1alpha1.ContainerResources {
+		out := make([]v1alpha1.ContainerResources, rng.IntN(4))
+		for i := range out {
+			out[i] = v1alpha1.ContainerResources{Name: []string{"app", "sidecar", "pod"}[rng.IntN(3)], Requests: values(), Limits: values()}
+		}
+		return out
+	}
+	same := 0
+	for range 20000 {
+		a, b := containers(), containers()
+		if rng.IntN(3) == 0 { // b a shuffle of a, so that many pairs are the same
+			b = slices.Clone(a)
+			rng.Shuffle(len(b), func(i, j int) { b[i], b[j] = b[j], b[i] })
+		}
+		want := ValueFingerprint(a) == ValueFingerprint(b)
+		require.Equal(t, want, SameValues(a, b), "%v against %v", a, b)
+		if want {
+			same++
+		}
+	}
+	assert.Greater(t, same, 2000, "enough pairs alike to test")
+	a := []v1alpha1.ContainerResources{{Name: "app", Requests: &v1alpha1.ResourceValues{CPU: quantity([]string{"1"})}}}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { SameValues(a, a) }))
 }

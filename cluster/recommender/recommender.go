@@ -136,6 +136,9 @@ type Loop struct {
 	pods corev1.PodList
 	// windows is the room throttling reads a workload's throttling into.
 	windows map[string]healthwatch.ThrottleWindow
+	// existing is the room recommendFor reads a recommendation's view
+	// into, cleared once it has decided.
+	existing v1alpha1.RightsizingRecommendation
 }
 
 // maxPodRoom bounds the items of room the pass keeps between passes for

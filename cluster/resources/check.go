@@ -2,7 +2,6 @@ package resources
 
 import (
 	"fmt"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -44,16 +43,19 @@ func QOSClass(spec *corev1.PodSpec) (qos corev1.PodQOSClass, ok bool) {
 	if spec.Resources != nil && len(spec.Resources.Requests)+len(spec.Resources.Limits) > 0 {
 		return "", false
 	}
-	all := slices.Concat(spec.InitContainers, spec.Containers)
-	for i := range all {
-		c := requirementsQOS(defaultRequests(all[i].Resources))
-		switch {
-		case c == corev1.PodQOSBurstable:
-			return c, true
-		case qos == "":
-			qos = c
-		case qos != c:
-			return corev1.PodQOSBurstable, true
+	// The containers where they are, and their requests defaulted as
+	// they are read: the recommender asks once a workload a pass.
+	for _, cs := range [2][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			c := requirementsQOS(&cs[i].Resources)
+			switch {
+			case c == corev1.PodQOSBurstable:
+				return c, true
+			case qos == "":
+				qos = c
+			case qos != c:
+				return corev1.PodQOSBurstable, true
+			}
 		}
 	}
 	if qos == "" {
@@ -62,29 +64,19 @@ func QOSClass(spec *corev1.PodSpec) (qos corev1.PodQOSClass, ok bool) {
 	return qos, true
 }
 
-// defaultRequests gives an absent request the limit's value, as the
-// apiserver defaults it.
-func defaultRequests(rr corev1.ResourceRequirements) corev1.ResourceRequirements {
-	out := *rr.DeepCopy()
-	for name, lim := range out.Limits {
-		if _, ok := out.Requests[name]; !ok {
-			if out.Requests == nil {
-				out.Requests = corev1.ResourceList{}
-			}
-			out.Requests[name] = lim.DeepCopy()
-		}
-	}
-	return out
-}
-
-// requirementsQOS is the QoS class one container's requirements give.
-func requirementsQOS(rr corev1.ResourceRequirements) corev1.PodQOSClass {
+// requirementsQOS is the QoS class one container's requirements give, an
+// absent request having the limit's value, as the apiserver defaults it.
+func requirementsQOS(rr *corev1.ResourceRequirements) corev1.PodQOSClass {
 	if len(rr.Requests) == 0 && len(rr.Limits) == 0 {
 		return corev1.PodQOSBestEffort
 	}
 	var qos corev1.PodQOSClass
-	for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		req, lim := rr.Requests[res], rr.Limits[res]
+	for _, res := range [2]corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		lim := rr.Limits[res]
+		req, ok := rr.Requests[res]
+		if !ok {
+			req = lim
+		}
 		var r corev1.PodQOSClass
 		switch {
 		case !req.Equal(lim):

@@ -226,4 +226,16 @@ func TestQOSClassFollowsTheAPIServer(t *testing.T) {
 	podLevel.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}
 	_, ok := QOSClass(podLevel)
 	assert.False(t, ok, "pod-level resources decide the class, not the containers")
+
+	// An init container counts, and its absent request is its limit's.
+	withInit := spec(rr("1", "1Gi", "1", "1Gi"))
+	withInit.InitContainers = []corev1.Container{{Resources: rr("", "", "1", "1Gi")}}
+	got, _ := QOSClass(withInit)
+	assert.Equal(t, corev1.PodQOSGuaranteed, got)
+	withInit.InitContainers[0].Resources = rr("500m", "", "1", "1Gi")
+	got, _ = QOSClass(withInit)
+	assert.Equal(t, corev1.PodQOSBurstable, got)
+	// It reads the spec where it is: the recommender asks for every
+	// workload it recommends for.
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = QOSClass(withInit) }))
 }
