@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -183,7 +184,7 @@ func (p *podRooms) List(ctx context.Context, list client.ObjectList, opts ...cli
 // to write its views in (a new list each namespace was a tenth of what
 // the leader allocated at 25,000 workloads), and clears them once it is
 // done, so that they pin no pod. Room for more than maxPodRoom pods is not
-// kept.
+// kept. The map of the workloads a namespace fed is made once too.
 func TestAPassListsPodsIntoTheRoomTheLastLeft(t *testing.T) {
 	c := controlplane.Get(t).Client
 	ns := namespace(t, c)
@@ -199,7 +200,9 @@ func TestAPassListsPodsIntoTheRoomTheLastLeft(t *testing.T) {
 	require.NoError(t, err)
 
 	require.NoError(t, r.pass(t.Context()))
+	fed := reflect.ValueOf(r.fed).UnsafePointer()
 	require.NoError(t, r.pass(t.Context()))
+	assert.Equal(t, fed, reflect.ValueOf(r.fed).UnsafePointer(), "the map of the workloads fed is the pass before's")
 	require.Len(t, rooms.left, 2)
 	require.NotNil(t, rooms.left[0], "the first pass listed two pods")
 	assert.Nil(t, rooms.arrived[0], "the first pass had no room")
