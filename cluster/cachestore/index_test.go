@@ -22,6 +22,18 @@ import (
 	"github.com/kerf-dev/kerf/test/controlplane"
 )
 
+// startSynced starts c until the test ends and waits, at most 30 s, for
+// its informers to sync.
+func startSynced(t *testing.T, ctx context.Context, c *Cache) {
+	t.Helper()
+	cacheCtx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go func() { _ = c.Start(cacheCtx) }()
+	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer syncCancel()
+	require.True(t, c.WaitForCacheSync(syncCtx))
+}
+
 // byApp is the test's index value: a pod's "app" label.
 func byApp(o client.Object) []string { return []string{o.GetLabels()["app"]} }
 
@@ -68,12 +80,7 @@ func TestListsFindTheIndexedObjects(t *testing.T) {
 			require.NoError(t, c.Indexer(Namespaced).withBuckets(buckets).IndexField(ctx, &corev1.Pod{}, "app", byApp))
 			require.NoError(t, c.Indexer(ClusterWide).withBuckets(buckets).IndexField(ctx, &corev1.Pod{}, "uid", byUID))
 			require.NoError(t, c.IndexField(ctx, &corev1.Pod{}, "uid-both", byUID), "controller-runtime's own, to compare")
-			cacheCtx, stop := context.WithCancel(ctx)
-			defer stop()
-			go func() { _ = c.Start(cacheCtx) }()
-			syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
-			defer syncCancel()
-			require.True(t, c.WaitForCacheSync(syncCtx))
+			startSynced(t, ctx, c)
 
 			names := func(opts ...client.ListOption) []string {
 				var list corev1.PodList

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -89,12 +88,7 @@ func TestReadsWithoutCopiesGetViews(t *testing.T) {
 			c := wrap(inner, kube.Scheme)
 			require.NoError(t, c.storesViews(&corev1.Pod{}))
 			require.NoError(t, c.Indexer(Namespaced).IndexField(ctx, &corev1.Pod{}, "app", byApp))
-			cacheCtx, stop := context.WithCancel(ctx)
-			defer stop()
-			go func() { _ = c.Start(cacheCtx) }()
-			syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
-			defer syncCancel()
-			require.True(t, c.WaitForCacheSync(syncCtx))
+			startSynced(t, ctx, c)
 			informer, err := c.GetInformer(ctx, &corev1.Pod{})
 			require.NoError(t, err)
 			views := name == "all namespaces"
@@ -195,12 +189,7 @@ func TestAMetadataGetReadsTheTypedInformer(t *testing.T) {
 				informers[fmt.Sprintf("%T", o)], err = c.GetInformer(ctx, o)
 				require.NoError(t, err)
 			}
-			cacheCtx, stop := context.WithCancel(ctx)
-			defer stop()
-			go func() { _ = c.Start(cacheCtx) }()
-			syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
-			defer syncCancel()
-			require.True(t, c.WaitForCacheSync(syncCtx))
+			startSynced(t, ctx, c)
 			views := name == "all namespaces"
 
 			for _, want := range objs {
