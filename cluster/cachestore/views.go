@@ -144,9 +144,9 @@ func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 // getMeta answers a Get of an object's metadata from its kind's typed
 // informer, for a kind storesViews or answersMeta declared. No metadata
 // informer is started beside it, as controller-runtime's cache would do
-// (a second store of every object's metadata). With share, pm shares the stored object's maps and slices,
-// only to be read; else it holds a copy. handled is false for a kind not
-// declared.
+// (a second store of every object's metadata). With share, pm shares the
+// stored object's maps and slices, only to be read; else it holds a
+// copy. handled is false for a kind not declared.
 func (c *Cache) getMeta(ctx context.Context, key client.ObjectKey, pm *metav1.PartialObjectMetadata, share bool) (handled bool, err error) {
 	gvk := pm.GroupVersionKind()
 	c.mu.RLock()
