@@ -269,3 +269,25 @@ const killLookback = time.Minute
 // oomKilledReason is the reason the kubelet gives a container's
 // termination by the OOM killer.
 const oomKilledReason = "OOMKilled"
+
+// entriesOf is what the recommender keeps a history of in a pod spec:
+// its containers, and its pod-level entry when it has one.
+func entriesOf(spec *corev1.PodSpec) []corev1.Container {
+	pl, ok := podLevelEntry(spec)
+	if !ok {
+		return spec.Containers
+	}
+	return append(spec.Containers[:len(spec.Containers):len(spec.Containers)], pl)
+}
+
+// podLevelEntry is the pod-level entry of a pod spec that sets pod-level
+// resources (spec.resources): a container named v1alpha1.PodLevel with
+// those resources. The agent reports the pod cgroup's usage, OOM kills
+// and throttling under that name (docs/health.md, "Pod-level
+// resources"), so the recommender keeps its history as a container's.
+func podLevelEntry(spec *corev1.PodSpec) (corev1.Container, bool) {
+	if r := spec.Resources; r != nil && len(r.Requests)+len(r.Limits) > 0 {
+		return corev1.Container{Name: v1alpha1.PodLevel, Resources: *r}, true
+	}
+	return corev1.Container{}, false
+}

@@ -483,28 +483,6 @@ func (r *Loop) releasePods() {
 	r.pods = corev1.PodList{Items: items[:0]}
 }
 
-// entriesOf is what the recommender keeps a history of in a pod spec:
-// its containers, and its pod-level entry when it has one.
-func entriesOf(spec *corev1.PodSpec) []corev1.Container {
-	pl, ok := podLevelEntry(spec)
-	if !ok {
-		return spec.Containers
-	}
-	return append(spec.Containers[:len(spec.Containers):len(spec.Containers)], pl)
-}
-
-// podLevelEntry is the pod-level entry of a pod spec that sets pod-level
-// resources (spec.resources): a container named v1alpha1.PodLevel with
-// those resources. The agent reports the pod cgroup's usage, OOM kills
-// and throttling under that name (docs/health.md, "Pod-level
-// resources"), so the recommender keeps its history as a container's.
-func podLevelEntry(spec *corev1.PodSpec) (corev1.Container, bool) {
-	if r := spec.Resources; r != nil && len(r.Requests)+len(r.Limits) > 0 {
-		return corev1.Container{Name: v1alpha1.PodLevel, Resources: *r}, true
-	}
-	return corev1.Container{}, false
-}
-
 // recommendDue makes and writes the due recommendations of the workloads
 // seen in this pass. One is due when its policy's interval elapsed since
 // the last, or at once after an OOM kill: each kill waited for is a
@@ -545,40 +523,6 @@ func (r *Loop) recommendDue(ctx context.Context, resolved map[workload.Ref]*reso
 		}
 		d.tw.recommended, d.tw.killed = stampOf(now), false
 	}
-}
-
-// stepTimer times one pass's steps. A step may come more than once in a
-// pass (once per namespace); its time is the sum, observed once when the
-// pass ends with the pass's total.
-type stepTimer struct {
-	seconds     *prometheus.HistogramVec
-	start, last time.Time
-	spent       map[string]time.Duration
-	order       []string
-}
-
-// startSteps starts timing a pass's steps into seconds.
-func startSteps(seconds *prometheus.HistogramVec) *stepTimer {
-	now := time.Now()
-	return &stepTimer{seconds: seconds, start: now, last: now, spent: map[string]time.Duration{}}
-}
-
-// step adds the time since the previous step ended to name's.
-func (s *stepTimer) step(name string) {
-	now := time.Now()
-	if _, ok := s.spent[name]; !ok {
-		s.order = append(s.order, name)
-	}
-	s.spent[name] += now.Sub(s.last)
-	s.last = now
-}
-
-// total observes each step's time in the pass, and the whole pass's.
-func (s *stepTimer) total() {
-	for _, name := range s.order {
-		s.seconds.WithLabelValues(name).Observe(s.spent[name].Seconds())
-	}
-	s.seconds.WithLabelValues("total").Observe(time.Since(s.start).Seconds())
 }
 
 // resolve returns the workload and its policy when that policy enables
