@@ -79,14 +79,12 @@ func ReplicaSetsOf(r client.Reader) ReplicaSetReader {
 // cache would start a metadata informer of its own for it.
 func ReplicaSetMetaOf(r client.Reader, s *Scratch) ReplicaSetReader {
 	return func(ctx context.Context, key client.ObjectKey) (metav1.Object, error) {
-		var pm *metav1.PartialObjectMetadata
-		if s != nil && indexed(r) {
-			pm = &s.replicaSetMeta
-		} else {
-			pm = &metav1.PartialObjectMetadata{}
+		var room *metav1.PartialObjectMetadata
+		if s != nil {
+			room = &s.replicaSetMeta
 		}
-		pm.TypeMeta = metav1.TypeMeta{APIVersion: appsv1GroupVersion, Kind: "ReplicaSet"}
-		if err := r.Get(ctx, key, pm); err != nil {
+		pm, err := readMeta(ctx, r, key, "ReplicaSet", room)
+		if err != nil {
 			return nil, err
 		}
 		return pm, nil

@@ -121,15 +121,28 @@ func MetaWith(ctx context.Context, r client.Reader, namespace string, ref v1alph
 	if err := supported(ref); err != nil {
 		return nil, err
 	}
-	var pm *metav1.PartialObjectMetadata
-	if s != nil && indexed(r) {
-		pm = &s.meta
-	} else {
+	var room *metav1.PartialObjectMetadata
+	if s != nil {
+		room = &s.meta
+	}
+	pm, err := readMeta(ctx, r, client.ObjectKey{Namespace: namespace, Name: ref.Name}, string(ref.Kind), room)
+	if err != nil {
+		return nil, fmt.Errorf("get %s %s/%s: %w", ref.Kind, namespace, ref.Name, err)
+	}
+	return pm, nil
+}
+
+// readMeta reads the metadata of the apps/v1 object of kind that key
+// names. It reads into room when r is Indexed and room is not nil, else
+// into a new object; into room it allocates nothing of its own.
+func readMeta(ctx context.Context, r client.Reader, key client.ObjectKey, kind string, room *metav1.PartialObjectMetadata) (*metav1.PartialObjectMetadata, error) {
+	pm := room
+	if pm == nil || !indexed(r) {
 		pm = &metav1.PartialObjectMetadata{}
 	}
-	pm.TypeMeta = metav1.TypeMeta{APIVersion: appsv1GroupVersion, Kind: string(ref.Kind)}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, pm); err != nil {
-		return nil, fmt.Errorf("get %s %s/%s: %w", ref.Kind, namespace, ref.Name, err)
+	pm.TypeMeta = metav1.TypeMeta{APIVersion: appsv1GroupVersion, Kind: kind}
+	if err := r.Get(ctx, key, pm); err != nil {
+		return nil, err
 	}
 	return pm, nil
 }
