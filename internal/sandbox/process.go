@@ -28,6 +28,9 @@ type process struct {
 	err    error
 }
 
+// errExited is what waiting on a component says when its process ended.
+var errExited = errors.New("exited")
+
 // start runs c detached from the caller (own session, so it outlives the
 // CLI and no terminal signal reaches it), output to its log file, PID to
 // its PID file.

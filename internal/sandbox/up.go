@@ -186,7 +186,7 @@ func (r *resolved) up(ctx context.Context) (*Cluster, error) {
 			}
 			select {
 			case <-exited:
-				return stepError(l, name, fmt.Errorf("exited (%v) while waiting: %s", procs[name].err, what))
+				return stepError(l, name, fmt.Errorf("%w (%v) while waiting: %s", errExited, procs[name].err, what))
 			case <-wctx.Done():
 				return stepError(l, name, fmt.Errorf("%s: not done after %s: %v", what, seconds(time.Since(began)), last))
 			case <-time.After(100 * time.Millisecond):

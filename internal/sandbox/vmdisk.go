@@ -168,6 +168,9 @@ func (r *resolved) writeVMGuestFiles(stage string) error {
 	if os.Getenv(VMDebugShellEnv) == "1" {
 		files["etc/kerf/debug-shell"] = ""
 	}
+	if os.Getenv(VMPanicOnceEnv) == "1" {
+		files["etc/kerf/panic-once"] = ""
+	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(stage, name), []byte(content), 0o755); err != nil {
 			return err

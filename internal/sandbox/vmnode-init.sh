@@ -19,6 +19,14 @@ mount -o remount,rw /
 mount --make-rshared /
 hostname "$NODE"
 mark mounted
+# Up's test of a guest that panics (KERF_VM_PANIC_ONCE=1): once only, the
+# marker's removal on the disk before the crash.
+if [ -e /etc/kerf/panic-once ]; then
+	rm /etc/kerf/panic-once
+	sync
+	mark panic-once
+	echo c >/proc/sysrq-trigger
+fi
 echo "kernel $(uname -r), cgroup controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
 
 for m in overlay bridge br_netfilter veth nf_conntrack iptable_filter iptable_nat nft_compat xt_comment xt_mark xt_conntrack xt_addrtype xt_MASQUERADE xt_nat xt_multiport xt_statistic; do

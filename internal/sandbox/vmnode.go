@@ -7,12 +7,14 @@ package sandbox
 // and initramfs: vmdisk.go.
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -57,6 +59,20 @@ const (
 	// telnetd), for looking around: whoever reaches the tap gets root in
 	// the guest, so it is off by default.
 	VMDebugShellEnv = "KERF_VM_DEBUG_SHELL"
+	// VMPanicOnceEnv, set to "1" when Up builds the disk, makes the guest
+	// panic once, on its first boot before containerd starts, as a guest
+	// that locked up does (softlockup_panic): Up boots it again. For
+	// testing that path.
+	VMPanicOnceEnv = "KERF_VM_PANIC_ONCE"
+	// VMKernelArgs is the command line of the guest's kernel, here and in
+	// test/vmtest. The guest panics on a soft lockup, and QEMU (-no-reboot)
+	// then exits: under TCG on a busy machine both vCPUs of a guest have
+	// hung in its kubelet's start for minutes. loglevel=5 (not quiet)
+	// prints a warning's call trace on the console.
+	VMKernelArgs = "console=ttyS0 loglevel=5 panic=-1 softlockup_panic=1 rdinit=/init"
+	// VMBoots is how many times Up boots the VM node's guest when it
+	// panics before its node is Ready.
+	VMBoots = 3
 
 	vmComponent  = "vm"
 	qemuBinary   = "qemu-system-x86_64"
@@ -249,7 +265,7 @@ func (r *resolved) vmComponentOf() component {
 	l := r.l
 	args := []string{
 		"-kernel", r.vmKernel.image, "-initrd", l.vmInitrd(),
-		"-append", "console=ttyS0 quiet panic=-1 rdinit=/init",
+		"-append", VMKernelArgs,
 		"-m", strconv.Itoa(vmMemoryMiB), "-smp", "2", "-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
 		"-drive", "file=" + l.vmDisk() + ",format=raw,if=virtio,cache=unsafe",
 		"-netdev", "tap,id=n0,ifname=" + VMTap + ",script=no,downscript=no",
@@ -343,7 +359,9 @@ func findVMNodeParts(binDir string) (vmKernel, string, error) {
 }
 
 // startVMNode waits for the disk, makes the tap, boots the guest and
-// waits for its node to be Ready.
+// waits for its node to be Ready. A guest that panics first (a lockup,
+// VMKernelArgs) is booted again, up to VMBoots boots within the wait; each
+// boot's console stays in logs/vm.log.
 func (r *resolved) startVMNode(ctx context.Context, disk func() error, launch func(string) error,
 	waitFor func(name, what string, timeout time.Duration, check func(context.Context) error) error) error {
 	if err := disk(); err != nil {
@@ -356,14 +374,64 @@ func (r *resolved) startVMNode(ctx context.Context, disk func() error, launch fu
 	if err := createVMTap(); err != nil {
 		return err
 	}
-	if err := launch(vmComponent); err != nil {
-		return err
-	}
-	return waitFor(vmComponent, "VM node "+VMNodeName+" Ready", max(r.timeout, VMNodeTimeout), func(ctx context.Context) error {
+	ready := func(ctx context.Context) error {
 		ready, msg := nodeReady(ctx, r.l, VMNodeName)
 		if !ready {
 			return errors.New(msg)
 		}
 		return nil
-	})
+	}
+	console := r.l.logFile(vmComponent)
+	deadline := time.Now().Add(max(r.timeout, VMNodeTimeout))
+	for boot := 1; ; boot++ {
+		from := fileSize(console)
+		if err := launch(vmComponent); err != nil {
+			return err
+		}
+		err := waitFor(vmComponent, "VM node "+VMNodeName+" Ready", time.Until(deadline), ready)
+		if err == nil || !errors.Is(err, errExited) || boot == VMBoots {
+			return err
+		}
+		why, panicked := guestPanic(console, from)
+		if !panicked {
+			return err
+		}
+		r.Log.Warn("the VM node's guest panicked before its node was Ready; booting it again",
+			"panic", why, "boot", boot+1, "of", VMBoots, "console", console)
+	}
 }
+
+// fileSize is path's size, 0 when it cannot be read.
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// panicMarker is how the kernel's console says it panicked.
+const panicMarker = "Kernel panic - not syncing: "
+
+// guestPanic reads the guest's console from offset on (one boot's) and
+// returns the reason of the last kernel panic it shows.
+func guestPanic(console string, offset int64) (string, bool) {
+	f, err := os.Open(console)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(io.NewSectionReader(f, offset, maxConsoleRead))
+	if err != nil {
+		return "", false
+	}
+	i := bytes.LastIndex(raw, []byte(panicMarker))
+	if i < 0 {
+		return "", false
+	}
+	why, _, _ := bytes.Cut(raw[i+len(panicMarker):], []byte("\n"))
+	return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(string(why)), "]---")), true
+}
+
+// maxConsoleRead bounds what guestPanic reads of one boot's console.
+const maxConsoleRead = 16 << 20

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -102,4 +103,36 @@ func TestWriteVMNodeFilesWritesTheGuestsEtc(t *testing.T) {
 	kc, err := os.ReadFile(filepath.Join(root, "etc/kerf/kubelet.kubeconfig"))
 	require.NoError(t, err)
 	assert.Contains(t, string(kc), APIServerURL)
+}
+
+// guestPanic reads one boot's console: a panic of an earlier boot, before
+// the offset, is not this one's.
+func TestGuestPanicReadsOneBootsConsole(t *testing.T) {
+	console := filepath.Join(t.TempDir(), "vm.log")
+	first := "vmnode-mark mounted 3.9\n[ 44.1] " + panicMarker + "softlockup: hung tasks\n[ 44.2] ---[ end " + panicMarker + "softlockup: hung tasks ]---\n"
+	require.NoError(t, os.WriteFile(console, []byte(first), 0o644))
+	why, ok := guestPanic(console, 0)
+	assert.True(t, ok)
+	assert.Equal(t, "softlockup: hung tasks", why, "the end marker's reason, without its ]---")
+
+	f, err := os.OpenFile(console, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("vmnode-mark mounted 3.7\nvmnode-mark kubelet-started 8.2\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	_, ok = guestPanic(console, int64(len(first)))
+	assert.False(t, ok, "the second boot has not panicked")
+	_, ok = guestPanic(filepath.Join(t.TempDir(), "none.log"), 0)
+	assert.False(t, ok)
+}
+
+// The guest's kernel turns a soft lockup into a panic, which ends QEMU
+// (-no-reboot), and prints warnings' call traces.
+func TestTheVMNodesKernelPanicsOnALockup(t *testing.T) {
+	args := strings.Fields(VMKernelArgs)
+	assert.Subset(t, args, []string{"softlockup_panic=1", "panic=-1", "loglevel=5"})
+	assert.NotContains(t, args, "quiet")
+	c := (&resolved{l: layout{state: "/var/tmp/x"}}).vmComponentOf()
+	assert.Contains(t, c.args, "-no-reboot")
+	assert.Contains(t, c.args, VMKernelArgs)
 }

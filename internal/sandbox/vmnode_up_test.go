@@ -18,7 +18,8 @@ import (
 
 // TestVMNodeJoinsAndDownRemovesIt brings the sandbox up with its VM node:
 // the guest's kubelet registers on the cgroup v2 kernel with its taint and
-// label, runs a pod that tolerates the taint (the apiserver reads its logs
+// label after its first boot panicked (VMPanicOnceEnv: Up boots it again,
+// as after a lockup), runs a pod that tolerates the taint (the apiserver reads its logs
 // through the guest kubelet's serving certificate), while a pod that does
 // not lands on the host node. Down stops QEMU and removes the tap and its
 // route.
@@ -44,11 +45,18 @@ func TestVMNodeJoinsAndDownRemovesIt(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
+	t.Setenv(VMPanicOnceEnv, "1")
 	began := time.Now()
 	c, err := Up(ctx, Options{StateDir: stateDir, PauseImage: writePauseArchive(t, t.TempDir()), Log: log, VMNode: true})
 	require.NoError(t, err)
-	t.Logf("FIGURE Up with the VM node (cold): %s", seconds(time.Since(began)))
+	t.Logf("FIGURE Up with the VM node (cold, its first boot panicking): %s", seconds(time.Since(began)))
 	require.Equal(t, VMNodeName, c.VMNode)
+	console, err := os.ReadFile(layout{state: stateDir}.logFile(vmComponent))
+	require.NoError(t, err)
+	boots := strings.Split(string(console), "vmnode-mark panic-once")
+	require.Len(t, boots, 2, "the guest panicked once:\n%s", console)
+	assert.Contains(t, boots[1], panicMarker+"sysrq triggered crash")
+	assert.Contains(t, boots[1], "vmnode-mark node-registered", "the second boot registered the node")
 
 	node, err := c.Clientset.CoreV1().Nodes().Get(ctx, VMNodeName, metav1.GetOptions{})
 	require.NoError(t, err)
