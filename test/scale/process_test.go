@@ -293,9 +293,20 @@ func (p *leaderProc) memory() (rss, peak uint64) {
 // undisturbed (the snapshots during the wave).
 func (p *leaderProc) heapProfile(tb testing.TB, name string, gc bool) {
 	tb.Helper()
+	path, err := p.writeHeapProfile(name, gc)
+	require.NoError(tb, err, "the leader's heap profile (is %s a kerfpprof build?)", leaderBinEnv)
+	if path != "" {
+		tb.Logf("the leader's heap profile: %s (go tool pprof -sample_index=inuse_space %s)", path, path)
+	}
+}
+
+// writeHeapProfile writes the leader's heap profile into
+// $KERF_SCALE_PROFILE as name and returns its path, "" when
+// $KERF_SCALE_PROFILE is unset or the leader serves no profiles.
+func (p *leaderProc) writeHeapProfile(name string, gc bool) (string, error) {
 	dir := os.Getenv(profileEnv)
 	if dir == "" || p.pprofAddr == "" {
-		return
+		return "", nil
 	}
 	c := &http.Client{Timeout: time.Minute}
 	url := "http://" + p.pprofAddr + "/debug/pprof/heap"
@@ -303,16 +314,26 @@ func (p *leaderProc) heapProfile(tb testing.TB, name string, gc bool) {
 		url += "?gc=1"
 	}
 	resp, err := c.Get(url)
-	require.NoError(tb, err, "the leader's heap profile (is %s a kerfpprof build?)", leaderBinEnv)
+	if err != nil {
+		return "", err
+	}
 	defer resp.Body.Close()
-	require.Equal(tb, http.StatusOK, resp.StatusCode, "the leader's heap profile")
-	require.NoError(tb, os.MkdirAll(dir, 0o755))
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
 	path := filepath.Join(dir, name)
 	f, err := os.Create(path)
-	require.NoError(tb, err)
+	if err != nil {
+		return "", err
+	}
 	_, err = io.Copy(f, resp.Body)
-	require.NoError(tb, errors.Join(err, f.Close()), "write %s", path)
-	tb.Logf("the leader's heap profile: %s (go tool pprof -sample_index=inuse_space %s)", path, path)
+	if err := errors.Join(err, f.Close()); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return path, nil
 }
 
 // cpuProfile records the leader's CPU profile for d, from now, into

@@ -18,7 +18,20 @@ type usage struct {
 	times []time.Time
 	cpus  []time.Duration
 	rss   []uint64
+	// peakProfile is the RSS at which the last heap-peak.pb.gz was
+	// written, and peakProfileAt when.
+	peakProfile   uint64
+	peakProfileAt time.Time
 }
+
+// peakProfileName is the heap profile the sampler writes when the
+// leader's RSS reaches a new high (at most every peakProfileEvery, with
+// $KERF_SCALE_PROFILE): what was live at the GC before the run's highest
+// RSS, where one snapshot at a fixed time misses a burst of a few seconds.
+const (
+	peakProfileName  = "heap-peak.pb.gz"
+	peakProfileEvery = 10 * time.Second
+)
 
 func sampleUsage(ctx context.Context, p *leaderProc) *usage {
 	u := &usage{}
@@ -27,9 +40,20 @@ func sampleUsage(ctx context.Context, p *leaderProc) *usage {
 		defer t.Stop()
 		for {
 			rss, _ := p.memory()
+			now := time.Now()
 			u.mu.Lock()
-			u.times, u.cpus, u.rss = append(u.times, time.Now()), append(u.cpus, p.cpu()), append(u.rss, rss)
+			u.times, u.cpus, u.rss = append(u.times, now), append(u.cpus, p.cpu()), append(u.rss, rss)
+			higher := rss > u.peakProfile && now.Sub(u.peakProfileAt) >= peakProfileEvery
+			if higher {
+				u.peakProfile, u.peakProfileAt = rss, now
+			}
 			u.mu.Unlock()
+			if higher {
+				// No GC first: the profile shows the last GC's live heap,
+				// and the leader runs undisturbed. A failed write leaves
+				// the last one.
+				_, _ = p.writeHeapProfile(peakProfileName, false)
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -38,6 +62,23 @@ func sampleUsage(ctx context.Context, p *leaderProc) *usage {
 		}
 	}()
 	return u
+}
+
+// logPeakProfile says at what RSS and when the sampler last wrote
+// heap-peak.pb.gz, measured from the wave's start.
+func (u *usage) logPeakProfile(tb testing.TB, waveFrom time.Time) {
+	dir := os.Getenv(profileEnv)
+	u.mu.Lock()
+	rss, at := u.peakProfile, u.peakProfileAt
+	u.mu.Unlock()
+	if dir == "" || rss == 0 {
+		return
+	}
+	path := filepath.Join(dir, peakProfileName)
+	if _, err := os.Stat(path); err != nil {
+		return
+	}
+	tb.Logf("the leader's heap profile at its highest RSS sampled (%d MiB, %.0f s from the wave's start; the last GC's live heap): %s", rss>>20, at.Sub(waveFrom).Seconds(), path)
 }
 
 // over returns the mean CPU (cores) between from and to, and the highest
@@ -101,6 +142,7 @@ func (u *usage) write(tb testing.TB, name string, waveFrom time.Time) {
 		return
 	}
 	tb.Logf("the leader's CPU and RSS every second: %s", path)
+	u.logPeakProfile(tb, waveFrom)
 }
 
 // harnessCPU is this process's user+sys CPU time so far: the harness's,
