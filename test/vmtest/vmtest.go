@@ -87,7 +87,7 @@ func Run(t *testing.T, run string) {
 	}
 	for boot := 1; ; boot++ {
 		status, console := bootOnce(t, qemu, args)
-		if status == "" && lockedUp.Match(console) && boot < lockupBoots {
+		if bootAgain(status, console) && boot < lockupBoots {
 			t.Logf("the VM's kernel locked up (a soft lockup under TCG); booting it again (boot %d of %d)", boot+1, lockupBoots)
 			continue
 		}
@@ -107,11 +107,22 @@ func Run(t *testing.T, run string) {
 // lockupBoots is how many times Run boots the VM when its kernel panics on
 // a soft lockup (sandbox.VMKernelArgs) before the tests' exit status: the
 // lockup is the guest's under TCG on a busy machine, not the tests'. Any
-// other panic fails the test at once.
+// other panic, or a test that failed before the lockup, fails the test at
+// once.
 const lockupBoots = 2
+
+// bootAgain reports whether a boot that printed status and console ended
+// in a soft lockup's panic before any test failed or the tests ended.
+func bootAgain(status string, console []byte) bool {
+	return status == "" && lockedUp.Match(console) && !failed.Match(console)
+}
 
 // lockedUp matches the panic of a soft lockup on the console.
 var lockedUp = regexp.MustCompile(`Kernel panic - not syncing: softlockup`)
+
+// failed matches a test that failed in -test.v output: a boot that locked
+// up after one is not booted again.
+var failed = regexp.MustCompile(`(?m)^\s*--- FAIL: `)
 
 // bootOnce runs QEMU with args until the guest powers off, or Timeout,
 // and returns the tests' exit status ("" when none was printed) and the
