@@ -19,9 +19,11 @@ type usage struct {
 	cpus  []time.Duration
 	rss   []uint64
 	// peakProfile is the RSS at which the last heap-peak.pb.gz was
-	// written, and peakProfileAt when.
+	// written, and peakProfileAt when; peakTried is when one was last
+	// asked for.
 	peakProfile   uint64
 	peakProfileAt time.Time
+	peakTried     time.Time
 }
 
 // peakProfileName is the heap profile the sampler writes when the
@@ -43,16 +45,20 @@ func sampleUsage(ctx context.Context, p *leaderProc) *usage {
 			now := time.Now()
 			u.mu.Lock()
 			u.times, u.cpus, u.rss = append(u.times, now), append(u.cpus, p.cpu()), append(u.rss, rss)
-			higher := rss > u.peakProfile && now.Sub(u.peakProfileAt) >= peakProfileEvery
+			higher := rss > u.peakProfile && now.Sub(u.peakTried) >= peakProfileEvery
 			if higher {
-				u.peakProfile, u.peakProfileAt = rss, now
+				u.peakTried = now
 			}
 			u.mu.Unlock()
+			// No GC first: the profile shows the last GC's live heap, and
+			// the leader runs undisturbed. A failed write leaves the last
+			// one, and its RSS.
 			if higher {
-				// No GC first: the profile shows the last GC's live heap,
-				// and the leader runs undisturbed. A failed write leaves
-				// the last one.
-				_, _ = p.writeHeapProfile(peakProfileName, false)
+				if path, err := p.writeHeapProfile(peakProfileName, false); err == nil && path != "" {
+					u.mu.Lock()
+					u.peakProfile, u.peakProfileAt = rss, now
+					u.mu.Unlock()
+				}
 			}
 			select {
 			case <-ctx.Done():
@@ -65,19 +71,15 @@ func sampleUsage(ctx context.Context, p *leaderProc) *usage {
 }
 
 // logPeakProfile says at what RSS and when the sampler last wrote
-// heap-peak.pb.gz, measured from the wave's start.
+// heap-peak.pb.gz, measured from the wave's start, if it wrote one.
 func (u *usage) logPeakProfile(tb testing.TB, waveFrom time.Time) {
-	dir := os.Getenv(profileEnv)
 	u.mu.Lock()
 	rss, at := u.peakProfile, u.peakProfileAt
 	u.mu.Unlock()
-	if dir == "" || rss == 0 {
-		return
+	if rss == 0 {
+		return // none written
 	}
-	path := filepath.Join(dir, peakProfileName)
-	if _, err := os.Stat(path); err != nil {
-		return
-	}
+	path := filepath.Join(os.Getenv(profileEnv), peakProfileName)
 	tb.Logf("the leader's heap profile at its highest RSS sampled (%d MiB, %.0f s from the wave's start; the last GC's live heap): %s", rss>>20, at.Sub(waveFrom).Seconds(), path)
 }
 
