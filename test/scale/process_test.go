@@ -264,9 +264,25 @@ func controlPlaneCPU() map[string]time.Duration {
 
 // memory is the leader's VmRSS and VmHWM (peak) in bytes.
 func (p *leaderProc) memory() (rss, peak uint64) {
+	m := p.status()
+	return m.rss, m.hwm
+}
+
+// procMemory is what /proc/<pid>/status says of a process's memory, in
+// bytes: its RSS and peak, and the RSS's parts. anon is what the process
+// allocated (the Go runtime's, which GOMEMLIMIT counts, and any other);
+// file is the mapped files' pages, the binary's, which the kernel can
+// drop and read again.
+type procMemory struct {
+	rss, hwm, anon, file uint64
+}
+
+// status reads the leader's procMemory (zero once it has exited).
+func (p *leaderProc) status() procMemory {
+	var m procMemory
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
-		return 0, 0
+		return m
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -278,12 +294,16 @@ func (p *leaderProc) memory() (rss, peak uint64) {
 		kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 		switch k {
 		case "VmRSS":
-			rss = kb << 10
+			m.rss = kb << 10
 		case "VmHWM":
-			peak = kb << 10
+			m.hwm = kb << 10
+		case "RssAnon":
+			m.anon = kb << 10
+		case "RssFile":
+			m.file = kb << 10
 		}
 	}
-	return rss, peak
+	return m
 }
 
 // heapProfile writes the leader's heap profile into $KERF_SCALE_PROFILE

@@ -82,3 +82,22 @@ kerf_leader_harm_lock_wait_seconds_count 50
 	assert.Equal(t, "≤ 0.25 s", slowest(passHistogram{}, queue))
 	assert.Equal(t, "≤ 0.01 s", slowest(passHistogram{}, lock))
 }
+
+// TestTheHighestSampleKeepsItsParts checks the split of the leader's
+// highest RSS: the sample of the highest RSS within the span, with its
+// own anonymous and file-backed parts, not the highest of each.
+func TestTheHighestSampleKeepsItsParts(t *testing.T) {
+	at := time.Unix(0, 0)
+	u := &usage{
+		times: []time.Time{at, at.Add(time.Second), at.Add(2 * time.Second), at.Add(3 * time.Second)},
+		cpus:  make([]time.Duration, 4),
+		rss:   []uint64{100, 130, 120, 200},
+		anon:  []uint64{90, 80, 110, 150},
+		file:  []uint64{10, 50, 10, 50},
+	}
+	m, when := u.highest(at, at.Add(2*time.Second))
+	assert.Equal(t, procMemory{rss: 130, anon: 80, file: 50}, m)
+	assert.Equal(t, at.Add(time.Second), when)
+	m, _ = u.highest(at, at.Add(time.Hour))
+	assert.Equal(t, uint64(200), m.rss, "the span's end is in it")
+}

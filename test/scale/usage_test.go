@@ -18,6 +18,8 @@ type usage struct {
 	times []time.Time
 	cpus  []time.Duration
 	rss   []uint64
+	// anon and file are each sample's RSS parts (procMemory).
+	anon, file []uint64
 	// peakProfile is the RSS at which the last heap-peak.pb.gz was
 	// written, and peakProfileAt when; peakTried is when one was last
 	// asked for.
@@ -41,10 +43,11 @@ func sampleUsage(ctx context.Context, p *leaderProc) *usage {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
-			rss, _ := p.memory()
-			now := time.Now()
+			m := p.status()
+			rss, now := m.rss, time.Now()
 			u.mu.Lock()
 			u.times, u.cpus, u.rss = append(u.times, now), append(u.cpus, p.cpu()), append(u.rss, rss)
+			u.anon, u.file = append(u.anon, m.anon), append(u.file, m.file)
 			higher := rss > u.peakProfile && now.Sub(u.peakTried) >= peakProfileEvery
 			if higher {
 				u.peakTried = now
@@ -122,9 +125,22 @@ func (u *usage) rssPeak(from, to time.Time) (peak uint64, at time.Time) {
 	return peak, at
 }
 
+// highest is the sample of the highest RSS between from and to: its RSS,
+// its parts (anonymous and file-backed) and when it was taken.
+func (u *usage) highest(from, to time.Time) (m procMemory, at time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for k, t := range u.times {
+		if !t.Before(from) && !t.After(to) && u.rss[k] > m.rss {
+			m, at = procMemory{rss: u.rss[k], anon: u.anon[k], file: u.file[k]}, t
+		}
+	}
+	return m, at
+}
+
 // write keeps the samples in $KERF_SCALE_PROFILE as name, a CSV of the
 // seconds since the wave began (negative before it), the CPU seconds
-// used and the RSS in MiB: the shape of a peak, which the figures above
+// used and the RSS in MiB with its parts: the shape of a peak, which the figures above
 // reduce to its height and time.
 func (u *usage) write(tb testing.TB, name string, waveFrom time.Time) {
 	dir := os.Getenv(profileEnv)
@@ -133,9 +149,10 @@ func (u *usage) write(tb testing.TB, name string, waveFrom time.Time) {
 	}
 	u.mu.Lock()
 	var out strings.Builder
-	out.WriteString("wave_s,cpu_s,rss_mib\n")
+	out.WriteString("wave_s,cpu_s,rss_mib,anon_mib,file_mib\n")
 	for k, t := range u.times {
-		fmt.Fprintf(&out, "%.1f,%.3f,%.1f\n", t.Sub(waveFrom).Seconds(), u.cpus[k].Seconds(), float64(u.rss[k])/(1<<20))
+		fmt.Fprintf(&out, "%.1f,%.3f,%.1f,%.1f,%.1f\n", t.Sub(waveFrom).Seconds(), u.cpus[k].Seconds(),
+			float64(u.rss[k])/(1<<20), float64(u.anon[k])/(1<<20), float64(u.file[k])/(1<<20))
 	}
 	u.mu.Unlock()
 	path := filepath.Join(dir, name)
