@@ -449,12 +449,12 @@ func (p *leaderProc) goMemory(tb testing.TB, when string) {
 	}
 	mib := func(name string) float64 { return value(name) / (1 << 20) }
 	idle, released := mib("go_memstats_heap_idle_bytes"), mib("go_memstats_heap_released_bytes")
-	tb.Logf("the leader's Go memory %s: heap allocated %.0f MiB (next GC at %.0f), spans in use %.0f, held free %.0f; stacks %.0f; runtime %.0f (mspan %.0f, mcache %.0f, buckets %.0f, gc %.0f, other %.0f); %.0f goroutines",
+	tb.Logf("the leader's Go memory %s: heap allocated %.0f MiB (next GC at %.0f), spans in use %.0f, held free %.0f; stacks %.0f; runtime %.0f (mspan %.0f, mcache %.0f, buckets %.0f, gc %.0f, other %.0f); %.0f goroutines; this /metrics %d KiB",
 		when, mib("go_memstats_heap_alloc_bytes"), mib("go_memstats_next_gc_bytes"), mib("go_memstats_heap_inuse_bytes"), idle-released,
 		mib("go_memstats_stack_inuse_bytes"),
 		mib("go_memstats_mspan_inuse_bytes")+mib("go_memstats_mcache_inuse_bytes")+mib("go_memstats_buck_hash_sys_bytes")+mib("go_memstats_gc_sys_bytes")+mib("go_memstats_other_sys_bytes"),
 		mib("go_memstats_mspan_inuse_bytes"), mib("go_memstats_mcache_inuse_bytes"), mib("go_memstats_buck_hash_sys_bytes"), mib("go_memstats_gc_sys_bytes"), mib("go_memstats_other_sys_bytes"),
-		value("go_goroutines"))
+		value("go_goroutines"), len(raw)>>10)
 }
 
 // scrape reads the leader's /metrics.

@@ -537,6 +537,9 @@ func BenchmarkLeaderRecommendingAtScale(b *testing.B) {
 	top, topAt := u.highest(time.Time{}, time.Now())
 	b.Logf("the leader's highest RSS sampled (every second): %.0f MiB, %v from the wave's start: anonymous %.0f MiB (the Go runtime's, which GOMEMLIMIT bounds, and any other), file-backed %.0f MiB (the binary's pages)",
 		float64(top.rss)/(1<<20), topAt.Sub(waveFrom).Round(time.Second), float64(top.anon)/(1<<20), float64(top.file)/(1<<20))
+	rose, roseAt := u.hwmRise()
+	b.Logf("the leader's VmHWM last rose, to %.0f MiB, %v from the wave's start (read every second: within the second before)",
+		float64(rose)/(1<<20), roseAt.Sub(waveFrom).Round(time.Second))
 	b.Logf("against issue 34's goals (at 25,000 workloads; this run %d): the leader's peak RSS (VmHWM, whole run) %.0f MiB (goal ≤ %d MiB); OOM kill → rollback request (breachAsked) p99 %.1f ms over %d probes, %d of them sent during the wave (goal ≤ %d ms); → restore seen during the wave p99 %.1f ms",
 		n, float64(hwm)/(1<<20), goalRSSMiB, percentile(asked, 0.99), len(asked), len(latDuring), goalRollbackP99Ms, percentile(latDuring, 0.99))
 

@@ -20,6 +20,11 @@ type usage struct {
 	rss   []uint64
 	// anon and file are each sample's RSS parts (procMemory).
 	anon, file []uint64
+	// hwm is the last VmHWM read, and hwmRose the second it was first
+	// read: the peak the kernel kept, which can fall between two samples
+	// of the RSS (a burst shorter than a second).
+	hwm     uint64
+	hwmRose time.Time
 	// peakProfile is the RSS at which the last heap-peak.pb.gz was
 	// written, and peakProfileAt when; peakTried is when one was last
 	// asked for.
@@ -48,6 +53,9 @@ func sampleUsage(ctx context.Context, p *leaderProc) *usage {
 			u.mu.Lock()
 			u.times, u.cpus, u.rss = append(u.times, now), append(u.cpus, p.cpu()), append(u.rss, rss)
 			u.anon, u.file = append(u.anon, m.anon), append(u.file, m.file)
+			if m.hwm > u.hwm {
+				u.hwm, u.hwmRose = m.hwm, now
+			}
 			higher := rss > u.peakProfile && now.Sub(u.peakTried) >= peakProfileEvery
 			if higher {
 				u.peakTried = now
@@ -136,6 +144,13 @@ func (u *usage) highest(from, to time.Time) (m procMemory, at time.Time) {
 		}
 	}
 	return m, at
+}
+
+// hwmRise is the highest VmHWM read and the second it was first read.
+func (u *usage) hwmRise() (hwm uint64, at time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.hwm, u.hwmRose
 }
 
 // write keeps the samples in $KERF_SCALE_PROFILE as name, a CSV of the
