@@ -452,6 +452,10 @@ func BenchmarkLeaderRecommendingAtScale(b *testing.B) {
 			rss, _ := leader.memory()
 			b.Logf("%v into the wave: RSS %.0f MiB, %d recommended, %d applied", at, float64(rss)/(1<<20), recs.count(), deps.cpuCount())
 			leader.goMemory(b, at.String()+" into the wave")
+			// The last GC's live heap, no GC forced: the wave's ordinary
+			// heap, which heap-peak.pb.gz's burst is read against
+			// (go tool pprof -diff_base).
+			leader.heapProfile(b, fmt.Sprintf("heap-wave-%03.0fm.pb.gz", at.Minutes()), false)
 			nextSnapshot = nextSnapshot.Add(snapshotEvery)
 		}
 		_, restored := deps.counts()
