@@ -3,6 +3,7 @@ package rightsizing
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -20,6 +21,21 @@ import (
 // watchRecheck bounds how long a running watch goes without a look, for
 // signals that arrive without an event (none should).
 const watchRecheck = 30 * time.Second
+
+// watchRecheckSpread is the part of watchRecheck by which a recheck comes
+// sooner, at random (recheckAfter).
+const watchRecheckSpread = 0.2
+
+// recheckAfter is when a running watch is looked at again without an
+// event: at a random point u (in [0, 1)) of the last watchRecheckSpread of
+// watchRecheck, never later than it. Watches looked at together, as after
+// a backlog of the reconciler, would otherwise come back together every
+// 30 s, in bursts the leader's heap has to hold at once: at 25,000 watches
+// these bursts were the leader's peaks (docs/performance.md). A spread
+// drawn anew each time lets them drift apart.
+func recheckAfter(u float64) time.Duration {
+	return watchRecheck - time.Duration(u*watchRecheckSpread*float64(watchRecheck))
+}
 
 // health runs the part of a recommendation's life after its change was
 // applied: the watch, the rollback and the backoff (design sections 3 and
@@ -177,9 +193,9 @@ func (c *reconcileContext) watch(ctx context.Context) (ctrl.Result, error) {
 			return ctrl.Result{}, err
 		}
 	}
-	next := watchRecheck
+	next := recheckAfter(rand.Float64())
 	if !v.NextCheck.IsZero() {
-		next = min(max(v.NextCheck.Sub(c.now), 10*time.Millisecond), watchRecheck)
+		next = min(max(v.NextCheck.Sub(c.now), 10*time.Millisecond), next)
 	}
 	return ctrl.Result{RequeueAfter: next}, nil
 }
