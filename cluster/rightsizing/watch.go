@@ -30,9 +30,10 @@ const watchRecheckSpread = 0.2
 // event: at a random point u (in [0, 1)) of the last watchRecheckSpread of
 // watchRecheck, never later than it. Watches looked at together, as after
 // a backlog of the reconciler, would otherwise come back together every
-// 30 s, in bursts the leader's heap has to hold at once: at 25,000 watches
-// these bursts were the leader's peaks (docs/performance.md). A spread
-// drawn anew each time lets them drift apart.
+// 30 s, a burst of work the leader's heap holds at once: in a run at
+// 25,000 watches its heap peaked in bursts 30 s apart (docs/performance.md,
+// "The shipped build"). A spread drawn anew each time lets them drift
+// apart.
 func recheckAfter(u float64) time.Duration {
 	return watchRecheck - time.Duration(u*watchRecheckSpread*float64(watchRecheck))
 }
