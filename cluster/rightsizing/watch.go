@@ -27,8 +27,8 @@ const watchRecheck = 30 * time.Second
 const watchRecheckSpread = 0.2
 
 // recheckAfter is when a running watch is looked at again without an
-// event: at a random point u (in [0, 1)) of the last watchRecheckSpread of
-// watchRecheck, never later than it. Watches looked at together, as after
+// event. It is at the random point u (in [0, 1)) of the last
+// watchRecheckSpread of watchRecheck, never later than it. Watches looked at together, as after
 // a backlog of the reconciler, would otherwise come back together every
 // 30 s, a burst of work the leader's heap holds at once: in a run at
 // 25,000 watches its heap peaked in bursts 30 s apart (docs/performance.md,
