@@ -123,14 +123,8 @@ func (u *usage) over(from, to time.Time, win time.Duration) (mean, peak float64)
 
 // rssPeak is the highest RSS sampled between from and to, and when.
 func (u *usage) rssPeak(from, to time.Time) (peak uint64, at time.Time) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	for k, t := range u.times {
-		if !t.Before(from) && !t.After(to) && u.rss[k] > peak {
-			peak, at = u.rss[k], t
-		}
-	}
-	return peak, at
+	m, at := u.highest(from, to)
+	return m.rss, at
 }
 
 // highest is the sample of the highest RSS between from and to: its RSS,
@@ -155,8 +149,8 @@ func (u *usage) hwmRise() (hwm uint64, at time.Time) {
 
 // write keeps the samples in $KERF_SCALE_PROFILE as name, a CSV of the
 // seconds since the wave began (negative before it), the CPU seconds
-// used and the RSS in MiB with its parts: the shape of a peak, which the figures above
-// reduce to its height and time.
+// used and the RSS in MiB with its parts: the shape of a peak, which the
+// figures above reduce to its height and time.
 func (u *usage) write(tb testing.TB, name string, waveFrom time.Time) {
 	dir := os.Getenv(profileEnv)
 	if dir == "" {
